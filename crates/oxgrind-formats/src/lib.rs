@@ -1,0 +1,19 @@
+//! Valgrind's output formats, byte for byte: a plain data model per format, a writer and a
+//! tolerant reader.
+//!
+//! Writers run inside the profiled program (the runtime), so this crate is `no_std` + `alloc`
+//! and writes into a `String`/`Vec<u8>` the caller then sends to its own file descriptor.
+//! Readers and viewers (ms_print) run in the launcher. The reference for every byte is
+//! `shared/reference/formats.md` and the real Valgrind 3.19 files in
+//! `shared/reference/examples/`; round trips over those files are the first tests.
+//!
+//! * [`frame`]: one code location in Valgrind's `describe_IP` text (`0x4005A3: main (a.c:12)`),
+//!   shared by every format.
+//! * [`massif`]: `massif.out.<pid>` model, writer and reader; [`massif::ms_print`] renders
+//!   it as `ms_print` does.
+#![cfg_attr(not(feature = "std"), no_std)]
+extern crate alloc;
+
+pub mod frame;
+pub mod massif;
+pub mod number;

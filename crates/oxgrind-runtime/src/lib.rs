@@ -1,0 +1,1 @@
+//! The runtime preloaded into the program (to be written).

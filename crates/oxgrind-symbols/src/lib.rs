@@ -1,0 +1,1 @@
+//! ELF/DWARF symbolication and in-process stack unwinding (to be written).

@@ -1,0 +1,184 @@
+//! The runtime's private heap: oxgrind's own data never lives in the program's heap.
+//!
+//! Using the program's `malloc` from inside our `malloc` hook would recurse, would perturb the
+//! very heap being measured, and would deadlock in a signal handler that interrupted `malloc`.
+//! This is a deliberately simple allocator: power-of-two size classes from 16 bytes to
+//! 64 KiB, carved from 1 MiB `mmap` chunks, one spin-locked free list per class; anything
+//! larger is its own mapping. A class-`c` object is carved at a multiple of `c` inside a chunk
+//! aligned to 64 KiB, so any alignment up to the class size holds without headers. Memory of
+//! small classes is recycled, never returned to the kernel: oxgrind's metadata grows with the
+//! program and is gone at exit anyway.
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::ptr;
+
+use crate::lock::SpinLock;
+use crate::raw;
+
+const MIN_SHIFT: usize = 4; // 16 bytes
+const MAX_SHIFT: usize = 16; // 64 KiB
+const CLASSES: usize = MAX_SHIFT - MIN_SHIFT + 1;
+const CHUNK: usize = 1 << 20;
+const CHUNK_ALIGN: usize = 1 << MAX_SHIFT;
+const PAGE: usize = 4096;
+
+struct Class {
+    free: *mut FreeNode,
+    bump: usize,
+    end: usize,
+}
+
+struct FreeNode {
+    next: *mut FreeNode,
+}
+
+// SAFETY: the raw pointers refer to memory owned by the heap and are only followed while the
+// class lock is held.
+unsafe impl Send for Class {}
+
+/// The allocator. `const`-constructible so it can be a `#[global_allocator]` static.
+pub struct PrivateHeap {
+    classes: [SpinLock<Class>; CLASSES],
+}
+
+impl PrivateHeap {
+    pub const fn new() -> Self {
+        const EMPTY: SpinLock<Class> =
+            SpinLock::new(Class { free: ptr::null_mut(), bump: 0, end: 0 });
+        PrivateHeap { classes: [EMPTY; CLASSES] }
+    }
+
+    fn class_of(layout: &Layout) -> Option<usize> {
+        let need = layout.size().max(layout.align()).max(1 << MIN_SHIFT);
+        let shift = usize::BITS as usize - (need - 1).leading_zeros() as usize;
+        (shift <= MAX_SHIFT).then(|| shift - MIN_SHIFT)
+    }
+
+    /// Takes every class lock: call before `fork` so the child inherits a consistent heap.
+    pub fn lock_all(&self) {
+        for c in &self.classes {
+            core::mem::forget(c.lock());
+        }
+    }
+
+    /// Releases what [`Self::lock_all`] took (in the parent and in the child after `fork`).
+    ///
+    /// # Safety
+    /// Must pair with a preceding `lock_all` on this thread.
+    pub unsafe fn unlock_all(&self) {
+        for c in &self.classes {
+            // SAFETY: the caller holds every lock through lock_all.
+            unsafe { c.force_unlock() };
+        }
+    }
+}
+
+impl Default for PrivateHeap {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn map_aligned(len: usize, align: usize) -> *mut u8 {
+    let align = align.max(PAGE);
+    let total = len + align - PAGE;
+    let Some(p) = raw::mmap_anon(total) else { return ptr::null_mut() };
+    let start = p as usize;
+    let aligned = (start + align - 1) & !(align - 1);
+    // SAFETY: both trimmed ranges lie inside the mapping just made and are unused.
+    unsafe {
+        if aligned > start {
+            raw::munmap(p, aligned - start);
+        }
+        let tail = start + total - (aligned + len);
+        if tail > 0 {
+            raw::munmap((aligned + len) as *mut u8, tail);
+        }
+    }
+    aligned as *mut u8
+}
+
+fn round_pages(n: usize) -> usize {
+    (n + PAGE - 1) & !(PAGE - 1)
+}
+
+// SAFETY: alloc returns memory of at least layout.size() bytes aligned to layout.align() that
+// no other allocation overlaps (fresh bump space, a node popped under the class lock, or a
+// new mapping); dealloc returns blocks to the class they came from.
+unsafe impl GlobalAlloc for PrivateHeap {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let Some(ci) = Self::class_of(&layout) else {
+            return map_aligned(round_pages(layout.size()), layout.align());
+        };
+        let size = 1usize << (ci + MIN_SHIFT);
+        let mut c = self.classes[ci].lock();
+        if !c.free.is_null() {
+            let node = c.free;
+            // SAFETY: nodes on the free list are blocks of this class we handed out before.
+            c.free = unsafe { (*node).next };
+            return node as *mut u8;
+        }
+        if c.bump + size > c.end {
+            let chunk = map_aligned(CHUNK, CHUNK_ALIGN);
+            if chunk.is_null() {
+                return ptr::null_mut();
+            }
+            c.bump = chunk as usize;
+            c.end = chunk as usize + CHUNK;
+        }
+        let p = c.bump;
+        c.bump += size;
+        p as *mut u8
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
+        match Self::class_of(&layout) {
+            None => {
+                // SAFETY: large blocks are whole mappings of round_pages(size) bytes.
+                unsafe { raw::munmap(p, round_pages(layout.size())) }
+            }
+            Some(ci) => {
+                let mut c = self.classes[ci].lock();
+                let node = p as *mut FreeNode;
+                // SAFETY: p is a block of this class being returned; we own it now.
+                unsafe { (*node).next = c.free };
+                c.free = node;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_are_aligned_distinct_and_recycled() {
+        let heap = PrivateHeap::new();
+        let mut seen = [0usize; 64];
+        for (i, slot) in seen.iter_mut().enumerate() {
+            let layout = Layout::from_size_align(1 + i * 37, 1 << (i % 7)).unwrap();
+            // SAFETY: non-zero size layout.
+            let p = unsafe { heap.alloc(layout) };
+            assert!(!p.is_null());
+            assert_eq!(p as usize % layout.align(), 0);
+            // SAFETY: p points to at least layout.size() writable bytes.
+            unsafe { core::ptr::write_bytes(p, 0xAB, layout.size()) };
+            *slot = p as usize;
+        }
+        let mut sorted = seen;
+        sorted.sort_unstable();
+        assert!(sorted.windows(2).all(|w| w[0] != w[1]));
+        let layout = Layout::from_size_align(100, 8).unwrap();
+        // SAFETY: alloc/dealloc pair with the same layout.
+        unsafe {
+            let a = heap.alloc(layout);
+            heap.dealloc(a, layout);
+            assert_eq!(heap.alloc(layout), a, "freed block is reused first");
+            let big = Layout::from_size_align(1 << 20, 8).unwrap();
+            let b = heap.alloc(big);
+            core::ptr::write_bytes(b, 1, 1 << 20);
+            heap.dealloc(b, big);
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! Safe wrappers over the few system calls oxgrind needs, by number.
+//!
+//! Each wrapper is safe because its arguments are plain values or borrowed Rust slices whose
+//! lifetime covers the call; wrappers that hand out raw memory ([`mmap`]) return pointers the
+//! caller must treat as unsafe to use.
+#![allow(unsafe_code)]
+
+use crate::syscall::*;
+
+pub const SYS_READ: usize = 0;
+pub const SYS_WRITE: usize = 1;
+pub const SYS_CLOSE: usize = 3;
+pub const SYS_LSEEK: usize = 8;
+pub const SYS_MMAP: usize = 9;
+pub const SYS_MUNMAP: usize = 11;
+pub const SYS_RT_SIGACTION: usize = 13;
+pub const SYS_RT_SIGPROCMASK: usize = 14;
+pub const SYS_SCHED_YIELD: usize = 24;
+pub const SYS_GETPID: usize = 39;
+pub const SYS_EXIT: usize = 60;
+pub const SYS_KILL: usize = 62;
+pub const SYS_FCNTL: usize = 72;
+pub const SYS_RENAME: usize = 82;
+pub const SYS_GETPPID: usize = 110;
+pub const SYS_GETTID: usize = 186;
+pub const SYS_TKILL: usize = 200;
+pub const SYS_FUTEX: usize = 202;
+pub const SYS_CLOCK_GETTIME: usize = 228;
+pub const SYS_EXIT_GROUP: usize = 231;
+pub const SYS_TGKILL: usize = 234;
+pub const SYS_OPENAT: usize = 257;
+
+pub const AT_FDCWD: isize = -100;
+pub const O_RDONLY: usize = 0;
+pub const O_WRONLY: usize = 1;
+pub const O_CREAT: usize = 0o100;
+pub const O_TRUNC: usize = 0o1000;
+pub const O_APPEND: usize = 0o2000;
+pub const O_CLOEXEC: usize = 0o2000000;
+
+pub const PROT_READ: usize = 1;
+pub const PROT_WRITE: usize = 2;
+pub const MAP_PRIVATE: usize = 2;
+pub const MAP_ANONYMOUS: usize = 0x20;
+pub const MAP_NORESERVE: usize = 0x4000;
+
+pub fn write(fd: i32, buf: &[u8]) -> Result<usize, i32> {
+    // SAFETY: buf is a valid readable slice for the duration of the call.
+    check(unsafe { syscall3(SYS_WRITE, fd as usize, buf.as_ptr() as usize, buf.len()) })
+}
+
+pub fn read(fd: i32, buf: &mut [u8]) -> Result<usize, i32> {
+    // SAFETY: buf is a valid writable slice for the duration of the call.
+    check(unsafe { syscall3(SYS_READ, fd as usize, buf.as_mut_ptr() as usize, buf.len()) })
+}
+
+/// Opens `path`, which must end with a NUL byte (checked).
+pub fn open(path: &[u8], flags: usize, mode: usize) -> Result<i32, i32> {
+    if path.last() != Some(&0) {
+        return Err(22); // EINVAL
+    }
+    // SAFETY: path is NUL-terminated (checked above) and outlives the call.
+    check(unsafe { syscall4(SYS_OPENAT, AT_FDCWD as usize, path.as_ptr() as usize, flags, mode) })
+        .map(|fd| fd as i32)
+}
+
+pub fn close(fd: i32) -> Result<usize, i32> {
+    // SAFETY: closing a descriptor number has no memory-safety effect.
+    check(unsafe { syscall1(SYS_CLOSE, fd as usize) })
+}
+
+/// `fcntl(fd, F_DUPFD_CLOEXEC, min)`: moves oxgrind's descriptors out of the program's way.
+pub fn dup_high(fd: i32, min: i32) -> Result<i32, i32> {
+    const F_DUPFD_CLOEXEC: usize = 1030;
+    // SAFETY: plain integer arguments.
+    check(unsafe { syscall3(SYS_FCNTL, fd as usize, F_DUPFD_CLOEXEC, min as usize) })
+        .map(|fd| fd as i32)
+}
+
+pub fn getpid() -> i32 {
+    // SAFETY: getpid has no arguments and cannot fail.
+    unsafe { syscall0(SYS_GETPID) as i32 }
+}
+
+pub fn getppid() -> i32 {
+    // SAFETY: getppid has no arguments and cannot fail.
+    unsafe { syscall0(SYS_GETPPID) as i32 }
+}
+
+pub fn gettid() -> i32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { syscall0(SYS_GETTID) as i32 }
+}
+
+pub fn sched_yield() {
+    // SAFETY: no arguments.
+    unsafe {
+        syscall0(SYS_SCHED_YIELD);
+    }
+}
+
+/// Sends `sig` to thread `tid` of process `pid`.
+pub fn tgkill(pid: i32, tid: i32, sig: i32) -> Result<usize, i32> {
+    // SAFETY: plain integer arguments.
+    check(unsafe { syscall3(SYS_TGKILL, pid as usize, tid as usize, sig as usize) })
+}
+
+/// Ends the whole process at once, running nothing.
+pub fn exit_group(code: i32) -> ! {
+    // SAFETY: exit_group does not return.
+    unsafe {
+        syscall1(SYS_EXIT_GROUP, code as usize);
+    }
+    #[allow(clippy::empty_loop)]
+    loop {}
+}
+
+/// Monotonic clock in nanoseconds (raw system call: usable before libc is ready).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = [0i64; 2];
+    // SAFETY: ts is a valid `struct timespec` sized buffer; CLOCK_MONOTONIC = 1.
+    unsafe {
+        syscall2(SYS_CLOCK_GETTIME, 1, ts.as_mut_ptr() as usize);
+    }
+    ts[0] as u64 * 1_000_000_000 + ts[1] as u64
+}
+
+/// Anonymous private mapping of `len` bytes, or `None`.
+pub fn mmap_anon(len: usize) -> Option<*mut u8> {
+    // SAFETY: an anonymous mapping with a null hint touches no existing memory.
+    let r = unsafe {
+        syscall6(
+            SYS_MMAP,
+            0,
+            len,
+            PROT_READ | PROT_WRITE,
+            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+            usize::MAX,
+            0,
+        )
+    };
+    check(r).ok().map(|p| p as *mut u8)
+}
+
+/// # Safety
+/// `[ptr, ptr+len)` must be a mapping oxgrind made and nothing may use it afterwards.
+pub unsafe fn munmap(ptr: *mut u8, len: usize) {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        syscall2(SYS_MUNMAP, ptr as usize, len);
+    }
+}

@@ -1,0 +1,161 @@
+//! The contract between oxgrind's core and its tools, and nothing else.
+//!
+//! As in Valgrind, where tools include only `pub_tool_*.h`, a tool crate (`tools/massif`,
+//! `tools/memcheck`, ...) depends on this crate and on `oxgrind-formats`, never on the
+//! runtime or the engine. The core calls a [`Tool`] through a handful of events; optional ones
+//! default to doing nothing (ripgrep's `Sink` manners). What the tool may ask of the core
+//! (stacks, symbols, the clock, output files) goes through [`Host`].
+//!
+//! Events are delivered on the program's own thread, inside its allocator call: handlers must
+//! not block on anything the program might hold, and must be quick. Allocation inside a
+//! handler is fine: the runtime's global allocator is its private heap.
+#![no_std]
+extern crate alloc;
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+pub use oxgrind_formats::frame::Frame;
+
+/// A guest address.
+pub type Addr = u64;
+
+/// An interned call stack. Frame 0 is the address of the allocation function the program
+/// called (our replacement of `malloc`, `operator new`, ...); later frames are return
+/// addresses minus one, so they point into the call instruction as Valgrind's do.
+#[derive(Copy, Clone, Eq, PartialEq, Hash, Debug, Ord, PartialOrd)]
+pub struct StackId(pub u32);
+
+/// Which allocation family a block belongs to: `free` of a `new[]` block is a mismatch.
+#[derive(Copy, Clone, Eq, PartialEq, Debug)]
+pub enum Family {
+    Malloc,
+    New,
+    NewArray,
+}
+
+/// Which entry point the program called, for messages such as `realloc() with size 0`
+/// or `Argument 'size' of function malloc has a fishy (possibly negative) value`.
+#[derive(Copy, Clone, Eq, PartialEq, Debug)]
+pub enum AllocFn {
+    Malloc,
+    Calloc,
+    Realloc,
+    ReallocArray,
+    Memalign,
+    PosixMemalign,
+    AlignedAlloc,
+    Valloc,
+    Pvalloc,
+    New,
+    NewArray,
+    Free,
+    Delete,
+    DeleteArray,
+}
+
+impl AllocFn {
+    pub fn family(self) -> Family {
+        match self {
+            AllocFn::New | AllocFn::Delete => Family::New,
+            AllocFn::NewArray | AllocFn::DeleteArray => Family::NewArray,
+            _ => Family::Malloc,
+        }
+    }
+}
+
+/// A block the program obtained.
+#[derive(Copy, Clone, Debug)]
+pub struct Alloc {
+    pub addr: Addr,
+    /// Bytes requested (`calloc(n, s)`: `n * s`).
+    pub size: u64,
+    /// Usable bytes beyond `size` as Valgrind's replacement allocator would give them
+    /// (`round_up(size, 16) - size`; Massif counts it as extra heap).
+    pub slop: u64,
+    pub func: AllocFn,
+    pub stack: StackId,
+    pub tid: i32,
+}
+
+/// A block the program gave back (delivered before the memory is released, so a tool can
+/// take its peak snapshot first, as Massif does).
+#[derive(Copy, Clone, Debug)]
+pub struct Free {
+    pub addr: Addr,
+    pub size: u64,
+    pub slop: u64,
+    pub alloc_stack: StackId,
+    pub alloc_func: AllocFn,
+    pub func: AllocFn,
+    /// Stack of the call that freed it.
+    pub stack: StackId,
+    pub tid: i32,
+}
+
+/// How the program is ending, for [`Tool::fini`].
+#[derive(Copy, Clone, Debug)]
+pub enum Exit {
+    /// `exit()`, return from `main`, or `_exit`; the status.
+    Normal(i32),
+    /// A signal that will kill the process once the report is written.
+    Signal(i32),
+    /// About to replace the program image with `execve`.
+    Exec,
+}
+
+/// What a tool asks the core to do for it.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct Needs {
+    /// Frames to capture per allocation (0: no stacks).
+    pub stack_depth: usize,
+    /// Whether the tool wants to see the stack of `free` calls.
+    pub free_stacks: bool,
+}
+
+/// A rejected command-line option: the text the user will read after `oxgrind: `.
+#[derive(Clone, Debug)]
+pub struct OptionError(pub String);
+
+/// What the core offers a tool.
+pub trait Host {
+    /// The frames of an interned stack (see [`StackId`]).
+    fn stack(&self, id: StackId) -> Vec<Addr>;
+    /// Describes one code address: several frames when it lies in inlined code, innermost
+    /// first, all with the same `ip`.
+    fn describe(&self, ip: Addr) -> Vec<Frame>;
+    /// Milliseconds since the program started.
+    fn elapsed_ms(&self) -> u64;
+    /// Current process id (changes in a forked child).
+    fn pid(&self) -> i32;
+    /// The program's command line as the user gave it (`cmd:` in a massif file).
+    fn command_line(&self) -> &[String];
+    /// Expands a Valgrind file-name template (`%p`, `%q{VAR}`, `%n`) to an absolute path.
+    fn expand_output_path(&self, template: &str) -> Result<String, OptionError>;
+    /// Creates (truncates) a file and writes `bytes` to it.
+    fn write_file(&self, path: &str, bytes: &[u8]) -> Result<(), i32>;
+    /// Writes a message to the log channel (stderr or `--log-file`); `text` is written as is.
+    fn log(&self, text: &str);
+}
+
+/// A tool: Massif, Memcheck, DHAT, Cachegrind, ...
+pub trait Tool: Send + Sync {
+    /// `--tool=` name.
+    fn name(&self) -> &'static str;
+    /// Takes one tool option (`--depth=10`). `Ok(false)`: not this tool's option.
+    fn parse_option(&mut self, arg: &str) -> Result<bool, OptionError>;
+    /// Called once, after every option was parsed.
+    fn post_options(&mut self) -> Result<(), OptionError> {
+        Ok(())
+    }
+    fn needs(&self) -> Needs;
+    fn on_alloc(&self, _host: &dyn Host, _ev: &Alloc) {}
+    fn on_free(&self, _host: &dyn Host, _ev: &Free) {}
+    /// A block moved or resized by `realloc`. By default a free then an alloc.
+    fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
+        self.on_free(host, old);
+        self.on_alloc(host, new);
+    }
+    /// Called exactly once per process: at exit, at a fatal signal, or before `execve`.
+    fn fini(&self, host: &dyn Host, exit: Exit);
+}

@@ -1,0 +1,1 @@
+//! Memcheck: heap misuse errors and leaks (to be written).
