@@ -111,6 +111,72 @@ pub struct Needs {
     pub stack_depth: usize,
     /// Whether the tool wants to see the stack of `free` calls.
     pub free_stacks: bool,
+    /// Bytes of freed blocks the runtime keeps unreleased (Memcheck's `--freelist-vol`), so
+    /// a freed address is not handed out again soon and can still be described.
+    pub freelist_vol: u64,
+    /// Deliver [`Tool::on_map`] / [`Tool::on_unmap`] (Massif's `--pages-as-heap=yes`).
+    pub page_events: bool,
+}
+
+/// Misuse of the allocator or string functions that the runtime detects on the program's
+/// behalf; Memcheck reports these as errors. A mismatched free (`malloc` then `delete`) is
+/// not here: [`Free`] carries both functions and the tool decides.
+#[derive(Copy, Clone, Debug)]
+pub enum Misuse {
+    /// `free`/`delete`/`realloc` of an address that is not the start of a live block (never
+    /// allocated, interior, or already freed).
+    InvalidFree { addr: Addr, func: AllocFn },
+    /// A size argument that is negative when read as signed (`malloc(-1)`).
+    FishyValue { func: AllocFn, arg: &'static str, value: u64 },
+    /// An alignment that is not a power of two (or not a multiple of `sizeof(void*)` for
+    /// `posix_memalign`).
+    BadAlignment { func: AllocFn, align: u64 },
+    /// Overlapping source and destination in `memcpy`, `strcpy`, ...: `func` is the C name;
+    /// `len` is the byte count for the functions that take one.
+    Overlap { func: &'static str, dst: Addr, src: Addr, len: Option<u64> },
+}
+
+#[derive(Copy, Clone, Debug)]
+pub struct MisuseEvent {
+    pub kind: Misuse,
+    pub stack: StackId,
+    pub tid: i32,
+}
+
+/// Pages mapped or unmapped (`mmap`, `mremap`, `munmap`, `brk`), for page-level profiling.
+#[derive(Copy, Clone, Debug)]
+pub struct Mapping {
+    pub addr: Addr,
+    pub len: u64,
+    pub stack: StackId,
+    pub tid: i32,
+}
+
+/// A live heap block, as the leak checker sees it.
+#[derive(Copy, Clone, Debug)]
+pub struct LiveBlock {
+    pub addr: Addr,
+    pub size: u64,
+    pub func: AllocFn,
+    pub stack: StackId,
+}
+
+/// Where a root range came from (for `-v` diagnostics and heuristics).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum RootKind {
+    /// A thread's stack, from its stack pointer up.
+    Stack { tid: i32 },
+    /// A thread's saved general-purpose registers.
+    Registers { tid: i32 },
+    /// Writable data/bss of a loaded object, or thread-local storage.
+    Global,
+}
+
+#[derive(Copy, Clone, Debug)]
+pub struct RootRange {
+    pub start: Addr,
+    pub end: Addr,
+    pub kind: RootKind,
 }
 
 /// A rejected command-line option: the text the user will read after `oxgrind: `.
@@ -136,6 +202,14 @@ pub trait Host {
     fn write_file(&self, path: &str, bytes: &[u8]) -> Result<(), i32>;
     /// Writes a message to the log channel (stderr or `--log-file`); `text` is written as is.
     fn log(&self, text: &str);
+    /// Every live heap block (not the ones waiting in the freed-block queue).
+    fn live_blocks(&self) -> Vec<LiveBlock>;
+    /// Stops every other thread, hands `f` the root set (their stacks and registers, the
+    /// writable data of every loaded object, TLS), and resumes them after `f` returns.
+    fn with_roots(&self, f: &mut dyn FnMut(&[RootRange]));
+    /// Calls `f(address, value)` for every aligned 8-byte word in `[start, start + len)`
+    /// that is readable; unreadable pages are skipped.
+    fn read_words(&self, start: Addr, len: u64, f: &mut dyn FnMut(Addr, u64));
 }
 
 /// A tool: Massif, Memcheck, DHAT, Cachegrind, ...
@@ -156,6 +230,11 @@ pub trait Tool: Send + Sync {
         self.on_free(host, old);
         self.on_alloc(host, new);
     }
+    fn on_misuse(&self, _host: &dyn Host, _ev: &MisuseEvent) {}
+    fn on_map(&self, _host: &dyn Host, _ev: &Mapping) {}
+    fn on_unmap(&self, _host: &dyn Host, _ev: &Mapping) {}
+    /// A forked child starts: reset per-process state (the pid changes).
+    fn on_fork_child(&self) {}
     /// Called exactly once per process: at exit, at a fatal signal, or before `execve`.
     fn fini(&self, host: &dyn Host, exit: Exit);
 }
