@@ -1,0 +1,1 @@
+//! The translation engine (to be written).
