@@ -235,6 +235,11 @@ pub trait Tool: Send + Sync {
     fn on_unmap(&self, _host: &dyn Host, _ev: &Mapping) {}
     /// A forked child starts: reset per-process state (the pid changes).
     fn on_fork_child(&self) {}
+    /// After [`Tool::fini`] at a normal exit: the exit status to force instead of the
+    /// program's (Memcheck's `--error-exitcode` when errors were found).
+    fn exit_status_override(&self) -> Option<i32> {
+        None
+    }
     /// Called exactly once per process: at exit, at a fatal signal, or before `execve`.
     fn fini(&self, host: &dyn Host, exit: Exit);
 }

@@ -1,1 +1,44 @@
-fn main() {}
+//! `oxgrind`: run a program under a memory tool, as `valgrind` does, or view a tool's output.
+//!
+//! ```text
+//! oxgrind [options] prog [args]        run prog under --tool (memcheck by default)
+//! oxgrind ms_print [options] FILE      render a massif.out file as Valgrind's ms_print
+//! ```
+//! The launcher does little itself: it parses the options (rejecting mistakes before the
+//! program starts), checks the program can take our runtime library, and `exec`s it with the
+//! runtime preloaded. Being replaced by the program keeps its pid, stdin/stdout/stderr and
+//! exit status (or fatal signal) exactly what they would be without oxgrind.
+//! Every failure is one line on stderr, `oxgrind: ...`, and exit status 1.
+
+mod launch;
+mod viewers;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let argv0 = args.first().map(String::as_str).unwrap_or("oxgrind");
+    let rest = &args[1.min(args.len())..];
+    // A program literally called `ms_print` can still be run as `oxgrind -- ms_print` or
+    // `oxgrind /usr/bin/ms_print`: only the bare first word selects the viewer.
+    let result = if argv0.ends_with("oxgrind-ms_print") {
+        viewers::ms_print::main(rest)
+    } else if rest.first().map(String::as_str) == Some("ms_print") {
+        viewers::ms_print::main(&rest[1..])
+    } else {
+        launch::main(rest)
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            // A closed pipe (`oxgrind ms_print f | head`) is not an error worth a message.
+            if err.downcast_ref::<std::io::Error>().map(|e| e.kind())
+                == Some(std::io::ErrorKind::BrokenPipe)
+            {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("oxgrind: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! Valgrind's command line, parsed once, for both sides of the process boundary.
+//!
+//! The launcher parses the options to reject mistakes before the program starts (one line,
+//! non-zero exit, as `valgrind: Unknown option: --foo` does); the runtime, preloaded into the
+//! program, parses the very same list (passed in `OXGRIND_OPTIONS`) to configure itself and
+//! its tool. One parser means the two can never disagree about what an option means.
+//!
+//! Core options are the ones every tool shares (`--log-file`, `--trace-children`,
+//! `--num-callers`, ...). Everything else is offered to the selected tool's
+//! [`Tool::parse_option`]. A few core options are *also* offered to the tool (verbosity,
+//! `--num-callers`, error-reporting options), because Memcheck formats its report with them;
+//! a tool may ignore those.
+
+use oxgrind_tool::{OptionError, Tool};
+
+pub mod template;
+
+/// The tools oxgrind knows, in `--help` order.
+pub const TOOLS: &[&str] = &["memcheck", "massif"];
+
+/// Valgrind tools oxgrind does not implement yet: named so the user gets a clear answer.
+pub const PLANNED_TOOLS: &[&str] = &["dhat", "cachegrind", "none", "callgrind", "helgrind", "drd"];
+
+/// Where the `==PID==` log goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogDest {
+    Fd(i32),
+    /// A file-name template (`%p`, `%q{VAR}`, ...), expanded by the runtime.
+    File(String),
+}
+
+/// Options every tool shares.
+#[derive(Clone, Debug)]
+pub struct CoreOptions {
+    pub tool: String,
+    /// 0 with `-q`, 1 by default, +1 per `-v`.
+    pub verbosity: i32,
+    pub log: LogDest,
+    pub trace_children: bool,
+    pub trace_children_skip: Vec<String>,
+    pub child_silent_after_fork: bool,
+    pub num_callers: usize,
+    pub demangle: bool,
+    pub show_below_main: bool,
+    pub fullpath_after: Vec<String>,
+    pub read_inline_info: bool,
+    pub time_stamp: bool,
+    pub alignment: u64,
+}
+
+impl Default for CoreOptions {
+    fn default() -> Self {
+        CoreOptions {
+            tool: "memcheck".into(),
+            verbosity: 1,
+            log: LogDest::Fd(2),
+            trace_children: false,
+            trace_children_skip: Vec::new(),
+            child_silent_after_fork: false,
+            num_callers: 12,
+            demangle: true,
+            show_below_main: false,
+            fullpath_after: Vec::new(),
+            read_inline_info: true,
+            time_stamp: false,
+            alignment: 16,
+        }
+    }
+}
+
+/// A parsed command line: core options, the configured tool, and where the program starts.
+pub struct Parsed {
+    pub core: CoreOptions,
+    pub tool: Box<dyn Tool>,
+    /// The options exactly as given, in order (they travel to the runtime verbatim).
+    pub options: Vec<String>,
+    /// The tool options in command-line order (Massif's `desc:` line).
+    pub tool_options: Vec<String>,
+}
+
+/// What the launcher should do.
+pub enum Action {
+    Help,
+    Version,
+    Run(Box<Parsed>),
+}
+
+/// Creates the tool called `name`.
+pub fn new_tool(name: &str) -> Result<Box<dyn Tool>, OptionError> {
+    match name {
+        // TOOL-REGISTRY: wired when the tool crates land.
+        other if PLANNED_TOOLS.contains(&other) => Err(OptionError(format!(
+            "the tool '{other}' is not implemented in oxgrind yet (available: {})",
+            TOOLS.join(", ")
+        ))),
+        other => Err(OptionError(format!(
+            "failed to start tool '{other}': no such tool (available: {})",
+            TOOLS.join(", ")
+        ))),
+    }
+}
+
+fn bool_value(opt: &str, v: &str) -> Result<bool, OptionError> {
+    match v {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => Err(OptionError(format!("Bad option: {opt}: expected 'yes' or 'no'"))),
+    }
+}
+
+fn num_value(opt: &str, v: &str, lo: u64, hi: u64) -> Result<u64, OptionError> {
+    match v.parse::<u64>() {
+        Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+        Ok(_) => Err(OptionError(format!(
+            "Bad option: {opt}: argument must be between {lo} and {hi}"
+        ))),
+        Err(_) => Err(OptionError(format!("Bad option: {opt}: expected a number"))),
+    }
+}
+
+/// Options that are core options *and* are offered to the tool; a tool that does not know
+/// them is not an error.
+fn shared_with_tool(arg: &str) -> bool {
+    const SHARED: &[&str] = &[
+        "-q", "--quiet", "-v", "--verbose", "-s", "--show-error-list", "--num-callers",
+        "--xml", "--xml-file", "--xml-fd", "--xml-user-comment", "--error-limit",
+        "--error-exitcode", "--exit-on-first-error", "--suppressions",
+        "--default-suppressions", "--gen-suppressions", "--show-below-main",
+        "--error-markers", "--demangle", "--read-inline-info", "--fullpath-after",
+    ];
+    let name = arg.split('=').next().unwrap_or(arg);
+    SHARED.contains(&name)
+}
+
+/// Core options accepted for compatibility that change nothing in oxgrind.
+fn accepted_and_ignored(name: &str) -> bool {
+    const IGNORED: &[&str] = &[
+        "--vgdb", "--vgdb-error", "--vgdb-stop-at", "--smc-check", "--read-var-info",
+        "--keep-debuginfo", "--run-libc-freeres", "--run-cxx-freeres", "--sym-offsets",
+        "--max-stackframe", "--main-stacksize", "--fair-sched", "--redzone-size",
+        "--xtree-memory", "--xtree-memory-file", "--error-markers", "--trace-children-skip-by-arg",
+    ];
+    IGNORED.contains(&name)
+}
+
+/// Splits `args` (everything after `oxgrind`) into options and the program with its
+/// arguments: options come first; the first argument that does not start with `-`, or
+/// everything after `--`, is the program.
+pub fn split_command_line(args: &[String]) -> (Vec<String>, Vec<String>) {
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        if a == "--" {
+            return (args[..i].to_vec(), args[i + 1..].to_vec());
+        }
+        if !a.starts_with('-') || a == "-" {
+            break;
+        }
+        i += 1;
+    }
+    (args[..i].to_vec(), args[i..].to_vec())
+}
+
+/// Parses the options (not the program) of a command line.
+pub fn parse(options: &[String]) -> Result<Action, OptionError> {
+    let mut core = CoreOptions::default();
+    // The tool must be known before tool options can be offered to it.
+    for o in options {
+        match o.as_str() {
+            "-h" | "--help" | "--help-debug" => return Ok(Action::Help),
+            "--version" => return Ok(Action::Version),
+            _ => {}
+        }
+        if let Some(t) = o.strip_prefix("--tool=") {
+            core.tool = t.to_string();
+        }
+    }
+    let mut tool = new_tool(&core.tool)?;
+    let mut tool_options = Vec::new();
+    for o in options {
+        let (name, value) = match o.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (o.as_str(), None),
+        };
+        let val = || value.ok_or_else(|| OptionError(format!("Bad option: {o}: expected a value")));
+        let mut consumed = true;
+        match name {
+            "--tool" => {}
+            "-q" | "--quiet" => core.verbosity = 0,
+            "-v" | "--verbose" => core.verbosity += 1,
+            "--log-fd" => core.log = LogDest::Fd(num_value(o, val()?, 0, 1 << 20)? as i32),
+            "--log-file" => {
+                let v = val()?;
+                template::check(v)?;
+                core.log = LogDest::File(v.to_string());
+            }
+            "--log-socket" => {
+                return Err(OptionError("--log-socket is not supported by oxgrind; use --log-file".into()))
+            }
+            "--trace-children" => core.trace_children = bool_value(o, val()?)?,
+            "--trace-children-skip" => {
+                core.trace_children_skip = val()?.split(',').map(str::to_string).collect()
+            }
+            "--child-silent-after-fork" => core.child_silent_after_fork = bool_value(o, val()?)?,
+            "--num-callers" => core.num_callers = num_value(o, val()?, 1, 500)? as usize,
+            "--demangle" => core.demangle = bool_value(o, val()?)?,
+            "--show-below-main" => core.show_below_main = bool_value(o, val()?)?,
+            "--fullpath-after" => core.fullpath_after.push(value.unwrap_or("").to_string()),
+            "--read-inline-info" => core.read_inline_info = bool_value(o, val()?)?,
+            "--time-stamp" => core.time_stamp = bool_value(o, val()?)?,
+            "--alignment" => {
+                let n = num_value(o, val()?, 16, 4096)?;
+                if !n.is_power_of_two() {
+                    return Err(OptionError(format!("Bad option: {o}: must be a power of 2")));
+                }
+                core.alignment = n;
+            }
+            "-s" | "--show-error-list" | "--xml" | "--xml-file" | "--xml-fd"
+            | "--xml-user-comment" | "--error-limit" | "--error-exitcode"
+            | "--exit-on-first-error" | "--suppressions" | "--default-suppressions"
+            | "--gen-suppressions" => {}
+            n if accepted_and_ignored(n) => {}
+            _ => consumed = false,
+        }
+        if consumed && !shared_with_tool(o) {
+            continue;
+        }
+        let taken = tool.parse_option(o)?;
+        if !taken && !consumed {
+            return Err(OptionError(format!("Unknown option: {o}")));
+        }
+        if taken && !consumed {
+            tool_options.push(o.clone());
+        }
+    }
+    tool.post_options()?;
+    Ok(Action::Run(Box::new(Parsed { core, tool, options: options.to_vec(), tool_options })))
+}
+
+/// Separator of list items inside one environment variable (ASCII unit separator: cannot
+/// appear in a command-line argument typed by a user, unlike space or comma).
+pub const ENV_SEP: char = '\u{1f}';
+
+pub fn encode_list(items: &[String]) -> String {
+    items.join(&ENV_SEP.to_string())
+}
+
+pub fn decode_list(s: &str) -> Vec<String> {
+    if s.is_empty() {
+        Vec::new()
+    } else {
+        s.split(ENV_SEP).map(str::to_string).collect()
+    }
+}
+
+/// Environment variable carrying the options to the runtime.
+pub const ENV_OPTIONS: &str = "OXGRIND_OPTIONS";
+/// Environment variable carrying the program and its arguments as the user typed them.
+pub const ENV_COMMAND: &str = "OXGRIND_COMMAND";
+/// Marks whether a process image has already been measured; see the runtime's `init`.
+pub const ENV_STATE: &str = "OXGRIND_STATE";
+/// Value of [`ENV_STATE`] for an image that should be measured.
+pub const STATE_FRESH: &str = "fresh";
+/// Value written over [`STATE_FRESH`] (same length, in place) once an image took it.
+pub const STATE_TAKEN: &str = "taken";
+/// Working directory at start-up, for relative output names.
+pub const ENV_CWD: &str = "OXGRIND_CWD";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(xs: &[&str]) -> Vec<String> {
+        xs.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn program_starts_at_first_non_option_or_after_double_dash() {
+        let (o, p) = split_command_line(&v(&["--tool=massif", "-q", "./prog", "-x", "y"]));
+        assert_eq!(o, v(&["--tool=massif", "-q"]));
+        assert_eq!(p, v(&["./prog", "-x", "y"]));
+        let (o, p) = split_command_line(&v(&["-q", "--", "-weird-name", "a"]));
+        assert_eq!(o, v(&["-q"]));
+        assert_eq!(p, v(&["-weird-name", "a"]));
+    }
+
+    #[test]
+    fn unknown_option_is_rejected_with_valgrinds_words() {
+        let err = match parse(&v(&["--tool=massif", "--frobnicate=yes"])) {
+            Err(e) => e,
+            Ok(_) => panic!("accepted an unknown option"),
+        };
+        assert_eq!(err.0, "Unknown option: --frobnicate=yes");
+    }
+
+    #[test]
+    fn unknown_tool_is_named() {
+        let err = parse(&v(&["--tool=nosuch"])).err().expect("must fail");
+        assert!(err.0.contains("'nosuch'"), "{}", err.0);
+    }
+
+    #[test]
+    fn core_options_are_parsed() {
+        let Action::Run(p) = parse(&v(&[
+            "--tool=massif", "-q", "--num-callers=30", "--trace-children=yes",
+            "--log-file=log.%p",
+        ]))
+        .ok()
+        .expect("valid") else {
+            panic!("not a run")
+        };
+        assert_eq!(p.core.verbosity, 0);
+        assert_eq!(p.core.num_callers, 30);
+        assert!(p.core.trace_children);
+        assert_eq!(p.core.log, LogDest::File("log.%p".into()));
+        assert!(p.tool_options.is_empty());
+    }
+
+    #[test]
+    fn bad_values_are_rejected() {
+        assert!(parse(&v(&["--num-callers=0"])).is_err());
+        assert!(parse(&v(&["--trace-children=maybe"])).is_err());
+        assert!(parse(&v(&["--alignment=24"])).is_err());
+    }
+}

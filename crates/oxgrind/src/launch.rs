@@ -1,0 +1,226 @@
+//! Starting the program under a tool.
+//!
+//! The runtime library goes in through `LD_PRELOAD`, so the program must be something the
+//! dynamic loader will preload into: a dynamically linked x86-64 ELF, or a `#!` script whose
+//! interpreter is one. We check that here, before `exec`, because afterwards a failure would
+//! look like the program's own (a static binary would simply run unmeasured).
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{anyhow, bail, Context, Result};
+use oxgrind_options::{self as opts, Action};
+
+const RUNTIME_NAME: &str = "liboxgrind_runtime.so";
+
+pub fn main(args: &[String]) -> Result<()> {
+    let (options, program) = opts::split_command_line(args);
+    let parsed = match opts::parse(&options).map_err(|e| anyhow!("{}", e.0))? {
+        Action::Help => {
+            print!("{}", help_text());
+            return Ok(());
+        }
+        Action::Version => {
+            println!("oxgrind-{}", env!("CARGO_PKG_VERSION"));
+            return Ok(());
+        }
+        Action::Run(p) => p,
+    };
+    let Some(prog) = program.first() else {
+        bail!("no program specified (use --help for more information)");
+    };
+    let resolved = resolve_program(prog)?;
+    check_preloadable(&resolved, 0)?;
+    let runtime = find_runtime()?;
+
+    let mut preload = OsString::from(&runtime);
+    if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        preload.push(":");
+        preload.push(existing);
+    }
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let mut cmd = Command::new(&resolved);
+    cmd.arg0(prog)
+        .args(&program[1..])
+        .env("LD_PRELOAD", preload)
+        .env(opts::ENV_OPTIONS, opts::encode_list(&parsed.options))
+        .env(opts::ENV_COMMAND, opts::encode_list(&program))
+        .env(opts::ENV_STATE, opts::STATE_FRESH)
+        .env(opts::ENV_CWD, cwd);
+    // exec only returns on failure.
+    let err = cmd.exec();
+    Err(anyhow!("{prog}: cannot execute: {err}"))
+}
+
+/// Finds `prog` as the shell would: a name with a `/` is a path, anything else is looked up
+/// in `PATH`.
+fn resolve_program(prog: &str) -> Result<PathBuf> {
+    if prog.contains('/') {
+        let p = PathBuf::from(prog);
+        match fs::metadata(&p) {
+            Ok(_) => return Ok(p),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                bail!("{prog}: No such file or directory")
+            }
+            Err(e) => bail!("{prog}: {e}"),
+        }
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    for dir in std::env::split_paths(&path) {
+        let candidate = dir.join(prog);
+        if let Ok(md) = fs::metadata(&candidate) {
+            if md.is_file() && md.permissions().mode() & 0o111 != 0 {
+                return Ok(candidate);
+            }
+        }
+    }
+    bail!("{prog}: command not found")
+}
+
+/// Checks that the dynamic loader will preload our runtime into `path`.
+fn check_preloadable(path: &Path, depth: u32) -> Result<()> {
+    let shown = path.display();
+    let md = fs::metadata(path).with_context(|| format!("{shown}"))?;
+    if md.is_dir() {
+        bail!("{shown}: is a directory");
+    }
+    if md.permissions().mode() & 0o111 == 0 {
+        bail!("{shown}: Permission denied (not executable)");
+    }
+    if md.permissions().mode() & 0o6000 != 0 {
+        bail!("{shown}: is set-user-ID or set-group-ID: the dynamic loader ignores LD_PRELOAD for it, so oxgrind cannot run it");
+    }
+    let mut head = vec![0u8; 4096];
+    let n = fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .with_context(|| format!("{shown}: cannot read"))?;
+    head.truncate(n);
+    if head.starts_with(b"#!") {
+        if depth > 4 {
+            bail!("{shown}: too many levels of #! interpreters");
+        }
+        let line = head[2..].split(|&b| b == b'\n').next().unwrap_or(&[]);
+        let line = String::from_utf8_lossy(line);
+        let interp = line.split_whitespace().next().unwrap_or("");
+        if interp.is_empty() {
+            bail!("{shown}: #! line names no interpreter");
+        }
+        return check_preloadable(Path::new(interp), depth + 1)
+            .with_context(|| format!("{shown}: its interpreter {interp}"));
+    }
+    check_elf(&head, &shown.to_string())
+}
+
+fn check_elf(head: &[u8], shown: &str) -> Result<()> {
+    if head.len() < 64 || &head[..4] != b"\x7fELF" {
+        bail!("{shown}: not an ELF executable or #! script");
+    }
+    if head[4] != 2 || head[5] != 1 {
+        bail!("{shown}: not a 64-bit little-endian ELF file; oxgrind runs x86-64 programs only");
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([head[o], head[o + 1]]);
+    let u64_at = |o: usize| u64::from_le_bytes(head[o..o + 8].try_into().expect("8 bytes"));
+    if u16_at(18) != 62 {
+        bail!("{shown}: not an x86-64 program; oxgrind runs x86-64 programs only");
+    }
+    let (phoff, phentsize, phnum) = (u64_at(32) as usize, u16_at(54) as usize, u16_at(56) as usize);
+    let mut has_interp = false;
+    for i in 0..phnum {
+        let off = phoff + i * phentsize;
+        if off + 4 > head.len() {
+            // Program headers beyond the first page: unusual; let the loader decide.
+            return Ok(());
+        }
+        let p_type = u32::from_le_bytes(head[off..off + 4].try_into().expect("4 bytes"));
+        has_interp |= p_type == 3; // PT_INTERP
+    }
+    if !has_interp {
+        bail!("{shown}: is statically linked; oxgrind's runtime library can only be preloaded into dynamically linked programs");
+    }
+    Ok(())
+}
+
+/// The runtime library sits next to the `oxgrind` executable (both come out of one
+/// `cargo build`); `OXGRIND_RUNTIME` overrides it.
+fn find_runtime() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("OXGRIND_RUNTIME") {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+        bail!("OXGRIND_RUNTIME={}: no such file", p.display());
+    }
+    let exe = std::env::current_exe().context("cannot locate the oxgrind executable")?;
+    let exe = fs::canonicalize(&exe).unwrap_or(exe);
+    let dir = exe.parent().ok_or_else(|| anyhow!("oxgrind executable has no directory"))?;
+    for candidate in [dir.join(RUNTIME_NAME), dir.join("../lib/oxgrind").join(RUNTIME_NAME)] {
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    bail!(
+        "cannot find {RUNTIME_NAME} next to {} (build it with `cargo build --release`, or set OXGRIND_RUNTIME)",
+        exe.display()
+    )
+}
+
+fn help_text() -> String {
+    let tools = opts::TOOLS.join(", ");
+    let planned = opts::PLANNED_TOOLS.join(", ");
+    let raw = r#"usage: oxgrind [options] prog-and-args
+       oxgrind ms_print [options] massif-out-file
+
+  tool-selection option, with default in [ ]:
+    --tool=<name>             use the tool named <name> [memcheck]
+                              available: TOOLS
+                              not yet: PLANNED
+
+  basic user options for all tools, with defaults in [ ]:
+    -h --help                 show this message
+    --version                 show version
+    -q --quiet                run silently; only print error msgs
+    -v --verbose              be more verbose -- show misc extra info
+    --trace-children=no|yes   measure child processes (follow execve)? [no]
+    --trace-children-skip=patt1,patt2,...    executables that
+                              --trace-children=yes should not trace into
+    --child-silent-after-fork=no|yes omit child output between fork & exec? [no]
+    --log-fd=<number>         log messages to file descriptor [2=stderr]
+    --log-file=<file>         log messages to <file> (%p: pid, %q{VAR}: env var)
+    --time-stamp=no|yes       add timestamps to log messages? [no]
+
+  user options for tools that report errors:
+    --xml=yes                 emit error output in XML
+    --xml-fd=<number>         XML output to file descriptor
+    --xml-file=<file>         XML output to <file>
+    --demangle=no|yes         automatically demangle C++ names? [yes]
+    --num-callers=<number>    show <number> callers in stack traces [12]
+    --error-limit=no|yes      stop showing new errors if too many? [yes]
+    --error-exitcode=<number> exit code to return if errors found [0=disable]
+    -s --show-error-list=no|yes  show detected errors list and
+                              suppression counts at exit [no]
+    --show-below-main=no|yes  continue stack traces below main() [no]
+    --fullpath-after=<string> show full source paths in call stacks
+    --suppressions=<filename> suppress errors described in <filename>
+    --gen-suppressions=no|yes|all    print suppressions for errors? [no]
+
+  user options for tools that replace malloc:
+    --alignment=<number>      set minimum alignment of heap allocations [16]
+
+  Options accepted for compatibility with Valgrind and ignored: --vgdb, --vgdb-error,
+  --smc-check, --read-var-info, --keep-debuginfo, --redzone-size, --fair-sched, ...
+
+  Tool options (massif: --heap, --heap-admin, --depth, --alloc-fn, --ignore-fn,
+  --threshold, --peak-inaccuracy, --time-unit, --detailed-freq, --max-snapshots,
+  --pages-as-heap, --massif-out-file; memcheck: --leak-check, --show-leak-kinds,
+  --errors-for-leak-kinds, --show-reachable, ...) are those of Valgrind's tools.
+
+  oxgrind runs the program with its runtime library preloaded: the program must be
+  dynamically linked (or a #! script whose interpreter is).
+"#;
+    raw.replace("TOOLS", &tools).replace("PLANNED", &planned)
+}

@@ -1,0 +1,2 @@
+//! Viewers for the files oxgrind's tools write (the `ms_print` family).
+pub mod ms_print;
