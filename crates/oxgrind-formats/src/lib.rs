@@ -11,9 +11,14 @@
 //!   shared by every format.
 //! * [`massif`]: `massif.out.<pid>` model, writer and reader; [`massif::ms_print`] renders
 //!   it as `ms_print` does.
+//! * [`memcheck_text`], [`memcheck_xml`]: Memcheck's report in text and in XML protocol 4.
+//! * [`suppressions`]: suppression files (parser, matcher) and `--gen-suppressions` text.
 #![cfg_attr(not(feature = "std"), no_std)]
 extern crate alloc;
 
 pub mod frame;
 pub mod massif;
+pub mod memcheck_text;
+pub mod memcheck_xml;
 pub mod number;
+pub mod suppressions;

@@ -1,0 +1,581 @@
+//! Memcheck's text report, line for line as Valgrind 3.19 prints it (formats.md §4).
+//!
+//! Every line of the log channel carries a prefix (`==PID== ` for user messages, `--PID-- `
+//! for debug ones); a blank line keeps the prefix and its trailing space. This module only
+//! renders: which errors exist, how they are merged and counted, and what the leak checker
+//! found are the tool's business. The same [`ErrorBlock`] feeds the XML writer
+//! ([`crate::memcheck_xml`]), so text and XML cannot disagree on a headline.
+
+use crate::frame::Frame;
+use crate::number::commify;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt::Write;
+
+/// One line of an error after the headline and its stack.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Aux {
+    /// Printed after one space (`==PID==  Address 0x... is 0 bytes inside ...`).
+    Text(String),
+    /// A stack belonging to the previous text line (alloc or free stack).
+    Stack(Vec<Frame>),
+}
+
+/// An error as the user reads it: headline, primary stack, descriptions.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ErrorBlock {
+    pub what: String,
+    pub stack: Vec<Frame>,
+    pub aux: Vec<Aux>,
+}
+
+/// Appends `==PID== text\n`.
+pub fn line(out: &mut String, pid: i32, text: &str) {
+    let _ = writeln!(out, "=={pid}== {text}");
+}
+
+/// Appends `--PID-- text\n` (debug channel: `-v`, used suppressions).
+pub fn debug_line(out: &mut String, pid: i32, text: &str) {
+    let _ = writeln!(out, "--{pid}-- {text}");
+}
+
+/// `   at 0x...: fn (file:line)` then `   by ...` lines.
+pub fn stack(out: &mut String, pid: i32, frames: &[Frame]) {
+    for (i, f) in frames.iter().enumerate() {
+        let kw = if i == 0 { "at" } else { "by" };
+        let _ = writeln!(out, "=={pid}==    {kw} {f}");
+    }
+}
+
+/// The whole block: headline, stack, aux lines, and the closing blank line.
+pub fn error_block(out: &mut String, pid: i32, e: &ErrorBlock) {
+    line(out, pid, &e.what);
+    stack(out, pid, &e.stack);
+    for a in &e.aux {
+        match a {
+            Aux::Text(t) => {
+                let _ = writeln!(out, "=={pid}==  {t}");
+            }
+            Aux::Stack(s) => stack(out, pid, s),
+        }
+    }
+    line(out, pid, "");
+}
+
+/// `Thread N:` / `Thread N name:` shown before an error of another thread than the last one.
+pub fn thread_header(out: &mut String, pid: i32, tid: i32, name: Option<&str>) {
+    match name {
+        Some(n) => line(out, pid, &format!("Thread {tid} {n}:")),
+        None => line(out, pid, &format!("Thread {tid}:")),
+    }
+}
+
+/// The start-up banner. `parent_pid` is shown when logging to a file (`Parent PID:`).
+pub fn preamble(out: &mut String, pid: i32, command: &[String], parent_pid: Option<i32>) {
+    line(out, pid, "Memcheck, a memory error detector");
+    line(
+        out,
+        pid,
+        "Copyright (C) 2002-2022, and GNU GPL'd, by Julian Seward et al.",
+    );
+    line(
+        out,
+        pid,
+        "Using Valgrind-3.19.0 and LibVEX; rerun with -h for copyright info",
+    );
+    line(out, pid, &format!("Command: {}", command.join(" ")));
+    if let Some(pp) = parent_pid {
+        line(out, pid, &format!("Parent PID: {pp}"));
+    }
+    line(out, pid, "");
+}
+
+// ---- headlines ---------------------------------------------------------------------------
+
+pub const INVALID_FREE: &str = "Invalid free() / delete / delete[] / realloc()";
+pub const MISMATCHED_FREE: &str = "Mismatched free() / delete / delete []";
+
+/// `Argument 'size' of function malloc has a fishy (possibly negative) value: -5`.
+pub fn fishy_value(function: &str, argument: &str, value: u64) -> String {
+    format!(
+        "Argument '{argument}' of function {function} has a fishy (possibly negative) value: {}",
+        value as i64
+    )
+}
+
+/// `Source and destination overlap in strncpy(0x1fff0005dd, 0x1fff0005da, 10)`.
+pub fn overlap(function: &str, dst: u64, src: u64, len: Option<u64>) -> String {
+    match len {
+        Some(n) => format!("Source and destination overlap in {function}({dst:#x}, {src:#x}, {n})"),
+        None => format!("Source and destination overlap in {function}({dst:#x}, {src:#x})"),
+    }
+}
+
+/// Valgrind 3.22's `Invalid alignment value: 3 (should be power of 2)`; 3.19 has no such
+/// error, so this is the newer text.
+pub fn invalid_alignment(align: u64, why: &str) -> String {
+    format!("Invalid alignment value: {align}{why}")
+}
+
+/// `Address 0x4a40068 is 0 bytes after a block of size 40 alloc'd` and friends: `offset`
+/// is `addr - block start` (negative: before the block).
+pub fn address_in_block(addr: u64, offset: i64, size: u64, freed: bool) -> String {
+    let state = if freed { "free'd" } else { "alloc'd" };
+    let (n, rel) = if offset < 0 {
+        (offset.unsigned_abs(), "before")
+    } else if offset as u64 >= size {
+        (offset as u64 - size, "after")
+    } else {
+        (offset as u64, "inside")
+    };
+    format!(
+        "Address {addr:#x} is {} bytes {rel} a block of size {} {state}",
+        commify(n),
+        commify(size)
+    )
+}
+
+/// `Address 0x... is not stack'd, malloc'd or (recently) free'd`.
+pub fn address_unknown(addr: u64) -> String {
+    format!("Address {addr:#x} is not stack'd, malloc'd or (recently) free'd")
+}
+
+/// `Address 0x1fff0005c0 is on thread 1's stack`.
+pub fn address_on_stack(addr: u64, tid: i32) -> String {
+    format!("Address {addr:#x} is on thread {tid}'s stack")
+}
+
+pub const BLOCK_WAS_ALLOCD_AT: &str = "Block was alloc'd at";
+
+// ---- leaks -------------------------------------------------------------------------------
+
+/// Loss-record kind words, indexed like [`crate::suppressions::LeakKind`].
+pub fn leak_kind_words(kind: crate::suppressions::LeakKind) -> &'static str {
+    use crate::suppressions::LeakKind::*;
+    match kind {
+        Definite => "definitely lost",
+        Indirect => "indirectly lost",
+        Possible => "possibly lost",
+        Reachable => "still reachable",
+    }
+}
+
+/// `80 (16 direct, 64 indirect) bytes in 1 blocks are definitely lost in loss record 5 of 6`.
+pub fn loss_record_what(
+    direct: u64,
+    indirect: u64,
+    blocks: u64,
+    kind: crate::suppressions::LeakKind,
+    n: usize,
+    total: usize,
+) -> String {
+    let bytes = if indirect > 0 {
+        format!(
+            "{} ({} direct, {} indirect)",
+            commify(direct + indirect),
+            commify(direct),
+            commify(indirect)
+        )
+    } else {
+        commify(direct)
+    };
+    format!(
+        "{bytes} bytes in {} blocks are {} in loss record {} of {}",
+        commify(blocks),
+        leak_kind_words(kind),
+        commify(n),
+        commify(total)
+    )
+}
+
+/// `HEAP SUMMARY:` and its two lines, then a blank line.
+pub fn heap_summary(
+    out: &mut String,
+    pid: i32,
+    in_use_bytes: u64,
+    in_use_blocks: u64,
+    allocs: u64,
+    frees: u64,
+    allocated: u64,
+) {
+    line(out, pid, "HEAP SUMMARY:");
+    line(
+        out,
+        pid,
+        &format!(
+            "    in use at exit: {} bytes in {} blocks",
+            commify(in_use_bytes),
+            commify(in_use_blocks)
+        ),
+    );
+    line(
+        out,
+        pid,
+        &format!(
+            "  total heap usage: {} allocs, {} frees, {} bytes allocated",
+            commify(allocs),
+            commify(frees),
+            commify(allocated)
+        ),
+    );
+    line(out, pid, "");
+}
+
+/// Bytes and blocks of one LEAK SUMMARY line.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Amount {
+    pub bytes: u64,
+    pub blocks: u64,
+}
+
+/// The numbers of the LEAK SUMMARY (direct bytes only, as Memcheck counts them).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeakSummary {
+    pub definite: Amount,
+    pub indirect: Amount,
+    pub possible: Amount,
+    pub reachable: Amount,
+    /// `of which reachable via heuristic:` lines, by heuristic name, only those with blocks.
+    pub heuristics: Vec<(&'static str, Amount)>,
+    pub suppressed: Amount,
+}
+
+/// Which hint lines follow the LEAK SUMMARY.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum LeakMode {
+    Summary,
+    Full { reachable_shown: bool },
+}
+
+pub fn leak_summary(out: &mut String, pid: i32, s: &LeakSummary, mode: LeakMode) {
+    let amt = |a: Amount| format!("{} bytes in {} blocks", commify(a.bytes), commify(a.blocks));
+    line(out, pid, "LEAK SUMMARY:");
+    line(
+        out,
+        pid,
+        &format!("   definitely lost: {}", amt(s.definite)),
+    );
+    line(
+        out,
+        pid,
+        &format!("   indirectly lost: {}", amt(s.indirect)),
+    );
+    line(
+        out,
+        pid,
+        &format!("     possibly lost: {}", amt(s.possible)),
+    );
+    line(
+        out,
+        pid,
+        &format!("   still reachable: {}", amt(s.reachable)),
+    );
+    if !s.heuristics.is_empty() {
+        line(
+            out,
+            pid,
+            "                      of which reachable via heuristic:",
+        );
+        for (name, a) in &s.heuristics {
+            line(
+                out,
+                pid,
+                &format!("                        {name:<19}: {}", amt(*a)),
+            );
+        }
+    }
+    line(
+        out,
+        pid,
+        &format!("        suppressed: {}", amt(s.suppressed)),
+    );
+    let any = s.definite.blocks + s.indirect.blocks + s.possible.blocks + s.reachable.blocks > 0;
+    match mode {
+        LeakMode::Summary if any => line(
+            out,
+            pid,
+            "Rerun with --leak-check=full to see details of leaked memory",
+        ),
+        LeakMode::Full {
+            reachable_shown: false,
+        } if s.reachable.blocks > 0 => {
+            line(
+                out,
+                pid,
+                "Reachable blocks (those to which a pointer was found) are not shown.",
+            );
+            line(
+                out,
+                pid,
+                "To see them, rerun with: --leak-check=full --show-leak-kinds=all",
+            );
+        }
+        _ => {}
+    }
+    line(out, pid, "");
+}
+
+/// `ERROR SUMMARY: 12 errors from 12 contexts (suppressed: 0 from 0)` (no thousands
+/// separators here).
+pub fn error_summary(errors: u64, contexts: u64, supp_errors: u64, supp_contexts: u64) -> String {
+    format!("ERROR SUMMARY: {errors} errors from {contexts} contexts (suppressed: {supp_errors} from {supp_contexts})")
+}
+
+/// `used_suppression:      3 leak-indirect-wild test.supp:8 suppressed: 144 bytes in 3 blocks`.
+pub fn used_suppression(
+    count: u64,
+    name: &str,
+    file: &str,
+    line_no: u32,
+    leak: Option<Amount>,
+) -> String {
+    let mut s = format!("used_suppression: {count:>6} {name} {file}:{line_no}");
+    if let Some(a) = leak {
+        let _ = write!(
+            s,
+            " suppressed: {} bytes in {} blocks",
+            commify(a.bytes),
+            commify(a.blocks)
+        );
+    }
+    s
+}
+
+/// Error-limit notices (formats.md §4.7).
+pub const MORE_THAN_100: [&str; 2] = [
+    "More than 100 errors detected.  Subsequent errors",
+    "will still be recorded, but in less detail than before.",
+];
+pub const GIVING_UP_TAIL: [&str; 4] = [
+    "Final error counts will be inaccurate.  Go fix your program!",
+    "Rerun with --error-limit=no to disable this cutoff.  Note",
+    "that errors may occur in your program without prior warning from",
+    "Valgrind, because errors are no longer being displayed.",
+];
+pub const MORE_THAN_1000: &str =
+    "More than 1000 different errors detected.  I'm not reporting any more.";
+pub const MORE_THAN_10M: &str =
+    "More than 10000000 total errors detected.  I'm not reporting any more.";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::suppressions::LeakKind;
+    use alloc::string::ToString;
+    use alloc::vec;
+
+    fn f(ip: u64, func: &str, file: &str, line: u32) -> Frame {
+        Frame {
+            ip,
+            function: Some(func.into()),
+            file: Some(file.into()),
+            line,
+            ..Default::default()
+        }
+    }
+    fn pre(ip: u64, func: &str) -> Frame {
+        Frame {
+            ip,
+            function: Some(func.into()),
+            object: Some("/usr/libexec/valgrind/vgpreload_memcheck-amd64-linux.so".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn double_free_block_matches_reference_text() {
+        let e = ErrorBlock {
+            what: INVALID_FREE.into(),
+            stack: vec![
+                pre(0x484417B, "free"),
+                f(0x109276, "main", "mc_errors.c", 31),
+            ],
+            aux: vec![
+                Aux::Text(address_in_block(0x4a40040, 0, 40, true)),
+                Aux::Stack(vec![
+                    pre(0x484417B, "free"),
+                    f(0x109260, "main", "mc_errors.c", 28),
+                ]),
+                Aux::Text(BLOCK_WAS_ALLOCD_AT.into()),
+                Aux::Stack(vec![
+                    pre(0x48417B4, "malloc"),
+                    f(0x109238, "main", "mc_errors.c", 23),
+                ]),
+            ],
+        };
+        let mut out = String::new();
+        error_block(&mut out, 19191, &e);
+        let expected = "==19191== Invalid free() / delete / delete[] / realloc()
+==19191==    at 0x484417B: free (in /usr/libexec/valgrind/vgpreload_memcheck-amd64-linux.so)
+==19191==    by 0x109276: main (mc_errors.c:31)
+==19191==  Address 0x4a40040 is 0 bytes inside a block of size 40 free'd
+==19191==    at 0x484417B: free (in /usr/libexec/valgrind/vgpreload_memcheck-amd64-linux.so)
+==19191==    by 0x109260: main (mc_errors.c:28)
+==19191==  Block was alloc'd at
+==19191==    at 0x48417B4: malloc (in /usr/libexec/valgrind/vgpreload_memcheck-amd64-linux.so)
+==19191==    by 0x109238: main (mc_errors.c:23)
+==19191== \n";
+        assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn address_descriptions_say_before_inside_after_with_commas() {
+        assert_eq!(
+            address_in_block(0x4a40068, 40, 40, false),
+            "Address 0x4a40068 is 0 bytes after a block of size 40 alloc'd"
+        );
+        assert_eq!(
+            address_in_block(0x10, 4, 40, false),
+            "Address 0x10 is 4 bytes inside a block of size 40 alloc'd"
+        );
+        assert_eq!(
+            address_in_block(0x10, -8, 40, true),
+            "Address 0x10 is 8 bytes before a block of size 40 free'd"
+        );
+        assert_eq!(
+            address_in_block(0x10, 1024, 2048, false),
+            "Address 0x10 is 1,024 bytes inside a block of size 2,048 alloc'd"
+        );
+        assert_eq!(
+            address_unknown(0x1fff001000),
+            "Address 0x1fff001000 is not stack'd, malloc'd or (recently) free'd"
+        );
+    }
+
+    #[test]
+    fn headlines_match_valgrind() {
+        assert_eq!(
+            fishy_value("malloc", "size", (-5i64) as u64),
+            "Argument 'size' of function malloc has a fishy (possibly negative) value: -5"
+        );
+        assert_eq!(
+            overlap("strncpy", 0x1fff0005dd, 0x1fff0005da, Some(10)),
+            "Source and destination overlap in strncpy(0x1fff0005dd, 0x1fff0005da, 10)"
+        );
+        assert_eq!(
+            overlap("strcpy", 0x10, 0x11, None),
+            "Source and destination overlap in strcpy(0x10, 0x11)"
+        );
+    }
+
+    #[test]
+    fn loss_record_headlines_match_reference() {
+        assert_eq!(
+            loss_record_what(16, 64, 1, LeakKind::Definite, 5, 6),
+            "80 (16 direct, 64 indirect) bytes in 1 blocks are definitely lost in loss record 5 of 6"
+        );
+        assert_eq!(
+            loss_record_what(24, 0, 1, LeakKind::Indirect, 1, 6),
+            "24 bytes in 1 blocks are indirectly lost in loss record 1 of 6"
+        );
+        assert_eq!(
+            loss_record_what(72704, 0, 1, LeakKind::Reachable, 1, 1),
+            "72,704 bytes in 1 blocks are still reachable in loss record 1 of 1"
+        );
+    }
+
+    #[test]
+    fn summaries_match_reference_files() {
+        let mut out = String::new();
+        heap_summary(&mut out, 19242, 0, 0, 5, 5, 72761);
+        assert_eq!(
+            out,
+            "==19242== HEAP SUMMARY:\n==19242==     in use at exit: 0 bytes in 0 blocks\n==19242==   total heap usage: 5 allocs, 5 frees, 72,761 bytes allocated\n==19242== \n"
+        );
+        let s = LeakSummary {
+            definite: Amount {
+                bytes: 100,
+                blocks: 1,
+            },
+            indirect: Amount::default(),
+            possible: Amount {
+                bytes: 64,
+                blocks: 1,
+            },
+            reachable: Amount {
+                bytes: 33,
+                blocks: 1,
+            },
+            heuristics: vec![],
+            suppressed: Amount {
+                bytes: 80,
+                blocks: 3,
+            },
+        };
+        let mut out = String::new();
+        leak_summary(
+            &mut out,
+            6362,
+            &s,
+            LeakMode::Full {
+                reachable_shown: false,
+            },
+        );
+        assert_eq!(
+            out,
+            "==6362== LEAK SUMMARY:
+==6362==    definitely lost: 100 bytes in 1 blocks
+==6362==    indirectly lost: 0 bytes in 0 blocks
+==6362==      possibly lost: 64 bytes in 1 blocks
+==6362==    still reachable: 33 bytes in 1 blocks
+==6362==         suppressed: 80 bytes in 3 blocks
+==6362== Reachable blocks (those to which a pointer was found) are not shown.
+==6362== To see them, rerun with: --leak-check=full --show-leak-kinds=all
+==6362== \n"
+        );
+        let mut out = String::new();
+        leak_summary(
+            &mut out,
+            1,
+            &LeakSummary {
+                heuristics: vec![(
+                    "stdstring",
+                    Amount {
+                        bytes: 56,
+                        blocks: 2,
+                    },
+                )],
+                ..s
+            },
+            LeakMode::Summary,
+        );
+        assert!(out.contains("==1==                       of which reachable via heuristic:\n==1==                         stdstring          : 56 bytes in 2 blocks\n"));
+        assert!(
+            out.contains("==1== Rerun with --leak-check=full to see details of leaked memory\n")
+        );
+        assert_eq!(
+            error_summary(12, 12, 0, 0),
+            "ERROR SUMMARY: 12 errors from 12 contexts (suppressed: 0 from 0)"
+        );
+        assert_eq!(
+            used_suppression(
+                3,
+                "leak-indirect-wild",
+                "test.supp",
+                8,
+                Some(Amount { bytes: 144, blocks: 3 })
+            ),
+            "used_suppression:      3 leak-indirect-wild test.supp:8 suppressed: 144 bytes in 3 blocks"
+        );
+        assert_eq!(
+            used_suppression(1, "fishy", "test.supp", 23, None),
+            "used_suppression:      1 fishy test.supp:23"
+        );
+    }
+
+    #[test]
+    fn preamble_matches_reference() {
+        let mut out = String::new();
+        preamble(&mut out, 6324, &["./mc_errors".to_string()], Some(6322));
+        assert_eq!(
+            out,
+            "==6324== Memcheck, a memory error detector
+==6324== Copyright (C) 2002-2022, and GNU GPL'd, by Julian Seward et al.
+==6324== Using Valgrind-3.19.0 and LibVEX; rerun with -h for copyright info
+==6324== Command: ./mc_errors
+==6324== Parent PID: 6322
+==6324== \n"
+        );
+    }
+}
