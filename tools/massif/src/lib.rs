@@ -1,1 +1,531 @@
-//! Massif: heap usage over time, its peak, and who allocated it (to be written).
+//! Massif: how much heap the program uses over time, its peak, and which call stacks
+//! allocated it, written as Valgrind 3.19's `massif.out.<pid>` (formats.md §1).
+//!
+//! [`Massif`] implements [`oxgrind_tool::Tool`]. The runtime replaces `malloc` & co and calls
+//! [`Tool::on_alloc`], [`Tool::on_free`] and [`Tool::on_realloc`] on the allocating thread
+//! (with `--pages-as-heap=yes`, [`Tool::on_map`] / [`Tool::on_unmap`] instead), then
+//! [`Tool::fini`] once. Massif keeps:
+//!
+//! * per execution context (EC: the filtered allocation stack, see [`classify`]) the bytes
+//!   currently live, plus the heap totals: useful bytes, extra bytes (`--heap-admin` per block
+//!   plus the allocator's slop);
+//! * the snapshot table, filled and culled as Valgrind does ([`schedule`]);
+//! * at `fini`, a heap tree for each detailed snapshot ([`tree`]), handed to
+//!   `oxgrind_formats::massif::write`.
+//!
+//! Cost on the program's allocator path: one spin lock, one hash lookup from the
+//! [`StackId`] to its EC, a few additions, and a comparison with the time of the next
+//! snapshot. Classifying a stack never seen before (symbol lookups) happens outside the lock.
+//!
+//! What differs from Valgrind (see also `docs/differences-from-valgrind.md`):
+//! * `--time-unit=i` and `--stacks=yes` need the translation engine and are refused; the
+//!   default time unit is `ms` instead of `i`.
+//! * The "startup" snapshot (Valgrind takes it when the first basic block is translated) is
+//!   taken when the first heap event arrives, or at exit if none did, with time 0 and an empty
+//!   heap: the same numbers Valgrind's has. Time 0 in `ms` is program start
+//!   (`Host::elapsed_ms`), not the first snapshot.
+
+pub mod classify;
+pub mod options;
+mod schedule;
+mod sync;
+mod text;
+mod tree;
+
+use classify::Classifier;
+use options::{Options, TimeUnit};
+use oxgrind_formats::massif::{
+    MassifFile, Snapshot, SnapshotKind, HEAP_ROOT_LABEL, PAGES_ROOT_LABEL,
+};
+use oxgrind_tool::{Addr, Alloc, Exit, Free, Host, Mapping, Needs, OptionError, StackId, Tool};
+use schedule::{Kind, Scheduler, Totals};
+use std::sync::atomic::{AtomicBool, Ordering};
+use sync::{FxHashMap, FxHashSet, SpinLock};
+
+/// Page size for `--pages-as-heap=yes`.
+const PAGE: u64 = 4096;
+
+/// An EC id, or [`IGNORED`].
+type EcId = u32;
+const IGNORED: EcId = u32::MAX;
+
+/// Everything that changes while the program runs, behind one lock.
+struct State {
+    /// Stack (as interned by the runtime) → EC, filled once per new stack.
+    by_stack: FxHashMap<StackId, EcId>,
+    /// EC frames → id, so several raw stacks that filter to the same frames share an EC.
+    ec_ids: FxHashMap<Box<[Addr]>, EcId>,
+    ec_frames: Vec<Box<[Addr]>>,
+    /// Live useful bytes per EC (indexed by id).
+    ec_bytes: Vec<u64>,
+    heap: u64,
+    extra: u64,
+    /// `--time-unit=B`: bytes allocated plus bytes freed so far.
+    total_bytes_time: u64,
+    /// Last time handed out, so snapshot times never go backwards across threads.
+    last_time: i64,
+    started: bool,
+    sched: Scheduler,
+    /// Live blocks whose allocation was ignored but whose current stack might not be (a
+    /// realloc of an ignored block stays ignored, as in Valgrind). Empty unless some stack
+    /// was ignored.
+    ignored_blocks: FxHashSet<Addr>,
+    /// `--pages-as-heap=yes`: page address → EC.
+    pages: FxHashMap<Addr, EcId>,
+}
+
+/// The Massif tool. Create with [`Massif::new`], feed options, then hand to the runtime.
+pub struct Massif {
+    opts: Options,
+    /// Options that are not Massif's but appear on its `desc:` line (malloc replacement).
+    extra_desc: Vec<(usize, String)>,
+    classifier: Classifier,
+    state: SpinLock<State>,
+    finished: AtomicBool,
+}
+
+impl Default for Massif {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Massif {
+    pub fn new() -> Self {
+        let opts = Options::default();
+        Massif {
+            classifier: Classifier::new(&[], &[], opts.depth),
+            state: SpinLock::new(State::new(&opts)),
+            opts,
+            extra_desc: Vec::new(),
+            finished: AtomicBool::new(false),
+        }
+    }
+
+    /// Records a core option that Valgrind lists on Massif's `desc:` line although Massif
+    /// does not parse it: the malloc-replacement options (`--alignment=64`,
+    /// `--xtree-memory=...`, ...). Call it in command-line order, interleaved with
+    /// [`Tool::parse_option`], for every such option the user gave.
+    pub fn note_desc_option(&mut self, arg: &str) {
+        self.extra_desc
+            .push((self.opts.desc_args.len(), arg.to_string()));
+    }
+
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+
+    fn desc(&self) -> String {
+        let mut all: Vec<&str> = Vec::new();
+        let mut extra = self.extra_desc.iter().peekable();
+        for (i, a) in self.opts.desc_args.iter().enumerate() {
+            while let Some((_, e)) = extra.next_if(|(pos, _)| *pos == i) {
+                all.push(e);
+            }
+            all.push(a);
+        }
+        all.extend(extra.map(|(_, e)| e.as_str()));
+        if all.is_empty() {
+            String::from("(none)")
+        } else {
+            all.join(" ")
+        }
+    }
+
+    /// The EC of a heap or page stack: a hash lookup, or on first sight a classification
+    /// done outside the lock.
+    fn ec_of<'a>(
+        &'a self,
+        host: &dyn Host,
+        st: sync::SpinGuard<'a, State>,
+        stack: StackId,
+        keep_first: bool,
+    ) -> (sync::SpinGuard<'a, State>, EcId) {
+        if let Some(&ec) = st.by_stack.get(&stack) {
+            return (st, ec);
+        }
+        drop(st);
+        let raw = host.stack(stack);
+        // Frame 0 of a heap stack is our replacement allocator (Valgrind's
+        // exclude_first_entry); page stacks keep it.
+        let ips = if keep_first {
+            &raw[..]
+        } else {
+            raw.get(1..).unwrap_or(&[])
+        };
+        let classified = self.classifier.classify(host, ips);
+        let mut st = self.state.lock();
+        let ec = match classified {
+            None => IGNORED,
+            Some(frames) => st.intern(frames),
+        };
+        st.by_stack.insert(stack, ec);
+        (st, ec)
+    }
+
+    fn now(&self, host: &dyn Host, st: &mut State) -> i64 {
+        let t = match self.opts.time_unit {
+            TimeUnit::Bytes => st.total_bytes_time as i64,
+            // Instructions are refused in post_options; ms is the fallback.
+            TimeUnit::Ms | TimeUnit::Instructions => host.elapsed_ms() as i64,
+        };
+        st.last_time = st.last_time.max(t);
+        st.last_time
+    }
+
+    /// Valgrind's "startup" attempt, once, before the first event is applied.
+    fn start(&self, host: &dyn Host, st: &mut State) {
+        if !st.started {
+            st.started = true;
+            if !self.opts.pages_as_heap {
+                self.normal_attempt(host, st);
+            }
+        }
+    }
+
+    #[inline]
+    fn normal_attempt(&self, host: &dyn Host, st: &mut State) {
+        let t = self.now(host, st);
+        if st.sched.too_early(t) {
+            return;
+        }
+        let State {
+            sched,
+            heap,
+            extra,
+            ec_bytes,
+            ..
+        } = st;
+        sched.normal(
+            t,
+            Totals {
+                heap: *heap,
+                extra: *extra,
+                stacks: 0,
+                per_context: ec_bytes,
+            },
+        );
+    }
+
+    #[inline]
+    fn peak_attempt(&self, host: &dyn Host, st: &mut State) {
+        let t = self.now(host, st);
+        let State {
+            sched,
+            heap,
+            extra,
+            ec_bytes,
+            ..
+        } = st;
+        sched.peak(
+            t,
+            Totals {
+                heap: *heap,
+                extra: *extra,
+                stacks: 0,
+                per_context: ec_bytes,
+            },
+        );
+    }
+
+    fn heap_events(&self) -> bool {
+        self.opts.heap && !self.opts.pages_as_heap
+    }
+
+    fn record_page(&self, st: &mut State, page: Addr, ec: EcId) -> bool {
+        if ec == IGNORED || st.pages.contains_key(&page) {
+            return false;
+        }
+        st.pages.insert(page, ec);
+        st.ec_bytes[ec as usize] += PAGE;
+        st.heap += PAGE;
+        st.total_bytes_time += PAGE;
+        true
+    }
+
+    fn unrecord_page(&self, st: &mut State, page: Addr) -> bool {
+        let Some(ec) = st.pages.remove(&page) else {
+            return false;
+        };
+        let b = &mut st.ec_bytes[ec as usize];
+        *b = b.saturating_sub(PAGE);
+        st.heap = st.heap.saturating_sub(PAGE);
+        st.total_bytes_time += PAGE;
+        true
+    }
+
+    /// The file as it would be written now (also used by `fini`). Builds the heap trees of
+    /// the detailed snapshots; may call `Host::describe` for addresses not yet described.
+    pub fn massif_file(&self, host: &dyn Host) -> Option<MassifFile> {
+        let mut st = self.state.lock_bounded(1 << 24)?;
+        if self.opts.heap && !st.started {
+            self.start(host, &mut st);
+        }
+        let snaps = st.sched.snaps.clone();
+        let frames = st.ec_frames.clone();
+        drop(st);
+
+        // ECs in address-sequence order, once for all snapshots.
+        let mut order: Vec<usize> = (0..frames.len()).collect();
+        order.sort_by(|&a, &b| frames[a].cmp(&frames[b]));
+        let root = if self.opts.pages_as_heap {
+            PAGES_ROOT_LABEL
+        } else {
+            HEAP_ROOT_LABEL
+        };
+        let mut labels = |ip: Addr| self.classifier.labels(host, ip);
+
+        let snapshots = snaps
+            .iter()
+            .map(|s| {
+                let tree_root = s.detail.as_ref().map(|bytes| {
+                    let ecs: Vec<tree::Ec<'_>> = order
+                        .iter()
+                        .filter(|&&i| i < bytes.len())
+                        .map(|&i| tree::Ec {
+                            frames: &frames[i],
+                            bytes: bytes[i],
+                        })
+                        .collect();
+                    tree::build(
+                        &ecs,
+                        s.extra,
+                        s.stacks,
+                        self.opts.threshold,
+                        root,
+                        &mut labels,
+                    )
+                });
+                Snapshot {
+                    time: s.time,
+                    mem_heap_b: tree_root.as_ref().map_or(s.heap, |t| t.bytes),
+                    mem_heap_extra_b: s.extra,
+                    mem_stacks_b: s.stacks,
+                    kind: match (s.kind, &tree_root) {
+                        (Kind::Peak, _) => SnapshotKind::Peak,
+                        (Kind::Normal, Some(_)) => SnapshotKind::Detailed,
+                        (Kind::Normal, None) => SnapshotKind::Empty,
+                    },
+                    tree: tree_root,
+                }
+            })
+            .collect();
+        Some(MassifFile {
+            desc: self.desc(),
+            cmd: host.command_line().join(" "),
+            time_unit: self.opts.time_unit.as_str().to_string(),
+            snapshots,
+        })
+    }
+}
+
+impl State {
+    fn new(opts: &Options) -> Self {
+        State {
+            by_stack: FxHashMap::default(),
+            ec_ids: FxHashMap::default(),
+            ec_frames: Vec::new(),
+            ec_bytes: Vec::new(),
+            heap: 0,
+            extra: 0,
+            total_bytes_time: 0,
+            last_time: 0,
+            started: false,
+            sched: Scheduler::new(opts.max_snapshots, opts.detailed_freq, opts.peak_inaccuracy),
+            ignored_blocks: FxHashSet::default(),
+            pages: FxHashMap::default(),
+        }
+    }
+
+    fn intern(&mut self, frames: Vec<Addr>) -> EcId {
+        let frames = frames.into_boxed_slice();
+        if let Some(&id) = self.ec_ids.get(&frames) {
+            return id;
+        }
+        let id = self.ec_frames.len() as EcId;
+        self.ec_frames.push(frames.clone());
+        self.ec_ids.insert(frames, id);
+        self.ec_bytes.push(0);
+        id
+    }
+
+    /// Whether the block being freed or reallocated was ignored when allocated.
+    fn take_ignored(&mut self, addr: Addr, ec: EcId) -> bool {
+        let in_set = !self.ignored_blocks.is_empty() && self.ignored_blocks.remove(&addr);
+        in_set || ec == IGNORED
+    }
+}
+
+impl Tool for Massif {
+    fn name(&self) -> &'static str {
+        "massif"
+    }
+
+    fn parse_option(&mut self, arg: &str) -> Result<bool, OptionError> {
+        self.opts.parse(arg)
+    }
+
+    fn post_options(&mut self) -> Result<(), OptionError> {
+        self.opts.check()?;
+        self.classifier =
+            Classifier::new(&self.opts.alloc_fns, &self.opts.ignore_fns, self.opts.depth);
+        self.state = SpinLock::new(State::new(&self.opts));
+        Ok(())
+    }
+
+    fn needs(&self) -> Needs {
+        Needs {
+            // Frame 0 (our allocator) + what Valgrind captures: --depth plus room for the
+            // alloc-fns that will be filtered.
+            stack_depth: 1 + self.opts.depth + options::OVERESTIMATE,
+            free_stacks: false,
+            freelist_vol: 0,
+            page_events: self.opts.pages_as_heap,
+        }
+    }
+
+    fn on_alloc(&self, host: &dyn Host, ev: &Alloc) {
+        if !self.heap_events() {
+            return;
+        }
+        let mut st = self.state.lock();
+        self.start(host, &mut st);
+        let (mut st, ec) = self.ec_of(host, st, ev.stack, false);
+        if ec == IGNORED {
+            st.ignored_blocks.insert(ev.addr);
+            return;
+        }
+        let extra = self.opts.heap_admin + ev.slop;
+        st.ec_bytes[ec as usize] += ev.size;
+        st.heap += ev.size;
+        st.extra += extra;
+        st.total_bytes_time += ev.size + extra;
+        self.normal_attempt(host, &mut st);
+    }
+
+    fn on_free(&self, host: &dyn Host, ev: &Free) {
+        if !self.heap_events() {
+            return;
+        }
+        let mut st = self.state.lock();
+        self.start(host, &mut st);
+        let (mut st, ec) = self.ec_of(host, st, ev.alloc_stack, false);
+        if st.take_ignored(ev.addr, ec) {
+            return;
+        }
+        self.peak_attempt(host, &mut st);
+        let extra = self.opts.heap_admin + ev.slop;
+        let b = &mut st.ec_bytes[ec as usize];
+        *b = b.saturating_sub(ev.size);
+        st.heap = st.heap.saturating_sub(ev.size);
+        st.extra = st.extra.saturating_sub(extra);
+        st.total_bytes_time += ev.size + extra;
+        self.normal_attempt(host, &mut st);
+    }
+
+    fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
+        if !self.heap_events() {
+            return;
+        }
+        let mut st = self.state.lock();
+        self.start(host, &mut st);
+        let (st, old_ec) = self.ec_of(host, st, old.alloc_stack, false);
+        let (mut st, new_ec) = self.ec_of(host, st, new.stack, false);
+        if st.take_ignored(old.addr, old_ec) {
+            // The original allocation was ignored: so is the block, wherever it moves.
+            st.ignored_blocks.insert(new.addr);
+            return;
+        }
+        if new.size < old.size {
+            // Shrinking is a deallocation: peak check first.
+            self.peak_attempt(host, &mut st);
+        }
+        if new_ec == IGNORED {
+            // Valgrind 3.19 marks the block ignored from now on but leaves its old bytes
+            // counted (they are never subtracted): kept as is for identical numbers.
+            st.ignored_blocks.insert(new.addr);
+            return;
+        }
+        let o = &mut st.ec_bytes[old_ec as usize];
+        *o = o.saturating_sub(old.size);
+        st.ec_bytes[new_ec as usize] += new.size;
+        let d_heap = new.size as i128 - old.size as i128;
+        let d_extra = new.slop as i128 - old.slop as i128;
+        st.heap = (st.heap as i128 + d_heap).max(0) as u64;
+        st.extra = (st.extra as i128 + d_extra).max(0) as u64;
+        st.total_bytes_time += (d_heap + d_extra).unsigned_abs() as u64;
+        self.normal_attempt(host, &mut st);
+    }
+
+    fn on_map(&self, host: &dyn Host, ev: &Mapping) {
+        if !self.opts.pages_as_heap || ev.len == 0 {
+            return;
+        }
+        let (mut st, ec) = self.ec_of(host, self.state.lock(), ev.stack, true);
+        st.started = true;
+        let first = ev.addr & !(PAGE - 1);
+        let end = ev.addr.saturating_add(ev.len).saturating_add(PAGE - 1) & !(PAGE - 1);
+        let mut any = false;
+        for page in (first..end).step_by(PAGE as usize) {
+            any |= self.record_page(&mut st, page, ec);
+        }
+        // Valgrind snapshots once, after the last page of the mapping.
+        if any {
+            self.normal_attempt(host, &mut st);
+        }
+    }
+
+    fn on_unmap(&self, host: &dyn Host, ev: &Mapping) {
+        if !self.opts.pages_as_heap || ev.len == 0 {
+            return;
+        }
+        let mut st = self.state.lock();
+        let first = ev.addr & !(PAGE - 1);
+        let end = ev.addr.saturating_add(ev.len).saturating_add(PAGE - 1) & !(PAGE - 1);
+        // Valgrind: peak check, first page, normal attempt, then the other pages quietly.
+        if st.pages.contains_key(&first) {
+            self.peak_attempt(host, &mut st);
+            self.unrecord_page(&mut st, first);
+            self.normal_attempt(host, &mut st);
+        }
+        for page in (first.saturating_add(PAGE)..end).step_by(PAGE as usize) {
+            self.unrecord_page(&mut st, page);
+        }
+    }
+
+    fn on_fork_child(&self) {
+        // The child keeps the parent's history (as under Valgrind) and writes its own file
+        // (`%p` is expanded at exit). A parent thread that held a lock at fork time does not
+        // exist in the child.
+        // SAFETY: the child runs only the forking thread, which was inside fork(), not in a
+        // Massif handler, so it holds no guard of these locks.
+        unsafe {
+            self.state.force_unlock();
+            self.classifier.force_unlock();
+        }
+    }
+
+    fn fini(&self, host: &dyn Host, _exit: Exit) {
+        if self.finished.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let Some(file) = self.massif_file(host) else {
+            host.log("massif: the heap state was busy when the program ended; no output written\n");
+            return;
+        };
+        let text = text::write(&file);
+        match host.expand_output_path(&self.opts.out_file) {
+            Ok(path) => {
+                if let Err(errno) = host.write_file(&path, text.as_bytes()) {
+                    host.log(&format!(
+                        "massif: cannot write the output file '{path}' (errno {errno})\n"
+                    ));
+                }
+            }
+            Err(e) => host.log(&format!("massif: --massif-out-file: {}\n", e.0)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,392 @@
+//! Massif driven through its public API exactly as the runtime drives it (options, events,
+//! `fini`), replaying the allocation sequence of a reference program, and compared with the
+//! file Valgrind 3.19 wrote for that program (`tests/data/`, copied from
+//! `shared/reference/examples/massif/`).
+//!
+//! The scripted host answers stacks and symbol lookups with the addresses and names of
+//! Valgrind's run, so with `--time-unit=B` (time depends only on the allocation sequence)
+//! the output must match byte for byte: scheduling, culling, peak, trees.
+
+use oxgrind_massif::Massif;
+use oxgrind_tool::*;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// Our replacement `malloc`/`realloc`/`free`: frame 0 of every stack.
+const MALLOC: Addr = 0x4848899;
+const REALLOC: Addr = 0x484DCD3;
+const FREE: Addr = 0x484B27F;
+const BELOW_MAIN: [Addr; 3] = [0x48F0D8F, 0x48F0E3F, 0x1090A4];
+
+struct ScriptHost {
+    stacks: HashMap<u32, Vec<Addr>>,
+    names: HashMap<Addr, (&'static str, &'static str, u32)>,
+    cmd: Vec<String>,
+    written: Mutex<Vec<(String, Vec<u8>)>>,
+}
+
+impl ScriptHost {
+    fn new(cmd: &str) -> Self {
+        let mut names = HashMap::new();
+        names.insert(MALLOC, ("malloc", "vg_replace_malloc.c", 381));
+        names.insert(REALLOC, ("realloc", "vg_replace_malloc.c", 1437));
+        names.insert(FREE, ("free", "vg_replace_malloc.c", 872));
+        names.insert(
+            BELOW_MAIN[0],
+            ("__libc_start_call_main", "libc_start_call_main.h", 58),
+        );
+        names.insert(
+            BELOW_MAIN[1],
+            ("__libc_start_main_impl", "libc-start.c", 392),
+        );
+        names.insert(BELOW_MAIN[2], ("_start", "start.S", 115));
+        ScriptHost {
+            stacks: HashMap::new(),
+            names,
+            cmd: vec![cmd.into()],
+            written: Mutex::new(vec![]),
+        }
+    }
+
+    /// Registers a stack: `alloc_fn`, then the program frames, then the frames below main.
+    fn add_stack(
+        &mut self,
+        id: u32,
+        alloc_fn: Addr,
+        frames: &[(Addr, &'static str, &'static str, u32)],
+    ) -> StackId {
+        let mut s = vec![alloc_fn];
+        for &(ip, f, file, line) in frames {
+            self.names.insert(ip, (f, file, line));
+            s.push(ip);
+        }
+        s.extend(BELOW_MAIN);
+        self.stacks.insert(id, s);
+        StackId(id)
+    }
+
+    fn output(&self) -> String {
+        let w = self.written.lock().unwrap();
+        assert_eq!(w.len(), 1, "exactly one file written");
+        String::from_utf8(w[0].1.clone()).unwrap()
+    }
+}
+
+impl Host for ScriptHost {
+    fn stack(&self, id: StackId) -> Vec<Addr> {
+        self.stacks[&id.0].clone()
+    }
+    fn describe(&self, ip: Addr) -> Vec<Frame> {
+        match self.names.get(&ip) {
+            Some(&(f, file, line)) => vec![Frame {
+                ip,
+                function: Some(f.into()),
+                file: Some(file.into()),
+                line,
+                ..Default::default()
+            }],
+            None => vec![Frame {
+                ip,
+                ..Default::default()
+            }],
+        }
+    }
+    fn elapsed_ms(&self) -> u64 {
+        0
+    }
+    fn pid(&self) -> i32 {
+        1
+    }
+    fn command_line(&self) -> &[String] {
+        &self.cmd
+    }
+    fn expand_output_path(&self, template: &str) -> Result<String, OptionError> {
+        Ok(format!("/tmp/{template}"))
+    }
+    fn write_file(&self, path: &str, bytes: &[u8]) -> Result<(), i32> {
+        self.written
+            .lock()
+            .unwrap()
+            .push((path.into(), bytes.into()));
+        Ok(())
+    }
+    fn log(&self, text: &str) {
+        panic!("unexpected log: {text}");
+    }
+    fn live_blocks(&self) -> Vec<LiveBlock> {
+        vec![]
+    }
+    fn with_roots(&self, _f: &mut dyn FnMut(&[RootRange])) {}
+    fn read_words(&self, _s: Addr, _l: u64, _f: &mut dyn FnMut(Addr, u64)) {}
+}
+
+/// Slop of Valgrind's replacement allocator on amd64 with `--alignment=16`.
+fn slop(n: u64) -> u64 {
+    n.next_multiple_of(16) - n
+}
+
+/// A tiny heap: address → (size, allocating stack).
+struct Heap {
+    next: Addr,
+    live: HashMap<Addr, (u64, StackId)>,
+}
+
+impl Heap {
+    fn new() -> Self {
+        Heap {
+            next: 0x4A4A040,
+            live: HashMap::new(),
+        }
+    }
+    fn malloc(&mut self, m: &Massif, h: &ScriptHost, size: u64, stack: StackId) -> Addr {
+        let addr = self.next;
+        self.next += size.next_multiple_of(16) + 16;
+        self.live.insert(addr, (size, stack));
+        m.on_alloc(
+            h,
+            &Alloc {
+                addr,
+                size,
+                slop: slop(size),
+                func: AllocFn::Malloc,
+                stack,
+                tid: 1,
+            },
+        );
+        addr
+    }
+    fn free_ev(&self, addr: Addr, func: AllocFn, free_stack: StackId) -> Free {
+        let (size, alloc_stack) = self.live[&addr];
+        Free {
+            addr,
+            size,
+            slop: slop(size),
+            alloc_stack,
+            alloc_func: AllocFn::Malloc,
+            func,
+            stack: free_stack,
+            tid: 1,
+        }
+    }
+    fn free(&mut self, m: &Massif, h: &ScriptHost, addr: Addr, free_stack: StackId) {
+        if addr == 0 {
+            return; // free(NULL): the runtime reports nothing.
+        }
+        let ev = self.free_ev(addr, AllocFn::Free, free_stack);
+        m.on_free(h, &ev);
+        self.live.remove(&addr);
+    }
+    fn realloc(
+        &mut self,
+        m: &Massif,
+        h: &ScriptHost,
+        addr: Addr,
+        size: u64,
+        stack: StackId,
+    ) -> Addr {
+        let old = self.free_ev(addr, AllocFn::Realloc, stack);
+        let new_addr = self.next;
+        self.next += size.next_multiple_of(16) + 16;
+        self.live.remove(&addr);
+        self.live.insert(new_addr, (size, stack));
+        let new = Alloc {
+            addr: new_addr,
+            size,
+            slop: slop(size),
+            func: AllocFn::Realloc,
+            stack,
+            tid: 1,
+        };
+        m.on_realloc(h, &old, &new);
+        new_addr
+    }
+}
+
+fn massif(args: &[&str]) -> Massif {
+    let mut m = Massif::new();
+    for a in args {
+        assert!(m.parse_option(a).unwrap(), "{a} is Massif's");
+    }
+    m.post_options().unwrap();
+    m
+}
+
+/// `examples/src/ms_prog.c` under `--time-unit=B`: every snapshot, the culling, the peak and
+/// every tree as Valgrind wrote them.
+#[test]
+fn ms_prog_with_time_unit_b_matches_valgrind_byte_for_byte() {
+    let mut h = ScriptHost::new("./ms_prog");
+    let via_a = h.add_stack(
+        1,
+        MALLOC,
+        &[
+            (0x109180, "big_alloc", "ms_prog.c", 6),
+            (0x1091CE, "via_a", "ms_prog.c", 9),
+            (0x109231, "main", "ms_prog.c", 16),
+        ],
+    );
+    let via_b = h.add_stack(
+        2,
+        MALLOC,
+        &[
+            (0x109180, "big_alloc", "ms_prog.c", 6),
+            (0x1091E8, "via_b", "ms_prog.c", 10),
+            (0x109267, "main", "ms_prog.c", 16),
+        ],
+    );
+    let mid = h.add_stack(
+        3,
+        MALLOC,
+        &[
+            (0x10919A, "mid_alloc", "ms_prog.c", 7),
+            (0x109273, "main", "ms_prog.c", 16),
+        ],
+    );
+    let tiny = h.add_stack(
+        4,
+        MALLOC,
+        &[
+            (0x1091B4, "tiny_alloc", "ms_prog.c", 8),
+            (0x109305, "main", "ms_prog.c", 20),
+        ],
+    );
+    let re = h.add_stack(5, REALLOC, &[(0x1093AB, "main", "ms_prog.c", 24)]);
+    let fr = h.add_stack(6, FREE, &[(0x1093F0, "main", "ms_prog.c", 26)]);
+
+    let m = massif(&["--time-unit=B", "--massif-out-file=massif.out.tuB"]);
+    let mut heap = Heap::new();
+    let mut p = vec![0 as Addr; 4000];
+    for i in 0..1000 {
+        p[i] = match i % 3 {
+            0 => heap.malloc(&m, &h, 1000, via_a),
+            1 => heap.malloc(&m, &h, 600, via_b),
+            _ => heap.malloc(&m, &h, 200, mid),
+        };
+    }
+    for i in 1000..1100 {
+        p[i] = heap.malloc(&m, &h, 1 + (i as u64 % 7), tiny);
+    }
+    for i in (0..1000).step_by(2) {
+        heap.free(&m, &h, p[i], fr);
+        p[i] = 0;
+    }
+    for i in (1..1000).step_by(4) {
+        p[i] = heap.realloc(&m, &h, p[i], 3000, re);
+    }
+    for i in 0..1100 {
+        heap.free(&m, &h, p[i], fr);
+    }
+    m.fini(&h, Exit::Normal(0));
+
+    let expected = include_str!("data/massif.out.tuB");
+    let got = h.output();
+    if got != expected {
+        let first = got.lines().zip(expected.lines()).position(|(a, b)| a != b);
+        panic!(
+            "differs at line {first:?}:\n{}",
+            got.lines()
+                .skip(first.unwrap_or(0).saturating_sub(5))
+                .take(15)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+    assert_eq!(h.written.lock().unwrap()[0].0, "/tmp/massif.out.tuB");
+}
+
+/// `examples/src/ms_small.c` with `--detailed-freq=1`: same snapshots and trees as Valgrind's
+/// (only the times differ: Valgrind's file counts instructions, ours bytes).
+#[test]
+fn ms_small_with_detailed_freq_one_has_valgrinds_snapshots_and_trees() {
+    let mut h = ScriptHost::new("./ms_small");
+    let site = |h: &mut ScriptHost, id, fr0, frames: &[(Addr, &'static str, &'static str, u32)]| {
+        h.add_stack(id, fr0, frames)
+    };
+    let s1 = site(
+        &mut h,
+        1,
+        MALLOC,
+        &[
+            (0x109166, "s1", "ms_small.c", 3),
+            (0x1091DD, "main", "ms_small.c", 9),
+        ],
+    );
+    let s2 = site(
+        &mut h,
+        2,
+        MALLOC,
+        &[
+            (0x10917E, "s2", "ms_small.c", 4),
+            (0x1091E2, "main", "ms_small.c", 9),
+        ],
+    );
+    let s3 = site(
+        &mut h,
+        3,
+        MALLOC,
+        &[
+            (0x109196, "s3", "ms_small.c", 5),
+            (0x1091E7, "main", "ms_small.c", 9),
+        ],
+    );
+    let s4 = site(
+        &mut h,
+        4,
+        MALLOC,
+        &[
+            (0x1091AE, "s4", "ms_small.c", 6),
+            (0x1091EC, "main", "ms_small.c", 9),
+        ],
+    );
+    let big = site(
+        &mut h,
+        5,
+        MALLOC,
+        &[
+            (0x1091C6, "big", "ms_small.c", 7),
+            (0x1091F1, "main", "ms_small.c", 9),
+        ],
+    );
+    let ca = site(
+        &mut h,
+        6,
+        0x484D8B3,
+        &[(0x109200, "main", "ms_small.c", 10)],
+    );
+    h.names
+        .insert(0x484D8B3, ("calloc", "vg_replace_malloc.c", 1328));
+    let re = site(&mut h, 7, REALLOC, &[(0x109211, "main", "ms_small.c", 11)]);
+    let fr = site(&mut h, 8, FREE, &[(0x109240, "main", "ms_small.c", 12)]);
+
+    let m = massif(&[
+        "--detailed-freq=1",
+        "--massif-out-file=massif.out.small",
+        "--time-unit=B",
+    ]);
+    let mut heap = Heap::new();
+    let mut keep = vec![0 as Addr; 16];
+    keep[0] = heap.malloc(&m, &h, 10, s1);
+    keep[1] = heap.malloc(&m, &h, 12, s2);
+    keep[2] = heap.malloc(&m, &h, 14, s3);
+    keep[3] = heap.malloc(&m, &h, 16, s4);
+    keep[4] = heap.malloc(&m, &h, 5000, big);
+    keep[5] = heap.malloc(&m, &h, 3000, ca);
+    keep[6] = heap.malloc(&m, &h, 2000, re); // realloc(NULL, n) is a malloc
+    for k in keep {
+        heap.free(&m, &h, k, fr);
+    }
+    m.fini(&h, Exit::Normal(0));
+
+    let strip = |s: &str| -> Vec<String> {
+        s.lines()
+            .filter(|l| {
+                !l.starts_with("time=") && !l.starts_with("time_unit:") && !l.starts_with("desc:")
+            })
+            .map(String::from)
+            .collect()
+    };
+    let got = h.output();
+    assert!(got
+        .starts_with("desc: --detailed-freq=1 --massif-out-file=massif.out.small --time-unit=B\n"));
+    assert_eq!(strip(&got), strip(include_str!("data/massif.out.small")));
+}
