@@ -3,6 +3,19 @@
 //! The model is what the file says, nothing more: the writer prints it byte for byte as
 //! Massif 3.19 does, the reader accepts what ms_print accepts. Building the tree from live
 //! allocations (thresholds, grouping) is Massif's job (`tools/massif`), not this module's.
+//!
+//! * [`write`] / [`write_into`]: the model as Massif 3.19 writes it.
+//! * [`parse`]: a file (as ms_print accepts it) into the model, or a [`ParseError`] with the
+//!   line number and what was expected.
+//! * [`ms_print`]: the `ms_print` report, byte for byte as `/usr/bin/ms_print` prints it.
+
+mod parse;
+mod perl;
+mod write;
+pub mod ms_print;
+
+pub use parse::{parse, ParseError, ParseErrorKind};
+pub use write::{write, write_into};
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -11,9 +24,11 @@ use alloc::vec::Vec;
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct MassifFile {
     /// `desc:` text after the colon and space, e.g. `--depth=3` or `(none)`. Several `desc:`
-    /// lines in a file read as one, joined by a space.
+    /// lines in a file read as one, joined by `\n`; the writer writes one `desc:` line per
+    /// line (Massif writes exactly one).
     pub desc: String,
-    /// `cmd:` text: the program and its arguments joined by spaces.
+    /// `cmd:` text: the program and its arguments joined by spaces (leading blanks after the
+    /// colon are not part of it, trailing ones are).
     pub cmd: String,
     /// `time_unit:` value: `i`, `ms` or `B`.
     pub time_unit: String,
