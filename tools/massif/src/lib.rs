@@ -29,7 +29,6 @@ pub mod classify;
 pub mod options;
 mod schedule;
 mod sync;
-mod text;
 mod tree;
 
 use classify::Classifier;
@@ -174,11 +173,26 @@ impl Massif {
     }
 
     /// Valgrind's "startup" attempt, once, before the first event is applied.
-    fn start(&self, host: &dyn Host, st: &mut State) {
+    fn start(&self, st: &mut State) {
         if !st.started {
             st.started = true;
             if !self.opts.pages_as_heap {
-                self.normal_attempt(host, st);
+                // Time 0 is program start, where Valgrind's startup snapshot is (its first
+                // basic block), whatever the clock says at the first event.
+                let State {
+                    sched,
+                    heap,
+                    extra,
+                    ec_bytes,
+                    ..
+                } = st;
+                let now = Totals {
+                    heap: *heap,
+                    extra: *extra,
+                    stacks: 0,
+                    per_context: ec_bytes,
+                };
+                sched.normal(0, now);
             }
         }
     }
@@ -259,7 +273,7 @@ impl Massif {
     pub fn massif_file(&self, host: &dyn Host) -> Option<MassifFile> {
         let mut st = self.state.lock_bounded(1 << 24)?;
         if self.opts.heap && !st.started {
-            self.start(host, &mut st);
+            self.start(&mut st);
         }
         let snaps = st.sched.snaps.clone();
         let frames = st.ec_frames.clone();
@@ -389,7 +403,7 @@ impl Tool for Massif {
             return;
         }
         let mut st = self.state.lock();
-        self.start(host, &mut st);
+        self.start(&mut st);
         let (mut st, ec) = self.ec_of(host, st, ev.stack, false);
         if ec == IGNORED {
             st.ignored_blocks.insert(ev.addr);
@@ -408,7 +422,7 @@ impl Tool for Massif {
             return;
         }
         let mut st = self.state.lock();
-        self.start(host, &mut st);
+        self.start(&mut st);
         let (mut st, ec) = self.ec_of(host, st, ev.alloc_stack, false);
         if st.take_ignored(ev.addr, ec) {
             return;
@@ -428,7 +442,7 @@ impl Tool for Massif {
             return;
         }
         let mut st = self.state.lock();
-        self.start(host, &mut st);
+        self.start(&mut st);
         let (st, old_ec) = self.ec_of(host, st, old.alloc_stack, false);
         let (mut st, new_ec) = self.ec_of(host, st, new.stack, false);
         if st.take_ignored(old.addr, old_ec) {
@@ -513,7 +527,7 @@ impl Tool for Massif {
             host.log("massif: the heap state was busy when the program ended; no output written\n");
             return;
         };
-        let text = text::write(&file);
+        let text = oxgrind_formats::massif::write(&file);
         match host.expand_output_path(&self.opts.out_file) {
             Ok(path) => {
                 if let Err(errno) = host.write_file(&path, text.as_bytes()) {

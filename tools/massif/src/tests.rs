@@ -1,1 +1,339 @@
+//! Event-level behaviour of [`Massif`] against a scripted host: what is counted, when
+//! snapshots are taken, and what ends up in the file.
 
+use super::*;
+use crate::classify::fake::FakeHost;
+use oxgrind_tool::{AllocFn, Mapping};
+
+const MALLOC: Addr = 0x1000;
+const REALLOC: Addr = 0x1001;
+
+fn host() -> FakeHost {
+    let h = FakeHost::new();
+    h.name(MALLOC, "malloc", "r.c", 1);
+    h.name(REALLOC, "realloc", "r.c", 2);
+    h.name(0x10, "f", "a.c", 10);
+    h.name(0x11, "f", "a.c", 11);
+    h.name(0x20, "g", "a.c", 20);
+    h.name(0x30, "main", "a.c", 30);
+    h.name(0x40, "noisy", "a.c", 40);
+    h.stack(1, &[MALLOC, 0x10, 0x30]);
+    h.stack(2, &[MALLOC, 0x20, 0x30]);
+    h.stack(3, &[REALLOC, 0x20, 0x30]);
+    h.stack(4, &[MALLOC, 0x40, 0x30]);
+    h
+}
+
+fn massif(args: &[&str]) -> Massif {
+    let mut m = Massif::new();
+    for a in args {
+        assert!(m.parse_option(a).unwrap(), "{a}");
+    }
+    m.post_options().unwrap();
+    m
+}
+
+fn alloc(addr: Addr, size: u64, slop: u64, stack: u32) -> Alloc {
+    Alloc {
+        addr,
+        size,
+        slop,
+        func: AllocFn::Malloc,
+        stack: StackId(stack),
+        tid: 1,
+    }
+}
+
+fn free(a: &Alloc) -> Free {
+    Free {
+        addr: a.addr,
+        size: a.size,
+        slop: a.slop,
+        alloc_stack: a.stack,
+        alloc_func: a.func,
+        func: AllocFn::Free,
+        stack: StackId(99),
+        tid: 1,
+    }
+}
+
+fn totals(m: &Massif) -> (u64, u64) {
+    let st = m.state.lock();
+    (st.heap, st.extra)
+}
+
+/// (time, heap, extra, kind) of every snapshot.
+fn snaps(m: &Massif, h: &FakeHost) -> Vec<(i64, u64, u64, SnapshotKind)> {
+    m.massif_file(h)
+        .unwrap()
+        .snapshots
+        .iter()
+        .map(|s| (s.time, s.mem_heap_b, s.mem_heap_extra_b, s.kind))
+        .collect()
+}
+
+#[test]
+fn heap_admin_and_slop_are_counted_as_extra_heap() {
+    let h = host();
+    let m = massif(&[]);
+    m.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
+    m.on_alloc(&h, &alloc(0xb0, 16, 0, 1));
+    assert_eq!(totals(&m), (26, 14 + 8));
+    let m0 = massif(&["--heap-admin=0"]);
+    m0.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
+    assert_eq!(totals(&m0), (10, 6));
+}
+
+#[test]
+fn time_unit_b_adds_the_absolute_change_of_each_event() {
+    let h = host();
+    let m = massif(&["--time-unit=B"]);
+    let a = alloc(0xa0, 100, 12, 1);
+    m.on_alloc(&h, &a); // +100 +12 +8 = 120
+    let shrunk = Alloc {
+        slop: 14,
+        size: 50,
+        stack: StackId(3),
+        ..a
+    };
+    m.on_realloc(&h, &free(&a), &shrunk); // |-50 + 2| = 48 -> 168
+    m.on_free(&h, &free(&shrunk)); // 50 + 14 + 8 = 72 -> 240
+    let times: Vec<i64> = snaps(&m, &h).iter().map(|s| s.0).collect();
+    // startup 0, alloc 120, peak before the shrink 120, realloc 168, free 240 (the peak
+    // check before the free sees 72 bytes, below the 120 peak).
+    assert_eq!(times, [0, 120, 120, 168, 240]);
+}
+
+#[test]
+fn a_free_first_records_the_peak_then_the_decrease() {
+    let h = host();
+    let m = massif(&["--time-unit=B"]);
+    let a = alloc(0xa0, 1000, 8, 1);
+    let b = alloc(0xb0, 10, 6, 2);
+    m.on_alloc(&h, &a);
+    m.on_alloc(&h, &b);
+    m.on_free(&h, &free(&b));
+    m.on_free(&h, &free(&a));
+    let s = snaps(&m, &h);
+    use SnapshotKind::*;
+    assert_eq!(
+        s,
+        [
+            (0, 0, 0, Empty),
+            (1016, 1000, 16, Empty),
+            (1040, 1010, 30, Empty),
+            (1040, 1010, 30, Peak),
+            (1064, 1000, 16, Empty),
+            (2080, 0, 0, Empty),
+        ]
+    );
+}
+
+#[test]
+fn realloc_moves_the_bytes_to_the_realloc_site() {
+    let h = host();
+    let m = massif(&["--detailed-freq=1", "--time-unit=B"]);
+    let a = alloc(0xa0, 100, 12, 1);
+    m.on_alloc(&h, &a);
+    let grown = Alloc {
+        addr: 0xc0,
+        size: 300,
+        slop: 4,
+        stack: StackId(3),
+        ..a
+    };
+    m.on_realloc(&h, &free(&a), &grown);
+    let file = m.massif_file(&h).unwrap();
+    let last = file.snapshots.last().unwrap().tree.as_ref().unwrap();
+    assert_eq!(
+        tree::to_text(last),
+        "n2: 300 (heap allocation functions) malloc/new/new[], --alloc-fns, etc.\n \
+         n1: 300 0x20: g (a.c:20)\n  n0: 300 0x30: main (a.c:30)\n \
+         n0: 0 in 1 place, below massif's threshold (1.00%)\n"
+    );
+    assert_eq!(totals(&m), (300, 8 + 4));
+}
+
+#[test]
+fn ignore_fn_allocations_and_their_frees_and_reallocs_are_not_counted() {
+    let h = host();
+    let m = massif(&["--ignore-fn=noisy", "--time-unit=B"]);
+    let a = alloc(0xa0, 100, 12, 4);
+    m.on_alloc(&h, &a);
+    assert_eq!(totals(&m), (0, 0));
+    // A realloc from a counted site keeps the block ignored (Valgrind keeps its old EC).
+    let moved = Alloc {
+        addr: 0xd0,
+        size: 500,
+        slop: 12,
+        stack: StackId(3),
+        ..a
+    };
+    m.on_realloc(&h, &free(&a), &moved);
+    assert_eq!(totals(&m), (0, 0));
+    m.on_free(
+        &h,
+        &Free {
+            alloc_stack: StackId(3),
+            ..free(&moved)
+        },
+    );
+    assert_eq!(totals(&m), (0, 0));
+    assert_eq!(snaps(&m, &h).len(), 1, "only the startup snapshot");
+}
+
+#[test]
+fn stacks_that_filter_to_the_same_frames_share_one_context() {
+    let h = host();
+    // Two raw stacks differing only in the allocator frame.
+    h.stack(10, &[MALLOC, 0x10, 0x30]);
+    h.stack(11, &[REALLOC, 0x10, 0x30]);
+    let m = massif(&[]);
+    m.on_alloc(&h, &alloc(0xa0, 10, 6, 10));
+    m.on_alloc(&h, &alloc(0xb0, 20, 12, 11));
+    let st = m.state.lock();
+    assert_eq!(st.ec_frames.len(), 1);
+    assert_eq!(st.ec_bytes, [30]);
+}
+
+#[test]
+fn a_known_stack_is_not_described_again() {
+    let h = host();
+    let m = massif(&[]);
+    m.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
+    let calls = *h.describe_calls.lock().unwrap();
+    for i in 0..100 {
+        m.on_alloc(&h, &alloc(0x100 + i * 16, 10, 6, 1));
+    }
+    assert_eq!(*h.describe_calls.lock().unwrap(), calls);
+}
+
+#[test]
+fn pages_as_heap_counts_whole_pages_and_keeps_frame_zero() {
+    let h = FakeHost::new();
+    h.name(0x500, "mmap", "mmap64.c", 46);
+    h.name(0x30, "main", "a.c", 30);
+    h.stack(1, &[0x500, 0x30]);
+    let m = massif(&["--pages-as-heap=yes", "--time-unit=B", "--detailed-freq=1"]);
+    assert!(m.needs().page_events);
+    let map = Mapping {
+        addr: 0x7000_0000,
+        len: 3 * 4096 - 100,
+        stack: StackId(1),
+        tid: 1,
+    };
+    m.on_map(&h, &map);
+    assert_eq!(totals(&m), (3 * 4096, 0));
+    // Mapping the same pages again does not count them twice.
+    m.on_map(&h, &Mapping { len: 4096, ..map });
+    assert_eq!(totals(&m), (3 * 4096, 0));
+    m.on_unmap(
+        &h,
+        &Mapping {
+            addr: 0x7000_1000,
+            len: 4096,
+            ..map
+        },
+    );
+    assert_eq!(totals(&m), (2 * 4096, 0));
+    // Heap events are not Massif's business in this mode.
+    m.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
+    assert_eq!(totals(&m), (2 * 4096, 0));
+
+    let file = m.massif_file(&h).unwrap();
+    let kinds: Vec<SnapshotKind> = file.snapshots.iter().map(|s| s.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            SnapshotKind::Detailed,
+            SnapshotKind::Peak,
+            SnapshotKind::Detailed
+        ]
+    );
+    assert_eq!(
+        tree::to_text(file.snapshots[0].tree.as_ref().unwrap()),
+        "n1: 12288 (page allocation syscalls) mmap/mremap/brk, --alloc-fns, etc.\n \
+         n1: 12288 0x500: mmap (mmap64.c:46)\n  n0: 12288 0x30: main (a.c:30)\n"
+    );
+}
+
+#[test]
+fn fini_writes_the_file_once_at_the_expanded_path() {
+    let h = host();
+    let mut m = Massif::new();
+    m.parse_option("--depth=5").unwrap();
+    m.note_desc_option("--alignment=64");
+    m.parse_option("--massif-out-file=ms.%p").unwrap();
+    m.post_options().unwrap();
+    m.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
+    m.fini(&h, Exit::Normal(0));
+    m.fini(&h, Exit::Normal(0));
+    let w = h.written.lock().unwrap();
+    assert_eq!(w.len(), 1);
+    assert_eq!(w[0].0, "/out/ms.4242");
+    let text = String::from_utf8(w[0].1.clone()).unwrap();
+    assert!(
+        text.starts_with(
+            "desc: --depth=5 --alignment=64 --massif-out-file=ms.%p\ncmd: ./prog a\ntime_unit: ms\n"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_program_without_heap_events_still_gets_the_startup_snapshot() {
+    let h = host();
+    let m = massif(&[]);
+    m.fini(&h, Exit::Normal(0));
+    let text = String::from_utf8(h.written.lock().unwrap()[0].1.clone()).unwrap();
+    assert_eq!(
+        text,
+        "desc: (none)\ncmd: ./prog a\ntime_unit: ms\n#-----------\nsnapshot=0\n#-----------\n\
+         time=0\nmem_heap_B=0\nmem_heap_extra_B=0\nmem_stacks_B=0\nheap_tree=empty\n"
+    );
+}
+
+#[test]
+fn heap_no_ignores_heap_events() {
+    let h = host();
+    let m = massif(&["--heap=no"]);
+    m.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
+    assert_eq!(totals(&m), (0, 0));
+}
+
+#[test]
+fn milliseconds_come_from_the_host_and_never_go_backwards() {
+    let h = host();
+    let m = massif(&["--time-unit=ms"]);
+    *h.now_ms.lock().unwrap() = 5;
+    m.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
+    *h.now_ms.lock().unwrap() = 3;
+    m.on_alloc(&h, &alloc(0xb0, 10, 6, 1));
+    let times: Vec<i64> = snaps(&m, &h).iter().map(|s| s.0).collect();
+    assert_eq!(times, [0, 5, 5], "startup at program start, then the clock");
+}
+
+#[test]
+fn events_from_many_threads_balance_out() {
+    let h = std::sync::Arc::new(host());
+    let m = std::sync::Arc::new(massif(&["--time-unit=B"]));
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let (h, m) = (h.clone(), m.clone());
+            std::thread::spawn(move || {
+                for i in 0..2000u64 {
+                    let a = alloc(t << 32 | i * 16, 1 + i % 50, 7, 1 + (i % 2) as u32);
+                    m.on_alloc(&*h, &a);
+                    m.on_free(&*h, &free(&a));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(totals(&m), (0, 0));
+    let st = m.state.lock();
+    assert!(st.ec_bytes.iter().all(|&b| b == 0));
+    assert!(st.sched.snaps.len() < 100);
+}

@@ -306,6 +306,19 @@ n3: 900800 (heap allocation functions) malloc/new/new[], --alloc-fns, etc.
     }
 
     #[test]
+    fn merged_group_comes_first_among_equal_totals() {
+        // sig = 30 * 50% = 15: a (15) is significant; b (8) and c (7) merge into 15 bytes,
+        // which ties with a and wins on its address 0.
+        let names = Names::new(&[(0x5, "a (x.c:5)")]);
+        let mut ecs = vec![(vec![0x5], 15), (vec![0x6], 8), (vec![0x7], 7)];
+        assert_eq!(
+            tree(&mut ecs, 0, 50.0, &names),
+            "n2: 30 (heap allocation functions) malloc/new/new[], --alloc-fns, etc.\n \
+             n0: 15 in 2 places, all below massif's threshold (50.00%)\n n0: 15 0x5: a (x.c:5)\n"
+        );
+    }
+
+    #[test]
     fn a_context_ending_at_a_node_is_not_a_child_group() {
         // [a] and [a, b]: a's node has 300 bytes but one child of 200.
         let names = Names::new(&[(0xa, "a (x.c:1)"), (0xb, "b (x.c:2)")]);
