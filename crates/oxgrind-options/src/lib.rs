@@ -16,10 +16,18 @@ use oxgrind_tool::{OptionError, Tool};
 pub mod template;
 
 /// The tools oxgrind knows, in `--help` order.
-pub const TOOLS: &[&str] = &["memcheck", "massif"];
+pub const TOOLS: &[&str] = &["massif"];
 
 /// Valgrind tools oxgrind does not implement yet: named so the user gets a clear answer.
-pub const PLANNED_TOOLS: &[&str] = &["dhat", "cachegrind", "none", "callgrind", "helgrind", "drd"];
+pub const PLANNED_TOOLS: &[&str] = &[
+    "memcheck",
+    "dhat",
+    "cachegrind",
+    "none",
+    "callgrind",
+    "helgrind",
+    "drd",
+];
 
 /// Where the `==PID==` log goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,7 +96,10 @@ pub enum Action {
 /// Creates the tool called `name`.
 pub fn new_tool(name: &str) -> Result<Box<dyn Tool>, OptionError> {
     match name {
-        // TOOL-REGISTRY: wired when the tool crates land.
+        "massif" => Ok(Box::new(oxgrind_massif::Massif::new())),
+        "memcheck" => Err(OptionError(
+            "memcheck is not available in this build yet; use --tool=massif".into(),
+        )),
         other if PLANNED_TOOLS.contains(&other) => Err(OptionError(format!(
             "the tool '{other}' is not implemented in oxgrind yet (available: {})",
             TOOLS.join(", ")
@@ -104,7 +115,9 @@ fn bool_value(opt: &str, v: &str) -> Result<bool, OptionError> {
     match v {
         "yes" => Ok(true),
         "no" => Ok(false),
-        _ => Err(OptionError(format!("Bad option: {opt}: expected 'yes' or 'no'"))),
+        _ => Err(OptionError(format!(
+            "Bad option: {opt}: expected 'yes' or 'no'"
+        ))),
     }
 }
 
@@ -122,11 +135,28 @@ fn num_value(opt: &str, v: &str, lo: u64, hi: u64) -> Result<u64, OptionError> {
 /// them is not an error.
 fn shared_with_tool(arg: &str) -> bool {
     const SHARED: &[&str] = &[
-        "-q", "--quiet", "-v", "--verbose", "-s", "--show-error-list", "--num-callers",
-        "--xml", "--xml-file", "--xml-fd", "--xml-user-comment", "--error-limit",
-        "--error-exitcode", "--exit-on-first-error", "--suppressions",
-        "--default-suppressions", "--gen-suppressions", "--show-below-main",
-        "--error-markers", "--demangle", "--read-inline-info", "--fullpath-after",
+        "-q",
+        "--quiet",
+        "-v",
+        "--verbose",
+        "-s",
+        "--show-error-list",
+        "--num-callers",
+        "--xml",
+        "--xml-file",
+        "--xml-fd",
+        "--xml-user-comment",
+        "--error-limit",
+        "--error-exitcode",
+        "--exit-on-first-error",
+        "--suppressions",
+        "--default-suppressions",
+        "--gen-suppressions",
+        "--show-below-main",
+        "--error-markers",
+        "--demangle",
+        "--read-inline-info",
+        "--fullpath-after",
     ];
     let name = arg.split('=').next().unwrap_or(arg);
     SHARED.contains(&name)
@@ -135,10 +165,23 @@ fn shared_with_tool(arg: &str) -> bool {
 /// Core options accepted for compatibility that change nothing in oxgrind.
 fn accepted_and_ignored(name: &str) -> bool {
     const IGNORED: &[&str] = &[
-        "--vgdb", "--vgdb-error", "--vgdb-stop-at", "--smc-check", "--read-var-info",
-        "--keep-debuginfo", "--run-libc-freeres", "--run-cxx-freeres", "--sym-offsets",
-        "--max-stackframe", "--main-stacksize", "--fair-sched", "--redzone-size",
-        "--xtree-memory", "--xtree-memory-file", "--error-markers", "--trace-children-skip-by-arg",
+        "--vgdb",
+        "--vgdb-error",
+        "--vgdb-stop-at",
+        "--smc-check",
+        "--read-var-info",
+        "--keep-debuginfo",
+        "--run-libc-freeres",
+        "--run-cxx-freeres",
+        "--sym-offsets",
+        "--max-stackframe",
+        "--main-stacksize",
+        "--fair-sched",
+        "--redzone-size",
+        "--xtree-memory",
+        "--xtree-memory-file",
+        "--error-markers",
+        "--trace-children-skip-by-arg",
     ];
     IGNORED.contains(&name)
 }
@@ -195,7 +238,9 @@ pub fn parse(options: &[String]) -> Result<Action, OptionError> {
                 core.log = LogDest::File(v.to_string());
             }
             "--log-socket" => {
-                return Err(OptionError("--log-socket is not supported by oxgrind; use --log-file".into()))
+                return Err(OptionError(
+                    "--log-socket is not supported by oxgrind; use --log-file".into(),
+                ))
             }
             "--trace-children" => core.trace_children = bool_value(o, val()?)?,
             "--trace-children-skip" => {
@@ -211,13 +256,23 @@ pub fn parse(options: &[String]) -> Result<Action, OptionError> {
             "--alignment" => {
                 let n = num_value(o, val()?, 16, 4096)?;
                 if !n.is_power_of_two() {
-                    return Err(OptionError(format!("Bad option: {o}: must be a power of 2")));
+                    return Err(OptionError(format!(
+                        "Bad option: {o}: must be a power of 2"
+                    )));
                 }
                 core.alignment = n;
             }
-            "-s" | "--show-error-list" | "--xml" | "--xml-file" | "--xml-fd"
-            | "--xml-user-comment" | "--error-limit" | "--error-exitcode"
-            | "--exit-on-first-error" | "--suppressions" | "--default-suppressions"
+            "-s"
+            | "--show-error-list"
+            | "--xml"
+            | "--xml-file"
+            | "--xml-fd"
+            | "--xml-user-comment"
+            | "--error-limit"
+            | "--error-exitcode"
+            | "--exit-on-first-error"
+            | "--suppressions"
+            | "--default-suppressions"
             | "--gen-suppressions" => {}
             n if accepted_and_ignored(n) => {}
             _ => consumed = false,
@@ -234,7 +289,12 @@ pub fn parse(options: &[String]) -> Result<Action, OptionError> {
         }
     }
     tool.post_options()?;
-    Ok(Action::Run(Box::new(Parsed { core, tool, options: options.to_vec(), tool_options })))
+    Ok(Action::Run(Box::new(Parsed {
+        core,
+        tool,
+        options: options.to_vec(),
+        tool_options,
+    })))
 }
 
 /// Separator of list items inside one environment variable (ASCII unit separator: cannot
@@ -302,7 +362,10 @@ mod tests {
     #[test]
     fn core_options_are_parsed() {
         let Action::Run(p) = parse(&v(&[
-            "--tool=massif", "-q", "--num-callers=30", "--trace-children=yes",
+            "--tool=massif",
+            "-q",
+            "--num-callers=30",
+            "--trace-children=yes",
             "--log-file=log.%p",
         ]))
         .ok()

@@ -44,14 +44,18 @@ pub fn expand(
                         Some('}') => break,
                         Some(ch) => var.push(ch),
                         None => {
-                            return Err(OptionError(format!("{template}: missing '}}' after '%q{{'")))
+                            return Err(OptionError(format!(
+                                "{template}: missing '}}' after '%q{{'"
+                            )))
                         }
                     }
                 }
                 match getenv(&var) {
                     Some(v) => out.push_str(&v),
                     None => {
-                        return Err(OptionError(format!("Environment variable '{var}' is not set")))
+                        return Err(OptionError(format!(
+                            "Environment variable '{var}' is not set"
+                        )))
                     }
                 }
             }
@@ -79,15 +83,24 @@ mod tests {
     #[test]
     fn tokens_expand_and_relative_names_become_absolute() {
         let env = |k: &str| (k == "JOB").then(|| "7".to_string());
-        assert_eq!(expand("massif.out.%p", 42, 1, &env, "/tmp").unwrap(), "/tmp/massif.out.42");
-        assert_eq!(expand("/x/%q{JOB}-%n-%%", 1, 3, &env, "/tmp").unwrap(), "/x/7-3-%");
+        assert_eq!(
+            expand("massif.out.%p", 42, 1, &env, "/tmp").unwrap(),
+            "/tmp/massif.out.42"
+        );
+        assert_eq!(
+            expand("/x/%q{JOB}-%n-%%", 1, 3, &env, "/tmp").unwrap(),
+            "/x/7-3-%"
+        );
     }
 
     #[test]
     fn bad_templates_are_errors() {
         let env = |_: &str| None;
         assert!(expand("a%x", 1, 1, &env, "/").is_err());
-        assert!(expand("%q{NOPE}", 1, 1, &env, "/").unwrap_err().0.contains("'NOPE' is not set"));
+        assert!(expand("%q{NOPE}", 1, 1, &env, "/")
+            .unwrap_err()
+            .0
+            .contains("'NOPE' is not set"));
         assert!(expand("~/x", 1, 1, &env, "/").is_err());
     }
 }

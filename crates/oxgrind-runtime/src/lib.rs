@@ -1,1 +1,54 @@
-//! The runtime preloaded into the program (to be written).
+//! liboxgrind_runtime.so: the part of oxgrind that lives inside the program.
+//!
+//! The launcher starts the program with this library in `LD_PRELOAD`. From then on:
+//!
+//! * [`hooks`] replaces the allocator entry points (`malloc` ... `operator delete[]`); each
+//!   call is served by glibc's own allocator (`__libc_malloc`), recorded in the live-block
+//!   table ([`blocks`]) with its interned call stack ([`stacks`]), and reported to the tool;
+//! * [`state`] holds the configuration and the one tool of this process, set up on the first
+//!   allocator call or by our constructor, whichever comes first;
+//! * [`exit`] makes sure the tool's report is written however the process ends: normal exit
+//!   (our destructor), `_exit`, a fatal signal, `execve`; and that `fork` leaves the child
+//!   with consistent state;
+//! * [`host`] is the `oxgrind_tool::Host` the tool talks to;
+//! * [`roots`] stops the other threads and finds the leak checker's root set.
+//!
+//! Invariants every module keeps, because this code runs inside someone else's process at
+//! arbitrary moments: Rust allocations use our private heap (the `#[global_allocator]`
+//! below), never the program's; system calls go through `oxgrind_sys` and leave `errno`
+//! alone; any runtime code runs with the thread's re-entrancy flag set ([`guard`]), so an
+//! allocator call made *by* the runtime (through libc) is passed straight to glibc.
+#![allow(clippy::missing_safety_doc)] // exported C entry points document C semantics
+
+pub mod blocks;
+pub mod exit;
+pub mod guard;
+pub mod hooks;
+pub mod host;
+pub mod libc_api;
+pub mod roots;
+pub mod stacks;
+pub mod state;
+
+#[global_allocator]
+static HEAP: oxgrind_sys::heap::PrivateHeap = oxgrind_sys::heap::PrivateHeap::new();
+
+/// Our constructor: runs before the program's own constructors and `main` (a preloaded
+/// library is initialised right after libc). Initialising here rather than lazily keeps the
+/// first `malloc` of the program cheap and installs the exit and signal handling early.
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = on_load;
+
+#[used]
+#[link_section = ".fini_array"]
+static FINI: extern "C" fn() = on_unload;
+
+extern "C" fn on_load() {
+    state::ensure_init();
+}
+
+/// Runs from `_dl_fini`, after the program's `atexit` handlers and static destructors.
+extern "C" fn on_unload() {
+    exit::at_normal_exit();
+}

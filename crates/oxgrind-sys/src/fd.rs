@@ -19,7 +19,12 @@ pub struct FdWriter {
 
 impl FdWriter {
     pub const fn new(fd: i32) -> Self {
-        FdWriter { fd, buf: [0; 4096], len: 0, error: None }
+        FdWriter {
+            fd,
+            buf: [0; 4096],
+            len: 0,
+            error: None,
+        }
     }
 
     pub fn fd(&self) -> i32 {

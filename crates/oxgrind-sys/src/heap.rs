@@ -43,9 +43,14 @@ pub struct PrivateHeap {
 
 impl PrivateHeap {
     pub const fn new() -> Self {
-        const EMPTY: SpinLock<Class> =
-            SpinLock::new(Class { free: ptr::null_mut(), bump: 0, end: 0 });
-        PrivateHeap { classes: [EMPTY; CLASSES] }
+        const EMPTY: SpinLock<Class> = SpinLock::new(Class {
+            free: ptr::null_mut(),
+            bump: 0,
+            end: 0,
+        });
+        PrivateHeap {
+            classes: [EMPTY; CLASSES],
+        }
     }
 
     fn class_of(layout: &Layout) -> Option<usize> {
@@ -79,10 +84,47 @@ impl Default for PrivateHeap {
     }
 }
 
+/// Every mapping the heap holds, so the leak checker can leave oxgrind's own memory out of
+/// the program's root set (it is full of pointers to the program's blocks).
+static REGIONS: SpinLock<[(usize, usize); MAX_REGIONS]> = SpinLock::new([(0, 0); MAX_REGIONS]);
+const MAX_REGIONS: usize = 16384;
+
+fn note_region(start: usize, len: usize) {
+    let mut r = REGIONS.lock();
+    if let Some(slot) = r.iter_mut().find(|s| s.1 == 0) {
+        *slot = (start, len);
+    }
+}
+
+fn forget_region(start: usize) {
+    let mut r = REGIONS.lock();
+    if let Some(slot) = r.iter_mut().find(|s| s.0 == start && s.1 != 0) {
+        *slot = (0, 0);
+    }
+}
+
+/// Calls `f(start, len)` for every mapping the private heap holds. `f` must not allocate
+/// (the heap may need this lock to map a new chunk).
+pub fn for_each_region(mut f: impl FnMut(usize, usize)) {
+    let r = REGIONS.lock();
+    for &(s, l) in r.iter().filter(|s| s.1 != 0) {
+        f(s, l);
+    }
+}
+
+/// # Safety
+/// Only in a single-threaded child right after `fork`.
+pub unsafe fn force_unlock_regions() {
+    // SAFETY: forwarded.
+    unsafe { REGIONS.force_unlock() }
+}
+
 fn map_aligned(len: usize, align: usize) -> *mut u8 {
     let align = align.max(PAGE);
     let total = len + align - PAGE;
-    let Some(p) = raw::mmap_anon(total) else { return ptr::null_mut() };
+    let Some(p) = raw::mmap_anon(total) else {
+        return ptr::null_mut();
+    };
     let start = p as usize;
     let aligned = (start + align - 1) & !(align - 1);
     // SAFETY: both trimmed ranges lie inside the mapping just made and are unused.
@@ -95,6 +137,7 @@ fn map_aligned(len: usize, align: usize) -> *mut u8 {
             raw::munmap((aligned + len) as *mut u8, tail);
         }
     }
+    note_region(aligned, len);
     aligned as *mut u8
 }
 
@@ -134,6 +177,7 @@ unsafe impl GlobalAlloc for PrivateHeap {
     unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
         match Self::class_of(&layout) {
             None => {
+                forget_region(p as usize);
                 // SAFETY: large blocks are whole mappings of round_pages(size) bytes.
                 unsafe { raw::munmap(p, round_pages(layout.size())) }
             }

@@ -24,7 +24,10 @@ unsafe impl<T: Send> Send for SpinLock<T> {}
 
 impl<T> SpinLock<T> {
     pub const fn new(value: T) -> Self {
-        SpinLock { locked: AtomicBool::new(false), value: UnsafeCell::new(value) }
+        SpinLock {
+            locked: AtomicBool::new(false),
+            value: UnsafeCell::new(value),
+        }
     }
 
     #[inline]
@@ -45,7 +48,8 @@ impl<T> SpinLock<T> {
         if let Some(g) = self.try_lock() {
             return g;
         }
-        self.lock_slow(u64::MAX).expect("unbounded lock always succeeds")
+        self.lock_slow(u64::MAX)
+            .expect("unbounded lock always succeeds")
     }
 
     /// Tries for about `spins` rounds, then gives up: for paths (fatal signals, exit) where

@@ -60,8 +60,16 @@ pub fn open(path: &[u8], flags: usize, mode: usize) -> Result<i32, i32> {
         return Err(22); // EINVAL
     }
     // SAFETY: path is NUL-terminated (checked above) and outlives the call.
-    check(unsafe { syscall4(SYS_OPENAT, AT_FDCWD as usize, path.as_ptr() as usize, flags, mode) })
-        .map(|fd| fd as i32)
+    check(unsafe {
+        syscall4(
+            SYS_OPENAT,
+            AT_FDCWD as usize,
+            path.as_ptr() as usize,
+            flags,
+            mode,
+        )
+    })
+    .map(|fd| fd as i32)
 }
 
 pub fn close(fd: i32) -> Result<usize, i32> {

@@ -128,7 +128,11 @@ fn check_elf(head: &[u8], shown: &str) -> Result<()> {
     if u16_at(18) != 62 {
         bail!("{shown}: not an x86-64 program; oxgrind runs x86-64 programs only");
     }
-    let (phoff, phentsize, phnum) = (u64_at(32) as usize, u16_at(54) as usize, u16_at(56) as usize);
+    let (phoff, phentsize, phnum) = (
+        u64_at(32) as usize,
+        u16_at(54) as usize,
+        u16_at(56) as usize,
+    );
     let mut has_interp = false;
     for i in 0..phnum {
         let off = phoff + i * phentsize;
@@ -157,8 +161,13 @@ fn find_runtime() -> Result<PathBuf> {
     }
     let exe = std::env::current_exe().context("cannot locate the oxgrind executable")?;
     let exe = fs::canonicalize(&exe).unwrap_or(exe);
-    let dir = exe.parent().ok_or_else(|| anyhow!("oxgrind executable has no directory"))?;
-    for candidate in [dir.join(RUNTIME_NAME), dir.join("../lib/oxgrind").join(RUNTIME_NAME)] {
+    let dir = exe
+        .parent()
+        .ok_or_else(|| anyhow!("oxgrind executable has no directory"))?;
+    for candidate in [
+        dir.join(RUNTIME_NAME),
+        dir.join("../lib/oxgrind").join(RUNTIME_NAME),
+    ] {
         if candidate.is_file() {
             return Ok(candidate);
         }

@@ -1,0 +1,12 @@
+// The few entry points that cannot be written in Rust: C++ `operator new` must be able to
+// throw `std::bad_alloc` through its own frame, and `execl`-style functions are variadic.
+fn main() {
+    println!("cargo:rerun-if-changed=src/shim.c");
+    cc::Build::new()
+        .file("src/shim.c")
+        .flag("-fexceptions")
+        .flag("-fno-builtin")
+        .flag("-fvisibility=default")
+        .opt_level(2)
+        .compile("oxgrind_shim");
+}

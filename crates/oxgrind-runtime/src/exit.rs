@@ -1,0 +1,447 @@
+//! However the process ends, the user gets the report.
+//!
+//! | how it ends | where we write the report |
+//! |---|---|
+//! | return from `main`, `exit()` | our destructor, after the program's `atexit` handlers |
+//! | `_exit`, `_Exit` | our replacements of them |
+//! | a fatal signal (Ctrl+C, SIGTERM, `abort()`, a crash) | our handler, then the signal is re-raised with its default action so the exit status is the one a shell expects |
+//! | `execve` and friends | our replacements, before the image is replaced |
+//!
+//! Fatal-signal handlers are installed only for signals whose disposition is the default,
+//! and the program never sees them: our `sigaction`/`signal` report the program's own
+//! settings, and once the program installs a handler of its own, the signal is its business.
+//!
+//! `fork` goes through an [`EventGate`]: before the fork every allocator event in flight on
+//! other threads finishes and new ones wait, so the child never inherits a lock held by a
+//! thread that does not exist in it.
+
+use core::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+
+use oxgrind_sys::raw;
+use oxgrind_sys::syscall::syscall4;
+use oxgrind_tool::Exit;
+
+use crate::guard::{self, Entered};
+use crate::host::HOST;
+use crate::libc_api;
+use crate::state::{self, BLOCKS, STACKS};
+
+// ---------------------------------------------------------------------------------------
+// The fork gate.
+
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+static GATE_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Held for the duration of one allocator event.
+pub struct EventGate(());
+
+impl EventGate {
+    #[inline]
+    pub fn enter() -> EventGate {
+        loop {
+            while GATE_CLOSED.load(Ordering::Acquire) {
+                core::hint::spin_loop();
+                raw::sched_yield();
+            }
+            IN_FLIGHT.fetch_add(1, Ordering::AcqRel);
+            if !GATE_CLOSED.load(Ordering::Acquire) {
+                return EventGate(());
+            }
+            IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for EventGate {
+    #[inline]
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+extern "C" fn before_fork() {
+    GATE_CLOSED.store(true, Ordering::Release);
+    while IN_FLIGHT.load(Ordering::Acquire) != 0 {
+        raw::sched_yield();
+    }
+}
+
+extern "C" fn after_fork_parent() {
+    GATE_CLOSED.store(false, Ordering::Release);
+}
+
+extern "C" fn after_fork_child() {
+    // Only this thread exists now, and no event was in flight when it forked: every lock is
+    // free except the ones a thread of the parent might have held outside events.
+    // SAFETY: single-threaded child right after fork.
+    unsafe {
+        BLOCKS.force_unlock_all();
+        STACKS.force_unlock_all();
+    }
+    GATE_CLOSED.store(false, Ordering::Release);
+    if let Some(rt) = state::runtime() {
+        rt.tool.on_fork_child();
+    }
+    crate::host::after_fork_child();
+}
+
+// ---------------------------------------------------------------------------------------
+// Writing the report once.
+
+static FINISHED: AtomicBool = AtomicBool::new(false);
+
+/// Runs the tool's `fini` once per process image (a forked child has its own).
+pub fn finish(exit: Exit) {
+    let Some(rt) = state::runtime() else { return };
+    if FINISHED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let _inside = Entered::try_enter();
+    rt.tool.fini(&HOST, exit);
+}
+
+pub fn at_normal_exit() {
+    let Some(rt) = state::runtime() else { return };
+    if FINISHED.load(Ordering::Acquire) {
+        return;
+    }
+    // The program's stdio buffers are flushed after us otherwise, and its output would come
+    // after our report when both go to one file or pipe.
+    // SAFETY: fflush(NULL) flushes every open stream; we are at exit, in the program's thread.
+    unsafe { libc_api::fflush(core::ptr::null_mut()) };
+    finish(Exit::Normal(0));
+    if let Some(code) = rt.tool.exit_status_override() {
+        raw::exit_group(code);
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _exit(code: c_int) -> ! {
+    finish(Exit::Normal(code));
+    let code = state::runtime()
+        .and_then(|rt| rt.tool.exit_status_override())
+        .unwrap_or(code);
+    raw::exit_group(code)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _Exit(code: c_int) -> ! {
+    // SAFETY: same contract as _exit.
+    unsafe { _exit(code) }
+}
+
+// ---------------------------------------------------------------------------------------
+// Fatal signals.
+
+/// Signals whose default action ends the process.
+const FATAL: &[c_int] = &[
+    1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 31,
+];
+const NSIG: usize = 65;
+
+/// Per signal: whether our reporting handler is what the kernel has installed.
+static OURS: [AtomicBool; NSIG] = [const { AtomicBool::new(false) }; NSIG];
+/// A fatal signal that arrived while the thread was inside oxgrind, to act on when it
+/// leaves (see `guard::Entered::drop`).
+static PENDING: AtomicI32 = AtomicI32::new(0);
+
+const SA_SIGINFO: u64 = 4;
+const SA_ONSTACK: u64 = 0x0800_0000;
+const SA_RESTORER: u64 = 0x0400_0000;
+const SA_RESTART: u64 = 0x1000_0000;
+const SIG_DFL: usize = 0;
+
+/// The kernel's `struct sigaction` on x86-64 (not glibc's, which orders fields differently).
+#[repr(C)]
+struct KernelSigaction {
+    handler: usize,
+    flags: u64,
+    restorer: usize,
+    mask: u64,
+}
+
+std::arch::global_asm!(
+    ".globl oxgrind_sigreturn",
+    ".type oxgrind_sigreturn,@function",
+    "oxgrind_sigreturn:",
+    "mov rax, 15", // rt_sigreturn
+    "syscall",
+);
+extern "C" {
+    fn oxgrind_sigreturn();
+}
+
+fn kernel_sigaction(
+    sig: c_int,
+    act: Option<&KernelSigaction>,
+    old: Option<&mut KernelSigaction>,
+) -> isize {
+    let a = act.map_or(0, |a| a as *const _ as usize);
+    let o = old.map_or(0, |o| o as *mut _ as usize);
+    // SAFETY: the structs have the kernel's layout and outlive the call; sigsetsize is 8.
+    unsafe { syscall4(raw::SYS_RT_SIGACTION, sig as usize, a, o, 8) }
+}
+
+fn set_default(sig: c_int) {
+    let act = KernelSigaction {
+        handler: SIG_DFL,
+        flags: SA_RESTORER,
+        restorer: oxgrind_sigreturn as *const () as usize,
+        mask: 0,
+    };
+    kernel_sigaction(sig, Some(&act), None);
+    OURS[sig as usize].store(false, Ordering::Release);
+}
+
+fn unblock(sig: c_int) {
+    let set: u64 = 1 << (sig - 1);
+    // SAFETY: SIG_UNBLOCK (1) with a valid 8-byte set.
+    unsafe {
+        syscall4(
+            raw::SYS_RT_SIGPROCMASK,
+            1,
+            &set as *const u64 as usize,
+            0,
+            8,
+        )
+    };
+}
+
+/// Ends the process by `sig`'s default action, after the report.
+fn die_by(sig: c_int) -> ! {
+    finish(Exit::Signal(sig));
+    set_default(sig);
+    unblock(sig);
+    let _ = raw::tgkill(raw::getpid(), raw::gettid(), sig);
+    // A synchronous fault re-executes the faulting instruction on return and dies then;
+    // anything else is delivered at once above. If neither happened, exit as a shell would.
+    raw::exit_group(128 + sig)
+}
+
+extern "C" fn on_fatal_signal(sig: c_int, info: *mut c_void, _ctx: *mut c_void) {
+    let synchronous = matches!(sig, 4 | 5 | 7 | 8 | 11 | 31);
+    if guard::inside() {
+        if synchronous {
+            // A fault in oxgrind's own code: say so rather than hide it as the program's.
+            let _ = info;
+            oxgrind_sys::fd::write_all(
+                2,
+                b"oxgrind: internal error: fatal signal inside the runtime\n",
+            );
+            set_default(sig);
+            return; // the fault repeats with the default action and ends the process
+        }
+        PENDING.store(sig, Ordering::Release);
+        return;
+    }
+    if synchronous {
+        finish(Exit::Signal(sig));
+        set_default(sig);
+        return; // re-executes the faulting instruction under the default action
+    }
+    die_by(sig)
+}
+
+/// Acts on a fatal signal that arrived while this thread was inside oxgrind.
+#[inline]
+pub fn run_pending_signal() {
+    if PENDING.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let sig = PENDING.swap(0, Ordering::AcqRel);
+    if sig != 0 {
+        die_by(sig);
+    }
+}
+
+fn install_signal_handlers() {
+    for &sig in FATAL {
+        let mut old = KernelSigaction {
+            handler: 0,
+            flags: 0,
+            restorer: 0,
+            mask: 0,
+        };
+        if kernel_sigaction(sig, None, Some(&mut old)) != 0 || old.handler != SIG_DFL {
+            continue; // ignored or handled by someone already: not ours to take
+        }
+        let act = KernelSigaction {
+            handler: on_fatal_signal as *const () as usize,
+            flags: SA_SIGINFO | SA_ONSTACK | SA_RESTORER | SA_RESTART,
+            restorer: oxgrind_sigreturn as *const () as usize,
+            mask: 0,
+        };
+        if kernel_sigaction(sig, Some(&act), None) == 0 {
+            OURS[sig as usize].store(true, Ordering::Release);
+        }
+    }
+}
+
+/// glibc's `struct sigaction` (what the program passes to `sigaction`).
+#[repr(C)]
+pub struct LibcSigaction {
+    handler: usize,
+    mask: [u64; 16],
+    flags: c_int,
+    restorer: usize,
+}
+
+type SigactionFn = unsafe extern "C" fn(c_int, *const LibcSigaction, *mut LibcSigaction) -> c_int;
+
+fn real_sigaction() -> Option<SigactionFn> {
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    let mut f = REAL.load(Ordering::Acquire);
+    if f == 0 {
+        f = libc_api::next_symbol(b"sigaction\0") as usize;
+        REAL.store(f, Ordering::Release);
+    }
+    // SAFETY: dlsym returned libc's sigaction, whose signature is SigactionFn.
+    (f != 0).then(|| unsafe { core::mem::transmute::<usize, SigactionFn>(f) })
+}
+
+/// The program's `sigaction`: while our reporting handler holds a signal, the program sees
+/// the default disposition it believes is there; any other disposition it sets replaces ours.
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(
+    sig: c_int,
+    act: *const LibcSigaction,
+    old: *mut LibcSigaction,
+) -> c_int {
+    let Some(real) = real_sigaction() else {
+        return -1;
+    };
+    let ours = (1..NSIG as c_int).contains(&sig) && OURS[sig as usize].load(Ordering::Acquire);
+    if !ours {
+        // SAFETY: forwarded as given.
+        return unsafe { real(sig, act, old) };
+    }
+    if !old.is_null() {
+        // SAFETY: the caller's out-parameter; a zeroed struct is SIG_DFL with no flags.
+        unsafe { core::ptr::write_bytes(old, 0, 1) };
+    }
+    // SAFETY: act, when not null, points to the caller's struct.
+    if act.is_null() || unsafe { (*act).handler } == SIG_DFL {
+        return 0; // still the default as far as the program knows; we keep reporting
+    }
+    OURS[sig as usize].store(false, Ordering::Release);
+    // SAFETY: forwarded; old was already filled with what the program believes.
+    unsafe { real(sig, act, core::ptr::null_mut()) }
+}
+
+/// `signal()` with glibc's BSD semantics, routed through our `sigaction`.
+#[no_mangle]
+pub unsafe extern "C" fn signal(sig: c_int, handler: usize) -> usize {
+    let act = LibcSigaction {
+        handler,
+        mask: [0; 16],
+        flags: SA_RESTART as c_int,
+        restorer: 0,
+    };
+    let mut old = LibcSigaction {
+        handler: 0,
+        mask: [0; 16],
+        flags: 0,
+        restorer: 0,
+    };
+    // SAFETY: both structs are valid for the call.
+    if unsafe { sigaction(sig, &act, &mut old) } != 0 {
+        return usize::MAX; // SIG_ERR
+    }
+    old.handler
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: usize) -> usize {
+    // SAFETY: same contract as signal.
+    unsafe { signal(sig, handler) }
+}
+
+// ---------------------------------------------------------------------------------------
+// exec.
+
+type ExecveFn =
+    unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+type ExecvpeFn = ExecveFn;
+
+fn real_fn(name: &'static [u8], slot: &AtomicUsize) -> usize {
+    let mut f = slot.load(Ordering::Acquire);
+    if f == 0 {
+        f = libc_api::next_symbol(name) as usize;
+        slot.store(f, Ordering::Release);
+    }
+    f
+}
+
+/// Writes the report of the image about to be replaced. If the exec fails, the program
+/// goes on, and a later exit does not write a second report (the first one stands).
+fn before_exec() {
+    finish(Exit::Exec);
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    let f = real_fn(b"execve\0", &REAL);
+    before_exec();
+    // SAFETY: libc's execve with the caller's arguments.
+    unsafe { core::mem::transmute::<usize, ExecveFn>(f)(path, argv, envp) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    // SAFETY: environ is libc's current environment.
+    unsafe { execve(path, argv, libc_api::environ as *const *const c_char) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvpe(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    let f = real_fn(b"execvpe\0", &REAL);
+    before_exec();
+    // SAFETY: libc's execvpe with the caller's arguments.
+    unsafe { core::mem::transmute::<usize, ExecvpeFn>(f)(file, argv, envp) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    // SAFETY: environ is libc's current environment.
+    unsafe { execvpe(file, argv, libc_api::environ as *const *const c_char) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fexecve(
+    fd: c_int,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    type F = unsafe extern "C" fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    let f = real_fn(b"fexecve\0", &REAL);
+    before_exec();
+    // SAFETY: libc's fexecve with the caller's arguments.
+    unsafe { core::mem::transmute::<usize, F>(f)(fd, argv, envp) }
+}
+
+// ---------------------------------------------------------------------------------------
+
+/// Called once set-up made this image active.
+pub fn install() {
+    // SAFETY: plain registration of three extern "C" fns with no arguments.
+    unsafe {
+        libc_api::pthread_atfork(
+            Some(before_fork),
+            Some(after_fork_parent),
+            Some(after_fork_child),
+        )
+    };
+    install_signal_handlers();
+}

@@ -1,0 +1,48 @@
+//! The per-thread "inside oxgrind" flag.
+//!
+//! While the runtime works on a thread, a `malloc` on that thread can only come from the
+//! runtime itself (through a libc function it called) or from a signal handler that
+//! interrupted it. Both must bypass the tool: the first would recurse, the second would
+//! re-enter non-reentrant state. [`Entered`] sets the flag for a scope.
+//!
+//! The flag lives in a `thread_local!` with a `const` initialiser and no destructor: for a
+//! library loaded at start-up, that is static TLS, allocated with the thread, so reading it
+//! never allocates (a `dlopen`ed library would get lazily allocated TLS and could not do
+//! this).
+
+use std::cell::Cell;
+
+thread_local! {
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Proof that this thread was not inside the runtime and now is, until dropped.
+pub struct Entered(());
+
+impl Entered {
+    #[inline]
+    pub fn try_enter() -> Option<Entered> {
+        INSIDE.with(|f| {
+            if f.get() {
+                None
+            } else {
+                f.set(true);
+                Some(Entered(()))
+            }
+        })
+    }
+}
+
+impl Drop for Entered {
+    #[inline]
+    fn drop(&mut self) {
+        INSIDE.with(|f| f.set(false));
+        crate::exit::run_pending_signal();
+    }
+}
+
+/// Whether the current thread is inside the runtime (for signal handlers).
+#[inline]
+pub fn inside() -> bool {
+    INSIDE.with(|f| f.get())
+}

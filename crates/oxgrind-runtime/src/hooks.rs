@@ -1,0 +1,587 @@
+//! The allocator entry points the program calls instead of glibc's.
+//!
+//! Each hook is one path: serve the request from glibc's allocator (`__libc_malloc` & co),
+//! then, if this image is measured and the thread is not already inside oxgrind, capture
+//! the stack, record the block and tell the tool. The order matters for `free`: the tool
+//! hears of the free *before* the memory is released (Massif takes its peak snapshot then).
+//!
+//! Blocks allocated while oxgrind is working on the thread (through libc functions the
+//! runtime calls) or before set-up finished are recorded as `internal`: `free` still finds
+//! them, tools never see them. An address `free` cannot find is the program's bug, reported
+//! as an invalid free and never passed to glibc (which would abort or corrupt its heap).
+//!
+//! `operator new` lives in `shim.c` (it must be able to throw) and calls [`oxgrind_new`].
+
+use core::ffi::{c_int, c_void};
+
+use oxgrind_tool::{Alloc, AllocFn, Free, Misuse, MisuseEvent, StackId};
+
+use crate::blocks::BlockInfo;
+use crate::exit::EventGate;
+use crate::guard::Entered;
+use crate::host::HOST;
+use crate::libc_api::*;
+use crate::stacks;
+use crate::state::{self, Runtime, BLOCKS, FREED, STACKS};
+
+/// A stack id meaning "not captured" (the tool did not ask for free stacks).
+pub const NO_STACK: StackId = StackId(u32::MAX);
+
+extern "C" {
+    fn __errno_location() -> *mut c_int;
+}
+
+/// Being inside a hook on behalf of the program: holds the re-entrancy flag, the fork gate
+/// and the program's `errno`, restored on drop.
+struct Event {
+    rt: &'static Runtime,
+    errno: c_int,
+    _gate: EventGate,
+    _inside: Entered,
+}
+
+impl Event {
+    #[inline]
+    fn enter() -> Option<Event> {
+        if !state::settled() {
+            state::ensure_init();
+        }
+        let rt = state::runtime()?;
+        let inside = Entered::try_enter()?;
+        let gate = EventGate::enter();
+        // SAFETY: __errno_location returns this thread's errno slot.
+        let errno = unsafe { *__errno_location() };
+        Some(Event {
+            rt,
+            errno,
+            _gate: gate,
+            _inside: inside,
+        })
+    }
+
+    #[inline]
+    fn tid(&self) -> i32 {
+        oxgrind_sys::raw::gettid()
+    }
+
+    #[inline]
+    fn stack(&self, entry: u64) -> StackId {
+        let depth = self.rt.needs.stack_depth;
+        if depth == 0 {
+            return NO_STACK;
+        }
+        stacks::capture(&STACKS, entry, depth)
+    }
+
+    fn misuse(&self, entry: u64, kind: Misuse) {
+        let ev = MisuseEvent {
+            kind,
+            stack: self.stack(entry),
+            tid: self.tid(),
+        };
+        self.rt.tool.on_misuse(&HOST, &ev);
+    }
+}
+
+impl Drop for Event {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: as in enter.
+        unsafe { *__errno_location() = self.errno };
+    }
+}
+
+/// Valgrind's `round_up(size, 16) - size`: the usable bytes past the request its allocator
+/// gives, which Massif counts as extra heap. Modelled rather than read from glibc so our
+/// numbers match Valgrind's whatever glibc's bins do.
+#[inline]
+fn slop(size: u64) -> u64 {
+    size.next_multiple_of(16) - size
+}
+
+/// Valgrind's "fishy" test: a size that is negative when read as signed.
+#[inline]
+fn fishy(v: u64) -> bool {
+    (v as i64) < 0
+}
+
+/// Records a new block; `p` is non-null.
+#[inline]
+fn record_alloc(ev: Option<&Event>, p: *mut c_void, size: u64, func: AllocFn, entry: u64) {
+    let addr = p as u64;
+    match ev {
+        Some(ev) => {
+            let stack = ev.stack(entry);
+            BLOCKS.insert(
+                addr,
+                BlockInfo {
+                    size,
+                    stack,
+                    func,
+                    internal: false,
+                },
+            );
+            let a = Alloc {
+                addr,
+                size,
+                slop: slop(size),
+                func,
+                stack,
+                tid: ev.tid(),
+            };
+            ev.rt.tool.on_alloc(&HOST, &a);
+        }
+        None => {
+            if state::runtime().is_some() || !state::settled() {
+                BLOCKS.insert(
+                    addr,
+                    BlockInfo {
+                        size,
+                        stack: NO_STACK,
+                        func,
+                        internal: true,
+                    },
+                );
+            }
+        }
+    }
+}
+
+/// Gives a block back to glibc, through the freed-block queue when the tool wants one.
+fn release(rt: Option<&Runtime>, addr: u64, size: u64) {
+    let queued = rt.is_some_and(|rt| rt.needs.freelist_vol > 0);
+    if queued {
+        FREED.lock().push(addr, size, &mut |a| {
+            // SAFETY: `a` came from glibc's allocator and the program no longer owns it.
+            unsafe { __libc_free(a as *mut c_void) }
+        });
+    } else {
+        // SAFETY: as above.
+        unsafe { __libc_free(addr as *mut c_void) }
+    }
+}
+
+#[inline]
+fn base_alloc(rt: Option<&Runtime>, size: usize) -> *mut c_void {
+    let align = rt.map_or(16, |rt| rt.core.alignment as usize);
+    // SAFETY: plain calls into glibc's allocator.
+    unsafe {
+        if align > 16 {
+            __libc_memalign(align, size)
+        } else {
+            __libc_malloc(size)
+        }
+    }
+}
+
+/// The common path of every allocation function.
+#[inline]
+fn allocate(
+    size: u64,
+    func: AllocFn,
+    entry: u64,
+    get: impl FnOnce(Option<&Runtime>) -> *mut c_void,
+) -> *mut c_void {
+    let ev = Event::enter();
+    if let Some(ev) = &ev {
+        if fishy(size) {
+            ev.misuse(
+                entry,
+                Misuse::FishyValue {
+                    func,
+                    arg: "size",
+                    value: size,
+                },
+            );
+            return core::ptr::null_mut();
+        }
+    }
+    let p = get(ev.as_ref().map(|e| e.rt));
+    if !p.is_null() {
+        record_alloc(ev.as_ref(), p, size, func, entry);
+    }
+    p
+}
+
+/// The common path of every deallocation function.
+#[inline]
+fn deallocate(p: *mut c_void, func: AllocFn, entry: u64) {
+    if p.is_null() {
+        return;
+    }
+    let addr = p as u64;
+    let ev = Event::enter();
+    match (BLOCKS.remove(addr), &ev) {
+        (Some(b), Some(ev)) if !b.internal => {
+            let f = Free {
+                addr,
+                size: b.size,
+                slop: slop(b.size),
+                alloc_stack: b.stack,
+                alloc_func: b.func,
+                func,
+                stack: if ev.rt.needs.free_stacks {
+                    ev.stack(entry)
+                } else {
+                    NO_STACK
+                },
+                tid: ev.tid(),
+            };
+            ev.rt.tool.on_free(&HOST, &f);
+            release(Some(ev.rt), addr, b.size);
+        }
+        (Some(_), _) => release(None, addr, 0),
+        (None, Some(ev)) => ev.misuse(entry, Misuse::InvalidFree { addr, func }),
+        (None, None) => {
+            // Not measured, or oxgrind's own libc call freeing what it allocated before
+            // set-up: trust it, as glibc would.
+            if state::runtime().is_none() {
+                // SAFETY: the caller got p from glibc's allocator (we only pass through).
+                unsafe { __libc_free(p) }
+            }
+        }
+    }
+}
+
+macro_rules! entry {
+    ($f:expr) => {
+        $f as *const () as usize as u64
+    };
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+    allocate(size as u64, AllocFn::Malloc, entry!(malloc), |rt| {
+        base_alloc(rt, size)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn free(p: *mut c_void) {
+    deallocate(p, AllocFn::Free, entry!(free))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cfree(p: *mut c_void) {
+    deallocate(p, AllocFn::Free, entry!(cfree))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+    let entry = entry!(calloc);
+    if let Some(ev) = Event::enter() {
+        for (arg, v) in [("nmemb", n), ("size", size)] {
+            if fishy(v as u64) {
+                ev.misuse(
+                    entry,
+                    Misuse::FishyValue {
+                        func: AllocFn::Calloc,
+                        arg,
+                        value: v as u64,
+                    },
+                );
+                return core::ptr::null_mut();
+            }
+        }
+    }
+    let Some(total) = n.checked_mul(size) else {
+        // SAFETY: __libc_calloc detects the overflow itself and sets ENOMEM.
+        return unsafe { __libc_calloc(n, size) };
+    };
+    allocate(total as u64, AllocFn::Calloc, entry, |rt| {
+        let align = rt.map_or(16, |rt| rt.core.alignment as usize);
+        // SAFETY: plain calls into glibc's allocator; memalign'd memory is zeroed by hand.
+        unsafe {
+            if align > 16 {
+                let p = __libc_memalign(align, total);
+                if !p.is_null() {
+                    core::ptr::write_bytes(p as *mut u8, 0, total);
+                }
+                p
+            } else {
+                __libc_calloc(n, size)
+            }
+        }
+    })
+}
+
+fn reallocate(p: *mut c_void, size: usize, func: AllocFn, entry: u64) -> *mut c_void {
+    if p.is_null() {
+        return allocate(size as u64, func, entry, |rt| base_alloc(rt, size));
+    }
+    let ev = Event::enter();
+    if let Some(ev) = &ev {
+        if fishy(size as u64) {
+            ev.misuse(
+                entry,
+                Misuse::FishyValue {
+                    func,
+                    arg: "size",
+                    value: size as u64,
+                },
+            );
+            return core::ptr::null_mut();
+        }
+    }
+    if size == 0 {
+        // glibc (and Valgrind 3.19) free the block and return NULL.
+        drop(ev);
+        deallocate(p, func, entry);
+        return core::ptr::null_mut();
+    }
+    let addr = p as u64;
+    let old = BLOCKS.remove(addr);
+    let Some(ev) = ev else {
+        // SAFETY: p is glibc's (we only pass through when not measuring).
+        let q = unsafe { __libc_realloc(p, size) };
+        if !q.is_null() && (old.is_some() || !state::settled()) {
+            BLOCKS.insert(
+                q as u64,
+                BlockInfo {
+                    size: size as u64,
+                    stack: NO_STACK,
+                    func,
+                    internal: true,
+                },
+            );
+        } else if q.is_null() {
+            if let Some(b) = old {
+                BLOCKS.insert(addr, b);
+            }
+        }
+        return q;
+    };
+    let Some(old) = old else {
+        ev.misuse(entry, Misuse::InvalidFree { addr, func });
+        return core::ptr::null_mut();
+    };
+    if old.internal {
+        // SAFETY: an internal block is glibc's.
+        let q = unsafe { __libc_realloc(p, size) };
+        let keep = if q.is_null() { addr } else { q as u64 };
+        BLOCKS.insert(
+            keep,
+            BlockInfo {
+                size: if q.is_null() { old.size } else { size as u64 },
+                ..old
+            },
+        );
+        return q;
+    }
+    let rt = ev.rt;
+    // With a freed-block queue the old block must stay unreleased for a while, so always move.
+    let q = if rt.needs.freelist_vol > 0 || rt.core.alignment > 16 {
+        let q = base_alloc(Some(rt), size);
+        if !q.is_null() {
+            // SAFETY: both blocks are valid for the copied length and distinct.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    p as *const u8,
+                    q as *mut u8,
+                    (old.size as usize).min(size),
+                )
+            };
+            release(Some(rt), addr, old.size);
+        }
+        q
+    } else {
+        // SAFETY: p is a live glibc block of the program.
+        unsafe { __libc_realloc(p, size) }
+    };
+    if q.is_null() {
+        BLOCKS.insert(addr, old);
+        return q;
+    }
+    let stack = ev.stack(entry);
+    let tid = ev.tid();
+    let f = Free {
+        addr,
+        size: old.size,
+        slop: slop(old.size),
+        alloc_stack: old.stack,
+        alloc_func: old.func,
+        func,
+        stack,
+        tid,
+    };
+    let a = Alloc {
+        addr: q as u64,
+        size: size as u64,
+        slop: slop(size as u64),
+        func,
+        stack,
+        tid,
+    };
+    BLOCKS.insert(
+        q as u64,
+        BlockInfo {
+            size: size as u64,
+            stack,
+            func,
+            internal: false,
+        },
+    );
+    rt.tool.on_realloc(&HOST, &f, &a);
+    q
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    reallocate(p, size, AllocFn::Realloc, entry!(realloc))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
+    match n.checked_mul(size) {
+        Some(total) => reallocate(p, total, AllocFn::ReallocArray, entry!(reallocarray)),
+        None => {
+            // SAFETY: errno slot of this thread.
+            unsafe { *__errno_location() = 12 }; // ENOMEM
+            core::ptr::null_mut()
+        }
+    }
+}
+
+fn aligned(align: usize, size: usize, func: AllocFn, entry: u64) -> *mut c_void {
+    allocate(size as u64, func, entry, |rt| {
+        let align = align.max(rt.map_or(16, |rt| rt.core.alignment as usize));
+        // SAFETY: plain call into glibc's allocator (it rounds odd alignments up).
+        unsafe { __libc_memalign(align, size) }
+    })
+}
+
+fn bad_alignment(align: usize, func: AllocFn, entry: u64) {
+    if let Some(ev) = Event::enter() {
+        ev.misuse(
+            entry,
+            Misuse::BadAlignment {
+                func,
+                align: align as u64,
+            },
+        );
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+    aligned(align, size, AllocFn::Memalign, entry!(memalign))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+    let entry = entry!(aligned_alloc);
+    if !align.is_power_of_two() {
+        bad_alignment(align, AllocFn::AlignedAlloc, entry);
+        // SAFETY: errno slot of this thread.
+        unsafe { *__errno_location() = 22 }; // EINVAL
+        return core::ptr::null_mut();
+    }
+    aligned(align, size, AllocFn::AlignedAlloc, entry)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+    let entry = entry!(posix_memalign);
+    if !align.is_power_of_two() || align % core::mem::size_of::<usize>() != 0 {
+        bad_alignment(align, AllocFn::PosixMemalign, entry);
+        return 22; // EINVAL
+    }
+    let p = aligned(align, size, AllocFn::PosixMemalign, entry);
+    if p.is_null() {
+        return 12; // ENOMEM
+    }
+    // SAFETY: the caller passes a valid out-pointer, as posix_memalign requires.
+    unsafe { *out = p };
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
+    // SAFETY: plain call into glibc's allocator.
+    allocate(size as u64, AllocFn::Valloc, entry!(valloc), |_| unsafe {
+        __libc_valloc(size)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
+    // pvalloc rounds the request up to whole pages; the block is that big.
+    let rounded = size.max(1).next_multiple_of(4096);
+    // SAFETY: plain call into glibc's allocator.
+    allocate(
+        rounded as u64,
+        AllocFn::Pvalloc,
+        entry!(pvalloc),
+        |_| unsafe { __libc_pvalloc(size) },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
+    if p.is_null() {
+        return 0;
+    }
+    // Valgrind's replacement answers the requested size: bytes past it are not the program's.
+    match BLOCKS.get(p as u64) {
+        Some(b) if !b.internal => b.size as usize,
+        _ => {
+            type F = unsafe extern "C" fn(*mut c_void) -> usize;
+            let f = next_symbol(b"malloc_usable_size\0");
+            if f.is_null() {
+                return 0;
+            }
+            // SAFETY: dlsym found glibc's malloc_usable_size, whose signature is F.
+            unsafe { core::mem::transmute::<*mut c_void, F>(f)(p) }
+        }
+    }
+}
+
+/// `operator new` and friends, called from `shim.c`. `kind`: 1 = `new`, 2 = `new[]`.
+/// Returns NULL on failure; the shim throws `std::bad_alloc` unless `nothrow`.
+#[no_mangle]
+pub unsafe extern "C" fn oxgrind_new(
+    size: usize,
+    align: usize,
+    kind: c_int,
+    _nothrow: c_int,
+    entry: *const c_void,
+) -> *mut c_void {
+    let func = if kind == 2 {
+        AllocFn::NewArray
+    } else {
+        AllocFn::New
+    };
+    allocate(size as u64, func, entry as u64, |rt| {
+        if align > 16 {
+            // SAFETY: plain call into glibc's allocator.
+            unsafe { __libc_memalign(align, size) }
+        } else {
+            base_alloc(rt, size)
+        }
+    })
+}
+
+macro_rules! delete_fns {
+    ($($name:ident ( $($arg:ident : $ty:ty),* ) => $func:expr;)*) => {$(
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(p: *mut c_void $(, $arg: $ty)*) {
+            $(let _ = $arg;)*
+            deallocate(p, $func, entry!($name))
+        }
+    )*};
+}
+
+delete_fns! {
+    _ZdlPv() => AllocFn::Delete;
+    _ZdaPv() => AllocFn::DeleteArray;
+    _ZdlPvm(size: usize) => AllocFn::Delete;
+    _ZdaPvm(size: usize) => AllocFn::DeleteArray;
+    _ZdlPvSt11align_val_t(align: usize) => AllocFn::Delete;
+    _ZdaPvSt11align_val_t(align: usize) => AllocFn::DeleteArray;
+    _ZdlPvmSt11align_val_t(size: usize, align: usize) => AllocFn::Delete;
+    _ZdaPvmSt11align_val_t(size: usize, align: usize) => AllocFn::DeleteArray;
+    _ZdlPvRKSt9nothrow_t(nt: *const c_void) => AllocFn::Delete;
+    _ZdaPvRKSt9nothrow_t(nt: *const c_void) => AllocFn::DeleteArray;
+    _ZdlPvSt11align_val_tRKSt9nothrow_t(align: usize, nt: *const c_void) => AllocFn::Delete;
+    _ZdaPvSt11align_val_tRKSt9nothrow_t(align: usize, nt: *const c_void) => AllocFn::DeleteArray;
+}

@@ -1,0 +1,151 @@
+//! The runtime as the tools see it: `oxgrind_tool::Host`.
+//!
+//! Symbolisation is lazy and cached (first use at report time, or when Massif classifies a
+//! new stack); output files are created with raw system calls on descriptors the program
+//! never sees.
+
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+
+use oxgrind_options::{template, LogDest};
+use oxgrind_sys::lock::SpinLock;
+use oxgrind_sys::raw;
+use oxgrind_tool::{Addr, Frame, Host, LiveBlock, OptionError, RootRange, StackId};
+
+use crate::state::{self, BLOCKS, STACKS};
+
+pub struct RuntimeHost;
+
+pub static HOST: RuntimeHost = RuntimeHost;
+
+/// The log file descriptor and the pid it was opened for (a forked child reopens).
+static LOG_FD: SpinLock<(i32, i32)> = SpinLock::new((-1, 0));
+static NAME_SEQ: AtomicU32 = AtomicU32::new(0);
+static LOG_FAILED: AtomicI32 = AtomicI32::new(0);
+
+pub fn after_fork_child() {
+    // SAFETY: single-threaded child right after fork.
+    unsafe {
+        LOG_FD.force_unlock();
+        SYMBOLIZER.force_unlock();
+    }
+}
+
+fn getenv(name: &str) -> Option<String> {
+    state::env_var(name).map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+/// Keeps our descriptors away from the ones the program uses (it may close or dup2 over low
+/// numbers), as Valgrind does.
+const FD_FLOOR: i32 = 900;
+
+fn create_file(path: &str) -> Result<i32, i32> {
+    let mut c = path.as_bytes().to_vec();
+    c.push(0);
+    let fd = raw::open(
+        &c,
+        raw::O_WRONLY | raw::O_CREAT | raw::O_TRUNC | raw::O_CLOEXEC,
+        0o600,
+    )?;
+    match raw::dup_high(fd, FD_FLOOR) {
+        Ok(high) => {
+            let _ = raw::close(fd);
+            Ok(high)
+        }
+        Err(_) => Ok(fd),
+    }
+}
+
+fn log_fd() -> i32 {
+    let Some(rt) = state::runtime() else { return 2 };
+    match &rt.core.log {
+        LogDest::Fd(fd) => *fd,
+        LogDest::File(t) => {
+            let pid = raw::getpid();
+            let mut g = LOG_FD.lock();
+            if g.1 == pid && g.0 >= 0 {
+                return g.0;
+            }
+            let fd = HOST
+                .expand_output_path(t)
+                .ok()
+                .and_then(|path| create_file(&path).ok())
+                .unwrap_or_else(|| {
+                    if LOG_FAILED.swap(1, Ordering::Relaxed) == 0 {
+                        oxgrind_sys::fd::write_all(
+                            2,
+                            b"oxgrind: cannot create the --log-file; logging to stderr\n",
+                        );
+                    }
+                    2
+                });
+            *g = (fd, pid);
+            fd
+        }
+    }
+}
+
+static SYMBOLIZER: SpinLock<Option<oxgrind_symbols::Symbolizer>> = SpinLock::new(None);
+
+impl Host for RuntimeHost {
+    fn stack(&self, id: StackId) -> Vec<Addr> {
+        STACKS.frames(id).to_vec()
+    }
+
+    fn describe(&self, ip: Addr) -> Vec<Frame> {
+        let mut g = SYMBOLIZER.lock();
+        let sym = g.get_or_insert_with(oxgrind_symbols::Symbolizer::from_self);
+        sym.describe(ip)
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        let start = state::runtime().map_or(0, |rt| rt.start_ns);
+        (raw::monotonic_ns().saturating_sub(start)) / 1_000_000
+    }
+
+    fn pid(&self) -> i32 {
+        raw::getpid()
+    }
+
+    fn command_line(&self) -> &[String] {
+        state::runtime().map_or(&[], |rt| rt.command.as_slice())
+    }
+
+    fn expand_output_path(&self, t: &str) -> Result<String, OptionError> {
+        let cwd = state::runtime().map_or("/", |rt| rt.cwd.as_str());
+        let seq = NAME_SEQ.fetch_add(1, Ordering::Relaxed) + 1;
+        template::expand(t, raw::getpid(), seq, &getenv, cwd)
+    }
+
+    fn write_file(&self, path: &str, bytes: &[u8]) -> Result<(), i32> {
+        let fd = create_file(path)?;
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            match raw::write(fd, rest) {
+                Ok(n) => rest = &rest[n..],
+                Err(4) => continue,
+                Err(e) => {
+                    let _ = raw::close(fd);
+                    return Err(e);
+                }
+            }
+        }
+        let _ = raw::close(fd);
+        Ok(())
+    }
+
+    fn log(&self, text: &str) {
+        oxgrind_sys::fd::write_all(log_fd(), text.as_bytes());
+    }
+
+    fn live_blocks(&self) -> Vec<LiveBlock> {
+        BLOCKS.live_blocks()
+    }
+
+    fn with_roots(&self, f: &mut dyn FnMut(&[RootRange])) {
+        crate::roots::with_roots(f)
+    }
+
+    fn read_words(&self, start: Addr, len: u64, f: &mut dyn FnMut(Addr, u64)) {
+        crate::roots::read_words(start, len, f)
+    }
+}

@@ -1,0 +1,44 @@
+//! The handful of libc functions the runtime calls, declared here so every use is visible.
+//!
+//! The allocator entry points are glibc's own exported names for its malloc
+//! (`__libc_malloc` ...): calling them reaches glibc's allocator directly, never our
+//! interposed `malloc`. Everything else is only called outside the hot path.
+#![allow(non_camel_case_types)]
+
+use core::ffi::{c_char, c_int, c_void};
+
+extern "C" {
+    pub fn __libc_malloc(size: usize) -> *mut c_void;
+    pub fn __libc_free(p: *mut c_void);
+    pub fn __libc_calloc(n: usize, size: usize) -> *mut c_void;
+    pub fn __libc_realloc(p: *mut c_void, size: usize) -> *mut c_void;
+    pub fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
+    pub fn __libc_valloc(size: usize) -> *mut c_void;
+    pub fn __libc_pvalloc(size: usize) -> *mut c_void;
+    pub fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+    pub fn pthread_atfork(
+        prepare: Option<extern "C" fn()>,
+        parent: Option<extern "C" fn()>,
+        child: Option<extern "C" fn()>,
+    ) -> c_int;
+    pub fn fflush(stream: *mut c_void) -> c_int;
+    pub static mut environ: *mut *mut c_char;
+}
+
+/// `RTLD_NEXT`: the next definition after the calling object's.
+pub const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;
+/// `RTLD_DEFAULT`: the global search order.
+pub const RTLD_DEFAULT: *mut c_void = core::ptr::null_mut();
+
+/// Looks up the next definition of `name` (NUL-terminated) after ours.
+pub fn next_symbol(name: &[u8]) -> *mut c_void {
+    debug_assert_eq!(name.last(), Some(&0));
+    // SAFETY: name is NUL-terminated; dlsym only reads it.
+    unsafe { dlsym(RTLD_NEXT, name.as_ptr().cast()) }
+}
+
+pub fn default_symbol(name: &[u8]) -> *mut c_void {
+    debug_assert_eq!(name.last(), Some(&0));
+    // SAFETY: name is NUL-terminated; dlsym only reads it.
+    unsafe { dlsym(RTLD_DEFAULT, name.as_ptr().cast()) }
+}

@@ -1,0 +1,342 @@
+//! The leak checker's root set: what the program can still reach without the heap.
+//!
+//! As Memcheck does, we stop every other thread, then offer as roots: each thread's stack
+//! from its stack pointer (less the 128-byte red zone) to the top of its stack mapping (which
+//! on glibc also holds the thread's static TLS), each thread's saved general registers, and
+//! every other writable mapping of the process except
+//! * glibc's heap (the brk heap and any mapping holding live blocks: blocks are scanned as
+//!   blocks, only when reached),
+//! * oxgrind's own memory (our library's data and our private heap, full of pointers to the
+//!   program's blocks).
+//!
+//! Threads are stopped by a real-time signal whose handler saves the interrupted registers and
+//! waits; no ptrace, so it works in containers. A thread that has the signal blocked does not
+//! answer within the time limit: its whole stack mapping is scanned instead.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use oxgrind_sys::lock::SpinLock;
+use oxgrind_sys::raw;
+use oxgrind_sys::syscall::syscall4;
+use oxgrind_tool::{Addr, RootKind, RootRange};
+
+use crate::state::BLOCKS;
+
+/// One line of /proc/self/maps.
+#[derive(Clone, Debug)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub readable: bool,
+    pub writable: bool,
+    pub path: String,
+}
+
+/// Reads /proc/self/maps with raw system calls.
+pub fn read_maps() -> Vec<Mapping> {
+    let mut text = Vec::with_capacity(64 * 1024);
+    if let Ok(fd) = raw::open(b"/proc/self/maps\0", raw::O_RDONLY | raw::O_CLOEXEC, 0) {
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = raw::read(fd, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            text.extend_from_slice(&buf[..n]);
+        }
+        let _ = raw::close(fd);
+    }
+    let mut out = Vec::new();
+    for line in text.split(|&b| b == b'\n') {
+        let line = String::from_utf8_lossy(line);
+        let mut it = line.split_whitespace();
+        let (Some(range), Some(perms)) = (it.next(), it.next()) else {
+            continue;
+        };
+        let Some((s, e)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16)) else {
+            continue;
+        };
+        let path = it.nth(3).unwrap_or("").to_string();
+        let p = perms.as_bytes();
+        out.push(Mapping {
+            start,
+            end,
+            readable: p[0] == b'r',
+            writable: p.get(1) == Some(&b'w'),
+            path,
+        });
+    }
+    out
+}
+
+static READABLE: SpinLock<Vec<(u64, u64)>> = SpinLock::new(Vec::new());
+
+fn refresh_readable(maps: &[Mapping]) {
+    let mut r = READABLE.lock();
+    r.clear();
+    r.extend(
+        maps.iter()
+            .filter(|m| m.readable && m.path != "[vvar]")
+            .map(|m| (m.start, m.end)),
+    );
+}
+
+/// Calls `f(addr, word)` for each aligned word in `[start, start+len)` that lies in readable
+/// memory (as of the last map snapshot).
+pub fn read_words(start: Addr, len: u64, f: &mut dyn FnMut(Addr, u64)) {
+    if READABLE.lock().is_empty() {
+        refresh_readable(&read_maps());
+    }
+    let ranges = READABLE.lock().clone();
+    let end = start.saturating_add(len);
+    let mut a = (start + 7) & !7;
+    while a + 8 <= end {
+        // Find the readable mapping containing `a`.
+        let idx = ranges.partition_point(|&(_, e)| e <= a);
+        match ranges.get(idx) {
+            Some(&(s, e)) if s <= a => {
+                let stop = end.min(e);
+                while a + 8 <= stop {
+                    // SAFETY: [a, a+8) lies in a readable mapping of this process, and the
+                    // program's threads are stopped or the memory is ours to read.
+                    let w = unsafe { core::ptr::read_volatile(a as *const u64) };
+                    f(a, w);
+                    a += 8;
+                }
+            }
+            Some(&(s, _)) => a = (s + 7) & !7,
+            None => break,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Stopping the world.
+
+const STOP_SIGNAL: i32 = 62;
+const MAX_THREADS: usize = 4096;
+const NREGS: usize = 17;
+
+static ARRIVED: AtomicUsize = AtomicUsize::new(0);
+static DEPARTED: AtomicUsize = AtomicUsize::new(0);
+static RELEASE: AtomicBool = AtomicBool::new(false);
+/// Registers saved by stopped threads: (tid, regs), written by their handlers.
+static mut SAVED: [(i32, [u64; NREGS]); MAX_THREADS] = [(0, [0; NREGS]); MAX_THREADS];
+
+extern "C" fn on_stop(_sig: i32, _info: *mut core::ffi::c_void, ctx: *mut core::ffi::c_void) {
+    let i = ARRIVED.fetch_add(1, Ordering::AcqRel);
+    if i < MAX_THREADS {
+        // ucontext_t: uc_flags, uc_link, uc_stack (24 bytes), then mcontext's 23 gregs.
+        // SAFETY: the kernel passes a valid ucontext_t; slot i is this thread's alone.
+        unsafe {
+            let gregs = (ctx as *const u8).add(40) as *const u64;
+            let slot = &mut *core::ptr::addr_of_mut!(SAVED[i]);
+            slot.0 = raw::gettid();
+            for (r, v) in slot.1.iter_mut().enumerate() {
+                *v = *gregs.add(r);
+            }
+        }
+    }
+    while !RELEASE.load(Ordering::Acquire) {
+        raw::sched_yield();
+    }
+    DEPARTED.fetch_add(1, Ordering::AcqRel);
+}
+
+#[repr(C)]
+struct KernelSigaction {
+    handler: usize,
+    flags: u64,
+    restorer: usize,
+    mask: u64,
+}
+
+extern "C" {
+    fn oxgrind_sigreturn();
+}
+
+fn set_stop_handler(install: bool, old: &mut KernelSigaction) {
+    let act = KernelSigaction {
+        handler: on_stop as *const () as usize,
+        flags: 4 | 0x0400_0000 | 0x1000_0000, // SA_SIGINFO | SA_RESTORER | SA_RESTART
+        restorer: oxgrind_sigreturn as *const () as usize,
+        mask: !0,
+    };
+    // SAFETY: kernel-layout structs valid for the call; sigsetsize 8.
+    unsafe {
+        if install {
+            syscall4(
+                raw::SYS_RT_SIGACTION,
+                STOP_SIGNAL as usize,
+                &act as *const _ as usize,
+                old as *mut _ as usize,
+                8,
+            );
+        } else {
+            syscall4(
+                raw::SYS_RT_SIGACTION,
+                STOP_SIGNAL as usize,
+                old as *const _ as usize,
+                0,
+                8,
+            );
+        }
+    }
+}
+
+fn other_threads() -> Vec<i32> {
+    let me = raw::gettid();
+    let mut tids = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
+        for e in dir.flatten() {
+            if let Some(t) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) {
+                if t != me {
+                    tids.push(t);
+                }
+            }
+        }
+    }
+    tids
+}
+
+#[inline(never)]
+fn current_sp() -> u64 {
+    let sp: u64;
+    // SAFETY: reads the stack pointer only.
+    unsafe {
+        core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags))
+    };
+    sp
+}
+
+pub fn with_roots(f: &mut dyn FnMut(&[RootRange])) {
+    let tids = other_threads();
+    let pid = raw::getpid();
+    let mut old = KernelSigaction {
+        handler: 0,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    ARRIVED.store(0, Ordering::Release);
+    DEPARTED.store(0, Ordering::Release);
+    RELEASE.store(false, Ordering::Release);
+    let mut signalled = 0;
+    if !tids.is_empty() {
+        set_stop_handler(true, &mut old);
+        for &t in &tids {
+            if raw::tgkill(pid, t, STOP_SIGNAL).is_ok() {
+                signalled += 1;
+            }
+        }
+        let deadline = raw::monotonic_ns() + 1_000_000_000;
+        while ARRIVED.load(Ordering::Acquire) < signalled && raw::monotonic_ns() < deadline {
+            raw::sched_yield();
+        }
+    }
+    let arrived = ARRIVED.load(Ordering::Acquire).min(MAX_THREADS);
+
+    let maps = read_maps();
+    refresh_readable(&maps);
+    // SAFETY: handlers wrote slots 0..arrived before incrementing ARRIVED (AcqRel) and do
+    // not touch them again; we copy them out.
+    let saved: Vec<(i32, [u64; NREGS])> = (0..arrived)
+        .map(|i| unsafe { *core::ptr::addr_of!(SAVED[i]) })
+        .collect();
+
+    let mut roots: Vec<RootRange> = Vec::new();
+    let find = |addr: u64| maps.iter().find(|m| m.start <= addr && addr < m.end);
+    let mut stack_maps: Vec<u64> = Vec::new();
+    let mut stack_of = |tid: i32, sp: u64, roots: &mut Vec<RootRange>| {
+        if let Some(m) = find(sp) {
+            roots.push(RootRange {
+                start: sp.saturating_sub(128).max(m.start),
+                end: m.end,
+                kind: RootKind::Stack { tid },
+            });
+            stack_maps.push(m.start);
+        }
+    };
+    stack_of(raw::gettid(), current_sp(), &mut roots);
+    for (tid, regs) in &saved {
+        stack_of(*tid, regs[15], &mut roots); // REG_RSP
+    }
+    for (tid, regs) in &saved {
+        roots.push(RootRange {
+            start: regs.as_ptr() as u64,
+            end: regs.as_ptr() as u64 + (NREGS as u64) * 8,
+            kind: RootKind::Registers { tid: *tid },
+        });
+    }
+
+    // Everything writable that is neither a stack we already cut at its SP, nor heap, nor ours.
+    let mut ours: Vec<(u64, u64)> = Vec::with_capacity(MAX_REGIONS_HINT);
+    oxgrind_sys::heap::for_each_region(|s, l| {
+        if ours.len() < ours.capacity() {
+            ours.push((s as u64, (s + l) as u64));
+        }
+    });
+    let self_path = crate::stacks::self_path();
+    let mut blocks: Vec<u64> = BLOCKS.live_blocks().iter().map(|b| b.addr).collect();
+    blocks.sort_unstable();
+    for m in &maps {
+        if !m.writable || !m.readable || stack_maps.contains(&m.start) {
+            continue;
+        }
+        if m.path == "[heap]"
+            || m.path.starts_with("[v")
+            || (!self_path.is_empty() && m.path == self_path)
+        {
+            continue;
+        }
+        let i = blocks.partition_point(|&a| a < m.start);
+        if blocks.get(i).is_some_and(|&a| a < m.end) {
+            continue; // glibc's heap: holds live blocks
+        }
+        // Cut out oxgrind's private heap regions.
+        let mut pieces = vec![(m.start, m.end)];
+        for &(s, e) in &ours {
+            pieces = pieces
+                .into_iter()
+                .flat_map(|(ps, pe)| {
+                    if e <= ps || s >= pe {
+                        vec![(ps, pe)]
+                    } else {
+                        let mut v = Vec::new();
+                        if ps < s {
+                            v.push((ps, s));
+                        }
+                        if e < pe {
+                            v.push((e, pe));
+                        }
+                        v
+                    }
+                })
+                .collect();
+        }
+        for (s, e) in pieces {
+            roots.push(RootRange {
+                start: s,
+                end: e,
+                kind: RootKind::Global,
+            });
+        }
+    }
+    // A thread that never answered has no saved SP, so its stack mapping was not cut above:
+    // it was offered whole as a writable mapping, which over-approximates but misses nothing.
+
+    f(&roots);
+
+    if !tids.is_empty() {
+        RELEASE.store(true, Ordering::Release);
+        let deadline = raw::monotonic_ns() + 1_000_000_000;
+        while DEPARTED.load(Ordering::Acquire) < arrived && raw::monotonic_ns() < deadline {
+            raw::sched_yield();
+        }
+        set_stop_handler(false, &mut old);
+    }
+}
+
+const MAX_REGIONS_HINT: usize = 16384;

@@ -1,0 +1,95 @@
+/* C entry points of the runtime that Rust cannot express.
+ *
+ * - C++ operator new must throw std::bad_alloc when memory runs out, and an exception must
+ *   not unwind through Rust frames (the runtime is built with panic=abort). So each operator
+ *   asks Rust for the block and, on failure, throws from this C frame, compiled with
+ *   -fexceptions so the unwinder can pass through it.
+ * - execl, execlp and execle are variadic: they gather their arguments and call the Rust
+ *   execve/execvp interposers, so the report is written before the image is replaced.
+ */
+#include <stddef.h>
+#include <stdarg.h>
+#include <stdint.h>
+
+/* Implemented in Rust (hooks.rs). kind: 1 = new, 2 = new[]; nothrow: 0/1. */
+extern void *oxgrind_new(size_t size, size_t align, int kind, int nothrow, void *entry);
+/* libstdc++'s thrower; weak so C programs, which never call operator new, load fine. */
+extern void _ZSt17__throw_bad_allocv(void) __attribute__((weak, noreturn));
+extern void abort(void) __attribute__((noreturn));
+extern int execve(const char *path, char *const argv[], char *const envp[]);
+extern int execvp(const char *file, char *const argv[]);
+extern char **environ;
+
+typedef struct { int dummy; } nothrow_t;
+
+static void *must(void *p) {
+    if (!p) {
+        if (_ZSt17__throw_bad_allocv) _ZSt17__throw_bad_allocv();
+        abort();
+    }
+    return p;
+}
+
+void *_Znwm(size_t size) { return must(oxgrind_new(size, 0, 1, 0, (void *)_Znwm)); }
+void *_Znam(size_t size) { return must(oxgrind_new(size, 0, 2, 0, (void *)_Znam)); }
+void *_ZnwmRKSt9nothrow_t(size_t size, const nothrow_t *nt) {
+    (void)nt; return oxgrind_new(size, 0, 1, 1, (void *)_ZnwmRKSt9nothrow_t);
+}
+void *_ZnamRKSt9nothrow_t(size_t size, const nothrow_t *nt) {
+    (void)nt; return oxgrind_new(size, 0, 2, 1, (void *)_ZnamRKSt9nothrow_t);
+}
+void *_ZnwmSt11align_val_t(size_t size, size_t align) {
+    return must(oxgrind_new(size, align, 1, 0, (void *)_ZnwmSt11align_val_t));
+}
+void *_ZnamSt11align_val_t(size_t size, size_t align) {
+    return must(oxgrind_new(size, align, 2, 0, (void *)_ZnamSt11align_val_t));
+}
+void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t size, size_t align, const nothrow_t *nt) {
+    (void)nt; return oxgrind_new(size, align, 1, 1, (void *)_ZnwmSt11align_val_tRKSt9nothrow_t);
+}
+void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t size, size_t align, const nothrow_t *nt) {
+    (void)nt; return oxgrind_new(size, align, 2, 1, (void *)_ZnamSt11align_val_tRKSt9nothrow_t);
+}
+
+#define MAX_EXEC_ARGS 4096
+
+static int gather(const char *arg0, va_list ap, char **argv) {
+    int n = 0;
+    argv[n++] = (char *)arg0;
+    while (argv[n - 1] != NULL) {
+        if (n >= MAX_EXEC_ARGS) return -1;
+        argv[n++] = va_arg(ap, char *);
+    }
+    return n;
+}
+
+int execl(const char *path, const char *arg0, ...) {
+    char *argv[MAX_EXEC_ARGS];
+    va_list ap;
+    va_start(ap, arg0);
+    int n = gather(arg0, ap, argv);
+    va_end(ap);
+    if (n < 0) return -1;
+    return execve(path, argv, environ);
+}
+
+int execlp(const char *file, const char *arg0, ...) {
+    char *argv[MAX_EXEC_ARGS];
+    va_list ap;
+    va_start(ap, arg0);
+    int n = gather(arg0, ap, argv);
+    va_end(ap);
+    if (n < 0) return -1;
+    return execvp(file, argv);
+}
+
+int execle(const char *path, const char *arg0, ...) {
+    char *argv[MAX_EXEC_ARGS];
+    va_list ap;
+    va_start(ap, arg0);
+    int n = gather(arg0, ap, argv);
+    char *const *envp = va_arg(ap, char *const *);
+    va_end(ap);
+    if (n < 0) return -1;
+    return execve(path, argv, envp);
+}

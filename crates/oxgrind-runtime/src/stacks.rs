@@ -1,0 +1,232 @@
+//! Capturing and interning allocation stacks.
+//!
+//! A program makes millions of allocations from a few thousand distinct call stacks, so
+//! each captured stack is interned once and named by a [`StackId`]. Tools keep ids, not
+//! frames. Lookup of an id's frames is lock-free (an append-only table of chunks); interning
+//! takes one shard lock chosen by the stack's hash.
+//!
+//! Frame 0 of every stack is the entry point of the allocation function the program called
+//! (our `malloc`, our `operator new`, ...), so reports start `at 0x...: malloc (in ...)` as
+//! Valgrind's do; later frames are return addresses minus one (inside the call instruction).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+
+use oxgrind_sys::lock::SpinLock;
+use oxgrind_tool::StackId;
+
+use crate::blocks::AddrHasher;
+
+const CHUNK_BITS: u32 = 12;
+const CHUNK: usize = 1 << CHUNK_BITS;
+const MAX_CHUNKS: usize = 1 << 14; // 67 million distinct stacks
+const SHARDS: usize = 16;
+
+type Frames = &'static [u64];
+
+pub struct StackTable {
+    chunks: [AtomicPtr<[AtomicPtr<u64>; CHUNK]>; MAX_CHUNKS],
+    lens: [AtomicPtr<[AtomicU32; CHUNK]>; MAX_CHUNKS],
+    next: AtomicU32,
+    shards: [SpinLock<Option<HashMap<u64, Vec<(Frames, StackId)>, BuildHasherDefault<IdHasher>>>>;
+        SHARDS],
+    grow: SpinLock<()>,
+}
+
+/// The key is already a hash.
+#[derive(Default)]
+pub struct IdHasher(u64);
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, _: &[u8]) {
+        unreachable!("only u64 keys")
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+fn hash_frames(frames: &[u64]) -> u64 {
+    let mut h = AddrHasher::default();
+    for &f in frames {
+        h.write_u64(f);
+    }
+    h.write_u64(frames.len() as u64);
+    h.finish()
+}
+
+impl StackTable {
+    pub const fn new() -> Self {
+        #[allow(clippy::declare_interior_mutable_const)]
+        const NULL_CHUNK: AtomicPtr<[AtomicPtr<u64>; CHUNK]> =
+            AtomicPtr::new(core::ptr::null_mut());
+        #[allow(clippy::declare_interior_mutable_const)]
+        const NULL_LENS: AtomicPtr<[AtomicU32; CHUNK]> = AtomicPtr::new(core::ptr::null_mut());
+        #[allow(clippy::declare_interior_mutable_const)]
+        const SHARD: SpinLock<
+            Option<HashMap<u64, Vec<(Frames, StackId)>, BuildHasherDefault<IdHasher>>>,
+        > = SpinLock::new(None);
+        StackTable {
+            chunks: [NULL_CHUNK; MAX_CHUNKS],
+            lens: [NULL_LENS; MAX_CHUNKS],
+            next: AtomicU32::new(0),
+            shards: [SHARD; SHARDS],
+            grow: SpinLock::new(()),
+        }
+    }
+
+    /// The id of `frames`, interning them on first sight.
+    pub fn intern(&self, frames: &[u64]) -> StackId {
+        let h = hash_frames(frames);
+        let mut shard = self.shards[(h as usize) % SHARDS].lock();
+        let map = shard.get_or_insert_with(HashMap::default);
+        let bucket = map.entry(h).or_default();
+        if let Some(&(_, id)) = bucket.iter().find(|(f, _)| *f == frames) {
+            return id;
+        }
+        let stored: Frames = Box::leak(frames.to_vec().into_boxed_slice());
+        let id = self.publish(stored);
+        bucket.push((stored, id));
+        id
+    }
+
+    fn publish(&self, frames: Frames) -> StackId {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (ci, slot) = ((id >> CHUNK_BITS) as usize, id as usize & (CHUNK - 1));
+        assert!(
+            ci < MAX_CHUNKS,
+            "oxgrind: more than 67 million distinct stacks"
+        );
+        if self.chunks[ci].load(Ordering::Acquire).is_null() {
+            let _g = self.grow.lock();
+            if self.chunks[ci].load(Ordering::Acquire).is_null() {
+                let lens: Box<[AtomicU32; CHUNK]> =
+                    Box::new(std::array::from_fn(|_| AtomicU32::new(0)));
+                self.lens[ci].store(Box::into_raw(lens), Ordering::Release);
+                let c: Box<[AtomicPtr<u64>; CHUNK]> = Box::new(std::array::from_fn(|_| {
+                    AtomicPtr::new(core::ptr::null_mut())
+                }));
+                self.chunks[ci].store(Box::into_raw(c), Ordering::Release);
+            }
+        }
+        // SAFETY: chunk pointers are published once (under `grow`) and never freed.
+        unsafe {
+            (*self.lens[ci].load(Ordering::Acquire))[slot]
+                .store(frames.len() as u32, Ordering::Relaxed);
+            (*self.chunks[ci].load(Ordering::Acquire))[slot]
+                .store(frames.as_ptr() as *mut u64, Ordering::Release);
+        }
+        StackId(id)
+    }
+
+    /// The frames of `id` (empty for an id not yet published).
+    pub fn frames(&self, id: StackId) -> &'static [u64] {
+        let (ci, slot) = ((id.0 >> CHUNK_BITS) as usize, id.0 as usize & (CHUNK - 1));
+        if ci >= MAX_CHUNKS {
+            return &[];
+        }
+        let chunk = self.chunks[ci].load(Ordering::Acquire);
+        if chunk.is_null() {
+            return &[];
+        }
+        // SAFETY: chunk and lens tables are never freed; a slot's pointer is stored with
+        // Release after its length, and points to a leaked (immortal) slice of that length.
+        unsafe {
+            let p = (*chunk)[slot].load(Ordering::Acquire);
+            if p.is_null() {
+                return &[];
+            }
+            let len = (*self.lens[ci].load(Ordering::Acquire))[slot].load(Ordering::Relaxed);
+            core::slice::from_raw_parts(p, len as usize)
+        }
+    }
+
+    /// # Safety
+    /// Only in a single-threaded child right after `fork`.
+    pub unsafe fn force_unlock_all(&self) {
+        for s in &self.shards {
+            // SAFETY: forwarded.
+            unsafe { s.force_unlock() };
+        }
+        // SAFETY: forwarded.
+        unsafe { self.grow.force_unlock() };
+    }
+}
+
+impl Default for StackTable {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The runtime's own text range: unwinding skips frames inside it.
+pub static SELF_TEXT: SpinLock<(u64, u64)> = SpinLock::new((0, 0));
+static SELF_PATH: SpinLock<String> = SpinLock::new(String::new());
+
+/// Finds the address range and path of our own library in /proc/self/maps.
+pub fn find_self_text() {
+    let here = find_self_text as *const () as usize as u64;
+    let maps = crate::roots::read_maps();
+    let Some(m) = maps.iter().find(|m| m.start <= here && here < m.end) else {
+        return;
+    };
+    let path = m.path.clone();
+    let (lo, hi) = maps
+        .iter()
+        .filter(|x| x.path == path)
+        .fold((u64::MAX, 0), |(lo, hi), x| {
+            (lo.min(x.start), hi.max(x.end))
+        });
+    *SELF_TEXT.lock() = (lo, hi);
+    *SELF_PATH.lock() = path;
+}
+
+/// Path of our own library, as the kernel names it.
+pub fn self_path() -> String {
+    SELF_PATH.lock().clone()
+}
+
+/// Captures the current call stack for an allocation made through `entry` (the address of
+/// the interposed function the program called), up to `depth` frames, and interns it.
+#[inline]
+pub fn capture(table: &StackTable, entry: u64, depth: usize) -> StackId {
+    const MAX: usize = 256;
+    let mut buf = [0u64; MAX];
+    let depth = depth.clamp(1, MAX);
+    buf[0] = entry;
+    let range = *SELF_TEXT.lock();
+    let n = oxgrind_symbols_capture(&mut buf[1..depth], range);
+    for ra in &mut buf[1..1 + n] {
+        *ra = ra.wrapping_sub(1);
+    }
+    table.intern(&buf[..1 + n])
+}
+
+/// Return addresses above the runtime's own frames (see `oxgrind-symbols`).
+#[inline]
+fn oxgrind_symbols_capture(out: &mut [u64], skip: (u64, u64)) -> usize {
+    oxgrind_symbols::capture(out, skip)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interning_gives_one_id_per_distinct_stack() {
+        let t = Box::new(StackTable::new());
+        let a = t.intern(&[1, 2, 3]);
+        let b = t.intern(&[1, 2, 4]);
+        let c = t.intern(&[1, 2, 3]);
+        assert_eq!(a, c);
+        assert_ne!(a, b);
+        assert_eq!(t.frames(b), &[1, 2, 4]);
+        let ids: Vec<_> = (0..10_000u64).map(|i| t.intern(&[i, i + 1])).collect();
+        for (i, id) in ids.iter().enumerate() {
+            assert_eq!(t.frames(*id), &[i as u64, i as u64 + 1]);
+        }
+    }
+}

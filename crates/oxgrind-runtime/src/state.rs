@@ -1,0 +1,178 @@
+//! The runtime's configuration and its one tool, set up once per process image.
+//!
+//! Set-up happens on the first call into the runtime: our constructor, or an allocator call
+//! made earlier by another library's constructor. It reads the environment the launcher
+//! prepared and decides between two lives:
+//!
+//! * **active**: this image is being measured; hooks record and report to the tool;
+//! * **inert**: this image is not ours to measure (launched without `oxgrind`, or a child
+//!   exec'd with `--trace-children=no` that inherited the environment through a copied
+//!   `envp`); hooks pass straight to glibc.
+//!
+//! With `--trace-children=no`, an active image also takes itself out of its children's way:
+//! it removes its path from `LD_PRELOAD` and marks `OXGRIND_STATE` taken, both by editing
+//! the environment strings in place (no allocation, and every later `exec` that passes
+//! `environ` carries the change).
+
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+
+use oxgrind_options::{self as opts, Action, CoreOptions};
+use oxgrind_sys::lock::SpinLock;
+use oxgrind_tool::{Needs, Tool};
+
+use crate::blocks::{BlockTable, FreedQueue};
+use crate::guard::Entered;
+use crate::libc_api;
+use crate::stacks::StackTable;
+
+pub struct Runtime {
+    pub core: CoreOptions,
+    pub tool: Box<dyn Tool>,
+    pub needs: Needs,
+    /// The program and its arguments as the user typed them.
+    pub command: Vec<String>,
+    /// Working directory at launch, for relative output names.
+    pub cwd: String,
+    pub start_ns: u64,
+}
+
+const UNINIT: u8 = 0;
+const INITIALIZING: u8 = 1;
+const ACTIVE: u8 = 2;
+const INERT: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(core::ptr::null_mut());
+
+pub static BLOCKS: BlockTable = BlockTable::new();
+pub static STACKS: StackTable = StackTable::new();
+pub static FREED: SpinLock<FreedQueue> = SpinLock::new(FreedQueue::new());
+
+/// The runtime, if this image is being measured.
+#[inline]
+pub fn runtime() -> Option<&'static Runtime> {
+    if STATE.load(Ordering::Acquire) != ACTIVE {
+        return None;
+    }
+    let p = RUNTIME.load(Ordering::Acquire);
+    // SAFETY: RUNTIME is set to a leaked Box before STATE becomes ACTIVE and never freed.
+    Some(unsafe { &*p })
+}
+
+/// Whether set-up has run (either way).
+#[inline]
+pub fn settled() -> bool {
+    matches!(STATE.load(Ordering::Acquire), ACTIVE | INERT)
+}
+
+/// Runs set-up once; later calls return at once. Calls made while set-up runs (from libc
+/// functions set-up itself calls) find the state not yet active and pass through.
+pub fn ensure_init() {
+    if STATE.load(Ordering::Acquire) != UNINIT {
+        return;
+    }
+    if STATE
+        .compare_exchange(UNINIT, INITIALIZING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
+    }
+    let Some(_inside) = Entered::try_enter() else {
+        STATE.store(INERT, Ordering::Release);
+        return;
+    };
+    match set_up() {
+        Some(rt) => {
+            let rt = Box::leak(Box::new(rt));
+            RUNTIME.store(rt, Ordering::Release);
+            STATE.store(ACTIVE, Ordering::Release);
+            crate::exit::install();
+        }
+        None => STATE.store(INERT, Ordering::Release),
+    }
+}
+
+/// One environment variable, read from `environ` without libc's `getenv`.
+pub fn env_var(name: &str) -> Option<&'static mut [u8]> {
+    // SAFETY: environ is a NULL-terminated array of NUL-terminated strings maintained by libc;
+    // at set-up no other thread exists yet, and later readers only read.
+    unsafe {
+        let mut p = libc_api::environ;
+        if p.is_null() {
+            return None;
+        }
+        while !(*p).is_null() {
+            let s = CStr::from_ptr(*p);
+            let bytes = s.to_bytes();
+            if bytes.len() > name.len()
+                && bytes.starts_with(name.as_bytes())
+                && bytes[name.len()] == b'='
+            {
+                let start = (*p).add(name.len() + 1) as *mut u8;
+                return Some(core::slice::from_raw_parts_mut(
+                    start,
+                    bytes.len() - name.len() - 1,
+                ));
+            }
+            p = p.add(1);
+        }
+    }
+    None
+}
+
+fn env_string(name: &str) -> Option<String> {
+    env_var(name).map(|b| String::from_utf8_lossy(b).into_owned())
+}
+
+fn set_up() -> Option<Runtime> {
+    let state = env_var(opts::ENV_STATE)?;
+    if &*state != opts::STATE_FRESH.as_bytes() {
+        return None;
+    }
+    let options = opts::decode_list(&env_string(opts::ENV_OPTIONS).unwrap_or_default());
+    let command = opts::decode_list(&env_string(opts::ENV_COMMAND).unwrap_or_default());
+    let cwd = env_string(opts::ENV_CWD).unwrap_or_else(|| "/".into());
+    let parsed = match opts::parse(&options) {
+        Ok(Action::Run(p)) => p,
+        Ok(_) => return None,
+        Err(e) => {
+            oxgrind_sys::fd::write_all(2, format!("oxgrind: {}\n", e.0).as_bytes());
+            return None;
+        }
+    };
+    if !parsed.core.trace_children {
+        state.copy_from_slice(opts::STATE_TAKEN.as_bytes());
+        remove_self_from_ld_preload();
+    }
+    crate::stacks::find_self_text();
+    let needs = parsed.tool.needs();
+    FREED.lock().set_budget(needs.freelist_vol);
+    Some(Runtime {
+        core: parsed.core,
+        tool: parsed.tool,
+        needs,
+        command,
+        cwd,
+        start_ns: oxgrind_sys::raw::monotonic_ns(),
+    })
+}
+
+/// Edits `LD_PRELOAD` in place to drop every entry naming our library.
+fn remove_self_from_ld_preload() {
+    let Some(value) = env_var("LD_PRELOAD") else {
+        return;
+    };
+    let text = String::from_utf8_lossy(value).into_owned();
+    let kept: Vec<&str> = text
+        .split([':', ' '])
+        .filter(|e| !e.is_empty() && !e.ends_with("liboxgrind_runtime.so"))
+        .collect();
+    let new = kept.join(":");
+    let n = new.len();
+    value[..n].copy_from_slice(new.as_bytes());
+    // The string shrinks: NUL-terminate early (the bytes after stay unused).
+    if n < value.len() {
+        value[n] = 0;
+    }
+}
