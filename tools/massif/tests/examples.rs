@@ -211,10 +211,9 @@ fn massif(args: &[&str]) -> Massif {
     m
 }
 
-/// `examples/src/ms_prog.c` under `--time-unit=B`: every snapshot, the culling, the peak and
-/// every tree as Valgrind wrote them.
-#[test]
-fn ms_prog_with_time_unit_b_matches_valgrind_byte_for_byte() {
+/// Replays `examples/src/ms_prog.c` (built with `gcc -g -O0`) under Massif with `args`, and
+/// returns the file written.
+fn replay_ms_prog(args: &[&str]) -> String {
     let mut h = ScriptHost::new("./ms_prog");
     let via_a = h.add_stack(
         1,
@@ -253,7 +252,7 @@ fn ms_prog_with_time_unit_b_matches_valgrind_byte_for_byte() {
     let re = h.add_stack(5, REALLOC, &[(0x1093AB, "main", "ms_prog.c", 24)]);
     let fr = h.add_stack(6, FREE, &[(0x1093F0, "main", "ms_prog.c", 26)]);
 
-    let m = massif(&["--time-unit=B", "--massif-out-file=massif.out.tuB"]);
+    let m = massif(args);
     let mut heap = Heap::new();
     let mut p = vec![0 as Addr; 4000];
     for i in 0..1000 {
@@ -277,27 +276,96 @@ fn ms_prog_with_time_unit_b_matches_valgrind_byte_for_byte() {
         heap.free(&m, &h, p[i], fr);
     }
     m.fini(&h, Exit::Normal(0));
-
-    let expected = include_str!("data/massif.out.tuB");
-    let got = h.output();
-    if got != expected {
-        let first = got.lines().zip(expected.lines()).position(|(a, b)| a != b);
-        panic!(
-            "differs at line {first:?}:\n{}",
-            got.lines()
-                .skip(first.unwrap_or(0).saturating_sub(5))
-                .take(15)
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-    }
-    assert_eq!(h.written.lock().unwrap()[0].0, "/tmp/massif.out.tuB");
+    let name = args
+        .last()
+        .unwrap()
+        .trim_start_matches("--massif-out-file=");
+    assert_eq!(h.written.lock().unwrap()[0].0, format!("/tmp/{name}"));
+    h.output()
 }
 
-/// `examples/src/ms_small.c` with `--detailed-freq=1`: same snapshots and trees as Valgrind's
-/// (only the times differ: Valgrind's file counts instructions, ours bytes).
+fn assert_same_file(got: &str, expected: &str, what: &str) {
+    if got != expected {
+        let first = got
+            .lines()
+            .zip(expected.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(0);
+        let show = |s: &str| {
+            s.lines()
+                .skip(first.saturating_sub(8))
+                .take(16)
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        panic!(
+            "{what}: first difference at line {}\n--- ours:\n{}\n--- valgrind:\n{}",
+            first + 1,
+            show(got),
+            show(expected)
+        );
+    }
+}
+
+/// `ms_prog --time-unit=B`: every snapshot, the culling, the peak and every tree as
+/// Valgrind wrote them (this is `shared/reference/examples/massif/massif.out.tuB`).
 #[test]
-fn ms_small_with_detailed_freq_one_has_valgrinds_snapshots_and_trees() {
+fn ms_prog_with_time_unit_b_matches_valgrind_byte_for_byte() {
+    let got = replay_ms_prog(&["--time-unit=B", "--massif-out-file=massif.out.tuB"]);
+    assert_same_file(&got, include_str!("data/massif.out.tuB"), "massif.out.tuB");
+}
+
+/// The same program under other options, against files written by Valgrind 3.19 on this
+/// machine (`valgrind --tool=massif --time-unit=B <options> --massif-out-file=... ./ms_prog`).
+#[test]
+fn ms_prog_option_variants_match_valgrind_byte_for_byte() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--threshold=10.0"],
+            include_str!("data/massif.out.B-threshold10"),
+        ),
+        (&["--depth=1"], include_str!("data/massif.out.B-depth1")),
+        (
+            &["--max-snapshots=10"],
+            include_str!("data/massif.out.B-maxsnap10"),
+        ),
+        (
+            &["--peak-inaccuracy=0.0", "--detailed-freq=3"],
+            include_str!("data/massif.out.B-peakinacc0-freq3"),
+        ),
+        (
+            &["--heap-admin=0", "--threshold=0"],
+            include_str!("data/massif.out.B-admin0-threshold0"),
+        ),
+        (
+            &["--alloc-fn=big_alloc"],
+            include_str!("data/massif.out.B-allocfn"),
+        ),
+        (
+            &["--ignore-fn=mid_alloc"],
+            include_str!("data/massif.out.B-ignorefn"),
+        ),
+        (
+            &["--detailed-freq=1", "--max-snapshots=11"],
+            include_str!("data/massif.out.B-freq1-maxsnap11"),
+        ),
+    ];
+    for (opts, expected) in cases {
+        let desc = expected.lines().next().unwrap();
+        let name = desc.rsplit("--massif-out-file=").next().unwrap();
+        let out_opt = format!("--massif-out-file={name}");
+        let mut args = vec!["--time-unit=B"];
+        args.extend_from_slice(opts);
+        args.push(&out_opt);
+        let got = replay_ms_prog(&args);
+        assert_same_file(&got, expected, name);
+    }
+}
+
+/// `examples/src/ms_small.c` with `--detailed-freq=1`: calloc, realloc(NULL, n), frees, and
+/// the "in N places" lines of contexts whose blocks are all freed.
+#[test]
+fn ms_small_with_detailed_freq_one_matches_valgrind() {
     let mut h = ScriptHost::new("./ms_small");
     let site = |h: &mut ScriptHost, id, fr0, frames: &[(Addr, &'static str, &'static str, u32)]| {
         h.add_stack(id, fr0, frames)
@@ -359,9 +427,9 @@ fn ms_small_with_detailed_freq_one_has_valgrinds_snapshots_and_trees() {
     let fr = site(&mut h, 8, FREE, &[(0x109240, "main", "ms_small.c", 12)]);
 
     let m = massif(&[
-        "--detailed-freq=1",
-        "--massif-out-file=massif.out.small",
         "--time-unit=B",
+        "--detailed-freq=1",
+        "--massif-out-file=massif.out.small-B",
     ]);
     let mut heap = Heap::new();
     let mut keep = vec![0 as Addr; 16];
@@ -377,6 +445,13 @@ fn ms_small_with_detailed_freq_one_has_valgrinds_snapshots_and_trees() {
     }
     m.fini(&h, Exit::Normal(0));
 
+    let got = h.output();
+    assert_same_file(
+        &got,
+        include_str!("data/massif.out.small-B"),
+        "massif.out.small-B",
+    );
+    // And Valgrind's reference file (counted in instructions): same snapshots and trees.
     let strip = |s: &str| -> Vec<String> {
         s.lines()
             .filter(|l| {
@@ -385,8 +460,5 @@ fn ms_small_with_detailed_freq_one_has_valgrinds_snapshots_and_trees() {
             .map(String::from)
             .collect()
     };
-    let got = h.output();
-    assert!(got
-        .starts_with("desc: --detailed-freq=1 --massif-out-file=massif.out.small --time-unit=B\n"));
     assert_eq!(strip(&got), strip(include_str!("data/massif.out.small")));
 }
