@@ -1,1 +1,164 @@
-//! The translation engine (to be written).
+//! The translation engine: runs the program's own code out of a code cache, so that tools
+//! can see (and later instrument) every instruction.
+//!
+//! This is the in-process *copy-and-annotate* design measured in
+//! `shared/reference/engine-study.md` (§3, §4): a library loaded into the program takes
+//! the calling thread over, decodes the program's code one basic block at a time with
+//! iced-x86, copies the instructions into an executable arena near the original code
+//! (patching RIP-relative operands), and replaces control transfers with exits into a
+//! dispatcher. Guest return addresses stay on the guest stack; all engine state lives in
+//! a per-thread context page addressed through `%gs`.
+//!
+//! Where to start reading: [`start_from_constructor`] (takeover), [`translate`] (what a
+//! block becomes), [`dispatch`] (what happens between blocks), [`signals`] (how guest
+//! handlers run translated).
+//!
+//! # Phase-1 scope
+//!
+//! * Takeover happens at the *return of the caller* of [`start_from_constructor`], the way
+//!   DynamoRIO's `dr_app_start` does: when called from a preloaded library's constructor,
+//!   the rest of that constructor, the remaining constructors, `_start`, `main`, `atexit`
+//!   handlers and `exit` all run from the code cache. What ran before (the dynamic
+//!   loader, libc's own initialisation) is not seen.
+//! * Threads created with `clone`/`clone3` and `CLONE_VM` start on their own context in the
+//!   code cache; `fork`-like clones continue on a copy of the parent's.
+//! * One instrumentation client: exact instruction counting ([`Config::count_instructions`]),
+//!   counting each `rep` iteration as Valgrind does.
+//!
+//! Not handled yet: self-modifying code and code unmapped then remapped (translations are
+//! never invalidated), guest use of `%gs`, signal `ucontext`s showing guest pcs, freeing
+//! thread contexts, `fork` while another thread holds the engine lock.
+//!
+//! # Isolation rules
+//!
+//! Code reachable while guest code runs (the dispatcher, the translator, the signal entry)
+//! uses only `core`/`alloc` and [`oxgrind_sys`] raw system calls: no libc call, no `errno`,
+//! nothing below the guest's stack pointer. Rust allocations go to the embedding library's
+//! `#[global_allocator]`, which must be [`oxgrind_sys::heap::PrivateHeap`] (or another
+//! allocator that never calls into the program). The full XSAVE state is saved around every
+//! dispatcher entry. The embedding library should be linked with `-z now` so that the
+//! engine's own calls to `memcpy`/`memset` never go through the lazy-binding resolver.
+#![no_std]
+#![allow(clippy::missing_safety_doc)]
+
+extern crate alloc;
+
+mod asm;
+mod cache;
+mod context;
+pub mod dispatch;
+pub mod signals;
+pub mod translate;
+
+use core::sync::atomic::{AtomicBool, Ordering};
+
+pub use dispatch::instructions_executed;
+
+/// What the engine should do; fixed at start.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    /// Count every guest instruction executed (each `rep` iteration counts once).
+    pub count_instructions: bool,
+    /// Print the count (and statistics if `stats`) to `out_fd` at `exit_group`.
+    pub report_at_exit: bool,
+    /// Print translation statistics at exit.
+    pub stats: bool,
+    /// Descriptor for engine messages. It is duplicated to a high, close-on-exec number at
+    /// start, so the program closing its stderr does not silence the engine.
+    pub out_fd: i32,
+    /// Testing knob: put the code cache far (> 2 GiB) from all code so that every
+    /// RIP-relative operand and cross-arena link takes the far path.
+    pub far_code_cache: bool,
+    /// Called once, on the engine stack, just before the guest's `exit_group` executes
+    /// (the process is about to end; the argument is the exit status). Tools write their
+    /// reports here.
+    pub on_exit: Option<unsafe extern "C" fn(i32)>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            count_instructions: false,
+            report_at_exit: false,
+            stats: false,
+            out_fd: 2,
+            far_code_cache: false,
+            on_exit: None,
+        }
+    }
+}
+
+/// Why the engine did not start (the program then simply continues natively).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StartError {
+    /// [`start_from_constructor`] was already called in this process.
+    AlreadyStarted,
+    /// The CPU or kernel lacks XSAVE, or its state does not fit the context page.
+    NoXsave,
+    /// `mmap` failed for the engine's own memory.
+    NoMemory,
+    /// `arch_prctl(ARCH_SET_GS)` failed (errno).
+    SetGs(i32),
+}
+
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+fn xsave_ok() -> bool {
+    // cpuid is available on every x86-64 CPU.
+    let l1 = core::arch::x86_64::__cpuid(1);
+    if l1.ecx & (1 << 27) == 0 {
+        return false; // OSXSAVE
+    }
+    // Leaf 0xD exists when XSAVE is enabled (checked above).
+    let d = core::arch::x86_64::__cpuid_count(0xD, 0);
+    (d.ebx as usize) <= context::XSAVE_SIZE
+}
+
+/// Takes the calling thread over: when this function returns, its caller (and everything
+/// after it, including other threads it creates) runs from the code cache.
+///
+/// The runtime calls this from its ELF constructor (`.init_array`) of the preloaded
+/// library, once its own initialisation is done and before returning to the dynamic
+/// loader; the engine then sees the remaining constructors, `main` and exit processing.
+/// Returns `Ok(())` under the engine, or an error with the program still native.
+///
+/// # Safety
+/// * Call at most once per process, from the main thread, while no other thread exists.
+/// * The embedding library's global allocator must never call the program's code
+///   (use [`oxgrind_sys::heap::PrivateHeap`]).
+/// * The caller must not be running on a signal stack or inside a signal handler.
+#[inline(never)]
+pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
+    if STARTED.swap(true, Ordering::AcqRel) {
+        return Err(StartError::AlreadyStarted);
+    }
+    if !xsave_ok() {
+        return Err(StartError::NoXsave);
+    }
+    let out_fd = oxgrind_sys::raw::dup_high(config.out_fd, 700).unwrap_or(config.out_fd);
+    {
+        let mut g = dispatch::GLOBAL.lock();
+        g.out_fd = out_fd;
+        g.count = config.count_instructions;
+        g.report = config.report_at_exit;
+        g.stats = config.stats;
+        g.on_exit = config.on_exit;
+    }
+    *dispatch::CACHE.lock() = Some(cache::CodeCache::new(
+        translate::Options {
+            count: config.count_instructions,
+        },
+        config.far_code_cache,
+    ));
+    let ctx = context::new_ctx(
+        asm::oxg_dispatch as *const () as u64,
+        asm::oxg_ibl as *const () as u64,
+    )
+    .ok_or(StartError::NoMemory)?;
+    context::set_gs(ctx).map_err(StartError::SetGs)?;
+    // SAFETY: gs points at ctx; oxg_attach saves this thread's registers and continues at
+    // its return address from the code cache (it "returns" with the translated code).
+    unsafe { asm::oxg_attach(ctx) };
+    Ok(())
+}

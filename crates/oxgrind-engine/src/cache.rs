@@ -1,0 +1,196 @@
+//! The code cache: arenas of executable memory, the guest→host block map, and linking.
+//!
+//! Arenas are placed within ±1 GiB of the guest code they hold (hint just below the
+//! module) so that copied RIP-relative operands keep a rel32 displacement; a block whose
+//! operand is still out of range takes the translator's far path. Blocks are never freed or
+//! moved in phase 1 (no invalidation yet), so a host address handed out stays valid.
+//!
+//! Linking: every exit stub of a new block whose target is already translated is patched at
+//! once; the others wait in `pending`, keyed by guest target, and are patched when that
+//! target is translated. Syscall blocks are never linked to: the dispatcher must see each
+//! system call.
+
+use alloc::collections::BTreeMap;
+use alloc::vec::Vec;
+
+use oxgrind_sys::syscall::{check, syscall6};
+
+use crate::translate::{self, BlockKind, Options, TranslateError};
+
+const ARENA_SIZE: u64 = 32 << 20;
+/// A block needs at most this much room (64 instructions, far fix-ups and stubs).
+const MAX_BLOCK: u64 = 16 << 10;
+const NEAR: u64 = 1 << 30;
+
+struct Arena {
+    start: u64,
+    end: u64,
+    bump: u64,
+}
+
+#[derive(Clone, Copy)]
+pub struct BlockRec {
+    pub host: u64,
+    pub kind: BlockKind,
+}
+
+/// Statistics for `OXGRIND_ENGINE_STATS`.
+#[derive(Default, Clone, Copy)]
+pub struct Stats {
+    pub blocks: u64,
+    pub bytes: u64,
+    pub dispatches: u64,
+}
+
+pub struct CodeCache {
+    arenas: Vec<Arena>,
+    blocks: BTreeMap<u64, BlockRec>,
+    pending: BTreeMap<u64, Vec<u64>>,
+    opts: Options,
+    /// Testing knob: place arenas far from all guest code to exercise the far paths.
+    far: bool,
+    pub stats: Stats,
+    #[cfg(feature = "debug-dispatch")]
+    pub hot: BTreeMap<u64, u64>,
+}
+
+/// Why the code cache could not produce a block.
+#[derive(Clone, Copy, Debug)]
+pub enum CacheError {
+    Translate(TranslateError),
+    NoMemory,
+}
+
+fn mmap_rwx(hint: u64, fixed_noreplace: bool) -> Option<u64> {
+    const PROT_RWX: usize = 7;
+    const MAP_PRIVATE_ANON: usize = 0x22;
+    const MAP_FIXED_NOREPLACE: usize = 0x100000;
+    let flags = MAP_PRIVATE_ANON
+        | if fixed_noreplace {
+            MAP_FIXED_NOREPLACE
+        } else {
+            0
+        };
+    // SAFETY: an anonymous mapping; with MAP_FIXED_NOREPLACE the kernel refuses to replace
+    // existing mappings, without it the hint is only a hint.
+    let r = unsafe {
+        syscall6(
+            9,
+            hint as usize,
+            ARENA_SIZE as usize,
+            PROT_RWX,
+            flags,
+            usize::MAX,
+            0,
+        )
+    };
+    let p = check(r).ok()? as u64;
+    if fixed_noreplace && p != hint {
+        // Old kernels treat the flag as a hint only.
+        // SAFETY: we just made this mapping and nobody uses it.
+        unsafe { oxgrind_sys::raw::munmap(p as *mut u8, ARENA_SIZE as usize) };
+        return None;
+    }
+    Some(p)
+}
+
+impl CodeCache {
+    pub fn new(opts: Options, far: bool) -> Self {
+        CodeCache {
+            arenas: Vec::new(),
+            blocks: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            opts,
+            far,
+            stats: Stats::default(),
+            #[cfg(feature = "debug-dispatch")]
+            hot: BTreeMap::new(),
+        }
+    }
+
+    pub fn lookup(&self, pc: u64) -> Option<BlockRec> {
+        self.blocks.get(&pc).copied()
+    }
+
+    fn arena_for(&mut self, pc: u64) -> Result<usize, CacheError> {
+        let near = |a: &Arena| a.start.abs_diff(pc) < NEAR && a.end.abs_diff(pc) < NEAR;
+        if let Some(i) = self
+            .arenas
+            .iter()
+            .position(|a| a.end - a.bump >= MAX_BLOCK && (self.far || near(a)))
+        {
+            return Ok(i);
+        }
+        let start = if self.far {
+            // 32 TiB: far from both the executable (0x55..) and the libraries (0x7f..).
+            (0x2000_0000_0000u64..0x2100_0000_0000)
+                .step_by(ARENA_SIZE as usize)
+                .find_map(|h| mmap_rwx(h, true))
+        } else {
+            let base = pc & !(64u64 << 20).wrapping_sub(1);
+            (1..=48u64)
+                .filter_map(|k| base.checked_sub(k * (64 << 20)))
+                .find_map(|h| mmap_rwx(h, true))
+                .or_else(|| {
+                    (1..=16u64)
+                        .map(|k| base + (k + 16) * (64 << 20))
+                        .find_map(|h| mmap_rwx(h, true))
+                })
+                .or_else(|| mmap_rwx(0, false))
+        };
+        let start = start.ok_or(CacheError::NoMemory)?;
+        self.arenas.push(Arena {
+            start,
+            end: start + ARENA_SIZE,
+            bump: start,
+        });
+        Ok(self.arenas.len() - 1)
+    }
+
+    /// The block for `pc`, translating it if needed.
+    pub fn get_or_translate(&mut self, pc: u64) -> Result<BlockRec, CacheError> {
+        if let Some(b) = self.lookup(pc) {
+            return Ok(b);
+        }
+        let ai = self.arena_for(pc)?;
+        let base = self.arenas[ai].bump;
+        let t = translate::translate(pc, base, self.opts).map_err(CacheError::Translate)?;
+        let len = t.bytes.len() as u64;
+        if len > MAX_BLOCK {
+            return Err(CacheError::NoMemory);
+        }
+        // SAFETY: [base, base+len) lies in the arena's unused tail (MAX_BLOCK room checked
+        // by arena_for); the arena is RWX and owned by the cache.
+        unsafe { core::ptr::copy_nonoverlapping(t.bytes.as_ptr(), base as *mut u8, t.bytes.len()) };
+        self.arenas[ai].bump = base + len;
+        self.stats.blocks += 1;
+        self.stats.bytes += len;
+        let rec = BlockRec {
+            host: base,
+            kind: t.kind,
+        };
+        self.blocks.insert(pc, rec);
+        for s in &t.stubs {
+            let stub = base + s.offset as u64;
+            match self.blocks.get(&s.target) {
+                Some(b) if b.kind == BlockKind::Normal => {
+                    // SAFETY: stub is an exit stub just written; b.host a translated block.
+                    unsafe { translate::link_stub(stub, b.host) };
+                }
+                Some(_) => {}
+                None => self.pending.entry(s.target).or_default().push(stub),
+            }
+        }
+        if t.kind == BlockKind::Normal {
+            if let Some(waiting) = self.pending.remove(&pc) {
+                for stub in waiting {
+                    // SAFETY: as above; stubs in `pending` are unlinked exit stubs.
+                    unsafe { translate::link_stub(stub, base) };
+                }
+            }
+        } else {
+            self.pending.remove(&pc);
+        }
+        Ok(rec)
+    }
+}

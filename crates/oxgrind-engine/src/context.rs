@@ -1,0 +1,217 @@
+//! The per-thread context page that `%gs` points at while a thread runs under the engine.
+//!
+//! Translated code needs somewhere to spill a register without touching the guest's stack
+//! (the red zone below `rsp` belongs to the program) and without a free register: a page
+//! addressed as `gs:[disp32]` is both. Each thread under the engine owns one
+//! [`ThreadCtx`]; `%gs` (unused by glibc on x86-64, which keeps TLS at `%fs`) holds its
+//! address. The hand-written assembly in [`crate::asm`] and the code the translator emits
+//! address its fields by the `OFF_*` constants below, so the layout is `repr(C)` and checked
+//! at compile time.
+//!
+//! Slots come in three groups:
+//! * *scratch* ([`ThreadCtx::scratch`]): values translated code keeps in flight between two
+//!   instructions (the guest `rax` while an exit stub holds the target, the IBL's saved
+//!   `rcx` and flags...). A signal may arrive between those instructions, and the guest's
+//!   handler runs translated code that uses the same slots, so the signal path saves and
+//!   restores the whole group (see [`crate::signals`]).
+//! * *guest registers* ([`ThreadCtx::gregs`]): the full guest GPR state while the thread is
+//!   inside the dispatcher.
+//! * engine bookkeeping (engine stack, IBL table, counters, clone hand-shake).
+//!
+//! The XSAVE area for the guest's vector state lives in the same mapping at
+//! [`XSAVE_OFF`].
+
+use core::mem::offset_of;
+use core::ptr;
+use core::sync::atomic::{AtomicPtr, Ordering};
+
+use oxgrind_sys::raw;
+
+/// Number of scratch slots saved across a translated signal handler.
+pub const SCRATCH_SLOTS: usize = 13;
+/// Depth of the per-thread stack of saved scratch groups (nested translated handlers; a
+/// handler that `siglongjmp`s away leaves its level behind, so the stack wraps).
+pub const SIG_RING: usize = 8;
+
+/// Scratch slot indices.
+pub const S_STUB_RAX: usize = 0;
+pub const S_IBL_RCX: usize = 1;
+pub const S_IBL_FLAGS: usize = 2;
+pub const S_HOST_TARGET: usize = 3;
+pub const S_FAR_SAVE: usize = 4;
+pub const S_RAISE_TARGET: usize = 5;
+pub const S_T0: usize = 6; // ..S_T0+5: registers saved around the re-raise `tgkill`
+
+/// Guest register indices in [`ThreadCtx::gregs`] (hardware encoding order).
+pub const RAX: usize = 0;
+pub const RDX: usize = 2;
+pub const RSI: usize = 6;
+pub const RDI: usize = 7;
+pub const R10: usize = 10;
+
+#[repr(C)]
+pub struct ThreadCtx {
+    /// Address of this context (so `mov rdi, gs:[0]` yields a pointer).
+    pub self_ptr: u64,
+    pub scratch: [u64; SCRATCH_SLOTS],
+    /// Host address of the dispatcher entry (`jmp gs:[..]` from exit stubs).
+    pub dispatch: u64,
+    /// Host address of the indirect-branch lookup routine.
+    pub ibl: u64,
+    /// This thread's IBL table: `IBL_ENTRIES` pairs (guest pc, host pc).
+    pub ibl_table: u64,
+    /// Top of this thread's private engine stack.
+    pub estack: u64,
+    /// Non-zero while the thread runs engine code (dispatcher or signal entry): signals
+    /// arriving then are deferred.
+    pub in_engine: u64,
+    /// Guest pc the dispatcher is asked to continue at.
+    pub next_pc: u64,
+    /// Guest instructions executed by this thread (counting mode).
+    pub count: u64,
+    /// Clone hand-shake: the child's context, read by the child before it switches `%gs`.
+    pub clone_child: u64,
+    /// Guest pc after the `clone` system call.
+    pub clone_next_pc: u64,
+    /// Set by a new thread once it runs on its own context.
+    pub started: u64,
+    pub raise_pid: u64,
+    pub raise_tid: u64,
+    pub raise_sig: u64,
+    pub gregs: [u64; 16],
+    pub gflags: u64,
+    /// Saved scratch group for `oxg_sigreturn_tramp` to restore (0: none).
+    pub sigret_src: u64,
+    // ---- touched by Rust only ----
+    /// Child context of a `clone` in flight (parent side).
+    pub pending_child: u64,
+    /// Signals that arrived while the thread was inside the engine (bit n = signal n).
+    pub pending_signals: u64,
+    pub sig_depth: u64,
+    pub sig_ring: [[u64; SCRATCH_SLOTS]; SIG_RING],
+    /// Next context in the global list of all contexts (for totals at exit).
+    pub next: *mut ThreadCtx,
+}
+
+macro_rules! off {
+    ($name:ident, $field:ident) => {
+        pub const $name: usize = offset_of!(ThreadCtx, $field);
+    };
+}
+off!(OFF_SCRATCH, scratch);
+off!(OFF_DISPATCH, dispatch);
+off!(OFF_IBL, ibl);
+off!(OFF_IBL_TABLE, ibl_table);
+off!(OFF_ESTACK, estack);
+off!(OFF_IN_ENGINE, in_engine);
+off!(OFF_NEXT_PC, next_pc);
+off!(OFF_COUNT, count);
+off!(OFF_CLONE_CHILD, clone_child);
+off!(OFF_CLONE_NEXT_PC, clone_next_pc);
+off!(OFF_STARTED, started);
+off!(OFF_RAISE_PID, raise_pid);
+off!(OFF_RAISE_TID, raise_tid);
+off!(OFF_RAISE_SIG, raise_sig);
+off!(OFF_GREGS, gregs);
+off!(OFF_GFLAGS, gflags);
+off!(OFF_SIGRET_SRC, sigret_src);
+
+/// Offset of scratch slot `i`.
+pub const fn scratch_off(i: usize) -> usize {
+    OFF_SCRATCH + 8 * i
+}
+/// Offset of guest register `r`.
+pub const fn greg_off(r: usize) -> usize {
+    OFF_GREGS + 8 * r
+}
+
+/// Where the XSAVE area starts (64-byte alignment required; the mapping is page aligned).
+pub const XSAVE_OFF: usize = 0x1000;
+/// Room reserved for XSAVE state (AVX-512 needs about 2.7 KiB).
+pub const XSAVE_SIZE: usize = 0x3000;
+pub const CTX_SIZE: usize = XSAVE_OFF + XSAVE_SIZE;
+
+const _: () = assert!(core::mem::size_of::<ThreadCtx>() <= XSAVE_OFF);
+
+/// IBL table geometry: 64 Ki entries of 16 bytes (plus one, for the second probe of the
+/// last slot), indexed by `((pc * IBL_MUL) >> IBL_SHIFT) & (IBL_ENTRIES - 1)`.
+pub const IBL_BITS: u32 = 16;
+pub const IBL_ENTRIES: usize = 1 << IBL_BITS;
+pub const IBL_MUL: u32 = 0x5bd1_e995;
+pub const IBL_SHIFT: u32 = 20;
+
+/// The first IBL slot for guest `pc` (the lookup also tries the next one).
+pub fn ibl_index(pc: u64) -> usize {
+    (pc.wrapping_mul(IBL_MUL as u64) >> IBL_SHIFT) as usize & (IBL_ENTRIES - 1)
+}
+const ENGINE_STACK: usize = 1 << 20;
+
+/// Every context ever created (contexts are never freed in phase 1).
+static ALL: AtomicPtr<ThreadCtx> = AtomicPtr::new(ptr::null_mut());
+
+/// Creates a context with its engine stack and IBL table; `None` if memory is exhausted.
+pub fn new_ctx(dispatch: u64, ibl: u64) -> Option<*mut ThreadCtx> {
+    let page = raw::mmap_anon(CTX_SIZE)?;
+    let stack = raw::mmap_anon(ENGINE_STACK)?;
+    let table = raw::mmap_anon((IBL_ENTRIES + 1) * 16)?;
+    let ctx = page as *mut ThreadCtx;
+    // SAFETY: the mapping is fresh, zero-filled and large enough for ThreadCtx (asserted).
+    unsafe {
+        (*ctx).self_ptr = ctx as u64;
+        (*ctx).dispatch = dispatch;
+        (*ctx).ibl = ibl;
+        (*ctx).ibl_table = table as u64;
+        (*ctx).estack = stack as u64 + ENGINE_STACK as u64 - 64;
+        let mut head = ALL.load(Ordering::Acquire);
+        loop {
+            (*ctx).next = head;
+            match ALL.compare_exchange(head, ctx, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(h) => head = h,
+            }
+        }
+    }
+    Some(ctx)
+}
+
+/// Sum of the instruction counters of every thread.
+pub fn total_count() -> u64 {
+    let mut sum = 0u64;
+    let mut p = ALL.load(Ordering::Acquire);
+    while !p.is_null() {
+        // SAFETY: contexts are never freed; `count` may be updated concurrently by its
+        // thread, and a torn read of a u64 cannot happen on x86-64 aligned loads.
+        unsafe {
+            sum = sum.wrapping_add(ptr::read_volatile(&(*p).count));
+            p = (*p).next;
+        }
+    }
+    sum
+}
+
+/// Points `%gs` of the calling thread at `ctx`.
+pub fn set_gs(ctx: *mut ThreadCtx) -> Result<(), i32> {
+    const SYS_ARCH_PRCTL: usize = 158;
+    const ARCH_SET_GS: usize = 0x1001;
+    // SAFETY: arch_prctl(ARCH_SET_GS) only changes this thread's gs base.
+    oxgrind_sys::syscall::check(unsafe {
+        oxgrind_sys::syscall::syscall2(SYS_ARCH_PRCTL, ARCH_SET_GS, ctx as usize)
+    })
+    .map(|_| ())
+}
+
+/// The thread's `%gs` base, 0 if none (a thread that is not under the engine).
+pub fn gs_base() -> u64 {
+    const SYS_ARCH_PRCTL: usize = 158;
+    const ARCH_GET_GS: usize = 0x1004;
+    let mut v: u64 = 0;
+    // SAFETY: arch_prctl(ARCH_GET_GS) writes one u64 to the pointer given.
+    let r = unsafe {
+        oxgrind_sys::syscall::syscall2(SYS_ARCH_PRCTL, ARCH_GET_GS, &mut v as *mut u64 as usize)
+    };
+    if r < 0 {
+        0
+    } else {
+        v
+    }
+}

@@ -1,0 +1,319 @@
+//! The dispatcher: where a thread lands whenever translated code does not know where to go.
+//!
+//! Entered from `oxg_dispatch` (see [`crate::asm`]) on the thread's engine stack, with the
+//! guest's registers saved in its context. It finds or makes the translation of the next
+//! guest pc, fills the thread's IBL table, runs the pre-system-call hooks for syscall
+//! blocks (clone, exit_group, rt_sigaction, rt_sigreturn) and returns the host address to
+//! continue at.
+//!
+//! Everything here runs while the guest is stopped at an arbitrary instruction: no libc, no
+//! program `malloc` (the engine's allocations go to the embedding library's private heap),
+//! output only through raw `write` on the engine's own descriptor.
+
+use core::fmt::Write;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use oxgrind_sys::fd::FdWriter;
+use oxgrind_sys::lock::SpinLock;
+use oxgrind_sys::raw;
+
+use crate::asm;
+use crate::cache::{BlockRec, CacheError, CodeCache};
+use crate::context::{self as c, ThreadCtx};
+use crate::signals;
+use crate::translate::{BlockKind, TranslateError};
+
+pub(crate) static CACHE: SpinLock<Option<CodeCache>> = SpinLock::new(None);
+
+/// Engine-wide settings fixed at start.
+pub(crate) struct Global {
+    pub out_fd: i32,
+    pub count: bool,
+    pub report: bool,
+    pub stats: bool,
+    pub on_exit: Option<unsafe extern "C" fn(i32)>,
+}
+
+pub(crate) static GLOBAL: SpinLock<Global> = SpinLock::new(Global {
+    out_fd: 2,
+    count: false,
+    report: false,
+    stats: false,
+    on_exit: None,
+});
+
+static EXIT_REPORTED: AtomicU64 = AtomicU64::new(0);
+
+const SYS_RT_SIGACTION: u64 = 13;
+const SYS_RT_SIGRETURN: u64 = 15;
+const SYS_CLONE: u64 = 56;
+const SYS_ARCH_PRCTL: u64 = 158;
+const SYS_EXIT_GROUP: u64 = 231;
+const SYS_CLONE3: u64 = 435;
+const CLONE_VM: u64 = 0x100;
+
+fn out_fd() -> i32 {
+    // SAFETY: GLOBAL is written once before takeover and only read afterwards.
+    unsafe { GLOBAL.get_unchecked().out_fd }
+}
+
+/// Reports a block that cannot be translated and ends the process with status 1.
+fn fatal_translate(err: CacheError) -> ! {
+    let mut w = FdWriter::new(out_fd());
+    match err {
+        CacheError::Translate(TranslateError::Invalid { pc, len, bytes })
+        | CacheError::Translate(TranslateError::Unsupported { pc, len, bytes }) => {
+            let what = if matches!(err, CacheError::Translate(TranslateError::Invalid { .. })) {
+                "invalid"
+            } else {
+                "unsupported"
+            };
+            let _ = write!(w, "oxgrind-engine: {what} instruction at {pc:#x}, bytes:");
+            for b in &bytes[..len.min(16)] {
+                let _ = write!(w, " {b:02x}");
+            }
+            let _ = writeln!(w, "; stopping the program");
+        }
+        CacheError::Translate(TranslateError::Encode { pc }) => {
+            let _ = writeln!(
+                w,
+                "oxgrind-engine: cannot re-encode instruction at {pc:#x}; stopping the program"
+            );
+        }
+        CacheError::NoMemory => {
+            let _ = writeln!(
+                w,
+                "oxgrind-engine: out of code-cache memory; stopping the program"
+            );
+        }
+    }
+    w.flush();
+    raw::exit_group(1)
+}
+
+fn block_for(pc: u64) -> BlockRec {
+    let mut guard = CACHE.lock();
+    let cache = guard.as_mut().expect("engine started before any dispatch");
+    cache.stats.dispatches += 1;
+    #[cfg(feature = "debug-dispatch")]
+    {
+        *cache.hot.entry(pc).or_insert(0) += 1;
+    }
+    match cache.get_or_translate(pc) {
+        Ok(b) => b,
+        Err(e) => {
+            drop(guard);
+            fatal_translate(e)
+        }
+    }
+}
+
+fn ibl_insert(ctx: &ThreadCtx, pc: u64, host: u64) {
+    let base = (ctx.ibl_table as *mut u64).wrapping_add(c::ibl_index(pc) * 2);
+    // SAFETY: the table has IBL_ENTRIES + 1 16-byte entries and belongs to this thread; only
+    // this thread's IBL reads it. The key is written last so a half-written entry (signal
+    // in between) never matches.
+    unsafe {
+        let (k0, k1) = (
+            core::ptr::read_volatile(base),
+            core::ptr::read_volatile(base.add(2)),
+        );
+        let slot = if k0 == 0 || k0 == pc {
+            base
+        } else if k1 == 0 || k1 == pc {
+            base.add(2)
+        } else {
+            // Both taken: the older entry moves to the second probe, the new one goes first.
+            let v0 = core::ptr::read_volatile(base.add(1));
+            core::ptr::write_volatile(base.add(2), 0);
+            core::ptr::write_volatile(base.add(3), v0);
+            core::ptr::write_volatile(base.add(2), k0);
+            base
+        };
+        core::ptr::write_volatile(slot, 0);
+        core::ptr::write_volatile(slot.add(1), host);
+        core::ptr::write_volatile(slot, pc);
+    }
+}
+
+enum Action {
+    /// Continue at this host address.
+    Run(u64),
+    /// The system call was performed by the engine; the result is in the guest's rax.
+    Emulated,
+}
+
+/// Called by `oxg_dispatch` with the thread's context; returns the host pc to run.
+///
+/// # Safety
+/// Only called from the dispatcher entry, on the engine stack, with `ctx` the calling
+/// thread's context and the guest state saved in it.
+pub(crate) unsafe extern "C" fn dispatch(ctx: *mut ThreadCtx) -> u64 {
+    // SAFETY: forwarded from the caller contract: ctx is this thread's live context.
+    let ctx = unsafe { &mut *ctx };
+    if ctx.pending_child != 0 {
+        clone_handshake(ctx);
+    }
+    let mut pc = ctx.next_pc;
+    let host = loop {
+        let b = block_for(pc);
+        match b.kind {
+            BlockKind::Normal => {
+                ibl_insert(ctx, pc, b.host);
+                break b.host;
+            }
+            BlockKind::Syscall => match pre_syscall(ctx, pc, b.host) {
+                Action::Run(h) => break h,
+                Action::Emulated => {
+                    if GLOBAL.lock().count {
+                        ctx.count += 1;
+                    }
+                    pc += 2;
+                }
+            },
+        }
+    };
+    signals::maybe_raise(ctx, host)
+}
+
+fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
+    let nr = ctx.gregs[c::RAX];
+    match nr {
+        SYS_EXIT_GROUP => {
+            report_exit(ctx.gregs[c::RDI] as i32);
+            Action::Run(host)
+        }
+        SYS_CLONE | SYS_CLONE3 => {
+            let flags = if nr == SYS_CLONE {
+                ctx.gregs[c::RDI]
+            } else {
+                // SAFETY: clone3's first argument points at struct clone_args, whose first
+                // field is the flags word; the kernel would read it the same way.
+                unsafe { core::ptr::read_volatile(ctx.gregs[c::RDI] as *const u64) }
+            };
+            if flags & CLONE_VM == 0 {
+                // fork-like: the child is a copy of this thread, context included.
+                return Action::Run(host);
+            }
+            match prepare_clone(ctx, pc + 2) {
+                Some(()) => {
+                    if GLOBAL.lock().count {
+                        ctx.count += 1;
+                    }
+                    Action::Run(asm::oxg_clone_tramp as *const () as u64)
+                }
+                None => {
+                    ctx.gregs[c::RAX] = (-12i64) as u64; // ENOMEM
+                    Action::Emulated
+                }
+            }
+        }
+        SYS_RT_SIGACTION => match signals::emulate_sigaction(ctx) {
+            Some(r) => {
+                ctx.gregs[c::RAX] = r as u64;
+                Action::Emulated
+            }
+            None => Action::Run(host),
+        },
+        SYS_RT_SIGRETURN => {
+            if GLOBAL.lock().count {
+                ctx.count += 1;
+            }
+            Action::Run(signals::sigreturn_tramp(ctx))
+        }
+        SYS_ARCH_PRCTL if matches!(ctx.gregs[c::RDI], 0x1001 | 0x1004) => {
+            // The engine owns %gs; refuse rather than corrupt.
+            ctx.gregs[c::RAX] = (-22i64) as u64; // EINVAL
+            Action::Emulated
+        }
+        _ => Action::Run(host),
+    }
+}
+
+/// Sets up the context of a thread about to be created by `clone(CLONE_VM)`.
+fn prepare_clone(ctx: &mut ThreadCtx, next_pc: u64) -> Option<()> {
+    let child = c::new_ctx(ctx.dispatch, ctx.ibl)?;
+    // SAFETY: child is a fresh context nobody else knows yet.
+    unsafe {
+        (*child).gregs[c::RDI] = ctx.gregs[c::RDI];
+        (*child).gregs[c::RSI] = ctx.gregs[c::RSI];
+        (*child).clone_next_pc = next_pc;
+    }
+    ctx.clone_child = child as u64;
+    ctx.clone_next_pc = next_pc;
+    ctx.pending_child = child as u64;
+    Some(())
+}
+
+/// Parent side, on its first dispatch after `clone`: wait until the child has moved to its
+/// own context, so the next clone may reuse `clone_child`.
+fn clone_handshake(ctx: &mut ThreadCtx) {
+    let child = ctx.pending_child as *mut ThreadCtx;
+    ctx.pending_child = 0;
+    let ret = ctx.gregs[c::RAX] as i64;
+    if ret <= 0 {
+        return; // failed: the child never ran (its context is leaked, phase 1)
+    }
+    // SAFETY: child is a live context; `started` is written by the child thread.
+    let started = unsafe { AtomicU64::from_ptr(&mut (*child).started) };
+    let mut spins = 0u32;
+    while started.load(Ordering::Acquire) == 0 {
+        spins += 1;
+        if spins % 64 == 0 {
+            raw::sched_yield();
+        } else {
+            core::hint::spin_loop();
+        }
+    }
+}
+
+/// Writes the engine's exit report (once) and calls the embedder's exit hook.
+fn report_exit(status: i32) {
+    if EXIT_REPORTED.swap(1, Ordering::AcqRel) != 0 {
+        return;
+    }
+    let (count, stats, on_exit) = {
+        let g = GLOBAL.lock();
+        (g.count && g.report, g.stats, g.on_exit)
+    };
+    if count || stats {
+        let mut w = FdWriter::new(out_fd());
+        if count {
+            let _ = writeln!(
+                w,
+                "oxgrind-engine: instructions executed: {}",
+                c::total_count()
+            );
+        }
+        if stats {
+            if let Some(cache) = CACHE.lock().as_ref() {
+                let s = cache.stats;
+                let _ = writeln!(
+                    w,
+                    "oxgrind-engine: blocks translated: {}, code bytes: {}, dispatches: {}",
+                    s.blocks, s.bytes, s.dispatches
+                );
+                #[cfg(feature = "debug-dispatch")]
+                {
+                    let mut v: alloc::vec::Vec<(u64, u64)> =
+                        cache.hot.iter().map(|(a, b)| (*b, *a)).collect();
+                    v.sort_unstable();
+                    for (n, pc) in v.iter().rev().take(15) {
+                        let k = cache.lookup(*pc).map(|b| b.kind);
+                        let _ = writeln!(w, "  {pc:#x}: {n} {k:?}");
+                    }
+                }
+            }
+        }
+        w.flush();
+    }
+    if let Some(f) = on_exit {
+        // SAFETY: the embedder registered this hook for exactly this moment.
+        unsafe { f(status) };
+    }
+}
+
+/// Total guest instructions executed so far by all threads (counting mode).
+pub fn instructions_executed() -> u64 {
+    c::total_count()
+}

@@ -1,0 +1,793 @@
+//! Guest basic block → host code: decode with iced-x86, copy, patch, add exits.
+//!
+//! This is a *copy-and-annotate* translator (DynamoRIO/Pin style, see the engine study
+//! §4.3): an instruction without a RIP-relative operand is copied byte for byte; one with a
+//! RIP-relative operand gets its disp32 re-aimed at the same guest address from its new
+//! location, or, when the code cache is more than ±2 GiB away, is rewritten to address
+//! through a spilled scratch register. Control transfers are replaced:
+//!
+//! * direct jumps, calls and the fall-through become *exit stubs* that enter the dispatcher
+//!   until the target is translated, then are patched into direct jumps (linking);
+//! * `call` pushes the *guest* return address, so the guest stack looks exactly as it
+//!   would natively (unwinders, `backtrace()`, `longjmp` keep working);
+//! * `ret` and indirect `jmp`/`call` load the guest target into `rax` and go to the
+//!   indirect-branch lookup (IBL);
+//! * a `syscall` gets a block of its own, reached only through the dispatcher, so the
+//!   engine sees every system call before it executes.
+//!
+//! Instrumentation (phase 1: instruction counting) is added at block entry. In counting
+//! mode `rep`-prefixed string instructions are expanded into a one-iteration loop, so each
+//! iteration counts as one instruction, exactly as Valgrind's VEX front end does.
+//!
+//! The translator never executes anything and never writes the code cache: it returns
+//! bytes positioned for a given host address plus the list of exit stubs.
+
+use alloc::vec::Vec;
+
+use iced_x86::{
+    Code, ConstantOffsets, Decoder, DecoderError, DecoderOptions, Encoder, FlowControl,
+    Instruction, InstructionInfoFactory, OpKind, Register,
+};
+
+use crate::context as c;
+
+/// Maximum guest instructions in one block.
+const MAX_INSNS: usize = 64;
+
+/// Size of an exit stub, see [`emit_stub`].
+pub const STUB_SIZE: usize = 40;
+/// Offset of the 8-byte far-link slot inside a stub.
+pub const STUB_FAR_SLOT: usize = 32;
+
+/// What kind of block a translation is.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum BlockKind {
+    /// Ordinary code: may be linked to and entered from the IBL.
+    Normal,
+    /// A lone `syscall`: only ever entered through the dispatcher.
+    Syscall,
+}
+
+/// An exit stub that still needs its target.
+#[derive(Clone, Copy, Debug)]
+pub struct Stub {
+    /// Offset of the stub in the translation.
+    pub offset: usize,
+    /// Guest address it leads to.
+    pub target: u64,
+}
+
+/// A finished translation, positioned for host address `base`.
+pub struct Translation {
+    pub bytes: Vec<u8>,
+    pub stubs: Vec<Stub>,
+    pub kind: BlockKind,
+    /// Guest instructions in the block.
+    pub insns: usize,
+}
+
+/// Why a block could not be translated.
+#[derive(Clone, Copy, Debug)]
+pub enum TranslateError {
+    /// The bytes at `pc` are not a valid x86-64 instruction.
+    Invalid {
+        pc: u64,
+        len: usize,
+        bytes: [u8; 16],
+    },
+    /// A valid instruction the engine cannot run yet (far transfers, `gs:` operands, TSX...).
+    Unsupported {
+        pc: u64,
+        len: usize,
+        bytes: [u8; 16],
+    },
+    /// The iced encoder rejected a rewritten instruction.
+    Encode { pc: u64 },
+}
+
+/// Options that shape translations.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    pub count: bool,
+}
+
+/// Readable length from `pc`: to the end of its page, plus the next page if it is mapped.
+/// `0` if `pc`'s own page is not mapped.
+fn readable_len(pc: u64) -> usize {
+    const PAGE: u64 = 4096;
+    let page = pc & !(PAGE - 1);
+    if !page_mapped(page) {
+        return 0;
+    }
+    let mut len = (page + PAGE - pc) as usize;
+    if page_mapped(page + PAGE) {
+        len += PAGE as usize;
+    }
+    len
+}
+
+fn page_mapped(page: u64) -> bool {
+    const SYS_MINCORE: usize = 27;
+    let mut vec = 0u8;
+    // SAFETY: mincore only writes one byte per page into `vec`; it fails with ENOMEM for an
+    // unmapped range and never faults on the queried address.
+    let r = unsafe {
+        oxgrind_sys::syscall::syscall3(
+            SYS_MINCORE,
+            page as usize,
+            4096,
+            &mut vec as *mut u8 as usize,
+        )
+    };
+    r == 0
+}
+
+fn bytes_at(pc: u64, len: usize, avail: usize) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    let n = len.min(16).min(avail);
+    // SAFETY: `avail` bytes from pc are mapped (readable_len checked the pages).
+    unsafe { core::ptr::copy_nonoverlapping(pc as *const u8, b.as_mut_ptr(), n) };
+    b
+}
+
+struct Decoded {
+    ins: Instruction,
+    offs: ConstantOffsets,
+}
+
+/// How the last decoded instruction ends the block.
+enum End {
+    /// Block ends before instruction at pc (fall through into a new block).
+    Before(u64),
+    /// The last instruction in `insns` is a control transfer.
+    Transfer,
+    /// Block limit reached after the last instruction.
+    Limit(u64),
+}
+
+const STATUS_FLAGS: u32 = 0x3f; // OF SF ZF AF CF PF in iced's RflagsBits
+
+fn is_rep_string(ins: &Instruction) -> bool {
+    ins.is_string_instruction() && (ins.has_rep_prefix() || ins.has_repne_prefix())
+}
+
+fn unsupported(ins: &Instruction) -> bool {
+    if ins.is_jmp_far()
+        || ins.is_call_far()
+        || ins.is_jmp_far_indirect()
+        || ins.is_call_far_indirect()
+    {
+        return true;
+    }
+    if matches!(
+        ins.code(),
+        Code::Xbegin_rel32
+            | Code::Xbegin_rel16
+            | Code::Retfq
+            | Code::Retfq_imm16
+            | Code::Retfd
+            | Code::Retfd_imm16
+            | Code::Retfw
+            | Code::Retfw_imm16
+            | Code::Iretq
+            | Code::Iretd
+            | Code::Iretw
+            | Code::Rdgsbase_r32
+            | Code::Rdgsbase_r64
+            | Code::Wrgsbase_r32
+            | Code::Wrgsbase_r64
+            | Code::Sysenter
+            | Code::Sysexitq
+            | Code::Sysretq
+    ) {
+        return true;
+    }
+    // Guest `gs:` operands would address the engine's context page.
+    for i in 0..ins.op_count() {
+        if ins.op_kind(i) == OpKind::Memory && ins.memory_segment() == Register::GS {
+            return true;
+        }
+        if matches!(
+            ins.op_kind(i),
+            OpKind::MemorySegRSI | OpKind::MemorySegESI | OpKind::MemorySegSI
+        ) && ins.memory_segment() == Register::GS
+        {
+            return true;
+        }
+        if ins.op_kind(i) == OpKind::Register && ins.op_register(i) == Register::GS {
+            return true;
+        }
+    }
+    // EIP-relative (0x67 + RIP) addressing: rare, not handled by the fix-up.
+    if ins.is_ip_rel_memory_operand() && ins.memory_base() == Register::EIP {
+        return true;
+    }
+    false
+}
+
+/// Translates the block at guest `pc` for host address `base`.
+pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, TranslateError> {
+    let avail = readable_len(pc);
+    let mut e = Emitter {
+        buf: Vec::with_capacity(512),
+        base,
+        stubs: Vec::new(),
+        fixups: Vec::new(),
+    };
+    if avail == 0 {
+        // Unmapped code: jump there natively so the guest faults exactly as it would
+        // without the engine (SIGSEGV at that address, handled or fatal).
+        e.buf.extend_from_slice(&[0xFF, 0x25, 0, 0, 0, 0]);
+        e.buf.extend_from_slice(&pc.to_le_bytes());
+        return Ok(Translation {
+            bytes: e.buf,
+            stubs: e.stubs,
+            kind: BlockKind::Normal,
+            insns: 0,
+        });
+    }
+    let window = avail.min(MAX_INSNS * 15 + 16);
+    // SAFETY: readable_len checked that these bytes are mapped.
+    let code = unsafe { core::slice::from_raw_parts(pc as *const u8, window) };
+    let mut dec = Decoder::with_ip(64, code, pc, DecoderOptions::NONE);
+    let mut insns: Vec<Decoded> = Vec::with_capacity(16);
+    let end;
+    loop {
+        if insns.len() >= MAX_INSNS {
+            end = End::Limit(dec.ip());
+            break;
+        }
+        let ip = dec.ip();
+        if !dec.can_decode() {
+            end = End::Before(ip);
+            break;
+        }
+        let ins = dec.decode();
+        let offs = dec.get_constant_offsets(&ins);
+        let first = insns.is_empty();
+        if ins.is_invalid() {
+            if dec.last_error() == DecoderError::NoMoreBytes && !first {
+                end = End::Before(ip);
+                break;
+            }
+            if first {
+                let len = if dec.last_error() == DecoderError::NoMoreBytes {
+                    window.min(15)
+                } else {
+                    ins.len().max(1)
+                };
+                return Err(TranslateError::Invalid {
+                    pc: ip,
+                    len,
+                    bytes: bytes_at(ip, len, avail),
+                });
+            }
+            end = End::Before(ip);
+            break;
+        }
+        if unsupported(&ins) {
+            if first {
+                return Err(TranslateError::Unsupported {
+                    pc: ip,
+                    len: ins.len(),
+                    bytes: bytes_at(ip, ins.len(), avail),
+                });
+            }
+            end = End::Before(ip);
+            break;
+        }
+        if ins.code() == Code::Syscall {
+            if first {
+                return Ok(syscall_block(&mut e, &ins, opts));
+            }
+            end = End::Before(ip);
+            break;
+        }
+        if opts.count && is_rep_string(&ins) && !ins.has_op_mask() {
+            if first {
+                return rep_block(&mut e, &ins, pc, opts, avail);
+            }
+            end = End::Before(ip);
+            break;
+        }
+        let transfer = !matches!(ins.flow_control(), FlowControl::Next);
+        insns.push(Decoded { ins, offs });
+        if transfer {
+            end = End::Transfer;
+            break;
+        }
+    }
+
+    if opts.count {
+        let flags_dead = flags_dead_at_entry(&insns);
+        e.count_prologue(insns.len() as u32, flags_dead);
+    }
+    let n = insns.len();
+    for (i, d) in insns.iter().enumerate() {
+        let last = i + 1 == n;
+        if last && matches!(end, End::Transfer) {
+            e.transfer(d)?;
+        } else {
+            e.copy(d)?;
+        }
+    }
+    match end {
+        End::Before(next) | End::Limit(next) => e.stub_jump(next),
+        End::Transfer => {}
+    }
+    e.finish();
+    Ok(Translation {
+        bytes: e.buf,
+        stubs: e.stubs,
+        kind: BlockKind::Normal,
+        insns: n,
+    })
+}
+
+/// Whether the arithmetic flags are overwritten before being read in the block (so the
+/// counter update at entry may clobber them).
+fn flags_dead_at_entry(insns: &[Decoded]) -> bool {
+    let mut written = 0u32;
+    for d in insns {
+        if d.ins.rflags_read() & STATUS_FLAGS & !written != 0 {
+            return false;
+        }
+        // Transfers leave the block: what follows may read the flags.
+        if !matches!(d.ins.flow_control(), FlowControl::Next) {
+            return false;
+        }
+        written |= d.ins.rflags_modified() & STATUS_FLAGS;
+        if written == STATUS_FLAGS {
+            return true;
+        }
+    }
+    false
+}
+
+fn syscall_block(e: &mut Emitter, ins: &Instruction, opts: Options) -> Translation {
+    if opts.count {
+        // The kernel restores the guest flags on return from `syscall`; they are live.
+        e.count_prologue(1, false);
+    }
+    e.buf.extend_from_slice(&[0x0F, 0x05]);
+    e.stub_jump(ins.next_ip());
+    e.finish();
+    Translation {
+        bytes: core::mem::take(&mut e.buf),
+        stubs: core::mem::take(&mut e.stubs),
+        kind: BlockKind::Syscall,
+        insns: 1,
+    }
+}
+
+/// One iteration of a `rep` string instruction, looping on itself through its own exit stub,
+/// as VEX translates it: every entry (including the final one with `rcx == 0`) counts one.
+fn rep_block(
+    e: &mut Emitter,
+    ins: &Instruction,
+    pc: u64,
+    opts: Options,
+    avail: usize,
+) -> Result<Translation, TranslateError> {
+    let raw = bytes_at(pc, ins.len(), avail);
+    let raw = &raw[..ins.len()];
+    // Address-size override (ecx-counted) forms are left as they are.
+    let prefixes = &raw[..raw.len() - 1];
+    if prefixes.contains(&0x67) {
+        e.count_prologue(1, false);
+        e.buf.extend_from_slice(raw);
+        e.stub_jump(ins.next_ip());
+        e.finish();
+        return Ok(Translation {
+            bytes: core::mem::take(&mut e.buf),
+            stubs: core::mem::take(&mut e.stubs),
+            kind: BlockKind::Normal,
+            insns: 1,
+        });
+    }
+    let _ = opts;
+    e.count_prologue(1, false);
+    // jrcxz +2; jmp +5; jmp rel32 -> exit(next)
+    e.buf.extend_from_slice(&[0xE3, 0x02, 0xEB, 0x05, 0xE9]);
+    let exit_fix = e.buf.len();
+    e.buf.extend_from_slice(&[0; 4]);
+    let exit_stub = e.new_stub(ins.next_ip());
+    e.fixups.push((exit_fix, exit_stub));
+    // lea rcx, [rcx-1]
+    e.buf.extend_from_slice(&[0x48, 0x8D, 0x49, 0xFF]);
+    // The instruction without its rep/repne prefix (REX, if any, stays last).
+    for &b in raw {
+        if b != 0xF3 && b != 0xF2 {
+            e.buf.push(b);
+        }
+    }
+    let conditional = matches!(
+        ins.mnemonic(),
+        iced_x86::Mnemonic::Cmpsb
+            | iced_x86::Mnemonic::Cmpsw
+            | iced_x86::Mnemonic::Cmpsd
+            | iced_x86::Mnemonic::Cmpsq
+            | iced_x86::Mnemonic::Scasb
+            | iced_x86::Mnemonic::Scasw
+            | iced_x86::Mnemonic::Scasd
+            | iced_x86::Mnemonic::Scasq
+    );
+    if conditional {
+        // repe: continue while ZF=1 (jz); repne: while ZF=0 (jnz).
+        let cc = if ins.has_repne_prefix() { 0x85 } else { 0x84 };
+        e.buf.extend_from_slice(&[0x0F, cc]);
+        let fix = e.buf.len();
+        e.buf.extend_from_slice(&[0; 4]);
+        let s = e.new_stub(pc);
+        e.fixups.push((fix, s));
+        e.stub_jump_existing(exit_stub);
+    } else {
+        e.stub_jump(pc);
+    }
+    e.finish();
+    Ok(Translation {
+        bytes: core::mem::take(&mut e.buf),
+        stubs: core::mem::take(&mut e.stubs),
+        kind: BlockKind::Normal,
+        insns: 1,
+    })
+}
+
+struct Emitter {
+    buf: Vec<u8>,
+    base: u64,
+    /// Stubs by index; offsets are filled in by `finish`.
+    stubs: Vec<Stub>,
+    /// (position of a rel32 in buf, stub index) to patch once stubs are placed.
+    fixups: Vec<(usize, usize)>,
+}
+
+/// `gs:[disp32]` ModRM/SIB bytes for register field `reg` (low 3 bits).
+fn gs_modrm(reg: u8) -> [u8; 2] {
+    [((reg & 7) << 3) | 0x04, 0x25]
+}
+
+impl Emitter {
+    fn here(&self) -> u64 {
+        self.base + self.buf.len() as u64
+    }
+
+    fn d32(&mut self, v: u32) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+
+    /// mov gs:[off], r64 (r < 8)
+    fn store_gs(&mut self, reg: u8, off: usize) {
+        let rex = if reg >= 8 { 0x4C } else { 0x48 };
+        self.buf.extend_from_slice(&[0x65, rex, 0x89]);
+        self.buf.extend_from_slice(&gs_modrm(reg));
+        self.d32(off as u32);
+    }
+
+    /// mov r64, gs:[off]
+    fn load_gs(&mut self, reg: u8, off: usize) {
+        let rex = if reg >= 8 { 0x4C } else { 0x48 };
+        self.buf.extend_from_slice(&[0x65, rex, 0x8B]);
+        self.buf.extend_from_slice(&gs_modrm(reg));
+        self.d32(off as u32);
+    }
+
+    /// jmp qword ptr gs:[off]
+    fn jmp_gs(&mut self, off: usize) {
+        self.buf.extend_from_slice(&[0x65, 0xFF, 0x24, 0x25]);
+        self.d32(off as u32);
+    }
+
+    fn count_prologue(&mut self, n: u32, flags_dead: bool) {
+        if flags_dead {
+            // add qword ptr gs:[count], n
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x81, 0x04, 0x25]);
+            self.d32(c::OFF_COUNT as u32);
+            self.d32(n);
+        } else {
+            // Flag-free: mov/lea only.
+            self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+            self.load_gs(0, c::OFF_COUNT);
+            self.buf.extend_from_slice(&[0x48, 0x8D, 0x80]);
+            self.d32(n);
+            self.store_gs(0, c::OFF_COUNT);
+            self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
+        }
+    }
+
+    fn new_stub(&mut self, target: u64) -> usize {
+        self.stubs.push(Stub {
+            offset: usize::MAX,
+            target,
+        });
+        self.stubs.len() - 1
+    }
+
+    /// `jmp rel32` to a (new) exit stub for `target`.
+    fn stub_jump(&mut self, target: u64) {
+        let s = self.new_stub(target);
+        self.stub_jump_existing(s);
+    }
+
+    fn stub_jump_existing(&mut self, s: usize) {
+        self.buf.push(0xE9);
+        let fix = self.buf.len();
+        self.d32(0);
+        self.fixups.push((fix, s));
+    }
+
+    /// Lays out the stubs after the code and resolves the jumps to them.
+    fn finish(&mut self) {
+        for i in 0..self.stubs.len() {
+            while self.buf.len() % 8 != 0 {
+                self.buf.push(0xCC);
+            }
+            let off = self.buf.len();
+            self.stubs[i].offset = off;
+            let target = self.stubs[i].target;
+            emit_stub(&mut self.buf, target);
+        }
+        for &(fix, s) in &self.fixups {
+            let rel = self.stubs[s].offset as i64 - (fix as i64 + 4);
+            self.buf[fix..fix + 4].copy_from_slice(&(rel as i32).to_le_bytes());
+        }
+        // A stub has no successor; keep the tail aligned for the next block.
+        while self.buf.len() % 16 != 0 {
+            self.buf.push(0xCC);
+        }
+    }
+
+    /// Copies a non-transfer instruction, fixing a RIP-relative operand.
+    fn copy(&mut self, d: &Decoded) -> Result<(), TranslateError> {
+        let ins = &d.ins;
+        let len = ins.len();
+        let src = ins.ip();
+        if !ins.is_ip_rel_memory_operand() {
+            // SAFETY: the decoder read these bytes from mapped guest memory.
+            let bytes = unsafe { core::slice::from_raw_parts(src as *const u8, len) };
+            self.buf.extend_from_slice(bytes);
+            return Ok(());
+        }
+        let target = ins.ip_rel_memory_address();
+        let new_end = self.here() as i64 + len as i64;
+        let disp = target as i64 - new_end;
+        if disp == disp as i32 as i64
+            && d.offs.has_displacement()
+            && d.offs.displacement_size() == 4
+        {
+            let start = self.buf.len();
+            // SAFETY: as above.
+            let bytes = unsafe { core::slice::from_raw_parts(src as *const u8, len) };
+            self.buf.extend_from_slice(bytes);
+            let at = start + d.offs.displacement_offset();
+            self.buf[at..at + 4].copy_from_slice(&(disp as i32).to_le_bytes());
+            return Ok(());
+        }
+        self.far_rip(ins)
+    }
+
+    /// `insn [rip+X]` too far from the code cache: `mov gs:[save], s; mov s, X; insn [s];
+    /// mov s, gs:[save]` with a scratch register `s` the instruction does not use.
+    fn far_rip(&mut self, ins: &Instruction) -> Result<(), TranslateError> {
+        let mut factory = InstructionInfoFactory::new();
+        let info = factory.info(ins);
+        const CANDIDATES: [(Register, u8); 10] = [
+            (Register::RAX, 0),
+            (Register::RCX, 1),
+            (Register::RDX, 2),
+            (Register::RBX, 3),
+            (Register::RSI, 6),
+            (Register::RDI, 7),
+            (Register::R8, 8),
+            (Register::R9, 9),
+            (Register::R10, 10),
+            (Register::R11, 11),
+        ];
+        let used = |r: Register| {
+            info.used_registers()
+                .iter()
+                .any(|u| u.register().full_register() == r)
+        };
+        let Some(&(reg, num)) = CANDIDATES.iter().find(|(r, _)| !used(*r)) else {
+            return Err(TranslateError::Encode { pc: ins.ip() });
+        };
+        let target = ins.ip_rel_memory_address();
+        let mut m = *ins;
+        m.set_memory_base(reg);
+        m.set_memory_index(Register::None);
+        m.set_memory_displacement64(0);
+        m.set_memory_displ_size(0);
+        let mut enc = Encoder::new(64);
+        enc.encode(&m, self.here())
+            .map_err(|_| TranslateError::Encode { pc: ins.ip() })?;
+        let body = enc.take_buffer();
+        self.store_gs(num, c::scratch_off(c::S_FAR_SAVE));
+        self.mov_imm64(num, target);
+        self.buf.extend_from_slice(&body);
+        self.load_gs(num, c::scratch_off(c::S_FAR_SAVE));
+        Ok(())
+    }
+
+    /// mov r64, imm64
+    fn mov_imm64(&mut self, reg: u8, v: u64) {
+        let rex = if reg >= 8 { 0x49 } else { 0x48 };
+        self.buf.extend_from_slice(&[rex, 0xB8 + (reg & 7)]);
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+
+    /// Pushes the guest return address `ra` without touching flags or memory below `rsp`.
+    fn push_return(&mut self, ra: u64) {
+        self.buf.push(0x68);
+        self.d32(ra as u32);
+        let sign_ext = (ra as u32 as i32 as i64) as u64;
+        if sign_ext != ra {
+            // mov dword ptr [rsp+4], hi32
+            self.buf.extend_from_slice(&[0xC7, 0x44, 0x24, 0x04]);
+            self.d32((ra >> 32) as u32);
+        }
+    }
+
+    /// `mov rax, <operand 0 of ins>` for an indirect jump or call.
+    fn load_target(&mut self, ins: &Instruction) -> Result<(), TranslateError> {
+        match ins.op0_kind() {
+            OpKind::Register => {
+                let r = ins.op0_register();
+                if r == Register::RAX {
+                    return Ok(());
+                }
+                let m = Instruction::with2(Code::Mov_r64_rm64, Register::RAX, r)
+                    .map_err(|_| TranslateError::Encode { pc: ins.ip() })?;
+                self.encode(&m, ins.ip())
+            }
+            OpKind::Memory => {
+                if ins.is_ip_rel_memory_operand() {
+                    let target = ins.ip_rel_memory_address();
+                    let mut m = *ins;
+                    m.set_code(Code::Mov_r64_rm64);
+                    m.set_op0_kind(OpKind::Register);
+                    m.set_op0_register(Register::RAX);
+                    m.set_op1_kind(OpKind::Memory);
+                    let mut enc = Encoder::new(64);
+                    if enc.encode(&m, self.here()).is_ok() {
+                        self.buf.extend_from_slice(&enc.take_buffer());
+                        return Ok(());
+                    }
+                    // Far: the address is a constant.
+                    self.mov_imm64(0, target);
+                    self.buf.extend_from_slice(&[0x48, 0x8B, 0x00]); // mov rax, [rax]
+                    return Ok(());
+                }
+                let mut m = *ins;
+                m.set_code(Code::Mov_r64_rm64);
+                m.set_op0_kind(OpKind::Register);
+                m.set_op0_register(Register::RAX);
+                m.set_op1_kind(OpKind::Memory);
+                self.encode(&m, ins.ip())
+            }
+            _ => Err(TranslateError::Encode { pc: ins.ip() }),
+        }
+    }
+
+    fn encode(&mut self, m: &Instruction, pc: u64) -> Result<(), TranslateError> {
+        let mut enc = Encoder::new(64);
+        enc.encode(m, self.here())
+            .map_err(|_| TranslateError::Encode { pc })?;
+        self.buf.extend_from_slice(&enc.take_buffer());
+        Ok(())
+    }
+
+    /// Emits the replacement for the control transfer that ends the block.
+    fn transfer(&mut self, d: &Decoded) -> Result<(), TranslateError> {
+        let ins = &d.ins;
+        let next = ins.next_ip();
+        match ins.flow_control() {
+            FlowControl::UnconditionalBranch => {
+                self.stub_jump(ins.near_branch_target());
+            }
+            FlowControl::ConditionalBranch => {
+                let target = ins.near_branch_target();
+                if ins.is_jcc_short_or_near() {
+                    let cc = ins.condition_code() as u8 - 1;
+                    self.buf.extend_from_slice(&[0x0F, 0x80 + cc]);
+                    let fix = self.buf.len();
+                    self.d32(0);
+                    let s = self.new_stub(target);
+                    self.fixups.push((fix, s));
+                } else {
+                    // loop/loope/loopne/jrcxz/jecxz (rel8 only): keep the instruction with
+                    // rel8 = 2, skip over a jmp to the taken stub otherwise.
+                    // SAFETY: the decoder read these bytes from mapped guest memory.
+                    let bytes =
+                        unsafe { core::slice::from_raw_parts(ins.ip() as *const u8, ins.len()) };
+                    self.buf.extend_from_slice(&bytes[..bytes.len() - 1]);
+                    self.buf.extend_from_slice(&[0x02, 0xEB, 0x05, 0xE9]);
+                    let fix = self.buf.len();
+                    self.d32(0);
+                    let s = self.new_stub(target);
+                    self.fixups.push((fix, s));
+                }
+                self.stub_jump(next);
+            }
+            FlowControl::Call => {
+                self.push_return(next);
+                self.stub_jump(ins.near_branch_target());
+            }
+            FlowControl::IndirectBranch => {
+                self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+                self.load_target(ins)?;
+                self.jmp_gs(c::OFF_IBL);
+            }
+            FlowControl::IndirectCall => {
+                self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+                self.load_target(ins)?;
+                self.push_return(next);
+                self.jmp_gs(c::OFF_IBL);
+            }
+            FlowControl::Return => {
+                self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+                self.buf.push(0x58); // pop rax
+                if ins.op_count() == 1 && ins.op0_kind() == OpKind::Immediate16 {
+                    let imm = ins.immediate16() as u32;
+                    // lea rsp, [rsp+imm32]
+                    self.buf.extend_from_slice(&[0x48, 0x8D, 0xA4, 0x24]);
+                    self.d32(imm);
+                }
+                self.jmp_gs(c::OFF_IBL);
+            }
+            // int3, int n, ud2, hlt...: run as they are; the kernel reports the trap with
+            // the host pc. Then carry on at the next guest instruction.
+            FlowControl::Interrupt
+            | FlowControl::Exception
+            | FlowControl::XbeginXabortXend
+            | FlowControl::Next => {
+                self.copy(d)?;
+                self.stub_jump(next);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An exit stub: `mov gs:[STUB_RAX], rax; mov rax, target; jmp gs:[DISPATCH]`, padded to
+/// [`STUB_FAR_SLOT`], then an 8-byte slot for a far link. Linking rewrites its first 8
+/// bytes in one aligned store (stubs are 8-byte aligned).
+fn emit_stub(buf: &mut Vec<u8>, target: u64) {
+    let start = buf.len();
+    buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0x25]);
+    buf.extend_from_slice(&(c::scratch_off(c::S_STUB_RAX) as u32).to_le_bytes());
+    buf.extend_from_slice(&[0x48, 0xB8]);
+    buf.extend_from_slice(&target.to_le_bytes());
+    buf.extend_from_slice(&[0x65, 0xFF, 0x24, 0x25]);
+    buf.extend_from_slice(&(c::OFF_DISPATCH as u32).to_le_bytes());
+    while buf.len() - start < STUB_FAR_SLOT {
+        buf.push(0xCC);
+    }
+    buf.extend_from_slice(&0u64.to_le_bytes());
+    debug_assert_eq!(buf.len() - start, STUB_SIZE);
+}
+
+/// Makes the stub at host address `stub` jump straight to host address `to`.
+///
+/// # Safety
+/// `stub` must be an exit stub in a writable code-cache arena; `to` a translated block.
+pub unsafe fn link_stub(stub: u64, to: u64) {
+    let p = stub as *mut u64;
+    // SAFETY: the caller guarantees stub is an 8-byte aligned stub of STUB_SIZE bytes.
+    unsafe {
+        let old = core::ptr::read_volatile(p).to_le_bytes();
+        let rel = to as i64 - (stub as i64 + 5);
+        let mut new = old;
+        if rel == rel as i32 as i64 {
+            new[0] = 0xE9;
+            new[1..5].copy_from_slice(&(rel as i32).to_le_bytes());
+        } else {
+            core::ptr::write_volatile((stub + STUB_FAR_SLOT as u64) as *mut u64, to);
+            // jmp [rip + (FAR_SLOT - 6)]
+            new[0] = 0xFF;
+            new[1] = 0x25;
+            new[2..6].copy_from_slice(&((STUB_FAR_SLOT - 6) as i32).to_le_bytes());
+        }
+        // One aligned 8-byte store: a thread running the stub sees the old or new bytes.
+        core::ptr::write_volatile(p, u64::from_le_bytes(new));
+    }
+}
