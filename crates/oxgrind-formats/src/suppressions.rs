@@ -255,8 +255,7 @@ pub fn parse(
         line: lines.last,
         reason,
     };
-    loop {
-        let Some(open) = lines.next_line() else { break };
+    while let Some(open) = lines.next_line() {
         if open != "{" {
             return Err(bomb(&lines, "expected '{' or end-of-file"));
         }
@@ -292,16 +291,18 @@ pub fn parse(
         let Some(mut kind) = SuppKind::from_name(kind_name) else {
             return Err(bomb(&lines, "unknown tool suppression type"));
         };
-        // The extra line: required for Param and FishyValue, optional for Leak. A line read
-        // here that turns out to be a location is handed to the location loop.
+        // The extra line: required for Param and FishyValue, optional for Leak. As in
+        // Valgrind's `VG_(get_line)`, a line starting `fun:`/`obj:` or equal to `...` is not
+        // an extra line; for Leak it is handed to the location loop.
+        let is_location = |l: &str| l.starts_with("fun:") || l.starts_with("obj:") || l == "...";
         let mut pending: Option<&str> = None;
         match &mut kind {
             SuppKind::Param(p) => match lines.next_line() {
-                Some(l) => *p = l.to_string(),
-                None => return Err(bomb(&lines, "bad or missing extra suppression info")),
+                Some(l) if !is_location(l) => *p = l.to_string(),
+                _ => return Err(bomb(&lines, "bad or missing extra suppression info")),
             },
             SuppKind::FishyValue { function, argument } => {
-                let parsed = lines.next_line().and_then(|l| {
+                let parsed = lines.next_line().filter(|l| !is_location(l)).and_then(|l| {
                     let (f, rest) = l.split_once('(')?;
                     let a = rest.strip_suffix(')')?;
                     Some((f, a))
@@ -321,18 +322,14 @@ pub fn parse(
                         "unexpected end-of-file (when reading stack trace)",
                     ))
                 }
-                Some(l) => {
-                    if let Some(rest) = l.strip_prefix("match-leak-kinds:") {
-                        match LeakKinds::parse(rest.trim_start()) {
-                            Some(k) => *kinds = k,
-                            None => {
-                                return Err(bomb(&lines, "bad or missing extra suppression info"))
-                            }
-                        }
-                    } else {
-                        pending = Some(l);
-                    }
-                }
+                Some(l) if is_location(l) => pending = Some(l),
+                Some(l) => match l
+                    .strip_prefix("match-leak-kinds:")
+                    .map(|r| LeakKinds::parse(r.trim_start()))
+                {
+                    Some(Some(k)) => *kinds = k,
+                    _ => return Err(bomb(&lines, "bad or missing extra suppression info")),
+                },
             },
             _ => {}
         }
@@ -405,18 +402,20 @@ fn parse_location(l: &str) -> Option<Location> {
         return Some(Location::Obj(p.to_string()));
     }
     if let Some(p) = l.strip_prefix("src:") {
-        // `src:file.c:52`: a trailing all-digit component is the line.
-        if let Some((file, line)) = p.rsplit_once(':') {
-            if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) {
-                return Some(Location::Src {
+        // `src:file.c:52`: everything after the first `:` is the line (0: any line).
+        return Some(match p.split_once(':') {
+            Some((file, line)) => {
+                let digits: &str = &line[..line.bytes().take_while(u8::is_ascii_digit).count()];
+                let n = digits.parse::<u32>().unwrap_or(0);
+                Location::Src {
                     file: file.to_string(),
-                    line: line.parse().ok(),
-                });
+                    line: (n != 0).then_some(n),
+                }
             }
-        }
-        return Some(Location::Src {
-            file: p.to_string(),
-            line: None,
+            None => Location::Src {
+                file: p.to_string(),
+                line: None,
+            },
         });
     }
     None
@@ -711,6 +710,16 @@ mod tests {
                 "{\nname\nMemcheckFree\n",
                 3,
                 "malformed 'tool1,tool2,...:supp' line",
+            ),
+            (
+                "{\nname\nMemcheck:Param\nfun:write\n}\n",
+                4,
+                "bad or missing extra suppression info",
+            ),
+            (
+                "{\nname\nMemcheck:Leak\nwhatever\nfun:f\n}\n",
+                4,
+                "bad or missing extra suppression info",
             ),
             (
                 "\n\n{\nname\nMemcheck:Leak\nmatch-leak-kinds: sometimes\nfun:f\n}\n",

@@ -1,1 +1,831 @@
-//! Memcheck: heap misuse errors and leaks (to be written).
+//! Memcheck, part 1: misuse of the allocator and leaks, reported in Valgrind's words and
+//! numbers.
+//!
+//! The runtime replaces `malloc` & co and calls [`Memcheck`] through `oxgrind_tool::Tool`:
+//! [`on_free`](Tool::on_free) checks allocator families (mismatched free/delete/delete[])
+//! and remembers the block in the freed-block queue ([`freed`]); [`on_misuse`]
+//! (Tool::on_misuse) turns what the runtime detected (invalid or double free, fishy sizes,
+//! bad alignment, overlapping copies) into errors; [`fini`](Tool::fini) runs the leak
+//! search ([`leak`]) and writes HEAP SUMMARY, loss records, LEAK SUMMARY and ERROR SUMMARY.
+//! Merging, suppressions and counting live in [`errors`]; the bytes of the text and XML come
+//! from `oxgrind_formats::{memcheck_text, memcheck_xml}`.
+//!
+//! What the runtime calls besides the `Tool` events: [`Memcheck::start`] once before the
+//! program's `main` (prints the preamble), and [`Memcheck::exit_status`] after `fini` (the
+//! `--error-exitcode` decision).
+//!
+//! Not here: definedness and addressability of every access (Memcheck part 2 needs the
+//! engine), descriptions of stack and global addresses (the `Host` cannot describe them).
+
+extern crate alloc;
+
+pub mod errors;
+pub mod freed;
+pub mod leak;
+pub mod options;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use oxgrind_formats::frame::Frame;
+use oxgrind_formats::memcheck_text::{
+    self as text, Amount, Aux, ErrorBlock, LeakMode, LeakSummary,
+};
+use oxgrind_formats::memcheck_xml as xml;
+use oxgrind_formats::suppressions::{
+    self as supp, GenFrame, GeneratedSupp, LeakKind, SuppFrame, SuppParseError,
+};
+use oxgrind_tool::{
+    Addr, Alloc, AllocFn, Exit, Free, Host, LiveBlock, Misuse, MisuseEvent, Needs, OptionError,
+    RootRange, StackId, Tool,
+};
+
+use errors::{ErrorKey, ErrorManager, KeyKind, Output, Reporting, Shown};
+use freed::{FreedBlock, FreedQueue, REDZONE};
+use options::{KeepStacks, LeakCheck, Options};
+
+/// Our default suppressions (see the file for what they cover).
+pub const DEFAULT_SUPPRESSIONS: &str = include_str!("default.supp");
+/// The name `-s` shows for entries of [`DEFAULT_SUPPRESSIONS`].
+pub const DEFAULT_SUPPRESSIONS_NAME: &str = "oxgrind-default.supp";
+
+/// The tool. Create with [`Memcheck::new`], feed options, then `post_options`.
+pub struct Memcheck {
+    opts: Options,
+    /// Suppression files as (name, contents), when the runtime supplies them instead of
+    /// letting `post_options` read them.
+    supp_texts: Vec<(String, String)>,
+    allocs: AtomicU64,
+    frees: AtomicU64,
+    bytes_allocated: AtomicU64,
+    state: Mutex<State>,
+}
+
+struct State {
+    errors: ErrorManager,
+    freed: FreedQueue,
+    xml: String,
+    xml_started: bool,
+    finished: bool,
+}
+
+impl Default for Memcheck {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn alloc_fn_name(f: AllocFn) -> &'static str {
+    match f {
+        AllocFn::Malloc => "malloc",
+        AllocFn::Calloc => "calloc",
+        AllocFn::Realloc => "realloc",
+        AllocFn::ReallocArray => "reallocarray",
+        AllocFn::Memalign => "memalign",
+        AllocFn::PosixMemalign => "posix_memalign",
+        AllocFn::AlignedAlloc => "aligned_alloc",
+        AllocFn::Valloc => "valloc",
+        AllocFn::Pvalloc => "pvalloc",
+        // Memcheck names the C++ allocators by their GCC builtins in FishyValue errors.
+        AllocFn::New => "__builtin_new",
+        AllocFn::NewArray => "__builtin_vec_new",
+        AllocFn::Free => "free",
+        AllocFn::Delete => "__builtin_delete",
+        AllocFn::DeleteArray => "__builtin_vec_delete",
+    }
+}
+
+/// `Vg_FnNameBelowMain`: functions that call `main`, shown as `(below main)`.
+fn is_below_main(name: &str) -> bool {
+    name == "__libc_start_main"
+        || name == "__libc_start_call_main"
+        || name.starts_with("__libc_start_main.")
+        || name == "generic_start_main"
+        || name.starts_with("generic_start_main.")
+        || name == "_start"
+}
+
+/// A stack resolved for printing, matching and `--gen-suppressions`.
+struct Resolved {
+    shown: Vec<Frame>,
+    supp: Vec<SuppFrame>,
+    gen: Vec<GenFrame>,
+}
+
+impl Memcheck {
+    pub fn new() -> Memcheck {
+        let opts = Options::default();
+        let rep = reporting(&opts, 0);
+        Memcheck {
+            state: Mutex::new(State {
+                errors: ErrorManager::new(rep),
+                freed: FreedQueue::new(opts.freelist_vol, opts.freelist_big_blocks),
+                xml: String::new(),
+                xml_started: false,
+                finished: false,
+            }),
+            opts,
+            supp_texts: Vec::new(),
+            allocs: AtomicU64::new(0),
+            frees: AtomicU64::new(0),
+            bytes_allocated: AtomicU64::new(0),
+        }
+    }
+
+    /// The parsed options (after `post_options`, with cross-option rules applied).
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+
+    /// Supplies the contents of a `--suppressions=` file, for a runtime that reads files
+    /// itself; `post_options` then does not open that file. Call before `post_options`.
+    pub fn provide_suppressions_file(&mut self, name: &str, contents: String) {
+        self.supp_texts.push((name.to_string(), contents));
+    }
+
+    /// Parses one suppression file into the error manager.
+    pub fn load_suppressions(&mut self, name: &str, contents: &str) -> Result<(), SuppParseError> {
+        let entries = supp::parse(name, contents, "Memcheck", self.opts.num_callers)?;
+        self.state_mut().errors.add_suppressions(entries);
+        Ok(())
+    }
+
+    fn state_mut(&mut self) -> &mut State {
+        // A poisoned lock only means a panic elsewhere; the data is still what we have.
+        self.state.get_mut().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The start-up banner as text (`==PID== Memcheck, a memory error detector` ...), empty
+    /// with `-q` or `--xml=yes`.
+    pub fn preamble_text(&self, host: &dyn Host) -> String {
+        let mut out = String::new();
+        if self.opts.verbosity > 0 && !self.opts.xml {
+            let ppid = self
+                .opts
+                .log_to_file
+                .then(std::os::unix::process::parent_id);
+            text::preamble(
+                &mut out,
+                host.pid(),
+                host.command_line(),
+                ppid.map(|p| p as i32),
+            );
+        }
+        out
+    }
+
+    /// Call once, after `post_options` and before the program's `main`: writes the
+    /// preamble to the log (text mode) or starts the XML document.
+    pub fn start(&self, host: &dyn Host) {
+        let t = self.preamble_text(host);
+        if !t.is_empty() {
+            host.log(&t);
+        }
+        if self.opts.xml {
+            let mut st = self.lock();
+            self.start_xml(&mut st, host);
+            self.flush_xml(&st, host);
+        }
+    }
+
+    /// The exit status to force when the program ends normally: `--error-exitcode=N` if
+    /// errors were counted. Call after `fini`.
+    pub fn exit_status(&self) -> Option<i32> {
+        let st = self.lock();
+        (self.opts.error_exitcode != 0 && st.errors.any_errors())
+            .then_some(self.opts.error_exitcode)
+    }
+
+    fn start_xml(&self, st: &mut State, host: &dyn Host) {
+        if st.xml_started {
+            return;
+        }
+        st.xml_started = true;
+        let quals = self
+            .opts
+            .xml_file
+            .as_deref()
+            .map(file_qualifiers)
+            .unwrap_or_default();
+        let launcher = std::env::current_exe()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        let ppid = std::os::unix::process::parent_id() as i32;
+        xml::header(
+            &mut st.xml,
+            &xml::Header {
+                pid: host.pid(),
+                ppid,
+                command: host.command_line(),
+                launcher: &launcher,
+                tool_args: &self.opts.args,
+                file_qualifiers: &quals,
+                user_comment: self.opts.xml_user_comment.as_deref(),
+            },
+        );
+        xml::status(&mut st.xml, "RUNNING", host.elapsed_ms());
+    }
+
+    fn flush_xml(&self, st: &State, host: &dyn Host) {
+        let Some(template) = &self.opts.xml_file else {
+            return;
+        };
+        match host.expand_output_path(template) {
+            Ok(path) => {
+                if host.write_file(&path, st.xml.as_bytes()).is_err() {
+                    host.log(&format!(
+                        "=={}== cannot write XML output file {path}\n",
+                        host.pid()
+                    ));
+                }
+            }
+            Err(e) => host.log(&format!("=={}== {}\n", host.pid(), e.0)),
+        }
+    }
+
+    /// Sends what the error manager produced to the log and, in XML mode, rewrites the XML
+    /// file (small documents only, so a crash still leaves the errors seen so far).
+    fn emit(&self, st: &mut State, out: Output, host: &dyn Host) {
+        if !out.text.is_empty() {
+            host.log(&out.text);
+        }
+        if !out.xml.is_empty() {
+            self.start_xml(st, host);
+            st.xml.push_str(&out.xml);
+            if st.xml.len() < 1 << 20 {
+                self.flush_xml(st, host);
+            }
+        }
+    }
+
+    fn resolve(&self, host: &dyn Host, id: StackId) -> Resolved {
+        let mut r = Resolved {
+            shown: Vec::new(),
+            supp: Vec::new(),
+            gen: Vec::new(),
+        };
+        let mut cut = false;
+        for ip in host.stack(id).into_iter().take(self.opts.num_callers) {
+            let mut group = host.describe(ip);
+            if group.is_empty() {
+                group.push(Frame {
+                    ip,
+                    ..Default::default()
+                });
+            }
+            let mut reaches_main = false;
+            for f in group {
+                let sf = SuppFrame {
+                    fun: f.mangled.clone().or_else(|| f.function.clone()),
+                    obj: f.object.clone(),
+                    file: f.file.clone(),
+                    line: f.line,
+                };
+                r.supp.push(sf.clone());
+                if cut {
+                    continue;
+                }
+                let mut shown = f;
+                if !self.opts.show_below_main {
+                    if let Some(name) = shown.function.as_deref() {
+                        if name == "main" {
+                            reaches_main = true;
+                        } else if is_below_main(name) {
+                            reaches_main = true;
+                            shown.function = Some("(below main)".into());
+                        }
+                    }
+                }
+                r.gen.push(GenFrame::from_frame(&sf));
+                r.shown.push(shown);
+            }
+            if reaches_main {
+                cut = true;
+            }
+        }
+        r
+    }
+
+    /// Memcheck's `describe_addr` for heap addresses: a recently freed block first, then a
+    /// live one (each with its redzones), else "not stack'd, malloc'd or (recently) free'd".
+    fn describe_addr(&self, host: &dyn Host, freed: &FreedQueue, addr: Addr) -> Vec<Aux> {
+        let near = |start: Addr, size: u64| {
+            addr >= start.saturating_sub(REDZONE) && addr < start + size + REDZONE
+        };
+        let live: Option<LiveBlock> = host
+            .live_blocks()
+            .into_iter()
+            .find(|b| near(b.addr, b.size));
+        let f = freed.bracketing(addr).copied().filter(|f| {
+            // A freed entry whose memory was handed out again is stale.
+            !host_reused(&live, f)
+        });
+        let keep = self.opts.keep_stacks;
+        if let Some(f) = f {
+            let mut aux = vec![Aux::Text(text::address_in_block(
+                addr,
+                addr.wrapping_sub(f.addr) as i64,
+                f.size,
+                true,
+            ))];
+            let free_st = matches!(
+                keep,
+                KeepStacks::Free | KeepStacks::AllocAndFree | KeepStacks::AllocThenFree
+            );
+            let alloc_st = matches!(keep, KeepStacks::Alloc | KeepStacks::AllocAndFree);
+            if free_st {
+                aux.push(Aux::Stack(self.resolve(host, f.free_stack).shown));
+                if alloc_st {
+                    aux.push(Aux::Text(text::BLOCK_WAS_ALLOCD_AT.into()));
+                    aux.push(Aux::Stack(self.resolve(host, f.alloc_stack).shown));
+                }
+            } else if alloc_st {
+                aux.push(Aux::Stack(self.resolve(host, f.alloc_stack).shown));
+            }
+            return aux;
+        }
+        if let Some(b) = live {
+            let mut aux = vec![Aux::Text(text::address_in_block(
+                addr,
+                addr.wrapping_sub(b.addr) as i64,
+                b.size,
+                false,
+            ))];
+            if !matches!(
+                keep,
+                KeepStacks::None | KeepStacks::Free | KeepStacks::AllocThenFree
+            ) {
+                aux.push(Aux::Stack(self.resolve(host, b.stack).shown));
+            }
+            return aux;
+        }
+        vec![Aux::Text(text::address_unknown(addr))]
+    }
+
+    /// Records one runtime-detected error on the calling thread.
+    fn report(
+        &self,
+        host: &dyn Host,
+        kind: KeyKind,
+        stack: StackId,
+        tid: i32,
+        xml_kind: &'static str,
+        what: &dyn Fn() -> String,
+        quirk: bool,
+        aux: &dyn Fn(&FreedQueue) -> Vec<Aux>,
+    ) {
+        let ips: Vec<u64> = host
+            .stack(stack)
+            .into_iter()
+            .take(self.opts.num_callers)
+            .collect();
+        let mut st = self.lock();
+        st.errors.rep.pid = host.pid();
+        let mut out = Output::default();
+        let State { errors, freed, .. } = &mut *st;
+        let class_kind = kind.clone();
+        errors.record(&mut out, ErrorKey { kind, ips }, &mut || {
+            let r = self.resolve(host, stack);
+            let class_name = match &class_kind {
+                KeyKind::InvalidFree | KeyKind::MismatchedFree => "Free",
+                KeyKind::FishyValue { .. } => "FishyValue",
+                KeyKind::Overlap { .. } => "Overlap",
+                KeyKind::BadAlign => "BadAlign",
+            };
+            let extra = match &class_kind {
+                KeyKind::FishyValue { function, argument } => {
+                    Some(format!("{function}({argument})"))
+                }
+                _ => None,
+            };
+            Shown {
+                tid,
+                xml_kind,
+                block: ErrorBlock {
+                    what: what(),
+                    stack: r.shown,
+                    aux: aux(freed),
+                },
+                what_newline_quirk: quirk,
+                supp_frames: r.supp,
+                generated: GeneratedSupp {
+                    kind: format!("Memcheck:{class_name}"),
+                    extra,
+                    frames: r.gen,
+                },
+            }
+        });
+        self.emit(&mut st, out, host);
+    }
+
+    /// The leak search and its report; text goes to `out`, returns nothing to print when
+    /// `--leak-check=no`.
+    fn leak_check(&self, host: &dyn Host, st: &mut State, out: &mut Output, live: &[LiveBlock]) {
+        let pid = host.pid();
+        let verbose_text = self.opts.verbosity > 0 && !self.opts.xml;
+        if self.opts.leak_check == LeakCheck::No {
+            if self.opts.verbosity == 1 && !self.opts.xml {
+                text::line(
+                    &mut out.text,
+                    pid,
+                    "For a detailed leak analysis, rerun with: --leak-check=full",
+                );
+                text::line(&mut out.text, pid, "");
+            }
+            return;
+        }
+        if live.is_empty() {
+            if verbose_text {
+                text::line(
+                    &mut out.text,
+                    pid,
+                    "All heap blocks were freed -- no leaks are possible",
+                );
+                text::line(&mut out.text, pid, "");
+            }
+            return;
+        }
+        let mut blocks: Vec<leak::Block> = live
+            .iter()
+            .map(|b| leak::Block {
+                addr: b.addr,
+                size: b.size,
+                stack: b.stack,
+            })
+            .collect();
+        blocks.sort_by_key(|b| b.addr);
+        let mem = HostMemory { host };
+        let mut verdicts = Vec::new();
+        host.with_roots(&mut |roots: &[RootRange]| {
+            verdicts = leak::classify(
+                &blocks,
+                &mut |sink| {
+                    for r in roots {
+                        host.read_words(r.start, r.end.saturating_sub(r.start), &mut |_, w| {
+                            sink(w)
+                        });
+                    }
+                },
+                &mem,
+                self.opts.heuristics,
+            );
+        });
+        if verdicts.len() != blocks.len() {
+            // The host never called us back: nothing was searched, say nothing wrong.
+            return;
+        }
+        let frames = self.opts.resolution.frames();
+        let mut same_place = |a: StackId, b: StackId| match frames {
+            None => a == b,
+            Some(n) => {
+                a == b
+                    || host
+                        .stack(a)
+                        .iter()
+                        .take(n)
+                        .eq(host.stack(b).iter().take(n))
+            }
+        };
+        let records = leak::loss_records(&blocks, &verdicts, &mut same_place);
+        let total = records.len();
+        let full = self.opts.leak_check == LeakCheck::Full;
+        let mut sum = LeakSummary::default();
+        for (i, r) in records.iter().enumerate() {
+            let print = full && self.opts.show_leak_kinds.contains(r.kind);
+            let count = full && self.opts.errors_for_leak_kinds.contains(r.kind);
+            let res = self.resolve(host, r.stack);
+            let shown = Shown {
+                tid: 1,
+                xml_kind: match r.kind {
+                    LeakKind::Definite => "Leak_DefinitelyLost",
+                    LeakKind::Indirect => "Leak_IndirectlyLost",
+                    LeakKind::Possible => "Leak_PossiblyLost",
+                    LeakKind::Reachable => "Leak_StillReachable",
+                },
+                block: ErrorBlock {
+                    what: text::loss_record_what(
+                        r.bytes,
+                        r.indirect,
+                        r.blocks,
+                        r.kind,
+                        i + 1,
+                        total,
+                    ),
+                    stack: res.shown,
+                    aux: Vec::new(),
+                },
+                what_newline_quirk: false,
+                supp_frames: res.supp,
+                generated: GeneratedSupp {
+                    kind: "Memcheck:Leak".into(),
+                    extra: Some(format!("match-leak-kinds: {}", r.kind.keyword())),
+                    frames: res.gen,
+                },
+            };
+            let suppressed = st.errors.leak(
+                out,
+                r.kind,
+                &shown,
+                (r.bytes + r.indirect, r.blocks),
+                print,
+                count,
+            );
+            let slot = if suppressed {
+                &mut sum.suppressed
+            } else {
+                match r.kind {
+                    LeakKind::Definite => &mut sum.definite,
+                    LeakKind::Indirect => &mut sum.indirect,
+                    LeakKind::Possible => &mut sum.possible,
+                    LeakKind::Reachable => &mut sum.reachable,
+                }
+            };
+            slot.bytes += r.bytes;
+            slot.blocks += r.blocks;
+        }
+        // "of which reachable via heuristic", per heuristic, over all blocks (as Memcheck).
+        for h in [
+            leak::Heuristic::StdString,
+            leak::Heuristic::Length64,
+            leak::Heuristic::NewArray,
+            leak::Heuristic::MultipleInheritance,
+        ] {
+            let mut a = Amount::default();
+            for (b, v) in blocks.iter().zip(&verdicts) {
+                if v.heuristic == Some(h) {
+                    a.bytes += b.size;
+                    a.blocks += 1;
+                }
+            }
+            if a.blocks > 0 {
+                sum.heuristics.push((h.name(), a));
+            }
+        }
+        if verbose_text {
+            let mode = if full {
+                LeakMode::Full {
+                    reachable_shown: self.opts.show_leak_kinds.contains(LeakKind::Reachable),
+                }
+            } else {
+                LeakMode::Summary
+            };
+            text::leak_summary(&mut out.text, pid, &sum, mode);
+        }
+    }
+}
+
+fn host_reused(live: &Option<LiveBlock>, f: &FreedBlock) -> bool {
+    match live {
+        Some(b) => b.addr < f.addr + f.size.max(1) && f.addr < b.addr + b.size.max(1),
+        None => false,
+    }
+}
+
+/// `%q{VAR}` parts of a file-name template with their values (XML `<logfilequalifier>`).
+fn file_qualifiers(template: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = template;
+    while let Some(i) = rest.find("%q{") {
+        let after = &rest[i + 3..];
+        let Some(end) = after.find('}') else { break };
+        let var = &after[..end];
+        out.push((var.to_string(), std::env::var(var).unwrap_or_default()));
+        rest = &after[end + 1..];
+    }
+    out
+}
+
+fn reporting(opts: &Options, pid: i32) -> Reporting {
+    Reporting {
+        pid,
+        verbosity: opts.verbosity,
+        xml: opts.xml,
+        error_limit: opts.error_limit,
+        gen_suppressions: opts.gen_suppressions,
+        show_error_list: opts.show_error_list,
+        error_markers: opts.error_markers.clone(),
+    }
+}
+
+/// The leak search's view of the program's memory.
+struct HostMemory<'a> {
+    host: &'a dyn Host,
+}
+
+impl leak::Memory for HostMemory<'_> {
+    fn read_words(&self, start: Addr, len: u64, f: &mut dyn FnMut(Addr, u64)) {
+        self.host.read_words(start, len, f)
+    }
+    fn is_vtable(&self, addr: Addr) -> bool {
+        // Best effort: the host describes code addresses; a symbolizer that also knows data
+        // symbols names a vtable `_ZTV...` ("vtable for ..." demangled).
+        self.host.describe(addr).iter().any(|f| {
+            f.mangled
+                .as_deref()
+                .or(f.function.as_deref())
+                .is_some_and(|n| n.starts_with("_ZTV") || n.starts_with("vtable for "))
+        })
+    }
+}
+
+impl Tool for Memcheck {
+    fn name(&self) -> &'static str {
+        "memcheck"
+    }
+
+    fn parse_option(&mut self, arg: &str) -> Result<bool, OptionError> {
+        self.opts.parse(arg)
+    }
+
+    fn post_options(&mut self) -> Result<(), OptionError> {
+        self.opts.finish()?;
+        let rep = reporting(&self.opts, 0);
+        let (vol, big) = (self.opts.freelist_vol, self.opts.freelist_big_blocks);
+        {
+            let st = self.state_mut();
+            st.errors = ErrorManager::new(rep);
+            st.freed = FreedQueue::new(vol, big);
+        }
+        let fatal = |e: SuppParseError| OptionError(e.fatal_lines().join("\n"));
+        if self.opts.default_suppressions {
+            self.load_suppressions(DEFAULT_SUPPRESSIONS_NAME, DEFAULT_SUPPRESSIONS)
+                .map_err(fatal)?;
+        }
+        for name in self.opts.suppressions.clone() {
+            let provided = self
+                .supp_texts
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, t)| t.clone());
+            let contents = match provided {
+                Some(t) => t,
+                None => match std::fs::read(&name) {
+                    Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+                    Err(_) => {
+                        return Err(OptionError(format!(
+                            "FATAL: can't open suppressions file \"{name}\""
+                        )))
+                    }
+                },
+            };
+            self.load_suppressions(&name, &contents).map_err(fatal)?;
+        }
+        Ok(())
+    }
+
+    fn needs(&self) -> Needs {
+        Needs {
+            stack_depth: self.opts.num_callers,
+            free_stacks: true,
+            freelist_vol: self.opts.freelist_vol,
+            page_events: false,
+        }
+    }
+
+    fn on_alloc(&self, _host: &dyn Host, ev: &Alloc) {
+        self.allocs.fetch_add(1, Ordering::Relaxed);
+        self.bytes_allocated.fetch_add(ev.size, Ordering::Relaxed);
+    }
+
+    fn on_free(&self, host: &dyn Host, ev: &Free) {
+        self.frees.fetch_add(1, Ordering::Relaxed);
+        if self.opts.show_mismatched_frees && ev.alloc_func.family() != ev.func.family() {
+            let (addr, size, alloc_stack) = (ev.addr, ev.size, ev.alloc_stack);
+            let keep_alloc = !matches!(
+                self.opts.keep_stacks,
+                KeepStacks::None | KeepStacks::Free | KeepStacks::AllocThenFree
+            );
+            self.report(
+                host,
+                KeyKind::MismatchedFree,
+                ev.stack,
+                ev.tid,
+                "MismatchedFree",
+                &|| text::MISMATCHED_FREE.to_string(),
+                false,
+                &|_| {
+                    let mut aux = vec![Aux::Text(text::address_in_block(addr, 0, size, false))];
+                    if keep_alloc {
+                        aux.push(Aux::Stack(self.resolve(host, alloc_stack).shown));
+                    }
+                    aux
+                },
+            );
+        }
+        let mut st = self.lock();
+        st.freed.push(FreedBlock {
+            addr: ev.addr,
+            size: ev.size,
+            alloc_stack: ev.alloc_stack,
+            free_stack: ev.stack,
+        });
+    }
+
+    fn on_misuse(&self, host: &dyn Host, ev: &MisuseEvent) {
+        match ev.kind {
+            Misuse::InvalidFree { addr, .. } => self.report(
+                host,
+                KeyKind::InvalidFree,
+                ev.stack,
+                ev.tid,
+                "InvalidFree",
+                &|| text::INVALID_FREE.to_string(),
+                false,
+                &|freed| self.describe_addr(host, freed, addr),
+            ),
+            Misuse::FishyValue { func, arg, value } => {
+                let function = alloc_fn_name(func);
+                self.report(
+                    host,
+                    KeyKind::FishyValue {
+                        function,
+                        argument: arg,
+                    },
+                    ev.stack,
+                    ev.tid,
+                    "FishyValue",
+                    &|| text::fishy_value(function, arg, value),
+                    true,
+                    &|_| Vec::new(),
+                )
+            }
+            Misuse::BadAlignment { func, align } => {
+                let why = match func {
+                    AllocFn::PosixMemalign => {
+                        " (should be non-zero, a power of 2 and a multiple of sizeof(void*))"
+                    }
+                    _ => " (should be power of 2)",
+                };
+                self.report(
+                    host,
+                    KeyKind::BadAlign,
+                    ev.stack,
+                    ev.tid,
+                    "InvalidAlignment",
+                    &|| text::invalid_alignment(align, why),
+                    false,
+                    &|_| Vec::new(),
+                )
+            }
+            Misuse::Overlap {
+                func,
+                dst,
+                src,
+                len,
+            } => self.report(
+                host,
+                KeyKind::Overlap { function: func },
+                ev.stack,
+                ev.tid,
+                "Overlap",
+                &|| text::overlap(func, dst, src, len),
+                len.is_none(),
+                &|_| Vec::new(),
+            ),
+        }
+    }
+
+    fn fini(&self, host: &dyn Host, _exit: Exit) {
+        let live = host.live_blocks();
+        let mut st = self.lock();
+        if st.finished {
+            return;
+        }
+        st.finished = true;
+        let pid = host.pid();
+        st.errors.rep.pid = pid;
+        let mut out = Output::default();
+        if self.opts.xml {
+            self.start_xml(&mut st, host);
+            st.xml.push('\n');
+            xml::status(&mut st.xml, "FINISHED", host.elapsed_ms());
+        } else if self.opts.verbosity > 0 {
+            text::line(&mut out.text, pid, "");
+            let in_use: u64 = live.iter().map(|b| b.size).sum();
+            text::heap_summary(
+                &mut out.text,
+                pid,
+                in_use,
+                live.len() as u64,
+                self.allocs.load(Ordering::Relaxed),
+                self.frees.load(Ordering::Relaxed),
+                self.bytes_allocated.load(Ordering::Relaxed),
+            );
+        }
+        self.leak_check(host, &mut st, &mut out, &live);
+        st.errors.finish(&mut out);
+        if !out.text.is_empty() {
+            host.log(&out.text);
+        }
+        if self.opts.xml {
+            let body = std::mem::take(&mut out.xml);
+            st.xml.push_str(&body);
+            xml::footer(&mut st.xml);
+            self.flush_xml(&st, host);
+        }
+    }
+}

@@ -1,0 +1,423 @@
+//! Memcheck's options: its own (`--leak-check`, `--show-leak-kinds`, ...) and the core ones
+//! the runtime forwards because they shape Memcheck's report (`-q`, `-s`, `--xml`,
+//! `--suppressions`, `--error-exitcode`, `--num-callers`, ...). formats.md §8.1–8.2.
+//!
+//! Parsing is separate from meaning: [`Options::parse`] takes one argument at a time and
+//! keeps what the user typed, [`Options::finish`] applies the cross-option rules (XML forces
+//! a full leak check, `--gen-suppressions=yes` is refused in XML mode).
+
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use oxgrind_formats::suppressions::{LeakKind, LeakKinds};
+use oxgrind_tool::OptionError;
+
+/// `--leak-check=`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum LeakCheck {
+    No,
+    Summary,
+    Full,
+}
+
+/// `--leak-resolution=`: how many frames two allocation stacks must share to be merged into
+/// one loss record.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Resolution {
+    Low,
+    Med,
+    High,
+}
+
+impl Resolution {
+    /// Frames compared; `None` is all of them.
+    pub fn frames(self) -> Option<usize> {
+        match self {
+            Resolution::Low => Some(2),
+            Resolution::Med => Some(4),
+            Resolution::High => None,
+        }
+    }
+}
+
+/// `--gen-suppressions=`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum GenSupp {
+    No,
+    /// Valgrind asks interactively; without a terminal to ask on, we print every one
+    /// (as answering `Y` each time would).
+    Yes,
+    All,
+}
+
+/// `--keep-stacktraces=`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum KeepStacks {
+    Alloc,
+    Free,
+    AllocAndFree,
+    AllocThenFree,
+    None,
+}
+
+/// The leak-check heuristics (`--leak-check-heuristics=`), as a bit set in Memcheck's order.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Heuristics(pub u8);
+
+impl Heuristics {
+    pub const STDSTRING: u8 = 1;
+    pub const LENGTH64: u8 = 2;
+    pub const NEWARRAY: u8 = 4;
+    pub const MULTIPLE_INHERITANCE: u8 = 8;
+    pub const ALL: Heuristics = Heuristics(15);
+
+    pub fn has(self, bit: u8) -> bool {
+        self.0 & bit != 0
+    }
+
+    fn parse(text: &str) -> Option<Heuristics> {
+        match text {
+            "all" => return Some(Heuristics::ALL),
+            "none" => return Some(Heuristics(0)),
+            _ => {}
+        }
+        let mut h = 0;
+        for w in text.split(',') {
+            h |= match w {
+                "stdstring" => Self::STDSTRING,
+                "length64" => Self::LENGTH64,
+                "newarray" => Self::NEWARRAY,
+                "multipleinheritance" => Self::MULTIPLE_INHERITANCE,
+                _ => return None,
+            };
+        }
+        Some(Heuristics(h))
+    }
+}
+
+/// Everything Memcheck was told.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub leak_check: LeakCheck,
+    pub resolution: Resolution,
+    pub show_leak_kinds: LeakKinds,
+    pub errors_for_leak_kinds: LeakKinds,
+    pub heuristics: Heuristics,
+    pub freelist_vol: u64,
+    pub freelist_big_blocks: u64,
+    pub keep_stacks: KeepStacks,
+    pub show_mismatched_frees: bool,
+    /// `--num-callers` (1..=500).
+    pub num_callers: usize,
+    /// 0 with `-q`, 1 by default, +1 per `-v`.
+    pub verbosity: u32,
+    /// `-s` / `--show-error-list=yes` (implied by `-v`).
+    pub show_error_list: bool,
+    pub xml: bool,
+    pub xml_file: Option<String>,
+    pub xml_user_comment: Option<String>,
+    pub error_limit: bool,
+    /// `--error-exitcode=N`; 0 is off.
+    pub error_exitcode: i32,
+    pub exit_on_first_error: bool,
+    /// `--suppressions=` files in the order given.
+    pub suppressions: Vec<String>,
+    pub default_suppressions: bool,
+    pub gen_suppressions: GenSupp,
+    pub show_below_main: bool,
+    /// `--error-markers=BEGIN,END`.
+    pub error_markers: Option<(String, String)>,
+    /// `--log-file` was given (the preamble then shows `Parent PID:`).
+    pub log_to_file: bool,
+    /// Every option this tool was handed, in order (for XML `<vargv>`).
+    pub args: Vec<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            leak_check: LeakCheck::Summary,
+            resolution: Resolution::High,
+            show_leak_kinds: LeakKinds::DEFAULT,
+            errors_for_leak_kinds: LeakKinds::DEFAULT,
+            heuristics: Heuristics::ALL,
+            freelist_vol: 20_000_000,
+            freelist_big_blocks: 1_000_000,
+            keep_stacks: KeepStacks::AllocAndFree,
+            show_mismatched_frees: true,
+            num_callers: 12,
+            verbosity: 1,
+            show_error_list: false,
+            xml: false,
+            xml_file: None,
+            xml_user_comment: None,
+            error_limit: true,
+            error_exitcode: 0,
+            exit_on_first_error: false,
+            suppressions: Vec::new(),
+            default_suppressions: true,
+            gen_suppressions: GenSupp::No,
+            show_below_main: false,
+            error_markers: None,
+            log_to_file: false,
+            args: Vec::new(),
+        }
+    }
+}
+
+fn bad(arg: &str) -> OptionError {
+    OptionError(format!("Bad option: {arg}"))
+}
+
+fn yes_no(arg: &str, v: &str) -> Result<bool, OptionError> {
+    match v {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => Err(OptionError(format!(
+            "Bad option: {arg}: expected 'yes' or 'no'"
+        ))),
+    }
+}
+
+fn number(arg: &str, v: &str, min: u64, max: u64) -> Result<u64, OptionError> {
+    match v.parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        Ok(_) => Err(OptionError(format!(
+            "Bad option: {arg}: must be between {min} and {max}"
+        ))),
+        Err(_) => Err(OptionError(format!(
+            "Bad option: {arg}: invalid integer value '{v}'"
+        ))),
+    }
+}
+
+fn kinds(arg: &str, v: &str) -> Result<LeakKinds, OptionError> {
+    LeakKinds::parse(v).ok_or_else(|| bad(arg))
+}
+
+impl Options {
+    /// Takes one argument. `Ok(false)`: not an option Memcheck knows.
+    pub fn parse(&mut self, arg: &str) -> Result<bool, OptionError> {
+        let (key, val) = match arg.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (arg, None),
+        };
+        let v = val.unwrap_or("");
+        match (key, val) {
+            ("-q" | "--quiet", None) => self.verbosity = 0,
+            ("-v" | "--verbose", None) => {
+                self.verbosity += 1;
+                self.show_error_list = true;
+            }
+            ("-s", None) => self.show_error_list = true,
+            ("--show-error-list", Some(_)) => self.show_error_list = yes_no(arg, v)?,
+            ("--leak-check", Some(_)) => {
+                self.leak_check = match v {
+                    "no" => LeakCheck::No,
+                    "summary" => LeakCheck::Summary,
+                    "full" | "yes" => LeakCheck::Full,
+                    _ => return Err(bad(arg)),
+                }
+            }
+            ("--leak-resolution", Some(_)) => {
+                self.resolution = match v {
+                    "low" => Resolution::Low,
+                    "med" => Resolution::Med,
+                    "high" => Resolution::High,
+                    _ => return Err(bad(arg)),
+                }
+            }
+            ("--show-leak-kinds", Some(_)) => self.show_leak_kinds = kinds(arg, v)?,
+            ("--errors-for-leak-kinds", Some(_)) => self.errors_for_leak_kinds = kinds(arg, v)?,
+            ("--show-reachable", Some(_)) => {
+                self.show_leak_kinds = if yes_no(arg, v)? {
+                    LeakKinds::ALL
+                } else {
+                    LeakKinds(self.show_leak_kinds.0 & !(1 << LeakKind::Reachable as u8))
+                }
+            }
+            ("--show-possibly-lost", Some(_)) => {
+                self.show_leak_kinds = if yes_no(arg, v)? {
+                    self.show_leak_kinds.with(LeakKind::Possible)
+                } else {
+                    LeakKinds(self.show_leak_kinds.0 & !(1 << LeakKind::Possible as u8))
+                }
+            }
+            ("--leak-check-heuristics", Some(_)) => {
+                self.heuristics = Heuristics::parse(v).ok_or_else(|| bad(arg))?
+            }
+            ("--freelist-vol", Some(_)) => self.freelist_vol = number(arg, v, 0, i64::MAX as u64)?,
+            ("--freelist-big-blocks", Some(_)) => {
+                self.freelist_big_blocks = number(arg, v, 0, i64::MAX as u64)?
+            }
+            ("--keep-stacktraces", Some(_)) => {
+                self.keep_stacks = match v {
+                    "alloc" => KeepStacks::Alloc,
+                    "free" => KeepStacks::Free,
+                    "alloc-and-free" => KeepStacks::AllocAndFree,
+                    "alloc-then-free" => KeepStacks::AllocThenFree,
+                    "none" => KeepStacks::None,
+                    _ => return Err(bad(arg)),
+                }
+            }
+            ("--show-mismatched-frees", Some(_)) => self.show_mismatched_frees = yes_no(arg, v)?,
+            ("--num-callers", Some(_)) => self.num_callers = number(arg, v, 1, 500)? as usize,
+            ("--xml", Some(_)) => self.xml = yes_no(arg, v)?,
+            ("--xml-file", Some(_)) => self.xml_file = Some(v.to_string()),
+            ("--xml-user-comment", Some(_)) => self.xml_user_comment = Some(v.to_string()),
+            ("--error-limit", Some(_)) => self.error_limit = yes_no(arg, v)?,
+            ("--error-exitcode", Some(_)) => {
+                self.error_exitcode = number(arg, v, 0, i32::MAX as u64)? as i32
+            }
+            ("--exit-on-first-error", Some(_)) => self.exit_on_first_error = yes_no(arg, v)?,
+            ("--suppressions", Some(_)) => self.suppressions.push(v.to_string()),
+            ("--default-suppressions", Some(_)) => self.default_suppressions = yes_no(arg, v)?,
+            ("--gen-suppressions", Some(_)) => {
+                self.gen_suppressions = match v {
+                    "no" => GenSupp::No,
+                    "yes" => GenSupp::Yes,
+                    "all" => GenSupp::All,
+                    _ => return Err(bad(arg)),
+                }
+            }
+            ("--show-below-main", Some(_)) => self.show_below_main = yes_no(arg, v)?,
+            ("--error-markers", Some(_)) => {
+                let (b, e) = v.split_once(',').unwrap_or((v, ""));
+                self.error_markers = Some((b.to_string(), e.to_string()));
+            }
+            ("--log-file", Some(_)) => self.log_to_file = true,
+            // Accepted for compatibility; they concern definedness tracking, which needs
+            // the engine (Memcheck part 2).
+            ("--undef-value-errors" | "--track-origins" | "--partial-loads-ok", Some(_)) => {
+                yes_no(arg, v)?;
+            }
+            ("--expensive-definedness-checks", Some("no" | "auto" | "yes")) => {}
+            (
+                "--malloc-fill" | "--free-fill" | "--ignore-ranges" | "--ignore-range-below-sp",
+                Some(_),
+            ) => {}
+            ("--workaround-gcc296-bugs", Some(_)) => {
+                yes_no(arg, v)?;
+            }
+            _ => return Ok(false),
+        }
+        self.args.push(arg.to_string());
+        Ok(true)
+    }
+
+    /// Applies the rules that involve several options.
+    pub fn finish(&mut self) -> Result<(), OptionError> {
+        if self.xml {
+            if self.xml_file.is_none() {
+                return Err(OptionError(
+                    "Bad option: --xml=yes, but no XML destination specified".into(),
+                ));
+            }
+            if self.gen_suppressions == GenSupp::Yes {
+                return Err(OptionError(
+                    "Bad option: --gen-suppressions=yes: --gen-suppressions=yes is not compatible with --xml=yes".into(),
+                ));
+            }
+            // Memcheck 3.19 always runs the full leak search in XML mode.
+            if self.leak_check == LeakCheck::Summary {
+                self.leak_check = LeakCheck::Full;
+            }
+        }
+        if self.exit_on_first_error && self.error_exitcode == 0 {
+            return Err(OptionError(
+                "Bad option: --exit-on-first-error=yes: --exit-on-first-error=yes requires --error-exitcode=<N> with N != 0"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(args: &[&str]) -> Result<Options, OptionError> {
+        let mut o = Options::default();
+        for a in args {
+            if !o.parse(a)? {
+                return Err(OptionError(format!("not ours: {a}")));
+            }
+        }
+        o.finish()?;
+        Ok(o)
+    }
+
+    #[test]
+    fn defaults_are_memchecks() {
+        let o = parsed(&[]).unwrap();
+        assert_eq!(o.leak_check, LeakCheck::Summary);
+        assert_eq!(o.show_leak_kinds, LeakKinds::DEFAULT);
+        assert_eq!(o.num_callers, 12);
+        assert_eq!(o.verbosity, 1);
+        assert_eq!(o.heuristics, Heuristics::ALL);
+    }
+
+    #[test]
+    fn show_reachable_and_possibly_lost_edit_the_shown_kinds() {
+        assert_eq!(
+            parsed(&["--show-reachable=yes"]).unwrap().show_leak_kinds,
+            LeakKinds::ALL
+        );
+        let o = parsed(&["--show-reachable=no", "--show-possibly-lost=no"]).unwrap();
+        assert_eq!(o.show_leak_kinds, LeakKinds(0).with(LeakKind::Definite));
+    }
+
+    #[test]
+    fn xml_forces_full_leak_check_and_needs_a_file() {
+        assert_eq!(
+            parsed(&["--xml=yes", "--xml-file=x.xml"])
+                .unwrap()
+                .leak_check,
+            LeakCheck::Full
+        );
+        assert!(parsed(&["--xml=yes"])
+            .unwrap_err()
+            .0
+            .contains("no XML destination"));
+        assert!(parsed(&["--xml=yes", "--xml-file=x", "--gen-suppressions=yes"]).is_err());
+    }
+
+    #[test]
+    fn bad_values_are_errors_not_panics() {
+        for a in [
+            "--leak-check=maybe",
+            "--num-callers=0",
+            "--num-callers=x",
+            "--show-leak-kinds=most",
+            "--xml=1",
+        ] {
+            assert!(parsed(&[a]).is_err(), "{a}");
+        }
+        let mut o = Options::default();
+        assert!(!o.parse("--depth=3").unwrap());
+        assert!(!o.parse("--tool=massif").unwrap());
+    }
+
+    #[test]
+    fn core_options_forwarded_by_the_runtime_are_accepted() {
+        let o = parsed(&[
+            "-q",
+            "-s",
+            "--error-exitcode=42",
+            "--suppressions=a.supp",
+            "--suppressions=b.supp",
+            "--gen-suppressions=all",
+            "--num-callers=30",
+        ])
+        .unwrap();
+        assert_eq!(
+            (o.verbosity, o.show_error_list, o.error_exitcode),
+            (0, true, 42)
+        );
+        assert_eq!(o.suppressions, ["a.supp", "b.supp"]);
+        assert_eq!(o.gen_suppressions, GenSupp::All);
+        assert_eq!(o.num_callers, 30);
+        assert_eq!(o.args.len(), 7);
+    }
+}
