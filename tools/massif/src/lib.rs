@@ -223,6 +223,9 @@ impl Massif {
 
     #[inline]
     fn peak_attempt(&self, host: &dyn Host, st: &mut State) {
+        if !st.sched.is_new_peak(st.heap + st.extra) {
+            return;
+        }
         let t = self.now(host, st);
         let State {
             sched,
@@ -270,12 +273,23 @@ impl Massif {
 
     /// The file as it would be written now (also used by `fini`). Builds the heap trees of
     /// the detailed snapshots; may call `Host::describe` for addresses not yet described.
+    ///
+    /// Returns `None` when the state stays locked for too long (a fatal signal interrupted
+    /// a thread inside a Massif handler).
     pub fn massif_file(&self, host: &dyn Host) -> Option<MassifFile> {
+        self.build_file(host, false)
+    }
+
+    /// `take`: move the snapshots out instead of copying them (at exit, when nothing will
+    /// use them again).
+    fn build_file(&self, host: &dyn Host, take: bool) -> Option<MassifFile> {
         let mut st = self.state.lock_bounded(1 << 24)?;
-        if self.opts.heap && !st.started {
-            self.start(&mut st);
-        }
-        let snaps = st.sched.snaps.clone();
+        self.start(&mut st);
+        let snaps = if take {
+            std::mem::take(&mut st.sched.snaps)
+        } else {
+            st.sched.snaps.clone()
+        };
         let frames = st.ec_frames.clone();
         drop(st);
 
@@ -529,7 +543,7 @@ impl Tool for Massif {
         if self.finished.swap(true, Ordering::SeqCst) {
             return;
         }
-        let Some(file) = self.massif_file(host) else {
+        let Some(file) = self.build_file(host, true) else {
             host.log("massif: the heap state was busy when the program ended; no output written\n");
             return;
         };

@@ -83,13 +83,19 @@ impl Scheduler {
 
     /// A peak attempt, just before memory goes down; `now` is before the decrease.
     pub(crate) fn peak(&mut self, t: i64, now: Totals<'_>) -> bool {
-        let total = now.heap + now.extra + now.stacks;
-        let excess = (self.peak_total as f64 * self.peak_inaccuracy / 100.0) as u64;
-        if total <= self.peak_total.saturating_add(excess) {
+        if !self.is_new_peak(now.heap + now.extra + now.stacks) {
             return false;
         }
         self.take(Kind::Peak, t, true, now);
         true
+    }
+
+    /// Whether `total` beats the recorded peak by more than `--peak-inaccuracy` percent
+    /// (checked before reading the clock, which most deallocations then need not do).
+    #[inline]
+    pub(crate) fn is_new_peak(&self, total: u64) -> bool {
+        let excess = (self.peak_total as f64 * self.peak_inaccuracy / 100.0) as u64;
+        total > self.peak_total.saturating_add(excess)
     }
 
     fn take(&mut self, kind: Kind, t: i64, detailed: bool, now: Totals<'_>) {

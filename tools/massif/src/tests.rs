@@ -299,6 +299,7 @@ fn heap_no_ignores_heap_events() {
     let m = massif(&["--heap=no"]);
     m.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
     assert_eq!(totals(&m), (0, 0));
+    assert_eq!(snaps(&m, &h), [(0, 0, 0, SnapshotKind::Empty)], "only the startup snapshot");
 }
 
 #[test]
