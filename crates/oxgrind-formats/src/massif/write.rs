@@ -62,7 +62,11 @@ pub fn write_into<W: Write + ?Sized>(file: &MassifFile, out: &mut W) -> fmt::Res
 fn write_tree<W: Write + ?Sized>(root: &TreeNode, out: &mut W) -> fmt::Result {
     let mut stack: Vec<(&TreeNode, usize)> = alloc::vec![(root, 0)];
     while let Some((node, depth)) = stack.pop() {
-        write!(out, "{:depth$}n{}: {}", "", node.children.len(), node.bytes)?;
+        // Not `{:depth$}`: format widths are limited to u16 and trees can be deeper.
+        for _ in 0..depth {
+            out.write_char(' ')?;
+        }
+        write!(out, "n{}: {}", node.children.len(), node.bytes)?;
         // Massif never writes an empty label; without one, no trailing space either.
         if !node.label.is_empty() {
             out.write_char(' ')?;
