@@ -1,0 +1,122 @@
+//! Valgrind's treatment of the frames under `main` (formats.md §0.5).
+//!
+//! Unless `--show-below-main=yes`, Valgrind prints the C start-up functions as
+//! `(below main)` and cuts every stack after `main` (or, when there is no `main`, after the
+//! innermost start-up frame). The names are those of `VG_(get_fnname_kind)` for Linux.
+
+/// The name Valgrind prints for a start-up function.
+pub const BELOW_MAIN: &str = "(below main)";
+
+/// What a function is, for stack cutting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FnNameKind {
+    Main,
+    BelowMain,
+    Normal,
+}
+
+/// Classifies a raw (mangled, symbol-table) function name as Valgrind 3.19 does on Linux.
+pub fn fn_name_kind(name: &str) -> FnNameKind {
+    if name == "main" {
+        FnNameKind::Main
+    } else if name == "__libc_start_main"
+        || name == "__libc_start_call_main"
+        || name.starts_with("__libc_start_main.")
+        || name == "generic_start_main"
+        || name.starts_with("generic_start_main.")
+        || name == "_start"
+        || name == BELOW_MAIN
+    {
+        FnNameKind::BelowMain
+    } else {
+        FnNameKind::Normal
+    }
+}
+
+/// Whether Valgrind counts `name` as a start-up function under `main`.
+pub fn is_below_main(name: &str) -> bool {
+    fn_name_kind(name) == FnNameKind::BelowMain
+}
+
+/// The name to print for a function named `name` (raw): `(below main)` for start-up
+/// functions unless `show_below_main`.
+pub fn below_main_name(name: &str, show_below_main: bool) -> &str {
+    if !show_below_main && is_below_main(name) {
+        BELOW_MAIN
+    } else {
+        name
+    }
+}
+
+/// How many of `stack`'s frames (innermost first) Valgrind keeps without
+/// `--show-below-main=yes`: scanning from the outermost frame, the stack ends at the first
+/// `main`, or else at the innermost below-main frame; a stack with neither is kept whole.
+/// `kind` classifies one frame (e.g. [`Symbolizer::fn_name_kind`](crate::Symbolizer::fn_name_kind)
+/// on its address).
+pub fn cut_below_main<T>(stack: &[T], mut kind: impl FnMut(&T) -> FnNameKind) -> usize {
+    let mut n = stack.len();
+    for i in (0..stack.len()).rev() {
+        match kind(&stack[i]) {
+            FnNameKind::Main => return i + 1,
+            FnNameKind::BelowMain => n = i + 1,
+            FnNameKind::Normal => {}
+        }
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kinds(names: &[&str]) -> usize {
+        cut_below_main(names, |n| fn_name_kind(n))
+    }
+
+    #[test]
+    fn stack_is_cut_after_main() {
+        assert_eq!(
+            kinds(&[
+                "malloc",
+                "f",
+                "main",
+                "__libc_start_call_main",
+                "__libc_start_main",
+                "_start"
+            ]),
+            3
+        );
+    }
+
+    #[test]
+    fn stack_without_main_keeps_the_innermost_below_main_frame() {
+        assert_eq!(
+            kinds(&[
+                "malloc",
+                "start_thread_fn",
+                "__libc_start_call_main",
+                "__libc_start_main",
+                "_start"
+            ]),
+            3
+        );
+    }
+
+    #[test]
+    fn stack_without_start_up_frames_is_kept_whole() {
+        assert_eq!(kinds(&["malloc", "worker", "start_thread", "clone3"]), 4);
+    }
+
+    #[test]
+    fn start_up_functions_are_renamed() {
+        assert_eq!(
+            below_main_name("__libc_start_call_main", false),
+            "(below main)"
+        );
+        assert_eq!(
+            below_main_name("__libc_start_call_main", true),
+            "__libc_start_call_main"
+        );
+        assert_eq!(below_main_name("main", false), "main");
+    }
+}

@@ -1,0 +1,663 @@
+//! Naming code addresses as Valgrind does (`describe_IP`, formats.md §0.1), at report time.
+//!
+//! A [`Symbolizer`] knows the loaded objects (from `/proc/<pid>/maps`, or an explicit list of
+//! path + load bias) and turns one address into [`Frame`]s:
+//!
+//! * inlined calls expanded from DWARF, innermost first, all with the same `ip`; each frame's
+//!   file:line is where that function's code is (innermost) or where it calls the next one;
+//! * the outermost function's name comes from the ELF symbol table, as Valgrind takes it
+//!   (so GCC clones print as `f.constprop.0`), the inlined ones from DWARF;
+//! * names are demangled as Valgrind prints them: C++ like `c++filt`, Rust without the
+//!   trailing hash; the linkage name is kept in [`Frame::mangled`] for suppressions;
+//! * functions under `main` are named `(below main)` unless [`Symbolizer::show_below_main`];
+//! * without DWARF, the nearest ELF symbol (`malloc (in /usr/lib/x86_64-linux-gnu/libc.so.6)`);
+//!   without anything, `???`.
+//!
+//! Debug information is also looked for in separate files: by build-id under
+//! `/usr/lib/debug/.build-id/`, by `.gnu_debuglink`, and their dwz supplementary file
+//! (`.gnu_debugaltlink`). Every object is loaded once, when first needed, and every address
+//! is described once.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
+use oxgrind_formats::frame::Frame;
+
+use crate::below_main::{fn_name_kind, FnNameKind, BELOW_MAIN};
+use crate::maps;
+
+type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
+
+/// Where an object is loaded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Module {
+    /// Path of the ELF file, as printed in `(in PATH)`.
+    pub path: PathBuf,
+    /// Load bias: run-time address minus link-time address (0 for a non-PIE executable).
+    pub bias: u64,
+    /// Run-time address ranges `[start, end)` covered by the object. Empty: computed from its
+    /// `PT_LOAD` segments and `bias` when the symbolizer is built.
+    pub ranges: Vec<(u64, u64)>,
+}
+
+/// Why an object could not be used. Symbolication goes on without it (`???`).
+#[derive(Debug)]
+pub enum SymbolizeError {
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    Elf {
+        path: PathBuf,
+        error: object::Error,
+    },
+    Dwarf {
+        path: PathBuf,
+        error: gimli::Error,
+    },
+}
+
+impl std::fmt::Display for SymbolizeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SymbolizeError::Io { path, error } => write!(f, "{}: {error}", path.display()),
+            SymbolizeError::Elf { path, error } => {
+                write!(f, "{}: bad ELF: {error}", path.display())
+            }
+            SymbolizeError::Dwarf { path, error } => {
+                write!(f, "{}: bad DWARF: {error}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for SymbolizeError {}
+
+/// One ELF symbol, in link-time addresses.
+#[derive(Clone, Debug)]
+struct Sym {
+    addr: u64,
+    size: u64,
+    name: String,
+}
+
+/// What is loaded for one object.
+struct Loaded {
+    dwarf: Option<addr2line::Context<Reader>>,
+    /// Function symbols sorted by address, one name per address (Valgrind's preference).
+    syms: Vec<Sym>,
+}
+
+struct Entry {
+    module: Module,
+    loaded: Option<Loaded>,
+}
+
+/// Turns code addresses into Valgrind frame descriptions. See the module docs.
+pub struct Symbolizer {
+    entries: Vec<Entry>,
+    /// `(start, end, entry)` sorted by start.
+    ranges: Vec<(u64, u64, usize)>,
+    cache: HashMap<u64, Vec<Frame>>,
+    /// Extra roots for separate debug files (default `/usr/lib/debug`).
+    debug_dirs: Vec<PathBuf>,
+    /// `--show-below-main=yes`: keep real names of functions under `main`.
+    pub show_below_main: bool,
+    /// Problems met while loading objects, for the caller to log if it wants.
+    pub errors: Vec<SymbolizeError>,
+}
+
+fn mmap(path: &Path) -> Result<memmap2::Mmap, SymbolizeError> {
+    let file = File::open(path).map_err(|error| SymbolizeError::Io {
+        path: path.into(),
+        error,
+    })?;
+    // SAFETY: the mapping is private and read-only; a file truncated under us would fault,
+    // a risk every symbolizer reading mapped objects takes (addr2line's Loader does too).
+    unsafe { memmap2::Mmap::map(&file) }.map_err(|error| SymbolizeError::Io {
+        path: path.into(),
+        error,
+    })
+}
+
+/// `[start, end)` run-time ranges of the object's `PT_LOAD` segments.
+fn load_ranges(path: &Path, bias: u64) -> Result<Vec<(u64, u64)>, SymbolizeError> {
+    let data = mmap(path)?;
+    let file = object::File::parse(&*data).map_err(|error| SymbolizeError::Elf {
+        path: path.into(),
+        error,
+    })?;
+    Ok(file
+        .segments()
+        .filter(|s| s.size() > 0)
+        .map(|s| {
+            (
+                s.address().wrapping_add(bias),
+                s.address().wrapping_add(bias).wrapping_add(s.size()),
+            )
+        })
+        .collect())
+}
+
+impl Symbolizer {
+    /// A symbolizer for an explicit list of objects.
+    pub fn new(modules: Vec<Module>) -> Symbolizer {
+        let mut s = Symbolizer {
+            entries: Vec::new(),
+            ranges: Vec::new(),
+            cache: HashMap::new(),
+            debug_dirs: vec![PathBuf::from("/usr/lib/debug")],
+            show_below_main: false,
+            errors: Vec::new(),
+        };
+        for mut module in modules {
+            if module.ranges.is_empty() {
+                match load_ranges(&module.path, module.bias) {
+                    Ok(r) => module.ranges = r,
+                    Err(e) => {
+                        s.errors.push(e);
+                        continue;
+                    }
+                }
+            }
+            let idx = s.entries.len();
+            for &(a, b) in &module.ranges {
+                s.ranges.push((a, b, idx));
+            }
+            s.entries.push(Entry {
+                module,
+                loaded: None,
+            });
+        }
+        s.ranges.sort_unstable();
+        s
+    }
+
+    /// A symbolizer for the objects mapped in this process now.
+    pub fn from_self() -> Symbolizer {
+        Symbolizer::from_maps(&maps::read_self_maps().unwrap_or_default())
+    }
+
+    /// A symbolizer for the objects listed in the text of a `/proc/<pid>/maps` file.
+    pub fn from_maps(text: &[u8]) -> Symbolizer {
+        Symbolizer::new(modules_from_maps(text))
+    }
+
+    /// Also look for separate debug files under `dir` (like `/usr/lib/debug`), before the
+    /// default one.
+    pub fn add_debug_dir(&mut self, dir: impl Into<PathBuf>) {
+        self.debug_dirs.insert(0, dir.into());
+    }
+
+    /// The objects this symbolizer knows.
+    pub fn modules(&self) -> impl Iterator<Item = &Module> {
+        self.entries.iter().map(|e| &e.module)
+    }
+
+    fn entry_of(&self, ip: u64) -> Option<usize> {
+        let i = self.ranges.partition_point(|r| r.0 <= ip).checked_sub(1)?;
+        let r = self.ranges[i];
+        (ip < r.1).then_some(r.2)
+    }
+
+    fn loaded(&mut self, idx: usize) -> &Loaded {
+        if self.entries[idx].loaded.is_none() {
+            let path = self.entries[idx].module.path.clone();
+            let loaded = match load(&path, &self.debug_dirs) {
+                Ok(l) => l,
+                Err(e) => {
+                    self.errors.push(e);
+                    Loaded {
+                        dwarf: None,
+                        syms: Vec::new(),
+                    }
+                }
+            };
+            self.entries[idx].loaded = Some(loaded);
+        }
+        self.entries[idx]
+            .loaded
+            .as_ref()
+            .expect("loaded just above")
+    }
+
+    /// Describes the code address `ip` (for a caller's frame, pass return address − 1, as
+    /// Valgrind does): inlined frames first, then the function containing `ip`. Never empty.
+    pub fn describe(&mut self, ip: u64) -> Vec<Frame> {
+        if let Some(f) = self.cache.get(&ip) {
+            return f.clone();
+        }
+        let frames = self.describe_uncached(ip);
+        self.cache.insert(ip, frames.clone());
+        frames
+    }
+
+    /// The raw (mangled) symbol-table name of the function containing `ip`, as Valgrind's
+    /// `get_fnname_raw` gives it (suppression matching, below-main detection).
+    pub fn raw_function_name(&mut self, ip: u64) -> Option<String> {
+        let idx = self.entry_of(ip)?;
+        let bias = self.entries[idx].module.bias;
+        let loaded = self.loaded(idx);
+        sym_at(&loaded.syms, ip.wrapping_sub(bias)).map(|s| s.name.clone())
+    }
+
+    /// Whether `ip` is in `main`, in a function Valgrind counts as below main, or elsewhere.
+    pub fn fn_name_kind(&mut self, ip: u64) -> FnNameKind {
+        match self.raw_function_name(ip) {
+            Some(name) => fn_name_kind(&name),
+            None => FnNameKind::Normal,
+        }
+    }
+
+    fn describe_uncached(&mut self, ip: u64) -> Vec<Frame> {
+        let Some(idx) = self.entry_of(ip) else {
+            return vec![Frame {
+                ip,
+                ..Frame::default()
+            }];
+        };
+        let object = Some(self.entries[idx].module.path.to_string_lossy().into_owned());
+        let bias = self.entries[idx].module.bias;
+        let show_below_main = self.show_below_main;
+        let loaded = self.loaded(idx);
+        let svma = ip.wrapping_sub(bias);
+        let sym = sym_at(&loaded.syms, svma);
+
+        let mut out: Vec<Frame> = Vec::new();
+        if let Some(ctx) = &loaded.dwarf {
+            if let Ok(mut iter) = ctx.find_frames(svma).skip_all_loads() {
+                while let Ok(Some(fr)) = iter.next() {
+                    let (function, mangled) = match &fr.function {
+                        Some(f) => match f.raw_name() {
+                            Ok(raw) => split_name(&raw),
+                            Err(_) => (None, None),
+                        },
+                        None => (None, None),
+                    };
+                    let (file, dir, line) = match &fr.location {
+                        Some(loc) => split_location(loc.file, loc.line),
+                        None => (None, None, 0),
+                    };
+                    out.push(Frame {
+                        ip,
+                        function,
+                        mangled,
+                        file,
+                        dir,
+                        line,
+                        object: object.clone(),
+                    });
+                }
+            }
+        }
+        if out.is_empty() {
+            out.push(Frame {
+                ip,
+                object: object.clone(),
+                ..Frame::default()
+            });
+        }
+        // The outermost (non-inlined) function is named from the symbol table, as Valgrind
+        // does; DWARF's name stays only when there is no symbol.
+        let outer = out.last_mut().expect("pushed above");
+        if let Some(sym) = sym {
+            let (function, mangled) = split_name(&sym.name);
+            outer.function = function;
+            outer.mangled = mangled;
+        }
+        if !show_below_main {
+            let raw = outer.mangled.as_deref().or(outer.function.as_deref());
+            if raw.is_some_and(|n| fn_name_kind(n) == FnNameKind::BelowMain) {
+                outer.function = Some(BELOW_MAIN.to_string());
+            }
+        }
+        out
+    }
+}
+
+/// Valgrind's function name for `raw` and the mangled name when different.
+fn split_name(raw: &str) -> (Option<String>, Option<String>) {
+    let demangled = demangle(raw);
+    if demangled == raw {
+        (Some(raw.to_string()), None)
+    } else {
+        (Some(demangled.into_owned()), Some(raw.to_string()))
+    }
+}
+
+/// Demangles as Valgrind 3.19 prints: Itanium C++ names like `c++filt` (parameters included),
+/// Rust names without their hash; anything else unchanged.
+pub fn demangle(raw: &str) -> Cow<'_, str> {
+    if raw.starts_with("_R")
+        || (raw.starts_with("_ZN") && raw.contains("17h") && raw.ends_with('E'))
+    {
+        if let Ok(d) = rustc_demangle::try_demangle(raw) {
+            let s = format!("{d:#}");
+            // A C++ name can look like a legacy Rust one; only trust a hash-bearing result.
+            if raw.starts_with("_R") || s != format!("{d}") {
+                return Cow::Owned(s);
+            }
+        }
+    }
+    if raw.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(raw.as_bytes()) {
+            if let Ok(s) = sym.demangle(&cpp_demangle::DemangleOptions::default()) {
+                return Cow::Owned(s);
+            }
+        }
+    }
+    Cow::Borrowed(raw)
+}
+
+/// `(file basename, directory, line)` from a DWARF location.
+fn split_location(file: Option<&str>, line: Option<u32>) -> (Option<String>, Option<String>, u32) {
+    let Some(path) = file else {
+        return (None, None, line.unwrap_or(0));
+    };
+    let (dir, base) = match path.rfind('/') {
+        Some(i) => (Some(path[..i].to_string()), path[i + 1..].to_string()),
+        None => (None, path.to_string()),
+    };
+    (Some(base), dir, line.unwrap_or(0))
+}
+
+/// The function symbol containing `svma`.
+fn sym_at(syms: &[Sym], svma: u64) -> Option<&Sym> {
+    let i = syms.partition_point(|s| s.addr <= svma).checked_sub(1)?;
+    let s = &syms[i];
+    if svma < s.addr.saturating_add(s.size.max(1)) {
+        Some(s)
+    } else {
+        None
+    }
+}
+
+/// Of two names for one address, whether Valgrind would rather print `a` than `b`
+/// (storage.c `preferName`: fewer leading underscores, then the global one, then the
+/// shorter, then alphabetical).
+fn prefer(a: &Sym, a_global: bool, b: &Sym, b_global: bool) -> bool {
+    let us = |s: &str| s.bytes().take_while(|&c| c == b'_').count();
+    let (ua, ub) = (us(&a.name), us(&b.name));
+    if ua != ub {
+        return ua < ub;
+    }
+    if a_global != b_global {
+        return a_global;
+    }
+    if a.name.len() != b.name.len() {
+        return a.name.len() < b.name.len();
+    }
+    a.name < b.name
+}
+
+fn collect_syms(file: &object::File<'_>, out: &mut Vec<(Sym, bool)>) {
+    let symtab = file.symbols().chain(file.dynamic_symbols());
+    for s in symtab {
+        if !matches!(s.kind(), SymbolKind::Text) || s.is_undefined() || s.address() == 0 {
+            continue;
+        }
+        let Ok(name) = s.name() else { continue };
+        if name.is_empty() {
+            continue;
+        }
+        // Versioned dynamic names come without the version from `object`.
+        out.push((
+            Sym {
+                addr: s.address(),
+                size: s.size(),
+                name: name.to_string(),
+            },
+            s.is_global(),
+        ));
+    }
+}
+
+fn finish_syms(mut all: Vec<(Sym, bool)>) -> Vec<Sym> {
+    all.sort_by(|a, b| a.0.addr.cmp(&b.0.addr));
+    let mut out: Vec<Sym> = Vec::with_capacity(all.len());
+    let mut i = 0;
+    while i < all.len() {
+        let mut j = i;
+        let mut best = i;
+        while j < all.len() && all[j].0.addr == all[i].0.addr {
+            if prefer(&all[j].0, all[j].1, &all[best].0, all[best].1) {
+                best = j;
+            }
+            j += 1;
+        }
+        let mut sym = all[best].0.clone();
+        // Aliases may disagree on size; a zero size says nothing.
+        sym.size = all[i..j].iter().map(|s| s.0.size).max().unwrap_or(0);
+        out.push(sym);
+        i = j;
+    }
+    out
+}
+
+/// Candidate separate debug files for `file` at `path`, most specific first.
+fn debug_candidates(file: &object::File<'_>, path: &Path, debug_dirs: &[PathBuf]) -> Vec<PathBuf> {
+    let mut c = Vec::new();
+    if let Ok(Some(id)) = file.build_id() {
+        if id.len() >= 2 {
+            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            for d in debug_dirs {
+                c.push(
+                    d.join(".build-id")
+                        .join(&hex[..2])
+                        .join(format!("{}.debug", &hex[2..])),
+                );
+            }
+        }
+    }
+    if let Ok(Some((name, _crc))) = file.gnu_debuglink() {
+        let name = String::from_utf8_lossy(name).into_owned();
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        c.push(dir.join(&name));
+        c.push(dir.join(".debug").join(&name));
+        for d in debug_dirs {
+            c.push(d.join(dir.strip_prefix("/").unwrap_or(dir)).join(&name));
+        }
+    }
+    c.retain(|p| p != path);
+    c
+}
+
+fn has_dwarf(file: &object::File<'_>) -> bool {
+    file.section_by_name(".debug_info")
+        .is_some_and(|s| s.size() > 0)
+}
+
+fn dwarf_of(file: &object::File<'_>, path: &Path) -> Result<gimli::Dwarf<Reader>, SymbolizeError> {
+    let endian = if file.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    };
+    let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
+        let data: Arc<[u8]> = match file.section_by_name(id.name()) {
+            Some(sec) => match sec.uncompressed_data() {
+                Ok(d) => Arc::from(&*d),
+                Err(_) => Arc::from(&[][..]),
+            },
+            None => Arc::from(&[][..]),
+        };
+        Ok(gimli::EndianArcSlice::new(data, endian))
+    };
+    gimli::Dwarf::load(load).map_err(|error| SymbolizeError::Dwarf {
+        path: path.into(),
+        error,
+    })
+}
+
+/// The dwz supplementary file named by `.gnu_debugaltlink`, if it exists.
+fn altlink_path(file: &object::File<'_>, path: &Path, debug_dirs: &[PathBuf]) -> Option<PathBuf> {
+    let (name, build_id) = file.gnu_debugaltlink().ok()??;
+    let name = PathBuf::from(String::from_utf8_lossy(name).into_owned());
+    let mut cands = Vec::new();
+    if name.is_absolute() {
+        cands.push(name.clone());
+    } else if let Some(dir) = path.parent() {
+        cands.push(dir.join(&name));
+    }
+    if build_id.len() >= 2 {
+        let hex: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
+        for d in debug_dirs {
+            cands.push(
+                d.join(".build-id")
+                    .join(&hex[..2])
+                    .join(format!("{}.debug", &hex[2..])),
+            );
+        }
+    }
+    cands.into_iter().find(|p| p.is_file())
+}
+
+fn load(path: &Path, debug_dirs: &[PathBuf]) -> Result<Loaded, SymbolizeError> {
+    let data = mmap(path)?;
+    let file = object::File::parse(&*data).map_err(|error| SymbolizeError::Elf {
+        path: path.into(),
+        error,
+    })?;
+    let mut syms = Vec::new();
+    collect_syms(&file, &mut syms);
+
+    let mut dwarf = None;
+    let debug = debug_candidates(&file, path, debug_dirs)
+        .into_iter()
+        .find(|p| p.is_file());
+    let debug_map = debug
+        .as_ref()
+        .and_then(|p| mmap(p).ok().map(|m| (p.clone(), m)));
+    let debug_file = debug_map
+        .as_ref()
+        .and_then(|(p, m)| object::File::parse(&**m).ok().map(|f| (p, f)));
+    let mut sources: Vec<(&Path, &object::File<'_>)> = Vec::new();
+    if let Some((p, f)) = &debug_file {
+        collect_syms(f, &mut syms);
+        sources.push((p.as_path(), f));
+    }
+    sources.push((path, &file));
+    for (p, f) in sources {
+        if !has_dwarf(f) {
+            continue;
+        }
+        let mut d = dwarf_of(f, p)?;
+        if let Some(alt) = altlink_path(f, p, debug_dirs) {
+            if let Ok(m) = mmap(&alt) {
+                if let Ok(af) = object::File::parse(&*m) {
+                    if let Ok(sup) = dwarf_of(&af, &alt) {
+                        d.set_sup(sup);
+                    }
+                }
+            }
+        }
+        let ctx = addr2line::Context::from_dwarf(d).map_err(|error| SymbolizeError::Dwarf {
+            path: p.into(),
+            error,
+        })?;
+        dwarf = Some(ctx);
+        break;
+    }
+    Ok(Loaded {
+        dwarf,
+        syms: finish_syms(syms),
+    })
+}
+
+/// Objects in the text of a `/proc/<pid>/maps` file, with their load bias (from the
+/// mapping of the lowest file offset and the object's program headers).
+pub fn modules_from_maps(text: &[u8]) -> Vec<Module> {
+    let maps = maps::parse_maps(text);
+    let mut by_path: Vec<(Vec<u8>, Vec<&maps::Mapping>)> = Vec::new();
+    for m in &maps {
+        if m.path.first() != Some(&b'/') {
+            continue;
+        }
+        match by_path.iter_mut().find(|(p, _)| *p == m.path) {
+            Some((_, v)) => v.push(m),
+            None => by_path.push((m.path.clone(), vec![m])),
+        }
+    }
+    let mut out = Vec::new();
+    for (p, ms) in by_path {
+        let path = PathBuf::from(String::from_utf8_lossy(&p).into_owned());
+        let Some(first) = ms.iter().min_by_key(|m| m.offset) else {
+            continue;
+        };
+        let Ok(data) = mmap(&path) else { continue };
+        let Ok(file) = object::File::parse(&*data) else {
+            continue;
+        };
+        // The segment whose file range holds the mapping's offset gives the bias.
+        let Some(bias) = file.segments().find_map(|s| {
+            let (off, size) = s.file_range();
+            let page_off = off & !0xfff;
+            (page_off <= first.offset && first.offset < off + size.max(1)).then(|| {
+                first
+                    .start
+                    .wrapping_sub(first.offset - page_off)
+                    .wrapping_sub(s.address() & !0xfff)
+            })
+        }) else {
+            continue;
+        };
+        out.push(Module {
+            path,
+            bias,
+            ranges: ms.iter().map(|m| (m.start, m.end)).collect(),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demangles_like_valgrind() {
+        assert_eq!(demangle("_Z3fooi"), "foo(int)");
+        assert_eq!(
+            demangle("_ZNSt6vectorIiSaIiEE9push_backERKi"),
+            "std::vector<int, std::allocator<int> >::push_back(int const&)"
+        );
+        assert_eq!(
+            demangle("_ZN5alloc5alloc5alloc17h0123456789abcdefE"),
+            "alloc::alloc::alloc"
+        );
+        assert_eq!(demangle("malloc"), "malloc");
+        assert_eq!(demangle("_Znwm"), "operator new(unsigned long)");
+    }
+
+    #[test]
+    fn symbol_preference_picks_the_plain_global_name() {
+        let s = |n: &str| Sym {
+            addr: 0x100,
+            size: 0x10,
+            name: n.into(),
+        };
+        let syms = finish_syms(vec![
+            (s("__libc_malloc"), true),
+            (s("malloc"), true),
+            (s("__malloc"), false),
+        ]);
+        assert_eq!(syms.len(), 1);
+        assert_eq!(syms[0].name, "malloc");
+    }
+
+    #[test]
+    fn symbol_lookup_respects_sizes() {
+        let syms = vec![Sym {
+            addr: 0x100,
+            size: 0x10,
+            name: "f".into(),
+        }];
+        assert_eq!(sym_at(&syms, 0x10f).map(|s| s.name.as_str()), Some("f"));
+        assert!(sym_at(&syms, 0x110).is_none());
+        assert!(sym_at(&syms, 0xff).is_none());
+    }
+}
