@@ -727,16 +727,24 @@ impl Tool for Memcheck {
 
     fn on_misuse(&self, host: &dyn Host, ev: &MisuseEvent) {
         match ev.kind {
-            Misuse::InvalidFree { addr, .. } => self.report(
-                host,
-                KeyKind::InvalidFree,
-                ev.stack,
-                ev.tid,
-                "InvalidFree",
-                &|| text::INVALID_FREE.to_string(),
-                false,
-                &|freed| self.describe_addr(host, freed, addr),
-            ),
+            Misuse::InvalidFree { addr, func } => {
+                // Memcheck counts the call before validating the pointer: an invalid free
+                // is one of the "frees" of HEAP SUMMARY, an invalid realloc also an alloc.
+                self.frees.fetch_add(1, Ordering::Relaxed);
+                if matches!(func, AllocFn::Realloc | AllocFn::ReallocArray) {
+                    self.allocs.fetch_add(1, Ordering::Relaxed);
+                }
+                self.report(
+                    host,
+                    KeyKind::InvalidFree,
+                    ev.stack,
+                    ev.tid,
+                    "InvalidFree",
+                    &|| text::INVALID_FREE.to_string(),
+                    false,
+                    &|freed| self.describe_addr(host, freed, addr),
+                )
+            }
             Misuse::FishyValue { func, arg, value } => {
                 let function = alloc_fn_name(func);
                 self.report(
