@@ -1,0 +1,338 @@
+//! Real programs run under the engine (the `preload` example library) must behave exactly as
+//! they do natively: same stdout, stderr and exit status.
+//!
+//! Every engine run sets `OXGRIND_ENGINE_COUNT=1`, and the test requires the engine's
+//! "instructions executed" line on stderr: it is printed from the dispatcher's `exit_group`
+//! hook, so it proves that the process ended *inside* the code cache (a program that had
+//! escaped to native execution, as a `siglongjmp` out of a natively run handler would,
+//! exits without it).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+const REPORT: &str = "oxgrind-engine: instructions executed: ";
+
+fn target_dir() -> PathBuf {
+    // .../<target>/<profile>/deps/run_programs-<hash>
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("profile dir")
+        .to_path_buf()
+}
+
+/// Path of the preload library, building it if `cargo test` did not (filtered runs).
+fn preload() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let lib = target_dir().join("examples").join("libpreload.so");
+        if !lib.exists() {
+            let status = Command::new(env!("CARGO"))
+                .args(["build", "-p", "oxgrind-engine", "--example", "preload"])
+                .env(
+                    "CARGO_TARGET_DIR",
+                    target_dir().parent().expect("target dir"),
+                )
+                .status()
+                .expect("run cargo build --example preload");
+            assert!(status.success(), "building the preload example failed");
+        }
+        assert!(lib.exists(), "{} missing", lib.display());
+        lib
+    })
+}
+
+fn work_dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("oxgrind-engine-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("create temp dir");
+    d
+}
+
+/// Compiles `src` (C or C++ by `ext`) with the given extra flags; returns the binary.
+fn compile(name: &str, ext: &str, src: &str, flags: &[&str]) -> PathBuf {
+    let dir = work_dir();
+    let file = dir.join(format!("{name}.{ext}"));
+    std::fs::write(&file, src).expect("write source");
+    let bin = dir.join(name);
+    let cc = if ext == "cc" { "g++" } else { "gcc" };
+    let out = Command::new(cc)
+        .arg("-O2")
+        .arg("-o")
+        .arg(&bin)
+        .arg(&file)
+        .args(flags)
+        .output()
+        .expect("run the C compiler");
+    assert!(
+        out.status.success(),
+        "{cc} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    bin
+}
+
+fn run(cmd: &[&str], engine: bool, extra_env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(cmd[0]);
+    c.args(&cmd[1..]).env_remove("LD_PRELOAD");
+    if engine {
+        c.env("LD_PRELOAD", preload())
+            .env("OXGRIND_ENGINE_COUNT", "1");
+    }
+    for (k, v) in extra_env {
+        c.env(k, v);
+    }
+    c.output().expect("run program")
+}
+
+/// Splits the engine's report lines off stderr; returns (stderr without them, count).
+fn split_report(stderr: &[u8]) -> (String, Option<u64>) {
+    let text = String::from_utf8_lossy(stderr);
+    let mut rest = String::new();
+    let mut count = None;
+    for line in text.split_inclusive('\n') {
+        if let Some(n) = line.strip_prefix(REPORT) {
+            count = n.trim().parse().ok();
+        } else {
+            rest.push_str(line);
+        }
+    }
+    (rest, count)
+}
+
+/// Runs natively and under the engine; asserts identical behaviour; returns the count.
+fn same_as_native(cmd: &[&str], extra_env: &[(&str, &str)]) -> u64 {
+    let native = run(cmd, false, extra_env);
+    let engine = run(cmd, true, extra_env);
+    let (stderr, count) = split_report(&engine.stderr);
+    assert_eq!(
+        String::from_utf8_lossy(&engine.stdout),
+        String::from_utf8_lossy(&native.stdout),
+        "stdout differs for {cmd:?}"
+    );
+    assert_eq!(
+        stderr,
+        String::from_utf8_lossy(&native.stderr),
+        "stderr differs for {cmd:?}"
+    );
+    assert_eq!(
+        engine.status.code(),
+        native.status.code(),
+        "exit status differs for {cmd:?}"
+    );
+    let count = count.unwrap_or_else(|| panic!("{cmd:?} did not exit under the engine: {stderr}"));
+    assert!(count > 0);
+    count
+}
+
+const C_PROGRAM: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+static int cmp(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+__attribute__((noinline)) int fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }
+static double (*volatile op)(double) = 0;
+static double twice(double x) { return 2 * x; }
+int main(int argc, char **argv) {
+  int a[1000];
+  for (int i = 0; i < 1000; i++) a[i] = (i * 7919) % 1000;
+  qsort(a, 1000, sizeof(int), cmp);
+  char buf[4096]; memset(buf, 'x', sizeof buf); buf[4095] = 0;
+  op = twice;
+  double d = 0; for (int i = 0; i < 100000; i++) d += op(i * 0.5);
+  printf("fib=%d a[500]=%d len=%zu d=%.1f argc=%d\n", fib(22), a[500], strlen(buf), d, argc);
+  fprintf(stderr, "to stderr\n");
+  return 3;
+}
+"#;
+
+#[test]
+fn c_program_with_loops_calls_and_printf_behaves_as_native() {
+    let bin = compile("cprog", "c", C_PROGRAM, &[]);
+    same_as_native(&[bin.to_str().unwrap(), "x", "y"], &[]);
+}
+
+#[test]
+fn far_code_cache_rewrites_rip_relative_operands_correctly() {
+    let bin = compile("cprog_far", "c", C_PROGRAM, &[]);
+    same_as_native(&[bin.to_str().unwrap()], &[("OXGRIND_ENGINE_FAR", "1")]);
+}
+
+#[test]
+fn ls_la_usr_bin_behaves_as_native() {
+    same_as_native(&["ls", "-la", "/usr/bin"], &[("LC_ALL", "C")]);
+}
+
+#[test]
+fn sort_of_a_generated_file_behaves_as_native() {
+    let dir = work_dir();
+    let file = dir.join("unsorted.txt");
+    let mut text = String::new();
+    let mut x: u64 = 12345;
+    for i in 0..20000 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        text.push_str(&format!("{:x} line {i}\n", x >> 20));
+    }
+    std::fs::write(&file, text).unwrap();
+    same_as_native(&["sort", file.to_str().unwrap()], &[("LC_ALL", "C")]);
+}
+
+#[test]
+fn python3_sum_behaves_as_native() {
+    let python = if Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
+    same_as_native(&[python, "-c", "print(sum(range(10**6)))"], &[]);
+}
+
+#[test]
+fn perl_one_liner_behaves_as_native() {
+    same_as_native(
+        &["perl", "-e", "my %h; $h{$_ % 97} += $_ for 1..100000; print join(',', map { \"$_=$h{$_}\" } sort { $a <=> $b } keys %h), \"\\n\"; exit 4"],
+        &[],
+    );
+}
+
+#[test]
+fn cpp_exceptions_thrown_and_caught_behave_as_native() {
+    let bin = compile(
+        "exc",
+        "cc",
+        r#"
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+static int thrower(int i) { if (i % 3 == 0) throw std::runtime_error("boom " + std::to_string(i)); return i; }
+int main() {
+  long caught = 0, sum = 0;
+  for (int i = 0; i < 1000; i++) {
+    try { sum += thrower(i); } catch (const std::exception &e) { caught++; if (i == 999) std::printf("last: %s\n", e.what()); }
+  }
+  std::printf("caught=%ld sum=%ld\n", caught, sum);
+}
+"#,
+        &[],
+    );
+    same_as_native(&[bin.to_str().unwrap()], &[]);
+}
+
+#[test]
+fn four_pthreads_with_a_mutex_behave_as_native() {
+    let bin = compile(
+        "threads",
+        "c",
+        r#"
+#include <pthread.h>
+#include <stdio.h>
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static long total;
+static void *work(void *arg) {
+  long id = (long)arg;
+  for (long i = 0; i < 100000; i++) { pthread_mutex_lock(&m); total += id + 1; pthread_mutex_unlock(&m); }
+  return (void *)(id * 10);
+}
+int main(void) {
+  pthread_t t[4]; long rets = 0;
+  for (long i = 0; i < 4; i++) pthread_create(&t[i], NULL, work, (void *)i);
+  for (int i = 0; i < 4; i++) { void *r; pthread_join(t[i], &r); rets += (long)r; }
+  printf("total=%ld rets=%ld\n", total, rets);
+  return 0;
+}
+"#,
+        &["-pthread"],
+    );
+    same_as_native(&[bin.to_str().unwrap()], &[]);
+}
+
+#[test]
+fn sigsegv_handler_with_siglongjmp_stays_under_the_engine() {
+    let bin = compile(
+        "segv",
+        "c",
+        r#"
+#include <setjmp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+static sigjmp_buf env;
+static volatile int hits;
+static void on_segv(int sig) { hits++; siglongjmp(env, 1); }
+static void on_usr1(int sig, siginfo_t *si, void *uc) { hits += 100 * (si->si_signo == SIGUSR1); }
+int main(void) {
+  struct sigaction sa; memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_segv; sigaction(SIGSEGV, &sa, NULL);
+  sa.sa_sigaction = on_usr1; sa.sa_flags = SA_SIGINFO; sigaction(SIGUSR1, &sa, NULL);
+  for (int i = 0; i < 5; i++)
+    if (sigsetjmp(env, 1) == 0) { volatile int *p = (int *)(long)(16 + i); *p = 1; puts("not reached"); }
+  raise(SIGUSR1);
+  struct sigaction old; sigaction(SIGSEGV, NULL, &old);
+  printf("hits=%d handler_reported=%d\n", hits, old.sa_handler == on_segv);
+  return 0;
+}
+"#,
+        &[],
+    );
+    same_as_native(&[bin.to_str().unwrap()], &[]);
+}
+
+#[test]
+fn timer_signals_during_a_busy_loop_are_delivered_to_the_guest_handler() {
+    let bin = compile(
+        "alarm",
+        "c",
+        r#"
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+static volatile long ticks;
+static void on_alarm(int sig) { ticks++; }
+int main(void) {
+  struct sigaction sa; memset(&sa, 0, sizeof sa); sa.sa_handler = on_alarm; sa.sa_flags = SA_RESTART;
+  sigaction(SIGALRM, &sa, NULL);
+  struct itimerval it = {{0, 1000}, {0, 1000}};
+  setitimer(ITIMER_REAL, &it, NULL);
+  volatile unsigned long x = 0;
+  while (ticks < 50) { for (int i = 0; i < 1000; i++) x += i; getppid(); }
+  struct itimerval off = {{0, 0}, {0, 0}};
+  setitimer(ITIMER_REAL, &off, NULL);
+  printf("ticks>=50: %d\n", ticks >= 50);
+  return 0;
+}
+"#,
+        &[],
+    );
+    same_as_native(&[bin.to_str().unwrap()], &[]);
+}
+
+#[test]
+fn undecodable_instruction_is_reported_and_the_program_stops_with_status_1() {
+    let bin = compile(
+        "invalid",
+        "c",
+        r#"
+#include <stdio.h>
+int main(void) {
+  puts("before");
+  fflush(stdout);
+  __asm__ volatile(".globl bad_insn\nbad_insn: .byte 0x06");  /* push es: invalid in 64-bit mode */
+  puts("after");
+  return 0;
+}
+"#,
+        &[],
+    );
+    let out = run(&[bin.to_str().unwrap()], true, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "before\n");
+    assert!(
+        stderr.contains("oxgrind-engine: invalid instruction at 0x"),
+        "stderr: {stderr}"
+    );
+    assert!(stderr.contains("bytes: 06"), "stderr: {stderr}");
+    assert_eq!(out.status.code(), Some(1));
+}
