@@ -211,9 +211,9 @@ impl Memcheck {
             .as_deref()
             .map(file_qualifiers)
             .unwrap_or_default();
-        let launcher = std::env::current_exe()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default();
+        // `<vargv><exe>` is the launcher; inside the program only its environment can say
+        // where it is (`OXGRIND_LAUNCHER`, set by the launcher), else its name.
+        let launcher = std::env::var("OXGRIND_LAUNCHER").unwrap_or_else(|_| "oxgrind".to_string());
         let ppid = std::os::unix::process::parent_id() as i32;
         xml::header(
             &mut st.xml,
