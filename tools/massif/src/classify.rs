@@ -48,7 +48,13 @@ enum FnKind {
 fn fn_kind(raw_name: &str) -> FnKind {
     match raw_name {
         "main" => FnKind::Main,
-        "__libc_start_main" | "__libc_start_call_main" | "generic_start_main" => FnKind::BelowMain,
+        // `_start` and the already-renamed "(below main)" as oxgrind-symbols counts them, so
+        // Massif and Memcheck cut stacks at the same place.
+        "__libc_start_main"
+        | "__libc_start_call_main"
+        | "generic_start_main"
+        | "_start"
+        | "(below main)" => FnKind::BelowMain,
         n if n.starts_with("__libc_start_main.") || n.starts_with("generic_start_main.") => {
             FnKind::BelowMain
         }
@@ -86,6 +92,8 @@ pub(crate) struct Classifier {
     alloc_fns: Vec<String>,
     ignore_fns: Vec<String>,
     depth: usize,
+    /// `--show-below-main=yes`: keep the frames under `main`, with their real names.
+    show_below_main: bool,
     cache: SpinLock<FxHashMap<Addr, IpInfo>>,
 }
 
@@ -94,13 +102,19 @@ pub(crate) struct Classifier {
 pub(crate) type Classified = Option<Vec<Addr>>;
 
 impl Classifier {
-    pub(crate) fn new(user_alloc_fns: &[String], ignore_fns: &[String], depth: usize) -> Self {
+    pub(crate) fn new(
+        user_alloc_fns: &[String],
+        ignore_fns: &[String],
+        depth: usize,
+        show_below_main: bool,
+    ) -> Self {
         let mut alloc_fns: Vec<String> = BUILTIN_ALLOC_FNS.iter().map(|s| s.to_string()).collect();
         alloc_fns.extend(user_alloc_fns.iter().cloned());
         Classifier {
             alloc_fns,
             ignore_fns: ignore_fns.to_vec(),
             depth,
+            show_below_main,
             cache: SpinLock::new(FxHashMap::default()),
         }
     }
@@ -155,10 +169,11 @@ impl Classifier {
             .iter()
             .map(|f| {
                 // Valgrind names a below-main function "(below main)" when it shows it.
-                if f.function
+                let below = f
+                    .function
                     .as_deref()
-                    .is_some_and(|n| fn_kind(n) == FnKind::BelowMain)
-                {
+                    .is_some_and(|n| fn_kind(n) == FnKind::BelowMain);
+                if below && !self.show_below_main {
                     let mut g = f.clone();
                     g.function = Some(String::from("(below main)"));
                     g.to_string()
@@ -230,7 +245,7 @@ impl Classifier {
         }
 
         // Cut below main: the outermost `main`, else the innermost below-main function.
-        if n_sel > 0 {
+        if n_sel > 0 && !self.show_below_main {
             let mut mbm = n - 1;
             let mut mbm_kind = FnKind::Normal;
             for i in (0..n).rev() {
@@ -384,7 +399,7 @@ mod tests {
     #[test]
     fn builtin_alloc_fns_and_frames_below_main_are_dropped() {
         let h = host();
-        let c = Classifier::new(&[], &[], 30);
+        let c = Classifier::new(&[], &[], 30, false);
         assert_eq!(
             c.classify(&h, &[0x10, 0x30, 0x40, 0x50, 0x60, 0x70]),
             Some(vec![0x30, 0x40])
@@ -394,13 +409,13 @@ mod tests {
     #[test]
     fn user_alloc_fn_is_filtered_only_from_the_innermost_end() {
         let h = host();
-        let c = Classifier::new(&["my_alloc".into()], &[], 30);
+        let c = Classifier::new(&["my_alloc".into()], &[], 30, false);
         assert_eq!(c.classify(&h, &[0x20, 0x30, 0x40]), Some(vec![0x30, 0x40]));
         assert_eq!(
             c.classify(&h, &[0x30, 0x20, 0x40]),
             Some(vec![0x30, 0x20, 0x40])
         );
-        let plain = Classifier::new(&[], &[], 30);
+        let plain = Classifier::new(&[], &[], 30, false);
         assert_eq!(
             plain.classify(&h, &[0x20, 0x30, 0x40]),
             Some(vec![0x20, 0x30, 0x40])
@@ -412,7 +427,7 @@ mod tests {
         let h = host();
         h.name_inlined(0x80, &[("my_alloc", "a.h", 5), ("wrapper", "a.c", 8)]);
         h.name_inlined(0x90, &[("my_alloc", "a.h", 5), ("malloc", "m.c", 8)]);
-        let c = Classifier::new(&["my_alloc".into()], &[], 30);
+        let c = Classifier::new(&["my_alloc".into()], &[], 30, false);
         assert_eq!(c.classify(&h, &[0x80, 0x40]), Some(vec![0x80, 0x40]));
         assert_eq!(c.classify(&h, &[0x90, 0x30, 0x40]), Some(vec![0x30, 0x40]));
     }
@@ -420,7 +435,7 @@ mod tests {
     #[test]
     fn ignore_fn_ignores_by_first_named_function_after_filtering() {
         let h = host();
-        let c = Classifier::new(&[], &["f".into()], 30);
+        let c = Classifier::new(&[], &["f".into()], 30, false);
         assert_eq!(c.classify(&h, &[0x10, 0x30, 0x40]), None);
         assert_eq!(
             c.classify(&h, &[0x40]),
@@ -437,7 +452,7 @@ mod tests {
         for (ip, n) in [(0x100, "a"), (0x101, "b"), (0x102, "c")] {
             h.name(ip, n, "x.c", 1);
         }
-        let c = Classifier::new(&[], &[], 2);
+        let c = Classifier::new(&[], &[], 2, false);
         assert_eq!(
             c.classify(&h, &[0x10, 0x100, 0x101, 0x102, 0x40]),
             Some(vec![0x100, 0x101])
@@ -447,7 +462,7 @@ mod tests {
     #[test]
     fn stack_of_only_alloc_fns_is_ignored() {
         let h = host();
-        let c = Classifier::new(&[], &[], 30);
+        let c = Classifier::new(&[], &[], 30, false);
         assert_eq!(c.classify(&h, &[0x10]), None);
         assert_eq!(c.classify(&h, &[]), None);
     }
@@ -455,7 +470,7 @@ mod tests {
     #[test]
     fn without_main_the_innermost_below_main_frame_is_kept_and_renamed() {
         let h = host();
-        let c = Classifier::new(&[], &[], 30);
+        let c = Classifier::new(&[], &[], 30, false);
         assert_eq!(
             c.classify(&h, &[0x30, 0x50, 0x60, 0x70]),
             Some(vec![0x30, 0x50])
@@ -467,9 +482,23 @@ mod tests {
     }
 
     #[test]
+    fn show_below_main_keeps_every_frame_under_its_own_name() {
+        let h = host();
+        let c = Classifier::new(&[], &[], 30, true);
+        assert_eq!(
+            c.classify(&h, &[0x10, 0x30, 0x40, 0x50, 0x60]),
+            Some(vec![0x30, 0x40, 0x50, 0x60])
+        );
+        assert_eq!(
+            c.labels(&h, 0x50),
+            ["0x50: __libc_start_call_main (libc_start_call_main.h:58)"]
+        );
+    }
+
+    #[test]
     fn each_address_is_described_once() {
         let h = host();
-        let c = Classifier::new(&[], &[], 30);
+        let c = Classifier::new(&[], &[], 30, false);
         c.classify(&h, &[0x30, 0x40]);
         c.classify(&h, &[0x30, 0x40]);
         c.labels(&h, 0x30);

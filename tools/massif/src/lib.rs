@@ -76,8 +76,6 @@ struct State {
 /// The Massif tool. Create with [`Massif::new`], feed options, then hand to the runtime.
 pub struct Massif {
     opts: Options,
-    /// Options that are not Massif's but appear on its `desc:` line (malloc replacement).
-    extra_desc: Vec<(usize, String)>,
     classifier: Classifier,
     state: SpinLock<State>,
     finished: AtomicBool,
@@ -93,42 +91,15 @@ impl Massif {
     pub fn new() -> Self {
         let opts = Options::default();
         Massif {
-            classifier: Classifier::new(&[], &[], opts.depth),
+            classifier: Classifier::new(&[], &[], opts.depth, false),
             state: SpinLock::new(State::new(&opts)),
             opts,
-            extra_desc: Vec::new(),
             finished: AtomicBool::new(false),
         }
     }
 
-    /// Records a core option that Valgrind lists on Massif's `desc:` line although Massif
-    /// does not parse it: the malloc-replacement options (`--alignment=64`,
-    /// `--xtree-memory=...`, ...). Call it in command-line order, interleaved with
-    /// [`Tool::parse_option`], for every such option the user gave.
-    pub fn note_desc_option(&mut self, arg: &str) {
-        self.extra_desc
-            .push((self.opts.desc_args.len(), arg.to_string()));
-    }
-
     pub fn options(&self) -> &Options {
         &self.opts
-    }
-
-    fn desc(&self) -> String {
-        let mut all: Vec<&str> = Vec::new();
-        let mut extra = self.extra_desc.iter().peekable();
-        for (i, a) in self.opts.desc_args.iter().enumerate() {
-            while let Some((_, e)) = extra.next_if(|(pos, _)| *pos == i) {
-                all.push(e);
-            }
-            all.push(a);
-        }
-        all.extend(extra.map(|(_, e)| e.as_str()));
-        if all.is_empty() {
-            String::from("(none)")
-        } else {
-            all.join(" ")
-        }
     }
 
     /// The EC of a heap or page stack: a hash lookup, or on first sight a classification
@@ -339,7 +310,7 @@ impl Massif {
             })
             .collect();
         Some(MassifFile {
-            desc: self.desc(),
+            desc: self.opts.desc(),
             cmd: host.command_line().join(" "),
             time_unit: self.opts.time_unit.as_str().to_string(),
             snapshots,
@@ -395,8 +366,8 @@ impl Tool for Massif {
 
     fn post_options(&mut self) -> Result<(), OptionError> {
         self.opts.check()?;
-        self.classifier =
-            Classifier::new(&self.opts.alloc_fns, &self.opts.ignore_fns, self.opts.depth);
+        let o = &self.opts;
+        self.classifier = Classifier::new(&o.alloc_fns, &o.ignore_fns, o.depth, o.show_below_main);
         self.state = SpinLock::new(State::new(&self.opts));
         Ok(())
     }

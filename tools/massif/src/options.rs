@@ -53,6 +53,8 @@ pub struct Options {
     pub detailed_freq: u32,
     pub max_snapshots: usize,
     pub out_file: String,
+    /// `--show-below-main` (a core option the core also offers to tools).
+    pub show_below_main: bool,
     /// Every option taken, verbatim and in order, for the `desc:` line.
     pub desc_args: Vec<String>,
 }
@@ -75,6 +77,7 @@ impl Default for Options {
             detailed_freq: 10,
             max_snapshots: 100,
             out_file: String::from("massif.out.%p"),
+            show_below_main: false,
             desc_args: Vec::new(),
         }
     }
@@ -162,6 +165,17 @@ impl Options {
             "--detailed-freq" => self.detailed_freq = parse_bint(arg, key, v, 1, 1_000_000)? as u32,
             "--max-snapshots" => self.max_snapshots = parse_bint(arg, key, v, 10, 1000)? as usize,
             "--massif-out-file" => self.out_file = v.to_string(),
+            // Core options, not Massif's: the core validates and consumes them. Massif only
+            // needs `--show-below-main` for its stacks, and Valgrind lists the
+            // malloc-replacement ones on Massif's `desc:` line.
+            "--show-below-main" => {
+                self.show_below_main = v == "yes";
+                return Ok(false);
+            }
+            "--alignment" | "--redzone-size" | "--xtree-memory" | "--xtree-memory-file" => {
+                self.desc_args.push(arg.to_string());
+                return Ok(false);
+            }
             _ => return Ok(false),
         }
         self.desc_args.push(arg.to_string());
@@ -290,6 +304,16 @@ mod tests {
         assert_eq!(o.alloc_fns, ["my_alloc"]);
         assert_eq!(o.threshold, 10.0);
         assert_eq!(o.time_unit, TimeUnit::Bytes);
+    }
+
+    #[test]
+    fn malloc_replacement_options_are_listed_in_desc_but_left_to_the_core() {
+        let mut o = Options::default();
+        assert!(!o.parse("--alignment=64").unwrap());
+        assert!(o.parse("--heap-admin=0").unwrap());
+        assert!(!o.parse("--show-below-main=yes").unwrap());
+        assert_eq!(o.desc(), "--alignment=64 --heap-admin=0");
+        assert!(o.show_below_main);
     }
 
     #[test]

@@ -262,7 +262,7 @@ fn fini_writes_the_file_once_at_the_expanded_path() {
     let h = host();
     let mut m = Massif::new();
     m.parse_option("--depth=5").unwrap();
-    m.note_desc_option("--alignment=64");
+    assert!(!m.parse_option("--alignment=64").unwrap(), "a core option");
     m.parse_option("--massif-out-file=ms.%p").unwrap();
     m.post_options().unwrap();
     m.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
@@ -299,7 +299,11 @@ fn heap_no_ignores_heap_events() {
     let m = massif(&["--heap=no"]);
     m.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
     assert_eq!(totals(&m), (0, 0));
-    assert_eq!(snaps(&m, &h), [(0, 0, 0, SnapshotKind::Empty)], "only the startup snapshot");
+    assert_eq!(
+        snaps(&m, &h),
+        [(0, 0, 0, SnapshotKind::Empty)],
+        "only the startup snapshot"
+    );
 }
 
 #[test]
