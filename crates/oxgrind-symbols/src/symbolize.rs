@@ -377,9 +377,23 @@ fn sym_at(syms: &[Sym], svma: u64) -> Option<&Sym> {
 }
 
 /// Of two names for one address, whether Valgrind would rather print `a` than `b`
-/// (storage.c `preferName`: fewer leading underscores, then the global one, then the
-/// shorter, then alphabetical).
+/// (storage.c `preferName`): a versioned name (`__libc_start_main@@GLIBC_2.34`, as the
+/// assembler writes `.symver` names into `.symtab`) before an unversioned one, a default
+/// version (`@@`) before another, then fewer leading underscores, then the global one, then
+/// the shorter, then alphabetical.
 fn prefer(a: &Sym, a_global: bool, b: &Sym, b_global: bool) -> bool {
+    let version = |s: &str| match s.find('@') {
+        Some(i) if s[i..].starts_with("@@") => 2,
+        Some(_) => 1,
+        None => 0,
+    };
+    let (va, vb) = (version(&a.name), version(&b.name));
+    if (va > 0) != (vb > 0) {
+        return va > 0;
+    }
+    if va != vb {
+        return va > vb;
+    }
     let us = |s: &str| s.bytes().take_while(|&c| c == b'_').count();
     let (ua, ub) = (us(&a.name), us(&b.name));
     if ua != ub {

@@ -10,7 +10,8 @@ use oxgrind_symbols::{capture, capture_from, text_range_of, Regs, Symbolizer};
 
 /// Every frame between the callback and the Rust caller is C built with
 /// `-O2 -fomit-frame-pointer`; one frame leaves garbage in rbp, one realigns its stack (CFA
-/// from a DWARF expression), one has a variable-length array (CFA from rbp).
+/// from a DWARF expression), one has a variable-length array (CFA from rbp). The test
+/// checks the library really has that CFI.
 const CHAIN_C: &str = r#"
 #include <signal.h>
 typedef int (*cb_t)(int);
@@ -26,9 +27,13 @@ __attribute__((noinline)) int clobber_bp_then_call(cb_t cb, int x) {
 }
 
 __attribute__((noinline)) int realign_then_call(cb_t cb, int x) {
+    /* Over-aligned local plus a VLA: GCC realigns through a DRAP register, and the CFA
+       becomes the DWARF expression *(rbp - 8). */
     int big[16] __attribute__((aligned(64)));
+    volatile char pad[x + 16];
     big[x & 15] = x;
-    int r = clobber_bp_then_call(cb, big[(x + 1) & 15] + x);
+    pad[0] = (char)x;
+    int r = clobber_bp_then_call(cb, big[(x + 1) & 15] + x + pad[0]);
     sink += big[3];
     return r;
 }
@@ -158,6 +163,21 @@ fn capture_matches_libgcc_through_code_without_frame_pointers() {
         "ours {:x?}\noracle {:x?}",
         c.ours,
         c.oracle
+    );
+
+    let cfi = std::process::Command::new("readelf")
+        .args(["--debug-dump=frames"])
+        .arg(common::scratch("unwind").join("libchain.so"))
+        .output()
+        .expect("readelf");
+    let cfi = String::from_utf8_lossy(&cfi.stdout);
+    assert!(
+        cfi.contains("DW_CFA_def_cfa_expression (DW_OP_breg6 (rbp): -8; DW_OP_deref)"),
+        "no DRAP frame built"
+    );
+    assert!(
+        cfi.contains("DW_CFA_def_cfa_register: r6 (rbp)"),
+        "no rbp-based frame built"
     );
 
     let mut sym = Symbolizer::from_self();
