@@ -24,7 +24,7 @@ pub mod freed;
 pub mod leak;
 pub mod options;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use oxgrind_formats::frame::Frame;
@@ -55,6 +55,8 @@ pub struct Memcheck {
     /// Suppression files as (name, contents), when the runtime supplies them instead of
     /// letting `post_options` read them.
     supp_texts: Vec<(String, String)>,
+    /// The preamble was printed (by [`Memcheck::start`] or at the first event).
+    started: AtomicBool,
     allocs: AtomicU64,
     frees: AtomicU64,
     bytes_allocated: AtomicU64,
@@ -67,6 +69,9 @@ struct State {
     xml: String,
     xml_started: bool,
     finished: bool,
+    /// OS thread ids → Valgrind-style thread numbers (main thread 1, then in order of
+    /// first appearance).
+    threads: Vec<i32>,
 }
 
 impl Default for Memcheck {
@@ -123,9 +128,11 @@ impl Memcheck {
                 xml: String::new(),
                 xml_started: false,
                 finished: false,
+                threads: Vec::new(),
             }),
             opts,
             supp_texts: Vec::new(),
+            started: AtomicBool::new(false),
             allocs: AtomicU64::new(0),
             frees: AtomicU64::new(0),
             bytes_allocated: AtomicU64::new(0),
@@ -159,6 +166,19 @@ impl Memcheck {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The state lock, given up after a long while: another thread may hold it for a
+    /// moment (it is released by every event), the interrupted thread never.
+    fn lock_for_fini(&self) -> Option<std::sync::MutexGuard<'_, State>> {
+        for _ in 0..200_000 {
+            match self.state.try_lock() {
+                Ok(g) => return Some(g),
+                Err(std::sync::TryLockError::Poisoned(e)) => return Some(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => std::thread::yield_now(),
+            }
+        }
+        None
+    }
+
     /// The start-up banner as text (`==PID== Memcheck, a memory error detector` ...), empty
     /// with `-q` or `--xml=yes`.
     pub fn preamble_text(&self, host: &dyn Host) -> String {
@@ -179,8 +199,12 @@ impl Memcheck {
     }
 
     /// Call once, after `post_options` and before the program's `main`: writes the
-    /// preamble to the log (text mode) or starts the XML document.
+    /// preamble to the log (text mode) or starts the XML document. If the runtime does not
+    /// call it, the first event does (an atomic load per event).
     pub fn start(&self, host: &dyn Host) {
+        if self.started.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let t = self.preamble_text(host);
         if !t.is_empty() {
             host.log(&t);
@@ -189,6 +213,13 @@ impl Memcheck {
             let mut st = self.lock();
             self.start_xml(&mut st, host);
             self.flush_xml(&st, host);
+        }
+    }
+
+    #[inline]
+    fn ensure_started(&self, host: &dyn Host) {
+        if !self.started.load(Ordering::Relaxed) {
+            self.start(host);
         }
     }
 
@@ -385,6 +416,7 @@ impl Memcheck {
             .collect();
         let mut st = self.lock();
         st.errors.rep.pid = host.pid();
+        let tid = thread_number(&mut st.threads, tid, host.pid());
         let mut out = Output::default();
         let State { errors, freed, .. } = &mut *st;
         let class_kind = kind.clone();
@@ -578,6 +610,22 @@ impl Memcheck {
     }
 }
 
+/// Valgrind numbers threads 1, 2, ... (the main thread is 1); the runtime reports kernel
+/// thread ids. The main thread's id is the pid; others are numbered as they first appear
+/// in an error (Valgrind numbers them at creation, which the tool does not see).
+fn thread_number(seen: &mut Vec<i32>, os_tid: i32, pid: i32) -> i32 {
+    if os_tid == pid || os_tid == 1 {
+        return 1;
+    }
+    match seen.iter().position(|&t| t == os_tid) {
+        Some(i) => i as i32 + 2,
+        None => {
+            seen.push(os_tid);
+            seen.len() as i32 + 1
+        }
+    }
+}
+
 fn host_reused(live: &Option<LiveBlock>, f: &FreedBlock) -> bool {
     match live {
         Some(b) => b.addr < f.addr + f.size.max(1) && f.addr < b.addr + b.size.max(1),
@@ -686,12 +734,14 @@ impl Tool for Memcheck {
         }
     }
 
-    fn on_alloc(&self, _host: &dyn Host, ev: &Alloc) {
+    fn on_alloc(&self, host: &dyn Host, ev: &Alloc) {
+        self.ensure_started(host);
         self.allocs.fetch_add(1, Ordering::Relaxed);
         self.bytes_allocated.fetch_add(ev.size, Ordering::Relaxed);
     }
 
     fn on_free(&self, host: &dyn Host, ev: &Free) {
+        self.ensure_started(host);
         self.frees.fetch_add(1, Ordering::Relaxed);
         if self.opts.show_mismatched_frees && ev.alloc_func.family() != ev.func.family() {
             let (addr, size, alloc_stack) = (ev.addr, ev.size, ev.alloc_stack);
@@ -726,6 +776,7 @@ impl Tool for Memcheck {
     }
 
     fn on_misuse(&self, host: &dyn Host, ev: &MisuseEvent) {
+        self.ensure_started(host);
         match ev.kind {
             Misuse::InvalidFree { addr, func } => {
                 // Memcheck counts the call before validating the pointer: an invalid free
@@ -797,9 +848,22 @@ impl Tool for Memcheck {
         }
     }
 
+    fn exit_status_override(&self) -> Option<i32> {
+        self.exit_status()
+    }
+
     fn fini(&self, host: &dyn Host, _exit: Exit) {
+        self.ensure_started(host);
         let live = host.live_blocks();
-        let mut st = self.lock();
+        // fini may run in a fatal-signal handler on a thread that was inside one of our
+        // events: never wait for ever on our own lock.
+        let Some(mut st) = self.lock_for_fini() else {
+            host.log(&format!(
+                "=={}== Memcheck: report skipped, the tool was busy when the program died\n",
+                host.pid()
+            ));
+            return;
+        };
         if st.finished {
             return;
         }
@@ -835,5 +899,28 @@ impl Tool for Memcheck {
             xml::footer(&mut st.xml);
             self.flush_xml(&st, host);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_are_numbered_like_valgrind_main_first() {
+        let mut seen = Vec::new();
+        assert_eq!(thread_number(&mut seen, 4242, 4242), 1);
+        assert_eq!(thread_number(&mut seen, 4250, 4242), 2);
+        assert_eq!(thread_number(&mut seen, 4247, 4242), 3);
+        assert_eq!(thread_number(&mut seen, 4250, 4242), 2);
+        assert_eq!(thread_number(&mut seen, 1, 4242), 1);
+    }
+
+    #[test]
+    fn below_main_names_are_valgrinds() {
+        assert!(is_below_main("__libc_start_call_main"));
+        assert!(is_below_main("__libc_start_main.constprop.0"));
+        assert!(!is_below_main("main"));
+        assert!(!is_below_main("start_thread"));
     }
 }
