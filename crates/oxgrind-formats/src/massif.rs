@@ -9,10 +9,10 @@
 //!   line number and what was expected.
 //! * [`ms_print`]: the `ms_print` report, byte for byte as `/usr/bin/ms_print` prints it.
 
+pub mod ms_print;
 mod parse;
 mod perl;
 mod write;
-pub mod ms_print;
 
 pub use parse::{parse, ParseError, ParseErrorKind};
 pub use write::{write, write_into};
@@ -65,7 +65,6 @@ pub struct TreeNode {
 }
 
 /// Root label of a heap tree.
-pub const HEAP_ROOT_LABEL: &str =
-    "(heap allocation functions) malloc/new/new[], --alloc-fns, etc.";
+pub const HEAP_ROOT_LABEL: &str = "(heap allocation functions) malloc/new/new[], --alloc-fns, etc.";
 /// Root label with `--pages-as-heap=yes`.
 pub const PAGES_ROOT_LABEL: &str = "(page allocation syscalls) mmap/mremap/brk, --alloc-fns, etc.";

@@ -26,11 +26,17 @@ fn parse_then_write_reproduces_every_valgrind_example_byte_for_byte() {
 fn parsed_example_has_expected_shape() {
     let bytes = std::fs::read(common::massif_examples().join("massif.out.small")).unwrap();
     let m = massif::parse(&bytes).unwrap();
-    assert_eq!(m.desc, "--detailed-freq=1 --massif-out-file=massif.out.small");
+    assert_eq!(
+        m.desc,
+        "--detailed-freq=1 --massif-out-file=massif.out.small"
+    );
     assert_eq!(m.cmd, "./ms_small");
     assert_eq!(m.time_unit, "i");
     let s1 = &m.snapshots[1];
-    assert_eq!((s1.time, s1.mem_heap_b, s1.mem_heap_extra_b), (134210, 10, 14));
+    assert_eq!(
+        (s1.time, s1.mem_heap_b, s1.mem_heap_extra_b),
+        (134210, 10, 14)
+    );
     let tree = s1.tree.as_ref().unwrap();
     assert_eq!(tree.label, HEAP_ROOT_LABEL);
     assert_eq!(tree.children[0].label, "0x109166: s1 (ms_small.c:3)");
@@ -43,7 +49,10 @@ fn sample() -> MassifFile {
         cmd: "./prog a b".into(),
         time_unit: "B".into(),
         snapshots: vec![
-            Snapshot { time: 0, ..Default::default() },
+            Snapshot {
+                time: 0,
+                ..Default::default()
+            },
             Snapshot {
                 time: 100,
                 mem_heap_b: 30,
@@ -114,7 +123,10 @@ time=1\nmem_heap_B=4\nmem_heap_extra_B=0\nmem_stacks_B=0\nheap_tree=detailed\n\
 n1: 4 (heap allocation functions) malloc/new/new[], --alloc-fns, etc.\n n0: 4 0x1: op#1 (x.c:2)\n";
     let m = massif::parse(text).unwrap();
     assert_eq!(m.cmd, "./a#b");
-    assert_eq!(m.snapshots[0].tree.as_ref().unwrap().children[0].label, "0x1: op#1 (x.c:2)");
+    assert_eq!(
+        m.snapshots[0].tree.as_ref().unwrap().children[0].label,
+        "0x1: op#1 (x.c:2)"
+    );
     assert_eq!(massif::write(&m), text);
 }
 
@@ -129,15 +141,20 @@ fn missing_cmd_is_reported_with_its_line() {
     let (line, kind, msg) = parse_err("desc: x\n\ntime_unit: i\n");
     assert_eq!(line, 3);
     assert!(matches!(kind, ParseErrorKind::Expected { .. }));
-    assert!(msg.starts_with("line 3: expected a `desc:` or `cmd:` line"), "{msg}");
+    assert!(
+        msg.starts_with("line 3: expected a `desc:` or `cmd:` line"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn bad_number_names_the_field() {
-    let (line, kind, msg) =
-        parse_err("desc: x\ncmd: y\ntime_unit: i\nsnapshot=0\ntime=12x\n");
+    let (line, kind, msg) = parse_err("desc: x\ncmd: y\ntime_unit: i\nsnapshot=0\ntime=12x\n");
     assert_eq!(line, 5);
-    assert!(matches!(kind, ParseErrorKind::BadNumber { field: "time", .. }), "{kind:?}");
+    assert!(
+        matches!(kind, ParseErrorKind::BadNumber { field: "time", .. }),
+        "{kind:?}"
+    );
     assert!(msg.contains("time="), "{msg}");
 }
 
@@ -149,7 +166,10 @@ mem_stacks_B=0\nheap_tree=detailed\nn2: 4 root\n n0: 4 a\n",
     );
     assert_eq!(line, 12);
     assert!(matches!(kind, ParseErrorKind::Expected { found: None, .. }));
-    assert!(msg.contains("tree node") && msg.contains("end of file"), "{msg}");
+    assert!(
+        msg.contains("tree node") && msg.contains("end of file"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -196,12 +216,24 @@ fn very_deep_tree_parses_without_recursion() {
 #[test]
 fn deep_tree_is_written_with_one_space_per_level() {
     let depth = 2_000;
-    let mut node = TreeNode { bytes: 1, label: "leaf".into(), children: vec![] };
+    let mut node = TreeNode {
+        bytes: 1,
+        label: "leaf".into(),
+        children: vec![],
+    };
     for _ in 1..depth {
-        node = TreeNode { bytes: 1, label: "f".into(), children: vec![node] };
+        node = TreeNode {
+            bytes: 1,
+            label: "f".into(),
+            children: vec![node],
+        };
     }
     let file = MassifFile {
-        snapshots: vec![Snapshot { kind: SnapshotKind::Detailed, tree: Some(node), ..Default::default() }],
+        snapshots: vec![Snapshot {
+            kind: SnapshotKind::Detailed,
+            tree: Some(node),
+            ..Default::default()
+        }],
         ..Default::default()
     };
     let text = massif::write(&file);

@@ -26,7 +26,8 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(test: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("oxgrind-ms_print-{}-{test}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("oxgrind-ms_print-{}-{test}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         Scratch(dir)
@@ -70,7 +71,15 @@ fn matches_live_ms_print_on_every_example_with_several_option_sets() {
 
 const ROOT: &str = "(heap allocation functions) malloc/new/new[], --alloc-fns, etc.";
 
-fn snap(num: &str, time: &str, heap: &str, extra: &str, stacks: &str, kind: &str, tree: &str) -> String {
+fn snap(
+    num: &str,
+    time: &str,
+    heap: &str,
+    extra: &str,
+    stacks: &str,
+    kind: &str,
+    tree: &str,
+) -> String {
     format!(
         "#-----------\nsnapshot={num}\n#-----------\ntime={time}\nmem_heap_B={heap}\nmem_heap_extra_B={extra}\nmem_stacks_B={stacks}\nheap_tree={kind}\n{tree}"
     )
@@ -93,7 +102,14 @@ fn quirk_files() -> Vec<(&'static str, String, bool)> {
         ),
         true,
     ));
-    v.push(("no-desc-line", format!("cmd: ./p\ntime_unit: i\n{}", snap("0", "5", "1", "2", "3", "empty", "")), true));
+    v.push((
+        "no-desc-line",
+        format!(
+            "cmd: ./p\ntime_unit: i\n{}",
+            snap("0", "5", "1", "2", "3", "empty", "")
+        ),
+        true,
+    ));
     v.push((
         "snapshot-numbers-not-positions",
         format!(
@@ -144,17 +160,49 @@ fn quirk_files() -> Vec<(&'static str, String, bool)> {
         true,
     ));
     v.push(("zero-snapshots", head("i"), false));
-    v.push(("negative-end-time", format!("{}{}", head("i"), snap("0", "-5", "1", "0", "0", "empty", "")), false));
-    v.push(("bad-time-unit", format!("{}{}", head("s"), snap("0", "5", "1", "0", "0", "empty", "")), false));
+    v.push((
+        "negative-end-time",
+        format!(
+            "{}{}",
+            head("i"),
+            snap("0", "-5", "1", "0", "0", "empty", "")
+        ),
+        false,
+    ));
+    v.push((
+        "bad-time-unit",
+        format!(
+            "{}{}",
+            head("s"),
+            snap("0", "5", "1", "0", "0", "empty", "")
+        ),
+        false,
+    ));
     v.push((
         "node-larger-than-total",
-        format!("{}{}", head("i"), snap("0", "5", "10", "0", "0", "detailed", &leaf("11"))),
+        format!(
+            "{}{}",
+            head("i"),
+            snap("0", "5", "10", "0", "0", "detailed", &leaf("11"))
+        ),
         false,
     ));
     v.push(("missing-cmd", "desc: x\ntime_unit: i\n".to_string(), false));
     v.push((
         "truncated-tree",
-        format!("{}{}", head("i"), snap("0", "5", "10", "0", "0", "detailed", &format!("n2: 10 {ROOT}\n n0: 5 a\n"))),
+        format!(
+            "{}{}",
+            head("i"),
+            snap(
+                "0",
+                "5",
+                "10",
+                "0",
+                "0",
+                "detailed",
+                &format!("n2: 10 {ROOT}\n n0: 5 a\n")
+            )
+        ),
         false,
     ));
     v.push((
@@ -197,21 +245,90 @@ fn quirk_files() -> Vec<(&'static str, String, bool)> {
     ));
     v.push((
         "all-zero",
-        format!("{}{}{}", head("i"), snap("0", "0", "0", "0", "0", "empty", ""), snap("1", "0", "0", "0", "0", "detailed", &leaf("0"))),
+        format!(
+            "{}{}{}",
+            head("i"),
+            snap("0", "0", "0", "0", "0", "empty", ""),
+            snap("1", "0", "0", "0", "0", "detailed", &leaf("0"))
+        ),
         true,
     ));
-    for (name, end) in [("ms-hours", "7200000"), ("ms-3599s", "3599999"), ("ms-999", "999"), ("ms-1000", "1000")] {
-        v.push((name, format!("{}{}", head("ms"), snap("0", end, "1023", "1", "0", "empty", "")), true));
+    for (name, end) in [
+        ("ms-hours", "7200000"),
+        ("ms-3599s", "3599999"),
+        ("ms-999", "999"),
+        ("ms-1000", "1000"),
+    ] {
+        v.push((
+            name,
+            format!(
+                "{}{}",
+                head("ms"),
+                snap("0", end, "1023", "1", "0", "empty", "")
+            ),
+            true,
+        ));
     }
-    for (name, total) in [("bytes-999", "999"), ("bytes-1000", "1000"), ("bytes-1024", "1024"), ("bytes-10239", "10239"), ("bytes-102400", "102400")] {
-        v.push((name, format!("{}{}", head("B"), snap("0", total, total, "0", "0", "empty", "")), true));
+    for (name, total) in [
+        ("bytes-999", "999"),
+        ("bytes-1000", "1000"),
+        ("bytes-1024", "1024"),
+        ("bytes-10239", "10239"),
+        ("bytes-102400", "102400"),
+    ] {
+        v.push((
+            name,
+            format!(
+                "{}{}",
+                head("B"),
+                snap("0", total, total, "0", "0", "empty", "")
+            ),
+            true,
+        ));
     }
-    v.push(("decimal-values", format!("{}{}", head("i"), snap("0", "1.5", "10.25", "0", "1e2", "empty", "")), true));
-    v.push(("crlf-lines", format!("{}{}", head("i"), snap("0", "5", "1", "0", "0", "empty", "")).replace('\n', "\r\n"), false));
-    v.push(("single-snapshot", format!("{}{}", head("i"), snap("0", "0", "5", "0", "0", "peak", &leaf("5"))), true));
+    v.push((
+        "decimal-values",
+        format!(
+            "{}{}",
+            head("i"),
+            snap("0", "1.5", "10.25", "0", "1e2", "empty", "")
+        ),
+        true,
+    ));
+    v.push((
+        "crlf-lines",
+        format!(
+            "{}{}",
+            head("i"),
+            snap("0", "5", "1", "0", "0", "empty", "")
+        )
+        .replace('\n', "\r\n"),
+        false,
+    ));
+    v.push((
+        "single-snapshot",
+        format!(
+            "{}{}",
+            head("i"),
+            snap("0", "0", "5", "0", "0", "peak", &leaf("5"))
+        ),
+        true,
+    ));
     v.push((
         "last-line-without-newline",
-        format!("{}{}", head("i"), snap("0", "3", "5", "0", "0", "detailed", &format!("n1: 5 {ROOT}\n n0: 5 x"))),
+        format!(
+            "{}{}",
+            head("i"),
+            snap(
+                "0",
+                "3",
+                "5",
+                "0",
+                "0",
+                "detailed",
+                &format!("n1: 5 {ROOT}\n n0: 5 x")
+            )
+        ),
         true,
     ));
     v
@@ -227,7 +344,10 @@ fn matches_live_ms_print_on_quirky_files() {
         let dir = scratch.put(name, text.as_bytes());
         for opts in [&[][..], &["--threshold=0"], &["--x=10", "--y=5"]] {
             let real = compare(dir, name, opts);
-            assert_eq!(real.ok, succeeds, "{name}: ms_print success differs from the test's expectation");
+            assert_eq!(
+                real.ok, succeeds,
+                "{name}: ms_print success differs from the test's expectation"
+            );
         }
     }
 }
@@ -287,16 +407,24 @@ fn tree(rng: &mut Rng, bytes: u64, depth: u32, max_depth: u32, root: bool) -> Tr
             left -= b;
             children.push(tree(rng, b, depth + 1, max_depth, false));
         }
-        children.sort_by(|a: &TreeNode, b| b.bytes.cmp(&a.bytes));
+        children.sort_by_key(|c: &TreeNode| core::cmp::Reverse(c.bytes));
     }
-    TreeNode { bytes, label, children }
+    TreeNode {
+        bytes,
+        label,
+        children,
+    }
 }
 
 fn synthetic(seed: u64) -> MassifFile {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let unit = ["i", "ms", "B"][rng.below(3) as usize];
     let many = rng.chance(30);
-    let n = if rng.chance(10) { 1 } else { 1 + rng.below(if many { 150 } else { 25 }) as usize };
+    let n = if rng.chance(10) {
+        1
+    } else {
+        1 + rng.below(if many { 150 } else { 25 }) as usize
+    };
     // Byte scales: nothing, small, MB, GB, beyond 2^53 (Perl's exact integer division) and
     // up to u64::MAX (heap + extra + stacks overflows into a double: `1.84467440737096e+19`).
     let scale: u64 = match rng.below(7) {
@@ -315,17 +443,30 @@ fn synthetic(seed: u64) -> MassifFile {
         3 => 1 << 50,
         _ => 40_000_000,
     };
-    let peak_at = if rng.chance(60) { Some(rng.below(n as u64) as usize) } else { None };
+    let peak_at = if rng.chance(60) {
+        Some(rng.below(n as u64) as usize)
+    } else {
+        None
+    };
     let max_depth = 1 + rng.below(8) as u32;
     let mut time: i64 = 0;
     let mut snapshots = Vec::new();
     for i in 0..n {
         if i > 0 {
-            time = time.saturating_add(rng.below(time_step.saturating_mul(2).saturating_add(1)) as i64);
+            time = time
+                .saturating_add(rng.below(time_step.saturating_mul(2).saturating_add(1)) as i64);
         }
         let heap = rng.below(scale.saturating_add(1));
-        let extra = if rng.chance(20) { 0 } else { rng.below(scale / 8 + 1) };
-        let stacks = if rng.chance(70) { 0 } else { rng.below(scale / 4 + 1) };
+        let extra = if rng.chance(20) {
+            0
+        } else {
+            rng.below(scale / 8 + 1)
+        };
+        let stacks = if rng.chance(70) {
+            0
+        } else {
+            rng.below(scale / 4 + 1)
+        };
         let kind = if Some(i) == peak_at {
             SnapshotKind::Peak
         } else if rng.chance(30) {
@@ -334,7 +475,14 @@ fn synthetic(seed: u64) -> MassifFile {
             SnapshotKind::Empty
         };
         let tree = (kind != SnapshotKind::Empty).then(|| tree(&mut rng, heap, 0, max_depth, true));
-        snapshots.push(Snapshot { time, mem_heap_b: heap, mem_heap_extra_b: extra, mem_stacks_b: stacks, kind, tree });
+        snapshots.push(Snapshot {
+            time,
+            mem_heap_b: heap,
+            mem_heap_extra_b: extra,
+            mem_stacks_b: stacks,
+            kind,
+            tree,
+        });
     }
     MassifFile {
         desc: "--synthetic".to_string(),
@@ -349,7 +497,12 @@ fn check_synthetic(seeds: std::ops::Range<u64>, test: &str) {
         return;
     }
     let scratch = Scratch::new(test);
-    let sets: &[&[&str]] = &[&[], &["--threshold=0"], &["--threshold=5", "--x=40", "--y=10"], &["--threshold=50", "--x=4", "--y=4"]];
+    let sets: &[&[&str]] = &[
+        &[],
+        &["--threshold=0"],
+        &["--threshold=5", "--x=40", "--y=10"],
+        &["--threshold=50", "--x=4", "--y=4"],
+    ];
     for seed in seeds {
         let model = synthetic(seed);
         let name = format!("massif.out.synthetic{seed}");
@@ -361,10 +514,25 @@ fn check_synthetic(seeds: std::ops::Range<u64>, test: &str) {
             let real = compare(dir, &name, opts);
             assert!(real.ok, "{name} {opts:?}: ms_print failed");
             // The model path gives the same text as the bytes path.
-            let inv = ms_print::parse_args(&opts.iter().map(|s| s.to_string()).chain([name.clone()]).collect::<Vec<_>>()).unwrap();
-            let ms_print::Invocation::Render { options, arguments, .. } = inv else { unreachable!() };
+            let inv = ms_print::parse_args(
+                &opts
+                    .iter()
+                    .map(|s| s.to_string())
+                    .chain([name.clone()])
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap();
+            let ms_print::Invocation::Render {
+                options, arguments, ..
+            } = inv
+            else {
+                unreachable!()
+            };
             let ours = ms_print::render(&model, &options, &arguments).unwrap();
-            assert!(ours.as_bytes() == real.stdout.as_slice(), "{name} {opts:?}: render(model) differs");
+            assert!(
+                ours.as_bytes() == real.stdout.as_slice(),
+                "{name} {opts:?}: render(model) differs"
+            );
         }
     }
 }
@@ -393,12 +561,18 @@ fn synthetic_corpus_covers_the_quirks() {
     let files: Vec<MassifFile> = (0..60).map(synthetic).collect();
     let any = |f: &dyn Fn(&MassifFile) -> bool| files.iter().any(f);
     for unit in ["i", "ms", "B"] {
-        assert!(any(&|m| m.time_unit == unit), "no file with time unit {unit}");
+        assert!(
+            any(&|m| m.time_unit == unit),
+            "no file with time unit {unit}"
+        );
     }
     let peak = |m: &MassifFile| m.snapshots.iter().any(|s| s.kind == SnapshotKind::Peak);
     assert!(any(&peak), "no file with a peak");
     assert!(any(&|m| !peak(m)), "no file without a peak");
-    assert!(any(&|m| m.snapshots.len() >= 100), "no file with many snapshots");
+    assert!(
+        any(&|m| m.snapshots.len() >= 100),
+        "no file with many snapshots"
+    );
     assert!(any(&|m| m.snapshots.len() == 1), "no single-snapshot file");
     assert!(
         any(&|m| m.snapshots.iter().any(|s| s
@@ -408,8 +582,103 @@ fn synthetic_corpus_covers_the_quirks() {
             .is_none())),
         "no total overflowing 64 bits"
     );
-    assert!(any(&|m| m.snapshots.iter().any(|s| s.mem_heap_b > 1 << 53)), "no huge heap");
-    assert!(any(&|m| m.snapshots.iter().filter_map(|s| s.tree.as_ref()).any(|t| depth(t) >= 6)), "no deep tree");
-    assert!(any(&|m| m.snapshots.iter().filter_map(|s| s.tree.as_ref()).any(has_zero_node)), "no zero-byte node");
-    assert!(any(&|m| m.time_unit == "ms" && m.snapshots.last().unwrap().time >= 3_600_000), "no ms file over an hour");
+    assert!(
+        any(&|m| m.snapshots.iter().any(|s| s.mem_heap_b > 1 << 53)),
+        "no huge heap"
+    );
+    assert!(
+        any(&|m| m
+            .snapshots
+            .iter()
+            .filter_map(|s| s.tree.as_ref())
+            .any(|t| depth(t) >= 6)),
+        "no deep tree"
+    );
+    assert!(
+        any(&|m| m
+            .snapshots
+            .iter()
+            .filter_map(|s| s.tree.as_ref())
+            .any(has_zero_node)),
+        "no zero-byte node"
+    );
+    assert!(
+        any(&|m| m.time_unit == "ms" && m.snapshots.last().unwrap().time >= 3_600_000),
+        "no ms file over an hour"
+    );
+}
+
+/// Option spellings ms_print accepts in its own way (`--threshold=1.2.3` is 1.2 with a Perl
+/// warning, `--x=0040` is 40, a trailing `%` is allowed) give the same output.
+#[test]
+fn option_spellings_match_live_ms_print() {
+    if !common::have_ms_print("option_spellings_match_live_ms_print") {
+        return;
+    }
+    let dir = common::massif_examples();
+    for opts in [
+        &["--threshold=.5"][..],
+        &["--threshold=1.2.3"],
+        &["--threshold=7%"],
+        &["--threshold=00.0"],
+        &["--x=0040", "--y=0007"],
+        &["--x=1000", "--y=4"],
+        &["--y=30", "--y=5"],
+    ] {
+        let real = compare(&dir, "massif.out.default", opts);
+        assert!(real.ok, "{opts:?}");
+    }
+    // Extra file names are printed on the arguments line but ignored.
+    let real = run_real(&dir, &["massif.out.small"], "massif.out.tuB");
+    let ours = run_ours(&dir, &["massif.out.small"], "massif.out.tuB");
+    assert_same("two files", &ours, &real);
+}
+
+/// Rejected command lines are rejected by both, and our usage text is ms_print's (always
+/// showing the default threshold `[1]`, even after `--threshold=5`).
+#[test]
+fn bad_command_lines_fail_like_live_ms_print() {
+    if !common::have_ms_print("bad_command_lines_fail_like_live_ms_print") {
+        return;
+    }
+    let dir = common::massif_examples();
+    for args in [
+        &["--x=3", "massif.out.small"][..],
+        &["--y=1001", "massif.out.small"],
+        &["--threshold=101", "massif.out.small"],
+        &["--threshold=5", "--frob", "massif.out.small"],
+        &["--threshold=5", "-h"],
+        &["--help"],
+        &["-", "massif.out.small"],
+        &["--x=abc", "massif.out.small"],
+        &["--threshold=-1", "massif.out.small"],
+        &[],
+    ] {
+        let real = std::process::Command::new(common::MS_PRINT)
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(!real.status.success(), "{args:?}: ms_print accepted it");
+        let ours = ms_print::parse_args(args);
+        let usage = match ours {
+            Err(e) => e.usage,
+            Ok(ms_print::Invocation::Help { usage }) => usage,
+            Ok(other) => panic!("{args:?}: we accepted it: {other:?}"),
+        };
+        assert_eq!(usage, ms_print::usage());
+        assert_eq!(String::from_utf8_lossy(&real.stderr), usage, "{args:?}");
+    }
+    let real = std::process::Command::new(common::MS_PRINT)
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert_eq!(
+        real.stderr,
+        format!("ms_print-{}\n", ms_print::VERSION).as_bytes()
+    );
+    assert_eq!(
+        ms_print::parse_args(&["--version", "--x=2"]),
+        Ok(ms_print::Invocation::Version)
+    );
 }

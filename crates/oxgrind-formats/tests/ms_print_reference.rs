@@ -17,7 +17,11 @@ fn stored_pairs() -> Vec<(String, Vec<u8>, Vec<u8>)> {
             pairs.push((name, std::fs::read(&file).unwrap(), expected));
         }
     }
-    assert!(pairs.len() >= 10, "expected the 10 stored ms_print outputs, found {}", pairs.len());
+    assert!(
+        pairs.len() >= 10,
+        "expected the 10 stored ms_print outputs, found {}",
+        pairs.len()
+    );
     pairs
 }
 
@@ -28,8 +32,14 @@ fn render_bytes_matches_stored_ms_print_outputs() {
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         common::assert_same(
             &name,
-            &common::Outcome { stdout: got, ok: true },
-            &common::Outcome { stdout: expected, ok: true },
+            &common::Outcome {
+                stdout: got,
+                ok: true,
+            },
+            &common::Outcome {
+                stdout: expected,
+                ok: true,
+            },
         );
     }
 }
@@ -42,8 +52,14 @@ fn render_of_parsed_model_matches_stored_ms_print_outputs() {
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         common::assert_same(
             &name,
-            &common::Outcome { stdout: got.into_bytes(), ok: true },
-            &common::Outcome { stdout: expected, ok: true },
+            &common::Outcome {
+                stdout: got.into_bytes(),
+                ok: true,
+            },
+            &common::Outcome {
+                stdout: expected,
+                ok: true,
+            },
         );
     }
 }

@@ -42,7 +42,11 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { threshold: 1.0, x: 72, y: 20 }
+        Options {
+            threshold: 1.0,
+            x: 72,
+            y: 20,
+        }
     }
 }
 
@@ -65,7 +69,10 @@ pub enum RenderErrorKind {
     /// No `time_unit:` line after `cmd:`.
     MissingTimeUnit,
     /// Expected `field=...`; `found` is the line, or `None` at end of file.
-    ExpectedField { field: &'static str, found: Option<String> },
+    ExpectedField {
+        field: &'static str,
+        found: Option<String>,
+    },
     /// A `time=`/`mem_*=` value that is not a number.
     NotANumber { field: &'static str, value: String },
     /// `heap_tree=` value that is neither `empty` nor contains `detailed`/`peak`.
@@ -106,7 +113,10 @@ impl fmt::Display for RenderError {
                 write!(f, "expected a number after `{field}=`, found `{value}`")
             }
             RenderErrorKind::BadHeapTree { value } => {
-                write!(f, "expected `empty`, `detailed` or `peak` after `heap_tree=`, found `{value}`")
+                write!(
+                    f,
+                    "expected `empty`, `detailed` or `peak` after `heap_tree=`, found `{value}`"
+                )
             }
             RenderErrorKind::ExpectedTreeNode { found: fd } => {
                 f.write_str("expected a tree node line `nK: BYTES LABEL`")?;
@@ -121,11 +131,14 @@ impl fmt::Display for RenderError {
                 write!(f, "bad time_unit `{unit}` (expected i, ms or B)")
             }
             RenderErrorKind::GraphColumnOutOfRange { column } => {
-                write!(f, "a snapshot time maps to graph column {column}, which ms_print cannot draw")
+                write!(
+                    f,
+                    "a snapshot time maps to graph column {column}, which ms_print cannot draw"
+                )
             }
-            RenderErrorKind::BadOptions => f.write_str(
-                "options out of range (--x and --y: 4..1000, --threshold: 0..100)",
-            ),
+            RenderErrorKind::BadOptions => {
+                f.write_str("options out of range (--x and --y: 4..1000, --threshold: 0..100)")
+            }
         }
     }
 }
@@ -146,7 +159,8 @@ pub fn render<S: AsRef<str>>(
     let out = render_bytes(text.as_bytes(), options, arguments)?;
     // Everything came from `String`s and only whole lines or ASCII-delimited parts are
     // dropped, so this is UTF-8; be lenient anyway rather than panic.
-    Ok(String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+    Ok(String::from_utf8(out)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
 }
 
 /// ms_print's output for a massif.out file given as bytes (the `oxgrind ms_print` path).
@@ -157,7 +171,11 @@ pub fn render_bytes<S: AsRef<str>>(
 ) -> Result<Vec<u8>, RenderError> {
     let valid = |v: usize| (4..=1000).contains(&v);
     if !valid(options.x) || !valid(options.y) || !(0.0..=100.0).contains(&options.threshold) {
-        return Err(RenderError { line: None, kind: RenderErrorKind::BadOptions, partial_output: Vec::new() });
+        return Err(RenderError {
+            line: None,
+            kind: RenderErrorKind::BadOptions,
+            partial_output: Vec::new(),
+        });
     }
     let mut args = String::new();
     for a in arguments {
@@ -169,7 +187,13 @@ pub fn render_bytes<S: AsRef<str>>(
     print_header(&mut out, &input, &args);
     match draw_graph(&mut out, &input, options) {
         Ok(()) => {}
-        Err(kind) => return Err(RenderError { line: None, kind, partial_output: out }),
+        Err(kind) => {
+            return Err(RenderError {
+                line: None,
+                kind,
+                partial_output: out,
+            })
+        }
     }
     out.extend_from_slice(&input.snapshot_text);
     Ok(out)
@@ -178,7 +202,8 @@ pub fn render_bytes<S: AsRef<str>>(
 // ---------------------------------------------------------------------------------------------
 // Reading, as ms_print's read_input_file does.
 
-const FANCY: &[u8] = b"--------------------------------------------------------------------------------\n";
+const FANCY: &[u8] =
+    b"--------------------------------------------------------------------------------\n";
 
 /// A line as ms_print's `get_line` returns it: the text before any `#` (without the `\n`),
 /// and whether the line ended with `\n` (which ms_print keeps).
@@ -208,7 +233,11 @@ impl<'a> Reader<'a> {
                 None => raw,
             };
             if !code.iter().all(|&b| is_space(b)) {
-                return Some(RawLine { number: self.number, code, newline });
+                return Some(RawLine {
+                    number: self.number,
+                    code,
+                    newline,
+                });
             }
         }
         None
@@ -256,12 +285,16 @@ fn strip_leading_space(mut s: &[u8]) -> &[u8] {
 }
 
 fn err(line: usize, kind: RenderErrorKind) -> RenderError {
-    RenderError { line: Some(line), kind, partial_output: Vec::new() }
+    RenderError {
+        line: Some(line),
+        kind,
+        partial_output: Vec::new(),
+    }
 }
 
 /// `printf("%Ns", s)`: right-aligned, never truncated.
 fn pad_left(out: &mut Vec<u8>, s: &[u8], width: usize) {
-    out.extend(core::iter::repeat(b' ').take(width.saturating_sub(s.len())));
+    out.resize(out.len() + width.saturating_sub(s.len()), b' ');
     out.extend_from_slice(s);
 }
 
@@ -277,12 +310,17 @@ fn table_row(out: &mut Vec<u8>, cols: [&[u8]; 6]) {
 }
 
 fn read_input<'a>(data: &'a [u8], options: &Options) -> Result<Input<'a>, RenderError> {
-    let mut r = Reader { rest: data, number: 0 };
+    let mut r = Reader {
+        rest: data,
+        number: 0,
+    };
 
     let mut desc = Vec::new();
     let mut line = r.get_line();
     while let Some(l) = line {
-        let Some(rest) = l.code.strip_prefix(b"desc:") else { break };
+        let Some(rest) = l.code.strip_prefix(b"desc:") else {
+            break;
+        };
         desc.extend_from_slice(rest);
         if l.newline {
             desc.push(b'\n');
@@ -294,7 +332,10 @@ fn read_input<'a>(data: &'a [u8], options: &Options) -> Result<Input<'a>, Render
         Some(rest) => strip_leading_space(rest),
         None => return Err(err(r.number, RenderErrorKind::MissingCmd)),
     };
-    let time_unit = match r.get_line().and_then(|l| l.code.strip_prefix(b"time_unit:")) {
+    let time_unit = match r
+        .get_line()
+        .and_then(|l| l.code.strip_prefix(b"time_unit:"))
+    {
         Some(rest) => strip_leading_space(rest),
         None => return Err(err(r.number, RenderErrorKind::MissingTimeUnit)),
     };
@@ -306,7 +347,14 @@ fn read_input<'a>(data: &'a [u8], options: &Options) -> Result<Input<'a>, Render
     let mut header = FANCY.to_vec();
     table_row(
         &mut header,
-        [b"n", &time_col, b"total(B)", b"useful-heap(B)", b"extra-heap(B)", b"stacks(B)"],
+        [
+            b"n",
+            &time_col,
+            b"total(B)",
+            b"useful-heap(B)",
+            b"extra-heap(B)",
+            b"stacks(B)",
+        ],
     );
     header.extend_from_slice(FANCY);
     text.extend_from_slice(&header);
@@ -321,27 +369,32 @@ fn read_input<'a>(data: &'a [u8], options: &Options) -> Result<Input<'a>, Render
         let heap_raw = next_field(&mut r, "mem_heap_B")?;
         let extra_raw = next_field(&mut r, "mem_heap_extra_B")?;
         let stacks_raw = next_field(&mut r, "mem_stacks_B")?;
-        let time = number(&r, "time", time_raw)?;
-        let heap = number(&r, "mem_heap_B", heap_raw)?;
-        let extra = number(&r, "mem_heap_extra_B", extra_raw)?;
-        let stacks = number(&r, "mem_stacks_B", stacks_raw)?;
+        let time = number("time", time_raw)?;
+        let heap = number("mem_heap_B", heap_raw)?;
+        let extra = number("mem_heap_extra_B", extra_raw)?;
+        let stacks = number("mem_stacks_B", stacks_raw)?;
         let total = heap.add(extra).add(stacks);
-        let tree = next_field(&mut r, "heap_tree")?;
+        let (tree, _) = next_field(&mut r, "heap_tree")?;
 
         let total_text = perl::commify(total.to_perl_string().as_bytes());
         table_row(
             &mut text,
             [
                 num,
-                &perl::commify(time_raw),
+                &perl::commify(time_raw.0),
                 &total_text,
-                &perl::commify(heap_raw),
-                &perl::commify(extra_raw),
-                &perl::commify(stacks_raw),
+                &perl::commify(heap_raw.0),
+                &perl::commify(extra_raw.0),
+                &perl::commify(stacks_raw.0),
             ],
         );
         let detailed = tree != b"empty";
-        snaps.push(SnapInfo { time, total, detailed, _num: num });
+        snaps.push(SnapInfo {
+            time,
+            total,
+            detailed,
+            _num: num,
+        });
 
         if !detailed {
             line = r.get_line();
@@ -357,10 +410,20 @@ fn read_input<'a>(data: &'a [u8], options: &Options) -> Result<Input<'a>, Render
                 text.extend_from_slice(&header);
             }
         } else {
-            return Err(err(r.number, RenderErrorKind::BadHeapTree { value: lossy(tree) }));
+            return Err(err(
+                r.number,
+                RenderErrorKind::BadHeapTree { value: lossy(tree) },
+            ));
         }
     }
-    Ok(Input { desc, cmd, time_unit, snaps, peak_num, snapshot_text: text })
+    Ok(Input {
+        desc,
+        cmd,
+        time_unit,
+        snaps,
+        peak_num,
+        snapshot_text: text,
+    })
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
@@ -374,26 +437,46 @@ fn equals_field<'a>(
     field: &'static str,
 ) -> Result<&'a [u8], RenderError> {
     let Some(l) = line else {
-        return Err(err(eof_line, RenderErrorKind::ExpectedField { field, found: None }));
+        return Err(err(
+            eof_line,
+            RenderErrorKind::ExpectedField { field, found: None },
+        ));
     };
-    match l.code.strip_prefix(field.as_bytes()).and_then(|v| v.strip_prefix(b"=")) {
+    match l
+        .code
+        .strip_prefix(field.as_bytes())
+        .and_then(|v| v.strip_prefix(b"="))
+    {
         Some(v) => Ok(v),
         None => Err(err(
             l.number,
-            RenderErrorKind::ExpectedField { field, found: Some(lossy(l.code)) },
+            RenderErrorKind::ExpectedField {
+                field,
+                found: Some(lossy(l.code)),
+            },
         )),
     }
 }
 
-fn next_field<'a>(r: &mut Reader<'a>, field: &'static str) -> Result<&'a [u8], RenderError> {
+fn next_field<'a>(
+    r: &mut Reader<'a>,
+    field: &'static str,
+) -> Result<(&'a [u8], usize), RenderError> {
     let line = r.get_line();
-    equals_field(r.number, line, field)
+    Ok((equals_field(r.number, line, field)?, r.number))
 }
 
-fn number(r: &Reader<'_>, field: &'static str, raw: &[u8]) -> Result<PerlNum, RenderError> {
+/// The value of a numeric field; `(raw, line)` as [`next_field`] returns it.
+fn number(field: &'static str, (raw, line): (&[u8], usize)) -> Result<PerlNum, RenderError> {
     match numify(raw) {
         (v, true) => Ok(v),
-        (_, false) => Err(err(r.number, RenderErrorKind::NotANumber { field, value: lossy(raw) })),
+        (_, false) => Err(err(
+            line,
+            RenderErrorKind::NotANumber {
+                field,
+                value: lossy(raw),
+            },
+        )),
     }
 }
 
@@ -418,7 +501,11 @@ fn parse_node(code: &[u8]) -> Option<Node<'_>> {
         return None;
     }
     let (bytes_raw, details) = s.split_at(d2);
-    Some(Node { n_children: numify(count).0, bytes_raw, details })
+    Some(Node {
+        n_children: numify(count).0,
+        bytes_raw,
+        details,
+    })
 }
 
 /// One pending call of ms_print's recursive `read_heap_tree`.
@@ -450,19 +537,29 @@ fn read_tree(
 
     // Reads one node line; prints it if significant; pushes its frame.
     let enter = |r: &mut Reader<'_>,
-                     out: &mut Vec<u8>,
-                     prefix: &mut Vec<u8>,
-                     stack: &mut Vec<Frame>,
-                     is_top: bool,
-                     midfix: &[u8],
-                     arrow: &[u8]|
+                 out: &mut Vec<u8>,
+                 prefix: &mut Vec<u8>,
+                 stack: &mut Vec<Frame>,
+                 is_top: bool,
+                 midfix: &[u8],
+                 arrow: &[u8]|
      -> Result<(), RenderError> {
         let line = r.get_line();
         let node = match line {
             Some(l) => parse_node(l.code).ok_or_else(|| {
-                err(l.number, RenderErrorKind::ExpectedTreeNode { found: Some(lossy(l.code)) })
+                err(
+                    l.number,
+                    RenderErrorKind::ExpectedTreeNode {
+                        found: Some(lossy(l.code)),
+                    },
+                )
             })?,
-            None => return Err(err(r.number, RenderErrorKind::ExpectedTreeNode { found: None })),
+            None => {
+                return Err(err(
+                    r.number,
+                    RenderErrorKind::ExpectedTreeNode { found: None },
+                ))
+            }
         };
         let bytes = numify(node.bytes_raw).0;
         let perc = safe_div_0(hundred.mul(bytes), total);
@@ -472,7 +569,10 @@ fn read_tree(
         let significant = is_top
             || threshold.eq(zero)
             || (!total.eq(zero)
-                && bytes.mul(hundred).div(total).is_some_and(|p| p.ge(threshold)));
+                && bytes
+                    .mul(hundred)
+                    .div(total)
+                    .is_some_and(|p| p.ge(threshold)));
         if significant {
             out.extend_from_slice(prefix);
             out.extend_from_slice(arrow);
@@ -594,17 +694,26 @@ impl Graph {
     }
 }
 
-fn draw_graph(out: &mut Vec<u8>, input: &Input<'_>, options: &Options) -> Result<(), RenderErrorKind> {
+fn draw_graph(
+    out: &mut Vec<u8>,
+    input: &Input<'_>,
+    options: &Options,
+) -> Result<(), RenderErrorKind> {
     use PerlNum::Int;
     let (gx, gy) = (options.x, options.y);
     let n = input.snaps.len();
-    let Some(last) = input.snaps.last() else { return Err(RenderErrorKind::NoSnapshots) };
+    let Some(last) = input.snaps.last() else {
+        return Err(RenderErrorKind::NoSnapshots);
+    };
     let mut end_time = last.time;
     if !end_time.ge(Int(0)) {
         return Err(RenderErrorKind::NegativeEndTime);
     }
 
-    let mut graph = Graph { cols: Vec::with_capacity(gx + 1), len: gx as i128 + 1 };
+    let mut graph = Graph {
+        cols: Vec::with_capacity(gx + 1),
+        len: gx as i128 + 1,
+    };
     for x in 0..=gx {
         let mut col = alloc::vec![b' '; gy + 1];
         if x == 0 {
@@ -646,7 +755,9 @@ fn draw_graph(out: &mut Vec<u8>, input: &Input<'_>, options: &Options) -> Result
         if s.time.eq(end_time) {
             // The last snapshot would land one past the arrow; ms_print pulls it back.
             if !x.eq(Int(gx as i128 + 1)) {
-                return Err(RenderErrorKind::GraphColumnOutOfRange { column: x.to_index() });
+                return Err(RenderErrorKind::GraphColumnOutOfRange {
+                    column: x.to_index(),
+                });
             }
             x = Int(gx as i128);
         }
@@ -720,10 +831,12 @@ fn draw_graph(out: &mut Vec<u8>, input: &Input<'_>, options: &Options) -> Result
         out.push(b'\n');
     }
     out.extend_from_slice(b"     0");
-    out.extend(core::iter::repeat(b' ').take(gx.saturating_sub(5)));
+    out.resize(out.len() + gx.saturating_sub(5), b' ');
     out.extend_from_slice(alloc::format!("{x_label:>5}\n").as_bytes());
 
-    out.extend_from_slice(alloc::format!("\nNumber of snapshots: {n}\n Detailed snapshots: [").as_bytes());
+    out.extend_from_slice(
+        alloc::format!("\nNumber of snapshots: {n}\n Detailed snapshots: [").as_bytes(),
+    );
     let mut first = true;
     for (i, s) in input.snaps.iter().enumerate() {
         if s.detailed {
@@ -781,7 +894,16 @@ fn bytes_label(v: PerlNum) -> (String, &'static str) {
     scaled_label(
         v,
         "B",
-        &[("KB", a, d), ("MB", a, d), ("GB", a, d), ("TB", a, d), ("PB", a, d), ("EB", a, d), ("ZB", a, d), ("YB", a, d)],
+        &[
+            ("KB", a, d),
+            ("MB", a, d),
+            ("GB", a, d),
+            ("TB", a, d),
+            ("PB", a, d),
+            ("EB", a, d),
+            ("ZB", a, d),
+            ("YB", a, d),
+        ],
     )
 }
 
@@ -790,7 +912,16 @@ fn instructions_label(v: PerlNum) -> (String, &'static str) {
     scaled_label(
         v,
         "i",
-        &[("ki", a, d), ("Mi", a, d), ("Gi", a, d), ("Ti", a, d), ("Pi", a, d), ("Ei", a, d), ("Zi", a, d), ("Yi", a, d)],
+        &[
+            ("ki", a, d),
+            ("Mi", a, d),
+            ("Gi", a, d),
+            ("Ti", a, d),
+            ("Pi", a, d),
+            ("Ei", a, d),
+            ("Zi", a, d),
+            ("Yi", a, d),
+        ],
     )
 }
 
@@ -805,7 +936,11 @@ fn time_label(v: PerlNum) -> (String, &'static str) {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Invocation {
     /// Render `file`; `arguments` are all the arguments, for the `ms_print arguments:` line.
-    Render { options: Options, file: String, arguments: Vec<String> },
+    Render {
+        options: Options,
+        file: String,
+        arguments: Vec<String>,
+    },
     /// `-h`/`--help`: print `usage`.
     Help { usage: String },
     /// `--version`: print `ms_print-3.19.0`.
@@ -816,7 +951,7 @@ pub enum Invocation {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UsageError {
     pub kind: UsageErrorKind,
-    /// The usage text ms_print would print (it shows the threshold in force).
+    /// The usage text ms_print prints in that case ([`usage`]).
     pub usage: String,
 }
 
@@ -847,9 +982,10 @@ impl fmt::Display for UsageError {
 #[cfg(feature = "std")]
 impl std::error::Error for UsageError {}
 
-/// ms_print's usage text; `threshold` is the threshold as currently set (ms_print interpolates
-/// its variable, so `--threshold=5 -h` shows `[5]`).
-pub fn usage(threshold: &str) -> String {
+/// ms_print's usage text. The default threshold in it is always `[1]`: ms_print builds the
+/// text once, before reading its options.
+pub fn usage() -> String {
+    let threshold = "1";
     alloc::format!(
         "usage: ms_print [options] massif-out-file\n\
 \n\
@@ -873,9 +1009,13 @@ pub fn usage(threshold: &str) -> String {
 /// first non-option argument is the file, later ones are ignored.
 pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<Invocation, UsageError> {
     let mut options = Options::default();
-    let mut threshold_text = String::from("1");
     let mut file = None;
-    let fail = |kind, t: &str| Err(UsageError { kind, usage: usage(t) });
+    let fail = |kind| {
+        Err(UsageError {
+            kind,
+            usage: usage(),
+        })
+    };
     for arg in args {
         let arg = arg.as_ref();
         if !arg.starts_with('-') {
@@ -889,21 +1029,24 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<Invocation, UsageError> {
         } else if let Some(v) = arg.strip_prefix("--threshold=") {
             let v = v.strip_suffix('%').unwrap_or(v);
             if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-                return fail(UsageErrorKind::UnknownOption(arg.to_string()), &threshold_text);
+                return fail(UsageErrorKind::UnknownOption(arg.to_string()));
             }
-            threshold_text = v.to_string();
             let t = numify(v.as_bytes()).0.to_f64();
             if !(0.0..=100.0).contains(&t) {
-                return fail(UsageErrorKind::OutOfRange(arg.to_string()), &threshold_text);
+                return fail(UsageErrorKind::OutOfRange(arg.to_string()));
             }
             options.threshold = t;
         } else if let Some((name, v)) = arg.strip_prefix("--").and_then(|a| a.split_once('=')) {
-            if (name != "x" && name != "y") || v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
-                return fail(UsageErrorKind::UnknownOption(arg.to_string()), &threshold_text);
+            if (name != "x" && name != "y")
+                || v.is_empty()
+                || !v.bytes().all(|b| b.is_ascii_digit())
+            {
+                return fail(UsageErrorKind::UnknownOption(arg.to_string()));
             }
             let n = numify(v.as_bytes()).0;
-            if !(n.ge(PerlNum::Int(4)) && !n.gt(PerlNum::Int(1000))) {
-                return fail(UsageErrorKind::OutOfRange(arg.to_string()), &threshold_text);
+            let in_range = n.ge(PerlNum::Int(4)) && PerlNum::Int(1000).ge(n);
+            if !in_range {
+                return fail(UsageErrorKind::OutOfRange(arg.to_string()));
             }
             let n = n.to_index() as usize;
             if name == "x" {
@@ -912,9 +1055,9 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<Invocation, UsageError> {
                 options.y = n;
             }
         } else if arg == "-h" || arg == "--help" {
-            return Ok(Invocation::Help { usage: usage(&threshold_text) });
+            return Ok(Invocation::Help { usage: usage() });
         } else {
-            return fail(UsageErrorKind::UnknownOption(arg.to_string()), &threshold_text);
+            return fail(UsageErrorKind::UnknownOption(arg.to_string()));
         }
     }
     match file {
@@ -923,6 +1066,6 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<Invocation, UsageError> {
             file,
             arguments: args.iter().map(|a| a.as_ref().to_string()).collect(),
         }),
-        None => fail(UsageErrorKind::MissingFile, &threshold_text),
+        None => fail(UsageErrorKind::MissingFile),
     }
 }

@@ -30,7 +30,10 @@ pub enum ParseErrorKind {
     NotUtf8,
     /// A line of the wrong kind: `expected` says what the grammar wanted there, `found` is
     /// the line (shortened) or `None` at end of file.
-    Expected { expected: &'static str, found: Option<String> },
+    Expected {
+        expected: &'static str,
+        found: Option<String>,
+    },
     /// `field=value` where value is not an integer of the field's type.
     BadNumber { field: &'static str, value: String },
     /// `heap_tree=` with something other than `empty`, `detailed` or `peak`.
@@ -42,10 +45,16 @@ impl fmt::Display for ParseError {
         write!(f, "line {}: ", self.line)?;
         match &self.kind {
             ParseErrorKind::NotUtf8 => f.write_str("not valid UTF-8"),
-            ParseErrorKind::Expected { expected, found: Some(found) } => {
+            ParseErrorKind::Expected {
+                expected,
+                found: Some(found),
+            } => {
                 write!(f, "expected {expected}, found `{found}`")
             }
-            ParseErrorKind::Expected { expected, found: None } => {
+            ParseErrorKind::Expected {
+                expected,
+                found: None,
+            } => {
                 write!(f, "expected {expected}, found end of file")
             }
             ParseErrorKind::BadNumber { field, value } => {
@@ -64,7 +73,10 @@ impl std::error::Error for ParseError {}
 
 /// Reads a massif.out file (`&str`, `String`, `&[u8]`, `Vec<u8>`...).
 pub fn parse<I: AsRef<[u8]> + ?Sized>(input: &I) -> Result<MassifFile, ParseError> {
-    Parser { lines: Lines::new(input.as_ref()) }.file()
+    Parser {
+        lines: Lines::new(input.as_ref()),
+    }
+    .file()
 }
 
 /// A significant line: its number, the full text (without `\n`) and the part before any `#`.
@@ -81,7 +93,10 @@ struct Lines<'a> {
 
 impl<'a> Lines<'a> {
     fn new(data: &'a [u8]) -> Self {
-        Lines { rest: data, number: 0 }
+        Lines {
+            rest: data,
+            number: 0,
+        }
     }
 
     /// The next line that is not blank once a `#` comment is removed (ms_print's `get_line`).
@@ -93,11 +108,17 @@ impl<'a> Lines<'a> {
             };
             self.rest = rest;
             self.number += 1;
-            let full = core::str::from_utf8(raw)
-                .map_err(|_| ParseError { line: self.number, kind: ParseErrorKind::NotUtf8 })?;
+            let full = core::str::from_utf8(raw).map_err(|_| ParseError {
+                line: self.number,
+                kind: ParseErrorKind::NotUtf8,
+            })?;
             let code = full.split('#').next().unwrap_or("");
             if !code.bytes().all(super::perl::is_space) {
-                return Ok(Some(Line { number: self.number, full, code }));
+                return Ok(Some(Line {
+                    number: self.number,
+                    full,
+                    code,
+                }));
             }
         }
         Ok(None)
@@ -133,11 +154,17 @@ impl<'a> Parser<'a> {
         match line {
             Some(l) => ParseError {
                 line: l.number,
-                kind: ParseErrorKind::Expected { expected, found: Some(shorten(l.full)) },
+                kind: ParseErrorKind::Expected {
+                    expected,
+                    found: Some(shorten(l.full)),
+                },
             },
             None => ParseError {
                 line: self.lines.eof_line(),
-                kind: ParseErrorKind::Expected { expected, found: None },
+                kind: ParseErrorKind::Expected {
+                    expected,
+                    found: None,
+                },
             },
         }
     }
@@ -147,7 +174,9 @@ impl<'a> Parser<'a> {
         let mut descs: Vec<&str> = Vec::new();
         let mut line = self.lines.next()?;
         while let Some(l) = &line {
-            let Some(rest) = l.full.strip_prefix("desc:") else { break };
+            let Some(rest) = l.full.strip_prefix("desc:") else {
+                break;
+            };
             descs.push(rest.strip_prefix(' ').unwrap_or(rest));
             line = self.lines.next()?;
         }
@@ -157,22 +186,32 @@ impl<'a> Parser<'a> {
         let Some(cmd) = cmd else {
             return Err(self.expected("a `desc:` or `cmd:` line", line.as_ref()));
         };
-        file.cmd = cmd.trim_start_matches(|c: char| c.is_ascii() && super::perl::is_space(c as u8)).to_string();
+        file.cmd = cmd
+            .trim_start_matches(|c: char| c.is_ascii() && super::perl::is_space(c as u8))
+            .to_string();
 
         let line = self.lines.next()?;
-        let Some(unit) = line.as_ref().and_then(|l| l.full.strip_prefix("time_unit:")) else {
+        let Some(unit) = line
+            .as_ref()
+            .and_then(|l| l.full.strip_prefix("time_unit:"))
+        else {
             return Err(self.expected("a `time_unit:` line", line.as_ref()));
         };
-        file.time_unit = unit.trim_start_matches(|c: char| c.is_ascii() && super::perl::is_space(c as u8)).to_string();
+        file.time_unit = unit
+            .trim_start_matches(|c: char| c.is_ascii() && super::perl::is_space(c as u8))
+            .to_string();
 
         let mut line = self.lines.next()?;
         while let Some(l) = line {
-            self.field(Some(&l), "snapshot", "a `snapshot=` line")?.parse::<u64>().map_err(|_| {
-                ParseError {
+            self.field(Some(&l), "snapshot", "a `snapshot=` line")?
+                .parse::<u64>()
+                .map_err(|_| ParseError {
                     line: l.number,
-                    kind: ParseErrorKind::BadNumber { field: "snapshot", value: shorten(l.code) },
-                }
-            })?;
+                    kind: ParseErrorKind::BadNumber {
+                        field: "snapshot",
+                        value: shorten(l.code),
+                    },
+                })?;
             let time = self.number::<i64>("time", "a `time=` line")?;
             let mem_heap_b = self.number::<u64>("mem_heap_B", "a `mem_heap_B=` line")?;
             let mem_heap_extra_b =
@@ -188,11 +227,17 @@ impl<'a> Parser<'a> {
                     return Err(ParseError {
                         // `field` succeeded, so the line exists.
                         line: tl.as_ref().map_or(0, |l| l.number),
-                        kind: ParseErrorKind::BadHeapTree { value: shorten(value) },
-                    })
+                        kind: ParseErrorKind::BadHeapTree {
+                            value: shorten(value),
+                        },
+                    });
                 }
             };
-            let tree = if kind == SnapshotKind::Empty { None } else { Some(self.tree()?) };
+            let tree = if kind == SnapshotKind::Empty {
+                None
+            } else {
+                Some(self.tree()?)
+            };
             file.snapshots.push(Snapshot {
                 time,
                 mem_heap_b,
@@ -231,7 +276,10 @@ impl<'a> Parser<'a> {
         let value = self.field(line.as_ref(), key, expected)?;
         value.parse::<T>().map_err(|_| ParseError {
             line: line.as_ref().map_or(0, |l| l.number),
-            kind: ParseErrorKind::BadNumber { field: key, value: shorten(value) },
+            kind: ParseErrorKind::BadNumber {
+                field: key,
+                value: shorten(value),
+            },
         })
     }
 
@@ -239,9 +287,13 @@ impl<'a> Parser<'a> {
     fn node(&mut self) -> Result<(TreeNode, u64), ParseError> {
         const WHAT: &str = "a tree node line `nK: BYTES LABEL`";
         let line = self.lines.next()?;
-        let Some(l) = line.as_ref() else { return Err(self.expected(WHAT, None)) };
+        let Some(l) = line.as_ref() else {
+            return Err(self.expected(WHAT, None));
+        };
         let bad = || self.expected(WHAT, Some(l));
-        let s = l.full.trim_start_matches(|c: char| c.is_ascii() && super::perl::is_space(c as u8));
+        let s = l
+            .full
+            .trim_start_matches(|c: char| c.is_ascii() && super::perl::is_space(c as u8));
         let s = s.strip_prefix('n').ok_or_else(bad)?;
         let digits = s.bytes().take_while(u8::is_ascii_digit).count();
         let (count, s) = s.split_at(digits);
@@ -255,13 +307,23 @@ impl<'a> Parser<'a> {
         let number = |field: &'static str, v: &str| {
             v.parse::<u64>().map_err(|_| ParseError {
                 line: l.number,
-                kind: ParseErrorKind::BadNumber { field, value: shorten(v) },
+                kind: ParseErrorKind::BadNumber {
+                    field,
+                    value: shorten(v),
+                },
             })
         };
         let children = number("n", count)?;
         let bytes = number("bytes", bytes)?;
         let label = label.strip_prefix(' ').unwrap_or(label).to_string();
-        Ok((TreeNode { bytes, label, children: Vec::new() }, children))
+        Ok((
+            TreeNode {
+                bytes,
+                label,
+                children: Vec::new(),
+            },
+            children,
+        ))
     }
 
     /// A whole tree, preorder; every node is followed by exactly its children.
@@ -270,7 +332,9 @@ impl<'a> Parser<'a> {
         let mut stack: Vec<(TreeNode, u64)> = alloc::vec![self.node()?];
         loop {
             // The root is only popped on return, so the stack is never empty here.
-            let Some(top) = stack.last_mut() else { return Ok(TreeNode::default()) };
+            let Some(top) = stack.last_mut() else {
+                return Ok(TreeNode::default());
+            };
             if top.1 > 0 {
                 top.1 -= 1;
                 let child = self.node()?;

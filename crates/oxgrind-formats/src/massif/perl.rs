@@ -18,6 +18,16 @@ const UV_MAX: i128 = u64::MAX as i128;
 /// `1 << NV_PRESERVES_UV_BITS`: integers a double holds exactly.
 const PRESERVED: i128 = 1 << 53;
 
+/// `f64::trunc`, which `core` lacks: doubles of magnitude 2^52 or more are already integral,
+/// the others fit an `i64`.
+fn trunc(f: f64) -> f64 {
+    if !f.is_finite() || f.abs() >= 4_503_599_627_370_496.0 {
+        f
+    } else {
+        (f as i64) as f64
+    }
+}
+
 /// A Perl numeric value: an integer (IV or UV, so the range is `i64::MIN..=u64::MAX`) or a
 /// double (NV).
 #[derive(Copy, Clone, Debug, PartialEq)]
@@ -35,7 +45,7 @@ impl PerlNum {
         match self {
             Int(i) => Some(i),
             Num(f) => {
-                if f.is_finite() && f.trunc() == f && f.abs() < PRESERVED as f64 {
+                if f.is_finite() && trunc(f) == f && f.abs() < PRESERVED as f64 {
                     Some(f as i128)
                 } else {
                     None
@@ -106,14 +116,16 @@ impl PerlNum {
             Num(v)
         } else if v >= 0.0 {
             if v < u64::MAX as f64 {
-                Int(v.trunc() as i128)
+                Int(trunc(v) as i128)
             } else {
-                Num(v.floor())
+                // floor(v): a double this big is integral.
+                Num(v)
             }
         } else if v > i64::MIN as f64 {
-            Int(v.trunc() as i128)
+            Int(trunc(v) as i128)
         } else {
-            Num(v.ceil())
+            // ceil(v): integral as well.
+            Num(v)
         }
     }
 
@@ -150,7 +162,7 @@ impl PerlNum {
         match self {
             Int(i) => i,
             Num(f) if f.is_nan() => 0,
-            Num(f) => f.trunc().clamp(i64::MIN as f64, u64::MAX as f64) as i128,
+            Num(f) => trunc(f).clamp(i64::MIN as f64, u64::MAX as f64) as i128,
         }
     }
 
@@ -270,7 +282,7 @@ pub(crate) fn fmt_g15(f: f64) -> String {
         Some((m, e)) => (m, e.parse::<i32>().unwrap_or(0)),
         None => (sci.as_str(), 0),
     };
-    if exp < -4 || exp >= P {
+    if !(-4..P).contains(&exp) {
         let m = trim_fraction_zeros(mantissa);
         let sign = if exp < 0 { '-' } else { '+' };
         alloc::format!("{m}e{sign}{:02}", exp.unsigned_abs())
@@ -314,7 +326,7 @@ pub(crate) fn fmt_d(n: PerlNum, width: usize) -> String {
     let i = match n {
         Int(i) => i,
         Num(f) if f.is_nan() => 0,
-        Num(f) => f.trunc().clamp(i64::MIN as f64, u64::MAX as f64) as i128,
+        Num(f) => trunc(f).clamp(i64::MIN as f64, u64::MAX as f64) as i128,
     };
     alloc::format!("{i:width$}")
 }
@@ -372,6 +384,8 @@ mod tests {
         assert_eq!(commify(b""), b"");
     }
 
+    /// Expected strings are Perl's `printf("%05.2f")` on this machine (not bash's printf,
+    /// which uses long double).
     #[test]
     fn fixed_point_rounds_the_exact_binary_value() {
         for (v, s) in [
@@ -379,7 +393,9 @@ mod tests {
             (2.675, "02.67"),
             (0.375, "00.38"),
             (1.005, "01.00"),
-            (99.995, "99.99"),
+            (99.995, "100.00"), // the double is 99.99500000000000454...
+            (99.985, "99.98"),  // the double is 99.98499999999999943...
+            (0.005, "00.01"),
             (100.0, "100.00"),
         ] {
             assert_eq!(fmt_f(Num(v), 5, 2, true), s, "{v}");

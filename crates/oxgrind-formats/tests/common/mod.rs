@@ -20,7 +20,11 @@ pub fn example_files() -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
         .map(|e| e.expect("directory entry").path())
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("massif.out.")))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("massif.out."))
+        })
         .collect();
     files.sort();
     assert!(!files.is_empty(), "no massif.out.* in {}", dir.display());
@@ -51,7 +55,10 @@ pub fn run_real(dir: &Path, opts: &[&str], file: &str) -> Outcome {
         .current_dir(dir)
         .output()
         .unwrap_or_else(|e| panic!("running {MS_PRINT}: {e}"));
-    Outcome { stdout: out.stdout, ok: out.status.success() }
+    Outcome {
+        stdout: out.stdout,
+        ok: out.status.success(),
+    }
 }
 
 /// Runs our ms_print the way the launcher does: arguments parsed by `parse_args`.
@@ -59,13 +66,21 @@ pub fn run_ours(dir: &Path, opts: &[&str], file: &str) -> Outcome {
     let mut args: Vec<String> = opts.iter().map(|s| s.to_string()).collect();
     args.push(file.to_string());
     let inv = ms_print::parse_args(&args).expect("valid arguments");
-    let ms_print::Invocation::Render { options, file, arguments } = inv else {
+    let ms_print::Invocation::Render {
+        options,
+        file,
+        arguments,
+    } = inv
+    else {
         panic!("expected a render invocation")
     };
     let data = std::fs::read(dir.join(&file)).expect("reading input");
     match ms_print::render_bytes(&data, &options, &arguments) {
         Ok(stdout) => Outcome { stdout, ok: true },
-        Err(e) => Outcome { stdout: e.partial_output, ok: false },
+        Err(e) => Outcome {
+            stdout: e.partial_output,
+            ok: false,
+        },
     }
 }
 
@@ -77,7 +92,11 @@ pub fn assert_same(what: &str, ours: &Outcome, real: &Outcome) {
     let o = String::from_utf8_lossy(&ours.stdout);
     let r = String::from_utf8_lossy(&real.stdout);
     let (ol, rl): (Vec<&str>, Vec<&str>) = (o.lines().collect(), r.lines().collect());
-    let i = ol.iter().zip(&rl).position(|(a, b)| a != b).unwrap_or(ol.len().min(rl.len()));
+    let i = ol
+        .iter()
+        .zip(&rl)
+        .position(|(a, b)| a != b)
+        .unwrap_or(ol.len().min(rl.len()));
     panic!(
         "{what}: output differs from ms_print (ours ok={}, real ok={}) at line {}:\n  ours: {:?}\n  real: {:?}\n(ours {} lines, real {} lines)",
         ours.ok,
