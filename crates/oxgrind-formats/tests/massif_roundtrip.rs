@@ -242,3 +242,36 @@ fn deep_tree_is_written_with_one_space_per_level() {
     assert!(last.ends_with("n0: 1 leaf"));
     assert_eq!(massif::parse(&text).unwrap(), file);
 }
+
+#[test]
+fn writer_gives_a_treeless_detailed_snapshot_a_root_and_drops_an_empty_ones_tree() {
+    let file = MassifFile {
+        desc: "(none)".into(),
+        cmd: "./p".into(),
+        time_unit: "i".into(),
+        snapshots: vec![
+            Snapshot {
+                mem_heap_b: 5,
+                kind: SnapshotKind::Detailed,
+                tree: None,
+                ..Default::default()
+            },
+            Snapshot {
+                kind: SnapshotKind::Empty,
+                tree: Some(TreeNode {
+                    bytes: 1,
+                    label: "x".into(),
+                    children: vec![],
+                }),
+                ..Default::default()
+            },
+        ],
+    };
+    let text = massif::write(&file);
+    assert!(
+        text.contains(&format!("heap_tree=detailed\nn0: 5 {HEAP_ROOT_LABEL}\n")),
+        "{text}"
+    );
+    assert!(text.ends_with("heap_tree=empty\n"), "{text}");
+    assert!(massif::parse(&text).is_ok());
+}
