@@ -256,6 +256,11 @@ impl Massif {
     fn build_file(&self, host: &dyn Host, take: bool) -> Option<MassifFile> {
         let mut st = self.state.lock_bounded(1 << 24)?;
         self.start(&mut st);
+        if st.sched.snaps.is_empty() {
+            // --pages-as-heap=yes without a single mapping event: still one snapshot, as
+            // Valgrind's startup attempt would give (ms_print needs at least one).
+            self.normal_attempt(host, &mut st);
+        }
         let snaps = if take {
             std::mem::take(&mut st.sched.snaps)
         } else {

@@ -342,3 +342,10 @@ fn events_from_many_threads_balance_out() {
     assert!(st.ec_bytes.iter().all(|&b| b == 0));
     assert!(st.sched.snaps.len() < 100);
 }
+
+#[test]
+fn pages_as_heap_without_mapping_events_still_writes_one_snapshot() {
+    let h = host();
+    let m = massif(&["--pages-as-heap=yes"]);
+    assert_eq!(snaps(&m, &h), [(0, 0, 0, SnapshotKind::Empty)]);
+}
