@@ -255,19 +255,19 @@ fn lossy(b: &[u8]) -> String {
 }
 
 /// What the graph needs from one snapshot.
-struct SnapInfo<'a> {
-    /// `snapshot=` value as written (compared numerically with positions, as ms_print does).
+struct SnapInfo {
     time: PerlNum,
+    /// heap + extra + stacks, added as Perl adds them.
     total: PerlNum,
+    /// `heap_tree=` is not `empty`.
     detailed: bool,
-    _num: &'a [u8],
 }
 
 struct Input<'a> {
     desc: Vec<u8>,
     cmd: &'a [u8],
     time_unit: &'a [u8],
-    snaps: Vec<SnapInfo<'a>>,
+    snaps: Vec<SnapInfo>,
     /// Raw `snapshot=` value of the last `heap_tree=peak` snapshot.
     peak_num: Option<&'a [u8]>,
     /// The tables and trees, printed after the graph (ms_print's tmp file).
@@ -393,7 +393,6 @@ fn read_input<'a>(data: &'a [u8], options: &Options) -> Result<Input<'a>, Render
             time,
             total,
             detailed,
-            _num: num,
         });
 
         if !detailed {
