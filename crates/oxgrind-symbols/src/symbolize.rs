@@ -269,26 +269,48 @@ impl Symbolizer {
 
         let mut out: Vec<Frame> = Vec::new();
         if let Some(ctx) = &loaded.dwarf {
+            let unit = ctx.find_dwarf_and_unit(svma).skip_all_loads();
+            let files = unit.map(unit_files).unwrap_or_default();
             if let Ok(mut iter) = ctx.find_frames(svma).skip_all_loads() {
+                let mut raw: Vec<RawFrame> = Vec::new();
                 while let Ok(Some(fr)) = iter.next() {
-                    let (function, mangled) = match &fr.function {
-                        Some(f) => match f.raw_name() {
-                            Ok(raw) => split_name(&raw),
-                            Err(_) => (None, None),
-                        },
-                        None => (None, None),
-                    };
+                    let name = fr
+                        .function
+                        .as_ref()
+                        .and_then(|f| f.raw_name().ok())
+                        .map(|n| n.into_owned());
                     let (file, dir, line) = match &fr.location {
-                        Some(loc) => split_location(loc.file, loc.line),
+                        Some(loc) => split_location(&files, loc.file, loc.line),
                         None => (None, None, 0),
+                    };
+                    raw.push(RawFrame {
+                        name,
+                        file,
+                        dir,
+                        line,
+                        die: fr.dw_die_offset,
+                    });
+                }
+                let last = raw.len().saturating_sub(1);
+                for (i, r) in raw.into_iter().enumerate() {
+                    // Valgrind names inlined calls by the DIE's DW_AT_name (unqualified in C++,
+                    // with generic arguments in Rust), not by the linkage name.
+                    let inlined_name = if i < last {
+                        unit.zip(r.die).and_then(|(u, d)| die_name(u, d, 0))
+                    } else {
+                        None
+                    };
+                    let (function, mangled) = match inlined_name {
+                        Some(n) => (Some(n), None),
+                        None => r.name.as_deref().map(split_name).unwrap_or((None, None)),
                     };
                     out.push(Frame {
                         ip,
                         function,
                         mangled,
-                        file,
-                        dir,
-                        line,
+                        file: r.file,
+                        dir: r.dir,
+                        line: r.line,
                         object: object.clone(),
                     });
                 }
@@ -353,16 +375,133 @@ pub fn demangle(raw: &str) -> Cow<'_, str> {
     Cow::Borrowed(raw)
 }
 
-/// `(file basename, directory, line)` from a DWARF location.
-fn split_location(file: Option<&str>, line: Option<u32>) -> (Option<String>, Option<String>, u32) {
+/// One frame as addr2line gives it, before naming.
+struct RawFrame {
+    name: Option<String>,
+    file: Option<String>,
+    dir: Option<String>,
+    line: u32,
+    die: Option<gimli::UnitOffset>,
+}
+
+/// `(file, directory, line)` from a DWARF location whose path addr2line joined from the
+/// compilation directory, the line table's directory entry and its file entry. Valgrind
+/// prints the file entry as written (`leak.c`, or `library/alloc/src/raw_vec/mod.rs` for
+/// rustc's std paths), so the joined path is mapped back through the unit's file table;
+/// paths not found there print their last component.
+fn split_location(
+    files: &[(String, String)],
+    file: Option<&str>,
+    line: Option<u32>,
+) -> (Option<String>, Option<String>, u32) {
+    let line = line.unwrap_or(0);
     let Some(path) = file else {
-        return (None, None, line.unwrap_or(0));
+        return (None, None, line);
     };
-    let (dir, base) = match path.rfind('/') {
-        Some(i) => (Some(path[..i].to_string()), path[i + 1..].to_string()),
-        None => (None, path.to_string()),
+    let name = files
+        .iter()
+        .find(|(joined, _)| joined == path)
+        .map(|(_, name)| name.clone())
+        .unwrap_or_else(|| path.rsplit('/').next().unwrap_or(path).to_string());
+    let dir = path
+        .strip_suffix(name.as_str())
+        .map(|d| d.trim_end_matches('/').to_string())
+        .filter(|d| !d.is_empty());
+    (Some(name), dir, line)
+}
+
+/// `(joined path, file entry as written)` for every file of a unit's line table, joined the
+/// way addr2line renders locations (compilation dir, directory entry, file entry).
+fn unit_files(unit: gimli::UnitRef<'_, Reader>) -> Vec<(String, String)> {
+    let Some(program) = &unit.line_program else {
+        return Vec::new();
     };
-    (Some(base), dir, line.unwrap_or(0))
+    let header = program.header();
+    let text = |v| {
+        unit.attr_string(v).ok().and_then(|r| {
+            gimli::Reader::to_string_lossy(&r)
+                .ok()
+                .map(|c| c.into_owned())
+        })
+    };
+    let push = |path: &mut String, p: &str| {
+        if p.starts_with('/') {
+            *path = p.to_string();
+        } else {
+            if !path.is_empty() && !path.ends_with('/') {
+                path.push('/');
+            }
+            path.push_str(p);
+        }
+    };
+    let comp_dir = unit
+        .comp_dir
+        .as_ref()
+        .and_then(|d| gimli::Reader::to_string_lossy(d).ok())
+        .map(|c| c.into_owned());
+    let mut out = Vec::new();
+    for file in header.file_names() {
+        let Some(name) = text(file.path_name()) else {
+            continue;
+        };
+        let mut path = comp_dir.clone().unwrap_or_default();
+        if file.directory_index() != 0 {
+            if let Some(dir) = file.directory(header).and_then(text) {
+                push(&mut path, &dir);
+            }
+        }
+        push(&mut path, &name);
+        out.push((path, name));
+    }
+    out
+}
+
+/// `DW_AT_name` of a DIE, through `DW_AT_abstract_origin` / `DW_AT_specification` links
+/// (also into other units and the dwz supplementary file).
+fn die_name(
+    unit: gimli::UnitRef<'_, Reader>,
+    offset: gimli::UnitOffset,
+    depth: u32,
+) -> Option<String> {
+    if depth > 8 {
+        return None;
+    }
+    let entry = unit.entry(offset).ok()?;
+    if let Ok(Some(v)) = entry.attr_value(gimli::DW_AT_name) {
+        let r = unit.attr_string(v).ok()?;
+        return gimli::Reader::to_string_lossy(&r)
+            .ok()
+            .map(|c| c.into_owned());
+    }
+    for at in [gimli::DW_AT_abstract_origin, gimli::DW_AT_specification] {
+        match entry.attr_value(at) {
+            Ok(Some(gimli::AttributeValue::UnitRef(o))) => return die_name(unit, o, depth + 1),
+            Ok(Some(gimli::AttributeValue::DebugInfoRef(o))) => {
+                return die_name_in(unit.dwarf, o, depth + 1)
+            }
+            Ok(Some(gimli::AttributeValue::DebugInfoRefSup(o))) => {
+                return die_name_in(unit.dwarf.sup()?, o, depth + 1);
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// `die_name` for a section offset: finds the unit holding it (rare: LTO, dwz).
+fn die_name_in(
+    dwarf: &gimli::Dwarf<Reader>,
+    offset: gimli::DebugInfoOffset,
+    depth: u32,
+) -> Option<String> {
+    let mut headers = dwarf.units();
+    while let Ok(Some(header)) = headers.next() {
+        if let Some(o) = offset.to_unit_offset(&header) {
+            let unit = dwarf.unit(header).ok()?;
+            return die_name(gimli::UnitRef::new(dwarf, &unit), o, depth);
+        }
+    }
+    None
 }
 
 /// The function symbol containing `svma`.

@@ -162,3 +162,102 @@ fn compare_with_valgrind(show_below_main: bool) {
     assert!(log.contains("make (leak.c:7)") && log.contains("strdup (strdup.c:"));
     assert_eq!(log.contains("(below main)"), !show_below_main);
 }
+
+const LEAK_RS: &str = r#"mod inner {
+    pub struct Thing<T>(pub T);
+    impl<T: Clone> Thing<T> {
+        #[inline(never)]
+        pub fn make(&self) -> &'static mut Vec<T> {
+            Box::leak(Box::new(vec![self.0.clone(); 3]))
+        }
+    }
+}
+fn main() {
+    println!("main={:p}", main as fn());
+    let t = inner::Thing(5u32);
+    let v = t.make();
+    println!("{}", v.len());
+}
+"#;
+
+/// Rust names (legacy mangling without the hash, std's v0 names), rustc's relative file
+/// paths and DW_AT_name-named inlined frames, as Valgrind prints them for a Rust program.
+#[test]
+fn describe_matches_valgrind_for_a_rust_program() {
+    if !valgrind_available() {
+        eprintln!("skipped: valgrind not installed");
+        return;
+    }
+    let dir = common::scratch("vg-rs");
+    let src = dir.join("leak.rs");
+    std::fs::write(&src, LEAK_RS).expect("write leak.rs");
+    let exe = dir.join("leak");
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let st = Command::new(rustc)
+        .args(["-g", "-C", "opt-level=0", "--edition", "2021", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .current_dir(&dir)
+        .status()
+        .expect("rustc");
+    assert!(st.success());
+    let log = dir.join("vg.log");
+    let out = Command::new("valgrind")
+        .args([
+            "--tool=memcheck",
+            "--leak-check=full",
+            "--show-leak-kinds=all",
+            "--num-callers=40",
+        ])
+        .arg(format!("--log-file={}", log.display()))
+        .arg(&exe)
+        .output()
+        .expect("run valgrind");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let log = std::fs::read_to_string(&log).expect("valgrind log");
+    let main_rt = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("main=0x"))
+        .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+        .expect("program printed main");
+    let nm = Command::new("nm").arg(&exe).output().expect("nm");
+    let main_link = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .find_map(|l| {
+            let mut it = l.split_whitespace();
+            let (a, _, n) = (it.next()?, it.next()?, it.next()?);
+            (n.starts_with("_ZN4leak4main")).then(|| u64::from_str_radix(a, 16).ok())?
+        })
+        .expect("leak::main in nm");
+    let mut sym = Symbolizer::new(vec![Module {
+        path: exe.clone(),
+        bias: main_rt - main_link,
+        ranges: vec![],
+    }]);
+    let known: Vec<(u64, u64)> = sym.modules().flat_map(|m| m.ranges.clone()).collect();
+    let vg = frames(&log);
+    let (mut compared, mut i) = (0, 0);
+    while i < vg.len() {
+        let addr = vg[i].0;
+        let run = vg[i..].iter().take_while(|f| f.0 == addr).count();
+        if known.iter().any(|&(s, e)| s <= addr && addr < e) {
+            let ours: Vec<String> = sym
+                .describe(addr)
+                .iter()
+                .map(|f| f.to_string().split_once(": ").unwrap().1.to_string())
+                .collect();
+            let theirs: Vec<String> = vg[i..i + run].iter().map(|f| f.1.clone()).collect();
+            assert_eq!(ours, theirs, "at 0x{addr:X}\n{log}");
+            compared += run;
+        }
+        i += run;
+    }
+    assert!(
+        log.contains("leak::inner::Thing<T>::make (leak.rs:6)"),
+        "{log}"
+    );
+    assert!(
+        compared >= 10,
+        "too few frames compared ({compared}):\n{log}"
+    );
+}
