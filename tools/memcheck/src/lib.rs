@@ -300,13 +300,38 @@ impl Memcheck {
             gen: Vec::new(),
         };
         let mut cut = false;
-        for ip in host.stack(id).into_iter().take(self.opts.num_callers) {
+        for (depth, ip) in host
+            .stack(id)
+            .into_iter()
+            .take(self.opts.num_callers)
+            .enumerate()
+        {
             let mut group = host.describe(ip);
             if group.is_empty() {
                 group.push(Frame {
                     ip,
                     ..Default::default()
                 });
+            }
+            if depth == 0 {
+                // Frame 0 is always our replacement of the function the program called
+                // (`malloc`, `free`, `strcpy`, ...). Valgrind's replacements live in a
+                // preload library without line tables, so they print as `malloc (in OBJ)`;
+                // ours print the same way whatever debug info the runtime carries.
+                group.retain(|f| f.function.is_some() || f.object.is_some());
+                if let Some(outer) = group.pop() {
+                    group = vec![Frame {
+                        file: None,
+                        dir: None,
+                        line: 0,
+                        ..outer
+                    }];
+                } else {
+                    group.push(Frame {
+                        ip,
+                        ..Default::default()
+                    });
+                }
             }
             let mut reaches_main = false;
             for f in group {

@@ -343,3 +343,32 @@ fn leaks_found_only_through_registers_or_tls_roots_are_reachable() {
     assert!(log.contains("16 bytes in 1 blocks are still reachable in loss record 2 of 3"));
     assert!(log.contains("32 bytes in 1 blocks are definitely lost in loss record 3 of 3"));
 }
+
+#[test]
+fn replacement_functions_print_as_valgrinds_preload_frames_without_lines() {
+    let mut host = FakeHost {
+        pid: 3,
+        cmd: vec!["./p".into()],
+        ..Default::default()
+    };
+    // The runtime has line tables; frame 0 must still read `free (in OBJ)`.
+    let outer = Frame {
+        ip: FREE,
+        function: Some("free".into()),
+        file: Some("hooks.rs".into()),
+        line: 260,
+        object: Some(PRELOAD.into()),
+        ..Default::default()
+    };
+    host.frames.insert(FREE, outer.clone());
+    host.frames.insert(0x1234, src(0x1234, "main", "p.c", 7));
+    let t = tool(&["-q"], &host);
+    let p = Program {
+        host: &host,
+        tool: &t,
+    };
+    p.free(0x9000, &[FREE, 0x1234]);
+    assert!(host.log.borrow().contains(&format!(
+        "==3==    at 0x484417B: free (in {PRELOAD})\n==3==    by 0x1234: main (p.c:7)\n"
+    )));
+}
