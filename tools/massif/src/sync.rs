@@ -69,7 +69,7 @@ impl<T> SpinLock<T> {
                 if n >= spins {
                     return None;
                 }
-                if n % 64 == 0 {
+                if n & 63 == 0 {
                     // sched_yield cannot fail, so errno is left alone.
                     std::thread::yield_now();
                 } else {

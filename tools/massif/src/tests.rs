@@ -327,7 +327,7 @@ fn events_from_many_threads_balance_out() {
             let (h, m) = (h.clone(), m.clone());
             std::thread::spawn(move || {
                 for i in 0..2000u64 {
-                    let a = alloc(t << 32 | i * 16, 1 + i % 50, 7, 1 + (i % 2) as u32);
+                    let a = alloc((t << 32) | (i * 16), 1 + i % 50, 7, 1 + (i % 2) as u32);
                     m.on_alloc(&*h, &a);
                     m.on_free(&*h, &free(&a));
                 }

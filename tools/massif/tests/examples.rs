@@ -1,11 +1,17 @@
 //! Massif driven through its public API exactly as the runtime drives it (options, events,
 //! `fini`), replaying the allocation sequence of a reference program, and compared with the
-//! file Valgrind 3.19 wrote for that program (`tests/data/`, copied from
-//! `shared/reference/examples/massif/`).
+//! file Valgrind 3.19 wrote for that program (`tests/data/`).
 //!
 //! The scripted host answers stacks and symbol lookups with the addresses and names of
 //! Valgrind's run, so with `--time-unit=B` (time depends only on the allocation sequence)
 //! the output must match byte for byte: scheduling, culling, peak, trees.
+//!
+//! The data files: `massif.out.tuB` and `massif.out.small` are
+//! `shared/reference/examples/massif/`'s; the others were made on the same machine with the
+//! sources of `shared/reference/examples/src/` built by `gcc -g -O0` (which gives the
+//! addresses used below), e.g.
+//! `valgrind --tool=massif --time-unit=B --depth=1 --massif-out-file=massif.out.B-depth1 ./ms_prog`
+//! (the options of each file are on its `desc:` line, in order).
 
 use oxgrind_massif::Massif;
 use oxgrind_tool::*;
@@ -213,6 +219,8 @@ fn massif(args: &[&str]) -> Massif {
 
 /// Replays `examples/src/ms_prog.c` (built with `gcc -g -O0`) under Massif with `args`, and
 /// returns the file written.
+// The loops index `p` as ms_prog.c does, to keep the replay recognisably the same program.
+#[allow(clippy::needless_range_loop)]
 fn replay_ms_prog(args: &[&str]) -> String {
     let mut h = ScriptHost::new("./ms_prog");
     let via_a = h.add_stack(
