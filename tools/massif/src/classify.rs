@@ -10,8 +10,8 @@
 //!
 //! This needs function names, and `Host::describe` is slow, so it runs once per new
 //! [`StackId`](oxgrind_tool::StackId) (the caller caches the answer) and once per code
-//! address (a cache inside [`Classifier`]). The frame texts printed in the tree are computed here too, so writing
-//! the file needs no symbol lookups beyond the ones already done.
+//! address (a cache inside `Classifier`). The frame texts printed in the tree are computed
+//! here too, so writing the file needs no symbol lookups beyond the ones already done.
 
 use crate::sync::{FxHashMap, SpinLock};
 use oxgrind_tool::{Addr, Frame, Host};

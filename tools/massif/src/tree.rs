@@ -201,7 +201,7 @@ mod tests {
         }
     }
 
-    fn tree(ecs: &mut Vec<(Vec<Addr>, u64)>, extra: u64, threshold: f64, names: &Names) -> String {
+    fn tree(ecs: &mut [(Vec<Addr>, u64)], extra: u64, threshold: f64, names: &Names) -> String {
         ecs.sort();
         let v: Vec<Ec<'_>> = ecs
             .iter()
