@@ -6,12 +6,18 @@
 //! entries as it goes.
 //!
 //! Usage: churn ITERATIONS_PER_THREAD
+use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::thread;
+
+// SipHash with fixed keys instead of std's per-process random keys: eviction below takes
+// "the first 1000 keys", and the printed checksum must be the same in every run.
+type FixedMap<K, V> = HashMap<K, V, BuildHasherDefault<DefaultHasher>>;
 
 fn work(seed: u64, iters: u64) -> u64 {
     let mut s = seed;
-    let mut map: HashMap<String, Vec<u64>> = HashMap::new();
+    let mut map: FixedMap<String, Vec<u64>> = FixedMap::default();
     let mut checksum = 0u64;
     for i in 0..iters {
         s ^= s << 13;
