@@ -515,16 +515,31 @@ impl Memcheck {
             })
             .collect();
         blocks.sort_by_key(|b| b.addr);
-        let mem = HostMemory { host };
+        let mem = HostMemory {
+            host,
+            scanned: std::cell::Cell::new(0),
+        };
+        let chatty = self.opts.verbosity > 1 && !self.opts.xml;
+        if chatty {
+            let n = oxgrind_formats::number::commify(blocks.len() as u64);
+            text::line(
+                &mut out.text,
+                pid,
+                &format!("Searching for pointers to {n} not-freed blocks"),
+            );
+        }
         let mut verdicts = Vec::new();
         host.with_roots(&mut |roots: &[RootRange]| {
             verdicts = leak::classify(
                 &blocks,
                 &mut |sink| {
                     for r in roots {
-                        host.read_words(r.start, r.end.saturating_sub(r.start), &mut |_, w| {
-                            sink(w)
-                        });
+                        leak::Memory::read_words(
+                            &mem,
+                            r.start,
+                            r.end.saturating_sub(r.start),
+                            &mut |_, w| sink(w),
+                        );
                     }
                 },
                 &mem,
@@ -534,6 +549,11 @@ impl Memcheck {
         if verdicts.len() != blocks.len() {
             // The host never called us back: nothing was searched, say nothing wrong.
             return;
+        }
+        if chatty {
+            let n = oxgrind_formats::number::commify(mem.scanned.get());
+            text::line(&mut out.text, pid, &format!("Checked {n} bytes"));
+            text::line(&mut out.text, pid, "");
         }
         let frames = self.opts.resolution.frames();
         let mut same_place = |a: StackId, b: StackId| match frames {
@@ -687,11 +707,21 @@ fn reporting(opts: &Options, pid: i32) -> Reporting {
 /// The leak search's view of the program's memory.
 struct HostMemory<'a> {
     host: &'a dyn Host,
+    /// Bytes of blocks scanned (`-v`'s "Checked N bytes").
+    scanned: std::cell::Cell<u64>,
 }
 
 impl leak::Memory for HostMemory<'_> {
     fn read_words(&self, start: Addr, len: u64, f: &mut dyn FnMut(Addr, u64)) {
-        self.host.read_words(start, len, f)
+        let mut n = 0u64;
+        self.host.read_words(start, len, &mut |a, w| {
+            n += 1;
+            f(a, w)
+        });
+        // Single-word reads are the heuristics peeking, not scanning.
+        if len > 8 {
+            self.scanned.set(self.scanned.get() + n * 8);
+        }
     }
     fn is_vtable(&self, addr: Addr) -> bool {
         // Best effort: the host describes code addresses; a symbolizer that also knows data

@@ -372,3 +372,35 @@ fn replacement_functions_print_as_valgrinds_preload_frames_without_lines() {
         "==3==    at 0x484417B: free (in {PRELOAD})\n==3==    by 0x1234: main (p.c:7)\n"
     )));
 }
+
+#[test]
+fn verbose_leak_search_says_what_it_searched() {
+    let mut host = FakeHost {
+        pid: 8,
+        cmd: vec!["./p".into()],
+        ..Default::default()
+    };
+    host.roots = vec![RootRange {
+        start: 0x8000,
+        end: 0x8010,
+        kind: RootKind::Global,
+    }];
+    let t = tool(&["-v"], &host);
+    let p = Program {
+        host: &host,
+        tool: &t,
+    };
+    p.malloc(0x1000, 16, &[1]);
+    p.malloc(0x2000, 8, &[2]);
+    p.store(0x8000, 0x1000);
+    p.store(0x1008, 0x2000);
+    t.fini(&host, Exit::Normal(0));
+    // The fake memory holds two readable words: one root word, one word of the block.
+    assert!(
+        host.log.borrow().contains(
+            "==8== Searching for pointers to 2 not-freed blocks\n==8== Checked 16 bytes\n==8== \n"
+        ),
+        "{}",
+        host.log.borrow()
+    );
+}
