@@ -60,6 +60,9 @@ const PAGE: u64 = 4096;
 type EcId = u32;
 const IGNORED: EcId = u32::MAX;
 
+/// Milliseconds read for this event, or `None` when time is counted in bytes.
+type Clock = Option<i64>;
+
 /// Everything that changes while the program runs, behind one lock.
 struct State {
     /// Stack (as interned by the runtime) → EC, filled once per new stack.
@@ -145,12 +148,22 @@ impl Massif {
         (st, ec)
     }
 
-    fn now(&self, host: &dyn Host, st: &mut State) -> i64 {
-        let t = match self.opts.time_unit {
-            TimeUnit::Bytes => st.total_bytes_time as i64,
+    /// The clock for `--time-unit=ms`, read once per event before taking the lock (reading
+    /// it is a system call; the lock should not wait on it). `None` with `--time-unit=B`,
+    /// whose time is kept in the state.
+    #[inline]
+    fn read_clock(&self, host: &dyn Host) -> Clock {
+        match self.opts.time_unit {
+            TimeUnit::Bytes => None,
             // Instructions are refused in post_options; ms is the fallback.
-            TimeUnit::Ms | TimeUnit::Instructions => host.elapsed_ms() as i64,
-        };
+            TimeUnit::Ms | TimeUnit::Instructions => Some(host.elapsed_ms() as i64),
+        }
+    }
+
+    /// The time of a snapshot taken now. Threads read the clock before queueing for the
+    /// lock, so a later reading can arrive first: times are kept from going backwards.
+    fn now(clock: Clock, st: &mut State) -> i64 {
+        let t = clock.unwrap_or(st.total_bytes_time as i64);
         st.last_time = st.last_time.max(t);
         st.last_time
     }
@@ -181,8 +194,8 @@ impl Massif {
     }
 
     #[inline]
-    fn normal_attempt(&self, host: &dyn Host, st: &mut State) {
-        let t = self.now(host, st);
+    fn normal_attempt(&self, clock: Clock, st: &mut State) {
+        let t = Self::now(clock, st);
         if st.sched.too_early(t) {
             return;
         }
@@ -205,11 +218,11 @@ impl Massif {
     }
 
     #[inline]
-    fn peak_attempt(&self, host: &dyn Host, st: &mut State) {
+    fn peak_attempt(&self, clock: Clock, st: &mut State) {
         if !st.sched.is_new_peak(st.heap + st.extra) {
             return;
         }
-        let t = self.now(host, st);
+        let t = Self::now(clock, st);
         let State {
             sched,
             heap,
@@ -271,7 +284,7 @@ impl Massif {
         if st.sched.snaps.is_empty() {
             // --pages-as-heap=yes without a single mapping event: still one snapshot, as
             // Valgrind's startup attempt would give (ms_print needs at least one).
-            self.normal_attempt(host, &mut st);
+            self.normal_attempt(self.read_clock(host), &mut st);
         }
         let snaps = if take {
             std::mem::take(&mut st.sched.snaps)
@@ -404,6 +417,7 @@ impl Tool for Massif {
         if !self.heap_events() {
             return;
         }
+        let clock = self.read_clock(host);
         let mut st = self.state.lock();
         self.start(&mut st);
         let (mut st, ec) = self.ec_of(host, st, ev.stack, false);
@@ -416,33 +430,35 @@ impl Tool for Massif {
         st.heap += ev.size;
         st.extra += extra;
         st.total_bytes_time += ev.size + extra;
-        self.normal_attempt(host, &mut st);
+        self.normal_attempt(clock, &mut st);
     }
 
     fn on_free(&self, host: &dyn Host, ev: &Free) {
         if !self.heap_events() {
             return;
         }
+        let clock = self.read_clock(host);
         let mut st = self.state.lock();
         self.start(&mut st);
         let (mut st, ec) = self.ec_of(host, st, ev.alloc_stack, false);
         if st.take_ignored(ev.addr, ec) {
             return;
         }
-        self.peak_attempt(host, &mut st);
+        self.peak_attempt(clock, &mut st);
         let extra = self.opts.heap_admin + ev.slop;
         let b = &mut st.ec_bytes[ec as usize];
         *b = b.saturating_sub(ev.size);
         st.heap = st.heap.saturating_sub(ev.size);
         st.extra = st.extra.saturating_sub(extra);
         st.total_bytes_time += ev.size + extra;
-        self.normal_attempt(host, &mut st);
+        self.normal_attempt(clock, &mut st);
     }
 
     fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
         if !self.heap_events() {
             return;
         }
+        let clock = self.read_clock(host);
         let mut st = self.state.lock();
         self.start(&mut st);
         let (st, old_ec) = self.ec_of(host, st, old.alloc_stack, false);
@@ -460,7 +476,7 @@ impl Tool for Massif {
         }
         if new.size < old.size {
             // Shrinking is a deallocation: peak check first.
-            self.peak_attempt(host, &mut st);
+            self.peak_attempt(clock, &mut st);
         }
         if new_ec == IGNORED {
             // Valgrind 3.19 marks the block ignored from now on but leaves its old bytes
@@ -476,13 +492,14 @@ impl Tool for Massif {
         st.heap = (st.heap as i128 + d_heap).max(0) as u64;
         st.extra = (st.extra as i128 + d_extra).max(0) as u64;
         st.total_bytes_time += (d_heap + d_extra).unsigned_abs() as u64;
-        self.normal_attempt(host, &mut st);
+        self.normal_attempt(clock, &mut st);
     }
 
     fn on_map(&self, host: &dyn Host, ev: &Mapping) {
         if !self.opts.pages_as_heap || ev.len == 0 {
             return;
         }
+        let clock = self.read_clock(host);
         let (mut st, ec) = self.ec_of(host, self.state.lock(), ev.stack, true);
         st.started = true;
         let first = ev.addr & !(PAGE - 1);
@@ -493,7 +510,7 @@ impl Tool for Massif {
         }
         // Valgrind snapshots once, after the last page of the mapping.
         if any {
-            self.normal_attempt(host, &mut st);
+            self.normal_attempt(clock, &mut st);
         }
     }
 
@@ -501,14 +518,15 @@ impl Tool for Massif {
         if !self.opts.pages_as_heap || ev.len == 0 {
             return;
         }
+        let clock = self.read_clock(host);
         let mut st = self.state.lock();
         let first = ev.addr & !(PAGE - 1);
         let end = ev.addr.saturating_add(ev.len).saturating_add(PAGE - 1) & !(PAGE - 1);
         // Valgrind: peak check, first page, normal attempt, then the other pages quietly.
         if st.pages.contains_key(&first) {
-            self.peak_attempt(host, &mut st);
+            self.peak_attempt(clock, &mut st);
             self.unrecord_page(&mut st, first);
-            self.normal_attempt(host, &mut st);
+            self.normal_attempt(clock, &mut st);
         }
         for page in (first.saturating_add(PAGE)..end).step_by(PAGE as usize) {
             self.unrecord_page(&mut st, page);
