@@ -80,6 +80,8 @@ struct Search<'a> {
     /// Whether the block is already on the mark stack (`LC_Extra.pending`).
     pending: Vec<bool>,
     stack: Vec<usize>,
+    /// Words of the block being scanned.
+    scratch: Vec<u64>,
     mem: &'a dyn Memory,
     heuristics: Heuristics,
 }
@@ -208,30 +210,32 @@ impl Search<'_> {
         }
     }
 
-    /// Words of block `i` that lie wholly inside it.
-    fn words_of(&self, i: usize) -> Vec<u64> {
+    /// Words of block `i` that lie wholly inside it, into `buf` (reused between blocks).
+    fn words_of(&self, i: usize, buf: &mut Vec<u64>) {
         let b = self.blocks[i];
         let end = b.addr.saturating_add(b.size);
-        let mut words = Vec::new();
+        buf.clear();
         self.mem.read_words(b.addr, b.size, &mut |a, w| {
             if a % 8 == 0 && a >= b.addr && a.saturating_add(8) <= end {
-                words.push(w)
+                buf.push(w)
             }
         });
-        words
     }
 
     fn process(&mut self, clique: Option<usize>) {
+        let mut buf = core::mem::take(&mut self.scratch);
         while let Some(i) = self.stack.pop() {
             self.pending[i] = false;
             let prior_definite = self.verdicts[i].kind != LeakKind::Possible;
-            for w in self.words_of(i) {
+            self.words_of(i, &mut buf);
+            for &w in &buf {
                 match clique {
                     None => self.mark(w, prior_definite),
                     Some(leader) => self.gather(w, leader),
                 }
             }
         }
+        self.scratch = buf;
     }
 }
 
@@ -256,6 +260,7 @@ pub fn classify(
         ],
         pending: vec![false; blocks.len()],
         stack: Vec::new(),
+        scratch: Vec::new(),
         mem,
         heuristics,
     };

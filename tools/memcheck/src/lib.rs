@@ -556,15 +556,17 @@ impl Memcheck {
             text::line(&mut out.text, pid, "");
         }
         let frames = self.opts.resolution.frames();
+        let mut prefixes: std::collections::HashMap<StackId, Vec<u64>> = Default::default();
         let mut same_place = |a: StackId, b: StackId| match frames {
             None => a == b,
             Some(n) => {
-                a == b
-                    || host
-                        .stack(a)
-                        .iter()
-                        .take(n)
-                        .eq(host.stack(b).iter().take(n))
+                let mut prefix = |id: StackId| {
+                    prefixes
+                        .entry(id)
+                        .or_insert_with(|| host.stack(id).into_iter().take(n).collect())
+                        .clone()
+                };
+                a == b || prefix(a) == prefix(b)
             }
         };
         let records = leak::loss_records(&blocks, &verdicts, &mut same_place);
