@@ -101,18 +101,54 @@ pub fn finish(exit: Exit) {
     rt.tool.fini(&HOST, exit);
 }
 
-pub fn at_normal_exit() {
+/// Whether our `on_exit` handler is registered (then it, not our destructor, ends the
+/// process).
+static EXIT_HANDLER: AtomicBool = AtomicBool::new(false);
+
+/// Runs glibc's and libstdc++'s "free everything" hooks, as Valgrind does at exit
+/// (`--run-libc-freeres`, `--run-cxx-freeres`): memory they keep for the process's lifetime
+/// on purpose (stdio buffers, locale data, the C++ emergency pool) is then not reported.
+fn run_freeres() {
+    // Look both up first, as oxgrind (dlsym may allocate an error string); then call them as
+    // the program, so the tool sees what they free.
+    let hooks = {
+        let _inside = Entered::try_enter();
+        [
+            &b"__libc_freeres\0"[..],
+            &b"_ZN9__gnu_cxx9__freeresEv\0"[..],
+        ]
+        .map(libc_api::default_symbol)
+    };
+    for f in hooks {
+        if !f.is_null() {
+            // SAFETY: both hooks are `void (void)` functions made to be called at exit.
+            unsafe { core::mem::transmute::<*mut c_void, extern "C" fn()>(f)() };
+        }
+    }
+}
+
+/// The last exit handler. glibc runs a preloaded library's constructor before
+/// `__libc_start_main` registers the dynamic loader's `_dl_fini`, so an `on_exit` handler
+/// registered there runs after everything: the program's `atexit` handlers and static
+/// destructors, and every library's destructors. Like Valgrind, we then flush the program's
+/// streams, run the freeres hooks, write the report and end the process with the program's
+/// status (or the tool's, for `--error-exitcode`).
+extern "C" fn last_exit_handler(status: c_int, _arg: *mut c_void) {
     let Some(rt) = state::runtime() else { return };
     if FINISHED.load(Ordering::Acquire) {
         return;
     }
-    // The program's stdio buffers are flushed after us otherwise, and its output would come
-    // after our report when both go to one file or pipe.
     // SAFETY: fflush(NULL) flushes every open stream; we are at exit, in the program's thread.
     unsafe { libc_api::fflush(core::ptr::null_mut()) };
-    finish(Exit::Normal(0));
-    if let Some(code) = rt.tool.exit_status_override() {
-        raw::exit_group(code);
+    run_freeres();
+    finish(Exit::Normal(status));
+    raw::exit_group(rt.tool.exit_status_override().unwrap_or(status));
+}
+
+/// Our destructor: only a fallback for when the exit handler could not be registered.
+pub fn at_normal_exit() {
+    if !EXIT_HANDLER.load(Ordering::Acquire) {
+        finish(Exit::Normal(0));
     }
 }
 
@@ -443,5 +479,9 @@ pub fn install() {
             Some(after_fork_child),
         )
     };
+    // SAFETY: registers a handler that ignores its argument.
+    if unsafe { libc_api::on_exit(last_exit_handler, core::ptr::null_mut()) } == 0 {
+        EXIT_HANDLER.store(true, Ordering::Release);
+    }
     install_signal_handlers();
 }

@@ -22,6 +22,7 @@ extern "C" {
         child: Option<extern "C" fn()>,
     ) -> c_int;
     pub fn fflush(stream: *mut c_void) -> c_int;
+    pub fn on_exit(f: extern "C" fn(c_int, *mut c_void), arg: *mut c_void) -> c_int;
     pub static mut environ: *mut *mut c_char;
 }
 

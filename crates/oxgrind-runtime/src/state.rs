@@ -131,7 +131,18 @@ fn set_up() -> Option<Runtime> {
         return None;
     }
     let options = opts::decode_list(&env_string(opts::ENV_OPTIONS).unwrap_or_default());
-    let command = opts::decode_list(&env_string(opts::ENV_COMMAND).unwrap_or_default());
+    // The command as the user typed it belongs to the first image only; children exec'd
+    // under --trace-children=yes describe themselves from /proc/self/cmdline. Emptying the
+    // value in place (first byte NUL) hides it from every image that inherits it.
+    let mut command = opts::decode_list(&env_string(opts::ENV_COMMAND).unwrap_or_default());
+    if let Some(v) = env_var(opts::ENV_COMMAND) {
+        if let Some(first) = v.first_mut() {
+            *first = 0;
+        }
+    }
+    if command.is_empty() {
+        command = own_cmdline();
+    }
     let cwd = env_string(opts::ENV_CWD).unwrap_or_else(|| "/".into());
     let parsed = match opts::parse(&options) {
         Ok(Action::Run(p)) => p,
@@ -156,6 +167,24 @@ fn set_up() -> Option<Runtime> {
         cwd,
         start_ns: oxgrind_sys::raw::monotonic_ns(),
     })
+}
+
+fn own_cmdline() -> Vec<String> {
+    let mut text = Vec::new();
+    if let Ok(fd) = oxgrind_sys::raw::open(b"/proc/self/cmdline\0", oxgrind_sys::raw::O_RDONLY, 0) {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = oxgrind_sys::raw::read(fd, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            text.extend_from_slice(&buf[..n]);
+        }
+        let _ = oxgrind_sys::raw::close(fd);
+    }
+    text.split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
 }
 
 /// Edits `LD_PRELOAD` in place to drop every entry naming our library.

@@ -1,0 +1,141 @@
+//! Shared helpers for the launcher's integration tests: build corpus programs, run them
+//! natively, under oxgrind and under Valgrind, and normalise what legitimately differs.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, OnceLock};
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// The launcher under test, with a check that the runtime library was built beside it.
+pub fn oxgrind() -> PathBuf {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_oxgrind"));
+    let runtime = exe.parent().unwrap().join("liboxgrind_runtime.so");
+    assert!(
+        runtime.is_file(),
+        "{} is missing: build the workspace first (`cargo build --workspace`), as scripts/test.sh does",
+        runtime.display()
+    );
+    exe
+}
+
+pub fn corpus_source(name: &str) -> PathBuf {
+    repo_root().join("tests/corpus").join(name)
+}
+
+/// Compiles `tests/corpus/<name>` (C, C++ or Rust, by extension) with `flags` once per test
+/// process and returns the executable.
+pub fn build(name: &str, flags: &[&str]) -> PathBuf {
+    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let key = format!("{name} {}", flags.join(" "));
+    let mut built = BUILT.get_or_init(Default::default).lock().unwrap();
+    if let Some(p) = built.get(&key) {
+        return p.clone();
+    }
+    let src = corpus_source(name);
+    let stem = src.file_stem().unwrap().to_string_lossy().into_owned();
+    let tag: String = flags
+        .join("")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect();
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("corpus-{stem}-{tag}"));
+    let ext = src.extension().unwrap().to_string_lossy().into_owned();
+    let mut cmd = match ext.as_str() {
+        "c" => {
+            let mut c = Command::new("gcc");
+            c.arg("-pthread");
+            c
+        }
+        "cpp" => Command::new("g++"),
+        "rs" => {
+            let mut c = Command::new("rustc");
+            c.args(["--edition=2021", "-C", "debuginfo=1"]);
+            c
+        }
+        other => panic!("unknown corpus language: {other}"),
+    };
+    cmd.args(flags).arg("-o").arg(&out).arg(&src);
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run the compiler for {name}: {e}"));
+    assert!(status.success(), "compiling {name} failed");
+    built.insert(key, out.clone());
+    out
+}
+
+pub fn have_valgrind() -> bool {
+    let ok = Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "valgrind is required in CI (scripts/setup.sh installs it)"
+        );
+        eprintln!("note: valgrind not installed; differential check skipped");
+    }
+    ok
+}
+
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Frame addresses differ between Valgrind and native runs (different load addresses);
+/// everything else in a massif file must not.
+pub fn normalize_massif(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let mut l = line.to_string();
+        if let Some(i) = l.find("0x") {
+            if let Some(colon) = l[i..].find(": ") {
+                let hex = &l[i + 2..i + colon];
+                if !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit()) {
+                    l.replace_range(i..i + colon, "0xADDR");
+                }
+            }
+        }
+        out.push_str(&l);
+        out.push('\n');
+    }
+    out
+}
+
+/// The `mem_heap_B` of the snapshot marked `heap_tree=peak`, if any.
+pub fn massif_peak(text: &str) -> Option<u64> {
+    let lines: Vec<&str> = text.lines().collect();
+    let i = lines.iter().position(|l| *l == "heap_tree=peak")?;
+    lines[..i]
+        .iter()
+        .rev()
+        .find_map(|l| l.strip_prefix("mem_heap_B="))
+        .map(|v| v.parse().unwrap())
+}
+
+/// The normalised tree of the peak snapshot (its lines from `heap_tree=peak` to the next
+/// separator).
+pub fn massif_peak_tree(text: &str) -> Option<String> {
+    let norm = normalize_massif(text);
+    let start = norm.find("heap_tree=peak\n")?;
+    let rest = &norm[start..];
+    let end = rest.find("#-----------").unwrap_or(rest.len());
+    Some(rest[..end].to_string())
+}

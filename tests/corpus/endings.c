@@ -1,0 +1,49 @@
+/* Ways a process can end, chosen by argv[1]; each allocates first so there is something
+ * to report:  exit | _exit | abort | segv | wait-signal | fork | exec PROG ARGS... */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void *keep[64];
+
+__attribute__((noinline)) static void allocate_some(void) {
+    for (int i = 0; i < 64; i++) keep[i] = malloc(1024);
+}
+
+int main(int argc, char **argv) {
+    const char *how = argc > 1 ? argv[1] : "exit";
+    allocate_some();
+    if (!strcmp(how, "exit")) { puts("exit"); return 3; }
+    if (!strcmp(how, "_exit")) { puts("_exit"); fflush(stdout); _exit(4); }
+    if (!strcmp(how, "abort")) { fflush(stdout); abort(); }
+    if (!strcmp(how, "segv")) { volatile int *p = (int *)16; return *p; }
+    if (!strcmp(how, "wait-signal")) {
+        /* A server: keep allocating until a signal arrives. */
+        puts("ready");
+        fflush(stdout);
+        for (unsigned long i = 0;; i++) {
+            void *p = malloc(64 + i % 512);
+            free(p);
+            if (i % 1000 == 0) usleep(1000);
+        }
+    }
+    if (!strcmp(how, "fork")) {
+        pid_t pid = fork();
+        if (pid == 0) { void *c = malloc(5000); (void)c; printf("child %d\n", (int)getpid()); return 0; }
+        int status;
+        waitpid(pid, &status, 0);
+        printf("parent child_status=%d\n", WEXITSTATUS(status));
+        return 0;
+    }
+    if (!strcmp(how, "exec") && argc > 2) {
+        fflush(stdout);
+        execv(argv[2], argv + 2);
+        perror("execv");
+        return 127;
+    }
+    fprintf(stderr, "unknown mode %s\n", how);
+    return 2;
+}
