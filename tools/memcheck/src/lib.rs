@@ -909,8 +909,13 @@ impl Tool for Memcheck {
         self.exit_status()
     }
 
-    fn fini(&self, host: &dyn Host, _exit: Exit) {
+    fn fini(&self, host: &dyn Host, exit: Exit) {
         self.ensure_started(host);
+        if let Exit::Exec = exit {
+            // Valgrind prints nothing when the program replaces itself: the summaries
+            // belong to the process's real end (which still comes if the exec fails).
+            return;
+        }
         let live = host.live_blocks();
         // fini may run in a fatal-signal handler on a thread that was inside one of our
         // events: never wait for ever on our own lock.

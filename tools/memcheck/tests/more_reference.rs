@@ -404,3 +404,23 @@ fn verbose_leak_search_says_what_it_searched() {
         host.log.borrow()
     );
 }
+
+#[test]
+fn exec_prints_no_summaries_and_a_failed_exec_still_reports_at_exit() {
+    let host = FakeHost {
+        pid: 9,
+        cmd: vec!["./ex".into()],
+        ..Default::default()
+    };
+    let t = tool(&[], &host);
+    let p = Program {
+        host: &host,
+        tool: &t,
+    };
+    p.malloc(0x1000, 5, &[1]);
+    let before = host.log.borrow().clone();
+    t.fini(&host, Exit::Exec);
+    assert_eq!(*host.log.borrow(), before);
+    t.fini(&host, Exit::Normal(1));
+    assert!(host.log.borrow().contains("==9== HEAP SUMMARY:"));
+}
