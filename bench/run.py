@@ -604,6 +604,29 @@ def render_markdown(meta, summary, configs, workloads):
             w(f"  * {c.label}: {c.why_not}")
     w("")
 
+    def gm_of(cfg_key, key):
+        xs = [summary[wl.name][cfg_key].get(key) for wl in workloads]
+        return geomean(xs) if all(x is not None for x in xs) else None
+
+    w("## Headlines\n")
+    w(f"Geometric means over the {len(workloads)} workloads of the ratios to native: wall time, "
+      "CPU time (user+system), peak RSS.\n")
+    for tool in TOOLS + ["heaptrack"]:
+        parts = []
+        for c in configs:
+            if c.tool != tool:
+                continue
+            wx, cx, rx = gm_of(c.key, "wall_x"), gm_of(c.key, "cpu_x"), gm_of(c.key, "rss_x")
+            if not c.available:
+                parts.append(f"{c.label} n/a")
+            elif wx is None:
+                parts.append(f"{c.label} incomplete (a run failed; see below)")
+            else:
+                parts.append(f"{c.label} **{fmt_x(wx)}** wall, {fmt_x(cx)} CPU, {fmt_x(rx)} memory")
+        if parts:
+            w("* " + "; ".join(parts))
+    w("")
+
     def matrix(title, key, explain):
         w(f"## {title}\n")
         w(explain + "\n")
@@ -803,7 +826,7 @@ def main():
     for flag, value in (("--runs", args.runs), ("--only", args.only), ("--configs", args.configs),
                         ("--timeout", args.timeout)):
         if value:
-            command += f" {flag} {value}"
+            command += f" {flag} {value:g}" if isinstance(value, float) else f" {flag} {value}"
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": command,
