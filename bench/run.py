@@ -678,7 +678,9 @@ def render_markdown(meta, summary, configs, workloads):
             row = summary[wl.name][c.key]
             if row["status"] != "ok":
                 w(f"| {c.label} | {row['status']} | | | | | |")
-                if row["status"] not in ("n/a",) and row.get("detail"):
+                if row["status"] == "timeout":
+                    notes.append(f"{c.label}: killed after the {meta['timeout_s']:g} s timeout")
+                elif row["status"] != "n/a" and row.get("detail"):
                     last = row["detail"].strip().splitlines()[-1:] or [""]
                     notes.append(f"{c.label}: {row['status']}: `{last[0][:160]}`")
                 continue
@@ -832,6 +834,7 @@ def main():
         "command": command,
         "mode": mode,
         "runs": runs,
+        "timeout_s": timeout,
         "elapsed_s": elapsed,
         "loadavg_before": la_before,
         "loadavg_after": loadavg(),
