@@ -197,13 +197,21 @@ impl Classifier {
     }
 
     /// The frame texts of `ip` (innermost inlined level first), as cached by [`classify`].
+    ///
+    /// Runs while the report is written, possibly in a fatal-signal handler that interrupted
+    /// a thread holding the cache lock: then it gives up on the cache and describes afresh.
     pub(crate) fn labels(&self, host: &dyn Host, ip: Addr) -> Vec<String> {
-        if let Some(i) = self.cache.lock().get(&ip) {
-            return i.labels.clone();
+        const SPINS: u64 = 1 << 20;
+        if let Some(cache) = self.cache.lock_bounded(SPINS) {
+            if let Some(i) = cache.get(&ip) {
+                return i.labels.clone();
+            }
         }
         let info = self.describe(host, ip);
         let labels = info.labels.clone();
-        self.cache.lock().entry(ip).or_insert(info);
+        if let Some(mut cache) = self.cache.lock_bounded(SPINS) {
+            cache.entry(ip).or_insert(info);
+        }
         labels
     }
 
