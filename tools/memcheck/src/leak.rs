@@ -80,8 +80,6 @@ struct Search<'a> {
     /// Whether the block is already on the mark stack (`LC_Extra.pending`).
     pending: Vec<bool>,
     stack: Vec<usize>,
-    /// Words of the block being scanned.
-    scratch: Vec<u64>,
     mem: &'a dyn Memory,
     heuristics: Heuristics,
 }
@@ -210,32 +208,75 @@ impl Search<'_> {
         }
     }
 
-    /// Words of block `i` that lie wholly inside it, into `buf` (reused between blocks).
-    fn words_of(&self, i: usize, buf: &mut Vec<u64>) {
+    /// Scans block `i` word by word, marking (`clique == None`) or gathering a clique.
+    fn scan(&mut self, i: usize, clique: Option<usize>) {
         let b = self.blocks[i];
         let end = b.addr.saturating_add(b.size);
-        buf.clear();
-        self.mem.read_words(b.addr, b.size, &mut |a, w| {
+        let prior_definite = self.verdicts[i].kind != LeakKind::Possible;
+        let mem = self.mem;
+        mem.read_words(b.addr, b.size, &mut |a, w| {
             if a % 8 == 0 && a >= b.addr && a.saturating_add(8) <= end {
-                buf.push(w)
-            }
-        });
-    }
-
-    fn process(&mut self, clique: Option<usize>) {
-        let mut buf = core::mem::take(&mut self.scratch);
-        while let Some(i) = self.stack.pop() {
-            self.pending[i] = false;
-            let prior_definite = self.verdicts[i].kind != LeakKind::Possible;
-            self.words_of(i, &mut buf);
-            for &w in &buf {
                 match clique {
                     None => self.mark(w, prior_definite),
                     Some(leader) => self.gather(w, leader),
                 }
             }
+        });
+    }
+
+    fn process(&mut self, clique: Option<usize>) {
+        while let Some(i) = self.stack.pop() {
+            self.pending[i] = false;
+            self.scan(i, clique);
         }
-        self.scratch = buf;
+    }
+}
+
+/// A leak search prepared outside the stopped world: [`LeakSearch::new`] allocates
+/// everything the search needs, so [`LeakSearch::run`] (called while the program's threads
+/// are stopped, possibly holding allocator locks) allocates nothing itself.
+pub struct LeakSearch<'a> {
+    s: Search<'a>,
+}
+
+impl<'a> LeakSearch<'a> {
+    pub fn new(blocks: &'a [Block], mem: &'a dyn Memory, heuristics: Heuristics) -> LeakSearch<'a> {
+        debug_assert!(blocks.windows(2).all(|w| w[0].addr <= w[1].addr));
+        LeakSearch {
+            s: Search {
+                blocks,
+                verdicts: vec![
+                    Verdict {
+                        kind: LeakKind::Definite,
+                        indirect: 0,
+                        heuristic: None
+                    };
+                    blocks.len()
+                ],
+                pending: vec![false; blocks.len()],
+                // A block is on the stack at most once at a time.
+                stack: Vec::with_capacity(blocks.len()),
+                mem,
+                heuristics,
+            },
+        }
+    }
+
+    /// Both passes; `roots` is called with a sink for every root word value.
+    pub fn run(&mut self, roots: &mut dyn FnMut(&mut dyn FnMut(u64))) {
+        let s = &mut self.s;
+        roots(&mut |w| s.mark(w, true));
+        s.process(None);
+        for i in 0..s.blocks.len() {
+            if s.verdicts[i].kind == LeakKind::Definite {
+                s.push(i);
+                s.process(Some(i));
+            }
+        }
+    }
+
+    pub fn into_verdicts(self) -> Vec<Verdict> {
+        self.s.verdicts
     }
 }
 
@@ -247,32 +288,9 @@ pub fn classify(
     mem: &dyn Memory,
     heuristics: Heuristics,
 ) -> Vec<Verdict> {
-    debug_assert!(blocks.windows(2).all(|w| w[0].addr <= w[1].addr));
-    let mut s = Search {
-        blocks,
-        verdicts: vec![
-            Verdict {
-                kind: LeakKind::Definite,
-                indirect: 0,
-                heuristic: None
-            };
-            blocks.len()
-        ],
-        pending: vec![false; blocks.len()],
-        stack: Vec::new(),
-        scratch: Vec::new(),
-        mem,
-        heuristics,
-    };
-    roots(&mut |w| s.mark(w, true));
-    s.process(None);
-    for i in 0..blocks.len() {
-        if s.verdicts[i].kind == LeakKind::Definite {
-            s.push(i);
-            s.process(Some(i));
-        }
-    }
-    s.verdicts
+    let mut search = LeakSearch::new(blocks, mem, heuristics);
+    search.run(roots);
+    search.into_verdicts()
 }
 
 /// One loss record: blocks of one kind allocated at one place.
