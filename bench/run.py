@@ -339,6 +339,8 @@ def run_once(cmd, timeout, keep_stdout=False, sample_tree=False):
             sampler.start()
 
         def kill():
+            if p.returncode is not None:
+                return  # already reaped: its pid, and so its group id, may be reused
             timed_out.set()
             try:
                 os.killpg(p.pid, signal.SIGKILL)
@@ -352,10 +354,6 @@ def run_once(cmd, timeout, keep_stdout=False, sample_tree=False):
         if sampler:
             sampler.stop.set()
             sampler.join()
-    try:  # anything the run left behind in its session (it should have waited for it)
-        os.killpg(p.pid, signal.SIGKILL)
-    except OSError:
-        pass
     measured = None
     try:
         fields = measured_path.read_text().split()
