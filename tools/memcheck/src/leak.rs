@@ -64,6 +64,9 @@ impl Heuristic {
     }
 }
 
+/// Feeds every root word to the sink it is given.
+pub type RootFeed<'f> = dyn FnMut(&mut dyn FnMut(u64)) + 'f;
+
 /// The outcome for one block.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Verdict {
@@ -263,7 +266,7 @@ impl<'a> LeakSearch<'a> {
     }
 
     /// Both passes; `roots` is called with a sink for every root word value.
-    pub fn run(&mut self, roots: &mut dyn FnMut(&mut dyn FnMut(u64))) {
+    pub fn run(&mut self, roots: &mut RootFeed<'_>) {
         let s = &mut self.s;
         roots(&mut |w| s.mark(w, true));
         s.process(None);
@@ -284,7 +287,7 @@ impl<'a> LeakSearch<'a> {
 /// `roots` is called with a sink for every root word value.
 pub fn classify(
     blocks: &[Block],
-    roots: &mut dyn FnMut(&mut dyn FnMut(u64)),
+    roots: &mut RootFeed<'_>,
     mem: &dyn Memory,
     heuristics: Heuristics,
 ) -> Vec<Verdict> {

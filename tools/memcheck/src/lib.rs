@@ -423,6 +423,9 @@ impl Memcheck {
     }
 
     /// Records one runtime-detected error on the calling thread.
+    // The closures keep rendering lazy (only a new context is rendered); bundling them in a
+    // struct would add a type for one caller.
+    #[allow(clippy::too_many_arguments)]
     fn report(
         &self,
         host: &dyn Host,
