@@ -38,6 +38,7 @@
 //! files Valgrind 3.19 wrote.
 
 pub mod classify;
+mod clock;
 pub mod options;
 mod schedule;
 mod sync;
@@ -93,6 +94,7 @@ pub struct Massif {
     opts: Options,
     classifier: Classifier,
     state: SpinLock<State>,
+    clock: clock::MsClock,
     finished: AtomicBool,
 }
 
@@ -109,6 +111,7 @@ impl Massif {
             classifier: Classifier::new(&[], &[], opts.depth, false),
             state: SpinLock::new(State::new(&opts)),
             opts,
+            clock: clock::MsClock::new(),
             finished: AtomicBool::new(false),
         }
     }
@@ -156,7 +159,7 @@ impl Massif {
         match self.opts.time_unit {
             TimeUnit::Bytes => None,
             // Instructions are refused in post_options; ms is the fallback.
-            TimeUnit::Ms | TimeUnit::Instructions => Some(host.elapsed_ms() as i64),
+            TimeUnit::Ms | TimeUnit::Instructions => Some(self.clock.now_ms(host) as i64),
         }
     }
 
