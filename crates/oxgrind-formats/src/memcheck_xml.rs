@@ -463,6 +463,39 @@ mod tests {
     }
 
     #[test]
+    fn header_with_file_qualifier_and_unescaped_user_comment_matches_reference() {
+        const CRASH: &str = include_str!(
+            "../../../tools/memcheck/tests/data/mc_crash.fatal_signal.track-fds.logfilequalifier.xml"
+        );
+        let cmd = vec!["./mc_crash".to_string()];
+        let args: Vec<String> = [
+            "--xml=yes",
+            "--xml-file=mc_crash.%p.%q{MYVAR}.xml",
+            "--xml-user-comment=<ci>run 1</ci>",
+            "--track-fds=yes",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let quals = vec![("MYVAR".to_string(), "hello".to_string())];
+        let mut out = String::new();
+        header(
+            &mut out,
+            &Header {
+                pid: 17362,
+                ppid: 17346,
+                command: &cmd,
+                launcher: "/usr/bin/valgrind.bin",
+                tool_args: &args,
+                file_qualifiers: &quals,
+                user_comment: Some("<ci>run 1</ci>"),
+            },
+        );
+        status(&mut out, "RUNNING", 46);
+        assert!(CRASH.starts_with(&out), "{out}");
+    }
+
+    #[test]
     fn escaping_is_valgrinds_percent_ps() {
         assert_eq!(escape("a<b>&\"c'"), "a&lt;b&gt;&amp;\"c'");
         assert_eq!(elapsed(1115), "00:00:00:01.115 ");
