@@ -3,19 +3,26 @@
 //!
 //! The runtime replaces `malloc` & co and calls [`Memcheck`] through `oxgrind_tool::Tool`:
 //! [`on_free`](Tool::on_free) checks allocator families (mismatched free/delete/delete[])
-//! and remembers the block in the freed-block queue ([`freed`]); [`on_misuse`]
-//! (Tool::on_misuse) turns what the runtime detected (invalid or double free, fishy sizes,
+//! and remembers the block in the freed-block queue ([`freed`]);
+//! [`on_misuse`](Tool::on_misuse) turns what the runtime detected (invalid or double free, fishy sizes,
 //! bad alignment, overlapping copies) into errors; [`fini`](Tool::fini) runs the leak
 //! search ([`leak`]) and writes HEAP SUMMARY, loss records, LEAK SUMMARY and ERROR SUMMARY.
 //! Merging, suppressions and counting live in [`errors`]; the bytes of the text and XML come
 //! from `oxgrind_formats::{memcheck_text, memcheck_xml}`.
 //!
-//! What the runtime calls besides the `Tool` events: [`Memcheck::start`] once before the
-//! program's `main` (prints the preamble), and [`Memcheck::exit_status`] after `fini` (the
-//! `--error-exitcode` decision).
+//! The preamble (`==PID== Memcheck, a memory error detector` ...) is printed by
+//! [`Memcheck::start`], which the runtime may call before the program's `main`; otherwise the
+//! first event prints it. After `fini`, [`Tool::exit_status_override`] gives the
+//! `--error-exitcode` decision. At `Exit::Exec` nothing is printed, as in Valgrind.
+//!
+//! Locking: one mutex guards the error manager and the freed-block queue; `on_alloc` takes
+//! no lock (counters are atomics), `on_free` takes it briefly. Errors are rendered (stacks
+//! symbolized) under the lock, and only for a new context. `fini` never waits for ever on
+//! it, since it may run in a fatal-signal handler.
 //!
 //! Not here: definedness and addressability of every access (Memcheck part 2 needs the
-//! engine), descriptions of stack and global addresses (the `Host` cannot describe them).
+//! engine), descriptions of stack and global addresses (the `Host` cannot describe them),
+//! `--exit-on-first-error` (the `Host` cannot end the program).
 
 extern crate alloc;
 
