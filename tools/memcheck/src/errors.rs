@@ -31,6 +31,15 @@ pub enum KeyKind {
 }
 
 impl KeyKind {
+    /// Memcheck's `eq_Error` on the kind part: FishyValue also compares function and
+    /// argument; Overlap does not compare the function (the stacks tell them apart).
+    fn same_context(&self, other: &KeyKind) -> bool {
+        match (self, other) {
+            (KeyKind::Overlap { .. }, KeyKind::Overlap { .. }) => true,
+            _ => self == other,
+        }
+    }
+
     fn class(&self) -> ErrorClass<'static> {
         match self {
             KeyKind::InvalidFree | KeyKind::MismatchedFree => ErrorClass::Free,
@@ -215,11 +224,9 @@ impl ErrorManager {
         }
         let unique = self.unique;
         self.unique += 1;
-        if let Some(i) = self
-            .contexts
-            .iter()
-            .position(|c| c.key.kind == key.kind && same_stack(&c.key.ips, &key.ips, frames))
-        {
+        if let Some(i) = self.contexts.iter().position(|c| {
+            c.key.kind.same_context(&key.kind) && same_stack(&c.key.ips, &key.ips, frames)
+        }) {
             let mut c = self.contexts.remove(i);
             c.count += 1;
             if let Some(id) = c.supp_id {
@@ -507,6 +514,33 @@ mod tests {
         assert_eq!(renders, 2);
         assert_eq!((m.errs_found, m.err_contexts), (3, 2));
         assert_eq!(out.text.matches("Invalid free()").count(), 2);
+    }
+
+    #[test]
+    fn fishy_values_differ_by_function_and_argument_overlaps_do_not() {
+        let mut m = ErrorManager::new(rep());
+        let mut out = Output::default();
+        let fishy = |function, argument| ErrorKey {
+            kind: KeyKind::FishyValue { function, argument },
+            ips: vec![1, 2],
+        };
+        m.record(&mut out, fishy("calloc", "nmemb"), &mut || {
+            shown("a", "main")
+        });
+        m.record(&mut out, fishy("calloc", "size"), &mut || {
+            shown("b", "main")
+        });
+        m.record(&mut out, fishy("calloc", "size"), &mut || {
+            shown("b", "main")
+        });
+        assert_eq!((m.err_contexts, m.errs_found), (2, 3));
+        let overlap = |function| ErrorKey {
+            kind: KeyKind::Overlap { function },
+            ips: vec![7, 8],
+        };
+        m.record(&mut out, overlap("strcpy"), &mut || shown("c", "main"));
+        m.record(&mut out, overlap("stpcpy"), &mut || shown("d", "main"));
+        assert_eq!((m.err_contexts, m.errs_found), (3, 5));
     }
 
     #[test]
