@@ -7,7 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static void *keep[64];
+/* Global and read back, so the compiler cannot drop the allocations. */
+void *keep[64];
 
 __attribute__((noinline)) static void allocate_some(void) {
     for (int i = 0; i < 64; i++) keep[i] = malloc(1024);
@@ -16,6 +17,7 @@ __attribute__((noinline)) static void allocate_some(void) {
 int main(int argc, char **argv) {
     const char *how = argc > 1 ? argv[1] : "exit";
     allocate_some();
+    if (!keep[63]) return 1;
     if (!strcmp(how, "exit")) { puts("exit"); return 3; }
     if (!strcmp(how, "_exit")) { puts("_exit"); fflush(stdout); _exit(4); }
     if (!strcmp(how, "abort")) { fflush(stdout); abort(); }
@@ -32,7 +34,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(how, "fork")) {
         pid_t pid = fork();
-        if (pid == 0) { void *c = malloc(5000); (void)c; printf("child %d\n", (int)getpid()); return 0; }
+        if (pid == 0) { keep[0] = malloc(5000); printf("child %d %d\n", (int)getpid(), keep[0] != NULL); return 0; }
         int status;
         waitpid(pid, &status, 0);
         printf("parent child_status=%d\n", WEXITSTATUS(status));

@@ -20,17 +20,19 @@ const RUNTIME_NAME: &str = "liboxgrind_runtime.so";
 
 pub fn main(args: &[String]) -> Result<()> {
     let (options, program) = opts::split_command_line(args);
-    let parsed = match opts::parse(&options).map_err(|e| anyhow!("{}", e.0))? {
-        Action::Help => {
-            print!("{}", help_text());
-            return Ok(());
-        }
-        Action::Version => {
-            println!("oxgrind-{}", env!("CARGO_PKG_VERSION"));
-            return Ok(());
-        }
-        Action::Run(p) => p,
-    };
+    // Valgrind splits some messages over two lines; ours are always one.
+    let parsed =
+        match opts::parse(&options).map_err(|e| anyhow!("{}", e.0.trim().replace('\n', ": ")))? {
+            Action::Help => {
+                print!("{}", help_text());
+                return Ok(());
+            }
+            Action::Version => {
+                println!("oxgrind-{}", env!("CARGO_PKG_VERSION"));
+                return Ok(());
+            }
+            Action::Run(p) => p,
+        };
     let Some(prog) = program.first() else {
         bail!("no program specified (use --help for more information)");
     };

@@ -32,7 +32,13 @@ pub fn write_into<W: Write + ?Sized>(file: &MassifFile, out: &mut W) -> fmt::Res
     for line in file.desc.split('\n') {
         writeln!(out, "desc: {line}")?;
     }
-    writeln!(out, "cmd: {}", file.cmd)?;
+    // An argument may contain a newline (`python3 -c 'a\nb'`). Massif writes it as is and
+    // produces a file its own ms_print rejects; we fold line breaks into spaces.
+    if file.cmd.contains(['\n', '\r']) {
+        writeln!(out, "cmd: {}", file.cmd.replace(['\n', '\r'], " "))?;
+    } else {
+        writeln!(out, "cmd: {}", file.cmd)?;
+    }
     writeln!(out, "time_unit: {}", file.time_unit)?;
     for (k, s) in file.snapshots.iter().enumerate() {
         out.write_str(SEPARATOR)?;
@@ -76,4 +82,17 @@ fn write_tree<W: Write + ?Sized>(root: &TreeNode, out: &mut W) -> fmt::Result {
         stack.extend(node.children.iter().rev().map(|c| (c, depth + 1)));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod cmd_line_tests {
+    use super::*;
+    use crate::massif::MassifFile;
+
+    #[test]
+    fn newlines_in_the_command_line_do_not_break_the_file() {
+        let f = MassifFile { desc: "(none)".into(), cmd: "python3 -c a\nb".into(), time_unit: "B".into(), snapshots: vec![] };
+        let text = write(&f);
+        assert!(text.contains("cmd: python3 -c a b\ntime_unit: B\n"), "{text}");
+    }
 }

@@ -1,0 +1,131 @@
+//! Bad input gets one clear line on stderr and a non-zero exit, never a panic trace.
+
+mod common;
+use common::*;
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+fn one_line_error(args: &[&str], expect: &str) {
+    let o = run(Command::new(oxgrind()).args(args));
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "args {args:?}: {err}");
+    assert_eq!(err.lines().count(), 1, "args {args:?}: not one line: {err}");
+    assert!(err.starts_with("oxgrind: "), "{err}");
+    assert!(
+        err.contains(expect),
+        "args {args:?}: `{err}` lacks `{expect}`"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn unknown_option() {
+    one_line_error(
+        &["--tool=massif", "--no-such-option=1", "/bin/true"],
+        "Unknown option: --no-such-option=1",
+    );
+}
+
+#[test]
+fn bad_option_value() {
+    one_line_error(&["--tool=massif", "--depth=0", "/bin/true"], "--depth");
+    one_line_error(
+        &["--tool=massif", "--threshold=abc", "/bin/true"],
+        "--threshold",
+    );
+    one_line_error(
+        &["--tool=massif", "--num-callers=9999", "/bin/true"],
+        "--num-callers",
+    );
+}
+
+#[test]
+fn unknown_tool() {
+    one_line_error(&["--tool=frobgrind", "/bin/true"], "frobgrind");
+}
+
+#[test]
+fn missing_program() {
+    one_line_error(&["--tool=massif"], "no program specified");
+    one_line_error(
+        &["--tool=massif", "./does-not-exist"],
+        "No such file or directory",
+    );
+    one_line_error(
+        &["--tool=massif", "no-such-command-xyz"],
+        "command not found",
+    );
+}
+
+#[test]
+fn not_executable_directory_and_static_binary() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain.txt");
+    std::fs::write(&plain, "hello").unwrap();
+    one_line_error(
+        &["--tool=massif", plain.to_str().unwrap()],
+        "not executable",
+    );
+    one_line_error(
+        &["--tool=massif", dir.path().to_str().unwrap()],
+        "is a directory",
+    );
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, "not an elf").unwrap();
+    std::fs::set_permissions(&junk, std::fs::Permissions::from_mode(0o755)).unwrap();
+    one_line_error(&["--tool=massif", junk.to_str().unwrap()], "not an ELF");
+    let src = dir.path().join("s.c");
+    std::fs::write(&src, "int main(void){return 0;}").unwrap();
+    let stat = dir.path().join("static-prog");
+    let ok = Command::new("gcc")
+        .arg("-static")
+        .arg("-o")
+        .arg(&stat)
+        .arg(&src)
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        one_line_error(
+            &["--tool=massif", stat.to_str().unwrap()],
+            "statically linked",
+        );
+    } else {
+        eprintln!("note: no static libc to build a static test binary; static check skipped");
+    }
+}
+
+#[test]
+fn corrupt_massif_file_for_ms_print() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("massif.out.bad");
+    std::fs::write(
+        &f,
+        "desc: x\ncmd: y\ntime_unit: B\n#-----------\nsnapshot=0\n#-----------\ntime=zz\n",
+    )
+    .unwrap();
+    one_line_error(&["ms_print", f.to_str().unwrap()], "line");
+    one_line_error(&["ms_print", "/no/such/massif.out"], "massif.out");
+}
+
+#[test]
+fn help_and_version_succeed() {
+    let o = run(Command::new(oxgrind()).arg("--help"));
+    assert!(o.status.success());
+    assert!(stdout(&o).contains("usage: oxgrind [options] prog-and-args"));
+    let o = run(Command::new(oxgrind()).arg("--version"));
+    assert!(o.status.success());
+    assert!(stdout(&o).starts_with("oxgrind-"));
+}
+
+#[test]
+fn program_killed_by_a_signal_makes_oxgrind_die_the_same_way() {
+    use std::os::unix::process::ExitStatusExt;
+    let o = run(Command::new(oxgrind()).args([
+        "--tool=massif",
+        "--massif-out-file=/dev/null",
+        "/bin/sh",
+        "-c",
+        "kill -TERM $$",
+    ]));
+    assert_eq!(o.status.signal(), Some(15), "{:?}", o.status);
+}

@@ -1,0 +1,217 @@
+//! However the program ends, the massif file is written, and the program's exit status is
+//! what it would be without oxgrind.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn endings() -> std::path::PathBuf {
+    build("endings.c", &["-g", "-O2"])
+}
+
+/// Runs `endings MODE` under massif in a fresh directory; returns the status and the
+/// massif files written there.
+fn run_mode(
+    mode: &[&str],
+) -> (
+    std::process::ExitStatus,
+    Vec<(String, String)>,
+    tempfile::TempDir,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(Command::new(oxgrind())
+        .args([
+            "--tool=massif",
+            "--time-unit=B",
+            "--massif-out-file=massif.out.%p",
+        ])
+        .arg(endings())
+        .args(mode)
+        .current_dir(dir.path()));
+    (o.status, massif_files(dir.path()), dir)
+}
+
+fn massif_files(dir: &std::path::Path) -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("massif.out."))
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read_to_string(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// The report holds the 64 KiB the program allocated before ending.
+fn assert_measured(files: &[(String, String)]) {
+    assert_eq!(
+        files.len(),
+        1,
+        "expected one massif file, got {:?}",
+        files.iter().map(|f| &f.0).collect::<Vec<_>>()
+    );
+    let text = &files[0].1;
+    let max = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("mem_heap_B="))
+        .map(|v| v.parse::<u64>().unwrap())
+        .max()
+        .unwrap();
+    assert!(max >= 64 * 1024, "peak {max} < 64 KiB:\n{text}");
+}
+
+#[test]
+fn normal_exit_keeps_status_and_writes_the_file() {
+    let (status, files, _d) = run_mode(&["exit"]);
+    assert_eq!(status.code(), Some(3));
+    assert_measured(&files);
+}
+
+#[test]
+fn underscore_exit_writes_the_file() {
+    let (status, files, _d) = run_mode(&["_exit"]);
+    assert_eq!(status.code(), Some(4));
+    assert_measured(&files);
+}
+
+#[test]
+fn abort_writes_the_file_and_dies_by_sigabrt() {
+    let (status, files, _d) = run_mode(&["abort"]);
+    assert_eq!(status.signal(), Some(6), "status {status:?}");
+    assert_measured(&files);
+}
+
+#[test]
+fn segfault_writes_the_file_and_dies_by_sigsegv() {
+    let (status, files, _d) = run_mode(&["segv"]);
+    assert_eq!(status.signal(), Some(11), "status {status:?}");
+    assert_measured(&files);
+}
+
+/// The server case: a long-running program stopped with Ctrl+C or SIGTERM.
+fn stop_server_with(sig: i32) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(oxgrind())
+        .args([
+            "--tool=massif",
+            "--time-unit=B",
+            "--massif-out-file=massif.out.%p",
+        ])
+        .arg(endings())
+        .arg("wait-signal")
+        .current_dir(dir.path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    std::thread::sleep(Duration::from_millis(200));
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { kill(child.id() as i32, sig) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "program did not end after signal {sig}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.signal(), Some(sig), "status {status:?}");
+    assert_measured(&massif_files(dir.path()));
+}
+
+extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+
+#[test]
+fn ctrl_c_on_a_server_writes_the_file() {
+    stop_server_with(2);
+}
+
+#[test]
+fn sigterm_on_a_server_writes_the_file() {
+    stop_server_with(15);
+}
+
+#[test]
+fn forked_child_writes_its_own_file() {
+    let (status, files, _d) = run_mode(&["fork"]);
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(
+        files.len(),
+        2,
+        "parent and child files: {:?}",
+        files.iter().map(|f| &f.0).collect::<Vec<_>>()
+    );
+    // The child allocated 5,000 more bytes than the parent's 64 KiB.
+    let peaks: Vec<u64> = files
+        .iter()
+        .map(|(_, t)| {
+            t.lines()
+                .filter_map(|l| l.strip_prefix("mem_heap_B="))
+                .map(|v| v.parse::<u64>().unwrap())
+                .max()
+                .unwrap()
+        })
+        .collect();
+    assert!(peaks.iter().any(|&p| p >= 64 * 1024 + 5000), "{peaks:?}");
+}
+
+/// Both images of an exec share the pid, so `%p` names collide (as under Valgrind): with
+/// `--trace-children=no` the file is the old image's report, written before the exec; with
+/// `yes` the new image measures itself and writes over it.
+#[test]
+fn exec_writes_the_report_of_the_old_image_and_traces_the_new_one_when_asked() {
+    let prog = endings();
+    let known = build("known_peak.c", &["-g", "-O2"]);
+    for (trace, new_image_measured) in [
+        ("--trace-children=no", false),
+        ("--trace-children=yes", true),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let o = run(Command::new(oxgrind())
+            .args([
+                "--tool=massif",
+                "--time-unit=B",
+                "--massif-out-file=massif.out.%p",
+                trace,
+            ])
+            .arg(&prog)
+            .arg("exec")
+            .arg(&known)
+            .current_dir(dir.path()));
+        assert_eq!(stdout(&o), "done\n", "{}", stderr(&o));
+        assert!(o.status.success());
+        let files = massif_files(dir.path());
+        assert_eq!(files.len(), 1, "{trace}");
+        let text = &files[0].1;
+        if new_image_measured {
+            assert_eq!(massif_peak(text), Some(14_000), "{trace}: {text}");
+            assert!(
+                text.contains("cmd: ") && text.contains("known_peak"),
+                "{trace}"
+            );
+        } else {
+            assert!(
+                text.contains("cmd: ") && text.contains("endings"),
+                "{trace}: {text}"
+            );
+            assert_measured(&files);
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! Real programs under massif: stdout, stderr and exit status equal native, and the file
+//! they produce is one Valgrind's ms_print accepts.
+
+mod common;
+use common::*;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+fn native(prog: &Path, args: &[&str], stdin: Option<&str>, dir: &Path) -> Output {
+    let mut c = Command::new(prog);
+    c.args(args).current_dir(dir);
+    feed(c, stdin)
+}
+
+fn under_massif(prog: &Path, args: &[&str], stdin: Option<&str>, dir: &Path) -> Output {
+    let mut c = Command::new(oxgrind());
+    c.args(["--tool=massif", "--massif-out-file=massif.out.%p"])
+        .arg(prog)
+        .args(args)
+        .current_dir(dir);
+    feed(c, stdin)
+}
+
+fn feed(mut c: Command, stdin: Option<&str>) -> Output {
+    c.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let text = stdin.unwrap_or("").to_string();
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        let _ = input.write_all(text.as_bytes());
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    out
+}
+
+/// Runs `prog args` natively and under massif in identical directories and compares.
+fn same_as_native(prog: &Path, args: &[&str], stdin: Option<&str>) {
+    let (dn, dm) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let n = native(prog, args, stdin, dn.path());
+    let m = under_massif(prog, args, stdin, dm.path());
+    let what = format!("{} {}", prog.display(), args.join(" "));
+    assert_eq!(stdout(&m), stdout(&n), "stdout differs for {what}");
+    assert_eq!(
+        without_tids(&stderr(&m)),
+        without_tids(&stderr(&n)),
+        "stderr differs for {what}"
+    );
+    assert_eq!(
+        m.status.code(),
+        n.status.code(),
+        "status differs for {what}"
+    );
+    let files: Vec<_> = std::fs::read_dir(dm.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("massif.out."))
+        .collect();
+    assert_eq!(files.len(), 1, "expected one massif file for {what}");
+    if Command::new("ms_print").arg("--version").output().is_ok() {
+        let p = run(Command::new("ms_print").arg(files[0].path()));
+        assert!(
+            p.status.success(),
+            "ms_print rejects the file of {what}: {}",
+            stderr(&p)
+        );
+        let ours = run(Command::new(oxgrind()).arg("ms_print").arg(files[0].path()));
+        assert_eq!(stdout(&ours), stdout(&p), "our ms_print differs for {what}");
+    }
+}
+
+/// Rust's panic message names the thread id (`thread 'main' (28894) panicked`), which
+/// differs between any two runs.
+fn without_tids(s: &str) -> String {
+    s.lines()
+        .map(|l| {
+            match (
+                l.starts_with("thread '"),
+                l.find("' ("),
+                l.find(") panicked"),
+            ) {
+                (true, Some(a), Some(b)) if a < b => format!("{}'{}", &l[..a], &l[b + 1..]),
+                _ => l.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn system(prog: &str) -> Option<std::path::PathBuf> {
+    let p = Path::new(prog);
+    if p.exists() {
+        Some(p.to_path_buf())
+    } else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{prog} is required in CI (scripts/setup.sh installs it)"
+        );
+        eprintln!("note: {prog} not installed; skipped");
+        None
+    }
+}
+
+#[test]
+fn python3_running_a_script() {
+    let Some(py) = system("/usr/bin/python3") else {
+        return;
+    };
+    let script = "import json, collections\n\
+                  d = collections.Counter(str(i % 97) for i in range(200000))\n\
+                  print(json.dumps(sorted(d.items())[:5]))\n\
+                  import sys; sys.exit(7)\n";
+    same_as_native(&py, &["-c", script], None);
+}
+
+#[test]
+fn sqlite3_running_a_workload() {
+    let Some(sqlite) = system("/usr/bin/sqlite3") else {
+        return;
+    };
+    let mut sql = String::from("create table t(a integer primary key, b text);\nbegin;\n");
+    for i in 0..5000 {
+        sql.push_str(&format!(
+            "insert into t(b) values('row {i} {}');\n",
+            "x".repeat(i % 50)
+        ));
+    }
+    sql.push_str("commit;\nselect count(*), sum(length(b)) from t;\nselect b from t where a % 1000 = 0 order by a;\n");
+    same_as_native(&sqlite, &[":memory:"], Some(&sql));
+}
+
+#[test]
+fn coreutils_and_perl() {
+    let Some(sort) = system("/usr/bin/sort") else {
+        return;
+    };
+    let input: String = (0..20000)
+        .map(|i| format!("{}\n", (i * 7919) % 10007))
+        .collect();
+    same_as_native(&sort, &["-n"], Some(&input));
+    if let Some(ls) = system("/bin/ls") {
+        same_as_native(&ls, &["-la", "/usr/lib"], None);
+    }
+    if let Some(perl) = system("/usr/bin/perl") {
+        same_as_native(
+            &perl,
+            &[
+                "-e",
+                "my %h; $h{$_ % 101} .= 'x' for 1..50000; print scalar(keys %h), \"\\n\"; exit 2",
+            ],
+            None,
+        );
+    }
+    if let Some(git) = system("/usr/bin/git") {
+        same_as_native(&git, &["--version"], None);
+    }
+}
+
+#[test]
+fn multithreaded_c_program() {
+    same_as_native(&build("threads.c", &["-g", "-O2"]), &[], None);
+}
+
+#[test]
+fn cxx_program_with_exceptions() {
+    same_as_native(&build("containers.cpp", &["-g", "-O2"]), &[], None);
+}
+
+#[test]
+fn rust_program_with_threads_and_a_caught_panic() {
+    let prog = build("rust_prog.rs", &["-O"]);
+    same_as_native(&prog, &[], None);
+}
