@@ -129,28 +129,41 @@ impl Scheduler {
     fn cull(&mut self) -> i64 {
         self.cullings += 1;
         let n = self.snaps.len();
+        let times: Vec<i64> = self.snaps.iter().map(|s| s.time).collect();
+        let peak: Vec<bool> = self.snaps.iter().map(|s| s.kind == Kind::Peak).collect();
+        // Live snapshots as a doubly linked list over indices (n: none), so each round walks
+        // only the survivors.
+        let mut next: Vec<usize> = (1..=n).collect();
+        let mut prev: Vec<usize> = (0..n).map(|i| i.wrapping_sub(1)).collect();
         let mut live = vec![true; n];
-        let next_live = |live: &[bool], from: usize| (from..n).find(|&j| live[j]).unwrap_or(n);
         for _ in 0..self.max / 2 {
-            let mut jp = 0;
-            let mut j = next_live(&live, 1);
-            let mut jn = next_live(&live, j + 1);
             let mut min_span = i64::MAX;
             let mut min_j = None;
-            while jn < n {
-                let span = self.snaps[jn].time - self.snaps[jp].time;
-                if self.snaps[j].kind != Kind::Peak && span < min_span {
-                    min_span = span;
-                    min_j = Some(j);
+            // Candidates: every live snapshot but the first (index 0, never removed) and last.
+            let mut j = next[0];
+            while j < n && next[j] < n {
+                if !peak[j] {
+                    let span = times[next[j]] - times[prev[j]];
+                    if span < min_span {
+                        min_span = span;
+                        min_j = Some(j);
+                        if span <= 0 {
+                            // Times never decrease, so nothing beats 0; the first one wins.
+                            break;
+                        }
+                    }
                 }
-                jp = j;
-                j = jn;
-                jn = next_live(&live, jn + 1);
+                j = next[j];
             }
-            match min_j {
-                Some(j) => live[j] = false,
+            let Some(j) = min_j else {
                 // Only uncullable snapshots left (cannot happen with max >= 10).
-                None => break,
+                break;
+            };
+            live[j] = false;
+            let (p, nx) = (prev[j], next[j]);
+            next[p] = nx;
+            if nx < n {
+                prev[nx] = p;
             }
         }
         let mut i = 0;
@@ -284,6 +297,79 @@ mod tests {
         // j=t30: 40-20), third t=50, fourth t=70, fifth: remaining 0,20,40,60,80,90 spans
         // 40,40,40,30 -> removes t=80.
         assert_eq!(times, [0, 20, 40, 60, 90]);
+    }
+
+    /// Valgrind's `cull_snapshots` transcribed literally: the reference for `cull`.
+    fn naive_cull(times: &[i64], peak: &[bool], max: usize) -> Vec<usize> {
+        let n = times.len();
+        let mut live = vec![true; n];
+        let find = |live: &[bool], from: usize| (from..n).find(|&j| live[j]).unwrap_or(n);
+        for _ in 0..max / 2 {
+            let (mut jp, mut j) = (0, find(&live, 1));
+            let mut jn = find(&live, j + 1);
+            let (mut min_span, mut min_j) = (i64::MAX, None);
+            while jn < n {
+                let span = times[jn] - times[jp];
+                if !peak[j] && span < min_span {
+                    min_span = span;
+                    min_j = Some(j);
+                }
+                jp = j;
+                j = jn;
+                jn = find(&live, jn + 1);
+            }
+            live[min_j.unwrap()] = false;
+        }
+        (0..n).filter(|&i| live[i]).collect()
+    }
+
+    #[test]
+    fn cull_agrees_with_valgrinds_algorithm_on_many_sequences() {
+        // A small deterministic generator (xorshift), so the cases are the same every run.
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut rnd = move |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for case in 0..300 {
+            let max = [10, 11, 20, 100][case % 4];
+            let mut s = Scheduler::new(max, 1000, 1.0);
+            let mut t = 0i64;
+            let mut times = Vec::new();
+            let mut peaks = Vec::new();
+            let mut peak_at = None;
+            for i in 0..max - 1 {
+                // Many equal times (dense events within one millisecond), some jumps.
+                t += [0, 0, 0, 1, 2, 5, 40][rnd(7) as usize];
+                if i > 0 && rnd(15) == 0 {
+                    assert!(s.peak(t, tot(1000 + i as u64 * 1000)));
+                    if let Some(p) = peak_at {
+                        peaks[p] = false;
+                    }
+                    peak_at = Some(i);
+                    peaks.push(true);
+                } else {
+                    assert!(s.normal(t, tot(1)));
+                    peaks.push(false);
+                }
+                times.push(t);
+            }
+            t += rnd(3) as i64;
+            times.push(t);
+            peaks.push(false);
+            let expected: Vec<i64> = naive_cull(&times, &peaks, max)
+                .into_iter()
+                .map(|i| times[i])
+                .collect();
+            assert!(s.normal(t, tot(1)), "case {case}");
+            let got: Vec<i64> = s.snaps.iter().map(|x| x.time).collect();
+            assert_eq!(
+                got, expected,
+                "case {case}: times {times:?} peaks {peaks:?}"
+            );
+        }
     }
 
     #[test]
