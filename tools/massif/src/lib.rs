@@ -29,8 +29,9 @@
 //!   taken when the first heap event arrives, or at exit if none did, with time 0 and an empty
 //!   heap: the same numbers Valgrind's has. Time 0 in `ms` is program start
 //!   (`Host::elapsed_ms`), not the first snapshot.
-//! * `--pages-as-heap=yes`: a page mapped twice without an unmap in between is counted once
-//!   (Valgrind would count it twice); frame 0 of a mapping's stack (our `mmap` wrapper, or
+//! * `--pages-as-heap=yes`: mappings are kept as address ranges, not one entry per page, so
+//!   huge reservations cost nothing; a page mapped twice without an unmap in between is
+//!   counted once (Valgrind would count it twice); frame 0 of a mapping's stack (our `mmap` wrapper, or
 //!   `0x0` for start-up mappings) is kept, as Valgrind keeps the system-call site.
 //!
 //! Given the same allocation sequence and slop, the output is byte for byte Valgrind's:
@@ -40,6 +41,7 @@
 pub mod classify;
 mod clock;
 pub mod options;
+mod pages;
 mod schedule;
 mod sync;
 mod tree;
@@ -85,8 +87,8 @@ struct State {
     /// realloc of an ignored block stays ignored, as in Valgrind). Empty unless some stack
     /// was ignored.
     ignored_blocks: FxHashSet<Addr>,
-    /// `--pages-as-heap=yes`: page address → EC.
-    pages: FxHashMap<Addr, EcId>,
+    /// `--pages-as-heap=yes`: the mapped ranges and their ECs.
+    pages: pages::Pages,
 }
 
 /// The Massif tool. Create with [`Massif::new`], feed options, then hand to the runtime.
@@ -248,26 +250,38 @@ impl Massif {
         self.opts.heap && !self.opts.pages_as_heap
     }
 
-    fn record_page(&self, st: &mut State, page: Addr, ec: EcId) -> bool {
-        if ec == IGNORED || st.pages.contains_key(&page) {
-            return false;
-        }
-        st.pages.insert(page, ec);
-        st.ec_bytes[ec as usize] += PAGE;
-        st.heap += PAGE;
-        st.total_bytes_time += PAGE;
-        true
+    fn record_pages(&self, st: &mut State, start: Addr, end: Addr, ec: EcId) -> bool {
+        let State {
+            pages,
+            ec_bytes,
+            heap,
+            total_bytes_time,
+            ..
+        } = st;
+        let mut any = false;
+        pages.record(start, end, ec, &mut |ec, bytes| {
+            ec_bytes[ec as usize] += bytes;
+            *heap += bytes;
+            *total_bytes_time += bytes;
+            any = true;
+        });
+        any
     }
 
-    fn unrecord_page(&self, st: &mut State, page: Addr) -> bool {
-        let Some(ec) = st.pages.remove(&page) else {
-            return false;
-        };
-        let b = &mut st.ec_bytes[ec as usize];
-        *b = b.saturating_sub(PAGE);
-        st.heap = st.heap.saturating_sub(PAGE);
-        st.total_bytes_time += PAGE;
-        true
+    fn unrecord_pages(&self, st: &mut State, start: Addr, end: Addr) {
+        let State {
+            pages,
+            ec_bytes,
+            heap,
+            total_bytes_time,
+            ..
+        } = st;
+        pages.unrecord(start, end, &mut |ec, bytes| {
+            let b = &mut ec_bytes[ec as usize];
+            *b = b.saturating_sub(bytes);
+            *heap = heap.saturating_sub(bytes);
+            *total_bytes_time += bytes;
+        });
     }
 
     /// The file as it would be written now (also used by `fini`). Builds the heap trees of
@@ -365,7 +379,7 @@ impl State {
             started: false,
             sched: Scheduler::new(opts.max_snapshots, opts.detailed_freq, opts.peak_inaccuracy),
             ignored_blocks: FxHashSet::default(),
-            pages: FxHashMap::default(),
+            pages: pages::Pages::default(),
         }
     }
 
@@ -413,6 +427,7 @@ impl Tool for Massif {
             free_stacks: false,
             freelist_vol: 0,
             page_events: self.opts.pages_as_heap,
+            redzone: 0,
         }
     }
 
@@ -507,12 +522,8 @@ impl Tool for Massif {
         st.started = true;
         let first = ev.addr & !(PAGE - 1);
         let end = ev.addr.saturating_add(ev.len).saturating_add(PAGE - 1) & !(PAGE - 1);
-        let mut any = false;
-        for page in (first..end).step_by(PAGE as usize) {
-            any |= self.record_page(&mut st, page, ec);
-        }
         // Valgrind snapshots once, after the last page of the mapping.
-        if any {
+        if ec != IGNORED && self.record_pages(&mut st, first, end, ec) {
             self.normal_attempt(clock, &mut st);
         }
     }
@@ -526,14 +537,12 @@ impl Tool for Massif {
         let first = ev.addr & !(PAGE - 1);
         let end = ev.addr.saturating_add(ev.len).saturating_add(PAGE - 1) & !(PAGE - 1);
         // Valgrind: peak check, first page, normal attempt, then the other pages quietly.
-        if st.pages.contains_key(&first) {
+        if st.pages.contains(first) {
             self.peak_attempt(clock, &mut st);
-            self.unrecord_page(&mut st, first);
+            self.unrecord_pages(&mut st, first, first + PAGE);
             self.normal_attempt(clock, &mut st);
         }
-        for page in (first.saturating_add(PAGE)..end).step_by(PAGE as usize) {
-            self.unrecord_page(&mut st, page);
-        }
+        self.unrecord_pages(&mut st, first.saturating_add(PAGE).min(end), end);
     }
 
     fn on_fork_child(&self) {
