@@ -424,10 +424,9 @@ impl Tool for Massif {
             // Frame 0 (our allocator) + what Valgrind captures: --depth plus room for the
             // alloc-fns that will be filtered.
             stack_depth: 1 + self.opts.depth + options::OVERESTIMATE,
-            free_stacks: false,
-            freelist_vol: 0,
             page_events: self.opts.pages_as_heap,
-            redzone: 0,
+            // No free stacks, no freed-block queue, nothing else Memcheck-like.
+            ..Needs::default()
         }
     }
 
