@@ -405,8 +405,10 @@ def run_once(cmd, timeout, keep_stdout=False, sample_tree=False):
 
 def measure(workloads, configs, mode, runs, timeout):
     """For each workload: one discarded native warm-up run, then `runs` rounds; each round
-    runs every configuration once, starting one configuration later than the round before,
-    so no configuration always runs first or right after the slowest one."""
+    runs every tool configuration once, each right after a native run, and starts one
+    configuration later than the round before, so no configuration always runs first or
+    right after the slowest one. Native runs are cheap, so interleaving one before every
+    tool run gives the denominator of every ratio samples from the whole measuring period."""
     results = {}
     active = [c for c in configs if c.available]
     for w in workloads:
@@ -418,9 +420,14 @@ def measure(workloads, configs, mode, runs, timeout):
         if warm["status"] != "ok":
             log(f"   native run failed: {warm['status']} {warm.get('stderr_tail', '')}")
         per = {c.key: [] for c in active}
+        native = next(c for c in active if c.key == "native")
+        tools = [c for c in active if c.key != "native"] or [native]
         for r in range(runs):
-            k = r % len(active)
-            for cfg in active[k:] + active[:k]:
+            k = r % len(tools)
+            order = []
+            for cfg in tools[k:] + tools[:k]:
+                order += [native, cfg] if cfg is not native else [native]
+            for cfg in order:
                 res = run_once(cfg.prefix + argv, timeout, keep_stdout=True,
                                sample_tree=(cfg.suite == "heaptrack"))
                 # The tool must not change what the program prints (heaptrack adds its own
@@ -715,8 +722,9 @@ def render_markdown(meta, summary, configs, workloads):
   Before measuring, `bench/run.py` runs a trivial program (`bench/workloads/trivial.c`) under each
   configuration; one that does not exit 0 with the program's output is shown as n/a, with its message.
 * **Alternation.** After one discarded native warm-up run per workload, each round runs every
-  configuration once, and each round starts one configuration later than the previous one, so that
-  drift in machine load is spread over all configurations. Tables show medians over the rounds.
+  tool configuration once, each one right after a native run, and each round starts one
+  configuration later than the previous one, so that drift in machine load is spread over all
+  configurations. Tables show medians over the rounds (for native, over all its runs).
 * **Measuring**: every run goes through `bench/spawn.c`, a small C program that forks, execs the
   command and `wait4`s for it (like GNU time, but with a monotonic nanosecond clock). It exists
   because Linux folds the memory image a process had before `execve` into its peak RSS, and a
