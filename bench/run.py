@@ -99,7 +99,7 @@ WORKLOADS = [
              100, 1024, "KiB of input", lambda n: [XZ, "-c", "-T1", "-6", xz_input(n)]),
 ]
 
-MODES = {"quick": {"runs": 3, "timeout": 300}, "full": {"runs": 5, "timeout": 900}}
+MODES = {"quick": {"runs": 3, "timeout": 120}, "full": {"runs": 5, "timeout": 900}}
 
 
 # ---------------------------------------------------------------------------------------
@@ -422,12 +422,15 @@ def measure(workloads, configs, mode, runs, timeout):
         per = {c.key: [] for c in active}
         native = next(c for c in active if c.key == "native")
         tools = [c for c in active if c.key != "native"] or [native]
+        given_up = set()
         for r in range(runs):
             k = r % len(tools)
             order = []
             for cfg in tools[k:] + tools[:k]:
                 order += [native, cfg] if cfg is not native else [native]
             for cfg in order:
+                if cfg.key in given_up:
+                    continue
                 res = run_once(cfg.prefix + argv, timeout, keep_stdout=True,
                                sample_tree=(cfg.suite == "heaptrack"))
                 # The tool must not change what the program prints (heaptrack adds its own
@@ -436,6 +439,8 @@ def measure(workloads, configs, mode, runs, timeout):
                     res["status"] = "wrong output"
                 res.pop("stdout", None)
                 per[cfg.key].append(res)
+                if res["status"] != "ok" and cfg is not native:
+                    given_up.add(cfg.key)  # a failure or a timeout: no need to see it again
                 log(f"   {cfg.label:22} round {r + 1}: {res['status']:>8} {res.get('wall_s', 0):8.3f} s "
                     f"{res.get('maxrss_kib', 0) / 1024:8.1f} MiB {res.get('output_bytes', 0):>10} B")
         results[w.name] = {"size": size, "unit": w.unit, "argv": argv, "runs": per}
