@@ -16,7 +16,7 @@ use oxgrind_tool::{OptionError, Tool};
 pub mod template;
 
 /// The tools oxgrind knows, in `--help` order.
-pub const TOOLS: &[&str] = &["massif"];
+pub const TOOLS: &[&str] = &["memcheck", "massif"];
 
 /// Valgrind tools oxgrind does not implement yet: named so the user gets a clear answer.
 pub const PLANNED_TOOLS: &[&str] = &[
@@ -97,9 +97,7 @@ pub enum Action {
 pub fn new_tool(name: &str) -> Result<Box<dyn Tool>, OptionError> {
     match name {
         "massif" => Ok(Box::new(oxgrind_massif::Massif::new())),
-        "memcheck" => Err(OptionError(
-            "memcheck is not available in this build yet; use --tool=massif".into(),
-        )),
+        "memcheck" => Ok(Box::new(oxgrind_memcheck::Memcheck::new())),
         other if PLANNED_TOOLS.contains(&other) => Err(OptionError(format!(
             "the tool '{other}' is not implemented in oxgrind yet (available: {})",
             TOOLS.join(", ")

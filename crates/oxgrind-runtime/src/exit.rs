@@ -60,11 +60,21 @@ impl Drop for EventGate {
     }
 }
 
-extern "C" fn before_fork() {
+/// Closes the gate: allocator events in flight finish, new ones wait. Afterwards no other
+/// thread is inside oxgrind's code, so none holds one of its locks.
+pub fn close_gate() {
     GATE_CLOSED.store(true, Ordering::Release);
     while IN_FLIGHT.load(Ordering::Acquire) != 0 {
         raw::sched_yield();
     }
+}
+
+pub fn open_gate() {
+    GATE_CLOSED.store(false, Ordering::Release);
+}
+
+extern "C" fn before_fork() {
+    close_gate();
 }
 
 extern "C" fn after_fork_parent() {
@@ -135,6 +145,7 @@ fn run_freeres() {
 /// status (or the tool's, for `--error-exitcode`).
 extern "C" fn last_exit_handler(status: c_int, _arg: *mut c_void) {
     let Some(rt) = state::runtime() else { return };
+    crate::roots::note_exit_sp();
     if FINISHED.load(Ordering::Acquire) {
         return;
     }
@@ -154,6 +165,7 @@ pub fn at_normal_exit() {
 
 #[no_mangle]
 pub unsafe extern "C" fn _exit(code: c_int) -> ! {
+    crate::roots::note_exit_sp();
     finish(Exit::Normal(code));
     let code = state::runtime()
         .and_then(|rt| rt.tool.exit_status_override())
@@ -246,6 +258,7 @@ fn unblock(sig: c_int) {
 
 /// Ends the process by `sig`'s default action, after the report.
 fn die_by(sig: c_int) -> ! {
+    crate::roots::note_exit_sp();
     finish(Exit::Signal(sig));
     set_default(sig);
     unblock(sig);

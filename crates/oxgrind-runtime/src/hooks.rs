@@ -161,9 +161,16 @@ fn release(rt: Option<&Runtime>, addr: u64, size: u64) {
     }
 }
 
+/// Extra bytes to allocate after a block of the program's (see `Needs::redzone`).
+#[inline]
+fn redzone(rt: Option<&Runtime>) -> usize {
+    rt.map_or(0, |rt| rt.needs.redzone as usize)
+}
+
 #[inline]
 fn base_alloc(rt: Option<&Runtime>, size: usize) -> *mut c_void {
     let align = rt.map_or(16, |rt| rt.core.alignment as usize);
+    let size = size.saturating_add(redzone(rt));
     // SAFETY: plain calls into glibc's allocator.
     unsafe {
         if align > 16 {
@@ -231,7 +238,14 @@ fn deallocate(p: *mut c_void, func: AllocFn, entry: u64) {
             release(Some(ev.rt), addr, b.size);
         }
         (Some(_), _) => release(None, addr, 0),
-        (None, Some(ev)) => ev.misuse(entry, Misuse::InvalidFree { addr, func }),
+        (None, Some(ev)) => ev.misuse(
+            entry,
+            Misuse::InvalidFree {
+                addr,
+                func,
+                size: 0,
+            },
+        ),
         (None, None) => {
             // Not measured, or oxgrind's own libc call freeing what it allocated before
             // set-up: trust it, as glibc would.
@@ -292,12 +306,15 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
         let align = rt.map_or(16, |rt| rt.core.alignment as usize);
         // SAFETY: plain calls into glibc's allocator; memalign'd memory is zeroed by hand.
         unsafe {
+            let rz = redzone(rt);
             if align > 16 {
-                let p = __libc_memalign(align, total);
+                let p = __libc_memalign(align, total.saturating_add(rz));
                 if !p.is_null() {
                     core::ptr::write_bytes(p as *mut u8, 0, total);
                 }
                 p
+            } else if rz > 0 {
+                __libc_calloc(1, total.saturating_add(rz))
             } else {
                 __libc_calloc(n, size)
             }
@@ -352,7 +369,14 @@ fn reallocate(p: *mut c_void, size: usize, func: AllocFn, entry: u64) -> *mut c_
         return q;
     };
     let Some(old) = old else {
-        ev.misuse(entry, Misuse::InvalidFree { addr, func });
+        ev.misuse(
+            entry,
+            Misuse::InvalidFree {
+                addr,
+                func,
+                size: size as u64,
+            },
+        );
         return core::ptr::null_mut();
     };
     if old.internal {
@@ -370,7 +394,7 @@ fn reallocate(p: *mut c_void, size: usize, func: AllocFn, entry: u64) -> *mut c_
     }
     let rt = ev.rt;
     // With a freed-block queue the old block must stay unreleased for a while, so always move.
-    let q = if rt.needs.freelist_vol > 0 || rt.core.alignment > 16 {
+    let q = if rt.needs.freelist_vol > 0 || rt.needs.redzone > 0 || rt.core.alignment > 16 {
         let q = base_alloc(Some(rt), size);
         if !q.is_null() {
             // SAFETY: both blocks are valid for the copied length and distinct.
@@ -446,7 +470,7 @@ fn aligned(align: usize, size: usize, func: AllocFn, entry: u64) -> *mut c_void 
     allocate(size as u64, func, entry, |rt| {
         let align = align.max(rt.map_or(16, |rt| rt.core.alignment as usize));
         // SAFETY: plain call into glibc's allocator (it rounds odd alignments up).
-        unsafe { __libc_memalign(align, size) }
+        unsafe { __libc_memalign(align, size.saturating_add(redzone(rt))) }
     })
 }
 
@@ -554,7 +578,7 @@ pub unsafe extern "C" fn oxgrind_new(
     allocate(size as u64, func, entry as u64, |rt| {
         if align > 16 {
             // SAFETY: plain call into glibc's allocator.
-            unsafe { __libc_memalign(align, size) }
+            unsafe { __libc_memalign(align, size.saturating_add(redzone(rt))) }
         } else {
             base_alloc(rt, size)
         }

@@ -22,6 +22,7 @@
 
 pub mod blocks;
 pub mod exit;
+pub mod exports;
 pub mod guard;
 pub mod hooks;
 pub mod host;

@@ -201,6 +201,15 @@ fn other_threads() -> Vec<i32> {
     tids
 }
 
+/// The stack pointer where the process began to end (our exit handler, `_exit`, a fatal
+/// signal): the exiting thread's stack is scanned from here, not from deep inside the
+/// report code, whose frames would hide stale pointers only by luck.
+static EXIT_SP: AtomicUsize = AtomicUsize::new(0);
+
+pub fn note_exit_sp() {
+    EXIT_SP.store(current_sp() as usize, Ordering::Release);
+}
+
 #[inline(never)]
 fn current_sp() -> u64 {
     let sp: u64;
@@ -212,6 +221,14 @@ fn current_sp() -> u64 {
 }
 
 pub fn with_roots(f: &mut dyn FnMut(&[RootRange])) {
+    // No other thread may be stopped while holding one of our locks: let events in flight
+    // finish first, and keep new ones out until the scan is over.
+    crate::exit::close_gate();
+    with_roots_gated(f);
+    crate::exit::open_gate();
+}
+
+fn with_roots_gated(f: &mut dyn FnMut(&[RootRange])) {
     let tids = other_threads();
     let pid = raw::getpid();
     let mut old = KernelSigaction {
@@ -259,7 +276,20 @@ pub fn with_roots(f: &mut dyn FnMut(&[RootRange])) {
             stack_maps.push(m.start);
         }
     };
-    stack_of(raw::gettid(), current_sp(), &mut roots);
+    let here = current_sp();
+    let exit_sp = EXIT_SP.load(Ordering::Acquire) as u64;
+    let same_stack = find(exit_sp)
+        .zip(find(here))
+        .is_some_and(|(a, b)| a.start == b.start);
+    stack_of(
+        raw::gettid(),
+        if exit_sp != 0 && same_stack {
+            exit_sp
+        } else {
+            here
+        },
+        &mut roots,
+    );
     for (tid, regs) in &saved {
         stack_of(*tid, regs[15], &mut roots); // REG_RSP
     }

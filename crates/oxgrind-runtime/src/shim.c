@@ -22,6 +22,17 @@ extern char **environ;
 
 typedef struct { int dummy; } nothrow_t;
 
+/* The exported entry points are tiny Rust functions that jump here (exports.rs): a Rust
+ * cdylib exports only what Rust defines. Their addresses name frame 0 of each stack. */
+extern void *_Znwm();
+extern void *_Znam();
+extern void *_ZnwmRKSt9nothrow_t();
+extern void *_ZnamRKSt9nothrow_t();
+extern void *_ZnwmSt11align_val_t();
+extern void *_ZnamSt11align_val_t();
+extern void *_ZnwmSt11align_val_tRKSt9nothrow_t();
+extern void *_ZnamSt11align_val_tRKSt9nothrow_t();
+
 static void *must(void *p) {
     if (!p) {
         if (_ZSt17__throw_bad_allocv) _ZSt17__throw_bad_allocv();
@@ -30,24 +41,24 @@ static void *must(void *p) {
     return p;
 }
 
-void *_Znwm(size_t size) { return must(oxgrind_new(size, 0, 1, 0, (void *)_Znwm)); }
-void *_Znam(size_t size) { return must(oxgrind_new(size, 0, 2, 0, (void *)_Znam)); }
-void *_ZnwmRKSt9nothrow_t(size_t size, const nothrow_t *nt) {
+void *oxgrind_c_Znwm(size_t size) { return must(oxgrind_new(size, 0, 1, 0, (void *)_Znwm)); }
+void *oxgrind_c_Znam(size_t size) { return must(oxgrind_new(size, 0, 2, 0, (void *)_Znam)); }
+void *oxgrind_c_ZnwmRKSt9nothrow_t(size_t size, const nothrow_t *nt) {
     (void)nt; return oxgrind_new(size, 0, 1, 1, (void *)_ZnwmRKSt9nothrow_t);
 }
-void *_ZnamRKSt9nothrow_t(size_t size, const nothrow_t *nt) {
+void *oxgrind_c_ZnamRKSt9nothrow_t(size_t size, const nothrow_t *nt) {
     (void)nt; return oxgrind_new(size, 0, 2, 1, (void *)_ZnamRKSt9nothrow_t);
 }
-void *_ZnwmSt11align_val_t(size_t size, size_t align) {
+void *oxgrind_c_ZnwmSt11align_val_t(size_t size, size_t align) {
     return must(oxgrind_new(size, align, 1, 0, (void *)_ZnwmSt11align_val_t));
 }
-void *_ZnamSt11align_val_t(size_t size, size_t align) {
+void *oxgrind_c_ZnamSt11align_val_t(size_t size, size_t align) {
     return must(oxgrind_new(size, align, 2, 0, (void *)_ZnamSt11align_val_t));
 }
-void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t size, size_t align, const nothrow_t *nt) {
+void *oxgrind_c_ZnwmSt11align_val_tRKSt9nothrow_t(size_t size, size_t align, const nothrow_t *nt) {
     (void)nt; return oxgrind_new(size, align, 1, 1, (void *)_ZnwmSt11align_val_tRKSt9nothrow_t);
 }
-void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t size, size_t align, const nothrow_t *nt) {
+void *oxgrind_c_ZnamSt11align_val_tRKSt9nothrow_t(size_t size, size_t align, const nothrow_t *nt) {
     (void)nt; return oxgrind_new(size, align, 2, 1, (void *)_ZnamSt11align_val_tRKSt9nothrow_t);
 }
 
@@ -63,7 +74,7 @@ static int gather(const char *arg0, va_list ap, char **argv) {
     return n;
 }
 
-int execl(const char *path, const char *arg0, ...) {
+int oxgrind_c_execl(const char *path, const char *arg0, ...) {
     char *argv[MAX_EXEC_ARGS];
     va_list ap;
     va_start(ap, arg0);
@@ -73,7 +84,7 @@ int execl(const char *path, const char *arg0, ...) {
     return execve(path, argv, environ);
 }
 
-int execlp(const char *file, const char *arg0, ...) {
+int oxgrind_c_execlp(const char *file, const char *arg0, ...) {
     char *argv[MAX_EXEC_ARGS];
     va_list ap;
     va_start(ap, arg0);
@@ -83,7 +94,7 @@ int execlp(const char *file, const char *arg0, ...) {
     return execvp(file, argv);
 }
 
-int execle(const char *path, const char *arg0, ...) {
+int oxgrind_c_execle(const char *path, const char *arg0, ...) {
     char *argv[MAX_EXEC_ARGS];
     va_list ap;
     va_start(ap, arg0);

@@ -88,6 +88,7 @@ pub fn ensure_init() {
             RUNTIME.store(rt, Ordering::Release);
             STATE.store(ACTIVE, Ordering::Release);
             crate::exit::install();
+            rt.tool.on_start(&crate::host::HOST);
         }
         None => STATE.store(INERT, Ordering::Release),
     }

@@ -116,6 +116,9 @@ pub struct Needs {
     pub freelist_vol: u64,
     /// Deliver [`Tool::on_map`] / [`Tool::on_unmap`] (Massif's `--pages-as-heap=yes`).
     pub page_events: bool,
+    /// Bytes of slack the runtime leaves after every block (Memcheck's redzone), so a small
+    /// overrun lands in memory the program does not own rather than in glibc's chunk headers.
+    pub redzone: u64,
 }
 
 /// Misuse of the allocator or string functions that the runtime detects on the program's
@@ -124,16 +127,30 @@ pub struct Needs {
 #[derive(Copy, Clone, Debug)]
 pub enum Misuse {
     /// `free`/`delete`/`realloc` of an address that is not the start of a live block (never
-    /// allocated, interior, or already freed).
-    InvalidFree { addr: Addr, func: AllocFn },
+    /// allocated, interior, or already freed). `size`: the new size asked of `realloc`
+    /// (Memcheck counts it as allocated), else 0.
+    InvalidFree {
+        addr: Addr,
+        func: AllocFn,
+        size: u64,
+    },
     /// A size argument that is negative when read as signed (`malloc(-1)`).
-    FishyValue { func: AllocFn, arg: &'static str, value: u64 },
+    FishyValue {
+        func: AllocFn,
+        arg: &'static str,
+        value: u64,
+    },
     /// An alignment that is not a power of two (or not a multiple of `sizeof(void*)` for
     /// `posix_memalign`).
     BadAlignment { func: AllocFn, align: u64 },
     /// Overlapping source and destination in `memcpy`, `strcpy`, ...: `func` is the C name;
     /// `len` is the byte count for the functions that take one.
-    Overlap { func: &'static str, dst: Addr, src: Addr, len: Option<u64> },
+    Overlap {
+        func: &'static str,
+        dst: Addr,
+        src: Addr,
+        len: Option<u64>,
+    },
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -223,6 +240,9 @@ pub trait Tool: Send + Sync {
         Ok(())
     }
     fn needs(&self) -> Needs;
+    /// The program is about to run (before its constructors and `main`): Memcheck prints its
+    /// preamble here.
+    fn on_start(&self, _host: &dyn Host) {}
     fn on_alloc(&self, _host: &dyn Host, _ev: &Alloc) {}
     fn on_free(&self, _host: &dyn Host, _ev: &Free) {}
     /// A block moved or resized by `realloc`. By default a free then an alloc.

@@ -159,7 +159,11 @@ impl Memcheck {
 
     /// Parses one suppression file into the error manager.
     pub fn load_suppressions(&mut self, name: &str, contents: &str) -> Result<(), SuppParseError> {
-        let entries = supp::parse(name, contents, "Memcheck", self.opts.num_callers)?;
+        // Users' files are cut to --num-callers, as Valgrind cuts them. Ours are not: a cut
+        // default pattern (`fun:malloc` alone) would hide the program's own blocks, while an
+        // uncut one longer than the stack simply does not match.
+        let depth = if name == DEFAULT_SUPPRESSIONS_NAME { usize::MAX } else { self.opts.num_callers };
+        let entries = supp::parse(name, contents, "Memcheck", depth)?;
         self.state_mut().errors.add_suppressions(entries);
         Ok(())
     }
@@ -739,6 +743,10 @@ impl leak::Memory for HostMemory<'_> {
 }
 
 impl Tool for Memcheck {
+    fn on_start(&self, host: &dyn Host) {
+        self.start(host);
+    }
+
     fn name(&self) -> &'static str {
         "memcheck"
     }
@@ -789,6 +797,8 @@ impl Tool for Memcheck {
             free_stacks: true,
             freelist_vol: self.opts.freelist_vol,
             page_events: false,
+            // Valgrind's default --redzone-size for Memcheck.
+            redzone: 16,
         }
     }
 
@@ -836,12 +846,14 @@ impl Tool for Memcheck {
     fn on_misuse(&self, host: &dyn Host, ev: &MisuseEvent) {
         self.ensure_started(host);
         match ev.kind {
-            Misuse::InvalidFree { addr, func } => {
+            Misuse::InvalidFree { addr, func, size } => {
                 // Memcheck counts the call before validating the pointer: an invalid free
-                // is one of the "frees" of HEAP SUMMARY, an invalid realloc also an alloc.
+                // is one of the "frees" of HEAP SUMMARY, an invalid realloc also an alloc
+                // of the size it asked for.
                 self.frees.fetch_add(1, Ordering::Relaxed);
                 if matches!(func, AllocFn::Realloc | AllocFn::ReallocArray) {
                     self.allocs.fetch_add(1, Ordering::Relaxed);
+                    self.bytes_allocated.fetch_add(size, Ordering::Relaxed);
                 }
                 self.report(
                     host,
