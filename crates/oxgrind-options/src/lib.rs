@@ -155,6 +155,11 @@ fn shared_with_tool(arg: &str) -> bool {
         "--demangle",
         "--read-inline-info",
         "--fullpath-after",
+        // Malloc-replacement options: Massif lists them on its desc: line.
+        "--alignment",
+        "--redzone-size",
+        "--xtree-memory",
+        "--xtree-memory-file",
     ];
     let name = arg.split('=').next().unwrap_or(arg);
     SHARED.contains(&name)

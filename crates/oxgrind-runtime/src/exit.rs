@@ -90,6 +90,7 @@ extern "C" fn after_fork_child() {
         STACKS.force_unlock_all();
     }
     GATE_CLOSED.store(false, Ordering::Release);
+    guard::forget_tid();
     if let Some(rt) = state::runtime() {
         rt.tool.on_fork_child();
     }

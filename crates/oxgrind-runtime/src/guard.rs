@@ -14,6 +14,28 @@ use std::cell::Cell;
 
 thread_local! {
     static INSIDE: Cell<bool> = const { Cell::new(false) };
+    /// This thread's kernel id, cached: a `gettid` system call per allocation cost about a
+    /// fifth of Massif's time per event. 0 until first asked.
+    static TID: Cell<i32> = const { Cell::new(0) };
+}
+
+/// The calling thread's kernel thread id.
+#[inline]
+pub fn tid() -> i32 {
+    TID.with(|t| {
+        let v = t.get();
+        if v != 0 {
+            return v;
+        }
+        let v = oxgrind_sys::raw::gettid();
+        t.set(v);
+        v
+    })
+}
+
+/// In a forked child the surviving thread has a new id.
+pub fn forget_tid() {
+    TID.with(|t| t.set(0));
 }
 
 /// Proof that this thread was not inside the runtime and now is, until dropped.

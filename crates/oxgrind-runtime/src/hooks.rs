@@ -61,7 +61,7 @@ impl Event {
 
     #[inline]
     fn tid(&self) -> i32 {
-        oxgrind_sys::raw::gettid()
+        crate::guard::tid()
     }
 
     #[inline]

@@ -99,7 +99,7 @@ impl Host for RuntimeHost {
 
     fn elapsed_ms(&self) -> u64 {
         let start = state::runtime().map_or(0, |rt| rt.start_ns);
-        (raw::monotonic_ns().saturating_sub(start)) / 1_000_000
+        (crate::libc_api::monotonic_ns().saturating_sub(start)) / 1_000_000
     }
 
     fn pid(&self) -> i32 {

@@ -166,7 +166,7 @@ fn set_up() -> Option<Runtime> {
         needs,
         command,
         cwd,
-        start_ns: oxgrind_sys::raw::monotonic_ns(),
+        start_ns: crate::libc_api::monotonic_ns(),
     })
 }
 
