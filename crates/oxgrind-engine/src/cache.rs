@@ -40,6 +40,7 @@ pub struct Stats {
     pub blocks: u64,
     pub bytes: u64,
     pub dispatches: u64,
+    pub arenas: u64,
 }
 
 pub struct CodeCache {
@@ -127,16 +128,25 @@ impl CodeCache {
                 .step_by(ARENA_SIZE as usize)
                 .find_map(|h| mmap_rwx(h, true))
         } else {
-            let base = pc & !(64u64 << 20).wrapping_sub(1);
-            (1..=48u64)
+            // Below the module first (nothing grows down into there but other mappings),
+            // then above it, leaving 512 MiB for a non-PIE executable's brk heap. All hints
+            // stay within NEAR of pc.
+            let base = pc & !((64u64 << 20) - 1);
+            (1..=14u64)
                 .filter_map(|k| base.checked_sub(k * (64 << 20)))
+                .chain((8..=14u64).map(|k| base + k * (64 << 20)))
                 .find_map(|h| mmap_rwx(h, true))
-                .or_else(|| {
-                    (1..=16u64)
-                        .map(|k| base + (k + 16) * (64 << 20))
-                        .find_map(|h| mmap_rwx(h, true))
-                })
-                .or_else(|| mmap_rwx(0, false))
+        };
+        // No room near pc: share any arena (far RIP-relative operands take the slow path),
+        // or map one wherever the kernel likes.
+        let start = match start {
+            Some(s) => Some(s),
+            None => {
+                if let Some(i) = self.arenas.iter().position(|a| a.end - a.bump >= MAX_BLOCK) {
+                    return Ok(i);
+                }
+                mmap_rwx(0, false)
+            }
         };
         let start = start.ok_or(CacheError::NoMemory)?;
         self.arenas.push(Arena {
@@ -144,6 +154,7 @@ impl CodeCache {
             end: start + ARENA_SIZE,
             bump: start,
         });
+        self.stats.arenas += 1;
         Ok(self.arenas.len() - 1)
     }
 

@@ -290,8 +290,8 @@ fn report_exit(status: i32) {
                 let s = cache.stats;
                 let _ = writeln!(
                     w,
-                    "oxgrind-engine: blocks translated: {}, code bytes: {}, dispatches: {}",
-                    s.blocks, s.bytes, s.dispatches
+                    "oxgrind-engine: blocks translated: {}, code bytes: {}, dispatches: {}, arenas: {}",
+                    s.blocks, s.bytes, s.dispatches, s.arenas
                 );
                 #[cfg(feature = "debug-dispatch")]
                 {
