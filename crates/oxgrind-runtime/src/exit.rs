@@ -29,26 +29,50 @@ use crate::state::{self, BLOCKS, STACKS};
 
 // ---------------------------------------------------------------------------------------
 // The fork gate.
+//
+// Each thread has its own "inside an event" flag, registered once; closing the gate sets
+// GATE_CLOSED and waits until every flag is clear. A thread entering sets its flag, then
+// (after a full fence) checks the gate: either it sees the gate closed and backs off, or the
+// closer sees its flag. One shared counter instead cost two contended atomic operations per
+// allocation, which dominated multi-threaded programs.
 
-static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 static GATE_CLOSED: AtomicBool = AtomicBool::new(false);
+static FLAGS: oxgrind_sys::lock::SpinLock<Vec<&'static AtomicBool>> =
+    oxgrind_sys::lock::SpinLock::new(Vec::new());
+
+std::thread_local! {
+    static MY_FLAG: core::cell::Cell<Option<&'static AtomicBool>> = const { core::cell::Cell::new(None) };
+}
+
+fn my_flag() -> &'static AtomicBool {
+    MY_FLAG.with(|f| match f.get() {
+        Some(flag) => flag,
+        None => {
+            let flag: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+            FLAGS.lock().push(flag);
+            f.set(Some(flag));
+            flag
+        }
+    })
+}
 
 /// Held for the duration of one allocator event.
-pub struct EventGate(());
+pub struct EventGate(&'static AtomicBool);
 
 impl EventGate {
     #[inline]
     pub fn enter() -> EventGate {
+        let flag = my_flag();
         loop {
+            flag.store(true, Ordering::Relaxed);
+            core::sync::atomic::fence(Ordering::SeqCst);
+            if !GATE_CLOSED.load(Ordering::Relaxed) {
+                return EventGate(flag);
+            }
+            flag.store(false, Ordering::Release);
             while GATE_CLOSED.load(Ordering::Acquire) {
-                core::hint::spin_loop();
                 raw::sched_yield();
             }
-            IN_FLIGHT.fetch_add(1, Ordering::AcqRel);
-            if !GATE_CLOSED.load(Ordering::Acquire) {
-                return EventGate(());
-            }
-            IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }
@@ -56,16 +80,24 @@ impl EventGate {
 impl Drop for EventGate {
     #[inline]
     fn drop(&mut self) {
-        IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
+        self.0.store(false, Ordering::Release);
     }
 }
 
 /// Closes the gate: allocator events in flight finish, new ones wait. Afterwards no other
 /// thread is inside oxgrind's code, so none holds one of its locks.
 pub fn close_gate() {
-    GATE_CLOSED.store(true, Ordering::Release);
-    while IN_FLIGHT.load(Ordering::Acquire) != 0 {
-        raw::sched_yield();
+    GATE_CLOSED.store(true, Ordering::Relaxed);
+    core::sync::atomic::fence(Ordering::SeqCst);
+    let mine = my_flag() as *const AtomicBool;
+    let flags = FLAGS.lock().clone();
+    for f in flags {
+        if core::ptr::eq(f, mine) {
+            continue;
+        }
+        while f.load(Ordering::Acquire) {
+            raw::sched_yield();
+        }
     }
 }
 
@@ -78,7 +110,7 @@ extern "C" fn before_fork() {
 }
 
 extern "C" fn after_fork_parent() {
-    GATE_CLOSED.store(false, Ordering::Release);
+    open_gate();
 }
 
 extern "C" fn after_fork_child() {
@@ -88,8 +120,9 @@ extern "C" fn after_fork_child() {
     unsafe {
         BLOCKS.force_unlock_all();
         STACKS.force_unlock_all();
+        FLAGS.force_unlock();
     }
-    GATE_CLOSED.store(false, Ordering::Release);
+    open_gate();
     guard::forget_tid();
     if let Some(rt) = state::runtime() {
         rt.tool.on_fork_child();

@@ -377,7 +377,8 @@ impl State {
             total_bytes_time: 0,
             last_time: 0,
             started: false,
-            sched: Scheduler::new(opts.max_snapshots, opts.detailed_freq, opts.peak_inaccuracy),
+            sched: Scheduler::new(opts.max_snapshots, opts.detailed_freq, opts.peak_inaccuracy)
+                .with_interval_floor(if opts.time_unit == TimeUnit::Ms { 1 } else { 0 }),
             ignored_blocks: FxHashSet::default(),
             pages: pages::Pages::default(),
         }
