@@ -12,9 +12,10 @@
 //!   returned.
 //! * `oxg_attach`: takes over the calling thread: the guest continues at the caller's
 //!   return address, with the caller's registers and `rax = 0`.
-//! * `oxg_ibl`: indirect-branch lookup in the per-thread table (multiplicative hash, two
-//!   probes, so that two hot targets that share a slot do not evict each other); saves the arithmetic flags
-//!   with `lahf`/`seto` (no stack use) and falls back to the dispatcher on a miss.
+//! * `oxg_ibl2`: second probe and miss path of the indirect-branch lookup whose first probe
+//!   translated code inlines at every indirect exit (multiplicative hash, two probes, so
+//!   that two hot targets sharing a slot do not evict each other); the arithmetic flags
+//!   are saved with `lahf`/`seto` (no stack use); a miss enters the dispatcher.
 //! * `oxg_clone_tramp`: executes a guest `clone` whose child shares the address space and
 //!   moves the child onto its own context before it runs any translated code.
 //! * `oxg_raise_tramp`: re-raises a signal that arrived while the thread was inside the
@@ -26,7 +27,7 @@ use crate::context as c;
 extern "C" {
     pub fn oxg_dispatch();
     pub fn oxg_attach(ctx: *mut c::ThreadCtx);
-    pub fn oxg_ibl();
+    pub fn oxg_ibl2();
     pub fn oxg_clone_tramp();
     pub fn oxg_raise_tramp();
     pub fn oxg_sig_entry();
@@ -122,27 +123,16 @@ core::arch::global_asm!(
     "mov gs:[{g_rsp}], rax",
     "jmp oxg_dispatch_core",
     // ------------------------------------------------------------------ IBL
-    // rax = guest target, guest rax in STUB_RAX, guest flags live.
+    // Second probe and miss path of the lookup that translated code inlines at each
+    // indirect exit (see translate.rs): rax = first slot, rcx = guest target, guest rcx and
+    // flags saved, guest rax in STUB_RAX.
     ".p2align 4",
-    ".globl oxg_ibl",
-    ".hidden oxg_ibl",
-    "oxg_ibl:",
-    "mov gs:[{ibl_rcx}], rcx",
-    "mov rcx, rax",
-    "lahf",
-    "seto al",
-    "mov gs:[{ibl_flags}], rax",
-    "imul rax, rcx, {ibl_mul}",
-    "shr rax, {ibl_shift}",
-    "and eax, {ibl_mask}",
-    "shl rax, 4",
-    "add rax, gs:[{ibl_table}]",
-    "cmp rcx, [rax]",
-    "je 1f",
+    ".globl oxg_ibl2",
+    ".hidden oxg_ibl2",
+    "oxg_ibl2:",
     "add rax, 16",
     "cmp rcx, [rax]",
     "jne 2f",
-    "1:",
     "mov rax, [rax + 8]",
     "mov gs:[{host_target}], rax",
     "mov rax, gs:[{ibl_flags}]",
@@ -279,10 +269,6 @@ core::arch::global_asm!(
     g_flags = const c::OFF_GFLAGS,
     estack = const c::OFF_ESTACK,
     xsave = const c::XSAVE_OFF,
-    ibl_table = const c::OFF_IBL_TABLE,
-    ibl_mask = const (c::IBL_ENTRIES - 1),
-    ibl_mul = const c::IBL_MUL,
-    ibl_shift = const c::IBL_SHIFT,
     clone_child = const c::OFF_CLONE_CHILD,
     clone_next_pc = const c::OFF_CLONE_NEXT_PC,
     started = const c::OFF_STARTED,

@@ -56,8 +56,8 @@ pub struct ThreadCtx {
     pub scratch: [u64; SCRATCH_SLOTS],
     /// Host address of the dispatcher entry (`jmp gs:[..]` from exit stubs).
     pub dispatch: u64,
-    /// Host address of the indirect-branch lookup routine.
-    pub ibl: u64,
+    /// Host address of the IBL's second probe / miss path (`oxg_ibl2`).
+    pub ibl2: u64,
     /// This thread's IBL table: `IBL_ENTRIES` pairs (guest pc, host pc).
     pub ibl_table: u64,
     /// Top of this thread's private engine stack.
@@ -100,8 +100,8 @@ macro_rules! off {
 }
 off!(OFF_SCRATCH, scratch);
 off!(OFF_DISPATCH, dispatch);
-off!(OFF_IBL, ibl);
 off!(OFF_IBL_TABLE, ibl_table);
+off!(OFF_IBL2, ibl2);
 off!(OFF_ESTACK, estack);
 off!(OFF_IN_ENGINE, in_engine);
 off!(OFF_NEXT_PC, next_pc);
@@ -150,7 +150,7 @@ const ENGINE_STACK: usize = 1 << 20;
 static ALL: AtomicPtr<ThreadCtx> = AtomicPtr::new(ptr::null_mut());
 
 /// Creates a context with its engine stack and IBL table; `None` if memory is exhausted.
-pub fn new_ctx(dispatch: u64, ibl: u64) -> Option<*mut ThreadCtx> {
+pub fn new_ctx(dispatch: u64) -> Option<*mut ThreadCtx> {
     let page = raw::mmap_anon(CTX_SIZE)?;
     let stack = raw::mmap_anon(ENGINE_STACK)?;
     let table = raw::mmap_anon((IBL_ENTRIES + 1) * 16)?;
@@ -159,7 +159,7 @@ pub fn new_ctx(dispatch: u64, ibl: u64) -> Option<*mut ThreadCtx> {
     unsafe {
         (*ctx).self_ptr = ctx as u64;
         (*ctx).dispatch = dispatch;
-        (*ctx).ibl = ibl;
+        (*ctx).ibl2 = crate::asm::oxg_ibl2 as *const () as u64;
         (*ctx).ibl_table = table as u64;
         (*ctx).estack = stack as u64 + ENGINE_STACK as u64 - 64;
         let mut head = ALL.load(Ordering::Acquire);

@@ -232,7 +232,7 @@ fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
 
 /// Sets up the context of a thread about to be created by `clone(CLONE_VM)`.
 fn prepare_clone(ctx: &mut ThreadCtx, next_pc: u64) -> Option<()> {
-    let child = c::new_ctx(ctx.dispatch, ctx.ibl)?;
+    let child = c::new_ctx(ctx.dispatch)?;
     // SAFETY: child is a fresh context nobody else knows yet.
     unsafe {
         (*child).gregs[c::RDI] = ctx.gregs[c::RDI];

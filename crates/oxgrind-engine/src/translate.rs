@@ -627,6 +627,39 @@ impl Emitter {
         }
     }
 
+    /// The first probe of the indirect-branch lookup, inlined at each indirect exit so that
+    /// every site has its own final `jmp` (and branch-predictor entry); the second probe and
+    /// the miss path are shared (`oxg_ibl2`). Protocol: rax = guest
+    /// target, guest rax in STUB_RAX; flags saved with lahf/seto, no stack use.
+    fn inline_ibl(&mut self) {
+        self.store_gs(1, c::scratch_off(c::S_IBL_RCX)); // mov gs:[ibl_rcx], rcx
+        self.buf.extend_from_slice(&[0x48, 0x89, 0xC1]); // mov rcx, rax
+        self.buf.extend_from_slice(&[0x9F, 0x0F, 0x90, 0xC0]); // lahf; seto al
+        self.store_gs(0, c::scratch_off(c::S_IBL_FLAGS));
+        self.buf.extend_from_slice(&[0x48, 0x69, 0xC1]); // imul rax, rcx, K
+        self.d32(c::IBL_MUL);
+        self.buf
+            .extend_from_slice(&[0x48, 0xC1, 0xE8, c::IBL_SHIFT as u8]); // shr rax, S
+        self.buf.push(0x25); // and eax, mask
+        self.d32((c::IBL_ENTRIES - 1) as u32);
+        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE0, 0x04]); // shl rax, 4
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]); // add rax, gs:[table]
+        self.d32(c::OFF_IBL_TABLE as u32);
+        self.buf.extend_from_slice(&[0x48, 0x3B, 0x08]); // cmp rcx, [rax]
+        self.buf.extend_from_slice(&[0x75, 0x00]); // jne miss
+        let jne = self.buf.len();
+        self.buf.extend_from_slice(&[0x48, 0x8B, 0x40, 0x08]); // mov rax, [rax+8]
+        self.store_gs(0, c::scratch_off(c::S_HOST_TARGET));
+        self.load_gs(0, c::scratch_off(c::S_IBL_FLAGS));
+        self.buf.extend_from_slice(&[0x04, 0x7F, 0x9E]); // add al, 0x7f; sahf
+        self.load_gs(1, c::scratch_off(c::S_IBL_RCX));
+        self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
+        self.jmp_gs(c::scratch_off(c::S_HOST_TARGET));
+        let rel = self.buf.len() - jne;
+        self.buf[jne - 1] = rel as u8;
+        self.jmp_gs(c::OFF_IBL2);
+    }
+
     /// `mov rax, <operand 0 of ins>` for an indirect jump or call.
     fn load_target(&mut self, ins: &Instruction) -> Result<(), TranslateError> {
         match ins.op0_kind() {
@@ -715,13 +748,13 @@ impl Emitter {
             FlowControl::IndirectBranch => {
                 self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
                 self.load_target(ins)?;
-                self.jmp_gs(c::OFF_IBL);
+                self.inline_ibl();
             }
             FlowControl::IndirectCall => {
                 self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
                 self.load_target(ins)?;
                 self.push_return(next);
-                self.jmp_gs(c::OFF_IBL);
+                self.inline_ibl();
             }
             FlowControl::Return => {
                 self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
@@ -732,7 +765,7 @@ impl Emitter {
                     self.buf.extend_from_slice(&[0x48, 0x8D, 0xA4, 0x24]);
                     self.d32(imm);
                 }
-                self.jmp_gs(c::OFF_IBL);
+                self.inline_ibl();
             }
             // int3, int n, ud2, hlt...: run as they are; the kernel reports the trap with
             // the host pc. Then carry on at the next guest instruction.

@@ -123,6 +123,7 @@ fn assert_counts_match(name: &str, src: &str, low: i64) {
     let (theirs, their_stdout) = callgrind_start_inclusive(&bin);
     assert_eq!(our_stdout, their_stdout);
     let diff = ours as i64 - theirs as i64;
+    eprintln!("{name}: engine {ours}, callgrind {theirs}, diff {diff}");
     assert!(
         (low..=SLACK).contains(&diff),
         "{name}: engine counted {ours}, Callgrind's _start inclusive Ir is {theirs} (diff {diff})"
