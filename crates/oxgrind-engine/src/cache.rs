@@ -8,7 +8,8 @@
 //! Linking: every exit stub of a new block whose target is already translated is patched at
 //! once; the others wait in `pending`, keyed by guest target, and are patched when that
 //! target is translated. Syscall blocks are never linked to: the dispatcher must see each
-//! system call.
+//! system call. `links` remembers the patched stubs so that [`CodeCache::invalidate`] can
+//! undo them when the program unmaps code.
 
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
@@ -41,12 +42,15 @@ pub struct Stats {
     pub bytes: u64,
     pub dispatches: u64,
     pub arenas: u64,
+    pub invalidated: u64,
 }
 
 pub struct CodeCache {
     arenas: Vec<Arena>,
     blocks: BTreeMap<u64, BlockRec>,
     pending: BTreeMap<u64, Vec<u64>>,
+    /// Linked stubs by guest target, to unlink them when the target is invalidated.
+    links: BTreeMap<u64, Vec<u64>>,
     opts: Options,
     /// Testing knob: place arenas far from all guest code to exercise the far paths.
     far: bool,
@@ -101,6 +105,7 @@ impl CodeCache {
             arenas: Vec::new(),
             blocks: BTreeMap::new(),
             pending: BTreeMap::new(),
+            links: BTreeMap::new(),
             opts,
             far,
             stats: Stats::default(),
@@ -185,8 +190,10 @@ impl CodeCache {
             let stub = base + s.offset as u64;
             match self.blocks.get(&s.target) {
                 Some(b) if b.kind == BlockKind::Normal => {
-                    // SAFETY: stub is an exit stub just written; b.host a translated block.
-                    unsafe { translate::link_stub(stub, b.host) };
+                    let host = b.host;
+                    // SAFETY: stub is an exit stub just written; host a translated block.
+                    unsafe { translate::link_stub(stub, host) };
+                    self.links.entry(s.target).or_default().push(stub);
                 }
                 Some(_) => {}
                 None => self.pending.entry(s.target).or_default().push(stub),
@@ -194,14 +201,46 @@ impl CodeCache {
         }
         if t.kind == BlockKind::Normal {
             if let Some(waiting) = self.pending.remove(&pc) {
-                for stub in waiting {
+                for &stub in &waiting {
                     // SAFETY: as above; stubs in `pending` are unlinked exit stubs.
                     unsafe { translate::link_stub(stub, base) };
                 }
+                self.links.entry(pc).or_default().extend(waiting);
             }
         } else {
             self.pending.remove(&pc);
         }
         Ok(rec)
+    }
+
+    /// Forgets the translations of guest code in `[start, end)` (the program is unmapping
+    /// it or making it non-executable): later executions at those addresses translate the
+    /// new contents. Direct links into the dropped blocks are reverted to exit stubs and
+    /// every thread's IBL entries for them are cleared. The host code itself stays mapped
+    /// (another thread may still be running it) and is simply abandoned.
+    ///
+    /// Limits (phase 1): a block is found by its start address only, so a block starting
+    /// before `start` that runs into the range survives; IBL entries of other threads are
+    /// cleared without synchronising with those threads.
+    pub fn invalidate(&mut self, start: u64, end: u64) {
+        if start >= end {
+            return;
+        }
+        let pcs: Vec<u64> = self.blocks.range(start..end).map(|(k, _)| *k).collect();
+        if pcs.is_empty() {
+            return;
+        }
+        for pc in &pcs {
+            self.blocks.remove(pc);
+            if let Some(stubs) = self.links.remove(pc) {
+                for &stub in &stubs {
+                    // SAFETY: every address in `links` is an exit stub we linked.
+                    unsafe { translate::unlink_stub(stub) };
+                }
+                self.pending.entry(*pc).or_default().extend(stubs);
+            }
+        }
+        self.stats.invalidated += pcs.len() as u64;
+        crate::context::purge_ibl(start, end);
     }
 }

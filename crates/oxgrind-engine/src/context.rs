@@ -215,3 +215,23 @@ pub fn gs_base() -> u64 {
         v
     }
 }
+
+/// Clears every thread's IBL entries whose guest pc lies in `[start, end)`.
+pub fn purge_ibl(start: u64, end: u64) {
+    let mut p = ALL.load(Ordering::Acquire);
+    while !p.is_null() {
+        // SAFETY: contexts and their tables are never freed; each entry's key is written
+        // with one aligned store, so the owner thread sees the old key or 0.
+        unsafe {
+            let table = (*p).ibl_table as *mut u64;
+            for i in 0..=IBL_ENTRIES {
+                let k = table.add(2 * i);
+                let key = ptr::read_volatile(k);
+                if key >= start && key < end {
+                    ptr::write_volatile(k, 0);
+                }
+            }
+            p = (*p).next;
+        }
+    }
+}

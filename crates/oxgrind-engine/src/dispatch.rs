@@ -46,6 +46,10 @@ static EXIT_REPORTED: AtomicU64 = AtomicU64::new(0);
 
 const SYS_RT_SIGACTION: u64 = 13;
 const SYS_RT_SIGRETURN: u64 = 15;
+const SYS_MPROTECT: u64 = 10;
+const SYS_MUNMAP: u64 = 11;
+const SYS_MREMAP: u64 = 25;
+const PROT_EXEC: u64 = 4;
 const SYS_CLONE: u64 = 56;
 const SYS_ARCH_PRCTL: u64 = 158;
 const SYS_EXIT_GROUP: u64 = 231;
@@ -221,12 +225,28 @@ fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
             }
             Action::Run(signals::sigreturn_tramp(ctx))
         }
+        SYS_MUNMAP | SYS_MREMAP => {
+            invalidate(ctx.gregs[c::RDI], ctx.gregs[c::RSI]);
+            Action::Run(host)
+        }
+        SYS_MPROTECT if ctx.gregs[c::RDX] & PROT_EXEC == 0 => {
+            invalidate(ctx.gregs[c::RDI], ctx.gregs[c::RSI]);
+            Action::Run(host)
+        }
         SYS_ARCH_PRCTL if matches!(ctx.gregs[c::RDI], 0x1001 | 0x1004) => {
             // The engine owns %gs; refuse rather than corrupt.
             ctx.gregs[c::RAX] = (-22i64) as u64; // EINVAL
             Action::Emulated
         }
         _ => Action::Run(host),
+    }
+}
+
+/// Drops translations of `[addr, addr+len)` before the program unmaps or write-enables it.
+fn invalidate(addr: u64, len: u64) {
+    let end = addr.saturating_add(len.saturating_add(4095) & !4095);
+    if let Some(cache) = CACHE.lock().as_mut() {
+        cache.invalidate(addr, end);
     }
 }
 
@@ -290,8 +310,8 @@ fn report_exit(status: i32) {
                 let s = cache.stats;
                 let _ = writeln!(
                     w,
-                    "oxgrind-engine: blocks translated: {}, code bytes: {}, dispatches: {}, arenas: {}",
-                    s.blocks, s.bytes, s.dispatches, s.arenas
+                    "oxgrind-engine: blocks translated: {}, code bytes: {}, dispatches: {}, arenas: {}, invalidated: {}",
+                    s.blocks, s.bytes, s.dispatches, s.arenas, s.invalidated
                 );
                 #[cfg(feature = "debug-dispatch")]
                 {

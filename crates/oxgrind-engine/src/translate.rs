@@ -799,6 +799,18 @@ fn emit_stub(buf: &mut Vec<u8>, target: u64) {
     debug_assert_eq!(buf.len() - start, STUB_SIZE);
 }
 
+/// Reverts a linked stub to its unlinked form (enter the dispatcher).
+///
+/// # Safety
+/// `stub` must be an exit stub in a writable code-cache arena.
+pub unsafe fn unlink_stub(stub: u64) {
+    let mut first = [0u8; 8];
+    first[..5].copy_from_slice(&[0x65, 0x48, 0x89, 0x04, 0x25]);
+    first[5..].copy_from_slice(&(c::scratch_off(c::S_STUB_RAX) as u32).to_le_bytes()[..3]);
+    // SAFETY: the caller guarantees an 8-byte aligned stub; bytes 8.. were never changed.
+    unsafe { core::ptr::write_volatile(stub as *mut u64, u64::from_le_bytes(first)) };
+}
+
 /// Makes the stub at host address `stub` jump straight to host address `to`.
 ///
 /// # Safety

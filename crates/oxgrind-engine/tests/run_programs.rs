@@ -336,3 +336,56 @@ int main(void) {
     assert!(stderr.contains("bytes: 06"), "stderr: {stderr}");
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn code_unmapped_by_dlclose_is_retranslated_when_another_library_takes_its_place() {
+    let dir = work_dir();
+    for (name, mul, val) in [("liba", 10, 1), ("libb", 100, 2)] {
+        let src = dir.join(format!("{name}.c"));
+        std::fs::write(
+            &src,
+            format!("int value(void) {{ return {val}; }}\nint helper(int x) {{ return x * {mul} + value(); }}\n"),
+        )
+        .unwrap();
+        let out = Command::new("gcc")
+            .args(["-O2", "-shared", "-fPIC", "-o"])
+            .arg(dir.join(format!("{name}.so")))
+            .arg(&src)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let bin = compile(
+        "dl",
+        "c",
+        r#"
+#include <dlfcn.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+  for (int i = 0; i < 6; i++) {
+    void *h = dlopen(argv[1 + i % 2], RTLD_NOW);
+    if (!h) { printf("dlopen failed\n"); return 1; }
+    int (*f)(int) = (int (*)(int))dlsym(h, "helper");
+    printf("%d\n", f(i));
+    dlclose(h);
+  }
+  return 0;
+}
+"#,
+        &["-ldl"],
+    );
+    let a = dir.join("liba.so");
+    let b = dir.join("libb.so");
+    same_as_native(
+        &[
+            bin.to_str().unwrap(),
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+        ],
+        &[],
+    );
+}
