@@ -389,3 +389,77 @@ int main(int argc, char **argv) {
         &[],
     );
 }
+
+#[test]
+fn threads_creating_threads_five_hundred_times_behave_as_native() {
+    let bin = compile(
+        "nested_threads",
+        "c",
+        r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <stdatomic.h>
+static atomic_long total;
+static void *leaf(void *arg) { atomic_fetch_add(&total, (long)arg); return NULL; }
+static void *mid(void *arg) {
+  pthread_t t[4];
+  for (long i = 0; i < 4; i++) pthread_create(&t[i], NULL, leaf, (void *)(i + (long)arg));
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  return NULL;
+}
+int main(void) {
+  for (int round = 0; round < 25; round++) {
+    pthread_t t[4];
+    for (long i = 0; i < 4; i++) pthread_create(&t[i], NULL, mid, (void *)(i * 10));
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  }
+  printf("total=%ld\n", (long)total);
+  return 0;
+}
+"#,
+        &["-pthread"],
+    );
+    same_as_native(&[bin.to_str().unwrap()], &[]);
+}
+
+#[test]
+fn rust_program_with_threads_hashmap_and_caught_panic_behaves_as_native() {
+    let dir = work_dir();
+    let src = dir.join("rustprog.rs");
+    std::fs::write(
+        &src,
+        r#"
+use std::collections::HashMap;
+fn main() {
+    let mut m = HashMap::new();
+    for i in 0..200000u64 { *m.entry(i % 1000).or_insert(0u64) += i; }
+    let mut v: Vec<_> = m.into_iter().collect();
+    v.sort();
+    let hs: Vec<_> = (0..4u64)
+        .map(|t| std::thread::spawn(move || (0..100000u64).map(|x| x * t).sum::<u64>()))
+        .collect();
+    let s: u64 = hs.into_iter().map(|h| h.join().unwrap()).sum();
+    // The default hook prints the thread id, which differs between runs.
+    std::panic::set_hook(Box::new(|info| eprintln!("panic: {}", info.payload().downcast_ref::<&str>().unwrap_or(&"?"))));
+    let r = std::panic::catch_unwind(|| { if v.len() > 5 { panic!("caught panic"); } });
+    println!("{} {:?} {} {}", v.len(), v[7], s, r.is_err());
+    std::process::exit(7);
+}
+"#,
+    )
+    .unwrap();
+    let bin = dir.join("rustprog");
+    let out = Command::new("rustc")
+        .arg("-O")
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .expect("run rustc");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    same_as_native(&[bin.to_str().unwrap()], &[("RUST_BACKTRACE", "0")]);
+}
