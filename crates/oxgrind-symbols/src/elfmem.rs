@@ -189,6 +189,13 @@ pub(crate) fn modules_from_maps(maps: &[Mapping]) -> Vec<CfiModule> {
         .filter(|m| {
             m.offset == 0 && m.readable && (m.path.first() == Some(&b'/') || m.path == b"[vdso]")
         })
+        // A loaded object always has executable code mapped from the same file. Requiring it
+        // keeps the header read away from data files the program mmap'ed (which may have
+        // been truncated: touching them would raise SIGBUS inside an allocation hook).
+        .filter(|m| {
+            maps.iter()
+                .any(|x| x.executable && x.inode == m.inode && x.path == m.path)
+        })
         .filter_map(|m| module_at(maps, m))
         .collect()
 }

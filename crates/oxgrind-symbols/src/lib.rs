@@ -18,6 +18,7 @@
 extern crate alloc;
 
 pub mod below_main;
+pub mod cxxabi;
 mod elfmem;
 pub mod maps;
 pub mod symbolize;

@@ -95,6 +95,8 @@ struct Loaded {
 struct Entry {
     module: Module,
     loaded: Option<Loaded>,
+    /// Describe from the symbol table only (see [`Symbolizer::set_symbols_only`]).
+    symbols_only: bool,
 }
 
 /// Turns code addresses into Valgrind frame descriptions. See the module docs.
@@ -171,6 +173,7 @@ impl Symbolizer {
             s.entries.push(Entry {
                 module,
                 loaded: None,
+                symbols_only: false,
             });
         }
         s.ranges.sort_unstable();
@@ -191,6 +194,20 @@ impl Symbolizer {
     /// default one.
     pub fn add_debug_dir(&mut self, dir: impl Into<PathBuf>) {
         self.debug_dirs.insert(0, dir.into());
+    }
+
+    /// Describes addresses in the object at `path` from its symbol table only, without
+    /// file:line, as Valgrind shows its own preloaded replacements
+    /// (`malloc (in /usr/libexec/valgrind/vgpreload_memcheck-amd64-linux.so)`): for the
+    /// runtime's interposed entry points. Returns whether such an object is known.
+    pub fn set_symbols_only(&mut self, path: &Path) -> bool {
+        let mut found = false;
+        for e in self.entries.iter_mut().filter(|e| e.module.path == path) {
+            e.symbols_only = true;
+            found = true;
+        }
+        self.cache.clear();
+        found
     }
 
     /// The objects this symbolizer knows.
@@ -263,12 +280,13 @@ impl Symbolizer {
         let object = Some(self.entries[idx].module.path.to_string_lossy().into_owned());
         let bias = self.entries[idx].module.bias;
         let show_below_main = self.show_below_main;
+        let symbols_only = self.entries[idx].symbols_only;
         let loaded = self.loaded(idx);
         let svma = ip.wrapping_sub(bias);
         let sym = sym_at(&loaded.syms, svma);
 
         let mut out: Vec<Frame> = Vec::new();
-        if let Some(ctx) = &loaded.dwarf {
+        if let Some(ctx) = loaded.dwarf.as_ref().filter(|_| !symbols_only) {
             let unit = ctx.find_dwarf_and_unit(svma).skip_all_loads();
             let files = unit.map(unit_files).unwrap_or_default();
             if let Ok(mut iter) = ctx.find_frames(svma).skip_all_loads() {
@@ -351,8 +369,9 @@ fn split_name(raw: &str) -> (Option<String>, Option<String>) {
     }
 }
 
-/// Demangles as Valgrind 3.19 prints: Itanium C++ names like `c++filt` (parameters included),
-/// Rust names without their hash; anything else unchanged.
+/// Demangles as Valgrind 3.19 prints: Itanium C++ names with libiberty's text (like
+/// `c++filt -i`, see [`crate::cxxabi`]), Rust names without their hash; anything else
+/// unchanged.
 pub fn demangle(raw: &str) -> Cow<'_, str> {
     if raw.starts_with("_R")
         || (raw.starts_with("_ZN") && raw.contains("17h") && raw.ends_with('E'))
@@ -366,8 +385,11 @@ pub fn demangle(raw: &str) -> Cow<'_, str> {
         }
     }
     if raw.starts_with("_Z") {
+        if let Some(s) = crate::cxxabi::cxa_demangle(raw) {
+            return Cow::Owned(s);
+        }
         if let Ok(sym) = cpp_demangle::Symbol::new(raw.as_bytes()) {
-            if let Ok(s) = sym.demangle(&cpp_demangle::DemangleOptions::default()) {
+            if let Ok(s) = sym.demangle() {
                 return Cow::Owned(s);
             }
         }

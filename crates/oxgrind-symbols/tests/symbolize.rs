@@ -104,7 +104,7 @@ extern "C" int cpp_entry(int x, cb_t cb) {
 "#;
 
 #[test]
-fn cpp_names_are_demangled_like_cxxfilt_and_mangled_kept() {
+fn cpp_names_are_demangled_like_cxxfilt_no_verbose_and_mangled_kept() {
     let (so, ras) = call_and_capture("cpp", "g++", "cc", CPP, &["-O0", "-g"], "cpp_entry");
     let nm = Command::new("nm").arg(&so).output().expect("nm");
     let nm = String::from_utf8_lossy(&nm.stdout);
@@ -285,4 +285,58 @@ fn libc_is_described_from_its_build_id_debug_file() {
     assert_eq!(f.file.as_deref(), Some("strdup.c"));
     assert!(f.line > 0);
     assert_eq!(f.object.as_deref(), Some(libc.to_str().unwrap()));
+}
+
+#[test]
+fn demangling_matches_libiberty_on_libstdcxx_symbols() {
+    use std::io::Write;
+    let lib = Path::new("/usr/lib/x86_64-linux-gnu/libstdc++.so.6");
+    let nm = Command::new("nm")
+        .arg("-D")
+        .arg(lib)
+        .output()
+        .expect("nm -D libstdc++");
+    let names: Vec<String> = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().last())
+        .filter(|n| n.starts_with("_Z"))
+        .map(|n| n.split('@').next().unwrap_or(n).to_string())
+        .collect();
+    assert!(names.len() > 1000, "too few C++ symbols: {}", names.len());
+    let mut child = Command::new("c++filt")
+        .arg("-i")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("c++filt");
+    // Feed stdin from another thread: c++filt answers line by line, and a full stdout pipe
+    // would otherwise block both sides.
+    let mut stdin = child.stdin.take().unwrap();
+    let input = names.join("\n");
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let out = child.wait_with_output().expect("c++filt output");
+    writer.join().expect("writer thread").expect("write to c++filt");
+    let want: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(want.len(), names.len());
+    let bad: Vec<String> = names
+        .iter()
+        .zip(&want)
+        .filter(|(n, w)| oxgrind_symbols::demangle(n) != w.as_str())
+        .map(|(n, w)| {
+            format!(
+                "{n}: ours {:?}, c++filt {w:?}",
+                oxgrind_symbols::demangle(n)
+            )
+        })
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "{} of {} differ, e.g. {:?}",
+        bad.len(),
+        names.len(),
+        &bad[..bad.len().min(3)]
+    );
 }

@@ -261,3 +261,130 @@ fn describe_matches_valgrind_for_a_rust_program() {
         "too few frames compared ({compared}):\n{log}"
     );
 }
+
+/// Compares every frame of `log` that lies in one of `sym`'s objects; returns how many.
+fn compare_log(log: &str, sym: &mut Symbolizer) -> usize {
+    let known: Vec<(u64, u64)> = sym.modules().flat_map(|m| m.ranges.clone()).collect();
+    let vg = frames(log);
+    let (mut compared, mut i) = (0, 0);
+    while i < vg.len() {
+        let addr = vg[i].0;
+        let run = vg[i..].iter().take_while(|f| f.0 == addr).count();
+        if known.iter().any(|&(s, e)| s <= addr && addr < e) {
+            let ours: Vec<String> = sym
+                .describe(addr)
+                .iter()
+                .map(|f| f.to_string().split_once(": ").unwrap().1.to_string())
+                .collect();
+            let theirs: Vec<String> = vg[i..i + run].iter().map(|f| f.1.clone()).collect();
+            assert_eq!(ours, theirs, "at 0x{addr:X}\n{log}");
+            compared += run;
+        }
+        i += run;
+    }
+    compared
+}
+
+/// Link-time address of the first symbol `nm [args] path` lists with a name accepted by `pick`.
+fn nm_addr(args: &[&str], path: &Path, pick: impl Fn(&str) -> bool) -> u64 {
+    let nm = Command::new("nm")
+        .args(args)
+        .arg(path)
+        .output()
+        .expect("nm");
+    String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .find_map(|l| {
+            let mut it = l.split_whitespace();
+            let (a, _, n) = (it.next()?, it.next()?, it.next()?);
+            pick(n).then(|| u64::from_str_radix(a, 16).ok())?
+        })
+        .unwrap_or_else(|| panic!("symbol not found by nm in {}", path.display()))
+}
+
+const LEAK_CC: &str = r#"#include <dlfcn.h>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+namespace {
+struct Node { std::string name; std::vector<int> v; };
+__attribute__((noinline)) Node *anon_make(const char *s) { return new Node{s, {1, 2, 3}}; }
+}
+namespace app {
+template <class K, class V> struct Registry {
+    std::map<K, V> *m = new std::map<K, V>;
+    __attribute__((noinline)) void put(const K &k, const V &v) { (*m)[k] = v; }
+};
+}
+int main() {
+    std::printf("cxa=%p\n", dlsym(RTLD_DEFAULT, "__cxa_begin_catch"));
+    auto lambda = [](int n) { return new std::vector<long>(n); };
+    auto *r = new app::Registry<std::string, int>;
+    r->put(std::string(40, 'k'), 1);
+    anon_make("a fairly long string that does not fit in the SSO buffer");
+    lambda(7);
+    return 0;
+}
+"#;
+
+/// C++ names (templates, `[abi:cxx11]`, anonymous namespaces, lambdas, operators) and
+/// libstdc++'s inlined frames, as Valgrind prints them.
+#[test]
+fn describe_matches_valgrind_for_a_cpp_program() {
+    if !valgrind_available() {
+        eprintln!("skipped: valgrind not installed");
+        return;
+    }
+    let dir = common::scratch("vg-cc");
+    let exe = common::compile(
+        &dir,
+        "g++",
+        "leak",
+        "cc",
+        LEAK_CC,
+        &["-O1", "-g", "-no-pie"],
+        "leak",
+    );
+    let log = dir.join("vg.log");
+    let out = Command::new("valgrind")
+        .args([
+            "--tool=memcheck",
+            "--leak-check=full",
+            "--show-leak-kinds=all",
+            "--num-callers=40",
+        ])
+        .arg(format!("--log-file={}", log.display()))
+        .arg(&exe)
+        .output()
+        .expect("run valgrind");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let log = std::fs::read_to_string(&log).expect("valgrind log");
+    let cxa_rt = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("cxa=0x"))
+        .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+        .expect("program printed __cxa_begin_catch");
+    let libstdcxx = Path::new("/usr/lib/x86_64-linux-gnu/libstdc++.so.6");
+    let cxa_link = nm_addr(&["-D"], libstdcxx, |n| {
+        n == "__cxa_begin_catch" || n.starts_with("__cxa_begin_catch@")
+    });
+    let mut sym = Symbolizer::new(vec![
+        Module {
+            path: exe.clone(),
+            bias: 0,
+            ranges: vec![],
+        },
+        Module {
+            path: libstdcxx.to_path_buf(),
+            bias: cxa_rt - cxa_link,
+            ranges: vec![],
+        },
+    ]);
+    let compared = compare_log(&log, &mut sym);
+    assert!(log.contains("anon_make"), "{log}");
+    assert!(
+        compared >= 10,
+        "too few frames compared ({compared}):\n{log}"
+    );
+}

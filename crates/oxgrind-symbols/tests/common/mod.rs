@@ -16,8 +16,19 @@ extern "C" {
 const RTLD_NOW: c_int = 2;
 
 /// A fresh directory for this test process's build products.
+/// Directories of earlier test processes that have exited are removed on the way.
 pub fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("oxgrind-symbols-{}-{}", tag, std::process::id()));
+    let root = std::env::temp_dir().join("oxgrind-symbols-tests");
+    if let Ok(entries) = std::fs::read_dir(&root) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid = name.split('-').next().unwrap_or("");
+            if !pid.is_empty() && !Path::new("/proc").join(pid).exists() {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let dir = root.join(format!("{}-{}", std::process::id(), tag));
     std::fs::create_dir_all(&dir).expect("create scratch dir");
     dir
 }
