@@ -18,6 +18,7 @@
 //!   are saved with `lahf`/`seto` (no stack use); a miss enters the dispatcher.
 //! * `oxg_clone_tramp`: executes a guest `clone` whose child shares the address space and
 //!   moves the child onto its own context before it runs any translated code.
+//! * `oxg_fork_tramp`: executes a `fork`-like system call and flags the child.
 //! * `oxg_raise_tramp`: re-raises a signal that arrived while the thread was inside the
 //!   engine, at a point where all guest registers are in place.
 //! * `oxg_sig_entry`: the host handler installed for every signal the guest handles.
@@ -29,6 +30,7 @@ extern "C" {
     pub fn oxg_attach(ctx: *mut c::ThreadCtx);
     pub fn oxg_ibl2();
     pub fn oxg_clone_tramp();
+    pub fn oxg_fork_tramp();
     pub fn oxg_raise_tramp();
     pub fn oxg_sig_entry();
     pub fn oxg_sigreturn_tramp();
@@ -174,6 +176,24 @@ core::arch::global_asm!(
     "mov qword ptr gs:[{stub_rax}], 0",
     "mov rax, gs:[{clone_next_pc}]",
     "jmp oxg_dispatch",
+    // ------------------------------------------------------------------ fork
+    // A clone without CLONE_VM (or fork): the child continues on a copy of this context
+    // and tells its first dispatch that it is a fresh process (see dispatch.rs).
+    ".p2align 4",
+    ".globl oxg_fork_tramp",
+    ".hidden oxg_fork_tramp",
+    "oxg_fork_tramp:",
+    "syscall",
+    "mov rcx, rax",
+    "jrcxz 6f",
+    "mov gs:[{stub_rax}], rax",
+    "mov rax, gs:[{clone_next_pc}]",
+    "jmp oxg_dispatch",
+    "6:",
+    "mov qword ptr gs:[{forked}], 1",
+    "mov gs:[{stub_rax}], rax",
+    "mov rax, gs:[{clone_next_pc}]",
+    "jmp oxg_dispatch",
     // ------------------------------------------------------------------ re-raise
     ".p2align 4",
     ".globl oxg_raise_tramp",
@@ -276,6 +296,7 @@ core::arch::global_asm!(
     raise_tid = const c::OFF_RAISE_TID,
     raise_sig = const c::OFF_RAISE_SIG,
     sigret_src = const c::OFF_SIGRET_SRC,
+    forked = const c::OFF_FORKED,
     scratch = const c::OFF_SCRATCH,
     nscratch = const c::SCRATCH_SLOTS,
     rust = sym crate::dispatch::dispatch,

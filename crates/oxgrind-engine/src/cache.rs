@@ -114,6 +114,12 @@ impl CodeCache {
         }
     }
 
+    /// A fresh, empty cache with the same settings (the child of a `fork` whose parent had
+    /// another thread inside the cache: that thread's half-done update cannot be trusted).
+    pub fn fresh(&self) -> Self {
+        CodeCache::new(self.opts, self.far)
+    }
+
     pub fn lookup(&self, pc: u64) -> Option<BlockRec> {
         self.blocks.get(&pc).copied()
     }

@@ -80,6 +80,8 @@ pub struct ThreadCtx {
     pub raise_sig: u64,
     pub gregs: [u64; 16],
     pub gflags: u64,
+    /// Set by `oxg_fork_tramp` in the child of a fork.
+    pub forked: u64,
     /// Saved scratch group for `oxg_sigreturn_tramp` to restore (0: none).
     pub sigret_src: u64,
     // ---- touched by Rust only ----
@@ -115,6 +117,7 @@ off!(OFF_RAISE_SIG, raise_sig);
 off!(OFF_GREGS, gregs);
 off!(OFF_GFLAGS, gflags);
 off!(OFF_SIGRET_SRC, sigret_src);
+off!(OFF_FORKED, forked);
 
 /// Offset of scratch slot `i`.
 pub const fn scratch_off(i: usize) -> usize {

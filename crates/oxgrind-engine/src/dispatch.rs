@@ -51,6 +51,7 @@ const SYS_MUNMAP: u64 = 11;
 const SYS_MREMAP: u64 = 25;
 const PROT_EXEC: u64 = 4;
 const SYS_CLONE: u64 = 56;
+const SYS_FORK: u64 = 57;
 const SYS_ARCH_PRCTL: u64 = 158;
 const SYS_EXIT_GROUP: u64 = 231;
 const SYS_CLONE3: u64 = 435;
@@ -155,6 +156,10 @@ enum Action {
 pub(crate) unsafe extern "C" fn dispatch(ctx: *mut ThreadCtx) -> u64 {
     // SAFETY: forwarded from the caller contract: ctx is this thread's live context.
     let ctx = unsafe { &mut *ctx };
+    if ctx.forked != 0 {
+        ctx.forked = 0;
+        after_fork_child();
+    }
     if ctx.pending_child != 0 {
         clone_handshake(ctx);
     }
@@ -197,7 +202,7 @@ fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
             };
             if flags & CLONE_VM == 0 {
                 // fork-like: the child is a copy of this thread, context included.
-                return Action::Run(host);
+                return fork(ctx, pc + 2);
             }
             match prepare_clone(ctx, pc + 2) {
                 Some(()) => {
@@ -212,6 +217,7 @@ fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
                 }
             }
         }
+        SYS_FORK => fork(ctx, pc + 2),
         SYS_RT_SIGACTION => match signals::emulate_sigaction(ctx) {
             Some(r) => {
                 ctx.gregs[c::RAX] = r as u64;
@@ -239,6 +245,35 @@ fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
             Action::Emulated
         }
         _ => Action::Run(host),
+    }
+}
+
+/// Runs a fork-like system call through `oxg_fork_tramp`, so the child can repair locks.
+fn fork(ctx: &mut ThreadCtx, next_pc: u64) -> Action {
+    ctx.clone_next_pc = next_pc;
+    if GLOBAL.lock().count {
+        ctx.count += 1;
+    }
+    Action::Run(asm::oxg_fork_tramp as *const () as u64)
+}
+
+/// First dispatch in the child of a fork: only this thread exists now, so a lock held by
+/// another thread of the parent will never be released. The cache it was updating is
+/// abandoned (its code stays valid and mapped) for a fresh one.
+fn after_fork_child() {
+    // SAFETY: the child has a single thread, this one, which holds no engine lock here.
+    unsafe {
+        if GLOBAL.try_lock().is_none() {
+            GLOBAL.force_unlock();
+        }
+        if CACHE.try_lock().is_none() {
+            let cache = CACHE.get_unchecked();
+            if let Some(old) = cache.take() {
+                *cache = Some(old.fresh());
+                core::mem::forget(old);
+            }
+            CACHE.force_unlock();
+        }
     }
 }
 

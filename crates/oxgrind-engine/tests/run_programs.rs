@@ -463,3 +463,35 @@ fn main() {
     );
     same_as_native(&[bin.to_str().unwrap()], &[("RUST_BACKTRACE", "0")]);
 }
+
+#[test]
+fn fork_vfork_and_system_behave_as_native() {
+    let bin = compile(
+        "forks",
+        "c",
+        r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+int main(void) {
+  int r = system("echo from-system");
+  printf("system=%d\n", r);
+  fflush(stdout);
+  int st;
+  pid_t p = vfork();
+  if (p == 0) { execl("/bin/echo", "echo", "vforked", (char *)NULL); _exit(9); }
+  waitpid(p, &st, 0);
+  printf("vfork status=%d\n", WEXITSTATUS(st));
+  fflush(stdout);
+  pid_t q = fork();
+  if (q == 0) { printf("fork child\n"); exit(5); }
+  waitpid(q, &st, 0);
+  printf("fork status=%d\n", WEXITSTATUS(st));
+  return 0;
+}
+"#,
+        &[],
+    );
+    same_as_native(&[bin.to_str().unwrap()], &[]);
+}
