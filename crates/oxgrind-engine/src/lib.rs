@@ -25,9 +25,31 @@
 //! * One instrumentation client: exact instruction counting ([`Config::count_instructions`]),
 //!   counting each `rep` iteration as Valgrind does.
 //!
-//! Not handled yet: self-modifying code and code unmapped then remapped (translations are
-//! never invalidated), guest use of `%gs`, signal `ucontext`s showing guest pcs, freeing
-//! thread contexts, `fork` while another thread holds the engine lock.
+//! * Translations of code that is unmapped (`munmap`, `mremap`) or made non-executable
+//!   (`mprotect`) are dropped, so `dlclose` + `dlopen` at the same address runs new code.
+//! * Guest signal handlers run translated (see [`signals`]), including `siglongjmp` out of
+//!   a `SIGSEGV` handler.
+//!
+//! Not handled yet (phase 2 and later): self-modifying code written in place (JITs) —
+//! only unmap/mprotect invalidate; a block that starts before an invalidated range and runs
+//! into it; the `ucontext` a handler sees holds host pcs; signals deferred while the thread
+//! was in the engine lose their `siginfo`; guest use of `%gs` (refused: the program is
+//! stopped with a report, `arch_prctl(ARCH_SET_GS)` fails with `EINVAL`); thread contexts
+//! are never freed (≈16 KiB + 2 MiB of mostly untouched virtual memory per thread ever
+//! created); a process whose last thread ends with `SYS_exit` instead of `exit_group`
+//! gets no exit report; data pages that are mapped but not executable are translated
+//! (natively: `SIGSEGV`); `call`/`ret` go through the indirect-branch lookup (no
+//! return-stack-buffer prediction); static executables and code before the constructor
+//! are not seen.
+//!
+//! # For the embedder (oxgrind-runtime)
+//!
+//! From the preloaded library's ELF constructor, after the runtime's own set-up and before
+//! returning to the dynamic loader, call [`start_from_constructor`] once with a [`Config`]
+//! (`on_exit` is where tools write their reports: it runs on the engine stack just before
+//! the program's `exit_group`). Requirements: `#[global_allocator]` is
+//! `oxgrind_sys::heap::PrivateHeap`; the library is linked with `-Wl,-z,now`; no other
+//! thread exists yet. [`instructions_executed`] gives the running total in counting mode.
 //!
 //! # Isolation rules
 //!
@@ -38,7 +60,7 @@
 //! allocator that never calls into the program). The full XSAVE state is saved around every
 //! dispatcher entry. The embedding library should be linked with `-z now` so that the
 //! engine's own calls to `memcpy`/`memset` never go through the lazy-binding resolver.
-#![no_std]
+#![cfg_attr(not(test), no_std)]
 #![allow(clippy::missing_safety_doc)]
 
 extern crate alloc;

@@ -836,3 +836,118 @@ pub unsafe fn link_stub(stub: u64, to: u64) {
         core::ptr::write_volatile(p, u64::from_le_bytes(new));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iced_x86::{Decoder, DecoderOptions, Mnemonic};
+
+    fn decode_all(bytes: &[u8], ip: u64) -> Vec<Instruction> {
+        let mut d = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
+        let mut v = Vec::new();
+        while d.can_decode() {
+            v.push(d.decode());
+        }
+        v
+    }
+
+    /// Guest code lives in a heap buffer (mapped, readable): enough for the translator.
+    fn guest(code: &[u8]) -> (Vec<u8>, u64) {
+        let mut buf = code.to_vec();
+        buf.resize(64, 0xCC);
+        let pc = buf.as_ptr() as u64;
+        (buf, pc)
+    }
+
+    const OPTS: Options = Options { count: false };
+
+    #[test]
+    fn rip_relative_operand_points_at_the_same_guest_address_from_the_cache() {
+        // mov rax, [rip+0x100]; ret
+        let (_buf, pc) = guest(&[0x48, 0x8B, 0x05, 0x00, 0x01, 0x00, 0x00, 0xC3]);
+        let base = pc + 0x10_0000;
+        let t = translate(pc, base, OPTS).unwrap();
+        let insns = decode_all(&t.bytes, base);
+        assert_eq!(insns[0].mnemonic(), Mnemonic::Mov);
+        assert!(insns[0].is_ip_rel_memory_operand());
+        assert_eq!(insns[0].ip_rel_memory_address(), pc + 7 + 0x100);
+        assert_eq!(t.bytes.len() % 16, 0);
+    }
+
+    #[test]
+    fn far_rip_relative_operand_goes_through_a_spilled_scratch_register() {
+        let (_buf, pc) = guest(&[0x48, 0x8B, 0x05, 0x00, 0x01, 0x00, 0x00, 0xC3]);
+        let base = pc.wrapping_add(0x100_0000_0000); // 1 TiB away
+        let t = translate(pc, base, OPTS).unwrap();
+        let insns = decode_all(&t.bytes, base);
+        // mov gs:[far_save], rcx; mov rcx, target; mov rax, [rcx]; mov rcx, gs:[far_save]
+        assert_eq!(insns[0].segment_prefix(), Register::GS);
+        assert_eq!(insns[0].op1_register(), Register::RCX);
+        assert_eq!(insns[1].op0_register(), Register::RCX);
+        assert_eq!(insns[1].immediate64(), pc + 7 + 0x100);
+        assert_eq!(insns[2].memory_base(), Register::RCX);
+        assert_eq!(insns[2].op0_register(), Register::RAX);
+        assert_eq!(insns[3].op0_register(), Register::RCX);
+        assert_eq!(
+            insns[3].memory_displacement64(),
+            c::scratch_off(c::S_FAR_SAVE) as u64
+        );
+    }
+
+    #[test]
+    fn call_pushes_the_guest_return_address_and_exits_to_the_callee() {
+        // call +0x20
+        let (_buf, pc) = guest(&[0xE8, 0x20, 0x00, 0x00, 0x00]);
+        let t = translate(pc, pc + 0x1000, OPTS).unwrap();
+        let insns = decode_all(&t.bytes, pc + 0x1000);
+        assert_eq!(insns[0].mnemonic(), Mnemonic::Push);
+        assert_eq!(insns[0].immediate32(), (pc + 5) as u32);
+        assert_eq!(t.stubs.len(), 1);
+        assert_eq!(t.stubs[0].target, pc + 5 + 0x20);
+        if (pc + 5) >> 31 != 0 {
+            assert_eq!(insns[1].immediate32(), ((pc + 5) >> 32) as u32);
+        }
+    }
+
+    #[test]
+    fn block_ends_before_a_syscall_which_gets_a_block_of_its_own() {
+        // mov eax, 39; syscall; ret
+        let (_buf, pc) = guest(&[0xB8, 0x27, 0x00, 0x00, 0x00, 0x0F, 0x05, 0xC3]);
+        let t = translate(pc, pc + 0x1000, OPTS).unwrap();
+        assert_eq!(t.kind, BlockKind::Normal);
+        assert_eq!(t.insns, 1);
+        assert_eq!(t.stubs.len(), 1);
+        assert_eq!(t.stubs[0].target, pc + 5);
+        let s = translate(pc + 5, pc + 0x2000, OPTS).unwrap();
+        assert_eq!(s.kind, BlockKind::Syscall);
+        assert_eq!(&s.bytes[..2], &[0x0F, 0x05]);
+        assert_eq!(s.stubs[0].target, pc + 7);
+    }
+
+    #[test]
+    fn counting_mode_turns_rep_stosb_into_a_self_loop_counted_per_iteration() {
+        let (_buf, pc) = guest(&[0xF3, 0xAA, 0xC3]); // rep stosb; ret
+        let t = translate(pc, pc + 0x1000, Options { count: true }).unwrap();
+        let insns = decode_all(&t.bytes, pc + 0x1000);
+        assert!(insns.iter().any(|i| i.mnemonic() == Mnemonic::Jrcxz));
+        let stos = insns
+            .iter()
+            .find(|i| i.mnemonic() == Mnemonic::Stosb)
+            .unwrap();
+        assert!(!stos.has_rep_prefix());
+        let targets: Vec<u64> = t.stubs.iter().map(|s| s.target).collect();
+        assert!(targets.contains(&pc) && targets.contains(&(pc + 2)));
+    }
+
+    #[test]
+    fn undecodable_bytes_are_an_error_with_address_and_bytes() {
+        let (_buf, pc) = guest(&[0x06]);
+        match translate(pc, pc + 0x1000, OPTS) {
+            Err(TranslateError::Invalid { pc: at, bytes, .. }) => {
+                assert_eq!(at, pc);
+                assert_eq!(bytes[0], 0x06);
+            }
+            other => panic!("expected Invalid, got {:?}", other.map(|t| t.bytes)),
+        }
+    }
+}
