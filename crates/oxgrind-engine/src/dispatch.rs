@@ -1,6 +1,6 @@
 //! The dispatcher: where a thread lands whenever translated code does not know where to go.
 //!
-//! Entered from `oxg_dispatch` (see [`crate::asm`]) on the thread's engine stack, with the
+//! Entered from `oxg_dispatch` (see `asm.rs`) on the thread's engine stack, with the
 //! guest's registers saved in its context. It finds or makes the translation of the next
 //! guest pc, fills the thread's IBL table, runs the pre-system-call hooks for syscall
 //! blocks (clone, exit_group, rt_sigaction, rt_sigreturn) and returns the host address to

@@ -10,7 +10,7 @@
 //! a per-thread context page addressed through `%gs`.
 //!
 //! Where to start reading: [`start_from_constructor`] (takeover), [`translate`] (what a
-//! block becomes), [`dispatch`] (what happens between blocks), [`signals`] (how guest
+//! block becomes), `dispatch` (what happens between blocks), `signals` (how guest
 //! handlers run translated).
 //!
 //! # Phase-1 scope
@@ -27,7 +27,7 @@
 //!
 //! * Translations of code that is unmapped (`munmap`, `mremap`) or made non-executable
 //!   (`mprotect`) are dropped, so `dlclose` + `dlopen` at the same address runs new code.
-//! * Guest signal handlers run translated (see [`signals`]), including `siglongjmp` out of
+//! * Guest signal handlers run translated (see `signals`), including `siglongjmp` out of
 //!   a `SIGSEGV` handler.
 //!
 //! Not handled yet (phase 2 and later): self-modifying code written in place (JITs) —
@@ -68,8 +68,8 @@ extern crate alloc;
 mod asm;
 mod cache;
 mod context;
-pub mod dispatch;
-pub mod signals;
+mod dispatch;
+mod signals;
 pub mod translate;
 
 use core::sync::atomic::{AtomicBool, Ordering};

@@ -4,7 +4,7 @@
 //! that `siglongjmp`s would leave the code cache for good (the spike's failure). What is
 //! done instead:
 //!
-//! * `rt_sigaction` is emulated: for a real handler the kernel gets [`oxg_sig_entry`]
+//! * `rt_sigaction` is emulated: for a real handler the kernel gets `oxg_sig_entry`
 //!   instead, with the guest's flags, mask and restorer plus `SA_SIGINFO`; the guest's
 //!   handler is kept in a table and reported back through `oldact`.
 //! * When a signal arrives while the thread runs translated code, the kernel has already
@@ -13,12 +13,12 @@
 //!   interrupted between two instructions that use them) and enters the dispatcher at the
 //!   guest handler with the kernel's `rdi/rsi/rdx/rsp`. The handler runs translated and
 //!   returns into the guest's restorer, translated too; its `rt_sigreturn` goes through
-//!   [`sigreturn_tramp`], which puts the scratch slots back right before the kernel
+//!   `sigreturn_tramp`, which puts the scratch slots back right before the kernel
 //!   restores the interrupted registers. `siglongjmp` out of a handler is an ordinary
 //!   indirect jump and stays in the code cache.
 //! * When a signal arrives while the thread is inside the engine (dispatcher, translation),
 //!   it is recorded and re-raised with `tgkill` right after the dispatcher has put the
-//!   guest registers back ([`maybe_raise`]).
+//!   guest registers back (`maybe_raise`).
 //!
 //! Not emulated yet (documented limits): the `ucontext` a handler sees holds the *host* pc
 //! and may show engine scratch values in registers if the signal hit an exit stub; a

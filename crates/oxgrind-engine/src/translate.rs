@@ -34,7 +34,7 @@ use crate::context as c;
 /// Maximum guest instructions in one block.
 const MAX_INSNS: usize = 64;
 
-/// Size of an exit stub, see [`emit_stub`].
+/// Size of an exit stub, see `emit_stub`.
 pub const STUB_SIZE: usize = 40;
 /// Offset of the 8-byte far-link slot inside a stub.
 pub const STUB_FAR_SLOT: usize = 32;
