@@ -592,7 +592,7 @@ fn collect_syms(file: &object::File<'_>, out: &mut Vec<(Sym, bool)>) {
 }
 
 fn finish_syms(mut all: Vec<(Sym, bool)>) -> Vec<Sym> {
-    all.sort_by(|a, b| a.0.addr.cmp(&b.0.addr));
+    all.sort_by_key(|a| a.0.addr);
     let mut out: Vec<Sym> = Vec::with_capacity(all.len());
     let mut i = 0;
     while i < all.len() {

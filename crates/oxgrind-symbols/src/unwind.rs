@@ -261,8 +261,11 @@ struct State {
 
 static STATE: SpinLock<Option<State>> = SpinLock::new(None);
 
-/// Minimum time between two re-reads of `/proc/self/maps` caused by unknown addresses.
-const REFRESH_INTERVAL_NS: u64 = 20_000_000;
+/// Minimum time between two re-reads of `/proc/self/maps` caused by unknown addresses (JIT
+/// code is never found, and must not make every capture read /proc). Within this window an
+/// object `dlopen`ed since the last read is unwound by frame pointers only, or not at all;
+/// the runtime's `dlopen` hook can call [`invalidate`] to close the window.
+const REFRESH_INTERVAL_NS: u64 = 5_000_000;
 
 std::thread_local! {
     /// `[lo, hi)` of the mapping holding this thread's stack, as last looked up.
@@ -699,9 +702,9 @@ pub fn text_range_of(addr: u64) -> Option<(u64, u64)> {
     })
 }
 
-/// Forgets the module list and every cached rule, so the next capture re-reads
-/// `/proc/self/maps`. For the runtime's `dlclose` hook; not needed after `dlopen` (unknown
-/// addresses trigger a refresh by themselves).
+/// Re-reads the module list now and forgets every cached rule. For the runtime's `dlopen`
+/// and `dlclose` hooks (after the call returns): unknown addresses do trigger a re-read by
+/// themselves, but at a bounded rate, and an unloaded object's addresses may be reused.
 pub fn invalidate() {
     with_state(|st| {
         st.refresh();

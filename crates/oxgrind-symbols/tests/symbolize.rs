@@ -315,7 +315,10 @@ fn demangling_matches_libiberty_on_libstdcxx_symbols() {
     let input = names.join("\n");
     let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
     let out = child.wait_with_output().expect("c++filt output");
-    writer.join().expect("writer thread").expect("write to c++filt");
+    writer
+        .join()
+        .expect("writer thread")
+        .expect("write to c++filt");
     let want: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(str::to_string)

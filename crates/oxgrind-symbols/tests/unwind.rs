@@ -114,6 +114,8 @@ struct Captured {
 
 static CAPTURED: Mutex<Option<Captured>> = Mutex::new(None);
 static SKIP: Mutex<(u64, u64)> = Mutex::new((0, 0));
+/// Tests that go through `record` share CAPTURED and SKIP: they hold this.
+static SERIAL: Mutex<()> = Mutex::new(());
 
 extern "C" fn record(x: c_int) -> c_int {
     let mut buf = [0u64; 256];
@@ -130,7 +132,6 @@ extern "C" fn record(x: c_int) -> c_int {
 /// Runs the C chain `depth` deep with `record` at the top; tests share the statics, so they
 /// take this lock.
 fn run_chain(depth: c_int, skip: (u64, u64)) -> Captured {
-    static SERIAL: Mutex<()> = Mutex::new(());
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     *SKIP.lock().unwrap() = skip;
     let lib = chain_lib();
@@ -183,7 +184,7 @@ fn capture_matches_libgcc_through_code_without_frame_pointers() {
     let mut sym = Symbolizer::from_self();
     let got = names(&mut sym, &c.ours[1..17]);
     let mut want = vec!["clobber_bp_then_call", "realign_then_call", "vla_then_call"];
-    want.extend(std::iter::repeat("chain").take(13));
+    want.extend(std::iter::repeat_n("chain", 13));
     assert_eq!(got, want);
 }
 
@@ -352,4 +353,38 @@ fn bench_capture_15_frames() {
     // 12 chain + vla + realign + clobber frames = 15 C frames without frame pointers.
     // SAFETY: as in run_chain.
     unsafe { (lib.chain)(11, bench) };
+}
+
+#[test]
+fn objects_loaded_after_earlier_captures_are_unwound_after_invalidate() {
+    // Warm the module list, then load a library it cannot know yet.
+    let _ = run_chain(1, (0, 0));
+    let dir = common::scratch("late");
+    let so = common::compile(
+        &dir,
+        "gcc",
+        "late",
+        "c",
+        "typedef int (*cb_t)(int);\nvolatile int sink;\n\
+         __attribute__((noinline)) int late_entry(int x, cb_t cb) { int r = cb(x); sink += r; return r; }\n",
+        &["-O2", "-fomit-frame-pointer", "-fPIC", "-shared"],
+        "liblate.so",
+    );
+    let lib = common::Lib::open(&so);
+    oxgrind_symbols::invalidate();
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    *SKIP.lock().unwrap() = (0, 0);
+    // SAFETY: late_entry has the (int, cb_t) signature.
+    let f = unsafe {
+        std::mem::transmute::<
+            *mut std::ffi::c_void,
+            unsafe extern "C" fn(c_int, extern "C" fn(c_int) -> c_int) -> c_int,
+        >(lib.sym("late_entry"))
+    };
+    // SAFETY: record matches cb_t.
+    unsafe { f(1, record) };
+    let c = CAPTURED.lock().unwrap().take().expect("callback ran");
+    assert_eq!(&c.ours[1..], &c.oracle[2..]);
+    let mut sym = Symbolizer::from_self();
+    assert_eq!(names(&mut sym, &c.ours[1..2]), vec!["late_entry"]);
 }
