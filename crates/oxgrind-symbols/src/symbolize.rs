@@ -30,7 +30,32 @@ use oxgrind_formats::frame::Frame;
 use crate::below_main::{fn_name_kind, FnNameKind, BELOW_MAIN};
 use crate::maps;
 
-type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
+type Reader = gimli::EndianReader<gimli::RunTimeEndian, Bytes>;
+
+/// Bytes of one DWARF section: a window on the mapped file when stored plainly (no copy of
+/// debug information that can run to gigabytes), or the decompressed copy of a compressed
+/// section.
+#[derive(Clone, Debug)]
+enum Bytes {
+    Mapped(Arc<memmap2::Mmap>, usize, usize),
+    Owned(Arc<[u8]>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m, start, len) => &m[*start..*start + *len],
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+// SAFETY: both variants deref into heap or mapped memory owned through an Arc, which does not
+// move when the Bytes value (or a clone of it) moves; clones share the same memory.
+unsafe impl gimli::StableDeref for Bytes {}
+// SAFETY: as above.
+unsafe impl gimli::CloneStableDeref for Bytes {}
 
 /// Where an object is loaded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,23 +138,25 @@ pub struct Symbolizer {
     pub errors: Vec<SymbolizeError>,
 }
 
-fn mmap(path: &Path) -> Result<memmap2::Mmap, SymbolizeError> {
+fn mmap(path: &Path) -> Result<Arc<memmap2::Mmap>, SymbolizeError> {
     let file = File::open(path).map_err(|error| SymbolizeError::Io {
         path: path.into(),
         error,
     })?;
     // SAFETY: the mapping is private and read-only; a file truncated under us would fault,
     // a risk every symbolizer reading mapped objects takes (addr2line's Loader does too).
-    unsafe { memmap2::Mmap::map(&file) }.map_err(|error| SymbolizeError::Io {
-        path: path.into(),
-        error,
-    })
+    unsafe { memmap2::Mmap::map(&file) }
+        .map(Arc::new)
+        .map_err(|error| SymbolizeError::Io {
+            path: path.into(),
+            error,
+        })
 }
 
 /// `[start, end)` run-time ranges of the object's `PT_LOAD` segments.
 fn load_ranges(path: &Path, bias: u64) -> Result<Vec<(u64, u64)>, SymbolizeError> {
     let data = mmap(path)?;
-    let file = object::File::parse(&*data).map_err(|error| SymbolizeError::Elf {
+    let file = object::File::parse(&data[..]).map_err(|error| SymbolizeError::Elf {
         path: path.into(),
         error,
     })?;
@@ -646,21 +673,36 @@ fn has_dwarf(file: &object::File<'_>) -> bool {
         .is_some_and(|s| s.size() > 0)
 }
 
-fn dwarf_of(file: &object::File<'_>, path: &Path) -> Result<gimli::Dwarf<Reader>, SymbolizeError> {
+fn dwarf_of(
+    data: &Arc<memmap2::Mmap>,
+    file: &object::File<'_>,
+    path: &Path,
+) -> Result<gimli::Dwarf<Reader>, SymbolizeError> {
     let endian = if file.is_little_endian() {
         gimli::RunTimeEndian::Little
     } else {
         gimli::RunTimeEndian::Big
     };
     let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
-        let data: Arc<[u8]> = match file.section_by_name(id.name()) {
-            Some(sec) => match sec.uncompressed_data() {
-                Ok(d) => Arc::from(&*d),
-                Err(_) => Arc::from(&[][..]),
+        let empty = || Bytes::Owned(Arc::from(&[][..]));
+        let bytes = match file.section_by_name(id.name()) {
+            Some(sec) => match sec.compressed_file_range() {
+                Ok(r)
+                    if r.format == object::CompressionFormat::None
+                        && r.offset
+                            .checked_add(r.compressed_size)
+                            .is_some_and(|e| e <= data.len() as u64) =>
+                {
+                    Bytes::Mapped(data.clone(), r.offset as usize, r.compressed_size as usize)
+                }
+                _ => match sec.uncompressed_data() {
+                    Ok(d) => Bytes::Owned(Arc::from(&*d)),
+                    Err(_) => empty(),
+                },
             },
-            None => Arc::from(&[][..]),
+            None => empty(),
         };
-        Ok(gimli::EndianArcSlice::new(data, endian))
+        Ok(gimli::EndianReader::new(bytes, endian))
     };
     gimli::Dwarf::load(load).map_err(|error| SymbolizeError::Dwarf {
         path: path.into(),
@@ -693,7 +735,7 @@ fn altlink_path(file: &object::File<'_>, path: &Path, debug_dirs: &[PathBuf]) ->
 
 fn load(path: &Path, debug_dirs: &[PathBuf]) -> Result<Loaded, SymbolizeError> {
     let data = mmap(path)?;
-    let file = object::File::parse(&*data).map_err(|error| SymbolizeError::Elf {
+    let file = object::File::parse(&data[..]).map_err(|error| SymbolizeError::Elf {
         path: path.into(),
         error,
     })?;
@@ -709,22 +751,22 @@ fn load(path: &Path, debug_dirs: &[PathBuf]) -> Result<Loaded, SymbolizeError> {
         .and_then(|p| mmap(p).ok().map(|m| (p.clone(), m)));
     let debug_file = debug_map
         .as_ref()
-        .and_then(|(p, m)| object::File::parse(&**m).ok().map(|f| (p, f)));
-    let mut sources: Vec<(&Path, &object::File<'_>)> = Vec::new();
-    if let Some((p, f)) = &debug_file {
+        .and_then(|(p, m)| object::File::parse(&m[..]).ok().map(|f| (p, f)));
+    let mut sources: Vec<(&Path, &Arc<memmap2::Mmap>, &object::File<'_>)> = Vec::new();
+    if let (Some((p, f)), Some((_, m))) = (&debug_file, &debug_map) {
         collect_syms(f, &mut syms);
-        sources.push((p.as_path(), f));
+        sources.push((p.as_path(), m, f));
     }
-    sources.push((path, &file));
-    for (p, f) in sources {
+    sources.push((path, &data, &file));
+    for (p, m, f) in sources {
         if !has_dwarf(f) {
             continue;
         }
-        let mut d = dwarf_of(f, p)?;
+        let mut d = dwarf_of(m, f, p)?;
         if let Some(alt) = altlink_path(f, p, debug_dirs) {
             if let Ok(m) = mmap(&alt) {
-                if let Ok(af) = object::File::parse(&*m) {
-                    if let Ok(sup) = dwarf_of(&af, &alt) {
+                if let Ok(af) = object::File::parse(&m[..]) {
+                    if let Ok(sup) = dwarf_of(&m, &af, &alt) {
                         d.set_sup(sup);
                     }
                 }
@@ -764,7 +806,7 @@ pub fn modules_from_maps(text: &[u8]) -> Vec<Module> {
             continue;
         };
         let Ok(data) = mmap(&path) else { continue };
-        let Ok(file) = object::File::parse(&*data) else {
+        let Ok(file) = object::File::parse(&data[..]) else {
             continue;
         };
         // The segment whose file range holds the mapping's offset gives the bias.
