@@ -13,6 +13,27 @@
 //!
 //! The capture side only produces addresses; naming them is left to the report writers, so
 //! the hot path never touches DWARF line tables or files.
+//!
+//! # Inside the program: what the runtime may rely on
+//!
+//! * [`capture`] is lock-free once warm (one cache probe and one or two checked stack reads
+//!   per frame: about 10 ns a frame, 140–200 ns for 15 frames of `-O2` C without frame
+//!   pointers on the project machine; `cargo test --release --test unwind -- --ignored`).
+//! * A cache miss takes a spin lock, may read `/proc/self/maps` (raw `open`/`read`) and
+//!   allocates through Rust's global allocator (the runtime's private heap). A thread that
+//!   captures from a signal handler while it is itself inside the miss path gets a truncated
+//!   stack instead of a deadlock.
+//! * After `fork`, the child calls [`after_fork_child`]; after `dlopen`/`dlclose`, the
+//!   runtime may call [`invalidate`] (unknown addresses trigger a re-read anyway, at most
+//!   every 5 ms).
+//! * The return addresses are raw; Valgrind looks callers up (and prints them) at
+//!   return address − 1, and so should the caller before [`Symbolizer::describe`].
+//!
+//! # At report time
+//!
+//! [`Symbolizer`] is a plain `&mut` object using `std` (files, `mmap`, `HashMap`). C++ names
+//! go through libstdc++'s `__cxa_demangle` ([`cxxabi`]), which may `dlopen` libstdc++ on the
+//! first C++ name: not from an allocation hook or an async signal handler.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 extern crate alloc;

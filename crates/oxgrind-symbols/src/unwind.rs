@@ -50,7 +50,8 @@ const RA: Register = Register(16);
 /// so a cache slot is two atomic words.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Rule {
-    /// The outermost frame (`_start`, thread start: CFI marks the return address undefined).
+    /// Stop: the outermost frame (`_start`, thread start: CFI marks the return address
+    /// undefined), or CFI this unwinder does not follow.
     End,
     /// `cfa = base + cfa_off`, `ra = *(cfa - 8)`, `sp' = cfa`, then `bp'` per `bp`.
     Cfa {
@@ -342,7 +343,8 @@ impl State {
     }
 
     /// The rule for `addr`, and whether it may be cached (it may not when it is a guess for
-    /// an address outside every known module).
+    /// an address outside every known module). CFI this unwinder cannot follow gives a
+    /// cached [`Rule::End`], so an unusual frame costs one evaluation, not one per capture.
     fn rule_for(&mut self, addr: u64) -> Option<(Rule, bool)> {
         let mut idx = self.module_of(addr);
         if idx.is_none() && self.refresh_allowed() {
@@ -363,9 +365,9 @@ impl State {
             |s, b, o| s.cie_from_offset(b, o),
         );
         match row {
-            Ok(row) => rule_from_row(row, &cfi.eh_frame).map(|r| (r, true)),
+            Ok(row) => Some((rule_from_row(row, &cfi.eh_frame).unwrap_or(Rule::End), true)),
             Err(gimli::Error::NoUnwindInfoForAddress) => Some((Rule::FRAME_POINTER, true)),
-            Err(_) => None,
+            Err(_) => Some((Rule::End, true)),
         }
     }
 }
