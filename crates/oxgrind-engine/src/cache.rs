@@ -11,7 +11,28 @@
 //! system call. `links` remembers the patched stubs so that [`CodeCache::invalidate`] can
 //! undo them when the program unmaps code.
 
-use alloc::collections::BTreeMap;
+use alloc::collections::BTreeSet;
+use core::hash::{BuildHasherDefault, Hasher};
+
+/// Guest pcs are well-spread integers: one multiply is enough of a hash.
+#[derive(Default)]
+pub(crate) struct PcHasher(u64);
+
+impl Hasher for PcHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ b as u64).wrapping_mul(0x51_7cc1_b727_220a_95);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+pub(crate) type PcMap<V> = hashbrown::HashMap<u64, V, BuildHasherDefault<PcHasher>>;
 use alloc::vec::Vec;
 
 use oxgrind_sys::syscall::{check, syscall6};
@@ -47,16 +68,18 @@ pub struct Stats {
 
 pub struct CodeCache {
     arenas: Vec<Arena>,
-    blocks: BTreeMap<u64, BlockRec>,
-    pending: BTreeMap<u64, Vec<u64>>,
+    blocks: PcMap<BlockRec>,
+    /// The same guest pcs, ordered: for finding the blocks of an unmapped range.
+    ordered: BTreeSet<u64>,
+    pending: PcMap<Vec<u64>>,
     /// Linked stubs by guest target, to unlink them when the target is invalidated.
-    links: BTreeMap<u64, Vec<u64>>,
+    links: PcMap<Vec<u64>>,
     opts: Options,
     /// Testing knob: place arenas far from all guest code to exercise the far paths.
     far: bool,
     pub stats: Stats,
     #[cfg(feature = "debug-dispatch")]
-    pub hot: BTreeMap<u64, u64>,
+    pub hot: PcMap<u64>,
 }
 
 /// Why the code cache could not produce a block.
@@ -103,14 +126,15 @@ impl CodeCache {
     pub fn new(opts: Options, far: bool) -> Self {
         CodeCache {
             arenas: Vec::new(),
-            blocks: BTreeMap::new(),
-            pending: BTreeMap::new(),
-            links: BTreeMap::new(),
+            blocks: PcMap::default(),
+            ordered: BTreeSet::new(),
+            pending: PcMap::default(),
+            links: PcMap::default(),
             opts,
             far,
             stats: Stats::default(),
             #[cfg(feature = "debug-dispatch")]
-            hot: BTreeMap::new(),
+            hot: PcMap::default(),
         }
     }
 
@@ -192,6 +216,7 @@ impl CodeCache {
             kind: t.kind,
         };
         self.blocks.insert(pc, rec);
+        self.ordered.insert(pc);
         for s in &t.stubs {
             let stub = base + s.offset as u64;
             match self.blocks.get(&s.target) {
@@ -232,12 +257,13 @@ impl CodeCache {
         if start >= end {
             return;
         }
-        let pcs: Vec<u64> = self.blocks.range(start..end).map(|(k, _)| *k).collect();
+        let pcs: Vec<u64> = self.ordered.range(start..end).copied().collect();
         if pcs.is_empty() {
             return;
         }
         for pc in &pcs {
             self.blocks.remove(pc);
+            self.ordered.remove(pc);
             if let Some(stubs) = self.links.remove(pc) {
                 for &stub in &stubs {
                     // SAFETY: every address in `links` is an exit stub we linked.

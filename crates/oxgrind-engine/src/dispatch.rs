@@ -235,8 +235,11 @@ fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
             invalidate(ctx.gregs[c::RDI], ctx.gregs[c::RSI]);
             Action::Run(host)
         }
-        SYS_MPROTECT if ctx.gregs[c::RDX] & PROT_EXEC == 0 => {
-            invalidate(ctx.gregs[c::RDI], ctx.gregs[c::RSI]);
+        SYS_MPROTECT => {
+            crate::translate::forget_mapped_pages();
+            if ctx.gregs[c::RDX] & PROT_EXEC == 0 {
+                invalidate(ctx.gregs[c::RDI], ctx.gregs[c::RSI]);
+            }
             Action::Run(host)
         }
         SYS_ARCH_PRCTL if matches!(ctx.gregs[c::RDI], 0x1001 | 0x1004) => {
@@ -279,6 +282,7 @@ fn after_fork_child() {
 
 /// Drops translations of `[addr, addr+len)` before the program unmaps or write-enables it.
 fn invalidate(addr: u64, len: u64) {
+    crate::translate::forget_mapped_pages();
     let end = addr.saturating_add(len.saturating_add(4095) & !4095);
     if let Some(cache) = CACHE.lock().as_mut() {
         cache.invalidate(addr, end);

@@ -106,7 +106,32 @@ fn readable_len(pc: u64) -> usize {
     len
 }
 
+/// Pages recently found mapped (direct-mapped by page number): saves the `mincore` system
+/// calls for most blocks. Forgotten whenever the program unmaps or re-protects memory.
+static MAPPED: [core::sync::atomic::AtomicU64; 512] =
+    [const { core::sync::atomic::AtomicU64::new(0) }; 512];
+
+/// Forgets every remembered mapped page (called before `munmap`, `mremap`, `mprotect`).
+pub fn forget_mapped_pages() {
+    for e in &MAPPED {
+        e.store(0, core::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 fn page_mapped(page: u64) -> bool {
+    use core::sync::atomic::Ordering;
+    let slot = &MAPPED[(page >> 12) as usize % MAPPED.len()];
+    if page != 0 && slot.load(Ordering::Relaxed) == page {
+        return true;
+    }
+    let mapped = page_mapped_syscall(page);
+    if mapped {
+        slot.store(page, Ordering::Relaxed);
+    }
+    mapped
+}
+
+fn page_mapped_syscall(page: u64) -> bool {
     const SYS_MINCORE: usize = 27;
     let mut vec = 0u8;
     // SAFETY: mincore only writes one byte per page into `vec`; it fails with ENOMEM for an
