@@ -323,12 +323,29 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         }
     }
 
+    // Every instruction of a block runs once the block is entered (barring a fault), so
+    // the counter may be bumped anywhere in it: at entry if the flags are dead there, else
+    // just before the first instruction that overwrites all of them without reading any
+    // (one `add`), else at entry with a flag-free sequence.
+    let mut count_at = None;
     if opts.count {
-        let flags_dead = flags_dead_at_entry(&insns);
-        e.count_prologue(insns.len() as u32, flags_dead);
+        if flags_dead_at_entry(&insns) {
+            e.count_prologue(insns.len() as u32, true);
+        } else if let Some(i) = insns.iter().position(|d| {
+            matches!(d.ins.flow_control(), FlowControl::Next)
+                && d.ins.rflags_read() & STATUS_FLAGS == 0
+                && d.ins.rflags_modified() & STATUS_FLAGS == STATUS_FLAGS
+        }) {
+            count_at = Some(i);
+        } else {
+            e.count_prologue(insns.len() as u32, false);
+        }
     }
     let n = insns.len();
     for (i, d) in insns.iter().enumerate() {
+        if count_at == Some(i) {
+            e.count_prologue(n as u32, true);
+        }
         let last = i + 1 == n;
         if last && matches!(end, End::Transfer) {
             e.transfer(d)?;
@@ -962,6 +979,20 @@ mod tests {
         assert!(!stos.has_rep_prefix());
         let targets: Vec<u64> = t.stubs.iter().map(|s| s.target).collect();
         assert!(targets.contains(&pc) && targets.contains(&(pc + 2)));
+    }
+
+    #[test]
+    fn counter_is_a_single_add_placed_where_the_flags_are_dead() {
+        // setc al; cmp edi, 5; jbe +0x10 -- flags live at entry (setc reads CF), dead
+        // before the cmp.
+        let (_buf, pc) = guest(&[0x0F, 0x92, 0xC0, 0x83, 0xFF, 0x05, 0x76, 0x10]);
+        let t = translate(pc, pc + 0x1000, Options { count: true }).unwrap();
+        let insns = decode_all(&t.bytes, pc + 0x1000);
+        assert_eq!(insns[0].mnemonic(), Mnemonic::Setb);
+        assert_eq!(insns[1].mnemonic(), Mnemonic::Add);
+        assert_eq!(insns[1].segment_prefix(), Register::GS);
+        assert_eq!(insns[1].immediate32(), 3);
+        assert_eq!(insns[2].mnemonic(), Mnemonic::Cmp);
     }
 
     #[test]
