@@ -433,13 +433,21 @@ struct RawFrame {
     die: Option<gimli::UnitOffset>,
 }
 
+/// One file of a unit's line table: the path addr2line renders for it, the file entry as
+/// written, and the directory Valgrind prints with `--fullpath-after`.
+struct UnitFile {
+    joined: String,
+    name: String,
+    dir: Option<String>,
+}
+
 /// `(file, directory, line)` from a DWARF location whose path addr2line joined from the
 /// compilation directory, the line table's directory entry and its file entry. Valgrind
 /// prints the file entry as written (`leak.c`, or `library/alloc/src/raw_vec/mod.rs` for
 /// rustc's std paths), so the joined path is mapped back through the unit's file table;
 /// paths not found there print their last component.
 fn split_location(
-    files: &[(String, String)],
+    files: &[UnitFile],
     file: Option<&str>,
     line: Option<u32>,
 ) -> (Option<String>, Option<String>, u32) {
@@ -447,11 +455,10 @@ fn split_location(
     let Some(path) = file else {
         return (None, None, line);
     };
-    let name = files
-        .iter()
-        .find(|(joined, _)| joined == path)
-        .map(|(_, name)| name.clone())
-        .unwrap_or_else(|| path.rsplit('/').next().unwrap_or(path).to_string());
+    if let Some(f) = files.iter().find(|f| f.joined == path) {
+        return (Some(f.name.clone()), f.dir.clone(), line);
+    }
+    let name = path.rsplit('/').next().unwrap_or(path).to_string();
     let dir = path
         .strip_suffix(name.as_str())
         .map(|d| d.trim_end_matches('/').to_string())
@@ -459,9 +466,21 @@ fn split_location(
     (Some(name), dir, line)
 }
 
-/// `(joined path, file entry as written)` for every file of a unit's line table, joined the
-/// way addr2line renders locations (compilation dir, directory entry, file entry).
-fn unit_files(unit: gimli::UnitRef<'_, Reader>) -> Vec<(String, String)> {
+fn push_path(path: &mut String, p: &str) {
+    if p.starts_with('/') {
+        *path = p.to_string();
+    } else {
+        if !path.is_empty() && !path.ends_with('/') {
+            path.push('/');
+        }
+        path.push_str(p);
+    }
+}
+
+/// Every file of a unit's line table (see [`UnitFile`]). addr2line treats directory 0 as
+/// the compilation directory; Valgrind joins DWARF 5's explicit entry 0 to it like any other
+/// relative entry (glibc's `./string` + `./string`), and so must the printed directory.
+fn unit_files(unit: gimli::UnitRef<'_, Reader>) -> Vec<UnitFile> {
     let Some(program) = &unit.line_program else {
         return Vec::new();
     };
@@ -473,16 +492,6 @@ fn unit_files(unit: gimli::UnitRef<'_, Reader>) -> Vec<(String, String)> {
                 .map(|c| c.into_owned())
         })
     };
-    let push = |path: &mut String, p: &str| {
-        if p.starts_with('/') {
-            *path = p.to_string();
-        } else {
-            if !path.is_empty() && !path.ends_with('/') {
-                path.push('/');
-            }
-            path.push_str(p);
-        }
-    };
     let comp_dir = unit
         .comp_dir
         .as_ref()
@@ -493,14 +502,24 @@ fn unit_files(unit: gimli::UnitRef<'_, Reader>) -> Vec<(String, String)> {
         let Some(name) = text(file.path_name()) else {
             continue;
         };
-        let mut path = comp_dir.clone().unwrap_or_default();
+        let entry = if file.directory_index() != 0 || header.version() >= 5 {
+            file.directory(header).and_then(text)
+        } else {
+            None
+        };
+        let mut joined = comp_dir.clone().unwrap_or_default();
         if file.directory_index() != 0 {
-            if let Some(dir) = file.directory(header).and_then(text) {
-                push(&mut path, &dir);
+            if let Some(d) = &entry {
+                push_path(&mut joined, d);
             }
         }
-        push(&mut path, &name);
-        out.push((path, name));
+        push_path(&mut joined, &name);
+        let mut dir = comp_dir.clone().unwrap_or_default();
+        if let Some(d) = &entry {
+            push_path(&mut dir, d);
+        }
+        let dir = (!dir.is_empty()).then_some(dir);
+        out.push(UnitFile { joined, name, dir });
     }
     out
 }

@@ -8,6 +8,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
+use oxgrind_formats::frame::Frame;
 use oxgrind_symbols::{Module, Symbolizer};
 
 const LEAK_C: &str = r#"#define _GNU_SOURCE
@@ -64,20 +65,30 @@ fn frames(log: &str) -> Vec<(u64, String)> {
 
 #[test]
 fn describe_matches_valgrind_memcheck_frames() {
-    compare_with_valgrind(false);
+    compare_with_valgrind(false, false);
+}
+
+/// `--fullpath-after=` (empty): Valgrind prints the whole DWARF directory before the file.
+#[test]
+fn directories_match_valgrind_fullpath_after() {
+    compare_with_valgrind(false, true);
 }
 
 #[test]
 fn describe_matches_valgrind_with_show_below_main() {
-    compare_with_valgrind(true);
+    compare_with_valgrind(true, false);
 }
 
-fn compare_with_valgrind(show_below_main: bool) {
+fn compare_with_valgrind(show_below_main: bool, fullpath: bool) {
     if !valgrind_available() {
         eprintln!("skipped: valgrind not installed");
         return;
     }
-    let dir = common::scratch(if show_below_main { "vg-sbm" } else { "vg" });
+    let dir = common::scratch(match (show_below_main, fullpath) {
+        (true, _) => "vg-sbm",
+        (false, true) => "vg-full",
+        (false, false) => "vg",
+    });
     let exe = common::compile(
         &dir,
         "gcc",
@@ -94,6 +105,7 @@ fn compare_with_valgrind(show_below_main: bool) {
             "--show-below-main={}",
             if show_below_main { "yes" } else { "no" }
         ))
+        .args(fullpath.then_some("--fullpath-after="))
         .arg(format!("--log-file={}", log.display()))
         .arg(&exe)
         .output()
@@ -134,32 +146,18 @@ fn compare_with_valgrind(show_below_main: bool) {
         },
     ]);
     sym.show_below_main = show_below_main;
-    let known: Vec<(u64, u64)> = sym.modules().flat_map(|m| m.ranges.clone()).collect();
-
-    let vg = frames(&log);
-    let mut compared = 0;
-    let mut i = 0;
-    while i < vg.len() {
-        let addr = vg[i].0;
-        let run = vg[i..].iter().take_while(|f| f.0 == addr).count();
-        if known.iter().any(|&(s, e)| s <= addr && addr < e) {
-            let ours: Vec<String> = sym
-                .describe(addr)
-                .iter()
-                .map(|f| f.to_string().split_once(": ").unwrap().1.to_string())
-                .collect();
-            let theirs: Vec<String> = vg[i..i + run].iter().map(|f| f.1.clone()).collect();
-            assert_eq!(ours, theirs, "at 0x{addr:X}\n{log}");
-            compared += run;
-        }
-        i += run;
-    }
+    let compared = compare_log(
+        &log,
+        &mut sym,
+        if fullpath { &full_text } else { &plain_text },
+    );
     // make+leaf inlined, mid, main, strdup and the start-up code in libc.
     assert!(
         compared >= 12,
         "too few frames compared ({compared}):\n{log}"
     );
-    assert!(log.contains("make (leak.c:7)") && log.contains("strdup (strdup.c:"));
+    assert!(fullpath || (log.contains("make (leak.c:7)") && log.contains("strdup (strdup.c:")));
+    assert!(!fullpath || log.contains("strdup (string/./string/strdup.c:"));
     assert_eq!(log.contains("(below main)"), !show_below_main);
 }
 
@@ -263,7 +261,7 @@ fn describe_matches_valgrind_for_a_rust_program() {
 }
 
 /// Compares every frame of `log` that lies in one of `sym`'s objects; returns how many.
-fn compare_log(log: &str, sym: &mut Symbolizer) -> usize {
+fn compare_log(log: &str, sym: &mut Symbolizer, render: &dyn Fn(&Frame) -> String) -> usize {
     let known: Vec<(u64, u64)> = sym.modules().flat_map(|m| m.ranges.clone()).collect();
     let vg = frames(log);
     let (mut compared, mut i) = (0, 0);
@@ -271,11 +269,7 @@ fn compare_log(log: &str, sym: &mut Symbolizer) -> usize {
         let addr = vg[i].0;
         let run = vg[i..].iter().take_while(|f| f.0 == addr).count();
         if known.iter().any(|&(s, e)| s <= addr && addr < e) {
-            let ours: Vec<String> = sym
-                .describe(addr)
-                .iter()
-                .map(|f| f.to_string().split_once(": ").unwrap().1.to_string())
-                .collect();
+            let ours: Vec<String> = sym.describe(addr).iter().map(render).collect();
             let theirs: Vec<String> = vg[i..i + run].iter().map(|f| f.1.clone()).collect();
             assert_eq!(ours, theirs, "at 0x{addr:X}\n{log}");
             compared += run;
@@ -283,6 +277,27 @@ fn compare_log(log: &str, sym: &mut Symbolizer) -> usize {
         i += run;
     }
     compared
+}
+
+/// Valgrind's default frame text, after `0xADDR: `.
+fn plain_text(f: &Frame) -> String {
+    f.to_string().split_once(": ").unwrap().1.to_string()
+}
+
+/// The frame text with `--fullpath-after=`: `DIR/FILE:LINE`, a leading `./` removed.
+fn full_text(f: &Frame) -> String {
+    match (&f.dir, &f.file) {
+        (Some(dir), Some(file)) if f.line > 0 => {
+            let path = format!("{dir}/{file}");
+            let path = path.strip_prefix("./").unwrap_or(&path);
+            format!(
+                "{} ({path}:{})",
+                f.function.as_deref().unwrap_or("???"),
+                f.line
+            )
+        }
+        _ => plain_text(f),
+    }
 }
 
 /// Link-time address of the first symbol `nm [args] path` lists with a name accepted by `pick`.
@@ -381,7 +396,7 @@ fn describe_matches_valgrind_for_a_cpp_program() {
             ranges: vec![],
         },
     ]);
-    let compared = compare_log(&log, &mut sym);
+    let compared = compare_log(&log, &mut sym, &plain_text);
     assert!(log.contains("anon_make"), "{log}");
     assert!(
         compared >= 10,
