@@ -349,8 +349,13 @@ fn report_exit(status: i32) {
                 let s = cache.stats;
                 let _ = writeln!(
                     w,
-                    "oxgrind-engine: blocks translated: {}, code bytes: {}, dispatches: {}, arenas: {}, invalidated: {}",
-                    s.blocks, s.bytes, s.dispatches, s.arenas, s.invalidated
+                    "oxgrind-engine: blocks translated: {}, code bytes: {}, dispatches: {}, arenas: {}, invalidated: {}, far rip-relative rewrites: {}",
+                    s.blocks,
+                    s.bytes,
+                    s.dispatches,
+                    s.arenas,
+                    s.invalidated,
+                    crate::translate::FAR_REWRITES.load(Ordering::Relaxed)
                 );
                 #[cfg(feature = "debug-dispatch")]
                 {

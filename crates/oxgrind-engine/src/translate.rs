@@ -85,6 +85,14 @@ pub enum TranslateError {
     Encode { pc: u64 },
 }
 
+/// RIP-relative operands rewritten through a scratch register because the code cache was
+/// out of rel32 reach (reported by `OXGRIND_ENGINE_STATS`).
+pub static FAR_REWRITES: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+fn note_far_rewrite() {
+    FAR_REWRITES.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+}
+
 /// Options that shape translations.
 #[derive(Clone, Copy, Debug)]
 pub struct Options {
@@ -634,6 +642,7 @@ impl Emitter {
             return Err(TranslateError::Encode { pc: ins.ip() });
         };
         let target = ins.ip_rel_memory_address();
+        note_far_rewrite();
         let mut m = *ins;
         m.set_memory_base(reg);
         m.set_memory_index(Register::None);
@@ -728,6 +737,7 @@ impl Emitter {
                         return Ok(());
                     }
                     // Far: the address is a constant.
+                    note_far_rewrite();
                     self.mov_imm64(0, target);
                     self.buf.extend_from_slice(&[0x48, 0x8B, 0x00]); // mov rax, [rax]
                     return Ok(());

@@ -85,26 +85,32 @@ fn run(cmd: &[&str], engine: bool, extra_env: &[(&str, &str)]) -> Output {
     c.output().expect("run program")
 }
 
-/// Splits the engine's report lines off stderr; returns (stderr without them, count).
-fn split_report(stderr: &[u8]) -> (String, Option<u64>) {
+/// Splits the engine's lines off stderr; returns (stderr without them, the main
+/// process's count, all engine lines).
+fn split_report(stderr: &[u8]) -> (String, Option<u64>, Vec<String>) {
     let text = String::from_utf8_lossy(stderr);
     let mut rest = String::new();
     let mut count = None;
+    let mut engine = Vec::new();
     for line in text.split_inclusive('\n') {
         if let Some(n) = line.strip_prefix(REPORT) {
             count = n.trim().parse().ok();
+        }
+        if line.starts_with("oxgrind-engine: ") {
+            engine.push(line.trim_end().to_string());
         } else {
             rest.push_str(line);
         }
     }
-    (rest, count)
+    (rest, count, engine)
 }
 
-/// Runs natively and under the engine; asserts identical behaviour; returns the count.
-fn same_as_native(cmd: &[&str], extra_env: &[(&str, &str)]) -> u64 {
+/// Runs natively and under the engine; asserts identical behaviour; returns the engine's
+/// own stderr lines.
+fn same_as_native(cmd: &[&str], extra_env: &[(&str, &str)]) -> Vec<String> {
     let native = run(cmd, false, extra_env);
     let engine = run(cmd, true, extra_env);
-    let (stderr, count) = split_report(&engine.stderr);
+    let (stderr, count, engine_lines) = split_report(&engine.stderr);
     assert_eq!(
         String::from_utf8_lossy(&engine.stdout),
         String::from_utf8_lossy(&native.stdout),
@@ -122,7 +128,7 @@ fn same_as_native(cmd: &[&str], extra_env: &[(&str, &str)]) -> u64 {
     );
     let count = count.unwrap_or_else(|| panic!("{cmd:?} did not exit under the engine: {stderr}"));
     assert!(count > 0);
-    count
+    engine_lines
 }
 
 const C_PROGRAM: &str = r#"
@@ -155,7 +161,16 @@ fn c_program_with_loops_calls_and_printf_behaves_as_native() {
 #[test]
 fn far_code_cache_rewrites_rip_relative_operands_correctly() {
     let bin = compile("cprog_far", "c", C_PROGRAM, &[]);
-    same_as_native(&[bin.to_str().unwrap()], &[("OXGRIND_ENGINE_FAR", "1")]);
+    let lines = same_as_native(
+        &[bin.to_str().unwrap()],
+        &[("OXGRIND_ENGINE_FAR", "1"), ("OXGRIND_ENGINE_STATS", "1")],
+    );
+    let stats = lines
+        .iter()
+        .find(|l| l.contains("far rip-relative rewrites"))
+        .expect("stats line");
+    let n: u64 = stats.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(n > 100, "far path barely used: {stats}");
 }
 
 #[test]
