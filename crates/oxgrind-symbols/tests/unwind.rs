@@ -388,3 +388,83 @@ fn objects_loaded_after_earlier_captures_are_unwound_after_invalidate() {
     let mut sym = Symbolizer::from_self();
     assert_eq!(names(&mut sym, &c.ours[1..2]), vec!["late_entry"]);
 }
+
+#[repr(C)]
+struct StackT {
+    ss_sp: *mut std::ffi::c_void,
+    ss_flags: c_int,
+    ss_size: usize,
+}
+
+/// glibc's x86-64 `struct sigaction`.
+#[repr(C)]
+struct SigAction {
+    sa_handler: usize,
+    sa_mask: [u64; 16],
+    sa_flags: c_int,
+    sa_restorer: usize,
+}
+
+extern "C" {
+    fn sigaltstack(ss: *const StackT, old: *mut StackT) -> c_int;
+    fn sigaction(sig: c_int, act: *const SigAction, old: *mut SigAction) -> c_int;
+}
+
+static ON_ALT: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+extern "C" fn on_alt_signal(_sig: c_int) {
+    let mut buf = [0u64; 64];
+    let n = capture(&mut buf, (0, 0));
+    if let Ok(mut v) = ON_ALT.try_lock() {
+        *v = buf[..n].to_vec();
+    }
+}
+
+#[test]
+fn capture_on_a_signal_stack_returns_to_the_thread_stack() {
+    const SIGUSR2: c_int = 12;
+    const SA_ONSTACK: c_int = 0x0800_0000;
+    let lib = chain_lib();
+    // Run on a fresh thread so the alternate stack stays private to this test.
+    let got = std::thread::spawn(move || {
+        let mut alt = vec![0u8; 256 * 1024];
+        let ss = StackT {
+            ss_sp: alt.as_mut_ptr().cast(),
+            ss_flags: 0,
+            ss_size: alt.len(),
+        };
+        let act = SigAction {
+            sa_handler: on_alt_signal as extern "C" fn(c_int) as usize,
+            sa_mask: [0; 16],
+            sa_flags: SA_ONSTACK,
+            sa_restorer: 0,
+        };
+        // SAFETY: ss describes memory that outlives the signal; act is a valid handler.
+        unsafe {
+            assert_eq!(sigaltstack(&ss, std::ptr::null_mut()), 0);
+            assert_eq!(sigaction(SIGUSR2, &act, std::ptr::null_mut()), 0);
+            (lib.chain_then_raise)(2, SIGUSR2);
+        }
+        let disable = StackT {
+            ss_sp: std::ptr::null_mut(),
+            ss_flags: 2, /* SS_DISABLE */
+            ss_size: 0,
+        };
+        // SAFETY: disabling the alternate stack before its memory is freed.
+        unsafe { sigaltstack(&disable, std::ptr::null_mut()) };
+        drop(alt);
+        ON_ALT.lock().unwrap().clone()
+    })
+    .join()
+    .expect("thread");
+    let mut sym = Symbolizer::from_self();
+    let names = names(&mut sym, &got);
+    let pos = names
+        .iter()
+        .position(|n| n == "raise_in_chain")
+        .unwrap_or_else(|| panic!("no raise_in_chain in {names:?}"));
+    assert_eq!(
+        &names[pos..pos + 3],
+        &["raise_in_chain", "chain_then_raise", "chain_then_raise"]
+    );
+}
