@@ -48,6 +48,20 @@ pub fn below_main_name(name: &str, show_below_main: bool) -> &str {
     }
 }
 
+/// The kind of one code address from its description (the frames
+/// [`Symbolizer::describe`](crate::Symbolizer::describe) returned for it): that of its
+/// outermost, non-inlined function, by raw name when known. Works with or without the
+/// `(below main)` renaming, so report writers holding only `Frame`s can cut stacks.
+pub fn frames_kind(frames: &[oxgrind_formats::frame::Frame]) -> FnNameKind {
+    match frames.last() {
+        Some(f) => match f.mangled.as_deref().or(f.function.as_deref()) {
+            Some(name) => fn_name_kind(name),
+            None => FnNameKind::Normal,
+        },
+        None => FnNameKind::Normal,
+    }
+}
+
 /// How many of `stack`'s frames (innermost first) Valgrind keeps without
 /// `--show-below-main=yes`: scanning from the outermost frame, the stack ends at the first
 /// `main`, or else at the innermost below-main frame; a stack with neither is kept whole.
@@ -105,6 +119,25 @@ mod tests {
     #[test]
     fn stack_without_start_up_frames_is_kept_whole() {
         assert_eq!(kinds(&["malloc", "worker", "start_thread", "clone3"]), 4);
+    }
+
+    #[test]
+    fn described_frames_are_classified_by_their_outermost_function() {
+        use oxgrind_formats::frame::Frame;
+        let f = |name: &str| Frame {
+            function: Some(name.into()),
+            ..Frame::default()
+        };
+        assert_eq!(frames_kind(&[f("inlined"), f("main")]), FnNameKind::Main);
+        assert_eq!(frames_kind(&[f("(below main)")]), FnNameKind::BelowMain);
+        assert_eq!(
+            frames_kind(&[f("__libc_start_call_main")]),
+            FnNameKind::BelowMain
+        );
+        assert_eq!(frames_kind(&[f("main"), f("caller")]), FnNameKind::Normal);
+        assert_eq!(frames_kind(&[]), FnNameKind::Normal);
+        let stack = vec![vec![f("malloc")], vec![f("main")], vec![f("(below main)")]];
+        assert_eq!(cut_below_main(&stack, |fr| frames_kind(fr)), 2);
     }
 
     #[test]

@@ -46,7 +46,8 @@ pub mod symbolize;
 pub mod unwind;
 
 pub use below_main::{
-    below_main_name, cut_below_main, fn_name_kind, is_below_main, FnNameKind, BELOW_MAIN,
+    below_main_name, cut_below_main, fn_name_kind, frames_kind, is_below_main, FnNameKind,
+    BELOW_MAIN,
 };
 pub use symbolize::{demangle, modules_from_maps, Module, SymbolizeError, Symbolizer};
 pub use unwind::{after_fork_child, capture, capture_from, invalidate, text_range_of, Regs};
