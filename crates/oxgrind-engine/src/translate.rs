@@ -668,14 +668,20 @@ impl Emitter {
 
     /// Pushes the guest return address `ra` without touching flags or memory below `rsp`.
     fn push_return(&mut self, ra: u64) {
-        self.buf.push(0x68);
-        self.d32(ra as u32);
         let sign_ext = (ra as u32 as i32 as i64) as u64;
-        if sign_ext != ra {
-            // mov dword ptr [rsp+4], hi32
-            self.buf.extend_from_slice(&[0xC7, 0x44, 0x24, 0x04]);
-            self.d32((ra >> 32) as u32);
+        if sign_ext == ra {
+            self.buf.push(0x68); // push imm32
+            self.d32(ra as u32);
+            return;
         }
+        // One 8-byte store: `push imm32` + `mov dword [rsp+4]` would make the `pop` at the
+        // matching `ret` load from two stores, which defeats store forwarding (measurably
+        // slower on short calls). rcx is spilled to a scratch slot (rax may hold an
+        // indirect call's target).
+        self.store_gs(1, c::scratch_off(c::S_FAR_SAVE));
+        self.mov_imm64(1, ra);
+        self.buf.push(0x51); // push rcx
+        self.load_gs(1, c::scratch_off(c::S_FAR_SAVE));
     }
 
     /// The first probe of the indirect-branch lookup, inlined at each indirect exit so that
@@ -952,13 +958,16 @@ mod tests {
         let (_buf, pc) = guest(&[0xE8, 0x20, 0x00, 0x00, 0x00]);
         let t = translate(pc, pc + 0x1000, OPTS).unwrap();
         let insns = decode_all(&t.bytes, pc + 0x1000);
-        assert_eq!(insns[0].mnemonic(), Mnemonic::Push);
-        assert_eq!(insns[0].immediate32(), (pc + 5) as u32);
+        if (pc + 5) >> 31 == 0 {
+            assert_eq!(insns[0].mnemonic(), Mnemonic::Push);
+            assert_eq!(insns[0].immediate32(), (pc + 5) as u32);
+        } else {
+            assert_eq!(insns[1].immediate64(), pc + 5);
+            assert_eq!(insns[2].mnemonic(), Mnemonic::Push);
+            assert_eq!(insns[2].op0_register(), Register::RCX);
+        }
         assert_eq!(t.stubs.len(), 1);
         assert_eq!(t.stubs[0].target, pc + 5 + 0x20);
-        if (pc + 5) >> 31 != 0 {
-            assert_eq!(insns[1].immediate32(), ((pc + 5) >> 32) as u32);
-        }
     }
 
     #[test]
