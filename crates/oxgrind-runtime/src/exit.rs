@@ -124,6 +124,8 @@ extern "C" fn after_fork_child() {
     }
     open_gate();
     guard::forget_tid();
+    // SAFETY: single-threaded child right after fork, as the function requires.
+    unsafe { oxgrind_symbols::after_fork_child() };
     if let Some(rt) = state::runtime() {
         rt.tool.on_fork_child();
     }
