@@ -25,6 +25,9 @@ use core::mem::offset_of;
 use core::ptr;
 use core::sync::atomic::{AtomicPtr, Ordering};
 
+use alloc::vec::Vec;
+
+use oxgrind_sys::lock::SpinLock;
 use oxgrind_sys::raw;
 
 /// Number of scratch slots saved across a translated signal handler.
@@ -149,7 +152,7 @@ pub fn ibl_index(pc: u64) -> usize {
 }
 const ENGINE_STACK: usize = 1 << 20;
 
-/// Every context ever created (contexts are never freed in phase 1).
+/// Every context ever created (contexts are never unmapped; see `reuse_exited`).
 static ALL: AtomicPtr<ThreadCtx> = AtomicPtr::new(ptr::null_mut());
 
 /// Creates a context with its engine stack and IBL table; `None` if memory is exhausted.
@@ -158,6 +161,7 @@ pub fn new_ctx(dispatch: u64) -> Option<*mut ThreadCtx> {
     let stack = raw::mmap_anon(ENGINE_STACK)?;
     let table = raw::mmap_anon((IBL_ENTRIES + 1) * 16)?;
     let ctx = page as *mut ThreadCtx;
+    CREATED.fetch_add(1, Ordering::Relaxed);
     // SAFETY: the mapping is fresh, zero-filled and large enough for ThreadCtx (asserted).
     unsafe {
         (*ctx).self_ptr = ctx as u64;
@@ -173,6 +177,65 @@ pub fn new_ctx(dispatch: u64) -> Option<*mut ThreadCtx> {
                 Err(h) => head = h,
             }
         }
+    }
+    Some(ctx)
+}
+
+/// Contexts of threads that made the `exit` system call, with their thread ids.
+static EXITED: SpinLock<Vec<(usize, i32)>> = SpinLock::new(Vec::new());
+/// Contexts created and reused (statistics).
+pub static CREATED: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+pub static REUSED: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// Records that the calling thread, which owns `ctx`, is about to exit: its context may be
+/// reused once the thread is gone.
+pub fn retire(ctx: &ThreadCtx) {
+    EXITED.lock().push((ctx.self_ptr as usize, raw::gettid()));
+}
+
+/// Whether thread `tid` of this process is gone. `tgkill(.., 0)` fails with `ESRCH` only
+/// once the thread has left user space for good. (A recycled tid reads as alive: the
+/// context is then simply not reused yet.)
+fn thread_gone(tid: i32) -> bool {
+    matches!(raw::tgkill(raw::getpid(), tid, 0), Err(3))
+}
+
+/// A context of a thread that is gone, reset for a new thread (its instruction count is
+/// kept: it is part of the process total), or `None`.
+pub fn reuse_exited() -> Option<*mut ThreadCtx> {
+    let mut list = EXITED.lock();
+    // Bounded scan: threads exit roughly in creation order, and a clone must stay cheap.
+    let n = list.len().min(8);
+    let i = (0..n).find(|&i| thread_gone(list[i].1))?;
+    let (p, _) = list.swap_remove(i);
+    drop(list);
+    let ctx = p as *mut ThreadCtx;
+    REUSED.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: the thread that owned ctx is gone (checked above) and nobody else holds it.
+    unsafe {
+        let c = &mut *ctx;
+        c.scratch = [0; SCRATCH_SLOTS];
+        c.in_engine = 0;
+        c.next_pc = 0;
+        c.clone_child = 0;
+        c.clone_next_pc = 0;
+        c.started = 0;
+        c.gregs = [0; 16];
+        c.gflags = 0;
+        c.forked = 0;
+        c.sigret_src = 0;
+        c.pending_child = 0;
+        c.pending_signals = 0;
+        c.sig_depth = 0;
+        // Drop the old thread's IBL entries (and their memory): the pages read as zero.
+        const SYS_MADVISE: usize = 28;
+        const MADV_DONTNEED: usize = 4;
+        oxgrind_sys::syscall::syscall3(
+            SYS_MADVISE,
+            c.ibl_table as usize,
+            (IBL_ENTRIES + 1) * 16,
+            MADV_DONTNEED,
+        );
     }
     Some(ctx)
 }

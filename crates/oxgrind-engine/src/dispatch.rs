@@ -56,6 +56,7 @@ const SYS_ARCH_PRCTL: u64 = 158;
 const SYS_EXIT_GROUP: u64 = 231;
 const SYS_CLONE3: u64 = 435;
 const CLONE_VM: u64 = 0x100;
+const SYS_EXIT: u64 = 60;
 
 fn out_fd() -> i32 {
     // SAFETY: GLOBAL is written once before takeover and only read afterwards.
@@ -188,6 +189,10 @@ pub(crate) unsafe extern "C" fn dispatch(ctx: *mut ThreadCtx) -> u64 {
 fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
     let nr = ctx.gregs[c::RAX];
     match nr {
+        SYS_EXIT => {
+            c::retire(ctx);
+            Action::Run(host)
+        }
         SYS_EXIT_GROUP => {
             report_exit(ctx.gregs[c::RDI] as i32);
             Action::Run(host)
@@ -291,8 +296,11 @@ fn invalidate(addr: u64, len: u64) {
 
 /// Sets up the context of a thread about to be created by `clone(CLONE_VM)`.
 fn prepare_clone(ctx: &mut ThreadCtx, next_pc: u64) -> Option<()> {
-    let child = c::new_ctx(ctx.dispatch)?;
-    // SAFETY: child is a fresh context nobody else knows yet.
+    let child = match c::reuse_exited() {
+        Some(p) => p,
+        None => c::new_ctx(ctx.dispatch)?,
+    };
+    // SAFETY: child is a fresh (or recycled, reset) context nobody else uses.
     unsafe {
         (*child).gregs[c::RDI] = ctx.gregs[c::RDI];
         (*child).gregs[c::RSI] = ctx.gregs[c::RSI];
@@ -356,6 +364,12 @@ fn report_exit(status: i32) {
                     s.arenas,
                     s.invalidated,
                     crate::translate::FAR_REWRITES.load(Ordering::Relaxed)
+                );
+                let _ = writeln!(
+                    w,
+                    "oxgrind-engine: thread contexts created: {}, reused: {}",
+                    c::CREATED.load(Ordering::Relaxed),
+                    c::REUSED.load(Ordering::Relaxed)
                 );
                 #[cfg(feature = "debug-dispatch")]
                 {

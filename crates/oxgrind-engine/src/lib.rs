@@ -35,8 +35,8 @@
 //! into it; the `ucontext` a handler sees holds host pcs; signals deferred while the thread
 //! was in the engine lose their `siginfo`; guest use of `%gs` (refused: the program is
 //! stopped with a report, `arch_prctl(ARCH_SET_GS)` fails with `EINVAL`); thread contexts
-//! are never freed (≈16 KiB + 2 MiB of mostly untouched virtual memory per thread ever
-//! created); a process whose last thread ends with `SYS_exit` instead of `exit_group`
+//! are never unmapped (a gone thread's context is reused by the next new thread, so the
+//! cost is per *concurrent* thread: ≈16 KiB + 2 MiB of mostly untouched virtual memory); a process whose last thread ends with `SYS_exit` instead of `exit_group`
 //! gets no exit report; data pages that are mapped but not executable are translated
 //! (natively: `SIGSEGV`); `call`/`ret` go through the indirect-branch lookup (no
 //! return-stack-buffer prediction); static executables and code before the constructor

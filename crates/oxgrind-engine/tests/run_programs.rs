@@ -510,3 +510,38 @@ int main(void) {
     );
     same_as_native(&[bin.to_str().unwrap()], &[]);
 }
+
+#[test]
+fn contexts_of_exited_threads_are_reused_by_new_threads() {
+    let bin = compile(
+        "sequential_threads",
+        "c",
+        r#"
+#include <pthread.h>
+#include <stdio.h>
+static void *f(void *a) { return a; }
+int main(void) {
+  long s = 0;
+  for (long i = 0; i < 2000; i++) { pthread_t t; void *r; pthread_create(&t, NULL, f, (void *)i); pthread_join(t, &r); s += (long)r; }
+  printf("%ld\n", s);
+  return 0;
+}
+"#,
+        &["-pthread"],
+    );
+    let lines = same_as_native(&[bin.to_str().unwrap()], &[("OXGRIND_ENGINE_STATS", "1")]);
+    let stats = lines
+        .iter()
+        .find(|l| l.contains("thread contexts created"))
+        .expect("stats line");
+    let created: u64 = stats
+        .split("created: ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .expect("created count");
+    assert!(
+        created < 100,
+        "2000 sequential threads made {created} contexts: {stats}"
+    );
+}
