@@ -176,6 +176,7 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
     let ctx =
         context::new_ctx(asm::oxg_dispatch as *const () as u64).ok_or(StartError::NoMemory)?;
     context::set_gs(ctx).map_err(StartError::SetGs)?;
+    signals::adopt_installed_handlers();
     // SAFETY: gs points at ctx; oxg_attach saves this thread's registers and continues at
     // its return address from the code cache (it "returns" with the translated code).
     unsafe { asm::oxg_attach(ctx) };

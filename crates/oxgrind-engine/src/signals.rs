@@ -109,6 +109,33 @@ pub(crate) fn emulate_sigaction(ctx: &ThreadCtx) -> Option<i64> {
     Some(0)
 }
 
+/// Routes handlers installed before the engine started (by the dynamic loader, libc, or
+/// an earlier preloaded library) through `oxg_sig_entry` too, so they run translated like
+/// handlers installed later.
+pub(crate) fn adopt_installed_handlers() {
+    for sig in 1..NSIG {
+        if sig == 9 || sig == 19 {
+            continue;
+        }
+        let mut cur = KSigaction::default();
+        // SAFETY: querying only (act = NULL); `cur` is a valid kernel_sigaction buffer.
+        let r = unsafe { syscall4(13, sig, 0, &mut cur as *mut KSigaction as usize, 8) };
+        if r != 0 || cur.handler <= 1 || cur.handler == asm::oxg_sig_entry as *const () as u64 {
+            continue;
+        }
+        FLAGS[sig].store(cur.flags, Ordering::Release);
+        HANDLER[sig].store(cur.handler, Ordering::Release);
+        let mut new = cur;
+        new.handler = asm::oxg_sig_entry as *const () as u64;
+        new.flags |= SA_SIGINFO;
+        // SAFETY: installs a valid action for a catchable signal.
+        let r = unsafe { syscall4(13, sig, &new as *const KSigaction as usize, 0, 8) };
+        if r != 0 {
+            HANDLER[sig].store(0, Ordering::Release);
+        }
+    }
+}
+
 /// Rust half of `oxg_sig_entry`. Returns the guest handler to enter, or 0 when the signal
 /// was deferred (the entry then returns to the kernel's restorer).
 ///

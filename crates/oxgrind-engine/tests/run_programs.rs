@@ -545,3 +545,47 @@ int main(void) {
         "2000 sequential threads made {created} contexts: {stats}"
     );
 }
+
+#[test]
+fn rust_stack_overflow_is_detected_on_the_alternate_signal_stack_as_natively() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = work_dir();
+    let src = dir.join("overflow.rs");
+    std::fs::write(
+        &src,
+        r#"
+fn rec(n: u64, v: &mut [u8; 1024]) -> u64 {
+    v[0] = n as u8;
+    let mut w = [0u8; 1024];
+    if n == 0 { 0 } else { rec(n - 1, &mut w) + w[0] as u64 + v[1] as u64 }
+}
+fn main() { let mut v = [0u8; 1024]; println!("{}", rec(u64::MAX, &mut v)); }
+"#,
+    )
+    .unwrap();
+    let bin = dir.join("overflow");
+    let out = Command::new("rustc")
+        .arg("-O")
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .expect("run rustc");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cmd = [bin.to_str().unwrap()];
+    let native = run(&cmd, false, &[]);
+    let engine = run(&cmd, true, &[]);
+    // Rust's std catches the guard-page SIGSEGV on its sigaltstack, reports, and aborts.
+    for out in [&native, &engine] {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("has overflowed its stack"),
+            "stderr: {stderr}"
+        );
+        assert_eq!(out.status.signal(), Some(6), "status: {:?}", out.status);
+    }
+}
