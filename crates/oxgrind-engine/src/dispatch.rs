@@ -63,7 +63,8 @@ fn out_fd() -> i32 {
     unsafe { GLOBAL.get_unchecked().out_fd }
 }
 
-/// Reports a block that cannot be translated and ends the process with status 1.
+/// Reports a block that cannot be translated and ends the process with status 1 (the
+/// embedder's exit hook runs first).
 fn fatal_translate(err: CacheError) -> ! {
     let mut w = FdWriter::new(out_fd());
     match err {
@@ -94,6 +95,8 @@ fn fatal_translate(err: CacheError) -> ! {
         }
     }
     w.flush();
+    // Tools still get to write their reports, as for any other exit.
+    report_exit(1);
     raw::exit_group(1)
 }
 

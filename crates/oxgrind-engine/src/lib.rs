@@ -58,8 +58,11 @@
 //! nothing below the guest's stack pointer. Rust allocations go to the embedding library's
 //! `#[global_allocator]`, which must be [`oxgrind_sys::heap::PrivateHeap`] (or another
 //! allocator that never calls into the program). The full XSAVE state is saved around every
-//! dispatcher entry. The embedding library should be linked with `-z now` so that the
-//! engine's own calls to `memcpy`/`memset` never go through the lazy-binding resolver.
+//! dispatcher entry. One exception to "no libc": the compiler emits calls to `memcpy`,
+//! `memset` and `memmove` for Rust code, and in a shared library those bind to libc's.
+//! They are stateless and async-signal-safe, and the XSAVE around the engine covers their
+//! vector use; the embedding library must be linked with `-z now` so that these calls never
+//! go through the dynamic loader's lazy-binding resolver (which takes its lock).
 #![cfg_attr(not(test), no_std)]
 #![allow(clippy::missing_safety_doc)]
 
