@@ -144,6 +144,7 @@ pub fn finish(exit: Exit) {
         return;
     }
     let _inside = Entered::try_enter();
+    crate::pages::deliver_queued();
     rt.tool.fini(&HOST, exit);
 }
 
@@ -338,6 +339,21 @@ pub fn run_pending_signal() {
     if sig != 0 {
         die_by(sig);
     }
+}
+
+/// Installs `handler` (an `extern "C" fn(c_int, *mut c_void, *mut c_void)`) for `sig` with
+/// our restorer, not blocking `sig` inside it (the handler may be re-entered), taking the
+/// signal from the program's view (our `sigaction` keeps it).
+pub fn set_handler_nodefer(sig: c_int, handler: usize) {
+    const SA_NODEFER: u64 = 0x4000_0000;
+    let act = KernelSigaction {
+        handler,
+        flags: SA_SIGINFO | SA_ONSTACK | SA_RESTORER | SA_RESTART | SA_NODEFER,
+        restorer: oxgrind_sigreturn as *const () as usize,
+        mask: 0,
+    };
+    kernel_sigaction(sig, Some(&act), None);
+    OURS[sig as usize].store(false, Ordering::Release);
 }
 
 fn install_signal_handlers() {

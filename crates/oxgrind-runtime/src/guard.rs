@@ -63,6 +63,17 @@ impl Drop for Entered {
     }
 }
 
+/// Runs `f` with the flag cleared: for calls into glibc's allocator made on the program's
+/// behalf from inside a hook. What they cause (glibc's own `mmap`s, which `--pages-as-heap`
+/// traps) is the program's, not oxgrind's. They never call back into our hooks.
+#[inline]
+pub fn on_behalf_of_program<T>(f: impl FnOnce() -> T) -> T {
+    let was = INSIDE.with(|x| x.replace(false));
+    let r = f();
+    INSIDE.with(|x| x.set(was));
+    r
+}
+
 /// Whether the current thread is inside the runtime (for signal handlers).
 #[inline]
 pub fn inside() -> bool {

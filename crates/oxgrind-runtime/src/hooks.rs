@@ -49,6 +49,7 @@ impl Event {
         let rt = state::runtime()?;
         let inside = Entered::try_enter()?;
         let gate = EventGate::enter();
+        crate::pages::deliver_queued();
         // SAFETY: __errno_location returns this thread's errno slot.
         let errno = unsafe { *__errno_location() };
         Some(Event {
@@ -149,6 +150,10 @@ fn record_alloc(ev: Option<&Event>, p: *mut c_void, size: u64, func: AllocFn, en
 
 /// Gives a block back to glibc, through the freed-block queue when the tool wants one.
 fn release(rt: Option<&Runtime>, addr: u64, size: u64) {
+    crate::guard::on_behalf_of_program(|| release_now(rt, addr, size))
+}
+
+fn release_now(rt: Option<&Runtime>, addr: u64, size: u64) {
     let queued = rt.is_some_and(|rt| rt.needs.freelist_vol > 0);
     if queued {
         FREED.lock().push(addr, size, &mut |a| {
@@ -203,7 +208,8 @@ fn allocate(
             return core::ptr::null_mut();
         }
     }
-    let p = get(ev.as_ref().map(|e| e.rt));
+    let rt = ev.as_ref().map(|e| e.rt);
+    let p = crate::guard::on_behalf_of_program(|| get(rt));
     if !p.is_null() {
         record_alloc(ev.as_ref(), p, size, func, entry);
     }
@@ -394,24 +400,26 @@ fn reallocate(p: *mut c_void, size: usize, func: AllocFn, entry: u64) -> *mut c_
     }
     let rt = ev.rt;
     // With a freed-block queue the old block must stay unreleased for a while, so always move.
-    let q = if rt.needs.freelist_vol > 0 || rt.needs.redzone > 0 || rt.core.alignment > 16 {
-        let q = base_alloc(Some(rt), size);
-        if !q.is_null() {
-            // SAFETY: both blocks are valid for the copied length and distinct.
-            unsafe {
-                core::ptr::copy_nonoverlapping(
-                    p as *const u8,
-                    q as *mut u8,
-                    (old.size as usize).min(size),
-                )
-            };
-            release(Some(rt), addr, old.size);
+    let q = crate::guard::on_behalf_of_program(|| {
+        if rt.needs.freelist_vol > 0 || rt.needs.redzone > 0 || rt.core.alignment > 16 {
+            let q = base_alloc(Some(rt), size);
+            if !q.is_null() {
+                // SAFETY: both blocks are valid for the copied length and distinct.
+                unsafe {
+                    core::ptr::copy_nonoverlapping(
+                        p as *const u8,
+                        q as *mut u8,
+                        (old.size as usize).min(size),
+                    )
+                };
+                release(Some(rt), addr, old.size);
+            }
+            q
+        } else {
+            // SAFETY: p is a live glibc block of the program.
+            unsafe { __libc_realloc(p, size) }
         }
-        q
-    } else {
-        // SAFETY: p is a live glibc block of the program.
-        unsafe { __libc_realloc(p, size) }
-    };
+    });
     if q.is_null() {
         BLOCKS.insert(addr, old);
         return q;

@@ -27,6 +27,7 @@ pub mod guard;
 pub mod hooks;
 pub mod host;
 pub mod libc_api;
+pub mod pages;
 pub mod roots;
 pub mod stacks;
 pub mod state;

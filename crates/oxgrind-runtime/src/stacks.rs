@@ -188,6 +188,14 @@ pub fn find_self_text() {
     *SELF_PATH.lock() = path;
 }
 
+/// The address range of our own library (all its mappings).
+pub fn self_text() -> (u64, u64) {
+    (
+        SELF_TEXT_START.load(Ordering::Relaxed),
+        SELF_TEXT_END.load(Ordering::Relaxed),
+    )
+}
+
 /// Path of our own library, as the kernel names it.
 pub fn self_path() -> String {
     SELF_PATH.lock().clone()

@@ -88,6 +88,11 @@ pub fn ensure_init() {
             RUNTIME.store(rt, Ordering::Release);
             STATE.store(ACTIVE, Ordering::Release);
             crate::exit::install();
+            if rt.needs.page_events {
+                if let Err(why) = crate::pages::install() {
+                    oxgrind_sys::fd::write_all(2, format!("oxgrind: {why}\n").as_bytes());
+                }
+            }
             rt.tool.on_start(&crate::host::HOST);
         }
         None => STATE.store(INERT, Ordering::Release),

@@ -172,3 +172,47 @@ fn valgrinds_ms_print_reads_our_files_and_ours_prints_the_same() {
         );
     }
 }
+
+/// --pages-as-heap=yes sees every page the program maps, glibc's internal mappings for a
+/// large malloc included, with the stack of the system call.
+#[test]
+fn pages_as_heap_sees_mmap_mremap_brk_and_mallocs_own_mappings() {
+    let prog = build("pages.c", &["-g", "-O1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(Command::new(oxgrind())
+        .args([
+            "--tool=massif",
+            "--pages-as-heap=yes",
+            "--massif-out-file=massif.out",
+        ])
+        .arg(&prog)
+        .current_dir(dir.path()));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "pages done\n");
+    let text = std::fs::read_to_string(dir.path().join("massif.out")).unwrap();
+    assert!(text.contains("(page allocation syscalls) mmap/mremap/brk, --alloc-fns, etc."));
+    let peak = massif_peak(&text).expect("a peak snapshot");
+    // 80 MiB remapped + 10 MiB malloc + 1 MiB sbrk, on top of the start-up mappings.
+    assert!(peak >= (91 << 20), "peak {peak}");
+    let tree = massif_peak_tree(&text).unwrap();
+    for site in ["mremap", "malloc_10m"] {
+        assert!(
+            tree.contains(site),
+            "{site} missing from the peak tree:\n{tree}"
+        );
+    }
+    // The mappings that existed before we started, on the empty stack (not normalised).
+    assert!(text.contains(" 0x0: ???\n"), "no start-up mappings");
+    assert!(
+        text.contains("sbrk") || text.contains("brk ("),
+        "no brk stack in the file"
+    );
+    if have_valgrind() {
+        let p = run(Command::new("ms_print").arg(dir.path().join("massif.out")));
+        assert!(
+            p.status.success(),
+            "ms_print rejects the file: {}",
+            stderr(&p)
+        );
+    }
+}
