@@ -39,6 +39,9 @@ fn preload() -> PathBuf {
 
 fn compile(name: &str, src: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("oxgrind-engine-count-{}", std::process::id()));
+    if !dir.exists() {
+        remove_stale_dirs("oxgrind-engine-count-");
+    }
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join(format!("{name}.c"));
     std::fs::write(&file, src).unwrap();
@@ -56,6 +59,22 @@ fn compile(name: &str, src: &str) -> PathBuf {
         String::from_utf8_lossy(&out.stderr)
     );
     bin
+}
+
+/// Removes the temporary directories of earlier runs whose process is gone.
+fn remove_stale_dirs(prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// glibc picks its `rep movsb/stosb` thresholds from CPUID cache data, which Valgrind

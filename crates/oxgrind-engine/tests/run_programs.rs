@@ -44,9 +44,31 @@ fn preload() -> &'static Path {
 }
 
 fn work_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("oxgrind-engine-tests-{}", std::process::id()));
-    std::fs::create_dir_all(&d).expect("create temp dir");
-    d
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        remove_stale_dirs("oxgrind-engine-tests-");
+        let d = std::env::temp_dir().join(format!("oxgrind-engine-tests-{}", std::process::id()));
+        std::fs::create_dir_all(&d).expect("create temp dir");
+        d
+    })
+    .clone()
+}
+
+/// Removes the temporary directories of earlier runs whose process is gone (a test binary
+/// cannot clean up after itself: its tests run in parallel and it has no exit hook).
+fn remove_stale_dirs(prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// Compiles `src` (C or C++ by `ext`) with the given extra flags; returns the binary.
