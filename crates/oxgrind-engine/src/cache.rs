@@ -11,7 +11,7 @@
 //! system call. `links` remembers the patched stubs so that [`CodeCache::invalidate`] can
 //! undo them when the program unmaps code.
 
-use alloc::collections::BTreeSet;
+use alloc::collections::BTreeMap;
 use core::hash::{BuildHasherDefault, Hasher};
 
 /// Guest pcs are well-spread integers: one multiply is enough of a hash.
@@ -69,8 +69,9 @@ pub struct Stats {
 pub struct CodeCache {
     arenas: Vec<Arena>,
     blocks: PcMap<BlockRec>,
-    /// The same guest pcs, ordered: for finding the blocks of an unmapped range.
-    ordered: BTreeSet<u64>,
+    /// The same guest pcs, ordered, with the guest length of each block: for finding the
+    /// blocks that overlap an unmapped range.
+    ordered: BTreeMap<u64, u64>,
     pending: PcMap<Vec<u64>>,
     /// Linked stubs by guest target, to unlink them when the target is invalidated.
     links: PcMap<Vec<u64>>,
@@ -127,7 +128,7 @@ impl CodeCache {
         CodeCache {
             arenas: Vec::new(),
             blocks: PcMap::default(),
-            ordered: BTreeSet::new(),
+            ordered: BTreeMap::new(),
             pending: PcMap::default(),
             links: PcMap::default(),
             opts,
@@ -216,7 +217,7 @@ impl CodeCache {
             kind: t.kind,
         };
         self.blocks.insert(pc, rec);
-        self.ordered.insert(pc);
+        self.ordered.insert(pc, t.guest_len);
         for s in &t.stubs {
             let stub = base + s.offset as u64;
             match self.blocks.get(&s.target) {
@@ -250,14 +251,19 @@ impl CodeCache {
     /// every thread's IBL entries for them are cleared. The host code itself stays mapped
     /// (another thread may still be running it) and is simply abandoned.
     ///
-    /// Limits (phase 1): a block is found by its start address only, so a block starting
-    /// before `start` that runs into the range survives; IBL entries of other threads are
-    /// cleared without synchronising with those threads.
+    /// Limits (phase 1): IBL entries of other threads are cleared without synchronising
+    /// with those threads (one may still take a stale entry once, for code that is gone).
     pub fn invalidate(&mut self, start: u64, end: u64) {
         if start >= end {
             return;
         }
-        let pcs: Vec<u64> = self.ordered.range(start..end).copied().collect();
+        let from = start.saturating_sub(translate::MAX_GUEST_SPAN);
+        let pcs: Vec<u64> = self
+            .ordered
+            .range(from..end)
+            .filter(|(pc, len)| **pc + (**len).max(1) > start)
+            .map(|(pc, _)| *pc)
+            .collect();
         if pcs.is_empty() {
             return;
         }
@@ -273,6 +279,39 @@ impl CodeCache {
             }
         }
         self.stats.invalidated += pcs.len() as u64;
-        crate::context::purge_ibl(start, end);
+        let lo = pcs.iter().copied().min().unwrap_or(start);
+        crate::context::purge_ibl(lo, end);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unmapping_the_middle_of_a_block_drops_the_block_and_its_links() {
+        // Two blocks: A = nop x8; jmp B (B right after), B = ret.
+        let mut code = alloc::vec![0x90u8; 8];
+        code.extend_from_slice(&[0xEB, 0x00, 0xC3]);
+        code.resize(64, 0xCC);
+        let a = code.as_ptr() as u64;
+        let b = a + 10;
+        let mut cache = CodeCache::new(Options { count: false }, false);
+        cache.get_or_translate(a).unwrap();
+        cache.get_or_translate(b).unwrap();
+        assert_eq!(
+            cache.links.get(&b).map(Vec::len),
+            Some(1),
+            "A's exit to B is linked"
+        );
+        // Unmapping bytes 4..5 of A removes A (it starts before the range) but not B.
+        cache.invalidate(a + 4, a + 5);
+        assert!(cache.lookup(a).is_none());
+        assert!(cache.lookup(b).is_some());
+        // Unmapping B unlinks A's stub and queues it for B's next translation.
+        cache.invalidate(b, b + 1);
+        assert!(cache.lookup(b).is_none());
+        assert!(cache.links.get(&b).is_none());
+        assert_eq!(cache.pending.get(&b).map(Vec::len), Some(1));
     }
 }

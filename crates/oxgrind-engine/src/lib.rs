@@ -30,17 +30,22 @@
 //! * Guest signal handlers run translated (see `signals`), including `siglongjmp` out of
 //!   a `SIGSEGV` handler.
 //!
-//! Not handled yet (phase 2 and later): self-modifying code written in place (JITs) —
-//! only unmap/mprotect invalidate; a block that starts before an invalidated range and runs
-//! into it; the `ucontext` a handler sees holds host pcs; signals deferred while the thread
-//! was in the engine lose their `siginfo`; guest use of `%gs` (refused: the program is
-//! stopped with a report, `arch_prctl(ARCH_SET_GS)` fails with `EINVAL`); thread contexts
-//! are never unmapped (a gone thread's context is reused by the next new thread, so the
-//! cost is per *concurrent* thread: ≈16 KiB + 2 MiB of mostly untouched virtual memory); a process whose last thread ends with `SYS_exit` instead of `exit_group`
-//! gets no exit report; data pages that are mapped but not executable are translated
-//! (natively: `SIGSEGV`); `call`/`ret` go through the indirect-branch lookup (no
-//! return-stack-buffer prediction); static executables and code before the constructor
-//! are not seen.
+//! Not handled yet (phase 2 and later):
+//! * self-modifying code written in place (JITs): only unmap/mprotect invalidate;
+//! * the `ucontext` a handler sees holds host pcs; signals that arrive while the thread is
+//!   in the engine are re-raised later and lose their `siginfo`;
+//! * guest use of `%gs` (refused: the program is stopped with a report;
+//!   `arch_prctl(ARCH_SET_GS)` fails with `EINVAL`);
+//! * thread contexts are never unmapped (a gone thread's context is reused by the next
+//!   new thread, so the cost is per *concurrent* thread: ≈16 KiB + 2 MiB of mostly
+//!   untouched virtual memory);
+//! * a process whose last thread ends with `SYS_exit` instead of `exit_group` gets no
+//!   exit report;
+//! * mapped but non-executable data that the program jumps to is translated (natively:
+//!   `SIGSEGV`);
+//! * `call`/`ret` go through the indirect-branch lookup (no return-stack-buffer
+//!   prediction: the main cost on call-heavy code);
+//! * static executables and code that runs before the constructor are not seen.
 //!
 //! # For the embedder (oxgrind-runtime)
 //!

@@ -31,6 +31,9 @@ use iced_x86::{
 
 use crate::context as c;
 
+/// Maximum guest bytes one block can span (MAX_INSNS instructions of at most 15 bytes).
+pub const MAX_GUEST_SPAN: u64 = MAX_INSNS as u64 * 15;
+
 /// Maximum guest instructions in one block.
 const MAX_INSNS: usize = 64;
 
@@ -64,6 +67,8 @@ pub struct Translation {
     pub kind: BlockKind,
     /// Guest instructions in the block.
     pub insns: usize,
+    /// Guest bytes the block was translated from.
+    pub guest_len: u64,
 }
 
 /// Why a block could not be translated.
@@ -257,6 +262,7 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
             stubs: e.stubs,
             kind: BlockKind::Normal,
             insns: 0,
+            guest_len: 1,
         });
     }
     let window = avail.min(MAX_INSNS * 15 + 16);
@@ -371,6 +377,7 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         stubs: e.stubs,
         kind: BlockKind::Normal,
         insns: n,
+        guest_len: insns.last().map_or(0, |d| d.ins.next_ip() - pc),
     })
 }
 
@@ -407,6 +414,7 @@ fn syscall_block(e: &mut Emitter, ins: &Instruction, opts: Options) -> Translati
         stubs: core::mem::take(&mut e.stubs),
         kind: BlockKind::Syscall,
         insns: 1,
+        guest_len: ins.len() as u64,
     }
 }
 
@@ -433,6 +441,7 @@ fn rep_block(
             stubs: core::mem::take(&mut e.stubs),
             kind: BlockKind::Normal,
             insns: 1,
+            guest_len: ins.len() as u64,
         });
     }
     let _ = opts;
@@ -480,6 +489,7 @@ fn rep_block(
         stubs: core::mem::take(&mut e.stubs),
         kind: BlockKind::Normal,
         insns: 1,
+        guest_len: ins.len() as u64,
     })
 }
 
