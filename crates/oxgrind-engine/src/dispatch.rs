@@ -46,6 +46,8 @@ static EXIT_REPORTED: AtomicU64 = AtomicU64::new(0);
 
 const SYS_RT_SIGACTION: u64 = 13;
 const SYS_RT_SIGRETURN: u64 = 15;
+const SYS_MMAP: u64 = 9;
+const MAP_FIXED: u64 = 0x10;
 const SYS_MPROTECT: u64 = 10;
 const SYS_MUNMAP: u64 = 11;
 const SYS_MREMAP: u64 = 25;
@@ -238,6 +240,11 @@ fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
                 ctx.count += 1;
             }
             Action::Run(signals::sigreturn_tramp(ctx))
+        }
+        // mmap(MAP_FIXED) replaces whatever was mapped there, code included.
+        SYS_MMAP if ctx.gregs[c::R10] & MAP_FIXED != 0 => {
+            invalidate(ctx.gregs[c::RDI], ctx.gregs[c::RSI]);
+            Action::Run(host)
         }
         SYS_MUNMAP | SYS_MREMAP => {
             invalidate(ctx.gregs[c::RDI], ctx.gregs[c::RSI]);
