@@ -46,6 +46,10 @@
 //! * `call`/`ret` go through the indirect-branch lookup (no return-stack-buffer
 //!   prediction: the main cost on call-heavy code);
 //! * static executables and code that runs before the constructor are not seen.
+//! * known failure: Java (HotSpot 17, `java -version`) dies with `SIGBUS` (`BUS_ADRALN`)
+//!   early in start-up, after generating code into RWX memory; not investigated yet.
+//!   (Node.js, whose JIT flips pages between RW and RX, runs.) Under `gdb`, breakpoints
+//!   gdb writes into the original code are copied into translations.
 //!
 //! # For the embedder (oxgrind-runtime)
 //!
