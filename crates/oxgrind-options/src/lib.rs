@@ -316,18 +316,58 @@ pub fn decode_list(s: &str) -> Vec<String> {
     }
 }
 
-/// Environment variable carrying the options to the runtime.
-pub const ENV_OPTIONS: &str = "OXGRIND_OPTIONS";
-/// Environment variable carrying the program and its arguments as the user typed them.
-pub const ENV_COMMAND: &str = "OXGRIND_COMMAND";
-/// Marks whether a process image has already been measured; see the runtime's `init`.
-pub const ENV_STATE: &str = "OXGRIND_STATE";
-/// Value of [`ENV_STATE`] for an image that should be measured.
+/// The one environment variable through which the launcher configures the runtime.
+///
+/// One variable, not several: programs that copy their environment (perl does) then see
+/// one entry more than without oxgrind, as under Valgrind (`VALGRIND_LAUNCHER`).
+/// Its value is `STATE RS cwd RS options RS command`, lists joined by [`ENV_SEP`]; the five
+/// bytes of STATE are rewritten in place by the runtime (no allocation, and every later
+/// `exec` that passes `environ` carries the change).
+pub const ENV_NAME: &str = "OXGRIND";
+/// Record separator between the fields of [`ENV_NAME`].
+pub const ENV_RS: char = '\u{1e}';
+/// The first image: measure it; `command` is the user's command line.
 pub const STATE_FRESH: &str = "fresh";
-/// Value written over [`STATE_FRESH`] (same length, in place) once an image took it.
+/// An image exec'd under `--trace-children=yes`: measure it; its command line is its own.
+pub const STATE_CHILD: &str = "child";
+/// An image exec'd under `--trace-children=no`: do not measure.
 pub const STATE_TAKEN: &str = "taken";
-/// Working directory at start-up, for relative output names.
-pub const ENV_CWD: &str = "OXGRIND_CWD";
+
+/// What the launcher passes to the runtime.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Handoff {
+    pub state: String,
+    pub cwd: String,
+    pub options: Vec<String>,
+    pub command: Vec<String>,
+}
+
+impl Handoff {
+    pub fn encode(&self) -> String {
+        let rs = ENV_RS.to_string();
+        [
+            self.state.clone(),
+            self.cwd.clone(),
+            encode_list(&self.options),
+            encode_list(&self.command),
+        ]
+        .join(&rs)
+    }
+
+    pub fn decode(value: &str) -> Option<Handoff> {
+        let mut it = value.split(ENV_RS);
+        let state = it.next()?.to_string();
+        let cwd = it.next()?.to_string();
+        let options = decode_list(it.next()?);
+        let command = decode_list(it.next().unwrap_or(""));
+        Some(Handoff {
+            state,
+            cwd,
+            options,
+            command,
+        })
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -380,6 +420,17 @@ mod tests {
         assert!(p.core.trace_children);
         assert_eq!(p.core.log, LogDest::File("log.%p".into()));
         assert!(p.tool_options.is_empty());
+    }
+
+    #[test]
+    fn handoff_round_trips() {
+        let h = Handoff {
+            state: STATE_FRESH.into(),
+            cwd: "/tmp/a b".into(),
+            options: v(&["--tool=massif", "--depth=3"]),
+            command: v(&["./prog", "arg with space", ""]),
+        };
+        assert_eq!(Handoff::decode(&h.encode()), Some(h));
     }
 
     #[test]

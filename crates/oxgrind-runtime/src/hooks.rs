@@ -13,6 +13,7 @@
 //! `operator new` lives in `shim.c` (it must be able to throw) and calls [`oxgrind_new`].
 
 use core::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use oxgrind_tool::{Alloc, AllocFn, Free, Misuse, MisuseEvent, StackId};
 
@@ -263,10 +264,80 @@ fn deallocate(p: *mut c_void, func: AllocFn, entry: u64) {
     }
 }
 
+/// Our library's own handle, for [`own_address`].
+static SELF_HANDLE: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Opens our own library by path (already loaded: RTLD_NOLOAD), at set-up.
+pub fn open_self(path: &str) {
+    const RTLD_LAZY: c_int = 1;
+    const RTLD_NOLOAD: c_int = 4;
+    let mut c = path.as_bytes().to_vec();
+    c.push(0);
+    // SAFETY: c is NUL-terminated; RTLD_NOLOAD only returns the existing handle.
+    let h = unsafe { dlopen(c.as_ptr().cast(), RTLD_LAZY | RTLD_NOLOAD) };
+    SELF_HANDLE.store(h, Ordering::Release);
+}
+
+/// The address of our own definition of `name` (NUL-terminated). Taking `malloc as usize`
+/// is not enough: in a non-PIE executable that calls `malloc` (Debian's python3.11), the
+/// canonical address of the function is the executable's PLT stub, which symbolizes as
+/// `??? (in /usr/bin/python3.11)`. `dlsym` on our own handle finds ours.
+pub fn own_address(name: &[u8], fallback: u64) -> Option<u64> {
+    let h = SELF_HANDLE.load(Ordering::Acquire);
+    if h.is_null() {
+        return None;
+    }
+    // SAFETY: h is our own handle; name is NUL-terminated.
+    let p = unsafe { dlsym(h, name.as_ptr().cast()) };
+    Some(if p.is_null() { fallback } else { p as u64 })
+}
+
+/// Frame 0 of a stack: the address of our entry point `$f`, resolved once (see
+/// [`own_address`]).
 macro_rules! entry {
-    ($f:expr) => {
-        $f as *const () as usize as u64
-    };
+    ($f:ident) => {{
+        static ENTRY: AtomicU64 = AtomicU64::new(0);
+        match ENTRY.load(Ordering::Relaxed) {
+            0 => {
+                let fallback = $f as *const () as usize as u64;
+                match own_address(concat!(stringify!($f), "\0").as_bytes(), fallback) {
+                    Some(a) => {
+                        ENTRY.store(a, Ordering::Relaxed);
+                        a
+                    }
+                    None => fallback,
+                }
+            }
+            a => a,
+        }
+    }};
+}
+
+/// The C++ allocation functions of `shim.c`, by the index it passes.
+const NEW_NAMES: [&[u8]; 8] = [
+    b"_Znwm\0",
+    b"_Znam\0",
+    b"_ZnwmRKSt9nothrow_t\0",
+    b"_ZnamRKSt9nothrow_t\0",
+    b"_ZnwmSt11align_val_t\0",
+    b"_ZnamSt11align_val_t\0",
+    b"_ZnwmSt11align_val_tRKSt9nothrow_t\0",
+    b"_ZnamSt11align_val_tRKSt9nothrow_t\0",
+];
+static NEW_ENTRIES: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
+
+fn new_entry(which: usize) -> u64 {
+    let which = which.min(7);
+    match NEW_ENTRIES[which].load(Ordering::Relaxed) {
+        0 => match own_address(NEW_NAMES[which], 0) {
+            Some(a) => {
+                NEW_ENTRIES[which].store(a, Ordering::Relaxed);
+                a
+            }
+            None => 0,
+        },
+        a => a,
+    }
 }
 
 #[no_mangle]
@@ -568,7 +639,8 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
     }
 }
 
-/// `operator new` and friends, called from `shim.c`. `kind`: 1 = `new`, 2 = `new[]`.
+/// `operator new` and friends, called from `shim.c`. `kind`: 1 = `new`, 2 = `new[]`;
+/// `which`: the entry point, an index into [`NEW_NAMES`].
 /// Returns NULL on failure; the shim throws `std::bad_alloc` unless `nothrow`.
 #[no_mangle]
 pub unsafe extern "C" fn oxgrind_new(
@@ -576,14 +648,14 @@ pub unsafe extern "C" fn oxgrind_new(
     align: usize,
     kind: c_int,
     _nothrow: c_int,
-    entry: *const c_void,
+    which: c_int,
 ) -> *mut c_void {
     let func = if kind == 2 {
         AllocFn::NewArray
     } else {
         AllocFn::New
     };
-    allocate(size as u64, func, entry as u64, |rt| {
+    allocate(size as u64, func, new_entry(which as usize), |rt| {
         if align > 16 {
             // SAFETY: plain call into glibc's allocator.
             unsafe { __libc_memalign(align, size.saturating_add(redzone(rt))) }

@@ -55,10 +55,28 @@ fn create_file(path: &str) -> Result<i32, i32> {
     }
 }
 
+/// Our copy of the `--log-fd` descriptor, made at start-up: programs close their standard
+/// streams at exit (coreutils' `close_stdout` closes stderr), and the report comes after.
+static LOG_FD_COPY: AtomicI32 = AtomicI32::new(-1);
+
+/// Duplicates the `--log-fd` descriptor out of the program's way (called at set-up).
+pub fn keep_log_fd() {
+    if let Some(rt) = state::runtime() {
+        if let LogDest::Fd(fd) = rt.core.log {
+            if let Ok(copy) = raw::dup_high(fd, FD_FLOOR) {
+                LOG_FD_COPY.store(copy, Ordering::Release);
+            }
+        }
+    }
+}
+
 fn log_fd() -> i32 {
     let Some(rt) = state::runtime() else { return 2 };
     match &rt.core.log {
-        LogDest::Fd(fd) => *fd,
+        LogDest::Fd(fd) => match LOG_FD_COPY.load(Ordering::Acquire) {
+            copy if copy >= 0 => copy,
+            _ => *fd,
+        },
         LogDest::File(t) => {
             let pid = raw::getpid();
             let mut g = LOG_FD.lock();

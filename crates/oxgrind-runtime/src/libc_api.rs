@@ -16,12 +16,14 @@ extern "C" {
     pub fn __libc_valloc(size: usize) -> *mut c_void;
     pub fn __libc_pvalloc(size: usize) -> *mut c_void;
     pub fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+    pub fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void;
     pub fn pthread_atfork(
         prepare: Option<extern "C" fn()>,
         parent: Option<extern "C" fn()>,
         child: Option<extern "C" fn()>,
     ) -> c_int;
     pub fn fflush(stream: *mut c_void) -> c_int;
+    pub fn unsetenv(name: *const c_char) -> c_int;
     pub fn clock_gettime(clock: c_int, ts: *mut [i64; 2]) -> c_int;
     pub fn on_exit(f: extern "C" fn(c_int, *mut c_void), arg: *mut c_void) -> c_int;
     pub static mut environ: *mut *mut c_char;

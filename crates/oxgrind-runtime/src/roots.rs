@@ -309,7 +309,11 @@ fn with_roots_gated(f: &mut dyn FnMut(&[RootRange])) {
         }
     });
     let self_path = crate::stacks::self_path();
-    let mut blocks: Vec<u64> = BLOCKS.live_blocks().iter().map(|b| b.addr).collect();
+    let mut blocks: Vec<(u64, u64)> = BLOCKS
+        .live_blocks()
+        .iter()
+        .map(|b| (b.addr, b.addr + b.size))
+        .collect();
     blocks.sort_unstable();
     for m in &maps {
         if !m.writable || !m.readable || stack_maps.contains(&m.start) {
@@ -319,34 +323,15 @@ fn with_roots_gated(f: &mut dyn FnMut(&[RootRange])) {
             || m.path.starts_with("[v")
             || (!self_path.is_empty() && m.path == self_path)
         {
-            continue;
+            continue; // glibc's main arena (its blocks are scanned when reached), or ours
         }
-        let i = blocks.partition_point(|&a| a < m.start);
-        if blocks.get(i).is_some_and(|&a| a < m.end) {
-            continue; // glibc's heap: holds live blocks
-        }
-        // Cut out oxgrind's private heap regions.
-        let mut pieces = vec![(m.start, m.end)];
-        for &(s, e) in &ours {
-            pieces = pieces
-                .into_iter()
-                .flat_map(|(ps, pe)| {
-                    if e <= ps || s >= pe {
-                        vec![(ps, pe)]
-                    } else {
-                        let mut v = Vec::new();
-                        if ps < s {
-                            v.push((ps, s));
-                        }
-                        if e < pe {
-                            v.push((e, pe));
-                        }
-                        v
-                    }
-                })
-                .collect();
-        }
-        for (s, e) in pieces {
+        let mut holes = heap_holes(m.start, m.end, &blocks);
+        holes.extend(
+            ours.iter()
+                .filter(|&&(s, e)| s < m.end && m.start < e)
+                .copied(),
+        );
+        for (s, e) in complement(m.start, m.end, holes) {
             roots.push(RootRange {
                 start: s,
                 end: e,
@@ -370,3 +355,75 @@ fn with_roots_gated(f: &mut dyn FnMut(&[RootRange])) {
 }
 
 const MAX_REGIONS_HINT: usize = 16384;
+
+/// glibc's non-main arenas live in heaps of this size, aligned to it.
+const ARENA_HEAP: u64 = 64 << 20;
+
+/// The parts of `[start, end)` that are not roots because they are heap: each live block
+/// (scanned only when reached), and glibc's thread-arena heaps, whose free chunks hold stale
+/// pointers. The kernel merges neighbouring anonymous mappings, so a mapping holding a block
+/// may also hold the program's own memory (Python's object arenas): only the heap is cut.
+fn heap_holes(start: u64, end: u64, blocks: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let first = blocks.partition_point(|&(a, _)| a < start);
+    let inside = blocks[first..].iter().take_while(|&&(a, _)| a < end);
+    let mut holes: Vec<(u64, u64)> = Vec::new();
+    for &(a, e) in inside {
+        let arena = a & !(ARENA_HEAP - 1);
+        if arena >= start && holes.last() != Some(&(arena, end.min(arena + ARENA_HEAP))) {
+            holes.push((arena, end.min(arena + ARENA_HEAP)));
+        }
+        holes.push((a, e.min(end)));
+    }
+    holes
+}
+
+/// `[start, end)` less the union of `holes`.
+fn complement(start: u64, end: u64, mut holes: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    holes.sort_unstable();
+    let mut out = Vec::new();
+    let mut at = start;
+    for (s, e) in holes {
+        if s > at {
+            out.push((at, s.min(end)));
+        }
+        at = at.max(e);
+        if at >= end {
+            break;
+        }
+    }
+    if at < end {
+        out.push((at, end));
+    }
+    out.retain(|(s, e)| s < e);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roots_keep_memory_merged_with_a_block_but_not_the_block() {
+        // A mapping [0x1000, 0x9000) holding a block [0x4000, 0x5000): the rest is roots.
+        let holes = heap_holes(0x1000, 0x9000, &[(0x4000, 0x5000)]);
+        assert_eq!(
+            complement(0x1000, 0x9000, holes),
+            vec![(0x1000, 0x4000), (0x5000, 0x9000)]
+        );
+    }
+
+    #[test]
+    fn a_glibc_thread_arena_is_not_a_root() {
+        let arena = 7 * ARENA_HEAP;
+        let holes = heap_holes(
+            arena - 0x2000,
+            arena + 0x21000,
+            &[(arena + 0x900, arena + 0x980)],
+        );
+        // Only what precedes the arena (merged from elsewhere) remains.
+        assert_eq!(
+            complement(arena - 0x2000, arena + 0x21000, holes),
+            vec![(arena - 0x2000, arena)]
+        );
+    }
+}

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 /* Implemented in Rust (hooks.rs). kind: 1 = new, 2 = new[]; nothrow: 0/1. */
-extern void *oxgrind_new(size_t size, size_t align, int kind, int nothrow, void *entry);
+extern void *oxgrind_new(size_t size, size_t align, int kind, int nothrow, int which);
 /* libstdc++'s thrower; weak so C programs, which never call operator new, load fine. */
 extern void _ZSt17__throw_bad_allocv(void) __attribute__((weak, noreturn));
 extern void abort(void) __attribute__((noreturn));
@@ -23,15 +23,8 @@ extern char **environ;
 typedef struct { int dummy; } nothrow_t;
 
 /* The exported entry points are tiny Rust functions that jump here (exports.rs): a Rust
- * cdylib exports only what Rust defines. Their addresses name frame 0 of each stack. */
-extern void *_Znwm();
-extern void *_Znam();
-extern void *_ZnwmRKSt9nothrow_t();
-extern void *_ZnamRKSt9nothrow_t();
-extern void *_ZnwmSt11align_val_t();
-extern void *_ZnamSt11align_val_t();
-extern void *_ZnwmSt11align_val_tRKSt9nothrow_t();
-extern void *_ZnamSt11align_val_tRKSt9nothrow_t();
+ * cdylib exports only what Rust defines. `which` names the entry point for frame 0 of the
+ * stack, as an index into hooks::NEW_NAMES. */
 
 static void *must(void *p) {
     if (!p) {
@@ -41,25 +34,25 @@ static void *must(void *p) {
     return p;
 }
 
-void *oxgrind_c_Znwm(size_t size) { return must(oxgrind_new(size, 0, 1, 0, (void *)_Znwm)); }
-void *oxgrind_c_Znam(size_t size) { return must(oxgrind_new(size, 0, 2, 0, (void *)_Znam)); }
+void *oxgrind_c_Znwm(size_t size) { return must(oxgrind_new(size, 0, 1, 0, 0)); }
+void *oxgrind_c_Znam(size_t size) { return must(oxgrind_new(size, 0, 2, 0, 1)); }
 void *oxgrind_c_ZnwmRKSt9nothrow_t(size_t size, const nothrow_t *nt) {
-    (void)nt; return oxgrind_new(size, 0, 1, 1, (void *)_ZnwmRKSt9nothrow_t);
+    (void)nt; return oxgrind_new(size, 0, 1, 1, 2);
 }
 void *oxgrind_c_ZnamRKSt9nothrow_t(size_t size, const nothrow_t *nt) {
-    (void)nt; return oxgrind_new(size, 0, 2, 1, (void *)_ZnamRKSt9nothrow_t);
+    (void)nt; return oxgrind_new(size, 0, 2, 1, 3);
 }
 void *oxgrind_c_ZnwmSt11align_val_t(size_t size, size_t align) {
-    return must(oxgrind_new(size, align, 1, 0, (void *)_ZnwmSt11align_val_t));
+    return must(oxgrind_new(size, align, 1, 0, 4));
 }
 void *oxgrind_c_ZnamSt11align_val_t(size_t size, size_t align) {
-    return must(oxgrind_new(size, align, 2, 0, (void *)_ZnamSt11align_val_t));
+    return must(oxgrind_new(size, align, 2, 0, 5));
 }
 void *oxgrind_c_ZnwmSt11align_val_tRKSt9nothrow_t(size_t size, size_t align, const nothrow_t *nt) {
-    (void)nt; return oxgrind_new(size, align, 1, 1, (void *)_ZnwmSt11align_val_tRKSt9nothrow_t);
+    (void)nt; return oxgrind_new(size, align, 1, 1, 6);
 }
 void *oxgrind_c_ZnamSt11align_val_tRKSt9nothrow_t(size_t size, size_t align, const nothrow_t *nt) {
-    (void)nt; return oxgrind_new(size, align, 2, 1, (void *)_ZnamSt11align_val_tRKSt9nothrow_t);
+    (void)nt; return oxgrind_new(size, align, 2, 1, 7);
 }
 
 #define MAX_EXEC_ARGS 4096

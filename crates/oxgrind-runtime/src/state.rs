@@ -10,7 +10,7 @@
 //!   `envp`); hooks pass straight to glibc.
 //!
 //! With `--trace-children=no`, an active image also takes itself out of its children's way:
-//! it removes its path from `LD_PRELOAD` and marks `OXGRIND_STATE` taken, both by editing
+//! it removes its path from `LD_PRELOAD` and marks the `OXGRIND` variable taken, both by editing
 //! the environment strings in place (no allocation, and every later `exec` that passes
 //! `environ` carries the change).
 
@@ -87,6 +87,7 @@ pub fn ensure_init() {
             let rt = Box::leak(Box::new(rt));
             RUNTIME.store(rt, Ordering::Release);
             STATE.store(ACTIVE, Ordering::Release);
+            crate::host::keep_log_fd();
             crate::exit::install();
             if rt.needs.page_events {
                 if let Err(why) = crate::pages::install() {
@@ -127,29 +128,23 @@ pub fn env_var(name: &str) -> Option<&'static mut [u8]> {
     None
 }
 
-fn env_string(name: &str) -> Option<String> {
-    env_var(name).map(|b| String::from_utf8_lossy(b).into_owned())
-}
-
 fn set_up() -> Option<Runtime> {
-    let state = env_var(opts::ENV_STATE)?;
-    if &*state != opts::STATE_FRESH.as_bytes() {
-        return None;
-    }
-    let options = opts::decode_list(&env_string(opts::ENV_OPTIONS).unwrap_or_default());
+    let value = env_var(opts::ENV_NAME)?;
+    let handoff = opts::Handoff::decode(&String::from_utf8_lossy(value))?;
+    let first_image = match handoff.state.as_str() {
+        opts::STATE_FRESH => true,
+        opts::STATE_CHILD => false,
+        _ => return None,
+    };
+    let options = handoff.options;
+    let cwd = handoff.cwd;
     // The command as the user typed it belongs to the first image only; children exec'd
-    // under --trace-children=yes describe themselves from /proc/self/cmdline. Emptying the
-    // value in place (first byte NUL) hides it from every image that inherits it.
-    let mut command = opts::decode_list(&env_string(opts::ENV_COMMAND).unwrap_or_default());
-    if let Some(v) = env_var(opts::ENV_COMMAND) {
-        if let Some(first) = v.first_mut() {
-            *first = 0;
-        }
-    }
-    if command.is_empty() {
-        command = own_cmdline();
-    }
-    let cwd = env_string(opts::ENV_CWD).unwrap_or_else(|| "/".into());
+    // under --trace-children=yes describe themselves from /proc/self/cmdline.
+    let command = if first_image && !handoff.command.is_empty() {
+        handoff.command
+    } else {
+        own_cmdline()
+    };
     let parsed = match opts::parse(&options) {
         Ok(Action::Run(p)) => p,
         Ok(_) => return None,
@@ -158,11 +153,28 @@ fn set_up() -> Option<Runtime> {
             return None;
         }
     };
+    // Tell the images this one execs what they are (the state is the value's first bytes).
+    let next = if parsed.core.trace_children {
+        opts::STATE_CHILD
+    } else {
+        opts::STATE_TAKEN
+    };
+    value[..next.len()].copy_from_slice(next.as_bytes());
     if !parsed.core.trace_children {
-        state.copy_from_slice(opts::STATE_TAKEN.as_bytes());
         remove_self_from_ld_preload();
+        // Leave the program the environment it would have without us: perl, for one, copies
+        // every variable, and the leak report would count ours. (unsetenv only shifts the
+        // environ array; it allocates nothing.)
+        // SAFETY: NUL-terminated names; no other thread exists during set-up.
+        unsafe {
+            libc_api::unsetenv(c"OXGRIND".as_ptr());
+            if env_var("LD_PRELOAD").is_some_and(|v| v.is_empty() || v[0] == 0) {
+                libc_api::unsetenv(c"LD_PRELOAD".as_ptr());
+            }
+        }
     }
     crate::stacks::find_self_text();
+    crate::hooks::open_self(&crate::stacks::self_path());
     let needs = parsed.tool.needs();
     FREED.lock().set_budget(needs.freelist_vol);
     Some(Runtime {

@@ -50,10 +50,22 @@ pub fn main(args: &[String]) -> Result<()> {
     cmd.arg0(prog)
         .args(&program[1..])
         .env("LD_PRELOAD", preload)
-        .env(opts::ENV_OPTIONS, opts::encode_list(&parsed.options))
-        .env(opts::ENV_COMMAND, opts::encode_list(&program))
-        .env(opts::ENV_STATE, opts::STATE_FRESH)
-        .env(opts::ENV_CWD, cwd);
+        .env(
+            opts::ENV_NAME,
+            opts::Handoff {
+                state: opts::STATE_FRESH.into(),
+                cwd: cwd.to_string_lossy().into_owned(),
+                options: parsed.options.clone(),
+                command: program.clone(),
+            }
+            .encode(),
+        );
+    if parsed.core.tool == "memcheck" {
+        // As Valgrind's memcheck does: libstdc++'s pool allocators then use plain new/delete,
+        // so their blocks are tracked one by one instead of hidden in pools.
+        cmd.env("GLIBCXX_FORCE_NEW", "1")
+            .env("GLIBCPP_FORCE_NEW", "1");
+    }
     // exec only returns on failure.
     let err = cmd.exec();
     Err(anyhow!("{prog}: cannot execute: {err}"))

@@ -272,3 +272,128 @@ fn generated_suppressions_silence_the_same_errors_in_oxgrind_and_in_valgrind() {
         );
     }
 }
+
+/// The LEAK SUMMARY and ERROR SUMMARY lines of a report, without the `==PID==` prefix.
+fn summary_lines(report: &str) -> Vec<String> {
+    report
+        .lines()
+        .filter(|l| {
+            l.contains("ERROR SUMMARY")
+                || l.contains(" lost: ")
+                || l.contains("still reachable: ")
+                || l.contains("in use at exit")
+        })
+        .map(|l| l.split_once("== ").map_or(l, |x| x.1).trim().to_string())
+        .collect()
+}
+
+/// Which leak categories are non-empty ("definitely lost", ...).
+fn leak_categories(report: &str) -> Vec<String> {
+    summary_lines(report)
+        .into_iter()
+        .filter(|l| {
+            (l.contains(" lost: ") || l.contains("still reachable: "))
+                && !l.contains(": 0 bytes in 0 blocks")
+        })
+        .map(|l| l.split(':').next().unwrap().to_string())
+        .collect()
+}
+
+/// Real programs and clean corpus programs: the errors and leak categories Valgrind reports,
+/// no more. Where the numbers are identical too (all but two), that is asserted.
+#[test]
+fn real_programs_report_no_errors_and_valgrinds_leak_categories() {
+    if !have_valgrind() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sql = dir.path().join("w.sql");
+    let mut text = String::from("create table t(a, b);\n");
+    for i in 0..500 {
+        text.push_str(&format!("insert into t values({i}, 'v{i}');\n"));
+    }
+    text.push_str("select count(*), max(a) from t;\n");
+    std::fs::write(&sql, text).unwrap();
+    let threads = build("threads.c", &["-g", "-O2"]);
+    let cxx = build("containers.cpp", &["-g", "-O2"]);
+    let rust = build("rust_prog.rs", &["-O"]);
+    let cases: Vec<(Vec<String>, bool)> = vec![
+        (
+            vec![
+                "/usr/bin/python3".into(),
+                "-c".into(),
+                "import json; print(json.dumps({'a': list(range(50))}))".into(),
+            ],
+            true,
+        ),
+        (vec!["/usr/bin/git".into(), "--version".into()], true),
+        (vec!["/bin/ls".into(), "/usr".into()], true),
+        (
+            vec![
+                "/usr/bin/sqlite3".into(),
+                ":memory:".into(),
+                format!(".read {}", sql.display()),
+            ],
+            true,
+        ),
+        (vec![threads.display().to_string()], true),
+        (vec![cxx.display().to_string()], true),
+        // perl copies its environment, and Valgrind's memcheck adds LD_PRELOAD and
+        // LD_LIBRARY_PATH to it; Rust's runtime keeps a few environment-dependent bytes.
+        (
+            vec![
+                "/usr/bin/perl".into(),
+                "-e".into(),
+                "my %h = map { $_ => 1 } 1..100; print scalar(keys %h)".into(),
+            ],
+            false,
+        ),
+        (vec![rust.display().to_string()], false),
+    ];
+    for (argv, exact) in cases {
+        if !Path::new(&argv[0]).exists() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{} is required in CI",
+                argv[0]
+            );
+            continue;
+        }
+        let ours = run(Command::new(oxgrind()).arg("--leak-check=full").args(&argv));
+        let theirs = run(Command::new("valgrind")
+            .arg("--leak-check=full")
+            .args(&argv));
+        assert_eq!(
+            stdout(&ours),
+            stdout(&theirs),
+            "{argv:?}: program output differs"
+        );
+        let (o, t) = (stderr(&ours), stderr(&theirs));
+        let error_summary = |s: &str| {
+            summary_lines(s)
+                .into_iter()
+                .find(|l| l.contains("ERROR SUMMARY"))
+        };
+        // Every error is one Valgrind reports too (for perl: its possibly-lost records).
+        assert_eq!(error_summary(&o), error_summary(&t), "{argv:?}:\n{o}");
+        if exact {
+            assert_eq!(
+                error_summary(&o).as_deref(),
+                Some("ERROR SUMMARY: 0 errors from 0 contexts (suppressed: 0 from 0)"),
+                "{argv:?}"
+            );
+        }
+        assert_eq!(
+            leak_categories(&o),
+            leak_categories(&t),
+            "{argv:?}: leak categories differ\n{o}\n{t}"
+        );
+        if exact {
+            assert_eq!(
+                summary_lines(&o),
+                summary_lines(&t),
+                "{argv:?}: summaries differ"
+            );
+        }
+    }
+}
