@@ -612,6 +612,10 @@ def render_markdown(meta, summary, configs, workloads):
         w("* Not available in this run (shown as n/a):")
         for c in missing:
             w(f"  * {c.label}: {c.why_not}")
+    if meta.get("notes"):
+        w("* Notes from whoever ran it:")
+        for n in meta["notes"]:
+            w(f"  * {n}")
     w("")
 
     def gm_of(cfg_key, key):
@@ -801,6 +805,9 @@ def main():
     ap.add_argument("--oxgrind", help="path of the oxgrind launcher (default: $OXGRIND, then "
                     "target/release/oxgrind)")
     ap.add_argument("--timeout", type=float, help="seconds before one run is killed")
+    ap.add_argument("--note", action="append", default=[], metavar="TEXT",
+                    help="a sentence for the page's notes (repeatable), e.g. what a tool does not "
+                    "do yet at this commit")
     ap.add_argument("--json", help="where to write raw results (default bench/build/results-MODE.json)")
     ap.add_argument("--write-docs", nargs="?", const=str(REPO / "docs" / "benchmarks.md"),
                     metavar="PATH", help="write the results page (default docs/benchmarks.md)")
@@ -851,6 +858,7 @@ def main():
         "loadavg_after": loadavg(),
         "machine": machine_info(oxgrind),
         "build_commands": build_cmds,
+        "notes": args.note,
         "configs": {c.key: {"available": c.available, "why_not": c.why_not, "argv_prefix": c.prefix}
                     for c in configs},
         "workloads": {k: {x: v[x] for x in ("size", "unit", "argv")} for k, v in results.items()},
