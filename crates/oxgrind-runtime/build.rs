@@ -2,6 +2,9 @@
 // throw `std::bad_alloc` through its own frame, and `execl`-style functions are variadic.
 fn main() {
     println!("cargo:rerun-if-changed=src/shim.c");
+    // The translation engine must never enter the dynamic loader's lazy resolver from
+    // translated code: bind every symbol at load time.
+    println!("cargo:rustc-link-arg-cdylib=-Wl,-z,now");
     cc::Build::new()
         .file("src/shim.c")
         .flag("-fexceptions")

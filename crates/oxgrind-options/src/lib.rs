@@ -16,18 +16,10 @@ use oxgrind_tool::{OptionError, Tool};
 pub mod template;
 
 /// The tools oxgrind knows, in `--help` order.
-pub const TOOLS: &[&str] = &["memcheck", "massif"];
+pub const TOOLS: &[&str] = &["memcheck", "massif", "none"];
 
 /// Valgrind tools oxgrind does not implement yet: named so the user gets a clear answer.
-pub const PLANNED_TOOLS: &[&str] = &[
-    "memcheck",
-    "dhat",
-    "cachegrind",
-    "none",
-    "callgrind",
-    "helgrind",
-    "drd",
-];
+pub const PLANNED_TOOLS: &[&str] = &["dhat", "cachegrind", "callgrind", "helgrind", "drd"];
 
 /// Where the `==PID==` log goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,6 +90,7 @@ pub fn new_tool(name: &str) -> Result<Box<dyn Tool>, OptionError> {
     match name {
         "massif" => Ok(Box::new(oxgrind_massif::Massif::new())),
         "memcheck" => Ok(Box::new(oxgrind_memcheck::Memcheck::new())),
+        "none" => Ok(Box::new(oxgrind_none::Nulgrind::new())),
         other if PLANNED_TOOLS.contains(&other) => Err(OptionError(format!(
             "the tool '{other}' is not implemented in oxgrind yet (available: {})",
             TOOLS.join(", ")
@@ -438,5 +431,24 @@ mod tests {
         assert!(parse(&v(&["--num-callers=0"])).is_err());
         assert!(parse(&v(&["--trace-children=maybe"])).is_err());
         assert!(parse(&v(&["--alignment=24"])).is_err());
+    }
+}
+
+#[cfg(test)]
+mod registry_tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_tool_starts_and_no_tool_is_both_available_and_planned() {
+        for t in TOOLS {
+            assert!(new_tool(t).is_ok(), "{t} is listed but does not start");
+            assert!(
+                !PLANNED_TOOLS.contains(t),
+                "{t} is listed as available and as planned"
+            );
+        }
+        for t in PLANNED_TOOLS {
+            assert!(new_tool(t).is_err(), "{t} starts but is listed as planned");
+        }
     }
 }

@@ -47,6 +47,9 @@ impl Event {
         if !state::settled() {
             state::ensure_init();
         }
+        if state::passthrough() {
+            return None;
+        }
         let rt = state::runtime()?;
         let inside = Entered::try_enter()?;
         let gate = EventGate::enter();
@@ -195,6 +198,9 @@ fn allocate(
     entry: u64,
     get: impl FnOnce(Option<&Runtime>) -> *mut c_void,
 ) -> *mut c_void {
+    if state::passthrough() {
+        return get(None);
+    }
     let ev = Event::enter();
     if let Some(ev) = &ev {
         if fishy(size) {
@@ -222,6 +228,11 @@ fn allocate(
 fn deallocate(p: *mut c_void, func: AllocFn, entry: u64) {
     if p.is_null() {
         return;
+    }
+    if state::passthrough() {
+        // Blocks recorded before set-up decided on pass-through are glibc's too.
+        // SAFETY: p came from glibc's allocator through us.
+        return unsafe { __libc_free(p) };
     }
     let addr = p as u64;
     let ev = Event::enter();
@@ -282,11 +293,15 @@ pub fn open_self(path: &str) {
 /// is not enough: in a non-PIE executable that calls `malloc` (Debian's python3.11), the
 /// canonical address of the function is the executable's PLT stub, which symbolizes as
 /// `??? (in /usr/bin/python3.11)`. `dlsym` on our own handle finds ours.
+///
+/// `None` means "not now" (the caller uses its fallback without caching it): before set-up,
+/// and when called re-entrantly — `dlsym` itself frees its error string through our `free`.
 pub fn own_address(name: &[u8], fallback: u64) -> Option<u64> {
     let h = SELF_HANDLE.load(Ordering::Acquire);
     if h.is_null() {
         return None;
     }
+    let _inside = Entered::try_enter()?;
     // SAFETY: h is our own handle; name is NUL-terminated.
     let p = unsafe { dlsym(h, name.as_ptr().cast()) };
     Some(if p.is_null() { fallback } else { p as u64 })
@@ -400,6 +415,10 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
 }
 
 fn reallocate(p: *mut c_void, size: usize, func: AllocFn, entry: u64) -> *mut c_void {
+    if state::passthrough() {
+        // SAFETY: p is null or came from glibc's allocator through us.
+        return unsafe { __libc_realloc(p, size) };
+    }
     if p.is_null() {
         return allocate(size as u64, func, entry, |rt| base_alloc(rt, size));
     }

@@ -48,6 +48,28 @@ static FINI: extern "C" fn() = on_unload;
 
 extern "C" fn on_load() {
     state::ensure_init();
+    if state::runtime().is_some_and(|rt| rt.needs.translation) {
+        start_engine();
+    }
+}
+
+/// Hands the program to the translation engine: when this returns, the rest of our
+/// constructor, the program's constructors, `main` and its exit all run from the code cache.
+#[inline(never)]
+fn start_engine() {
+    let config = oxgrind_engine::Config {
+        out_fd: 2,
+        ..Default::default()
+    };
+    // SAFETY: called once, from our ELF constructor, on the main thread before any other
+    // thread exists; our global allocator is the private heap and we link with -z now, as
+    // start_from_constructor requires.
+    if let Err(e) = unsafe { oxgrind_engine::start_from_constructor(config) } {
+        oxgrind_sys::fd::write_all(
+            2,
+            format!("oxgrind: the translation engine could not start ({e:?}); the program runs natively\n").as_bytes(),
+        );
+    }
 }
 
 /// Runs from `_dl_fini`, after the program's `atexit` handlers and static destructors.

@@ -15,7 +15,7 @@
 //! `environ` carries the change).
 
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 
 use oxgrind_options::{self as opts, Action, CoreOptions};
 use oxgrind_sys::lock::SpinLock;
@@ -43,6 +43,15 @@ const ACTIVE: u8 = 2;
 const INERT: u8 = 3;
 
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+/// Allocator calls go straight to glibc: the image is inert, or its tool wants no heap
+/// events (`--tool=none`).
+static PASSTHROUGH: AtomicBool = AtomicBool::new(false);
+
+/// Whether allocator hooks should do nothing but call glibc.
+#[inline]
+pub fn passthrough() -> bool {
+    PASSTHROUGH.load(Ordering::Relaxed)
+}
 static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(core::ptr::null_mut());
 
 pub static BLOCKS: BlockTable = BlockTable::new();
@@ -85,6 +94,7 @@ pub fn ensure_init() {
     match set_up() {
         Some(rt) => {
             let rt = Box::leak(Box::new(rt));
+            PASSTHROUGH.store(rt.needs.ignores_heap, Ordering::Relaxed);
             RUNTIME.store(rt, Ordering::Release);
             STATE.store(ACTIVE, Ordering::Release);
             crate::host::keep_log_fd();
@@ -96,7 +106,10 @@ pub fn ensure_init() {
             }
             rt.tool.on_start(&crate::host::HOST);
         }
-        None => STATE.store(INERT, Ordering::Release),
+        None => {
+            PASSTHROUGH.store(true, Ordering::Relaxed);
+            STATE.store(INERT, Ordering::Release)
+        }
     }
 }
 

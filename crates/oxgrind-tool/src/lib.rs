@@ -119,6 +119,10 @@ pub struct Needs {
     /// Bytes of slack the runtime leaves after every block (Memcheck's redzone), so a small
     /// overrun lands in memory the program does not own rather than in glibc's chunk headers.
     pub redzone: u64,
+    /// Run the program under the translation engine (every instruction passes through it).
+    pub translation: bool,
+    /// The tool wants no allocator events: the hooks pass straight to glibc.
+    pub ignores_heap: bool,
 }
 
 /// Misuse of the allocator or string functions that the runtime detects on the program's

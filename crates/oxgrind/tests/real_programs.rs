@@ -174,3 +174,81 @@ fn rust_program_with_threads_and_a_caught_panic() {
     let prog = build("rust_prog.rs", &["-O"]);
     same_as_native(&prog, &[], None);
 }
+
+/// `--tool=none`: the program runs from the translation engine's code cache, uninstrumented,
+/// and must behave exactly as natively.
+fn same_as_native_under_the_engine(prog: &Path, args: &[&str], stdin: Option<&str>) {
+    let (dn, de) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let n = native(prog, args, stdin, dn.path());
+    let mut c = Command::new(oxgrind());
+    c.args(["-q", "--tool=none"])
+        .arg(prog)
+        .args(args)
+        .current_dir(de.path());
+    let e = feed(c, stdin);
+    let what = format!("--tool=none {} {}", prog.display(), args.join(" "));
+    assert_eq!(stdout(&e), stdout(&n), "stdout differs for {what}");
+    assert_eq!(
+        without_tids(&stderr(&e)),
+        without_tids(&stderr(&n)),
+        "stderr differs for {what}"
+    );
+    assert_eq!(
+        e.status.code(),
+        n.status.code(),
+        "status differs for {what}"
+    );
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        e.status.signal(),
+        n.status.signal(),
+        "signal differs for {what}"
+    );
+}
+
+#[test]
+fn real_programs_run_unchanged_under_the_translation_engine() {
+    if let Some(py) = system("/usr/bin/python3") {
+        same_as_native_under_the_engine(
+            &py,
+            &[
+                "-c",
+                "import json; print(json.dumps([i*i for i in range(1000)])[-40:])",
+            ],
+            None,
+        );
+    }
+    if let Some(sort) = system("/usr/bin/sort") {
+        let input: String = (0..20000)
+            .map(|i| format!("{}\n", (i * 7919) % 10007))
+            .collect();
+        same_as_native_under_the_engine(&sort, &["-n"], Some(&input));
+    }
+    if let Some(sqlite) = system("/usr/bin/sqlite3") {
+        same_as_native_under_the_engine(
+            &sqlite,
+            &[":memory:"],
+            Some("create table t(a);insert into t values(1),(2);select sum(a) from t;\n"),
+        );
+    }
+    if let Some(perl) = system("/usr/bin/perl") {
+        same_as_native_under_the_engine(
+            &perl,
+            &[
+                "-e",
+                "print join(',', map { $_ * 2 } 1..10), \"\\n\"; exit 5",
+            ],
+            None,
+        );
+    }
+    if let Some(git) = system("/usr/bin/git") {
+        same_as_native_under_the_engine(&git, &["--version"], None);
+    }
+    same_as_native_under_the_engine(&build("threads.c", &["-g", "-O2"]), &[], None);
+    same_as_native_under_the_engine(&build("containers.cpp", &["-g", "-O2"]), &[], None);
+    same_as_native_under_the_engine(&build("rust_prog.rs", &["-O"]), &[], None);
+    let endings = build("endings.c", &["-g", "-O2"]);
+    for mode in ["exit", "_exit", "abort", "segv", "fork"] {
+        same_as_native_under_the_engine(&endings, &[mode], None);
+    }
+}

@@ -799,6 +799,7 @@ impl Tool for Memcheck {
             page_events: false,
             // Valgrind's default --redzone-size for Memcheck.
             redzone: 16,
+            ..Needs::default()
         }
     }
 

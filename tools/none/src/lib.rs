@@ -1,0 +1,67 @@
+//! Nulgrind (`--tool=none`): the program runs under the translation engine, uninstrumented.
+//!
+//! As in Valgrind, the tool that does nothing is how the core's own cost and transparency
+//! are measured: a program under `--tool=none` must behave exactly as natively, and the
+//! slowdown is the engine's alone. It asks for translation and for no allocator events, and
+//! prints Valgrind's banner.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use oxgrind_tool::{Exit, Host, Needs, OptionError, Tool};
+
+#[derive(Default)]
+pub struct Nulgrind {
+    quiet: bool,
+    started: AtomicBool,
+}
+
+impl Nulgrind {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Tool for Nulgrind {
+    fn name(&self) -> &'static str {
+        "none"
+    }
+
+    fn parse_option(&mut self, arg: &str) -> Result<bool, OptionError> {
+        match arg {
+            "-q" | "--quiet" => self.quiet = true,
+            "-v" | "--verbose" => self.quiet = false,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    fn needs(&self) -> Needs {
+        Needs {
+            translation: true,
+            ignores_heap: true,
+            ..Needs::default()
+        }
+    }
+
+    fn on_start(&self, host: &dyn Host) {
+        if self.quiet || self.started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let pid = host.pid();
+        let cmd = host.command_line().join(" ");
+        host.log(&format!(
+            "=={pid}== Nulgrind, the minimal Valgrind tool\n\
+             =={pid}== Copyright (C) 2002-2017, and GNU GPL'd, by Nicholas Nethercote.\n\
+             =={pid}== Using Valgrind-3.19.0 and LibVEX; rerun with -h for copyright info\n\
+             =={pid}== Command: {cmd}\n\
+             =={pid}== \n"
+        ));
+    }
+
+    fn fini(&self, host: &dyn Host, exit: Exit) {
+        if self.quiet || matches!(exit, Exit::Exec) {
+            return;
+        }
+        host.log(&format!("=={}== \n", host.pid()));
+    }
+}
