@@ -521,6 +521,11 @@ def machine_info(oxgrind):
     except OSError:
         debian = "?"
     commit = cmd_output(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])
+    if oxgrind:
+        built = datetime.datetime.fromtimestamp(oxgrind.stat().st_mtime, datetime.timezone.utc)
+        ox = f"`{oxgrind}`, built {built:%Y-%m-%d %H:%M} UTC; repository HEAD when the run started: {commit}"
+    else:
+        ox = f"not built; repository HEAD when the run started: {commit}"
     return {
         "nproc": os.cpu_count(),
         "cpu": cpu,
@@ -537,7 +542,7 @@ def machine_info(oxgrind):
             "python3": cmd_output([PYTHON, "--version"]),
             "sqlite3": cmd_output([SQLITE, "--version"]).split(" 20")[0],
             "xz": cmd_output([XZ, "--version"]),
-            "oxgrind": f"{oxgrind or 'not built'} (repository at {commit})",
+            "oxgrind": ox,
         },
     }
 
@@ -838,6 +843,7 @@ def main():
             ap.error(f"unknown configuration(s): {', '.join(sorted(unknown))}")
         configs = [c for c in configs if c.key in keep]
     probe(configs, timeout=60)
+    machine = machine_info(oxgrind)
 
     results = measure(workloads, configs, mode, runs, timeout)
     summary = summarize(results, configs)
@@ -856,7 +862,7 @@ def main():
         "elapsed_s": elapsed,
         "loadavg_before": la_before,
         "loadavg_after": loadavg(),
-        "machine": machine_info(oxgrind),
+        "machine": machine,
         "build_commands": build_cmds,
         "notes": args.note,
         "configs": {c.key: {"available": c.available, "why_not": c.why_not, "argv_prefix": c.prefix}
