@@ -34,7 +34,13 @@ impl fmt::Display for Frame {
         match (&self.function, &self.file, &self.object) {
             (None, None, None) => f.write_str("???"),
             (func, Some(file), _) if self.line > 0 => {
-                write!(f, "{} ({}:{})", func.as_deref().unwrap_or("???"), file, self.line)
+                write!(
+                    f,
+                    "{} ({}:{})",
+                    func.as_deref().unwrap_or("???"),
+                    file,
+                    self.line
+                )
             }
             (func, _, Some(obj)) => write!(f, "{} (in {})", func.as_deref().unwrap_or("???"), obj),
             (Some(func), _, None) => write!(f, "{func} (in ???)"),
@@ -54,17 +60,33 @@ mod tests {
 
     #[test]
     fn frame_text_matches_valgrind() {
-        let mut fr = Frame { ip: 0x109245, function: s("main"), file: s("mc_errors.c"), line: 24, ..Default::default() };
+        let mut fr = Frame {
+            ip: 0x109245,
+            function: s("main"),
+            file: s("mc_errors.c"),
+            line: 24,
+            ..Default::default()
+        };
         assert_eq!(fr.to_string(), "0x109245: main (mc_errors.c:24)");
         fr.file = None;
         fr.line = 0;
         fr.object = s("/usr/lib/x86_64-linux-gnu/libc.so.6");
-        assert_eq!(fr.to_string(), "0x109245: main (in /usr/lib/x86_64-linux-gnu/libc.so.6)");
+        assert_eq!(
+            fr.to_string(),
+            "0x109245: main (in /usr/lib/x86_64-linux-gnu/libc.so.6)"
+        );
         fr.function = None;
-        assert_eq!(fr.to_string(), "0x109245: ??? (in /usr/lib/x86_64-linux-gnu/libc.so.6)");
+        assert_eq!(
+            fr.to_string(),
+            "0x109245: ??? (in /usr/lib/x86_64-linux-gnu/libc.so.6)"
+        );
         fr.object = None;
         assert_eq!(fr.to_string(), "0x109245: ???");
-        let only_fn = Frame { ip: 0x10, function: s("f"), ..Default::default() };
+        let only_fn = Frame {
+            ip: 0x10,
+            function: s("f"),
+            ..Default::default()
+        };
         assert_eq!(only_fn.to_string(), "0x10: f (in ???)");
     }
 }

@@ -146,6 +146,26 @@ pub fn address_on_stack(addr: u64, tid: i32) -> String {
     format!("Address {addr:#x} is on thread {tid}'s stack")
 }
 
+/// `in frame #1, created by bad_frees (mc_heap.c:35)`: the function owning the frame, and
+/// the line where it starts.
+pub fn in_frame(k: usize, frame: &Frame) -> String {
+    let func = frame.function.as_deref().unwrap_or("???");
+    match (&frame.file, frame.line) {
+        (Some(file), line) if line > 0 => {
+            format!("in frame #{k}, created by {func} ({file}:{line})")
+        }
+        _ => format!("in frame #{k}, created by {func}"),
+    }
+}
+
+/// `Address 0x10c060 is 0 bytes inside data symbol "global_array"`.
+pub fn address_in_data_symbol(addr: u64, offset: u64, name: &str) -> String {
+    format!(
+        "Address {addr:#x} is {} bytes inside data symbol \"{name}\"",
+        crate::number::commify(offset)
+    )
+}
+
 pub const BLOCK_WAS_ALLOCD_AT: &str = "Block was alloc'd at";
 
 // ---- leaks -------------------------------------------------------------------------------

@@ -910,7 +910,12 @@ mod short_stack_tests {
     use super::*;
 
     fn frame(fun: &str, obj: &str) -> SuppFrame {
-        SuppFrame { fun: Some(fun.into()), obj: Some(obj.into()), file: None, line: 0 }
+        SuppFrame {
+            fun: Some(fun.into()),
+            obj: Some(obj.into()),
+            file: None,
+            line: 0,
+        }
     }
 
     /// Regression: with --num-callers=2 a program's own still-reachable block was swallowed
@@ -924,7 +929,10 @@ mod short_stack_tests {
             Location::Ellipsis,
             Location::Fun("call_init*".into()),
         ];
-        let stack = [frame("malloc", "/x/liboxgrind_runtime.so"), frame("keep_reachable", "/tmp/t/mch")];
+        let stack = [
+            frame("malloc", "/x/liboxgrind_runtime.so"),
+            frame("keep_reachable", "/tmp/t/mch"),
+        ];
         assert!(!stack_matches(&locs, &stack));
     }
 }

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use oxgrind_options::{template, LogDest};
 use oxgrind_sys::lock::SpinLock;
 use oxgrind_sys::raw;
-use oxgrind_tool::{Addr, Frame, Host, LiveBlock, OptionError, RootRange, StackId};
+use oxgrind_tool::{Addr, DataAddr, Frame, Host, LiveBlock, OptionError, RootRange, StackId};
 
 use crate::state::{self, BLOCKS, STACKS};
 
@@ -104,6 +104,27 @@ fn log_fd() -> i32 {
 
 static SYMBOLIZER: SpinLock<Option<oxgrind_symbols::Symbolizer>> = SpinLock::new(None);
 
+impl RuntimeHost {
+    /// Which frame of the current stack owns `addr`, numbered as in the error's stack (frame
+    /// 0 is our replacement function, 1 the program's caller, ...), with the frame's
+    /// function and the line it starts at, as Memcheck's "in frame #1, created by f (a.c:3)".
+    fn stack_frame_of(&self, addr: Addr, stack_top: u64) -> Option<(usize, Frame)> {
+        const N: usize = 128;
+        let (mut ras, mut cfas) = ([0u64; N], [0u64; N]);
+        let n = oxgrind_symbols::capture_with_cfas(&mut ras, &mut cfas, crate::stacks::self_text());
+        // The function ras[k] returns into owns [cfas[k], cfas[k + 1]).
+        let k = (0..n).find(|&k| {
+            let end = if k + 1 < n { cfas[k + 1] } else { stack_top };
+            cfas[k] <= addr && addr < end
+        })?;
+        let mut g = SYMBOLIZER.lock();
+        let sym = g.get_or_insert_with(oxgrind_symbols::Symbolizer::from_self);
+        let start = sym.function_start(ras[k].wrapping_sub(1))?;
+        let frame = sym.describe(start).pop()?;
+        Some((k + 1, frame))
+    }
+}
+
 impl Host for RuntimeHost {
     fn stack(&self, id: StackId) -> Vec<Addr> {
         STACKS.frames(id).to_vec()
@@ -153,6 +174,20 @@ impl Host for RuntimeHost {
 
     fn log(&self, text: &str) {
         oxgrind_sys::fd::write_all(log_fd(), text.as_bytes());
+    }
+
+    fn describe_data(&self, addr: Addr) -> Option<DataAddr> {
+        if let Some((lo, hi)) = oxgrind_symbols::current_stack_bounds() {
+            if (lo..hi).contains(&addr) {
+                return Some(DataAddr::Stack {
+                    frame: self.stack_frame_of(addr, hi),
+                });
+            }
+        }
+        let mut g = SYMBOLIZER.lock();
+        let sym = g.get_or_insert_with(oxgrind_symbols::Symbolizer::from_self);
+        sym.data_symbol(addr)
+            .map(|(name, offset)| DataAddr::Symbol { name, offset })
     }
 
     fn live_blocks(&self) -> Vec<LiveBlock> {

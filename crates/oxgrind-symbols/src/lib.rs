@@ -50,4 +50,7 @@ pub use below_main::{
     BELOW_MAIN,
 };
 pub use symbolize::{demangle, modules_from_maps, Module, SymbolizeError, Symbolizer};
-pub use unwind::{after_fork_child, capture, capture_from, invalidate, text_range_of, Regs};
+pub use unwind::{
+    after_fork_child, capture, capture_from, capture_with_cfas, current_stack_bounds, invalidate,
+    text_range_of, Regs,
+};

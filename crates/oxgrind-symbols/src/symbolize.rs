@@ -115,6 +115,8 @@ struct Loaded {
     dwarf: Option<addr2line::Context<Reader>>,
     /// Function symbols sorted by address, one name per address (Valgrind's preference).
     syms: Vec<Sym>,
+    /// Data (object) symbols with a size, sorted by address, for "inside data symbol".
+    data: Vec<Sym>,
 }
 
 struct Entry {
@@ -258,6 +260,7 @@ impl Symbolizer {
                     Loaded {
                         dwarf: None,
                         syms: Vec::new(),
+                        data: Vec::new(),
                     }
                 }
             };
@@ -287,6 +290,30 @@ impl Symbolizer {
         let bias = self.entries[idx].module.bias;
         let loaded = self.loaded(idx);
         sym_at(&loaded.syms, ip.wrapping_sub(bias)).map(|s| s.name.clone())
+    }
+
+    /// The entry address of the function containing `ip` (from the symbol table).
+    pub fn function_start(&mut self, ip: u64) -> Option<u64> {
+        let idx = self.entry_of(ip)?;
+        let bias = self.entries[idx].module.bias;
+        let loaded = self.loaded(idx);
+        sym_at(&loaded.syms, ip.wrapping_sub(bias)).map(|s| s.addr.wrapping_add(bias))
+    }
+
+    /// The data symbol containing `addr` and the offset into it, as Memcheck's
+    /// `Address 0x... is 4 bytes inside data symbol "table"` names it (demangled).
+    pub fn data_symbol(&mut self, addr: u64) -> Option<(String, u64)> {
+        let idx = self.entry_of(addr)?;
+        let bias = self.entries[idx].module.bias;
+        let loaded = self.loaded(idx);
+        let svma = addr.wrapping_sub(bias);
+        let i = loaded
+            .data
+            .partition_point(|s| s.addr <= svma)
+            .checked_sub(1)?;
+        let s = &loaded.data[i];
+        (svma < s.addr.saturating_add(s.size))
+            .then(|| (demangle(&s.name).into_owned(), svma - s.addr))
     }
 
     /// Whether `ip` is in `main`, in a function Valgrind counts as below main, or elsewhere.
@@ -615,6 +642,29 @@ fn prefer(a: &Sym, a_global: bool, b: &Sym, b_global: bool) -> bool {
     a.name < b.name
 }
 
+fn collect_data_syms(file: &object::File<'_>, out: &mut Vec<(Sym, bool)>) {
+    for s in file.symbols().chain(file.dynamic_symbols()) {
+        if !matches!(s.kind(), SymbolKind::Data | SymbolKind::Tls)
+            || s.is_undefined()
+            || s.size() == 0
+        {
+            continue;
+        }
+        if let Ok(name) = s.name() {
+            if !name.is_empty() {
+                out.push((
+                    Sym {
+                        addr: s.address(),
+                        size: s.size(),
+                        name: name.to_string(),
+                    },
+                    s.is_global(),
+                ));
+            }
+        }
+    }
+}
+
 fn collect_syms(file: &object::File<'_>, out: &mut Vec<(Sym, bool)>) {
     let symtab = file.symbols().chain(file.dynamic_symbols());
     for s in symtab {
@@ -760,6 +810,8 @@ fn load(path: &Path, debug_dirs: &[PathBuf]) -> Result<Loaded, SymbolizeError> {
     })?;
     let mut syms = Vec::new();
     collect_syms(&file, &mut syms);
+    let mut data_syms = Vec::new();
+    collect_data_syms(&file, &mut data_syms);
 
     let mut dwarf = None;
     let debug = debug_candidates(&file, path, debug_dirs)
@@ -774,6 +826,7 @@ fn load(path: &Path, debug_dirs: &[PathBuf]) -> Result<Loaded, SymbolizeError> {
     let mut sources: Vec<(&Path, &Arc<memmap2::Mmap>, &object::File<'_>)> = Vec::new();
     if let (Some((p, f)), Some((_, m))) = (&debug_file, &debug_map) {
         collect_syms(f, &mut syms);
+        collect_data_syms(f, &mut data_syms);
         sources.push((p.as_path(), m, f));
     }
     sources.push((path, &data, &file));
@@ -801,6 +854,7 @@ fn load(path: &Path, debug_dirs: &[PathBuf]) -> Result<Loaded, SymbolizeError> {
     Ok(Loaded {
         dwarf,
         syms: finish_syms(syms),
+        data: finish_syms(data_syms),
     })
 }
 

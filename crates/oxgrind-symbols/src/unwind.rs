@@ -579,7 +579,15 @@ fn special_step(w: u64, regs: &mut Regs, stack: &mut Stack) -> Option<(u64, u64)
 /// as is), skipping leading ones inside `skip`. `regs` must describe a frame of the calling
 /// thread that is still live.
 #[inline(always)]
-fn walk(mut regs: Regs, out: &mut [u64], skip: (u64, u64)) -> usize {
+fn walk(regs: Regs, out: &mut [u64], skip: (u64, u64)) -> usize {
+    walk_recording(regs, out, &mut [], skip)
+}
+
+/// [`walk`], also writing into `cfas[i]` the canonical frame address of the frame whose
+/// return address is `out[i]` (the stack pointer of the caller at the call), when `cfas` is
+/// long enough. The caller's frame then spans `[cfas[i], cfas[i + 1])`.
+#[inline(always)]
+fn walk_recording(mut regs: Regs, out: &mut [u64], cfas: &mut [u64], skip: (u64, u64)) -> usize {
     let Some((lo, hi)) = stack_bounds(regs.sp) else {
         return 0;
     };
@@ -636,6 +644,9 @@ fn walk(mut regs: Regs, out: &mut [u64], skip: (u64, u64)) -> usize {
         }
         skipping = false;
         out[n] = next;
+        if let Some(c) = cfas.get_mut(n) {
+            *c = regs.sp;
+        }
         n += 1;
     }
     n
@@ -668,6 +679,37 @@ pub fn capture(out: &mut [u64], skip_range: (u64, u64)) -> usize {
         );
     }
     walk(Regs { pc, sp, bp }, out, skip_range)
+}
+
+/// Like [`capture`], also recording each frame's extent: `cfas[i]` is the stack pointer at
+/// the call that `out[i]` returns to, so the function `out[i]` returns into owns
+/// `[cfas[i], cfas[i + 1])`. For describing stack addresses ("in frame #2"); not hot.
+#[inline(never)]
+pub fn capture_with_cfas(out: &mut [u64], cfas: &mut [u64], skip_range: (u64, u64)) -> usize {
+    let (pc, sp, bp): (u64, u64, u64);
+    // SAFETY: reads three registers; touches no memory and leaves the stack alone.
+    unsafe {
+        core::arch::asm!(
+            "lea {pc}, [rip]",
+            "mov {sp}, rsp",
+            "mov {bp}, rbp",
+            pc = out(reg) pc,
+            sp = out(reg) sp,
+            bp = out(reg) bp,
+            options(nomem, nostack, preserves_flags)
+        );
+    }
+    walk_recording(Regs { pc, sp, bp }, out, cfas, skip_range)
+}
+
+/// The bounds `[low, high)` of the stack mapping the calling thread runs on.
+pub fn current_stack_bounds() -> Option<(u64, u64)> {
+    let sp: u64;
+    // SAFETY: reads the stack pointer only.
+    unsafe {
+        core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags))
+    };
+    stack_bounds(sp).map(|(lo, hi)| (lo.max(sp), hi))
 }
 
 /// Like [`capture`], from explicit registers (e.g. a signal handler's `ucontext`): `regs.pc`

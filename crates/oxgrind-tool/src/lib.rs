@@ -123,6 +123,10 @@ pub struct Needs {
     pub translation: bool,
     /// The tool wants no allocator events: the hooks pass straight to glibc.
     pub ignores_heap: bool,
+    /// Check the copying string functions (`strcpy`, `strncat`, `__memcpy_chk`, ...) for
+    /// overlapping source and destination and report [`Misuse::Overlap`]. Without it they
+    /// are glibc's own, at no cost.
+    pub check_overlaps: bool,
 }
 
 /// Misuse of the allocator or string functions that the runtime detects on the program's
@@ -182,6 +186,16 @@ pub struct LiveBlock {
     pub stack: StackId,
 }
 
+/// What a non-heap address is, for error descriptions.
+#[derive(Clone, Debug)]
+pub enum DataAddr {
+    /// On the calling thread's stack; `frame`: the index of the frame owning the address in
+    /// the error's stack (0 is the allocation function), and its function's first line.
+    Stack { frame: Option<(usize, Frame)> },
+    /// Inside a global variable: its name and the offset into it.
+    Symbol { name: String, offset: u64 },
+}
+
 /// Where a root range came from (for `-v` diagnostics and heuristics).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum RootKind {
@@ -223,6 +237,11 @@ pub trait Host {
     fn write_file(&self, path: &str, bytes: &[u8]) -> Result<(), i32>;
     /// Writes a message to the log channel (stderr or `--log-file`); `text` is written as is.
     fn log(&self, text: &str);
+    /// Describes a non-heap address: on the calling thread's stack (and in which frame), or
+    /// inside a global variable. Called from an event on the thread that caused it.
+    fn describe_data(&self, _addr: Addr) -> Option<DataAddr> {
+        None
+    }
     /// Every live heap block (not the ones waiting in the freed-block queue).
     fn live_blocks(&self) -> Vec<LiveBlock>;
     /// Stops every other thread, hands `f` the root set (their stacks and registers, the

@@ -43,8 +43,8 @@ use oxgrind_formats::suppressions::{
     self as supp, GenFrame, GeneratedSupp, LeakKind, SuppFrame, SuppParseError,
 };
 use oxgrind_tool::{
-    Addr, Alloc, AllocFn, Exit, Free, Host, LiveBlock, Misuse, MisuseEvent, Needs, OptionError,
-    RootRange, StackId, Tool,
+    Addr, Alloc, AllocFn, DataAddr, Exit, Free, Host, LiveBlock, Misuse, MisuseEvent, Needs,
+    OptionError, RootRange, StackId, Tool,
 };
 
 use errors::{ErrorKey, ErrorManager, KeyKind, Output, Reporting, Shown};
@@ -162,7 +162,11 @@ impl Memcheck {
         // Users' files are cut to --num-callers, as Valgrind cuts them. Ours are not: a cut
         // default pattern (`fun:malloc` alone) would hide the program's own blocks, while an
         // uncut one longer than the stack simply does not match.
-        let depth = if name == DEFAULT_SUPPRESSIONS_NAME { usize::MAX } else { self.opts.num_callers };
+        let depth = if name == DEFAULT_SUPPRESSIONS_NAME {
+            usize::MAX
+        } else {
+            self.opts.num_callers
+        };
         let entries = supp::parse(name, contents, "Memcheck", depth)?;
         self.state_mut().errors.add_suppressions(entries);
         Ok(())
@@ -379,7 +383,14 @@ impl Memcheck {
 
     /// Memcheck's `describe_addr` for heap addresses: a recently freed block first, then a
     /// live one (each with its redzones), else "not stack'd, malloc'd or (recently) free'd".
-    fn describe_addr(&self, host: &dyn Host, freed: &FreedQueue, addr: Addr) -> Vec<Aux> {
+    /// `thread`: the erring thread's number, for "on thread N's stack".
+    fn describe_addr(
+        &self,
+        host: &dyn Host,
+        freed: &FreedQueue,
+        addr: Addr,
+        thread: i32,
+    ) -> Vec<Aux> {
         let near = |start: Addr, size: u64| {
             addr >= start.saturating_sub(REDZONE) && addr < start + size + REDZONE
         };
@@ -430,7 +441,19 @@ impl Memcheck {
             }
             return aux;
         }
-        vec![Aux::Text(text::address_unknown(addr))]
+        match host.describe_data(addr) {
+            Some(DataAddr::Stack { frame }) => {
+                let mut aux = vec![Aux::Text(text::address_on_stack(addr, thread))];
+                if let Some((k, f)) = frame {
+                    aux.push(Aux::Text(text::in_frame(k, &f)));
+                }
+                aux
+            }
+            Some(DataAddr::Symbol { name, offset }) => {
+                vec![Aux::Text(text::address_in_data_symbol(addr, offset, &name))]
+            }
+            None => vec![Aux::Text(text::address_unknown(addr))],
+        }
     }
 
     /// Records one runtime-detected error on the calling thread.
@@ -799,6 +822,7 @@ impl Tool for Memcheck {
             page_events: false,
             // Valgrind's default --redzone-size for Memcheck.
             redzone: 16,
+            check_overlaps: true,
             ..Needs::default()
         }
     }
@@ -848,6 +872,10 @@ impl Tool for Memcheck {
         self.ensure_started(host);
         match ev.kind {
             Misuse::InvalidFree { addr, func, size } => {
+                let thread = {
+                    let mut st = self.lock();
+                    thread_number(&mut st.threads, ev.tid, host.pid())
+                };
                 // Memcheck counts the call before validating the pointer: an invalid free
                 // is one of the "frees" of HEAP SUMMARY, an invalid realloc also an alloc
                 // of the size it asked for.
@@ -864,7 +892,7 @@ impl Tool for Memcheck {
                     "InvalidFree",
                     &|| text::INVALID_FREE.to_string(),
                     false,
-                    &|freed| self.describe_addr(host, freed, addr),
+                    &|freed| self.describe_addr(host, freed, addr, thread),
                 )
             }
             Misuse::FishyValue { func, arg, value } => {

@@ -91,8 +91,16 @@ mod cmd_line_tests {
 
     #[test]
     fn newlines_in_the_command_line_do_not_break_the_file() {
-        let f = MassifFile { desc: "(none)".into(), cmd: "python3 -c a\nb".into(), time_unit: "B".into(), snapshots: vec![] };
+        let f = MassifFile {
+            desc: "(none)".into(),
+            cmd: "python3 -c a\nb".into(),
+            time_unit: "B".into(),
+            snapshots: vec![],
+        };
         let text = write(&f);
-        assert!(text.contains("cmd: python3 -c a b\ntime_unit: B\n"), "{text}");
+        assert!(
+            text.contains("cmd: python3 -c a b\ntime_unit: B\n"),
+            "{text}"
+        );
     }
 }

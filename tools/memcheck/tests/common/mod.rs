@@ -152,7 +152,11 @@ impl Program<'_> {
             None => self.tool.on_misuse(
                 self.host,
                 &MisuseEvent {
-                    kind: Misuse::InvalidFree { addr, func, size: 0 },
+                    kind: Misuse::InvalidFree {
+                        addr,
+                        func,
+                        size: 0,
+                    },
                     stack,
                     tid: 1,
                 },
