@@ -22,6 +22,7 @@
 //! * `oxg_raise_tramp`: re-raises a signal that arrived while the thread was inside the
 //!   engine, at a point where all guest registers are in place.
 //! * `oxg_sig_entry`: the host handler installed for every signal the guest handles.
+//! * `oxg_smc_dispatch`: where a block whose guest bytes changed exits (see `pages`).
 
 use crate::context as c;
 
@@ -34,6 +35,7 @@ extern "C" {
     pub fn oxg_raise_tramp();
     pub fn oxg_sig_entry();
     pub fn oxg_sigreturn_tramp();
+    pub fn oxg_smc_dispatch();
 }
 
 core::arch::global_asm!(
@@ -237,6 +239,18 @@ core::arch::global_asm!(
     "jmp oxg_dispatch",
     "4:",
     "ret",
+    // ------------------------------------------------------------------ stale block
+    // A block's entry check found its guest bytes changed: same protocol as an exit stub
+    // (rax = guest pc, guest rax in STUB_RAX), plus the flag that tells the dispatcher to
+    // drop the block first. The flag is set after `in_engine`, so a signal handler that
+    // interrupts this sequence never sees it.
+    ".p2align 4",
+    ".globl oxg_smc_dispatch",
+    ".hidden oxg_smc_dispatch",
+    "oxg_smc_dispatch:",
+    "mov qword ptr gs:[{in_engine}], 1",
+    "mov qword ptr gs:[{smc_stale}], 1",
+    "jmp oxg_dispatch",
     // ------------------------------------------------------------------ sigreturn
     // rax = 15 and rsp at the signal frame; rt_sigreturn reloads every other register from
     // the frame, so rsi/rdi/rcx/flags may be used to copy the scratch slots back.
@@ -297,6 +311,7 @@ core::arch::global_asm!(
     raise_sig = const c::OFF_RAISE_SIG,
     sigret_src = const c::OFF_SIGRET_SRC,
     forked = const c::OFF_FORKED,
+    smc_stale = const c::OFF_SMC_STALE,
     scratch = const c::OFF_SCRATCH,
     nscratch = const c::SCRATCH_SLOTS,
     rust = sym crate::dispatch::dispatch,

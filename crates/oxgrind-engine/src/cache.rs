@@ -64,6 +64,10 @@ pub struct Stats {
     pub dispatches: u64,
     pub arenas: u64,
     pub invalidated: u64,
+    /// Blocks translated with an entry check (from writable pages).
+    pub checked: u64,
+    /// Entry checks that failed: blocks dropped because their guest bytes changed.
+    pub stale: u64,
 }
 
 pub struct CodeCache {
@@ -76,6 +80,8 @@ pub struct CodeCache {
     /// Linked stubs by guest target, to unlink them when the target is invalidated.
     links: PcMap<Vec<u64>>,
     opts: Options,
+    /// Which pages the program can write (blocks from those get entry checks).
+    pub pages: crate::pages::Pages,
     /// Testing knob: place arenas far from all guest code to exercise the far paths.
     far: bool,
     pub stats: Stats,
@@ -132,6 +138,7 @@ impl CodeCache {
             pending: PcMap::default(),
             links: PcMap::default(),
             opts,
+            pages: crate::pages::Pages::default(),
             far,
             stats: Stats::default(),
             #[cfg(feature = "debug-dispatch")]
@@ -201,7 +208,19 @@ impl CodeCache {
         }
         let ai = self.arena_for(pc)?;
         let base = self.arenas[ai].bump;
-        let t = translate::translate(pc, base, self.opts).map_err(CacheError::Translate)?;
+        // Code from a page the program can write is checked at each entry; a block that only
+        // runs into such a page (its last instructions) is translated again with the check.
+        let mut opts = self.opts;
+        opts.check = self.pages.mutable(pc);
+        let mut t = translate::translate(pc, base, opts).map_err(CacheError::Translate)?;
+        let last = pc + t.guest_len.max(1) - 1;
+        if !opts.check && last >> 12 != pc >> 12 && self.pages.mutable(last) {
+            opts.check = true;
+            t = translate::translate(pc, base, opts).map_err(CacheError::Translate)?;
+        }
+        if opts.check {
+            self.stats.checked += 1;
+        }
         let len = t.bytes.len() as u64;
         if len > MAX_BLOCK {
             return Err(CacheError::NoMemory);
@@ -257,6 +276,19 @@ impl CodeCache {
         if start >= end {
             return;
         }
+        self.drop_blocks(start, end);
+    }
+
+    /// The block at `pc` failed its entry check: drop it (and whatever overlaps it) so that
+    /// the next lookup translates the current bytes.
+    pub fn drop_stale(&mut self, pc: u64) {
+        if let Some(&len) = self.ordered.get(&pc) {
+            self.stats.stale += 1;
+            self.drop_blocks(pc, pc + len.max(1));
+        }
+    }
+
+    fn drop_blocks(&mut self, start: u64, end: u64) {
         let from = start.saturating_sub(translate::MAX_GUEST_SPAN);
         let pcs: Vec<u64> = self
             .ordered
@@ -296,7 +328,13 @@ mod tests {
         code.resize(64, 0xCC);
         let a = code.as_ptr() as u64;
         let b = a + 10;
-        let mut cache = CodeCache::new(Options { count: false }, false);
+        let mut cache = CodeCache::new(
+            Options {
+                count: false,
+                check: false,
+            },
+            false,
+        );
         cache.get_or_translate(a).unwrap();
         cache.get_or_translate(b).unwrap();
         assert_eq!(

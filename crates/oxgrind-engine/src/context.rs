@@ -87,6 +87,10 @@ pub struct ThreadCtx {
     pub forked: u64,
     /// Saved scratch group for `oxg_sigreturn_tramp` to restore (0: none).
     pub sigret_src: u64,
+    /// Host address of `oxg_smc_dispatch` (a block's entry check failed).
+    pub smc_dispatch: u64,
+    /// Set by `oxg_smc_dispatch`: the block at `next_pc` no longer matches its guest bytes.
+    pub smc_stale: u64,
     // ---- touched by Rust only ----
     /// Child context of a `clone` in flight (parent side).
     pub pending_child: u64,
@@ -121,6 +125,8 @@ off!(OFF_GREGS, gregs);
 off!(OFF_GFLAGS, gflags);
 off!(OFF_SIGRET_SRC, sigret_src);
 off!(OFF_FORKED, forked);
+off!(OFF_SMC_DISPATCH, smc_dispatch);
+off!(OFF_SMC_STALE, smc_stale);
 
 /// Offset of scratch slot `i`.
 pub const fn scratch_off(i: usize) -> usize {
@@ -167,6 +173,7 @@ pub fn new_ctx(dispatch: u64) -> Option<*mut ThreadCtx> {
         (*ctx).self_ptr = ctx as u64;
         (*ctx).dispatch = dispatch;
         (*ctx).ibl2 = crate::asm::oxg_ibl2 as *const () as u64;
+        (*ctx).smc_dispatch = crate::asm::oxg_smc_dispatch as *const () as u64;
         (*ctx).ibl_table = table as u64;
         (*ctx).estack = stack as u64 + ENGINE_STACK as u64 - 64;
         let mut head = ALL.load(Ordering::Acquire);
@@ -224,6 +231,7 @@ pub fn reuse_exited() -> Option<*mut ThreadCtx> {
         c.gflags = 0;
         c.forked = 0;
         c.sigret_src = 0;
+        c.smc_stale = 0;
         c.pending_child = 0;
         c.pending_signals = 0;
         c.sig_depth = 0;

@@ -52,6 +52,8 @@ const SYS_MPROTECT: u64 = 10;
 const SYS_MUNMAP: u64 = 11;
 const SYS_MREMAP: u64 = 25;
 const PROT_EXEC: u64 = 4;
+const PROT_WRITE: u64 = 2;
+const SYS_PKEY_MPROTECT: u64 = 329;
 const SYS_CLONE: u64 = 56;
 const SYS_FORK: u64 = 57;
 const SYS_ARCH_PRCTL: u64 = 158;
@@ -170,6 +172,12 @@ pub(crate) unsafe extern "C" fn dispatch(ctx: *mut ThreadCtx) -> u64 {
         clone_handshake(ctx);
     }
     let mut pc = ctx.next_pc;
+    if ctx.smc_stale != 0 {
+        ctx.smc_stale = 0;
+        if let Some(cache) = CACHE.lock().as_mut() {
+            cache.drop_stale(pc);
+        }
+    }
     let host = loop {
         let b = block_for(pc);
         match b.kind {
@@ -250,12 +258,9 @@ fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
             invalidate(ctx.gregs[c::RDI], ctx.gregs[c::RSI]);
             Action::Run(host)
         }
-        SYS_MPROTECT => {
-            crate::translate::forget_mapped_pages();
-            if ctx.gregs[c::RDX] & PROT_EXEC == 0 {
-                invalidate(ctx.gregs[c::RDI], ctx.gregs[c::RSI]);
-            }
-            Action::Run(host)
+        SYS_MPROTECT | SYS_PKEY_MPROTECT => {
+            ctx.gregs[c::RAX] = mprotect(ctx, nr) as u64;
+            Action::Emulated
         }
         SYS_ARCH_PRCTL if matches!(ctx.gregs[c::RDI], 0x1001 | 0x1004) => {
             // The engine owns %gs; refuse rather than corrupt.
@@ -295,13 +300,46 @@ fn after_fork_child() {
     }
 }
 
-/// Drops translations of `[addr, addr+len)` before the program unmaps or write-enables it.
+/// Drops translations of `[addr, addr+len)` before the program unmaps or replaces it.
 fn invalidate(addr: u64, len: u64) {
     crate::translate::forget_mapped_pages();
     let end = addr.saturating_add(len.saturating_add(4095) & !4095);
     if let Some(cache) = CACHE.lock().as_mut() {
+        cache.pages.punch(addr, end);
         cache.invalidate(addr, end);
     }
+}
+
+/// Performs the guest's `mprotect` (or `pkey_mprotect`) under the code-cache lock, so that
+/// no block is translated with the old protection in mind once the new one holds. On
+/// success, translations of the range are dropped when it becomes writable (they were
+/// made without an entry check) or non-executable (`dlclose`-like reuse of the range).
+fn mprotect(ctx: &ThreadCtx, nr: u64) -> i64 {
+    let (addr, len, prot) = (ctx.gregs[c::RDI], ctx.gregs[c::RSI], ctx.gregs[c::RDX]);
+    let mut guard = CACHE.lock();
+    crate::translate::forget_mapped_pages();
+    // SAFETY: the guest's own system call with its own arguments; the kernel validates them.
+    let r = unsafe {
+        oxgrind_sys::syscall::syscall6(
+            nr as usize,
+            addr as usize,
+            len as usize,
+            prot as usize,
+            ctx.gregs[c::R10] as usize,
+            0,
+            0,
+        )
+    } as i64;
+    if r == 0 {
+        if let Some(cache) = guard.as_mut() {
+            let end = addr.saturating_add(len.saturating_add(4095) & !4095);
+            cache.pages.protect(addr, end, prot);
+            if prot & PROT_WRITE != 0 || prot & PROT_EXEC == 0 {
+                cache.invalidate(addr, end);
+            }
+        }
+    }
+    r
 }
 
 /// Sets up the context of a thread about to be created by `clone(CLONE_VM)`.
@@ -374,6 +412,11 @@ fn report_exit(status: i32) {
                     s.arenas,
                     s.invalidated,
                     crate::translate::FAR_REWRITES.load(Ordering::Relaxed)
+                );
+                let _ = writeln!(
+                    w,
+                    "oxgrind-engine: checked blocks: {}, stale blocks retranslated: {}, maps reads: {}",
+                    s.checked, s.stale, cache.pages.reloads
                 );
                 let _ = writeln!(
                     w,

@@ -29,9 +29,12 @@
 //!   (`mprotect`) are dropped, so `dlclose` + `dlopen` at the same address runs new code.
 //! * Guest signal handlers run translated (see `signals`), including `siglongjmp` out of
 //!   a `SIGSEGV` handler.
+//! * Self-modifying code and JITs (see `pages`): a block translated from a page the
+//!   program can write compares its guest bytes with a stored copy at every entry and is
+//!   retranslated when they changed; `mprotect` is performed by the engine so that a page
+//!   turning writable loses its unchecked translations.
 //!
 //! Not handled yet (phase 2 and later):
-//! * self-modifying code written in place (JITs): only unmap/mprotect invalidate;
 //! * the `ucontext` a handler sees holds host pcs; signals that arrive while the thread is
 //!   in the engine are re-raised later and lose their `siginfo`;
 //! * guest use of `%gs` (refused: the program is stopped with a report;
@@ -81,6 +84,7 @@ mod asm;
 mod cache;
 mod context;
 mod dispatch;
+mod pages;
 mod signals;
 pub mod translate;
 
@@ -182,6 +186,7 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
     *dispatch::CACHE.lock() = Some(cache::CodeCache::new(
         translate::Options {
             count: config.count_instructions,
+            check: false,
         },
         config.far_code_cache,
     ));

@@ -102,6 +102,10 @@ fn note_far_rewrite() {
 #[derive(Clone, Copy, Debug)]
 pub struct Options {
     pub count: bool,
+    /// Check at every entry that the guest bytes are still those translated (the block
+    /// comes from a page the program can write; see `pages`). A mismatch exits to the
+    /// dispatcher through `oxg_smc_dispatch`, which drops the block and translates again.
+    pub check: bool,
 }
 
 /// Readable length from `pc`: to the end of its page, plus the next page if it is mapped.
@@ -160,11 +164,12 @@ fn page_mapped_syscall(page: u64) -> bool {
     r == 0
 }
 
-fn bytes_at(pc: u64, len: usize, avail: usize) -> [u8; 16] {
+/// Up to 16 bytes of the snapshot `code` (taken at guest `base`) from guest `pc`.
+fn bytes_at(code: &[u8], base: u64, pc: u64, len: usize) -> [u8; 16] {
     let mut b = [0u8; 16];
-    let n = len.min(16).min(avail);
-    // SAFETY: `avail` bytes from pc are mapped (readable_len checked the pages).
-    unsafe { core::ptr::copy_nonoverlapping(pc as *const u8, b.as_mut_ptr(), n) };
+    let from = ((pc - base) as usize).min(code.len());
+    let n = len.min(16).min(code.len() - from);
+    b[..n].copy_from_slice(&code[from..from + n]);
     b
 }
 
@@ -251,6 +256,9 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         base,
         stubs: Vec::new(),
         fixups: Vec::new(),
+        guest: Vec::new(),
+        guest_pc: pc,
+        check: None,
     };
     if avail == 0 {
         // Unmapped code: jump there natively so the guest faults exactly as it would
@@ -266,8 +274,12 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         });
     }
     let window = avail.min(MAX_INSNS * 15 + 16);
+    // Everything is decoded and copied from one snapshot, which is also what an entry check
+    // compares against: a write racing with the translation makes the check fail rather
+    // than go unnoticed.
     // SAFETY: readable_len checked that these bytes are mapped.
-    let code = unsafe { core::slice::from_raw_parts(pc as *const u8, window) };
+    let snapshot = unsafe { core::slice::from_raw_parts(pc as *const u8, window) }.to_vec();
+    let code = &snapshot[..];
     let mut dec = Decoder::with_ip(64, code, pc, DecoderOptions::NONE);
     let mut insns: Vec<Decoded> = Vec::with_capacity(16);
     let end;
@@ -298,7 +310,7 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
                 return Err(TranslateError::Invalid {
                     pc: ip,
                     len,
-                    bytes: bytes_at(ip, len, avail),
+                    bytes: bytes_at(code, pc, ip, len),
                 });
             }
             end = End::Before(ip);
@@ -309,7 +321,7 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
                 return Err(TranslateError::Unsupported {
                     pc: ip,
                     len: ins.len(),
-                    bytes: bytes_at(ip, ins.len(), avail),
+                    bytes: bytes_at(code, pc, ip, ins.len()),
                 });
             }
             end = End::Before(ip);
@@ -317,6 +329,7 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         }
         if ins.code() == Code::Syscall {
             if first {
+                e.guest = snapshot;
                 return Ok(syscall_block(&mut e, &ins, opts));
             }
             end = End::Before(ip);
@@ -324,7 +337,8 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         }
         if opts.count && is_rep_string(&ins) && !ins.has_op_mask() {
             if first {
-                return rep_block(&mut e, &ins, pc, opts, avail);
+                e.guest = snapshot;
+                return rep_block(&mut e, &ins, pc, opts);
             }
             end = End::Before(ip);
             break;
@@ -341,6 +355,11 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
     // the counter may be bumped anywhere in it: at entry if the flags are dead there, else
     // just before the first instruction that overwrites all of them without reading any
     // (one `add`), else at entry with a flag-free sequence.
+    e.guest = snapshot;
+    let guest_len = insns.last().map_or(0, |d| d.ins.next_ip() - pc);
+    if opts.check {
+        e.smc_check(pc, guest_len as usize, flags_dead_at_entry(&insns));
+    }
     let mut count_at = None;
     if opts.count {
         if flags_dead_at_entry(&insns) {
@@ -377,7 +396,7 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         stubs: e.stubs,
         kind: BlockKind::Normal,
         insns: n,
-        guest_len: insns.last().map_or(0, |d| d.ins.next_ip() - pc),
+        guest_len,
     })
 }
 
@@ -402,6 +421,9 @@ fn flags_dead_at_entry(insns: &[Decoded]) -> bool {
 }
 
 fn syscall_block(e: &mut Emitter, ins: &Instruction, opts: Options) -> Translation {
+    if opts.check {
+        e.smc_check(ins.ip(), ins.len(), false);
+    }
     if opts.count {
         // The kernel restores the guest flags on return from `syscall`; they are live.
         e.count_prologue(1, false);
@@ -425,9 +447,11 @@ fn rep_block(
     ins: &Instruction,
     pc: u64,
     opts: Options,
-    avail: usize,
 ) -> Result<Translation, TranslateError> {
-    let raw = bytes_at(pc, ins.len(), avail);
+    if opts.check {
+        e.smc_check(pc, ins.len(), false);
+    }
+    let raw = bytes_at(&e.guest, pc, pc, ins.len());
     let raw = &raw[..ins.len()];
     // Address-size override (ecx-counted) forms are left as they are.
     let prefixes = &raw[..raw.len() - 1];
@@ -444,7 +468,6 @@ fn rep_block(
             guest_len: ins.len() as u64,
         });
     }
-    let _ = opts;
     e.count_prologue(1, false);
     // jrcxz +2; jmp +5; jmp rel32 -> exit(next)
     e.buf.extend_from_slice(&[0xE3, 0x02, 0xEB, 0x05, 0xE9]);
@@ -500,6 +523,22 @@ struct Emitter {
     stubs: Vec<Stub>,
     /// (position of a rel32 in buf, stub index) to patch once stubs are placed.
     fixups: Vec<(usize, usize)>,
+    /// Snapshot of the guest bytes from `guest_pc` that the block is made of.
+    guest: Vec<u8>,
+    guest_pc: u64,
+    /// Entry check in this block, completed by `finish`.
+    check: Option<Check>,
+}
+
+/// The pieces of an entry check that `finish` places after the stubs.
+struct Check {
+    pc: u64,
+    len: usize,
+    flags_dead: bool,
+    /// (position of a rel32 `cmp` displacement, offset into the guest copy).
+    data_refs: Vec<(usize, usize)>,
+    /// Positions of the rel32 of each `jne mismatch`.
+    mismatch_refs: Vec<usize>,
 }
 
 /// `gs:[disp32]` ModRM/SIB bytes for register field `reg` (low 3 bits).
@@ -591,9 +630,118 @@ impl Emitter {
             let rel = self.stubs[s].offset as i64 - (fix as i64 + 4);
             self.buf[fix..fix + 4].copy_from_slice(&(rel as i32).to_le_bytes());
         }
+        if let Some(chk) = self.check.take() {
+            self.finish_check(chk);
+        }
         // A stub has no successor; keep the tail aligned for the next block.
         while self.buf.len() % 16 != 0 {
             self.buf.push(0xCC);
+        }
+    }
+
+    /// Guest bytes `[ip, ip+len)` from the snapshot.
+    fn guest_bytes(&self, ip: u64, len: usize) -> &[u8] {
+        let from = (ip - self.guest_pc) as usize;
+        &self.guest[from..from + len]
+    }
+
+    /// Entry check: compares the guest bytes `[pc, pc+len)` with the copy the block was
+    /// translated from (placed after the stubs by `finish_check`), 8 bytes at a time
+    /// (`mov rax, [moffs64]; cmp rax, [rip+copy]`). Only `rax` and, unless dead, the
+    /// arithmetic flags are used; both are restored on either path.
+    fn smc_check(&mut self, pc: u64, len: usize, flags_dead: bool) {
+        self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+        if !flags_dead {
+            self.buf.extend_from_slice(&[0x9F, 0x0F, 0x90, 0xC0]); // lahf; seto al
+            self.store_gs(0, c::scratch_off(c::S_IBL_FLAGS));
+        }
+        let mut chunks: Vec<(usize, usize)> = Vec::new();
+        if len >= 8 {
+            let mut off = 0;
+            while off + 8 <= len {
+                chunks.push((off, 8));
+                off += 8;
+            }
+            if off < len {
+                chunks.push((len - 8, 8)); // overlapping tail
+            }
+        } else {
+            let mut off = 0;
+            for size in [4usize, 2, 1] {
+                if len - off >= size {
+                    chunks.push((off, size));
+                    off += size;
+                }
+            }
+            if off < len {
+                chunks.push((off, 1));
+            }
+        }
+        let mut chk = Check {
+            pc,
+            len,
+            flags_dead,
+            data_refs: Vec::new(),
+            mismatch_refs: Vec::new(),
+        };
+        for (off, size) in chunks {
+            // mov al/ax/eax/rax, [moffs64]
+            match size {
+                8 => self.buf.extend_from_slice(&[0x48, 0xA1]),
+                4 => self.buf.push(0xA1),
+                2 => self.buf.extend_from_slice(&[0x66, 0xA1]),
+                _ => self.buf.push(0xA0),
+            }
+            self.buf.extend_from_slice(&(pc + off as u64).to_le_bytes());
+            // cmp al/ax/eax/rax, [rip+copy]
+            match size {
+                8 => self.buf.extend_from_slice(&[0x48, 0x3B, 0x05]),
+                4 => self.buf.extend_from_slice(&[0x3B, 0x05]),
+                2 => self.buf.extend_from_slice(&[0x66, 0x3B, 0x05]),
+                _ => self.buf.extend_from_slice(&[0x3A, 0x05]),
+            }
+            chk.data_refs.push((self.buf.len(), off));
+            self.d32(0);
+            self.buf.extend_from_slice(&[0x0F, 0x85]); // jne mismatch
+            chk.mismatch_refs.push(self.buf.len());
+            self.d32(0);
+        }
+        if !flags_dead {
+            self.restore_check_flags();
+        }
+        self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
+        self.check = Some(chk);
+    }
+
+    /// `mov rax, gs:[ibl_flags]; add al, 0x7f; sahf`
+    fn restore_check_flags(&mut self) {
+        self.load_gs(0, c::scratch_off(c::S_IBL_FLAGS));
+        self.buf.extend_from_slice(&[0x04, 0x7F, 0x9E]);
+    }
+
+    /// The mismatch exit (guest flags back, guest rax in `STUB_RAX` as for a stub, guest pc
+    /// in `rax`, on to `oxg_smc_dispatch`) and the copy of the guest bytes.
+    fn finish_check(&mut self, chk: Check) {
+        let mismatch = self.buf.len();
+        for &at in &chk.mismatch_refs {
+            let rel = mismatch as i64 - (at as i64 + 4);
+            self.buf[at..at + 4].copy_from_slice(&(rel as i32).to_le_bytes());
+        }
+        if !chk.flags_dead {
+            self.restore_check_flags();
+        }
+        self.mov_imm64(0, chk.pc);
+        self.jmp_gs(c::OFF_SMC_DISPATCH);
+        while self.buf.len() % 8 != 0 {
+            self.buf.push(0xCC);
+        }
+        let data = self.buf.len();
+        let from = (chk.pc - self.guest_pc) as usize;
+        self.buf
+            .extend_from_slice(&self.guest[from..from + chk.len]);
+        for &(at, off) in &chk.data_refs {
+            let rel = (data + off) as i64 - (at as i64 + 4);
+            self.buf[at..at + 4].copy_from_slice(&(rel as i32).to_le_bytes());
         }
     }
 
@@ -603,9 +751,8 @@ impl Emitter {
         let len = ins.len();
         let src = ins.ip();
         if !ins.is_ip_rel_memory_operand() {
-            // SAFETY: the decoder read these bytes from mapped guest memory.
-            let bytes = unsafe { core::slice::from_raw_parts(src as *const u8, len) };
-            self.buf.extend_from_slice(bytes);
+            let from = (src - self.guest_pc) as usize;
+            self.buf.extend_from_slice(&self.guest[from..from + len]);
             return Ok(());
         }
         let target = ins.ip_rel_memory_address();
@@ -616,9 +763,8 @@ impl Emitter {
             && d.offs.displacement_size() == 4
         {
             let start = self.buf.len();
-            // SAFETY: as above.
-            let bytes = unsafe { core::slice::from_raw_parts(src as *const u8, len) };
-            self.buf.extend_from_slice(bytes);
+            let from = (src - self.guest_pc) as usize;
+            self.buf.extend_from_slice(&self.guest[from..from + len]);
             let at = start + d.offs.displacement_offset();
             self.buf[at..at + 4].copy_from_slice(&(disp as i32).to_le_bytes());
             return Ok(());
@@ -797,9 +943,7 @@ impl Emitter {
                 } else {
                     // loop/loope/loopne/jrcxz/jecxz (rel8 only): keep the instruction with
                     // rel8 = 2, skip over a jmp to the taken stub otherwise.
-                    // SAFETY: the decoder read these bytes from mapped guest memory.
-                    let bytes =
-                        unsafe { core::slice::from_raw_parts(ins.ip() as *const u8, ins.len()) };
+                    let bytes = self.guest_bytes(ins.ip(), ins.len()).to_vec();
                     self.buf.extend_from_slice(&bytes[..bytes.len() - 1]);
                     self.buf.extend_from_slice(&[0x02, 0xEB, 0x05, 0xE9]);
                     let fix = self.buf.len();
@@ -927,7 +1071,10 @@ mod tests {
         (buf, pc)
     }
 
-    const OPTS: Options = Options { count: false };
+    const OPTS: Options = Options {
+        count: false,
+        check: false,
+    };
 
     #[test]
     fn rip_relative_operand_points_at_the_same_guest_address_from_the_cache() {
@@ -998,7 +1145,15 @@ mod tests {
     #[test]
     fn counting_mode_turns_rep_stosb_into_a_self_loop_counted_per_iteration() {
         let (_buf, pc) = guest(&[0xF3, 0xAA, 0xC3]); // rep stosb; ret
-        let t = translate(pc, pc + 0x1000, Options { count: true }).unwrap();
+        let t = translate(
+            pc,
+            pc + 0x1000,
+            Options {
+                count: true,
+                check: false,
+            },
+        )
+        .unwrap();
         let insns = decode_all(&t.bytes, pc + 0x1000);
         assert!(insns.iter().any(|i| i.mnemonic() == Mnemonic::Jrcxz));
         let stos = insns
@@ -1015,13 +1170,59 @@ mod tests {
         // setc al; cmp edi, 5; jbe +0x10 -- flags live at entry (setc reads CF), dead
         // before the cmp.
         let (_buf, pc) = guest(&[0x0F, 0x92, 0xC0, 0x83, 0xFF, 0x05, 0x76, 0x10]);
-        let t = translate(pc, pc + 0x1000, Options { count: true }).unwrap();
+        let t = translate(
+            pc,
+            pc + 0x1000,
+            Options {
+                count: true,
+                check: false,
+            },
+        )
+        .unwrap();
         let insns = decode_all(&t.bytes, pc + 0x1000);
         assert_eq!(insns[0].mnemonic(), Mnemonic::Setb);
         assert_eq!(insns[1].mnemonic(), Mnemonic::Add);
         assert_eq!(insns[1].segment_prefix(), Register::GS);
         assert_eq!(insns[1].immediate32(), 3);
         assert_eq!(insns[2].mnemonic(), Mnemonic::Cmp);
+    }
+
+    #[test]
+    fn checked_block_compares_its_guest_bytes_with_a_copy_before_running_them() {
+        // adc eax, 1 (reads CF: the flags are live at entry); nop x7; ret
+        let code = [
+            0x83, 0xD0, 0x01, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0xC3,
+        ];
+        let (_buf, pc) = guest(&code);
+        let opts = Options {
+            count: false,
+            check: true,
+        };
+        let t = translate(pc, pc + 0x1000, opts).unwrap();
+        let insns = decode_all(&t.bytes, pc + 0x1000);
+        assert_eq!(insns[1].mnemonic(), Mnemonic::Lahf, "flags saved first");
+        // Two 8-byte loads of the guest code (the second overlaps), each compared with the
+        // copy and followed by a jne to the mismatch exit.
+        let loads: Vec<u64> = insns
+            .iter()
+            .take_while(|i| i.mnemonic() != Mnemonic::Adc)
+            .filter(|i| i.mnemonic() == Mnemonic::Mov && i.op1_kind() == OpKind::Memory)
+            .filter(|i| i.memory_segment() == Register::DS)
+            .map(|i| i.memory_displacement64())
+            .collect();
+        assert_eq!(loads, [pc, pc + code.len() as u64 - 8]);
+        let cmps: Vec<&Instruction> = insns
+            .iter()
+            .take_while(|i| i.mnemonic() != Mnemonic::Adc)
+            .filter(|i| i.mnemonic() == Mnemonic::Cmp)
+            .collect();
+        assert_eq!(cmps.len(), 2);
+        let base = pc + 0x1000;
+        let copy_at = (cmps[0].ip_rel_memory_address() - base) as usize;
+        assert_eq!(&t.bytes[copy_at..copy_at + code.len()], &code);
+        // Unchecked, the block starts with the guest's own instruction.
+        let plain = translate(pc, base, OPTS).unwrap();
+        assert_eq!(decode_all(&plain.bytes, base)[0].mnemonic(), Mnemonic::Adc);
     }
 
     #[test]

@@ -1,0 +1,237 @@
+//! Which guest pages may change under translated code (self-modifying code and JITs).
+//!
+//! A translation is a copy: if the program rewrites the bytes it came from, the copy is
+//! stale. Two classic answers exist, and this engine uses the second:
+//!
+//! * **write-protect** the page a block was translated from, and treat the write fault
+//!   (invalidate, unprotect, let the write proceed). Cheap when code is never written, but
+//!   the engine must own `SIGSEGV` before the program's handlers, lie to the program about
+//!   its page protections, re-protect after every write (one fault per write burst on a
+//!   page that mixes code and data, e.g. a JIT's constant pools or a trampoline page), and
+//!   a system call that writes into a protected page (`read(fd, jit_page, n)`) fails with
+//!   `EFAULT` instead of faulting, so the engine would have to emulate those too. Threads
+//!   make the unprotect/re-protect window racy.
+//! * **check at block entry** (DynamoRIO's "sandboxing", Valgrind's `--smc-check=all-non-file`):
+//!   a block translated from a page the program *can* write keeps a copy of its guest bytes
+//!   and compares them at every entry; on a mismatch it exits to the dispatcher, which
+//!   drops the block and translates the new bytes. No fault handling, no change to what
+//!   the program sees, correct with any number of threads (a thread entering a block after
+//!   the write sees the new bytes). The price is a few compares per block entry, paid
+//!   only by code in writable pages: JIT output in `RWX` memory, code on the stack. Code in
+//!   ordinary read-only text pays nothing.
+//!
+//! So the engine needs to know, at translation time, whether a page is writable (or a
+//! shared mapping, which another view may write). This module keeps that knowledge: ranges
+//! read from `/proc/self/maps`, kept up to date by the memory system calls the dispatcher
+//! sees (`mprotect` is performed by the engine itself, under the code-cache lock, so the
+//! knowledge and the protection change together), and re-read when a pc falls outside
+//! every known range.
+//!
+//! A page that turns writable (`mprotect` adding `PROT_WRITE`) has its unchecked
+//! translations dropped, so a program that makes its own text writable, patches it and
+//! runs it again gets the new code (the retranslation is checked while the page stays
+//! writable).
+//!
+//! Limits: code changed without any write permission visible to this process (another
+//! process through `/proc/pid/mem` or `ptrace`, a debugger's breakpoints) is not seen; a
+//! block that writes into its own bytes, after its entry check, runs the old bytes to the
+//! end of the block; `mmap`/`munmap`/`mremap` are not performed under the lock, so a
+//! thread translating code in a range at the very moment another thread remaps it may
+//! record the old protection for it.
+
+use alloc::vec::Vec;
+
+/// One known mapping: `[start, end)`, and whether its contents may change (writable or
+/// shared).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Range {
+    start: u64,
+    end: u64,
+    mutable: bool,
+}
+
+/// What the engine knows about the protections of the address space.
+#[derive(Default)]
+pub struct Pages {
+    /// Sorted, non-overlapping.
+    ranges: Vec<Range>,
+    /// `/proc/self/maps` reads (statistics).
+    pub reloads: u64,
+}
+
+const PROT_WRITE: u64 = 2;
+
+impl Pages {
+    /// Whether the bytes at `addr` may be changed by the program (without an unmap). An
+    /// address outside every mapping reads as "no".
+    pub fn mutable(&mut self, addr: u64) -> bool {
+        if let Some(m) = self.find(addr) {
+            return m;
+        }
+        self.reload();
+        self.find(addr).unwrap_or(false)
+    }
+
+    fn find(&self, addr: u64) -> Option<bool> {
+        let i = self.ranges.partition_point(|r| r.end <= addr);
+        let r = self.ranges.get(i)?;
+        (r.start <= addr).then_some(r.mutable)
+    }
+
+    /// Forgets `[start, end)` (it is being unmapped or replaced).
+    pub fn punch(&mut self, start: u64, end: u64) {
+        if start >= end {
+            return;
+        }
+        let mut out = Vec::with_capacity(self.ranges.len() + 1);
+        for r in &self.ranges {
+            if r.end <= start || r.start >= end {
+                out.push(*r);
+                continue;
+            }
+            if r.start < start {
+                out.push(Range { end: start, ..*r });
+            }
+            if r.end > end {
+                out.push(Range { start: end, ..*r });
+            }
+        }
+        self.ranges = out;
+    }
+
+    /// Records that `[start, end)` now has protection `prot` (after a successful
+    /// `mprotect`). A range that loses write permission is forgotten instead: whether it
+    /// is a shared mapping (writable through another view) is read from the maps again.
+    pub fn protect(&mut self, start: u64, end: u64, prot: u64) {
+        self.punch(start, end);
+        if start < end && prot & PROT_WRITE != 0 {
+            let i = self.ranges.partition_point(|r| r.start < start);
+            self.ranges.insert(
+                i,
+                Range {
+                    start,
+                    end,
+                    mutable: true,
+                },
+            );
+        }
+    }
+
+    /// Replaces everything known by the current contents of `/proc/self/maps`.
+    fn reload(&mut self) {
+        self.reloads += 1;
+        let Some(text) = read_maps() else {
+            return;
+        };
+        self.ranges = parse_maps(&text);
+    }
+}
+
+/// Parses `/proc/self/maps` lines: `start-end perms offset dev inode path`.
+fn parse_maps(text: &[u8]) -> Vec<Range> {
+    let mut out = Vec::with_capacity(64);
+    for line in text.split(|&b| b == b'\n') {
+        let mut fields = line.split(|&b| b == b' ');
+        let (Some(span), Some(perms)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        let Some(dash) = span.iter().position(|&b| b == b'-') else {
+            continue;
+        };
+        let (Some(start), Some(end)) = (hex(&span[..dash]), hex(&span[dash + 1..])) else {
+            continue;
+        };
+        if perms.len() < 4 || start >= end {
+            continue;
+        }
+        out.push(Range {
+            start,
+            end,
+            mutable: perms[1] == b'w' || perms[3] == b's',
+        });
+    }
+    out.sort_unstable_by_key(|r| r.start);
+    out
+}
+
+fn hex(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 16 {
+        return None;
+    }
+    let mut v = 0u64;
+    for &b in s {
+        let d = (b as char).to_digit(16)?;
+        v = (v << 4) | d as u64;
+    }
+    Some(v)
+}
+
+/// The whole of `/proc/self/maps` (raw system calls only: this runs inside the engine).
+fn read_maps() -> Option<Vec<u8>> {
+    use oxgrind_sys::raw;
+    const O_RDONLY_CLOEXEC: usize = 0o2_000_000;
+    let fd = raw::open(b"/proc/self/maps\0", O_RDONLY_CLOEXEC, 0).ok()?;
+    let mut buf: Vec<u8> = Vec::with_capacity(16 << 10);
+    loop {
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(buf.capacity());
+        }
+        let len = buf.len();
+        // SAFETY: the spare capacity is writable; `read` initialises the bytes it returns.
+        let n = unsafe {
+            let spare =
+                core::slice::from_raw_parts_mut(buf.as_mut_ptr().add(len), buf.capacity() - len);
+            raw::read(fd, spare)
+        };
+        match n {
+            Ok(0) => break,
+            // SAFETY: `n` bytes after `len` were just written by the kernel.
+            Ok(n) => unsafe { buf.set_len(len + n) },
+            Err(4) => continue, // EINTR
+            Err(_) => {
+                let _ = raw::close(fd);
+                return None;
+            }
+        }
+    }
+    let _ = raw::close(fd);
+    Some(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_lines_give_writable_and_shared_ranges_as_mutable() {
+        let text = b"00400000-00401000 r-xp 00000000 08:01 1 /bin/x\n\
+00401000-00402000 rw-p 00000000 00:00 0\n\
+7f0000000000-7f0000002000 r-xs 00000000 00:05 7 /memfd:jit (deleted)\n\
+7ffc0000-7ffc1000 rwxp 00000000 00:00 0 [stack]\n";
+        let mut p = Pages {
+            ranges: parse_maps(text),
+            reloads: 0,
+        };
+        assert_eq!(p.find(0x400800), Some(false));
+        assert_eq!(p.find(0x401000), Some(true));
+        assert_eq!(p.find(0x7f0000001fff), Some(true));
+        assert_eq!(p.find(0x7ffc0010), Some(true));
+        assert_eq!(p.find(0x500000), None);
+        p.punch(0x401800, 0x7ffc0800);
+        assert_eq!(p.find(0x401000), Some(true));
+        assert_eq!(p.find(0x401800), None);
+        assert_eq!(p.find(0x7ffc0800), Some(true));
+        p.protect(0x400000, 0x401000, 7);
+        assert_eq!(p.find(0x400000), Some(true));
+    }
+
+    #[test]
+    fn this_process_sees_its_heap_writable_and_its_code_not() {
+        let mut p = Pages::default();
+        let heap = alloc::vec![0u8; 64];
+        assert!(p.mutable(heap.as_ptr() as u64));
+        let code = this_process_sees_its_heap_writable_and_its_code_not as *const () as u64;
+        assert!(!p.mutable(code));
+        assert_eq!(p.reloads, 1);
+    }
+}
