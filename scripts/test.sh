@@ -9,5 +9,16 @@ sh scripts/install-packages.sh \
     valgrind:valgrind ms_print:valgrind gcc:gcc g++:g++ /usr/bin/python3:python3 \
     /usr/bin/sqlite3:sqlite3 /usr/bin/perl:perl /usr/bin/git:git /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev \
     /usr/lib/debug/.build-id:libc6-dbg c++filt:binutils
+# Third-party readers of Valgrind's formats, for tests/third_party_consumers.rs: a CI parser
+# of Valgrind XML and a massif.out parser, from PyPI, pinned, in a venv of our own.
+consumers=target/consumers-venv
+if [ ! -x "$consumers/bin/valgrind-ci" ] || ! "$consumers/bin/python" -c "import msparser" 2>/dev/null; then
+    /usr/bin/python3 -m venv "$consumers" 2>/dev/null || {
+        sh scripts/install-packages.sh /usr/lib/python3.11/ensurepip:python3-venv
+        /usr/bin/python3 -m venv "$consumers"
+    }
+    "$consumers/bin/pip" install -q valgrindci==0.3.0 msparser==1.4
+fi
+export OXGRIND_TEST_PYTHON="$(pwd)/$consumers/bin/python"
 cargo build --workspace --locked
 cargo test --workspace --locked
