@@ -1,5 +1,6 @@
 // The few entry points that cannot be written in Rust: C++ `operator new` must be able to
 // throw `std::bad_alloc` through its own frame, and `execl`-style functions are variadic.
+// The string functions (strings.c) are C so their byte loops match Valgrind's exactly.
 fn main() {
     println!("cargo:rerun-if-changed=src/shim.c");
     // The translation engine must never enter the dynamic loader's lazy resolver from
@@ -12,4 +13,14 @@ fn main() {
         .flag("-fvisibility=default")
         .opt_level(2)
         .compile("oxgrind_shim");
+    // The string functions must never become calls to themselves: no builtins, and no
+    // turning a copy loop into a memcpy/memmove call.
+    println!("cargo:rerun-if-changed=src/strings.c");
+    cc::Build::new()
+        .file("src/strings.c")
+        .flag("-fno-builtin")
+        .flag("-fno-tree-loop-distribute-patterns")
+        .flag("-fvisibility=hidden")
+        .opt_level(2)
+        .compile("oxgrind_strings");
 }

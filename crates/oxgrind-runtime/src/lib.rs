@@ -31,6 +31,7 @@ pub mod pages;
 pub mod roots;
 pub mod stacks;
 pub mod state;
+pub mod strings;
 
 #[global_allocator]
 static HEAP: oxgrind_sys::heap::PrivateHeap = oxgrind_sys::heap::PrivateHeap::new();
