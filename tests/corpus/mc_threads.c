@@ -1,11 +1,12 @@
-/* Memcheck corpus: leaks made by threads, a block reachable only from a thread's stack
- * while it is still running, and exit() called from a thread with others running. */
+/* Memcheck corpus: leaks made by threads, blocks reachable only from a running thread's stack
+ * or from its thread-local storage, and exit() called from a thread with others running. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 static pthread_barrier_t ready;
+static __thread char *tls_only;
 
 static void *leaker(void *arg) {
     char *volatile p = malloc(77);
@@ -17,6 +18,8 @@ static void *holder(void *arg) {
     (void)arg;
     char *volatile mine = malloc(55);   /* reachable from this thread's stack */
     mine[0] = 1;
+    tls_only = malloc(99);              /* reachable only from this thread's TLS */
+    tls_only[0] = 2;
     pthread_barrier_wait(&ready);
     for (;;) pause();
     return NULL;
