@@ -124,6 +124,7 @@ extern "C" fn after_fork_child() {
     }
     open_gate();
     guard::forget_tid();
+    set_owner_pid();
     // SAFETY: single-threaded child right after fork, as the function requires.
     unsafe { oxgrind_symbols::after_fork_child() };
     if let Some(rt) = state::runtime() {
@@ -137,9 +138,22 @@ extern "C" fn after_fork_child() {
 
 static FINISHED: AtomicBool = AtomicBool::new(false);
 
+/// The process that owns this image's state: set at set-up and in a forked child. A
+/// `vfork` child (or a raw `clone` sharing our memory) has another pid and runs no fork
+/// handlers: it must not write the report, or mark it written, for the parent it shares
+/// memory with.
+static OWNER_PID: AtomicI32 = AtomicI32::new(0);
+
+pub fn set_owner_pid() {
+    OWNER_PID.store(raw::getpid(), Ordering::Release);
+}
+
 /// Runs the tool's `fini` once per process image (a forked child has its own).
 pub fn finish(exit: Exit) {
     let Some(rt) = state::runtime() else { return };
+    if raw::getpid() != OWNER_PID.load(Ordering::Acquire) {
+        return; // a vfork child about to exec or _exit: the memory is the parent's
+    }
     if FINISHED.swap(true, Ordering::AcqRel) {
         return;
     }
@@ -202,6 +216,9 @@ pub fn at_normal_exit() {
 
 #[no_mangle]
 pub unsafe extern "C" fn _exit(code: c_int) -> ! {
+    if raw::getpid() != OWNER_PID.load(Ordering::Acquire) {
+        raw::exit_group(code); // a vfork child: nothing here is its own to report
+    }
     crate::roots::note_exit_sp();
     finish(Exit::Normal(code));
     let code = state::runtime()
@@ -536,6 +553,7 @@ pub unsafe extern "C" fn fexecve(
 
 /// Called once set-up made this image active.
 pub fn install() {
+    set_owner_pid();
     // SAFETY: plain registration of three extern "C" fns with no arguments.
     unsafe {
         libc_api::pthread_atfork(

@@ -215,3 +215,38 @@ fn exec_writes_the_report_of_the_old_image_and_traces_the_new_one_when_asked() {
         }
     }
 }
+
+/// A vfork child shares the parent's memory and runs no fork handlers: its exec (or failed
+/// exec and _exit) must neither write a report nor mark the parent's as written.
+#[test]
+fn vfork_children_do_not_take_the_parents_report() {
+    let prog = build("vfork_exec.c", &["-g", "-O1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(Command::new(oxgrind())
+        .args([
+            "--tool=massif",
+            "--time-unit=B",
+            "--massif-out-file=massif.out.%p",
+        ])
+        .arg(&prog)
+        .current_dir(dir.path()));
+    assert_eq!(stdout(&o), "children done: 42\n", "{}", stderr(&o));
+    let files = massif_files(dir.path());
+    assert_eq!(
+        files.len(),
+        1,
+        "{:?}",
+        files.iter().map(|f| &f.0).collect::<Vec<_>>()
+    );
+    let last = files[0]
+        .1
+        .lines()
+        .filter_map(|l| l.strip_prefix("mem_heap_B="))
+        .last();
+    assert_eq!(
+        last,
+        Some("12288"),
+        "the parent's last allocation is missing:\n{}",
+        files[0].1
+    );
+}
