@@ -166,6 +166,13 @@ fn set_up() -> Option<Runtime> {
             return None;
         }
     };
+    // --trace-children-skip: an exec'd image whose executable matches runs natively, and so
+    // do the images it execs in turn (as under Valgrind, which is not there to follow them).
+    if !first_image && skipped(&parsed.core.trace_children_skip, &command) {
+        value[..opts::STATE_TAKEN.len()].copy_from_slice(opts::STATE_TAKEN.as_bytes());
+        remove_self_from_ld_preload();
+        return None;
+    }
     // Tell the images this one execs what they are (the state is the value's first bytes).
     let next = if parsed.core.trace_children {
         opts::STATE_CHILD
@@ -197,6 +204,22 @@ fn set_up() -> Option<Runtime> {
         command,
         cwd,
         start_ns: crate::libc_api::monotonic_ns(),
+    })
+}
+
+/// Whether this image's executable (its path, or argv[0] as exec'd) matches one of the
+/// `--trace-children-skip` patterns (`*` and `?` wildcards, matched against the whole name).
+fn skipped(patterns: &[String], command: &[String]) -> bool {
+    if patterns.is_empty() {
+        return false;
+    }
+    let exe = std::fs::read_link("/proc/self/exe")
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let argv0 = command.first().cloned().unwrap_or_default();
+    patterns.iter().any(|p| {
+        oxgrind_formats::suppressions::glob_match(p, &exe)
+            || oxgrind_formats::suppressions::glob_match(p, &argv0)
     })
 }
 
