@@ -46,6 +46,8 @@ pub struct CoreOptions {
     pub read_inline_info: bool,
     pub time_stamp: bool,
     pub alignment: u64,
+    pub run_libc_freeres: bool,
+    pub run_cxx_freeres: bool,
 }
 
 impl Default for CoreOptions {
@@ -64,6 +66,8 @@ impl Default for CoreOptions {
             read_inline_info: true,
             time_stamp: false,
             alignment: 16,
+            run_libc_freeres: true,
+            run_cxx_freeres: true,
         }
     }
 }
@@ -167,8 +171,6 @@ fn accepted_and_ignored(name: &str) -> bool {
         "--smc-check",
         "--read-var-info",
         "--keep-debuginfo",
-        "--run-libc-freeres",
-        "--run-cxx-freeres",
         "--sym-offsets",
         "--max-stackframe",
         "--main-stacksize",
@@ -249,6 +251,8 @@ pub fn parse(options: &[String]) -> Result<Action, OptionError> {
             "--fullpath-after" => core.fullpath_after.push(value.unwrap_or("").to_string()),
             "--read-inline-info" => core.read_inline_info = bool_value(o, val()?)?,
             "--time-stamp" => core.time_stamp = bool_value(o, val()?)?,
+            "--run-libc-freeres" => core.run_libc_freeres = bool_value(o, val()?)?,
+            "--run-cxx-freeres" => core.run_cxx_freeres = bool_value(o, val()?)?,
             "--alignment" => {
                 let n = num_value(o, val()?, 16, 4096)?;
                 if !n.is_power_of_two() {

@@ -125,6 +125,7 @@ extern "C" fn after_fork_child() {
     open_gate();
     guard::forget_tid();
     set_owner_pid();
+    crate::host::silence_if_asked_after_fork();
     // SAFETY: single-threaded child right after fork, as the function requires.
     unsafe { oxgrind_symbols::after_fork_child() };
     if let Some(rt) = state::runtime() {

@@ -4,7 +4,7 @@
 //! new stack); output files are created with raw system calls on descriptors the program
 //! never sees.
 
-use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 
 use oxgrind_options::{template, LogDest};
 use oxgrind_sys::lock::SpinLock;
@@ -104,6 +104,72 @@ fn log_fd() -> i32 {
 
 static SYMBOLIZER: SpinLock<Option<oxgrind_symbols::Symbolizer>> = SpinLock::new(None);
 
+/// `--child-silent-after-fork=yes`: a forked child says nothing (until it execs, when a new
+/// image starts with this flag clear).
+static SILENT: AtomicBool = AtomicBool::new(false);
+
+pub fn silence_if_asked_after_fork() {
+    if state::runtime().is_some_and(|rt| rt.core.child_silent_after_fork) {
+        SILENT.store(true, Ordering::Release);
+    }
+}
+
+/// Applies the core options that shape how frames are printed, for every tool alike:
+/// `--demangle=no` (linkage names), `--read-inline-info=no` (the outermost function only),
+/// `--fullpath-after=` (directories, minus a prefix up to the given string).
+fn present(mut frames: Vec<Frame>, core: &oxgrind_options::CoreOptions) -> Vec<Frame> {
+    if !core.read_inline_info && frames.len() > 1 {
+        frames.drain(..frames.len() - 1);
+    }
+    for f in &mut frames {
+        if !core.demangle {
+            if let Some(m) = f.mangled.take() {
+                f.function = Some(m);
+            }
+        }
+        if !core.fullpath_after.is_empty() {
+            if let (Some(dir), Some(file)) = (&f.dir, &f.file) {
+                let full = format!("{dir}/{file}");
+                // The first --fullpath-after string found in the path wins; an empty one
+                // matches at the start (the whole path is kept).
+                let cut = core
+                    .fullpath_after
+                    .iter()
+                    .find_map(|s| full.find(s.as_str()).map(|i| i + s.len()));
+                if let Some(cut) = cut {
+                    let shown = full[cut..].trim_start_matches("./").to_string();
+                    f.file = Some(shown);
+                }
+            }
+        }
+    }
+    frames
+}
+
+/// `--time-stamp=yes`: `==12345== ` becomes `==00:00:00:01.234 12345== ` (days, hours,
+/// minutes, seconds and milliseconds since start), on every line.
+fn time_stamped(text: &str, elapsed_ms: u64) -> String {
+    let stamp = format!(
+        "{:02}:{:02}:{:02}:{:02}.{:03} ",
+        elapsed_ms / 86_400_000,
+        elapsed_ms / 3_600_000 % 24,
+        elapsed_ms / 60_000 % 60,
+        elapsed_ms / 1000 % 60,
+        elapsed_ms % 1000
+    );
+    let mut out = String::with_capacity(text.len() + 32);
+    for line in text.split_inclusive('\n') {
+        if line.starts_with("==") || line.starts_with("--") || line.starts_with("**") {
+            out.push_str(&line[..2]);
+            out.push_str(&stamp);
+            out.push_str(&line[2..]);
+        } else {
+            out.push_str(line);
+        }
+    }
+    out
+}
+
 impl RuntimeHost {
     /// Which frame of the current stack owns `addr`, numbered as in the error's stack (frame
     /// 0 is our replacement function, 1 the program's caller, ...), with the frame's
@@ -131,9 +197,15 @@ impl Host for RuntimeHost {
     }
 
     fn describe(&self, ip: Addr) -> Vec<Frame> {
-        let mut g = SYMBOLIZER.lock();
-        let sym = g.get_or_insert_with(oxgrind_symbols::Symbolizer::from_self);
-        sym.describe(ip)
+        let frames = {
+            let mut g = SYMBOLIZER.lock();
+            let sym = g.get_or_insert_with(oxgrind_symbols::Symbolizer::from_self);
+            sym.describe(ip)
+        };
+        match state::runtime() {
+            Some(rt) => present(frames, &rt.core),
+            None => frames,
+        }
     }
 
     fn elapsed_ms(&self) -> u64 {
@@ -173,6 +245,14 @@ impl Host for RuntimeHost {
     }
 
     fn log(&self, text: &str) {
+        if SILENT.load(Ordering::Acquire) {
+            return;
+        }
+        if state::runtime().is_some_and(|rt| rt.core.time_stamp) {
+            let stamped = time_stamped(text, self.elapsed_ms());
+            oxgrind_sys::fd::write_all(log_fd(), stamped.as_bytes());
+            return;
+        }
         oxgrind_sys::fd::write_all(log_fd(), text.as_bytes());
     }
 
@@ -200,5 +280,48 @@ impl Host for RuntimeHost {
 
     fn read_words(&self, start: Addr, len: u64, f: &mut dyn FnMut(Addr, u64)) {
         crate::roots::read_words(start, len, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(func: &str, mangled: Option<&str>) -> Frame {
+        Frame {
+            ip: 0x10,
+            function: Some(func.into()),
+            mangled: mangled.map(String::from),
+            file: Some("a.c".into()),
+            dir: Some("/src/proj/./lib".into()),
+            line: 3,
+            object: None,
+        }
+    }
+
+    #[test]
+    fn frame_options_apply_to_every_tool() {
+        let mut core = oxgrind_options::CoreOptions::default();
+        let inl = vec![frame("inner", None), frame("outer", Some("_Z5outerv"))];
+        assert_eq!(present(inl.clone(), &core).len(), 2);
+        core.read_inline_info = false;
+        core.demangle = false;
+        let f = present(inl, &core);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].function.as_deref(), Some("_Z5outerv"));
+        core.fullpath_after = vec!["proj/".into()];
+        let f = present(vec![frame("f", None)], &core);
+        assert_eq!(f[0].file.as_deref(), Some("lib/a.c"));
+        core.fullpath_after = vec![String::new()];
+        let f = present(vec![frame("f", None)], &core);
+        assert_eq!(f[0].file.as_deref(), Some("/src/proj/./lib/a.c"));
+    }
+
+    #[test]
+    fn time_stamps_go_inside_the_prefix() {
+        assert_eq!(
+            time_stamped("==7== hi\n==7== \n", 3_723_004),
+            "==00:01:02:03.004 7== hi\n==00:01:02:03.004 7== \n"
+        );
     }
 }

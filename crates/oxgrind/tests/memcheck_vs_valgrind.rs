@@ -434,3 +434,31 @@ fn real_programs_report_no_errors_and_valgrinds_leak_categories() {
         }
     }
 }
+
+#[test]
+fn time_stamps_and_silent_forked_children() {
+    let prog = build("endings.c", &["-g", "-O2"]);
+    let o = run(Command::new(oxgrind())
+        .args(["--time-stamp=yes"])
+        .arg(&prog)
+        .arg("exit"));
+    let err = stderr(&o);
+    let stamped = err.lines().filter(|l| l.starts_with("==")).all(|l| {
+        // ==DD:HH:MM:SS.mmm PID==
+        let b = l.as_bytes();
+        b.len() > 20
+            && b[4] == b':'
+            && b[7] == b':'
+            && b[10] == b':'
+            && b[13] == b'.'
+            && b[17] == b' '
+    });
+    assert!(stamped && err.contains("ERROR SUMMARY"), "{err}");
+    // A forked child reports for itself, unless told to keep quiet.
+    let count = |opts: &[&str]| {
+        let o = run(Command::new(oxgrind()).args(opts).arg(&prog).arg("fork"));
+        stderr(&o).matches("ERROR SUMMARY").count()
+    };
+    assert_eq!(count(&[]), 2);
+    assert_eq!(count(&["--child-silent-after-fork=yes"]), 1);
+}
