@@ -270,6 +270,10 @@ impl Host for RuntimeHost {
             .map(|(name, offset)| DataAddr::Symbol { name, offset })
     }
 
+    fn exit_now(&self, status: i32) {
+        raw::exit_group(status)
+    }
+
     fn live_blocks(&self) -> Vec<LiveBlock> {
         BLOCKS.live_blocks()
     }

@@ -242,6 +242,9 @@ pub trait Host {
     fn describe_data(&self, _addr: Addr) -> Option<DataAddr> {
         None
     }
+    /// Ends the process at once with `status`, writing nothing more (Memcheck's
+    /// `--exit-on-first-error=yes`). The runtime's implementation does not return.
+    fn exit_now(&self, _status: i32) {}
     /// Every live heap block (not the ones waiting in the freed-block queue).
     fn live_blocks(&self) -> Vec<LiveBlock>;
     /// Stops every other thread, hands `f` the root set (their stacks and registers, the

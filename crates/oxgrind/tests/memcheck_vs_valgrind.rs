@@ -95,6 +95,11 @@ fn heap_errors_and_every_leak_kind_match_valgrind() {
         ],
         &["-q", "--leak-check=full"],
         &["--leak-check=full", "--num-callers=2"],
+        &[
+            "--leak-check=full",
+            "--exit-on-first-error=yes",
+            "--error-exitcode=7",
+        ],
     ] {
         let Some((ours, theirs)) = both(&prog, opts) else {
             return;

@@ -481,6 +481,7 @@ impl Memcheck {
         let tid = thread_number(&mut st.threads, tid, host.pid());
         let mut out = Output::default();
         let State { errors, freed, .. } = &mut *st;
+        let found_before = errors.errs_found;
         let class_kind = kind.clone();
         errors.record(&mut out, ErrorKey { kind, ips }, &mut || {
             let r = self.resolve(host, stack);
@@ -513,7 +514,15 @@ impl Memcheck {
                 },
             }
         });
+        let first_real_error = st.errors.errs_found > found_before;
         self.emit(&mut st, out, host);
+        if self.opts.exit_on_first_error && first_real_error {
+            let pid = host.pid();
+            host.log(&format!(
+                "=={pid}== \n=={pid}== Exit program on first error (--exit-on-first-error=yes)\n"
+            ));
+            host.exit_now(self.opts.error_exitcode);
+        }
     }
 
     /// The leak search and its report; text goes to `out`, returns nothing to print when

@@ -325,7 +325,7 @@ impl Options {
         }
         if self.exit_on_first_error && self.error_exitcode == 0 {
             return Err(OptionError(
-                "Bad option: --exit-on-first-error=yes: --exit-on-first-error=yes requires --error-exitcode=<N> with N != 0"
+                "Bad option: --exit-on-first-error=yes\nYou must define a non nul exit error code, with --error-exitcode=..."
                     .into(),
             ));
         }
