@@ -23,6 +23,7 @@
 //!   engine, at a point where all guest registers are in place.
 //! * `oxg_sig_entry`: the host handler installed for every signal the guest handles.
 //! * `oxg_smc_dispatch`: where a block whose guest bytes changed exits (see `pages`).
+//! * `oxg_resume`: where a signal context resumes when its pc is a guest address.
 
 use crate::context as c;
 
@@ -36,6 +37,7 @@ extern "C" {
     pub fn oxg_sig_entry();
     pub fn oxg_sigreturn_tramp();
     pub fn oxg_smc_dispatch();
+    pub fn oxg_resume();
 }
 
 core::arch::global_asm!(
@@ -251,6 +253,17 @@ core::arch::global_asm!(
     "mov qword ptr gs:[{in_engine}], 1",
     "mov qword ptr gs:[{smc_stale}], 1",
     "jmp oxg_dispatch",
+    // ------------------------------------------------------------------ resume
+    // Where a signal context whose pc is a guest address (shown to the handler, or set by
+    // it) resumes after `rt_sigreturn`: all guest registers are in place; enter the
+    // dispatcher at the guest pc like an exit stub would.
+    ".p2align 4",
+    ".globl oxg_resume",
+    ".hidden oxg_resume",
+    "oxg_resume:",
+    "mov gs:[{stub_rax}], rax",
+    "mov rax, gs:[{resume_pc}]",
+    "jmp oxg_dispatch",
     // ------------------------------------------------------------------ sigreturn
     // rax = 15 and rsp at the signal frame; rt_sigreturn reloads every other register from
     // the frame, so rsi/rdi/rcx/flags may be used to copy the scratch slots back.
@@ -312,6 +325,7 @@ core::arch::global_asm!(
     sigret_src = const c::OFF_SIGRET_SRC,
     forked = const c::OFF_FORKED,
     smc_stale = const c::OFF_SMC_STALE,
+    resume_pc = const c::OFF_RESUME_PC,
     scratch = const c::OFF_SCRATCH,
     nscratch = const c::SCRATCH_SLOTS,
     rust = sym crate::dispatch::dispatch,

@@ -79,6 +79,11 @@ pub struct CodeCache {
     pending: PcMap<Vec<u64>>,
     /// Linked stubs by guest target, to unlink them when the target is invalidated.
     links: PcMap<Vec<u64>>,
+    /// Every translation ever made, by host start: what a host pc means in guest terms
+    /// (signal contexts). Kept after invalidation: a thread may still be running the code.
+    by_host: BTreeMap<u64, HostBlock>,
+    /// Guest pcs whose "translation" is a native jump (their page was unmapped then).
+    native: PcMap<()>,
     opts: Options,
     /// Which pages the program can write (blocks from those get entry checks).
     pub pages: crate::pages::Pages,
@@ -137,6 +142,8 @@ impl CodeCache {
             ordered: BTreeMap::new(),
             pending: PcMap::default(),
             links: PcMap::default(),
+            by_host: BTreeMap::new(),
+            native: PcMap::default(),
             opts,
             pages: crate::pages::Pages::default(),
             far,
@@ -237,6 +244,19 @@ impl CodeCache {
         };
         self.blocks.insert(pc, rec);
         self.ordered.insert(pc, t.guest_len);
+        if t.insns == 0 {
+            self.native.insert(pc, ());
+        } else {
+            self.native.remove(&pc);
+        }
+        self.by_host.insert(
+            base,
+            HostBlock {
+                guest: pc,
+                len: len as u32,
+                map: t.pcmap.into_boxed_slice(),
+            },
+        );
         for s in &t.stubs {
             let stub = base + s.offset as u64;
             match self.blocks.get(&s.target) {
@@ -301,6 +321,7 @@ impl CodeCache {
         }
         for pc in &pcs {
             self.blocks.remove(pc);
+            self.native.remove(pc);
             self.ordered.remove(pc);
             if let Some(stubs) = self.links.remove(pc) {
                 for &stub in &stubs {
@@ -313,6 +334,59 @@ impl CodeCache {
         self.stats.invalidated += pcs.len() as u64;
         let lo = pcs.iter().copied().min().unwrap_or(start);
         crate::context::purge_ibl(lo, end);
+    }
+}
+
+/// Guest meaning of one translation's host bytes.
+struct HostBlock {
+    guest: u64,
+    len: u32,
+    map: alloc::boxed::Box<[translate::PcMapEntry]>,
+}
+
+/// What a host pc inside the code cache stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GuestAt {
+    /// The guest instruction about to execute (or faulting).
+    pub pc: u64,
+    /// Register fix-ups (`translate::FIX_*`).
+    pub fix: u16,
+    /// The host pc is the first byte of that stretch: nothing of it has run yet.
+    pub boundary: bool,
+}
+
+impl CodeCache {
+    /// The guest state at host pc `host`: `None` if `host` is not translated guest code
+    /// (engine code, a stub, the IBL, or outside the cache).
+    pub fn guest_at(&self, host: u64) -> Option<GuestAt> {
+        let (&start, hb) = self.by_host.range(..=host).next_back()?;
+        if host >= start + hb.len as u64 {
+            return None;
+        }
+        let off = host - start;
+        let i = hb.map.partition_point(|e| e.host_off as u64 <= off);
+        let e = hb.map.get(i.checked_sub(1)?)?;
+        if e.guest_off == translate::UNMAPPED {
+            return None;
+        }
+        Some(GuestAt {
+            pc: hb.guest + e.guest_off as u64,
+            fix: e.fix,
+            boundary: e.host_off as u64 == off,
+        })
+    }
+
+    /// Whether `pc` was reached by a native jump to code that was not mapped when it was
+    /// translated (a fault there has a guest pc already).
+    pub fn is_native_jump(&self, pc: u64) -> bool {
+        self.native.contains_key(&pc)
+    }
+
+    /// Drops the native jump for `pc` (a handler may have mapped the code since).
+    pub fn forget_native_jump(&mut self, pc: u64) {
+        if self.native.contains_key(&pc) {
+            self.drop_blocks(pc, pc + 1);
+        }
     }
 }
 

@@ -48,6 +48,7 @@ pub const S_T0: usize = 6; // ..S_T0+5: registers saved around the re-raise `tgk
 /// Guest register indices in [`ThreadCtx::gregs`] (hardware encoding order).
 pub const RAX: usize = 0;
 pub const RDX: usize = 2;
+pub const RSP: usize = 4;
 pub const RSI: usize = 6;
 pub const RDI: usize = 7;
 pub const R10: usize = 10;
@@ -91,6 +92,8 @@ pub struct ThreadCtx {
     pub smc_dispatch: u64,
     /// Set by `oxg_smc_dispatch`: the block at `next_pc` no longer matches its guest bytes.
     pub smc_stale: u64,
+    /// Guest pc `oxg_resume` continues at (a signal handler's context changed by it).
+    pub resume_pc: u64,
     // ---- touched by Rust only ----
     /// Child context of a `clone` in flight (parent side).
     pub pending_child: u64,
@@ -98,6 +101,12 @@ pub struct ThreadCtx {
     pub pending_signals: u64,
     pub sig_depth: u64,
     pub sig_ring: [[u64; SCRATCH_SLOTS]; SIG_RING],
+    /// Per ring level: the pc the kernel put in the context, and the pc the guest handler
+    /// was shown (the guest pc when the host pc could be mapped, else the same).
+    pub sig_host_pc: [u64; SIG_RING],
+    pub sig_shown_pc: [u64; SIG_RING],
+    /// Per ring level: whether the shown pc is a guest pc.
+    pub sig_shown_guest: [u64; SIG_RING],
     /// Next context in the global list of all contexts (for totals at exit).
     pub next: *mut ThreadCtx,
 }
@@ -127,6 +136,7 @@ off!(OFF_SIGRET_SRC, sigret_src);
 off!(OFF_FORKED, forked);
 off!(OFF_SMC_DISPATCH, smc_dispatch);
 off!(OFF_SMC_STALE, smc_stale);
+off!(OFF_RESUME_PC, resume_pc);
 
 /// Offset of scratch slot `i`.
 pub const fn scratch_off(i: usize) -> usize {
@@ -232,6 +242,7 @@ pub fn reuse_exited() -> Option<*mut ThreadCtx> {
         c.forked = 0;
         c.sigret_src = 0;
         c.smc_stale = 0;
+        c.resume_pc = 0;
         c.pending_child = 0;
         c.pending_signals = 0;
         c.sig_depth = 0;

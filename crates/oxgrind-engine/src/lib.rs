@@ -28,15 +28,18 @@
 //! * Translations of code that is unmapped (`munmap`, `mremap`) or made non-executable
 //!   (`mprotect`) are dropped, so `dlclose` + `dlopen` at the same address runs new code.
 //! * Guest signal handlers run translated (see `signals`), including `siglongjmp` out of
-//!   a `SIGSEGV` handler.
+//!   a `SIGSEGV` handler; a fault handler sees the guest `RIP` and registers and may
+//!   change them (skip the faulting instruction and return).
 //! * Self-modifying code and JITs (see `pages`): a block translated from a page the
 //!   program can write compares its guest bytes with a stored copy at every entry and is
 //!   retranslated when they changed; `mprotect` is performed by the engine so that a page
 //!   turning writable loses its unchecked translations.
 //!
 //! Not handled yet (phase 2 and later):
-//! * the `ucontext` a handler sees holds host pcs; signals that arrive while the thread is
-//!   in the engine are re-raised later and lose their `siginfo`;
+//! * the `ucontext` of an asynchronous signal that arrives inside engine code in the code
+//!   cache (stubs, IBL) holds the host pc (synchronous faults, and signals that arrive
+//!   between two guest instructions, show the guest pc and registers); signals that arrive
+//!   while the thread is in the engine are re-raised later and lose their `siginfo`;
 //! * guest use of `%gs` (refused: the program is stopped with a report;
 //!   `arch_prctl(ARCH_SET_GS)` fails with `EINVAL`);
 //! * thread contexts are never unmapped (a gone thread's context is reused by the next

@@ -20,11 +20,23 @@
 //!   it is recorded and re-raised with `tgkill` right after the dispatcher has put the
 //!   guest registers back (`maybe_raise`).
 //!
-//! Not emulated yet (documented limits): the `ucontext` a handler sees holds the *host* pc
-//! and may show engine scratch values in registers if the signal hit an exit stub; a
-//! re-raised signal loses its original `siginfo` (it arrives as `SI_TKILL`); synchronous
-//! faults inside engine code are reported as engine bugs; counts can miss the instructions
-//! of a handler that interrupted a counter update.
+//! * The handler sees guest state (`show_guest_context`): a synchronous fault (`SIGSEGV`,
+//!   `SIGBUS`, `SIGFPE`, `SIGILL`, `SIGTRAP` raised by an instruction) always stops in the
+//!   copy of a guest instruction, so `RIP` is that instruction's guest address (after it,
+//!   for `int3`), registers the translation had borrowed are put back, and a `si_addr`
+//!   naming the host pc names the guest pc. Each translation carries a map from its host
+//!   offsets to guest instructions for this (`translate::PcMapEntry`). At `rt_sigreturn`
+//!   the pc goes back to host terms; a pc the handler changed (skipping the faulting
+//!   instruction, say) is a guest address and is reached through the dispatcher.
+//!
+//! Not emulated yet (documented limits): an asynchronous signal that arrives in engine
+//! code inside the code cache (exit stubs, the IBL, counter updates; anywhere but exactly
+//! between two guest instructions) shows the *host* pc and may show engine scratch values
+//! in registers; a re-raised signal loses its original `siginfo` (it arrives as
+//! `SI_TKILL`); synchronous faults inside engine code are reported as engine bugs; counts
+//! can miss the instructions of a handler that interrupted a counter update, and count the
+//! rest of a block twice when a handler returns into the middle of a block whose registers
+//! had to be fixed up.
 
 use core::fmt::Write;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -175,12 +187,112 @@ pub(crate) unsafe extern "C" fn on_signal(sig: u64, info: *const u8, uc: *const 
     ctx.in_engine = 1;
     let level = (ctx.sig_depth as usize) % c::SIG_RING;
     ctx.sig_ring[level] = ctx.scratch;
+    // SAFETY: info and uc are the kernel's siginfo and ucontext for this delivery.
+    unsafe { show_guest_context(ctx, level, sig, info, uc as *mut u8) };
     ctx.sig_depth += 1;
     handler
 }
 
+/// Offset of `uc_mcontext.gregs` in the kernel's `ucontext_t`, and of `REG_RIP` in it.
+const UC_GREGS: usize = 40;
+const REG_RIP: usize = 16;
+/// `gregs` index of each hardware register number (rax, rcx, rdx, rbx, rsp, rbp, rsi,
+/// rdi, r8..r15).
+const GREG_OF: [usize; 16] = [13, 14, 12, 11, 15, 10, 9, 8, 0, 1, 2, 3, 4, 5, 6, 7];
+
+/// What `sig_shown_guest` records for a ring level.
+const SHOWN_HOST: u64 = 0;
+/// A guest pc at a point where the host code can simply continue.
+const SHOWN_GUEST_EXACT: u64 = 1;
+/// A guest pc whose registers were fixed up: continuing means re-entering the dispatcher.
+const SHOWN_GUEST_FIXED: u64 = 2;
+
+/// Rewrites the signal context so that the guest handler sees guest state: when the
+/// thread was stopped in translated code at a place that stands for a guest instruction,
+/// `RIP` becomes that instruction's guest address, registers the engine had borrowed get
+/// their guest values back, and a `si_addr` equal to the host pc (SIGILL, SIGFPE...)
+/// becomes the guest pc too.
+///
+/// Synchronous faults (raised by the instruction itself) always stop inside the copy of
+/// a guest instruction, so they are always mapped. Asynchronous signals are mapped when
+/// they arrived exactly between two guest instructions; elsewhere (exit stubs, the
+/// indirect-branch lookup, counter updates) the handler sees the host pc, as before.
+///
+/// # Safety
+/// `info` and `uc` must be the kernel's arguments for this signal, `uc` writable.
+unsafe fn show_guest_context(
+    ctx: &mut ThreadCtx,
+    level: usize,
+    sig: usize,
+    info: *const u8,
+    uc: *mut u8,
+) {
+    use crate::translate::{FIX_FAR_SHIFT, FIX_RAX_IN_STUB, FIX_RCX_PLUS_ONE};
+    let gregs = uc.wrapping_add(UC_GREGS) as *mut u64;
+    // SAFETY: gregs has 23 entries; REG_RIP is one of them.
+    let host = unsafe { core::ptr::read(gregs.add(REG_RIP)) };
+    // SAFETY: si_code is the i32 at offset 8 of every siginfo.
+    let code = unsafe { core::ptr::read(info.add(8) as *const i32) };
+    let sync = matches!(sig, 4 | 5 | 7 | 8 | 11) && code > 0;
+    let mut shown = host;
+    let mut kind = SHOWN_HOST;
+    {
+        let guard = crate::dispatch::CACHE.lock();
+        if let Some(cache) = guard.as_ref() {
+            match cache.guest_at(host) {
+                Some(g) if sync || (g.boundary && g.fix == 0) => {
+                    shown = g.pc;
+                    kind = if g.fix == 0 {
+                        SHOWN_GUEST_EXACT
+                    } else {
+                        SHOWN_GUEST_FIXED
+                    };
+                    // SAFETY: indices come from GREG_OF (all < 16) or are REG_RIP.
+                    unsafe {
+                        if g.fix & FIX_RAX_IN_STUB != 0 {
+                            *gregs.add(GREG_OF[0]) = ctx.scratch[c::S_STUB_RAX];
+                        }
+                        if g.fix & FIX_RCX_PLUS_ONE != 0 {
+                            let r = gregs.add(GREG_OF[1]);
+                            *r = (*r).wrapping_add(1);
+                        }
+                        let far = (g.fix >> FIX_FAR_SHIFT) as usize;
+                        if (1..=16).contains(&far) {
+                            *gregs.add(GREG_OF[far - 1]) = ctx.scratch[c::S_FAR_SAVE];
+                        }
+                    }
+                }
+                Some(_) => {}
+                // The guest jumped to code that was not mapped: the pc is a guest one already;
+                // continuing must go through the dispatcher (the handler may have mapped it).
+                None if cache.is_native_jump(host) => kind = SHOWN_GUEST_FIXED,
+                None => {}
+            }
+        }
+    }
+    if kind != SHOWN_HOST && shown != host {
+        // SAFETY: as above; si_addr is the u64 at offset 16 of a fault's siginfo, and the
+        // kernel's siginfo lives in the writable signal frame.
+        unsafe {
+            *gregs.add(REG_RIP) = shown;
+            let addr = info.add(16) as *mut u64;
+            if sync && core::ptr::read(addr) == host {
+                *addr = shown;
+            }
+        }
+    }
+    ctx.sig_host_pc[level] = host;
+    ctx.sig_shown_pc[level] = shown;
+    ctx.sig_shown_guest[level] = kind;
+}
+
 /// Host code that performs a guest `rt_sigreturn`: restores the scratch slots saved when the
 /// signal was entered, then makes the system call (all registers come from the frame).
+///
+/// The context's pc is put back in host terms: unchanged by the handler, the thread
+/// continues where it was stopped (or, when registers had been fixed up for the handler,
+/// re-enters the dispatcher at the guest pc); changed by the handler, it is a guest
+/// address, reached through the dispatcher (`oxg_resume`).
 pub(crate) fn sigreturn_tramp(ctx: &mut ThreadCtx) -> u64 {
     if ctx.sig_depth == 0 {
         ctx.sigret_src = 0;
@@ -188,6 +300,40 @@ pub(crate) fn sigreturn_tramp(ctx: &mut ThreadCtx) -> u64 {
         ctx.sig_depth -= 1;
         let level = (ctx.sig_depth as usize) % c::SIG_RING;
         ctx.sigret_src = ctx.sig_ring[level].as_ptr() as u64;
+        // At `rt_sigreturn` the stack pointer is at the frame's ucontext (the restorer's
+        // `ret` popped the return address).
+        let rip_p = (ctx.gregs[c::RSP] as usize + UC_GREGS + 8 * REG_RIP) as *mut u64;
+        // SAFETY: the frame the kernel built for this signal, which `rt_sigreturn` is about
+        // to read; a guest that moved its stack elsewhere would fault in the kernel too.
+        let rip = unsafe { core::ptr::read_volatile(rip_p) };
+        let (host, shown, kind) = (
+            ctx.sig_host_pc[level],
+            ctx.sig_shown_pc[level],
+            ctx.sig_shown_guest[level],
+        );
+        let target = if rip == shown {
+            match kind {
+                SHOWN_HOST | SHOWN_GUEST_EXACT => Some(host),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        match target {
+            Some(h) if h != rip => {
+                // SAFETY: as above.
+                unsafe { core::ptr::write_volatile(rip_p, h) };
+            }
+            Some(_) => {}
+            None => {
+                if let Some(cache) = crate::dispatch::CACHE.lock().as_mut() {
+                    cache.forget_native_jump(rip);
+                }
+                ctx.resume_pc = rip;
+                // SAFETY: as above.
+                unsafe { core::ptr::write_volatile(rip_p, asm::oxg_resume as *const () as u64) };
+            }
+        }
     }
     asm::oxg_sigreturn_tramp as *const () as u64
 }

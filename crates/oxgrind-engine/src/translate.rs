@@ -60,6 +60,28 @@ pub struct Stub {
     pub target: u64,
 }
 
+/// Where one stretch of a translation stands in guest terms, for the signal context a guest
+/// handler sees (see `signals`). An entry covers the host bytes from `host_off` to the next
+/// entry; the guest state there is that of the guest instruction at `guest_off` (from the
+/// block's pc), not yet executed, once the fix-ups in `fix` are applied to the registers.
+/// `guest_off == UNMAPPED`: engine code with no guest equivalent (stubs, the IBL, the
+/// middle of an entry check).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PcMapEntry {
+    pub host_off: u16,
+    pub guest_off: u16,
+    pub fix: u16,
+}
+
+/// `guest_off` of engine code that corresponds to no guest instruction.
+pub const UNMAPPED: u16 = u16::MAX;
+/// The guest `rax` is in scratch slot `STUB_RAX` (rax holds a branch target).
+pub const FIX_RAX_IN_STUB: u16 = 1;
+/// The guest `rcx` is one more than the register (an expanded `rep` iteration).
+pub const FIX_RCX_PLUS_ONE: u16 = 2;
+/// `(r + 1) << FIX_FAR_SHIFT`: guest register `r` is in scratch slot `FAR_SAVE`.
+pub const FIX_FAR_SHIFT: u16 = 8;
+
 /// A finished translation, positioned for host address `base`.
 pub struct Translation {
     pub bytes: Vec<u8>,
@@ -69,6 +91,8 @@ pub struct Translation {
     pub insns: usize,
     /// Guest bytes the block was translated from.
     pub guest_len: u64,
+    /// Host offset → guest instruction, ordered by `host_off`.
+    pub pcmap: Vec<PcMapEntry>,
 }
 
 /// Why a block could not be translated.
@@ -259,6 +283,7 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         guest: Vec::new(),
         guest_pc: pc,
         check: None,
+        pcmap: Vec::new(),
     };
     if avail == 0 {
         // Unmapped code: jump there natively so the guest faults exactly as it would
@@ -271,6 +296,7 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
             kind: BlockKind::Normal,
             insns: 0,
             guest_len: 1,
+            pcmap: core::mem::take(&mut e.pcmap),
         });
     }
     let window = avail.min(MAX_INSNS * 15 + 16);
@@ -357,6 +383,7 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
     // (one `add`), else at entry with a flag-free sequence.
     e.guest = snapshot;
     let guest_len = insns.last().map_or(0, |d| d.ins.next_ip() - pc);
+    e.mark(pc, 0);
     if opts.check {
         e.smc_check(pc, guest_len as usize, flags_dead_at_entry(&insns));
     }
@@ -376,6 +403,7 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
     }
     let n = insns.len();
     for (i, d) in insns.iter().enumerate() {
+        e.mark(d.ins.ip(), 0);
         if count_at == Some(i) {
             e.count_prologue(n as u32, true);
         }
@@ -387,7 +415,10 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         }
     }
     match end {
-        End::Before(next) | End::Limit(next) => e.stub_jump(next),
+        End::Before(next) | End::Limit(next) => {
+            e.mark(next, 0);
+            e.stub_jump(next)
+        }
         End::Transfer => {}
     }
     e.finish();
@@ -397,6 +428,7 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         kind: BlockKind::Normal,
         insns: n,
         guest_len,
+        pcmap: core::mem::take(&mut e.pcmap),
     })
 }
 
@@ -437,6 +469,7 @@ fn syscall_block(e: &mut Emitter, ins: &Instruction, opts: Options) -> Translati
         kind: BlockKind::Syscall,
         insns: 1,
         guest_len: ins.len() as u64,
+        pcmap: core::mem::take(&mut e.pcmap),
     }
 }
 
@@ -448,6 +481,7 @@ fn rep_block(
     pc: u64,
     opts: Options,
 ) -> Result<Translation, TranslateError> {
+    e.mark(pc, 0);
     if opts.check {
         e.smc_check(pc, ins.len(), false);
     }
@@ -457,7 +491,9 @@ fn rep_block(
     let prefixes = &raw[..raw.len() - 1];
     if prefixes.contains(&0x67) {
         e.count_prologue(1, false);
+        e.mark(pc, 0);
         e.buf.extend_from_slice(raw);
+        e.unmark();
         e.stub_jump(ins.next_ip());
         e.finish();
         return Ok(Translation {
@@ -466,23 +502,30 @@ fn rep_block(
             kind: BlockKind::Normal,
             insns: 1,
             guest_len: ins.len() as u64,
+            pcmap: core::mem::take(&mut e.pcmap),
         });
     }
     e.count_prologue(1, false);
+    e.mark(pc, 0);
     // jrcxz +2; jmp +5; jmp rel32 -> exit(next)
     e.buf.extend_from_slice(&[0xE3, 0x02, 0xEB, 0x05, 0xE9]);
     let exit_fix = e.buf.len();
     e.buf.extend_from_slice(&[0; 4]);
     let exit_stub = e.new_stub(ins.next_ip());
     e.fixups.push((exit_fix, exit_stub));
+    e.unmark();
     // lea rcx, [rcx-1]
     e.buf.extend_from_slice(&[0x48, 0x8D, 0x49, 0xFF]);
+    // A fault in the iteration leaves the guest at the `rep` instruction with rcx counting
+    // this iteration too, as natively.
+    e.mark(pc, FIX_RCX_PLUS_ONE);
     // The instruction without its rep/repne prefix (REX, if any, stays last).
     for &b in raw {
         if b != 0xF3 && b != 0xF2 {
             e.buf.push(b);
         }
     }
+    e.unmark();
     let conditional = matches!(
         ins.mnemonic(),
         iced_x86::Mnemonic::Cmpsb
@@ -513,6 +556,7 @@ fn rep_block(
         kind: BlockKind::Normal,
         insns: 1,
         guest_len: ins.len() as u64,
+        pcmap: core::mem::take(&mut e.pcmap),
     })
 }
 
@@ -528,6 +572,7 @@ struct Emitter {
     guest_pc: u64,
     /// Entry check in this block, completed by `finish`.
     check: Option<Check>,
+    pcmap: Vec<PcMapEntry>,
 }
 
 /// The pieces of an entry check that `finish` places after the stubs.
@@ -549,6 +594,31 @@ fn gs_modrm(reg: u8) -> [u8; 2] {
 impl Emitter {
     fn here(&self) -> u64 {
         self.base + self.buf.len() as u64
+    }
+
+    /// From here on, the host code stands for the guest instruction at `ip` (with fix-ups).
+    fn mark(&mut self, ip: u64, fix: u16) {
+        let guest_off = ip.wrapping_sub(self.guest_pc).min(UNMAPPED as u64 - 1) as u16;
+        self.push_map(guest_off, fix);
+    }
+
+    /// From here on, the host code has no guest equivalent.
+    fn unmark(&mut self) {
+        self.push_map(UNMAPPED, 0);
+    }
+
+    fn push_map(&mut self, guest_off: u16, fix: u16) {
+        let host_off = self.buf.len().min(u16::MAX as usize) as u16;
+        let e = PcMapEntry {
+            host_off,
+            guest_off,
+            fix,
+        };
+        match self.pcmap.last_mut() {
+            Some(last) if last.host_off == host_off => *last = e,
+            Some(last) if last.guest_off == guest_off && last.fix == fix => {}
+            _ => self.pcmap.push(e),
+        }
     }
 
     fn d32(&mut self, v: u32) {
@@ -617,6 +687,7 @@ impl Emitter {
 
     /// Lays out the stubs after the code and resolves the jumps to them.
     fn finish(&mut self) {
+        self.unmark();
         for i in 0..self.stubs.len() {
             while self.buf.len() % 8 != 0 {
                 self.buf.push(0xCC);
@@ -651,6 +722,7 @@ impl Emitter {
     /// arithmetic flags are used; both are restored on either path.
     fn smc_check(&mut self, pc: u64, len: usize, flags_dead: bool) {
         self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+        self.unmark();
         if !flags_dead {
             self.buf.extend_from_slice(&[0x9F, 0x0F, 0x90, 0xC0]); // lahf; seto al
             self.store_gs(0, c::scratch_off(c::S_IBL_FLAGS));
@@ -809,8 +881,11 @@ impl Emitter {
             .map_err(|_| TranslateError::Encode { pc: ins.ip() })?;
         let body = enc.take_buffer();
         self.store_gs(num, c::scratch_off(c::S_FAR_SAVE));
+        let ip = ins.ip();
+        self.mark(ip, ((num as u16) + 1) << FIX_FAR_SHIFT);
         self.mov_imm64(num, target);
         self.buf.extend_from_slice(&body);
+        self.unmark();
         self.load_gs(num, c::scratch_off(c::S_FAR_SAVE));
         Ok(())
     }
@@ -823,7 +898,7 @@ impl Emitter {
     }
 
     /// Pushes the guest return address `ra` without touching flags or memory below `rsp`.
-    fn push_return(&mut self, ra: u64) {
+    fn push_return(&mut self, ra: u64, ip: u64, fix: u16) {
         let sign_ext = (ra as u32 as i32 as i64) as u64;
         if sign_ext == ra {
             self.buf.push(0x68); // push imm32
@@ -835,8 +910,10 @@ impl Emitter {
         // slower on short calls). rcx is spilled to a scratch slot (rax may hold an
         // indirect call's target).
         self.store_gs(1, c::scratch_off(c::S_FAR_SAVE));
+        self.mark(ip, fix | (2 << FIX_FAR_SHIFT));
         self.mov_imm64(1, ra);
         self.buf.push(0x51); // push rcx
+        self.unmark();
         self.load_gs(1, c::scratch_off(c::S_FAR_SAVE));
     }
 
@@ -927,6 +1004,8 @@ impl Emitter {
     fn transfer(&mut self, d: &Decoded) -> Result<(), TranslateError> {
         let ins = &d.ins;
         let next = ins.next_ip();
+        let ip = ins.ip();
+        self.mark(ip, 0);
         match ins.flow_control() {
             FlowControl::UnconditionalBranch => {
                 self.stub_jump(ins.near_branch_target());
@@ -951,26 +1030,34 @@ impl Emitter {
                     let s = self.new_stub(target);
                     self.fixups.push((fix, s));
                 }
+                self.mark(next, 0);
                 self.stub_jump(next);
             }
             FlowControl::Call => {
-                self.push_return(next);
+                self.push_return(next, ip, 0);
+                self.unmark();
                 self.stub_jump(ins.near_branch_target());
             }
             FlowControl::IndirectBranch => {
                 self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+                self.mark(ip, FIX_RAX_IN_STUB);
                 self.load_target(ins)?;
+                self.unmark();
                 self.inline_ibl();
             }
             FlowControl::IndirectCall => {
                 self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+                self.mark(ip, FIX_RAX_IN_STUB);
                 self.load_target(ins)?;
-                self.push_return(next);
+                self.push_return(next, ip, FIX_RAX_IN_STUB);
+                self.unmark();
                 self.inline_ibl();
             }
             FlowControl::Return => {
                 self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+                self.mark(ip, FIX_RAX_IN_STUB);
                 self.buf.push(0x58); // pop rax
+                self.unmark();
                 if ins.op_count() == 1 && ins.op0_kind() == OpKind::Immediate16 {
                     let imm = ins.immediate16() as u32;
                     // lea rsp, [rsp+imm32]
@@ -986,6 +1073,8 @@ impl Emitter {
             | FlowControl::XbeginXabortXend
             | FlowControl::Next => {
                 self.copy(d)?;
+                // A trap (int3, int n) reports the pc after the instruction.
+                self.mark(next, 0);
                 self.stub_jump(next);
             }
         }
@@ -1223,6 +1312,39 @@ mod tests {
         // Unchecked, the block starts with the guest's own instruction.
         let plain = translate(pc, base, OPTS).unwrap();
         assert_eq!(decode_all(&plain.bytes, base)[0].mnemonic(), Mnemonic::Adc);
+    }
+
+    #[test]
+    fn pc_map_ties_each_copied_instruction_and_the_ret_pop_to_its_guest_pc() {
+        // mov eax, [rdi]; ret
+        let (_buf, pc) = guest(&[0x8B, 0x07, 0xC3]);
+        let base = pc + 0x1000;
+        let t = translate(pc, base, OPTS).unwrap();
+        let insns = decode_all(&t.bytes, base);
+        let at = |host: u64| {
+            let off = (host - base) as u16;
+            let i = t.pcmap.partition_point(|e| e.host_off <= off);
+            t.pcmap[i - 1]
+        };
+        let load = insns
+            .iter()
+            .find(|i| i.mnemonic() == Mnemonic::Mov)
+            .unwrap();
+        assert_eq!((at(load.ip()).guest_off, at(load.ip()).fix), (0, 0));
+        let pop = insns
+            .iter()
+            .find(|i| i.mnemonic() == Mnemonic::Pop)
+            .unwrap();
+        assert_eq!(
+            (at(pop.ip()).guest_off, at(pop.ip()).fix),
+            (2, FIX_RAX_IN_STUB)
+        );
+        // The IBL after the pop stands for no guest instruction.
+        let ibl = insns
+            .iter()
+            .find(|i| i.mnemonic() == Mnemonic::Lahf)
+            .unwrap();
+        assert_eq!(at(ibl.ip()).guest_off, UNMAPPED);
     }
 
     #[test]

@@ -751,3 +751,100 @@ fn node_runs_its_jit_under_the_engine_as_natively() {
         &[],
     );
 }
+
+/// Fault handlers that read and change `uc_mcontext`: each faulting instruction has a
+/// label, the handler checks that RIP is exactly there (after the `int3`), that registers
+/// and `si_addr` are the guest's, then skips the instruction by its known length.
+const UCONTEXT_PROGRAM: &str = r#"
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+extern char load_insn[], riprel_insn[], ud2_insn[], int3_after[], div_insn[];
+static char guard[8192] __attribute__((aligned(4096)));
+
+/* Each faulting instruction has a global label and a known length, so the handler can
+   check the pc it is shown and skip the instruction by advancing RIP. */
+__attribute__((noinline, noclone)) long do_load(long *p) {
+  long v;
+  __asm__ volatile(".globl load_insn\nload_insn: movl (%%rdi), %%eax" : "=a"(v) : "D"(p), "c"(0x1234L) : "memory");
+  return v;
+}
+__attribute__((noinline, noclone)) long do_riprel(void) {
+  long v;
+  __asm__ volatile(".globl riprel_insn\nriprel_insn: movl guard(%%rip), %%eax" : "=a"(v) : "c"(0x5678L) : "memory");
+  return v;
+}
+__attribute__((noinline, noclone)) void do_ud2(void) { __asm__ volatile(".globl ud2_insn\nud2_insn: ud2"); }
+__attribute__((noinline, noclone)) void do_int3(void) { __asm__ volatile("int3\n.globl int3_after\nint3_after:"); }
+__attribute__((noinline, noclone)) long do_div(long x) {
+  long v;
+  __asm__ volatile("xor %%edx, %%edx\n.globl div_insn\ndiv_insn: divl %%ecx" : "=a"(v) : "a"(x), "c"(0L) : "rdx");
+  return v;
+}
+
+static void on_sig(int sig, siginfo_t *si, void *ucv) {
+  ucontext_t *uc = ucv;
+  greg_t *g = uc->uc_mcontext.gregs;
+  uintptr_t rip = (uintptr_t)g[REG_RIP], addr = (uintptr_t)si->si_addr;
+  if (sig == SIGSEGV && rip == (uintptr_t)load_insn) {
+    printf("SIGSEGV at load_insn: si_addr=%#lx rcx=%#llx\n", (unsigned long)addr, (long long)g[REG_RCX]);
+    g[REG_RIP] += 2; g[REG_RAX] = 42;
+  } else if (sig == SIGSEGV && rip == (uintptr_t)riprel_insn) {
+    printf("SIGSEGV at riprel_insn: si_addr-guard=%ld rcx=%#llx\n", (long)(addr - (uintptr_t)guard), (long long)g[REG_RCX]);
+    g[REG_RIP] += 6; g[REG_RAX] = 43;
+  } else if (sig == SIGILL && rip == (uintptr_t)ud2_insn) {
+    printf("SIGILL at ud2_insn: si_addr is the insn: %d\n", addr == rip);
+    g[REG_RIP] += 2;
+  } else if (sig == SIGTRAP && rip == (uintptr_t)int3_after) {
+    printf("SIGTRAP after int3\n");
+  } else if (sig == SIGFPE && rip == (uintptr_t)div_insn) {
+    printf("SIGFPE at div_insn: si_addr is the insn: %d\n", addr == rip);
+    g[REG_RIP] += 2; g[REG_RAX] = 7;
+  } else {
+    printf("signal %d at an unexpected pc\n", sig);
+    fflush(stdout);
+    _exit(3);
+  }
+}
+
+int main(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_sig;
+  sa.sa_flags = SA_SIGINFO;
+  int sigs[] = {SIGSEGV, SIGILL, SIGTRAP, SIGFPE};
+  for (int i = 0; i < 4; i++) sigaction(sigs[i], &sa, NULL);
+  mprotect(guard, 4096, PROT_NONE);
+  long total = 0;
+  for (int round = 0; round < 3; round++) {
+    long a = do_load((long *)0x1000), b = do_riprel();
+    do_ud2();
+    do_int3();
+    long c = do_div(100);
+    printf("round %d: %ld %ld %ld\n", round, a, b, c);
+    total += a + b + c;
+  }
+  printf("total %ld\n", total);
+  return 0;
+}
+"#;
+
+#[test]
+fn fault_handlers_see_guest_rip_and_registers_and_can_skip_the_faulting_instruction() {
+    let bin = compile("uctx", "c", UCONTEXT_PROGRAM, &[]);
+    same_as_native(&[bin.to_str().unwrap()], &[]);
+}
+
+#[test]
+fn fault_in_a_far_rip_relative_rewrite_shows_the_guest_value_of_the_borrowed_register() {
+    let bin = compile("uctx_far", "c", UCONTEXT_PROGRAM, &[]);
+    // `movl guard(%rip), %eax` is rewritten through rcx (which holds 0x5678) when the code
+    // cache is far; the handler prints rcx.
+    same_as_native(&[bin.to_str().unwrap()], &[("OXGRIND_ENGINE_FAR", "1")]);
+}
