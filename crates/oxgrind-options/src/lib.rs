@@ -36,6 +36,8 @@ pub struct CoreOptions {
     /// 0 with `-q`, 1 by default, +1 per `-v`.
     pub verbosity: i32,
     pub log: LogDest,
+    /// `--xml-file` / `--xml-fd`: where `--xml=yes` output goes.
+    pub xml: Option<LogDest>,
     pub trace_children: bool,
     pub trace_children_skip: Vec<String>,
     pub child_silent_after_fork: bool,
@@ -56,6 +58,7 @@ impl Default for CoreOptions {
             tool: "memcheck".into(),
             verbosity: 1,
             log: LogDest::Fd(2),
+            xml: None,
             trace_children: false,
             trace_children_skip: Vec::new(),
             child_silent_after_fork: false,
@@ -235,6 +238,12 @@ pub fn parse(options: &[String]) -> Result<Action, OptionError> {
                 template::check(v)?;
                 core.log = LogDest::File(v.to_string());
             }
+            "--xml-fd" => core.xml = Some(LogDest::Fd(num_value(o, val()?, 0, 1 << 20)? as i32)),
+            "--xml-file" => {
+                let v = val()?;
+                template::check(v)?;
+                core.xml = Some(LogDest::File(v.to_string()));
+            }
             "--log-socket" => {
                 return Err(OptionError(
                     "--log-socket is not supported by oxgrind; use --log-file".into(),
@@ -265,8 +274,6 @@ pub fn parse(options: &[String]) -> Result<Action, OptionError> {
             "-s"
             | "--show-error-list"
             | "--xml"
-            | "--xml-file"
-            | "--xml-fd"
             | "--xml-user-comment"
             | "--error-limit"
             | "--error-exitcode"

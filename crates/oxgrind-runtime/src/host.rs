@@ -26,6 +26,7 @@ pub fn after_fork_child() {
     // SAFETY: single-threaded child right after fork.
     unsafe {
         LOG_FD.force_unlock();
+        XML_FD.force_unlock();
         SYMBOLIZER.force_unlock();
     }
 }
@@ -55,6 +56,33 @@ fn create_file(path: &str) -> Result<i32, i32> {
     }
 }
 
+/// The XML output: descriptor and the pid it was opened for, as for the log.
+static XML_FD: SpinLock<(i32, i32)> = SpinLock::new((-1, 0));
+static XML_FD_COPY: AtomicI32 = AtomicI32::new(-1);
+
+fn xml_fd() -> Option<i32> {
+    let rt = state::runtime()?;
+    match rt.core.xml.as_ref()? {
+        LogDest::Fd(fd) => Some(match XML_FD_COPY.load(Ordering::Acquire) {
+            copy if copy >= 0 => copy,
+            _ => *fd,
+        }),
+        LogDest::File(t) => {
+            let pid = raw::getpid();
+            let mut g = XML_FD.lock();
+            if g.1 == pid && g.0 >= 0 {
+                return Some(g.0);
+            }
+            let fd = HOST
+                .expand_output_path(t)
+                .ok()
+                .and_then(|path| create_file(&path).ok())?;
+            *g = (fd, pid);
+            Some(fd)
+        }
+    }
+}
+
 /// Our copy of the `--log-fd` descriptor, made at start-up: programs close their standard
 /// streams at exit (coreutils' `close_stdout` closes stderr), and the report comes after.
 static LOG_FD_COPY: AtomicI32 = AtomicI32::new(-1);
@@ -65,6 +93,11 @@ pub fn keep_log_fd() {
         if let LogDest::Fd(fd) = rt.core.log {
             if let Ok(copy) = raw::dup_high(fd, FD_FLOOR) {
                 LOG_FD_COPY.store(copy, Ordering::Release);
+            }
+        }
+        if let Some(LogDest::Fd(fd)) = rt.core.xml {
+            if let Ok(copy) = raw::dup_high(fd, FD_FLOOR) {
+                XML_FD_COPY.store(copy, Ordering::Release);
             }
         }
     }
@@ -268,6 +301,17 @@ impl Host for RuntimeHost {
         let sym = g.get_or_insert_with(oxgrind_symbols::Symbolizer::from_self);
         sym.data_symbol(addr)
             .map(|(name, offset)| DataAddr::Symbol { name, offset })
+    }
+
+    fn xml(&self, text: &str) {
+        match xml_fd() {
+            Some(fd) => oxgrind_sys::fd::write_all(fd, text.as_bytes()),
+            None => {
+                if LOG_FAILED.swap(1, Ordering::Relaxed) == 0 {
+                    oxgrind_sys::fd::write_all(2, b"oxgrind: cannot create the --xml-file\n");
+                }
+            }
+        }
     }
 
     fn exit_now(&self, status: i32) {

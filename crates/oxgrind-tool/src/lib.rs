@@ -242,6 +242,8 @@ pub trait Host {
     fn describe_data(&self, _addr: Addr) -> Option<DataAddr> {
         None
     }
+    /// Appends to the XML output (`--xml-file` or `--xml-fd`), created on first use.
+    fn xml(&self, _text: &str) {}
     /// Ends the process at once with `status`, writing nothing more (Memcheck's
     /// `--exit-on-first-error=yes`). The runtime's implementation does not return.
     fn exit_now(&self, _status: i32) {}

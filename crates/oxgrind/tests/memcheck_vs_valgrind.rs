@@ -467,3 +467,25 @@ fn time_stamps_and_silent_forked_children() {
     assert_eq!(count(&[]), 2);
     assert_eq!(count(&["--child-silent-after-fork=yes"]), 1);
 }
+
+#[test]
+fn xml_goes_to_a_descriptor_with_xml_fd() {
+    let prog = build("mc_heap.c", &["-g", "-O0", "-w"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (by_fd, by_file) = (dir.path().join("fd.xml"), dir.path().join("file.xml"));
+    let script = format!(
+        "{} --xml=yes --xml-fd=3 --leak-check=full {} 3>{}",
+        oxgrind().display(),
+        prog.display(),
+        by_fd.display()
+    );
+    let o = run(Command::new("/bin/sh").arg("-c").arg(&script));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(Command::new(oxgrind())
+        .args(["--xml=yes", "--leak-check=full"])
+        .arg(format!("--xml-file={}", by_file.display()))
+        .arg(&prog));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::metadata(&by_fd).unwrap().len() > 1000);
+    assert_eq!(xml_structure(&by_fd), xml_structure(&by_file));
+}

@@ -227,7 +227,7 @@ impl Memcheck {
         if self.opts.xml {
             let mut st = self.lock();
             self.start_xml(&mut st, host);
-            self.flush_xml(&st, host);
+            self.flush_xml(&mut st, host);
         }
     }
 
@@ -276,25 +276,16 @@ impl Memcheck {
         xml::status(&mut st.xml, "RUNNING", host.elapsed_ms());
     }
 
-    fn flush_xml(&self, st: &State, host: &dyn Host) {
-        let Some(template) = &self.opts.xml_file else {
-            return;
-        };
-        match host.expand_output_path(template) {
-            Ok(path) => {
-                if host.write_file(&path, st.xml.as_bytes()).is_err() {
-                    host.log(&format!(
-                        "=={}== cannot write XML output file {path}\n",
-                        host.pid()
-                    ));
-                }
-            }
-            Err(e) => host.log(&format!("=={}== {}\n", host.pid(), e.0)),
+    /// Hands the XML produced so far to the runtime, which appends it to `--xml-file` or
+    /// `--xml-fd` (streamed as Valgrind does: a crash still leaves every error seen so far).
+    fn flush_xml(&self, st: &mut State, host: &dyn Host) {
+        if !st.xml.is_empty() {
+            host.xml(&st.xml);
+            st.xml.clear();
         }
     }
 
-    /// Sends what the error manager produced to the log and, in XML mode, rewrites the XML
-    /// file (small documents only, so a crash still leaves the errors seen so far).
+    /// Sends what the error manager produced to the log and, in XML mode, to the XML output.
     fn emit(&self, st: &mut State, out: Output, host: &dyn Host) {
         if !out.text.is_empty() {
             host.log(&out.text);
@@ -302,9 +293,7 @@ impl Memcheck {
         if !out.xml.is_empty() {
             self.start_xml(st, host);
             st.xml.push_str(&out.xml);
-            if st.xml.len() < 1 << 20 {
-                self.flush_xml(st, host);
-            }
+            self.flush_xml(st, host);
         }
     }
 
@@ -1010,7 +999,7 @@ impl Tool for Memcheck {
             let body = std::mem::take(&mut out.xml);
             st.xml.push_str(&body);
             xml::footer(&mut st.xml);
-            self.flush_xml(&st, host);
+            self.flush_xml(&mut st, host);
         }
     }
 }

@@ -115,6 +115,8 @@ pub struct Options {
     pub show_error_list: bool,
     pub xml: bool,
     pub xml_file: Option<String>,
+    /// `--xml-fd=N` given (the runtime writes to that descriptor).
+    pub xml_fd: bool,
     pub xml_user_comment: Option<String>,
     pub error_limit: bool,
     /// `--error-exitcode=N`; 0 is off.
@@ -150,6 +152,7 @@ impl Default for Options {
             show_error_list: false,
             xml: false,
             xml_file: None,
+            xml_fd: false,
             xml_user_comment: None,
             error_limit: true,
             error_exitcode: 0,
@@ -264,6 +267,7 @@ impl Options {
             ("--num-callers", Some(_)) => self.num_callers = number(arg, v, 1, 500)? as usize,
             ("--xml", Some(_)) => self.xml = yes_no(arg, v)?,
             ("--xml-file", Some(_)) => self.xml_file = Some(v.to_string()),
+            ("--xml-fd", Some(_)) => self.xml_fd = true,
             ("--xml-user-comment", Some(_)) => self.xml_user_comment = Some(v.to_string()),
             ("--error-limit", Some(_)) => self.error_limit = yes_no(arg, v)?,
             ("--error-exitcode", Some(_)) => {
@@ -308,7 +312,7 @@ impl Options {
     /// Applies the rules that involve several options.
     pub fn finish(&mut self) -> Result<(), OptionError> {
         if self.xml {
-            if self.xml_file.is_none() {
+            if self.xml_file.is_none() && !self.xml_fd {
                 return Err(OptionError(
                     "Bad option: --xml=yes, but no XML destination specified".into(),
                 ));

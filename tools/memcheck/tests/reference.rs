@@ -317,7 +317,7 @@ fn xml_output_matches_valgrind_for_the_errors_we_produce() {
         "",
         "nothing on the text channel in XML mode"
     );
-    let ours = String::from_utf8(host.files.borrow()["mc_errors.supp.xml"].clone()).unwrap();
+    let ours = String::from_utf8(host.files.borrow()["<xml>"].clone()).unwrap();
     let theirs = reference("mc_errors.with-supp.xml");
     // Same skeleton: header up to the first <status>, and the trailer after <errorcounts>.
     let head = |t: &str| t[t.find("<preamble>").unwrap()..t.find("<pid>").unwrap()].to_string();

@@ -55,6 +55,14 @@ impl Host for FakeHost {
     fn log(&self, text: &str) {
         self.log.borrow_mut().push_str(text);
     }
+    /// The XML stream, kept under the name `<xml>`.
+    fn xml(&self, text: &str) {
+        self.files
+            .borrow_mut()
+            .entry("<xml>".to_string())
+            .or_default()
+            .extend_from_slice(text.as_bytes());
+    }
     fn live_blocks(&self) -> Vec<LiveBlock> {
         self.live.borrow().values().copied().collect()
     }
