@@ -54,6 +54,7 @@ fn create_file(path: &str) -> Result<i32, i32> {
         }
         Err(_) => Ok(fd),
     }
+    .inspect(|&fd| crate::fds::register(fd))
 }
 
 /// The XML output: descriptor and the pid it was opened for, as for the log.
@@ -92,11 +93,13 @@ pub fn keep_log_fd() {
     if let Some(rt) = state::runtime() {
         if let LogDest::Fd(fd) = rt.core.log {
             if let Ok(copy) = raw::dup_high(fd, FD_FLOOR) {
+                crate::fds::register(copy);
                 LOG_FD_COPY.store(copy, Ordering::Release);
             }
         }
         if let Some(LogDest::Fd(fd)) = rt.core.xml {
             if let Ok(copy) = raw::dup_high(fd, FD_FLOOR) {
+                crate::fds::register(copy);
                 XML_FD_COPY.store(copy, Ordering::Release);
             }
         }
@@ -268,11 +271,13 @@ impl Host for RuntimeHost {
                 Ok(n) => rest = &rest[n..],
                 Err(4) => continue,
                 Err(e) => {
+                    crate::fds::unregister(fd);
                     let _ = raw::close(fd);
                     return Err(e);
                 }
             }
         }
+        crate::fds::unregister(fd);
         let _ = raw::close(fd);
         Ok(())
     }

@@ -23,6 +23,7 @@
 pub mod blocks;
 pub mod exit;
 pub mod exports;
+pub mod fds;
 pub mod guard;
 pub mod hooks;
 pub mod host;

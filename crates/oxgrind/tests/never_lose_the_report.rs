@@ -250,3 +250,39 @@ fn vfork_children_do_not_take_the_parents_report() {
         files[0].1
     );
 }
+
+/// A daemon closes every descriptor it finds, ours among them: the report still arrives
+/// (oxgrind's descriptors refuse close, close_range and closefrom, as Valgrind's do).
+#[test]
+fn closing_every_descriptor_does_not_silence_the_report() {
+    let prog = build("close_all.c", &["-g", "-O1"]);
+    let o = run(Command::new(oxgrind())
+        .args(["--leak-check=full"])
+        .arg(&prog));
+    let err = stderr(&o);
+    assert!(
+        err.contains("77 bytes in 1 blocks are definitely lost"),
+        "{err}"
+    );
+    assert!(
+        err.contains("ERROR SUMMARY: 1 errors from 1 contexts"),
+        "{err}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(Command::new(oxgrind())
+        .args([
+            "--xml=yes",
+            "--xml-file=out.xml",
+            "--log-file=log.txt",
+            "--leak-check=full",
+        ])
+        .arg(&prog)
+        .current_dir(dir.path()));
+    assert!(o.status.success());
+    let xml = std::fs::read_to_string(dir.path().join("out.xml")).unwrap();
+    assert!(
+        xml.contains("<kind>Leak_DefinitelyLost</kind>")
+            && xml.trim_end().ends_with("</valgrindoutput>"),
+        "{xml}"
+    );
+}
