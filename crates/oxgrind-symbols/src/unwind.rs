@@ -665,6 +665,13 @@ fn walk_recording(mut regs: Regs, out: &mut [u64], cfas: &mut [u64], skip: (u64,
 /// on a cache miss (module discovery), through Rust's global allocator.
 #[inline(never)]
 pub fn capture(out: &mut [u64], skip_range: (u64, u64)) -> usize {
+    walk(here(), out, skip_range)
+}
+
+/// The registers of the function this is inlined into (always inlined, so the walk starts
+/// in that function's frame).
+#[inline(always)]
+fn here() -> Regs {
     let (pc, sp, bp): (u64, u64, u64);
     // SAFETY: reads three registers; touches no memory and leaves the stack alone.
     unsafe {
@@ -678,7 +685,7 @@ pub fn capture(out: &mut [u64], skip_range: (u64, u64)) -> usize {
             options(nomem, nostack, preserves_flags)
         );
     }
-    walk(Regs { pc, sp, bp }, out, skip_range)
+    Regs { pc, sp, bp }
 }
 
 /// Like [`capture`], also recording each frame's extent: `cfas[i]` is the stack pointer at
@@ -686,20 +693,7 @@ pub fn capture(out: &mut [u64], skip_range: (u64, u64)) -> usize {
 /// `[cfas[i], cfas[i + 1])`. For describing stack addresses ("in frame #2"); not hot.
 #[inline(never)]
 pub fn capture_with_cfas(out: &mut [u64], cfas: &mut [u64], skip_range: (u64, u64)) -> usize {
-    let (pc, sp, bp): (u64, u64, u64);
-    // SAFETY: reads three registers; touches no memory and leaves the stack alone.
-    unsafe {
-        core::arch::asm!(
-            "lea {pc}, [rip]",
-            "mov {sp}, rsp",
-            "mov {bp}, rbp",
-            pc = out(reg) pc,
-            sp = out(reg) sp,
-            bp = out(reg) bp,
-            options(nomem, nostack, preserves_flags)
-        );
-    }
-    walk_recording(Regs { pc, sp, bp }, out, cfas, skip_range)
+    walk_recording(here(), out, cfas, skip_range)
 }
 
 /// The bounds `[low, high)` of the stack mapping the calling thread runs on.

@@ -17,6 +17,13 @@ use alloc::vec::Vec;
 
 pub use oxgrind_formats::frame::Frame;
 
+/// Locks a tool may hold in its event handlers: a spin lock that needs no libc, so it works
+/// inside the program's allocator, in a forked child and in signal handlers (see
+/// `oxgrind_sys::lock`).
+pub mod sync {
+    pub use oxgrind_sys::lock::{SpinGuard, SpinLock};
+}
+
 /// A guest address.
 pub type Addr = u64;
 

@@ -9,113 +9,12 @@
 //! multiplicative hash (keys are stack ids and code addresses, not attacker-chosen strings
 //! on a network).
 //!
-//! This mirrors `oxgrind_sys::lock::SpinLock`; tools depend only on `oxgrind-tool` and
-//! `oxgrind-formats`, so Massif keeps its own copy of the dozen lines it needs.
+//! The lock is the project's one spin lock, `oxgrind_sys::lock::SpinLock`, which the tool
+//! contract re-exports for tools.
 
-use std::cell::UnsafeCell;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
 
-pub(crate) struct SpinLock<T> {
-    locked: AtomicBool,
-    value: UnsafeCell<T>,
-}
-
-// SAFETY: `value` is only reached through a guard, and a guard exists only while `locked` is
-// held (acquire on lock, release on unlock), so at most one thread touches `value` at a time.
-unsafe impl<T: Send> Sync for SpinLock<T> {}
-// SAFETY: the lock owns its value; moving the lock moves the value.
-unsafe impl<T: Send> Send for SpinLock<T> {}
-
-impl<T> SpinLock<T> {
-    pub(crate) fn new(value: T) -> Self {
-        SpinLock {
-            locked: AtomicBool::new(false),
-            value: UnsafeCell::new(value),
-        }
-    }
-
-    #[inline]
-    fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
-        self.locked
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .ok()
-            .map(|_| SpinGuard { lock: self })
-    }
-
-    #[inline]
-    pub(crate) fn lock(&self) -> SpinGuard<'_, T> {
-        match self.try_lock() {
-            Some(g) => g,
-            None => self
-                .lock_slow(u64::MAX)
-                .expect("an unbounded wait always ends with the lock"),
-        }
-    }
-
-    /// Gives up after about `spins` rounds: for `fini` at a fatal signal, where the holder may
-    /// be the very frame the signal interrupted.
-    pub(crate) fn lock_bounded(&self, spins: u64) -> Option<SpinGuard<'_, T>> {
-        self.try_lock().or_else(|| self.lock_slow(spins))
-    }
-
-    #[cold]
-    fn lock_slow(&self, spins: u64) -> Option<SpinGuard<'_, T>> {
-        let mut n: u64 = 0;
-        loop {
-            while self.locked.load(Ordering::Relaxed) {
-                n += 1;
-                if n >= spins {
-                    return None;
-                }
-                if n & 63 == 0 {
-                    // sched_yield cannot fail, so errno is left alone.
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
-            }
-            if let Some(g) = self.try_lock() {
-                return Some(g);
-            }
-        }
-    }
-
-    /// Opens the lock whatever its state: only for a forked child, where the thread that may
-    /// have held it does not exist.
-    ///
-    /// # Safety
-    /// No guard of this lock may be alive in the calling process.
-    pub(crate) unsafe fn force_unlock(&self) {
-        self.locked.store(false, Ordering::Release);
-    }
-}
-
-pub(crate) struct SpinGuard<'a, T> {
-    lock: &'a SpinLock<T>,
-}
-
-impl<T> Deref for SpinGuard<'_, T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        // SAFETY: the guard exists only while this thread holds the lock.
-        unsafe { &*self.lock.value.get() }
-    }
-}
-
-impl<T> DerefMut for SpinGuard<'_, T> {
-    fn deref_mut(&mut self) -> &mut T {
-        // SAFETY: the guard exists only while this thread holds the lock, exclusively.
-        unsafe { &mut *self.lock.value.get() }
-    }
-}
-
-impl<T> Drop for SpinGuard<'_, T> {
-    fn drop(&mut self) {
-        self.lock.locked.store(false, Ordering::Release);
-    }
-}
+pub(crate) use oxgrind_tool::sync::{SpinGuard, SpinLock};
 
 /// FxHash (rustc's hasher): one multiply-rotate per word, no random seed.
 #[derive(Default, Clone, Copy)]
