@@ -71,6 +71,11 @@ core::arch::global_asm!(
     "pushfq",
     "pop rax",
     "mov gs:[{g_flags}], rax",
+    // Engine code must not run with the guest's EFLAGS.AC (alignment checking, which
+    // HotSpot sets while probing the CPU): Rust code makes unaligned accesses.
+    "and eax, 0xFFFBFFFF",
+    "push rax",
+    "popfq",
     "cld",
     "mov eax, -1",
     "mov edx, -1",
@@ -230,8 +235,17 @@ core::arch::global_asm!(
     "push rdi",
     "push rsi",
     "push rdx",
+    // The flags at entry are kept (the deferred path returns with them); the Rust half
+    // runs with EFLAGS.AC and DF clear. Five pushes keep the call's stack aligned.
+    "pushfq",
+    "sub rsp, 8",
+    "pushfq",
+    "and dword ptr [rsp], 0xFFFBFFFF",
+    "popfq",
     "cld",
     "call {sigrust}",
+    "add rsp, 8",
+    "popfq",
     "pop rdx",
     "pop rsi",
     "pop rdi",

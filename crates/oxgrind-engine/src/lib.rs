@@ -33,7 +33,10 @@
 //! * Self-modifying code and JITs (see `pages`): a block translated from a page the
 //!   program can write compares its guest bytes with a stored copy at every entry and is
 //!   retranslated when they changed; `mprotect` is performed by the engine so that a page
-//!   turning writable loses its unchecked translations.
+//!   turning writable loses its unchecked translations. Node.js (V8) and Java (HotSpot,
+//!   which patches its code in place) run.
+//! * Engine code runs with `EFLAGS.AC` clear whatever the guest set (HotSpot sets it while
+//!   probing the CPU; it used to die with `SIGBUS`/`BUS_ADRALN` at start-up).
 //!
 //! Not handled yet (phase 2 and later):
 //! * the `ucontext` of an asynchronous signal that arrives inside engine code in the code
@@ -51,11 +54,9 @@
 //!   `SIGSEGV`);
 //! * `call`/`ret` go through the indirect-branch lookup (no return-stack-buffer
 //!   prediction: the main cost on call-heavy code);
-//! * static executables and code that runs before the constructor are not seen.
-//! * known failure: Java (HotSpot 17, `java -version`) dies with `SIGBUS` (`BUS_ADRALN`)
-//!   early in start-up, after generating code into RWX memory; not investigated yet.
-//!   (Node.js, whose JIT flips pages between RW and RX, runs.) Under `gdb`, breakpoints
-//!   gdb writes into the original code are copied into translations.
+//! * static executables and code that runs before the constructor are not seen;
+//! * under `gdb`, breakpoints gdb writes into the original (read-only) code are copied
+//!   into translations (writes through `ptrace` are not seen; see `pages`).
 //!
 //! # For the embedder (oxgrind-runtime)
 //!

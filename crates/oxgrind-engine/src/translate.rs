@@ -578,8 +578,9 @@ struct Emitter {
 /// The pieces of an entry check that `finish` places after the stubs.
 struct Check {
     pc: u64,
-    len: usize,
     flags_dead: bool,
+    /// Copy words, then mask words (8-byte aligned once placed).
+    data: Vec<u8>,
     /// (position of a rel32 `cmp` displacement, offset into the guest copy).
     data_refs: Vec<(usize, usize)>,
     /// Positions of the rel32 of each `jne mismatch`.
@@ -717,9 +718,12 @@ impl Emitter {
     }
 
     /// Entry check: compares the guest bytes `[pc, pc+len)` with the copy the block was
-    /// translated from (placed after the stubs by `finish_check`), 8 bytes at a time
-    /// (`mov rax, [moffs64]; cmp rax, [rip+copy]`). Only `rax` and, unless dead, the
-    /// arithmetic flags are used; both are restored on either path.
+    /// translated from (placed after the stubs by `finish_check`), one aligned 8-byte word
+    /// at a time: `mov rax, [moffs64]; xor rax, [rip+copy]` (plus `test [rip+mask], rax`
+    /// for the two edge words, which hold bytes outside the block). Only `rax` and, unless
+    /// dead, the arithmetic flags are used; both are restored on either path. The loads are
+    /// aligned so that a guest running with `EFLAGS.AC` set (HotSpot does while probing the
+    /// CPU) takes no alignment fault here, and they never leave the pages of the block.
     fn smc_check(&mut self, pc: u64, len: usize, flags_dead: bool) {
         self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
         self.unmark();
@@ -727,57 +731,51 @@ impl Emitter {
             self.buf.extend_from_slice(&[0x9F, 0x0F, 0x90, 0xC0]); // lahf; seto al
             self.store_gs(0, c::scratch_off(c::S_IBL_FLAGS));
         }
-        let mut chunks: Vec<(usize, usize)> = Vec::new();
-        if len >= 8 {
-            let mut off = 0;
-            while off + 8 <= len {
-                chunks.push((off, 8));
-                off += 8;
-            }
-            if off < len {
-                chunks.push((len - 8, 8)); // overlapping tail
-            }
-        } else {
-            let mut off = 0;
-            for size in [4usize, 2, 1] {
-                if len - off >= size {
-                    chunks.push((off, size));
-                    off += size;
-                }
-            }
-            if off < len {
-                chunks.push((off, 1));
-            }
-        }
+        let first = pc & !7;
+        let end = (pc + len as u64 + 7) & !7;
+        let nwords = ((end - first) / 8) as usize;
+        let from = (pc - self.guest_pc) as usize;
+        // Copy words (bytes outside the block zero), then one mask word per edge word.
+        let mut data = alloc::vec![0u8; nwords * 8];
+        let lead = (pc - first) as usize;
+        data[lead..lead + len].copy_from_slice(&self.guest[from..from + len]);
         let mut chk = Check {
             pc,
-            len,
             flags_dead,
             data_refs: Vec::new(),
             mismatch_refs: Vec::new(),
+            data: Vec::new(),
         };
-        for (off, size) in chunks {
-            // mov al/ax/eax/rax, [moffs64]
-            match size {
-                8 => self.buf.extend_from_slice(&[0x48, 0xA1]),
-                4 => self.buf.push(0xA1),
-                2 => self.buf.extend_from_slice(&[0x66, 0xA1]),
-                _ => self.buf.push(0xA0),
-            }
-            self.buf.extend_from_slice(&(pc + off as u64).to_le_bytes());
-            // cmp al/ax/eax/rax, [rip+copy]
-            match size {
-                8 => self.buf.extend_from_slice(&[0x48, 0x3B, 0x05]),
-                4 => self.buf.extend_from_slice(&[0x3B, 0x05]),
-                2 => self.buf.extend_from_slice(&[0x66, 0x3B, 0x05]),
-                _ => self.buf.extend_from_slice(&[0x3A, 0x05]),
-            }
-            chk.data_refs.push((self.buf.len(), off));
+        let mut masks: Vec<u8> = Vec::new();
+        for i in 0..nwords {
+            let lo = (i * 8).max(lead);
+            let hi = (i * 8 + 8).min(lead + len);
+            // mov rax, [moffs64]
+            self.buf.extend_from_slice(&[0x48, 0xA1]);
+            self.buf
+                .extend_from_slice(&(first + 8 * i as u64).to_le_bytes());
+            // xor rax, [rip+copy]
+            self.buf.extend_from_slice(&[0x48, 0x33, 0x05]);
+            chk.data_refs.push((self.buf.len(), i * 8));
             self.d32(0);
-            self.buf.extend_from_slice(&[0x0F, 0x85]); // jne mismatch
+            if lo != i * 8 || hi != i * 8 + 8 {
+                let mut m = [0u8; 8];
+                for b in &mut m[lo - i * 8..hi - i * 8] {
+                    *b = 0xFF;
+                }
+                // test [rip+mask], rax
+                self.buf.extend_from_slice(&[0x48, 0x85, 0x05]);
+                chk.data_refs
+                    .push((self.buf.len(), nwords * 8 + masks.len()));
+                self.d32(0);
+                masks.extend_from_slice(&m);
+            }
+            self.buf.extend_from_slice(&[0x0F, 0x85]); // jnz mismatch
             chk.mismatch_refs.push(self.buf.len());
             self.d32(0);
         }
+        data.extend_from_slice(&masks);
+        chk.data = data;
         if !flags_dead {
             self.restore_check_flags();
         }
@@ -792,7 +790,7 @@ impl Emitter {
     }
 
     /// The mismatch exit (guest flags back, guest rax in `STUB_RAX` as for a stub, guest pc
-    /// in `rax`, on to `oxg_smc_dispatch`) and the copy of the guest bytes.
+    /// in `rax`, on to `oxg_smc_dispatch`) and the copy and masks of the guest words.
     fn finish_check(&mut self, chk: Check) {
         let mismatch = self.buf.len();
         for &at in &chk.mismatch_refs {
@@ -808,9 +806,7 @@ impl Emitter {
             self.buf.push(0xCC);
         }
         let data = self.buf.len();
-        let from = (chk.pc - self.guest_pc) as usize;
-        self.buf
-            .extend_from_slice(&self.guest[from..from + chk.len]);
+        self.buf.extend_from_slice(&chk.data);
         for &(at, off) in &chk.data_refs {
             let rel = (data + off) as i64 - (at as i64 + 4);
             self.buf[at..at + 4].copy_from_slice(&(rel as i32).to_le_bytes());
@@ -1290,8 +1286,10 @@ mod tests {
         let t = translate(pc, pc + 0x1000, opts).unwrap();
         let insns = decode_all(&t.bytes, pc + 0x1000);
         assert_eq!(insns[1].mnemonic(), Mnemonic::Lahf, "flags saved first");
-        // Two 8-byte loads of the guest code (the second overlaps), each compared with the
-        // copy and followed by a jne to the mismatch exit.
+        // Aligned 8-byte loads of the words holding the guest code, each xor-ed with the
+        // copy (edge words also masked) and followed by a jnz to the mismatch exit.
+        let first = pc & !7;
+        let end = (pc + code.len() as u64 + 7) & !7;
         let loads: Vec<u64> = insns
             .iter()
             .take_while(|i| i.mnemonic() != Mnemonic::Adc)
@@ -1299,16 +1297,18 @@ mod tests {
             .filter(|i| i.memory_segment() == Register::DS)
             .map(|i| i.memory_displacement64())
             .collect();
-        assert_eq!(loads, [pc, pc + code.len() as u64 - 8]);
-        let cmps: Vec<&Instruction> = insns
+        assert_eq!(loads, (first..end).step_by(8).collect::<Vec<u64>>());
+        let xors: Vec<&Instruction> = insns
             .iter()
             .take_while(|i| i.mnemonic() != Mnemonic::Adc)
-            .filter(|i| i.mnemonic() == Mnemonic::Cmp)
+            .filter(|i| i.mnemonic() == Mnemonic::Xor)
             .collect();
-        assert_eq!(cmps.len(), 2);
+        assert_eq!(xors.len(), loads.len());
         let base = pc + 0x1000;
-        let copy_at = (cmps[0].ip_rel_memory_address() - base) as usize;
-        assert_eq!(&t.bytes[copy_at..copy_at + code.len()], &code);
+        let copy_at = (xors[0].ip_rel_memory_address() - base) as usize;
+        let lead = (pc - first) as usize;
+        assert_eq!(copy_at % 8, 0);
+        assert_eq!(&t.bytes[copy_at + lead..copy_at + lead + code.len()], &code);
         // Unchecked, the block starts with the guest's own instruction.
         let plain = translate(pc, base, OPTS).unwrap();
         assert_eq!(decode_all(&plain.bytes, base)[0].mnemonic(), Mnemonic::Adc);

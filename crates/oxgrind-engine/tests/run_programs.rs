@@ -848,3 +848,45 @@ fn fault_in_a_far_rip_relative_rewrite_shows_the_guest_value_of_the_borrowed_reg
     // cache is far; the handler prints rcx.
     same_as_native(&[bin.to_str().unwrap()], &[("OXGRIND_ENGINE_FAR", "1")]);
 }
+
+#[test]
+fn java_with_hotspot_jit_runs_under_the_engine_as_natively() {
+    // HotSpot generates code into RWX memory, patches it in place (call sites, entry
+    // barriers) and sets EFLAGS.AC while probing the CPU at start-up.
+    if Command::new("javac").arg("-version").output().is_err() {
+        eprintln!("javac not installed: skipped");
+        return;
+    }
+    let dir = work_dir().join("java");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("Hot.java"), JAVA_PROGRAM).unwrap();
+    let out = Command::new("javac")
+        .arg("-d")
+        .arg(&dir)
+        .arg(dir.join("Hot.java"))
+        .env_remove("LD_PRELOAD")
+        .output()
+        .expect("run javac");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    same_as_native(&["java", "-cp", dir.to_str().unwrap(), "Hot"], &[]);
+}
+
+const JAVA_PROGRAM: &str = r#"import java.util.*;
+public class Hot {
+  static long f(long x) { return x * 31 + (x >>> 3); }
+  public static void main(String[] a) {
+    long s = 0;
+    for (int i = 0; i < 5_000_000; i++) s += f(i) % 1000;
+    HashMap<Integer, Integer> m = new HashMap<>();
+    for (int i = 0; i < 200000; i++) m.merge(i % 1000, i, Integer::sum);
+    List<String> l = new ArrayList<>();
+    for (int i = 0; i < 20000; i++) l.add(Integer.toHexString(i * 7919));
+    Collections.sort(l);
+    System.out.println(s + " " + m.get(7) + " " + l.get(123));
+  }
+}
+"#;
