@@ -155,6 +155,8 @@ fn shared_with_tool(arg: &str) -> bool {
         "--demangle",
         "--read-inline-info",
         "--fullpath-after",
+        // Memcheck's preamble shows the parent pid when logging to a file.
+        "--log-file",
         // Malloc-replacement options: Massif lists them on its desc: line.
         "--alignment",
         "--redzone-size",

@@ -489,3 +489,41 @@ fn xml_goes_to_a_descriptor_with_xml_fd() {
     assert!(std::fs::metadata(&by_fd).unwrap().len() > 1000);
     assert_eq!(xml_structure(&by_fd), xml_structure(&by_file));
 }
+
+/// With --log-file the report goes to the file (with %p and %q{VAR} expanded) and the
+/// preamble names the parent process, as Valgrind's does.
+#[test]
+fn log_file_templates_and_the_parent_pid_line() {
+    let prog = build("mc_heap.c", &["-g", "-O0", "-w"]);
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(Command::new(oxgrind())
+        .env("OXG_TEST_JOB", "job7")
+        .args(["--leak-check=full", "--log-file=mc.%q{OXG_TEST_JOB}.%p.log"])
+        .arg(&prog)
+        .current_dir(dir.path()));
+    assert!(o.status.success());
+    assert!(
+        !stderr(&o).contains("ERROR SUMMARY"),
+        "the report went to stderr"
+    );
+    let logs: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    assert!(
+        logs[0].starts_with("mc.job7.") && logs[0].ends_with(".log"),
+        "{logs:?}"
+    );
+    let text = std::fs::read_to_string(dir.path().join(&logs[0])).unwrap();
+    let pid = logs[0]
+        .trim_start_matches("mc.job7.")
+        .trim_end_matches(".log")
+        .to_string();
+    assert!(text.contains(&format!("=={pid}== Parent PID: ")), "{text}");
+    assert!(
+        text.contains("ERROR SUMMARY: 10 errors from 10 contexts"),
+        "{text}"
+    );
+}
