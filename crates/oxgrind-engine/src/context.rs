@@ -94,6 +94,9 @@ pub struct ThreadCtx {
     pub smc_stale: u64,
     /// Guest pc `oxg_resume` continues at (a signal handler's context changed by it).
     pub resume_pc: u64,
+    /// The guest's own gs base (`arch_prctl(ARCH_SET_GS)`, `wrgsbase`); the hardware gs
+    /// base points at this context.
+    pub guest_gs: u64,
     // ---- touched by Rust only ----
     /// Child context of a `clone` in flight (parent side).
     pub pending_child: u64,
@@ -137,6 +140,7 @@ off!(OFF_FORKED, forked);
 off!(OFF_SMC_DISPATCH, smc_dispatch);
 off!(OFF_SMC_STALE, smc_stale);
 off!(OFF_RESUME_PC, resume_pc);
+off!(OFF_GUEST_GS, guest_gs);
 
 /// Offset of scratch slot `i`.
 pub const fn scratch_off(i: usize) -> usize {
@@ -243,6 +247,7 @@ pub fn reuse_exited() -> Option<*mut ThreadCtx> {
         c.sigret_src = 0;
         c.smc_stale = 0;
         c.resume_pc = 0;
+        c.guest_gs = 0;
         c.pending_child = 0;
         c.pending_signals = 0;
         c.sig_depth = 0;

@@ -61,6 +61,32 @@ const SYS_EXIT_GROUP: u64 = 231;
 const SYS_CLONE3: u64 = 435;
 const CLONE_VM: u64 = 0x100;
 const SYS_EXIT: u64 = 60;
+const ARCH_SET_GS: u64 = 0x1001;
+const ARCH_GET_GS: u64 = 0x1004;
+
+/// `arch_prctl(ARCH_SET_GS | ARCH_GET_GS)` against the guest's gs base.
+fn arch_prctl_gs(ctx: &mut ThreadCtx) -> i64 {
+    let arg = ctx.gregs[c::RSI];
+    if ctx.gregs[c::RDI] == ARCH_SET_GS {
+        // The kernel refuses non-canonical bases.
+        if arg >= 1 << 47 {
+            return -1; // EPERM, as the kernel answers
+        }
+        ctx.guest_gs = arg;
+        return 0;
+    }
+    // A bad pointer must give EFAULT, not a fault inside the engine.
+    let writable = CACHE
+        .lock()
+        .as_mut()
+        .is_some_and(|c| c.pages.writable_now(arg) && c.pages.writable_now(arg + 7));
+    if !writable {
+        return -14; // EFAULT
+    }
+    // SAFETY: the guest passed `arg` for the kernel to write a u64; it is mapped writable.
+    unsafe { core::ptr::write_unaligned(arg as *mut u64, ctx.guest_gs) };
+    0
+}
 
 fn out_fd() -> i32 {
     // SAFETY: GLOBAL is written once before takeover and only read afterwards.
@@ -262,9 +288,10 @@ fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
             ctx.gregs[c::RAX] = mprotect(ctx, nr) as u64;
             Action::Emulated
         }
-        SYS_ARCH_PRCTL if matches!(ctx.gregs[c::RDI], 0x1001 | 0x1004) => {
-            // The engine owns %gs; refuse rather than corrupt.
-            ctx.gregs[c::RAX] = (-22i64) as u64; // EINVAL
+        SYS_ARCH_PRCTL if matches!(ctx.gregs[c::RDI], ARCH_SET_GS | ARCH_GET_GS) => {
+            // The hardware gs base is the engine's; the guest's is kept in the context and
+            // applied by the translations of its `gs:` operands.
+            ctx.gregs[c::RAX] = arch_prctl_gs(ctx) as u64;
             Action::Emulated
         }
         _ => Action::Run(host),
@@ -353,6 +380,7 @@ fn prepare_clone(ctx: &mut ThreadCtx, next_pc: u64) -> Option<()> {
         (*child).gregs[c::RDI] = ctx.gregs[c::RDI];
         (*child).gregs[c::RSI] = ctx.gregs[c::RSI];
         (*child).clone_next_pc = next_pc;
+        (*child).guest_gs = ctx.guest_gs;
     }
     ctx.clone_child = child as u64;
     ctx.clone_next_pc = next_pc;

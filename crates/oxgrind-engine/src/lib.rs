@@ -43,8 +43,10 @@
 //!   cache (stubs, IBL) holds the host pc (synchronous faults, and signals that arrive
 //!   between two guest instructions, show the guest pc and registers); signals that arrive
 //!   while the thread is in the engine are re-raised later and lose their `siginfo`;
-//! * guest use of `%gs` (refused: the program is stopped with a report;
-//!   `arch_prctl(ARCH_SET_GS)` fails with `EINVAL`);
+//! * guest `gs:` operands of string instructions, transfers through `gs:` memory and
+//!   moves of the `gs` selector (the program is stopped with a report); other `gs:`
+//!   operands, `arch_prctl(ARCH_SET_GS/ARCH_GET_GS)` and `rdgsbase`/`wrgsbase` work
+//!   against a guest gs base the engine keeps per thread;
 //! * thread contexts are never unmapped (a gone thread's context is reused by the next
 //!   new thread, so the cost is per *concurrent* thread: ≈16 KiB + 2 MiB of mostly
 //!   untouched virtual memory);

@@ -48,6 +48,8 @@ struct Range {
     start: u64,
     end: u64,
     mutable: bool,
+    /// Writable in this view (`mutable` also covers shared mappings).
+    writable: bool,
 }
 
 /// What the engine knows about the protections of the address space.
@@ -112,9 +114,20 @@ impl Pages {
                     start,
                     end,
                     mutable: true,
+                    writable: true,
                 },
             );
         }
+    }
+
+    /// Whether `addr` is mapped writable right now (read from the maps afresh: for rare
+    /// checks of pointers the engine writes through on the guest's behalf).
+    pub fn writable_now(&mut self, addr: u64) -> bool {
+        self.reload();
+        let i = self.ranges.partition_point(|r| r.end <= addr);
+        self.ranges
+            .get(i)
+            .is_some_and(|r| r.start <= addr && r.writable)
     }
 
     /// Replaces everything known by the current contents of `/proc/self/maps`.
@@ -148,6 +161,7 @@ fn parse_maps(text: &[u8]) -> Vec<Range> {
             start,
             end,
             mutable: perms[1] == b'w' || perms[3] == b's',
+            writable: perms[1] == b'w',
         });
     }
     out.sort_unstable_by_key(|r| r.start);

@@ -104,7 +104,8 @@ pub enum TranslateError {
         len: usize,
         bytes: [u8; 16],
     },
-    /// A valid instruction the engine cannot run yet (far transfers, `gs:` operands, TSX...).
+    /// A valid instruction the engine cannot run yet (far transfers, `gs:` string operands,
+    /// TSX...).
     Unsupported {
         pc: u64,
         len: usize,
@@ -239,19 +240,20 @@ fn unsupported(ins: &Instruction) -> bool {
             | Code::Iretq
             | Code::Iretd
             | Code::Iretw
-            | Code::Rdgsbase_r32
-            | Code::Rdgsbase_r64
-            | Code::Wrgsbase_r32
-            | Code::Wrgsbase_r64
             | Code::Sysenter
             | Code::Sysexitq
             | Code::Sysretq
     ) {
         return true;
     }
-    // Guest `gs:` operands would address the engine's context page.
+    // Guest `gs:` operands would address the engine's context page: an explicit memory
+    // operand is rewritten against the guest's own gs base (`gs_operand`) when its form
+    // allows; string instructions and segment-register moves are refused.
     for i in 0..ins.op_count() {
-        if ins.op_kind(i) == OpKind::Memory && ins.memory_segment() == Register::GS {
+        if ins.op_kind(i) == OpKind::Memory
+            && ins.memory_segment() == Register::GS
+            && !gs_rewritable(ins)
+        {
             return true;
         }
         if matches!(
@@ -270,6 +272,31 @@ fn unsupported(ins: &Instruction) -> bool {
         return true;
     }
     false
+}
+
+fn is_gpr64(r: Register) -> bool {
+    r.is_gpr64()
+}
+
+/// Whether a `gs:` memory operand can be rewritten: an ordinary (non-transfer)
+/// instruction with 64-bit addressing by general registers, not RIP-relative, not the
+/// `moffs` forms.
+fn gs_rewritable(ins: &Instruction) -> bool {
+    matches!(ins.flow_control(), FlowControl::Next)
+        && !ins.is_ip_rel_memory_operand()
+        && (ins.memory_base() == Register::None || is_gpr64(ins.memory_base()))
+        && (ins.memory_index() == Register::None || is_gpr64(ins.memory_index()))
+        && !matches!(
+            ins.code(),
+            Code::Mov_AL_moffs8
+                | Code::Mov_AX_moffs16
+                | Code::Mov_EAX_moffs32
+                | Code::Mov_RAX_moffs64
+                | Code::Mov_moffs8_AL
+                | Code::Mov_moffs16_AX
+                | Code::Mov_moffs32_EAX
+                | Code::Mov_moffs64_RAX
+        )
 }
 
 /// Translates the block at guest `pc` for host address `base`.
@@ -818,6 +845,17 @@ impl Emitter {
         let ins = &d.ins;
         let len = ins.len();
         let src = ins.ip();
+        match ins.code() {
+            Code::Rdgsbase_r64 | Code::Rdgsbase_r32 | Code::Wrgsbase_r64 | Code::Wrgsbase_r32 => {
+                return self.gs_base_access(ins);
+            }
+            _ => {}
+        }
+        if (0..ins.op_count()).any(|i| ins.op_kind(i) == OpKind::Memory)
+            && ins.memory_segment() == Register::GS
+        {
+            return self.gs_operand(ins);
+        }
         if !ins.is_ip_rel_memory_operand() {
             let from = (src - self.guest_pc) as usize;
             self.buf.extend_from_slice(&self.guest[from..from + len]);
@@ -838,6 +876,103 @@ impl Emitter {
             return Ok(());
         }
         self.far_rip(ins)
+    }
+
+    /// `rdgsbase`/`wrgsbase`: the guest's gs base lives in the context (`guest_gs`).
+    fn gs_base_access(&mut self, ins: &Instruction) -> Result<(), TranslateError> {
+        let r = ins.op0_register();
+        let num = r.full_register().number() as u8;
+        let off = c::OFF_GUEST_GS as u32;
+        let rex_r = if num >= 8 { 0x44 } else { 0 };
+        match ins.code() {
+            Code::Rdgsbase_r64 => self.load_gs(num, c::OFF_GUEST_GS),
+            Code::Wrgsbase_r64 => self.store_gs(num, c::OFF_GUEST_GS),
+            Code::Rdgsbase_r32 => {
+                // mov r32, gs:[guest_gs] (zero-extends, as rdgsbase r32 does)
+                self.buf.push(0x65);
+                if rex_r != 0 {
+                    self.buf.push(rex_r);
+                }
+                self.buf.push(0x8B);
+                self.buf.extend_from_slice(&gs_modrm(num));
+                self.d32(off);
+            }
+            _ => {
+                // mov gs:[guest_gs], r32; mov dword gs:[guest_gs+4], 0
+                self.buf.push(0x65);
+                if rex_r != 0 {
+                    self.buf.push(rex_r);
+                }
+                self.buf.push(0x89);
+                self.buf.extend_from_slice(&gs_modrm(num));
+                self.d32(off);
+                self.buf.extend_from_slice(&[0x65, 0xC7, 0x04, 0x25]);
+                self.d32(off + 4);
+                self.d32(0);
+            }
+        }
+        Ok(())
+    }
+
+    /// `insn gs:[base + index*s + d]` (the guest's gs, not the engine's): `mov gs:[save], t;
+    /// mov t, gs:[guest_gs]; lea t, [t + base]; insn [t + index*s + d]; mov t, gs:[save]`
+    /// with a scratch register `t` the instruction does not use.
+    fn gs_operand(&mut self, ins: &Instruction) -> Result<(), TranslateError> {
+        let err = TranslateError::Encode { pc: ins.ip() };
+        let (reg, num) = self.free_register(ins).ok_or(err)?;
+        let mut m = *ins;
+        m.set_segment_prefix(Register::None);
+        m.set_memory_base(reg);
+        let disp = ins.memory_displacement64();
+        m.set_memory_displacement64(disp);
+        // iced: 1 = "as short as the value allows" (it widens to disp32 when needed).
+        m.set_memory_displ_size(if disp == 0 { 0 } else { 1 });
+        let mut enc = Encoder::new(64);
+        self.store_gs(num, c::scratch_off(c::S_FAR_SAVE));
+        self.mark(ins.ip(), ((num as u16) + 1) << FIX_FAR_SHIFT);
+        self.load_gs(num, c::OFF_GUEST_GS);
+        let base = ins.memory_base();
+        if base != Register::None {
+            let lea = Instruction::with2(
+                Code::Lea_r64_m,
+                reg,
+                iced_x86::MemoryOperand::with_base_index(base, reg),
+            )
+            .map_err(|_| err)?;
+            enc.encode(&lea, self.here()).map_err(|_| err)?;
+            let b = enc.take_buffer();
+            self.buf.extend_from_slice(&b);
+        }
+        enc.encode(&m, self.here()).map_err(|_| err)?;
+        let body = enc.take_buffer();
+        self.buf.extend_from_slice(&body);
+        self.unmark();
+        self.load_gs(num, c::scratch_off(c::S_FAR_SAVE));
+        Ok(())
+    }
+
+    /// A general register `ins` neither reads nor writes, explicitly or implicitly.
+    fn free_register(&self, ins: &Instruction) -> Option<(Register, u8)> {
+        let mut factory = InstructionInfoFactory::new();
+        let info = factory.info(ins);
+        const CANDIDATES: [(Register, u8); 10] = [
+            (Register::RAX, 0),
+            (Register::RCX, 1),
+            (Register::RDX, 2),
+            (Register::RBX, 3),
+            (Register::RSI, 6),
+            (Register::RDI, 7),
+            (Register::R8, 8),
+            (Register::R9, 9),
+            (Register::R10, 10),
+            (Register::R11, 11),
+        ];
+        let used = |r: Register| {
+            info.used_registers()
+                .iter()
+                .any(|u| u.register().full_register() == r)
+        };
+        CANDIDATES.iter().copied().find(|(r, _)| !used(*r))
     }
 
     /// `insn [rip+X]` too far from the code cache: `mov gs:[save], s; mov s, X; insn [s];
