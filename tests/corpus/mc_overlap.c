@@ -6,10 +6,14 @@
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <string.h>
+#include <wchar.h>
 
 extern void *__memcpy_chk(void *dst, const void *src, size_t len, size_t dstlen);
+extern char *__strncpy_chk(char *dst, const char *src, size_t n, size_t dstlen);
+extern char *__stpncpy_chk(char *dst, const char *src, size_t n, size_t dstlen);
 
 static char buf[128];
+static wchar_t wide[32];
 
 static void reset(const char *text) {
     memset(buf, 0, sizeof buf);
@@ -95,6 +99,29 @@ int main(void) {
     reset("abcdefghijkl");
     __memcpy_chk(buf + 12, buf, 7, sizeof buf - 12);
     show("memcpy_chk");
+
+    /* What -D_FORTIFY_SOURCE makes of strncpy and stpncpy when it cannot check at compile
+     * time: glibc checks the size and tail-calls strncpy/stpncpy, reported as such. */
+    reset("abcdefghijkl");
+    __strncpy_chk(buf, buf + 3, 5, sizeof buf);
+    show("strncpy_chk");
+    reset("abcdefghijkl");
+    __strncpy_chk(buf + 13, buf, 5, sizeof buf - 13);
+    show("strncpy_chk");
+    reset("abcdefghijkl");
+    printf("%td\n", __stpncpy_chk(buf, buf + 2, 4, sizeof buf) - buf);
+    show("stpncpy_chk");
+    reset("abcdefghijkl");
+    printf("%td\n", __stpncpy_chk(buf + 16, buf + 2, 4, sizeof buf - 16) - buf);
+    show("stpncpy_chk");
+
+    /* wcscpy: lengths in bytes, the terminating wide character included. */
+    for (int i = 0; i < 8; i++) wide[i] = L'a' + i;
+    wide[8] = 0;
+    wcscpy(wide, wide + 3);
+    printf("wcscpy   %ls\n", wide);
+    wcscpy(wide + 9, wide); /* adjacent: dst starts right after src's terminator */
+    printf("wcscpy   %ls\n", wide + 9);
 
     /* Not reported on amd64 by Valgrind 3.19: memcpy (glibc's is memmove there) and
      * memccpy (not replaced). */

@@ -16,9 +16,13 @@
  * not resolved, each function is a plain loop. Compiled with -fno-builtin and
  * -fno-tree-loop-distribute-patterns so gcc turns none of the loops into library calls.
  *
- * What Valgrind 3.19 does NOT check on amd64 is not checked here either: memcpy (glibc's is
- * memmove there, bug 402833), __strcpy_chk and __stpcpy_chk. memccpy is glibc's memchr plus
- * a tail call of mempcpy, which Valgrind intercepts: it is reported as mempcpy.
+ * The set is what Valgrind 3.19 checks on amd64: strcpy, strncpy, strcat, strncat, stpcpy,
+ * stpncpy, mempcpy, __memcpy_chk (reported as memcpy_chk) and wcscpy; plus the glibc
+ * functions that tail-call one of those through an internal symbol Valgrind also intercepts,
+ * reported as the function called: memccpy (mempcpy), __strncpy_chk (strncpy) and
+ * __stpncpy_chk (stpncpy). Not checked, as in Valgrind 3.19: memcpy (glibc's is memmove on
+ * amd64, bug 402833), __strcpy_chk, __stpcpy_chk, __strcat_chk, __strncat_chk,
+ * __mempcpy_chk.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -34,6 +38,9 @@ enum {
     F_MEMPCPY,
     F_MEMCPY_CHK,
     F_MEMCCPY,
+    F_WCSCPY,
+    F_STRNCPY_CHK,
+    F_STPNCPY_CHK,
     N_FNS
 };
 
@@ -96,6 +103,11 @@ typedef char *(*str3_fn)(char *, const char *, size_t);
 typedef void *(*mem3_fn)(void *, const void *, size_t);
 typedef void *(*mem4_fn)(void *, const void *, size_t, size_t);
 typedef void *(*memccpy_fn)(void *, const void *, int, size_t);
+typedef char *(*str4_fn)(char *, const char *, size_t, size_t);
+typedef int32_t *(*wcs2_fn)(int32_t *, const int32_t *);
+/* wchar_t is 4 bytes in glibc; Valgrind's loop copies whole (possibly unaligned) ones. */
+typedef int32_t __attribute__((aligned(1))) wchar_unaligned;
+extern size_t wcslen(const int32_t *s);
 
 /* ---- strcpy / stpcpy ---- */
 
@@ -160,11 +172,18 @@ static inline int strncpy_may_overlap(char *dst, const char *src, size_t n) {
     return is_overlap(dst, src, n, m < n ? m + 1 : n);
 }
 
+/* strncpy before the real functions are known; returns the end of the copied characters. */
+static char *plain_strncpy(char *dst, const char *src, size_t n) {
+    size_t i = 0;
+    for (; i < n && src[i]; i++) dst[i] = src[i];
+    char *end = dst + i;
+    for (; i < n; i++) dst[i] = 0;
+    return end;
+}
+
 char *oxgrind_c_strncpy(char *dst, const char *src, size_t n) {
     if (!ready()) {
-        size_t i = 0;
-        for (; i < n && src[i]; i++) dst[i] = src[i];
-        for (; i < n; i++) dst[i] = 0;
+        plain_strncpy(dst, src, n);
         return dst;
     }
     if (!checking) return ((str3_fn)real[F_STRNCPY])(dst, src, n);
@@ -174,14 +193,33 @@ char *oxgrind_c_strncpy(char *dst, const char *src, size_t n) {
 }
 
 char *oxgrind_c_stpncpy(char *dst, const char *src, size_t n) {
-    if (!ready()) {
-        size_t i = 0;
-        for (; i < n && src[i]; i++) dst[i] = src[i];
-        char *end = dst + i;
-        for (; i < n; i++) dst[i] = 0;
-        return end;
-    }
+    if (!ready()) return plain_strncpy(dst, src, n);
     if (!checking) return ((str3_fn)real[F_STPNCPY])(dst, src, n);
+    if (!strncpy_may_overlap(dst, src, n)) return ((str3_fn)real[F_STPNCPY])(dst, src, n);
+    return vg_strncpy(F_STPNCPY, dst, src, n);
+}
+
+/* glibc's __strncpy_chk and __stpncpy_chk check the size, then tail-call strncpy and
+ * stpncpy, which Valgrind intercepts: the report is strncpy's (frame 0 too). An overflowing
+ * call is glibc's to reject ("buffer overflow detected"). */
+char *oxgrind_c___strncpy_chk(char *dst, const char *src, size_t n, size_t destlen) {
+    if (!ready()) {
+        if (destlen < n) __builtin_trap();
+        plain_strncpy(dst, src, n);
+        return dst;
+    }
+    if (!checking || destlen < n) return ((str4_fn)real[F_STRNCPY_CHK])(dst, src, n, destlen);
+    if (!strncpy_may_overlap(dst, src, n)) return ((str3_fn)real[F_STRNCPY])(dst, src, n);
+    vg_strncpy(F_STRNCPY, dst, src, n);
+    return dst;
+}
+
+char *oxgrind_c___stpncpy_chk(char *dst, const char *src, size_t n, size_t destlen) {
+    if (!ready()) {
+        if (destlen < n) __builtin_trap();
+        return plain_strncpy(dst, src, n);
+    }
+    if (!checking || destlen < n) return ((str4_fn)real[F_STPNCPY_CHK])(dst, src, n, destlen);
     if (!strncpy_may_overlap(dst, src, n)) return ((str3_fn)real[F_STPNCPY])(dst, src, n);
     return vg_strncpy(F_STPNCPY, dst, src, n);
 }
@@ -288,4 +326,26 @@ void *oxgrind_c___memcpy_chk(void *dst, const void *src, size_t len, size_t dstl
         return ((mem4_fn)real[F_MEMCPY_CHK])(dst, src, len, dstlen);
     oxgrind_strings_overlap(F_MEMCPY_CHK, dst, src, len);
     return memmove(dst, src, len);
+}
+
+/* ---- wcscpy ---- */
+
+int32_t *oxgrind_c_wcscpy(int32_t *dst, const int32_t *src) {
+    if (!ready()) {
+        int32_t *d = dst;
+        while ((*d++ = *src++)) {}
+        return dst;
+    }
+    if (!checking) return ((wcs2_fn)real[F_WCSCPY])(dst, src);
+    size_t bytes = (wcslen(src) + 1) * 4;
+    if (!is_overlap(dst, src, bytes, bytes)) return ((wcs2_fn)real[F_WCSCPY])(dst, src);
+    /* Valgrind's loop; both lengths include the terminating wide character. */
+    const wchar_unaligned *s = (const wchar_unaligned *)src;
+    wchar_unaligned *d = (wchar_unaligned *)dst;
+    while (*s) *d++ = *s++;
+    *d = 0;
+    if (is_overlap(dst, src, (size_t)((char *)d - (char *)dst) + 4,
+                   (size_t)((const char *)s - (const char *)src) + 4))
+        oxgrind_strings_overlap(F_WCSCPY, dst, src, 0);
+    return dst;
 }

@@ -12,8 +12,9 @@
 //! `Misuse::Overlap` with frame 0 our exported function, as Valgrind's frame 0 is its
 //! preload's replacement.
 //!
-//! `memcpy` is not here: Valgrind 3.19 does not check it on amd64, where glibc's `memcpy` is
-//! its `memmove` (Valgrind bug 402833), and interposing it would cost every program.
+//! Which functions, and the exact rules, are Valgrind 3.19's (see `strings.c`). `memcpy` is
+//! not among them: Valgrind 3.19 does not check it on amd64, where glibc's `memcpy` is its
+//! `memmove` (Valgrind bug 402833), and interposing it would cost every program.
 
 use core::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
@@ -37,8 +38,12 @@ const FNS: [(&[u8], &str); N] = [
     (b"mempcpy\0", "mempcpy"),
     (b"__memcpy_chk\0", "memcpy_chk"),
     (b"memccpy\0", "memccpy"),
+    (b"wcscpy\0", "wcscpy"),
+    // Reported as the strncpy and stpncpy glibc tail-calls (strings.c passes those indices).
+    (b"__strncpy_chk\0", "strncpy"),
+    (b"__stpncpy_chk\0", "stpncpy"),
 ];
-const N: usize = 9;
+const N: usize = 12;
 
 extern "C" {
     fn oxgrind_c_strcpy();
@@ -50,6 +55,9 @@ extern "C" {
     fn oxgrind_c_mempcpy();
     fn oxgrind_c___memcpy_chk();
     fn oxgrind_c_memccpy();
+    fn oxgrind_c_wcscpy();
+    fn oxgrind_c___strncpy_chk();
+    fn oxgrind_c___stpncpy_chk();
     fn oxgrind_strings_install(fns: *const *mut c_void, n: c_int, check: c_int);
     fn __errno_location() -> *mut c_int;
 }
@@ -66,6 +74,9 @@ static JUMP: [AtomicPtr<c_void>; N] = [
     AtomicPtr::new(oxgrind_c_mempcpy as *mut c_void),
     AtomicPtr::new(oxgrind_c___memcpy_chk as *mut c_void),
     AtomicPtr::new(oxgrind_c_memccpy as *mut c_void),
+    AtomicPtr::new(oxgrind_c_wcscpy as *mut c_void),
+    AtomicPtr::new(oxgrind_c___strncpy_chk as *mut c_void),
+    AtomicPtr::new(oxgrind_c___stpncpy_chk as *mut c_void),
 ];
 
 macro_rules! jump_through_table {
@@ -98,6 +109,9 @@ jump_through_table! {
     mempcpy => 6;
     __memcpy_chk => 7;
     memccpy => 8;
+    wcscpy => 9;
+    __strncpy_chk => 10;
+    __stpncpy_chk => 11;
 }
 
 const UNRESOLVED: u8 = 0;
