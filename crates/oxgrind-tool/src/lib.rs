@@ -268,6 +268,10 @@ pub trait Host {
 pub trait Tool: Send + Sync {
     /// `--tool=` name.
     fn name(&self) -> &'static str;
+    /// The tool's part of `--help`: its options, one per line, in Valgrind's layout.
+    fn help(&self) -> &'static str {
+        ""
+    }
     /// Takes one tool option (`--depth=10`). `Ok(false)`: not this tool's option.
     fn parse_option(&mut self, arg: &str) -> Result<bool, OptionError>;
     /// Called once, after every option was parsed.

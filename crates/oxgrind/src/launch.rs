@@ -19,12 +19,26 @@ use oxgrind_options::{self as opts, Action};
 const RUNTIME_NAME: &str = "liboxgrind_runtime.so";
 
 pub fn main(args: &[String]) -> Result<()> {
-    let (options, program) = opts::split_command_line(args);
+    let (given, program) = opts::split_command_line(args);
+    // As Valgrind does: options from ~/.valgrindrc, $VALGRIND_OPTS and ./.valgrindrc come
+    // first, in that order, then the command line's (so the command line wins).
+    let mut options = default_options();
+    options.extend(given);
     // Valgrind splits some messages over two lines; ours are always one.
     let parsed =
         match opts::parse(&options).map_err(|e| anyhow!("{}", e.0.trim().replace('\n', ": ")))? {
             Action::Help => {
                 print!("{}", help_text());
+                let tool = options
+                    .iter()
+                    .rev()
+                    .find_map(|o| o.strip_prefix("--tool="))
+                    .unwrap_or("memcheck");
+                if let Ok(t) = opts::new_tool(tool) {
+                    if !t.help().is_empty() {
+                        print!("\n{}", t.help());
+                    }
+                }
                 return Ok(());
             }
             Action::Version => {
@@ -69,6 +83,22 @@ pub fn main(args: &[String]) -> Result<()> {
     // exec only returns on failure.
     let err = cmd.exec();
     Err(anyhow!("{prog}: cannot execute: {err}"))
+}
+
+/// Options from Valgrind's start-up files and environment variable, whitespace-separated.
+/// A file that does not exist is skipped, as Valgrind skips it.
+fn default_options() -> Vec<String> {
+    let mut out = Vec::new();
+    let mut sources: Vec<String> = Vec::new();
+    if let Some(home) = std::env::var_os("HOME") {
+        sources.extend(fs::read_to_string(Path::new(&home).join(".valgrindrc")).ok());
+    }
+    sources.extend(std::env::var("VALGRIND_OPTS").ok());
+    sources.extend(fs::read_to_string(".valgrindrc").ok());
+    for text in sources {
+        out.extend(text.split_whitespace().map(str::to_string));
+    }
+    out
 }
 
 /// Finds `prog` as the shell would: a name with a `/` is a path, anything else is looked up
@@ -241,6 +271,9 @@ fn help_text() -> String {
   --threshold, --peak-inaccuracy, --time-unit, --detailed-freq, --max-snapshots,
   --pages-as-heap, --massif-out-file; memcheck: --leak-check, --show-leak-kinds,
   --errors-for-leak-kinds, --show-reachable, ...) are those of Valgrind's tools.
+
+  Extra options read from ~/.valgrindrc, $VALGRIND_OPTS, ./.valgrindrc (before the
+  command line's).
 
   oxgrind runs the program with its runtime library preloaded: the program must be
   dynamically linked (or a #! script whose interpreter is).

@@ -129,3 +129,50 @@ fn program_killed_by_a_signal_makes_oxgrind_die_the_same_way() {
     ]));
     assert_eq!(o.status.signal(), Some(15), "{:?}", o.status);
 }
+
+#[test]
+fn tool_help_lists_the_tools_options() {
+    let o = run(Command::new(oxgrind()).args(["--tool=massif", "--help"]));
+    assert!(o.status.success());
+    assert!(
+        stdout(&o).contains("user options for Massif:") && stdout(&o).contains("--peak-inaccuracy")
+    );
+    let o = run(Command::new(oxgrind()).arg("--help"));
+    assert!(
+        stdout(&o).contains("user options for Memcheck:"),
+        "memcheck is the default tool"
+    );
+}
+
+#[test]
+fn valgrind_opts_and_valgrindrc_come_before_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join(".valgrindrc"),
+        "--massif-out-file=from-rc.out\n",
+    )
+    .unwrap();
+    let o = run(Command::new(oxgrind())
+        .env(
+            "VALGRIND_OPTS",
+            "--tool=massif --massif-out-file=from-env.out",
+        )
+        .env("HOME", dir.path())
+        .arg("/bin/true")
+        .current_dir(dir.path()));
+    assert!(o.status.success(), "{}", stderr(&o));
+    // ./.valgrindrc is read after $VALGRIND_OPTS, so its file name wins.
+    assert!(dir.path().join("from-rc.out").exists());
+    let o = run(Command::new(oxgrind())
+        .env(
+            "VALGRIND_OPTS",
+            "--tool=massif --massif-out-file=from-env.out",
+        )
+        .args(["--massif-out-file=from-cli.out", "/bin/true"])
+        .current_dir(dir.path()));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        dir.path().join("from-cli.out").exists(),
+        "the command line wins"
+    );
+}

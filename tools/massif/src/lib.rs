@@ -408,6 +408,27 @@ impl Tool for Massif {
         "massif"
     }
 
+    fn help(&self) -> &'static str {
+        "  user options for Massif:
+    --heap=no|yes             profile heap blocks [yes]
+    --heap-admin=<size>       average admin bytes per heap block;
+                               ignored if --heap=no [8]
+    --stacks=no|yes           profile stack(s) [no] (yes needs the translation
+                              engine's stack tracking: refused for now)
+    --pages-as-heap=no|yes    profile memory at the page level [no]
+    --depth=<number>          depth of contexts [30]
+    --alloc-fn=<name>         specify <name> as an alloc function [empty]
+    --ignore-fn=<name>        ignore heap allocations within <name> [empty]
+    --threshold=<m.n>         significance threshold, as a percentage [1.0]
+    --peak-inaccuracy=<m.n>   maximum peak inaccuracy, as a percentage [1.0]
+    --time-unit=ms|B          time unit: milliseconds or heap bytes
+                              alloc'd/dealloc'd [ms] (i: not yet)
+    --detailed-freq=<N>       every Nth snapshot should be detailed [10]
+    --max-snapshots=<N>       maximum number of snapshots recorded [100]
+    --massif-out-file=<file>  output file name [massif.out.%p]
+"
+    }
+
     fn parse_option(&mut self, arg: &str) -> Result<bool, OptionError> {
         self.opts.parse(arg)
     }

@@ -764,6 +764,36 @@ impl leak::Memory for HostMemory<'_> {
 }
 
 impl Tool for Memcheck {
+    fn help(&self) -> &'static str {
+        "  user options for Memcheck:
+    --leak-check=no|summary|full     search for memory leaks at exit?  [summary]
+    --leak-resolution=low|med|high   differentiation of leak stack traces [high]
+    --show-leak-kinds=kind1,kind2,.. which leak kinds to show?
+                                            [definite,possible]
+    --errors-for-leak-kinds=kind1,kind2,..  which leak kinds are errors?
+                                            [definite,possible]
+        where kind is one of:
+          definite indirect possible reachable all none
+    --leak-check-heuristics=heur1,heur2,... which heuristics to use for
+        improving leak search false positive [all]
+        where heur is one of:
+          stdstring length64 newarray multipleinheritance all none
+    --show-reachable=yes             same as --show-leak-kinds=all
+    --show-reachable=no --show-possibly-lost=yes
+                                     same as --show-leak-kinds=definite,possible
+    --show-reachable=no --show-possibly-lost=no
+                                     same as --show-leak-kinds=definite
+    --freelist-vol=<number>          volume of freed blocks queue     [20000000]
+    --freelist-big-blocks=<number>   releases first blocks with size>= [1000000]
+    --keep-stacktraces=alloc|free|alloc-and-free|alloc-then-free|none
+        stack trace(s) to keep for malloc'd/free'd areas       [alloc-and-free]
+    --show-mismatched-frees=no|yes   show frees that don't match the allocator? [yes]
+
+  (Invalid reads and writes and undefined values need the translation engine's
+  instrumentation and are not reported yet.)
+"
+    }
+
     fn on_start(&self, host: &dyn Host) {
         self.start(host);
     }
