@@ -229,3 +229,34 @@ fn tools_that_do_not_check_overlaps_leave_the_copies_to_glibc() {
         );
     }
 }
+
+#[test]
+fn copies_made_before_any_library_is_initialised_are_correct() {
+    // The corpus copies from .preinit_array, before our constructor: the replacements are
+    // still unresolved then and must copy with their own loops.
+    let prog = build("strings_early.c", &["-g", "-O0", "-fno-builtin"]);
+    let native = run(&mut Command::new(&prog));
+    assert!(
+        stdout(&native).contains("2 [the early bird]"),
+        "{}",
+        stdout(&native)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    for tool in [
+        &["--tool=memcheck"][..],
+        &["--tool=massif", "--massif-out-file=massif.out"],
+        &["--tool=none"],
+    ] {
+        let o = run(Command::new(oxgrind())
+            .args(tool)
+            .arg(&prog)
+            .current_dir(dir.path()));
+        let err = stderr(&o);
+        assert_eq!(stdout(&o), stdout(&native), "{tool:?}: {err}");
+        assert_eq!(o.status.code(), Some(0), "{tool:?}: {err}");
+        assert!(
+            !err.contains("Source and destination overlap"),
+            "{tool:?}: {err}"
+        );
+    }
+}
