@@ -252,7 +252,6 @@ impl CodeCache {
         self.by_host.insert(
             base,
             HostBlock {
-                guest: pc,
                 len: len as u32,
                 map: t.pcmap.into_boxed_slice(),
             },
@@ -339,7 +338,6 @@ impl CodeCache {
 
 /// Guest meaning of one translation's host bytes.
 struct HostBlock {
-    guest: u64,
     len: u32,
     map: alloc::boxed::Box<[translate::PcMapEntry]>,
 }
@@ -366,11 +364,11 @@ impl CodeCache {
         let off = host - start;
         let i = hb.map.partition_point(|e| e.host_off as u64 <= off);
         let e = hb.map.get(i.checked_sub(1)?)?;
-        if e.guest_off == translate::UNMAPPED {
+        if e.guest == translate::UNMAPPED {
             return None;
         }
         Some(GuestAt {
-            pc: hb.guest + e.guest_off as u64,
+            pc: e.guest,
             fix: e.fix,
             boundary: e.host_off as u64 == off,
         })

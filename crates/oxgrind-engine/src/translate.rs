@@ -41,6 +41,8 @@ const MAX_INSNS: usize = 64;
 pub const STUB_SIZE: usize = 40;
 /// Offset of the 8-byte far-link slot inside a stub.
 pub const STUB_FAR_SLOT: usize = 32;
+/// Length of a stub's first instruction (`mov gs:[STUB_RAX], rax`).
+const STUB_RAX_STORE_LEN: usize = 9;
 
 /// What kind of block a translation is.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -62,19 +64,19 @@ pub struct Stub {
 
 /// Where one stretch of a translation stands in guest terms, for the signal context a guest
 /// handler sees (see `signals`). An entry covers the host bytes from `host_off` to the next
-/// entry; the guest state there is that of the guest instruction at `guest_off` (from the
-/// block's pc), not yet executed, once the fix-ups in `fix` are applied to the registers.
-/// `guest_off == UNMAPPED`: engine code with no guest equivalent (stubs, the IBL, the
+/// entry; the guest state there is that of the guest instruction at `guest`, not yet
+/// executed, once the fix-ups in `fix` are applied to the registers. An exit stub stands
+/// for its target. `guest == UNMAPPED`: engine code with no guest equivalent (the IBL, the
 /// middle of an entry check).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PcMapEntry {
     pub host_off: u16,
-    pub guest_off: u16,
     pub fix: u16,
+    pub guest: u64,
 }
 
-/// `guest_off` of engine code that corresponds to no guest instruction.
-pub const UNMAPPED: u16 = u16::MAX;
+/// `guest` of engine code that corresponds to no guest instruction.
+pub const UNMAPPED: u64 = u64::MAX;
 /// The guest `rax` is in scratch slot `STUB_RAX` (rax holds a branch target).
 pub const FIX_RAX_IN_STUB: u16 = 1;
 /// The guest `rcx` is one more than the register (an expanded `rep` iteration).
@@ -433,6 +435,7 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         e.mark(d.ins.ip(), 0);
         if count_at == Some(i) {
             e.count_prologue(n as u32, true);
+            e.mark(d.ins.ip(), 0);
         }
         let last = i + 1 == n;
         if last && matches!(end, End::Transfer) {
@@ -626,8 +629,7 @@ impl Emitter {
 
     /// From here on, the host code stands for the guest instruction at `ip` (with fix-ups).
     fn mark(&mut self, ip: u64, fix: u16) {
-        let guest_off = ip.wrapping_sub(self.guest_pc).min(UNMAPPED as u64 - 1) as u16;
-        self.push_map(guest_off, fix);
+        self.push_map(ip, fix);
     }
 
     /// From here on, the host code has no guest equivalent.
@@ -635,16 +637,21 @@ impl Emitter {
         self.push_map(UNMAPPED, 0);
     }
 
-    fn push_map(&mut self, guest_off: u16, fix: u16) {
-        let host_off = self.buf.len().min(u16::MAX as usize) as u16;
+    fn push_map(&mut self, guest: u64, fix: u16) {
+        self.push_map_at(self.buf.len(), guest, fix);
+    }
+
+    fn push_map_at(&mut self, host_off: usize, guest: u64, fix: u16) {
+        let host_off = host_off.min(u16::MAX as usize) as u16;
         let e = PcMapEntry {
             host_off,
-            guest_off,
             fix,
+            guest,
         };
         match self.pcmap.last_mut() {
             Some(last) if last.host_off == host_off => *last = e,
-            Some(last) if last.guest_off == guest_off && last.fix == fix => {}
+            // Same guest state again: still a new entry, its start is a boundary (a signal
+            // there may simply continue at the host pc).
             _ => self.pcmap.push(e),
         }
     }
@@ -723,6 +730,11 @@ impl Emitter {
             let off = self.buf.len();
             self.stubs[i].offset = off;
             let target = self.stubs[i].target;
+            // A stub is the way to its target: at its first byte (linked or not) the guest
+            // is exactly at the target; after its first store, with rax borrowed.
+            self.push_map_at(off, target, 0);
+            self.push_map_at(off + STUB_RAX_STORE_LEN, target, FIX_RAX_IN_STUB);
+            self.push_map_at(off + STUB_FAR_SLOT, UNMAPPED, 0);
             emit_stub(&mut self.buf, target);
         }
         for &(fix, s) in &self.fixups {
@@ -1465,21 +1477,35 @@ mod tests {
             .iter()
             .find(|i| i.mnemonic() == Mnemonic::Mov)
             .unwrap();
-        assert_eq!((at(load.ip()).guest_off, at(load.ip()).fix), (0, 0));
+        assert_eq!((at(load.ip()).guest, at(load.ip()).fix), (pc, 0));
         let pop = insns
             .iter()
             .find(|i| i.mnemonic() == Mnemonic::Pop)
             .unwrap();
         assert_eq!(
-            (at(pop.ip()).guest_off, at(pop.ip()).fix),
-            (2, FIX_RAX_IN_STUB)
+            (at(pop.ip()).guest, at(pop.ip()).fix),
+            (pc + 2, FIX_RAX_IN_STUB)
         );
         // The IBL after the pop stands for no guest instruction.
         let ibl = insns
             .iter()
             .find(|i| i.mnemonic() == Mnemonic::Lahf)
             .unwrap();
-        assert_eq!(at(ibl.ip()).guest_off, UNMAPPED);
+        assert_eq!(at(ibl.ip()).guest, UNMAPPED);
+    }
+
+    #[test]
+    fn pc_map_shows_an_exit_stub_as_its_guest_target() {
+        // jmp +0x20
+        let (_buf, pc) = guest(&[0xEB, 0x20]);
+        let base = pc + 0x1000;
+        let t = translate(pc, base, OPTS).unwrap();
+        let stub = t.stubs[0].offset as u16;
+        let i = t.pcmap.partition_point(|e| e.host_off <= stub);
+        let e = t.pcmap[i - 1];
+        assert_eq!((e.host_off, e.guest, e.fix), (stub, pc + 2 + 0x20, 0));
+        let j = t.pcmap.partition_point(|e| e.host_off <= stub + 9);
+        assert_eq!(t.pcmap[j - 1].fix, FIX_RAX_IN_STUB);
     }
 
     #[test]

@@ -955,3 +955,67 @@ fn guest_gs_operands_work_with_a_far_code_cache() {
     let bin = compile("gs_far", "c", GS_PROGRAM, &["-pthread"]);
     same_as_native(&[bin.to_str().unwrap()], &[("OXGRIND_ENGINE_FAR", "1")]);
 }
+
+const PROFILER_PROGRAM: &str = r#"
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+#include <ucontext.h>
+
+/* A sampling profiler in miniature: SIGPROF records the interrupted RIP while a loop
+   written in assembly runs; every sample must lie inside that loop's code. */
+extern char region_begin[], region_end[];
+static volatile int phase;
+static uintptr_t samples[4096];
+static volatile int nsamples;
+
+static void on_prof(int sig, siginfo_t *si, void *ucv) {
+  ucontext_t *uc = ucv;
+  if (phase == 1 && nsamples < 4096) samples[nsamples++] = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+}
+
+__attribute__((noinline, noclone)) long spin(long n) {
+  long acc = 0;
+  __asm__ volatile(
+      ".globl region_begin\nregion_begin:\n"
+      "movl $1, phase(%%rip)\n"
+      "1: add $3, %0\n"
+      "xor $5, %0\n"
+      "dec %1\n"
+      "jnz 1b\n"
+      "movl $2, phase(%%rip)\n"
+      ".globl region_end\nregion_end:\n"
+      : "+r"(acc), "+r"(n) : : "memory", "cc");
+  return acc;
+}
+
+int main(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_prof;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigaction(SIGPROF, &sa, NULL);
+  struct itimerval it = {{0, 2000}, {0, 2000}};
+  setitimer(ITIMER_PROF, &it, NULL);
+  long r = 0;
+  for (int i = 0; i < 20 && nsamples < 20; i++) r += spin(20000000);
+  struct itimerval off = {{0, 0}, {0, 0}};
+  setitimer(ITIMER_PROF, &off, NULL);
+  int outside = 0;
+  for (int i = 0; i < nsamples; i++)
+    if (samples[i] < (uintptr_t)region_begin || samples[i] >= (uintptr_t)region_end) outside++;
+  printf("samples>=5: %d outside: %d r!=0: %d\n", nsamples >= 5, outside, r != 0);
+  return 0;
+}
+"#;
+
+#[test]
+fn sampling_profiler_signals_show_guest_pcs_inside_the_running_loop() {
+    // Asynchronous SIGPROF ticks land between guest instructions or on linked exits of the
+    // loop's translation; both must read as guest pcs of the loop.
+    let bin = compile("prof", "c", PROFILER_PROGRAM, &[]);
+    same_as_native(&[bin.to_str().unwrap()], &[]);
+}
