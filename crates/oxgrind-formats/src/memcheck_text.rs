@@ -73,12 +73,28 @@ pub fn thread_header(out: &mut String, pid: i32, tid: i32, name: Option<&str>) {
 
 /// The start-up banner. `parent_pid` is shown when logging to a file (`Parent PID:`).
 pub fn preamble(out: &mut String, pid: i32, command: &[String], parent_pid: Option<i32>) {
-    line(out, pid, "Memcheck, a memory error detector");
-    line(
+    tool_banner(
         out,
         pid,
+        "Memcheck, a memory error detector",
         "Copyright (C) 2002-2022, and GNU GPL'd, by Julian Seward et al.",
+        command,
+        parent_pid,
     );
+}
+
+/// Every tool's start-up banner: its name line, its copyright line, the core's line, the
+/// command, the parent pid when logging to a file, and an empty line.
+pub fn tool_banner(
+    out: &mut String,
+    pid: i32,
+    name: &str,
+    copyright: &str,
+    command: &[String],
+    parent_pid: Option<i32>,
+) {
+    line(out, pid, name);
+    line(out, pid, copyright);
     line(
         out,
         pid,

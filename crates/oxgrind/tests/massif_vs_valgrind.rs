@@ -216,3 +216,38 @@ fn pages_as_heap_sees_mmap_mremap_brk_and_mallocs_own_mappings() {
         );
     }
 }
+
+/// What Massif and Nulgrind print on stderr is Valgrind's, pid aside (and nothing with -q).
+#[test]
+fn banners_are_valgrinds() {
+    if !have_valgrind() {
+        return;
+    }
+    let strip_pid = |s: String| {
+        s.lines()
+            .map(
+                |l| match l.strip_prefix("==").and_then(|r| r.split_once("==")) {
+                    Some((_, rest)) => format!("==PID=={rest}"),
+                    None => l.to_string(),
+                },
+            )
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    for tool in ["--tool=massif", "--tool=none"] {
+        for quiet in [&[][..], &["-q"]] {
+            let mut args = vec![tool, "--massif-out-file=/dev/null"];
+            args.extend_from_slice(quiet);
+            if tool == "--tool=none" {
+                args.retain(|a| !a.starts_with("--massif"));
+            }
+            let ours = run(Command::new(oxgrind()).args(&args).arg("/bin/true"));
+            let theirs = run(Command::new("valgrind").args(&args).arg("/bin/true"));
+            assert_eq!(
+                strip_pid(stderr(&ours)),
+                strip_pid(stderr(&theirs)),
+                "{args:?}"
+            );
+        }
+    }
+}

@@ -14,7 +14,7 @@ fn native(prog: &Path, args: &[&str], stdin: Option<&str>, dir: &Path) -> Output
 
 fn under_massif(prog: &Path, args: &[&str], stdin: Option<&str>, dir: &Path) -> Output {
     let mut c = Command::new(oxgrind());
-    c.args(["--tool=massif", "--massif-out-file=massif.out.%p"])
+    c.args(["-q", "--tool=massif", "--massif-out-file=massif.out.%p"])
         .arg(prog)
         .args(args)
         .current_dir(dir);

@@ -408,6 +408,24 @@ impl Tool for Massif {
         "massif"
     }
 
+    fn on_start(&self, host: &dyn Host) {
+        if self.opts.quiet {
+            return;
+        }
+        let mut out = String::new();
+        oxgrind_formats::memcheck_text::tool_banner(
+            &mut out,
+            host.pid(),
+            "Massif, a heap profiler",
+            "Copyright (C) 2003-2017, and GNU GPL'd, by Nicholas Nethercote",
+            host.command_line(),
+            self.opts
+                .log_to_file
+                .then(|| std::os::unix::process::parent_id() as i32),
+        );
+        host.log(&out);
+    }
+
     fn help(&self) -> &'static str {
         "  user options for Massif:
     --heap=no|yes             profile heap blocks [yes]
@@ -578,7 +596,10 @@ impl Tool for Massif {
         }
     }
 
-    fn fini(&self, host: &dyn Host, _exit: Exit) {
+    fn fini(&self, host: &dyn Host, exit: Exit) {
+        if !self.opts.quiet && !matches!(exit, Exit::Exec) {
+            host.log(&format!("=={}== \n", host.pid()));
+        }
         if self.finished.swap(true, Ordering::SeqCst) {
             return;
         }

@@ -37,6 +37,10 @@ pub const OVERESTIMATE: usize = 50;
 
 #[derive(Clone, Debug)]
 pub struct Options {
+    /// `-q`: no banner.
+    pub quiet: bool,
+    /// `--log-file` given: the banner shows the parent pid.
+    pub log_to_file: bool,
     pub heap: bool,
     pub heap_admin: u64,
     pub stacks: bool,
@@ -62,6 +66,8 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
+            quiet: false,
+            log_to_file: false,
             heap: true,
             heap_admin: 8,
             stacks: false,
@@ -133,6 +139,13 @@ impl Options {
     /// Takes one option; `Ok(false)` when it is not Massif's (Valgrind then tries the
     /// malloc-replacement options, then reports `Unknown option`).
     pub fn parse(&mut self, arg: &str) -> Result<bool, OptionError> {
+        // Core options Massif's banner depends on (not Massif's: not on the desc: line).
+        match arg {
+            "-q" | "--quiet" => self.quiet = true,
+            "-v" | "--verbose" => self.quiet = false,
+            _ if arg.starts_with("--log-file=") => self.log_to_file = true,
+            _ => {}
+        }
         let Some((key, v)) = arg.split_once('=') else {
             return Ok(false);
         };

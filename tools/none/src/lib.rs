@@ -47,15 +47,16 @@ impl Tool for Nulgrind {
         if self.quiet || self.started.swap(true, Ordering::AcqRel) {
             return;
         }
-        let pid = host.pid();
-        let cmd = host.command_line().join(" ");
-        host.log(&format!(
-            "=={pid}== Nulgrind, the minimal Valgrind tool\n\
-             =={pid}== Copyright (C) 2002-2017, and GNU GPL'd, by Nicholas Nethercote.\n\
-             =={pid}== Using Valgrind-3.19.0 and LibVEX; rerun with -h for copyright info\n\
-             =={pid}== Command: {cmd}\n\
-             =={pid}== \n"
-        ));
+        let mut out = String::new();
+        oxgrind_formats::memcheck_text::tool_banner(
+            &mut out,
+            host.pid(),
+            "Nulgrind, the minimal Valgrind tool",
+            "Copyright (C) 2002-2017, and GNU GPL'd, by Nicholas Nethercote.",
+            host.command_line(),
+            None,
+        );
+        host.log(&out);
     }
 
     fn fini(&self, host: &dyn Host, exit: Exit) {
