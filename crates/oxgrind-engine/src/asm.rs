@@ -214,10 +214,14 @@ core::arch::global_asm!(
     "mov gs:[{t3}], rdx",
     "mov gs:[{t4}], rcx",
     "mov gs:[{t5}], r11",
-    "mov eax, 234",
+    "mov gs:[{t6}], r10",
+    // rt_tgsigqueueinfo(pid, tid, sig, info): to itself, a thread may send any siginfo,
+    // so the handler gets the one the kernel built.
+    "mov eax, 297",
     "mov rdi, gs:[{raise_pid}]",
     "mov rsi, gs:[{raise_tid}]",
     "mov rdx, gs:[{raise_sig}]",
+    "mov r10, gs:[{raise_info}]",
     "syscall",
     "mov rax, gs:[{t0}]",
     "mov rdi, gs:[{t1}]",
@@ -225,6 +229,7 @@ core::arch::global_asm!(
     "mov rdx, gs:[{t3}]",
     "mov rcx, gs:[{t4}]",
     "mov r11, gs:[{t5}]",
+    "mov r10, gs:[{t6}]",
     "jmp qword ptr gs:[{raise_target}]",
     // ------------------------------------------------------------------ signals
     // Entered by the kernel: rdi = sig, rsi = siginfo, rdx = ucontext, [rsp] = restorer.
@@ -311,6 +316,8 @@ core::arch::global_asm!(
     t3 = const c::scratch_off(c::S_T0 + 3),
     t4 = const c::scratch_off(c::S_T0 + 4),
     t5 = const c::scratch_off(c::S_T0 + 5),
+    t6 = const c::scratch_off(c::S_T0 + 6),
+    raise_info = const c::OFF_RAISE_INFO,
     g_rax = const c::greg_off(0),
     g_rcx = const c::greg_off(1),
     g_rdx = const c::greg_off(2),

@@ -43,7 +43,7 @@ pub const S_IBL_FLAGS: usize = 2;
 pub const S_HOST_TARGET: usize = 3;
 pub const S_FAR_SAVE: usize = 4;
 pub const S_RAISE_TARGET: usize = 5;
-pub const S_T0: usize = 6; // ..S_T0+5: registers saved around the re-raise `tgkill`
+pub const S_T0: usize = 6; // ..S_T0+6: registers saved around the re-raise system call
 
 /// Guest register indices in [`ThreadCtx::gregs`] (hardware encoding order).
 pub const RAX: usize = 0;
@@ -82,6 +82,8 @@ pub struct ThreadCtx {
     pub raise_pid: u64,
     pub raise_tid: u64,
     pub raise_sig: u64,
+    /// The saved siginfo the re-raise sends (`rt_tgsigqueueinfo`).
+    pub raise_info: u64,
     pub gregs: [u64; 16],
     pub gflags: u64,
     /// Set by `oxg_fork_tramp` in the child of a fork.
@@ -133,6 +135,7 @@ off!(OFF_STARTED, started);
 off!(OFF_RAISE_PID, raise_pid);
 off!(OFF_RAISE_TID, raise_tid);
 off!(OFF_RAISE_SIG, raise_sig);
+off!(OFF_RAISE_INFO, raise_info);
 off!(OFF_GREGS, gregs);
 off!(OFF_GFLAGS, gflags);
 off!(OFF_SIGRET_SRC, sigret_src);
@@ -155,7 +158,16 @@ pub const fn greg_off(r: usize) -> usize {
 pub const XSAVE_OFF: usize = 0x1000;
 /// Room reserved for XSAVE state (AVX-512 needs about 2.7 KiB).
 pub const XSAVE_SIZE: usize = 0x3000;
-pub const CTX_SIZE: usize = XSAVE_OFF + XSAVE_SIZE;
+/// Where the `siginfo` of each deferred signal is kept (one 128-byte slot per signal
+/// number), so that its re-raise carries the original one.
+pub const SIGINFO_OFF: usize = XSAVE_OFF + XSAVE_SIZE;
+pub const SIGINFO_SIZE: usize = 128;
+pub const CTX_SIZE: usize = SIGINFO_OFF + 65 * SIGINFO_SIZE;
+
+/// The siginfo slot of signal `sig` (< 65) in the context mapping at `ctx`.
+pub fn siginfo_slot(ctx: *mut ThreadCtx, sig: usize) -> *mut u8 {
+    (ctx as *mut u8).wrapping_add(SIGINFO_OFF + SIGINFO_SIZE * sig.min(64))
+}
 
 const _: () = assert!(core::mem::size_of::<ThreadCtx>() <= XSAVE_OFF);
 

@@ -42,7 +42,7 @@
 //! * the `ucontext` of an asynchronous signal that arrives inside engine code in the code
 //!   cache (stubs, IBL) holds the host pc (synchronous faults, and signals that arrive
 //!   between two guest instructions, show the guest pc and registers); signals that arrive
-//!   while the thread is in the engine are re-raised later and lose their `siginfo`;
+//!   while the thread is in the engine are re-raised later (with their `siginfo`);
 //! * guest `gs:` operands of string instructions, transfers through `gs:` memory and
 //!   moves of the `gs` selector (the program is stopped with a report); other `gs:`
 //!   operands, `arch_prctl(ARCH_SET_GS/ARCH_GET_GS)` and `rdgsbase`/`wrgsbase` work

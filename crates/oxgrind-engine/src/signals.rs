@@ -17,9 +17,9 @@
 //!   restores the interrupted registers. `siglongjmp` out of a handler is an ordinary
 //!   indirect jump and stays in the code cache.
 //! * When a signal arrives while the thread is inside the engine (dispatcher, translation),
-//!   it is recorded and re-raised with `tgkill` right after the dispatcher has put the
-//!   guest registers back (`maybe_raise`).
-//!
+//!   it is recorded with its `siginfo` and re-raised with `rt_tgsigqueueinfo` (same
+//!   `siginfo`) right after the dispatcher has put the guest registers back
+//!   (`maybe_raise`).
 //! * The handler sees guest state (`show_guest_context`): a synchronous fault (`SIGSEGV`,
 //!   `SIGBUS`, `SIGFPE`, `SIGILL`, `SIGTRAP` raised by an instruction) always stops in the
 //!   copy of a guest instruction, so `RIP` is that instruction's guest address (after it,
@@ -32,8 +32,8 @@
 //! Not emulated yet (documented limits): an asynchronous signal that arrives in engine
 //! code inside the code cache (exit stubs, the IBL, counter updates; anywhere but exactly
 //! between two guest instructions) shows the *host* pc and may show engine scratch values
-//! in registers; a re-raised signal loses its original `siginfo` (it arrives as
-//! `SI_TKILL`); synchronous faults inside engine code are reported as engine bugs; counts
+//! in registers; two instances of a real-time signal that both arrive while the thread is
+//! in the engine are merged into one; synchronous faults inside engine code are reported as engine bugs; counts
 //! can miss the instructions of a handler that interrupted a counter update, and count the
 //! rest of a block twice when a handler returns into the middle of a block whose registers
 //! had to be fixed up.
@@ -178,7 +178,21 @@ pub(crate) unsafe extern "C" fn on_signal(sig: u64, info: *const u8, uc: *const 
         }
         // SAFETY: pending_signals is only accessed atomically.
         let pending = unsafe { AtomicU64::from_ptr(&mut ctx.pending_signals) };
-        pending.fetch_or(1 << sig, Ordering::AcqRel);
+        // Bit 0 stands for signal 64 (there is no signal 0).
+        let bit = 1u64 << (sig % 64);
+        if pending.load(Ordering::Acquire) & bit == 0 {
+            // A second instance of a pending signal merges with the first, as the kernel
+            // does for standard signals; the first one's siginfo is kept.
+            // SAFETY: the kernel's siginfo is 128 bytes; the slot is this thread's.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    info,
+                    c::siginfo_slot(ctx as *mut ThreadCtx, sig),
+                    c::SIGINFO_SIZE,
+                )
+            };
+        }
+        pending.fetch_or(bit, Ordering::AcqRel);
         return 0;
     }
     if handler <= 1 {
@@ -349,9 +363,11 @@ pub(crate) fn maybe_raise(ctx: &mut ThreadCtx, host: u64) -> u64 {
     }
     let sig = p.trailing_zeros() as u64;
     pending.fetch_and(!(1 << sig), Ordering::AcqRel);
+    let sig = if sig == 0 { 64 } else { sig };
     ctx.raise_pid = raw::getpid() as u64;
     ctx.raise_tid = raw::gettid() as u64;
     ctx.raise_sig = sig;
+    ctx.raise_info = c::siginfo_slot(ctx as *mut ThreadCtx, sig as usize) as u64;
     ctx.scratch[c::S_RAISE_TARGET] = host;
     asm::oxg_raise_tramp as *const () as u64
 }

@@ -1019,3 +1019,54 @@ fn sampling_profiler_signals_show_guest_pcs_inside_the_running_loop() {
     let bin = compile("prof", "c", PROFILER_PROGRAM, &[]);
     same_as_native(&[bin.to_str().unwrap()], &[]);
 }
+
+#[test]
+fn signals_arriving_during_translation_keep_their_siginfo() {
+    // A 50 µs timer while 1500 functions run for the first time: many ticks arrive while
+    // the thread is translating, are deferred and re-raised; the handler checks si_code.
+    let n = 1500;
+    let mut src = String::from(
+        r#"#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+static volatile long ticks, bad;
+static void on_alarm(int sig, siginfo_t *si, void *uc) { ticks++; if (si->si_code != SI_KERNEL || si->si_signo != SIGALRM) bad++; }
+"#,
+    );
+    for i in 0..n {
+        src.push_str(&format!(
+            "long f{i}(long x) {{ return x * {} + (x >> {}) - {i}; }}\n",
+            i + 3,
+            i % 7 + 1
+        ));
+    }
+    src.push_str("typedef long (*fn)(long);\nstatic fn table[] = {");
+    src.push_str(
+        &(0..n)
+            .map(|i| format!("f{i}"))
+            .collect::<Vec<_>>()
+            .join(","),
+    );
+    src.push_str(&format!(
+        r#"}};
+int main(void) {{
+  struct sigaction sa; memset(&sa, 0, sizeof sa); sa.sa_sigaction = on_alarm; sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigaction(SIGALRM, &sa, NULL);
+  struct itimerval it = {{{{0, 50}}, {{0, 50}}}};
+  setitimer(ITIMER_REAL, &it, NULL);
+  long s = 0;
+  for (int r = 0; r < 3; r++) for (int i = 0; i < {n}; i++) s += table[i](i + r);
+  while (ticks < 20) s += table[ticks % {n}](s);
+  struct itimerval off = {{{{0, 0}}, {{0, 0}}}};
+  setitimer(ITIMER_REAL, &off, NULL);
+  printf("s!=0: %d ticks>=20: %d bad: %ld\n", s != 0, ticks >= 20, bad);
+  return 0;
+}}
+"#
+    ));
+    // -O0: 1500 functions compile in about a second.
+    let bin = compile("siginfo", "c", &src, &["-O0"]);
+    same_as_native(&[bin.to_str().unwrap()], &[]);
+}
