@@ -79,7 +79,7 @@ fn arch_prctl_gs(ctx: &mut ThreadCtx) -> i64 {
     let writable = CACHE
         .lock()
         .as_mut()
-        .is_some_and(|c| c.pages.writable_now(arg) && c.pages.writable_now(arg + 7));
+        .is_some_and(|c| c.pages.accessible(arg, 8, true));
     if !writable {
         return -14; // EFAULT
     }
@@ -240,9 +240,18 @@ fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
             let flags = if nr == SYS_CLONE {
                 ctx.gregs[c::RDI]
             } else {
+                let args = ctx.gregs[c::RDI];
+                let readable = CACHE
+                    .lock()
+                    .as_mut()
+                    .is_some_and(|c| c.pages.accessible(args, 8, false));
+                if !readable {
+                    ctx.gregs[c::RAX] = (-14i64) as u64; // EFAULT
+                    return Action::Emulated;
+                }
                 // SAFETY: clone3's first argument points at struct clone_args, whose first
-                // field is the flags word; the kernel would read it the same way.
-                unsafe { core::ptr::read_volatile(ctx.gregs[c::RDI] as *const u64) }
+                // field is the flags word (checked readable); the kernel reads it too.
+                unsafe { core::ptr::read_volatile(args as *const u64) }
             };
             if flags & CLONE_VM == 0 {
                 // fork-like: the child is a copy of this thread, context included.

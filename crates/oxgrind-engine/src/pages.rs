@@ -50,6 +50,7 @@ struct Range {
     mutable: bool,
     /// Writable in this view (`mutable` also covers shared mappings).
     writable: bool,
+    readable: bool,
 }
 
 /// What the engine knows about the protections of the address space.
@@ -72,6 +73,41 @@ impl Pages {
         }
         self.reload();
         self.find(addr).unwrap_or(false)
+    }
+
+    /// Whether the guest's `[addr, addr+len)` can be read (`write`: and written) by the
+    /// engine on the guest's behalf, as the kernel would for a system call; a pointer that
+    /// fails gets `EFAULT` instead of faulting inside the engine.
+    pub fn accessible(&mut self, addr: u64, len: u64, write: bool) -> bool {
+        let Some(last) = addr.checked_add(len.max(1) - 1) else {
+            return false;
+        };
+        let ok = |r: &Range| r.readable && (!write || r.writable);
+        let mut at = addr;
+        loop {
+            let r = match self.range_of(at) {
+                Some(r) => r,
+                None => {
+                    self.reload();
+                    match self.range_of(at) {
+                        Some(r) => r,
+                        None => return false,
+                    }
+                }
+            };
+            if !ok(&r) {
+                return false;
+            }
+            if r.end > last {
+                return true;
+            }
+            at = r.end;
+        }
+    }
+
+    fn range_of(&self, addr: u64) -> Option<Range> {
+        let i = self.ranges.partition_point(|r| r.end <= addr);
+        self.ranges.get(i).filter(|r| r.start <= addr).copied()
     }
 
     fn find(&self, addr: u64) -> Option<bool> {
@@ -115,19 +151,10 @@ impl Pages {
                     end,
                     mutable: true,
                     writable: true,
+                    readable: true,
                 },
             );
         }
-    }
-
-    /// Whether `addr` is mapped writable right now (read from the maps afresh: for rare
-    /// checks of pointers the engine writes through on the guest's behalf).
-    pub fn writable_now(&mut self, addr: u64) -> bool {
-        self.reload();
-        let i = self.ranges.partition_point(|r| r.end <= addr);
-        self.ranges
-            .get(i)
-            .is_some_and(|r| r.start <= addr && r.writable)
     }
 
     /// Replaces everything known by the current contents of `/proc/self/maps`.
@@ -162,6 +189,7 @@ fn parse_maps(text: &[u8]) -> Vec<Range> {
             end,
             mutable: perms[1] == b'w' || perms[3] == b's',
             writable: perms[1] == b'w',
+            readable: perms[0] == b'r',
         });
     }
     out.sort_unstable_by_key(|r| r.start);
@@ -237,6 +265,23 @@ mod tests {
         assert_eq!(p.find(0x7ffc0800), Some(true));
         p.protect(0x400000, 0x401000, 7);
         assert_eq!(p.find(0x400000), Some(true));
+    }
+
+    #[test]
+    fn accessible_checks_every_range_a_buffer_spans() {
+        let text = b"1000-2000 r--p 0 0:0 0\n2000-3000 rw-p 0 0:0 0\n3000-4000 ---p 0 0:0 0\n";
+        let mut p = Pages {
+            ranges: parse_maps(text),
+            reloads: 0,
+        };
+        assert!(p.accessible(0x1ff8, 16, false));
+        assert!(!p.accessible(0x1ff8, 16, true), "first page read-only");
+        assert!(p.accessible(0x2ff0, 16, true));
+        assert!(
+            !p.accessible(0x2ff8, 16, false),
+            "runs into a PROT_NONE page"
+        );
+        assert!(!p.accessible(u64::MAX - 4, 8, false));
     }
 
     #[test]

@@ -74,10 +74,22 @@ pub(crate) fn emulate_sigaction(ctx: &ThreadCtx) -> Option<i64> {
     }
     let prev_handler = HANDLER[sig].load(Ordering::Acquire);
     let prev_flags = FLAGS[sig].load(Ordering::Acquire);
+    {
+        // The kernel answers EFAULT for bad pointers; the engine must not fault on them.
+        let mut guard = crate::dispatch::CACHE.lock();
+        if let Some(cache) = guard.as_mut() {
+            let size = core::mem::size_of::<KSigaction>() as u64;
+            if (act != 0 && !cache.pages.accessible(act, size, false))
+                || (oact != 0 && !cache.pages.accessible(oact, size, true))
+            {
+                return Some(-14);
+            }
+        }
+    }
     let mut new = KSigaction::default();
     if act != 0 {
-        // SAFETY: the guest passed `act` to the kernel, which would read it the same way.
-        // A bad pointer faults here as an engine fault (phase 1 limit) instead of EFAULT.
+        // SAFETY: the guest passed `act` to the kernel, which would read it the same way;
+        // it was checked readable above.
         new = unsafe { core::ptr::read_unaligned(act as *const KSigaction) };
         if new.handler > 1 {
             // Record first: the signal may arrive as soon as the kernel has the new action.

@@ -1070,3 +1070,35 @@ int main(void) {{
     let bin = compile("siginfo", "c", &src, &["-O0"]);
     same_as_native(&[bin.to_str().unwrap()], &[]);
 }
+
+#[test]
+fn bad_pointers_to_emulated_system_calls_give_efault_as_natively() {
+    // rt_sigaction, arch_prctl(ARCH_GET_GS) and clone3 read or write guest memory inside
+    // the engine; a bad pointer must be the program's EFAULT, not an engine crash.
+    let bin = compile(
+        "badptr",
+        "c",
+        r#"#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <asm/prctl.h>
+int main(void) {
+  long r1 = syscall(SYS_rt_sigaction, SIGUSR1, (void *)16, NULL, 8);
+  int e1 = errno;
+  long r2 = syscall(SYS_rt_sigaction, SIGUSR1, NULL, (void *)"read-only string", 8);
+  int e2 = errno;
+  long r3 = syscall(SYS_arch_prctl, ARCH_GET_GS, (void *)8);
+  int e3 = errno;
+  long r4 = syscall(SYS_clone3, (void *)24, 88);
+  int e4 = errno;
+  printf("%ld %d / %ld %d / %ld %d / %ld %d\n", r1, e1, r2, e2, r3, e3, r4, e4);
+  return 0;
+}
+"#,
+        &[],
+    );
+    same_as_native(&[bin.to_str().unwrap()], &[]);
+}
