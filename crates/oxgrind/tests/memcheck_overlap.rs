@@ -123,7 +123,13 @@ fn overlap_lines(report: &str) -> Vec<&str> {
 #[test]
 fn overlapping_string_copies_are_reported_as_valgrind_reports_them() {
     let prog = build("mc_overlap.c", &["-g", "-O0", "-fno-builtin"]);
-    for opts in [&[][..], &["--num-callers=2"], &["-q"]] {
+    for opts in [
+        &[][..],
+        &["--num-callers=2"],
+        &["-q"],
+        &["-s"],
+        &["--gen-suppressions=all"],
+    ] {
         let Some((ours, theirs)) = both(&prog, opts) else {
             return;
         };
