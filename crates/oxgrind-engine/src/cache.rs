@@ -54,6 +54,10 @@ struct Arena {
 pub struct BlockRec {
     pub host: u64,
     pub kind: BlockKind,
+    /// False for the native jump to code that cannot run (unmapped or not executable):
+    /// it is made afresh at every arrival, never linked to nor put in the IBL, so that the
+    /// program mapping or `mprotect`ing the page later is seen whatever system call did it.
+    pub cached: bool,
 }
 
 /// Statistics for `OXGRIND_ENGINE_STATS`.
@@ -219,9 +223,15 @@ impl CodeCache {
         // runs into such a page (its last instructions) is translated again with the check.
         let mut opts = self.opts;
         opts.check = self.pages.mutable(pc);
-        let mut t = translate::translate(pc, base, opts).map_err(CacheError::Translate)?;
+        // Data the program jumps to faults natively (the engine would happily run it).
+        let mut t = if self.pages.executable(pc) {
+            translate::translate(pc, base, opts).map_err(CacheError::Translate)?
+        } else {
+            opts.check = false;
+            translate::native_jump(pc)
+        };
         let last = pc + t.guest_len.max(1) - 1;
-        if !opts.check && last >> 12 != pc >> 12 && self.pages.mutable(last) {
+        if !opts.check && t.insns > 0 && last >> 12 != pc >> 12 && self.pages.mutable(last) {
             opts.check = true;
             t = translate::translate(pc, base, opts).map_err(CacheError::Translate)?;
         }
@@ -241,14 +251,21 @@ impl CodeCache {
         let rec = BlockRec {
             host: base,
             kind: t.kind,
+            cached: t.insns > 0,
         };
+        if !rec.cached {
+            self.native.insert(pc, ());
+            self.by_host.insert(
+                base,
+                HostBlock {
+                    len: len as u32,
+                    map: alloc::boxed::Box::new([]),
+                },
+            );
+            return Ok(rec);
+        }
         self.blocks.insert(pc, rec);
         self.ordered.insert(pc, t.guest_len);
-        if t.insns == 0 {
-            self.native.insert(pc, ());
-        } else {
-            self.native.remove(&pc);
-        }
         self.by_host.insert(
             base,
             HostBlock {
@@ -320,7 +337,6 @@ impl CodeCache {
         }
         for pc in &pcs {
             self.blocks.remove(pc);
-            self.native.remove(pc);
             self.ordered.remove(pc);
             if let Some(stubs) = self.links.remove(pc) {
                 for &stub in &stubs {
@@ -379,13 +395,6 @@ impl CodeCache {
     pub fn is_native_jump(&self, pc: u64) -> bool {
         self.native.contains_key(&pc)
     }
-
-    /// Drops the native jump for `pc` (a handler may have mapped the code since).
-    pub fn forget_native_jump(&mut self, pc: u64) {
-        if self.native.contains_key(&pc) {
-            self.drop_blocks(pc, pc + 1);
-        }
-    }
 }
 
 #[cfg(test)]
@@ -398,7 +407,10 @@ mod tests {
         let mut code = alloc::vec![0x90u8; 8];
         code.extend_from_slice(&[0xEB, 0x00, 0xC3]);
         code.resize(64, 0xCC);
-        let a = code.as_ptr() as u64;
+        // Guest code must be in executable memory (data the program jumps to faults).
+        let a = mmap_rwx(0, false).expect("executable test memory");
+        // SAFETY: a fresh mapping of ARENA_SIZE bytes.
+        unsafe { core::ptr::copy_nonoverlapping(code.as_ptr(), a as *mut u8, code.len()) };
         let b = a + 10;
         let mut cache = CodeCache::new(
             Options {

@@ -208,7 +208,9 @@ pub(crate) unsafe extern "C" fn dispatch(ctx: *mut ThreadCtx) -> u64 {
         let b = block_for(pc);
         match b.kind {
             BlockKind::Normal => {
-                ibl_insert(ctx, pc, b.host);
+                if b.cached {
+                    ibl_insert(ctx, pc, b.host);
+                }
                 break b.host;
             }
             BlockKind::Syscall => match pre_syscall(ctx, pc, b.host) {

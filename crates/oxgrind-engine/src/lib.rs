@@ -35,6 +35,8 @@
 //!   retranslated when they changed; `mprotect` is performed by the engine so that a page
 //!   turning writable loses its unchecked translations. Node.js (V8) and Java (HotSpot,
 //!   which patches its code in place) run.
+//! * Code in pages that are not executable is not translated: the program jumps there
+//!   natively and faults as it would without the engine.
 //! * Engine code runs with `EFLAGS.AC` clear whatever the guest set (HotSpot sets it while
 //!   probing the CPU; it used to die with `SIGBUS`/`BUS_ADRALN` at start-up).
 //!
@@ -52,8 +54,6 @@
 //!   untouched virtual memory);
 //! * a process whose last thread ends with `SYS_exit` instead of `exit_group` gets no
 //!   exit report;
-//! * mapped but non-executable data that the program jumps to is translated (natively:
-//!   `SIGSEGV`);
 //! * `call`/`ret` go through the indirect-branch lookup (no return-stack-buffer
 //!   prediction: the main cost on call-heavy code);
 //! * static executables and code that runs before the constructor are not seen;

@@ -51,6 +51,7 @@ struct Range {
     /// Writable in this view (`mutable` also covers shared mappings).
     writable: bool,
     readable: bool,
+    executable: bool,
 }
 
 /// What the engine knows about the protections of the address space.
@@ -63,6 +64,7 @@ pub struct Pages {
 }
 
 const PROT_WRITE: u64 = 2;
+const PROT_EXEC: u64 = 4;
 
 impl Pages {
     /// Whether the bytes at `addr` may be changed by the program (without an unmap). An
@@ -105,6 +107,18 @@ impl Pages {
         }
     }
 
+    /// Whether code at `addr` may run: the page is mapped executable. A "no" is always
+    /// confirmed against fresh maps (the cost is paid only by programs that jump to data,
+    /// and a stale answer must not stop a program that is right).
+    pub fn executable(&mut self, addr: u64) -> bool {
+        if self.range_of(addr).is_some_and(|r| r.executable) {
+            return true;
+        }
+        self.reload();
+        // Unmapped: not this module's call (the translator jumps there natively anyway).
+        self.range_of(addr).is_none_or(|r| r.executable)
+    }
+
     fn range_of(&self, addr: u64) -> Option<Range> {
         let i = self.ranges.partition_point(|r| r.end <= addr);
         self.ranges.get(i).filter(|r| r.start <= addr).copied()
@@ -142,6 +156,7 @@ impl Pages {
     /// is a shared mapping (writable through another view) is read from the maps again.
     pub fn protect(&mut self, start: u64, end: u64, prot: u64) {
         self.punch(start, end);
+        let exec = prot & PROT_EXEC != 0;
         if start < end && prot & PROT_WRITE != 0 {
             let i = self.ranges.partition_point(|r| r.start < start);
             self.ranges.insert(
@@ -152,6 +167,7 @@ impl Pages {
                     mutable: true,
                     writable: true,
                     readable: true,
+                    executable: exec,
                 },
             );
         }
@@ -190,6 +206,7 @@ fn parse_maps(text: &[u8]) -> Vec<Range> {
             mutable: perms[1] == b'w' || perms[3] == b's',
             writable: perms[1] == b'w',
             readable: perms[0] == b'r',
+            executable: perms[2] == b'x',
         });
     }
     out.sort_unstable_by_key(|r| r.start);

@@ -352,9 +352,6 @@ pub(crate) fn sigreturn_tramp(ctx: &mut ThreadCtx) -> u64 {
             }
             Some(_) => {}
             None => {
-                if let Some(cache) = crate::dispatch::CACHE.lock().as_mut() {
-                    cache.forget_native_jump(rip);
-                }
                 ctx.resume_pc = rip;
                 // SAFETY: as above.
                 unsafe { core::ptr::write_volatile(rip_p, asm::oxg_resume as *const () as u64) };

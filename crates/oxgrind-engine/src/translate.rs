@@ -301,6 +301,24 @@ fn gs_rewritable(ins: &Instruction) -> bool {
         )
 }
 
+/// The "translation" of code that cannot run: a jump to it, natively, so that the guest
+/// faults exactly as it would without the engine (SIGSEGV at that address, handled or
+/// fatal). Used for unmapped and non-executable pages.
+pub fn native_jump(pc: u64) -> Translation {
+    let mut bytes = Vec::with_capacity(16);
+    bytes.extend_from_slice(&[0xFF, 0x25, 0, 0, 0, 0]);
+    bytes.extend_from_slice(&pc.to_le_bytes());
+    bytes.resize(16, 0xCC);
+    Translation {
+        bytes,
+        stubs: Vec::new(),
+        kind: BlockKind::Normal,
+        insns: 0,
+        guest_len: 1,
+        pcmap: Vec::new(),
+    }
+}
+
 /// Translates the block at guest `pc` for host address `base`.
 pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, TranslateError> {
     let avail = readable_len(pc);
@@ -315,18 +333,7 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         pcmap: Vec::new(),
     };
     if avail == 0 {
-        // Unmapped code: jump there natively so the guest faults exactly as it would
-        // without the engine (SIGSEGV at that address, handled or fatal).
-        e.buf.extend_from_slice(&[0xFF, 0x25, 0, 0, 0, 0]);
-        e.buf.extend_from_slice(&pc.to_le_bytes());
-        return Ok(Translation {
-            bytes: e.buf,
-            stubs: e.stubs,
-            kind: BlockKind::Normal,
-            insns: 0,
-            guest_len: 1,
-            pcmap: core::mem::take(&mut e.pcmap),
-        });
+        return Ok(native_jump(pc));
     }
     let window = avail.min(MAX_INSNS * 15 + 16);
     // Everything is decoded and copied from one snapshot, which is also what an entry check

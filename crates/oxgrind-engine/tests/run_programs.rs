@@ -1102,3 +1102,48 @@ int main(void) {
     );
     same_as_native(&[bin.to_str().unwrap()], &[]);
 }
+
+#[test]
+fn jumping_to_non_executable_data_faults_as_natively_and_runs_once_made_executable() {
+    let bin = compile(
+        "nx",
+        "c",
+        r#"#define _GNU_SOURCE
+#include <setjmp.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+
+static sigjmp_buf env;
+static uint8_t *code;
+static void on_segv(int sig, siginfo_t *si, void *ucv) {
+  ucontext_t *uc = ucv;
+  printf("SIGSEGV: rip==code %d si_addr==code %d code=%d\n", (uint8_t *)uc->uc_mcontext.gregs[REG_RIP] == code,
+         (uint8_t *)si->si_addr == code, si->si_code);
+  siglongjmp(env, 1);
+}
+
+int main(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_segv;
+  sa.sa_flags = SA_SIGINFO;
+  sigaction(SIGSEGV, &sa, NULL);
+  code = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  static const uint8_t ret42[] = {0xB8, 42, 0, 0, 0, 0xC3}; /* mov eax, 42; ret */
+  memcpy(code, ret42, sizeof ret42);
+  for (int i = 0; i < 2; i++) {
+    if (sigsetjmp(env, 1) == 0) printf("ran data: %d\n", ((int (*)(void))code)());
+  }
+  mprotect(code, 4096, PROT_READ | PROT_EXEC);
+  printf("after mprotect: %d\n", ((int (*)(void))code)());
+  return 0;
+}
+"#,
+        &[],
+    );
+    same_as_native(&[bin.to_str().unwrap()], &[]);
+}
