@@ -14,16 +14,64 @@ pub fn repo_root() -> PathBuf {
         .unwrap()
 }
 
-/// The launcher under test, with a check that the runtime library was built beside it.
+/// The launcher under test, with a check that the runtime library beside it is built and
+/// newer than every source it is made of: `cargo test` builds the launcher but not the
+/// preloaded library, and a stale one makes tests fail for reasons that are not there.
 pub fn oxgrind() -> PathBuf {
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_oxgrind"));
     let runtime = exe.parent().unwrap().join("liboxgrind_runtime.so");
-    assert!(
-        runtime.is_file(),
-        "{} is missing: build the workspace first (`cargo build --workspace`), as scripts/test.sh does",
-        runtime.display()
-    );
+    let built = std::fs::metadata(&runtime).and_then(|m| m.modified()).unwrap_or_else(|_| {
+        panic!(
+            "{} is missing: build the workspace first (`cargo build --workspace`), as scripts/test.sh does",
+            runtime.display()
+        )
+    });
+    static CHECKED: std::sync::Once = std::sync::Once::new();
+    CHECKED.call_once(|| {
+        let root = repo_root();
+        // The crates linked into the library: a change in any of them makes cargo relink it.
+        let linked = [
+            "crates/oxgrind-runtime/src",
+            "crates/oxgrind-engine/src",
+            "crates/oxgrind-symbols/src",
+            "crates/oxgrind-formats/src",
+            "crates/oxgrind-options/src",
+            "crates/oxgrind-tool/src",
+            "crates/oxgrind-sys/src",
+            "tools",
+        ];
+        let newest = linked
+            .iter()
+            .flat_map(|d| walk(&root.join(d)))
+            .filter(|p| p.components().all(|c| c.as_os_str() != "tests"))
+            .filter(|p| p.extension().is_some_and(|e| e == "rs" || e == "c" || e == "supp"))
+            .filter_map(|p| std::fs::metadata(&p).and_then(|m| m.modified()).ok().map(|t| (t, p)))
+            .max();
+        if let Some((t, p)) = newest {
+            assert!(
+                t <= built,
+                "{} is older than {}: rebuild it (`cargo build --workspace`, as scripts/test.sh does)",
+                runtime.display(),
+                p.display()
+            );
+        }
+    });
     exe
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
 }
 
 pub fn corpus_source(name: &str) -> PathBuf {
