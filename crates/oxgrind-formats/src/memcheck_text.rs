@@ -107,6 +107,136 @@ pub fn tool_banner(
     line(out, pid, "");
 }
 
+// ---- fatal signals -----------------------------------------------------------------------
+
+/// `SIGSEGV`, ... (Linux x86-64 numbering).
+pub fn signal_name(sig: i32) -> &'static str {
+    const NAMES: [&str; 32] = [
+        "",
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
+    ];
+    NAMES
+        .get(sig as usize)
+        .copied()
+        .filter(|n| !n.is_empty())
+        .unwrap_or("SIG???")
+}
+
+/// What the kernel says went wrong (Valgrind's words for `si_code`), and whether an address
+/// goes with it. `None` for a signal that was sent rather than raised by a fault.
+pub fn fault_event(sig: i32, code: i32) -> Option<(&'static str, bool)> {
+    if code <= 0 {
+        return None;
+    }
+    let e = match (sig, code) {
+        (11, 1) => ("Access not within mapped region", true),
+        (11, 2) => ("Bad permissions for mapped region", true),
+        (11, 0x80) => ("General Protection Fault", false),
+        (4, 1) => ("Illegal opcode", true),
+        (4, 2) => ("Illegal operand", true),
+        (4, 3) => ("Illegal addressing mode", true),
+        (4, 4) => ("Illegal trap", true),
+        (4, 5) => ("Privileged opcode", true),
+        (4, 6) => ("Privileged register", true),
+        (4, 7) => ("Coprocessor error", true),
+        (4, 8) => ("Internal stack error", true),
+        (8, 1) => ("Integer divide by zero", true),
+        (8, 2) => ("Integer overflow", true),
+        (8, 3) => ("FP divide by zero", true),
+        (8, 4) => ("FP overflow", true),
+        (8, 5) => ("FP underflow", true),
+        (8, 6) => ("FP inexact", true),
+        (8, 7) => ("FP invalid operation", true),
+        (8, 8) => ("FP subscript out of range", true),
+        (7, 1) => ("Invalid address alignment", true),
+        (7, 2) => ("Non-existent physical address", true),
+        (7, 3) => ("Hardware error", true),
+        _ => return None,
+    };
+    Some(e)
+}
+
+/// The block Memcheck prints when the program dies by a signal (formats.md §4.8).
+/// `main_stack_size`: shown with the stack-overflow hint for a SIGSEGV on unmapped memory.
+pub fn fatal_signal(
+    out: &mut String,
+    pid: i32,
+    sig: i32,
+    code: i32,
+    addr: u64,
+    frames: &[Frame],
+    dumping_core: bool,
+    main_stack_size: u64,
+) {
+    line(out, pid, "");
+    let core = if dumping_core { ": dumping core" } else { "" };
+    line(
+        out,
+        pid,
+        &format!(
+            "Process terminating with default action of signal {sig} ({}){core}",
+            signal_name(sig)
+        ),
+    );
+    if let Some((event, with_addr)) = fault_event(sig, code) {
+        if with_addr {
+            line(
+                out,
+                pid,
+                &format!(" {event} at address {addr:#X}").replace("0X", "0x"),
+            );
+        } else {
+            line(out, pid, &format!(" {event}"));
+        }
+    }
+    stack(out, pid, frames);
+    if sig == 11 && code == 1 {
+        for l in [
+            " If you believe this happened as a result of a stack",
+            " overflow in your program's main thread (unlikely but",
+            " possible), you can try to increase the size of the",
+            " main thread stack using the --main-stacksize= flag.",
+        ] {
+            line(out, pid, l);
+        }
+        line(
+            out,
+            pid,
+            &format!(" The main thread stack size used in this run was {main_stack_size}."),
+        );
+    }
+}
+
 // ---- headlines ---------------------------------------------------------------------------
 
 pub const INVALID_FREE: &str = "Invalid free() / delete / delete[] / realloc()";

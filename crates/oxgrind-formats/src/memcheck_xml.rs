@@ -276,6 +276,28 @@ pub fn suppcounts(out: &mut String, pairs: &[(u64, &str)]) {
     out.push_str("</suppcounts>\n\n");
 }
 
+/// `<fatal_signal>`: the signal the program died by, with the event, address and stack.
+pub fn fatal_signal(out: &mut String, tid: i32, sig: i32, code: i32, addr: u64, frames: &[Frame]) {
+    use core::fmt::Write;
+    out.push_str("<fatal_signal>\n");
+    let _ = writeln!(out, "  <tid>{tid}</tid>");
+    let _ = writeln!(out, "  <signo>{sig}</signo>");
+    let _ = writeln!(
+        out,
+        "  <signame>{}</signame>",
+        crate::memcheck_text::signal_name(sig)
+    );
+    let _ = writeln!(out, "  <sicode>{code}</sicode>");
+    if let Some((event, with_addr)) = crate::memcheck_text::fault_event(sig, code) {
+        let _ = writeln!(out, "  <event>{}</event>", escape(event));
+        if with_addr {
+            let _ = writeln!(out, "  <siaddr>{addr:#x}</siaddr>");
+        }
+    }
+    stack(out, frames);
+    out.push_str("</fatal_signal>\n\n");
+}
+
 pub fn footer(out: &mut String) {
     out.push_str("</valgrindoutput>\n\n");
 }

@@ -311,8 +311,53 @@ fn unblock(sig: c_int) {
     };
 }
 
+/// The fatal signal being reported (for `Host::fatal_signal`).
+pub static FATAL_SIGNAL: oxgrind_sys::lock::SpinLock<Option<oxgrind_tool::FatalSignal>> =
+    oxgrind_sys::lock::SpinLock::new(None);
+
+/// Records what the tool's report says about the signal: from the handler's `siginfo` and
+/// `ucontext` when there are some, else (a signal deferred while inside oxgrind) the current
+/// stack, sent by no one in particular.
+fn note_fatal(sig: c_int, info: *const c_void, ctx: *const c_void) {
+    let Some(rt) = state::runtime() else { return };
+    let Some(_inside) = Entered::try_enter() else {
+        return;
+    };
+    let depth = rt.needs.stack_depth.max(12);
+    let (code, addr, stack) = if info.is_null() || ctx.is_null() {
+        (
+            0,
+            0,
+            crate::stacks::capture(&crate::state::STACKS, 0, depth),
+        )
+    } else {
+        // SAFETY: the kernel's siginfo_t (si_code at 8, si_addr at 16) and ucontext_t (general
+        // registers at 40), valid while the handler runs.
+        unsafe {
+            let code = *((info as *const u8).add(8) as *const i32);
+            let addr = *((info as *const u8).add(16) as *const u64);
+            let gregs = (ctx as *const u8).add(40) as *const u64;
+            (
+                code,
+                addr,
+                crate::stacks::capture_at(&crate::state::STACKS, gregs, depth),
+            )
+        }
+    };
+    *FATAL_SIGNAL.lock() = Some(oxgrind_tool::FatalSignal {
+        sig,
+        code,
+        addr,
+        stack,
+        tid: guard::tid(),
+    });
+}
+
 /// Ends the process by `sig`'s default action, after the report.
 fn die_by(sig: c_int) -> ! {
+    if FATAL_SIGNAL.lock().is_none() {
+        note_fatal(sig, core::ptr::null(), core::ptr::null());
+    }
     crate::roots::note_exit_sp();
     finish(Exit::Signal(sig));
     set_default(sig);
@@ -339,6 +384,7 @@ extern "C" fn on_fatal_signal(sig: c_int, info: *mut c_void, _ctx: *mut c_void) 
         PENDING.store(sig, Ordering::Release);
         return;
     }
+    note_fatal(sig, info, _ctx);
     if synchronous {
         finish(Exit::Signal(sig));
         set_default(sig);

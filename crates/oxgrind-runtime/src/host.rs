@@ -308,6 +308,10 @@ impl Host for RuntimeHost {
             .map(|(name, offset)| DataAddr::Symbol { name, offset })
     }
 
+    fn fatal_signal(&self) -> Option<oxgrind_tool::FatalSignal> {
+        *crate::exit::FATAL_SIGNAL.lock()
+    }
+
     fn xml(&self, text: &str) {
         match xml_fd() {
             Some(fd) => oxgrind_sys::fd::write_all(fd, text.as_bytes()),

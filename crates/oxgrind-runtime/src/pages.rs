@@ -22,7 +22,6 @@
 //! set-user-ID programs it executes do not gain privileges; SIGSYS belongs to oxgrind.
 
 use core::ffi::{c_int, c_void};
-use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use oxgrind_sys::syscall::{syscall1, syscall3, syscall6};
@@ -217,24 +216,7 @@ fn report_startup_mappings() {
 
 /// The stack at a trapped system call: its own address first, then the callers.
 fn stack_at(gregs: *const u64, depth: usize) -> StackId {
-    const MAX: usize = 256;
-    let mut buf = [MaybeUninit::<u64>::uninit(); MAX];
-    let depth = depth.clamp(1, MAX);
-    // SAFETY: gregs points to the 23 saved registers of the interrupted thread.
-    let regs = unsafe {
-        oxgrind_symbols::Regs {
-            pc: *gregs.add(16),
-            sp: *gregs.add(15),
-            bp: *gregs.add(10),
-        }
-    };
-    // SAFETY: MaybeUninit<u64> and u64 have the same layout; the unwinder only writes.
-    let out = unsafe { &mut *(&mut buf[..depth] as *mut [MaybeUninit<u64>] as *mut [u64]) };
-    let n = oxgrind_symbols::capture_from(regs, out, (0, 0));
-    for ra in out.iter_mut().take(n).skip(1) {
-        *ra = ra.wrapping_sub(1);
-    }
-    STACKS.intern(&out[..n.max(1)])
+    crate::stacks::capture_at(&STACKS, gregs, depth)
 }
 
 extern "C" fn on_sigsys(_sig: c_int, info: *mut c_void, ctx: *mut c_void) {

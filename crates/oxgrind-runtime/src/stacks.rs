@@ -226,6 +226,30 @@ pub fn capture(table: &StackTable, entry: u64, depth: usize) -> StackId {
     table.intern(frames)
 }
 
+/// The stack of an interrupted thread, from the general registers a signal handler finds in
+/// its `ucontext` (`gregs`: the 23 saved registers): frame 0 is the interrupted instruction
+/// itself, then return addresses minus one, as [`capture`] gives them.
+pub fn capture_at(table: &StackTable, gregs: *const u64, depth: usize) -> StackId {
+    const MAX: usize = 256;
+    let mut buf = [MaybeUninit::<u64>::uninit(); MAX];
+    let depth = depth.clamp(1, MAX);
+    // SAFETY: the caller passes the 23 saved registers of the interrupted thread.
+    let regs = unsafe {
+        oxgrind_symbols::Regs {
+            pc: *gregs.add(16),
+            sp: *gregs.add(15),
+            bp: *gregs.add(10),
+        }
+    };
+    // SAFETY: MaybeUninit<u64> and u64 have the same layout; the unwinder only writes.
+    let out = unsafe { &mut *(&mut buf[..depth] as *mut [MaybeUninit<u64>] as *mut [u64]) };
+    let n = oxgrind_symbols::capture_from(regs, out, (0, 0));
+    for ra in out.iter_mut().take(n).skip(1) {
+        *ra = ra.wrapping_sub(1);
+    }
+    table.intern(&out[..n.max(1)])
+}
+
 /// Return addresses above the runtime's own frames (see `oxgrind-symbols`).
 #[inline]
 fn oxgrind_symbols_capture(out: &mut [u64], skip: (u64, u64)) -> usize {

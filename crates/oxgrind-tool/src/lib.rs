@@ -203,6 +203,19 @@ pub enum DataAddr {
     Symbol { name: String, offset: u64 },
 }
 
+/// The fatal signal a process is ending by, as the runtime caught it.
+#[derive(Copy, Clone, Debug)]
+pub struct FatalSignal {
+    pub sig: i32,
+    /// `si_code`: positive when the kernel raised it (a fault), 0 or negative when sent.
+    pub code: i32,
+    /// `si_addr` (the faulting address for SIGSEGV, SIGBUS, SIGILL, SIGFPE).
+    pub addr: Addr,
+    /// Where the thread was: frame 0 is the faulting or interrupted instruction.
+    pub stack: StackId,
+    pub tid: i32,
+}
+
 /// Where a root range came from (for `-v` diagnostics and heuristics).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum RootKind {
@@ -247,6 +260,10 @@ pub trait Host {
     /// Describes a non-heap address: on the calling thread's stack (and in which frame), or
     /// inside a global variable. Called from an event on the thread that caused it.
     fn describe_data(&self, _addr: Addr) -> Option<DataAddr> {
+        None
+    }
+    /// The signal the process is ending by, during [`Tool::fini`] with `Exit::Signal`.
+    fn fatal_signal(&self) -> Option<FatalSignal> {
         None
     }
     /// Appends to the XML output (`--xml-file` or `--xml-fd`), created on first use.

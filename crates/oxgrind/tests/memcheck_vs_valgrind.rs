@@ -47,11 +47,17 @@ fn normalize(report: &str) -> String {
 }
 
 fn both(prog: &Path, opts: &[&str]) -> Option<(String, String)> {
+    both_args(prog, opts, &[])
+}
+
+/// Runs `prog args` under both tools with `opts`; compares stdout and exit status, returns
+/// the normalised reports.
+fn both_args(prog: &Path, opts: &[&str], args: &[&str]) -> Option<(String, String)> {
     if !have_valgrind() {
         return None;
     }
-    let ours = run(Command::new(oxgrind()).args(opts).arg(prog));
-    let theirs = run(Command::new("valgrind").args(opts).arg(prog));
+    let ours = run(Command::new(oxgrind()).args(opts).arg(prog).args(args));
+    let theirs = run(Command::new("valgrind").args(opts).arg(prog).args(args));
     assert_eq!(stdout(&ours), stdout(&theirs), "program output differs");
     assert_eq!(
         ours.status.code(),
@@ -526,4 +532,62 @@ fn log_file_templates_and_the_parent_pid_line() {
         text.contains("ERROR SUMMARY: 10 errors from 10 contexts"),
         "{text}"
     );
+}
+
+/// The block from "Process terminating with default action of signal" to the heap summary.
+fn fatal_block(report: &str) -> String {
+    let start = report
+        .find("Process terminating")
+        .expect("no fatal-signal block");
+    let end = report[start..]
+        .find("HEAP SUMMARY")
+        .map_or(report.len(), |e| start + e);
+    report[start..end].to_string()
+}
+
+#[test]
+fn death_by_signal_is_reported_as_valgrind_reports_it() {
+    let prog = build("endings.c", &["-g", "-O2"]);
+    // abort(): the whole report equals Valgrind's.
+    let Some((ours, theirs)) = both_args(&prog, &["--leak-check=full"], &["abort"]) else {
+        return;
+    };
+    assert!(
+        ours.contains("Process terminating with default action of signal 6 (SIGABRT)"),
+        "{ours}"
+    );
+    assert_same(&ours, &theirs);
+    // A segfault: Valgrind also reports the invalid read itself (that needs the engine's
+    // instrumentation); the fatal-signal block must be the same.
+    let Some((ours, theirs)) = both_args(&prog, &[], &["segv"]) else {
+        return;
+    };
+    assert!(
+        ours.contains("Access not within mapped region at address 0xADDR"),
+        "{ours}"
+    );
+    assert_eq!(fatal_block(&ours), fatal_block(&theirs));
+}
+
+#[test]
+fn death_by_signal_in_xml_has_valgrinds_structure() {
+    if !have_valgrind() {
+        return;
+    }
+    let prog = build("endings.c", &["-g", "-O2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (ours, theirs) = (dir.path().join("ours.xml"), dir.path().join("theirs.xml"));
+    for (tool, file) in [
+        (oxgrind(), &ours),
+        (Path::new("valgrind").to_path_buf(), &theirs),
+    ] {
+        run(Command::new(tool)
+            .arg("--xml=yes")
+            .arg(format!("--xml-file={}", file.display()))
+            .arg(&prog)
+            .arg("abort"));
+    }
+    let text = std::fs::read_to_string(&ours).unwrap();
+    assert!(text.contains("<signame>SIGABRT</signame>"), "{text}");
+    assert_eq!(xml_structure(&ours), xml_structure(&theirs));
 }

@@ -298,6 +298,13 @@ impl Memcheck {
     }
 
     fn resolve(&self, host: &dyn Host, id: StackId) -> Resolved {
+        self.resolve_stack(host, id, true)
+    }
+
+    /// `frame0_is_ours`: frame 0 is our replacement of an allocation or string function
+    /// (printed as `malloc (in OBJ)`, as Valgrind prints its preload's); false for the stack
+    /// of a fault, whose frame 0 is the program's own instruction.
+    fn resolve_stack(&self, host: &dyn Host, id: StackId, frame0_is_ours: bool) -> Resolved {
         let mut r = Resolved {
             shown: Vec::new(),
             supp: Vec::new(),
@@ -317,7 +324,7 @@ impl Memcheck {
                     ..Default::default()
                 });
             }
-            if depth == 0 {
+            if depth == 0 && frame0_is_ours {
                 // Frame 0 is always our replacement of the function the program called
                 // (`malloc`, `free`, `strcpy`, ...). Valgrind's replacements live in a
                 // preload library without line tables, so they print as `malloc (in OBJ)`;
@@ -689,6 +696,37 @@ impl Memcheck {
 /// Valgrind numbers threads 1, 2, ... (the main thread is 1); the runtime reports kernel
 /// thread ids. The main thread's id is the pid; others are numbered as they first appear
 /// in an error (Valgrind numbers them at creation, which the tool does not see).
+/// The resource limits the fatal-signal block mentions, from /proc/self/limits.
+struct ProcessLimits {
+    /// Soft limit on core files (0: no core is written).
+    core: u64,
+    /// The main thread's stack size as Valgrind states it: the soft stack limit, kept
+    /// between 1 MiB and 16 MiB.
+    main_stack: u64,
+}
+
+impl ProcessLimits {
+    fn read() -> ProcessLimits {
+        let text = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+        let soft = |name: &str| {
+            text.lines().find(|l| l.starts_with(name)).and_then(|l| {
+                let v = l[name.len()..].split_whitespace().next()?;
+                Some(if v == "unlimited" {
+                    u64::MAX
+                } else {
+                    v.parse().ok()?
+                })
+            })
+        };
+        ProcessLimits {
+            core: soft("Max core file size").unwrap_or(0),
+            main_stack: soft("Max stack size")
+                .unwrap_or(8 << 20)
+                .clamp(1 << 20, 16 << 20),
+        }
+    }
+}
+
 fn thread_number(seen: &mut Vec<i32>, os_tid: i32, pid: i32) -> i32 {
     if os_tid == pid || os_tid == 1 {
         return 1;
@@ -1003,6 +1041,33 @@ impl Tool for Memcheck {
         let pid = host.pid();
         st.errors.rep.pid = pid;
         let mut out = Output::default();
+        // "Process terminating with default action of signal N", as Valgrind prints it.
+        let fatal = match exit {
+            Exit::Signal(_) => host.fatal_signal(),
+            _ => None,
+        };
+        if let Some(f) = fatal {
+            let frames = self.resolve_stack(host, f.stack, false).shown;
+            if self.opts.xml {
+                self.start_xml(&mut st, host);
+                let tid = thread_number(&mut st.threads, f.tid, pid);
+                xml::fatal_signal(&mut st.xml, tid, f.sig, f.code, f.addr, &frames);
+            } else if self.opts.verbosity > 0 {
+                let limits = ProcessLimits::read();
+                let core =
+                    matches!(f.sig, 3 | 4 | 5 | 6 | 7 | 8 | 11 | 24 | 25 | 31) && limits.core > 0;
+                text::fatal_signal(
+                    &mut out.text,
+                    pid,
+                    f.sig,
+                    f.code,
+                    f.addr,
+                    &frames,
+                    core,
+                    limits.main_stack,
+                );
+            }
+        }
         if self.opts.xml {
             self.start_xml(&mut st, host);
             st.xml.push('\n');
