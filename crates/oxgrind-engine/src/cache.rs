@@ -217,6 +217,43 @@ impl CodeCache {
         if let Some(b) = self.lookup(pc) {
             return Ok(b);
         }
+        self.translate_new(pc, &mut |_| {})
+    }
+
+    /// Translates, ahead of time, the code reachable by direct transfers (and the
+    /// fall-through after each block, where a call returns) from `entry`, up to `limit`
+    /// blocks. Used for the embedder's allocator: it runs translated and calls out (mmap)
+    /// while holding its locks, and a translation made then, which allocates, would
+    /// deadlock on the same lock (see `translate::ALLOC_NOTE`). Errors are ignored: what
+    /// cannot be translated now is translated when it runs.
+    pub fn prewarm(&mut self, entry: u64, limit: usize) {
+        let mut work: Vec<u64> = alloc::vec![entry];
+        let mut done = 0;
+        while let Some(pc) = work.pop() {
+            if done >= limit {
+                break;
+            }
+            if self.lookup(pc).is_some() {
+                continue;
+            }
+            let mut targets = Vec::new();
+            if self.translate_new(pc, &mut |t| targets.push(t)).is_err() {
+                continue;
+            }
+            done += 1;
+            if let Some(&len) = self.ordered.get(&pc) {
+                work.push(pc + len);
+            }
+            work.extend(targets);
+        }
+    }
+
+    /// Translates the block at `pc` (not in the cache); `target` sees each exit's target.
+    fn translate_new(
+        &mut self,
+        pc: u64,
+        target: &mut dyn FnMut(u64),
+    ) -> Result<BlockRec, CacheError> {
         let ai = self.arena_for(pc)?;
         let base = self.arenas[ai].bump;
         // Code from a page the program can write is checked at each entry; a block that only
@@ -259,7 +296,7 @@ impl CodeCache {
                 base,
                 HostBlock {
                     len: len as u32,
-                    map: alloc::boxed::Box::new([]),
+                    map: Vec::new(),
                 },
             );
             return Ok(rec);
@@ -270,10 +307,12 @@ impl CodeCache {
             base,
             HostBlock {
                 len: len as u32,
-                map: t.pcmap.into_boxed_slice(),
+                // Kept as allocated (not shrunk to fit): see `translate::ALLOC_NOTE`.
+                map: t.pcmap,
             },
         );
         for s in &t.stubs {
+            target(s.target);
             let stub = base + s.offset as u64;
             match self.blocks.get(&s.target) {
                 Some(b) if b.kind == BlockKind::Normal => {
@@ -355,7 +394,7 @@ impl CodeCache {
 /// Guest meaning of one translation's host bytes.
 struct HostBlock {
     len: u32,
-    map: alloc::boxed::Box<[translate::PcMapEntry]>,
+    map: Vec<translate::PcMapEntry>,
 }
 
 /// What a host pc inside the code cache stands for.

@@ -159,6 +159,27 @@ fn xsave_ok() -> bool {
     (d.ebx as usize) <= context::XSAVE_SIZE
 }
 
+/// Translates the private heap's entry points before the program runs (see
+/// `CodeCache::prewarm`): the embedder's allocator is `oxgrind_sys::heap::PrivateHeap`, whose
+/// code runs translated and must not need the translator while it holds its locks.
+fn prewarm_allocator() {
+    use core::alloc::{GlobalAlloc, Layout};
+    use oxgrind_sys::heap::PrivateHeap;
+    let alloc: unsafe fn(&PrivateHeap, Layout) -> *mut u8 = <PrivateHeap as GlobalAlloc>::alloc;
+    let dealloc: unsafe fn(&PrivateHeap, *mut u8, Layout) = <PrivateHeap as GlobalAlloc>::dealloc;
+    let realloc: unsafe fn(&PrivateHeap, *mut u8, Layout, usize) -> *mut u8 =
+        <PrivateHeap as GlobalAlloc>::realloc;
+    if let Some(cache) = dispatch::CACHE.lock().as_mut() {
+        for f in [
+            alloc as *const () as u64,
+            dealloc as *const () as u64,
+            realloc as *const () as u64,
+        ] {
+            cache.prewarm(f, 96);
+        }
+    }
+}
+
 /// Takes the calling thread over: when this function returns, its caller (and everything
 /// after it, including other threads it creates) runs from the code cache.
 ///
@@ -196,6 +217,7 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
         },
         config.far_code_cache,
     ));
+    prewarm_allocator();
     let ctx =
         context::new_ctx(asm::oxg_dispatch as *const () as u64).ok_or(StartError::NoMemory)?;
     context::set_gs(ctx).map_err(StartError::SetGs)?;

@@ -131,24 +131,38 @@ impl Pages {
     }
 
     /// Forgets `[start, end)` (it is being unmapped or replaced).
+    ///
+    /// In place, without allocating in the usual case: this runs in the dispatcher before
+    /// `munmap`, which the embedder's own heap calls while holding one of its locks (see
+    /// `translate::ALLOC_NOTE`); spare capacity is reserved when the maps are read.
     pub fn punch(&mut self, start: u64, end: u64) {
         if start >= end {
             return;
         }
-        let mut out = Vec::with_capacity(self.ranges.len() + 1);
-        for r in &self.ranges {
+        let mut split = None;
+        self.ranges.retain_mut(|r| {
             if r.end <= start || r.start >= end {
-                out.push(*r);
-                continue;
+                return true;
+            }
+            if r.start < start && r.end > end {
+                split = Some(Range { start: end, ..*r });
+                r.end = start;
+                return true;
             }
             if r.start < start {
-                out.push(Range { end: start, ..*r });
+                r.end = start;
+                return true;
             }
             if r.end > end {
-                out.push(Range { start: end, ..*r });
+                r.start = end;
+                return true;
             }
+            false
+        });
+        if let Some(tail) = split {
+            let i = self.ranges.partition_point(|r| r.start < tail.start);
+            self.ranges.insert(i, tail);
         }
-        self.ranges = out;
     }
 
     /// Records that `[start, end)` now has protection `prot` (after a successful
@@ -180,6 +194,8 @@ impl Pages {
             return;
         };
         self.ranges = parse_maps(&text);
+        // Room for the splits and inserts of later `punch`/`protect` calls.
+        self.ranges.reserve(64);
     }
 }
 

@@ -319,6 +319,19 @@ pub fn native_jump(pc: u64) -> Translation {
     }
 }
 
+/// Why the translator's allocations keep to a few sizes (512 and 1024 bytes, plus the
+/// 64-byte vectors of stubs and fix-ups).
+///
+/// The engine shares the embedder's global allocator (`oxgrind_sys::heap::PrivateHeap`)
+/// with the embedder's own code, which runs *translated* like the rest of the program.
+/// That heap holds a per-size-class spin lock while it maps a new chunk (a system call,
+/// hence a dispatcher entry) and while it runs code that may not be translated yet; if
+/// the translation made then needs the same size class, the thread deadlocks on itself.
+/// Until the heap gives the engine its own classes (or never calls out under its locks),
+/// the translator only allocates in the classes it has used from the start, which the
+/// embedder's heap has normally carved before the engine took over.
+pub const ALLOC_NOTE: () = ();
+
 /// Translates the block at guest `pc` for host address `base`.
 pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, TranslateError> {
     let avail = readable_len(pc);
@@ -330,7 +343,9 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         guest: Vec::new(),
         guest_pc: pc,
         check: None,
-        pcmap: Vec::new(),
+        // Sized like `buf` (see `ALLOC_NOTE`): engine allocations during a translation
+        // stay in the heap size classes the translator has always used.
+        pcmap: Vec::with_capacity(32),
     };
     if avail == 0 {
         return Ok(native_jump(pc));
