@@ -162,10 +162,18 @@ unsafe impl GlobalAlloc for PrivateHeap {
             return node as *mut u8;
         }
         if c.bump + size > c.end {
+            // Never hold a class lock across the mmap: under the translation engine that
+            // system call passes through the dispatcher, which may have to translate code
+            // that allocates from this very class, and the thread would spin on a lock it
+            // holds itself.
+            drop(c);
             let chunk = map_aligned(CHUNK, CHUNK_ALIGN);
             if chunk.is_null() {
                 return ptr::null_mut();
             }
+            c = self.classes[ci].lock();
+            // Another thread may have installed a chunk meanwhile; the rest of the current
+            // one is given up (a rare, bounded waste) and ours becomes the bump region.
             c.bump = chunk as usize;
             c.end = chunk as usize + CHUNK;
         }
