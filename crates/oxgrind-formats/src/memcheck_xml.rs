@@ -144,12 +144,26 @@ pub fn stack(out: &mut String, frames: &[Frame]) {
     out.push_str("  </stack>\n");
 }
 
+/// How Valgrind 3.19 closes `<what>` for the few errors whose message ends in a newline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WhatQuirk {
+    /// `<what>text</what>`.
+    #[default]
+    None,
+    /// `<what>text\n</what>` with the next tag on the same line (FishyValue).
+    NewlineThenTag,
+    /// `<what>text\n</what>` then a newline (Overlap without a length).
+    NewlineThenNewline,
+}
+
 /// The headline of an error.
 #[derive(Clone, Debug)]
 pub enum What<'a> {
-    /// `<what>text</what>`; `newline_quirk` writes 3.19's `text\n</what>` with the next tag
-    /// on the same line (FishyValue, Overlap without length).
-    Plain { text: &'a str, newline_quirk: bool },
+    /// `<what>text</what>`, or one of 3.19's two malformed variants (see [`WhatQuirk`]).
+    Plain {
+        text: &'a str,
+        newline_quirk: WhatQuirk,
+    },
     /// Leak records: `<xwhat>` with `<text>`, `<leakedbytes>`, `<leakedblocks>`.
     Leak {
         text: &'a str,
@@ -211,15 +225,21 @@ pub fn error(out: &mut String, e: &Error<'_>) {
     match &e.what {
         What::Plain {
             text,
-            newline_quirk: false,
+            newline_quirk: WhatQuirk::None,
         } => {
             let _ = writeln!(out, "  <what>{}</what>", escape(text));
         }
         What::Plain {
             text,
-            newline_quirk: true,
+            newline_quirk: WhatQuirk::NewlineThenTag,
         } => {
             let _ = write!(out, "  <what>{}\n</what>", escape(text));
+        }
+        What::Plain {
+            text,
+            newline_quirk: WhatQuirk::NewlineThenNewline,
+        } => {
+            let _ = writeln!(out, "  <what>{}\n</what>", escape(text));
         }
         What::Leak {
             text,
@@ -363,7 +383,7 @@ mod tests {
                 kind: "InvalidFree",
                 what: What::Plain {
                     text: crate::memcheck_text::INVALID_FREE,
-                    newline_quirk: false,
+                    newline_quirk: WhatQuirk::None,
                 },
                 stack: &stack,
                 aux: &aux,
@@ -428,7 +448,7 @@ mod tests {
                 kind: "FishyValue",
                 what: What::Plain {
                     text: &what,
-                    newline_quirk: true,
+                    newline_quirk: WhatQuirk::NewlineThenTag,
                 },
                 stack: &stack,
                 aux: &[],

@@ -10,7 +10,7 @@
 //! `<suppcounts>` print in that order.
 
 use oxgrind_formats::memcheck_text::{self as text, Amount, ErrorBlock};
-use oxgrind_formats::memcheck_xml as xml;
+use oxgrind_formats::memcheck_xml::{self as xml, WhatQuirk};
 use oxgrind_formats::suppressions::{ErrorClass, GeneratedSupp, LeakKind, SuppFrame, Suppression};
 
 use crate::options::GenSupp;
@@ -73,7 +73,7 @@ pub struct Shown {
     pub xml_kind: &'static str,
     pub block: ErrorBlock,
     /// 3.19 writes `<what>` of FishyValue and length-less Overlap with a trailing newline.
-    pub what_newline_quirk: bool,
+    pub what_newline_quirk: WhatQuirk,
     /// Every frame of the stack (inline-expanded), for suppression matching.
     pub supp_frames: Vec<SuppFrame>,
     /// `--gen-suppressions` text of this error.
@@ -381,7 +381,12 @@ impl ErrorManager {
                 .filter(|s| s.count > 0)
                 .map(|s| (s.count, s.supp.name.as_str()))
                 .collect();
-            xml::suppcounts(&mut out.xml, &used);
+            // Valgrind 3.19 leaves <suppcounts> out under -q, and one empty line in its place.
+            if self.rep.verbosity > 0 {
+                xml::suppcounts(&mut out.xml, &used);
+            } else {
+                out.xml.push('\n');
+            }
             return;
         }
         if self.rep.verbosity == 1 && !self.rep.show_error_list {
@@ -474,7 +479,7 @@ mod tests {
                 stack: vec![],
                 aux: vec![],
             },
-            what_newline_quirk: false,
+            what_newline_quirk: WhatQuirk::None,
             supp_frames: vec![
                 SuppFrame {
                     fun: Some("free".into()),

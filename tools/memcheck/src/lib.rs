@@ -38,7 +38,7 @@ use oxgrind_formats::frame::Frame;
 use oxgrind_formats::memcheck_text::{
     self as text, Amount, Aux, ErrorBlock, LeakMode, LeakSummary,
 };
-use oxgrind_formats::memcheck_xml as xml;
+use oxgrind_formats::memcheck_xml::{self as xml, WhatQuirk};
 use oxgrind_formats::suppressions::{
     self as supp, GenFrame, GeneratedSupp, LeakKind, SuppFrame, SuppParseError,
 };
@@ -464,7 +464,7 @@ impl Memcheck {
         tid: i32,
         xml_kind: &'static str,
         what: &dyn Fn() -> String,
-        quirk: bool,
+        quirk: WhatQuirk,
         aux: &dyn Fn(&FreedQueue) -> Vec<Aux>,
     ) {
         let ips: Vec<u64> = host
@@ -633,7 +633,7 @@ impl Memcheck {
                     stack: res.shown,
                     aux: Vec::new(),
                 },
-                what_newline_quirk: false,
+                what_newline_quirk: WhatQuirk::None,
                 supp_frames: res.supp,
                 generated: GeneratedSupp {
                     kind: "Memcheck:Leak".into(),
@@ -915,7 +915,7 @@ impl Tool for Memcheck {
                 ev.tid,
                 "MismatchedFree",
                 &|| text::MISMATCHED_FREE.to_string(),
-                false,
+                WhatQuirk::None,
                 &|_| {
                     let mut aux = vec![Aux::Text(text::address_in_block(addr, 0, size, false))];
                     if keep_alloc {
@@ -957,7 +957,7 @@ impl Tool for Memcheck {
                     ev.tid,
                     "InvalidFree",
                     &|| text::INVALID_FREE.to_string(),
-                    false,
+                    WhatQuirk::None,
                     &|freed| self.describe_addr(host, freed, addr, thread),
                 )
             }
@@ -973,7 +973,7 @@ impl Tool for Memcheck {
                     ev.tid,
                     "FishyValue",
                     &|| text::fishy_value(function, arg, value),
-                    true,
+                    WhatQuirk::NewlineThenTag,
                     &|_| Vec::new(),
                 )
             }
@@ -991,7 +991,7 @@ impl Tool for Memcheck {
                     ev.tid,
                     "InvalidAlignment",
                     &|| text::invalid_alignment(align, why),
-                    false,
+                    WhatQuirk::None,
                     &|_| Vec::new(),
                 )
             }
@@ -1007,7 +1007,11 @@ impl Tool for Memcheck {
                 ev.tid,
                 "Overlap",
                 &|| text::overlap(func, dst, src, len),
-                len.is_none(),
+                if len.is_none() {
+                    WhatQuirk::NewlineThenNewline
+                } else {
+                    WhatQuirk::None
+                },
                 &|_| Vec::new(),
             ),
         }
