@@ -8,63 +8,6 @@ use common::*;
 use std::path::Path;
 use std::process::Command;
 
-/// What legitimately differs between the two reports: pids, addresses, and the name of the
-/// preloaded library (ours prints `(in /.../liboxgrind_runtime.so)` where Valgrind prints
-/// its vgpreload). The same rules as memcheck_vs_valgrind.rs.
-fn normalize(report: &str) -> String {
-    report
-        .lines()
-        .map(|l| {
-            let mut l = l.to_string();
-            if l.starts_with("==") {
-                if let Some(end) = l[2..].find("==") {
-                    l.replace_range(..end + 4, "==PID==");
-                }
-            }
-            let mut out = String::new();
-            let mut rest = l.as_str();
-            while let Some(i) = rest.find("0x") {
-                out.push_str(&rest[..i]);
-                let tail = &rest[i + 2..];
-                let n = tail.chars().take_while(|c| c.is_ascii_hexdigit()).count();
-                out.push_str("0xADDR");
-                rest = &tail[n..];
-            }
-            out.push_str(rest);
-            out = out.replace(
-                "/usr/libexec/valgrind/vgpreload_memcheck-amd64-linux.so",
-                "PRELOAD",
-            );
-            if let Some(i) = out.find("(in /") {
-                if out[i..].contains("liboxgrind_runtime.so)") {
-                    out.replace_range(i.., "(in PRELOAD)");
-                }
-            }
-            out
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-fn assert_same(ours: &str, theirs: &str) {
-    if ours != theirs {
-        let diff: Vec<String> = ours
-            .lines()
-            .zip(theirs.lines())
-            .enumerate()
-            .filter(|(_, (a, b))| a != b)
-            .take(12)
-            .map(|(i, (a, b))| format!("line {}:\n  ours     {a}\n  valgrind {b}", i + 1))
-            .collect();
-        panic!(
-            "reports differ ({} vs {} lines):\n{}\n--- ours ---\n{ours}",
-            ours.lines().count(),
-            theirs.lines().count(),
-            diff.join("\n")
-        );
-    }
-}
-
 /// Runs `prog` under both memchecks with `opts`; checks stdout and exit status are equal
 /// and returns both reports (stderr) as they are.
 fn both_raw(prog: &Path, opts: &[&str]) -> Option<(String, String)> {
@@ -84,7 +27,7 @@ fn both_raw(prog: &Path, opts: &[&str]) -> Option<(String, String)> {
 
 /// [`both_raw`], normalised.
 fn both(prog: &Path, opts: &[&str]) -> Option<(String, String)> {
-    both_raw(prog, opts).map(|(o, t)| (normalize(&o), normalize(&t)))
+    both_raw(prog, opts).map(|(o, t)| (normalize_report(&o), normalize_report(&t)))
 }
 
 /// The overlap errors' first lines with each address cut to its offset in the page: both
@@ -134,7 +77,7 @@ fn overlapping_string_copies_are_reported_as_valgrind_reports_them() {
             return;
         };
         eprintln!("options {opts:?}");
-        assert_same(&ours, &theirs);
+        assert_same_report(&ours, &theirs);
     }
     let Some((ours, theirs)) = both_raw(&prog, &[]) else {
         return;
@@ -202,7 +145,7 @@ fn fortified_builds_are_checked_where_valgrind_checks_them() {
     let Some((ours, theirs)) = both(&prog, &[]) else {
         return;
     };
-    assert_same(&ours, &theirs);
+    assert_same_report(&ours, &theirs);
     assert!(
         ours.contains("by 0xADDR: strncpy (string_fortified.h:"),
         "{ours}"

@@ -187,3 +187,61 @@ pub fn massif_peak_tree(text: &str) -> Option<String> {
     let end = rest.find("#-----------").unwrap_or(rest.len());
     Some(rest[..end].to_string())
 }
+
+/// Things that legitimately differ between any two runs, or name the tool itself.
+pub fn normalize_report(report: &str) -> String {
+    report
+        .lines()
+        .map(|l| {
+            let mut l = l.to_string();
+            // ==12345== prefix
+            if l.starts_with("==") {
+                if let Some(end) = l[2..].find("==") {
+                    l.replace_range(..end + 4, "==PID==");
+                }
+            }
+            // hex addresses
+            let mut out = String::new();
+            let mut rest = l.as_str();
+            while let Some(i) = rest.find("0x") {
+                out.push_str(&rest[..i]);
+                let tail = &rest[i + 2..];
+                let n = tail.chars().take_while(|c| c.is_ascii_hexdigit()).count();
+                out.push_str("0xADDR");
+                rest = &tail[n..];
+            }
+            out.push_str(rest);
+            for preload in ["/usr/libexec/valgrind/vgpreload_memcheck-amd64-linux.so"] {
+                out = out.replace(preload, "PRELOAD");
+            }
+            if let Some(i) = out.find("(in /") {
+                if out[i..].contains("liboxgrind_runtime.so)") {
+                    out.replace_range(i.., "(in PRELOAD)");
+                }
+            }
+            // Valgrind has no clone3, so glibc falls back to clone under it.
+            out.replace("clone3 (clone3.S:81)", "clone (clone.S:100)")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Panics with the first differing lines when two normalised reports differ.
+pub fn assert_same_report(ours: &str, theirs: &str) {
+    if ours != theirs {
+        let diff: Vec<String> = ours
+            .lines()
+            .zip(theirs.lines())
+            .enumerate()
+            .filter(|(_, (a, b))| a != b)
+            .take(12)
+            .map(|(i, (a, b))| format!("line {}:\n  ours     {a}\n  valgrind {b}", i + 1))
+            .collect();
+        panic!(
+            "reports differ ({} vs {} lines):\n{}\n--- ours ---\n{ours}",
+            ours.lines().count(),
+            theirs.lines().count(),
+            diff.join("\n")
+        );
+    }
+}
