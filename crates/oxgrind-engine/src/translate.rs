@@ -1012,26 +1012,7 @@ impl Emitter {
     /// `insn [rip+X]` too far from the code cache: `mov gs:[save], s; mov s, X; insn [s];
     /// mov s, gs:[save]` with a scratch register `s` the instruction does not use.
     fn far_rip(&mut self, ins: &Instruction) -> Result<(), TranslateError> {
-        let mut factory = InstructionInfoFactory::new();
-        let info = factory.info(ins);
-        const CANDIDATES: [(Register, u8); 10] = [
-            (Register::RAX, 0),
-            (Register::RCX, 1),
-            (Register::RDX, 2),
-            (Register::RBX, 3),
-            (Register::RSI, 6),
-            (Register::RDI, 7),
-            (Register::R8, 8),
-            (Register::R9, 9),
-            (Register::R10, 10),
-            (Register::R11, 11),
-        ];
-        let used = |r: Register| {
-            info.used_registers()
-                .iter()
-                .any(|u| u.register().full_register() == r)
-        };
-        let Some(&(reg, num)) = CANDIDATES.iter().find(|(r, _)| !used(*r)) else {
+        let Some((reg, num)) = self.free_register(ins) else {
             return Err(TranslateError::Encode { pc: ins.ip() });
         };
         let target = ins.ip_rel_memory_address();
