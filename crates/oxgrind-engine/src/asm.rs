@@ -24,6 +24,8 @@
 //! * `oxg_sig_entry`: the host handler installed for every signal the guest handles.
 //! * `oxg_smc_dispatch`: where a block whose guest bytes changed exits (see `pages`).
 //! * `oxg_resume`: where a signal context resumes when its pc is a guest address.
+//! * `oxg_probe`: a tool's probe call (see `probe`): enters the dispatcher with the probe
+//!   record in `probe_rec`; the dispatcher runs the tool and returns to the call site.
 
 use crate::context as c;
 
@@ -38,6 +40,7 @@ extern "C" {
     pub fn oxg_sigreturn_tramp();
     pub fn oxg_smc_dispatch();
     pub fn oxg_resume();
+    pub fn oxg_probe();
 }
 
 core::arch::global_asm!(
@@ -283,6 +286,17 @@ core::arch::global_asm!(
     "mov gs:[{stub_rax}], rax",
     "mov rax, gs:[{resume_pc}]",
     "jmp oxg_dispatch",
+    // ------------------------------------------------------------------ probe
+    // A probe call site did `mov gs:[STUB_RAX], rax`, stored its return address in
+    // PROBE_RET and loaded the probe record into rax: the guest state is otherwise exactly
+    // that before the probed instruction. The dispatcher saves it like any entry.
+    ".p2align 4",
+    ".globl oxg_probe",
+    ".hidden oxg_probe",
+    "oxg_probe:",
+    "mov qword ptr gs:[{in_engine}], 1",
+    "mov gs:[{probe_rec}], rax",
+    "jmp oxg_dispatch",
     // ------------------------------------------------------------------ sigreturn
     // rax = 15 and rsp at the signal frame; rt_sigreturn reloads every other register from
     // the frame, so rsi/rdi/rcx/flags may be used to copy the scratch slots back.
@@ -347,6 +361,7 @@ core::arch::global_asm!(
     forked = const c::OFF_FORKED,
     smc_stale = const c::OFF_SMC_STALE,
     resume_pc = const c::OFF_RESUME_PC,
+    probe_rec = const c::OFF_PROBE_REC,
     scratch = const c::OFF_SCRATCH,
     nscratch = const c::SCRATCH_SLOTS,
     rust = sym crate::dispatch::dispatch,

@@ -455,6 +455,7 @@ mod tests {
             Options {
                 count: false,
                 check: false,
+                instrument: false,
             },
             false,
         );

@@ -31,7 +31,7 @@ use oxgrind_sys::lock::SpinLock;
 use oxgrind_sys::raw;
 
 /// Number of scratch slots saved across a translated signal handler.
-pub const SCRATCH_SLOTS: usize = 13;
+pub const SCRATCH_SLOTS: usize = 15;
 /// Depth of the per-thread stack of saved scratch groups (nested translated handlers; a
 /// handler that `siglongjmp`s away leaves its level behind, so the stack wraps).
 pub const SIG_RING: usize = 8;
@@ -44,6 +44,10 @@ pub const S_HOST_TARGET: usize = 3;
 pub const S_FAR_SAVE: usize = 4;
 pub const S_RAISE_TARGET: usize = 5;
 pub const S_T0: usize = 6; // ..S_T0+6: registers saved around the re-raise system call
+/// Host address a probe call returns to (see `probe`).
+pub const S_PROBE_RET: usize = 13;
+/// The guest flags (`lahf`/`seto` form) while a counter probe runs.
+pub const S_PROBE_FLAGS: usize = 14;
 
 /// Guest register indices in [`ThreadCtx::gregs`] (hardware encoding order).
 pub const RAX: usize = 0;
@@ -99,7 +103,14 @@ pub struct ThreadCtx {
     /// The guest's own gs base (`arch_prctl(ARCH_SET_GS)`, `wrgsbase`); the hardware gs
     /// base points at this context.
     pub guest_gs: u64,
+    /// Host address of `oxg_probe` (a tool's probe call, see `probe`).
+    pub probe_entry: u64,
+    /// Set by `oxg_probe`: the probe record of the call in flight (0: an ordinary dispatch).
+    pub probe_rec: u64,
     // ---- touched by Rust only ----
+    /// The guest's fs base, read lazily for `fs:` operands at probes (0: not read yet);
+    /// forgotten when the guest sets it with `arch_prctl`.
+    pub fs_base: u64,
     /// Child context of a `clone` in flight (parent side).
     pub pending_child: u64,
     /// Signals that arrived while the thread was inside the engine (bit n = signal n).
@@ -144,6 +155,8 @@ off!(OFF_SMC_DISPATCH, smc_dispatch);
 off!(OFF_SMC_STALE, smc_stale);
 off!(OFF_RESUME_PC, resume_pc);
 off!(OFF_GUEST_GS, guest_gs);
+off!(OFF_PROBE_ENTRY, probe_entry);
+off!(OFF_PROBE_REC, probe_rec);
 
 /// Offset of scratch slot `i`.
 pub const fn scratch_off(i: usize) -> usize {
@@ -200,6 +213,7 @@ pub fn new_ctx(dispatch: u64) -> Option<*mut ThreadCtx> {
         (*ctx).dispatch = dispatch;
         (*ctx).ibl2 = crate::asm::oxg_ibl2 as *const () as u64;
         (*ctx).smc_dispatch = crate::asm::oxg_smc_dispatch as *const () as u64;
+        (*ctx).probe_entry = crate::asm::oxg_probe as *const () as u64;
         (*ctx).ibl_table = table as u64;
         (*ctx).estack = stack as u64 + ENGINE_STACK as u64 - 64;
         let mut head = ALL.load(Ordering::Acquire);
@@ -260,6 +274,8 @@ pub fn reuse_exited() -> Option<*mut ThreadCtx> {
         c.smc_stale = 0;
         c.resume_pc = 0;
         c.guest_gs = 0;
+        c.probe_rec = 0;
+        c.fs_base = 0;
         c.pending_child = 0;
         c.pending_signals = 0;
         c.sig_depth = 0;

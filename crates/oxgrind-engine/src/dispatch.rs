@@ -62,6 +62,7 @@ const SYS_CLONE3: u64 = 435;
 const CLONE_VM: u64 = 0x100;
 const SYS_EXIT: u64 = 60;
 const ARCH_SET_GS: u64 = 0x1001;
+const ARCH_SET_FS: u64 = 0x1002;
 const ARCH_GET_GS: u64 = 0x1004;
 
 /// `arch_prctl(ARCH_SET_GS | ARCH_GET_GS)` against the guest's gs base.
@@ -197,6 +198,12 @@ pub(crate) unsafe extern "C" fn dispatch(ctx: *mut ThreadCtx) -> u64 {
     if ctx.pending_child != 0 {
         clone_handshake(ctx);
     }
+    if ctx.probe_rec != 0 {
+        let rec = ctx.probe_rec;
+        ctx.probe_rec = 0;
+        crate::probe::run(ctx, rec);
+        return signals::maybe_raise(ctx, ctx.scratch[c::S_PROBE_RET]);
+    }
     let mut pc = ctx.next_pc;
     if ctx.smc_stale != 0 {
         ctx.smc_stale = 0;
@@ -298,6 +305,10 @@ fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
         SYS_MPROTECT | SYS_PKEY_MPROTECT => {
             ctx.gregs[c::RAX] = mprotect(ctx, nr) as u64;
             Action::Emulated
+        }
+        SYS_ARCH_PRCTL if ctx.gregs[c::RDI] == ARCH_SET_FS => {
+            ctx.fs_base = 0; // read again at the next probe that needs it
+            Action::Run(host)
         }
         SYS_ARCH_PRCTL if matches!(ctx.gregs[c::RDI], ARCH_SET_GS | ARCH_GET_GS) => {
             // The hardware gs base is the engine's; the guest's is kept in the context and

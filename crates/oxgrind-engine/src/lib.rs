@@ -91,6 +91,7 @@ mod cache;
 mod context;
 mod dispatch;
 mod pages;
+pub mod probe;
 mod signals;
 pub mod translate;
 
@@ -99,7 +100,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 pub use dispatch::instructions_executed;
 
 /// What the engine should do; fixed at start.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct Config {
     /// Count every guest instruction executed (each `rep` iteration counts once).
     pub count_instructions: bool,
@@ -117,6 +118,22 @@ pub struct Config {
     /// (the process is about to end; the argument is the exit status). Tools write their
     /// reports here.
     pub on_exit: Option<unsafe extern "C" fn(i32)>,
+    /// The tools' instrumentation: asked about every block before it is translated (see
+    /// [`probe`]).
+    pub instrument: Option<&'static dyn probe::Instrument>,
+}
+
+impl core::fmt::Debug for Config {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Config")
+            .field("count_instructions", &self.count_instructions)
+            .field("report_at_exit", &self.report_at_exit)
+            .field("stats", &self.stats)
+            .field("out_fd", &self.out_fd)
+            .field("far_code_cache", &self.far_code_cache)
+            .field("instrument", &self.instrument.is_some())
+            .finish()
+    }
 }
 
 impl Default for Config {
@@ -128,6 +145,7 @@ impl Default for Config {
             out_fd: 2,
             far_code_cache: false,
             on_exit: None,
+            instrument: None,
         }
     }
 }
@@ -214,9 +232,12 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
         translate::Options {
             count: config.count_instructions,
             check: false,
+            instrument: config.instrument.is_some(),
         },
         config.far_code_cache,
     ));
+    probe::set_instrumenter(config.instrument);
+    probe::prepare();
     prewarm_allocator();
     let ctx =
         context::new_ctx(asm::oxg_dispatch as *const () as u64).ok_or(StartError::NoMemory)?;
@@ -225,5 +246,39 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
     // SAFETY: gs points at ctx; oxg_attach saves this thread's registers and continues at
     // its return address from the code cache (it "returns" with the translated code).
     unsafe { asm::oxg_attach(ctx) };
+    RUNNING.store(true, Ordering::Release);
     Ok(())
+}
+
+/// Set once the calling thread of [`start_from_constructor`] runs translated: from then
+/// on every thread of the process runs under the engine with `%gs` at its context.
+static RUNNING: AtomicBool = AtomicBool::new(false);
+
+/// Guest instructions the calling thread has executed (counting mode; 0 when the engine is
+/// not running). With [`set_thread_instructions`], lets the embedder leave its own work
+/// (an allocator hook, say) out of the program's count.
+pub fn thread_instructions() -> u64 {
+    if !RUNNING.load(Ordering::Acquire) {
+        return 0;
+    }
+    let v: u64;
+    // SAFETY: the engine runs, so this thread runs translated with %gs at its context,
+    // whose `count` field is at OFF_COUNT.
+    unsafe {
+        core::arch::asm!("mov {v}, gs:[{off}]", v = out(reg) v, off = const context::OFF_COUNT,
+            options(nostack, readonly, preserves_flags));
+    }
+    v
+}
+
+/// Sets the calling thread's instruction count (see [`thread_instructions`]).
+pub fn set_thread_instructions(v: u64) {
+    if !RUNNING.load(Ordering::Acquire) {
+        return;
+    }
+    // SAFETY: as in thread_instructions; only this thread writes its own counter.
+    unsafe {
+        core::arch::asm!("mov gs:[{off}], {v}", v = in(reg) v, off = const context::OFF_COUNT,
+            options(nostack, preserves_flags));
+    }
 }

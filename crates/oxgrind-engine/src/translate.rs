@@ -133,6 +133,8 @@ pub struct Options {
     /// comes from a page the program can write; see `pages`). A mismatch exits to the
     /// dispatcher through `oxg_smc_dispatch`, which drops the block and translates again.
     pub check: bool,
+    /// Ask the embedder's [`crate::probe::Instrument`] for probes (and redirections).
+    pub instrument: bool,
 }
 
 /// Readable length from `pc`: to the end of its page, plus the next page if it is mapped.
@@ -350,6 +352,24 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
     if avail == 0 {
         return Ok(native_jump(pc));
     }
+    let tool = if opts.instrument {
+        crate::probe::instrumenter()
+    } else {
+        None
+    };
+    if let Some(to) = tool.and_then(|t| t.redirect(pc)) {
+        e.mark(pc, 0);
+        e.stub_jump(to);
+        e.finish();
+        return Ok(Translation {
+            bytes: e.buf,
+            stubs: e.stubs,
+            kind: BlockKind::Normal,
+            insns: 0,
+            guest_len: 1,
+            pcmap: core::mem::take(&mut e.pcmap),
+        });
+    }
     let window = avail.min(MAX_INSNS * 15 + 16);
     // Everything is decoded and copied from one snapshot, which is also what an entry check
     // compares against: a write racing with the translation makes the check fail rather
@@ -412,10 +432,10 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
             end = End::Before(ip);
             break;
         }
-        if opts.count && is_rep_string(&ins) && !ins.has_op_mask() {
+        if (opts.count || tool.is_some()) && is_rep_string(&ins) && !ins.has_op_mask() {
             if first {
                 e.guest = snapshot;
-                return rep_block(&mut e, &ins, pc, opts);
+                return rep_block(&mut e, &ins, pc, opts, tool);
             }
             end = End::Before(ip);
             break;
@@ -453,11 +473,32 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         }
     }
     let n = insns.len();
+    let mut plan = None;
+    let mut live = 0u64;
+    if let Some(tool) = tool {
+        let mut block = [Instruction::default(); MAX_INSNS];
+        for (slot, d) in block.iter_mut().zip(&insns) {
+            *slot = d.ins;
+        }
+        let mut p = crate::probe::Plan::new(n);
+        tool.instrument(pc, &block[..n], &mut p);
+        let mut refs: [&Instruction; MAX_INSNS] = [&block[0]; MAX_INSNS];
+        for (slot, d) in refs.iter_mut().zip(&insns) {
+            *slot = &d.ins;
+        }
+        live = crate::probe::flags_live_before(&refs[..n]);
+        plan = Some(p);
+    }
     for (i, d) in insns.iter().enumerate() {
         e.mark(d.ins.ip(), 0);
         if count_at == Some(i) {
             e.count_prologue(n as u32, true);
             e.mark(d.ins.ip(), 0);
+        }
+        if let Some(p) = &plan {
+            for r in p.reqs().iter().filter(|r| r.at() == i) {
+                e.probe(r, &d.ins, live & (1 << i) != 0)?;
+            }
         }
         let last = i + 1 == n;
         if last && matches!(end, End::Transfer) {
@@ -532,7 +573,12 @@ fn rep_block(
     ins: &Instruction,
     pc: u64,
     opts: Options,
+    tool: Option<&'static dyn crate::probe::Instrument>,
 ) -> Result<Translation, TranslateError> {
+    let mut plan = crate::probe::Plan::new(1);
+    if let Some(t) = tool {
+        t.instrument(pc, core::slice::from_ref(ins), &mut plan);
+    }
     e.mark(pc, 0);
     if opts.check {
         e.smc_check(pc, ins.len(), false);
@@ -541,8 +587,21 @@ fn rep_block(
     let raw = &raw[..ins.len()];
     // Address-size override (ecx-counted) forms are left as they are.
     let prefixes = &raw[..raw.len() - 1];
+    // Counter probes run at every entry, the final one with `rcx == 0` included (as the
+    // instruction count does); the others only before an iteration that runs.
+    let counts = |e: &mut Emitter| -> Result<(), TranslateError> {
+        for r in plan.reqs() {
+            if matches!(r, crate::probe::Req::Count { .. }) {
+                e.probe(r, ins, true)?;
+            }
+        }
+        Ok(())
+    };
     if prefixes.contains(&0x67) {
-        e.count_prologue(1, false);
+        counts(e)?;
+        if opts.count {
+            e.count_prologue(1, false);
+        }
         e.mark(pc, 0);
         e.buf.extend_from_slice(raw);
         e.unmark();
@@ -557,7 +616,10 @@ fn rep_block(
             pcmap: core::mem::take(&mut e.pcmap),
         });
     }
-    e.count_prologue(1, false);
+    counts(e)?;
+    if opts.count {
+        e.count_prologue(1, false);
+    }
     e.mark(pc, 0);
     // jrcxz +2; jmp +5; jmp rel32 -> exit(next)
     e.buf.extend_from_slice(&[0xE3, 0x02, 0xEB, 0x05, 0xE9]);
@@ -565,6 +627,12 @@ fn rep_block(
     e.buf.extend_from_slice(&[0; 4]);
     let exit_stub = e.new_stub(ins.next_ip());
     e.fixups.push((exit_fix, exit_stub));
+    e.mark(pc, 0);
+    for r in plan.reqs() {
+        if !matches!(r, crate::probe::Req::Count { .. }) {
+            e.probe(r, ins, true)?;
+        }
+    }
     e.unmark();
     // lea rcx, [rcx-1]
     e.buf.extend_from_slice(&[0x48, 0x8D, 0x49, 0xFF]);
@@ -719,6 +787,59 @@ impl Emitter {
             self.store_gs(0, c::OFF_COUNT);
             self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
         }
+    }
+
+    /// Emits one probe before guest instruction `ins` (see `probe`). The guest state is
+    /// exact at its start and end; in between the guest `rax` is in `STUB_RAX`.
+    fn probe(
+        &mut self,
+        r: &crate::probe::Req,
+        ins: &Instruction,
+        flags_live: bool,
+    ) -> Result<(), TranslateError> {
+        use crate::probe::Req;
+        let ip = ins.ip();
+        let rec = match *r {
+            Req::Count { counter, n, .. } => {
+                self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+                self.mark(ip, FIX_RAX_IN_STUB);
+                if flags_live {
+                    self.buf.extend_from_slice(&[0x9F, 0x0F, 0x90, 0xC0]); // lahf; seto al
+                    self.store_gs(0, c::scratch_off(c::S_PROBE_FLAGS));
+                }
+                self.mov_imm64(0, counter);
+                // lock add qword ptr [rax], n
+                self.buf.extend_from_slice(&[0xF0, 0x48, 0x81, 0x00]);
+                self.d32(n);
+                if flags_live {
+                    self.load_gs(0, c::scratch_off(c::S_PROBE_FLAGS));
+                    self.buf.extend_from_slice(&[0x04, 0x7F, 0x9E]); // add al, 0x7f; sahf
+                }
+                self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
+                self.mark(ip, 0);
+                return Ok(());
+            }
+            Req::Accesses { data, .. } => crate::probe::access_record(ins, data),
+            Req::Pc { data, .. } => crate::probe::pc_record(ins, data),
+        };
+        let Some(rec) = rec else {
+            return Ok(()); // no memory access to report (or no memory for the record)
+        };
+        // mov gs:[STUB_RAX], rax; lea rax, [rip+back]; mov gs:[PROBE_RET], rax;
+        // mov rax, rec; jmp gs:[probe_entry]; back:
+        self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+        self.mark(ip, FIX_RAX_IN_STUB);
+        self.buf.extend_from_slice(&[0x48, 0x8D, 0x05]);
+        let lea_disp = self.buf.len();
+        self.d32(0);
+        self.store_gs(0, c::scratch_off(c::S_PROBE_RET));
+        self.mov_imm64(0, rec);
+        self.jmp_gs(c::OFF_PROBE_ENTRY);
+        let back = self.buf.len();
+        let rel = (back - (lea_disp + 4)) as u32;
+        self.buf[lea_disp..lea_disp + 4].copy_from_slice(&rel.to_le_bytes());
+        self.mark(ip, 0);
+        Ok(())
     }
 
     fn new_stub(&mut self, target: u64) -> usize {
@@ -1309,6 +1430,7 @@ mod tests {
     const OPTS: Options = Options {
         count: false,
         check: false,
+        instrument: false,
     };
 
     #[test]
@@ -1386,6 +1508,7 @@ mod tests {
             Options {
                 count: true,
                 check: false,
+                instrument: false,
             },
         )
         .unwrap();
@@ -1411,6 +1534,7 @@ mod tests {
             Options {
                 count: true,
                 check: false,
+                instrument: false,
             },
         )
         .unwrap();
@@ -1432,6 +1556,7 @@ mod tests {
         let opts = Options {
             count: false,
             check: true,
+            instrument: false,
         };
         let t = translate(pc, pc + 0x1000, opts).unwrap();
         let insns = decode_all(&t.bytes, pc + 0x1000);

@@ -338,6 +338,14 @@ impl Host for RuntimeHost {
     fn read_words(&self, start: Addr, len: u64, f: &mut dyn FnMut(Addr, u64)) {
         crate::roots::read_words(start, len, f)
     }
+
+    fn stack_at(&self, regs: &oxgrind_tool::instrument::GuestRegs, depth: usize) -> StackId {
+        crate::stacks::capture_regs(&STACKS, regs.rip, regs.rsp(), regs.rbp(), depth)
+    }
+
+    fn instructions(&self) -> u64 {
+        oxgrind_engine::instructions_executed()
+    }
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ pub mod fds;
 pub mod guard;
 pub mod hooks;
 pub mod host;
+pub mod instrument;
 pub mod libc_api;
 pub mod pages;
 pub mod roots;
@@ -50,17 +51,26 @@ static FINI: extern "C" fn() = on_unload;
 
 extern "C" fn on_load() {
     state::ensure_init();
-    if state::runtime().is_some_and(|rt| rt.needs.translation) {
-        start_engine();
+    if let Some(rt) = state::runtime() {
+        let n = rt.needs;
+        if n.translation || n.count_instructions || n.instrument {
+            start_engine(n);
+        }
     }
 }
 
 /// Hands the program to the translation engine: when this returns, the rest of our
 /// constructor, the program's constructors, `main` and its exit all run from the code cache.
 #[inline(never)]
-fn start_engine() {
+fn start_engine(needs: oxgrind_tool::Needs) {
     let config = oxgrind_engine::Config {
         out_fd: 2,
+        count_instructions: needs.count_instructions,
+        instrument: if needs.instrument {
+            Some(&instrument::TOOL_INSTRUMENT)
+        } else {
+            None
+        },
         ..Default::default()
     };
     // SAFETY: called once, from our ELF constructor, on the main thread before any other

@@ -230,17 +230,18 @@ pub fn capture(table: &StackTable, entry: u64, depth: usize) -> StackId {
 /// its `ucontext` (`gregs`: the 23 saved registers): frame 0 is the interrupted instruction
 /// itself, then return addresses minus one, as [`capture`] gives them.
 pub fn capture_at(table: &StackTable, gregs: *const u64, depth: usize) -> StackId {
+    // SAFETY: the caller passes the 23 saved registers of the interrupted thread.
+    let (pc, sp, bp) = unsafe { (*gregs.add(16), *gregs.add(15), *gregs.add(10)) };
+    capture_regs(table, pc, sp, bp, depth)
+}
+
+/// The stack of a thread stopped at `pc` with stack pointer `sp` and frame pointer `bp`
+/// (a signal context, or the guest state at an engine probe): frame 0 is `pc` itself.
+pub fn capture_regs(table: &StackTable, pc: u64, sp: u64, bp: u64, depth: usize) -> StackId {
     const MAX: usize = 256;
     let mut buf = [MaybeUninit::<u64>::uninit(); MAX];
     let depth = depth.clamp(1, MAX);
-    // SAFETY: the caller passes the 23 saved registers of the interrupted thread.
-    let regs = unsafe {
-        oxgrind_symbols::Regs {
-            pc: *gregs.add(16),
-            sp: *gregs.add(15),
-            bp: *gregs.add(10),
-        }
-    };
+    let regs = oxgrind_symbols::Regs { pc, sp, bp };
     // SAFETY: MaybeUninit<u64> and u64 have the same layout; the unwinder only writes.
     let out = unsafe { &mut *(&mut buf[..depth] as *mut [MaybeUninit<u64>] as *mut [u64]) };
     let n = oxgrind_symbols::capture_from(regs, out, (0, 0));

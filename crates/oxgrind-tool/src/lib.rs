@@ -17,6 +17,15 @@ use alloc::vec::Vec;
 
 pub use oxgrind_formats::frame::Frame;
 
+/// What tools that need every instruction use: the engine's probe vocabulary (see
+/// `oxgrind_engine::probe`). A tool answers [`Tool::instrument`] for each block of guest
+/// code before it is translated, and gets [`Tool::on_accesses`] / [`Tool::on_pc`] calls
+/// from the probes it asked for. Tools never emit machine code.
+pub mod instrument {
+    pub use oxgrind_engine::probe::iced_x86::{self, Instruction};
+    pub use oxgrind_engine::probe::{Access, AccessKind, GuestRegs, Plan};
+}
+
 /// Locks a tool may hold in its event handlers: a spin lock that needs no libc, so it works
 /// inside the program's allocator, in a forked child and in signal handlers (see
 /// `oxgrind_sys::lock`).
@@ -134,6 +143,14 @@ pub struct Needs {
     /// overlapping source and destination and report [`Misuse::Overlap`]. Without it they
     /// are glibc's own, at no cost.
     pub check_overlaps: bool,
+    /// Count guest instructions (implies `translation`): [`Host::instructions`] then gives
+    /// the program's count so far, without the runtime's own work (Massif's
+    /// `--time-unit=i`).
+    pub count_instructions: bool,
+    /// Ask [`Tool::instrument`] about every block of the program's code (implies
+    /// `translation`). Without it blocks are translated as they are, which is faster
+    /// (`rep` string instructions, for one, stay whole).
+    pub instrument: bool,
 }
 
 /// Misuse of the allocator or string functions that the runtime detects on the program's
@@ -279,6 +296,16 @@ pub trait Host {
     /// Calls `f(address, value)` for every aligned 8-byte word in `[start, start + len)`
     /// that is readable; unreadable pages are skipped.
     fn read_words(&self, start: Addr, len: u64, f: &mut dyn FnMut(Addr, u64));
+    /// The guest's call stack at a probe: frame 0 is `regs.rip` (the probed instruction),
+    /// then return addresses minus one; at most `depth` frames.
+    fn stack_at(&self, _regs: &instrument::GuestRegs, _depth: usize) -> StackId {
+        StackId(0)
+    }
+    /// Guest instructions executed so far by all threads (with
+    /// [`Needs::count_instructions`]; 0 otherwise).
+    fn instructions(&self) -> u64 {
+        0
+    }
 }
 
 /// A tool: Massif, Memcheck, DHAT, Cachegrind, ...
@@ -318,4 +345,35 @@ pub trait Tool: Send + Sync {
     }
     /// Called exactly once per process: at exit, at a fatal signal, or before `execve`.
     fn fini(&self, host: &dyn Host, exit: Exit);
+
+    // ---- with `Needs::translation`: see [`instrument`] ----
+
+    /// A block of the program's code at `pc` is about to be translated: ask for probes in
+    /// `plan`. Runs on the engine stack with the thread stopped, for program code only
+    /// (never the runtime's own); must not take a lock the program's allocator calls into
+    /// the tool may hold.
+    fn instrument(
+        &self,
+        _pc: Addr,
+        _block: &[instrument::Instruction],
+        _plan: &mut instrument::Plan,
+    ) {
+    }
+    /// The accesses an instruction probed with `Plan::accesses` is about to make (never
+    /// called for accesses made inside the runtime's allocator hooks).
+    fn on_accesses(
+        &self,
+        _host: &dyn Host,
+        _accesses: &[instrument::Access],
+        _regs: &instrument::GuestRegs,
+        _data: u64,
+    ) {
+    }
+    /// An instruction probed with `Plan::pc` is about to run.
+    fn on_pc(&self, _host: &dyn Host, _regs: &instrument::GuestRegs, _data: u64) {}
+    /// Replace the program's function at `pc` by the code at the returned address (Valgrind's
+    /// function redirection); asked once per translated block start.
+    fn redirect(&self, _host: &dyn Host, _pc: Addr) -> Option<Addr> {
+        None
+    }
 }

@@ -1,0 +1,495 @@
+//! The instrumentation interface: how a tool sees guest code and asks for probes.
+//!
+//! Tools never emit machine code. Before a block is translated the engine hands the
+//! embedder's [`Instrument`] the block's decoded instructions; it answers with a [`Plan`]:
+//! probes to run *before* chosen instructions. There are three kinds, which cover what
+//! Valgrind's tools instrument:
+//!
+//! * a **counter bump** (`Plan::count`): `lock add` of a constant to a tool's counter,
+//!   inline; the arithmetic flags are saved around it only where they are live;
+//! * a **memory-access call** (`Plan::accesses`): the tool's
+//!   [`Instrument::on_accesses`] runs with every memory access the instruction is about to
+//!   make, each with its effective address, size and kind, computed from the guest
+//!   registers: explicit operands, implicit stack accesses (`push`, `pop`, `call`, `ret`,
+//!   `enter`, `leave`), each iteration of a `rep` string instruction, and each active
+//!   element of a gather;
+//! * a **pc call** (`Plan::pc`): [`Instrument::on_pc`] runs with the guest pc and registers.
+//!
+//! Calls are *clean calls*: the call site spills one register to the thread context and
+//! enters the dispatcher, which saves the full guest state (general registers, flags, the
+//! XSAVE state) and runs the tool on the engine stack; signals arriving meanwhile are
+//! deferred like any other signal in the engine. A call costs about as much as a
+//! dispatcher entry (a few hundred cycles): fine for rare events or a tool that filters
+//! first, too slow to trace every access of a long run (an inline filter is the next
+//! step; see `docs/engine.md`).
+//!
+//! [`Instrument::redirect`] replaces a function wholesale: a block at a redirected pc
+//! becomes a jump to the replacement, as Valgrind's function redirection does for its
+//! `strlen` and friends.
+//!
+//! The embedder must keep its tools from probing its own code (a probe call inside the
+//! embedder's allocator, say, would run the tool while the allocator holds its lock);
+//! [`Instrument::instrument`] gets the block's pc first for that.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use iced_x86::{Instruction, InstructionInfoFactory, OpAccess, Register, UsedMemory};
+use oxgrind_sys::lock::SpinLock;
+
+use crate::context::{self as c, ThreadCtx};
+
+pub use iced_x86;
+
+/// The guest's registers at a probe (before the probed instruction executes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct GuestRegs {
+    /// General registers in hardware order: rax, rcx, rdx, rbx, rsp, rbp, rsi, rdi, r8-r15.
+    pub gpr: [u64; 16],
+    /// Guest address of the probed instruction.
+    pub rip: u64,
+    pub rflags: u64,
+}
+
+impl GuestRegs {
+    pub fn rsp(&self) -> u64 {
+        self.gpr[4]
+    }
+    pub fn rbp(&self) -> u64 {
+        self.gpr[5]
+    }
+}
+
+/// What an access does to memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessKind {
+    Read,
+    Write,
+    /// Read, then written by the same instruction (`add [m], r`, `xchg`, `inc [m]`).
+    Modify,
+}
+
+/// One memory access an instruction is about to make.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Access {
+    pub addr: u64,
+    /// Bytes (1 to 64; 512 for `fxsave`...).
+    pub size: u32,
+    pub kind: AccessKind,
+    /// The access depends on something besides the address (`maskmov`, `cmpxchg`'s write,
+    /// a masked-store lane the mask enables). Gather elements the mask disables are not
+    /// reported at all.
+    pub conditional: bool,
+}
+
+/// What the engine asks of the embedder's tools.
+///
+/// Every method runs on the engine stack with the guest thread stopped: code here must
+/// not call into the program (its `malloc`, its locks) and must not block on a lock that
+/// guest code (the embedder's own code running translated, included) may hold.
+pub trait Instrument: Sync {
+    /// Called before the block starting at `pc` is translated, with its instructions in
+    /// order (the last one may be a control transfer). Fill `plan` with probes.
+    fn instrument(&self, pc: u64, block: &[Instruction], plan: &mut Plan);
+    /// The accesses of an instruction probed with [`Plan::accesses`], about to happen.
+    fn on_accesses(&self, _accesses: &[Access], _regs: &GuestRegs, _data: u64) {}
+    /// An instruction probed with [`Plan::pc`] is about to run.
+    fn on_pc(&self, _regs: &GuestRegs, _data: u64) {}
+    /// Guest code at `pc` is to be replaced by the code at the returned address (the
+    /// caller's return address is kept: the replacement returns to it).
+    fn redirect(&self, _pc: u64) -> Option<u64> {
+        None
+    }
+}
+
+/// Most probes one block may carry (a block has at most 64 instructions).
+pub const MAX_PROBES: usize = 256;
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Req {
+    Count { at: u8, counter: u64, n: u32 },
+    Accesses { at: u8, data: u64 },
+    Pc { at: u8, data: u64 },
+}
+
+impl Req {
+    pub(crate) fn at(&self) -> usize {
+        match *self {
+            Req::Count { at, .. } | Req::Accesses { at, .. } | Req::Pc { at, .. } => at as usize,
+        }
+    }
+}
+
+/// The probes a tool wants in one block, by instruction index.
+pub struct Plan {
+    reqs: [Req; MAX_PROBES],
+    n: usize,
+    insns: usize,
+}
+
+impl Plan {
+    pub(crate) fn new(insns: usize) -> Plan {
+        Plan {
+            reqs: [Req::Pc { at: 0, data: 0 }; MAX_PROBES],
+            n: 0,
+            insns,
+        }
+    }
+
+    fn push(&mut self, r: Req) -> bool {
+        if r.at() >= self.insns || self.n == MAX_PROBES {
+            return false;
+        }
+        self.reqs[self.n] = r;
+        self.n += 1;
+        true
+    }
+
+    /// Adds `n` to `counter` (atomically) each time instruction `insn` is about to run.
+    /// `false` if `insn` is out of range or the plan is full.
+    pub fn count(&mut self, insn: usize, counter: &'static AtomicU64, n: u32) -> bool {
+        self.push(Req::Count {
+            at: insn as u8,
+            counter: counter as *const AtomicU64 as u64,
+            n: n.min(i32::MAX as u32),
+        })
+    }
+
+    /// Calls [`Instrument::on_accesses`] before instruction `insn` with the accesses it is
+    /// about to make (not called when it makes none, e.g. an iteration of `rep movsb` with
+    /// `rcx == 0`, or a gather with an empty mask).
+    pub fn accesses(&mut self, insn: usize, data: u64) -> bool {
+        self.push(Req::Accesses {
+            at: insn as u8,
+            data,
+        })
+    }
+
+    /// Calls [`Instrument::on_pc`] before instruction `insn`.
+    pub fn pc(&mut self, insn: usize, data: u64) -> bool {
+        self.push(Req::Pc {
+            at: insn as u8,
+            data,
+        })
+    }
+
+    pub(crate) fn reqs(&self) -> &[Req] {
+        &self.reqs[..self.n]
+    }
+}
+
+/// The embedder's instrumentation, set once before takeover.
+static INSTRUMENT: SpinLock<Option<&'static dyn Instrument>> = SpinLock::new(None);
+
+pub(crate) fn set_instrumenter(i: Option<&'static dyn Instrument>) {
+    *INSTRUMENT.lock() = i;
+}
+
+pub(crate) fn instrumenter() -> Option<&'static dyn Instrument> {
+    // SAFETY: written once before the engine takes over (or by tests before translating),
+    // only read afterwards.
+    unsafe { *INSTRUMENT.get_unchecked() }
+}
+
+/// Most memory operands one instruction is described with (`movs`: 2; `push [m]`: 2).
+const MAX_MEM: usize = 4;
+
+const KIND_ACCESSES: u32 = 1;
+const KIND_PC: u32 = 2;
+
+/// What a probe call site passes to the dispatcher: everything needed to compute the
+/// accesses from the guest registers, decided at translation time. Records live in
+/// [`STORE`] and are never freed (a thread may still be inside an invalidated block).
+#[repr(C)]
+pub(crate) struct ProbeRec {
+    kind: u32,
+    nmem: u32,
+    data: u64,
+    pc: u64,
+    next_ip: u64,
+    /// Gathers: elements, and the AVX2 mask register (`Register::None`: unmasked).
+    elems: u32,
+    mask: Register,
+    mem: [UsedMemory; MAX_MEM],
+}
+
+/// Bump allocator for probe records over chunks mapped for it (never the program's heap,
+/// and no size-class games with the embedder's heap).
+struct Store {
+    next: u64,
+    end: u64,
+}
+
+static STORE: SpinLock<Store> = SpinLock::new(Store { next: 0, end: 0 });
+const STORE_CHUNK: usize = 1 << 20;
+
+fn store_alloc(size: usize) -> Option<*mut u8> {
+    let size = (size + 15) & !15;
+    let mut s = STORE.lock();
+    if s.next + size as u64 > s.end {
+        let chunk = oxgrind_sys::raw::mmap_anon(STORE_CHUNK)? as u64;
+        s.next = chunk;
+        s.end = chunk + STORE_CHUNK as u64;
+    }
+    let p = s.next;
+    s.next += size as u64;
+    Some(p as *mut u8)
+}
+
+/// One factory for the translator (it keeps its buffers between calls).
+static FACTORY: SpinLock<Option<InstructionInfoFactory>> = SpinLock::new(None);
+
+/// Creates the factory's buffers before the engine takes over.
+pub(crate) fn prepare() {
+    let mut f = FACTORY.lock();
+    if f.is_none() {
+        *f = Some(InstructionInfoFactory::new());
+    }
+}
+
+/// Memory operands of `ins` that access memory, reads before writes as the CPU does them.
+fn used_memory(ins: &Instruction, out: &mut [UsedMemory; MAX_MEM]) -> usize {
+    let mut guard = FACTORY.lock();
+    let f = guard.get_or_insert_with(InstructionInfoFactory::new);
+    let info = f.info(ins);
+    let mut n = 0;
+    for pass in 0..2 {
+        for m in info.used_memory() {
+            let write_only = matches!(m.access(), OpAccess::Write | OpAccess::CondWrite);
+            let touches = !matches!(m.access(), OpAccess::None | OpAccess::NoMemAccess)
+                && m.memory_size().size() > 0;
+            if touches && (pass == 1) == write_only && n < MAX_MEM {
+                out[n] = *m;
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// Makes the record for an access probe on `ins`; `None` when it touches no memory.
+pub(crate) fn access_record(ins: &Instruction, data: u64) -> Option<u64> {
+    let mut mem = [UsedMemory::default(); MAX_MEM];
+    let nmem = used_memory(ins, &mut mem);
+    if nmem == 0 {
+        return None;
+    }
+    let (elems, mask) = if ins.is_vsib() {
+        let elem = mem[0].memory_size().size().max(1) as u32;
+        let dest = ins.op0_register().size() as u32;
+        let mask = if ins.op_count() == 3 && ins.op2_register().is_vector_register() {
+            ins.op2_register()
+        } else {
+            Register::None
+        };
+        ((dest / elem).max(1), mask)
+    } else {
+        (1, Register::None)
+    };
+    record(ProbeRec {
+        kind: KIND_ACCESSES,
+        nmem: nmem as u32,
+        data,
+        pc: ins.ip(),
+        next_ip: ins.next_ip(),
+        elems,
+        mask,
+        mem,
+    })
+}
+
+/// Makes the record for a pc probe on `ins`.
+pub(crate) fn pc_record(ins: &Instruction, data: u64) -> Option<u64> {
+    record(ProbeRec {
+        kind: KIND_PC,
+        nmem: 0,
+        data,
+        pc: ins.ip(),
+        next_ip: ins.next_ip(),
+        elems: 0,
+        mask: Register::None,
+        mem: [UsedMemory::default(); MAX_MEM],
+    })
+}
+
+fn record(r: ProbeRec) -> Option<u64> {
+    let p = store_alloc(core::mem::size_of::<ProbeRec>())? as *mut ProbeRec;
+    // SAFETY: fresh, 16-byte aligned, large enough memory from the store.
+    unsafe { p.write(r) };
+    Some(p as u64)
+}
+
+/// Runs the probe whose record the call site passed (from `dispatch`, with the guest
+/// state saved in `ctx` and its XSAVE area).
+pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
+    // SAFETY: records are written once at translation and never freed.
+    let rec = unsafe { &*(rec as *const ProbeRec) };
+    let Some(inst) = instrumenter() else { return };
+    let regs = GuestRegs {
+        gpr: ctx.gregs,
+        rip: rec.pc,
+        rflags: ctx.gflags,
+    };
+    match rec.kind {
+        KIND_PC => inst.on_pc(&regs, rec.data),
+        KIND_ACCESSES => {
+            let mut buf = [Access {
+                addr: 0,
+                size: 0,
+                kind: AccessKind::Read,
+                conditional: false,
+            }; MAX_MEM * 16];
+            let n = accesses(ctx, rec, &mut buf);
+            if n > 0 {
+                inst.on_accesses(&buf[..n], &regs, rec.data);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn accesses(ctx: &mut ThreadCtx, rec: &ProbeRec, out: &mut [Access]) -> usize {
+    let mut n = 0;
+    for m in &rec.mem[..rec.nmem as usize] {
+        let (kind, conditional) = match m.access() {
+            OpAccess::Read => (AccessKind::Read, false),
+            OpAccess::CondRead => (AccessKind::Read, rec.elems <= 1),
+            OpAccess::Write => (AccessKind::Write, false),
+            OpAccess::CondWrite => (AccessKind::Write, true),
+            OpAccess::ReadWrite => (AccessKind::Modify, false),
+            OpAccess::ReadCondWrite => (AccessKind::Modify, true),
+            _ => continue,
+        };
+        let size = m.memory_size().size() as u32;
+        let elems = if m.index().is_vector_register() {
+            rec.elems as usize
+        } else {
+            1
+        };
+        for e in 0..elems {
+            if elems > 1 && !lane_enabled(ctx, rec.mask, e, size as usize) {
+                continue;
+            }
+            let Some(addr) =
+                m.virtual_address(e, |r, el, el_size| register_value(ctx, rec, r, el, el_size))
+            else {
+                continue;
+            };
+            if n < out.len() {
+                out[n] = Access {
+                    addr,
+                    size,
+                    kind,
+                    conditional: conditional || elems > 1,
+                };
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// Whether element `e` of an AVX2 gather is enabled by the sign bit of its mask element.
+fn lane_enabled(ctx: &ThreadCtx, mask: Register, e: usize, elem_size: usize) -> bool {
+    if mask == Register::None {
+        return true;
+    }
+    let mut bytes = [0u8; 8];
+    if !vector_bytes(ctx, mask, e * elem_size, &mut bytes[..elem_size.min(8)]) {
+        return true;
+    }
+    bytes[elem_size.min(8) - 1] & 0x80 != 0
+}
+
+/// Offset of the YMM upper halves in a standard-format XSAVE area (CPUID 0xD, 2).
+fn ymm_hi_offset() -> usize {
+    static OFF: AtomicU64 = AtomicU64::new(0);
+    let v = OFF.load(Ordering::Relaxed);
+    if v != 0 {
+        return v as usize;
+    }
+    let l = core::arch::x86_64::__cpuid_count(0xD, 2);
+    let off = if l.ebx == 0 { 576 } else { l.ebx as u64 };
+    OFF.store(off, Ordering::Relaxed);
+    off as usize
+}
+
+/// Copies bytes `[at, at+out.len())` of vector register `r` from the saved XSAVE area.
+fn vector_bytes(ctx: &ThreadCtx, r: Register, at: usize, out: &mut [u8]) -> bool {
+    let num = r.number();
+    if num >= 16 || at + out.len() > 32 {
+        return false;
+    }
+    let area = (ctx as *const ThreadCtx as *const u8).wrapping_add(c::XSAVE_OFF);
+    for (i, b) in out.iter_mut().enumerate() {
+        let byte = at + i;
+        let off = if byte < 16 {
+            160 + 16 * num + byte
+        } else {
+            ymm_hi_offset() + 16 * num + (byte - 16)
+        };
+        // SAFETY: the XSAVE area of this context was just written by the dispatcher entry;
+        // both offsets are inside it (legacy area and the AVX component).
+        *b = unsafe { *area.add(off) };
+    }
+    true
+}
+
+fn register_value(
+    ctx: &mut ThreadCtx,
+    rec: &ProbeRec,
+    r: Register,
+    elem: usize,
+    elem_size: usize,
+) -> Option<u64> {
+    if r.is_gpr() {
+        return Some(ctx.gregs[r.full_register().number()]);
+    }
+    match r {
+        Register::RIP | Register::EIP => Some(rec.next_ip),
+        Register::ES | Register::CS | Register::SS | Register::DS => Some(0),
+        Register::GS => Some(ctx.guest_gs),
+        Register::FS => Some(fs_base(ctx)),
+        _ if r.is_vector_register() => {
+            let mut b = [0u8; 8];
+            if !vector_bytes(ctx, r, elem * elem_size, &mut b[..elem_size.min(8)]) {
+                return None;
+            }
+            Some(u64::from_le_bytes(b))
+        }
+        _ => None,
+    }
+}
+
+fn fs_base(ctx: &mut ThreadCtx) -> u64 {
+    if ctx.fs_base == 0 {
+        const SYS_ARCH_PRCTL: usize = 158;
+        const ARCH_GET_FS: usize = 0x1003;
+        let mut v: u64 = 0;
+        // SAFETY: arch_prctl(ARCH_GET_FS) writes one u64 to the pointer given.
+        unsafe {
+            oxgrind_sys::syscall::syscall2(SYS_ARCH_PRCTL, ARCH_GET_FS, &mut v as *mut u64 as usize)
+        };
+        ctx.fs_base = v;
+    }
+    ctx.fs_base
+}
+
+/// Per-instruction liveness of the arithmetic flags: bit `i` of the result is set when
+/// some flag may be read after instruction `i` starts, before being overwritten (flags are
+/// taken as live wherever the block is left).
+pub(crate) fn flags_live_before(insns: &[&Instruction]) -> u64 {
+    const STATUS: u32 = 0x3f;
+    let mut live = STATUS;
+    let mut out = 0u64;
+    for (i, ins) in insns.iter().enumerate().rev() {
+        if !matches!(ins.flow_control(), iced_x86::FlowControl::Next) {
+            live = STATUS;
+        }
+        live = (live & !ins.rflags_modified()) | (ins.rflags_read() & STATUS);
+        if live != 0 {
+            out |= 1 << i;
+        }
+    }
+    out
+}
