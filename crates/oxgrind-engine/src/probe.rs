@@ -252,9 +252,33 @@ fn used_memory(ins: &Instruction, out: &mut [UsedMemory; MAX_MEM]) -> usize {
     let mut guard = FACTORY.lock();
     let f = guard.get_or_insert_with(InstructionInfoFactory::new);
     let info = f.info(ins);
+    // iced describes a `rep`-prefixed string operand as a conditional access of unknown
+    // size (the count may be 0); a probe runs per iteration, where it is one element.
+    let rep_string =
+        ins.is_string_instruction() && (ins.has_rep_prefix() || ins.has_repne_prefix());
     let mut n = 0;
     for pass in 0..2 {
         for m in info.used_memory() {
+            let m = &if rep_string {
+                let access = match m.access() {
+                    OpAccess::CondRead => OpAccess::Read,
+                    OpAccess::CondWrite => OpAccess::Write,
+                    a => a,
+                };
+                UsedMemory::new2(
+                    m.segment(),
+                    m.base(),
+                    m.index(),
+                    m.scale(),
+                    m.displacement(),
+                    ins.memory_size(),
+                    access,
+                    m.address_size(),
+                    m.vsib_size(),
+                )
+            } else {
+                *m
+            };
             let write_only = matches!(m.access(), OpAccess::Write | OpAccess::CondWrite);
             let touches = !matches!(m.access(), OpAccess::None | OpAccess::NoMemAccess)
                 && m.memory_size().size() > 0;

@@ -8,73 +8,16 @@
 //! error: a `rep` iteration counted wrongly, or a block counted twice, shows up thousands
 //! of times in these programs.
 
+mod common;
+
+use common::preload;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const SLACK: i64 = 2_000;
 
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("profile dir")
-        .to_path_buf()
-}
-
-fn preload() -> PathBuf {
-    let lib = target_dir().join("examples").join("libpreload.so");
-    if !lib.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "oxgrind-engine", "--example", "preload"])
-            .env(
-                "CARGO_TARGET_DIR",
-                target_dir().parent().expect("target dir"),
-            )
-            .status()
-            .expect("run cargo build --example preload");
-        assert!(status.success());
-    }
-    lib
-}
-
 fn compile(name: &str, src: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("oxgrind-engine-count-{}", std::process::id()));
-    if !dir.exists() {
-        remove_stale_dirs("oxgrind-engine-count-");
-    }
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join(format!("{name}.c"));
-    std::fs::write(&file, src).unwrap();
-    let bin = dir.join(name);
-    let out = Command::new("gcc")
-        .arg("-O2")
-        .arg("-o")
-        .arg(&bin)
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    bin
-}
-
-/// Removes the temporary directories of earlier runs whose process is gone.
-fn remove_stale_dirs(prefix: &str) {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
-            continue;
-        };
-        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
-            let _ = std::fs::remove_dir_all(e.path());
-        }
-    }
+    common::compile(name, "c", src, &[])
 }
 
 /// glibc picks its `rep movsb/stosb` thresholds from CPUID cache data, which Valgrind

@@ -7,105 +7,13 @@
 //! escaped to native execution, as a `siglongjmp` out of a natively run handler would,
 //! exits without it).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::OnceLock;
+mod common;
+
+use common::{compile, run, work_dir};
+use std::path::Path;
+use std::process::Command;
 
 const REPORT: &str = "oxgrind-engine: instructions executed: ";
-
-fn target_dir() -> PathBuf {
-    // .../<target>/<profile>/deps/run_programs-<hash>
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("profile dir")
-        .to_path_buf()
-}
-
-/// Path of the preload library, building it if `cargo test` did not (filtered runs).
-fn preload() -> &'static Path {
-    static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let lib = target_dir().join("examples").join("libpreload.so");
-        if !lib.exists() {
-            let status = Command::new(env!("CARGO"))
-                .args(["build", "-p", "oxgrind-engine", "--example", "preload"])
-                .env(
-                    "CARGO_TARGET_DIR",
-                    target_dir().parent().expect("target dir"),
-                )
-                .status()
-                .expect("run cargo build --example preload");
-            assert!(status.success(), "building the preload example failed");
-        }
-        assert!(lib.exists(), "{} missing", lib.display());
-        lib
-    })
-}
-
-fn work_dir() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        remove_stale_dirs("oxgrind-engine-tests-");
-        let d = std::env::temp_dir().join(format!("oxgrind-engine-tests-{}", std::process::id()));
-        std::fs::create_dir_all(&d).expect("create temp dir");
-        d
-    })
-    .clone()
-}
-
-/// Removes the temporary directories of earlier runs whose process is gone (a test binary
-/// cannot clean up after itself: its tests run in parallel and it has no exit hook).
-fn remove_stale_dirs(prefix: &str) {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
-            continue;
-        };
-        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
-            let _ = std::fs::remove_dir_all(e.path());
-        }
-    }
-}
-
-/// Compiles `src` (C or C++ by `ext`) with the given extra flags; returns the binary.
-fn compile(name: &str, ext: &str, src: &str, flags: &[&str]) -> PathBuf {
-    let dir = work_dir();
-    let file = dir.join(format!("{name}.{ext}"));
-    std::fs::write(&file, src).expect("write source");
-    let bin = dir.join(name);
-    let cc = if ext == "cc" { "g++" } else { "gcc" };
-    let out = Command::new(cc)
-        .arg("-O2")
-        .arg("-o")
-        .arg(&bin)
-        .arg(&file)
-        .args(flags)
-        .output()
-        .expect("run the C compiler");
-    assert!(
-        out.status.success(),
-        "{cc} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    bin
-}
-
-fn run(cmd: &[&str], engine: bool, extra_env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(cmd[0]);
-    c.args(&cmd[1..]).env_remove("LD_PRELOAD");
-    if engine {
-        c.env("LD_PRELOAD", preload())
-            .env("OXGRIND_ENGINE_COUNT", "1");
-    }
-    for (k, v) in extra_env {
-        c.env(k, v);
-    }
-    c.output().expect("run program")
-}
 
 /// Splits the engine's lines off stderr; returns (stderr without them, the main
 /// process's count, all engine lines).
@@ -1146,4 +1054,55 @@ int main(void) {
         &[],
     );
     same_as_native(&[bin.to_str().unwrap()], &[]);
+}
+
+/// Every instruction probed (a counter, a pc call and an access call each, all memory
+/// tallied): the clean calls must leave no trace on the program, with threads running in
+/// parallel and timer signals arriving while probes run.
+#[test]
+fn programs_probed_at_every_instruction_behave_as_native() {
+    let everything = [("OXGRIND_ENGINE_PROBE", "0:7fffffffffff:0:7fffffffffff")];
+    let bin = compile("cprog_probed", "c", C_PROGRAM, &[]);
+    same_as_native(&[bin.to_str().unwrap(), "x"], &everything);
+    let bin = compile(
+        "threads_timer_probed",
+        "c",
+        r#"
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+static volatile long ticks;
+static void on_alarm(int sig) { ticks++; }
+static void *worker(void *arg) {
+  long id = (long)arg, sum = 0;
+  for (int i = 0; i < 2000; i++) {
+    char *p = malloc(64 + i % 100);
+    memset(p, (int)id, 64);
+    for (int j = 0; j < 64; j++) sum += p[j];
+    free(p);
+  }
+  return (void *)sum;
+}
+int main(void) {
+  struct sigaction sa; memset(&sa, 0, sizeof sa); sa.sa_handler = on_alarm; sa.sa_flags = SA_RESTART;
+  sigaction(SIGALRM, &sa, NULL);
+  struct itimerval it = {{0, 2000}, {0, 2000}};
+  setitimer(ITIMER_REAL, &it, NULL);
+  pthread_t t[4];
+  for (long i = 0; i < 4; i++) pthread_create(&t[i], NULL, worker, (void *)i);
+  long total = 0;
+  for (int i = 0; i < 4; i++) { void *r; pthread_join(t[i], &r); total += (long)r; }
+  while (ticks < 5) getppid();
+  struct itimerval off = {{0, 0}, {0, 0}};
+  setitimer(ITIMER_REAL, &off, NULL);
+  printf("total=%ld\n", total);
+  return 0;
+}
+"#,
+        &["-pthread"],
+    );
+    same_as_native(&[bin.to_str().unwrap()], &everything);
 }

@@ -1,0 +1,95 @@
+//! The tool-facing probes (`oxgrind_engine::probe`) report exactly what the program does.
+//!
+//! The `preload` example's test tool (`OXGRIND_ENGINE_PROBE`) puts a counter bump, a pc
+//! call and an access call before every instruction of one assembly function and tallies
+//! the accesses that land in one buffer. The function makes a known set of accesses of
+//! every kind the interface promises: plain loads and stores, a read-modify-write, a
+//! 32-byte vector load, each iteration of `rep stosb` and `rep movsq`, a masked AVX2
+//! gather (6 of 8 lanes enabled), and implicit stack accesses (`push`, `pop`, `call`,
+//! `ret`) with the stack pointer moved into the buffer.
+
+mod common;
+
+use common::{compile, preload};
+use std::process::Command;
+
+/// Address and size of symbol `name` in `bin` (`nm -S`).
+fn symbol(bin: &std::path::Path, name: &str) -> (u64, u64) {
+    let out = Command::new("nm")
+        .arg("-S")
+        .arg(bin)
+        .output()
+        .expect("run nm");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() == 4 && f[3] == name {
+            let addr = u64::from_str_radix(f[0], 16).unwrap();
+            let size = u64::from_str_radix(f[1], 16).unwrap();
+            return (addr, size);
+        }
+    }
+    panic!("no symbol {name} in {}", bin.display());
+}
+
+fn tally(line: &str, key: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+}
+
+fn has_avx2() -> bool {
+    std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains(" avx2"))
+}
+
+#[test]
+fn probes_see_every_access_of_every_kind_and_count_each_instruction_once() {
+    if !has_avx2() {
+        eprintln!("skipped: the test function uses an AVX2 gather");
+        return;
+    }
+    let bin = compile(
+        "probe_work",
+        "c",
+        include_str!("probe_work.c.txt"),
+        &["-no-pie"],
+    );
+    let (code, code_len) = symbol(&bin, "work");
+    let (data, data_len) = symbol(&bin, "buf");
+    let spec = format!(
+        "{code:x}:{:x}:{data:x}:{:x}",
+        code + code_len,
+        data + data_len
+    );
+    let out = Command::new(&bin)
+        .env("LD_PRELOAD", preload())
+        .env("OXGRIND_ENGINE_PROBE", &spec)
+        .output()
+        .expect("run the probe test program");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n", "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("oxgrind-engine: probes:"))
+        .unwrap_or_else(|| panic!("no probe report: {stderr}"));
+    // 177 instructions, counting each entry of a rep instruction (100 + 1 and 8 + 1).
+    assert_eq!(tally(line, "insns"), 177, "{line}");
+    // pc calls run before instructions that execute: not the final rep entries.
+    assert_eq!(tally(line, "pcs"), 175, "{line}");
+    assert_eq!(tally(line, "pc_mismatch"), 0, "{line}");
+    // reads: 8 movsq + mov + vmovdqu + 6 gather lanes + pop + ret
+    assert_eq!(tally(line, "reads"), 18, "{line}");
+    assert_eq!(
+        tally(line, "rbytes"),
+        8 * 8 + 8 + 32 + 6 * 4 + 8 + 8,
+        "{line}"
+    );
+    // writes: 10 movl + 100 stosb + 8 movsq + push + call
+    assert_eq!(tally(line, "writes"), 120, "{line}");
+    assert_eq!(tally(line, "wbytes"), 40 + 100 + 64 + 8 + 8, "{line}");
+    assert_eq!(tally(line, "modifies"), 1, "{line}");
+    assert_eq!(tally(line, "mbytes"), 4, "{line}");
+    // Only the gather's lanes are conditional.
+    assert_eq!(tally(line, "conditional"), 6, "{line}");
+}
