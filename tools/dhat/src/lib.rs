@@ -1,0 +1,538 @@
+//! DHAT: where a program allocates heap memory, how long the blocks live and how their
+//! bytes are used, written as Valgrind 3.19's `dhat.out.<pid>` for `dh_view.html`
+//! (formats.md §3).
+//!
+//! [`Dhat`] implements [`oxgrind_tool::Tool`]. Time is guest instructions: the program runs
+//! under the translation engine with instruction counting (`Needs::count_instructions`).
+//! Three event streams feed one state ([`heap::State`], behind a spin lock):
+//!
+//! * allocation events (`on_alloc`, `on_free`, `on_realloc`) on the program's threads, each
+//!   stamped with [`Host::instructions`];
+//! * memory accesses: [`Tool::instrument`] asks for an access probe before every
+//!   instruction that may touch the heap (module [`probe`] decides which), and
+//!   [`Tool::on_accesses`] charges each access to the live block containing its first byte;
+//! * at exit, [`Tool::fini`] folds the live blocks in, resolves frames and writes the file
+//!   and the summary.
+//!
+//! A program point (PP) is the allocation stack as Valgrind records it: `--num-callers`
+//! frames including the allocator's own (our `malloc`, where Valgrind on this distribution
+//! shows its `vgpreload` one), cut after `main` or the first function below it. Stacks are
+//! classified once, outside the lock, when first seen.
+//!
+//! `--mode=ad-hoc` counts `DHAT_AD_HOC_EVENT(n)` client requests, recognised in the code
+//! by Valgrind's magic preamble ([`probe`]). `--mode=copy` is refused for now.
+//!
+//! What differs from Valgrind is listed in `docs/differences-from-valgrind.md` (DHAT).
+
+pub mod heap;
+pub mod options;
+pub mod probe;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use options::Options;
+use oxgrind_formats::dhat::{DhatFile, FrameTable, Mode, Pp};
+use oxgrind_formats::number::commify;
+use oxgrind_tool::instrument::{Access, GuestRegs, Instruction, Plan};
+use oxgrind_tool::sync::SpinLock;
+use oxgrind_tool::{Addr, Alloc, Exit, Frame, Free, Host, Needs, OptionError, StackId, Tool};
+
+/// Where Valgrind installs the viewer the summary points to (oxgrind's files load in it).
+pub const DH_VIEW: &str = "file:///usr/libexec/valgrind/dh_view.html";
+
+/// Marks a stack whose allocations are ignored (`--ignore-fn`).
+const IGNORED: u32 = u32::MAX;
+
+/// Program points: one per allocation stack as the runtime interned it. Stacks are
+/// resolved (cut after `main`, described) only at exit, so the measured run does no
+/// symbol work; stacks that resolve to the same frames are merged then.
+#[derive(Default)]
+struct Points {
+    /// Runtime stack → PP number (or [`IGNORED`]).
+    by_stack: HashMap<StackId, u32>,
+    stacks: Vec<StackId>,
+    /// Ad-hoc mode: events and units per PP.
+    adhoc: Vec<(u64, u64)>,
+}
+
+impl Points {
+    fn intern(&mut self, stack: StackId) -> u32 {
+        let n = self.stacks.len() as u32;
+        self.stacks.push(stack);
+        self.by_stack.insert(stack, n);
+        n
+    }
+}
+
+struct Inner {
+    heap: heap::State,
+    points: Points,
+}
+
+/// The DHAT tool. Create with [`Dhat::new`], feed options, then hand to the runtime.
+pub struct Dhat {
+    opts: Options,
+    state: SpinLock<Inner>,
+    /// Descriptions of code addresses, filled as stacks are first seen; read at exit.
+    descs: SpinLock<HashMap<Addr, Vec<Frame>>>,
+    /// Lowest and highest address any block ever covered: accesses outside are skipped
+    /// without taking the lock (most are to the stack or to globals).
+    heap_lo: AtomicU64,
+    heap_hi: AtomicU64,
+    finished: AtomicBool,
+}
+
+impl Default for Dhat {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// `Vg_FnNameBelowMain`: functions that call `main`, shown as `(below main)`.
+fn is_below_main(name: &str) -> bool {
+    name == "__libc_start_main"
+        || name == "__libc_start_call_main"
+        || name.starts_with("__libc_start_main.")
+        || name == "generic_start_main"
+        || name.starts_with("generic_start_main.")
+        || name == "_start"
+}
+
+impl Dhat {
+    pub fn new() -> Self {
+        Dhat {
+            opts: Options::default(),
+            state: SpinLock::new(Inner {
+                heap: heap::State::new(),
+                points: Points::default(),
+            }),
+            descs: SpinLock::new(HashMap::new()),
+            heap_lo: AtomicU64::new(u64::MAX),
+            heap_hi: AtomicU64::new(0),
+            finished: AtomicBool::new(false),
+        }
+    }
+
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+
+    /// The frames describing `ip` (cached; described without holding the cache lock).
+    fn describe(&self, host: &dyn Host, ip: Addr) -> Vec<Frame> {
+        if let Some(f) = self.descs.lock().get(&ip) {
+            return f.clone();
+        }
+        let mut f = host.describe(ip);
+        if f.is_empty() {
+            f.push(Frame {
+                ip,
+                ..Frame::default()
+            });
+        }
+        self.descs.lock().entry(ip).or_insert_with(|| f.clone());
+        f
+    }
+
+    /// The PP frames of a raw stack, or `None` when an `--ignore-fn` matches one of them.
+    /// `skip_first`: frame 0 is the allocator (not looked at by `--ignore-fn`).
+    fn classify(&self, host: &dyn Host, raw: &[Addr], skip_first: bool) -> Option<Vec<Addr>> {
+        let mut out = Vec::with_capacity(raw.len());
+        for (i, &ip) in raw.iter().take(self.opts.num_callers).enumerate() {
+            out.push(ip);
+            let frames = self.describe(host, ip);
+            let names = frames.iter().filter_map(|f| f.function.as_deref());
+            let mut cut = false;
+            for name in names {
+                if !(skip_first && i == 0)
+                    && self
+                        .opts
+                        .ignore_fns
+                        .iter()
+                        .any(|p| options::glob_match(p, name))
+                {
+                    return None;
+                }
+                if !self.opts.show_below_main && (name == "main" || is_below_main(name)) {
+                    cut = true;
+                }
+            }
+            if cut {
+                break;
+            }
+        }
+        Some(out)
+    }
+
+    /// The PP of an allocation stack: a hash lookup, or a new number on first sight.
+    /// With `--ignore-fn`, a new stack is first described (outside the lock) to decide
+    /// whether it is ignored. `None`: ignored.
+    fn pp_of<'a>(
+        &'a self,
+        host: &dyn Host,
+        mut st: oxgrind_tool::sync::SpinGuard<'a, Inner>,
+        stack: StackId,
+        skip_first: bool,
+    ) -> (oxgrind_tool::sync::SpinGuard<'a, Inner>, Option<u32>) {
+        if let Some(&pp) = st.points.by_stack.get(&stack) {
+            return (st, (pp != IGNORED).then_some(pp));
+        }
+        if self.opts.ignore_fns.is_empty() {
+            let pp = st.points.intern(stack);
+            return (st, Some(pp));
+        }
+        drop(st);
+        let raw = host.stack(stack);
+        let ignored = self.classify(host, &raw, skip_first).is_none();
+        let mut st = self.state.lock();
+        if let Some(&pp) = st.points.by_stack.get(&stack) {
+            return (st, (pp != IGNORED).then_some(pp));
+        }
+        if ignored {
+            st.points.by_stack.insert(stack, IGNORED);
+            return (st, None);
+        }
+        let pp = st.points.intern(stack);
+        (st, Some(pp))
+    }
+
+    fn widen_heap_range(&self, addr: Addr, size: u64) {
+        self.heap_lo.fetch_min(addr, Ordering::Relaxed);
+        self.heap_hi
+            .fetch_max(addr.saturating_add(size.max(1)), Ordering::Relaxed);
+    }
+
+    fn heap_mode(&self) -> bool {
+        self.opts.mode == Mode::Heap
+    }
+
+    /// An ad-hoc event of `units` at the guest state `regs` (`DHAT_AD_HOC_EVENT`).
+    fn adhoc_event(&self, host: &dyn Host, regs: &GuestRegs, units: u64) {
+        let stack = host.stack_at(regs, self.opts.num_callers);
+        let (mut st, pp) = self.pp_of(host, self.state.lock(), stack, false);
+        if let Some(pp) = pp {
+            let a = &mut st.points.adhoc;
+            if a.len() <= pp as usize {
+                a.resize(pp as usize + 1, (0, 0));
+            }
+            a[pp as usize].0 += 1;
+            a[pp as usize].1 += units;
+        }
+    }
+
+    /// Frame texts of one PP's stack into the table, as `write_PPInfo_frame` does
+    /// (inlined frames are entries of their own).
+    fn frame_numbers(&self, host: &dyn Host, ips: &[Addr], table: &mut FrameTable) -> Vec<u32> {
+        let mut fs = Vec::with_capacity(ips.len());
+        for &ip in ips {
+            for f in self.describe(host, ip) {
+                let below = f.function.as_deref().is_some_and(is_below_main);
+                let text = if below && !self.opts.show_below_main {
+                    let mut g = f.clone();
+                    g.function = Some(String::from("(below main)"));
+                    g.to_string()
+                } else {
+                    f.to_string()
+                };
+                // Valgrind's own allocator frames, when it has their source.
+                if text.contains("vg_replace_malloc.c") {
+                    continue;
+                }
+                fs.push(table.intern(&text));
+            }
+        }
+        fs
+    }
+
+    /// The file and the summary totals at exit. `None` when the state stayed locked (a
+    /// fatal signal interrupted a thread inside a DHAT handler).
+    fn build(&self, host: &dyn Host) -> Option<(DhatFile, heap::Totals)> {
+        let mut st = self.state.lock_bounded(1 << 24)?;
+        let te = host.instructions();
+        if self.heap_mode() {
+            st.heap.finish(te);
+        }
+        let stacks = st.points.stacks.clone();
+        let mut table = FrameTable::new();
+        let mut pps = Vec::new();
+        // PPs in creation order (Valgrind's order is that of its ExeContext pointers).
+        let mut seen_fs: BTreeMap<Vec<u32>, usize> = BTreeMap::new();
+        for (i, &stack) in stacks.iter().enumerate() {
+            let mut pp = Pp::default();
+            match self.opts.mode {
+                Mode::Heap => {
+                    let Some(p) = st.heap.pps.get(i) else {
+                        continue;
+                    };
+                    if p.total_blocks == 0 {
+                        continue;
+                    }
+                    pp.tb = p.total_bytes;
+                    pp.tbk = p.total_blocks;
+                    pp.tl = p.total_lifetimes;
+                    pp.mb = p.max_bytes;
+                    pp.mbk = p.max_blocks;
+                    pp.gb = p.at_tgmax_bytes;
+                    pp.gbk = p.at_tgmax_blocks;
+                    pp.eb = p.curr_bytes;
+                    pp.ebk = p.curr_blocks;
+                    pp.rb = p.reads;
+                    pp.wb = p.writes;
+                    pp.acc = p.access_histogram();
+                }
+                Mode::AdHoc | Mode::Copy => {
+                    let Some(&(events, units)) = st.points.adhoc.get(i) else {
+                        continue;
+                    };
+                    if events == 0 {
+                        continue;
+                    }
+                    pp.tb = units;
+                    pp.tbk = events;
+                }
+            }
+            let raw = host.stack(stack);
+            let ips = self.classify(host, &raw, true).unwrap_or(raw);
+            pp.fs = self.frame_numbers(host, &ips, &mut table);
+            // dh_view refuses two PPs with the same frames: stacks that differ only past
+            // the cut are one PP, as they are one ExeContext in Valgrind. Their maxima
+            // add up (exact when, as usual, they never overlap in time).
+            if let Some(&j) = seen_fs.get(&pp.fs) {
+                let q: &mut Pp = &mut pps[j];
+                q.tb += pp.tb;
+                q.tbk += pp.tbk;
+                q.tl += pp.tl;
+                q.mb += pp.mb;
+                q.mbk += pp.mbk;
+                q.gb += pp.gb;
+                q.gbk += pp.gbk;
+                q.eb += pp.eb;
+                q.ebk += pp.ebk;
+                q.rb += pp.rb;
+                q.wb += pp.wb;
+                q.acc = None;
+                continue;
+            }
+            seen_fs.insert(pp.fs.clone(), pps.len());
+            pps.push(pp);
+        }
+        let mut totals = st.heap.totals;
+        if !self.heap_mode() {
+            totals = heap::Totals::default();
+            for &(events, units) in &st.points.adhoc {
+                totals.total_blocks += events;
+                totals.total_bytes += units;
+            }
+        }
+        drop(st);
+        Some((
+            DhatFile {
+                mode: self.opts.mode,
+                cmd: host.command_line().join(" "),
+                pid: host.pid() as i64,
+                te,
+                tg: if self.heap_mode() { totals.tgmax } else { 0 },
+                pps,
+                ftbl: table.into_strings(),
+            },
+            totals,
+        ))
+    }
+
+    fn summary(&self, host: &dyn Host, t: &heap::Totals, path: &str) -> String {
+        let pid = host.pid();
+        let mut out = String::new();
+        let mut line = |s: &str| out.push_str(&format!("=={pid}== {s}\n"));
+        let (units, events) = if self.opts.mode == Mode::AdHoc {
+            ("units", "events")
+        } else {
+            ("bytes", "blocks")
+        };
+        line(&format!(
+            "Total:     {} {units} in {} {events}",
+            commify(t.total_bytes),
+            commify(t.total_blocks)
+        ));
+        if self.heap_mode() {
+            line(&format!(
+                "At t-gmax: {} bytes in {} blocks",
+                commify(t.max_bytes),
+                commify(t.max_blocks)
+            ));
+            line(&format!(
+                "At t-end:  {} bytes in {} blocks",
+                commify(t.curr_bytes),
+                commify(t.curr_blocks)
+            ));
+            line(&format!("Reads:     {} bytes", commify(t.reads)));
+            line(&format!("Writes:    {} bytes", commify(t.writes)));
+        }
+        line("");
+        line("To view the resulting profile, open");
+        line(&format!("  {DH_VIEW}"));
+        line("in a web browser, click on \"Load...\", and then select the file");
+        line(&format!("  {path}"));
+        line("The text at the bottom explains the abbreviations used in the output.");
+        out
+    }
+}
+
+impl Tool for Dhat {
+    fn name(&self) -> &'static str {
+        "dhat"
+    }
+
+    fn help(&self) -> &'static str {
+        "  user options for DHAT:
+    --dhat-out-file=<file>          output file name [dhat.out.%p]
+    --mode=heap|copy|ad-hoc         profiling mode (copy: not yet)
+    --ignore-fn=<name>              ignore heap allocations within <name> [empty]
+    --ignore-fns-file=<filename>    ignore heap allocations contained in <filename> [empty]
+"
+    }
+
+    fn parse_option(&mut self, arg: &str) -> Result<bool, OptionError> {
+        self.opts.parse(arg)
+    }
+
+    fn post_options(&mut self) -> Result<(), OptionError> {
+        self.opts.check()?;
+        Ok(())
+    }
+
+    fn needs(&self) -> Needs {
+        let heap = self.heap_mode();
+        Needs {
+            stack_depth: if heap { self.opts.num_callers } else { 0 },
+            ignores_heap: !heap,
+            count_instructions: true,
+            instrument: true,
+            ..Needs::default()
+        }
+    }
+
+    fn on_start(&self, host: &dyn Host) {
+        if self.opts.quiet {
+            return;
+        }
+        let mut out = String::new();
+        oxgrind_formats::memcheck_text::tool_banner(
+            &mut out,
+            host.pid(),
+            "DHAT, a dynamic heap analysis tool",
+            "Copyright (C) 2010-2018, and GNU GPL'd, by Mozilla Foundation",
+            host.command_line(),
+            self.opts
+                .log_to_file
+                .then(|| std::os::unix::process::parent_id() as i32),
+        );
+        host.log(&out);
+    }
+
+    fn on_alloc(&self, host: &dyn Host, ev: &Alloc) {
+        if !self.heap_mode() {
+            return;
+        }
+        let (mut st, pp) = self.pp_of(host, self.state.lock(), ev.stack, true);
+        let Some(pp) = pp else { return };
+        let now = host.instructions();
+        st.heap.alloc(ev.addr, ev.size, pp, now);
+        drop(st);
+        self.widen_heap_range(ev.addr, ev.size);
+    }
+
+    fn on_free(&self, host: &dyn Host, ev: &Free) {
+        if !self.heap_mode() {
+            return;
+        }
+        let now = host.instructions();
+        self.state.lock().heap.free(ev.addr, now);
+    }
+
+    fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
+        if !self.heap_mode() {
+            return;
+        }
+        let now = host.instructions();
+        let moved = self
+            .state
+            .lock()
+            .heap
+            .realloc(old.addr, new.addr, new.size, now);
+        if moved {
+            self.widen_heap_range(new.addr, new.size);
+        }
+    }
+
+    fn on_fork_child(&self) {
+        // The child keeps the parent's profile (as under Valgrind) and writes its own file
+        // (`%p` is expanded at exit).
+        // SAFETY: the child runs only the forking thread, which was inside fork(), not in a
+        // DHAT handler, so it holds no guard of these locks.
+        unsafe {
+            self.state.force_unlock();
+            self.descs.force_unlock();
+        }
+    }
+
+    fn instrument(&self, _pc: Addr, block: &[Instruction], plan: &mut Plan) {
+        for (i, ins) in block.iter().enumerate() {
+            if self.heap_mode() && probe::may_touch_heap(ins) {
+                plan.accesses(i, 0);
+            }
+            if self.opts.mode == Mode::AdHoc && probe::is_client_request(block, i) {
+                plan.pc(i, 0);
+            }
+        }
+    }
+
+    fn on_accesses(&self, _host: &dyn Host, accesses: &[Access], _regs: &GuestRegs, _data: u64) {
+        let lo = self.heap_lo.load(Ordering::Relaxed);
+        let hi = self.heap_hi.load(Ordering::Relaxed);
+        let mut st = None;
+        for a in accesses {
+            if a.addr < lo || a.addr >= hi {
+                continue;
+            }
+            st.get_or_insert_with(|| self.state.lock()).heap.access(a);
+        }
+    }
+
+    fn on_pc(&self, host: &dyn Host, regs: &GuestRegs, _data: u64) {
+        if let Some(units) = probe::adhoc_units(regs) {
+            self.adhoc_event(host, regs, units);
+        }
+    }
+
+    fn fini(&self, host: &dyn Host, exit: Exit) {
+        let talk = !self.opts.quiet && !matches!(exit, Exit::Exec);
+        if talk {
+            host.log(&format!("=={}== \n", host.pid()));
+        }
+        if self.finished.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let Some((file, totals)) = self.build(host) else {
+            host.log("dhat: the heap state was busy when the program ended; no output written\n");
+            return;
+        };
+        let text = oxgrind_formats::dhat::write(&file);
+        let path = match host.expand_output_path(&self.opts.out_file) {
+            Ok(p) => p,
+            Err(e) => {
+                host.log(&format!("dhat: --dhat-out-file: {}\n", e.0));
+                return;
+            }
+        };
+        if host.write_file(&path, text.as_bytes()).is_err() {
+            host.log(&format!(
+                "=={}== error: can't open DHAT output file '{path}'\n",
+                host.pid()
+            ));
+            return;
+        }
+        if talk {
+            host.log(&self.summary(host, &totals, &path));
+        }
+    }
+}
