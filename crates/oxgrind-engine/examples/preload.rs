@@ -11,7 +11,7 @@
 //!   access call each) and tallies the accesses that land in the data range, printed as
 //!   one `oxgrind-engine: probes: ...` line at exit. `OXGRIND_ENGINE_PROBE_FILTER=1`
 //!   requests filtered access calls with every data granule marked (the calls must then
-//!   be the same).
+//!   be the same); `=2`: filtered access probes only (what the inline check costs).
 //!
 //! The constructor reads the environment from `/proc/self/environ`-free sources: the
 //! `envp` the dynamic loader passes to `.init_array` functions.
@@ -82,7 +82,22 @@ mod probe_test {
     pub struct Tally {
         pub code: (u64, u64),
         pub data: (u64, u64),
+        pub filter: bool,
+        /// Filtered access probes only (no counter, no pc calls): what the inline check costs.
+        pub only_filtered: bool,
     }
+
+    /// Marks every granule of the data range in a fresh shadow map (filter mode).
+    pub fn make_shadow(data: (u64, u64)) -> Option<u64> {
+        let base = oxgrind_sys::raw::mmap_anon(1 << 44)? as u64;
+        for g in (data.0 >> 3)..((data.1 + 7) >> 3) {
+            // SAFETY: the shadow map covers every user address >> 3.
+            unsafe { *((base + g) as *mut u8) = 1 };
+        }
+        Some(base)
+    }
+
+    static CALLS: AtomicU64 = AtomicU64::new(0);
 
     pub static INSNS: AtomicU64 = AtomicU64::new(0);
     static PCS: AtomicU64 = AtomicU64::new(0);
@@ -96,9 +111,17 @@ mod probe_test {
                 return;
             }
             for (i, ins) in block.iter().enumerate() {
+                if self.only_filtered {
+                    plan.accesses_filtered(i, 0);
+                    continue;
+                }
                 plan.count(i, &INSNS, 1);
                 plan.pc(i, ins.ip());
-                plan.accesses(i, 0);
+                if self.filter {
+                    plan.accesses_filtered(i, 0);
+                } else {
+                    plan.accesses(i, 0);
+                }
             }
         }
 
@@ -110,6 +133,7 @@ mod probe_test {
         }
 
         fn on_accesses(&self, accesses: &[Access], _regs: &GuestRegs, _data: u64) {
+            CALLS.fetch_add(1, Relaxed);
             for a in accesses {
                 if a.addr < self.data.0 || a.addr >= self.data.1 {
                     continue;
@@ -133,7 +157,8 @@ mod probe_test {
         let n: [u64; 7] = core::array::from_fn(|i| N[i].load(Relaxed));
         let _ = writeln!(
             w,
-            "oxgrind-engine: probes: insns={} pcs={} pc_mismatch={} reads={} writes={} modifies={} conditional={} rbytes={} wbytes={} mbytes={}",
+            "oxgrind-engine: probes: calls={} insns={} pcs={} pc_mismatch={} reads={} writes={} modifies={} conditional={} rbytes={} wbytes={} mbytes={}",
+            CALLS.load(Relaxed),
             INSNS.load(Relaxed),
             PCS.load(Relaxed),
             PC_MISMATCH.load(Relaxed),
@@ -151,6 +176,8 @@ mod probe_test {
         Some(Tally {
             code: (next()?, next()?),
             data: (next()?, next()?),
+            filter: false,
+            only_filtered: false,
         })
     }
 }
@@ -160,7 +187,17 @@ extern "C" fn init(_argc: i32, _argv: *const *const u8, envp: *const *const u8) 
         return;
     }
     let count = env_flag(envp, b"OXGRIND_ENGINE_COUNT");
-    let tally = env_value(envp, b"OXGRIND_ENGINE_PROBE").and_then(probe_test::parse);
+    let mut tally = env_value(envp, b"OXGRIND_ENGINE_PROBE").and_then(probe_test::parse);
+    if let Some(t) = tally.as_mut() {
+        let mode = env_value(envp, b"OXGRIND_ENGINE_PROBE_FILTER").unwrap_or(b"0");
+        if mode != b"0" {
+            t.filter = true;
+            t.only_filtered = mode == b"2";
+            if let Some(base) = probe_test::make_shadow(t.data) {
+                oxgrind_engine::probe::set_shadow_base(base);
+            }
+        }
+    }
     let instrument: Option<&'static dyn oxgrind_engine::probe::Instrument> =
         tally.map(|t| &*Box::leak(Box::new(t)) as &'static dyn oxgrind_engine::probe::Instrument);
     let config = oxgrind_engine::Config {

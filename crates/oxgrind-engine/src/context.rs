@@ -107,6 +107,8 @@ pub struct ThreadCtx {
     pub probe_entry: u64,
     /// Set by `oxg_probe`: the probe record of the call in flight (0: an ordinary dispatch).
     pub probe_rec: u64,
+    /// The tool's shadow map for filtered access probes (see `probe::set_shadow_base`).
+    pub shadow: u64,
     // ---- touched by Rust only ----
     /// The guest's fs base, read lazily for `fs:` operands at probes (0: not read yet);
     /// forgotten when the guest sets it with `arch_prctl`.
@@ -157,6 +159,7 @@ off!(OFF_RESUME_PC, resume_pc);
 off!(OFF_GUEST_GS, guest_gs);
 off!(OFF_PROBE_ENTRY, probe_entry);
 off!(OFF_PROBE_REC, probe_rec);
+off!(OFF_SHADOW, shadow);
 
 /// Offset of scratch slot `i`.
 pub const fn scratch_off(i: usize) -> usize {
@@ -214,6 +217,7 @@ pub fn new_ctx(dispatch: u64) -> Option<*mut ThreadCtx> {
         (*ctx).ibl2 = crate::asm::oxg_ibl2 as *const () as u64;
         (*ctx).smc_dispatch = crate::asm::oxg_smc_dispatch as *const () as u64;
         (*ctx).probe_entry = crate::asm::oxg_probe as *const () as u64;
+        (*ctx).shadow = crate::probe::shadow_base();
         (*ctx).ibl_table = table as u64;
         (*ctx).estack = stack as u64 + ENGINE_STACK as u64 - 64;
         let mut head = ALL.load(Ordering::Acquire);
@@ -290,6 +294,16 @@ pub fn reuse_exited() -> Option<*mut ThreadCtx> {
         );
     }
     Some(ctx)
+}
+
+/// Calls `f` with every context ever created.
+pub fn for_each(mut f: impl FnMut(*mut ThreadCtx)) {
+    let mut p = ALL.load(Ordering::Acquire);
+    while !p.is_null() {
+        f(p);
+        // SAFETY: contexts are never freed.
+        p = unsafe { (*p).next };
+    }
 }
 
 /// Sum of the instruction counters of every thread.

@@ -13,7 +13,12 @@
 //!   registers: explicit operands, implicit stack accesses (`push`, `pop`, `call`, `ret`,
 //!   `enter`, `leave`), each iteration of a `rep` string instruction, and each active
 //!   element of a gather;
-//! * a **pc call** (`Plan::pc`): [`Instrument::on_pc`] runs with the guest pc and registers.
+//! * a **pc call** (`Plan::pc`): [`Instrument::on_pc`] runs with the guest pc and registers;
+//! * a **filtered memory-access call** (`Plan::accesses_filtered`): the same call, made
+//!   only when the tool's shadow map ([`set_shadow_base`]) has a nonzero byte for one of
+//!   the 8-byte granules an access touches. The check is inline (an address computation,
+//!   two or three compares), so a tool that cares about few addresses (Memcheck: heap
+//!   redzones and freed blocks) pays a clean call only where it must look.
 //!
 //! Calls are *clean calls*: the call site spills one register to the thread context and
 //! enters the dispatcher, which saves the full guest state (general registers, flags, the
@@ -109,15 +114,40 @@ pub const MAX_PROBES: usize = 256;
 pub(crate) enum Req {
     Count { at: u8, counter: u64, n: u32 },
     Accesses { at: u8, data: u64 },
+    Filtered { at: u8, data: u64 },
     Pc { at: u8, data: u64 },
 }
 
 impl Req {
     pub(crate) fn at(&self) -> usize {
         match *self {
-            Req::Count { at, .. } | Req::Accesses { at, .. } | Req::Pc { at, .. } => at as usize,
+            Req::Count { at, .. }
+            | Req::Accesses { at, .. }
+            | Req::Filtered { at, .. }
+            | Req::Pc { at, .. } => at as usize,
         }
     }
+}
+
+/// The shadow map of filtered access probes: the shadow byte of address `a` is at
+/// `base + (a >> 3)`; 0 means "nothing to check in these 8 bytes".
+static SHADOW_BASE: AtomicU64 = AtomicU64::new(0);
+
+/// Registers the shadow map [`Plan::accesses_filtered`] reads. Call once, before the first
+/// block with a filtered probe is translated (a filtered probe translated before is a plain
+/// access call). The map must cover `base + (a >> 3)` for every user address `a`
+/// (`2^44` bytes for a 47-bit address space; reserve it with `MAP_NORESERVE`).
+pub fn set_shadow_base(base: u64) {
+    SHADOW_BASE.store(base, Ordering::Release);
+    c::for_each(|ctx| {
+        // SAFETY: contexts are never freed; translated code reads `shadow` only through
+        // filtered probes, none of which exist before a base is set.
+        unsafe { core::ptr::write_volatile(&mut (*ctx).shadow, base) };
+    });
+}
+
+pub(crate) fn shadow_base() -> u64 {
+    SHADOW_BASE.load(Ordering::Acquire)
 }
 
 /// The probes a tool wants in one block, by instruction index.
@@ -165,6 +195,16 @@ impl Plan {
         })
     }
 
+    /// Like [`Plan::accesses`], but the call is made only when a granule an access touches
+    /// has a nonzero shadow byte (see [`set_shadow_base`]); operands the inline check cannot
+    /// compute (`fs:` segments, gathers, 32-bit addressing) are always called.
+    pub fn accesses_filtered(&mut self, insn: usize, data: u64) -> bool {
+        self.push(Req::Filtered {
+            at: insn as u8,
+            data,
+        })
+    }
+
     /// Calls [`Instrument::on_pc`] before instruction `insn`.
     pub fn pc(&mut self, insn: usize, data: u64) -> bool {
         self.push(Req::Pc {
@@ -192,7 +232,7 @@ pub(crate) fn instrumenter() -> Option<&'static dyn Instrument> {
 }
 
 /// Most memory operands one instruction is described with (`movs`: 2; `push [m]`: 2).
-const MAX_MEM: usize = 4;
+pub(crate) const MAX_MEM: usize = 4;
 
 const KIND_ACCESSES: u32 = 1;
 const KIND_PC: u32 = 2;
@@ -320,6 +360,34 @@ pub(crate) fn access_record(ins: &Instruction, data: u64) -> Option<u64> {
         mask,
         mem,
     })
+}
+
+/// The memory operands of access record `rec` when every one can be checked inline: plain
+/// 64-bit addressing by general registers or a constant, no vector index. `None`
+/// otherwise. (`fs:` operands are fine: the x86-64 TLS ABI keeps the thread pointer itself
+/// at `fs:0`; `gs:` ones use the guest's gs base the engine keeps.)
+pub(crate) fn inline_operands(rec: u64) -> Option<([UsedMemory; MAX_MEM], usize)> {
+    // SAFETY: records are written once at translation and never freed.
+    let rec = unsafe { &*(rec as *const ProbeRec) };
+    let n = rec.nmem as usize;
+    let plain = |r: Register| r == Register::None || r.is_gpr64();
+    let ok = rec.mem[..n].iter().all(|m| {
+        matches!(
+            m.segment(),
+            Register::None
+                | Register::ES
+                | Register::CS
+                | Register::SS
+                | Register::DS
+                | Register::FS
+                | Register::GS
+        ) && m.address_size() == iced_x86::CodeSize::Code64
+            && m.vsib_size() == 0
+            && plain(m.base())
+            && plain(m.index())
+            && m.memory_size().size() > 0
+    });
+    ok.then_some((rec.mem, n))
 }
 
 /// Makes the record for a pc probe on `ins`.

@@ -348,6 +348,7 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         // Sized like `buf` (see `ALLOC_NOTE`): engine allocations during a translation
         // stay in the heap size classes the translator has always used.
         pcmap: Vec::with_capacity(32),
+        slow: Vec::new(),
     };
     if avail == 0 {
         return Ok(native_jump(pc));
@@ -693,6 +694,20 @@ struct Emitter {
     /// Entry check in this block, completed by `finish`.
     check: Option<Check>,
     pcmap: Vec<PcMapEntry>,
+    /// Out-of-line clean calls of filtered access probes, placed by `finish`.
+    slow: Vec<SlowCall>,
+}
+
+/// The out-of-line half of a filtered access probe (see `Emitter::filtered_call`).
+struct SlowCall {
+    /// Positions of the rel32 of each `jne slow` of the inline check.
+    jumps: [usize; 2 * crate::probe::MAX_MEM],
+    njumps: usize,
+    rec: u64,
+    flags_live: bool,
+    /// Where the call returns: the probed instruction, guest state exact.
+    back: usize,
+    ip: u64,
 }
 
 /// The pieces of an entry check that `finish` places after the stubs.
@@ -820,6 +835,20 @@ impl Emitter {
                 return Ok(());
             }
             Req::Accesses { data, .. } => crate::probe::access_record(ins, data),
+            Req::Filtered { data, .. } => {
+                let rec = crate::probe::access_record(ins, data);
+                if let Some(rec) = rec {
+                    if crate::probe::shadow_base() != 0 {
+                        if let Some((mem, n)) = crate::probe::inline_operands(rec) {
+                            if mem[..n].iter().all(ea_encodable) {
+                                self.filtered_call(ip, rec, &mem[..n], flags_live)?;
+                                return Ok(());
+                            }
+                        }
+                    }
+                }
+                rec
+            }
             Req::Pc { data, .. } => crate::probe::pc_record(ins, data),
         };
         let Some(rec) = rec else {
@@ -840,6 +869,134 @@ impl Emitter {
         self.buf[lea_disp..lea_disp + 4].copy_from_slice(&rel.to_le_bytes());
         self.mark(ip, 0);
         Ok(())
+    }
+
+    /// A filtered access probe: computes each operand's address, looks up the shadow
+    /// bytes of its first granules and of its last byte's granule, and jumps to an
+    /// out-of-line clean call (`SlowCall`) when one is nonzero. Only `rax` (in `STUB_RAX`)
+    /// and, when live, the flags (in `PROBE_FLAGS`) are borrowed.
+    fn filtered_call(
+        &mut self,
+        ip: u64,
+        rec: u64,
+        mem: &[iced_x86::UsedMemory],
+        flags_live: bool,
+    ) -> Result<(), TranslateError> {
+        self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+        self.mark(ip, FIX_RAX_IN_STUB);
+        if flags_live {
+            self.buf.extend_from_slice(&[0x9F, 0x0F, 0x90, 0xC0]); // lahf; seto al
+            self.store_gs(0, c::scratch_off(c::S_PROBE_FLAGS));
+        }
+        let mut slow = SlowCall {
+            jumps: [0; 2 * crate::probe::MAX_MEM],
+            njumps: 0,
+            rec,
+            flags_live,
+            back: 0,
+            ip,
+        };
+        for m in mem {
+            let size = m.memory_size().size() as u64;
+            // Shadow bytes covering the first granules (up to 8), then the last byte's.
+            let first_width: u8 = match size {
+                0..=8 => 1,
+                9..=16 => 2,
+                17..=32 => 4,
+                _ => 8,
+            };
+            let mut checks = [(0u64, first_width), (size.saturating_sub(1), 1)];
+            let n = if size > 1 { 2 } else { 1 };
+            for (off, width) in checks.iter_mut().take(n) {
+                self.effective_address(m, *off, ip)?;
+                self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, 0x03]); // shr rax, 3
+                self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]); // add rax, gs:[shadow]
+                self.d32(c::OFF_SHADOW as u32);
+                match *width {
+                    1 => self.buf.extend_from_slice(&[0x80, 0x38, 0x00]),
+                    2 => self.buf.extend_from_slice(&[0x66, 0x83, 0x38, 0x00]),
+                    4 => self.buf.extend_from_slice(&[0x83, 0x38, 0x00]),
+                    _ => self.buf.extend_from_slice(&[0x48, 0x83, 0x38, 0x00]),
+                }
+                self.buf.extend_from_slice(&[0x0F, 0x85]); // jne slow
+                slow.jumps[slow.njumps] = self.buf.len();
+                slow.njumps += 1;
+                self.d32(0);
+            }
+        }
+        if flags_live {
+            self.load_gs(0, c::scratch_off(c::S_PROBE_FLAGS));
+            self.buf.extend_from_slice(&[0x04, 0x7F, 0x9E]); // add al, 0x7f; sahf
+        }
+        self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
+        slow.back = self.buf.len();
+        self.mark(ip, 0);
+        self.slow.push(slow);
+        Ok(())
+    }
+
+    /// `rax` = the address of operand `m` (guest registers) plus `off`. The guest `rax` is
+    /// in `STUB_RAX`; `rax` itself may hold anything.
+    fn effective_address(
+        &mut self,
+        m: &iced_x86::UsedMemory,
+        off: u64,
+        ip: u64,
+    ) -> Result<(), TranslateError> {
+        let disp = m.displacement().wrapping_add(off);
+        if m.base() == Register::None && m.index() == Register::None {
+            self.mov_imm64(0, disp);
+        } else {
+            if m.base() == Register::RAX || m.index() == Register::RAX {
+                self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
+            }
+            let d = disp as i64;
+            let op = iced_x86::MemoryOperand::new(
+                m.base(),
+                m.index(),
+                m.scale(),
+                d,
+                if d == 0 { 0 } else { 1 },
+                false,
+                Register::None,
+            );
+            let lea = Instruction::with2(Code::Lea_r64_m, Register::RAX, op)
+                .map_err(|_| TranslateError::Encode { pc: ip })?;
+            self.encode(&lea, ip)?;
+        }
+        if m.segment() == Register::GS {
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]); // add rax, gs:[guest_gs]
+            self.d32(c::OFF_GUEST_GS as u32);
+        }
+        if m.segment() == Register::FS {
+            self.buf.extend_from_slice(&[0x64, 0x48, 0x03, 0x04, 0x25]); // add rax, fs:[0]
+            self.d32(0);
+        }
+        Ok(())
+    }
+
+    /// Places the out-of-line clean calls of filtered probes (after the stubs).
+    fn finish_slow_calls(&mut self) {
+        let slow = core::mem::take(&mut self.slow);
+        for s in &slow {
+            let at = self.buf.len();
+            for &j in &s.jumps[..s.njumps] {
+                let rel = at as i64 - (j as i64 + 4);
+                self.buf[j..j + 4].copy_from_slice(&(rel as i32).to_le_bytes());
+            }
+            self.push_map_at(at, s.ip, FIX_RAX_IN_STUB);
+            if s.flags_live {
+                self.load_gs(0, c::scratch_off(c::S_PROBE_FLAGS));
+                self.buf.extend_from_slice(&[0x04, 0x7F, 0x9E]); // add al, 0x7f; sahf
+            }
+            self.buf.extend_from_slice(&[0x48, 0x8D, 0x05]); // lea rax, [rip+back]
+            let rel = s.back as i64 - (self.buf.len() as i64 + 4);
+            self.d32(rel as i32 as u32);
+            self.store_gs(0, c::scratch_off(c::S_PROBE_RET));
+            self.mov_imm64(0, s.rec);
+            self.jmp_gs(c::OFF_PROBE_ENTRY);
+        }
+        self.unmark();
     }
 
     fn new_stub(&mut self, target: u64) -> usize {
@@ -883,6 +1040,9 @@ impl Emitter {
         for &(fix, s) in &self.fixups {
             let rel = self.stubs[s].offset as i64 - (fix as i64 + 4);
             self.buf[fix..fix + 4].copy_from_slice(&(rel as i32).to_le_bytes());
+        }
+        if !self.slow.is_empty() {
+            self.finish_slow_calls();
         }
         if let Some(chk) = self.check.take() {
             self.finish_check(chk);
@@ -1347,6 +1507,19 @@ impl Emitter {
         }
         Ok(())
     }
+}
+
+/// Whether an inline address computation can be encoded for `m` (with the offset of its
+/// last byte): a constant, or a displacement that stays a disp32.
+fn ea_encodable(m: &iced_x86::UsedMemory) -> bool {
+    if m.base() == Register::None && m.index() == Register::None {
+        return true;
+    }
+    let last = m
+        .displacement()
+        .wrapping_add((m.memory_size().size() as u64).saturating_sub(1)) as i64;
+    let d = m.displacement() as i64;
+    d == d as i32 as i64 && last == last as i32 as i64
 }
 
 /// An exit stub: `mov gs:[STUB_RAX], rax; mov rax, target; jmp gs:[DISPATCH]`, padded to

@@ -42,12 +42,8 @@ fn has_avx2() -> bool {
     std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains(" avx2"))
 }
 
-#[test]
-fn probes_see_every_access_of_every_kind_and_count_each_instruction_once() {
-    if !has_avx2() {
-        eprintln!("skipped: the test function uses an AVX2 gather");
-        return;
-    }
+/// Runs the probe test program with the test tool; returns its report line.
+fn probe_report(filter: &str) -> String {
     let bin = compile(
         "probe_work",
         "c",
@@ -64,15 +60,20 @@ fn probes_see_every_access_of_every_kind_and_count_each_instruction_once() {
     let out = Command::new(&bin)
         .env("LD_PRELOAD", preload())
         .env("OXGRIND_ENGINE_PROBE", &spec)
+        .env("OXGRIND_ENGINE_PROBE_FILTER", filter)
         .output()
         .expect("run the probe test program");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n", "{stderr}");
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let line = stderr
+    stderr
         .lines()
         .find(|l| l.starts_with("oxgrind-engine: probes:"))
-        .unwrap_or_else(|| panic!("no probe report: {stderr}"));
+        .unwrap_or_else(|| panic!("no probe report: {stderr}"))
+        .to_string()
+}
+
+fn assert_every_access_seen(line: &str) {
     // 177 instructions, counting each entry of a rep instruction (100 + 1 and 8 + 1).
     assert_eq!(tally(line, "insns"), 177, "{line}");
     // pc calls run before instructions that execute: not the final rep entries.
@@ -92,4 +93,31 @@ fn probes_see_every_access_of_every_kind_and_count_each_instruction_once() {
     assert_eq!(tally(line, "mbytes"), 4, "{line}");
     // Only the gather's lanes are conditional.
     assert_eq!(tally(line, "conditional"), 6, "{line}");
+}
+
+#[test]
+fn probes_see_every_access_of_every_kind_and_count_each_instruction_once() {
+    if !has_avx2() {
+        eprintln!("skipped: the test function uses an AVX2 gather");
+        return;
+    }
+    let line = probe_report("0");
+    assert_every_access_seen(&line);
+    // One call per instruction that accesses memory.
+    assert_eq!(tally(&line, "calls"), 131, "{line}");
+}
+
+#[test]
+fn filtered_probes_call_exactly_for_the_accesses_that_touch_marked_granules() {
+    if !has_avx2() {
+        eprintln!("skipped: the test function uses an AVX2 gather");
+        return;
+    }
+    // Every granule of the buffer is marked in the shadow map, nothing else: the same
+    // accesses are seen, and the five instructions that touch only memory outside the
+    // buffer (two vector loads of the gather's operands, push rbx, pop rbx, the final
+    // ret) make no call.
+    let line = probe_report("1");
+    assert_every_access_seen(&line);
+    assert_eq!(tally(&line, "calls"), 126, "{line}");
 }

@@ -1062,8 +1062,14 @@ int main(void) {
 #[test]
 fn programs_probed_at_every_instruction_behave_as_native() {
     let everything = [("OXGRIND_ENGINE_PROBE", "0:7fffffffffff:0:7fffffffffff")];
+    // Filtered access probes only, with nothing marked: the inline checks alone.
+    let inline_only = [
+        ("OXGRIND_ENGINE_PROBE", "0:7fffffffffff:0:0"),
+        ("OXGRIND_ENGINE_PROBE_FILTER", "2"),
+    ];
     let bin = compile("cprog_probed", "c", C_PROGRAM, &[]);
     same_as_native(&[bin.to_str().unwrap(), "x"], &everything);
+    same_as_native(&[bin.to_str().unwrap(), "x"], &inline_only);
     let bin = compile(
         "threads_timer_probed",
         "c",
@@ -1105,4 +1111,13 @@ int main(void) {
         &["-pthread"],
     );
     same_as_native(&[bin.to_str().unwrap()], &everything);
+    same_as_native(&[bin.to_str().unwrap()], &inline_only);
+    same_as_native(
+        &[
+            "python3",
+            "-c",
+            "import json; print(len(json.dumps(list(range(5000)))))",
+        ],
+        &inline_only,
+    );
 }
