@@ -15,22 +15,22 @@ pub fn target_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// Path of the preload library, building it if `cargo test` did not (filtered runs).
+/// Path of the preload library, built (or brought up to date) once per test process:
+/// `cargo test` does not always refresh the example's `libpreload.so` link, and a stale
+/// library would test old engine code.
 pub fn preload() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
         let lib = target_dir().join("examples").join("libpreload.so");
-        if !lib.exists() {
-            let status = Command::new(env!("CARGO"))
-                .args(["build", "-p", "oxgrind-engine", "--example", "preload"])
-                .env(
-                    "CARGO_TARGET_DIR",
-                    target_dir().parent().expect("target dir"),
-                )
-                .status()
-                .expect("run cargo build --example preload");
-            assert!(status.success(), "building the preload example failed");
-        }
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "oxgrind-engine", "--example", "preload"])
+            .env(
+                "CARGO_TARGET_DIR",
+                target_dir().parent().expect("target dir"),
+            )
+            .status()
+            .expect("run cargo build --example preload");
+        assert!(status.success(), "building the preload example failed");
         assert!(lib.exists(), "{} missing", lib.display());
         lib
     })
