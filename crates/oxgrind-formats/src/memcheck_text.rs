@@ -264,6 +264,12 @@ pub fn invalid_alignment(align: u64, why: &str) -> String {
     format!("Invalid alignment value: {align}{why}")
 }
 
+/// `Invalid read of size 4` / `Invalid write of size 8`.
+pub fn invalid_access(write: bool, size: u32) -> String {
+    let dir = if write { "write" } else { "read" };
+    format!("Invalid {dir} of size {size}")
+}
+
 /// `Address 0x4a40068 is 0 bytes after a block of size 40 alloc'd` and friends: `offset`
 /// is `addr - block start` (negative: before the block).
 pub fn address_in_block(addr: u64, offset: i64, size: u64, freed: bool) -> String {
@@ -623,6 +629,12 @@ mod tests {
             overlap("strcpy", 0x10, 0x11, None),
             "Source and destination overlap in strcpy(0x10, 0x11)"
         );
+    }
+
+    #[test]
+    fn invalid_access_headlines_match_valgrind() {
+        assert_eq!(invalid_access(false, 4), "Invalid read of size 4");
+        assert_eq!(invalid_access(true, 16), "Invalid write of size 16");
     }
 
     #[test]

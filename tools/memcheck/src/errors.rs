@@ -28,6 +28,12 @@ pub enum KeyKind {
         function: &'static str,
     },
     BadAlign,
+    /// Invalid read or write of `size` bytes. As in Memcheck's `eq_Error`, only the size
+    /// tells two of them apart: a read and a write of the same size at the same place are
+    /// one context (the first one seen is what is printed).
+    Addr {
+        size: u32,
+    },
 }
 
 impl KeyKind {
@@ -40,7 +46,7 @@ impl KeyKind {
         }
     }
 
-    fn class(&self) -> ErrorClass<'static> {
+    pub fn class(&self) -> ErrorClass<'static> {
         match self {
             KeyKind::InvalidFree | KeyKind::MismatchedFree => ErrorClass::Free,
             KeyKind::FishyValue { function, argument } => {
@@ -48,6 +54,7 @@ impl KeyKind {
             }
             KeyKind::Overlap { .. } => ErrorClass::Overlap,
             KeyKind::BadAlign => ErrorClass::Newer("BadAlign"),
+            KeyKind::Addr { size } => ErrorClass::Addr(*size),
         }
     }
 }
@@ -562,6 +569,28 @@ mod tests {
             &mut || shown("b", "main"),
         );
         assert_eq!(m.err_contexts, 2);
+    }
+
+    #[test]
+    fn invalid_read_and_write_of_one_size_at_one_place_are_one_context() {
+        let mut m = ErrorManager::new(rep());
+        let mut out = Output::default();
+        let addr = |size| ErrorKey {
+            kind: KeyKind::Addr { size },
+            ips: vec![1, 2],
+        };
+        m.record(&mut out, addr(4), &mut || {
+            shown("Invalid read of size 4", "main")
+        });
+        m.record(&mut out, addr(4), &mut || {
+            shown("Invalid write of size 4", "main")
+        });
+        m.record(&mut out, addr(8), &mut || {
+            shown("Invalid read of size 8", "main")
+        });
+        assert_eq!((m.err_contexts, m.errs_found), (2, 3));
+        assert!(!out.text.contains("Invalid write"));
+        assert_eq!(KeyKind::Addr { size: 4 }.class().supp_kind_name(), "Addr4");
     }
 
     #[test]

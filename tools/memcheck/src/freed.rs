@@ -120,3 +120,76 @@ mod tests {
         assert_eq!(q.len(), 3);
     }
 }
+
+/// The runtime's own freed-block queue, mirrored to know when a freed block's memory goes
+/// back to glibc, so its shadow can be cleared first (see [`crate::shadow`]).
+///
+/// The runtime releases blocks oldest first once more than `--freelist-vol` bytes wait
+/// (plain FIFO, unlike [`FreedQueue`]'s big-blocks-first order). This mirror keeps only
+/// half that volume, so it lets a block go (and clears its shadow) no later than the
+/// runtime does, even when the runtime queues a `realloc`'s old block before the tool hears
+/// of it: a stale "freed" mark on memory glibc hands out or unmaps again would be reported
+/// as an error in correct code, while clearing early only misses a use after free of a
+/// block freed long ago.
+#[derive(Debug, Default)]
+pub struct ShadowQueue {
+    /// (address, size, end of its chunk: see `shadow::chunk_end`).
+    queue: VecDeque<(Addr, u64, Addr)>,
+    bytes: u64,
+    budget: u64,
+}
+
+impl ShadowQueue {
+    pub fn new(freelist_vol: u64) -> ShadowQueue {
+        ShadowQueue {
+            queue: VecDeque::new(),
+            bytes: 0,
+            budget: freelist_vol / 2,
+        }
+    }
+
+    /// Whether a freed block of `size` bytes stays in the queue at all (larger ones are
+    /// cleared at once and not worth marking).
+    pub fn keeps(&self, size: u64) -> bool {
+        size <= self.budget
+    }
+
+    /// Queues a freed block; `release` gets every block that leaves, oldest first (the new
+    /// one itself when it is too large to keep).
+    pub fn push(
+        &mut self,
+        addr: Addr,
+        size: u64,
+        end: Addr,
+        release: &mut impl FnMut(Addr, u64, Addr),
+    ) {
+        self.queue.push_back((addr, size, end));
+        self.bytes += size;
+        while self.bytes > self.budget {
+            let Some((a, s, e)) = self.queue.pop_front() else {
+                break;
+            };
+            self.bytes -= s;
+            release(a, s, e);
+        }
+    }
+}
+
+#[cfg(test)]
+mod shadow_queue_tests {
+    use super::*;
+
+    #[test]
+    fn shadow_queue_releases_oldest_first_at_half_the_volume() {
+        let mut q = ShadowQueue::new(200);
+        let mut out = Vec::new();
+        q.push(0x1000, 60, 0, &mut |a, _, _| out.push(a));
+        q.push(0x2000, 30, 0, &mut |a, _, _| out.push(a));
+        assert!(out.is_empty());
+        q.push(0x3000, 20, 0, &mut |a, _, _| out.push(a)); // 110 > 100
+        assert_eq!(out, [0x1000]);
+        assert!(!q.keeps(101));
+        q.push(0x4000, 150, 0, &mut |a, _, _| out.push(a));
+        assert_eq!(out, [0x1000, 0x2000, 0x3000, 0x4000]);
+    }
+}

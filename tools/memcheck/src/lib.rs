@@ -20,9 +20,14 @@
 //! symbolized) under the lock, and only for a new context. `fini` never waits for ever on
 //! it, since it may run in a fatal-signal handler.
 //!
-//! Not here: definedness and addressability of every access (Memcheck part 2 needs the
-//! engine), descriptions of stack and global addresses (the `Host` cannot describe them),
-//! `--exit-on-first-error` (the `Host` cannot end the program).
+//! Invalid reads and writes of heap memory: the allocator events keep an addressability
+//! shadow ([`shadow`]); [`instrument`](Tool::instrument) asks the engine for a probe on
+//! every instruction that may address the heap, and [`on_accesses`](Tool::on_accesses)
+//! checks each access against the shadow (one load per granule when all is well), then
+//! reports as Memcheck does ([`Memcheck::check_access`]).
+//!
+//! Not here: definedness of values (undefined-value errors), addressability outside the
+//! heap (stack below `rsp`, unmapped memory).
 
 extern crate alloc;
 
@@ -30,6 +35,9 @@ pub mod errors;
 pub mod freed;
 pub mod leak;
 pub mod options;
+pub mod shadow;
+
+pub use shadow::shadow_base;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -48,8 +56,10 @@ use oxgrind_tool::{
 };
 
 use errors::{ErrorKey, ErrorManager, KeyKind, Output, Reporting, Shown};
-use freed::{FreedBlock, FreedQueue, REDZONE};
+use freed::{FreedBlock, FreedQueue, ShadowQueue, REDZONE};
 use options::{KeepStacks, LeakCheck, Options};
+use oxgrind_tool::instrument::{Access, AccessKind, GuestRegs, Instruction, Plan};
+use oxgrind_tool::sync::SpinLock;
 
 /// Our default suppressions (see the file for what they cover).
 pub const DEFAULT_SUPPRESSIONS: &str = include_str!("default.supp");
@@ -68,11 +78,38 @@ pub struct Memcheck {
     frees: AtomicU64,
     bytes_allocated: AtomicU64,
     state: Mutex<State>,
+    /// The engine asked for probes: the shadow is kept from then on. Before, no one reads
+    /// it, and events may come from a host that is no real process (tests).
+    probing: AtomicBool,
+    /// Blocks allocated by our own work in a probe's slow path (see `IN_PROBE`), which the
+    /// runtime took for the program's: never counted, reported or leak-checked.
+    foreign: SpinLock<Vec<Addr>>,
+    /// What the code at each pc that made a bad access is ([`PcClass`]), found once.
+    pc_classes: SpinLock<Option<std::collections::HashMap<u64, PcClass>>>,
+}
+
+/// Where an access with unaddressable bytes was made from, which decides whether it is
+/// reported (see [`Memcheck::check_access`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum PcClass {
+    /// The program's code, or a library's: reported as Valgrind reports it.
+    Program,
+    /// A glibc string or memory function (`strlen`, `__memchr_avx2`, ...), or glibc code we
+    /// have no name for: these read aligned chunks past the end of their data, which
+    /// Valgrind avoids by replacing them. A read is reported only if no byte of it, nor any
+    /// of the 128 bytes before it, is addressable; a write as usual; nothing for chunk
+    /// headers.
+    LibcString,
+    /// glibc's allocator (`free` reading a chunk header, `malloc` writing into a chunk the
+    /// runtime gave back): its business, never the program's error.
+    LibcAllocator,
 }
 
 struct State {
     errors: ErrorManager,
     freed: FreedQueue,
+    /// When freed blocks' shadow goes back to addressable.
+    shadow_q: ShadowQueue,
     xml: String,
     xml_started: bool,
     finished: bool,
@@ -132,6 +169,7 @@ impl Memcheck {
             state: Mutex::new(State {
                 errors: ErrorManager::new(rep),
                 freed: FreedQueue::new(opts.freelist_vol, opts.freelist_big_blocks),
+                shadow_q: ShadowQueue::new(opts.freelist_vol),
                 xml: String::new(),
                 xml_started: false,
                 finished: false,
@@ -143,6 +181,9 @@ impl Memcheck {
             allocs: AtomicU64::new(0),
             frees: AtomicU64::new(0),
             bytes_allocated: AtomicU64::new(0),
+            probing: AtomicBool::new(false),
+            foreign: SpinLock::new(Vec::new()),
+            pc_classes: SpinLock::new(None),
         }
     }
 
@@ -390,8 +431,8 @@ impl Memcheck {
         let near = |start: Addr, size: u64| {
             addr >= start.saturating_sub(REDZONE) && addr < start + size + REDZONE
         };
-        let live: Option<LiveBlock> = host
-            .live_blocks()
+        let live: Option<LiveBlock> = self
+            .program_blocks(host)
             .into_iter()
             .find(|b| near(b.addr, b.size));
         let f = freed.bracketing(addr).copied().filter(|f| {
@@ -452,6 +493,140 @@ impl Memcheck {
         }
     }
 
+    /// The slow path of a probe: some granule of the access is marked. Decides, as
+    /// Memcheck's `mc_LOADVn_slow` / `mc_STOREVn_slow` do, whether this is an error, and
+    /// reports it (a read-modify-write is checked as a read, then as a write).
+    fn check_access(&self, host: &dyn Host, base: u64, a: &Access, regs: &GuestRegs) {
+        let v = shadow::verdict(base, a.addr, a.size);
+        if v.bad == 0 {
+            return;
+        }
+        match self.pc_class(host, regs.rip) {
+            PcClass::Program => {}
+            PcClass::LibcAllocator => return,
+            PcClass::LibcString => {
+                // glibc's vector loops read up to a few vectors past the end of their data
+                // (never across a page, so never a fault): a read with an addressable byte
+                // in it or shortly before it is such an over-read, not the program's
+                // error. Valgrind's replacements make no such reads.
+                let read_only = a.kind == AccessKind::Read;
+                if v.bad_outside_header == 0
+                    || (read_only
+                        && (v.bad < a.size
+                            || shadow::any_addressable(
+                                base,
+                                a.addr.saturating_sub(STRING_OVERREAD),
+                                a.addr,
+                            )))
+                {
+                    return;
+                }
+            }
+        }
+        let (read, write) = match a.kind {
+            AccessKind::Read => (true, false),
+            AccessKind::Write => (false, true),
+            AccessKind::Modify => (true, true),
+        };
+        let mut at: Option<(StackId, i32, i32)> = None;
+        let mut report = |addr: Addr, size: u32, write: bool| {
+            let (stack, tid, thread) = *at.get_or_insert_with(|| {
+                let tid = oxgrind_sys::raw::gettid();
+                let mut st = self.lock();
+                let thread = thread_number(&mut st.threads, tid, host.pid());
+                drop(st);
+                (host.stack_at(regs, self.opts.num_callers), tid, thread)
+            });
+            self.report_at(
+                host,
+                KeyKind::Addr { size },
+                stack,
+                false,
+                tid,
+                if write { "InvalidWrite" } else { "InvalidRead" },
+                &|| text::invalid_access(write, size),
+                WhatQuirk::None,
+                &|freed| self.describe_addr(host, freed, addr, thread),
+            );
+        };
+        if read {
+            // --partial-loads-ok=yes: a naturally aligned load of a word or a vector with
+            // at least one addressable byte is fine (Memcheck gives the other bytes
+            // undefined values instead, which we do not track).
+            let size = a.size as u64;
+            let partial_ok = self.opts.partial_loads_ok
+                && matches!(size, 8 | 16 | 32)
+                && a.addr % size == 0
+                && v.bad < a.size;
+            if !partial_ok {
+                report(a.addr, a.size, false);
+            }
+        }
+        if write {
+            if a.size > 8 {
+                // Memcheck stores vectors in 8-byte pieces: each piece with an
+                // unaddressable byte is an invalid write of size 8 at that piece.
+                for off in (0..a.size).step_by(8) {
+                    let (piece, n) = (a.addr + off as u64, 8.min(a.size - off));
+                    if shadow::verdict(base, piece, n).bad > 0 {
+                        report(piece, n, true);
+                    }
+                }
+            } else {
+                report(a.addr, a.size, true);
+                if a.size == 2 {
+                    // Memcheck 3.19 counts a bad 2-byte store twice (shown once).
+                    report(a.addr, a.size, true);
+                }
+            }
+        }
+    }
+
+    /// Whether `addr` is a block of ours allocated in a probe (it is forgotten).
+    fn forget_foreign(&self, addr: Addr) -> bool {
+        let mut f = self.foreign.lock();
+        match f.iter().position(|&a| a == addr) {
+            Some(i) => {
+                f.swap_remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The program's live blocks: the runtime's list without [`Memcheck::foreign`] ones.
+    fn program_blocks(&self, host: &dyn Host) -> Vec<LiveBlock> {
+        let mut live = host.live_blocks();
+        let f = self.foreign.lock();
+        if !f.is_empty() {
+            live.retain(|b| !f.contains(&b.addr));
+        }
+        live
+    }
+
+    /// What the code at `pc` is, by its symbol (cached: asked only on the slow path).
+    fn pc_class(&self, host: &dyn Host, pc: u64) -> PcClass {
+        if let Some(c) = self
+            .pc_classes
+            .lock()
+            .as_ref()
+            .and_then(|m| m.get(&pc).copied())
+        {
+            return c;
+        }
+        // No lock held across the symbolizer.
+        let frames = host.describe(pc);
+        let outer = frames.last();
+        let object = outer.and_then(|f| f.object.as_deref()).unwrap_or("");
+        let function = outer.and_then(|f| f.function.as_deref());
+        let c = classify(object, function);
+        self.pc_classes
+            .lock()
+            .get_or_insert_with(Default::default)
+            .insert(pc, c);
+        c
+    }
+
     /// Records one runtime-detected error on the calling thread.
     // The closures keep rendering lazy (only a new context is rendered); bundling them in a
     // struct would add a type for one caller.
@@ -461,6 +636,24 @@ impl Memcheck {
         host: &dyn Host,
         kind: KeyKind,
         stack: StackId,
+        tid: i32,
+        xml_kind: &'static str,
+        what: &dyn Fn() -> String,
+        quirk: WhatQuirk,
+        aux: &dyn Fn(&FreedQueue) -> Vec<Aux>,
+    ) {
+        self.report_at(host, kind, stack, true, tid, xml_kind, what, quirk, aux)
+    }
+
+    /// [`Memcheck::report`] for a stack whose frame 0 is `frame0_is_ours` (our replacement
+    /// function) or the program's own instruction (an invalid access).
+    #[allow(clippy::too_many_arguments)]
+    fn report_at(
+        &self,
+        host: &dyn Host,
+        kind: KeyKind,
+        stack: StackId,
+        frame0_is_ours: bool,
         tid: i32,
         xml_kind: &'static str,
         what: &dyn Fn() -> String,
@@ -480,13 +673,8 @@ impl Memcheck {
         let found_before = errors.errs_found;
         let class_kind = kind.clone();
         errors.record(&mut out, ErrorKey { kind, ips }, &mut || {
-            let r = self.resolve(host, stack);
-            let class_name = match &class_kind {
-                KeyKind::InvalidFree | KeyKind::MismatchedFree => "Free",
-                KeyKind::FishyValue { .. } => "FishyValue",
-                KeyKind::Overlap { .. } => "Overlap",
-                KeyKind::BadAlign => "BadAlign",
-            };
+            let r = self.resolve_stack(host, stack, frame0_is_ours);
+            let class_name = class_kind.class().supp_kind_name();
             let extra = match &class_kind {
                 KeyKind::FishyValue { function, argument } => {
                     Some(format!("{function}({argument})"))
@@ -573,10 +761,21 @@ impl Memcheck {
         let mut search = leak::LeakSearch::new(&blocks, &mem, self.opts.heuristics);
         let mut searched = false;
         host.with_roots(&mut |roots: &[RootRange]| {
+            // Our shadow is a writable mapping the runtime does not know as ours: 16 TiB
+            // of zeroes that hold no pointer and would take for ever to scan.
+            let shadow = shadow::base_if_ready();
+            let shadow = (shadow, shadow + shadow::SHADOW_SPAN * (shadow != 0) as u64);
+            let real = self.probing.load(Ordering::Relaxed);
             search.run(&mut |sink| {
                 for r in roots {
-                    let len = r.end.saturating_sub(r.start);
-                    leak::Memory::read_words(&mem, r.start, len, &mut |_, w| sink(w));
+                    for (start, end) in outside(r.start, r.end, shadow) {
+                        if real {
+                            mem.read_root_words(start, end, &mut |_, w| sink(w));
+                        } else {
+                            let len = end - start;
+                            leak::Memory::read_words(&mem, start, len, &mut |_, w| sink(w));
+                        }
+                    }
                 }
             });
             searched = true;
@@ -727,6 +926,155 @@ impl ProcessLimits {
     }
 }
 
+thread_local! {
+    /// This thread is in the slow path of a probe. The runtime does not mark the thread as
+    /// inside oxgrind there (it does in allocator hooks), so what we call that allocates
+    /// (the symbolizer's `__cxa_demangle`, `dlsym`) reaches the allocator hooks as if the
+    /// program had called it, and would re-enter the tool while it holds its state lock.
+    /// Those events are not the program's: ignored.
+    static IN_PROBE: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
+fn in_probe() -> bool {
+    IN_PROBE.with(|f| f.get())
+}
+
+struct ProbeScope;
+
+impl ProbeScope {
+    fn enter() -> ProbeScope {
+        IN_PROBE.with(|f| f.set(true));
+        ProbeScope
+    }
+}
+
+impl Drop for ProbeScope {
+    fn drop(&mut self) {
+        IN_PROBE.with(|f| f.set(false));
+    }
+}
+
+/// How far past the end of its data a glibc string function may read (four 32-byte
+/// vectors: the unrolled AVX2 loops).
+const STRING_OVERREAD: u64 = 128;
+
+/// Whether an instruction may access a heap block: it has a memory operand that is not
+/// RIP-relative, `fs:`/`gs:`-based or `rsp`-based (those address code, globals, TLS and
+/// the stack). Implicit stack accesses (`push`, `call`, `ret`, ...) are not operands, so
+/// pure stack operations are skipped; `push [rax]` is not.
+fn may_touch_heap(ins: &Instruction) -> bool {
+    use oxgrind_tool::instrument::iced_x86::{Mnemonic, OpKind, Register};
+    if matches!(
+        ins.mnemonic(),
+        Mnemonic::Lea
+            | Mnemonic::Nop
+            | Mnemonic::Prefetchnta
+            | Mnemonic::Prefetcht0
+            | Mnemonic::Prefetcht1
+            | Mnemonic::Prefetcht2
+            | Mnemonic::Prefetchw
+            | Mnemonic::Prefetch
+            | Mnemonic::Clflush
+            | Mnemonic::Clflushopt
+    ) {
+        return false;
+    }
+    let other_segment = matches!(ins.memory_segment(), Register::FS | Register::GS);
+    (0..ins.op_count()).any(|i| match ins.op_kind(i) {
+        OpKind::Memory => {
+            !other_segment
+                && !matches!(
+                    ins.memory_base(),
+                    Register::RIP | Register::EIP | Register::RSP | Register::ESP
+                )
+        }
+        OpKind::MemorySegSI
+        | OpKind::MemorySegESI
+        | OpKind::MemorySegRSI
+        | OpKind::MemorySegDI
+        | OpKind::MemorySegEDI
+        | OpKind::MemorySegRDI
+        | OpKind::MemoryESDI
+        | OpKind::MemoryESEDI
+        | OpKind::MemoryESRDI => !other_segment,
+        _ => false,
+    })
+}
+
+/// [`PcClass`] of code in `object` (a path) at `function` (demangled name, if known).
+fn classify(object: &str, function: Option<&str>) -> PcClass {
+    let file = object.rsplit('/').next().unwrap_or(object);
+    if !(file.starts_with("libc.so") || file.starts_with("libc-")) {
+        return PcClass::Program;
+    }
+    let Some(name) = function else {
+        return PcClass::LibcString;
+    };
+    // `cfree@GLIBC_2.2.5`: a versioned alias.
+    let name = name.split('@').next().unwrap_or(name);
+    const ALLOCATOR: &[&str] = &[
+        "malloc",
+        "free",
+        "cfree",
+        "calloc",
+        "realloc",
+        "reallocarray",
+        "memalign",
+        "aligned_alloc",
+        "posix_memalign",
+        "valloc",
+        "pvalloc",
+        "malloc_usable_size",
+        "malloc_trim",
+        "malloc_consolidate",
+        "mallinfo",
+        "mallinfo2",
+        "malloc_stats",
+        "malloc_info",
+        "mallopt",
+        "sysmalloc",
+        "systrim",
+        "unlink_chunk",
+        "munmap_chunk",
+        "mremap_chunk",
+        "tcache_init",
+        "tcache_thread_shutdown",
+        "arena_get2",
+        "_mid_memalign",
+    ];
+    let bare = name.trim_start_matches('_');
+    let bare = bare.strip_prefix("libc_").unwrap_or(bare);
+    let bare = bare.strip_prefix("int_").unwrap_or(bare);
+    if ALLOCATOR.contains(&bare) || name.starts_with("_int_") || name.contains("tcache") {
+        return PcClass::LibcAllocator;
+    }
+    // IFUNC variants (`__strlen_avx2`, `__memmove_avx_unaligned_erms`) and the plain names.
+    const STRING: &[&str] = &[
+        "str",
+        "mem",
+        "stp",
+        "wcs",
+        "wmem",
+        "rawmemchr",
+        "bcmp",
+        "bcopy",
+        "bzero",
+        "index",
+        "rindex",
+    ];
+    if STRING.iter().any(|p| bare.starts_with(p)) {
+        return PcClass::LibcString;
+    }
+    PcClass::Program
+}
+
+/// The parts of `[start, end)` outside `hole` (at most two).
+fn outside(start: Addr, end: Addr, hole: (Addr, Addr)) -> impl Iterator<Item = (Addr, Addr)> {
+    let before = (start, end.min(hole.0));
+    let after = (start.max(hole.1), end);
+    [before, after].into_iter().filter(|(s, e)| s < e)
+}
+
 fn thread_number(seen: &mut Vec<i32>, os_tid: i32, pid: i32) -> i32 {
     if os_tid == pid || os_tid == 1 {
         return 1;
@@ -780,6 +1128,48 @@ struct HostMemory<'a> {
     scanned: std::cell::Cell<u64>,
 }
 
+impl HostMemory<'_> {
+    /// Every aligned word of the root range `[start, end)`, read with `process_vm_readv` on
+    /// ourselves one page at a time: a page that is gone (or unreadable) is skipped instead
+    /// of faulting. Root ranges are computed before the scan, and under the translation
+    /// engine our own large allocations (not excluded from the roots) can be unmapped while
+    /// the scan runs.
+    fn read_root_words(&self, start: Addr, end: Addr, f: &mut dyn FnMut(Addr, u64)) {
+        const SYS_PROCESS_VM_READV: usize = 310;
+        const PAGE: u64 = 4096;
+        let pid = oxgrind_sys::raw::getpid() as usize;
+        let mut buf = [0u64; (PAGE / 8) as usize];
+        let mut n = 0u64;
+        let mut a = (start + 7) & !7;
+        while a + 8 <= end {
+            let stop = end.min((a & !(PAGE - 1)) + PAGE);
+            let want = ((stop - a) & !7) as usize;
+            let local = [buf.as_mut_ptr() as usize, want];
+            let remote = [a as usize, want];
+            // SAFETY: the kernel writes at most `want` bytes to `buf` (which holds a page)
+            // and reads the remote range itself, failing with EFAULT rather than faulting.
+            let got = unsafe {
+                oxgrind_sys::syscall::syscall6(
+                    SYS_PROCESS_VM_READV,
+                    pid,
+                    local.as_ptr() as usize,
+                    1,
+                    remote.as_ptr() as usize,
+                    1,
+                    0,
+                )
+            };
+            let words = if got > 0 { got as usize / 8 } else { 0 };
+            for (i, &w) in buf[..words].iter().enumerate() {
+                f(a + 8 * i as u64, w);
+            }
+            n += words as u64;
+            a = stop.next_multiple_of(8);
+        }
+        self.scanned.set(self.scanned.get() + n * 8);
+    }
+}
+
 impl leak::Memory for HostMemory<'_> {
     fn read_words(&self, start: Addr, len: u64, f: &mut dyn FnMut(Addr, u64)) {
         let mut n = 0u64;
@@ -826,9 +1216,10 @@ impl Tool for Memcheck {
     --keep-stacktraces=alloc|free|alloc-and-free|alloc-then-free|none
         stack trace(s) to keep for malloc'd/free'd areas       [alloc-and-free]
     --show-mismatched-frees=no|yes   show frees that don't match the allocator? [yes]
+    --partial-loads-ok=no|yes        too hard to explain here; see manual [yes]
 
-  (Invalid reads and writes and undefined values need the translation engine's
-  instrumentation and are not reported yet.)
+  (Invalid reads and writes are checked for heap blocks; undefined values are not
+  tracked yet.)
 "
     }
 
@@ -852,6 +1243,7 @@ impl Tool for Memcheck {
             let st = self.state_mut();
             st.errors = ErrorManager::new(rep);
             st.freed = FreedQueue::new(vol, big);
+            st.shadow_q = ShadowQueue::new(vol);
         }
         let fatal = |e: SuppParseError| OptionError(e.fatal_lines().join("\n"));
         if self.opts.default_suppressions {
@@ -887,19 +1279,38 @@ impl Tool for Memcheck {
             freelist_vol: self.opts.freelist_vol,
             page_events: false,
             // Valgrind's default --redzone-size for Memcheck.
-            redzone: 16,
+            redzone: shadow::REDZONE,
             check_overlaps: true,
+            // Probes on the program's memory accesses: Invalid read / Invalid write.
+            instrument: true,
             ..Needs::default()
         }
     }
 
     fn on_alloc(&self, host: &dyn Host, ev: &Alloc) {
+        if in_probe() {
+            self.foreign.lock().push(ev.addr);
+            return;
+        }
         self.ensure_started(host);
         self.allocs.fetch_add(1, Ordering::Relaxed);
         self.bytes_allocated.fetch_add(ev.size, Ordering::Relaxed);
+        if self.probing.load(Ordering::Relaxed) {
+            // SAFETY: the engine runs, so this is a real process and the block was just
+            // returned by glibc's allocator (through the runtime).
+            let (end, next_header) = unsafe { shadow::chunk_end(ev.addr, ev.size) };
+            let base = shadow_base();
+            shadow::mark_alloc(base, ev.addr, ev.size, end);
+            if next_header {
+                shadow::mark_next_header(base, end);
+            }
+        }
     }
 
     fn on_free(&self, host: &dyn Host, ev: &Free) {
+        if self.forget_foreign(ev.addr) || in_probe() {
+            return;
+        }
         self.ensure_started(host);
         self.frees.fetch_add(1, Ordering::Relaxed);
         if self.opts.show_mismatched_frees && ev.alloc_func.family() != ev.func.family() {
@@ -932,9 +1343,55 @@ impl Tool for Memcheck {
             alloc_stack: ev.alloc_stack,
             free_stack: ev.stack,
         });
+        if !self.probing.load(Ordering::Relaxed) {
+            return;
+        }
+        let base = shadow_base();
+        if st.shadow_q.keeps(ev.size) {
+            shadow::mark_freed(base, ev.addr, ev.size);
+        }
+        // SAFETY: the engine runs, so this is a real process, and the runtime tells us of a
+        // free before giving the block back to glibc.
+        let (end, _) = unsafe { shadow::chunk_end(ev.addr, ev.size) };
+        st.shadow_q
+            .push(ev.addr, ev.size, end, &mut |a, size, end| {
+                shadow::clear_block(base, a, size, end)
+            });
+    }
+
+    fn instrument(&self, _pc: Addr, block: &[Instruction], plan: &mut Plan) {
+        // Runs at translation with the thread stopped, maybe while this thread holds our
+        // state lock (translating libc code our own reporting calls): no locks here.
+        if shadow_base() == 0 {
+            return;
+        }
+        if !self.probing.load(Ordering::Relaxed) {
+            self.probing.store(true, Ordering::Relaxed);
+        }
+        for (i, ins) in block.iter().enumerate() {
+            if may_touch_heap(ins) {
+                plan.accesses(i, 0);
+            }
+        }
+    }
+
+    fn on_accesses(&self, host: &dyn Host, accesses: &[Access], regs: &GuestRegs, _data: u64) {
+        let base = shadow::base_if_ready();
+        if base == 0 {
+            return;
+        }
+        for a in accesses {
+            if !shadow::all_addressable(base, a.addr, a.size) {
+                let _probe = ProbeScope::enter();
+                self.check_access(host, base, a, regs);
+            }
+        }
     }
 
     fn on_misuse(&self, host: &dyn Host, ev: &MisuseEvent) {
+        if in_probe() {
+            return;
+        }
         self.ensure_started(host);
         match ev.kind {
             Misuse::InvalidFree { addr, func, size } => {
@@ -1028,7 +1485,7 @@ impl Tool for Memcheck {
             // belong to the process's real end (which still comes if the exec fails).
             return;
         }
-        let live = host.live_blocks();
+        let live = self.program_blocks(host);
         // fini may run in a fatal-signal handler on a thread that was inside one of our
         // events: never wait for ever on our own lock.
         let Some(mut st) = self.lock_for_fini() else {
@@ -1115,6 +1572,58 @@ mod tests {
         assert_eq!(thread_number(&mut seen, 4247, 4242), 3);
         assert_eq!(thread_number(&mut seen, 4250, 4242), 2);
         assert_eq!(thread_number(&mut seen, 1, 4242), 1);
+    }
+
+    #[test]
+    fn root_ranges_skip_the_shadow() {
+        let parts = |s, e, h| outside(s, e, h).collect::<Vec<_>>();
+        assert_eq!(parts(0, 100, (40, 60)), [(0, 40), (60, 100)]);
+        assert_eq!(parts(50, 100, (40, 60)), [(60, 100)]);
+        assert_eq!(parts(45, 55, (40, 60)), []);
+        assert_eq!(parts(0, 10, (0, 0)), [(0, 10)]);
+    }
+
+    #[test]
+    fn libc_code_is_classified_by_symbol_name() {
+        let libc = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+        assert_eq!(classify(libc, Some("__strlen_avx2")), PcClass::LibcString);
+        assert_eq!(
+            classify(libc, Some("__memmove_avx_unaligned_erms")),
+            PcClass::LibcString
+        );
+        assert_eq!(classify(libc, None), PcClass::LibcString);
+        assert_eq!(classify(libc, Some("_int_free")), PcClass::LibcAllocator);
+        assert_eq!(
+            classify(libc, Some("__libc_malloc")),
+            PcClass::LibcAllocator
+        );
+        assert_eq!(classify(libc, Some("tcache_put")), PcClass::LibcAllocator);
+        assert_eq!(
+            classify(libc, Some("cfree@GLIBC_2.2.5")),
+            PcClass::LibcAllocator
+        );
+        assert_eq!(classify(libc, Some("qsort_r")), PcClass::Program);
+        assert_eq!(classify("/tmp/prog", Some("strlen")), PcClass::Program);
+    }
+
+    #[test]
+    fn heap_operands_are_probed_stack_rip_and_tls_ones_are_not() {
+        use oxgrind_tool::instrument::iced_x86::{Decoder, DecoderOptions};
+        let probed = |bytes: &[u8]| {
+            let ins = Decoder::with_ip(64, bytes, 0x1000, DecoderOptions::NONE).decode();
+            may_touch_heap(&ins)
+        };
+        assert!(probed(&[0x8b, 0x00])); // mov eax, [rax]
+        assert!(probed(&[0x48, 0x89, 0x47, 0x08])); // mov [rdi+8], rax
+        assert!(probed(&[0xff, 0x30])); // push qword [rax]
+        assert!(probed(&[0xf3, 0xa4])); // rep movsb
+        assert!(!probed(&[0x48, 0x8b, 0x44, 0x24, 0x08])); // mov rax, [rsp+8]
+        assert!(!probed(&[0x48, 0x8b, 0x05, 0, 0, 0, 0])); // mov rax, [rip+0]
+        assert!(!probed(&[0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0])); // mov rax, fs:[0x28]
+        assert!(!probed(&[0x50])); // push rax
+        assert!(!probed(&[0xc3])); // ret
+        assert!(!probed(&[0xc9])); // leave
+        assert!(!probed(&[0x48, 0x8d, 0x04, 0x07])); // lea rax, [rdi+rax]
     }
 
     #[test]

@@ -107,6 +107,9 @@ pub struct Options {
     pub freelist_big_blocks: u64,
     pub keep_stacks: KeepStacks,
     pub show_mismatched_frees: bool,
+    /// `--partial-loads-ok` (yes in Valgrind 3.19): an aligned word or vector load that is
+    /// partly addressable is not an error.
+    pub partial_loads_ok: bool,
     /// `--num-callers` (1..=500).
     pub num_callers: usize,
     /// 0 with `-q`, 1 by default, +1 per `-v`.
@@ -147,6 +150,7 @@ impl Default for Options {
             freelist_big_blocks: 1_000_000,
             keep_stacks: KeepStacks::AllocAndFree,
             show_mismatched_frees: true,
+            partial_loads_ok: true,
             num_callers: 12,
             verbosity: 1,
             show_error_list: false,
@@ -290,9 +294,10 @@ impl Options {
                 self.error_markers = Some((b.to_string(), e.to_string()));
             }
             ("--log-file", Some(_)) => self.log_to_file = true,
-            // Accepted for compatibility; they concern definedness tracking, which needs
-            // the engine (Memcheck part 2).
-            ("--undef-value-errors" | "--track-origins" | "--partial-loads-ok", Some(_)) => {
+            ("--partial-loads-ok", Some(_)) => self.partial_loads_ok = yes_no(arg, v)?,
+            // Accepted for compatibility; they concern definedness tracking, which we do
+            // not do.
+            ("--undef-value-errors" | "--track-origins", Some(_)) => {
                 yes_no(arg, v)?;
             }
             ("--expensive-definedness-checks", Some("no" | "auto" | "yes")) => {}

@@ -1,0 +1,350 @@
+//! Addressability (Memcheck's A bits) of the heap, one shadow byte per 8-byte granule.
+//!
+//! Why a flat shadow: every probed access must be checked, and the common answer ("all
+//! addressable") has to cost one load and one compare, soon inline in the translated code
+//! (the engine's filter reads this layout: shadow of address `a` at `base + (a >> 3)`).
+//! The shadow is one `MAP_NORESERVE` reservation of 2^44 bytes made once, covering the
+//! whole 47-bit user address space; pages never written read as zero.
+//!
+//! Encoding (ASan's): 0 = all 8 bytes addressable, the default everywhere (stack, globals,
+//! mmap); 1..=7 = only the first k bytes are (the tail of a block whose size is not a
+//! multiple of 8); [`LEFT_REDZONE`], [`RIGHT_REDZONE`], [`FREED`] = none is, and why.
+//! Only heap blocks are ever marked: the left redzone is the 16 bytes before a block
+//! (glibc's chunk header), the right one the 16 bytes the runtime adds after it
+//! (`Needs::redzone`), rounded up to a granule; a freed block's bytes stay [`FREED`] while
+//! it waits in the freed-block queue, and the whole extent goes back to 0 when the block
+//! leaves it (see `ShadowQueue` in the crate root).
+//!
+//! Writers are the allocator events (blocks are 16-byte aligned, so two live blocks never
+//! share a granule); readers are the probes. Bytes are accessed as `AtomicU8` with relaxed
+//! ordering: a racing reader sees the old or the new state of a granule, never a torn one.
+
+use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+use oxgrind_sys::lock::SpinLock;
+
+/// Bytes of the reservation: one shadow byte per 8 bytes of a 2^47-byte address space.
+pub const SHADOW_SPAN: u64 = 1 << 44;
+/// Addresses at or above this have no shadow (kernel half, vsyscall page): never heap.
+pub const ADDRESS_LIMIT: u64 = 1 << 47;
+/// The 16 bytes before a block (glibc's chunk header).
+pub const LEFT_REDZONE: u8 = 0xFA;
+/// The bytes after a block, up to its 16-byte redzone's end.
+pub const RIGHT_REDZONE: u8 = 0xFB;
+/// A freed block still held in the freed-block queue.
+pub const FREED: u8 = 0xFD;
+/// Redzone bytes on each side of a block (Valgrind's default `--redzone-size`).
+pub const REDZONE: u64 = 16;
+
+static BASE: AtomicU64 = AtomicU64::new(0);
+/// Set when the reservation failed: checking is then off for good.
+static FAILED: AtomicU64 = AtomicU64::new(0);
+static RESERVING: SpinLock<()> = SpinLock::new(());
+
+/// The start of the shadow reservation, made on first call; 0 if it could not be made (the
+/// tool then checks no access, rather than fail the program).
+pub fn shadow_base() -> u64 {
+    let b = BASE.load(Ordering::Acquire);
+    if b != 0 || FAILED.load(Ordering::Relaxed) != 0 {
+        return b;
+    }
+    let _g = RESERVING.lock();
+    let b = BASE.load(Ordering::Acquire);
+    if b != 0 {
+        return b;
+    }
+    // oxgrind_sys's anonymous mappings are PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS|
+    // MAP_NORESERVE: untouched pages cost nothing and read as zero ("addressable").
+    match oxgrind_sys::raw::mmap_anon(SHADOW_SPAN as usize) {
+        Some(p) => {
+            BASE.store(p as u64, Ordering::Release);
+            p as u64
+        }
+        None => {
+            FAILED.store(1, Ordering::Relaxed);
+            0
+        }
+    }
+}
+
+/// The base if the reservation exists already (probes never make it).
+#[inline]
+pub fn base_if_ready() -> u64 {
+    BASE.load(Ordering::Relaxed)
+}
+
+#[inline]
+fn cell(base: u64, addr: u64) -> &'static AtomicU8 {
+    // SAFETY: callers keep `addr` below ADDRESS_LIMIT, so `base + (addr >> 3)` lies inside
+    // the 2^44-byte reservation, which is never unmapped; AtomicU8 has u8's layout.
+    unsafe { &*((base + (addr >> 3)) as *const AtomicU8) }
+}
+
+/// The shadow byte of `addr`'s granule.
+#[inline]
+pub fn get(base: u64, addr: u64) -> u8 {
+    cell(base, addr).load(Ordering::Relaxed)
+}
+
+/// Whether every byte of `[addr, addr + size)` is addressable as far as the shadow knows:
+/// every granule it touches is 0. The fast path of every probe.
+#[inline]
+pub fn all_addressable(base: u64, addr: u64, size: u32) -> bool {
+    if size == 0 || addr >= ADDRESS_LIMIT || addr.saturating_add(size as u64) > ADDRESS_LIMIT {
+        return true;
+    }
+    let first = addr >> 3;
+    let last = (addr + size as u64 - 1) >> 3;
+    (first..=last).all(|g| get(base, g << 3) == 0)
+}
+
+/// Whether byte `addr` is addressable.
+#[inline]
+pub fn byte_addressable(base: u64, addr: u64) -> bool {
+    if addr >= ADDRESS_LIMIT {
+        return true;
+    }
+    match get(base, addr) {
+        0 => true,
+        k @ 1..=7 => (addr & 7) < k as u64,
+        _ => false,
+    }
+}
+
+/// Whether some byte of `[lo, hi)` is addressable.
+pub fn any_addressable(base: u64, lo: u64, hi: u64) -> bool {
+    let mut a = lo;
+    while a < hi {
+        if get(base, a) == 0 || a >= ADDRESS_LIMIT {
+            return true;
+        }
+        if byte_addressable(base, a) {
+            return true;
+        }
+        a += 1;
+    }
+    false
+}
+
+/// What the unaddressable bytes of an access are.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// Bytes not addressable.
+    pub bad: u32,
+    /// Of those, bytes outside a left redzone (a chunk header).
+    pub bad_outside_header: u32,
+}
+
+/// Byte-exact check of `[addr, addr + size)` (the slow path).
+pub fn verdict(base: u64, addr: u64, size: u32) -> Verdict {
+    let mut v = Verdict::default();
+    for a in addr..addr.saturating_add(size as u64) {
+        if !byte_addressable(base, a) {
+            v.bad += 1;
+            if get(base, a) != LEFT_REDZONE {
+                v.bad_outside_header += 1;
+            }
+        }
+    }
+    v
+}
+
+const SYS_MADVISE: usize = 28;
+const MADV_DONTNEED: usize = 4;
+const PAGE: u64 = 4096;
+
+/// Sets the shadow of the granules `[lo, hi)` (addresses, multiples of 8) to `v`.
+fn set(base: u64, lo: u64, hi: u64, v: u8) {
+    if base == 0 || lo >= hi || hi > ADDRESS_LIMIT {
+        return;
+    }
+    let (mut s, e) = (base + (lo >> 3), base + (hi >> 3));
+    // Whole shadow pages going back to "addressable" are dropped instead of written: they
+    // read as zero again and cost no memory (a freed 1 GiB block has 128 MiB of shadow).
+    if v == 0 && e - s >= 4 * PAGE {
+        let (ps, pe) = (s.next_multiple_of(PAGE), e & !(PAGE - 1));
+        if ps < pe {
+            for a in s..ps {
+                // SAFETY: inside the reservation (see `cell`).
+                unsafe { &*(a as *const AtomicU8) }.store(0, Ordering::Relaxed);
+            }
+            // SAFETY: [ps, pe) is whole pages of our own reservation; dropping them only
+            // zeroes shadow bytes, which is the state being written.
+            unsafe {
+                oxgrind_sys::syscall::syscall3(
+                    SYS_MADVISE,
+                    ps as usize,
+                    (pe - ps) as usize,
+                    MADV_DONTNEED,
+                )
+            };
+            s = pe;
+        }
+    }
+    while s < e {
+        // SAFETY: inside the reservation (see `cell`).
+        unsafe { &*(s as *const AtomicU8) }.store(v, Ordering::Relaxed);
+        s += 1;
+    }
+}
+
+/// End of a block's right redzone, rounded up to a granule.
+#[inline]
+fn redzone_end(p: u64, size: u64) -> u64 {
+    p.saturating_add(size)
+        .saturating_add(REDZONE)
+        .next_multiple_of(8)
+}
+
+/// Where the memory glibc gave for a block at `p` of `size` bytes ends: the end of its
+/// chunk, read from glibc's chunk header (the size field just before `p`), which is where
+/// the next chunk's header starts. Everything from the block's end to there is slack no
+/// one may touch, as in Valgrind, where all the bytes between two blocks are unaddressable.
+/// Falls back to the redzone's end when the header does not look like glibc's. The
+/// second value says whether a next chunk's header follows (not for a chunk glibc mapped
+/// by itself, which ends with its mapping).
+///
+/// # Safety
+/// `p` must be a block glibc's allocator returned and the program has not freed.
+pub unsafe fn chunk_end(p: u64, size: u64) -> (u64, bool) {
+    const IS_MMAPPED: u64 = 2;
+    let rz_end = redzone_end(p, size);
+    if p < REDZONE || p & 7 != 0 {
+        return (rz_end, false);
+    }
+    // SAFETY: per the caller, the 8 bytes before `p` are the chunk's size field.
+    let raw = unsafe { core::ptr::read_volatile((p - 8) as *const u64) };
+    let end = (p - REDZONE).wrapping_add(raw & !7);
+    if end >= rz_end && end - rz_end <= 2 * PAGE {
+        (end, raw & IS_MMAPPED == 0)
+    } else {
+        (rz_end, false)
+    }
+}
+
+/// The header of the chunk after a block (16 bytes at its chunk's end): glibc's, never
+/// the program's, whether that chunk is a block of ours (whose left redzone it is) or free.
+pub fn mark_next_header(base: u64, end: u64) {
+    if base == 0 || end & 7 != 0 || end + REDZONE > ADDRESS_LIMIT {
+        return;
+    }
+    set(base, end, end + REDZONE, LEFT_REDZONE);
+}
+
+/// A new block at `p` (16-byte aligned) of `size` bytes: its bytes become addressable, its
+/// redzones and the slack up to `end` (see [`chunk_end`]) not.
+pub fn mark_alloc(base: u64, p: u64, size: u64, end: u64) {
+    if base == 0 || p < REDZONE || end.max(redzone_end(p, size)) > ADDRESS_LIMIT {
+        return;
+    }
+    set(base, p - REDZONE, p, LEFT_REDZONE);
+    let whole = p + (size & !7);
+    set(base, p, whole, 0);
+    let mut rz = whole;
+    if size & 7 != 0 {
+        cell(base, whole).store((size & 7) as u8, Ordering::Relaxed);
+        rz += 8;
+    }
+    set(base, rz, end.max(redzone_end(p, size)), RIGHT_REDZONE);
+}
+
+/// A block given back: its bytes become unaddressable while it waits in the queue.
+pub fn mark_freed(base: u64, p: u64, size: u64) {
+    if base == 0 || redzone_end(p, size) > ADDRESS_LIMIT {
+        return;
+    }
+    set(base, p, p + size.next_multiple_of(8), FREED);
+}
+
+/// A block leaving the freed-block queue (glibc gets it back): its whole extent, redzones
+/// and slack included (`end` as given to [`mark_alloc`]), is ordinary memory again.
+pub fn clear_block(base: u64, p: u64, size: u64, end: u64) {
+    let end = end.max(redzone_end(p, size));
+    if base == 0 || p < REDZONE || end > ADDRESS_LIMIT {
+        return;
+    }
+    set(base, p - REDZONE, end, 0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> u64 {
+        let b = shadow_base();
+        assert_ne!(b, 0, "the shadow reservation failed");
+        b
+    }
+
+    // Each test uses its own address range: they run in parallel on one shadow.
+
+    #[test]
+    fn a_block_is_addressable_and_its_redzones_are_not() {
+        let b = base();
+        let p = 0x5000_0000;
+        mark_alloc(b, p, 13, 0);
+        assert!(all_addressable(b, p, 8));
+        // The fast path only looks at whole granules: the tail granule needs the slow one.
+        assert!(!all_addressable(b, p, 13));
+        assert_eq!(verdict(b, p, 13).bad, 0);
+        assert_eq!(verdict(b, p, 14).bad, 1);
+        assert!(byte_addressable(b, p + 12));
+        assert!(!byte_addressable(b, p + 13));
+        assert!(!byte_addressable(b, p + 28));
+        assert!(
+            byte_addressable(b, p + 32),
+            "past the redzone is not the block's business"
+        );
+        assert!(any_addressable(b, p + 13, p + 40));
+        assert!(!any_addressable(b, p + 13, p + 32));
+        assert!(!byte_addressable(b, p - 1));
+        assert!(!byte_addressable(b, p - 16));
+        assert!(byte_addressable(b, p - 17));
+        assert_eq!(
+            verdict(b, p - 4, 8),
+            Verdict {
+                bad: 4,
+                bad_outside_header: 0
+            }
+        );
+        assert_eq!(
+            verdict(b, p + 8, 8),
+            Verdict {
+                bad: 3,
+                bad_outside_header: 3
+            }
+        );
+    }
+
+    #[test]
+    fn freed_then_cleared_block_goes_back_to_ordinary_memory() {
+        let b = base();
+        let p = 0x6000_0000;
+        mark_alloc(b, p, 40, p + 64);
+        mark_freed(b, p, 40);
+        assert!(!byte_addressable(b, p));
+        assert_eq!(get(b, p + 8), FREED);
+        assert!(!byte_addressable(b, p + 40 + 16 + 7));
+        clear_block(b, p, 40, p + 64);
+        assert!(all_addressable(b, p - 16, 40 + 40));
+    }
+
+    #[test]
+    fn huge_blocks_are_marked_and_cleared_whole() {
+        let b = base();
+        let p = 0x7000_0000;
+        let size = 1 << 20;
+        mark_alloc(b, p, size, 0);
+        mark_freed(b, p, size);
+        assert_eq!(get(b, p + size / 2), FREED);
+        clear_block(b, p, size, 0);
+        assert!(all_addressable(b, p - 16, size as u32 + 32));
+    }
+
+    #[test]
+    fn addresses_without_shadow_are_never_errors() {
+        let b = base();
+        assert!(all_addressable(b, 0xffff_ffff_ff60_0000, 8));
+        assert!(byte_addressable(b, u64::MAX));
+    }
+}
