@@ -293,6 +293,7 @@ pub(crate) mod fake {
         pub stacks: Mutex<HashMap<u32, Vec<Addr>>>,
         pub frames: Mutex<HashMap<Addr, Vec<Frame>>>,
         pub now_ms: Mutex<u64>,
+        pub instructions: Mutex<u64>,
         pub written: Mutex<Vec<(String, Vec<u8>)>>,
         pub logged: Mutex<Vec<String>>,
         pub describe_calls: Mutex<u32>,
@@ -359,6 +360,9 @@ pub(crate) mod fake {
         }
         fn elapsed_ms(&self) -> u64 {
             *self.now_ms.lock().unwrap()
+        }
+        fn instructions(&self) -> u64 {
+            *self.instructions.lock().unwrap()
         }
         fn pid(&self) -> i32 {
             4242

@@ -319,6 +319,31 @@ fn milliseconds_come_from_the_host_and_never_go_backwards() {
 }
 
 #[test]
+fn instruction_times_come_from_the_host_count() {
+    let h = host();
+    let m = massif(&["--time-unit=i"]);
+    *h.instructions.lock().unwrap() = 120_000;
+    m.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
+    *h.instructions.lock().unwrap() = 2_120_000;
+    m.on_alloc(&h, &alloc(0xb0, 10, 6, 1));
+    let times: Vec<i64> = snaps(&m, &h).iter().map(|s| s.0).collect();
+    assert_eq!(times, [0, 120_000, 2_120_000]);
+    assert!(m.massif_file(&h).unwrap().time_unit.eq("i"));
+}
+
+#[test]
+fn only_instruction_time_asks_for_the_engine() {
+    assert!(massif(&["--time-unit=i"]).needs().count_instructions);
+    for unit in ["--time-unit=ms", "--time-unit=B"] {
+        assert!(!massif(&[unit]).needs().count_instructions, "{unit}");
+    }
+    assert_eq!(
+        massif(&[]).needs().count_instructions,
+        options::DEFAULT_TIME_UNIT == TimeUnit::Instructions
+    );
+}
+
+#[test]
 fn events_from_many_threads_balance_out() {
     let h = std::sync::Arc::new(host());
     let m = std::sync::Arc::new(massif(&["--time-unit=B"]));
