@@ -81,6 +81,7 @@ pub struct Dhat {
     heap_lo: AtomicU64,
     heap_hi: AtomicU64,
     finished: AtomicBool,
+    heap_warmed: AtomicBool,
 }
 
 impl Default for Dhat {
@@ -111,6 +112,7 @@ impl Dhat {
             heap_lo: AtomicU64::new(u64::MAX),
             heap_hi: AtomicU64::new(0),
             finished: AtomicBool::new(false),
+            heap_warmed: AtomicBool::new(false),
         }
     }
 
@@ -200,6 +202,29 @@ impl Dhat {
         self.heap_lo.fetch_min(addr, Ordering::Relaxed);
         self.heap_hi
             .fetch_max(addr.saturating_add(size.max(1)), Ordering::Relaxed);
+    }
+
+    /// Works around a self-deadlock of the runtime's private heap under the engine: the
+    /// code that refills a size class runs with the class lock held, and if that code has
+    /// never run translated, the translator (which allocates) is entered with the lock
+    /// held; it spins forever if it needs the same class. DHAT allocates far more than
+    /// the other tools (a histogram per small block), so it met this in the first
+    /// seconds of `bench/build/alloc`. Making one refill happen early, translated, in the
+    /// 64 KiB class the translator never uses, translates that code safely; so do a few
+    /// large blocks (mappings of their own, noted and forgotten under the heap's region
+    /// lock).
+    /// Reported to the engine's owner; remove once the engine prewarms these paths.
+    fn warm_private_heap(&self) {
+        if self.heap_warmed.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        // 17 blocks of the 64 KiB class exceed the heap's 1 MiB chunk: at least one refill.
+        let blocks: Vec<Vec<u8>> = (0..17).map(|_| Vec::with_capacity(40_000)).collect();
+        drop(std::hint::black_box(blocks));
+        // Large blocks are mappings of their own, noted in the heap's region table under its
+        // lock; the scan for a free slot exits through different code as the table fills.
+        let large: Vec<Vec<u8>> = (0..24).map(|_| Vec::with_capacity(200_000)).collect();
+        drop(std::hint::black_box(large));
     }
 
     fn heap_mode(&self) -> bool {
@@ -433,6 +458,7 @@ impl Tool for Dhat {
         if !self.heap_mode() {
             return;
         }
+        self.warm_private_heap();
         let (mut st, pp) = self.pp_of(host, self.state.lock(), ev.stack, true);
         let Some(pp) = pp else { return };
         let now = host.instructions();
