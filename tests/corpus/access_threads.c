@@ -15,7 +15,8 @@ static void *worker(void *arg) {
     if (k == 1)
         sink = p[k + 4];        /* read just past the end */
     else if (k == 2)
-        p[-1] = k;              /* write into the left redzone */
+        p[-3] = k;              /* write into the left redzone (not over glibc's size
+                                   field, which would corrupt its heap natively) */
     else {
         free(p);
         sink = p[0];            /* read after free */

@@ -55,11 +55,11 @@ fn invalid_accesses_are_counted_in_the_error_summary() {
     let prog = heap_program();
     let o = run(Command::new(oxgrind()).arg(&prog));
     let report = stderr(&o);
-    // 14 places; a loop of 8 bad reads is one of them, the 2-byte store counts twice,
+    // 17 places; a loop of 8 bad reads is one of them, the 2-byte store counts twice,
     // the increment of freed memory counts its read and its write, and the 16-byte
     // store is two 8-byte pieces.
     assert!(
-        report.contains("ERROR SUMMARY: 27 errors from 16 contexts"),
+        report.contains("ERROR SUMMARY: 27 errors from 17 contexts"),
         "{report}"
     );
     for what in [
@@ -74,7 +74,11 @@ fn invalid_accesses_are_counted_in_the_error_summary() {
         assert!(report.contains(what), "no {what:?} in\n{report}");
     }
     // The partly addressable aligned 8-byte load is not an error by default.
-    assert!(!report.contains("vectors (access_heap.c:97)"), "{report}");
+    assert!(!report.contains("vectors (access_heap.c:82)"), "{report}");
+    let strict = stderr(&run(Command::new(oxgrind())
+        .arg("--partial-loads-ok=no")
+        .arg(&prog)));
+    assert!(strict.contains("vectors (access_heap.c:82)"), "{strict}");
 }
 
 #[test]
@@ -84,6 +88,31 @@ fn one_bad_access_per_thread_matches_valgrind() {
         return;
     };
     assert!(ours.contains("Thread 4:"), "{ours}");
+    // glibc's per-thread DTV has one more 16-byte slot under oxgrind (our runtime library
+    // has a TLS segment, Valgrind's preload none): 3 threads, 48 bytes more allocated (as
+    // in memcheck_vs_valgrind.rs).
+    let allocated = |r: &str| -> u64 {
+        let l = r.lines().find(|l| l.contains("total heap usage:")).unwrap();
+        let n = l.rsplit(", ").next().unwrap().split(' ').next().unwrap();
+        n.replace(',', "").parse().unwrap()
+    };
+    let (o, t) = (allocated(&ours), allocated(&theirs));
+    assert_eq!(o, t + 48, "{ours}");
+    let fmt = |n: u64| {
+        let s = n.to_string();
+        let mut out = String::new();
+        for (i, c) in s.chars().enumerate() {
+            if i > 0 && (s.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        out
+    };
+    let ours = ours.replace(
+        &format!("{} bytes allocated", fmt(o)),
+        &format!("{} bytes allocated", fmt(t)),
+    );
     assert_same_report(&ours, &theirs);
 }
 
@@ -124,11 +153,25 @@ fn generated_suppressions_name_addr_kinds_and_silence_the_errors() {
         return;
     };
     assert!(
-        ours.contains("ERROR SUMMARY: 0 errors from 0 contexts (suppressed: 27 from 16)"),
+        ours.contains("ERROR SUMMARY: 0 errors from 0 contexts (suppressed: 27 from 17)"),
         "{ours}"
     );
-    // The used-suppression lines name the file; both tools read the same one.
-    assert_same_report(&ours, &theirs);
+    // The used-suppression lines name the file; both tools read the same one. Their
+    // `--PID--` prefix is not normalised by normalize_report.
+    let debug_prefix = |r: &str| {
+        r.lines()
+            .map(
+                |l| match l.strip_prefix("--").and_then(|t| t.split_once("-- ")) {
+                    Some((pid, rest)) if pid.chars().all(|c| c.is_ascii_digit()) => {
+                        format!("--PID-- {rest}")
+                    }
+                    _ => l.to_string(),
+                },
+            )
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_same_report(&debug_prefix(&ours), &debug_prefix(&theirs));
 }
 
 /// An XML report with what differs between any two runs removed (as in
