@@ -18,9 +18,9 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 /// Instructions Valgrind counts that we cannot see: everything before the engine takes
-/// over in our runtime's constructor (the dynamic loader's work, about 145,000
-/// instructions for a small C program on this machine), plus small per-call differences
-/// in the allocator wrappers. `te` and `tg` may differ by this much.
+/// over in our runtime's constructor (the dynamic loader's work: 104,000 to 112,000 for
+/// `dhat_heap.c` on this machine), less the allocator work we count and Valgrind does not.
+/// `te` and `tg` may differ by this much.
 const TIME_SLACK: u64 = 200_000;
 
 /// One run of a corpus program under each tool: the files and the logs.
@@ -221,13 +221,18 @@ fn summary_lines_equal_valgrinds() {
 }
 
 #[test]
-#[ignore = "needs the runtime's hooks to leave their own instructions out of the count without crashing (de8005e's Event::enter reads the thread count through %gs from translated code)"]
-fn instruction_times_are_within_the_stated_slack() {
+fn end_and_peak_times_are_within_the_start_up_slack() {
     let Some(b) = heap_run() else { return };
     let (o, t) = (&b.ours, &b.theirs);
     assert!(o.te.abs_diff(t.te) <= TIME_SLACK, "te {} vs {}", o.te, t.te);
     assert!(o.tg.abs_diff(t.tg) <= TIME_SLACK, "tg {} vs {}", o.tg, t.tg);
     assert!(o.tg <= o.te && o.tg > 0);
+}
+
+#[test]
+#[ignore = "glibc's allocator runs for the program inside our hooks and its instructions are counted (hundreds per call where Valgrind counts its wrapper's few dozen): lifetimes are too long until the runtime tells tools which instructions are its own"]
+fn lifetimes_are_within_a_tenth_of_valgrinds() {
+    let Some(b) = heap_run() else { return };
     // Lifetimes are differences of counts, so the unseen start-up cancels out: what is
     // left is the allocator wrappers (Valgrind's run in the program, a few dozen
     // instructions per call) and our engine's counting granularity.

@@ -2,8 +2,8 @@
 //! bytes are used, written as Valgrind 3.19's `dhat.out.<pid>` for `dh_view.html`
 //! (formats.md §3).
 //!
-//! [`Dhat`] implements [`oxgrind_tool::Tool`]. Time is guest instructions: the program runs
-//! under the translation engine with instruction counting (`Needs::count_instructions`).
+//! [`Dhat`] implements [`oxgrind_tool::Tool`]. Time is guest instructions, counted by DHAT
+//! itself with a counter bump per translated block, as Valgrind's DHAT does.
 //! Three event streams feed one state ([`heap::State`], behind a spin lock):
 //!
 //! * allocation events (`on_alloc`, `on_free`, `on_realloc`) on the program's threads, each
@@ -40,6 +40,19 @@ use oxgrind_tool::{Addr, Alloc, Exit, Frame, Free, Host, Needs, OptionError, Sta
 
 /// Where Valgrind installs the viewer the summary points to (oxgrind's files load in it).
 pub const DH_VIEW: &str = "file:///usr/libexec/valgrind/dh_view.html";
+
+/// Guest instructions executed, counted by DHAT itself as Valgrind's DHAT does
+/// (`g_curr_instrs`): every translated block of the program adds its length when it starts.
+/// The runtime's own code is never offered for instrumentation, so its work (the
+/// allocator hooks, DHAT itself) is not counted; glibc's allocator, which runs for the
+/// program, is.
+static INSTRS: AtomicU64 = AtomicU64::new(0);
+
+/// The instruction count now.
+#[inline]
+fn now() -> u64 {
+    INSTRS.load(Ordering::Relaxed)
+}
 
 /// Marks a stack whose allocations are ignored (`--ignore-fn`).
 const IGNORED: u32 = u32::MAX;
@@ -273,7 +286,7 @@ impl Dhat {
     /// fatal signal interrupted a thread inside a DHAT handler).
     fn build(&self, host: &dyn Host) -> Option<(DhatFile, heap::Totals)> {
         let mut st = self.state.lock_bounded(1 << 24)?;
-        let te = host.instructions();
+        let te = now();
         if self.heap_mode() {
             st.heap.finish(te);
         }
@@ -430,7 +443,7 @@ impl Tool for Dhat {
         Needs {
             stack_depth: if heap { self.opts.num_callers } else { 0 },
             ignores_heap: !heap,
-            count_instructions: true,
+            // DHAT counts for itself (see INSTRS): the core's count is not needed.
             instrument: true,
             ..Needs::default()
         }
@@ -461,25 +474,25 @@ impl Tool for Dhat {
         self.warm_private_heap();
         let (mut st, pp) = self.pp_of(host, self.state.lock(), ev.stack, true);
         let Some(pp) = pp else { return };
-        let now = host.instructions();
+        let now = now();
         st.heap.alloc(ev.addr, ev.size, pp, now);
         drop(st);
         self.widen_heap_range(ev.addr, ev.size);
     }
 
-    fn on_free(&self, host: &dyn Host, ev: &Free) {
+    fn on_free(&self, _host: &dyn Host, ev: &Free) {
         if !self.heap_mode() {
             return;
         }
-        let now = host.instructions();
+        let now = now();
         self.state.lock().heap.free(ev.addr, now);
     }
 
-    fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
+    fn on_realloc(&self, _host: &dyn Host, old: &Free, new: &Alloc) {
         if !self.heap_mode() {
             return;
         }
-        let now = host.instructions();
+        let now = now();
         let moved = self
             .state
             .lock()
@@ -502,6 +515,9 @@ impl Tool for Dhat {
     }
 
     fn instrument(&self, _pc: Addr, block: &[Instruction], plan: &mut Plan) {
+        if !block.is_empty() {
+            plan.count(0, &INSTRS, block.len() as u32);
+        }
         for (i, ins) in block.iter().enumerate() {
             if self.heap_mode() && probe::may_touch_heap(ins) {
                 plan.accesses(i, 0);
