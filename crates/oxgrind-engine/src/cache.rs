@@ -429,6 +429,14 @@ impl CodeCache {
         })
     }
 
+    /// Whether `host` lies in a translation (guest code copies, stubs, inline lookups).
+    pub fn in_cache(&self, host: u64) -> bool {
+        self.by_host
+            .range(..=host)
+            .next_back()
+            .is_some_and(|(&start, hb)| host < start + hb.len as u64)
+    }
+
     /// Whether `pc` was reached by a native jump to code that was not mapped when it was
     /// translated (a fault there has a guest pc already).
     pub fn is_native_jump(&self, pc: u64) -> bool {

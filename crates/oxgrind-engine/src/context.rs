@@ -118,6 +118,10 @@ pub struct ThreadCtx {
     /// Signals that arrived while the thread was inside the engine (bit n = signal n).
     pub pending_signals: u64,
     pub sig_depth: u64,
+    /// Non-zero while the thread single-steps engine code in the cache towards the next
+    /// guest instruction boundary, where a deferred asynchronous signal is delivered
+    /// (see `signals`); counts the steps.
+    pub stepping: u64,
     pub sig_ring: [[u64; SCRATCH_SLOTS]; SIG_RING],
     /// Per ring level: the pc the kernel put in the context, and the pc the guest handler
     /// was shown (the guest pc when the host pc could be mapped, else the same).
@@ -283,6 +287,7 @@ pub fn reuse_exited() -> Option<*mut ThreadCtx> {
         c.pending_child = 0;
         c.pending_signals = 0;
         c.sig_depth = 0;
+        c.stepping = 0;
         // Drop the old thread's IBL entries (and their memory): the pages read as zero.
         const SYS_MADVISE: usize = 28;
         const MADV_DONTNEED: usize = 4;

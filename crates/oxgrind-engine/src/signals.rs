@@ -49,6 +49,7 @@ use crate::context::{self as c, ThreadCtx};
 
 const NSIG: usize = 65;
 const SA_SIGINFO: u64 = 4;
+const SA_RESTORER: u64 = 0x0400_0000;
 
 /// The guest's handler and flags per signal (0 = not intercepted).
 static HANDLER: [AtomicU64; NSIG] = [const { AtomicU64::new(0) }; NSIG];
@@ -91,12 +92,17 @@ pub(crate) fn emulate_sigaction(ctx: &ThreadCtx) -> Option<i64> {
         // SAFETY: the guest passed `act` to the kernel, which would read it the same way;
         // it was checked readable above.
         new = unsafe { core::ptr::read_unaligned(act as *const KSigaction) };
-        if new.handler > 1 {
+        if new.handler > 1 || sig == SIGTRAP {
             // Record first: the signal may arrive as soon as the kernel has the new action.
+            // SIGTRAP stays ours even at the guest's default (see `install_trap_entry`).
             FLAGS[sig].store(new.flags, Ordering::Release);
             HANDLER[sig].store(new.handler, Ordering::Release);
             new.handler = asm::oxg_sig_entry as *const () as u64;
             new.flags |= SA_SIGINFO;
+            if new.flags & SA_RESTORER == 0 {
+                new.flags |= SA_RESTORER;
+                new.restorer = asm::oxg_restorer as *const () as u64;
+            }
         }
     }
     let mut old = KSigaction::default();
@@ -174,9 +180,20 @@ pub(crate) unsafe extern "C" fn on_signal(sig: u64, info: *const u8, uc: *const 
     let handler = HANDLER[sig].load(Ordering::Acquire);
     // SAFETY: gs points at this thread's context (the engine sets it for every thread).
     let ctx = unsafe { &mut *(gs as *mut ThreadCtx) };
+    let uc = uc as *mut u8;
+    // SAFETY: the kernel passes a valid siginfo_t; si_code is the i32 at offset 8.
+    let code = unsafe { core::ptr::read(info.add(8) as *const i32) };
+    if sig == SIGTRAP && ctx.stepping != 0 && code > 0 {
+        // Signals arriving while this runs are deferred like any signal in the engine
+        // (this code takes the cache lock: a nested delivery would spin on it).
+        let was_in_engine = ctx.in_engine;
+        ctx.in_engine = 1;
+        // SAFETY: uc is the kernel's writable ucontext for this trap.
+        unsafe { step(ctx, uc, was_in_engine != 0) };
+        ctx.in_engine = was_in_engine;
+        return 0;
+    }
     if ctx.in_engine != 0 {
-        // SAFETY: the kernel passes a valid siginfo_t; si_code is the i32 at offset 8.
-        let code = unsafe { core::ptr::read(info.add(8) as *const i32) };
         if matches!(sig, 4 | 5 | 7 | 8 | 11) && code > 0 {
             // SAFETY: uc is the kernel's ucontext; the rip is gregs[REG_RIP=16] at 40.
             let rip = unsafe { core::ptr::read(uc.add(40 + 16 * 8) as *const u64) };
@@ -188,35 +205,192 @@ pub(crate) unsafe extern "C" fn on_signal(sig: u64, info: *const u8, uc: *const 
             w.flush();
             raw::exit_group(128 + sig as i32);
         }
-        // SAFETY: pending_signals is only accessed atomically.
-        let pending = unsafe { AtomicU64::from_ptr(&mut ctx.pending_signals) };
-        // Bit 0 stands for signal 64 (there is no signal 0).
-        let bit = 1u64 << (sig % 64);
-        if pending.load(Ordering::Acquire) & bit == 0 {
-            // A second instance of a pending signal merges with the first, as the kernel
-            // does for standard signals; the first one's siginfo is kept.
-            // SAFETY: the kernel's siginfo is 128 bytes; the slot is this thread's.
-            unsafe {
-                core::ptr::copy_nonoverlapping(
-                    info,
-                    c::siginfo_slot(ctx as *mut ThreadCtx, sig),
-                    c::SIGINFO_SIZE,
-                )
-            };
-        }
-        pending.fetch_or(bit, Ordering::AcqRel);
+        defer(ctx, sig, info);
         return 0;
+    }
+    let sync = matches!(sig, 4 | 5 | 7 | 8 | 11) && code > 0;
+    // From here on, signals arriving meanwhile are deferred (the code below takes the
+    // cache lock; a nested delivery would spin on it).
+    ctx.in_engine = 1;
+    // SAFETY: uc is the kernel's writable ucontext for this delivery.
+    unsafe {
+        if rip_of(uc) == asm::oxg_raise_after as *const () as u64 {
+            show_raise_target(ctx, uc);
+        }
+        if !sync && between_guest_instructions(rip_of(uc)) == Some(false) {
+            // Engine code in the cache (a stub, the indirect-branch lookup, a probe): the
+            // guest state is not whole here. Step to the next guest instruction and
+            // deliver the signal there (`step`).
+            defer(ctx, sig, info);
+            ctx.stepping = 1;
+            set_trap_flag(uc, true);
+            ctx.in_engine = 0;
+            return 0;
+        }
     }
     if handler <= 1 {
+        ctx.in_engine = 0;
+        if sig == SIGTRAP {
+            default_trap(handler, code);
+        }
         return 0;
     }
-    ctx.in_engine = 1;
     let level = (ctx.sig_depth as usize) % c::SIG_RING;
     ctx.sig_ring[level] = ctx.scratch;
     // SAFETY: info and uc are the kernel's siginfo and ucontext for this delivery.
-    unsafe { show_guest_context(ctx, level, sig, info, uc as *mut u8) };
+    unsafe { show_guest_context(ctx, level, sig, info, uc) };
     ctx.sig_depth += 1;
     handler
+}
+
+const SIGTRAP: usize = 5;
+/// `gregs` index of the flags, and the trap flag in them.
+const REG_EFL: usize = 17;
+const EFLAGS_TF: u64 = 0x100;
+/// Steps after which stepping gives up and leaves the signal to the next dispatcher entry.
+const MAX_STEPS: u64 = 100_000;
+
+/// Records a signal to be raised again later (its first instance's siginfo is kept).
+fn defer(ctx: &mut ThreadCtx, sig: usize, info: *const u8) {
+    // SAFETY: pending_signals is only accessed atomically.
+    let pending = unsafe { AtomicU64::from_ptr(&mut ctx.pending_signals) };
+    // Bit 0 stands for signal 64 (there is no signal 0).
+    let bit = 1u64 << (sig % 64);
+    if pending.load(Ordering::Acquire) & bit == 0 {
+        // A second instance of a pending signal merges with the first, as the kernel
+        // does for standard signals; the first one's siginfo is kept.
+        // SAFETY: the kernel's siginfo is 128 bytes; the slot is this thread's.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                info,
+                c::siginfo_slot(ctx as *mut ThreadCtx, sig),
+                c::SIGINFO_SIZE,
+            )
+        };
+    }
+    pending.fetch_or(bit, Ordering::AcqRel);
+}
+
+/// # Safety
+/// `uc` must be a kernel ucontext.
+unsafe fn rip_of(uc: *mut u8) -> u64 {
+    // SAFETY: gregs[REG_RIP] of the ucontext.
+    unsafe { core::ptr::read((uc.add(UC_GREGS) as *const u64).add(REG_RIP)) }
+}
+
+/// # Safety
+/// `uc` must be a writable kernel ucontext.
+unsafe fn set_trap_flag(uc: *mut u8, on: bool) {
+    // SAFETY: gregs[REG_EFL] of the ucontext.
+    unsafe {
+        let efl = (uc.add(UC_GREGS) as *mut u64).add(REG_EFL);
+        *efl = if on {
+            *efl | EFLAGS_TF
+        } else {
+            *efl & !EFLAGS_TF
+        };
+    }
+}
+
+/// For a host pc of engine code in the cache: whether it is exactly between two guest
+/// instructions (`Some(true)`) or inside engine code (`Some(false)`). `None` for pcs
+/// outside the cache and its lookup routine.
+fn between_guest_instructions(host: u64) -> Option<bool> {
+    let ibl2 = asm::oxg_ibl2 as *const () as u64..asm::oxg_ibl2_end as *const () as u64;
+    let guard = crate::dispatch::CACHE.lock();
+    let cache = guard.as_ref()?;
+    if !cache.in_cache(host) && !ibl2.contains(&host) {
+        return None;
+    }
+    Some(matches!(cache.guest_at(host), Some(g) if g.boundary && g.fix == 0))
+}
+
+/// A single-step trap while a deferred signal waits for a guest instruction boundary
+/// (`in_engine`: the trap stopped the thread inside the dispatcher).
+///
+/// # Safety
+/// `uc` must be the kernel's writable ucontext of the trap.
+unsafe fn step(ctx: &mut ThreadCtx, uc: *mut u8, in_engine: bool) {
+    // SAFETY: forwarded.
+    let host = unsafe { rip_of(uc) };
+    let stop = |ctx: &mut ThreadCtx| {
+        ctx.stepping = 0;
+        // SAFETY: forwarded.
+        unsafe { set_trap_flag(uc, false) };
+    };
+    if in_engine {
+        // Reached the dispatcher: it raises pending signals on its way out.
+        stop(ctx);
+        return;
+    }
+    match between_guest_instructions(host) {
+        Some(true) => {
+            stop(ctx);
+            // Raise the signal from here; it arrives in `oxg_raise_tramp`, which
+            // `show_raise_target` presents as this boundary.
+            let target = maybe_raise(ctx, host);
+            if target != host {
+                // SAFETY: gregs[REG_RIP] of the writable ucontext.
+                unsafe { *(uc.add(UC_GREGS) as *mut u64).add(REG_RIP) = target };
+            }
+        }
+        Some(false) if ctx.stepping < MAX_STEPS => ctx.stepping += 1,
+        // Left the cache another way (or too long): the next dispatcher entry delivers.
+        _ => stop(ctx),
+    }
+}
+
+/// A signal re-raised by `oxg_raise_tramp` arrives right after its system call, with
+/// seven registers borrowed: put their guest values in the context and present the pc the
+/// tramp was going to continue at, so the handler sees the guest state there.
+///
+/// # Safety
+/// `uc` must be the kernel's writable ucontext, stopped at `oxg_raise_after`.
+unsafe fn show_raise_target(ctx: &ThreadCtx, uc: *mut u8) {
+    let gregs = uc.wrapping_add(UC_GREGS) as *mut u64;
+    // Hardware numbers of rax, rdi, rsi, rdx, rcx, r11, r10: the order of T0..T6.
+    const SAVED: [usize; 7] = [0, 7, 6, 2, 1, 11, 10];
+    // SAFETY: indices come from GREG_OF (all < 23) or are REG_RIP.
+    unsafe {
+        for (i, &r) in SAVED.iter().enumerate() {
+            *gregs.add(GREG_OF[r]) = ctx.scratch[c::S_T0 + i];
+        }
+        *gregs.add(REG_RIP) = ctx.scratch[c::S_RAISE_TARGET];
+    }
+}
+
+/// The guest left `SIGTRAP` at its default (or ignored it) and a trap that is not the
+/// engine's arrived: do what the kernel would have done.
+fn default_trap(handler: u64, code: i32) {
+    if handler == 1 && code <= 0 {
+        return; // ignored, and sent by kill(): the kernel would have dropped it
+    }
+    let dfl = KSigaction::default();
+    // SAFETY: installs SIG_DFL for SIGTRAP; the re-sent signal is delivered once this
+    // handler returns, and kills the process as the trap would have natively.
+    unsafe {
+        syscall4(13, SIGTRAP, &dfl as *const KSigaction as usize, 0, 8);
+    }
+    let _ = raw::tgkill(raw::getpid(), raw::gettid(), SIGTRAP as i32);
+}
+
+/// Keeps `oxg_sig_entry` installed for `SIGTRAP` even when the guest has no handler: the
+/// engine single-steps with the trap flag (see `step`).
+pub(crate) fn install_trap_entry() {
+    let mut cur = KSigaction::default();
+    // SAFETY: querying only; `cur` is a valid kernel_sigaction buffer.
+    let r = unsafe { syscall4(13, SIGTRAP, 0, &mut cur as *mut KSigaction as usize, 8) };
+    if r != 0 || cur.handler > 1 {
+        return; // a real handler: adopt_installed_handlers routes it
+    }
+    FLAGS[SIGTRAP].store(cur.flags, Ordering::Release);
+    HANDLER[SIGTRAP].store(cur.handler, Ordering::Release);
+    let mut new = cur;
+    new.handler = asm::oxg_sig_entry as *const () as u64;
+    new.flags |= SA_SIGINFO | SA_RESTORER;
+    new.restorer = asm::oxg_restorer as *const () as u64;
+    // SAFETY: installs a valid action for SIGTRAP.
+    unsafe { syscall4(13, SIGTRAP, &new as *const KSigaction as usize, 0, 8) };
 }
 
 /// Offset of `uc_mcontext.gregs` in the kernel's `ucontext_t`, and of `REG_RIP` in it.
