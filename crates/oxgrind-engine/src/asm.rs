@@ -41,6 +41,20 @@ extern "C" {
     pub fn oxg_smc_dispatch();
     pub fn oxg_resume();
     pub fn oxg_probe();
+    pub fn oxg_ibl2_end();
+    pub fn oxg_raise_after();
+    pub fn oxg_restorer();
+    pub fn oxg_count_get() -> u64;
+    pub fn oxg_count_set(v: u64);
+    pub fn oxg_native_gs_begin();
+    pub fn oxg_native_gs_end();
+}
+
+/// Whether `pc` lies in the routines whose `gs:` operands address the engine's context on
+/// purpose (`oxg_count_get`/`oxg_count_set`): the embedder calls them from translated
+/// code, where every other `gs:` operand is the guest's and is rewritten.
+pub(crate) fn native_gs(pc: u64) -> bool {
+    (oxg_native_gs_begin as *const () as u64..oxg_native_gs_end as *const () as u64).contains(&pc)
 }
 
 core::arch::global_asm!(
@@ -162,6 +176,9 @@ core::arch::global_asm!(
     "mov rax, rcx",
     "mov rcx, gs:[{ibl_rcx}]",
     "jmp oxg_dispatch",
+    ".globl oxg_ibl2_end",
+    ".hidden oxg_ibl2_end",
+    "oxg_ibl2_end:",
     // ------------------------------------------------------------------ clone
     // Guest registers are in place for the clone system call. The kernel clobbers rcx and
     // r11 anyway, so rcx is free after the syscall.
@@ -226,6 +243,11 @@ core::arch::global_asm!(
     "mov rdx, gs:[{raise_sig}]",
     "mov r10, gs:[{raise_info}]",
     "syscall",
+    // The re-raised signal is delivered here, with the registers above borrowed: the
+    // signal entry shows the handler the state at the raise target instead.
+    ".globl oxg_raise_after",
+    ".hidden oxg_raise_after",
+    "oxg_raise_after:",
     "mov rax, gs:[{t0}]",
     "mov rdi, gs:[{t1}]",
     "mov rsi, gs:[{t2}]",
@@ -297,6 +319,35 @@ core::arch::global_asm!(
     "mov qword ptr gs:[{in_engine}], 1",
     "mov gs:[{probe_rec}], rax",
     "jmp oxg_dispatch",
+    // ------------------------------------------------------------------ counters
+    // The calling thread's instruction count, for the embedder (see `native_gs`).
+    ".p2align 4",
+    ".globl oxg_native_gs_begin",
+    ".hidden oxg_native_gs_begin",
+    "oxg_native_gs_begin:",
+    ".globl oxg_count_get",
+    ".hidden oxg_count_get",
+    "oxg_count_get:",
+    "mov rax, gs:[{count}]",
+    "ret",
+    ".globl oxg_count_set",
+    ".hidden oxg_count_set",
+    "oxg_count_set:",
+    "mov gs:[{count}], rdi",
+    "ret",
+    ".globl oxg_native_gs_end",
+    ".hidden oxg_native_gs_end",
+    "oxg_native_gs_end:",
+    // ------------------------------------------------------------------ restorer
+    // The `sa_restorer` of actions the engine installs on its own (SIGTRAP at the guest's
+    // default): runs natively after the entry returned.
+    ".p2align 4",
+    ".globl oxg_restorer",
+    ".hidden oxg_restorer",
+    "oxg_restorer:",
+    "mov eax, 15",
+    "syscall",
+    "ud2",
     // ------------------------------------------------------------------ sigreturn
     // rax = 15 and rsp at the signal frame; rt_sigreturn reloads every other register from
     // the frame, so rsi/rdi/rcx/flags may be used to copy the scratch slots back.
@@ -362,6 +413,7 @@ core::arch::global_asm!(
     smc_stale = const c::OFF_SMC_STALE,
     resume_pc = const c::OFF_RESUME_PC,
     probe_rec = const c::OFF_PROBE_REC,
+    count = const c::OFF_COUNT,
     scratch = const c::OFF_SCRATCH,
     nscratch = const c::SCRATCH_SLOTS,
     rust = sym crate::dispatch::dispatch,

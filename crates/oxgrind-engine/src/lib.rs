@@ -243,6 +243,7 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
         context::new_ctx(asm::oxg_dispatch as *const () as u64).ok_or(StartError::NoMemory)?;
     context::set_gs(ctx).map_err(StartError::SetGs)?;
     signals::adopt_installed_handlers();
+    signals::install_trap_entry();
     // SAFETY: gs points at ctx; oxg_attach saves this thread's registers and continues at
     // its return address from the code cache (it "returns" with the translated code).
     unsafe { asm::oxg_attach(ctx) };
@@ -261,14 +262,9 @@ pub fn thread_instructions() -> u64 {
     if !RUNNING.load(Ordering::Acquire) {
         return 0;
     }
-    let v: u64;
-    // SAFETY: the engine runs, so this thread runs translated with %gs at its context,
-    // whose `count` field is at OFF_COUNT.
-    unsafe {
-        core::arch::asm!("mov {v}, gs:[{off}]", v = out(reg) v, off = const context::OFF_COUNT,
-            options(nostack, readonly, preserves_flags));
-    }
-    v
+    // SAFETY: the engine runs, so this thread runs translated with %gs at its context;
+    // the routine's gs: operand is left as it is by the translator (`asm::native_gs`).
+    unsafe { asm::oxg_count_get() }
 }
 
 /// Sets the calling thread's instruction count (see [`thread_instructions`]).
@@ -277,8 +273,5 @@ pub fn set_thread_instructions(v: u64) {
         return;
     }
     // SAFETY: as in thread_instructions; only this thread writes its own counter.
-    unsafe {
-        core::arch::asm!("mov gs:[{off}], {v}", v = in(reg) v, off = const context::OFF_COUNT,
-            options(nostack, preserves_flags));
-    }
+    unsafe { asm::oxg_count_set(v) }
 }

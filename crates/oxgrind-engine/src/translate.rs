@@ -554,6 +554,9 @@ fn syscall_block(e: &mut Emitter, ins: &Instruction, opts: Options) -> Translati
         // The kernel restores the guest flags on return from `syscall`; they are live.
         e.count_prologue(1, false);
     }
+    // A signal that restarts the system call (SA_RESTART) shows the pc of the `syscall`
+    // itself: that must read as the guest instruction, not engine code.
+    e.mark(ins.ip(), 0);
     e.buf.extend_from_slice(&[0x0F, 0x05]);
     e.stub_jump(ins.next_ip());
     e.finish();
@@ -1168,6 +1171,7 @@ impl Emitter {
         }
         if (0..ins.op_count()).any(|i| ins.op_kind(i) == OpKind::Memory)
             && ins.memory_segment() == Register::GS
+            && !crate::asm::native_gs(src)
         {
             return self.gs_operand(ins);
         }

@@ -44,12 +44,9 @@ fn has_avx2() -> bool {
 
 /// Runs the probe test program with the test tool; returns its report line.
 fn probe_report(filter: &str) -> String {
-    let bin = compile(
-        "probe_work",
-        "c",
-        include_str!("probe_work.c.txt"),
-        &["-no-pie"],
-    );
+    // One binary per mode: the tests run in parallel in one directory.
+    let name = format!("probe_work_{filter}");
+    let bin = compile(&name, "c", include_str!("probe_work.c.txt"), &["-no-pie"]);
     let (code, code_len) = symbol(&bin, "work");
     let (data, data_len) = symbol(&bin, "buf");
     let spec = format!(
