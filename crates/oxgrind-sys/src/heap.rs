@@ -11,6 +11,7 @@
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr;
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::lock::SpinLock;
 use crate::raw;
@@ -37,8 +38,28 @@ struct FreeNode {
 unsafe impl Send for Class {}
 
 /// The allocator. `const`-constructible so it can be a `#[global_allocator]` static.
+///
+/// Each class lock records its holder (see [`thread_identity`]): under the translation
+/// engine this heap's own code runs translated, and a thread holding a class lock can land
+/// in the engine (an untranslated block, a system call) whose translator allocates from the
+/// same class. Spinning there would wait for ever on itself; instead such a nested
+/// allocation gets a mapping of its own.
 pub struct PrivateHeap {
     classes: [SpinLock<Class>; CLASSES],
+    owners: [AtomicUsize; CLASSES],
+}
+
+/// Identifies the calling thread cheaply: the x86-64 TLS ABI keeps the thread pointer at
+/// `fs:0` (the same value whether the thread runs natively, translated, or in the engine).
+#[inline]
+fn thread_identity() -> usize {
+    let v: usize;
+    // SAFETY: every thread of a process with glibc TLS has a thread control block at fs:0
+    // whose first word points to itself; the load has no other effect.
+    unsafe {
+        core::arch::asm!("mov {}, fs:[0]", out(reg) v, options(nostack, readonly, preserves_flags));
+    }
+    v
 }
 
 impl PrivateHeap {
@@ -48,9 +69,27 @@ impl PrivateHeap {
             bump: 0,
             end: 0,
         });
+        const NOBODY: AtomicUsize = AtomicUsize::new(0);
         PrivateHeap {
             classes: [EMPTY; CLASSES],
+            owners: [NOBODY; CLASSES],
         }
+    }
+
+    /// Locks class `ci` for thread `me`; `None` when `me` holds it already (a nested call).
+    fn lock_class(&self, ci: usize, me: usize) -> Option<crate::lock::SpinGuard<'_, Class>> {
+        let g = match self.classes[ci].try_lock() {
+            Some(g) => g,
+            None if self.owners[ci].load(Ordering::Acquire) == me => return None,
+            None => self.classes[ci].lock(),
+        };
+        self.owners[ci].store(me, Ordering::Release);
+        Some(g)
+    }
+
+    fn unlock_class(&self, ci: usize, g: crate::lock::SpinGuard<'_, Class>) {
+        self.owners[ci].store(0, Ordering::Release);
+        drop(g);
     }
 
     fn class_of(layout: &Layout) -> Option<usize> {
@@ -89,18 +128,36 @@ impl Default for PrivateHeap {
 static REGIONS: SpinLock<[(usize, usize); MAX_REGIONS]> = SpinLock::new([(0, 0); MAX_REGIONS]);
 const MAX_REGIONS: usize = 16384;
 
+static REGIONS_OWNER: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs `f` on the region table, unless this thread holds it already (a nested call from
+/// the engine, see [`PrivateHeap`]): the table is then left as it is.
+fn with_regions(f: impl FnOnce(&mut [(usize, usize); MAX_REGIONS])) {
+    let me = thread_identity();
+    let mut r = match REGIONS.try_lock() {
+        Some(g) => g,
+        None if REGIONS_OWNER.load(Ordering::Acquire) == me => return,
+        None => REGIONS.lock(),
+    };
+    REGIONS_OWNER.store(me, Ordering::Release);
+    f(&mut r);
+    REGIONS_OWNER.store(0, Ordering::Release);
+}
+
 fn note_region(start: usize, len: usize) {
-    let mut r = REGIONS.lock();
-    if let Some(slot) = r.iter_mut().find(|s| s.1 == 0) {
-        *slot = (start, len);
-    }
+    with_regions(|r| {
+        if let Some(slot) = r.iter_mut().find(|s| s.1 == 0) {
+            *slot = (start, len);
+        }
+    });
 }
 
 fn forget_region(start: usize) {
-    let mut r = REGIONS.lock();
-    if let Some(slot) = r.iter_mut().find(|s| s.0 == start && s.1 != 0) {
-        *slot = (0, 0);
-    }
+    with_regions(|r| {
+        if let Some(slot) = r.iter_mut().find(|s| s.0 == start && s.1 != 0) {
+            *slot = (0, 0);
+        }
+    });
 }
 
 /// Calls `f(start, len)` for every mapping the private heap holds. `f` must not allocate
@@ -154,24 +211,32 @@ unsafe impl GlobalAlloc for PrivateHeap {
             return map_aligned(round_pages(layout.size()), layout.align());
         };
         let size = 1usize << (ci + MIN_SHIFT);
-        let mut c = self.classes[ci].lock();
+        let me = thread_identity();
+        let Some(mut c) = self.lock_class(ci, me) else {
+            // Nested inside this thread's own use of the class: a mapping of its own, which
+            // joins the class's free list when freed.
+            return map_aligned(round_pages(size), size);
+        };
         if !c.free.is_null() {
             let node = c.free;
             // SAFETY: nodes on the free list are blocks of this class we handed out before.
             c.free = unsafe { (*node).next };
+            self.unlock_class(ci, c);
             return node as *mut u8;
         }
         if c.bump + size > c.end {
             // Never hold a class lock across the mmap: under the translation engine that
             // system call passes through the dispatcher, which may have to translate code
-            // that allocates from this very class, and the thread would spin on a lock it
-            // holds itself.
-            drop(c);
+            // that allocates from this very class.
+            self.unlock_class(ci, c);
             let chunk = map_aligned(CHUNK, CHUNK_ALIGN);
             if chunk.is_null() {
                 return ptr::null_mut();
             }
-            c = self.classes[ci].lock();
+            let Some(again) = self.lock_class(ci, me) else {
+                return chunk; // nested after all: the chunk serves this one block
+            };
+            c = again;
             // Another thread may have installed a chunk meanwhile; the rest of the current
             // one is given up (a rare, bounded waste) and ours becomes the bump region.
             c.bump = chunk as usize;
@@ -179,6 +244,7 @@ unsafe impl GlobalAlloc for PrivateHeap {
         }
         let p = c.bump;
         c.bump += size;
+        self.unlock_class(ci, c);
         p as *mut u8
     }
 
@@ -190,11 +256,15 @@ unsafe impl GlobalAlloc for PrivateHeap {
                 unsafe { raw::munmap(p, round_pages(layout.size())) }
             }
             Some(ci) => {
-                let mut c = self.classes[ci].lock();
+                // Nested inside this thread's own use of the class: the block is leaked.
+                let Some(mut c) = self.lock_class(ci, thread_identity()) else {
+                    return;
+                };
                 let node = p as *mut FreeNode;
                 // SAFETY: p is a block of this class being returned; we own it now.
                 unsafe { (*node).next = c.free };
                 c.free = node;
+                self.unlock_class(ci, c);
             }
         }
     }
