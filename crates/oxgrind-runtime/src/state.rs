@@ -194,7 +194,6 @@ fn set_up() -> Option<Runtime> {
         }
     }
     crate::stacks::find_self_text();
-    crate::hooks::open_self(&crate::stacks::self_path());
     let needs = parsed.tool.needs();
     FREED.lock().set_budget(needs.freelist_vol);
     Some(Runtime {
