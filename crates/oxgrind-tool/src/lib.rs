@@ -23,7 +23,7 @@ pub use oxgrind_formats::frame::Frame;
 /// from the probes it asked for. Tools never emit machine code.
 pub mod instrument {
     pub use oxgrind_engine::probe::iced_x86::{self, Instruction};
-    pub use oxgrind_engine::probe::{Access, AccessKind, GuestRegs, Plan};
+    pub use oxgrind_engine::probe::{set_shadow_base, Access, AccessKind, GuestRegs, Plan};
 }
 
 /// Locks a tool may hold in its event handlers: a spin lock that needs no libc, so it works
