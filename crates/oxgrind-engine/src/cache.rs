@@ -227,9 +227,13 @@ impl CodeCache {
     /// deadlock on the same lock (see `translate::ALLOC_NOTE`). Errors are ignored: what
     /// cannot be translated now is translated when it runs.
     pub fn prewarm(&mut self, entry: u64, limit: usize) {
-        let mut work: Vec<u64> = alloc::vec![entry];
+        // Breadth first: the blocks of the entry function itself come before those of
+        // far-away callees (panic and formatting paths), which a depth-first walk reached
+        // first and spent the budget on.
+        let mut work: alloc::collections::VecDeque<u64> = alloc::collections::VecDeque::new();
+        work.push_back(entry);
         let mut done = 0;
-        while let Some(pc) = work.pop() {
+        while let Some(pc) = work.pop_front() {
             if done >= limit {
                 break;
             }
@@ -242,7 +246,7 @@ impl CodeCache {
             }
             done += 1;
             if let Some(&len) = self.ordered.get(&pc) {
-                work.push(pc + len);
+                work.push_back(pc + len);
             }
             work.extend(targets);
         }

@@ -177,6 +177,11 @@ fn xsave_ok() -> bool {
     (d.ebx as usize) <= context::XSAVE_SIZE
 }
 
+/// Blocks translated ahead from each of the private heap's entry points: enough for their
+/// whole bodies and the helpers they call with a lock held (measured: the slow paths of
+/// `alloc` are a few hundred blocks away breadth first).
+const PREWARM_BLOCKS: usize = 1500;
+
 /// Translates the private heap's entry points before the program runs (see
 /// `CodeCache::prewarm`): the embedder's allocator is `oxgrind_sys::heap::PrivateHeap`, whose
 /// code runs translated and must not need the translator while it holds its locks.
@@ -193,7 +198,7 @@ fn prewarm_allocator() {
             dealloc as *const () as u64,
             realloc as *const () as u64,
         ] {
-            cache.prewarm(f, 96);
+            cache.prewarm(f, PREWARM_BLOCKS);
         }
     }
 }

@@ -208,7 +208,7 @@ pub(crate) unsafe extern "C" fn on_signal(sig: u64, info: *const u8, uc: *const 
         defer(ctx, sig, info);
         return 0;
     }
-    let sync = matches!(sig, 4 | 5 | 7 | 8 | 11) && code > 0;
+    let sync = matches!(sig, 4 | 5 | 7 | 8 | 11 | 31) && code > 0;
     // From here on, signals arriving meanwhile are deferred (the code below takes the
     // cache lock; a nested delivery would spin on it).
     ctx.in_engine = 1;
@@ -433,7 +433,7 @@ unsafe fn show_guest_context(
     let host = unsafe { core::ptr::read(gregs.add(REG_RIP)) };
     // SAFETY: si_code is the i32 at offset 8 of every siginfo.
     let code = unsafe { core::ptr::read(info.add(8) as *const i32) };
-    let sync = matches!(sig, 4 | 5 | 7 | 8 | 11) && code > 0;
+    let sync = matches!(sig, 4 | 5 | 7 | 8 | 11 | 31) && code > 0;
     let mut shown = host;
     let mut kind = SHOWN_HOST;
     {
