@@ -14,6 +14,10 @@ use std::cell::Cell;
 
 thread_local! {
     static INSIDE: Cell<bool> = const { Cell::new(false) };
+    /// Set while glibc's allocator runs for the program inside a hook
+    /// ([`on_behalf_of_program`]): its memory accesses are the allocator's bookkeeping,
+    /// which tools do not see (Valgrind's malloc runs outside the client altogether).
+    static IN_ALLOCATOR: Cell<bool> = const { Cell::new(false) };
     /// This thread's kernel id, cached: a `gettid` system call per allocation cost about a
     /// fifth of Massif's time per event. 0 until first asked.
     static TID: Cell<i32> = const { Cell::new(0) };
@@ -69,9 +73,18 @@ impl Drop for Entered {
 #[inline]
 pub fn on_behalf_of_program<T>(f: impl FnOnce() -> T) -> T {
     let was = INSIDE.with(|x| x.replace(false));
+    let was_alloc = IN_ALLOCATOR.with(|x| x.replace(true));
     let r = f();
+    IN_ALLOCATOR.with(|x| x.set(was_alloc));
     INSIDE.with(|x| x.set(was));
     r
+}
+
+/// Whether the current thread is in the runtime or in glibc's allocator called by it: the
+/// engine's probes there are not the program's.
+#[inline]
+pub fn in_runtime_or_allocator() -> bool {
+    INSIDE.with(|f| f.get()) || IN_ALLOCATOR.with(|f| f.get())
 }
 
 /// Whether the current thread is inside the runtime (for signal handlers).

@@ -32,18 +32,26 @@ impl Instrument for ToolInstrument {
     }
 
     fn on_accesses(&self, accesses: &[Access], regs: &GuestRegs, data: u64) {
-        if crate::guard::inside() {
+        if crate::guard::in_runtime_or_allocator() {
             return;
         }
+        // The tool's own libc calls (symbolising while it reports) are ours, not the
+        // program's: inside the runtime, the allocator hooks pass them to glibc untracked.
+        let Some(_inside) = crate::guard::Entered::try_enter() else {
+            return;
+        };
         if let Some(rt) = state::runtime() {
             rt.tool.on_accesses(&HOST, accesses, regs, data);
         }
     }
 
     fn on_pc(&self, regs: &GuestRegs, data: u64) {
-        if crate::guard::inside() {
+        if crate::guard::in_runtime_or_allocator() {
             return;
         }
+        let Some(_inside) = crate::guard::Entered::try_enter() else {
+            return;
+        };
         if let Some(rt) = state::runtime() {
             rt.tool.on_pc(&HOST, regs, data);
         }
