@@ -1365,12 +1365,14 @@ impl Tool for Memcheck {
         if shadow_base() == 0 {
             return;
         }
-        if !self.probing.load(Ordering::Relaxed) {
-            self.probing.store(true, Ordering::Relaxed);
+        if !self.probing.swap(true, Ordering::Relaxed) {
+            // The engine checks the same shadow inline and calls only when a granule an
+            // access touches is not all addressable (0 = addressable, as here).
+            oxgrind_tool::instrument::set_shadow_base(shadow_base());
         }
         for (i, ins) in block.iter().enumerate() {
             if may_touch_heap(ins) {
-                plan.accesses(i, 0);
+                plan.accesses_filtered(i, 0);
             }
         }
     }
