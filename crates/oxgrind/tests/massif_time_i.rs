@@ -12,8 +12,6 @@
 //! PLT (lazy binding looks the symbol up in our library instead of Valgrind's preload,
 //! ≈600 instructions more), and the exit path.
 //!
-//! Ignored until the default is `i` (`tools/massif/src/options.rs`, `DEFAULT_TIME_UNIT`):
-//! run with `cargo test --test massif_time_i -- --ignored`.
 
 mod common;
 use common::*;
@@ -129,7 +127,6 @@ fn assert_same_structure_and_times(what: &str, ours: &str, theirs: &str, drift: 
 }
 
 #[test]
-#[ignore = "needs --time-unit=i as the default (see the module doc)"]
 fn default_time_unit_is_instructions_with_valgrinds_snapshots() {
     // Fewer events than --max-snapshots: one snapshot per event, none culled, so the
     // comparison covers every event's time (see the culled test for why not more). Drift allowed: ≈600 per allocation function
@@ -147,7 +144,6 @@ fn default_time_unit_is_instructions_with_valgrinds_snapshots() {
 }
 
 #[test]
-#[ignore = "needs --time-unit=i as the default (see the module doc)"]
 fn loop_of_known_length_between_two_mallocs_takes_valgrinds_time() {
     let prog = build_here("time_i_loop.c");
     let Some((ours, theirs)) = both(&prog, &[]) else {
@@ -170,7 +166,6 @@ fn loop_of_known_length_between_two_mallocs_takes_valgrinds_time() {
 }
 
 #[test]
-#[ignore = "needs --time-unit=i as the default (see the module doc)"]
 fn each_allocator_call_counts_what_valgrinds_wrapper_counts() {
     let prog = build_here("time_i_calls.c");
     let Some((ours, theirs)) = both(&prog, &[]) else {
@@ -200,7 +195,6 @@ fn each_allocator_call_counts_what_valgrinds_wrapper_counts() {
 }
 
 #[test]
-#[ignore = "needs --time-unit=i as the default (see the module doc)"]
 fn culled_program_has_valgrinds_peak_and_both_ms_prints_read_it() {
     // Hundreds of events: the table is culled several times. Which snapshots survive a cull
     // depends on the gaps between them, the first of which is shorter here by the unseen

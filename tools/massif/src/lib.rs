@@ -451,7 +451,7 @@ impl Tool for Massif {
     --threshold=<m.n>         significance threshold, as a percentage [1.0]
     --peak-inaccuracy=<m.n>   maximum peak inaccuracy, as a percentage [1.0]
     --time-unit=i|ms|B        time unit: instructions executed, milliseconds
-                              or heap bytes alloc'd/dealloc'd [ms]
+                              or heap bytes alloc'd/dealloc'd [i]
     --detailed-freq=<N>       every Nth snapshot should be detailed [10]
     --max-snapshots=<N>       maximum number of snapshots recorded [100]
     --massif-out-file=<file>  output file name [massif.out.%p]
