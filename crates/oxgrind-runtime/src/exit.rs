@@ -183,8 +183,14 @@ fn run_freeres() {
     };
     for f in hooks {
         if !f.is_null() {
+            // glibc's clean-up frees its own buffers with its internal `free`, which reads
+            // chunk headers our hooks never see: that bookkeeping is the allocator's, not
+            // the program's, so the engine's probes leave it out (as `on_behalf_of_program`
+            // does); the frees that go through our hooks still reach the tool.
             // SAFETY: both hooks are `void (void)` functions made to be called at exit.
-            unsafe { core::mem::transmute::<*mut c_void, extern "C" fn()>(f)() };
+            crate::guard::on_behalf_of_program(|| unsafe {
+                core::mem::transmute::<*mut c_void, extern "C" fn()>(f)()
+            });
         }
     }
 }

@@ -13,7 +13,6 @@ use core::alloc::{GlobalAlloc, Layout};
 use core::ptr;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::lock::SpinLock;
 use crate::raw;
 
 const MIN_SHIFT: usize = 4; // 16 bytes
@@ -45,8 +44,7 @@ unsafe impl Send for Class {}
 /// same class. Spinning there would wait for ever on itself; instead such a nested
 /// allocation gets a mapping of its own.
 pub struct PrivateHeap {
-    classes: [SpinLock<Class>; CLASSES],
-    owners: [AtomicUsize; CLASSES],
+    classes: [OwnedLock<Class>; CLASSES],
 }
 
 /// Identifies the calling thread cheaply: the x86-64 TLS ABI keeps the thread pointer at
@@ -62,33 +60,98 @@ fn thread_identity() -> usize {
     v
 }
 
+/// A spin lock whose word is its holder's [`thread_identity`] (0: free), so that "this
+/// thread holds it already" is known atomically with taking it: under the translation
+/// engine a holder can be anywhere in its critical section (an untranslated block right
+/// after the compare-exchange) when the engine, on the same thread, asks for it again.
+struct OwnedLock<T> {
+    owner: AtomicUsize,
+    value: core::cell::UnsafeCell<T>,
+}
+
+// SAFETY: access to `value` is serialised by `owner` (acquire on lock, release on unlock).
+unsafe impl<T: Send> Sync for OwnedLock<T> {}
+
+struct OwnedGuard<'a, T> {
+    lock: &'a OwnedLock<T>,
+}
+
+impl<T> OwnedLock<T> {
+    const fn new(value: T) -> Self {
+        OwnedLock {
+            owner: AtomicUsize::new(0),
+            value: core::cell::UnsafeCell::new(value),
+        }
+    }
+
+    /// Takes the lock for thread `me`; `None` when `me` holds it already.
+    fn lock(&self, me: usize) -> Option<OwnedGuard<'_, T>> {
+        let mut spins = 0u32;
+        loop {
+            match self
+                .owner
+                .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(OwnedGuard { lock: self }),
+                Err(cur) if cur == me => return None,
+                Err(_) => {
+                    spins += 1;
+                    if spins % 64 == 0 {
+                        raw::sched_yield();
+                    } else {
+                        core::hint::spin_loop();
+                    }
+                }
+            }
+        }
+    }
+
+    /// # Safety
+    /// Only to release what a `forget`ten guard held (fork handling).
+    unsafe fn force_unlock(&self) {
+        self.owner.store(0, Ordering::Release);
+    }
+}
+
+impl<T> core::ops::Deref for OwnedGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the guard proves this thread holds the lock.
+        unsafe { &*self.lock.value.get() }
+    }
+}
+
+impl<T> core::ops::DerefMut for OwnedGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: the guard proves this thread holds the lock, exclusively.
+        unsafe { &mut *self.lock.value.get() }
+    }
+}
+
+impl<T> Drop for OwnedGuard<'_, T> {
+    fn drop(&mut self) {
+        self.lock.owner.store(0, Ordering::Release);
+    }
+}
+
 impl PrivateHeap {
     pub const fn new() -> Self {
-        const EMPTY: SpinLock<Class> = SpinLock::new(Class {
+        const EMPTY: OwnedLock<Class> = OwnedLock::new(Class {
             free: ptr::null_mut(),
             bump: 0,
             end: 0,
         });
-        const NOBODY: AtomicUsize = AtomicUsize::new(0);
         PrivateHeap {
             classes: [EMPTY; CLASSES],
-            owners: [NOBODY; CLASSES],
         }
     }
 
     /// Locks class `ci` for thread `me`; `None` when `me` holds it already (a nested call).
-    fn lock_class(&self, ci: usize, me: usize) -> Option<crate::lock::SpinGuard<'_, Class>> {
-        let g = match self.classes[ci].try_lock() {
-            Some(g) => g,
-            None if self.owners[ci].load(Ordering::Acquire) == me => return None,
-            None => self.classes[ci].lock(),
-        };
-        self.owners[ci].store(me, Ordering::Release);
-        Some(g)
+    fn lock_class(&self, ci: usize, me: usize) -> Option<OwnedGuard<'_, Class>> {
+        self.classes[ci].lock(me)
     }
 
-    fn unlock_class(&self, ci: usize, g: crate::lock::SpinGuard<'_, Class>) {
-        self.owners[ci].store(0, Ordering::Release);
+    fn unlock_class(&self, _ci: usize, g: OwnedGuard<'_, Class>) {
         drop(g);
     }
 
@@ -100,8 +163,11 @@ impl PrivateHeap {
 
     /// Takes every class lock: call before `fork` so the child inherits a consistent heap.
     pub fn lock_all(&self) {
+        let me = thread_identity();
         for c in &self.classes {
-            core::mem::forget(c.lock());
+            if let Some(g) = c.lock(me) {
+                core::mem::forget(g);
+            }
         }
     }
 
@@ -125,23 +191,15 @@ impl Default for PrivateHeap {
 
 /// Every mapping the heap holds, so the leak checker can leave oxgrind's own memory out of
 /// the program's root set (it is full of pointers to the program's blocks).
-static REGIONS: SpinLock<[(usize, usize); MAX_REGIONS]> = SpinLock::new([(0, 0); MAX_REGIONS]);
+static REGIONS: OwnedLock<[(usize, usize); MAX_REGIONS]> = OwnedLock::new([(0, 0); MAX_REGIONS]);
 const MAX_REGIONS: usize = 16384;
-
-static REGIONS_OWNER: AtomicUsize = AtomicUsize::new(0);
 
 /// Runs `f` on the region table, unless this thread holds it already (a nested call from
 /// the engine, see [`PrivateHeap`]): the table is then left as it is.
 fn with_regions(f: impl FnOnce(&mut [(usize, usize); MAX_REGIONS])) {
-    let me = thread_identity();
-    let mut r = match REGIONS.try_lock() {
-        Some(g) => g,
-        None if REGIONS_OWNER.load(Ordering::Acquire) == me => return,
-        None => REGIONS.lock(),
-    };
-    REGIONS_OWNER.store(me, Ordering::Release);
-    f(&mut r);
-    REGIONS_OWNER.store(0, Ordering::Release);
+    if let Some(mut r) = REGIONS.lock(thread_identity()) {
+        f(&mut r);
+    }
 }
 
 fn note_region(start: usize, len: usize) {
@@ -163,7 +221,9 @@ fn forget_region(start: usize) {
 /// Calls `f(start, len)` for every mapping the private heap holds. `f` must not allocate
 /// (the heap may need this lock to map a new chunk).
 pub fn for_each_region(mut f: impl FnMut(usize, usize)) {
-    let r = REGIONS.lock();
+    let Some(r) = REGIONS.lock(thread_identity()) else {
+        return;
+    };
     for &(s, l) in r.iter().filter(|s| s.1 != 0) {
         f(s, l);
     }
