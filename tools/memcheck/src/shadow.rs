@@ -53,9 +53,28 @@ pub fn shadow_base() -> u64 {
     if b != 0 {
         return b;
     }
-    // oxgrind_sys's anonymous mappings are PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS|
-    // MAP_NORESERVE: untouched pages cost nothing and read as zero ("addressable").
-    match oxgrind_sys::raw::mmap_anon(SHADOW_SPAN as usize) {
+    // Placed low in the address space (a hint, not MAP_FIXED) rather than where the kernel
+    // would put it, just below the program's libraries: there, 16 TiB would push every later
+    // mapping 16 TiB down, and programs whose data structures depend on address bits
+    // (python's obmalloc radix tree) then allocate differently than natively or under
+    // Valgrind. PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS|MAP_NORESERVE: untouched
+    // pages cost nothing and read as zero ("addressable").
+    const HINT: usize = 1 << 44;
+    const SYS_MMAP: usize = 9;
+    // SAFETY: an anonymous mapping with a hint (no MAP_FIXED) replaces nothing.
+    let r = unsafe {
+        oxgrind_sys::syscall::syscall6(
+            SYS_MMAP,
+            HINT,
+            SHADOW_SPAN as usize,
+            0x1 | 0x2,
+            0x02 | 0x20 | 0x4000,
+            usize::MAX,
+            0,
+        )
+    };
+    let mapped = oxgrind_sys::syscall::check(r).ok().map(|p| p as *mut u8);
+    match mapped.or_else(|| oxgrind_sys::raw::mmap_anon(SHADOW_SPAN as usize)) {
         Some(p) => {
             BASE.store(p as u64, Ordering::Release);
             p as u64
