@@ -212,6 +212,10 @@ pub fn new_ctx(dispatch: u64) -> Option<*mut ThreadCtx> {
     let page = raw::mmap_anon(CTX_SIZE)?;
     let stack = raw::mmap_anon(ENGINE_STACK)?;
     let table = raw::mmap_anon((IBL_ENTRIES + 1) * 16)?;
+    // The context and the engine stack hold copies of the guest's registers (also after the
+    // thread is gone): not roots of the program's heap.
+    oxgrind_sys::heap::note_private_mapping(page as usize, CTX_SIZE);
+    oxgrind_sys::heap::note_private_mapping(stack as usize, ENGINE_STACK);
     let ctx = page as *mut ThreadCtx;
     CREATED.fetch_add(1, Ordering::Relaxed);
     // SAFETY: the mapping is fresh, zero-filled and large enough for ThreadCtx (asserted).

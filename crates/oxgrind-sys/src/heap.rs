@@ -202,6 +202,13 @@ fn with_regions(f: impl FnOnce(&mut [(usize, usize); MAX_REGIONS])) {
     }
 }
 
+/// Records a mapping oxgrind made outside this heap (the engine's thread contexts hold
+/// copies of the program's registers) so that the leak checker leaves it out of the
+/// program's roots, like the heap's own.
+pub fn note_private_mapping(start: usize, len: usize) {
+    note_region(start, len);
+}
+
 fn note_region(start: usize, len: usize) {
     with_regions(|r| {
         if let Some(slot) = r.iter_mut().find(|s| s.1 == 0) {
