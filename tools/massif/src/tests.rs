@@ -274,7 +274,7 @@ fn fini_writes_the_file_once_at_the_expanded_path() {
     let text = String::from_utf8(w[0].1.clone()).unwrap();
     assert!(
         text.starts_with(
-            "desc: --depth=5 --alignment=64 --massif-out-file=ms.%p\ncmd: ./prog a\ntime_unit: ms\n"
+            "desc: --depth=5 --alignment=64 --massif-out-file=ms.%p\ncmd: ./prog a\ntime_unit: i\n"
         ),
         "{text}"
     );
@@ -288,7 +288,7 @@ fn a_program_without_heap_events_still_gets_the_startup_snapshot() {
     let text = String::from_utf8(h.written.lock().unwrap()[0].1.clone()).unwrap();
     assert_eq!(
         text,
-        "desc: (none)\ncmd: ./prog a\ntime_unit: ms\n#-----------\nsnapshot=0\n#-----------\n\
+        "desc: (none)\ncmd: ./prog a\ntime_unit: i\n#-----------\nsnapshot=0\n#-----------\n\
          time=0\nmem_heap_B=0\nmem_heap_extra_B=0\nmem_stacks_B=0\nheap_tree=empty\n"
     );
 }
