@@ -193,6 +193,8 @@ fn leading_frames_in_the_skip_range_are_not_recorded() {
     let own = text_range_of(record as extern "C" fn(c_int) -> c_int as usize as u64)
         .expect("test binary text range");
     let c = run_chain(2, own);
+    // Symbolise while no other test maps or unmaps libraries (they run in parallel).
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut sym = Symbolizer::from_self();
     let got = names(&mut sym, &c.ours);
     assert_eq!(
