@@ -24,6 +24,72 @@ pub use oxgrind_formats::frame::Frame;
 pub mod instrument {
     pub use oxgrind_engine::probe::iced_x86::{self, Instruction};
     pub use oxgrind_engine::probe::{set_shadow_base, Access, AccessKind, GuestRegs, Plan};
+
+    use iced_x86::{Mnemonic, OpKind, Register};
+
+    // Shared by the tools that watch heap accesses (Memcheck, DHAT): a probe there costs
+    // at least an inline check, so it goes only before instructions that may touch a heap
+    // block. Left out: `rsp`-based operands and the implicit stack accesses of `push`,
+    // `pop`, `call`, `ret`, `enter`, `leave`; `rip`-relative and absolute operands
+    // (globals, the GOT); `fs:`/`gs:` operands (TLS, the stack canary); and instructions
+    // whose memory operand is not accessed (`lea`, `nop`, prefetches, cache flushes).
+    // `rbp`-based operands stay: without frame pointers `rbp` may point into a block.
+    /// Whether the engine should report the accesses `ins` makes.
+    pub fn may_touch_heap(ins: &Instruction) -> bool {
+        if matches!(
+            ins.mnemonic(),
+            Mnemonic::Lea
+                | Mnemonic::Nop
+                | Mnemonic::Prefetch
+                | Mnemonic::Prefetchw
+                | Mnemonic::Prefetchwt1
+                | Mnemonic::Prefetchnta
+                | Mnemonic::Prefetcht0
+                | Mnemonic::Prefetcht1
+                | Mnemonic::Prefetcht2
+                | Mnemonic::Clflush
+                | Mnemonic::Clflushopt
+                | Mnemonic::Clwb
+                | Mnemonic::Clzero
+        ) {
+            return false;
+        }
+        for i in 0..ins.op_count() {
+            match ins.op_kind(i) {
+                OpKind::Memory => {
+                    if matches!(ins.memory_segment(), Register::FS | Register::GS)
+                        || ins.is_ip_rel_memory_operand()
+                    {
+                        continue;
+                    }
+                    let base = ins.memory_base();
+                    if matches!(base, Register::RSP | Register::ESP) {
+                        continue;
+                    }
+                    if base == Register::None && ins.memory_index() == Register::None {
+                        continue;
+                    }
+                    return true;
+                }
+                OpKind::MemorySegSI
+                | OpKind::MemorySegESI
+                | OpKind::MemorySegRSI
+                | OpKind::MemorySegDI
+                | OpKind::MemorySegEDI
+                | OpKind::MemorySegRDI
+                | OpKind::MemoryESDI
+                | OpKind::MemoryESEDI
+                | OpKind::MemoryESRDI => {
+                    if matches!(ins.memory_segment(), Register::FS | Register::GS) {
+                        continue;
+                    }
+                    return true;
+                }
+                _ => {}
+            }
+        }
+        false
+    }
 }
 
 /// Locks a tool may hold in its event handlers: a spin lock that needs no libc, so it works

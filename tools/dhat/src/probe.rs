@@ -22,62 +22,7 @@
 use oxgrind_tool::instrument::iced_x86::{Mnemonic, OpKind, Register};
 use oxgrind_tool::instrument::{GuestRegs, Instruction};
 
-/// Whether the engine should report the accesses `ins` makes.
-pub fn may_touch_heap(ins: &Instruction) -> bool {
-    if matches!(
-        ins.mnemonic(),
-        Mnemonic::Lea
-            | Mnemonic::Nop
-            | Mnemonic::Prefetch
-            | Mnemonic::Prefetchw
-            | Mnemonic::Prefetchwt1
-            | Mnemonic::Prefetchnta
-            | Mnemonic::Prefetcht0
-            | Mnemonic::Prefetcht1
-            | Mnemonic::Prefetcht2
-            | Mnemonic::Clflush
-            | Mnemonic::Clflushopt
-            | Mnemonic::Clwb
-            | Mnemonic::Clzero
-    ) {
-        return false;
-    }
-    for i in 0..ins.op_count() {
-        match ins.op_kind(i) {
-            OpKind::Memory => {
-                if matches!(ins.memory_segment(), Register::FS | Register::GS)
-                    || ins.is_ip_rel_memory_operand()
-                {
-                    continue;
-                }
-                let base = ins.memory_base();
-                if matches!(base, Register::RSP | Register::ESP) {
-                    continue;
-                }
-                if base == Register::None && ins.memory_index() == Register::None {
-                    continue;
-                }
-                return true;
-            }
-            OpKind::MemorySegSI
-            | OpKind::MemorySegESI
-            | OpKind::MemorySegRSI
-            | OpKind::MemorySegDI
-            | OpKind::MemorySegEDI
-            | OpKind::MemorySegRDI
-            | OpKind::MemoryESDI
-            | OpKind::MemoryESEDI
-            | OpKind::MemoryESRDI => {
-                if matches!(ins.memory_segment(), Register::FS | Register::GS) {
-                    continue;
-                }
-                return true;
-            }
-            _ => {}
-        }
-    }
-    false
-}
+pub use oxgrind_tool::instrument::may_touch_heap;
 
 /// Valgrind's client-request preamble on amd64 (`valgrind.h`): `rol rdi` by 3, 13, 61
 /// and 51 (a no-op overall), then `xchg rbx, rbx`, with `rax` pointing at the request's

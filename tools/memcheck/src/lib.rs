@@ -958,48 +958,7 @@ impl Drop for ProbeScope {
 /// vectors: the unrolled AVX2 loops).
 const STRING_OVERREAD: u64 = 128;
 
-/// Whether an instruction may access a heap block: it has a memory operand that is not
-/// RIP-relative, `fs:`/`gs:`-based or `rsp`-based (those address code, globals, TLS and
-/// the stack). Implicit stack accesses (`push`, `call`, `ret`, ...) are not operands, so
-/// pure stack operations are skipped; `push [rax]` is not.
-fn may_touch_heap(ins: &Instruction) -> bool {
-    use oxgrind_tool::instrument::iced_x86::{Mnemonic, OpKind, Register};
-    if matches!(
-        ins.mnemonic(),
-        Mnemonic::Lea
-            | Mnemonic::Nop
-            | Mnemonic::Prefetchnta
-            | Mnemonic::Prefetcht0
-            | Mnemonic::Prefetcht1
-            | Mnemonic::Prefetcht2
-            | Mnemonic::Prefetchw
-            | Mnemonic::Prefetch
-            | Mnemonic::Clflush
-            | Mnemonic::Clflushopt
-    ) {
-        return false;
-    }
-    let other_segment = matches!(ins.memory_segment(), Register::FS | Register::GS);
-    (0..ins.op_count()).any(|i| match ins.op_kind(i) {
-        OpKind::Memory => {
-            !other_segment
-                && !matches!(
-                    ins.memory_base(),
-                    Register::RIP | Register::EIP | Register::RSP | Register::ESP
-                )
-        }
-        OpKind::MemorySegSI
-        | OpKind::MemorySegESI
-        | OpKind::MemorySegRSI
-        | OpKind::MemorySegDI
-        | OpKind::MemorySegEDI
-        | OpKind::MemorySegRDI
-        | OpKind::MemoryESDI
-        | OpKind::MemoryESEDI
-        | OpKind::MemoryESRDI => !other_segment,
-        _ => false,
-    })
-}
+use oxgrind_tool::instrument::may_touch_heap;
 
 /// [`PcClass`] of code in `object` (a path) at `function` (demangled name, if known).
 fn classify(object: &str, function: Option<&str>) -> PcClass {
