@@ -21,27 +21,9 @@ use oxgrind_sys::heap::PrivateHeap;
 #[global_allocator]
 static HEAP: PrivateHeap = PrivateHeap::new();
 
+/// Whether `name` is set to `1` in the loader's environment array.
 fn env_flag(envp: *const *const u8, name: &[u8]) -> bool {
-    let mut p = envp;
-    if p.is_null() {
-        return false;
-    }
-    // SAFETY: envp is the NULL-terminated environment array the loader passes to
-    // constructors; each entry is a NUL-terminated string.
-    unsafe {
-        while !(*p).is_null() {
-            let s = *p;
-            let mut i = 0;
-            while i < name.len() && *s.add(i) == name[i] {
-                i += 1;
-            }
-            if i == name.len() && *s.add(i) == b'=' {
-                return *s.add(i + 1) == b'1';
-            }
-            p = p.add(1);
-        }
-    }
-    false
+    env_value(envp, name) == Some(&b"1"[..])
 }
 
 /// The value of `name` in the loader's environment array.
