@@ -1,0 +1,335 @@
+//! Invalid reads and writes: which instructions get an access probe, and the probe's slow
+//! path, which decides as Memcheck's `mc_LOADVn_slow` / `mc_STOREVn_slow` do whether an
+//! access with unaddressable bytes is an error and reports it.
+//!
+//! The allocator events keep an addressability shadow ([`crate::shadow`]);
+//! [`Memcheck::instrument_block`] asks the engine for a filtered probe on every instruction
+//! that may address the heap, so the engine checks the shadow inline and calls
+//! [`Memcheck::accesses_event`] only when a granule is marked.
+
+use std::sync::atomic::Ordering;
+
+use oxgrind_formats::memcheck_text as text;
+use oxgrind_formats::memcheck_xml::WhatQuirk;
+use oxgrind_tool::instrument::{may_touch_heap, Access, AccessKind, GuestRegs, Instruction, Plan};
+use oxgrind_tool::{Addr, Host, StackId};
+
+use crate::errors::KeyKind;
+use crate::report::thread_number;
+use crate::shadow::{self, shadow_base};
+use crate::Memcheck;
+
+/// Where an access with unaddressable bytes was made from, which decides whether it is
+/// reported (see [`Memcheck::check_access`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum PcClass {
+    /// The program's code, or a library's: reported as Valgrind reports it.
+    Program,
+    /// A glibc string or memory function (`strlen`, `__memchr_avx2`, ...), or glibc code we
+    /// have no name for: these read aligned chunks past the end of their data, which
+    /// Valgrind avoids by replacing them. A read is reported only if no byte of it, nor any
+    /// of the 128 bytes before it, is addressable; a write as usual; nothing for chunk
+    /// headers.
+    LibcString,
+    /// glibc's allocator (`free` reading a chunk header, `malloc` writing into a chunk the
+    /// runtime gave back): its business, never the program's error.
+    LibcAllocator,
+}
+
+thread_local! {
+    /// This thread is in the slow path of a probe. The runtime does not mark the thread as
+    /// inside oxgrind there (it does in allocator hooks), so what we call that allocates
+    /// (the symbolizer's `__cxa_demangle`, `dlsym`) reaches the allocator hooks as if the
+    /// program had called it, and would re-enter the tool while it holds its state lock.
+    /// Those events are not the program's: ignored.
+    static IN_PROBE: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
+pub(crate) fn in_probe() -> bool {
+    IN_PROBE.with(|f| f.get())
+}
+
+struct ProbeScope;
+
+impl ProbeScope {
+    pub(crate) fn enter() -> ProbeScope {
+        IN_PROBE.with(|f| f.set(true));
+        ProbeScope
+    }
+}
+
+impl Drop for ProbeScope {
+    fn drop(&mut self) {
+        IN_PROBE.with(|f| f.set(false));
+    }
+}
+
+/// How far past the end of its data a glibc string function may read (four 32-byte
+/// vectors: the unrolled AVX2 loops).
+const STRING_OVERREAD: u64 = 128;
+
+/// [`PcClass`] of code in `object` (a path) at `function` (demangled name, if known).
+fn classify(object: &str, function: Option<&str>) -> PcClass {
+    let file = object.rsplit('/').next().unwrap_or(object);
+    if !(file.starts_with("libc.so") || file.starts_with("libc-")) {
+        return PcClass::Program;
+    }
+    let Some(name) = function else {
+        return PcClass::LibcString;
+    };
+    // `cfree@GLIBC_2.2.5`: a versioned alias.
+    let name = name.split('@').next().unwrap_or(name);
+    const ALLOCATOR: &[&str] = &[
+        "malloc",
+        "free",
+        "cfree",
+        "calloc",
+        "realloc",
+        "reallocarray",
+        "memalign",
+        "aligned_alloc",
+        "posix_memalign",
+        "valloc",
+        "pvalloc",
+        "malloc_usable_size",
+        "malloc_trim",
+        "malloc_consolidate",
+        "mallinfo",
+        "mallinfo2",
+        "malloc_stats",
+        "malloc_info",
+        "mallopt",
+        "sysmalloc",
+        "systrim",
+        "unlink_chunk",
+        "munmap_chunk",
+        "mremap_chunk",
+        "tcache_init",
+        "tcache_thread_shutdown",
+        "arena_get2",
+        "_mid_memalign",
+    ];
+    let bare = name.trim_start_matches('_');
+    let bare = bare.strip_prefix("libc_").unwrap_or(bare);
+    let bare = bare.strip_prefix("int_").unwrap_or(bare);
+    if ALLOCATOR.contains(&bare) || name.starts_with("_int_") || name.contains("tcache") {
+        return PcClass::LibcAllocator;
+    }
+    // IFUNC variants (`__strlen_avx2`, `__memmove_avx_unaligned_erms`) and the plain names.
+    const STRING: &[&str] = &[
+        "str",
+        "mem",
+        "stp",
+        "wcs",
+        "wmem",
+        "rawmemchr",
+        "bcmp",
+        "bcopy",
+        "bzero",
+        "index",
+        "rindex",
+    ];
+    if STRING.iter().any(|p| bare.starts_with(p)) {
+        return PcClass::LibcString;
+    }
+    PcClass::Program
+}
+
+impl Memcheck {
+    pub(crate) fn instrument_block(&self, _pc: Addr, block: &[Instruction], plan: &mut Plan) {
+        // Runs at translation with the thread stopped, maybe while this thread holds our
+        // state lock (translating libc code our own reporting calls): no locks here.
+        if shadow_base() == 0 {
+            return;
+        }
+        if !self.probing.swap(true, Ordering::Relaxed) {
+            // The engine checks the same shadow inline and calls only when a granule an
+            // access touches is not all addressable (0 = addressable, as here).
+            oxgrind_tool::instrument::set_shadow_base(shadow_base());
+        }
+        for (i, ins) in block.iter().enumerate() {
+            if may_touch_heap(ins) {
+                plan.accesses_filtered(i, 0);
+            }
+        }
+    }
+
+    pub(crate) fn accesses_event(
+        &self,
+        host: &dyn Host,
+        accesses: &[Access],
+        regs: &GuestRegs,
+        _data: u64,
+    ) {
+        let base = shadow::base_if_ready();
+        if base == 0 {
+            return;
+        }
+        for a in accesses {
+            if !shadow::all_addressable(base, a.addr, a.size) {
+                let _probe = ProbeScope::enter();
+                self.check_access(host, base, a, regs);
+            }
+        }
+    }
+
+    /// The slow path of a probe: some granule of the access is marked. Decides, as
+    /// Memcheck's `mc_LOADVn_slow` / `mc_STOREVn_slow` do, whether this is an error, and
+    /// reports it (a read-modify-write is checked as a read, then as a write).
+    pub(crate) fn check_access(&self, host: &dyn Host, base: u64, a: &Access, regs: &GuestRegs) {
+        let v = shadow::verdict(base, a.addr, a.size);
+        if v.bad == 0 {
+            return;
+        }
+        match self.pc_class(host, regs.rip) {
+            PcClass::Program => {}
+            PcClass::LibcAllocator => return,
+            PcClass::LibcString => {
+                // glibc's vector loops read up to a few vectors past the end of their data
+                // (never across a page, so never a fault): a read with an addressable byte
+                // in it or shortly before it is such an over-read, not the program's
+                // error. Valgrind's replacements make no such reads.
+                let read_only = a.kind == AccessKind::Read;
+                if v.bad_outside_header == 0
+                    || (read_only
+                        && (v.bad < a.size
+                            || shadow::any_addressable(
+                                base,
+                                a.addr.saturating_sub(STRING_OVERREAD),
+                                a.addr,
+                            )))
+                {
+                    return;
+                }
+            }
+        }
+        let (read, write) = match a.kind {
+            AccessKind::Read => (true, false),
+            AccessKind::Write => (false, true),
+            AccessKind::Modify => (true, true),
+        };
+        let mut at: Option<(StackId, i32, i32)> = None;
+        let mut report = |addr: Addr, size: u32, write: bool| {
+            let (stack, tid, thread) = *at.get_or_insert_with(|| {
+                let tid = oxgrind_sys::raw::gettid();
+                let mut st = self.lock();
+                let thread = thread_number(&mut st.threads, tid, host.pid());
+                drop(st);
+                (host.stack_at(regs, self.opts.num_callers), tid, thread)
+            });
+            self.report_at(
+                host,
+                KeyKind::Addr { size },
+                stack,
+                false,
+                tid,
+                if write { "InvalidWrite" } else { "InvalidRead" },
+                &|| text::invalid_access(write, size),
+                WhatQuirk::None,
+                &|freed| self.describe_addr(host, freed, addr, thread),
+            );
+        };
+        if read {
+            // --partial-loads-ok=yes: a naturally aligned load of a word or a vector with
+            // at least one addressable byte is fine (Memcheck gives the other bytes
+            // undefined values instead, which we do not track).
+            let size = a.size as u64;
+            let partial_ok = self.opts.partial_loads_ok
+                && matches!(size, 8 | 16 | 32)
+                && a.addr % size == 0
+                && v.bad < a.size;
+            if !partial_ok {
+                report(a.addr, a.size, false);
+            }
+        }
+        if write {
+            if a.size > 8 {
+                // Memcheck stores vectors in 8-byte pieces: each piece with an
+                // unaddressable byte is an invalid write of size 8 at that piece.
+                for off in (0..a.size).step_by(8) {
+                    let (piece, n) = (a.addr + off as u64, 8.min(a.size - off));
+                    if shadow::verdict(base, piece, n).bad > 0 {
+                        report(piece, n, true);
+                    }
+                }
+            } else {
+                report(a.addr, a.size, true);
+                if a.size == 2 {
+                    // Memcheck 3.19 counts a bad 2-byte store twice (shown once).
+                    report(a.addr, a.size, true);
+                }
+            }
+        }
+    }
+
+    /// What the code at `pc` is, by its symbol (cached: asked only on the slow path).
+    pub(crate) fn pc_class(&self, host: &dyn Host, pc: u64) -> PcClass {
+        if let Some(c) = self
+            .pc_classes
+            .lock()
+            .as_ref()
+            .and_then(|m| m.get(&pc).copied())
+        {
+            return c;
+        }
+        // No lock held across the symbolizer.
+        let frames = host.describe(pc);
+        let outer = frames.last();
+        let object = outer.and_then(|f| f.object.as_deref()).unwrap_or("");
+        let function = outer.and_then(|f| f.function.as_deref());
+        let c = classify(object, function);
+        self.pc_classes
+            .lock()
+            .get_or_insert_with(Default::default)
+            .insert(pc, c);
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn libc_code_is_classified_by_symbol_name() {
+        let libc = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+        assert_eq!(classify(libc, Some("__strlen_avx2")), PcClass::LibcString);
+        assert_eq!(
+            classify(libc, Some("__memmove_avx_unaligned_erms")),
+            PcClass::LibcString
+        );
+        assert_eq!(classify(libc, None), PcClass::LibcString);
+        assert_eq!(classify(libc, Some("_int_free")), PcClass::LibcAllocator);
+        assert_eq!(
+            classify(libc, Some("__libc_malloc")),
+            PcClass::LibcAllocator
+        );
+        assert_eq!(classify(libc, Some("tcache_put")), PcClass::LibcAllocator);
+        assert_eq!(
+            classify(libc, Some("cfree@GLIBC_2.2.5")),
+            PcClass::LibcAllocator
+        );
+        assert_eq!(classify(libc, Some("qsort_r")), PcClass::Program);
+        assert_eq!(classify("/tmp/prog", Some("strlen")), PcClass::Program);
+    }
+
+    #[test]
+    fn heap_operands_are_probed_stack_rip_and_tls_ones_are_not() {
+        use oxgrind_tool::instrument::iced_x86::{Decoder, DecoderOptions};
+        let probed = |bytes: &[u8]| {
+            let ins = Decoder::with_ip(64, bytes, 0x1000, DecoderOptions::NONE).decode();
+            may_touch_heap(&ins)
+        };
+        assert!(probed(&[0x8b, 0x00])); // mov eax, [rax]
+        assert!(probed(&[0x48, 0x89, 0x47, 0x08])); // mov [rdi+8], rax
+        assert!(probed(&[0xff, 0x30])); // push qword [rax]
+        assert!(probed(&[0xf3, 0xa4])); // rep movsb
+        assert!(!probed(&[0x48, 0x8b, 0x44, 0x24, 0x08])); // mov rax, [rsp+8]
+        assert!(!probed(&[0x48, 0x8b, 0x05, 0, 0, 0, 0])); // mov rax, [rip+0]
+        assert!(!probed(&[0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0])); // mov rax, fs:[0x28]
+        assert!(!probed(&[0x50])); // push rax
+        assert!(!probed(&[0xc3])); // ret
+        assert!(!probed(&[0xc9])); // leave
+        assert!(!probed(&[0x48, 0x8d, 0x04, 0x07])); // lea rax, [rdi+rax]
+    }
+}

@@ -1,0 +1,223 @@
+//! The allocator's events as Memcheck sees them: counting for HEAP SUMMARY, the shadow of
+//! each block kept in step with the heap, the freed-block queue fed, mismatched frees found,
+//! and the misuse the runtime detected (invalid free, fishy sizes, bad alignment, overlap)
+//! turned into errors.
+//!
+//! Blocks allocated by our own work in a probe's slow path are not the program's
+//! ([`Memcheck::forget_foreign`]): they are never counted, reported or leak-checked.
+
+use std::sync::atomic::Ordering;
+
+use oxgrind_formats::memcheck_text::{self as text, Aux};
+use oxgrind_formats::memcheck_xml::WhatQuirk;
+use oxgrind_tool::{Addr, Alloc, AllocFn, Free, Host, LiveBlock, Misuse, MisuseEvent};
+
+use crate::access::in_probe;
+use crate::errors::KeyKind;
+use crate::freed::FreedBlock;
+use crate::options::KeepStacks;
+use crate::report::thread_number;
+use crate::shadow::{self, shadow_base};
+use crate::Memcheck;
+
+fn alloc_fn_name(f: AllocFn) -> &'static str {
+    match f {
+        AllocFn::Malloc => "malloc",
+        AllocFn::Calloc => "calloc",
+        AllocFn::Realloc => "realloc",
+        AllocFn::ReallocArray => "reallocarray",
+        AllocFn::Memalign => "memalign",
+        AllocFn::PosixMemalign => "posix_memalign",
+        AllocFn::AlignedAlloc => "aligned_alloc",
+        AllocFn::Valloc => "valloc",
+        AllocFn::Pvalloc => "pvalloc",
+        // Memcheck names the C++ allocators by their GCC builtins in FishyValue errors.
+        AllocFn::New => "__builtin_new",
+        AllocFn::NewArray => "__builtin_vec_new",
+        AllocFn::Free => "free",
+        AllocFn::Delete => "__builtin_delete",
+        AllocFn::DeleteArray => "__builtin_vec_delete",
+    }
+}
+
+impl Memcheck {
+    pub(crate) fn alloc_event(&self, host: &dyn Host, ev: &Alloc) {
+        if in_probe() {
+            self.foreign.lock().push(ev.addr);
+            return;
+        }
+        self.ensure_started(host);
+        self.allocs.fetch_add(1, Ordering::Relaxed);
+        self.bytes_allocated.fetch_add(ev.size, Ordering::Relaxed);
+        if self.probing.load(Ordering::Relaxed) {
+            // SAFETY: the engine runs, so this is a real process and the block was just
+            // returned by glibc's allocator (through the runtime).
+            let (end, next_header) = unsafe { shadow::chunk_end(ev.addr, ev.size) };
+            let base = shadow_base();
+            shadow::mark_alloc(base, ev.addr, ev.size, end);
+            if next_header {
+                shadow::mark_next_header(base, end);
+            }
+        }
+    }
+
+    pub(crate) fn free_event(&self, host: &dyn Host, ev: &Free) {
+        if self.forget_foreign(ev.addr) || in_probe() {
+            return;
+        }
+        self.ensure_started(host);
+        self.frees.fetch_add(1, Ordering::Relaxed);
+        if self.opts.show_mismatched_frees && ev.alloc_func.family() != ev.func.family() {
+            let (addr, size, alloc_stack) = (ev.addr, ev.size, ev.alloc_stack);
+            let keep_alloc = !matches!(
+                self.opts.keep_stacks,
+                KeepStacks::None | KeepStacks::Free | KeepStacks::AllocThenFree
+            );
+            self.report(
+                host,
+                KeyKind::MismatchedFree,
+                ev.stack,
+                ev.tid,
+                "MismatchedFree",
+                &|| text::MISMATCHED_FREE.to_string(),
+                WhatQuirk::None,
+                &|_| {
+                    let mut aux = vec![Aux::Text(text::address_in_block(addr, 0, size, false))];
+                    if keep_alloc {
+                        aux.push(Aux::Stack(self.resolve(host, alloc_stack).shown));
+                    }
+                    aux
+                },
+            );
+        }
+        let mut st = self.lock();
+        st.freed.push(FreedBlock {
+            addr: ev.addr,
+            size: ev.size,
+            alloc_stack: ev.alloc_stack,
+            free_stack: ev.stack,
+        });
+        if !self.probing.load(Ordering::Relaxed) {
+            return;
+        }
+        let base = shadow_base();
+        if st.shadow_q.keeps(ev.size) {
+            shadow::mark_freed(base, ev.addr, ev.size);
+        }
+        // SAFETY: the engine runs, so this is a real process, and the runtime tells us of a
+        // free before giving the block back to glibc.
+        let (end, _) = unsafe { shadow::chunk_end(ev.addr, ev.size) };
+        st.shadow_q
+            .push(ev.addr, ev.size, end, &mut |a, size, end| {
+                shadow::clear_block(base, a, size, end)
+            });
+    }
+
+    pub(crate) fn misuse_event(&self, host: &dyn Host, ev: &MisuseEvent) {
+        if in_probe() {
+            return;
+        }
+        self.ensure_started(host);
+        match ev.kind {
+            Misuse::InvalidFree { addr, func, size } => {
+                let thread = {
+                    let mut st = self.lock();
+                    thread_number(&mut st.threads, ev.tid, host.pid())
+                };
+                // Memcheck counts the call before validating the pointer: an invalid free
+                // is one of the "frees" of HEAP SUMMARY, an invalid realloc also an alloc
+                // of the size it asked for.
+                self.frees.fetch_add(1, Ordering::Relaxed);
+                if matches!(func, AllocFn::Realloc | AllocFn::ReallocArray) {
+                    self.allocs.fetch_add(1, Ordering::Relaxed);
+                    self.bytes_allocated.fetch_add(size, Ordering::Relaxed);
+                }
+                self.report(
+                    host,
+                    KeyKind::InvalidFree,
+                    ev.stack,
+                    ev.tid,
+                    "InvalidFree",
+                    &|| text::INVALID_FREE.to_string(),
+                    WhatQuirk::None,
+                    &|freed| self.describe_addr(host, freed, addr, thread),
+                )
+            }
+            Misuse::FishyValue { func, arg, value } => {
+                let function = alloc_fn_name(func);
+                self.report(
+                    host,
+                    KeyKind::FishyValue {
+                        function,
+                        argument: arg,
+                    },
+                    ev.stack,
+                    ev.tid,
+                    "FishyValue",
+                    &|| text::fishy_value(function, arg, value),
+                    WhatQuirk::NewlineThenTag,
+                    &|_| Vec::new(),
+                )
+            }
+            Misuse::BadAlignment { func, align } => {
+                let why = match func {
+                    AllocFn::PosixMemalign => {
+                        " (should be non-zero, a power of 2 and a multiple of sizeof(void*))"
+                    }
+                    _ => " (should be power of 2)",
+                };
+                self.report(
+                    host,
+                    KeyKind::BadAlign,
+                    ev.stack,
+                    ev.tid,
+                    "InvalidAlignment",
+                    &|| text::invalid_alignment(align, why),
+                    WhatQuirk::None,
+                    &|_| Vec::new(),
+                )
+            }
+            Misuse::Overlap {
+                func,
+                dst,
+                src,
+                len,
+            } => self.report(
+                host,
+                KeyKind::Overlap { function: func },
+                ev.stack,
+                ev.tid,
+                "Overlap",
+                &|| text::overlap(func, dst, src, len),
+                if len.is_none() {
+                    WhatQuirk::NewlineThenNewline
+                } else {
+                    WhatQuirk::None
+                },
+                &|_| Vec::new(),
+            ),
+        }
+    }
+
+    /// Whether `addr` is a block of ours allocated in a probe (it is forgotten).
+    pub(crate) fn forget_foreign(&self, addr: Addr) -> bool {
+        let mut f = self.foreign.lock();
+        match f.iter().position(|&a| a == addr) {
+            Some(i) => {
+                f.swap_remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The program's live blocks: the runtime's list without [`Memcheck::foreign`] ones.
+    pub(crate) fn program_blocks(&self, host: &dyn Host) -> Vec<LiveBlock> {
+        let mut live = host.live_blocks();
+        let f = self.foreign.lock();
+        if !f.is_empty() {
+            live.retain(|b| !f.contains(&b.addr));
+        }
+        live
+    }
+}
