@@ -88,22 +88,36 @@ fn xml_fd() -> Option<i32> {
 /// streams at exit (coreutils' `close_stdout` closes stderr), and the report comes after.
 static LOG_FD_COPY: AtomicI32 = AtomicI32::new(-1);
 
-/// Duplicates the `--log-fd` descriptor out of the program's way (called at set-up).
+/// Duplicates the `--log-fd` and `--xml-fd` descriptors out of the program's way (called at
+/// set-up). A descriptor that cannot be duplicated (it is not open) is replaced by stderr,
+/// with Valgrind's warning, rather than losing the report.
 pub fn keep_log_fd() {
-    if let Some(rt) = state::runtime() {
-        if let LogDest::Fd(fd) = rt.core.log {
-            if let Ok(copy) = raw::dup_high(fd, FD_FLOOR) {
-                crate::fds::register(copy);
-                LOG_FD_COPY.store(copy, Ordering::Release);
-            }
-        }
-        if let Some(LogDest::Fd(fd)) = rt.core.xml {
-            if let Ok(copy) = raw::dup_high(fd, FD_FLOOR) {
-                crate::fds::register(copy);
-                XML_FD_COPY.store(copy, Ordering::Release);
-            }
-        }
+    let Some(rt) = state::runtime() else { return };
+    if let LogDest::Fd(fd) = rt.core.log {
+        LOG_FD_COPY.store(keep_fd(fd, "log"), Ordering::Release);
     }
+    if let Some(LogDest::Fd(fd)) = rt.core.xml {
+        XML_FD_COPY.store(keep_fd(fd, "XML"), Ordering::Release);
+    }
+}
+
+fn keep_fd(fd: i32, what: &str) -> i32 {
+    let copy = match raw::dup_high(fd, FD_FLOOR) {
+        Ok(copy) => copy,
+        Err(_) => {
+            let line = format!(
+                "=={}== oxgrind: failed to move {what} file descriptor into safe range, using stderr\n",
+                raw::getpid()
+            );
+            oxgrind_sys::fd::write_all(2, line.as_bytes());
+            match raw::dup_high(2, FD_FLOOR) {
+                Ok(copy) => copy,
+                Err(_) => return 2, // stderr is closed too: nothing better to write to
+            }
+        }
+    };
+    crate::fds::register(copy);
+    copy
 }
 
 fn log_fd() -> i32 {

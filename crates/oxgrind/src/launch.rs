@@ -14,7 +14,28 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{anyhow, bail, Context, Result};
-use oxgrind_options::{self as opts, Action};
+use oxgrind_options::{self as opts, Action, LogDest};
+
+/// A failure that ends the launcher with a status of its own rather than 1: the program could
+/// not be run at all, for which Valgrind and every shell answer 127 (not found) or 126 (found
+/// but not executable), so scripts that tell those apart keep working under oxgrind.
+#[derive(Debug)]
+pub struct CannotRun {
+    pub status: u8,
+    pub message: String,
+}
+
+impl std::fmt::Display for CannotRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for CannotRun {}
+
+fn cannot_run(status: u8, message: String) -> anyhow::Error {
+    CannotRun { status, message }.into()
+}
 
 const RUNTIME_NAME: &str = "liboxgrind_runtime.so";
 
@@ -53,6 +74,7 @@ pub fn main(args: &[String]) -> Result<()> {
     let resolved = resolve_program(prog)?;
     check_preloadable(&resolved, 0)?;
     let runtime = find_runtime()?;
+    check_output_files(&parsed.core)?;
 
     let mut preload = OsString::from(&runtime);
     if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
@@ -109,9 +131,9 @@ fn resolve_program(prog: &str) -> Result<PathBuf> {
         match fs::metadata(&p) {
             Ok(_) => return Ok(p),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                bail!("{prog}: No such file or directory")
+                return Err(cannot_run(127, format!("{prog}: No such file or directory")));
             }
-            Err(e) => bail!("{prog}: {e}"),
+            Err(e) => return Err(cannot_run(126, format!("{prog}: {}", io_reason(&e)))),
         }
     }
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
@@ -123,18 +145,59 @@ fn resolve_program(prog: &str) -> Result<PathBuf> {
             }
         }
     }
-    bail!("{prog}: command not found")
+    Err(cannot_run(127, format!("{prog}: command not found")))
+}
+
+/// The C library's text for an I/O error ("Permission denied"), without Rust's " (os error
+/// 13)" suffix: the words Valgrind prints.
+fn io_reason(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match text.find(" (os error") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    }
+}
+
+/// Creates the `--log-file` and `--xml-file` now, as Valgrind does at start-up, so a path
+/// that cannot be written is refused before the program runs (exit 1, naming the path and
+/// the reason) rather than found out when the report is due. The launcher's pid is the
+/// program's (we `exec` it), so `%p` expands to the same name the runtime will open.
+fn check_output_files(core: &opts::CoreOptions) -> Result<()> {
+    let files = [
+        (Some(&core.log), "log"),
+        (core.xml.as_ref(), "XML"),
+    ];
+    for (dest, what) in files {
+        let Some(LogDest::File(template)) = dest else { continue };
+        let cwd = std::env::current_dir().context("cannot read the current directory")?;
+        let getenv = |v: &str| std::env::var(v).ok();
+        let path = opts::template::expand(
+            template,
+            std::process::id() as i32,
+            1,
+            &getenv,
+            &cwd.to_string_lossy(),
+        )
+        .map_err(|e| anyhow!("{}", e.0))?;
+        if let Err(e) = fs::OpenOptions::new().write(true).create(true).truncate(true).open(&path) {
+            bail!("Cannot create {what} file '{path}': {}", io_reason(&e));
+        }
+    }
+    Ok(())
 }
 
 /// Checks that the dynamic loader will preload our runtime into `path`.
 fn check_preloadable(path: &Path, depth: u32) -> Result<()> {
     let shown = path.display();
-    let md = fs::metadata(path).with_context(|| format!("{shown}"))?;
+    let md = fs::metadata(path).map_err(|e| {
+        let status = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+        cannot_run(status, format!("{shown}: {}", io_reason(&e)))
+    })?;
     if md.is_dir() {
-        bail!("{shown}: is a directory");
+        return Err(cannot_run(126, format!("{shown}: is a directory")));
     }
     if md.permissions().mode() & 0o111 == 0 {
-        bail!("{shown}: Permission denied (not executable)");
+        return Err(cannot_run(126, format!("{shown}: Permission denied")));
     }
     if md.permissions().mode() & 0o6000 != 0 {
         bail!("{shown}: is set-user-ID or set-group-ID: the dynamic loader ignores LD_PRELOAD for it, so oxgrind cannot run it");

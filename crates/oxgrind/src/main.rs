@@ -8,7 +8,9 @@
 //! program starts), checks the program can take our runtime library, and `exec`s it with the
 //! runtime preloaded. Being replaced by the program keeps its pid, stdin/stdout/stderr and
 //! exit status (or fatal signal) exactly what they would be without oxgrind.
-//! Every failure is one line on stderr, `oxgrind: ...`, and exit status 1.
+//! Every failure is one line on stderr, `oxgrind: ...`, and exit status 1, except a program
+//! that cannot be run at all: 127 when it does not exist, 126 when it cannot be executed, as
+//! Valgrind and shells answer.
 
 mod launch;
 mod viewers;
@@ -38,7 +40,10 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             eprintln!("oxgrind: {err:#}");
-            ExitCode::FAILURE
+            match err.downcast_ref::<launch::CannotRun>() {
+                Some(c) => ExitCode::from(c.status),
+                None => ExitCode::FAILURE,
+            }
         }
     }
 }

@@ -6,9 +6,15 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
 fn one_line_error(args: &[&str], expect: &str) {
+    one_line_error_with_status(args, expect, 1)
+}
+
+/// As Valgrind (and a shell): 127 for a program that is not there, 126 for one that cannot
+/// be executed, 1 for every other refusal.
+fn one_line_error_with_status(args: &[&str], expect: &str, status: i32) {
     let o = run(Command::new(oxgrind()).args(args));
     let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(1), "args {args:?}: {err}");
+    assert_eq!(o.status.code(), Some(status), "args {args:?}: {err}");
     assert_eq!(err.lines().count(), 1, "args {args:?}: not one line: {err}");
     assert!(err.starts_with("oxgrind: "), "{err}");
     assert!(
@@ -47,13 +53,15 @@ fn unknown_tool() {
 #[test]
 fn missing_program() {
     one_line_error(&["--tool=massif"], "no program specified");
-    one_line_error(
+    one_line_error_with_status(
         &["--tool=massif", "./does-not-exist"],
-        "No such file or directory",
+        "oxgrind: ./does-not-exist: No such file or directory",
+        127,
     );
-    one_line_error(
+    one_line_error_with_status(
         &["--tool=massif", "no-such-command-xyz"],
-        "command not found",
+        "oxgrind: no-such-command-xyz: command not found",
+        127,
     );
 }
 
@@ -62,13 +70,15 @@ fn not_executable_directory_and_static_binary() {
     let dir = tempfile::tempdir().unwrap();
     let plain = dir.path().join("plain.txt");
     std::fs::write(&plain, "hello").unwrap();
-    one_line_error(
+    one_line_error_with_status(
         &["--tool=massif", plain.to_str().unwrap()],
-        "not executable",
+        &format!("{}: Permission denied", plain.display()),
+        126,
     );
-    one_line_error(
+    one_line_error_with_status(
         &["--tool=massif", dir.path().to_str().unwrap()],
-        "is a directory",
+        &format!("{}: is a directory", dir.path().display()),
+        126,
     );
     let junk = dir.path().join("junk");
     std::fs::write(&junk, "not an elf").unwrap();
@@ -175,4 +185,41 @@ fn valgrind_opts_and_valgrindrc_come_before_the_command_line() {
         dir.path().join("from-cli.out").exists(),
         "the command line wins"
     );
+}
+
+/// Valgrind creates its log and XML files before the program starts and refuses to go on
+/// when it cannot: "valgrind: Cannot create log file '/no/such/dir/x.log': No such file or
+/// directory", exit 1.
+#[test]
+fn log_and_xml_file_in_a_missing_directory_are_refused_before_the_program_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let script = format!("touch {}", marker.display());
+    let log = dir.path().join("missing/x.log");
+    one_line_error(
+        &[&format!("--log-file={}", log.display()), "/bin/sh", "-c", &script],
+        &format!("oxgrind: Cannot create log file '{}': No such file or directory", log.display()),
+    );
+    let xml = dir.path().join("missing/x.xml");
+    one_line_error(
+        &["--xml=yes", &format!("--xml-file={}", xml.display()), "/bin/sh", "-c", &script],
+        &format!("oxgrind: Cannot create XML file '{}': No such file or directory", xml.display()),
+    );
+    assert!(!marker.exists(), "the program ran although its output could not be written");
+}
+
+/// `--log-fd=9` with descriptor 9 closed: Valgrind warns ("failed to move log file descriptor
+/// into safe range, using stderr") and logs to stderr; the report is not lost.
+#[test]
+fn closed_log_fd_falls_back_to_stderr_with_valgrinds_warning() {
+    let o = run(Command::new(oxgrind()).args(["--log-fd=9", "/bin/true"]));
+    assert!(o.status.success(), "{:?}", o.status);
+    let err = stderr(&o);
+    let first = err.lines().next().unwrap_or("");
+    assert!(
+        first.starts_with("==")
+            && first.ends_with("== oxgrind: failed to move log file descriptor into safe range, using stderr"),
+        "{err}"
+    );
+    assert!(err.contains("ERROR SUMMARY: 0 errors from 0 contexts"), "report lost: {err}");
 }
