@@ -11,12 +11,14 @@
 //!   shared by every format.
 //! * [`massif`]: `massif.out.<pid>` model, writer and reader; [`massif::ms_print`] renders
 //!   it as `ms_print` does.
+//! * [`cachegrind`]: `cachegrind.out.<pid>` model, writer and reader; Cachegrind's exit summary.
 //! * [`dhat`]: `dhat.out.<pid>` (DHAT's JSON, version 2) model, writer and reader.
 //! * [`memcheck_text`], [`memcheck_xml`]: Memcheck's report in text and in XML protocol 4.
 //! * [`suppressions`]: suppression files (parser, matcher) and `--gen-suppressions` text.
 #![cfg_attr(not(feature = "std"), no_std)]
 extern crate alloc;
 
+pub mod cachegrind;
 pub mod dhat;
 pub mod frame;
 pub mod massif;
