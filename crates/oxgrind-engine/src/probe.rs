@@ -11,8 +11,9 @@
 //!   [`Instrument::on_accesses`] runs with every memory access the instruction is about to
 //!   make, each with its effective address, size and kind, computed from the guest
 //!   registers: explicit operands, implicit stack accesses (`push`, `pop`, `call`, `ret`,
-//!   `enter`, `leave`), each iteration of a `rep` string instruction, and each active
-//!   element of a gather;
+//!   `enter`, `leave`), each iteration of a `rep` string instruction, each enabled
+//!   element of a gather or scatter, and of a masked vector access only the elements its
+//!   mask enables (EVEX `{k}`, `vmaskmov`, `maskmovdqu`; see [`Lanes`]);
 //! * a **pc call** (`Plan::pc`): [`Instrument::on_pc`] runs with the guest pc and registers;
 //! * a **filtered memory-access call** (`Plan::accesses_filtered`): the same call, made
 //!   only when the tool's shadow map ([`set_shadow_base`]) has a nonzero byte for one of
@@ -247,10 +248,34 @@ pub(crate) struct ProbeRec {
     data: u64,
     pc: u64,
     next_ip: u64,
-    /// Gathers: elements, and the AVX2 mask register (`Register::None`: unmasked).
-    elems: u32,
-    mask: Register,
+    /// Which parts of the memory operand the instruction really touches.
+    lanes: Lanes,
     mem: [UsedMemory; MAX_MEM],
+}
+
+/// How an instruction's memory operand splits into the accesses it really makes, decided
+/// at translation; the mask itself is read from the guest state when the probe runs.
+///
+/// A masked vector instruction touches only the elements its mask enables: the CPU
+/// suppresses faults on the others, and glibc relies on it (its AVX-512 `memset` of a
+/// 5-byte block is one byte-masked 64-byte store). Reporting the whole operand would be a
+/// false alarm on every short string or block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lanes {
+    /// The whole operand, once.
+    Whole,
+    /// A gather or scatter: `elems` elements, each at an address from the vector index;
+    /// element `i` is accessed when `mask` enables it ([`mask_bits`]; `Register::None`:
+    /// all are).
+    Vsib { elems: u8, mask: Register },
+    /// Element `i` of the operand (`elem` bytes each, `elems` of them) is accessed when
+    /// `mask` enables it: EVEX `{k}` masking (an opmask register, a bit per element), or
+    /// `vmaskmov`/`vpmaskmov`/`maskmovdqu` (a vector register, the sign bit of each
+    /// element). Each run of enabled elements is one access.
+    Masked { elems: u8, elem: u8, mask: Register },
+    /// `vcompress*`/`vpcompress*` stores and `vexpand*`/`vpexpand*` loads: as many
+    /// contiguous elements as `mask` enables, from the start of the operand.
+    Packed { elem: u8, mask: Register },
 }
 
 /// Bump allocator for probe records over chunks mapped for it (never the program's heap,
@@ -338,28 +363,119 @@ pub(crate) fn access_record(ins: &Instruction, data: u64) -> Option<u64> {
     if nmem == 0 {
         return None;
     }
-    let (elems, mask) = if ins.is_vsib() {
-        let elem = mem[0].memory_size().size().max(1) as u32;
-        let dest = ins.op0_register().size() as u32;
-        let mask = if ins.op_count() == 3 && ins.op2_register().is_vector_register() {
-            ins.op2_register()
-        } else {
-            Register::None
-        };
-        ((dest / elem).max(1), mask)
-    } else {
-        (1, Register::None)
-    };
     record(ProbeRec {
         kind: KIND_ACCESSES,
         nmem: nmem as u32,
         data,
         pc: ins.ip(),
         next_ip: ins.next_ip(),
-        elems,
-        mask,
+        lanes: lanes(ins, &mem[0]),
         mem,
     })
+}
+
+/// The [`Lanes`] of `ins`, whose (first) memory operand is `m`.
+fn lanes(ins: &Instruction, m: &UsedMemory) -> Lanes {
+    use iced_x86::{Mnemonic as M, OpKind};
+    let opmask = ins.op_mask();
+    if ins.is_vsib() {
+        // The data register is the first register operand (a scatter's comes after its
+        // memory operand); the element count is the smaller of its elements and the
+        // index's (`vpgatherqd xmm, [ymm]` has 4 of each; `vpgatherdq xmm, [xmm]` uses 2
+        // of the index's 4).
+        let elem = m.memory_size().size().max(1);
+        let data = (0..ins.op_count())
+            .find(|&i| ins.op_kind(i) == OpKind::Register)
+            .map_or(Register::None, |i| ins.op_register(i));
+        let index = m.index();
+        let mut elems = data.size() / elem;
+        if m.vsib_size() > 0 && index.is_vector_register() {
+            elems = elems.min(index.size() / m.vsib_size() as usize);
+        }
+        let mask = if opmask != Register::None {
+            opmask
+        } else if ins.op_count() == 3 && ins.op2_register().is_vector_register() {
+            ins.op2_register()
+        } else {
+            Register::None
+        };
+        return Lanes::Vsib {
+            elems: elems.clamp(1, 64) as u8,
+            mask,
+        };
+    }
+    let size = m.memory_size();
+    let sign_mask = |elem: usize, mask: Register| Lanes::Masked {
+        elems: (size.size() / elem).clamp(1, 64) as u8,
+        elem: elem as u8,
+        mask,
+    };
+    // The mask is the middle operand of `vmaskmov` (load or store form) and the last of
+    // `maskmovdqu [rdi], data, mask` (iced shows the implicit destination first).
+    match ins.mnemonic() {
+        M::Vmaskmovps | M::Vpmaskmovd => return sign_mask(4, ins.op1_register()),
+        M::Vmaskmovpd | M::Vpmaskmovq => return sign_mask(8, ins.op1_register()),
+        M::Maskmovdqu | M::Vmaskmovdqu => {
+            return sign_mask(1, ins.op_register(ins.op_count().saturating_sub(1)))
+        }
+        _ => {}
+    }
+    if opmask == Register::None || size.is_broadcast() {
+        return Lanes::Whole;
+    }
+    let elem = size.element_size();
+    if elem == 0 || size.size() <= elem {
+        return Lanes::Whole;
+    }
+    match ins.mnemonic() {
+        M::Vcompressps
+        | M::Vcompresspd
+        | M::Vpcompressd
+        | M::Vpcompressq
+        | M::Vpcompressb
+        | M::Vpcompressw
+        | M::Vexpandps
+        | M::Vexpandpd
+        | M::Vpexpandd
+        | M::Vpexpandq
+        | M::Vpexpandb
+        | M::Vpexpandw => {
+            return Lanes::Packed {
+                elem: elem as u8,
+                mask: opmask,
+            }
+        }
+        // These spread a narrower operand over the whole destination, whose elements the
+        // mask selects: memory element `i` is not destination element `i`, so the
+        // operand is read whole (as the CPU does when any element is enabled).
+        M::Vinsertf32x4
+        | M::Vinsertf32x8
+        | M::Vinsertf64x2
+        | M::Vinsertf64x4
+        | M::Vinserti32x4
+        | M::Vinserti32x8
+        | M::Vinserti64x2
+        | M::Vinserti64x4
+        | M::Vbroadcastf32x2
+        | M::Vbroadcastf32x4
+        | M::Vbroadcastf32x8
+        | M::Vbroadcastf64x2
+        | M::Vbroadcastf64x4
+        | M::Vbroadcasti32x2
+        | M::Vbroadcasti32x4
+        | M::Vbroadcasti32x8
+        | M::Vbroadcasti64x2
+        | M::Vbroadcasti64x4 => return Lanes::Whole,
+        _ => {}
+    }
+    // Everything else with a full, half, quarter or eighth memory operand (moves,
+    // arithmetic, compares, zero/sign extensions, down-converting stores) maps memory
+    // element `i` to mask bit `i`.
+    Lanes::Masked {
+        elems: (size.size() / elem).min(64) as u8,
+        elem: elem as u8,
+        mask: opmask,
+    }
 }
 
 /// The memory operands of access record `rec` when every one can be checked inline: plain
@@ -398,8 +514,7 @@ pub(crate) fn pc_record(ins: &Instruction, data: u64) -> Option<u64> {
         data,
         pc: ins.ip(),
         next_ip: ins.next_ip(),
-        elems: 0,
-        mask: Register::None,
+        lanes: Lanes::Whole,
         mem: [UsedMemory::default(); MAX_MEM],
     })
 }
@@ -430,7 +545,7 @@ pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
                 size: 0,
                 kind: AccessKind::Read,
                 conditional: false,
-            }; MAX_MEM * 16];
+            }; MAX_ACCESSES];
             let n = accesses(ctx, rec, &mut buf);
             if n > 0 {
                 inst.on_accesses(&buf[..n], &regs, rec.data);
@@ -440,12 +555,22 @@ pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
     }
 }
 
+/// Most accesses one instruction is reported with: a 64-lane gather, or the runs of a
+/// byte-masked 64-byte operand (at most 32), plus the other operands.
+const MAX_ACCESSES: usize = 64 + MAX_MEM;
+
 fn accesses(ctx: &mut ThreadCtx, rec: &ProbeRec, out: &mut [Access]) -> usize {
     let mut n = 0;
-    for m in &rec.mem[..rec.nmem as usize] {
+    let mut push = |a: Access| {
+        if n < out.len() {
+            out[n] = a;
+            n += 1;
+        }
+    };
+    for (i, m) in rec.mem[..rec.nmem as usize].iter().enumerate() {
         let (kind, conditional) = match m.access() {
             OpAccess::Read => (AccessKind::Read, false),
-            OpAccess::CondRead => (AccessKind::Read, rec.elems <= 1),
+            OpAccess::CondRead => (AccessKind::Read, true),
             OpAccess::Write => (AccessKind::Write, false),
             OpAccess::CondWrite => (AccessKind::Write, true),
             OpAccess::ReadWrite => (AccessKind::Modify, false),
@@ -453,76 +578,171 @@ fn accesses(ctx: &mut ThreadCtx, rec: &ProbeRec, out: &mut [Access]) -> usize {
             _ => continue,
         };
         let size = m.memory_size().size() as u32;
-        let elems = if m.index().is_vector_register() {
-            rec.elems as usize
-        } else {
-            1
+        let at = |addr, size, conditional| Access {
+            addr,
+            size,
+            kind,
+            conditional,
         };
-        for e in 0..elems {
-            if elems > 1 && !lane_enabled(ctx, rec.mask, e, size as usize) {
-                continue;
+        // Only the instruction's vector operand (its first memory operand) has lanes.
+        let lanes = if i == 0 { rec.lanes } else { Lanes::Whole };
+        match lanes {
+            Lanes::Whole => {
+                let addr =
+                    m.virtual_address(0, |r, el, el_size| register_value(ctx, rec, r, el, el_size));
+                if let Some(addr) = addr {
+                    push(at(addr, size, conditional));
+                }
             }
-            let Some(addr) =
-                m.virtual_address(e, |r, el, el_size| register_value(ctx, rec, r, el, el_size))
-            else {
-                continue;
-            };
-            if n < out.len() {
-                out[n] = Access {
-                    addr,
-                    size,
-                    kind,
-                    conditional: conditional || elems > 1,
+            Lanes::Vsib { elems, mask } => {
+                let enabled = mask_bits(ctx, mask, elems as usize, size as usize);
+                for e in 0..elems as usize {
+                    if enabled & (1 << e) == 0 {
+                        continue;
+                    }
+                    let addr = m.virtual_address(e, |r, el, el_size| {
+                        register_value(ctx, rec, r, el, el_size)
+                    });
+                    if let Some(addr) = addr {
+                        push(at(addr, size, true));
+                    }
+                }
+            }
+            Lanes::Masked { elems, elem, mask } => {
+                let Some(base) =
+                    m.virtual_address(0, |r, el, el_size| register_value(ctx, rec, r, el, el_size))
+                else {
+                    continue;
                 };
-                n += 1;
+                let mut bits = mask_bits(ctx, mask, elems as usize, elem as usize);
+                // One access per run of enabled elements.
+                while bits != 0 {
+                    let first = bits.trailing_zeros();
+                    let run = (bits >> first).trailing_ones();
+                    let addr = base + (first * elem as u32) as u64;
+                    push(at(addr, run * elem as u32, true));
+                    bits &= !(u64::MAX >> (64 - run) << first);
+                }
+            }
+            Lanes::Packed { elem, mask } => {
+                let Some(base) =
+                    m.virtual_address(0, |r, el, el_size| register_value(ctx, rec, r, el, el_size))
+                else {
+                    continue;
+                };
+                let elems = (size / elem as u32) as usize;
+                let count = mask_bits(ctx, mask, elems, elem as usize).count_ones();
+                if count > 0 {
+                    push(at(base, count * elem as u32, true));
+                }
             }
         }
     }
     n
 }
 
-/// Whether element `e` of an AVX2 gather is enabled by the sign bit of its mask element.
-fn lane_enabled(ctx: &ThreadCtx, mask: Register, e: usize, elem_size: usize) -> bool {
+/// The elements `0..elems` that `mask` enables, as a bit set: all for `Register::None`;
+/// for an opmask register (`k0`-`k7`), its low `elems` bits; for a vector register, the
+/// sign bit of each `elem_size`-byte element. All when the state cannot be read.
+fn mask_bits(ctx: &ThreadCtx, mask: Register, elems: usize, elem_size: usize) -> u64 {
+    let all = if elems >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << elems) - 1
+    };
     if mask == Register::None {
-        return true;
+        return all;
     }
-    let mut bytes = [0u8; 8];
-    if !vector_bytes(ctx, mask, e * elem_size, &mut bytes[..elem_size.min(8)]) {
-        return true;
+    if (Register::K0 as u32..=Register::K7 as u32).contains(&(mask as u32)) {
+        return opmask(ctx, mask.number()).map_or(all, |k| k & all);
     }
-    bytes[elem_size.min(8) - 1] & 0x80 != 0
+    let mut bits = 0u64;
+    for e in 0..elems.min(64) {
+        // The sign bit is the top bit of the element's last byte.
+        let mut top = [0u8; 1];
+        if !vector_bytes(ctx, mask, (e + 1) * elem_size - 1, &mut top) {
+            return all;
+        }
+        if top[0] & 0x80 != 0 {
+            bits |= 1 << e;
+        }
+    }
+    bits
 }
 
-/// Offset of the YMM upper halves in a standard-format XSAVE area (CPUID 0xD, 2).
-fn ymm_hi_offset() -> usize {
-    static OFF: AtomicU64 = AtomicU64::new(0);
-    let v = OFF.load(Ordering::Relaxed);
-    if v != 0 {
+/// Standard-format XSAVE area offsets of the components probes read (CPUID 0xD, sub-leaf
+/// `i`): 2 = upper halves of ymm0-15, 5 = opmask k0-k7, 6 = upper halves of zmm0-15,
+/// 7 = zmm16-31. 0 when the CPU lacks the component.
+fn xsave_offset(component: u32) -> usize {
+    static OFF: [AtomicU64; 8] = [const { AtomicU64::new(u64::MAX) }; 8];
+    let v = OFF[component as usize].load(Ordering::Relaxed);
+    if v != u64::MAX {
         return v as usize;
     }
-    let l = core::arch::x86_64::__cpuid_count(0xD, 2);
-    let off = if l.ebx == 0 { 576 } else { l.ebx as u64 };
-    OFF.store(off, Ordering::Relaxed);
+    let l = core::arch::x86_64::__cpuid_count(0xD, component);
+    let off = if l.eax == 0 { 0 } else { l.ebx as u64 };
+    OFF[component as usize].store(off, Ordering::Relaxed);
     off as usize
 }
 
-/// Copies bytes `[at, at+out.len())` of vector register `r` from the saved XSAVE area.
+/// Whether the saved XSAVE area holds component `c` (its `XSTATE_BV` bit); when it does
+/// not, the component is in its initial state (all zeroes) and its bytes there are stale.
+fn xsave_has(area: *const u8, c: u32) -> bool {
+    // SAFETY: XSTATE_BV is the first u64 of the XSAVE header at offset 512, inside the
+    // area the dispatcher entry just wrote.
+    let bv = unsafe { (area.add(512) as *const u64).read_unaligned() };
+    bv & (1 << c) != 0
+}
+
+fn xsave_area(ctx: &ThreadCtx) -> *const u8 {
+    (ctx as *const ThreadCtx as *const u8).wrapping_add(c::XSAVE_OFF)
+}
+
+/// Opmask register `k<num>` from the saved XSAVE area.
+fn opmask(ctx: &ThreadCtx, num: usize) -> Option<u64> {
+    let off = xsave_offset(5);
+    if off == 0 || num > 7 {
+        return None;
+    }
+    let area = xsave_area(ctx);
+    if !xsave_has(area, 5) {
+        return Some(0);
+    }
+    // SAFETY: the opmask component is inside the saved area (its offset is below the
+    // XSAVE size the engine checked at start-up against `XSAVE_SIZE`).
+    Some(unsafe { (area.add(off + 8 * num) as *const u64).read_unaligned() })
+}
+
+/// Copies bytes `[at, at+out.len())` of vector register `r` (xmm, ymm or zmm 0-31) from
+/// the saved XSAVE area. False when the state is not there.
 fn vector_bytes(ctx: &ThreadCtx, r: Register, at: usize, out: &mut [u8]) -> bool {
     let num = r.number();
-    if num >= 16 || at + out.len() > 32 {
+    if num >= 32 || at + out.len() > 64 {
         return false;
     }
-    let area = (ctx as *const ThreadCtx as *const u8).wrapping_add(c::XSAVE_OFF);
+    let area = xsave_area(ctx);
     for (i, b) in out.iter_mut().enumerate() {
         let byte = at + i;
-        let off = if byte < 16 {
-            160 + 16 * num + byte
+        // (component, offset of the byte in the area)
+        let (comp, off) = if num >= 16 {
+            (7, xsave_offset(7) + 64 * (num - 16) + byte)
+        } else if byte < 16 {
+            (1, 160 + 16 * num + byte)
+        } else if byte < 32 {
+            (2, xsave_offset(2) + 16 * num + (byte - 16))
         } else {
-            ymm_hi_offset() + 16 * num + (byte - 16)
+            (6, xsave_offset(6) + 32 * num + (byte - 32))
         };
-        // SAFETY: the XSAVE area of this context was just written by the dispatcher entry;
-        // both offsets are inside it (legacy area and the AVX component).
-        *b = unsafe { *area.add(off) };
+        if comp != 1 && xsave_offset(comp) == 0 {
+            return false;
+        }
+        *b = if xsave_has(area, comp) {
+            // SAFETY: the XSAVE area of this context was just written by the dispatcher
+            // entry; the offset is inside the component, which is inside the area.
+            unsafe { *area.add(off) }
+        } else {
+            0
+        };
     }
     true
 }

@@ -42,11 +42,24 @@ fn has_avx2() -> bool {
     std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains(" avx2"))
 }
 
-/// Runs the probe test program with the test tool; returns its report line.
-fn probe_report(filter: &str) -> String {
+fn has_avx512() -> bool {
+    std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| {
+        [" avx512f", " avx512bw", " avx512vl"]
+            .iter()
+            .all(|f| c.contains(f))
+    })
+}
+
+/// Runs the probe test program `program` (`probe_work` or `probe_masked`) with the test
+/// tool; returns its report line.
+fn probe_report(program: &str, filter: &str) -> String {
     // One binary per mode: the tests run in parallel in one directory.
-    let name = format!("probe_work_{filter}");
-    let bin = compile(&name, "c", include_str!("probe_work.c.txt"), &["-no-pie"]);
+    let name = format!("{program}_{filter}");
+    let source = match program {
+        "probe_work" => include_str!("probe_work.c.txt"),
+        _ => include_str!("probe_masked.c.txt"),
+    };
+    let bin = compile(&name, "c", source, &["-no-pie"]);
     let (code, code_len) = symbol(&bin, "work");
     let (data, data_len) = symbol(&bin, "buf");
     let spec = format!(
@@ -98,7 +111,7 @@ fn probes_see_every_access_of_every_kind_and_count_each_instruction_once() {
         eprintln!("skipped: the test function uses an AVX2 gather");
         return;
     }
-    let line = probe_report("0");
+    let line = probe_report("probe_work", "0");
     assert_every_access_seen(&line);
     // One call per instruction that accesses memory.
     assert_eq!(tally(&line, "calls"), 131, "{line}");
@@ -114,7 +127,48 @@ fn filtered_probes_call_exactly_for_the_accesses_that_touch_marked_granules() {
     // accesses are seen, and the five instructions that touch only memory outside the
     // buffer (two vector loads of the gather's operands, push rbx, pop rbx, the final
     // ret) make no call.
-    let line = probe_report("1");
+    let line = probe_report("probe_work", "1");
     assert_every_access_seen(&line);
     assert_eq!(tally(&line, "calls"), 126, "{line}");
+}
+
+/// Masked vector instructions access only the elements their mask enables (EVEX `{k}`
+/// masks, `vmaskmov`/`vpmaskmov`/`maskmovdqu` sign masks, AVX-512 gathers, scatters and
+/// compress stores): see `probe_masked.c.txt` for each case and its expected accesses.
+fn assert_masked_accesses_seen(line: &str) {
+    // reads: 2 runs of the byte-masked load + masked compare + 2 vmaskmovps lanes + 8
+    // gather lanes + the broadcast element
+    assert_eq!(tally(line, "reads"), 14, "{line}");
+    assert_eq!(tally(line, "rbytes"), 3 + 4 + 8 + 8 * 4 + 4, "{line}");
+    // writes: masked byte store + 2 runs of the dword store + 2 vpmaskmovd runs + 3
+    // scatter lanes + compress + unmasked store + 2 maskmovdqu runs (the zero mask: none)
+    assert_eq!(tally(line, "writes"), 12, "{line}");
+    assert_eq!(
+        tally(line, "wbytes"),
+        5 + 32 + 16 + 3 * 4 + 3 * 4 + 64 + 4,
+        "{line}"
+    );
+    assert_eq!(tally(line, "modifies"), 0, "{line}");
+    // Every masked access is conditional; the unmasked store and the broadcast are not.
+    assert_eq!(tally(line, "conditional"), 24, "{line}");
+}
+
+#[test]
+fn masked_vector_accesses_touch_only_the_enabled_elements() {
+    if !has_avx512() {
+        eprintln!("skipped: the test function uses AVX-512 (F, BW, VL)");
+        return;
+    }
+    assert_masked_accesses_seen(&probe_report("probe_masked", "0"));
+}
+
+#[test]
+fn filtered_probes_of_masked_accesses_report_the_enabled_elements() {
+    if !has_avx512() {
+        eprintln!("skipped: the test function uses AVX-512 (F, BW, VL)");
+        return;
+    }
+    // The inline filter checks the whole operand; the call it makes then reports only
+    // the enabled elements, as unfiltered.
+    assert_masked_accesses_seen(&probe_report("probe_masked", "1"));
 }
