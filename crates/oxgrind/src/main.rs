@@ -3,6 +3,7 @@
 //! ```text
 //! oxgrind [options] prog [args]        run prog under --tool (memcheck by default)
 //! oxgrind ms_print [options] FILE      render a massif.out file as Valgrind's ms_print
+//! oxgrind cg_annotate [options] FILE   render a cachegrind.out file as Valgrind's cg_annotate
 //! ```
 //! The launcher does little itself: it parses the options (rejecting mistakes before the
 //! program starts), checks the program can take our runtime library, and `exec`s it with the
@@ -27,6 +28,8 @@ fn main() -> ExitCode {
         viewers::ms_print::main(rest)
     } else if rest.first().map(String::as_str) == Some("ms_print") {
         viewers::ms_print::main(&rest[1..])
+    } else if rest.first().map(String::as_str) == Some("cg_annotate") {
+        viewers::cg_annotate::main(&rest[1..])
     } else {
         launch::main(rest)
     };
