@@ -159,6 +159,9 @@ pub fn finish(exit: Exit) {
         return;
     }
     let _inside = Entered::try_enter();
+    if !matches!(exit, Exit::Exec) {
+        crate::limits::lift_for_report();
+    }
     crate::pages::deliver_queued();
     rt.tool.fini(&HOST, exit);
 }
@@ -399,16 +402,42 @@ extern "C" fn on_fatal_signal(sig: c_int, info: *mut c_void, _ctx: *mut c_void) 
     die_by(sig)
 }
 
-/// Acts on a fatal signal that arrived while this thread was inside oxgrind.
+/// In [`PENDING`]: the private heap is living on its emergency reserve.
+const OUT_OF_MEMORY: c_int = -1;
+
+/// Acts on a fatal signal that arrived while this thread was inside oxgrind, or on the
+/// private heap running out.
 #[inline]
 pub fn run_pending_signal() {
     if PENDING.load(Ordering::Relaxed) == 0 {
         return;
     }
     let sig = PENDING.swap(0, Ordering::AcqRel);
-    if sig != 0 {
+    if sig == OUT_OF_MEMORY {
+        end_out_of_memory();
+    }
+    if sig > 0 {
         die_by(sig);
     }
+}
+
+/// The private heap's hook: it has started on its emergency bytes. Only a flag: the hook
+/// runs inside the allocator; the report is written when the thread leaves oxgrind.
+fn on_heap_exhausted() {
+    let _ = PENDING.compare_exchange(0, OUT_OF_MEMORY, Ordering::AcqRel, Ordering::Relaxed);
+}
+
+/// Our own memory ran out (the program's limits, or the machine's, leave none): one line,
+/// the report from the emergency reserve, and the end, with Valgrind's status for its own
+/// out-of-memory (1). Valgrind prints a page and writes no report; we keep what was measured.
+fn end_out_of_memory() -> ! {
+    oxgrind_sys::fd::write_all(
+        2,
+        b"oxgrind: out of memory for its own data (the program's memory limits, or the machine's, leave none): writing the report and ending the program\n",
+    );
+    crate::roots::note_exit_sp();
+    finish(Exit::Normal(1));
+    raw::exit_group(1)
 }
 
 /// Installs `handler` (an `extern "C" fn(c_int, *mut c_void, *mut c_void)`) for `sig` with
@@ -548,6 +577,16 @@ fn real_fn(name: &'static [u8], slot: &AtomicUsize) -> usize {
 /// goes on, and a later exit does not write a second report (the first one stands).
 fn before_exec() {
     finish(Exit::Exec);
+    // Without --trace-children the new image runs natively: it gets the limits the program
+    // set, not the ones we raised for our own memory.
+    if state::runtime().is_some_and(|rt| !rt.core.trace_children) {
+        crate::limits::apply_program_limits();
+    }
+}
+
+/// The `exec` failed and the program goes on: our raised limits come back.
+fn after_failed_exec() {
+    crate::limits::restore_after_failed_exec();
 }
 
 #[no_mangle]
@@ -560,7 +599,9 @@ pub unsafe extern "C" fn execve(
     let f = real_fn(b"execve\0", &REAL);
     before_exec();
     // SAFETY: libc's execve with the caller's arguments.
-    unsafe { core::mem::transmute::<usize, ExecveFn>(f)(path, argv, envp) }
+    let r = unsafe { core::mem::transmute::<usize, ExecveFn>(f)(path, argv, envp) };
+    after_failed_exec();
+    r
 }
 
 #[no_mangle]
@@ -579,7 +620,9 @@ pub unsafe extern "C" fn execvpe(
     let f = real_fn(b"execvpe\0", &REAL);
     before_exec();
     // SAFETY: libc's execvpe with the caller's arguments.
-    unsafe { core::mem::transmute::<usize, ExecvpeFn>(f)(file, argv, envp) }
+    let r = unsafe { core::mem::transmute::<usize, ExecvpeFn>(f)(file, argv, envp) };
+    after_failed_exec();
+    r
 }
 
 #[no_mangle]
@@ -599,14 +642,22 @@ pub unsafe extern "C" fn fexecve(
     let f = real_fn(b"fexecve\0", &REAL);
     before_exec();
     // SAFETY: libc's fexecve with the caller's arguments.
-    unsafe { core::mem::transmute::<usize, F>(f)(fd, argv, envp) }
+    let r = unsafe { core::mem::transmute::<usize, F>(f)(fd, argv, envp) };
+    after_failed_exec();
+    r
 }
 
 // ---------------------------------------------------------------------------------------
 
+/// Address space of the private heap's reserve (see `oxgrind_sys::heap`): untouched pages
+/// cost no memory.
+const HEAP_RESERVE: usize = 256 << 20;
+
 /// Called once set-up made this image active.
 pub fn install() {
     set_owner_pid();
+    oxgrind_sys::heap::take_reserve(HEAP_RESERVE);
+    oxgrind_sys::heap::set_exhausted_hook(on_heap_exhausted);
     // SAFETY: plain registration of three extern "C" fns with no arguments.
     unsafe {
         libc_api::pthread_atfork(

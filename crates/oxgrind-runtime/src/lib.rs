@@ -29,6 +29,7 @@ pub mod hooks;
 pub mod host;
 pub mod instrument;
 pub mod libc_api;
+pub mod limits;
 pub mod pages;
 pub mod roots;
 pub mod stacks;

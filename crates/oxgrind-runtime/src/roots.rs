@@ -29,6 +29,7 @@ pub struct Mapping {
     pub end: u64,
     pub readable: bool,
     pub writable: bool,
+    pub executable: bool,
     pub path: String,
 }
 
@@ -65,6 +66,7 @@ pub fn read_maps() -> Vec<Mapping> {
             end,
             readable: p[0] == b'r',
             writable: p.get(1) == Some(&b'w'),
+            executable: p.get(2) == Some(&b'x'),
             path,
         });
     }

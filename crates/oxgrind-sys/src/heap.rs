@@ -8,6 +8,16 @@
 //! aligned to 64 KiB, so any alignment up to the class size holds without headers. Memory of
 //! small classes is recycled, never returned to the kernel: oxgrind's metadata grows with the
 //! program and is gone at exit anyway.
+//!
+//! **The reserve.** A program may lower its own limits (`setrlimit(RLIMIT_AS)`,
+//! `RLIMIT_DATA`) and then use every byte they leave, so a mapping we ask for later can
+//! fail. [`take_reserve`] maps one region at start-up, before the program runs; chunks come
+//! from it first (its address space is already counted, so our growth does not eat the
+//! program's budget), then from new mappings. Its last [`EMERGENCY`] bytes are kept for when
+//! a new mapping fails: the first block served from there calls the hook set with
+//! [`set_exhausted_hook`] once (the runtime then writes the report and ends the process
+//! with one clear line); only when that too is gone does the heap give up, with one line
+//! and exit status 1, never the standard library's "memory allocation failed" abort.
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr;
@@ -243,6 +253,111 @@ pub unsafe fn force_unlock_regions() {
     unsafe { REGIONS.force_unlock() }
 }
 
+/// Bytes of the reserve kept for after a mapping failed: the report is written from them.
+pub const EMERGENCY: usize = 32 << 20;
+
+/// The reserve: `[start, end)`, carved from `next` upwards (lock-free: a fetch-add).
+static RESERVE_START: AtomicUsize = AtomicUsize::new(0);
+static RESERVE_END: AtomicUsize = AtomicUsize::new(0);
+static RESERVE_NEXT: AtomicUsize = AtomicUsize::new(0);
+/// Called once, the first time memory comes from the emergency part (see the module doc).
+static EXHAUSTED_HOOK: AtomicUsize = AtomicUsize::new(0);
+static EXHAUSTED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Maps the reserve: `bytes` of address space (not memory: the pages are untouched until
+/// used), halved until the mapping succeeds (a limit set before we started may not allow
+/// all of it). Returns the size taken. Call once, at start-up.
+pub fn take_reserve(mut bytes: usize) -> usize {
+    if RESERVE_START.load(Ordering::Acquire) != 0 {
+        return RESERVE_END.load(Ordering::Relaxed) - RESERVE_START.load(Ordering::Relaxed);
+    }
+    while bytes >= 2 * EMERGENCY {
+        if let Some(p) = raw::mmap_anon(bytes + CHUNK_ALIGN) {
+            let start = (p as usize + CHUNK_ALIGN - 1) & !(CHUNK_ALIGN - 1);
+            note_region(p as usize, bytes + CHUNK_ALIGN);
+            RESERVE_NEXT.store(start, Ordering::Relaxed);
+            RESERVE_END.store(start + bytes, Ordering::Relaxed);
+            RESERVE_START.store(start, Ordering::Release);
+            return bytes;
+        }
+        bytes /= 2;
+    }
+    0
+}
+
+/// The reserve's extent, `(start, len)` (`(0, 0)` before [`take_reserve`]).
+pub fn reserve_extent() -> (usize, usize) {
+    let s = RESERVE_START.load(Ordering::Acquire);
+    (s, RESERVE_END.load(Ordering::Relaxed).saturating_sub(s))
+}
+
+/// Whether the heap has had to draw on its emergency bytes.
+pub fn exhausted() -> bool {
+    EXHAUSTED.load(Ordering::Acquire)
+}
+
+/// Sets the function called (once, on the allocating thread, outside every heap lock) when
+/// the heap first serves a block from the emergency part of the reserve.
+pub fn set_exhausted_hook(hook: fn()) {
+    EXHAUSTED_HOOK.store(hook as usize, Ordering::Release);
+}
+
+/// Carves `len` bytes aligned to `align` from the reserve, leaving its last `keep` bytes;
+/// `None` when they do not fit.
+fn carve(len: usize, align: usize, keep: usize) -> Option<*mut u8> {
+    let end = RESERVE_END.load(Ordering::Acquire);
+    if end == 0 {
+        return None;
+    }
+    let limit = end - keep;
+    let mut cur = RESERVE_NEXT.load(Ordering::Relaxed);
+    loop {
+        let start = (cur + align - 1) & !(align - 1);
+        let next = start.checked_add(len)?;
+        if next > limit {
+            return None;
+        }
+        match RESERVE_NEXT.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed) {
+            Ok(_) => return Some(start as *mut u8),
+            Err(now) => cur = now,
+        }
+    }
+}
+
+fn in_reserve(p: usize) -> bool {
+    let s = RESERVE_START.load(Ordering::Acquire);
+    s != 0 && p >= s && p < RESERVE_END.load(Ordering::Relaxed)
+}
+
+/// Memory for the heap: the reserve's ordinary part, else a new mapping, else the reserve's
+/// emergency part (telling the runtime once), else the end of the process.
+fn obtain(len: usize, align: usize) -> *mut u8 {
+    let align = align.max(PAGE);
+    if let Some(p) = carve(len, align, EMERGENCY) {
+        return p;
+    }
+    let p = map_aligned(len, align);
+    if !p.is_null() {
+        return p;
+    }
+    if let Some(p) = carve(len, align, 0) {
+        if !EXHAUSTED.swap(true, Ordering::AcqRel) {
+            let hook = EXHAUSTED_HOOK.load(Ordering::Acquire);
+            if hook != 0 {
+                // SAFETY: only `set_exhausted_hook` stores here, from a `fn()`.
+                let hook: fn() = unsafe { core::mem::transmute::<usize, fn()>(hook) };
+                hook();
+            }
+        }
+        return p;
+    }
+    crate::fd::write_all(
+        2,
+        b"oxgrind: out of memory for its own data, even its reserve (the program's memory limits leave none); ending the process\n",
+    );
+    raw::exit_group(1)
+}
+
 fn map_aligned(len: usize, align: usize) -> *mut u8 {
     let align = align.max(PAGE);
     let total = len + align - PAGE;
@@ -275,14 +390,14 @@ fn round_pages(n: usize) -> usize {
 unsafe impl GlobalAlloc for PrivateHeap {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let Some(ci) = Self::class_of(&layout) else {
-            return map_aligned(round_pages(layout.size()), layout.align());
+            return obtain(round_pages(layout.size()), layout.align());
         };
         let size = 1usize << (ci + MIN_SHIFT);
         let me = thread_identity();
         let Some(mut c) = self.lock_class(ci, me) else {
             // Nested inside this thread's own use of the class: a mapping of its own, which
             // joins the class's free list when freed.
-            return map_aligned(round_pages(size), size);
+            return obtain(round_pages(size), size);
         };
         if !c.free.is_null() {
             let node = c.free;
@@ -296,10 +411,7 @@ unsafe impl GlobalAlloc for PrivateHeap {
             // system call passes through the dispatcher, which may have to translate code
             // that allocates from this very class.
             self.unlock_class(ci, c);
-            let chunk = map_aligned(CHUNK, CHUNK_ALIGN);
-            if chunk.is_null() {
-                return ptr::null_mut();
-            }
+            let chunk = obtain(CHUNK, CHUNK_ALIGN);
             let Some(again) = self.lock_class(ci, me) else {
                 return chunk; // nested after all: the chunk serves this one block
             };
@@ -317,6 +429,10 @@ unsafe impl GlobalAlloc for PrivateHeap {
 
     unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
         match Self::class_of(&layout) {
+            None if in_reserve(p as usize) => {
+                // Carved from the reserve: its address space stays the reserve's (unmapping
+                // it would hand the program room it did not have); the bytes are not reused.
+            }
             None => {
                 forget_region(p as usize);
                 // SAFETY: large blocks are whole mappings of round_pages(size) bytes.
