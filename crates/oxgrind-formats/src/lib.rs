@@ -13,7 +13,8 @@
 //!   it as `ms_print` does.
 //! * [`cachegrind`]: `cachegrind.out.<pid>` model, writer and reader; Cachegrind's exit summary.
 //! * [`dhat`]: `dhat.out.<pid>` (DHAT's JSON, version 2) model, writer and reader.
-//! * [`memcheck_text`], [`memcheck_xml`]: Memcheck's report in text and in XML protocol 4.
+//! * [`memcheck_text`], [`memcheck_xml`]: Memcheck's report in text and in XML protocol 4;
+//!   [`memcheck_xml_reader`] reads XML back (protocols 4 to 6) for viewers.
 //! * [`suppressions`]: suppression files (parser, matcher) and `--gen-suppressions` text.
 #![cfg_attr(not(feature = "std"), no_std)]
 extern crate alloc;
@@ -24,5 +25,6 @@ pub mod frame;
 pub mod massif;
 pub mod memcheck_text;
 pub mod memcheck_xml;
+pub mod memcheck_xml_reader;
 pub mod number;
 pub mod suppressions;

@@ -4,6 +4,8 @@
 //! oxgrind [options] prog [args]        run prog under --tool (memcheck by default)
 //! oxgrind ms_print [options] FILE      render a massif.out file as Valgrind's ms_print
 //! oxgrind cg_annotate [options] FILE   render a cachegrind.out file as Valgrind's cg_annotate
+//! oxgrind report [options] FILE...     one HTML page (or JSON, SARIF) for tools' outputs
+//! oxgrind diff [options] OLD NEW       two runs compared site by site
 //! ```
 //! The launcher does little itself: it parses the options (rejecting mistakes before the
 //! program starts), checks the program can take our runtime library, and `exec`s it with the
@@ -22,19 +24,24 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let argv0 = args.first().map(String::as_str).unwrap_or("oxgrind");
     let rest = &args[1.min(args.len())..];
-    // A program literally called `ms_print` can still be run as `oxgrind -- ms_print` or
-    // `oxgrind /usr/bin/ms_print`: only the bare first word selects the viewer.
+    // A program literally called `ms_print`, `cg_annotate`, `report` or `diff` can still be run as
+    // `oxgrind -- report` or `oxgrind ./report`: only the bare first word selects the viewer.
     let result = if argv0.ends_with("oxgrind-ms_print") {
-        viewers::ms_print::main(rest)
-    } else if rest.first().map(String::as_str) == Some("ms_print") {
-        viewers::ms_print::main(&rest[1..])
-    } else if rest.first().map(String::as_str) == Some("cg_annotate") {
-        viewers::cg_annotate::main(&rest[1..])
+        viewers::ms_print::main(rest).map(|()| ExitCode::SUCCESS)
     } else {
-        launch::main(rest)
+        match rest.first().map(String::as_str) {
+            Some("ms_print") => viewers::ms_print::main(&rest[1..]).map(|()| ExitCode::SUCCESS),
+            Some("cg_annotate") => {
+                viewers::cg_annotate::main(&rest[1..]).map(|()| ExitCode::SUCCESS)
+            }
+            Some("report") => viewers::report::main(&rest[1..]).map(|()| ExitCode::SUCCESS),
+            // diff decides its own status: a broken --fail-if-grown budget is not an error.
+            Some("diff") => viewers::diff::main(&rest[1..]),
+            _ => launch::main(rest).map(|()| ExitCode::SUCCESS),
+        }
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(err) => {
             // A closed pipe (`oxgrind ms_print f | head`) is not an error worth a message.
             if err.downcast_ref::<std::io::Error>().map(|e| e.kind())

@@ -1,3 +1,6 @@
-//! Viewers for the files oxgrind's tools write (the `ms_print` family).
+//! Viewers for the files oxgrind's tools write: `ms_print`, `cg_annotate`, and `report` and
+//! `diff` (`oxgrind-report`).
 pub mod cg_annotate;
+pub mod diff;
 pub mod ms_print;
+pub mod report;

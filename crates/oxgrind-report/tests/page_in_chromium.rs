@@ -1,0 +1,102 @@
+//! The report page, opened in Debian's headless Chromium: no console errors, and the chart,
+//! the flame graph and the tables show the numbers of the real Valgrind files they were made
+//! from. Expected numbers are computed here from the files (through oxgrind-formats), not
+//! copied from the page.
+
+mod common;
+use common::{example, js, run_in_chromium, PageRun};
+use oxgrind_report::size::both;
+
+fn page(files: &[std::path::PathBuf]) -> String {
+    let inputs: Vec<_> = files.iter().map(|f| oxgrind_report::load(f).unwrap()).collect();
+    oxgrind_report::report_html(&inputs)
+}
+
+/// Runs each expression as a step (`{"eval": ...}`), in order, in one page.
+fn eval_all(html: &str, exprs: &[String]) -> PageRun {
+    let items: Vec<String> = exprs.iter().map(|e| format!("{{\"eval\": {}}}", js(e))).collect();
+    let run = run_in_chromium(html, &format!("[{}]", items.join(",")));
+    assert!(run.console_errors.is_empty(), "console errors: {:?}", run.console_errors);
+    assert_eq!(run.results.len(), exprs.len());
+    run
+}
+
+/// JS: type `text` in the search box `sel` and return the status line once redrawn.
+fn search(box_sel: &str, status_sel: &str, text: &str) -> String {
+    format!(
+        "(() => {{ const s = document.querySelector('{box_sel}'); s.value = {}; \
+         s.dispatchEvent(new Event('input')); \
+         return document.querySelector('{status_sel}').textContent; }})()",
+        js(text)
+    )
+}
+
+#[test]
+fn massif_page_shows_the_peak_the_sites_and_a_searchable_flame_graph() {
+    let path = example("massif", "massif.out.default");
+    let file = oxgrind_formats::massif::parse(&std::fs::read(&path).unwrap()).unwrap();
+    let peak_i = oxgrind_report::massif_peak_index(&file).unwrap();
+    let peak = &file.snapshots[peak_i];
+    let peak_total = peak.mem_heap_b + peak.mem_heap_extra_b + peak.mem_stacks_b;
+    let sites = oxgrind_report::massif_sites_of(peak.tree.as_ref().unwrap());
+    let (top_site, top_bytes) = &sites[0];
+    // A search for the second site's function finds it (and maybe deeper frames of the same
+    // name, counted once): at least the site's own bytes.
+    let (second_site, second_bytes) = &sites[1];
+    let second_fn = second_site.split(' ').next().unwrap();
+
+    let run = eval_all(
+        &page(&[path]),
+        &[
+            "document.querySelector('[data-test=massif-peak]').textContent".into(),
+            "document.querySelector('[data-test=massif-peak]').dataset.bytes".into(),
+            "[...document.querySelectorAll('[data-test=massif-sites] tbody tr:first-child td')].map(t => t.textContent).join('|')".into(),
+            "document.querySelectorAll('[data-test=massif-chart] path.band').length".into(),
+            "document.querySelectorAll('[data-test=massif-chart] path.total').length".into(),
+            format!("document.querySelector('[data-test=massif-legend]').textContent.includes({})", js(top_site)),
+            // The flame graph: the root spans the peak's heap; the top site is a frame.
+            "document.querySelector('[data-test=massif-flame] .frame').dataset.value".into(),
+            format!(
+                "[...document.querySelectorAll('[data-test=massif-flame] .frame')].filter(f => f.title.startsWith({})).map(f => f.dataset.value).join()",
+                js(&format!("{top_site}\n"))
+            ),
+            search("[data-test=massif-flame-search]", "[data-test=massif-flame-status]", second_fn),
+            "document.querySelectorAll('[data-test=massif-flame] .frame.match').length > 0".into(),
+            // Zoom: click the top site's frame; the status names it.
+            format!(
+                "(() => {{ const s = document.querySelector('[data-test=massif-flame-search]'); s.value = ''; \
+                 s.dispatchEvent(new Event('input')); \
+                 [...document.querySelectorAll('[data-test=massif-flame] .frame')].find(f => f.title.startsWith({})).click(); \
+                 return document.querySelector('[data-test=massif-flame-status]').textContent; }})()",
+                js(&format!("{top_site}\n"))
+            ),
+        ],
+    );
+    let r = &run.results;
+    assert_eq!(r[0], js(&both(peak_total)));
+    assert_eq!(r[1], js(&peak_total.to_string()));
+    let heap_pct = format!("{:.2}%", 100.0 * *top_bytes as f64 / peak.mem_heap_b as f64);
+    assert_eq!(r[2], js(&format!("{}|{heap_pct}|{top_site}", both(*top_bytes))));
+    assert!(r[3].parse::<usize>().unwrap() >= 2, "bands: {}", r[3]);
+    assert_eq!(r[4], "1");
+    assert_eq!(r[5], "true");
+    assert_eq!(r[6], js(&peak.mem_heap_b.to_string()));
+    assert_eq!(r[7], js(&top_bytes.to_string()));
+    // "N matching frames: 133,800 B (130.7 KiB) (14.69%)"
+    let status: String = r[8].trim_matches('"').to_string();
+    assert!(status.contains("matching frames: "), "{status}");
+    let matched_bytes: u64 = status
+        .split("matching frames: ")
+        .nth(1)
+        .unwrap()
+        .split(" B")
+        .next()
+        .unwrap()
+        .replace(',', "")
+        .parse()
+        .unwrap();
+    assert!(matched_bytes >= *second_bytes, "{status} vs {second_bytes}");
+    assert!(matched_bytes < peak.mem_heap_b, "{status}");
+    assert_eq!(r[9], "true");
+    assert!(r[10].contains(&format!("zoomed to {top_site}")), "{}", r[10]);
+}

@@ -1,0 +1,1 @@
+export function dhatView() { throw new Error('not yet'); }

@@ -1,0 +1,1 @@
+export function diffView() { throw new Error('not yet'); }

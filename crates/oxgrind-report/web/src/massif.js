@@ -1,0 +1,102 @@
+// The Massif view: summary, heap over time stacked by the top allocation sites, the peak
+// snapshot as a flame graph (allocation sites first, as Massif's tree, or callers first),
+// and the sites at the peak.
+
+import { el, both, human, pct, stripAddress, table, PALETTE } from './util.js';
+import { stackedChart } from './chart.js';
+import { flameGraph, adoptTree, treeFromStacks } from './flame.js';
+
+const UNIT = { i: 'instructions', B: 'bytes allocated/freed', ms: 'milliseconds' };
+
+// Massif's tree as a flame-graph tree, root first.
+function massifTree(t) {
+  const conv = ([label, bytes, children]) => ({ name: stripAddress(label), value: bytes, children: children.map(conv) });
+  // Iterative conversion would be needed for absurd depths; the Rust side caps depth at 256.
+  return adoptTree(conv(t));
+}
+
+// The same bytes with callers first (outermost frame at the top): each node's own bytes (not
+// passed to a child) follow its path reversed.
+function callersFirst(t, rootName) {
+  const stacks = [];
+  const walk = (node, path) => {
+    const [label, bytes, children] = node;
+    const own = bytes - children.reduce((s, c) => s + c[1], 0);
+    const here = path.concat([stripAddress(label)]);
+    if (own > 0) stacks.push([here.slice().reverse(), own]);
+    for (const c of children) walk(c, here);
+  };
+  for (const c of t[2]) walk(c, []);
+  return treeFromStacks(rootName, stacks);
+}
+
+export function massifView(f) {
+  const out = [];
+  const peak = f.peak;
+  const unit = UNIT[f.time_unit] || f.time_unit;
+  out.push(el('h2', null, f.pages_as_heap ? 'Massif (pages as heap)' : 'Massif'));
+  out.push(el('p', { class: 'cmd' }, el('code', null, f.cmd), f.desc && f.desc !== '(none)' ? ` (${f.desc})` : ''));
+  if (peak) {
+    out.push(el('div', { class: 'cards' },
+      el('div', { class: 'card' }, el('div', { class: 'label' }, 'peak'),
+        el('div', { class: 'big', 'data-test': 'massif-peak', 'data-bytes': peak.total_b }, both(peak.total_b)),
+        el('div', { class: 'small' }, `snapshot ${peak.snapshot}, at ${peak.time} ${unit}`)),
+      el('div', { class: 'card' }, el('div', { class: 'label' }, f.pages_as_heap ? 'pages' : 'useful heap'),
+        el('div', { class: 'big' }, both(peak.heap_b))),
+      el('div', { class: 'card' }, el('div', { class: 'label' }, 'extra heap (admin, alignment)'),
+        el('div', { class: 'big' }, both(peak.extra_b))),
+      f.stacks ? el('div', { class: 'card' }, el('div', { class: 'label' }, 'stacks'),
+        el('div', { class: 'big' }, both(peak.stacks_b))) : null));
+  } else {
+    out.push(el('p', null, 'No snapshots.'));
+  }
+
+  // Chart: bands at snapshots with a tree (sites, other sites, extra heap, stacks), the total
+  // through every snapshot.
+  const snaps = f.snapshots;
+  const rows = f.chart;
+  const xs = rows.map(([i]) => snaps[i][0]);
+  const layers = f.chart_sites.map((name, k) => ({
+    name, color: PALETTE[k % PALETTE.length], values: rows.map(([, b]) => b[k]),
+  }));
+  layers.push({ name: 'other sites', color: '#bbbbbb', values: rows.map(([, b]) => b[b.length - 1]) });
+  layers.push({ name: 'extra heap', color: '#dddddd', values: rows.map(([i]) => snaps[i][2]) });
+  if (f.stacks) layers.push({ name: 'stacks', color: '#999999', values: rows.map(([i]) => snaps[i][3]) });
+  const byIndex = new Map(rows.map(([i, b]) => [i, b]));
+  const chart = stackedChart({
+    test: 'massif', xs, layers, xLabel: `time (${f.time_unit})`,
+    line: { xs: snaps.map((s) => s[0]), values: snaps.map((s) => s[1] + s[2] + s[3]), name: 'total' },
+    marks: snaps.map((s) => s[4]),
+    detail: (i) => {
+      const b = byIndex.get(i);
+      if (!b) return el('div', { class: 'small' }, 'no tree at this snapshot');
+      const top = f.chart_sites.map((n, k) => [n, b[k]]).filter(([, v]) => v > 0).slice(0, 5);
+      return el('div', null, top.map(([n, v]) => el('div', { class: 'small' }, `${human(v)}  ${n}`)));
+    },
+  });
+  out.push(el('h3', null, 'Memory over time'), chart);
+
+  if (f.peak_tree) {
+    const tree = massifTree(f.peak_tree);
+    const rootName = tree.name;
+    let flame;
+    const order = el('select', {
+      'data-test': 'massif-flame-order',
+      onchange: () => flame.redraw(order.value === 'callers' ? callersFirst(f.peak_tree, rootName) : massifTree(f.peak_tree)),
+    }, el('option', { value: 'sites' }, 'allocation sites first (as ms_print)'),
+    el('option', { value: 'callers' }, 'callers first (from main)'));
+    flame = flameGraph(tree, { test: 'massif', format: both });
+    out.push(el('h3', null, 'Peak snapshot ', order), flame);
+    out.push(el('h3', null, 'Allocation sites at the peak'));
+    const total = peak ? peak.heap_b : 0;
+    out.push(table([
+      { name: 'bytes at peak', num: true, value: (r) => r[1], text: (r) => both(r[1]) },
+      { name: 'share of heap', num: true, value: (r) => r[1], text: (r) => pct(r[1], total) },
+      { name: 'site', value: (r) => r[0] },
+    ], f.peak_sites, { test: 'massif-sites', sort: 0 }));
+    out.redraw = () => { chart.redraw(); flame.redraw(); };
+  }
+  const view = el('section', { class: 'view' }, out);
+  view.redraw = () => { chart.redraw(); if (out.redraw) out.redraw(); };
+  return view;
+}

@@ -1,0 +1,1 @@
+export function memcheckView() { throw new Error('not yet'); }
