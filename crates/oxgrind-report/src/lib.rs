@@ -33,8 +33,16 @@ use json::JsonOut;
 /// Version of the JSON written by `--format=json` and embedded in pages.
 pub const JSON_VERSION: u64 = 1;
 
+/// What a report may use beyond its input files.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Where to look for source files named in Memcheck stacks (after the frame's own
+    /// directory), as cg_annotate's `-I`.
+    pub source_dirs: Vec<std::path::PathBuf>,
+}
+
 /// Writes one input's object (`{"kind": ..., "path": ..., ...}`).
-fn write_input(j: &mut JsonOut, input: &Input) {
+fn write_input(j: &mut JsonOut, input: &Input, options: &Options) {
     j.obj()
         .field_str("kind", input.data.kind())
         .field_str("path", &input.path.display().to_string());
@@ -42,23 +50,20 @@ fn write_input(j: &mut JsonOut, input: &Input) {
         Data::Massif(m) => massif_view::write(j, m),
         Data::Dhat(d) => dhat_view::write(j, d),
         Data::Memcheck(x) => {
-            let base = input
-                .path
-                .parent()
-                .map(|p| p.to_path_buf())
-                .unwrap_or_default();
-            memcheck_view::write(j, x, &base)
+            let mut dirs = options.source_dirs.clone();
+            dirs.extend(input.path.parent().map(|p| p.to_path_buf()));
+            memcheck_view::write(j, x, &dirs)
         }
     }
     j.end_obj();
 }
 
 /// The report's data: `{"oxgrind_report": 1, "files": [...]}`.
-pub fn report_json(inputs: &[Input]) -> String {
+pub fn report_json(inputs: &[Input], options: &Options) -> String {
     let mut j = JsonOut::new();
     j.obj().field_u64("oxgrind_report", JSON_VERSION).key("files").arr();
     for i in inputs {
-        write_input(&mut j, i);
+        write_input(&mut j, i, options);
     }
     j.end_arr().end_obj();
     let mut s = j.finish();
@@ -67,13 +72,13 @@ pub fn report_json(inputs: &[Input]) -> String {
 }
 
 /// The self-contained HTML page for `inputs`.
-pub fn report_html(inputs: &[Input]) -> String {
+pub fn report_html(inputs: &[Input], options: &Options) -> String {
     let title = inputs
         .iter()
         .map(|i| i.path.display().to_string())
         .collect::<Vec<_>>()
         .join(", ");
-    page::html(&title, &report_json(inputs))
+    page::html(&title, &report_json(inputs, options))
 }
 
 pub use massif_view::{peak_index as massif_peak_index, sites_of as massif_sites_of};

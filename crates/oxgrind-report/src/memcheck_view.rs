@@ -12,6 +12,7 @@ use oxgrind_formats::memcheck_xml_reader::{Aux, MemcheckXml, XmlError};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+
 /// Source files larger than this are not read (a generated file is not worth the page size).
 const MAX_SOURCE_BYTES: u64 = 4 << 20;
 /// Lines shown before and after a frame's line.
@@ -52,7 +53,7 @@ impl Sources {
     }
 
     /// (first line number, lines) around `frame`'s line, when its file can be read.
-    fn around(&mut self, frame: &Frame, base: &Path) -> Option<(u32, Vec<String>)> {
+    fn around(&mut self, frame: &Frame, base: &[PathBuf]) -> Option<(u32, Vec<String>)> {
         let file = frame.file.as_deref()?;
         if frame.line == 0 {
             return None;
@@ -61,7 +62,7 @@ impl Sources {
         if let Some(dir) = frame.dir.as_deref() {
             candidates.push(Path::new(dir).join(file));
         }
-        candidates.push(base.join(file));
+        candidates.extend(base.iter().map(|d| d.join(file)));
         candidates.push(PathBuf::from(file));
         for c in candidates {
             if let Some(lines) = self.lines(&c) {
@@ -78,7 +79,7 @@ impl Sources {
     }
 }
 
-pub fn write_frame(j: &mut JsonOut, f: &Frame, sources: &mut Sources, base: &Path) {
+pub fn write_frame(j: &mut JsonOut, f: &Frame, sources: &mut Sources, base: &[PathBuf]) {
     j.obj().field_str("ip", &format!("0x{:X}", f.ip));
     j.key("fn").opt_str(f.function.as_deref());
     j.key("obj").opt_str(f.object.as_deref());
@@ -112,7 +113,7 @@ fn write_error(
     e: &XmlError,
     count: u64,
     sources: &mut Sources,
-    base: &Path,
+    base: &[PathBuf],
 ) {
     j.obj()
         .field_str("kind", &e.kind)
@@ -150,8 +151,9 @@ fn write_error(
     j.end_arr().end_obj();
 }
 
-/// `base`: where relative source paths are looked up (the XML file's directory).
-pub fn write(j: &mut JsonOut, doc: &MemcheckXml, base: &Path) {
+/// `base`: directories where source files are looked up after the frame's own directory
+/// (`--source-dir`s, then the XML file's directory).
+pub fn write(j: &mut JsonOut, doc: &MemcheckXml, base: &[PathBuf]) {
     let counts = counts(doc);
     let mut sources = Sources::default();
     j.field_str("tool", &doc.tool)

@@ -9,7 +9,11 @@ use oxgrind_report::size::both;
 
 fn page(files: &[std::path::PathBuf]) -> String {
     let inputs: Vec<_> = files.iter().map(|f| oxgrind_report::load(f).unwrap()).collect();
-    oxgrind_report::report_html(&inputs)
+    // The examples' sources are in examples/src (Valgrind ran them in /src/fmt).
+    let options = oxgrind_report::Options {
+        source_dirs: vec![example("src", "")],
+    };
+    oxgrind_report::report_html(&inputs, &options)
 }
 
 /// Runs each expression as a step (`{"eval": ...}`), in order, in one page.
@@ -99,4 +103,84 @@ fn massif_page_shows_the_peak_the_sites_and_a_searchable_flame_graph() {
     assert!(matched_bytes < peak.mem_heap_b, "{status}");
     assert_eq!(r[9], "true");
     assert!(r[10].contains(&format!("zoomed to {top_site}")), "{}", r[10]);
+}
+
+#[test]
+fn dhat_page_shows_totals_a_sortable_tree_and_a_flame_graph_per_metric() {
+    let path = example("dhat", "dhat.out.heap");
+    let file = oxgrind_formats::dhat::parse(&std::fs::read(&path).unwrap()).unwrap();
+    let tb: u64 = file.pps.iter().map(|p| p.tb).sum();
+    let gb: u64 = file.pps.iter().map(|p| p.gb).sum();
+    // The tree's first level: PPs grouped by their innermost frame, largest first.
+    let top_by = |metric: fn(&oxgrind_formats::dhat::Pp) -> u64| {
+        let mut by: std::collections::BTreeMap<u32, u64> = Default::default();
+        for p in &file.pps {
+            *by.entry(p.fs[0]).or_default() += metric(p);
+        }
+        let (frame, v) = by.into_iter().max_by_key(|&(f, v)| (v, std::cmp::Reverse(f))).unwrap();
+        (oxgrind_report::sites::without_address(&file.ftbl[frame as usize]).to_string(), v)
+    };
+    let (top_frame, top_tb) = top_by(|p| p.tb);
+    let run = eval_all(
+        &page(&[path]),
+        &[
+            "document.querySelector('[data-test=dhat-total]').dataset.bytes".into(),
+            "document.querySelector('[data-test=dhat-tree] .node .fr').textContent".into(),
+            "document.querySelector('[data-test=dhat-tree] .node .metric').textContent".into(),
+            // Sorted by blocks instead: the first row's metric is a block count.
+            "(() => { const s = document.querySelector('[data-test=dhat-sort]'); s.selectedIndex = 1; \
+             s.dispatchEvent(new Event('change')); \
+             return document.querySelector('[data-test=dhat-tree] .node .metric').textContent; })()".into(),
+            "document.querySelector('[data-test=dhat-flame] .frame').dataset.value".into(),
+            "(() => { const s = document.querySelector('[data-test=dhat-flame-metric]'); s.selectedIndex = 1; \
+             s.dispatchEvent(new Event('change')); \
+             return document.querySelector('[data-test=dhat-flame] .frame').dataset.value; })()".into(),
+            search("[data-test=dhat-flame-search]", "[data-test=dhat-flame-status]", "^main "),
+        ],
+    );
+    let r = &run.results;
+    assert_eq!(r[0], js(&tb.to_string()));
+    assert_eq!(r[1], js(&top_frame));
+    assert!(r[2].starts_with(&format!("\"{}", both(top_tb))), "{}", r[2]);
+    let blocks: u64 = file.pps.iter().map(|p| p.tbk).sum();
+    assert!(r[3].contains('%') && !r[3].contains(" B"), "{}", r[3]);
+    let _ = blocks;
+    assert_eq!(r[4], js(&tb.to_string()));
+    assert_eq!(r[5], js(&gb.to_string()));
+    // Every PP's stack ends in main here: all the t-gmax bytes match.
+    assert!(r[6].contains(&format!("{} (100.00%)", both(gb))), "{}", r[6]);
+}
+
+#[test]
+fn memcheck_page_shows_leaks_by_category_errors_by_kind_and_source_lines() {
+    let path = example("memcheck", "mc_errors.plain.xml");
+    let doc = oxgrind_formats::memcheck_xml_reader::parse(&std::fs::read(&path).unwrap()).unwrap();
+    let definite: u64 = doc
+        .errors
+        .iter()
+        .filter(|e| e.kind == "Leak_DefinitelyLost")
+        .map(|e| e.leak.unwrap().bytes)
+        .sum();
+    let run = eval_all(
+        &page(&[path]),
+        &[
+            "document.querySelector('[data-test=mc-Leak_DefinitelyLost]').textContent".into(),
+            "[...document.querySelectorAll('[data-test=mc-leak-table] tbody tr:first-child td')].map(t => t.textContent).join('|')".into(),
+            // The largest definitely-lost record names the leaking function.
+            "[...document.querySelectorAll('[data-test=mc-group-Leak_DefinitelyLost] .err')][0].textContent".into(),
+            "document.querySelectorAll('[data-test=mc-group-InvalidRead] .err').length".into(),
+            // The invalid write's source line, highlighted.
+            "document.querySelector('[data-test=mc-group-InvalidWrite] pre.src .hl').textContent".into(),
+            "document.querySelector('[data-test=mc-errors]').textContent".into(),
+        ],
+    );
+    let r = &run.results;
+    assert_eq!(r[0], js(&both(definite)));
+    assert_eq!(r[1], js(&format!("definitely lost|{}|2|2", both(definite))));
+    assert!(r[2].contains("100 bytes in 1 blocks are definitely lost"), "{}", r[2]);
+    assert!(r[2].contains("leak_definite"), "{}", r[2]);
+    assert_eq!(r[3], "2");
+    assert!(r[4].contains("24  ") && r[4].contains("a[10] = 5;"), "{}", r[4]);
+    let occurrences: u64 = doc.error_counts.iter().map(|p| p.0).sum();
+    assert_eq!(r[5], js(&occurrences.to_string()));
 }

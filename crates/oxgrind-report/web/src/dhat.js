@@ -1,1 +1,123 @@
-export function dhatView() { throw new Error('not yet'); }
+// The DHAT view: totals, dh_view's tree (allocation point first, splitting where call stacks
+// diverge) sortable by each metric, and a flame graph weighted by total bytes, bytes at the
+// global peak (t-gmax) or accesses.
+
+import { el, both, commify, pct, stripAddress } from './util.js';
+import { flameGraph, treeFromStacks } from './flame.js';
+
+// Counter positions in each pps row (f.pp_fields, checked below).
+const F = { tb: 0, tbk: 1, tl: 2, mb: 3, mbk: 4, gb: 5, gbk: 6, eb: 7, ebk: 8, rb: 9, wb: 10 };
+const N = 11;
+
+const METRICS = [
+  { key: 'tb', name: 'total bytes', bytes: true, v: (s) => s[F.tb] },
+  { key: 'tbk', name: 'total blocks', v: (s) => s[F.tbk] },
+  { key: 'mb', name: 'max bytes live', bytes: true, v: (s) => s[F.mb] },
+  { key: 'gb', name: 'bytes at t-gmax', bytes: true, v: (s) => s[F.gb] },
+  { key: 'eb', name: 'bytes at t-end', bytes: true, v: (s) => s[F.eb] },
+  { key: 'rb', name: 'bytes read', bytes: true, v: (s) => s[F.rb] },
+  { key: 'wb', name: 'bytes written', bytes: true, v: (s) => s[F.wb] },
+  { key: 'acc', name: 'reads + writes', bytes: true, v: (s) => s[F.rb] + s[F.wb] },
+  { key: 'tl', name: 'average lifetime', v: (s) => (s[F.tbk] ? s[F.tl] / s[F.tbk] : 0), instrs: true },
+];
+
+// The tree: node {frame, sums[N], children: Map, count (PPs)}; frames innermost first.
+function buildTree(f) {
+  const root = { frame: 0, sums: new Float64Array(N), children: new Map(), count: 0 };
+  for (const row of f.pps) {
+    const fs = row[N];
+    let n = root;
+    const add = (node) => { for (let k = 0; k < N; k++) node.sums[k] += row[k]; node.count++; };
+    add(root);
+    for (const fr of fs) {
+      let c = n.children.get(fr);
+      if (!c) { c = { frame: fr, sums: new Float64Array(N), children: new Map(), count: 0 }; n.children.set(fr, c); }
+      add(c);
+      n = c;
+    }
+  }
+  return root;
+}
+
+export function dhatView(f) {
+  if (f.pp_fields.join() !== Object.keys(F).join()) throw new Error(`unexpected pp_fields ${f.pp_fields}`);
+  const t = f.totals;
+  const heap = f.mode === 'heap';
+  const frame = (i) => stripAddress(f.ftbl[i]);
+  const out = [el('h2', null, `DHAT (${f.mode} mode)`), el('p', { class: 'cmd' }, el('code', null, f.cmd), ` pid ${f.pid}`)];
+  out.push(el('div', { class: 'cards' },
+    el('div', { class: 'card' }, el('div', { class: 'label' }, heap ? 'total allocated' : 'total'),
+      el('div', { class: 'big', 'data-test': 'dhat-total', 'data-bytes': t.tb }, both(t.tb)),
+      el('div', { class: 'small' }, `${commify(t.tbk)} ${heap ? 'blocks' : 'events'} at ${commify(f.pps.length)} program points`)),
+    heap ? el('div', { class: 'card' }, el('div', { class: 'label' }, 'live at t-gmax (global peak)'),
+      el('div', { class: 'big', 'data-test': 'dhat-gmax' }, both(t.gb)),
+      el('div', { class: 'small' }, `${commify(t.gbk)} blocks, at ${commify(f.tg)} instructions`)) : null,
+    heap ? el('div', { class: 'card' }, el('div', { class: 'label' }, 'live at t-end'),
+      el('div', { class: 'big' }, both(t.eb)), el('div', { class: 'small' }, `${commify(t.ebk)} blocks`)) : null,
+    heap ? el('div', { class: 'card' }, el('div', { class: 'label' }, 'read / written'),
+      el('div', { class: 'big' }, `${both(t.rb)} / ${both(t.wb)}`)) : null));
+
+  const metrics = heap ? METRICS : METRICS.filter((m) => m.key === 'tb' || m.key === 'tbk');
+  const root = buildTree(f);
+  let metric = metrics[0];
+  const fmt = (m, s) => (m.bytes ? both(m.v(s)) : m.instrs ? `${commify(Math.round(m.v(s)))} instrs` : commify(m.v(s)));
+  const treeBox = el('div', { class: 'tree', 'data-test': 'dhat-tree' });
+
+  function nodeRow(n) {
+    const kids = [...n.children.values()];
+    const children = el('div', { class: 'children', hidden: true });
+    let open = false;
+    const twisty = el('span', { class: 'twisty' }, kids.length ? '\u25B8' : '');
+    const toggle = () => {
+      if (!kids.length) return;
+      open = !open;
+      twisty.textContent = open ? '\u25BE' : '\u25B8';
+      children.hidden = !open;
+      if (open && !children.firstChild) fill(children, kids);
+    };
+    const row = el('div', { class: 'node', onclick: (e) => { e.stopPropagation(); toggle(); } },
+      twisty,
+      el('span', { class: 'metric' }, `${fmt(metric, n.sums)} ${metric.key === 'tl' ? '' : pct(metric.v(n.sums), metric.v(root.sums))}`),
+      el('span', { class: 'fr', title: `${n.count} program points; total ${both(n.sums[F.tb])}, ${commify(n.sums[F.tbk])} blocks` }, frame(n.frame)));
+    const wrap = el('div', null, row, children);
+    // dh_view shows a single chain of frames open.
+    wrap.open = () => { if (!open) toggle(); };
+    if (kids.length === 1) requestAnimationFrame(() => wrap.open());
+    return wrap;
+  }
+
+  function fill(box, kids) {
+    const sorted = kids.slice().sort((a, b) => metric.v(b.sums) - metric.v(a.sums));
+    let shown = 0;
+    const more = el('button', { class: 'more', onclick: (e) => { e.stopPropagation(); page(); } });
+    function page() {
+      const next = sorted.slice(shown, shown + 50);
+      shown += next.length;
+      more.before(...next.map(nodeRow));
+      more.textContent = `show more (${sorted.length - shown} left)`;
+      more.hidden = shown >= sorted.length;
+    }
+    box.replaceChildren(more);
+    page();
+  }
+
+  const sortSel = el('select', {
+    'data-test': 'dhat-sort',
+    onchange: () => { metric = metrics[sortSel.selectedIndex]; fill(treeBox, [...root.children.values()]); },
+  }, metrics.map((m) => el('option', null, m.name)));
+  out.push(el('h3', null, 'Allocation points (as dh_view), sorted by ', sortSel), treeBox);
+  fill(treeBox, [...root.children.values()]);
+
+  // Flame graph: callers first (main at the top), weighted by the chosen metric.
+  const flameMetrics = heap ? [metrics[0], METRICS[3], METRICS[7]] : [metrics[0]];
+  const flameTree = (m) => treeFromStacks(m.name, f.pps.map((row) => [row[N].map(frame).reverse(), m.v(row)]));
+  const flame = flameGraph(flameTree(flameMetrics[0]), { test: 'dhat', format: both });
+  const flameSel = el('select', {
+    'data-test': 'dhat-flame-metric',
+    onchange: () => flame.redraw(flameTree(flameMetrics[flameSel.selectedIndex])),
+  }, flameMetrics.map((m) => el('option', null, m.name)));
+  out.push(el('h3', null, 'Flame graph by ', flameSel), flame);
+  const view = el('section', { class: 'view' }, out);
+  view.redraw = () => flame.redraw();
+  return view;
+}

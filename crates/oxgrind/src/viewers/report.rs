@@ -13,7 +13,8 @@ const USAGE: &str = "usage: oxgrind report [--format=html|json|sarif] [-o FILE] 
   --format=html   one self-contained page (default), written to oxgrind-report.html\n\
   --format=json   the report's data for scripts (docs/report.md), on stdout\n\
   --format=sarif  Memcheck's errors as SARIF 2.1.0, on stdout\n\
-  -o FILE, --output=FILE   where to write (- for stdout)\n";
+  -o FILE, --output=FILE   where to write (- for stdout)\n\
+  -I DIR, --source-dir=DIR  look for source files of Memcheck stacks here too\n";
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Format {
@@ -26,6 +27,7 @@ pub fn main(args: &[String]) -> Result<()> {
     let mut format = Format::Html;
     let mut output: Option<String> = None;
     let mut files: Vec<PathBuf> = Vec::new();
+    let mut options = oxgrind_report::Options::default();
     let mut it = args.iter();
     let mut options_done = false;
     while let Some(a) = it.next() {
@@ -49,6 +51,11 @@ pub fn main(args: &[String]) -> Result<()> {
             output = Some(it.next().ok_or_else(|| anyhow!("report: {a} needs a file name"))?.clone());
         } else if let Some(o) = a.strip_prefix("--output=") {
             output = Some(o.to_string());
+        } else if a == "-I" {
+            let d = it.next().ok_or_else(|| anyhow!("report: -I needs a directory"))?;
+            options.source_dirs.push(PathBuf::from(d));
+        } else if let Some(d) = a.strip_prefix("--source-dir=").or_else(|| a.strip_prefix("-I")) {
+            options.source_dirs.push(PathBuf::from(d));
         } else {
             bail!("report: unknown option `{a}` (oxgrind report --help)");
         }
@@ -61,8 +68,8 @@ pub fn main(args: &[String]) -> Result<()> {
         .map(|f| oxgrind_report::load(f).map_err(|e| anyhow!("report: {e}")))
         .collect::<Result<Vec<_>>>()?;
     let (text, default_out) = match format {
-        Format::Html => (oxgrind_report::report_html(&inputs), Some("oxgrind-report.html")),
-        Format::Json => (oxgrind_report::report_json(&inputs), None),
+        Format::Html => (oxgrind_report::report_html(&inputs, &options), Some("oxgrind-report.html")),
+        Format::Json => (oxgrind_report::report_json(&inputs, &options), None),
         Format::Sarif => (
             oxgrind_report::sarif::from_inputs(&inputs).map_err(|e| anyhow!("report: {e}"))?,
             None,
