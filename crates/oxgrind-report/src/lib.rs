@@ -82,3 +82,4 @@ pub fn report_html(inputs: &[Input], options: &Options) -> String {
 }
 
 pub use massif_view::{peak_index as massif_peak_index, sites_of as massif_sites_of};
+pub use memcheck_view::{direct_indirect, leak_summary, leaked_bytes, LeakTotal};

@@ -26,6 +26,67 @@ pub const LEAK_KINDS: [(&str, &str); 4] = [
     ("Leak_StillReachable", "still reachable"),
 ];
 
+/// One line of Valgrind's LEAK SUMMARY.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeakTotal {
+    pub bytes: u64,
+    /// `None` when the file does not say (indirect blocks with no record of their own).
+    pub blocks: Option<u64>,
+    /// Loss records of this kind in the file.
+    pub records: u64,
+}
+
+/// `(direct, indirect)` bytes of a leak record: `80 (16 direct, 64 indirect) bytes in ...`
+/// says both; a record without the parenthesis is all direct.
+pub fn direct_indirect(e: &XmlError) -> (u64, u64) {
+    let total = e.leak.map_or(0, |l| l.bytes);
+    let parsed = (|| {
+        let inner = e.what.split_once(" (")?.1.split_once(") bytes")?.0;
+        let (d, i) = inner.split_once(" direct, ")?;
+        let i = i.strip_suffix(" indirect")?;
+        let num = |t: &str| t.replace(',', "").parse::<u64>().ok();
+        Some((num(d)?, num(i)?))
+    })();
+    parsed.unwrap_or((total, 0))
+}
+
+/// Valgrind's LEAK SUMMARY (definitely, indirectly, possibly lost, still reachable) from the
+/// loss records: a record's bytes include the indirect blocks hanging off it, which the
+/// summary counts as indirectly lost, so each record contributes its direct part; indirectly
+/// lost comes from its own records when the file has them (`--show-leak-kinds=all`), else
+/// from the other records' indirect parts (then its block count is unknown).
+pub fn leak_summary(doc: &MemcheckXml) -> [LeakTotal; 4] {
+    let mut t = [LeakTotal::default(); 4];
+    let mut indirect_parts = 0u64;
+    for e in doc.errors.iter().filter(|e| e.is_leak()) {
+        let Some(i) = LEAK_KINDS.iter().position(|(k, _)| *k == e.kind) else {
+            continue;
+        };
+        let (direct, indirect) = direct_indirect(e);
+        indirect_parts += indirect;
+        t[i].bytes += direct;
+        t[i].blocks = Some(t[i].blocks.unwrap_or(0) + e.leak.map_or(0, |l| l.blocks));
+        t[i].records += 1;
+    }
+    for total in &mut t {
+        if total.records == 0 {
+            total.blocks = Some(0);
+        }
+    }
+    if t[1].records == 0 && indirect_parts > 0 {
+        t[1].bytes = indirect_parts;
+        t[1].blocks = None;
+    }
+    t
+}
+
+/// Bytes leaked as Valgrind's summary counts them: definitely plus indirectly lost (the
+/// figure `--max-leaked` and `oxgrind diff` use).
+pub fn leaked_bytes(doc: &MemcheckXml) -> u64 {
+    let t = leak_summary(doc);
+    t[0].bytes + t[1].bytes
+}
+
 /// Source files read so far (by path), `None` when unreadable.
 #[derive(Default)]
 pub struct Sources {
@@ -167,21 +228,18 @@ pub fn write(j: &mut JsonOut, doc: &MemcheckXml, base: &[PathBuf]) {
     }
     j.end_arr();
     j.key("leak_summary").arr();
-    for (kind, name) in LEAK_KINDS {
-        let (mut bytes, mut blocks, mut records) = (0u64, 0u64, 0u64);
-        for e in doc.errors.iter().filter(|e| e.kind == kind) {
-            let l = e.leak.unwrap_or_default();
-            bytes += l.bytes;
-            blocks += l.blocks;
-            records += 1;
-        }
+    for (i, total) in leak_summary(doc).iter().enumerate() {
+        let (kind, name) = LEAK_KINDS[i];
         j.obj()
             .field_str("kind", kind)
             .field_str("name", name)
-            .field_u64("bytes", bytes)
-            .field_u64("blocks", blocks)
-            .field_u64("records", records)
-            .end_obj();
+            .field_u64("bytes", total.bytes);
+        j.key("blocks");
+        match total.blocks {
+            Some(b) => j.u64(b),
+            None => j.null(),
+        };
+        j.field_u64("records", total.records).end_obj();
     }
     j.end_arr();
     j.key("fatal_signal");

@@ -155,12 +155,12 @@ fn dhat_page_shows_totals_a_sortable_tree_and_a_flame_graph_per_metric() {
 fn memcheck_page_shows_leaks_by_category_errors_by_kind_and_source_lines() {
     let path = example("memcheck", "mc_errors.plain.xml");
     let doc = oxgrind_formats::memcheck_xml_reader::parse(&std::fs::read(&path).unwrap()).unwrap();
-    let definite: u64 = doc
-        .errors
-        .iter()
-        .filter(|e| e.kind == "Leak_DefinitelyLost")
-        .map(|e| e.leak.unwrap().bytes)
-        .sum();
+    // Valgrind's LEAK SUMMARY for this run (mc_errors.default-summary.txt): definitely lost
+    // 116 bytes in 2 blocks, indirectly lost 64 bytes; the XML has only the loss records.
+    let summary = oxgrind_report::leak_summary(&doc);
+    assert_eq!((summary[0].bytes, summary[0].blocks), (116, Some(2)));
+    assert_eq!(summary[1].bytes, 64);
+    let definite = summary[0].bytes;
     let run = eval_all(
         &page(&[path]),
         &[
@@ -172,6 +172,7 @@ fn memcheck_page_shows_leaks_by_category_errors_by_kind_and_source_lines() {
             // The invalid write's source line, highlighted.
             "document.querySelector('[data-test=mc-group-InvalidWrite] pre.src .hl').textContent".into(),
             "document.querySelector('[data-test=mc-errors]').textContent".into(),
+            "document.querySelector('[data-test=mc-Leak_IndirectlyLost]').textContent".into(),
         ],
     );
     let r = &run.results;
@@ -183,4 +184,5 @@ fn memcheck_page_shows_leaks_by_category_errors_by_kind_and_source_lines() {
     assert!(r[4].contains("24  ") && r[4].contains("a[10] = 5;"), "{}", r[4]);
     let occurrences: u64 = doc.error_counts.iter().map(|p| p.0).sum();
     assert_eq!(r[5], js(&occurrences.to_string()));
+    assert_eq!(r[6], js(&both(64)));
 }

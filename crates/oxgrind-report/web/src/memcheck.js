@@ -53,7 +53,7 @@ export function memcheckView(f) {
     f.leak_summary.map((l) => el('div', { class: `card${l.bytes && l.kind !== 'Leak_StillReachable' ? ' bad' : ''}` },
       el('div', { class: 'label' }, l.name),
       el('div', { class: 'big', 'data-test': `mc-${l.kind}` }, both(l.bytes)),
-      el('div', { class: 'small' }, `in ${commify(l.blocks)} blocks, ${l.records} records`)))));
+      el('div', { class: 'small' }, `in ${l.blocks == null ? 'some' : commify(l.blocks)} blocks, ${l.records} records`)))));
   if (f.fatal_signal) {
     const s = f.fatal_signal;
     out.push(el('div', { class: 'err-group' }, el('div', { class: 'err' },
@@ -66,7 +66,7 @@ export function memcheckView(f) {
     el('thead', null, el('tr', null, el('th', null, 'category'), el('th', { class: 'num' }, 'bytes'),
       el('th', { class: 'num' }, 'blocks'), el('th', { class: 'num' }, 'loss records'))),
     el('tbody', null, f.leak_summary.map((l) => el('tr', null, el('td', null, l.name),
-      el('td', { class: 'num' }, both(l.bytes)), el('td', { class: 'num' }, commify(l.blocks)),
+      el('td', { class: 'num' }, both(l.bytes)), el('td', { class: 'num' }, l.blocks == null ? '?' : commify(l.blocks)),
       el('td', { class: 'num' }, commify(l.records)))))));
   if (leaks.length === 0) out.push(el('p', { class: 'small' }, 'No leak records in this file (run with --leak-check=full).'));
 
@@ -81,7 +81,7 @@ export function memcheckView(f) {
   if (groups.size === 0) out.push(el('p', null, 'No errors.'));
   for (const [kind, list] of groups) {
     const leak = kind.startsWith('Leak_');
-    const count = leak ? `${list.length} records, ${both(byKind[kind].bytes)}` : `${commify(list.reduce((s, e) => s + e.count, 0))} occurrence${list.reduce((s, e) => s + e.count, 0) === 1 ? '' : 's'} in ${list.length} context${list.length === 1 ? '' : 's'}`;
+    const count = leak ? `${list.length} records, ${both(list.reduce((s, e) => s + e.leak.bytes, 0))} with what hangs off them` : `${commify(list.reduce((s, e) => s + e.count, 0))} occurrence${list.reduce((s, e) => s + e.count, 0) === 1 ? '' : 's'} in ${list.length} context${list.length === 1 ? '' : 's'}`;
     out.push(el('details', { class: 'err-group', open: true, 'data-test': `mc-group-${kind}` },
       el('summary', null, KIND_NAMES[kind] || kind, ' ', el('span', { class: 'count' }, `(${kind}: ${count})`)),
       list.map(errorView)));
