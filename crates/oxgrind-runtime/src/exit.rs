@@ -178,9 +178,11 @@ fn run_freeres() {
     // the program, so the tool sees what they free.
     let hooks = {
         let _inside = Entered::try_enter();
+        // libstdc++'s first, then glibc's, in Valgrind's order (vg_preloaded.c): Massif's
+        // last snapshots show which block went first.
         [
-            &b"__libc_freeres\0"[..],
             &b"_ZN9__gnu_cxx9__freeresEv\0"[..],
+            &b"__libc_freeres\0"[..],
         ]
         .map(libc_api::default_symbol)
     };

@@ -18,9 +18,12 @@
 //! snapshot. Classifying a stack never seen before (symbol lookups) happens outside the lock.
 //!
 //! The runtime's block table gives each [`Free`] the stack of the call that last allocated or
-//! reallocated the block, so Massif keeps no block table of its own for the heap; it keeps
-//! one only for the rare blocks whose allocation was ignored (`--ignore-fn`), and one per
-//! page with `--pages-as-heap=yes`.
+//! reallocated the block. Massif's own table (`chunks`, Valgrind's `HP_Chunk`s) holds what
+//! only Valgrind's allocator knows: each block's slop. Module `arena` replays that allocator
+//! on every event, so the usable sizes, hence the extra heap and `--time-unit=B` clock, are
+//! Valgrind's, and realloc follows Valgrind's rule (in place while the new size fits in the
+//! usable size). Ignored blocks (`--ignore-fn`) are kept in a set; pages with
+//! `--pages-as-heap=yes` as ranges.
 //!
 //! What differs from Valgrind (see also `docs/differences-from-valgrind.md`):
 //! * `--time-unit=i` reads [`Host::instructions`]: the translation engine counts the
@@ -45,6 +48,7 @@
 //! `tests/examples.rs` replays `ms_prog` under nine option sets and `ms_small` against
 //! files Valgrind 3.19 wrote.
 
+mod arena;
 pub mod classify;
 mod clock;
 pub mod options;
@@ -97,6 +101,19 @@ struct State {
     ignored_blocks: FxHashSet<Addr>,
     /// `--pages-as-heap=yes`: the mapped ranges and their ECs.
     pages: pages::Pages,
+    /// Valgrind's allocator, replayed to know the usable size it would give each block.
+    arena: arena::Arena,
+    /// Live blocks (real address) → where the replayed allocator put them and their slop
+    /// (Valgrind's `HP_Chunk`).
+    chunks: FxHashMap<Addr, Chunk>,
+}
+
+/// A live block as Valgrind's allocator would hold it.
+#[derive(Copy, Clone, Debug)]
+struct Chunk {
+    /// The block in the replayed arena.
+    sim: arena::BlockId,
+    slop: u64,
 }
 
 /// The Massif tool. Create with [`Massif::new`], feed options, then hand to the runtime.
@@ -257,6 +274,21 @@ impl Massif {
         );
     }
 
+    /// The alignment Valgrind's allocator is asked for. Its `memalign` wrappers raise it to
+    /// 16 and to a power of two; the runtime does not pass the program's value, so for the
+    /// memalign family it is read back from the block's address (glibc aligns exactly as
+    /// asked or, by chance, more; see docs/differences-from-valgrind.md).
+    fn alignment_of(&self, ev: &Alloc) -> u64 {
+        use oxgrind_tool::AllocFn::*;
+        match ev.func {
+            Valloc | Pvalloc => PAGE,
+            Memalign | PosixMemalign | AlignedAlloc => {
+                (1u64 << ev.addr.trailing_zeros().min(12)).max(self.opts.alignment)
+            }
+            _ => self.opts.alignment,
+        }
+    }
+
     fn heap_events(&self) -> bool {
         self.opts.heap && !self.opts.pages_as_heap
     }
@@ -392,6 +424,8 @@ impl State {
                 .with_interval_floor(if opts.time_unit == TimeUnit::Ms { 1 } else { 0 }),
             ignored_blocks: FxHashSet::default(),
             pages: pages::Pages::default(),
+            arena: arena::Arena::default(),
+            chunks: FxHashMap::default(),
         }
     }
 
@@ -411,6 +445,44 @@ impl State {
     fn take_ignored(&mut self, addr: Addr, ec: EcId) -> bool {
         let in_set = !self.ignored_blocks.is_empty() && self.ignored_blocks.remove(&addr);
         in_set || ec == IGNORED
+    }
+
+    /// `VG_(cli_malloc)` for a new block at real address `addr`: its slop.
+    fn arena_alloc(&mut self, addr: Addr, align: u64, size: u64) -> u64 {
+        let sim = self.arena.alloc(align, size);
+        let slop = self.arena.usable(sim).saturating_sub(size);
+        self.chunks.insert(addr, Chunk { sim, slop });
+        slop
+    }
+
+    /// `VG_(cli_free)` of the block at `addr`: its slop (`fallback` if we never saw it).
+    fn arena_free(&mut self, addr: Addr, fallback: u64) -> u64 {
+        match self.chunks.remove(&addr) {
+            Some(c) => {
+                self.arena.free(c.sim);
+                c.slop
+            }
+            None => fallback,
+        }
+    }
+
+    /// Valgrind's `realloc_block`: the block stays where it is when the new size fits in
+    /// the old usable size (the slop grows by what the request shrank), else a new block
+    /// is allocated and the old one freed. Returns the old and the new slop.
+    fn arena_realloc(&mut self, old: &Free, new: &Alloc, align: u64) -> (u64, u64) {
+        match self.chunks.remove(&old.addr) {
+            Some(c) if new.size <= old.size + c.slop => {
+                let slop = c.slop + old.size - new.size;
+                self.chunks.insert(new.addr, Chunk { sim: c.sim, slop });
+                (c.slop, slop)
+            }
+            Some(c) => {
+                let slop = self.arena_alloc(new.addr, align, new.size);
+                self.arena.free(c.sim);
+                (c.slop, slop)
+            }
+            None => (old.slop, self.arena_alloc(new.addr, align, new.size)),
+        }
     }
 }
 
@@ -491,11 +563,13 @@ impl Tool for Massif {
         let mut st = self.state.lock();
         self.start(&mut st);
         let (mut st, ec) = self.ec_of(host, st, ev.stack, false);
+        // Valgrind allocates the block before it looks at the stack: ignored blocks too.
+        let slop = st.arena_alloc(ev.addr, self.alignment_of(ev), ev.size);
         if ec == IGNORED {
             st.ignored_blocks.insert(ev.addr);
             return;
         }
-        let extra = self.opts.heap_admin + ev.slop;
+        let extra = self.opts.heap_admin + slop;
         st.ec_bytes[ec as usize] += ev.size;
         st.heap += ev.size;
         st.extra += extra;
@@ -511,11 +585,12 @@ impl Tool for Massif {
         let mut st = self.state.lock();
         self.start(&mut st);
         let (mut st, ec) = self.ec_of(host, st, ev.alloc_stack, false);
+        let slop = st.arena_free(ev.addr, ev.slop);
         if st.take_ignored(ev.addr, ec) {
             return;
         }
         self.peak_attempt(clock, &mut st);
-        let extra = self.opts.heap_admin + ev.slop;
+        let extra = self.opts.heap_admin + slop;
         let b = &mut st.ec_bytes[ec as usize];
         *b = b.saturating_sub(ev.size);
         st.heap = st.heap.saturating_sub(ev.size);
@@ -533,6 +608,7 @@ impl Tool for Massif {
         self.start(&mut st);
         let (st, old_ec) = self.ec_of(host, st, old.alloc_stack, false);
         let (mut st, new_ec) = self.ec_of(host, st, new.stack, false);
+        let (old_slop, new_slop) = st.arena_realloc(old, new, self.opts.alignment);
         if st.take_ignored(old.addr, old_ec) {
             // The original allocation was ignored: so is the block, wherever it moves, and
             // the heap totals do not change. Valgrind 3.19 still adds the new size to the
@@ -558,7 +634,7 @@ impl Tool for Massif {
         *o = o.saturating_sub(old.size);
         st.ec_bytes[new_ec as usize] += new.size;
         let d_heap = new.size as i128 - old.size as i128;
-        let d_extra = new.slop as i128 - old.slop as i128;
+        let d_extra = new_slop as i128 - old_slop as i128;
         st.heap = (st.heap as i128 + d_heap).max(0) as u64;
         st.extra = (st.extra as i128 + d_extra).max(0) as u64;
         st.total_bytes_time += (d_heap + d_extra).unsigned_abs() as u64;

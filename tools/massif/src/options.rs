@@ -64,6 +64,8 @@ pub struct Options {
     pub out_file: String,
     /// `--show-below-main` (a core option the core also offers to tools).
     pub show_below_main: bool,
+    /// `--alignment` (a core option): what Valgrind's `malloc` aligns blocks to.
+    pub alignment: u64,
     /// Every option taken, verbatim and in order, for the `desc:` line.
     pub desc_args: Vec<String>,
 }
@@ -88,6 +90,7 @@ impl Default for Options {
             max_snapshots: 100,
             out_file: String::from("massif.out.%p"),
             show_below_main: false,
+            alignment: 16,
             desc_args: Vec::new(),
         }
     }
@@ -189,7 +192,12 @@ impl Options {
                 self.show_below_main = v == "yes";
                 return Ok(false);
             }
-            "--alignment" | "--redzone-size" | "--xtree-memory" | "--xtree-memory-file" => {
+            "--alignment" => {
+                self.alignment = v.parse().unwrap_or(16).max(16);
+                self.desc_args.push(arg.to_string());
+                return Ok(false);
+            }
+            "--redzone-size" | "--xtree-memory" | "--xtree-memory-file" => {
                 self.desc_args.push(arg.to_string());
                 return Ok(false);
             }

@@ -90,18 +90,36 @@ fn time_unit_b_adds_the_absolute_change_of_each_event() {
     let m = massif(&["--time-unit=B"]);
     let a = alloc(0xa0, 100, 12, 1);
     m.on_alloc(&h, &a); // +100 +12 +8 = 120
-    let shrunk = Alloc {
-        slop: 14,
-        size: 50,
+    let grown = Alloc {
+        size: 150,
         stack: StackId(3),
         ..a
     };
-    m.on_realloc(&h, &free(&a), &shrunk); // |-50 + 2| = 48 -> 168
-    m.on_free(&h, &free(&shrunk)); // 50 + 14 + 8 = 72 -> 240
+    // Valgrind moves the block: 160 usable, slop 10: |+50 - 2| = 48 -> 168.
+    m.on_realloc(&h, &free(&a), &grown);
+    m.on_free(&h, &free(&grown)); // 150 + 10 + 8 = 168 -> 336
     let times: Vec<i64> = snaps(&m, &h).iter().map(|s| s.0).collect();
-    // startup 0, alloc 120, peak before the shrink 120, realloc 168, free 240 (the peak
-    // check before the free sees 72 bytes, below the 120 peak).
-    assert_eq!(times, [0, 120, 120, 168, 240]);
+    // startup 0, alloc 120, realloc 168, peak before the free 168, free 336.
+    assert_eq!(times, [0, 120, 168, 168, 336]);
+}
+
+/// Valgrind's realloc keeps a block in place when the new size fits in its usable size:
+/// the slop takes up what the request gave back (and a later growth within it is free).
+#[test]
+fn realloc_within_the_usable_size_moves_bytes_from_heap_to_slop() {
+    let h = host();
+    let m = massif(&["--time-unit=B", "--heap-admin=0"]);
+    let a = alloc(0xa0, 100, 12, 1);
+    m.on_alloc(&h, &a); // usable 112
+    let shrunk = Alloc { size: 20, ..a };
+    m.on_realloc(&h, &free(&a), &shrunk);
+    assert_eq!(totals(&m), (20, 92), "slop 12 + 80 given back");
+    let regrown = Alloc { size: 112, ..a };
+    m.on_realloc(&h, &free(&shrunk), &regrown);
+    assert_eq!(totals(&m), (112, 0), "grown in place");
+    let times: Vec<i64> = snaps(&m, &h).iter().map(|s| s.0).collect();
+    // Neither realloc changes heap + extra: the clock stays at the allocation's 112.
+    assert_eq!(times, [0, 112, 112, 112, 112]);
 }
 
 #[test]
