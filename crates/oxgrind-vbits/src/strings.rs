@@ -1,0 +1,8 @@
+//! String instructions (`movs`, `stos`, `lods`, `cmps`, `scas`), with and without `rep`.
+//! Filled in below.
+use crate::ctx::Ctx;
+use crate::state::{Guest, ShadowMemory};
+
+pub(crate) fn rule<G: Guest, M: ShadowMemory>(_cx: &mut Ctx<G, M>) -> bool {
+    false
+}

@@ -1,0 +1,234 @@
+//! The false-positive traps of optimised code (`shared/reference/definedness.md` section 4),
+//! as instruction sequences with the values a real run would have: each must end without
+//! a report where Memcheck has none, and report where it does.
+//!
+//! The interpreter computes shadows only; each step below also applies the instruction's
+//! effect on the values (the closure), as the hardware would between two slow-path calls.
+
+mod common;
+
+use common::*;
+use iced_x86::code_asm::*;
+use iced_x86::Instruction;
+use oxgrind_vbits::{Check, Interpreter, Outcome, ShadowRegisters, ValueUse};
+
+/// A little machine for sequences: guest values, register shadows, memory shadows.
+struct Machine {
+    guest: TestGuest,
+    regs: ShadowRegisters,
+    mem: MapShadow,
+    interp: Interpreter,
+    reports: Vec<(String, Check)>,
+}
+
+impl Machine {
+    fn new() -> Self {
+        Machine {
+            guest: TestGuest::default(),
+            regs: ShadowRegisters::default(),
+            mem: MapShadow::default(),
+            interp: Interpreter::new(),
+            reports: Vec::new(),
+        }
+    }
+
+    /// Steps `insn`, then applies `effect` to the values.
+    fn step(&mut self, insn: Instruction, effect: impl FnOnce(&mut TestGuest)) -> Outcome {
+        let out = self.interp.step(&insn, &self.guest, &mut self.regs, &mut self.mem);
+        for c in out.checks.iter() {
+            self.reports.push((format(&insn), c));
+        }
+        effect(&mut self.guest);
+        out
+    }
+}
+
+const S: u64 = 0x10_0000; // a string in memory
+const BLOCK: u64 = 0x20_0000; // a heap block
+
+#[test]
+fn word_at_a_time_strlen_reads_past_the_nul_without_a_report() {
+    // "ab\0" followed by five undefined bytes (past the end of a heap block, loaded as
+    // undefined by partial-loads-ok).
+    let mut m = Machine::new();
+    m.guest.poke(S, &[b'a', b'b', 0, 0x55, 0x66, 0x77, 0x88, 0x99]);
+    m.mem.set(S, &[0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff]);
+    m.guest.gpr[RDI] = S;
+    let word = u64::from_le_bytes([b'a', b'b', 0, 0x55, 0x66, 0x77, 0x88, 0x99]);
+    m.step(asm(|a| a.mov(rax, qword_ptr(rdi))), |g| g.gpr[RAX] = word);
+    m.step(asm(|a| a.mov(rcx, 0xfefe_fefe_fefe_feffu64)), |g| g.gpr[RCX] = 0xfefe_fefe_fefe_feff);
+    m.step(asm(|a| a.add(rcx, rax)), |g| g.gpr[RCX] = g.gpr[RCX].wrapping_add(g.gpr[RAX]));
+    m.step(asm(|a| a.not(rax)), |g| g.gpr[RAX] = !g.gpr[RAX]);
+    m.step(asm(|a| a.and(rcx, rax)), |g| g.gpr[RCX] &= g.gpr[RAX]);
+    m.step(asm(|a| a.mov(rdx, 0x8080_8080_8080_8080u64)), |g| g.gpr[RDX] = 0x8080_8080_8080_8080);
+    m.step(asm(|a| a.and(rcx, rdx)), |g| g.gpr[RCX] &= g.gpr[RDX]);
+    assert_eq!(m.regs.gpr[RCX] & 0xff_ffff, 0, "the bytes up to the NUL are defined");
+    m.step(asm(|a| a.je(0x1000u64)), |_| {});
+    // The NUL's byte then goes through bsf to find the length.
+    m.step(asm(|a| a.bsf(rcx, rcx)), |_| {});
+    m.step(asm(|a| a.shr(rcx, 3)), |_| {});
+    m.step(asm(|a| a.add(rax, rcx)), |_| {});
+    assert_eq!(m.regs.gpr[RCX], 0, "bsf sees a defined lowest set bit");
+    assert!(m.reports.is_empty(), "{:?}", m.reports);
+}
+
+#[test]
+fn word_at_a_time_strlen_reports_when_the_string_itself_is_undefined() {
+    let mut m = Machine::new();
+    m.guest.poke(S, &[b'a', 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77]);
+    m.mem.set(S, &[0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
+    m.guest.gpr[RDI] = S;
+    let word = u64::from_le_bytes([b'a', 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77]);
+    m.step(asm(|a| a.mov(rax, qword_ptr(rdi))), |g| g.gpr[RAX] = word);
+    m.step(asm(|a| a.mov(rcx, 0xfefe_fefe_fefe_feffu64)), |g| g.gpr[RCX] = 0xfefe_fefe_fefe_feff);
+    m.step(asm(|a| a.add(rcx, rax)), |g| g.gpr[RCX] = g.gpr[RCX].wrapping_add(g.gpr[RAX]));
+    m.step(asm(|a| a.not(rax)), |g| g.gpr[RAX] = !g.gpr[RAX]);
+    m.step(asm(|a| a.and(rcx, rax)), |g| g.gpr[RCX] &= g.gpr[RAX]);
+    m.step(asm(|a| a.mov(rdx, 0x8080_8080_8080_8080u64)), |g| g.gpr[RDX] = 0x8080_8080_8080_8080);
+    m.step(asm(|a| a.and(rcx, rdx)), |g| g.gpr[RCX] &= g.gpr[RDX]);
+    m.step(asm(|a| a.je(0x1000u64)), |_| {});
+    assert_eq!(m.reports.len(), 1, "no NUL among the defined bytes: the branch depends on garbage");
+}
+
+#[test]
+fn sbb_of_a_register_with_itself_depends_on_cf_only() {
+    let mut m = Machine::new();
+    m.regs.gpr[RCX] = u64::MAX; // ecx undefined before
+    m.guest.gpr[RAX] = 5;
+    m.guest.gpr[RBX] = 7;
+    m.step(asm(|a| a.cmp(rax, rbx)), |g| g.rflags |= 1);
+    m.step(asm(|a| a.sbb(ecx, ecx)), |g| g.gpr[RCX] = 0xffff_ffff);
+    m.step(asm(|a| a.and(ecx, edx)), |_| {});
+    assert_eq!(m.regs.gpr[RCX], 0);
+    // With an undefined compare, the mask is undefined, but still no report by itself.
+    let mut m = Machine::new();
+    m.regs.gpr[RAX] = 0xff;
+    m.step(asm(|a| a.cmp(rax, rbx)), |_| {});
+    m.step(asm(|a| a.sbb(ecx, ecx)), |_| {});
+    assert_eq!(m.regs.gpr[RCX], 0xffff_ffff);
+    assert!(m.reports.is_empty());
+}
+
+#[test]
+fn constant_idioms_are_defined() {
+    let mut m = Machine::new();
+    m.regs.gpr = [u64::MAX; 16];
+    m.step(asm(|a| a.xor(eax, eax)), |_| {});
+    m.step(asm(|a| a.sub(rbx, rbx)), |_| {});
+    assert_eq!(m.regs.gpr[RAX], 0);
+    assert_eq!(m.regs.gpr[RBX], 0);
+    m.step(asm(|a| a.je(0x1000u64)), |_| {});
+    assert!(m.reports.is_empty());
+}
+
+#[test]
+fn bitfield_set_in_a_fresh_struct_then_tested() {
+    // movzx eax, byte [s]; and eax, 0xf7; or eax, 8; mov [s], al; ... test byte [s], 8; jnz
+    let mut m = Machine::new();
+    m.mem.set(BLOCK, &[0xff]); // fresh malloc'd byte
+    m.guest.gpr[RDI] = BLOCK;
+    m.step(asm(|a| a.movzx(eax, byte_ptr(rdi))), |_| {});
+    m.step(asm(|a| a.and(eax, 0xf7)), |_| {});
+    m.step(asm(|a| a.or(eax, 8)), |g| g.gpr[RAX] = 8);
+    m.step(asm(|a| a.mov(byte_ptr(rdi), al)), |g| g.poke(BLOCK, &[8]));
+    assert_eq!(m.mem.get(BLOCK, 1), vec![0xf7]);
+    m.step(asm(|a| a.test(byte_ptr(rdi), 8)), |_| {});
+    m.step(asm(|a| a.jne(0x1000u64)), |_| {});
+    assert!(m.reports.is_empty(), "{:?}", m.reports);
+    // Testing a neighbouring, never-set bit does report.
+    m.step(asm(|a| a.test(byte_ptr(rdi), 4)), |_| {});
+    m.step(asm(|a| a.jne(0x1000u64)), |_| {});
+    assert_eq!(m.reports.len(), 1);
+}
+
+#[test]
+fn bitfield_insert_with_lea_keeps_the_inserted_bit_defined() {
+    // LLVM: eax = old & ~8 (bit 3 a defined 0, the rest undefined); lea ecx, [rax + rdx*8]
+    // with rdx a defined 0/1; then test ecx, 8; jnz.
+    let mut m = Machine::new();
+    m.regs.gpr[RAX] = !0x8u64 & 0xffff_ffff;
+    m.guest.gpr[RAX] = 0x1234_5670;
+    m.guest.gpr[RDX] = 1;
+    m.step(asm(|a| a.lea(ecx, dword_ptr(rax + rdx * 8))), |g| g.gpr[RCX] = 0x1234_5678);
+    assert_eq!(m.regs.gpr[RCX] & 8, 0, "the carry into bit 3 comes from defined zeros of rdx*8");
+    m.step(asm(|a| a.test(ecx, 8)), |_| {});
+    m.step(asm(|a| a.jne(0x1000u64)), |_| {});
+    assert!(m.reports.is_empty(), "{:?}", m.reports);
+}
+
+#[test]
+fn cmov_and_setcc_on_undefined_flags_propagate_and_report_later() {
+    let mut m = Machine::new();
+    m.guest.gpr[RBP] = 0x7fff_0000;
+    m.mem.set(0x7fff_0000 - 8, &[0xff; 8]);
+    m.step(asm(|a| a.cmp(qword_ptr(rbp - 8), 0)), |_| {});
+    m.step(asm(|a| a.cmovne(rax, rdx)), |_| {});
+    m.step(asm(|a| a.setne(cl)), |_| {});
+    assert!(m.reports.is_empty(), "Memcheck is silent at cmov and setcc");
+    assert_eq!(m.regs.gpr[RAX], u64::MAX);
+    assert_eq!(m.regs.gpr[RCX], 1, "setcc: only bit 0 undefined");
+    m.step(asm(|a| a.test(cl, cl)), |_| {});
+    m.step(asm(|a| a.jne(0x1000u64)), |_| {});
+    assert_eq!(m.reports.len(), 1);
+    assert_eq!(m.reports[0].1, Check::Condition);
+}
+
+#[test]
+fn a_32_bit_write_defines_the_upper_half() {
+    let mut m = Machine::new();
+    m.regs.gpr[RAX] = u64::MAX;
+    m.step(asm(|a| a.mov(eax, dword_ptr(rdi))), |_| {});
+    assert_eq!(m.regs.gpr[RAX], 0);
+    m.regs.gpr[RAX] = u64::MAX;
+    m.step(asm(|a| a.mov(al, 1)), |_| {});
+    assert_eq!(m.regs.gpr[RAX], !0xff, "8-bit writes merge");
+}
+
+#[test]
+fn memcmp_of_words_differing_in_a_defined_byte_is_decided() {
+    // Only the low byte of each word is defined, and the two differ there.
+    let mut m = Machine::new();
+    m.guest.gpr[RAX] = 0x41;
+    m.guest.gpr[RDX] = 0x42;
+    m.regs.gpr[RAX] = !0xff;
+    m.regs.gpr[RDX] = !0xff;
+    m.step(asm(|a| a.cmp(rax, rdx)), |_| {});
+    m.step(asm(|a| a.jne(0x1000u64)), |_| {});
+    assert!(m.reports.is_empty());
+}
+
+#[test]
+fn undefined_addresses_and_targets_are_value_errors() {
+    let mut m = Machine::new();
+    m.regs.gpr[RBX] = 0x100;
+    let out = m.step(asm(|a| a.mov(rax, qword_ptr(rbx + 8))), |_| {});
+    assert_eq!(out.checks.iter().collect::<Vec<_>>(), vec![Check::Value { size: 8, reason: ValueUse::Address }]);
+    let out = m.step(asm(|a| a.lea(rax, qword_ptr(rbx + 8))), |_| {});
+    assert!(out.checks.is_empty(), "lea accesses nothing");
+    let out = m.step(asm(|a| a.jmp(rbx)), |_| {});
+    assert_eq!(out.checks.iter().collect::<Vec<_>>(), vec![Check::Value { size: 8, reason: ValueUse::JumpTarget }]);
+    m.guest.gpr[RSP] = 0x7000;
+    m.mem.set(0x7000, &[0, 0, 0, 0, 0, 0, 0, 0x80]);
+    let out = m.step(asm(|a| a.ret()), |_| {});
+    assert_eq!(out.checks.iter().collect::<Vec<_>>(), vec![Check::Value { size: 8, reason: ValueUse::JumpTarget }]);
+    m.regs.gpr[RCX] = 1;
+    let out = m.step(asm(|a| a.jrcxz(0x1000u64)), |_| {});
+    assert_eq!(out.checks.iter().collect::<Vec<_>>(), vec![Check::Condition]);
+    // A defined 1 elsewhere in rcx decides jrcxz.
+    m.guest.gpr[RCX] = 0x10;
+    let out = m.step(asm(|a| a.jrcxz(0x1000u64)), |_| {});
+    assert!(out.checks.is_empty());
+}
+
+#[test]
+fn call_pushes_a_defined_return_address_and_push_pop_carry_shadows() {
+    let mut m = Machine::new();
+    m.guest.gpr[RSP] = 0x8000;
+    m.mem.set(0x8000 - 8, &[0xff; 8]);
+    m.step(asm(|a| a.call(0x1234u64)), |_| {});
+    assert_eq!(m.mem.get(0x8000 - 8, 8), vec![0; 8]);
+    m.regs.gpr[RDX] = 0xff00;
+    m.step(asm(|a| a.push(rdx)), |g| g.gpr[RSP] -= 8);
+    m.step(asm(|a| a.pop(rsi)), |g| g.gpr[RSP] += 8);
+    assert_eq!(m.regs.gpr[RSI], 0xff00);
+}
