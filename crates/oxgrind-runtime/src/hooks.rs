@@ -250,7 +250,7 @@ fn release(rt: Option<&Runtime>, addr: u64, size: u64) {
 fn release_now(rt: Option<&Runtime>, addr: u64, size: u64) {
     let queued = rt.is_some_and(|rt| rt.needs.freelist_vol > 0);
     if queued {
-        FREED.lock().push(addr, size, &mut |a| {
+        FREED.push(addr, size, &mut |a| {
             // SAFETY: `a` came from glibc's allocator and the program no longer owns it.
             unsafe { __libc_free(a as *mut c_void) }
         });

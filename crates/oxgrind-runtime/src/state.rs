@@ -18,7 +18,6 @@ use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 
 use oxgrind_options::{self as opts, Action, CoreOptions};
-use oxgrind_sys::lock::SpinLock;
 use oxgrind_tool::{Needs, Tool};
 
 use crate::blocks::{BlockTable, FreedQueue};
@@ -56,7 +55,7 @@ static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(core::ptr::null_mut());
 
 pub static BLOCKS: BlockTable = BlockTable::new();
 pub static STACKS: StackTable = StackTable::new();
-pub static FREED: SpinLock<FreedQueue> = SpinLock::new(FreedQueue::new());
+pub static FREED: FreedQueue = FreedQueue::new();
 
 /// The runtime, if this image is being measured.
 #[inline]
@@ -195,7 +194,7 @@ fn set_up() -> Option<Runtime> {
     }
     crate::stacks::find_self_text();
     let needs = parsed.tool.needs();
-    FREED.lock().set_budget(needs.freelist_vol);
+    FREED.set_budget(needs.freelist_vol);
     Some(Runtime {
         core: parsed.core,
         tool: parsed.tool,
