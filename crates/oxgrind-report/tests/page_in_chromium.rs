@@ -186,3 +186,31 @@ fn memcheck_page_shows_leaks_by_category_errors_by_kind_and_source_lines() {
     assert_eq!(r[5], js(&occurrences.to_string()));
     assert_eq!(r[6], js(&both(64)));
 }
+
+#[test]
+fn diff_page_shows_both_totals_and_the_grown_site_first() {
+    let old = oxgrind_report::load(&example("memcheck", "mc_errors.with-supp.xml")).unwrap();
+    let new = oxgrind_report::load(&example("memcheck", "mc_errors.plain.xml")).unwrap();
+    let d = oxgrind_report::diff::diff(&old, &new).unwrap();
+    let run = eval_all(
+        &d.html(),
+        &[
+            "document.querySelector('[data-test=diff-old]').textContent".into(),
+            "document.querySelector('[data-test=diff-new]').textContent".into(),
+            "document.querySelector('[data-test=diff-change]').textContent".into(),
+            "[...document.querySelectorAll('[data-test=diff-sites] tbody tr:first-child td')].map(t => t.textContent).join('|')".into(),
+            "(() => { const f = document.querySelector('[data-test=diff-filter]'); f.value = 'no such site'; \
+             f.dispatchEvent(new Event('input')); \
+             return document.querySelectorAll('[data-test=diff-sites] tbody tr').length; })()".into(),
+        ],
+    );
+    let r = &run.results;
+    assert_eq!(r[0], js(&both(d.old_total)));
+    assert_eq!(r[1], js(&both(d.new_total)));
+    assert_eq!(r[2], js("+80 B +80.00%"));
+    assert_eq!(
+        r[3],
+        js("+80 B||0|80|leak_indirect (mc_errors.c:10) <- main (mc_errors.c:56)")
+    );
+    assert_eq!(r[4], "0");
+}
