@@ -11,14 +11,16 @@ sh scripts/install-packages.sh \
     /usr/lib/debug/.build-id:libc6-dbg c++filt:binutils \
     chromium:chromium
 # Third-party readers of Valgrind's formats, for tests/third_party_consumers.rs: a CI parser
-# of Valgrind XML and a massif.out parser, from PyPI, pinned, in a venv of our own.
+# of Valgrind XML and a massif.out parser, from PyPI, pinned, in a venv of our own (and a JSON
+# Schema validator for SARIF).
 consumers=target/consumers-venv
-if [ ! -x "$consumers/bin/valgrind-ci" ] || ! "$consumers/bin/python" -c "import msparser" 2>/dev/null; then
+if [ ! -x "$consumers/bin/valgrind-ci" ] || ! "$consumers/bin/python" -c "import msparser, jsonschema" 2>/dev/null; then
     /usr/bin/python3 -m venv "$consumers" 2>/dev/null || {
         sh scripts/install-packages.sh /usr/lib/python3.11/ensurepip:python3-venv
         /usr/bin/python3 -m venv "$consumers"
     }
-    "$consumers/bin/pip" install -q valgrindci==0.3.0 msparser==1.4
+    # jsonschema validates `oxgrind report --format=sarif` against the vendored SARIF schema.
+    "$consumers/bin/pip" install -q valgrindci==0.3.0 msparser==1.4 jsonschema==4.17.3
 fi
 export OXGRIND_TEST_PYTHON="$(pwd)/$consumers/bin/python"
 cargo build --workspace --locked

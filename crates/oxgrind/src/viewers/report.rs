@@ -14,7 +14,8 @@ const USAGE: &str = "usage: oxgrind report [--format=html|json|sarif] [-o FILE] 
   --format=json   the report's data for scripts (docs/report.md), on stdout\n\
   --format=sarif  Memcheck's errors as SARIF 2.1.0, on stdout\n\
   -o FILE, --output=FILE   where to write (- for stdout)\n\
-  -I DIR, --source-dir=DIR  look for source files of Memcheck stacks here too\n";
+  -I DIR, --source-dir=DIR  look for source files of Memcheck stacks here too\n\
+  --source-root=DIR  SARIF paths are relative to DIR (default: the current directory)\n";
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Format {
@@ -28,6 +29,7 @@ pub fn main(args: &[String]) -> Result<()> {
     let mut output: Option<String> = None;
     let mut files: Vec<PathBuf> = Vec::new();
     let mut options = oxgrind_report::Options::default();
+    let mut sarif = oxgrind_report::sarif::SarifOptions::default();
     let mut it = args.iter();
     let mut options_done = false;
     while let Some(a) = it.next() {
@@ -51,6 +53,12 @@ pub fn main(args: &[String]) -> Result<()> {
             output = Some(it.next().ok_or_else(|| anyhow!("report: {a} needs a file name"))?.clone());
         } else if let Some(o) = a.strip_prefix("--output=") {
             output = Some(o.to_string());
+        } else if let Some(d) = a.strip_prefix("--source-root=") {
+            // Not canonicalised: the root is where the program was built, which need not
+            // exist where the report is made.
+            sarif.source_root = std::env::current_dir()
+                .context("report: current directory")?
+                .join(d);
         } else if a == "-I" {
             let d = it.next().ok_or_else(|| anyhow!("report: -I needs a directory"))?;
             options.source_dirs.push(PathBuf::from(d));
@@ -71,7 +79,7 @@ pub fn main(args: &[String]) -> Result<()> {
         Format::Html => (oxgrind_report::report_html(&inputs, &options), Some("oxgrind-report.html")),
         Format::Json => (oxgrind_report::report_json(&inputs, &options), None),
         Format::Sarif => (
-            oxgrind_report::sarif::from_inputs(&inputs).map_err(|e| anyhow!("report: {e}"))?,
+            oxgrind_report::sarif::from_inputs(&inputs, &sarif).map_err(|e| anyhow!("report: {e}"))?,
             None,
         ),
     };
