@@ -232,3 +232,149 @@ fn call_pushes_a_defined_return_address_and_push_pop_carry_shadows() {
     m.step(asm(|a| a.pop(rsi)), |g| g.gpr[RSP] += 8);
     assert_eq!(m.regs.gpr[RSI], 0xff00);
 }
+
+/// "hello\0" then ten bytes past the end of the block (undefined, partial-loads-ok).
+fn hello_block(m: &mut Machine, len: usize) {
+    let mut bytes = vec![0x5au8; len];
+    bytes[..6].copy_from_slice(b"hello\0");
+    m.guest.poke(S, &bytes);
+    let mut shadow = vec![0xffu8; len];
+    shadow[..6].fill(0);
+    m.mem.set(S, &shadow);
+    m.guest.gpr[RDI] = S;
+}
+
+#[test]
+fn sse2_strlen_pcmpeqb_pmovmskb_bsf_has_no_report() {
+    let mut m = Machine::new();
+    hello_block(&mut m, 16);
+    m.regs.vector[0] = [0xff; 64]; // xmm0 undefined before the zero idiom
+    m.step(asm(|a| a.pxor(xmm0, xmm0)), |g| g.vector[0] = [0; 64]);
+    m.step(asm(|a| a.movdqa(xmm1, xmmword_ptr(rdi))), |g| {
+        let mut v = [0u8; 64];
+        v[..16].copy_from_slice(&(0..16).map(|i| *g.memory.get(&(S + i)).unwrap()).collect::<Vec<_>>());
+        g.vector[1] = v;
+    });
+    m.step(asm(|a| a.pcmpeqb(xmm1, xmm0)), |g| {
+        for i in 0..16 {
+            g.vector[1][i] = if g.vector[1][i] == 0 { 0xff } else { 0 };
+        }
+    });
+    m.step(asm(|a| a.pmovmskb(eax, xmm1)), |g| g.gpr[RAX] = 1 << 5);
+    assert_eq!(m.regs.gpr[RAX], 0xffc0, "lanes 6..15 undefined, 0..5 defined");
+    m.step(asm(|a| a.test(eax, eax)), |_| {});
+    m.step(asm(|a| a.je(0x1000u64)), |_| {});
+    m.step(asm(|a| a.bsf(eax, eax)), |g| g.gpr[RAX] = 5);
+    assert_eq!(m.regs.gpr[RAX], 0);
+    m.step(asm(|a| a.add(rax, rdi)), |_| {});
+    m.step(asm(|a| a.movzx(ecx, byte_ptr(rax))), |_| {});
+    assert!(m.reports.is_empty(), "{:?}", m.reports);
+}
+
+#[test]
+fn sse2_strlen_with_misaligned_start_shifts_the_mask_by_a_defined_count() {
+    // The aligned load starts 3 bytes before the string: shr eax, cl drops those lanes.
+    let mut m = Machine::new();
+    m.regs.gpr[RAX] = 0xffc0; // pmovmskb result as above
+    m.guest.gpr[RAX] = 1 << 5;
+    m.guest.gpr[RCX] = 3;
+    m.step(asm(|a| a.shr(eax, cl)), |g| g.gpr[RAX] >>= 3);
+    m.step(asm(|a| a.test(eax, eax)), |_| {});
+    m.step(asm(|a| a.jne(0x1000u64)), |_| {});
+    m.step(asm(|a| a.tzcnt(eax, eax)), |_| {});
+    assert_eq!(m.regs.gpr[RAX], 0);
+    assert!(m.reports.is_empty(), "{:?}", m.reports);
+}
+
+#[test]
+fn avx2_strlen_vpcmpeqb_vpmovmskb_tzcnt_has_no_report() {
+    let mut m = Machine::new();
+    hello_block(&mut m, 32);
+    m.regs.vector[0] = [0xff; 64];
+    m.step(asm(|a| a.vpxor(ymm0, ymm0, ymm0)), |g| g.vector[0] = [0; 64]);
+    m.step(asm(|a| a.vpcmpeqb(ymm1, ymm0, ymmword_ptr(rdi))), |g| {
+        for i in 0..32 {
+            g.vector[1][i] = if *g.memory.get(&(S + i as u64)).unwrap() == 0 { 0xff } else { 0 };
+        }
+    });
+    assert_eq!(&m.regs.vector[0][32..], &[0u8; 32][..], "VEX zeroes the upper shadow");
+    m.step(asm(|a| a.vpmovmskb(eax, ymm1)), |g| g.gpr[RAX] = 1 << 5);
+    assert_eq!(m.regs.gpr[RAX], 0xffff_ffc0);
+    m.step(asm(|a| a.test(eax, eax)), |_| {});
+    m.step(asm(|a| a.jne(0x1000u64)), |_| {});
+    m.step(asm(|a| a.tzcnt(eax, eax)), |g| g.gpr[RAX] = 5);
+    assert_eq!(m.regs.gpr[RAX], 0);
+    assert!(m.reports.is_empty(), "{:?}", m.reports);
+}
+
+#[test]
+fn evex_strlen_vpcmpb_kortest_kmov_tzcnt_has_no_report() {
+    let mut m = Machine::new();
+    hello_block(&mut m, 64);
+    m.regs.vector[16] = [0xff; 64];
+    m.step(asm(|a| a.vpxorq(zmm16, zmm16, zmm16)), |g| g.vector[16] = [0; 64]);
+    m.step(asm(|a| a.vpcmpb(k1, zmm16, zmmword_ptr(rdi), 0)), |g| g.opmask[1] = 1 << 5);
+    assert_eq!(m.regs.opmask[1], !0x3f);
+    m.step(asm(|a| a.kortestq(k1, k1)), |_| {});
+    m.step(asm(|a| a.je(0x1000u64)), |_| {});
+    m.step(asm(|a| a.kmovq(rax, k1)), |g| g.gpr[RAX] = 1 << 5);
+    m.step(asm(|a| a.tzcnt(rax, rax)), |_| {});
+    assert_eq!(m.regs.gpr[RAX], 0);
+    assert!(m.reports.is_empty(), "{:?}", m.reports);
+}
+
+#[test]
+fn sse2_strlen_on_an_undefined_string_reports_at_the_branch() {
+    let mut m = Machine::new();
+    m.guest.poke(S, &[0x41; 16]);
+    m.mem.set(S, &[0xff; 16]);
+    m.guest.gpr[RDI] = S;
+    m.step(asm(|a| a.pxor(xmm0, xmm0)), |_| {});
+    m.step(asm(|a| a.pcmpeqb(xmm0, xmmword_ptr(rdi))), |_| {});
+    m.step(asm(|a| a.pmovmskb(eax, xmm0)), |_| {});
+    m.step(asm(|a| a.test(eax, eax)), |_| {});
+    m.step(asm(|a| a.je(0x1000u64)), |_| {});
+    assert_eq!(m.reports.len(), 1);
+}
+
+#[test]
+fn copies_of_undefined_bytes_are_silent_and_keep_the_shadow() {
+    // movdqu struct copy with padding, then rep movsb, then rep stosb.
+    let mut m = Machine::new();
+    let pattern: Vec<u8> = (0..32).map(|i| if i % 5 == 0 { 0xff } else { 0 }).collect();
+    m.mem.set(S, &pattern);
+    m.guest.gpr[RSI] = S;
+    m.guest.gpr[RDI] = BLOCK;
+    m.step(asm(|a| a.movdqu(xmm3, xmmword_ptr(rsi))), |_| {});
+    m.step(asm(|a| a.movdqu(xmmword_ptr(rdi), xmm3)), |_| {});
+    assert_eq!(m.mem.get(BLOCK, 16), pattern[..16].to_vec());
+    m.guest.gpr[RCX] = 32;
+    m.step(asm(|a| a.rep().movsb()), |_| {});
+    assert_eq!(m.mem.get(BLOCK, 32), pattern);
+    m.regs.gpr[RAX] = 0x0f;
+    m.guest.gpr[RCX] = 4;
+    m.step(asm(|a| a.rep().stosd()), |_| {});
+    assert_eq!(m.mem.get(BLOCK, 17), [vec![0x0f, 0, 0, 0].repeat(4), vec![pattern[16]]].concat());
+    assert!(m.reports.is_empty(), "{:?}", m.reports);
+    // An undefined count is a conditional jump in Memcheck's eyes.
+    m.regs.gpr[RCX] = 1;
+    let out = m.step(asm(|a| a.rep().movsb()), |_| {});
+    assert_eq!(out.checks.iter().collect::<Vec<_>>(), vec![Check::Condition]);
+}
+
+#[test]
+fn repe_cmpsb_reports_when_it_reaches_undefined_bytes() {
+    let mut m = Machine::new();
+    m.guest.poke(S, b"abcX");
+    m.guest.poke(BLOCK, b"abcY");
+    m.mem.set(S + 3, &[0xff]);
+    m.guest.gpr[RSI] = S;
+    m.guest.gpr[RDI] = BLOCK;
+    m.guest.gpr[RCX] = 4;
+    let out = m.step(asm(|a| a.repe().cmpsb()), |_| {});
+    assert_eq!(out.checks.iter().collect::<Vec<_>>(), vec![Check::Condition]);
+    // Stopping at a defined difference before the undefined byte: silent.
+    m.guest.poke(BLOCK, b"abZY");
+    let out = m.step(asm(|a| a.repe().cmpsb()), |_| {});
+    assert!(out.checks.is_empty());
+}
