@@ -32,6 +32,7 @@ pub(crate) struct Global {
     pub report: bool,
     pub stats: bool,
     pub on_exit: Option<unsafe extern "C" fn(i32)>,
+    pub on_memory_syscall: Option<fn(&crate::MemorySyscall)>,
 }
 
 pub(crate) static GLOBAL: SpinLock<Global> = SpinLock::new(Global {
@@ -40,6 +41,7 @@ pub(crate) static GLOBAL: SpinLock<Global> = SpinLock::new(Global {
     report: false,
     stats: false,
     on_exit: None,
+    on_memory_syscall: None,
 });
 
 static EXIT_REPORTED: AtomicU64 = AtomicU64::new(0);
@@ -50,6 +52,7 @@ const SYS_MMAP: u64 = 9;
 const MAP_FIXED: u64 = 0x10;
 const SYS_MPROTECT: u64 = 10;
 const SYS_MUNMAP: u64 = 11;
+const SYS_BRK: u64 = 12;
 const SYS_MREMAP: u64 = 25;
 const PROT_EXEC: u64 = 4;
 const PROT_WRITE: u64 = 2;
@@ -293,6 +296,12 @@ fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
             }
             Action::Run(signals::sigreturn_tramp(ctx))
         }
+        SYS_MMAP | SYS_MUNMAP | SYS_MREMAP | SYS_BRK
+            if GLOBAL.lock().on_memory_syscall.is_some() =>
+        {
+            memory_syscall(ctx, pc);
+            Action::Emulated
+        }
         // mmap(MAP_FIXED) replaces whatever was mapped there, code included.
         SYS_MMAP if ctx.gregs[c::R10] & MAP_FIXED != 0 => {
             invalidate(ctx.gregs[c::RDI], ctx.gregs[c::RSI]);
@@ -317,6 +326,48 @@ fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
             Action::Emulated
         }
         _ => Action::Run(host),
+    }
+}
+
+/// Performs a guest `mmap`, `munmap`, `mremap` or `brk` here, dropping the translations of
+/// what it unmaps or replaces first, and tells the embedder what it did. None of them can be
+/// interrupted by a signal (no `EINTR`), so running them from the dispatcher changes nothing
+/// the guest can see but `rcx` and `r11`, which the `syscall` instruction clobbers anyway.
+fn memory_syscall(ctx: &mut ThreadCtx, pc: u64) {
+    let g = &ctx.gregs;
+    let nr = g[c::RAX];
+    let args = [g[c::RDI], g[c::RSI], g[c::RDX], g[c::R10], g[8], g[9]];
+    let regs = crate::probe::GuestRegs {
+        gpr: ctx.gregs,
+        rip: pc,
+        rflags: ctx.gflags,
+    };
+    match nr {
+        SYS_MMAP if args[3] & MAP_FIXED != 0 => invalidate(args[0], args[1]),
+        SYS_MUNMAP | SYS_MREMAP => invalidate(args[0], args[1]),
+        _ => {}
+    }
+    // SAFETY: the guest's own system call with its own arguments; the kernel validates them.
+    let result = unsafe {
+        oxgrind_sys::syscall::syscall6(
+            nr as usize,
+            args[0] as usize,
+            args[1] as usize,
+            args[2] as usize,
+            args[3] as usize,
+            args[4] as usize,
+            args[5] as usize,
+        )
+    } as i64;
+    ctx.gregs[c::RAX] = result as u64;
+    let hook = GLOBAL.lock().on_memory_syscall;
+    if let Some(hook) = hook {
+        hook(&crate::MemorySyscall {
+            nr,
+            args,
+            result,
+            regs,
+        });
     }
 }
 

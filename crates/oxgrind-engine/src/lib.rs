@@ -121,6 +121,26 @@ pub struct Config {
     /// The tools' instrumentation: asked about every block before it is translated (see
     /// [`probe`]).
     pub instrument: Option<&'static dyn probe::Instrument>,
+    /// Called on the engine stack, with the thread stopped, after each guest `mmap`,
+    /// `munmap`, `mremap` and `brk` (which the engine then performs itself): the page-level
+    /// view of memory (Massif's `--pages-as-heap`), without a seccomp trap, which cannot work
+    /// under the engine (the guest's system calls run from the code cache). Like a probe
+    /// callback, it must not call into the program or block on a lock guest code may hold.
+    pub on_memory_syscall: Option<fn(&MemorySyscall)>,
+}
+
+/// A guest system call that maps or unmaps memory, just performed (see
+/// [`Config::on_memory_syscall`]).
+#[derive(Clone, Copy, Debug)]
+pub struct MemorySyscall {
+    /// `mmap` 9, `munmap` 11, `brk` 12, `mremap` 25.
+    pub nr: u64,
+    /// rdi, rsi, rdx, r10, r8, r9.
+    pub args: [u64; 6],
+    /// What the kernel returned (negative: `-errno`).
+    pub result: i64,
+    /// The guest's registers before the call; `rip` is the `syscall` instruction.
+    pub regs: probe::GuestRegs,
 }
 
 impl core::fmt::Debug for Config {
@@ -132,6 +152,7 @@ impl core::fmt::Debug for Config {
             .field("out_fd", &self.out_fd)
             .field("far_code_cache", &self.far_code_cache)
             .field("instrument", &self.instrument.is_some())
+            .field("on_memory_syscall", &self.on_memory_syscall.is_some())
             .finish()
     }
 }
@@ -146,6 +167,7 @@ impl Default for Config {
             far_code_cache: false,
             on_exit: None,
             instrument: None,
+            on_memory_syscall: None,
         }
     }
 }
@@ -232,6 +254,7 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
         g.report = config.report_at_exit;
         g.stats = config.stats;
         g.on_exit = config.on_exit;
+        g.on_memory_syscall = config.on_memory_syscall;
     }
     *dispatch::CACHE.lock() = Some(cache::CodeCache::new(
         translate::Options {
