@@ -61,11 +61,15 @@ extern "C" fn on_load() {
         hooks::open_self(&stacks::self_path());
     }
     if let Some(rt) = state::runtime() {
-        let n = rt.needs;
-        if n.translation || n.count_instructions || n.instrument {
-            start_engine(n);
+        if wants_engine(&rt.needs) {
+            start_engine(rt.needs);
         }
     }
+}
+
+/// Whether the tool's needs make the program run under the translation engine.
+pub fn wants_engine(n: &oxgrind_tool::Needs) -> bool {
+    n.translation || n.count_instructions || n.instrument
 }
 
 /// Hands the program to the translation engine: when this returns, the rest of our
@@ -80,8 +84,16 @@ fn start_engine(needs: oxgrind_tool::Needs) {
         } else {
             None
         },
+        on_memory_syscall: if needs.page_events {
+            Some(pages::on_engine_syscall)
+        } else {
+            None
+        },
         ..Default::default()
     };
+    if needs.page_events {
+        pages::before_engine();
+    }
     // SAFETY: called once, from our ELF constructor, on the main thread before any other
     // thread exists; our global allocator is the private heap and we link with -z now, as
     // start_from_constructor requires.
@@ -90,6 +102,9 @@ fn start_engine(needs: oxgrind_tool::Needs) {
             2,
             format!("oxgrind: the translation engine could not start ({e:?}); the program runs natively\n").as_bytes(),
         );
+        if needs.page_events {
+            pages::engine_failed();
+        }
     }
 }
 

@@ -2,24 +2,37 @@
 //! the program makes, glibc's own included.
 //!
 //! Interposing the libc wrappers would miss most of them: glibc's malloc grows its heap with
-//! internal calls to `mmap` and `brk` that never go through the PLT. So, as a sandbox
-//! would, we install a seccomp filter that traps exactly these four system calls when they
-//! are issued from anywhere but our own library. The SIGSYS handler performs the call itself
-//! (from our code, so the filter lets it through), puts the result where the program expects
-//! it, and reports the pages with the stack at the system call.
+//! internal calls to `mmap` and `brk` that never go through the PLT. Two ways to see them
+//! all, one per way the program runs:
 //!
-//! The handler only performs the call, captures the stack and queues the event: a call
-//! trapped inside glibc's malloc holds its arena lock, and naming a new stack (which Massif
+//! * **Under the translation engine** (`--time-unit=i`, the default, or any tool that
+//!   translates), the engine performs these four system calls itself and calls
+//!   [`on_engine_syscall`] with the arguments, the result and the guest registers
+//!   (`oxgrind_engine::Config::on_memory_syscall`). Calls made from our own library (the
+//!   private heap) or while the runtime works (a libc call of ours) are left out.
+//! * **Natively** (`--time-unit=ms` or `B`), as a sandbox would, a seccomp filter traps exactly
+//!   these four system calls when they are issued from anywhere but our own library. The
+//!   SIGSYS handler performs the call itself (from our code, so the filter lets it through),
+//!   puts the result where the program expects it, and reports the pages. A seccomp trap
+//!   cannot work under the engine: the program's system calls execute from the code cache,
+//!   not from where the filter expects them, and the handler's own call would be trapped
+//!   again (that is how every program used to crash with `--time-unit=i`).
+//!
+//! Either way the event is captured with the stack at the system call and queued: a call
+//! made inside glibc's malloc holds its arena lock, and naming a new stack (which Massif
 //! does) may allocate. Queued events reach the tool in order at the next safe point: the
 //! next allocator call on any thread, or the final report.
 //!
-//! Mappings that exist when we start (the executable, ld.so, the libraries it mapped, the
-//! initial stack) are reported once, on the empty stack `[0]`, which Massif prints as
-//! `0x0: ???`, as Valgrind does for what it maps before the program starts.
+//! Mappings that exist when we start watching (the executable, ld.so, the libraries it
+//! mapped, the initial stack; under the engine, everything mapped before it takes over) are
+//! reported once, on the empty stack `[0]`, which Massif prints as `0x0: ???`, as Valgrind
+//! does for what it maps before the program starts. Our own library is left out, its
+//! zero-filled data (the anonymous mapping right after its last segment) included.
 //!
-//! Costs and side effects, all confined to this mode: a filter runs on every system call;
-//! the process gets `no_new_privs` (required to install a filter without privileges), so
-//! set-user-ID programs it executes do not gain privileges; SIGSYS belongs to oxgrind.
+//! Costs and side effects of the native way, all confined to this mode: a filter runs on
+//! every system call; the process gets `no_new_privs` (required to install a filter without
+//! privileges), so set-user-ID programs it executes do not gain privileges; SIGSYS belongs to
+//! oxgrind.
 
 use core::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -126,20 +139,71 @@ const RET_ALLOW: u32 = 0x7fff_0000;
 const RET_TRAP: u32 = 0x0003_0000;
 const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
 
-/// Reports the mappings that exist now, installs the SIGSYS handler and the filter.
-/// Returns an error text when the kernel refuses (then page events are simply absent).
+/// Starts watching page events at set-up. Under the engine nothing happens yet: the start-up
+/// mappings are taken when the engine takes over ([`before_engine`]) and the engine reports
+/// the rest. Natively: reports the mappings that exist now, installs the SIGSYS handler and
+/// the filter. Returns an error text when the kernel refuses (then page events are simply
+/// absent).
 pub fn install() -> Result<(), &'static str> {
-    if state::runtime().is_none() {
+    let Some(rt) = state::runtime() else {
+        return Ok(());
+    };
+    if crate::wants_engine(&rt.needs) {
         return Ok(());
     }
+    start_watching();
+    install_filter()
+}
+
+/// Under the engine: the mappings that exist just before it takes over, and the break.
+pub fn before_engine() {
+    if state::runtime().is_some() {
+        start_watching();
+    }
+}
+
+/// The engine could not start: the program runs natively, so the filter it is.
+pub fn engine_failed() {
+    if state::runtime().is_some() {
+        if let Err(why) = install_filter() {
+            oxgrind_sys::fd::write_all(2, format!("oxgrind: {why}\n").as_bytes());
+        }
+    }
+}
+
+fn start_watching() {
+    report_startup_mappings();
+    // SAFETY: brk(0) only queries the current break.
+    BRK.store(unsafe { syscall1(SYS_BRK, 0) } as u64, Ordering::Release);
+}
+
+/// A guest memory system call the engine has just performed (`Config::on_memory_syscall`).
+pub fn on_engine_syscall(call: &oxgrind_engine::MemorySyscall) {
+    if (-4095..0).contains(&call.result) {
+        return;
+    }
+    let (lo, hi) = crate::stacks::self_text();
+    let pc = call.regs.rip;
+    if lo <= pc && pc < hi {
+        return; // our own raw system call (the private heap): not the program's
+    }
+    let a = call.args.map(|x| x as usize);
+    let r = &call.regs;
+    report(
+        call.nr as usize,
+        a,
+        call.result as u64,
+        r.rip,
+        r.rsp(),
+        r.rbp(),
+    );
+}
+
+fn install_filter() -> Result<(), &'static str> {
     let (lo, hi) = crate::stacks::self_text();
     if lo == 0 || (lo >> 32) != ((hi - 1) >> 32) {
         return Err("cannot locate oxgrind's own code for the system-call filter");
     }
-    report_startup_mappings();
-    // SAFETY: brk(0) only queries the current break.
-    BRK.store(unsafe { syscall1(SYS_BRK, 0) } as u64, Ordering::Release);
-
     crate::exit::set_handler_nodefer(SIGSYS, on_sigsys as *const () as usize);
     ACTIVE.store(true, Ordering::Release);
 
@@ -197,8 +261,18 @@ fn report_startup_mappings() {
         }
     });
     let tid = guard::tid();
+    // End of our library's last mapping: the anonymous mapping that starts there is its
+    // zero-filled data (.bss), ours too.
+    let mut self_end = 0;
     for m in crate::roots::read_maps() {
-        if m.path == self_path || m.path == "[vsyscall]" || m.path == "[vvar]" {
+        if m.path == self_path {
+            self_end = m.end;
+            continue;
+        }
+        if m.path.is_empty() && m.start == self_end {
+            continue;
+        }
+        if matches!(m.path.as_str(), "[vsyscall]" | "[vvar]" | "[vvar_vclock]") {
             continue;
         }
         if ours.iter().any(|&(s, e)| s < m.end && m.start < e) {
@@ -212,11 +286,6 @@ fn report_startup_mappings() {
         };
         rt.tool.on_map(&HOST, &ev);
     }
-}
-
-/// The stack at a trapped system call: its own address first, then the callers.
-fn stack_at(gregs: *const u64, depth: usize) -> StackId {
-    crate::stacks::capture_at(&STACKS, gregs, depth)
 }
 
 extern "C" fn on_sigsys(_sig: c_int, info: *mut c_void, ctx: *mut c_void) {
@@ -239,11 +308,20 @@ extern "C" fn on_sigsys(_sig: c_int, info: *mut c_void, ctx: *mut c_void) {
         if (-4095..0).contains(&ret) {
             return;
         }
-        report(nr, a, ret as u64, gregs);
+        report(
+            nr,
+            a,
+            ret as u64,
+            *gregs.add(16),
+            *gregs.add(15),
+            *gregs.add(10),
+        );
     }
 }
 
-fn report(nr: usize, a: [usize; 6], ret: u64, gregs: *const u64) {
+/// Queues the page event of a successful system call made at `pc` (stack pointer `sp`,
+/// frame pointer `bp`): the stack is its own address first, then the callers.
+fn report(nr: usize, a: [usize; 6], ret: u64, pc: u64, sp: u64, bp: u64) {
     if guard::inside() {
         return; // oxgrind's own mapping (through a libc call), not the program's
     }
@@ -251,7 +329,7 @@ fn report(nr: usize, a: [usize; 6], ret: u64, gregs: *const u64) {
     let Some(_inside) = Entered::try_enter() else {
         return;
     };
-    let stack = stack_at(gregs, rt.needs.stack_depth);
+    let stack: StackId = crate::stacks::capture_regs(&STACKS, pc, sp, bp, rt.needs.stack_depth);
     let tid = guard::tid();
     let ev = |addr: u64, len: u64| Mapping {
         addr,

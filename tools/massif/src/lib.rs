@@ -32,8 +32,7 @@
 //!   are smaller than Valgrind's by the start-up it cannot see (the dynamic loader and libc's
 //!   initialisation: 131,915 instructions for a C program linked with libc alone, ≈1.8
 //!   million with libstdc++), otherwise equal to within a few instructions per call; see
-//!   `docs/differences-from-valgrind.md`. The default stays `ms` until the engine fixes `i`
-//!   needs are in ([`options::DEFAULT_TIME_UNIT`]).
+//!   `docs/differences-from-valgrind.md`.
 //! * `--stacks=yes` needs stack-pointer tracking by the engine and is refused.
 //! * The "startup" snapshot (Valgrind takes it when the first basic block is translated) is
 //!   taken when the first heap event arrives, or at exit if none did, with time 0 and an empty

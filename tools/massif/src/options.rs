@@ -31,8 +31,7 @@ impl TimeUnit {
 }
 
 /// `--time-unit` when none is given: Valgrind's, `i` (instructions, counted by the
-/// translation engine). Except with `--pages-as-heap=yes`, whose system-call traps do not
-/// work under the engine yet: there the default is `ms` (see `Options::check`).
+/// translation engine), `--pages-as-heap=yes` included.
 pub const DEFAULT_TIME_UNIT: TimeUnit = TimeUnit::Instructions;
 
 /// Largest `--depth` (Valgrind's MAX_DEPTH).
@@ -228,9 +227,6 @@ impl Options {
         if self.pages_as_heap {
             // No heap admin on pages.
             self.heap_admin = 0;
-            if !self.time_unit_given {
-                self.time_unit = TimeUnit::Ms;
-            }
         }
         Ok(())
     }
