@@ -36,7 +36,7 @@ impl Default for TestGuest {
 impl TestGuest {
     pub fn poke(&mut self, addr: u64, bytes: &[u8]) {
         for (i, b) in bytes.iter().enumerate() {
-            self.memory.insert(addr + i as u64, *b);
+            self.memory.insert(addr.wrapping_add(i as u64), *b);
         }
     }
 }
@@ -59,7 +59,7 @@ impl Guest for TestGuest {
     }
     fn read_memory(&self, address: u64, out: &mut [u8]) -> bool {
         for (i, b) in out.iter_mut().enumerate() {
-            *b = *self.memory.get(&(address + i as u64)).unwrap_or(&0);
+            *b = *self.memory.get(&(address.wrapping_add(i as u64))).unwrap_or(&0);
         }
         true
     }
@@ -74,19 +74,19 @@ impl MapShadow {
         self.store(addr, shadow);
     }
     pub fn get(&self, addr: u64, len: usize) -> Vec<u8> {
-        (0..len).map(|i| *self.0.get(&(addr + i as u64)).unwrap_or(&0)).collect()
+        (0..len).map(|i| *self.0.get(&(addr.wrapping_add(i as u64))).unwrap_or(&0)).collect()
     }
 }
 
 impl ShadowMemory for MapShadow {
     fn load(&mut self, address: u64, out: &mut [u8]) {
         for (i, b) in out.iter_mut().enumerate() {
-            *b = *self.0.get(&(address + i as u64)).unwrap_or(&0);
+            *b = *self.0.get(&(address.wrapping_add(i as u64))).unwrap_or(&0);
         }
     }
     fn store(&mut self, address: u64, shadow: &[u8]) {
         for (i, b) in shadow.iter().enumerate() {
-            self.0.insert(address + i as u64, *b);
+            self.0.insert(address.wrapping_add(i as u64), *b);
         }
     }
 }
