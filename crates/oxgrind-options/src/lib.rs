@@ -16,10 +16,10 @@ use oxgrind_tool::{OptionError, Tool};
 pub mod template;
 
 /// The tools oxgrind knows, in `--help` order.
-pub const TOOLS: &[&str] = &["memcheck", "massif", "dhat", "none"];
+pub const TOOLS: &[&str] = &["memcheck", "massif", "dhat", "cachegrind", "none"];
 
 /// Valgrind tools oxgrind does not implement yet: named so the user gets a clear answer.
-pub const PLANNED_TOOLS: &[&str] = &["cachegrind", "callgrind", "helgrind", "drd"];
+pub const PLANNED_TOOLS: &[&str] = &["callgrind", "helgrind", "drd"];
 
 /// Where the `==PID==` log goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,6 +98,7 @@ pub fn new_tool(name: &str) -> Result<Box<dyn Tool>, OptionError> {
         "massif" => Ok(Box::new(oxgrind_massif::Massif::new())),
         "memcheck" => Ok(Box::new(oxgrind_memcheck::Memcheck::new())),
         "dhat" => Ok(Box::new(oxgrind_dhat::Dhat::new())),
+        "cachegrind" => Ok(Box::new(oxgrind_cachegrind::Cachegrind::new())),
         "none" => Ok(Box::new(oxgrind_none::Nulgrind::new())),
         other if PLANNED_TOOLS.contains(&other) => Err(OptionError(format!(
             "the tool '{other}' is not implemented in oxgrind yet (available: {})",

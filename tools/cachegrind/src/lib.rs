@@ -1,0 +1,362 @@
+//! Cachegrind: simulates the program's I1, D1 and LL caches and its branch predictors with
+//! Valgrind 3.19's model, and writes the counts per source line as `cachegrind.out.<pid>`
+//! (formats.md §7), with Valgrind's summary on stderr.
+//!
+//! * [`config`]: which caches (`--I1/--D1/--LL`, or CPUID as Valgrind reads it);
+//! * [`sim`]: the caches, the predictors and the per-instruction costs, fed one event
+//!   stream in program order;
+//! * [`adapter`]: how the engine's probes become that stream (and what Valgrind counts as
+//!   an instruction, a read, a write, a branch).
+//!
+//! Threads run in parallel under oxgrind; Valgrind runs one at a time and all share one
+//! simulated machine. We keep that: one [`sim::Simulator`], behind a spin lock, fed by every
+//! thread; interleavings differ from Valgrind's (which switches threads every 100,000
+//! blocks), so per-thread miss counts in a multi-threaded program can differ where threads
+//! share lines (see docs/differences-from-valgrind.md, Cachegrind).
+//!
+//! Costs are kept per translated instruction and resolved to (file, function, line) once,
+//! at exit, through [`Host::describe`]: the run itself does no symbol work.
+
+pub mod adapter;
+pub mod config;
+pub mod sim;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use oxgrind_formats::cachegrind::{self, CacheConfig, CachegrindFile, Record, Totals};
+use oxgrind_tool::instrument::{Access, GuestRegs, Instruction, Plan};
+use oxgrind_tool::sync::SpinLock;
+use oxgrind_tool::{Addr, Exit, Host, Needs, OptionError, Tool};
+
+use sim::Simulator;
+
+/// Command-line options.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub i1: Option<CacheConfig>,
+    pub d1: Option<CacheConfig>,
+    pub ll: Option<CacheConfig>,
+    pub cache_sim: bool,
+    pub branch_sim: bool,
+    pub out_file: String,
+    pub quiet: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            i1: None,
+            d1: None,
+            ll: None,
+            cache_sim: true,
+            branch_sim: false,
+            out_file: "cachegrind.out.%p".into(),
+            quiet: false,
+        }
+    }
+}
+
+/// The Cachegrind tool. Create with [`Cachegrind::new`], feed options, hand to the runtime.
+pub struct Cachegrind {
+    opts: Options,
+    chosen: Option<config::Chosen>,
+    sim: SpinLock<Option<Simulator>>,
+    /// The pc of each cost index, in index order (an instruction translated twice gets two).
+    pcs: SpinLock<Vec<Addr>>,
+    started: AtomicBool,
+    finished: AtomicBool,
+}
+
+impl Default for Cachegrind {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// `Vg_FnNameBelowMain`: the functions that call `main`, shown as `(below main)`.
+fn is_below_main(name: &str) -> bool {
+    name == "__libc_start_main"
+        || name == "__libc_start_call_main"
+        || name.starts_with("__libc_start_main.")
+        || name == "generic_start_main"
+        || name.starts_with("generic_start_main.")
+        || name == "_start"
+}
+
+fn yes_no(opt: &str, v: &str) -> Result<bool, OptionError> {
+    match v {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => Err(OptionError(format!(
+            "Bad option: {opt}: expected 'yes' or 'no'"
+        ))),
+    }
+}
+
+impl Cachegrind {
+    pub fn new() -> Self {
+        Cachegrind {
+            opts: Options::default(),
+            chosen: None,
+            sim: SpinLock::new(None),
+            pcs: SpinLock::new(Vec::new()),
+            started: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
+        }
+    }
+
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+
+    /// (file, function, line) of a code address, as Cachegrind names them.
+    fn locate(host: &dyn Host, pc: Addr) -> (String, String, u32) {
+        let frames = host.describe(pc);
+        let func = frames
+            .last()
+            .and_then(|f| f.function.clone())
+            .map(|f| {
+                if is_below_main(&f) {
+                    "(below main)".to_string()
+                } else {
+                    f
+                }
+            })
+            .unwrap_or_else(|| "???".into());
+        match frames.first() {
+            Some(f) if f.file.is_some() && f.line > 0 => {
+                let file = f.file.as_deref().unwrap_or("???");
+                let path = match f.dir.as_deref() {
+                    Some(d) if !d.is_empty() => format!("{d}/{file}"),
+                    _ => file.to_string(),
+                };
+                (path, func, f.line)
+            }
+            _ => ("???".into(), func, 0),
+        }
+    }
+
+    /// The file's model from the costs charged so far.
+    fn build(&self, host: &dyn Host, costs: &[sim::Costs]) -> (CachegrindFile, Totals) {
+        let pcs = self.pcs.lock().clone();
+        let mut by_pc: HashMap<Addr, sim::Costs> = HashMap::new();
+        for (id, c) in costs.iter().enumerate() {
+            if c.iter().all(|&n| n == 0) {
+                continue;
+            }
+            let Some(&pc) = pcs.get(id) else { continue };
+            let slot = by_pc.entry(pc).or_insert([0; 13]);
+            for k in 0..13 {
+                slot[k] += c[k];
+            }
+        }
+        let columns: Vec<usize> = {
+            let mut v: Vec<usize> = if self.opts.cache_sim {
+                (0..9).collect()
+            } else {
+                vec![sim::IR]
+            };
+            if self.opts.branch_sim {
+                v.extend(9..13);
+            }
+            v
+        };
+        let mut lines: BTreeMap<(String, String, u32), Vec<u64>> = BTreeMap::new();
+        let mut all = [0u64; 13];
+        let mut pcs_sorted: Vec<_> = by_pc.into_iter().collect();
+        pcs_sorted.sort_by_key(|(pc, _)| *pc);
+        for (pc, c) in pcs_sorted {
+            for k in 0..13 {
+                all[k] += c[k];
+            }
+            let key = Self::locate(host, pc);
+            let v = lines.entry(key).or_insert_with(|| vec![0; columns.len()]);
+            for (slot, &k) in v.iter_mut().zip(&columns) {
+                *slot += c[k];
+            }
+        }
+        let mut records: Vec<Record> = lines
+            .into_iter()
+            .map(|((file, func, line), counts)| Record {
+                file,
+                func,
+                line,
+                counts,
+            })
+            .collect();
+        cachegrind::sort_records(&mut records);
+        let chosen = self.chosen.as_ref();
+        let desc = match chosen {
+            Some(c) => CacheConfig::desc_lines(&c.i1, &c.d1, &c.ll),
+            None => vec![],
+        };
+        let file = CachegrindFile {
+            desc,
+            cmd: host.command_line().join(" "),
+            events: cachegrind::event_names(self.opts.cache_sim, self.opts.branch_sim),
+            records,
+            summary: columns.iter().map(|&k| all[k]).collect(),
+        };
+        let t = Totals {
+            ir: all[sim::IR],
+            i1mr: all[sim::I1MR],
+            ilmr: all[sim::ILMR],
+            dr: all[sim::DR],
+            d1mr: all[sim::D1MR],
+            dlmr: all[sim::DLMR],
+            dw: all[sim::DW],
+            d1mw: all[sim::D1MW],
+            dlmw: all[sim::DLMW],
+            bc: all[sim::BC],
+            bcm: all[sim::BCM],
+            bi: all[sim::BI],
+            bim: all[sim::BIM],
+        };
+        (file, t)
+    }
+}
+
+impl Tool for Cachegrind {
+    fn name(&self) -> &'static str {
+        "cachegrind"
+    }
+
+    fn help(&self) -> &'static str {
+        "    --I1=<size>,<assoc>,<line_size>  set I1 cache manually
+    --D1=<size>,<assoc>,<line_size>  set D1 cache manually
+    --LL=<size>,<assoc>,<line_size>  set LL cache manually
+    --cache-sim=yes|no               collect cache stats? [yes]
+    --branch-sim=yes|no              collect branch prediction stats? [no]
+    --cachegrind-out-file=<file>     output file name [cachegrind.out.%p]
+"
+    }
+
+    fn parse_option(&mut self, arg: &str) -> Result<bool, OptionError> {
+        let (name, value) = arg.split_once('=').unwrap_or((arg, ""));
+        match name {
+            "-q" | "--quiet" => self.opts.quiet = true,
+            "-v" | "--verbose" => self.opts.quiet = false,
+            "--I1" => self.opts.i1 = Some(config::parse(name, value).map_err(OptionError)?),
+            "--D1" => self.opts.d1 = Some(config::parse(name, value).map_err(OptionError)?),
+            "--LL" | "--L2" => {
+                self.opts.ll = Some(config::parse(name, value).map_err(OptionError)?)
+            }
+            "--cache-sim" => self.opts.cache_sim = yes_no(name, value)?,
+            "--branch-sim" => self.opts.branch_sim = yes_no(name, value)?,
+            "--cachegrind-out-file" => {
+                if value.is_empty() {
+                    return Err(OptionError(
+                        "Bad option: --cachegrind-out-file: empty file name".into(),
+                    ));
+                }
+                self.opts.out_file = value.to_string();
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    fn post_options(&mut self) -> Result<(), OptionError> {
+        let chosen =
+            config::choose(self.opts.i1, self.opts.d1, self.opts.ll).map_err(OptionError)?;
+        *self.sim.lock() = Some(Simulator::new(
+            &chosen.i1,
+            &chosen.d1,
+            &chosen.ll,
+            self.opts.cache_sim,
+            self.opts.branch_sim,
+        ));
+        self.chosen = Some(chosen);
+        Ok(())
+    }
+
+    fn needs(&self) -> Needs {
+        Needs {
+            translation: true,
+            instrument: true,
+            ignores_heap: true,
+            ..Needs::default()
+        }
+    }
+
+    fn on_start(&self, host: &dyn Host) {
+        if self.opts.quiet || self.started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let mut out = String::new();
+        oxgrind_formats::memcheck_text::tool_banner(
+            &mut out,
+            host.pid(),
+            "Cachegrind, a cache and branch-prediction profiler",
+            "Copyright (C) 2002-2017, and GNU GPL'd, by Nicholas Nethercote et al.",
+            host.command_line(),
+            None,
+        );
+        if let Some(c) = &self.chosen {
+            for w in &c.warnings {
+                out.push_str(&format!("--{}-- {w}\n", host.pid()));
+            }
+        }
+        host.log(&out);
+    }
+
+    fn instrument(&self, _pc: Addr, block: &[Instruction], plan: &mut Plan) {
+        adapter::instrument(block, plan, &mut |pc| {
+            let mut pcs = self.pcs.lock();
+            pcs.push(pc);
+            (pcs.len() - 1) as u32
+        });
+    }
+
+    fn on_pc(&self, _host: &dyn Host, regs: &GuestRegs, data: u64) {
+        // SAFETY: every pc probe of this tool carries an `InstrInfo` made by `instrument`.
+        let info = unsafe { adapter::info(data) };
+        if let Some(sim) = self.sim.lock().as_mut() {
+            adapter::on_pc(sim, info, regs);
+        }
+    }
+
+    fn on_accesses(&self, _host: &dyn Host, accesses: &[Access], regs: &GuestRegs, data: u64) {
+        // SAFETY: as in `on_pc`.
+        let info = unsafe { adapter::info(data) };
+        if let Some(sim) = self.sim.lock().as_mut() {
+            adapter::on_accesses(sim, info, accesses, regs);
+        }
+    }
+
+    fn fini(&self, host: &dyn Host, exit: Exit) {
+        if self.finished.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let talk = !self.opts.quiet && !matches!(exit, Exit::Exec);
+        let costs = match self.sim.lock().as_ref() {
+            Some(s) => s.costs.clone(),
+            None => return,
+        };
+        let (file, totals) = self.build(host, &costs);
+        let path = match host.expand_output_path(&self.opts.out_file) {
+            Ok(p) => p,
+            Err(e) => {
+                host.log(&format!("cachegrind: --cachegrind-out-file: {}\n", e.0));
+                return;
+            }
+        };
+        let text = cachegrind::write(&file);
+        if host.write_file(&path, text.as_bytes()).is_err() {
+            host.log(&format!(
+                "=={}== error: can't open cache simulation output file '{path}'\n",
+                host.pid()
+            ));
+        }
+        if talk {
+            let pid = host.pid();
+            let mut out = format!("=={pid}== \n");
+            for l in cachegrind::summary_text(&totals, self.opts.cache_sim, self.opts.branch_sim)
+            {
+                out.push_str(&format!("=={pid}== {l}\n"));
+            }
+            host.log(&out);
+        }
+    }
+}

@@ -1,0 +1,361 @@
+//! The simulated machine: I1, D1 and LL caches and the two branch predictors, with Valgrind
+//! 3.19's model (`cachegrind/cg_sim.c`, `cg_branchpred.c`), and the per-instruction costs
+//! they produce.
+//!
+//! [`Simulator`] consumes one event stream in program order: an instruction fetch
+//! ([`Simulator::instr`]), its data accesses ([`Simulator::data`]), conditional and indirect
+//! branch outcomes ([`Simulator::cond_branch`], [`Simulator::ind_branch`]). Where the
+//! events come from (clean-call probes today, the per-thread trace buffer later) is the
+//! adapter's business (`crate::adapter`); this module knows nothing of the engine.
+//!
+//! The caches, as Valgrind's: set-associative, bit-selection set index, the block number as
+//! tag, each set an MRU-ordered array (LRU replacement), write-allocate with writes treated
+//! as reads, LL looked up only on an L1 miss. An access that straddles two lines looks up
+//! both and is one miss if either misses. Every tag starts at 0, as Valgrind's arrays are
+//! zeroed.
+
+use oxgrind_formats::cachegrind::CacheConfig;
+
+/// One set-associative cache.
+pub struct Cache {
+    assoc: usize,
+    sets_min_1: u64,
+    line_bits: u32,
+    /// `sets * assoc` tags; each set's slice is ordered most recently used first.
+    tags: Vec<u64>,
+}
+
+impl Cache {
+    /// `config` must have been validated (`crate::config::check`).
+    pub fn new(config: &CacheConfig) -> Cache {
+        let sets = config.size / config.line / config.assoc;
+        Cache {
+            assoc: config.assoc as usize,
+            sets_min_1: sets - 1,
+            line_bits: config.line.trailing_zeros(),
+            tags: vec![0; (sets * config.assoc) as usize],
+        }
+    }
+
+    pub fn line_bits(&self) -> u32 {
+        self.line_bits
+    }
+
+    /// Looks `block` up in its set, making it the most recently used; true on a miss (the
+    /// least recently used tag is evicted).
+    #[inline]
+    fn set_ref_is_miss(&mut self, block: u64) -> bool {
+        let set = (block & self.sets_min_1) as usize;
+        let ways = &mut self.tags[set * self.assoc..(set + 1) * self.assoc];
+        if ways[0] == block {
+            return false;
+        }
+        let pos = ways.iter().position(|&t| t == block);
+        let end = pos.unwrap_or(self.assoc - 1);
+        ways.copy_within(0..end, 1);
+        ways[0] = block;
+        pos.is_none()
+    }
+
+    /// One access of `size` bytes at `addr`: true if it misses. An access straddling two
+    /// lines looks both up (both update the state) and misses if either does.
+    #[inline]
+    pub fn ref_is_miss(&mut self, addr: u64, size: u64) -> bool {
+        let b1 = addr >> self.line_bits;
+        let b2 = addr.wrapping_add(size.max(1) - 1) >> self.line_bits;
+        if b1 == b2 {
+            self.set_ref_is_miss(b1)
+        } else {
+            // Sizes are clamped to the smallest line size, so at most two lines.
+            let m1 = self.set_ref_is_miss(b1);
+            let m2 = self.set_ref_is_miss(b2);
+            m1 || m2
+        }
+    }
+}
+
+/// Valgrind's conditional-branch predictor: 2^14 two-bit saturating counters indexed by 7
+/// bits of global taken history and the low 7 bits of the branch address (x86 uses them
+/// as they are).
+pub struct CondPredictor {
+    history: u64,
+    counters: Vec<u8>,
+}
+
+const HIST_BITS: u32 = 7;
+const IADDR_BITS: u32 = 7;
+
+impl CondPredictor {
+    pub fn new() -> Self {
+        CondPredictor {
+            history: 0,
+            counters: vec![0; 1 << (HIST_BITS + IADDR_BITS)],
+        }
+    }
+
+    /// Records the outcome of the branch at `pc`; true if it was mispredicted.
+    pub fn predict(&mut self, pc: u64, taken: bool) -> bool {
+        let hist = self.history & ((1 << HIST_BITS) - 1);
+        let idx = ((hist << IADDR_BITS) | (pc & ((1 << IADDR_BITS) - 1))) as usize;
+        let c = &mut self.counters[idx];
+        let predicted = *c >= 2;
+        self.history = (self.history << 1) | u64::from(taken);
+        if taken {
+            *c = (*c + 1).min(3);
+        } else {
+            *c = c.saturating_sub(1);
+        }
+        predicted != taken
+    }
+}
+
+impl Default for CondPredictor {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Valgrind's indirect-branch predictor: 512 entries indexed by the low 9 address bits,
+/// each the last target seen there.
+pub struct IndPredictor {
+    targets: Vec<u64>,
+}
+
+impl IndPredictor {
+    pub fn new() -> Self {
+        IndPredictor {
+            targets: vec![0; 512],
+        }
+    }
+
+    pub fn predict(&mut self, pc: u64, target: u64) -> bool {
+        let slot = &mut self.targets[(pc & 511) as usize];
+        let miss = *slot != target;
+        *slot = target;
+        miss
+    }
+}
+
+impl Default for IndPredictor {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Event counts of one instruction, in cachegrind.out's column order.
+pub type Costs = [u64; 13];
+pub const IR: usize = 0;
+pub const I1MR: usize = 1;
+pub const ILMR: usize = 2;
+pub const DR: usize = 3;
+pub const D1MR: usize = 4;
+pub const DLMR: usize = 5;
+pub const DW: usize = 6;
+pub const D1MW: usize = 7;
+pub const DLMW: usize = 8;
+pub const BC: usize = 9;
+pub const BCM: usize = 10;
+pub const BI: usize = 11;
+pub const BIM: usize = 12;
+
+/// The whole simulated machine and the costs it charged, per instruction id.
+pub struct Simulator {
+    i1: Cache,
+    d1: Cache,
+    ll: Cache,
+    cond: CondPredictor,
+    ind: IndPredictor,
+    cache_sim: bool,
+    branch_sim: bool,
+    /// Accesses larger than this are clamped to it (Valgrind: the smallest line size).
+    max_access: u64,
+    /// Costs by instruction id (see `crate::adapter::InstrInfo`).
+    pub costs: Vec<Costs>,
+}
+
+impl Simulator {
+    pub fn new(
+        i1: &CacheConfig,
+        d1: &CacheConfig,
+        ll: &CacheConfig,
+        cache_sim: bool,
+        branch_sim: bool,
+    ) -> Self {
+        Simulator {
+            i1: Cache::new(i1),
+            d1: Cache::new(d1),
+            ll: Cache::new(ll),
+            cond: CondPredictor::new(),
+            ind: IndPredictor::new(),
+            cache_sim,
+            branch_sim,
+            max_access: i1.line.min(d1.line).min(ll.line),
+            costs: Vec::new(),
+        }
+    }
+
+    #[inline]
+    fn slot(&mut self, id: u32) -> &mut Costs {
+        let id = id as usize;
+        if id >= self.costs.len() {
+            self.costs.resize(id + 1, [0; 13]);
+        }
+        &mut self.costs[id]
+    }
+
+    /// Instruction `id` (`len` bytes at `pc`) is fetched and executed once.
+    #[inline]
+    pub fn instr(&mut self, id: u32, pc: u64, len: u64) {
+        let (mut m1, mut ml) = (false, false);
+        if self.cache_sim && self.i1.ref_is_miss(pc, len) {
+            m1 = true;
+            ml = self.ll.ref_is_miss(pc, len);
+        }
+        let c = self.slot(id);
+        c[IR] += 1;
+        c[I1MR] += u64::from(m1);
+        c[ILMR] += u64::from(ml);
+    }
+
+    /// A data access by instruction `id`: `write` for a store, false for a load or a
+    /// read-modify-write (which Valgrind counts as one read).
+    #[inline]
+    pub fn data(&mut self, id: u32, addr: u64, size: u64, write: bool) {
+        if !self.cache_sim {
+            return;
+        }
+        let size = size.min(self.max_access);
+        let (mut m1, mut ml) = (false, false);
+        if self.d1.ref_is_miss(addr, size) {
+            m1 = true;
+            ml = self.ll.ref_is_miss(addr, size);
+        }
+        let c = self.slot(id);
+        let (a, b, d) = if write { (DW, D1MW, DLMW) } else { (DR, D1MR, DLMR) };
+        c[a] += 1;
+        c[b] += u64::from(m1);
+        c[d] += u64::from(ml);
+    }
+
+    /// A conditional branch of instruction `id` at `pc` went `taken` or not.
+    #[inline]
+    pub fn cond_branch(&mut self, id: u32, pc: u64, taken: bool) {
+        if !self.branch_sim {
+            return;
+        }
+        let miss = self.cond.predict(pc, taken);
+        let c = self.slot(id);
+        c[BC] += 1;
+        c[BCM] += u64::from(miss);
+    }
+
+    /// An indirect jump or call of instruction `id` at `pc` went to `target`.
+    #[inline]
+    pub fn ind_branch(&mut self, id: u32, pc: u64, target: u64) {
+        if !self.branch_sim {
+            return;
+        }
+        let miss = self.ind.predict(pc, target);
+        let c = self.slot(id);
+        c[BI] += 1;
+        c[BIM] += u64::from(miss);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The obviously correct model: each set a list, most recently used first.
+    struct NaiveLru {
+        sets: Vec<Vec<u64>>,
+        assoc: usize,
+        line: u64,
+    }
+
+    impl NaiveLru {
+        fn new(c: &CacheConfig) -> Self {
+            let sets = (c.size / c.line / c.assoc) as usize;
+            NaiveLru {
+                sets: vec![vec![0; c.assoc as usize]; sets],
+                assoc: c.assoc as usize,
+                line: c.line,
+            }
+        }
+        fn touch(&mut self, block: u64) -> bool {
+            let n = self.sets.len() as u64;
+            let set = &mut self.sets[(block % n) as usize];
+            let hit = set.iter().position(|&t| t == block);
+            if let Some(i) = hit {
+                set.remove(i);
+            } else {
+                set.truncate(self.assoc - 1);
+            }
+            set.insert(0, block);
+            hit.is_none()
+        }
+        fn access(&mut self, addr: u64, size: u64) -> bool {
+            let first = addr / self.line;
+            let last = (addr + size - 1) / self.line;
+            let mut miss = false;
+            for b in first..=last {
+                miss |= self.touch(b);
+            }
+            miss
+        }
+    }
+
+    #[test]
+    fn cache_matches_a_naive_lru_on_a_pseudo_random_stream() {
+        for cfg in [
+            CacheConfig { size: 1024, assoc: 4, line: 64 },
+            CacheConfig { size: 2048, assoc: 1, line: 32 },
+            CacheConfig { size: 4096, assoc: 64, line: 64 },
+        ] {
+            let mut fast = Cache::new(&cfg);
+            let mut slow = NaiveLru::new(&cfg);
+            let mut x: u64 = 0x2545F4914F6CDD1D;
+            let mut misses = 0;
+            for _ in 0..200_000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let addr = (x >> 20) % 16384;
+                let size = [1, 2, 4, 8, 16, 32][(x % 6) as usize].min(cfg.line);
+                let m = fast.ref_is_miss(addr, size);
+                assert_eq!(m, slow.access(addr, size), "{cfg:?} addr {addr:#x} size {size}");
+                misses += u64::from(m);
+            }
+            assert!(misses > 1000, "the stream must exercise evictions");
+        }
+    }
+
+    #[test]
+    fn straddling_access_is_one_miss_and_loads_both_lines() {
+        let cfg = CacheConfig { size: 4096, assoc: 2, line: 64 };
+        let mut c = Cache::new(&cfg);
+        assert!(c.ref_is_miss(60, 8), "both lines cold");
+        assert!(!c.ref_is_miss(0, 8));
+        assert!(!c.ref_is_miss(64, 8));
+    }
+
+    #[test]
+    fn two_bit_counters_learn_an_always_taken_branch() {
+        let mut p = CondPredictor::new();
+        // History 0 at first; counters start strongly not-taken.
+        let misses: Vec<bool> = (0..10).map(|_| p.predict(0x401000, true)).collect();
+        // Each new history value indexes a fresh counter until the history saturates
+        // at all ones (7 branches), then two more to reach the taken threshold.
+        assert_eq!(misses.iter().filter(|m| **m).count(), 9);
+        assert!(!p.predict(0x401000, true));
+    }
+
+    #[test]
+    fn indirect_predictor_remembers_the_last_target() {
+        let mut p = IndPredictor::new();
+        assert!(p.predict(0x10, 0x500));
+        assert!(!p.predict(0x10, 0x500));
+        assert!(p.predict(0x10 + 512, 0x600), "aliases with 0x10");
+        assert!(p.predict(0x10, 0x500));
+    }
+}
