@@ -13,7 +13,10 @@
 
 use oxgrind_tool::{OptionError, Tool};
 
+pub mod budget;
 pub mod template;
+
+pub use budget::{Budgets, BUDGET_EXIT_CODE};
 
 /// The tools oxgrind knows, in `--help` order.
 pub const TOOLS: &[&str] = &["memcheck", "massif", "dhat", "cachegrind", "none"];
@@ -50,6 +53,8 @@ pub struct CoreOptions {
     pub alignment: u64,
     pub run_libc_freeres: bool,
     pub run_cxx_freeres: bool,
+    /// `--max-peak`, `--max-leaked`, `--max-allocs`: checked by the runtime at exit.
+    pub budgets: Budgets,
 }
 
 impl Default for CoreOptions {
@@ -71,6 +76,7 @@ impl Default for CoreOptions {
             alignment: 16,
             run_libc_freeres: true,
             run_cxx_freeres: true,
+            budgets: Budgets::default(),
         }
     }
 }
@@ -286,6 +292,7 @@ pub fn parse(options: &[String]) -> Result<Action, OptionError> {
             | "--default-suppressions"
             | "--gen-suppressions" => {}
             n if accepted_and_ignored(n) => {}
+            n if budget::parse_option(&mut core.budgets, o, n, value)? => {}
             _ => consumed = false,
         }
         if consumed && !shared_with_tool(o) {
@@ -300,6 +307,7 @@ pub fn parse(options: &[String]) -> Result<Action, OptionError> {
         }
     }
     tool.post_options()?;
+    budget::check_tool(&core.budgets, &core.tool)?;
     Ok(Action::Run(Box::new(Parsed {
         core,
         tool,

@@ -17,10 +17,6 @@ use oxgrind_formats::number::commify;
 use std::collections::HashMap;
 use std::fmt::Write;
 
-/// Exit status of `oxgrind diff --fail-if-grown` and of a run whose `--max-*` budget broke
-/// (documented in docs/report.md): distinct from 1, which means oxgrind itself failed.
-pub const BUDGET_EXIT_CODE: u8 = 3;
-
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SiteChange {
     pub site: String,

@@ -38,31 +38,6 @@ pub fn signed(delta: i128) -> String {
     }
 }
 
-/// Parses a size given on a command line: `1048576`, `512K`, `64M`, `2G`, `1.5GiB`, `10MB`
-/// (K, M, G, T are powers of 1024, with or without `B`/`iB`).
-pub fn parse(text: &str) -> Option<u64> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        _ => return None,
-    };
-    if num.contains('.') {
-        let v: f64 = num.parse().ok()?;
-        let r = v * mult as f64;
-        (r.is_finite() && r >= 0.0 && r < u64::MAX as f64).then_some(r as u64)
-    } else {
-        num.parse::<u64>().ok()?.checked_mul(mult)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,15 +49,5 @@ mod tests {
         assert_eq!(human(1536), "1.5 KiB");
         assert_eq!(signed(-2048), "-2,048 B (-2.0 KiB)");
         assert_eq!(signed(5), "+5 B");
-    }
-
-    #[test]
-    fn command_line_sizes() {
-        assert_eq!(parse("100"), Some(100));
-        assert_eq!(parse("64K"), Some(65536));
-        assert_eq!(parse("2MiB"), Some(2 << 20));
-        assert_eq!(parse("1.5G"), Some(3 << 29));
-        assert_eq!(parse("12Q"), None);
-        assert_eq!(parse(""), None);
     }
 }

@@ -69,14 +69,27 @@ impl BlockTable {
 
     #[inline]
     pub fn insert(&self, addr: u64, info: BlockInfo) {
-        let mut s = self.shards[shard_of(addr)].lock();
-        s.get_or_insert_with(AddrMap::default).insert(addr, info);
+        let replaced = {
+            let mut s = self.shards[shard_of(addr)].lock();
+            s.get_or_insert_with(AddrMap::default).insert(addr, info)
+        };
+        // The --max-* budgets see every program block come and go (outside the lock).
+        if let Some(old) = replaced {
+            crate::budget::on_remove(&old);
+        }
+        crate::budget::on_insert(&info);
     }
 
     #[inline]
     pub fn remove(&self, addr: u64) -> Option<BlockInfo> {
-        let mut s = self.shards[shard_of(addr)].lock();
-        s.as_mut()?.remove(&addr)
+        let removed = {
+            let mut s = self.shards[shard_of(addr)].lock();
+            s.as_mut()?.remove(&addr)
+        };
+        if let Some(b) = &removed {
+            crate::budget::on_remove(b);
+        }
+        removed
     }
 
     #[inline]

@@ -164,6 +164,16 @@ pub fn finish(exit: Exit) {
     }
     crate::pages::deliver_queued();
     rt.tool.fini(&HOST, exit);
+    if !matches!(exit, Exit::Exec) {
+        crate::budget::check(&HOST, &*rt.tool);
+    }
+}
+
+/// The exit status to end with instead of the program's: a broken budget's, else the tool's
+/// (`--error-exitcode`).
+fn status_override() -> Option<i32> {
+    crate::budget::exit_status()
+        .or_else(|| state::runtime().and_then(|rt| rt.tool.exit_status_override()))
 }
 
 /// Whether our `on_exit` handler is registered (then it, not our destructor, ends the
@@ -207,7 +217,9 @@ fn run_freeres() {
 /// streams, run the freeres hooks, write the report and end the process with the program's
 /// status (or the tool's, for `--error-exitcode`).
 extern "C" fn last_exit_handler(status: c_int, _arg: *mut c_void) {
-    let Some(rt) = state::runtime() else { return };
+    if state::runtime().is_none() {
+        return;
+    }
     crate::roots::note_exit_sp();
     if FINISHED.load(Ordering::Acquire) {
         return;
@@ -216,7 +228,7 @@ extern "C" fn last_exit_handler(status: c_int, _arg: *mut c_void) {
     unsafe { libc_api::fflush(core::ptr::null_mut()) };
     run_freeres();
     finish(Exit::Normal(status));
-    raw::exit_group(rt.tool.exit_status_override().unwrap_or(status));
+    raw::exit_group(status_override().unwrap_or(status));
 }
 
 /// Our destructor: only a fallback for when the exit handler could not be registered.
@@ -233,9 +245,7 @@ pub unsafe extern "C" fn _exit(code: c_int) -> ! {
     }
     crate::roots::note_exit_sp();
     finish(Exit::Normal(code));
-    let code = state::runtime()
-        .and_then(|rt| rt.tool.exit_status_override())
-        .unwrap_or(code);
+    let code = status_override().unwrap_or(code);
     raw::exit_group(code)
 }
 

@@ -21,6 +21,7 @@
 #![allow(clippy::missing_safety_doc)] // exported C entry points document C semantics
 
 pub mod blocks;
+pub mod budget;
 pub mod exit;
 pub mod exports;
 pub mod fds;

@@ -195,6 +195,7 @@ fn set_up() -> Option<Runtime> {
     crate::stacks::find_self_text();
     let needs = parsed.tool.needs();
     FREED.set_budget(needs.freelist_vol);
+    crate::budget::configure(&parsed.core.budgets);
     Some(Runtime {
         core: parsed.core,
         tool: parsed.tool,

@@ -276,6 +276,16 @@ pub struct LiveBlock {
     pub stack: StackId,
 }
 
+/// A leak check's result as Valgrind's LEAK SUMMARY counts it ([`Tool::leaked`]).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Leaked {
+    /// Definitely plus indirectly lost bytes.
+    pub bytes: u64,
+    /// The largest definitely-lost loss record: its allocation stack and its bytes (with the
+    /// indirect bytes it holds).
+    pub largest: Option<(StackId, u64)>,
+}
+
 /// What a non-heap address is, for error descriptions.
 #[derive(Clone, Debug)]
 pub enum DataAddr {
@@ -407,6 +417,11 @@ pub trait Tool: Send + Sync {
     /// After [`Tool::fini`] at a normal exit: the exit status to force instead of the
     /// program's (Memcheck's `--error-exitcode` when errors were found).
     fn exit_status_override(&self) -> Option<i32> {
+        None
+    }
+    /// After [`Tool::fini`]: what the leak check found, for the core's `--max-leaked`
+    /// budget; `None` when the tool ran none.
+    fn leaked(&self) -> Option<Leaked> {
         None
     }
     /// Called exactly once per process: at exit, at a fatal signal, or before `execve`.

@@ -37,6 +37,7 @@ impl Memcheck {
             return;
         }
         if live.is_empty() {
+            st.leaked = Some(oxgrind_tool::Leaked::default());
             if verbose_text {
                 text::line(
                     &mut out.text,
@@ -172,6 +173,14 @@ impl Memcheck {
             slot.bytes += r.bytes;
             slot.blocks += r.blocks;
         }
+        st.leaked = Some(oxgrind_tool::Leaked {
+            bytes: sum.definite.bytes + sum.indirect.bytes,
+            largest: records
+                .iter()
+                .filter(|r| r.kind == LeakKind::Definite)
+                .max_by_key(|r| r.bytes + r.indirect)
+                .map(|r| (r.stack, r.bytes + r.indirect)),
+        });
         // "of which reachable via heuristic", per heuristic, over all blocks (as Memcheck).
         for h in [
             leak::Heuristic::StdString,

@@ -105,6 +105,8 @@ pub(crate) struct State {
     /// OS thread ids → Valgrind-style thread numbers (main thread 1, then in order of
     /// first appearance).
     threads: Vec<i32>,
+    /// The leak check's totals, for the core's `--max-leaked` budget ([`Tool::leaked`]).
+    leaked: Option<oxgrind_tool::Leaked>,
 }
 
 impl Default for Memcheck {
@@ -123,6 +125,7 @@ impl Memcheck {
                 freed: FreedQueue::new(opts.freelist_vol, opts.freelist_big_blocks),
                 shadow_q: ShadowQueue::new(opts.freelist_vol),
                 xml: String::new(),
+                leaked: None,
                 xml_started: false,
                 finished: false,
                 threads: Vec::new(),
@@ -313,6 +316,10 @@ impl Tool for Memcheck {
 
     fn exit_status_override(&self) -> Option<i32> {
         self.exit_status()
+    }
+
+    fn leaked(&self) -> Option<oxgrind_tool::Leaked> {
+        self.lock().leaked
     }
 
     fn fini(&self, host: &dyn Host, exit: Exit) {

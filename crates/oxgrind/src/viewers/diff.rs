@@ -1,13 +1,14 @@
 //! `oxgrind diff [--format=text|html|json] [-o FILE] [--fail-if-grown=PCT] OLD NEW`: the
 //! process side of `oxgrind_report::diff`.
 //!
-//! Exit status: 0, or `BUDGET_EXIT_CODE` (3) when `--fail-if-grown` is given and the total
+//! Exit status: 0, or `oxgrind_options::BUDGET_EXIT_CODE` (3, as a run's broken `--max-*`
+//! budget) when `--fail-if-grown` is given and the total
 //! grew by more than PCT percent (one line on stderr says by how much and which site grew
 //! most), or 1 when oxgrind cannot do what was asked.
 
 use super::report::write_output;
 use anyhow::{anyhow, bail, Result};
-use oxgrind_report::diff::BUDGET_EXIT_CODE;
+use oxgrind_options::BUDGET_EXIT_CODE;
 use std::process::ExitCode;
 
 const USAGE: &str = "usage: oxgrind diff [--format=text|html|json] [--html] [-o FILE] [--fail-if-grown=PCT] OLD NEW\n\
@@ -67,7 +68,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
     if let Some(pct) = budget {
         if let Some(line) = d.fail_if_grown(pct) {
             eprintln!("oxgrind: {line}");
-            return Ok(ExitCode::from(BUDGET_EXIT_CODE));
+            return Ok(ExitCode::from(BUDGET_EXIT_CODE as u8));
         }
     }
     Ok(ExitCode::SUCCESS)
