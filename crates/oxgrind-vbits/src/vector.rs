@@ -957,7 +957,8 @@ fn is_unary_fp(m: Mnemonic) -> bool {
     matches!(
         m,
         Sqrtps | Sqrtpd | Rcpps | Rsqrtps | Roundps | Roundpd | Cvtdq2ps | Cvtps2dq | Cvttps2dq | Sqrtss | Sqrtsd
-            | Rcpss | Rsqrtss | Cvtss2sd | Cvtsd2ss
+            | Rcpss | Rsqrtss | Cvtss2sd | Cvtsd2ss | Roundss | Roundsd | Vsqrtss | Vsqrtsd | Vrcpss | Vrsqrtss
+            | Vcvtss2sd | Vcvtsd2ss | Vroundss | Vroundsd
     )
 }
 
@@ -969,6 +970,9 @@ fn fp_scalar<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, inp: usize, out_n: u
     let fma = is_fma(m);
     let (upper_op, data_ops): (u32, &[u32]) = if fma {
         (0, &[0, 1, 2])
+    } else if cx.vex_like() && is_unary_fp(m) {
+        // vsqrtsd xmm1, xmm2, xmm3: lane 0 from xmm3 only; compilers pass a stale xmm2.
+        (1, &[2])
     } else if cx.vex_like() {
         (1, &[1, 2])
     } else if is_unary_fp(m) {
@@ -1089,7 +1093,9 @@ fn compare_to_mask<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, lane: usize) -
     if mk != Register::None {
         let i = mk.number() & 7;
         let (mv, ms) = (cx.guest.opmask(i), cx.regs.opmask[i]);
-        r = algebra::and(0, r, mv, ms);
+        // The compare's own values are not computed here, so only the mask's defined zeros
+        // improve the AND.
+        r = algebra::and(u64::MAX, r, mv, ms);
     }
     kwrite(cx, 0, r);
     true

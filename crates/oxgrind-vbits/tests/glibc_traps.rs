@@ -378,3 +378,21 @@ fn repe_cmpsb_reports_when_it_reaches_undefined_bytes() {
     let out = m.step(asm(|a| a.repe().cmpsb()), |_| {});
     assert!(out.checks.is_empty());
 }
+
+#[test]
+fn scalar_fp_with_a_stale_first_source_is_defined_in_lane_zero() {
+    // gcc: vcvtsi2sd xmm0, xmm0, eax / vsqrtsd xmm0, xmm0, xmm1 with xmm0 never written:
+    // lane 0 comes from the last operand only.
+    let mut m = Machine::new();
+    m.regs.vector[0] = [0xff; 64];
+    m.step(asm(|a| a.vcvtsi2sd(xmm0, xmm0, eax)), |_| {});
+    assert_eq!(&m.regs.vector[0][..8], &[0; 8]);
+    assert_eq!(&m.regs.vector[0][8..16], &[0xff; 8], "upper lane from the stale source");
+    assert_eq!(&m.regs.vector[0][16..], &[0; 48][..], "VEX zeroes above 128 bits");
+    m.regs.vector[2] = [0xff; 64];
+    m.step(asm(|a| a.vsqrtsd(xmm2, xmm2, xmm0)), |_| {});
+    assert_eq!(&m.regs.vector[2][..8], &[0; 8]);
+    m.step(asm(|a| a.vucomisd(xmm2, xmm0)), |_| {});
+    m.step(asm(|a| a.jp(0x1000u64)), |_| {});
+    assert!(m.reports.is_empty(), "{:?}", m.reports);
+}

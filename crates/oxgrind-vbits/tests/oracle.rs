@@ -62,6 +62,24 @@ macro_rules! native_cl {
     }};
 }
 
+/// As `native!`, with `a` in `rax` and `rdx` clobbered (one-operand multiply).
+macro_rules! native_rax {
+    ($t:literal) => {{
+        fn run(a: u64, b: u64, flags: u64) -> (u64, u64) {
+            let mut x = a;
+            let f: u64;
+            // SAFETY: as in `native!`; rdx is declared clobbered.
+            unsafe {
+                asm!("/* {b} */", "push {fi}", "popfq", $t, "pushfq", "pop {fo}",
+                     inout("rax") x, b = in(reg) b, out("rdx") _, fi = in(reg) (flags & ARITH_FLAGS) | 0x202,
+                     fo = lateout(reg) f);
+            }
+            (x, f)
+        }
+        run as Native
+    }};
+}
+
 struct Case {
     insn: Instruction,
     native: Native,
@@ -255,6 +273,21 @@ fn shift_cases() -> Vec<Case> {
         c.src_width = 8;
     }
     v
+}
+
+#[test]
+fn one_operand_multiply_is_sound() {
+    let mut cases = vec![
+        case(asm(|a| a.mul(bl)), native_rax!("mul {b:l}"), 16),
+        case(asm(|a| a.imul(bl)), native_rax!("imul {b:l}"), 16),
+        case(asm(|a| a.mul(bx)), native_rax!("mul {b:x}"), 16),
+        case(asm(|a| a.mul(rbx)), native_rax!("mul {b}"), 64),
+    ];
+    cases[0].src_width = 8;
+    cases[1].src_width = 8;
+    for (i, c) in cases.iter().enumerate() {
+        check_case(c, 600, 0x77 + i as u64);
+    }
 }
 
 #[test]
