@@ -80,17 +80,18 @@ pub fn parse_option(b: &mut Budgets, opt: &str, name: &str, value: Option<&str>)
     Ok(true)
 }
 
-/// Budgets the selected tool cannot measure are refused before the program starts.
-pub fn check_tool(b: &Budgets, tool: &str) -> Result<(), OptionError> {
+/// Budgets the selected tool cannot measure are refused before the program starts:
+/// `ignores_heap` is the tool's `Needs::ignores_heap` (then the runtime sees no allocation).
+pub fn check_tool(b: &Budgets, tool: &str, ignores_heap: bool) -> Result<(), OptionError> {
     if b.max_leaked.is_some() && tool != "memcheck" {
         return Err(OptionError(format!(
             "--max-leaked needs Memcheck's leak check (--tool=memcheck), not --tool={tool}"
         )));
     }
-    if (b.max_peak.is_some() || b.max_allocs.is_some()) && tool == "none" {
-        return Err(OptionError(
-            "--max-peak and --max-allocs need a tool that tracks the heap (memcheck, massif, dhat), not --tool=none".into(),
-        ));
+    if (b.max_peak.is_some() || b.max_allocs.is_some()) && ignores_heap {
+        return Err(OptionError(format!(
+            "--max-peak and --max-allocs need a tool that tracks the heap (memcheck, massif, dhat), not --tool={tool}"
+        )));
     }
     Ok(())
 }

@@ -307,7 +307,7 @@ pub fn parse(options: &[String]) -> Result<Action, OptionError> {
         }
     }
     tool.post_options()?;
-    budget::check_tool(&core.budgets, &core.tool)?;
+    budget::check_tool(&core.budgets, &core.tool, tool.needs().ignores_heap)?;
     Ok(Action::Run(Box::new(Parsed {
         core,
         tool,

@@ -78,6 +78,9 @@ fn budgets_the_tool_cannot_measure_are_refused_before_the_run() {
     let o = run_tool("massif", "--max-leaked=1M");
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("--max-leaked needs Memcheck's leak check"), "{}", stderr(&o));
+    let o = run_tool("none", "--max-allocs=10");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("need a tool that tracks the heap"), "{}", stderr(&o));
     let o = run_tool("memcheck", "--max-peak=lots");
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("Bad option: --max-peak=lots: expected a size"), "{}", stderr(&o));
