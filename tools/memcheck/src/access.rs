@@ -9,6 +9,7 @@
 
 use std::sync::atomic::Ordering;
 
+use oxgrind_formats::frame::Frame;
 use oxgrind_formats::memcheck_text as text;
 use oxgrind_formats::memcheck_xml::WhatQuirk;
 use oxgrind_tool::instrument::{may_touch_heap, Access, AccessKind, GuestRegs, Instruction, Plan};
@@ -67,18 +68,61 @@ impl Drop for ProbeScope {
 /// How far past the end of its data a glibc string function may read (four 32-byte
 /// vectors: the unrolled AVX2 loops).
 const STRING_OVERREAD: u64 = 128;
+/// How far before the start of its data one may read: near the end of a page, glibc's
+/// (and ld.so's) SSE2 `strlen` aligns the string's address down to 64 bytes and reads the
+/// whole aligned block, so as not to cross into the next page.
+const STRING_UNDERREAD: u64 = 64;
 
-/// [`PcClass`] of code in `object` (a path) at `function` (demangled name, if known).
-fn classify(object: &str, function: Option<&str>) -> PcClass {
+/// glibc's allocator, by source file: `malloc.c` holds `malloc`, `free`, `_int_free`,
+/// `unlink_chunk`, `malloc_trim`, `mallinfo2`, the tcache and its thread-exit shutdown;
+/// `arena.c` the arenas and the fork handlers; `hooks.c` and `morecore.c` the rest. The
+/// dynamic loader's own allocator (used before libc's is) is `dl-minimal-malloc.c`.
+const ALLOCATOR_FILES: &[&str] = &[
+    "malloc.c",
+    "arena.c",
+    "hooks.c",
+    "morecore.c",
+    "dl-minimal-malloc.c",
+];
+
+/// [`PcClass`] of the code whose frames (innermost first, as `Host::describe` gives them:
+/// several when inlined) are `frames`.
+///
+/// glibc's allocator is recognised by its source files when libc's debug information is
+/// there (Debian's `libc6-dbg`): robust to inlining and to the compiler's clones
+/// (`unlink_chunk.constprop.0`). Without it, by function name.
+fn classify(frames: &[Frame]) -> PcClass {
+    let Some(outer) = frames.last() else {
+        return PcClass::Program;
+    };
+    let object = outer.object.as_deref().unwrap_or("");
     let file = object.rsplit('/').next().unwrap_or(object);
-    if !(file.starts_with("libc.so") || file.starts_with("libc-")) {
+    // The dynamic loader has its own string functions (`strlen` in `_dl_new_object`
+    // reads past a heap string during `dlopen`) and its own early allocator.
+    let glibc =
+        file.starts_with("libc.so") || file.starts_with("libc-") || file.starts_with("ld-linux");
+    if !glibc {
         return PcClass::Program;
     }
-    let Some(name) = function else {
+    if frames.iter().any(|f| {
+        f.file
+            .as_deref()
+            .is_some_and(|s| ALLOCATOR_FILES.contains(&s))
+    }) {
+        return PcClass::LibcAllocator;
+    }
+    let Some(name) = outer.function.as_deref() else {
         return PcClass::LibcString;
     };
-    // `cfree@GLIBC_2.2.5`: a versioned alias.
+    classify_name(name)
+}
+
+/// [`PcClass`] of a glibc function by its name alone.
+fn classify_name(name: &str) -> PcClass {
+    // `cfree@GLIBC_2.2.5`: a versioned alias; `unlink_chunk.constprop.0`, `.isra.0`,
+    // `.part.0`, `.cold`: the compiler's clones.
     let name = name.split('@').next().unwrap_or(name);
+    let name = name.split('.').next().unwrap_or(name);
     const ALLOCATOR: &[&str] = &[
         "malloc",
         "free",
@@ -108,6 +152,14 @@ fn classify(object: &str, function: Option<&str>) -> PcClass {
         "tcache_thread_shutdown",
         "arena_get2",
         "_mid_memalign",
+        "malloc_arena_thread_freeres",
+        "malloc_fork_lock_parent",
+        "malloc_fork_unlock_parent",
+        "malloc_fork_unlock_child",
+        "minimal_malloc",
+        "minimal_free",
+        "minimal_calloc",
+        "minimal_realloc",
     ];
     let bare = name.trim_start_matches('_');
     let bare = bare.strip_prefix("libc_").unwrap_or(bare);
@@ -187,7 +239,7 @@ impl Memcheck {
             PcClass::LibcString => {
                 // glibc's vector loops read up to a few vectors past the end of their data
                 // (never across a page, so never a fault): a read with an addressable byte
-                // in it or shortly before it is such an over-read, not the program's
+                // in it or shortly before or after it is such an over-read, not the program's
                 // error. Valgrind's replacements make no such reads.
                 let read_only = a.kind == AccessKind::Read;
                 if v.bad_outside_header == 0
@@ -197,6 +249,11 @@ impl Memcheck {
                                 base,
                                 a.addr.saturating_sub(STRING_OVERREAD),
                                 a.addr,
+                            )
+                            || shadow::any_addressable(
+                                base,
+                                a.addr + a.size as u64,
+                                a.addr + a.size as u64 + STRING_UNDERREAD,
                             )))
                 {
                     return;
@@ -273,11 +330,7 @@ impl Memcheck {
             return c;
         }
         // No lock held across the symbolizer.
-        let frames = host.describe(pc);
-        let outer = frames.last();
-        let object = outer.and_then(|f| f.object.as_deref()).unwrap_or("");
-        let function = outer.and_then(|f| f.function.as_deref());
-        let c = classify(object, function);
+        let c = classify(&host.describe(pc));
         self.pc_classes
             .lock()
             .get_or_insert_with(Default::default)
@@ -293,24 +346,42 @@ mod tests {
     #[test]
     fn libc_code_is_classified_by_symbol_name() {
         let libc = "/usr/lib/x86_64-linux-gnu/libc.so.6";
-        assert_eq!(classify(libc, Some("__strlen_avx2")), PcClass::LibcString);
+        let at = |object: &str, function: Option<&str>, file: Option<&str>| {
+            classify(&[Frame {
+                function: function.map(str::to_string),
+                file: file.map(str::to_string),
+                object: Some(object.to_string()),
+                ..Default::default()
+            }])
+        };
+        let named = |function| at(libc, Some(function), None);
+        assert_eq!(named("__strlen_avx2"), PcClass::LibcString);
+        assert_eq!(named("__memmove_avx_unaligned_erms"), PcClass::LibcString);
+        assert_eq!(at(libc, None, None), PcClass::LibcString);
+        assert_eq!(named("_int_free"), PcClass::LibcAllocator);
+        assert_eq!(named("__libc_malloc"), PcClass::LibcAllocator);
+        assert_eq!(named("tcache_put"), PcClass::LibcAllocator);
+        assert_eq!(named("cfree@GLIBC_2.2.5"), PcClass::LibcAllocator);
+        // The compiler's clone, seen at thread exit (tcache_thread_shutdown -> _int_free).
+        assert_eq!(named("unlink_chunk.constprop.0"), PcClass::LibcAllocator);
+        assert_eq!(named("qsort_r"), PcClass::Program);
+        assert_eq!(at("/tmp/prog", Some("strlen"), None), PcClass::Program);
+        // By source file, whatever the function's name.
         assert_eq!(
-            classify(libc, Some("__memmove_avx_unaligned_erms")),
+            at(libc, Some("__malloc_fork_lock_parent"), Some("arena.c")),
+            PcClass::LibcAllocator
+        );
+        assert_eq!(
+            at(libc, Some("anything.part.0"), Some("malloc.c")),
+            PcClass::LibcAllocator
+        );
+        // The dynamic loader's own strlen (dlopen's _dl_new_object).
+        let ld = "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2";
+        assert_eq!(
+            at(ld, Some("strlen"), Some("strlen-sse2.S")),
             PcClass::LibcString
         );
-        assert_eq!(classify(libc, None), PcClass::LibcString);
-        assert_eq!(classify(libc, Some("_int_free")), PcClass::LibcAllocator);
-        assert_eq!(
-            classify(libc, Some("__libc_malloc")),
-            PcClass::LibcAllocator
-        );
-        assert_eq!(classify(libc, Some("tcache_put")), PcClass::LibcAllocator);
-        assert_eq!(
-            classify(libc, Some("cfree@GLIBC_2.2.5")),
-            PcClass::LibcAllocator
-        );
-        assert_eq!(classify(libc, Some("qsort_r")), PcClass::Program);
-        assert_eq!(classify("/tmp/prog", Some("strlen")), PcClass::Program);
+        assert_eq!(at(ld, Some("_dl_new_object"), None), PcClass::Program);
     }
 
     #[test]
