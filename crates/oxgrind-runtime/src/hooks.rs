@@ -737,8 +737,13 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
         return 0;
     }
     // Valgrind's replacement answers the requested size: bytes past it are not the program's.
+    // When we track blocks, a pointer that is not a live block's start (freed, interior, on
+    // the stack, garbage) gets 0 as under Valgrind: glibc's own would read a chunk header
+    // that is not there, and crash.
+    let tracked = !state::passthrough() && state::runtime().is_some();
     match BLOCKS.get(p as u64) {
         Some(b) if !b.internal => b.size as usize,
+        None if tracked => 0,
         _ => {
             type F = unsafe extern "C" fn(*mut c_void) -> usize;
             let f = next_symbol(b"malloc_usable_size\0");
