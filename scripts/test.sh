@@ -9,7 +9,7 @@ sh scripts/install-packages.sh \
     valgrind:valgrind ms_print:valgrind gcc:gcc g++:g++ /usr/bin/python3:python3 \
     /usr/bin/sqlite3:sqlite3 /usr/bin/perl:perl /usr/bin/git:git /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev \
     /usr/lib/debug/.build-id:libc6-dbg c++filt:binutils \
-    chromium:chromium
+    chromium:chromium /usr/bin/node:nodejs /usr/bin/xz:xz-utils
 # Third-party readers of Valgrind's formats, for tests/third_party_consumers.rs: a CI parser
 # of Valgrind XML and a massif.out parser, from PyPI, pinned, in a venv of our own (and a JSON
 # Schema validator for SARIF).
