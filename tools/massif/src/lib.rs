@@ -33,7 +33,9 @@
 //!   initialisation: 131,915 instructions for a C program linked with libc alone, ≈1.8
 //!   million with libstdc++), otherwise equal to within a few instructions per call; see
 //!   `docs/differences-from-valgrind.md`.
-//! * `--stacks=yes` needs stack-pointer tracking by the engine and is refused.
+//! * `--stacks=yes` probes every instruction that moves the stack pointer (module `stacks`):
+//!   the program runs under the engine, slowly; signal frames are the kernel's, not
+//!   Valgrind's, and the dynamic loader's start-up runs before the engine sees it.
 //! * The "startup" snapshot (Valgrind takes it when the first basic block is translated) is
 //!   taken when the first heap event arrives, or at exit if none did, with time 0 and an empty
 //!   heap: the same numbers Valgrind's has. Time 0 in `ms` is program start
@@ -53,6 +55,7 @@ mod clock;
 pub mod options;
 mod pages;
 mod schedule;
+mod stacks;
 mod sync;
 mod tree;
 
@@ -88,6 +91,8 @@ struct State {
     ec_bytes: Vec<u64>,
     heap: u64,
     extra: u64,
+    /// `--stacks=yes`: the bytes of stack all threads use (see [`stacks`]).
+    stacks: u64,
     /// `--time-unit=B`: bytes allocated plus bytes freed so far.
     total_bytes_time: u64,
     /// Last time handed out, so snapshot times never go backwards across threads.
@@ -211,13 +216,14 @@ impl Massif {
                     sched,
                     heap,
                     extra,
+                    stacks,
                     ec_bytes,
                     ..
                 } = st;
                 let now = Totals {
                     heap: *heap,
                     extra: *extra,
-                    stacks: 0,
+                    stacks: *stacks,
                     per_context: ec_bytes,
                 };
                 sched.normal(0, now);
@@ -235,6 +241,7 @@ impl Massif {
             sched,
             heap,
             extra,
+            stacks,
             ec_bytes,
             ..
         } = st;
@@ -243,7 +250,7 @@ impl Massif {
             Totals {
                 heap: *heap,
                 extra: *extra,
-                stacks: 0,
+                stacks: *stacks,
                 per_context: ec_bytes,
             },
         );
@@ -251,7 +258,7 @@ impl Massif {
 
     #[inline]
     fn peak_attempt(&self, clock: Clock, st: &mut State) {
-        if !st.sched.is_new_peak(st.heap + st.extra) {
+        if !st.sched.is_new_peak(st.heap + st.extra + st.stacks) {
             return;
         }
         let t = Self::now(clock, st);
@@ -259,6 +266,7 @@ impl Massif {
             sched,
             heap,
             extra,
+            stacks,
             ec_bytes,
             ..
         } = st;
@@ -267,7 +275,7 @@ impl Massif {
             Totals {
                 heap: *heap,
                 extra: *extra,
-                stacks: 0,
+                stacks: *stacks,
                 per_context: ec_bytes,
             },
         );
@@ -286,6 +294,19 @@ impl Massif {
             }
             _ => self.opts.alignment,
         }
+    }
+
+    /// Valgrind's `new_mem_stack` (`d > 0`) or `die_mem_stack` (`d < 0`) of `|d|` bytes.
+    fn stack_event(&self, clock: Clock, st: &mut State, d: i64) {
+        let n = d.unsigned_abs();
+        if d < 0 {
+            self.peak_attempt(clock, st);
+            st.stacks = st.stacks.saturating_sub(n);
+        } else {
+            st.stacks += n;
+        }
+        st.total_bytes_time += n;
+        self.normal_attempt(clock, st);
     }
 
     fn heap_events(&self) -> bool {
@@ -416,6 +437,7 @@ impl State {
             ec_bytes: Vec::new(),
             heap: 0,
             extra: 0,
+            stacks: 0,
             total_bytes_time: 0,
             last_time: 0,
             started: false,
@@ -491,6 +513,13 @@ impl Tool for Massif {
     }
 
     fn on_start(&self, host: &dyn Host) {
+        if self.opts.stacks {
+            // Called on the main thread before the engine starts: count its stack from
+            // where the process entered, as Valgrind does from the first instruction.
+            if let Some(sp) = stacks::initial_stack_pointer() {
+                stacks::set_baseline(sp);
+            }
+        }
         if self.opts.quiet {
             return;
         }
@@ -513,8 +542,7 @@ impl Tool for Massif {
     --heap=no|yes             profile heap blocks [yes]
     --heap-admin=<size>       average admin bytes per heap block;
                                ignored if --heap=no [8]
-    --stacks=no|yes           profile stack(s) [no] (yes needs the translation
-                              engine's stack tracking: refused for now)
+    --stacks=no|yes           profile stack(s) [no]
     --pages-as-heap=no|yes    profile memory at the page level [no]
     --depth=<number>          depth of contexts [30]
     --alloc-fn=<name>         specify <name> as an alloc function [empty]
@@ -549,6 +577,8 @@ impl Tool for Massif {
             page_events: self.opts.pages_as_heap,
             // Only `i` needs the translation engine; ms and B run the program natively.
             count_instructions: self.opts.time_unit == TimeUnit::Instructions,
+            // --stacks=yes probes every instruction that moves the stack pointer.
+            instrument: self.opts.stacks,
             // No free stacks, no freed-block queue, nothing else Memcheck-like.
             ..Needs::default()
         }
@@ -670,6 +700,35 @@ impl Tool for Massif {
             self.normal_attempt(clock, &mut st);
         }
         self.unrecord_pages(&mut st, first.saturating_add(PAGE).min(end), end);
+    }
+
+    fn instrument(
+        &self,
+        _pc: Addr,
+        block: &[oxgrind_tool::instrument::Instruction],
+        plan: &mut oxgrind_tool::instrument::Plan,
+    ) {
+        if self.opts.stacks {
+            stacks::instrument(block, plan);
+        }
+    }
+
+    fn on_pc(&self, host: &dyn Host, regs: &oxgrind_tool::instrument::GuestRegs, data: u64) {
+        if !self.opts.stacks {
+            return;
+        }
+        let changes = stacks::at_probe(regs, data);
+        if changes == [0, 0] {
+            return;
+        }
+        let clock = self.read_clock(host);
+        let mut st = self.state.lock();
+        self.start(&mut st);
+        for d in changes {
+            if d != 0 {
+                self.stack_event(clock, &mut st, d);
+            }
+        }
     }
 
     fn on_fork_child(&self) {

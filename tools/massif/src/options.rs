@@ -2,9 +2,7 @@
 //!
 //! Values are checked with Valgrind's ranges and rejected with its wording (`Bad option:
 //! --depth=0` then `'--depth' argument must be between 1 and 200`), so scripts that grep
-//! for those messages keep working. One option Valgrind has is accepted but refused in
-//! [`Options::check`] because oxgrind cannot honour it yet: `--stacks=yes` (needs
-//! stack-pointer tracking by the translation engine).
+//! for those messages keep working.
 
 use oxgrind_tool::OptionError;
 
@@ -215,12 +213,6 @@ impl Options {
                 "Cannot be used together with --stacks=yes",
             ));
         }
-        if self.stacks {
-            return Err(OptionError(String::from(
-                "--stacks=yes is not supported yet: measuring stacks needs stack-pointer \
-                 tracking by the translation engine, which oxgrind does not have yet",
-            )));
-        }
         if !self.heap {
             self.pages_as_heap = false;
         }
@@ -356,15 +348,11 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_settings_are_refused_after_parsing() {
+    fn stacks_are_refused_only_with_pages_as_heap() {
         let mut o = Options::default();
         o.parse("--stacks=yes").unwrap();
-        assert!(o.check().unwrap_err().0.contains("stack-pointer tracking"));
-
-        let mut o = Options::default();
-        o.parse("--stacks=yes").unwrap();
-        o.parse("--stacks=no").unwrap();
         o.check().unwrap();
+        assert!(o.stacks);
 
         let mut o = Options::default();
         o.parse("--pages-as-heap=yes").unwrap();
