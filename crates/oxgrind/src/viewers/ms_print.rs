@@ -16,6 +16,8 @@ use oxgrind_formats::massif::ms_print::{self, Invocation};
 use std::io::Write;
 
 /// Runs ms_print with `args` (the arguments after `ms_print`), printing to stdout.
+/// `--peak-only` (Valgrind 3.28's option "for use in Continuous Integration") prints the
+/// header and the peak snapshot's table row and tree alone: see [`peak_only`].
 pub fn main(args: &[String]) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -24,7 +26,9 @@ pub fn main(args: &[String]) -> Result<()> {
 
 /// [`main`] with the output going to `out`.
 fn run(args: &[String], out: &mut dyn Write) -> Result<()> {
-    let invocation = ms_print::parse_args(args).map_err(|e| {
+    let only_peak = args.iter().any(|a| a == "--peak-only");
+    let args: Vec<String> = args.iter().filter(|a| *a != "--peak-only").cloned().collect();
+    let invocation = ms_print::parse_args(&args).map_err(|e| {
         anyhow!(
             "ms_print: {e} (usage: oxgrind ms_print [--threshold=<m.n>] [--x=<4..1000>] \
              [--y=<4..1000>] massif-out-file)"
@@ -41,6 +45,10 @@ fn run(args: &[String], out: &mut dyn Write) -> Result<()> {
             let data = std::fs::read(&file)
                 .with_context(|| format!("ms_print: cannot read massif file {file}"))?;
             match ms_print::render_bytes(&data, &options, &arguments) {
+                Ok(text) if only_peak => match peak_only(&text) {
+                    Some(peak) => emit(out, &peak),
+                    None => Err(anyhow!("ms_print: {file}: no peak snapshot")),
+                },
                 Ok(text) => emit(out, &text),
                 Err(err) => {
                     emit(out, &err.partial_output)?;
@@ -49,6 +57,39 @@ fn run(args: &[String], out: &mut dyn Write) -> Result<()> {
             }
         }
     }
+}
+
+/// The peak alone, cut from ms_print's own rendering so every byte of it is ms_print's: the
+/// header (command, arguments), then the snapshot table's heading and the peak's row with its
+/// tree. The peak is the snapshot `Detailed snapshots:` marks `(peak)`.
+fn peak_only(text: &[u8]) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(text).ok()?;
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let rule = *lines.first()?;
+    // The header: from the first rule to the second, inclusive.
+    let header_end = 1 + lines[1..].iter().position(|l| *l == rule)?;
+    // ` Detailed snapshots: [7, 12, 56 (peak), 66]`
+    let detailed = lines.iter().position(|l| l.starts_with(" Detailed snapshots: ["))?;
+    let n: usize = lines[detailed]
+        .strip_prefix(" Detailed snapshots: [")?
+        .trim_end()
+        .trim_end_matches(']')
+        .split(", ")
+        .find_map(|item| item.strip_suffix(" (peak)"))?
+        .parse()
+        .ok()?;
+    // The row, below a table heading (`  n        time(i) ...` between two rules); ms_print
+    // starts a new heading after every tree, so the tree ends at the next rule.
+    let row_start = format!("{n:>3} ");
+    let row = (detailed + 1..lines.len()).find(|&i| lines[i].starts_with(&row_start))?;
+    let heading = (0..row).rev().find(|&i| lines[i].starts_with("  n "))?;
+    let tree_end = (row + 1..lines.len()).find(|&i| lines[i] == rule).unwrap_or(lines.len());
+    let mut out = lines[..=header_end].concat();
+    out.push('\n');
+    out.push_str(&lines[heading - 1..=heading + 1].concat());
+    out.push_str(lines[row..tree_end].concat().trim_end());
+    out.push('\n');
+    Some(out.into_bytes())
 }
 
 /// Writes and flushes; an I/O error (a closed pipe included) is returned as `std::io::Error`
@@ -127,6 +168,28 @@ mod tests {
             msg.contains("line 5: expected a number after `time=`"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn peak_only_prints_the_header_and_the_peak_snapshot_alone() {
+        let dir = example("");
+        let full = String::from_utf8(std::fs::read(dir.join("ms_print.default.txt")).unwrap()).unwrap();
+        let file = dir.join("massif.out.default");
+        let mut out = Vec::new();
+        run(&args(&["--peak-only", file.to_str().unwrap()]), &mut out).unwrap();
+        let got = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = got.lines().collect();
+        assert_eq!(lines[1], "Command:            ./ms_prog");
+        assert!(lines[3].starts_with("ms_print arguments: "), "{got}");
+        assert!(!got.contains("Number of snapshots"), "{got}");
+        // The peak's row and tree, exactly as the full ms_print output has them.
+        let row = " 56        282,414          910,800          900,800        10,000            0";
+        assert!(lines.contains(&row), "{got}");
+        let from = full.find(row).unwrap();
+        let tree_end = from + full[from..].find("\n\n---").unwrap();
+        assert!(got.trim_end().ends_with(full[from..tree_end].trim_end()), "{got}");
+        assert_eq!(got.matches("  n        time(i)").count(), 1, "{got}");
+        assert!(got.ends_with("(01.00%)\n"), "{got:?}");
     }
 
     #[test]
