@@ -721,7 +721,7 @@ fn branch<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, call: bool) -> bool {
 /// beyond the operand: left to the generic rule.
 fn bit_test<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> bool {
     if cx.is_mem(0) && !cx.is_imm(1) {
-        return false;
+        return bit_string(cx, m);
     }
     let a = cx.read(0);
     let o = cx.read(1);
@@ -745,6 +745,36 @@ fn bit_test<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> bool 
             a.s & !shl(1, pos)
         };
         cx.write(0, vr);
+    }
+    true
+}
+
+/// `bt [mem], reg` and friends address a bit string: the byte at `ea + (offset >>s 3)`,
+/// bit `offset & 7` (as VEX computes it). The offset's upper bits form part of an address,
+/// so their undefinedness is an address error; its low three bits select the bit.
+fn bit_string<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> bool {
+    let o = cx.read(1);
+    let ea = cx.address();
+    let off = sext(o.v, o.w) as i64;
+    let voff = sext(o.s, o.w);
+    cx.check_value(voff & !7, ValueUse::Address);
+    let addr = ea.wrapping_add((off >> 3) as u64);
+    let pos = (off & 7) as u32;
+    let (_, s) = cx.load(addr, 1);
+    let und_pos = voff & 7 != 0;
+    let vbit = und_pos || (s >> pos) & 1 != 0;
+    let old = cx.regs.flags;
+    let new = flags::with_old(flags::all(vbit), old, flags::BT_UNDEFINED).0 & !FlagShadows::ZF;
+    cx.regs.flags = FlagShadows(new | (old.0 & FlagShadows::ZF));
+    if m != Mnemonic::Bt {
+        let vr = if und_pos {
+            0xff
+        } else if m == Mnemonic::Btc {
+            s
+        } else {
+            s & !(1u64 << pos)
+        };
+        cx.store(addr, 1, vr);
     }
     true
 }

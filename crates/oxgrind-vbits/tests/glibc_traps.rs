@@ -396,3 +396,33 @@ fn scalar_fp_with_a_stale_first_source_is_defined_in_lane_zero() {
     m.step(asm(|a| a.jp(0x1000u64)), |_| {});
     assert!(m.reports.is_empty(), "{:?}", m.reports);
 }
+
+#[test]
+fn bt_on_a_bit_string_in_memory_tests_the_addressed_byte() {
+    // A bitmap: byte 5 defined, the rest undefined; bt [rdi], rax with rax = 43 tests
+    // bit 3 of byte 5.
+    let mut m = Machine::new();
+    m.mem.set(BLOCK, &[0xff; 16]);
+    m.mem.set(BLOCK + 5, &[0]);
+    m.guest.gpr[RDI] = BLOCK;
+    m.guest.gpr[RAX] = 43;
+    m.step(asm(|a| a.bt(qword_ptr(rdi), rax)), |_| {});
+    m.step(asm(|a| a.jb(0x1000u64)), |_| {});
+    assert!(m.reports.is_empty(), "{:?}", m.reports);
+    m.step(asm(|a| a.bts(qword_ptr(rdi), rax)), |_| {});
+    assert_eq!(m.mem.get(BLOCK + 5, 1), vec![0]);
+    m.guest.gpr[RAX] = 44 + 8;
+    m.step(asm(|a| a.btr(qword_ptr(rdi), rax)), |_| {});
+    assert_eq!(m.mem.get(BLOCK + 6, 1), vec![0xef], "btr defines the bit it clears");
+    m.step(asm(|a| a.bt(qword_ptr(rdi), rax)), |_| {});
+    m.step(asm(|a| a.jb(0x1000u64)), |_| {});
+    assert!(m.reports.is_empty());
+    m.guest.gpr[RAX] = 0;
+    m.step(asm(|a| a.bt(qword_ptr(rdi), rax)), |_| {});
+    m.step(asm(|a| a.jb(0x1000u64)), |_| {});
+    assert_eq!(m.reports.len(), 1, "bit 0 of byte 0 is undefined");
+    // An undefined offset above the low three bits is an address error.
+    m.regs.gpr[RAX] = 0x100;
+    let out = m.step(asm(|a| a.bt(qword_ptr(rdi), rax)), |_| {});
+    assert_eq!(out.checks.iter().collect::<Vec<_>>(), vec![Check::Value { size: 8, reason: ValueUse::Address }]);
+}
