@@ -38,6 +38,7 @@ mod scalar;
 mod state;
 mod strings;
 mod vector;
+mod xsave;
 
 pub use flags::{condition_holds, condition_undefined};
 pub use state::{FlagShadows, Guest, Segment, ShadowMemory, ShadowRegisters};
@@ -108,9 +109,11 @@ pub struct Outcome {
 }
 
 /// The definedness interpreter. Holds the scratch space of iced-x86's instruction-info
-/// factory (used by the generic rule), so keep one per thread rather than one per call.
+/// factory (used by the generic rule) and the shadow files saved by `xsave` (restored by
+/// `xrstor`), so keep one per thread.
 pub struct Interpreter {
     info: InstructionInfoFactory,
+    save_areas: xsave::SaveAreas,
 }
 
 impl Default for Interpreter {
@@ -121,7 +124,7 @@ impl Default for Interpreter {
 
 impl Interpreter {
     pub fn new() -> Self {
-        Interpreter { info: InstructionInfoFactory::new() }
+        Interpreter { info: InstructionInfoFactory::new(), save_areas: xsave::SaveAreas::default() }
     }
 
     /// Propagates V bits through `insn`, which is about to run with the values `guest`
@@ -137,7 +140,10 @@ impl Interpreter {
         mem: &mut M,
     ) -> Outcome {
         let mut cx = ctx::Ctx::new(insn, guest, regs, mem);
-        let specific = scalar::rule(&mut cx) || vector::rule(&mut cx) || strings::rule(&mut cx);
+        let specific = scalar::rule(&mut cx)
+            || vector::rule(&mut cx)
+            || strings::rule(&mut cx)
+            || self.save_areas.rule(&mut cx);
         let rule = if specific {
             Rule::Specific
         } else {

@@ -426,3 +426,33 @@ fn bt_on_a_bit_string_in_memory_tests_the_addressed_byte() {
     let out = m.step(asm(|a| a.bt(qword_ptr(rdi), rax)), |_| {});
     assert_eq!(out.checks.iter().collect::<Vec<_>>(), vec![Check::Value { size: 8, reason: ValueUse::Address }]);
 }
+
+#[test]
+fn lazy_binding_trampoline_restores_argument_register_shadows() {
+    // _dl_runtime_resolve_xsavec: xsavec [rsp+0x40]; the resolver runs and leaves its own
+    // shadows in xmm0 and k1; xrstor [rsp+0x40] brings back the caller's.
+    let mut m = Machine::new();
+    m.guest.gpr[RSP] = 0x7000_0000;
+    m.guest.gpr[RAX] = 0xee;
+    m.guest.gpr[RDX] = 0;
+    m.mem.set(0x7000_0040, &[0xff; 2048]); // fresh stack
+    m.regs.vector[0][..32].fill(0); // a defined double argument
+    m.regs.vector[0][32..].fill(0);
+    m.regs.vector[1] = [0xff; 64]; // an undefined one
+    m.regs.vector[17] = [0x0f; 64];
+    m.regs.opmask[1] = 0x3;
+    let before = m.regs.clone();
+    m.step(asm(|a| a.xsavec(ptr(rsp + 0x40))), |_| {});
+    assert_eq!(m.mem.get(0x7000_0040 + 160, 16), vec![0; 16], "xmm0's shadow in the legacy area");
+    assert_eq!(m.mem.get(0x7000_0040 + 176, 16), vec![0xff; 16], "xmm1's");
+    m.regs.vector = [[0x55; 64]; 32];
+    m.regs.opmask = [0; 8];
+    m.step(asm(|a| a.xrstor(ptr(rsp + 0x40))), |_| {});
+    assert_eq!(m.regs.vector, before.vector);
+    assert_eq!(m.regs.opmask, before.opmask);
+    // fxrstor without a record reads the xmm shadows back from the legacy area.
+    m.mem.set(0x7000_0040 + 160, &[0x81; 16]);
+    m.step(asm(|a| a.fxrstor(ptr(rsp + 0x40))), |_| {});
+    assert_eq!(&m.regs.vector[0][..16], &[0x81; 16]);
+    assert!(m.reports.is_empty());
+}
