@@ -38,6 +38,7 @@ mod scalar;
 mod state;
 mod strings;
 mod vector;
+mod x87;
 mod xsave;
 
 pub use flags::{condition_holds, condition_undefined};
@@ -143,6 +144,7 @@ impl Interpreter {
         let specific = scalar::rule(&mut cx)
             || vector::rule(&mut cx)
             || strings::rule(&mut cx)
+            || x87::rule(&mut cx)
             || self.save_areas.rule(&mut cx);
         let rule = if specific {
             Rule::Specific

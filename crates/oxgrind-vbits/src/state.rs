@@ -65,11 +65,24 @@ pub struct ShadowRegisters {
     pub vector: [Vec512; 32],
     /// `k0..k7`.
     pub opmask: [u64; 8],
+    /// The x87 register stack in stack order: `x87[0]` is ST(0). Each holds the V bits of
+    /// the register as a 64-bit double (VEX's representation).
+    pub x87: [u64; 8],
+    /// Whether the x87 condition bits C0..C3 are undefined (after a compare of undefined
+    /// operands).
+    pub x87_status: bool,
 }
 
 impl Default for ShadowRegisters {
     fn default() -> Self {
-        ShadowRegisters { gpr: [0; 16], flags: FlagShadows::DEFINED, vector: [[0; 64]; 32], opmask: [0; 8] }
+        ShadowRegisters {
+            gpr: [0; 16],
+            flags: FlagShadows::DEFINED,
+            vector: [[0; 64]; 32],
+            opmask: [0; 8],
+            x87: [0; 8],
+            x87_status: false,
+        }
     }
 }
 

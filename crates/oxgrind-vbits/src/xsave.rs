@@ -26,6 +26,7 @@ use crate::ctx::Ctx;
 use crate::state::{Guest, ShadowMemory};
 
 /// Components of the XSAVE feature bitmap this module knows.
+const X87: u64 = 1 << 0;
 const SSE: u64 = 1 << 1;
 const AVX: u64 = 1 << 2;
 const OPMASK: u64 = 1 << 5;
@@ -40,6 +41,8 @@ struct Record {
     address: u64,
     vector: Box<[Vec512; 32]>,
     opmask: [u64; 8],
+    x87: [u64; 8],
+    x87_status: bool,
 }
 
 /// The saved shadow files, most recent last.
@@ -96,6 +99,8 @@ impl SaveAreas {
             address,
             vector: Box::new(cx.regs.vector),
             opmask: cx.regs.opmask,
+            x87: cx.regs.x87,
+            x87_status: cx.regs.x87_status,
         });
     }
 
@@ -120,6 +125,10 @@ impl SaveAreas {
             }
             if !legacy && rfbm & OPMASK != 0 {
                 cx.regs.opmask = r.opmask;
+            }
+            if rfbm & X87 != 0 {
+                cx.regs.x87 = r.x87;
+                cx.regs.x87_status = r.x87_status;
             }
             return;
         }
