@@ -12,7 +12,7 @@ native run, the median peak RSS and its ratio to native, the median user+system 
 and the size of what the tool wrote. Results go to a JSON file and, with --write-docs, to
 docs/benchmarks.md. Nothing here is a test: no number is asserted anywhere.
 
-    python3 bench/run.py --quick               # a few minutes
+    python3 bench/run.py --quick               # native runs >= 0.3 s, 3 rounds
     python3 bench/run.py --full --write-docs   # the long run, and rewrite the docs page
 
 Standard library only; Linux only (/proc, and bench/spawn.c for the measuring).
@@ -82,24 +82,28 @@ def xz_input(kib):
 
 WORKLOADS = [
     Workload("alloc", "C", "small malloc/calloc/free, 4096 live blocks, 3 call sites",
-             500_000, 6_000_000, "iterations", lambda n: [BUILD / "alloc", n]),
+             11_000_000, 33_000_000, "iterations", lambda n: [BUILD / "alloc", n]),
     Workload("containers", "C++", "std::map, std::unordered_map, std::vector, std::string churn",
-             25, 300, "rounds", lambda n: [BUILD / "containers", n]),
+             520, 1560, "rounds", lambda n: [BUILD / "containers", n]),
     Workload("threads", "C", "4 threads of malloc/free, bounded live sets, cross-thread frees",
-             200_000, 3_000_000, "iterations per thread", lambda n: [BUILD / "threads", n]),
+             5_500_000, 16_500_000, "iterations per thread", lambda n: [BUILD / "threads", n]),
     Workload("churn", "Rust", "Vec/String/HashMap churn on 2 threads",
-             80_000, 800_000, "iterations per thread", lambda n: [BUILD / "churn", n]),
+             1_450_000, 4_350_000, "iterations per thread", lambda n: [BUILD / "churn", n]),
     Workload("compute", "C", "CPU-bound 3-point stencil, 2 allocations",
-             150, 3000, "sweeps", lambda n: [BUILD / "compute", n]),
+             5000, 15000, "sweeps", lambda n: [BUILD / "compute", n]),
     Workload("python3", "Debian", "python3 script: JSON, dicts, sorting, formatting",
-             1, 15, "rounds", lambda n: [PYTHON, WORKLOAD_SRC / "script.py", n]),
+             28, 84, "rounds", lambda n: [PYTHON, WORKLOAD_SRC / "script.py", n]),
     Workload("sqlite3", "Debian", "sqlite3 in memory: insert, index, group, update, delete, join",
-             5_000, 100_000, "rows", lambda n: [SQLITE, ":memory:", f".read {sqlite_script(n)}"]),
+             160_000, 480_000, "rows", lambda n: [SQLITE, ":memory:", f".read {sqlite_script(n)}"]),
     Workload("xz", "Debian", "xz -6 -T1 compressing generated text to stdout",
-             100, 1024, "KiB of input", lambda n: [XZ, "-c", "-T1", "-6", xz_input(n)]),
+             1100, 3300, "KiB of input", lambda n: [XZ, "-c", "-T1", "-6", xz_input(n)]),
 ]
 
-MODES = {"quick": {"runs": 3, "timeout": 120}, "full": {"runs": 5, "timeout": 900}}
+# Both modes size every workload for a native run of at least 0.3 s of CPU (full: about 1 s),
+# so that no tool's start-up (Valgrind's is ~0.3 s) decides a ratio. A run is killed after
+# `timeout` seconds or SLOWEST times its workload's native wall time, whichever comes first.
+MODES = {"quick": {"runs": 3, "timeout": 300}, "full": {"runs": 5, "timeout": 1800}}
+SLOWEST = 150
 
 
 # ---------------------------------------------------------------------------------------
@@ -238,8 +242,34 @@ def make_configs(oxgrind):
             ox.available = False
             ox.why_not = "launcher not found (build it with `cargo build --release`)"
         configs.append(ox)
+        if tool == "massif":
+            # The heap path alone (no translation, no instruction clock): what a preload
+            # profiler such as heaptrack does, so it is compared with heaptrack.
+            heap = Config("oxgrind:massif-B", "oxgrind", HEAP_PATH,
+                          [str(oxgrind or "oxgrind"), "--tool=massif", "--time-unit=B"])
+            heap.available, heap.why_not = ox.available, ox.why_not
+            configs.append(heap)
     configs.append(Config("heaptrack", "heaptrack", "heaptrack", ["heaptrack"]))
     return configs
+
+
+# The label of Massif's heap path (`--time-unit=B`), a configuration of its own.
+HEAP_PATH = "massif --time-unit=B"
+
+
+def groups_of(configs):
+    """The tool configurations in groups that run back to back in every round: Valgrind's
+    and oxgrind's runs of one tool (their ratio is taken per round, see `paired`), the heap
+    path with heaptrack."""
+    groups = []
+    for tool in TOOLS:
+        g = [c for c in configs if c.tool == tool and c.suite in ("valgrind", "oxgrind")]
+        if g:
+            groups.append(g)
+    g = [c for c in configs if c.tool in (HEAP_PATH, "heaptrack")]
+    if g:
+        groups.append(g)
+    return groups
 
 
 def probe(configs, timeout):
@@ -404,13 +434,17 @@ def run_once(cmd, timeout, keep_stdout=False, sample_tree=False):
 
 
 def measure(workloads, configs, mode, runs, timeout):
-    """For each workload: one discarded native warm-up run, then `runs` rounds; each round
-    runs every tool configuration once, each right after a native run, and starts one
-    configuration later than the round before, so no configuration always runs first or
-    right after the slowest one. Native runs are cheap, so interleaving one before every
-    tool run gives the denominator of every ratio samples from the whole measuring period."""
+    """For each workload: one discarded native warm-up run, then `runs` rounds. A round runs
+    every group of configurations (`groups_of`: Valgrind's and oxgrind's run of one tool),
+    each group right after a native run and its members back to back, first one first and
+    then the other (alternating between rounds); each round starts one group later than the
+    one before. So the two runs whose ratio is taken ran next to each other, under the same
+    machine load, and native runs are spread over the whole measuring period."""
     results = {}
     active = [c for c in configs if c.available]
+    native = next(c for c in active if c.key == "native")
+    groups = [[c for c in g if c.available] for g in groups_of(active)]
+    groups = [g for g in groups if g] or [[]]
     for w in workloads:
         size = w.sizes[mode]
         argv = w.argv(size)
@@ -419,32 +453,45 @@ def measure(workloads, configs, mode, runs, timeout):
         reference = warm["stdout"]
         if warm["status"] != "ok":
             log(f"   native run failed: {warm['status']} {warm.get('stderr_tail', '')}")
+        # A tool run longer than SLOWEST times native is not worth waiting for.
+        limit = min(timeout, max(30.0, SLOWEST * warm.get("wall_s", timeout)))
         per = {c.key: [] for c in active}
-        native = next(c for c in active if c.key == "native")
-        tools = [c for c in active if c.key != "native"] or [native]
         given_up = set()
         for r in range(runs):
-            k = r % len(tools)
+            k = r % len(groups)
             order = []
-            for cfg in tools[k:] + tools[:k]:
-                order += [native, cfg] if cfg is not native else [native]
+            for g in groups[k:] + groups[:k]:
+                order += [native] + (g if r % 2 == 0 else g[::-1])
             for cfg in order:
                 if cfg.key in given_up:
                     continue
-                res = run_once(cfg.prefix + argv, timeout, keep_stdout=True,
-                               sample_tree=(cfg.suite == "heaptrack"))
+                res = run_once(cfg.prefix + argv, limit if cfg is not native else timeout,
+                               keep_stdout=True, sample_tree=(cfg.suite == "heaptrack"))
                 # The tool must not change what the program prints (heaptrack adds its own
                 # lines around it, hence "contains" rather than "equals").
                 if res["status"] == "ok" and reference and reference not in res["stdout"]:
                     res["status"] = "wrong output"
                 res.pop("stdout", None)
+                res["round"] = r
                 per[cfg.key].append(res)
                 if res["status"] != "ok" and cfg is not native:
                     given_up.add(cfg.key)  # a failure or a timeout: no need to see it again
-                log(f"   {cfg.label:22} round {r + 1}: {res['status']:>8} {res.get('wall_s', 0):8.3f} s "
-                    f"{res.get('maxrss_kib', 0) / 1024:8.1f} MiB {res.get('output_bytes', 0):>10} B")
-        results[w.name] = {"size": size, "unit": w.unit, "argv": argv, "runs": per}
+                log(f"   {cfg.label:30} round {r + 1}: {res['status']:>8} {res.get('wall_s', 0):8.3f} s "
+                    f"{res.get('cpu_s', 0):8.3f} s CPU {res.get('maxrss_kib', 0) / 1024:8.1f} MiB")
+        results[w.name] = {"size": size, "unit": w.unit, "argv": argv, "runs": per,
+                           "timeout_s": limit}
     return results
+
+
+def paired(wres, ours_key, theirs_key, field):
+    """The median over rounds of ours ÷ theirs, each ratio from the two runs of one round
+    (made back to back), or None unless every round has both."""
+    ours = {r["round"]: r for r in wres["runs"].get(ours_key, []) if r["status"] == "ok"}
+    theirs = {r["round"]: r for r in wres["runs"].get(theirs_key, []) if r["status"] == "ok"}
+    rounds = sorted(set(ours) & set(theirs))
+    if not rounds or len(rounds) != len(wres["runs"].get(ours_key, [])):
+        return None
+    return statistics.median(ours[i][field] / theirs[i][field] for i in rounds)
 
 
 def summarize(results, configs):
@@ -482,6 +529,23 @@ def summarize(results, configs):
                 row["wall_x"] = row["wall_s"] / native["wall_s"]
                 row["rss_x"] = row["maxrss_kib"] / native["maxrss_kib"]
                 row["cpu_x"] = row["cpu_s"] / max(native["cpu_s"], 1e-3)
+        for row in rows.values():
+            if row["status"] == "ok":
+                row["parallel"] = row["cpu_s"] / row["wall_s"]
+        for tool in TOOLS:
+            ours = rows.get(f"oxgrind:{tool}")
+            if ours is None or ours["status"] != "ok":
+                continue
+            for field in ("wall_s", "cpu_s"):
+                v = paired(wres, f"oxgrind:{tool}", f"valgrind:{tool}", field)
+                if v is not None:
+                    ours[f"vs_valgrind_{field[:-2]}"] = v
+        heap = rows.get("oxgrind:massif-B")
+        if heap and heap["status"] == "ok":
+            for field in ("wall_s", "cpu_s"):
+                v = paired(wres, "oxgrind:massif-B", "heaptrack", field)
+                if v is not None:
+                    heap[f"vs_heaptrack_{field[:-2]}"] = v
         summary[wname] = rows
     return summary
 
@@ -630,7 +694,7 @@ def render_markdown(meta, summary, configs, workloads):
     w("## Headlines\n")
     w(f"Geometric means over the {len(workloads)} workloads of the ratios to native: wall time, "
       "CPU time (user+system), peak RSS.\n")
-    for tool in TOOLS + ["heaptrack"]:
+    for tool in TOOLS + [HEAP_PATH, "heaptrack"]:
         parts = []
         for c in configs:
             if c.tool != tool:
@@ -644,6 +708,23 @@ def render_markdown(meta, summary, configs, workloads):
                 parts.append(f"{c.label} **{fmt_x(wx)}** wall, {fmt_x(cx)} CPU, {fmt_x(rx)} memory")
         if parts:
             w("* " + "; ".join(parts))
+    w("")
+    w("oxgrind against Valgrind, tool by tool: the geometric mean over the workloads of the "
+      "median, over rounds, of oxgrind's time ÷ Valgrind's time in the same round (below 1: "
+      "oxgrind is faster).\n")
+    for tool in TOOLS:
+        key = f"oxgrind:{tool}"
+        if not any(c.key == key and c.available for c in configs):
+            continue
+        wv, cv = gm_of(key, "vs_valgrind_wall"), gm_of(key, "vs_valgrind_cpu")
+        if wv is None:
+            w(f"* {tool}: incomplete (a run failed or timed out; see below)")
+        else:
+            w(f"* {tool}: **{wv:.2f}** of Valgrind's wall time, {cv:.2f} of its CPU time")
+    hv = gm_of("oxgrind:massif-B", "vs_heaptrack_wall")
+    if hv is not None:
+        w(f"* {HEAP_PATH} against heaptrack: **{hv:.2f}** of its wall time, "
+          f"{gm_of('oxgrind:massif-B', 'vs_heaptrack_cpu'):.2f} of its CPU time")
     w("")
 
     def matrix(title, key, explain):
@@ -679,10 +760,58 @@ def render_markdown(meta, summary, configs, workloads):
            "The native column is the native median peak RSS; the others are ratios to it. "
            "For heaptrack this is the largest single process (see Method).")
 
+    def ratio_matrix(title, explain, pairs):
+        w(f"## {title}\n")
+        w(explain + "\n")
+        w("| workload | " + " | ".join(label for label, _, _ in pairs) + " |")
+        w("|---|" + "---:|" * len(pairs))
+        cols = [[] for _ in pairs]
+        for wl in workloads:
+            cells = []
+            for i, (_, key, field) in enumerate(pairs):
+                v = summary[wl.name].get(key, {}).get(field)
+                cells.append(f"{v:.2f}" if v is not None else "–")
+                if v is not None:
+                    cols[i].append(v)
+            w(f"| {wl.name} | " + " | ".join(cells) + " |")
+        w("| **geometric mean** | " + " | ".join(
+            f"{geomean(c):.2f}" if c and len(c) == len(workloads) else "–" for c in cols) + " |")
+        w("")
+
+    vs = [(f"{t} wall", f"oxgrind:{t}", "vs_valgrind_wall") for t in TOOLS
+          if any(c.key == f"oxgrind:{t}" and c.available for c in configs)]
+    vs += [(f"{t} CPU", f"oxgrind:{t}", "vs_valgrind_cpu") for t in TOOLS
+           if any(c.key == f"oxgrind:{t}" and c.available for c in configs)]
+    ratio_matrix("oxgrind ÷ Valgrind, median of paired runs",
+                 "Each round runs Valgrind's and oxgrind's tool back to back (which one first "
+                 "alternates); each cell is the median over rounds of oxgrind's time ÷ Valgrind's "
+                 "in the same round. Below 1, oxgrind is faster. – : a run failed or timed out.",
+                 vs)
+    if any(c.key == "oxgrind:massif-B" and c.available for c in configs):
+        ratio_matrix(f"{HEAP_PATH} ÷ heaptrack, median of paired runs",
+                     "Massif's heap path (no translation, time in bytes) against heaptrack, "
+                     "paired in the same way.",
+                     [("wall", "oxgrind:massif-B", "vs_heaptrack_wall"),
+                      ("CPU", "oxgrind:massif-B", "vs_heaptrack_cpu")])
+
+    def parallel_matrix():
+        w("## Parallelism: CPU time ÷ wall time\n")
+        w("Above 1, the run kept more than one core busy on average (the machine has "
+          f"{meta['machine']['nproc']}; only `threads` and `churn` have more than one thread).\n")
+        w("| workload | native | " + " | ".join(c.label for c in shown) + " |")
+        w("|---|---:|" + "---:|" * len(shown))
+        for wl in workloads:
+            rows = summary[wl.name]
+            cells = [f"{rows[c.key]['parallel']:.2f}" if "parallel" in rows[c.key] else cell(rows[c.key], "parallel")
+                     for c in [configs[0]] + shown]
+            w(f"| {wl.name} | " + " | ".join(cells) + " |")
+        w("")
+
     matrix("CPU time: median user+system time ÷ native", "cpu_x",
            "Less sensitive than wall time to other work on the machine, but blind to waiting: "
            "Valgrind runs one thread at a time, which costs wall time, not CPU time. "
            "For heaptrack it includes the interpreter and the compressor.")
+    parallel_matrix()
 
     w("## Each workload\n")
     for wl in workloads:
@@ -735,10 +864,15 @@ def render_markdown(meta, summary, configs, workloads):
   (1.4, default options: LD_PRELOAD library, `heaptrack_interpret` in a second process, zstd output).
   Before measuring, `bench/run.py` runs a trivial program (`bench/workloads/trivial.c`) under each
   configuration; one that does not exit 0 with the program's output is shown as n/a, with its message.
-* **Alternation.** After one discarded native warm-up run per workload, each round runs every
-  tool configuration once, each one right after a native run, and each round starts one
-  configuration later than the previous one, so that drift in machine load is spread over all
-  configurations. Tables show medians over the rounds (for native, over all its runs).
+* **Alternation and pairing.** After one discarded native warm-up run per workload, each round
+  runs every configuration once, in groups: a native run, then Valgrind's and oxgrind's run of
+  the same tool back to back (which one goes first alternates between rounds); the heap path
+  (`oxgrind --tool=massif --time-unit=B`) is paired with heaptrack. Each round starts one group
+  later than the previous one. Slowdown tables show medians over the rounds (for native, over
+  all its runs); the oxgrind ÷ Valgrind tables take the ratio within each round first, so both
+  sides of a ratio ran under the same load, then the median over rounds. Geometric means are
+  over the workloads. A run is killed after {SLOWEST}× its workload's native wall time (or the
+  mode's timeout) and shown as "timeout".
 * **Measuring**: every run goes through `bench/spawn.c`, a small C program that forks, execs the
   command and `wait4`s for it (like GNU time, but with a monotonic nanosecond clock). It exists
   because Linux folds the memory image a process had before `execve` into its peak RSS, and a
@@ -762,15 +896,15 @@ def render_markdown(meta, summary, configs, workloads):
 * **Workloads**: written for this project (`bench/workloads/`) and built with `{' '.join(CFLAGS)}`
   (gcc/g++) and `{' '.join(RUSTFLAGS)}` (rustc), with frame pointers omitted, as Debian builds its
   packages; plus Debian's own `python3`, `sqlite3` and `xz` binaries, run by absolute path. Inputs
-  for sqlite3 and xz are generated deterministically by `bench/run.py`. Quick mode uses smaller
-  sizes than full mode (native runs of tens of milliseconds rather than ~0.2–1 s), so fixed start-up
-  costs (Valgrind's, Python's) weigh more in quick-mode ratios.
+  for sqlite3 and xz are generated deterministically by `bench/run.py`. Every workload is sized
+  for a native run of at least 0.3 s of CPU in quick mode (about 1 s in full mode), so that no
+  tool's fixed start-up cost (Valgrind's is about 0.3 s) decides a ratio.
 * No number here is checked by any test: the suite measures, it does not assert.
 """)
     w("## Reproduce\n")
     w("```sh\ncargo build --release            # the oxgrind launcher and runtime, into target/release\n"
       "bench/setup.sh                   # Valgrind, heaptrack, sqlite3, xz-utils, zstd, gcc, g++ from Debian\n"
-      "python3 bench/run.py --quick     # a few minutes; --full for the long run (about an hour)\n"
+      "python3 bench/run.py --quick     # about an hour on 2 CPUs; --full for the long run (several hours)\n"
       "python3 bench/run.py --quick --write-docs   # also rewrites this page\n```\n")
     w("Other options: `--only alloc,xz` (workloads), `--configs native,valgrind:memcheck,oxgrind:memcheck`,"
       " `--runs N`, `--oxgrind PATH` (or `$OXGRIND`), `--json PATH`. Raw per-run results of the last run are "
@@ -800,9 +934,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_const", dest="mode", const="quick",
-                      help="small sizes, 3 runs: a few minutes (default)")
+                      help="native runs of at least 0.3 s, 3 runs: about an hour on 2 CPUs (default)")
     mode.add_argument("--full", action="store_const", dest="mode", const="full",
-                      help="native runs of ~0.2-1 s, 5 runs each")
+                      help="native runs of about 1 s, 5 runs each")
     ap.add_argument("--runs", type=int, help="runs per configuration (default: 3 quick, 5 full)")
     ap.add_argument("--only", help="comma-separated workloads: " + ",".join(w.name for w in WORKLOADS))
     ap.add_argument("--configs", help="comma-separated configurations, e.g. native,valgrind:massif,"
