@@ -9,6 +9,7 @@
 //! (our `malloc`, our `operator new`, ...), so reports start `at 0x...: malloc (in ...)` as
 //! Valgrind's do; later frames are return addresses minus one (inside the call instruction).
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::mem::MaybeUninit;
@@ -33,6 +34,17 @@ pub struct StackTable {
     shards: [SpinLock<Option<HashMap<u64, Vec<(Frames, StackId)>, BuildHasherDefault<IdHasher>>>>;
         SHARDS],
     grow: SpinLock<()>,
+}
+
+/// Slots of each thread's cache of recently interned stacks (see [`StackTable::intern`]).
+const RECENT: usize = 256;
+
+thread_local! {
+    /// (hash of the frames, id + 1), direct-mapped by hash. `const`-initialised with no
+    /// destructor: static TLS, never allocated (see guard.rs). Shared by every
+    /// [`StackTable`] (the runtime has one; tests make more): a hit is only taken when the
+    /// table asked has exactly these frames under that id.
+    static RECENT_IDS: [Cell<(u64, u32)>; RECENT] = const { [const { Cell::new((0, 0)) }; RECENT] };
 }
 
 /// The key is already a hash.
@@ -80,8 +92,30 @@ impl StackTable {
     }
 
     /// The id of `frames`, interning them on first sight.
+    ///
+    /// A program allocates from a few thousand stacks again and again, so each thread first
+    /// looks in a small cache of its own (no lock): a hit is confirmed against the published
+    /// frames of the id it names, which never change. Only a miss takes a shard lock.
+    #[inline]
     pub fn intern(&self, frames: &[u64]) -> StackId {
         let h = hash_frames(frames);
+        let slot = (h >> 32) as usize % RECENT;
+        let hit = RECENT_IDS.with(|c| {
+            let (hash, id) = c[slot].get();
+            // Ids are stored plus one: 0 is an empty slot.
+            (id != 0 && hash == h).then(|| StackId(id - 1))
+        });
+        if let Some(id) = hit {
+            if self.frames(id) == frames {
+                return id;
+            }
+        }
+        let id = self.intern_locked(h, frames);
+        RECENT_IDS.with(|c| c[slot].set((h, id.0.wrapping_add(1))));
+        id
+    }
+
+    fn intern_locked(&self, h: u64, frames: &[u64]) -> StackId {
         let mut shard = self.shards[(h as usize) % SHARDS].lock();
         let map = shard.get_or_insert_with(HashMap::default);
         let bucket = map.entry(h).or_default();
