@@ -39,6 +39,9 @@ type Reader = gimli::EndianReader<gimli::RunTimeEndian, Bytes>;
 enum Bytes {
     Mapped(Arc<memmap2::Mmap>, usize, usize),
     Owned(Arc<[u8]>),
+    /// A decompressed section, kept in the vector it was inflated into (copying it into an
+    /// `Arc<[u8]>` would briefly hold it twice: for glibc's debug info, 5.5 MiB more peak).
+    Inflated(Arc<Vec<u8>>),
 }
 
 impl std::ops::Deref for Bytes {
@@ -47,12 +50,14 @@ impl std::ops::Deref for Bytes {
         match self {
             Bytes::Mapped(m, start, len) => &m[*start..*start + *len],
             Bytes::Owned(v) => v,
+            Bytes::Inflated(v) => v,
         }
     }
 }
 
-// SAFETY: both variants deref into heap or mapped memory owned through an Arc, which does not
-// move when the Bytes value (or a clone of it) moves; clones share the same memory.
+// SAFETY: every variant derefs into heap or mapped memory owned through an Arc (a vector's
+// buffer is never reallocated: nothing mutates it), which does not move when the Bytes value
+// (or a clone of it) moves; clones share the same memory.
 unsafe impl gimli::StableDeref for Bytes {}
 // SAFETY: as above.
 unsafe impl gimli::CloneStableDeref for Bytes {}
@@ -754,6 +759,15 @@ fn dwarf_of(
     };
     let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
         let empty = || Bytes::Owned(Arc::from(&[][..]));
+        // Location lists say where variables live, which symbolization never asks: in a
+        // distribution's compressed debug file (glibc's) they would be inflated into our
+        // memory for nothing (1.4 MiB for Debian 12's libc, counted twice while copied).
+        if matches!(
+            id,
+            gimli::SectionId::DebugLoc | gimli::SectionId::DebugLocLists
+        ) {
+            return Ok(gimli::EndianReader::new(empty(), endian));
+        }
         let bytes = match file.section_by_name(id.name()) {
             Some(sec) => match sec.compressed_file_range() {
                 Ok(r)
@@ -765,7 +779,8 @@ fn dwarf_of(
                     Bytes::Mapped(data.clone(), r.offset as usize, r.compressed_size as usize)
                 }
                 _ => match sec.uncompressed_data() {
-                    Ok(d) => Bytes::Owned(Arc::from(&*d)),
+                    Ok(Cow::Owned(v)) => Bytes::Inflated(Arc::new(v)),
+                    Ok(Cow::Borrowed(d)) => Bytes::Owned(Arc::from(d)),
                     Err(_) => empty(),
                 },
             },
