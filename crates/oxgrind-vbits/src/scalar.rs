@@ -231,13 +231,73 @@ pub(crate) fn rule<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
             true
         }
         Blsr | Blsmsk | Blsi => {
-            // x & (x - 1), x ^ (x - 1), x & -x: bit i depends on bits 0..=i only (Left).
+            // x & (x - 1), x ^ (x - 1), x & -x, composed from the exact rules as VEX's IR for
+            // them is (strrchr and memrchr use these on lane masks).
             let a = cx.read(1);
-            let vr = left(a.s, a.w);
+            let w = a.w;
+            let x = a.v & mask(w);
+            let (r, vr) = match m {
+                Blsr => {
+                    let (d, vd) = (x.wrapping_sub(1) & mask(w), algebra::sub(x, a.s, 1, 0, 0, 0, w));
+                    (x & d, algebra::and(x, a.s, d, vd) & mask(w))
+                }
+                Blsmsk => {
+                    let (d, vd) = (x.wrapping_sub(1) & mask(w), algebra::sub(x, a.s, 1, 0, 0, 0, w));
+                    ((x ^ d) & mask(w), (a.s | vd) & mask(w))
+                }
+                _ => {
+                    let (n, vn) = (0u64.wrapping_sub(x) & mask(w), algebra::sub(0, 0, x, a.s, 0, 0, w));
+                    (x & n, algebra::and(x, a.s, n, vn) & mask(w))
+                }
+            };
             cx.write(0, vr);
-            cx.regs.flags = flags::with_old(flags::all(vr != 0), cx.regs.flags, flags::MUL_UNDEFINED);
+            // SF and ZF from the result (ZF is cleared by blsmsk), CF from "source == 0" (blsi:
+            // "source != 0"), OF cleared, AF and PF architecturally undefined.
+            let mut f = 0u8;
+            if vr & algebra::sign_bit(w) != 0 {
+                f |= FlagShadows::SF;
+            }
+            if m != Blsmsk && algebra::zero_test_undefined(r, vr, w) {
+                f |= FlagShadows::ZF;
+            }
+            if algebra::zero_test_undefined(x, a.s, w) {
+                f |= FlagShadows::CF;
+            }
+            if pcast(a.s, w) != 0 {
+                f |= FlagShadows::AF | FlagShadows::PF;
+            }
+            cx.regs.flags = flags::with_old(FlagShadows(f), cx.regs.flags, FlagShadows::AF | FlagShadows::PF);
             true
         }
+        Bextr => {
+            // Start and length come from the control operand's low two bytes.
+            let a = cx.read(1);
+            let c = cx.read(2);
+            let w = a.w;
+            let (start, len) = ((c.v & 0xff) as u32, ((c.v >> 8) & 0xff) as u32);
+            let vr = if c.s & 0xffff != 0 {
+                mask(w)
+            } else {
+                let keep = if len >= 64 { u64::MAX } else { mask(len) };
+                shr(a.s & mask(w), start) & keep & mask(w)
+            };
+            let r = if start >= w { 0 } else { shr(a.v & mask(w), start) & if len >= 64 { u64::MAX } else { mask(len) } };
+            cx.write(0, vr);
+            let mut f = 0u8;
+            if algebra::zero_test_undefined(r, vr, w) {
+                f |= FlagShadows::ZF;
+            }
+            if vr != 0 {
+                f |= FlagShadows::AF | FlagShadows::PF | FlagShadows::SF;
+            }
+            cx.regs.flags = flags::with_old(
+                FlagShadows(f),
+                cx.regs.flags,
+                FlagShadows::AF | FlagShadows::PF | FlagShadows::SF,
+            );
+            true
+        }
+        Cmpxchg8b | Cmpxchg16b => cmpxchg_double(cx, m == Cmpxchg16b),
         Shlx | Shrx | Sarx => {
             let a = cx.read(1);
             let c = cx.read(2);
@@ -849,6 +909,40 @@ fn cmpxchg<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
             // The processor writes the old value back.
             cx.write(0, d.s);
         }
+    }
+    true
+}
+
+/// `cmpxchg8b`/`cmpxchg16b`: edx:eax (rdx:rax) against the memory operand, ZF exact over the
+/// whole width; the real outcome steers the shadows, as for `cmpxchg`.
+fn cmpxchg_double<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, wide: bool) -> bool {
+    let half = if wide { 8 } else { 4 };
+    let w = (half * 8) as u32;
+    let addr = cx.address();
+    let (lo, vlo) = cx.load(addr, half);
+    let (hi, vhi) = cx.load(addr.wrapping_add(half as u64), half);
+    let (acc_lo, acc_hi, new_lo, new_hi) = if wide {
+        (Register::RAX, Register::RDX, Register::RBX, Register::RCX)
+    } else {
+        (Register::EAX, Register::EDX, Register::EBX, Register::ECX)
+    };
+    let (a, b) = (cx.read_reg(acc_lo), cx.read_reg(acc_hi));
+    let (c, d) = (cx.read_reg(new_lo), cx.read_reg(new_hi));
+    // Equal iff both halves are: decided by a defined differing bit in either half.
+    let lo_und = algebra::eq_undefined(a.v, a.s, lo, vlo, w);
+    let hi_und = algebra::eq_undefined(b.v, b.s, hi, vhi, w);
+    let differs = |x: u64, vx: u64, y: u64, vy: u64| (x ^ y) & !(vx | vy) & mask(w) != 0;
+    let lo_ne_decided = differs(a.v, a.s, lo, vlo);
+    let hi_ne_decided = differs(b.v, b.s, hi, vhi);
+    let zf_und = (lo_und || hi_und) && !(lo_ne_decided || hi_ne_decided);
+    let old = cx.regs.flags;
+    cx.regs.flags = FlagShadows((old.0 & !FlagShadows::ZF) | if zf_und { FlagShadows::ZF } else { 0 });
+    if a.v & mask(w) == lo & mask(w) && b.v & mask(w) == hi & mask(w) {
+        cx.store(addr, half, c.s);
+        cx.store(addr.wrapping_add(half as u64), half, d.s);
+    } else {
+        cx.write_reg(acc_lo, vlo);
+        cx.write_reg(acc_hi, vhi);
     }
     true
 }

@@ -456,3 +456,23 @@ fn lazy_binding_trampoline_restores_argument_register_shadows() {
     assert_eq!(&m.regs.vector[0][..16], &[0x81; 16]);
     assert!(m.reports.is_empty());
 }
+
+#[test]
+fn cmpxchg16b_compares_exactly_and_moves_shadows_by_the_real_outcome() {
+    let mut m = Machine::new();
+    m.guest.gpr[RDI] = BLOCK;
+    m.guest.poke(BLOCK, &[1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]);
+    m.mem.set(BLOCK + 8, &[0, 0xff, 0, 0, 0, 0, 0, 0]); // high half partly undefined
+    m.guest.gpr[RAX] = 5; // differs from 1 in defined bits: ZF decided
+    m.regs.gpr[RBX] = u64::MAX;
+    m.step(asm(|a| a.lock().cmpxchg16b(xmmword_ptr(rdi))), |_| {});
+    m.step(asm(|a| a.jne(0x1000u64)), |_| {});
+    assert!(m.reports.is_empty());
+    assert_eq!(m.regs.gpr[RDX], 0xff00, "failure loads the memory's shadow into rdx:rax");
+    m.guest.gpr[RAX] = 1;
+    m.guest.gpr[RDX] = 2;
+    m.step(asm(|a| a.lock().cmpxchg16b(xmmword_ptr(rdi))), |_| {});
+    assert_eq!(m.mem.get(BLOCK, 8), vec![0xff; 8], "success stores rcx:rbx's shadow");
+    m.step(asm(|a| a.jne(0x1000u64)), |_| {});
+    assert_eq!(m.reports.len(), 1, "equal so far, but the undefined byte could differ");
+}

@@ -221,3 +221,19 @@ fn cmov_is_memcheck_ite() {
         assert_eq!(regs.gpr[RAX], expect);
     }
 }
+
+#[test]
+fn bmi_lowest_bit_ops_are_composed_from_exact_rules_as_vex_does() {
+    // VEX: blsmsk = x ^ (x - 1), blsr = x & (x - 1), blsi = x & (0 - x), each instrumented
+    // with the expensive sub and the improved and.
+    let blsmsk = asm(|a| a.blsmsk(rax, rbx));
+    let blsr = asm(|a| a.blsr(rax, rbx));
+    let blsi = asm(|a| a.blsi(rax, rbx));
+    for (_, _, b, qb) in samples() {
+        let vdec = mc_sub(b, qb, 1, 0);
+        assert_eq!(binary(&blsmsk, 0, 0, b, qb).0, qb | vdec);
+        assert_eq!(binary(&blsr, 0, 0, b, qb).0, mc_and(b, qb, b.wrapping_sub(1), vdec));
+        let vneg = mc_sub(0, 0, b, qb);
+        assert_eq!(binary(&blsi, 0, 0, b, qb).0, mc_and(b, qb, 0u64.wrapping_sub(b), vneg));
+    }
+}

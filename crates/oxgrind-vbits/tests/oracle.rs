@@ -232,6 +232,8 @@ fn cases() -> Vec<Case> {
         case(asm(|a| a.blsi(eax, ebx)), native!("blsi {a:e}, {b:e}"), 32),
         case(asm(|a| a.blsmsk(eax, ebx)), native!("blsmsk {a:e}, {b:e}"), 32),
         case(asm(|a| a.bswap(eax)), native!("bswap {a:e}"), 32),
+        case(asm(|a| a.bextr(eax, ebx, ecx)), native!("bextr {a:e}, {b:e}, {b:e}"), 32),
+        case(asm(|a| a.bzhi(eax, ebx, ecx)), native!("bzhi {a:e}, {b:e}, {b:e}"), 32),
         case(asm(|a| a.cmova(ax, bx)), native!("cmova {a:x}, {b:x}"), 16),
         case(asm(|a| a.cmovl(ax, bx)), native!("cmovl {a:x}, {b:x}"), 16),
         case(asm(|a| a.cmove(ax, bx)), native!("cmove {a:x}, {b:x}"), 16),
