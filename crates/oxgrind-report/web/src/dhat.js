@@ -3,7 +3,7 @@
 // global peak (t-gmax) or accesses.
 
 import { el, both, commify, pct, stripAddress } from './util.js';
-import { flameGraph, treeFromStacks } from './flame.js';
+import { flameGraph } from './flame.js';
 
 // Counter positions in each pps row (f.pp_fields, checked below).
 const F = { tb: 0, tbk: 1, tl: 2, mb: 3, mbk: 4, gb: 5, gbk: 6, eb: 7, ebk: 8, rb: 9, wb: 10 };
@@ -21,29 +21,34 @@ const METRICS = [
   { key: 'tl', name: 'average lifetime', v: (s) => (s[F.tbk] ? s[F.tl] / s[F.tbk] : 0), instrs: true },
 ];
 
-// The tree: node {frame, sums[N], children: Map, count (PPs)}; frames innermost first.
-function buildTree(f) {
-  const root = { frame: 0, sums: new Float64Array(N), children: new Map(), count: 0 };
-  for (const row of f.pps) {
-    const fs = row[N];
-    let n = root;
-    const add = (node) => { for (let k = 0; k < N; k++) node.sums[k] += row[k]; node.count++; };
-    add(root);
-    for (const fr of fs) {
-      let c = n.children.get(fr);
-      if (!c) { c = { frame: fr, sums: new Float64Array(N), children: new Map(), count: 0 }; n.children.set(fr, c); }
-      add(c);
-      n = c;
-    }
+// dh_view's tree, built lazily: a node is the PPs sharing its frames (innermost first); its
+// children are grouped by the next frame only when it is opened.
+function node(f, frame, depth, idx) {
+  const sums = new Float64Array(N);
+  for (const i of idx) { const row = f.pps[i]; for (let k = 0; k < N; k++) sums[k] += row[k]; }
+  return { frame, depth, idx, sums, count: idx.length, kids: null };
+}
+
+function kidsOf(f, n) {
+  if (n.kids) return n.kids;
+  const by = new Map();
+  for (const i of n.idx) {
+    const fs = f.pps[i][N];
+    if (fs.length <= n.depth) continue;
+    const fr = fs[n.depth];
+    if (!by.has(fr)) by.set(fr, []);
+    by.get(fr).push(i);
   }
-  return root;
+  n.kids = [...by].map(([fr, idx]) => node(f, fr, n.depth + 1, idx));
+  return n.kids;
 }
 
 export function dhatView(f) {
   if (f.pp_fields.join() !== Object.keys(F).join()) throw new Error(`unexpected pp_fields ${f.pp_fields}`);
   const t = f.totals;
   const heap = f.mode === 'heap';
-  const frame = (i) => stripAddress(f.ftbl[i]);
+  const names = f.ftbl.map(stripAddress);
+  const frame = (i) => names[i];
   const out = [el('h2', null, `DHAT (${f.mode} mode)`), el('p', { class: 'cmd' }, el('code', null, f.cmd), ` pid ${f.pid}`)];
   out.push(el('div', { class: 'cards' },
     el('div', { class: 'card' }, el('div', { class: 'label' }, heap ? 'total allocated' : 'total'),
@@ -58,13 +63,13 @@ export function dhatView(f) {
       el('div', { class: 'big' }, `${both(t.rb)} / ${both(t.wb)}`)) : null));
 
   const metrics = heap ? METRICS : METRICS.filter((m) => m.key === 'tb' || m.key === 'tbk');
-  const root = buildTree(f);
+  const root = node(f, 0, 0, f.pps.map((_, i) => i));
   let metric = metrics[0];
   const fmt = (m, s) => (m.bytes ? both(m.v(s)) : m.instrs ? `${commify(Math.round(m.v(s)))} instrs` : commify(m.v(s)));
   const treeBox = el('div', { class: 'tree', 'data-test': 'dhat-tree' });
 
   function nodeRow(n) {
-    const kids = [...n.children.values()];
+    const kids = kidsOf(f, n);
     const children = el('div', { class: 'children', hidden: true });
     let open = false;
     const twisty = el('span', { class: 'twisty' }, kids.length ? '\u25B8' : '');
@@ -103,18 +108,22 @@ export function dhatView(f) {
 
   const sortSel = el('select', {
     'data-test': 'dhat-sort',
-    onchange: () => { metric = metrics[sortSel.selectedIndex]; fill(treeBox, [...root.children.values()]); },
+    onchange: () => { metric = metrics[sortSel.selectedIndex]; fill(treeBox, kidsOf(f, root)); },
   }, metrics.map((m) => el('option', null, m.name)));
   out.push(el('h3', null, 'Allocation points (as dh_view), sorted by ', sortSel), treeBox);
-  fill(treeBox, [...root.children.values()]);
+  fill(treeBox, kidsOf(f, root));
 
   // Flame graph: callers first (main at the top), weighted by the chosen metric.
   const flameMetrics = heap ? [metrics[0], METRICS[3], METRICS[7]] : [metrics[0]];
-  const flameTree = (m) => treeFromStacks(m.name, f.pps.map((row) => [row[N].map(frame).reverse(), m.v(row)]));
-  const flame = flameGraph(flameTree(flameMetrics[0]), { test: 'dhat', format: both });
+  const stacks = f.pps.map((row) => row[N].slice().reverse());
+  const flameModel = (m) => ({ names, stacks, weights: f.pps.map((row) => m.v(row)) });
+  const flame = flameGraph(flameModel(flameMetrics[0]), { test: 'dhat', format: both, rootName: flameMetrics[0].name });
   const flameSel = el('select', {
     'data-test': 'dhat-flame-metric',
-    onchange: () => flame.redraw(flameTree(flameMetrics[flameSel.selectedIndex])),
+    onchange: () => {
+      const m = flameMetrics[flameSel.selectedIndex];
+      flame.redraw(flameModel(m), m.name);
+    },
   }, flameMetrics.map((m) => el('option', null, m.name)));
   out.push(el('h3', null, 'Flame graph by ', flameSel), flame);
   const view = el('section', { class: 'view' }, out);

@@ -38,6 +38,8 @@ function main() {
   }
   app.replaceChildren(items.length > 1 ? tabs : '', ...views);
   show(0);
+  // For tests and docs/report.md's timings: milliseconds from navigation to the first view built.
+  document.body.dataset.readyMs = String(Math.round(performance.now()));
   document.body.dataset.ready = '1';
 }
 

@@ -4,30 +4,33 @@
 
 import { el, both, human, pct, stripAddress, table, PALETTE } from './util.js';
 import { stackedChart } from './chart.js';
-import { flameGraph, adoptTree, treeFromStacks } from './flame.js';
+import { flameGraph } from './flame.js';
 
 const UNIT = { i: 'instructions', B: 'bytes allocated/freed', ms: 'milliseconds' };
 
-// Massif's tree as a flame-graph tree, root first.
-function massifTree(t) {
-  const conv = ([label, bytes, children]) => ({ name: stripAddress(label), value: bytes, children: children.map(conv) });
-  // Iterative conversion would be needed for absurd depths; the Rust side caps depth at 256.
-  return adoptTree(conv(t));
-}
-
-// The same bytes with callers first (outermost frame at the top): each node's own bytes (not
-// passed to a child) follow its path reversed.
-function callersFirst(t, rootName) {
-  const stacks = [];
-  const walk = (node, path) => {
-    const [label, bytes, children] = node;
-    const own = bytes - children.reduce((s, c) => s + c[1], 0);
-    const here = path.concat([stripAddress(label)]);
-    if (own > 0) stacks.push([here.slice().reverse(), own]);
-    for (const c of children) walk(c, here);
+// Massif's peak tree as flame-graph stacks: every node's own bytes (those not passed on to a
+// child) along its path below the root, allocation site first as ms_print shows it, or
+// reversed (callers first, main at the top). Iterative: the tree can be deep.
+function massifModel(t, callersFirst) {
+  const names = [];
+  const ids = new Map();
+  const id = (label) => {
+    const name = stripAddress(label);
+    let i = ids.get(name);
+    if (i === undefined) { i = names.length; names.push(name); ids.set(name, i); }
+    return i;
   };
-  for (const c of t[2]) walk(c, []);
-  return treeFromStacks(rootName, stacks);
+  const stacks = [];
+  const weights = [];
+  const todo = t[2].map((c) => [c, []]);
+  while (todo.length) {
+    const [[label, bytes, kids], path] = todo.pop();
+    const here = path.concat([id(label)]);
+    const own = bytes - kids.reduce((s, c) => s + c[1], 0);
+    if (own > 0) { stacks.push(callersFirst ? here.slice().reverse() : here); weights.push(own); }
+    for (const c of kids) todo.push([c, here]);
+  }
+  return { names, stacks, weights };
 }
 
 export function massifView(f) {
@@ -77,15 +80,13 @@ export function massifView(f) {
   out.push(el('h3', null, 'Memory over time'), chart);
 
   if (f.peak_tree) {
-    const tree = massifTree(f.peak_tree);
-    const rootName = tree.name;
     let flame;
     const order = el('select', {
       'data-test': 'massif-flame-order',
-      onchange: () => flame.redraw(order.value === 'callers' ? callersFirst(f.peak_tree, rootName) : massifTree(f.peak_tree)),
+      onchange: () => flame.redraw(massifModel(f.peak_tree, order.value === 'callers')),
     }, el('option', { value: 'sites' }, 'allocation sites first (as ms_print)'),
     el('option', { value: 'callers' }, 'callers first (from main)'));
-    flame = flameGraph(tree, { test: 'massif', format: both });
+    flame = flameGraph(massifModel(f.peak_tree, false), { test: 'massif', format: both, rootName: f.peak_tree[0] });
     out.push(el('h3', null, 'Peak snapshot ', order), flame);
     out.push(el('h3', null, 'Allocation sites at the peak'));
     const total = peak ? peak.heap_b : 0;
@@ -94,7 +95,7 @@ export function massifView(f) {
       { name: 'share of heap', num: true, value: (r) => r[1], text: (r) => pct(r[1], total) },
       { name: 'site', value: (r) => r[0] },
     ], f.peak_sites, { test: 'massif-sites', sort: 0 }));
-    out.redraw = () => { chart.redraw(); flame.redraw(); };
+    out.redraw = () => flame.redraw();
   }
   const view = el('section', { class: 'view' }, out);
   view.redraw = () => { chart.redraw(); if (out.redraw) out.redraw(); };
