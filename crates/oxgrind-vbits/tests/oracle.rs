@@ -80,6 +80,28 @@ macro_rules! native_rax {
     }};
 }
 
+/// As `native!`, with `{m}` the address of a memory operand holding `a` (read back after).
+macro_rules! native_mem {
+    ($t:literal) => {{
+        fn run(a: u64, b: u64, flags: u64) -> (u64, u64) {
+            let mut cell = a;
+            let f: u64;
+            // SAFETY: `{m}` points at `cell`, a live local; the template accesses at most its
+            // 8 bytes.
+            unsafe {
+                asm!("/* {m} {b} */", "push {fi}", "popfq", $t, "pushfq", "pop {fo}",
+                     m = in(reg) &mut cell as *mut u64, b = in(reg) b,
+                     fi = in(reg) (flags & ARITH_FLAGS) | 0x202, fo = lateout(reg) f);
+            }
+            (cell, f)
+        }
+        run as Native
+    }};
+}
+
+/// Where memory-operand cases keep their operand in the interpreter's guest.
+const CELL: u64 = 0x6000;
+
 struct Case {
     insn: Instruction,
     native: Native,
@@ -87,10 +109,12 @@ struct Case {
     width: u32,
     /// Width of the source operand in `rbx`/`rcx` (8 for shift counts).
     src_width: u32,
+    /// The destination is the memory operand `[rdi]` (= CELL) rather than `rax`.
+    in_memory: bool,
 }
 
 fn case(insn: Instruction, native: Native, width: u32) -> Case {
-    Case { insn, native, width, src_width: width }
+    Case { insn, native, width, src_width: width, in_memory: false }
 }
 
 fn mask(w: u32) -> u64 {
@@ -129,8 +153,17 @@ fn check_case(c: &Case, samples: usize, seed: u64) {
         regs.gpr[RCX] = vb;
         regs.flags = FlagShadows(vflags);
         let mut mem = MapShadow::default();
+        if c.in_memory {
+            guest.gpr[RDI] = CELL;
+            guest.poke(CELL, &a.to_le_bytes());
+            mem.set(CELL, &va.to_le_bytes());
+        }
         let outcome = interp.step(&c.insn, &guest, &mut regs, &mut mem);
-        let out_v = regs.gpr[RAX] & mask(w);
+        let out_v = if c.in_memory {
+            u64::from_le_bytes(mem.get(CELL, 8).try_into().unwrap()) & mask(w)
+        } else {
+            regs.gpr[RAX] & mask(w)
+        };
         let out_f = regs.flags.0;
 
         // The undefined input positions: a's (0..64), b's (64..128), flags (128..134).
@@ -301,6 +334,33 @@ fn one_operand_multiply_is_sound() {
     cases[1].src_width = 8;
     for (i, c) in cases.iter().enumerate() {
         check_case(c, 600, 0x77 + i as u64);
+    }
+}
+
+#[test]
+fn memory_destinations_and_sources_are_sound() {
+    let mut cases = vec![
+        case(asm(|a| a.add(word_ptr(rdi), bx)), native_mem!("add word ptr [{m}], {b:x}"), 16),
+        case(asm(|a| a.sub(byte_ptr(rdi), bl)), native_mem!("sub byte ptr [{m}], {b:l}"), 8),
+        case(asm(|a| a.and(dword_ptr(rdi), ebx)), native_mem!("and dword ptr [{m}], {b:e}"), 32),
+        case(asm(|a| a.or(qword_ptr(rdi), rbx)), native_mem!("or qword ptr [{m}], {b}"), 64),
+        case(asm(|a| a.cmp(word_ptr(rdi), bx)), native_mem!("cmp word ptr [{m}], {b:x}"), 16),
+        case(asm(|a| a.test(byte_ptr(rdi), 0x24)), native_mem!("test byte ptr [{m}], 0x24"), 8),
+        case(asm(|a| a.cmp(dword_ptr(rdi), -3)), native_mem!("cmp dword ptr [{m}], -3"), 32),
+        case(asm(|a| a.inc(word_ptr(rdi))), native_mem!("inc word ptr [{m}]"), 16),
+        case(asm(|a| a.neg(byte_ptr(rdi))), native_mem!("neg byte ptr [{m}]"), 8),
+        case(asm(|a| a.shl(word_ptr(rdi), 3)), native_mem!("shl word ptr [{m}], 3"), 16),
+        case(asm(|a| a.rol(byte_ptr(rdi), 1)), native_mem!("rol byte ptr [{m}], 1"), 8),
+        case(asm(|a| a.bts(word_ptr(rdi), 11)), native_mem!("bts word ptr [{m}], 11"), 16),
+        case(asm(|a| a.xadd(word_ptr(rdi), bx)), native_mem!("xadd word ptr [{m}], {b:x}"), 16),
+        case(asm(|a| a.adc(byte_ptr(rdi), bl)), native_mem!("adc byte ptr [{m}], {b:l}"), 8),
+        case(asm(|a| a.mov(word_ptr(rdi), bx)), native_mem!("mov word ptr [{m}], {b:x}"), 16),
+    ];
+    for c in &mut cases {
+        c.in_memory = true;
+    }
+    for (i, c) in cases.iter().enumerate() {
+        check_case(c, 500, 0x3131 + i as u64);
     }
 }
 
