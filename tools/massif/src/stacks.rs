@@ -3,14 +3,15 @@
 //! `new_mem_stack` and shrinkage a `die_mem_stack` (with a peak check first), and a change
 //! bigger than `--max-stackframe` (2,000,000 bytes) is a switch to another stack, not counted.
 //!
-//! How: [`instrument`] asks the engine for a pc probe before each instruction that writes
-//! `rsp`, with what the instruction will do to it encoded in the probe's data ([`Effect`]):
-//! a known delta (push, pop, call, ret, enter, `sub`/`add rsp, imm`), `leave` (`rbp + 8`), or
-//! "unknown" (`mov rsp, ...`, `and rsp, -16`, `lea rsp, ...`), for which the next instruction
-//! of the block gets a probe that reads the result. Each probe first catches up with whatever
-//! moved `rsp` unseen since the thread's previous probe (code the engine does not show us, a
-//! signal frame, an unknown write at the end of a block), then applies the instruction's own
-//! change. That is one clean call per stack-pointer change: slow but exact. A stack-pointer
+//! How: the engine tells which instructions write `rsp` (explicitly, or as `push`, `pop`,
+//! `call`, `ret`, `enter`, `leave` do). [`instrument`] puts a pc probe right after each of
+//! them (before the next instruction of the block), which reads the new `rsp`; calls and
+//! returns end a block, so they are probed before and their effect (8 bytes pushed or popped)
+//! applied there. Each probe first catches up with whatever moved `rsp` since the thread's
+//! previous probe, then applies the probed instruction's own change. So a change is seen
+//! right after it happens, or at the latest at the next probe (a write at the end of a block
+//! cut at 64 instructions, a signal frame, `ret 16`'s extra bytes, code the engine does not
+//! show us). That is a clean call per stack-pointer change: slow but exact. A stack-pointer
 //! facility in the engine would replace the probes (the tool-side logic would stay).
 //!
 //! Each thread counts from a baseline: the main thread from its stack pointer at process
@@ -21,22 +22,31 @@
 
 use core::cell::Cell;
 
-use oxgrind_tool::instrument::iced_x86::{
-    InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register,
-};
+use oxgrind_tool::instrument::iced_x86::{FlowControl, InstructionInfoFactory, OpAccess, Register};
 use oxgrind_tool::instrument::{GuestRegs, Instruction, Plan};
 
 /// Valgrind's default `--max-stackframe`.
 const MAX_STACKFRAME: u64 = 2_000_000;
 
-/// What a probed instruction does to `rsp`.
+/// What an instruction does to the stack pointer, as far as probing goes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum SpKind {
+    /// Leaves `rsp` alone.
+    Keeps,
+    /// Writes it and falls through: read the result before the next instruction.
+    Writes,
+    /// `call`: pushes 8 bytes and leaves the block.
+    Call,
+    /// `ret`: pops 8 bytes (and `ret n`'s `n`, seen at the next probe) and leaves the block.
+    Return,
+}
+
+/// What a probe does, encoded in its data.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Effect {
-    /// `rsp += delta`.
+    /// Catch up with `rsp`, then add `delta` (the probed call or return).
     Delta(i32),
-    /// `rsp = rbp + 8`.
-    Leave,
-    /// Nothing known: only catch up with the current `rsp`.
+    /// Catch up with `rsp` only.
     CatchUp,
 }
 
@@ -44,31 +54,41 @@ impl Effect {
     fn encode(self) -> u64 {
         match self {
             Effect::Delta(d) => d as u32 as u64,
-            Effect::Leave => 1 << 32,
-            Effect::CatchUp => 2 << 32,
+            Effect::CatchUp => 1 << 32,
         }
     }
 
     fn decode(data: u64) -> Effect {
         match data >> 32 {
             0 => Effect::Delta(data as u32 as i32),
-            1 => Effect::Leave,
             _ => Effect::CatchUp,
-        }
-    }
-
-    /// `rsp` after the instruction, from the registers before it.
-    fn rsp_after(self, regs: &GuestRegs) -> u64 {
-        match self {
-            Effect::Delta(d) => regs.rsp().wrapping_add(d as i64 as u64),
-            Effect::Leave => regs.rbp().wrapping_add(8),
-            Effect::CatchUp => regs.rsp(),
         }
     }
 }
 
-fn writes_rsp(factory: &mut InstructionInfoFactory, ins: &Instruction) -> bool {
-    factory.info(ins).used_registers().iter().any(|r| {
+/// The probes a block with these instructions needs: `(instruction index, effect)`.
+pub(crate) fn probes(kinds: &[SpKind]) -> Vec<(usize, Effect)> {
+    let mut out = Vec::new();
+    for (i, &k) in kinds.iter().enumerate() {
+        let after_write = i > 0 && kinds[i - 1] == SpKind::Writes;
+        match k {
+            SpKind::Call => out.push((i, Effect::Delta(-8))),
+            SpKind::Return => out.push((i, Effect::Delta(8))),
+            _ if after_write => out.push((i, Effect::CatchUp)),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The contract's view of an instruction's stack-pointer use, from the decoder's.
+fn sp_kind(factory: &mut InstructionInfoFactory, ins: &Instruction) -> SpKind {
+    match ins.flow_control() {
+        FlowControl::Call | FlowControl::IndirectCall => return SpKind::Call,
+        FlowControl::Return => return SpKind::Return,
+        _ => {}
+    }
+    let writes = factory.info(ins).used_registers().iter().any(|r| {
         r.register() == Register::RSP
             && matches!(
                 r.access(),
@@ -77,53 +97,20 @@ fn writes_rsp(factory: &mut InstructionInfoFactory, ins: &Instruction) -> bool {
                     | OpAccess::CondWrite
                     | OpAccess::ReadCondWrite
             )
-    })
-}
-
-/// What `ins`, which writes `rsp`, does to it.
-pub(crate) fn effect(ins: &Instruction) -> Effect {
-    let explicit = ins.op_count() > 0
-        && ins.op0_kind() == OpKind::Register
-        && ins.op0_register() == Register::RSP;
-    if explicit {
-        let imm = ins.op_count() == 2
-            && matches!(
-                ins.op1_kind(),
-                OpKind::Immediate8to64
-                    | OpKind::Immediate32to64
-                    | OpKind::Immediate8
-                    | OpKind::Immediate32
-            );
-        return match ins.mnemonic() {
-            Mnemonic::Sub if imm => Effect::Delta((ins.immediate(1) as i64).wrapping_neg() as i32),
-            Mnemonic::Add if imm => Effect::Delta(ins.immediate(1) as i64 as i32),
-            // pop rsp, mov, lea, and, xchg, cmov...: read the result after the instruction.
-            _ => Effect::CatchUp,
-        };
-    }
-    if ins.mnemonic() == Mnemonic::Leave {
-        return Effect::Leave;
-    }
-    match ins.stack_pointer_increment() {
-        0 => Effect::CatchUp,
-        d => Effect::Delta(d),
+    });
+    if writes {
+        SpKind::Writes
+    } else {
+        SpKind::Keeps
     }
 }
 
-/// Probes before every instruction of `block` that moves the stack pointer (and after those
-/// whose effect is unknown).
+/// Asks for the probes of one block.
 pub(crate) fn instrument(block: &[Instruction], plan: &mut Plan) {
     let mut factory = InstructionInfoFactory::new();
-    let mut catch_up = false;
-    for (i, ins) in block.iter().enumerate() {
-        if writes_rsp(&mut factory, ins) {
-            let e = effect(ins);
-            plan.pc(i, e.encode());
-            catch_up = e == Effect::CatchUp;
-        } else if catch_up {
-            plan.pc(i, Effect::CatchUp.encode());
-            catch_up = false;
-        }
+    let kinds: Vec<SpKind> = block.iter().map(|i| sp_kind(&mut factory, i)).collect();
+    for (i, e) in probes(&kinds) {
+        plan.pc(i, e.encode());
     }
 }
 
@@ -183,7 +170,10 @@ pub(crate) fn set_baseline(sp: u64) {
 /// A probe: the changes in this thread's counted bytes, first the catch-up with `regs.rsp`,
 /// then the probed instruction's own.
 pub(crate) fn at_probe(regs: &GuestRegs, data: u64) -> [i64; 2] {
-    let after = Effect::decode(data).rsp_after(regs);
+    let after = match Effect::decode(data) {
+        Effect::Delta(d) => regs.rsp().wrapping_add(d as i64 as u64),
+        Effect::CatchUp => regs.rsp(),
+    };
     THREAD.with(|t| {
         let mut s = t.get();
         let d = [s.step(regs.rsp()), s.step(after)];
@@ -215,40 +205,52 @@ mod tests {
         v
     }
 
-    #[test]
-    fn effects_of_the_usual_stack_instructions() {
-        let cases: &[(&[u8], Option<Effect>)] = &[
-            (&[0x55], Some(Effect::Delta(-8))),             // push rbp
-            (&[0x5d], Some(Effect::Delta(8))),              // pop rbp
-            (&[0xe8, 0, 0, 0, 0], Some(Effect::Delta(-8))), // call
-            (&[0xc3], Some(Effect::Delta(8))),              // ret
-            (&[0xc2, 0x10, 0], Some(Effect::Delta(24))),    // ret 16
-            (&[0x48, 0x83, 0xec, 0x28], Some(Effect::Delta(-0x28))), // sub rsp, 0x28
-            (&[0x48, 0x81, 0xc4, 0, 1, 0, 0], Some(Effect::Delta(256))), // add rsp, 256
-            (&[0xc9], Some(Effect::Leave)),                 // leave
-            (&[0x48, 0x89, 0xec], Some(Effect::CatchUp)),   // mov rsp, rbp
-            (&[0x48, 0x83, 0xe4, 0xf0], Some(Effect::CatchUp)), // and rsp, -16
-            (&[0x48, 0x89, 0xe5], None),                    // mov rbp, rsp
-            (&[0x48, 0x8b, 0x44, 0x24, 8], None),           // mov rax, [rsp+8]
-        ];
+    fn kinds(bytes: &[u8]) -> Vec<SpKind> {
         let mut f = InstructionInfoFactory::new();
+        decode(bytes).iter().map(|i| sp_kind(&mut f, i)).collect()
+    }
+
+    #[test]
+    fn the_usual_stack_instructions_are_classified() {
+        use SpKind::*;
+        let cases: &[(&[u8], SpKind)] = &[
+            (&[0x55], Writes),                     // push rbp
+            (&[0x5d], Writes),                     // pop rbp
+            (&[0x48, 0x83, 0xec, 0x28], Writes),   // sub rsp, 0x28
+            (&[0xc9], Writes),                     // leave
+            (&[0x48, 0x89, 0xec], Writes),         // mov rsp, rbp
+            (&[0x48, 0x83, 0xe4, 0xf0], Writes),   // and rsp, -16
+            (&[0xe8, 0, 0, 0, 0], Call),           // call rel32
+            (&[0xff, 0xd0], Call),                 // call rax
+            (&[0xc3], Return),                     // ret
+            (&[0xc2, 0x10, 0], Return),            // ret 16
+            (&[0x48, 0x89, 0xe5], Keeps),          // mov rbp, rsp
+            (&[0x48, 0x8b, 0x44, 0x24, 8], Keeps), // mov rax, [rsp+8]
+        ];
         for (bytes, want) in cases {
-            let ins = decode(bytes)[0];
-            let got = writes_rsp(&mut f, &ins).then(|| effect(&ins));
-            assert_eq!(got, *want, "{bytes:02x?}");
-            if let Some(e) = got {
-                assert_eq!(Effect::decode(e.encode()), e);
-            }
+            assert_eq!(kinds(bytes), [*want], "{bytes:02x?}");
         }
     }
 
     #[test]
-    fn an_unknown_write_is_read_back_at_the_next_instruction() {
-        // mov rsp, rbp; pop rbp; ret
-        let block = decode(&[0x48, 0x89, 0xec, 0x5d, 0xc3]);
-        let mut f = InstructionInfoFactory::new();
-        let probed: Vec<bool> = block.iter().map(|i| writes_rsp(&mut f, i)).collect();
-        assert_eq!(probed, [true, true, true]);
+    fn each_write_is_read_right_after_and_calls_and_returns_before() {
+        // push rbp; mov rbp, rsp; sub rsp, 0x10; mov eax, 1; call rel32
+        let k = kinds(&[
+            0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x10, 0xb8, 1, 0, 0, 0, 0xe8, 0, 0, 0, 0,
+        ]);
+        assert_eq!(
+            probes(&k),
+            [
+                (1, Effect::CatchUp),
+                (3, Effect::CatchUp),
+                (4, Effect::Delta(-8))
+            ]
+        );
+        // leave; ret
+        assert_eq!(probes(&kinds(&[0xc9, 0xc3])), [(1, Effect::Delta(8))]);
+        for e in [Effect::Delta(-8), Effect::Delta(8), Effect::CatchUp] {
+            assert_eq!(Effect::decode(e.encode()), e);
+        }
     }
 
     #[test]
