@@ -39,6 +39,8 @@ pub struct Diff {
     pub measure: &'static str,
     /// How the total is made, for the header line.
     pub total_means: &'static str,
+    /// Whether the measure is bytes (else a count, e.g. Cachegrind's instructions).
+    pub bytes: bool,
     pub old_total: u64,
     pub new_total: u64,
     /// Other totals worth a line: (name, old, new).
@@ -132,6 +134,18 @@ fn memcheck_side(doc: &oxgrind_formats::memcheck_xml_reader::MemcheckXml) -> Sid
     }
 }
 
+fn cachegrind_side(f: &oxgrind_formats::cachegrind::CachegrindFile) -> Side {
+    let first = |c: &[u64]| c.first().copied().unwrap_or(0);
+    Side {
+        sites: crate::cachegrind_view::by_function(f)
+            .into_iter()
+            .map(|(file, func, counts)| (format!("{func} ({file})"), first(&counts)))
+            .collect(),
+        total: first(&f.summary),
+        also: Vec::new(),
+    }
+}
+
 /// Compares two inputs of the same kind.
 pub fn diff(old: &Input, new: &Input) -> Result<Diff, KindMismatch> {
     let (kind, measure, total_means, a, b) = match (&old.data, &new.data) {
@@ -155,6 +169,13 @@ pub fn diff(old: &Input, new: &Input) -> Result<Diff, KindMismatch> {
             "definitely + indirectly lost; sites: definitely-lost records with their indirect bytes",
             memcheck_side(a),
             memcheck_side(b),
+        ),
+        (Data::Cachegrind(a), Data::Cachegrind(b)) => (
+            "cachegrind",
+            "instructions",
+            "the first event (Ir unless --show changed it); sites: functions",
+            cachegrind_side(a),
+            cachegrind_side(b),
         ),
         _ => {
             return Err(KindMismatch {
@@ -183,6 +204,7 @@ pub fn diff(old: &Input, new: &Input) -> Result<Diff, KindMismatch> {
             .then_with(|| x.site.cmp(&y.site))
     });
     Ok(Diff {
+        bytes: kind != "cachegrind",
         kind,
         old_path: old.path.display().to_string(),
         new_path: new.path.display().to_string(),
@@ -209,6 +231,23 @@ fn percent(old: u64, new: u64) -> String {
 }
 
 impl Diff {
+    /// `15,012,345 B (14.3 MiB)` for bytes, `15,012,345` for counts.
+    fn amount(&self, v: u64) -> String {
+        if self.bytes {
+            size::both(v)
+        } else {
+            commify(v)
+        }
+    }
+
+    fn change(&self, d: i128) -> String {
+        if self.bytes {
+            size::signed(d)
+        } else {
+            format!("{}{}", if d < 0 { "-" } else { "+" }, commify(d.unsigned_abs()))
+        }
+    }
+
     pub fn delta(&self) -> i128 {
         self.new_total as i128 - self.old_total as i128
     }
@@ -233,15 +272,15 @@ impl Diff {
             return None;
         }
         let top = match self.top_growth() {
-            Some(r) => format!("; top site: {} ({})", r.site, size::signed(r.delta())),
+            Some(r) => format!("; top site: {} ({})", r.site, self.change(r.delta())),
             None => String::new(),
         };
         Some(format!(
             "budget broken: {} grew {} ({} -> {}), over the {pct}% allowed by --fail-if-grown{top}",
             self.measure,
             percent(self.old_total, self.new_total),
-            size::both(self.old_total),
-            size::both(self.new_total),
+            self.amount(self.old_total),
+            self.amount(self.new_total),
         ))
     }
 
@@ -249,12 +288,12 @@ impl Diff {
     pub fn text(&self) -> String {
         let mut o = String::new();
         let _ = writeln!(o, "oxgrind diff: {} {} ({})", self.kind, self.measure, self.total_means);
-        let _ = writeln!(o, "  old: {}  {}", size::both(self.old_total), self.old_path);
-        let _ = writeln!(o, "  new: {}  {}", size::both(self.new_total), self.new_path);
+        let _ = writeln!(o, "  old: {}  {}", self.amount(self.old_total), self.old_path);
+        let _ = writeln!(o, "  new: {}  {}", self.amount(self.new_total), self.new_path);
         let _ = writeln!(
             o,
             "  change: {} ({})",
-            size::signed(self.delta()),
+            self.change(self.delta()),
             percent(self.old_total, self.new_total)
         );
         for (name, a, b) in &self.also {
@@ -279,7 +318,7 @@ impl Diff {
             let _ = writeln!(
                 o,
                 "{:>28} {:>16} {:>16}  {}",
-                size::signed(r.delta()),
+                self.change(r.delta()),
                 commify(r.old),
                 commify(r.new),
                 r.site
@@ -305,6 +344,8 @@ impl Diff {
             .field_str("new_path", &self.new_path)
             .field_str("measure", self.measure)
             .field_str("total_means", self.total_means)
+            .key("bytes")
+            .bool(self.bytes)
             .field_u64("old_total", self.old_total)
             .field_u64("new_total", self.new_total);
         j.key("also").arr();
@@ -395,6 +436,17 @@ mod tests {
         let grew = diff(&new, &old).unwrap();
         assert!(grew.fail_if_grown(50.0).is_some());
         assert!(grew.fail_if_grown(81.0).is_none());
+    }
+
+    #[test]
+    fn cachegrind_diff_counts_instructions_per_function() {
+        let old = crate::load(&example("cachegrind", "cachegrind.out.static-nobranch")).unwrap();
+        let new = crate::load(&example("cachegrind", "cachegrind.out.static")).unwrap();
+        let d = diff(&old, &new).unwrap();
+        assert!(!d.bytes);
+        assert_eq!(d.measure, "instructions");
+        assert!(d.rows.iter().any(|r| r.site == "sum (/src/fmt/cg_prog.c)"), "{:?}", d.rows);
+        assert!(!d.text().contains(" B"), "{}", d.text());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Reading the files a report is made of: which format a file is (from its content, not its
 //! name: Valgrind's `--massif-out-file` and `--xml-file` take any name), and its model.
 
-use oxgrind_formats::{dhat, massif, memcheck_xml_reader};
+use oxgrind_formats::{cachegrind, dhat, massif, memcheck_xml_reader};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -16,15 +16,17 @@ pub enum Data {
     Massif(massif::MassifFile),
     Dhat(dhat::DhatFile),
     Memcheck(memcheck_xml_reader::MemcheckXml),
+    Cachegrind(cachegrind::CachegrindFile),
 }
 
 impl Data {
-    /// `massif`, `dhat`, `memcheck`: the kind's name in messages and in the JSON.
+    /// `massif`, `dhat`, `memcheck`, `cachegrind`: the kind's name in messages and in the JSON.
     pub fn kind(&self) -> &'static str {
         match self {
             Data::Massif(_) => "massif",
             Data::Dhat(_) => "dhat",
             Data::Memcheck(_) => "memcheck",
+            Data::Cachegrind(_) => "cachegrind",
         }
     }
 }
@@ -44,7 +46,7 @@ impl fmt::Display for Error {
             Error::Io { path, err } => write!(f, "cannot read {}: {err}", path.display()),
             Error::Unknown { path, what } => write!(
                 f,
-                "{}: {what}; oxgrind reads massif.out, dhat.out and Memcheck XML (--xml=yes) files",
+                "{}: {what}; oxgrind reads massif.out, dhat.out, cachegrind.out and Memcheck XML (--xml=yes) files",
                 path.display()
             ),
             Error::Parse { path, kind, err } => {
@@ -71,7 +73,7 @@ fn sniff(bytes: &[u8]) -> Result<&'static str, &'static str> {
     };
     // cachegrind.out also starts with `desc:` and `cmd:` lines; `events:` tells it apart.
     if has_line(b"events:") {
-        return Err("a cachegrind.out file (not read by `oxgrind report` yet)");
+        return Ok("cachegrind");
     }
     if head.starts_with(b"desc:") || head.starts_with(b"cmd:") {
         return Ok("massif");
@@ -115,6 +117,9 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Input, Error> {
     let data = match kind {
         "massif" => Data::Massif(massif::parse(bytes).map_err(|e| bad(e.to_string()))?),
         "dhat" => Data::Dhat(dhat::parse(bytes).map_err(|e| bad(e.to_string()))?),
+        "cachegrind" => {
+            Data::Cachegrind(cachegrind::parse(bytes).map_err(|e| bad(e.to_string()))?)
+        }
         _ => Data::Memcheck(memcheck_xml_reader::parse(bytes).map_err(|e| bad(e.to_string()))?),
     };
     Ok(Input {

@@ -2,7 +2,7 @@
 //! something people would rather look at, and into what CI systems read.
 //!
 //! * [`input`]: which format a file is (by content) and its model, through `oxgrind-formats`'
-//!   readers (massif.out, dhat.out, Memcheck XML).
+//!   readers (massif.out, dhat.out, cachegrind.out, Memcheck XML).
 //! * [`report_json`] / [`report_html`]: one self-contained HTML page per set of inputs (the
 //!   data as JSON inside, the committed front-end bundle from `web/` beside it), or the same
 //!   JSON for scripts (`--format=json`, described in docs/report.md).
@@ -22,6 +22,7 @@ pub mod sarif;
 pub mod sites;
 pub mod size;
 
+mod cachegrind_view;
 mod dhat_view;
 mod massif_view;
 mod memcheck_view;
@@ -49,6 +50,7 @@ fn write_input(j: &mut JsonOut, input: &Input, options: &Options) {
     match &input.data {
         Data::Massif(m) => massif_view::write(j, m),
         Data::Dhat(d) => dhat_view::write(j, d),
+        Data::Cachegrind(c) => cachegrind_view::write(j, c),
         Data::Memcheck(x) => {
             let mut dirs = options.source_dirs.clone();
             dirs.extend(input.path.parent().map(|p| p.to_path_buf()));

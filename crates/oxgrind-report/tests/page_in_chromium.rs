@@ -214,3 +214,28 @@ fn diff_page_shows_both_totals_and_the_grown_site_first() {
     );
     assert_eq!(r[4], "0");
 }
+
+#[test]
+fn cachegrind_page_shows_totals_and_functions_sorted_by_instructions() {
+    let path = example("cachegrind", "cachegrind.out.static");
+    let file = oxgrind_formats::cachegrind::parse(&std::fs::read(&path).unwrap()).unwrap();
+    // The function with the most instructions, summed over its lines.
+    let mut by: std::collections::HashMap<&str, u64> = Default::default();
+    for r in &file.records {
+        *by.entry(r.func.as_str()).or_default() += r.counts[0];
+    }
+    let (top, ir) = by.into_iter().max_by_key(|&(_, v)| v).unwrap();
+    let run = eval_all(
+        &page(&[path]),
+        &[
+            "document.querySelector('[data-test=cg-total-Ir]').textContent".into(),
+            "[...document.querySelectorAll('[data-test=cg-functions] tbody tr:first-child td')].slice(0, 3).map(t => t.textContent).join('|')".into(),
+        ],
+    );
+    assert_eq!(run.results[0], js(&oxgrind_formats::number::commify(file.summary[0])));
+    assert!(
+        run.results[1].starts_with(&format!("\"{top}|")) && run.results[1].ends_with(&format!("|{}\"", oxgrind_formats::number::commify(ir))),
+        "{} vs {top} {ir}",
+        run.results[1]
+    );
+}

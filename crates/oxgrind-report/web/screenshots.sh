@@ -24,6 +24,8 @@ $ox report "$ex/dhat/dhat.out.heap" -o "$tmp/dhat.html"
 shot "$tmp/dhat.html" dhat '"document.querySelector(\"[data-test=dhat-tree] .node\").click()"'
 $ox report -I "$ex/src" "$ex/memcheck/mc_errors.plain.xml" -o "$tmp/memcheck.html"
 shot "$tmp/memcheck.html" memcheck
+$ox report "$ex/cachegrind/cachegrind.out.static" -o "$tmp/cachegrind.html"
+shot "$tmp/cachegrind.html" cachegrind
 $ox diff --html "$ex/dhat/dhat.out.heap2" "$ex/dhat/dhat.out.heap" -o "$tmp/diff.html"
 shot "$tmp/diff.html" diff
 rm -rf "$tmp"

@@ -70,12 +70,12 @@ fn report_json_goes_to_stdout() {
 fn report_refuses_what_it_cannot_read_in_one_line() {
     let run = oxgrind()
         .arg("report")
-        .arg(example("cachegrind", "cachegrind.out.static"))
+        .arg(example("memcheck", "mc_errors.default-summary.txt"))
         .output()
         .unwrap();
     assert_eq!(run.status.code(), Some(1));
     let err = String::from_utf8(run.stderr).unwrap();
-    assert!(err.starts_with("oxgrind: report: ") && err.contains("cachegrind.out"), "{err}");
+    assert!(err.starts_with("oxgrind: report: ") && err.contains("--xml=yes"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     let run = oxgrind().args(["report", "--format=pdf", "x"]).output().unwrap();
     assert_eq!(run.status.code(), Some(1));

@@ -6,8 +6,9 @@ import { massifView } from './massif.js';
 import { dhatView } from './dhat.js';
 import { memcheckView } from './memcheck.js';
 import { diffView } from './diff.js';
+import { cachegrindView } from './cachegrind.js';
 
-const VIEWS = { massif: massifView, dhat: dhatView, memcheck: memcheckView, diff: diffView };
+const VIEWS = { massif: massifView, dhat: dhatView, memcheck: memcheckView, cachegrind: cachegrindView, diff: diffView };
 
 function main() {
   const data = JSON.parse(document.getElementById('oxgrind-data').textContent);
