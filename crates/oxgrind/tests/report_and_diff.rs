@@ -1,11 +1,12 @@
 //! `oxgrind report` and `oxgrind diff` as a user runs them: files written where asked, JSON on
 //! stdout, one-line errors, and `--fail-if-grown`'s exit status and message.
 
+mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn oxgrind() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_oxgrind"))
+    Command::new(common::oxgrind())
 }
 
 fn example(kind: &str, name: &str) -> PathBuf {
@@ -142,4 +143,38 @@ fn diff_html_writes_a_page() {
     assert!(run.status.success());
     let page = std::fs::read_to_string(&out).unwrap();
     assert!(page.contains("\"diff\":{\"of\":\"dhat\""));
+}
+
+/// Our own tools' files, not only Valgrind's: run Memcheck (XML), Massif and DHAT on a program
+/// with known figures (tests/corpus/budgets.c) and read all three into one report.
+#[test]
+fn report_reads_what_our_tools_write() {
+    let prog = common::build("budgets.c", &["-g", "-O0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let xml = d.join("mc.xml");
+    let massif = d.join("massif.out");
+    let dhat = d.join("dhat.out");
+    for args in [
+        vec!["--tool=memcheck".to_string(), "--leak-check=full".into(), "--xml=yes".into(), format!("--xml-file={}", xml.display())],
+        vec!["--tool=massif".into(), format!("--massif-out-file={}", massif.display())],
+        vec!["--tool=dhat".into(), format!("--dhat-out-file={}", dhat.display())],
+    ] {
+        let o = common::run(oxgrind().args(&args).arg(&prog));
+        assert!(o.status.success(), "{args:?}: {}", common::stderr(&o));
+    }
+    let o = oxgrind().args(["report", "--format=json"]).args([&xml, &massif, &dhat]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let json = String::from_utf8(o.stdout).unwrap();
+    // Memcheck: 5,000 bytes definitely lost, allocated in leak_it.
+    assert!(json.contains("{\"kind\":\"Leak_DefinitelyLost\",\"name\":\"definitely lost\",\"bytes\":5000,\"blocks\":1,"), "{json}");
+    assert!(json.contains("\"fn\":\"leak_it\""), "{json}");
+    // Massif: the peak is 105,000 useful bytes.
+    assert!(json.contains("\"heap_b\":105000"), "{json}");
+    // DHAT: 101 blocks, 105,000 bytes in all.
+    assert!(json.contains("\"totals\":{\"tb\":105000,\"tbk\":101,"), "{json}");
+    let o = oxgrind().args(["report", "--format=sarif"]).arg(&xml).output().unwrap();
+    assert!(o.status.success());
+    let sarif = String::from_utf8(o.stdout).unwrap();
+    assert!(sarif.contains("\"ruleId\":\"Leak_DefinitelyLost\""), "{sarif}");
 }
