@@ -289,7 +289,9 @@ fn help_text() -> String {
     let tools = opts::TOOLS.join(", ");
     let planned = opts::PLANNED_TOOLS.join(", ");
     let raw = r#"usage: oxgrind [options] prog-and-args
-       oxgrind ms_print [options] massif-out-file
+       oxgrind ms_print [--peak-only] [options] massif-out-file
+       oxgrind report [--format=html|json|sarif] [-o FILE] FILE...
+       oxgrind diff [--html] [--fail-if-grown=PCT] OLD NEW
 
   tool-selection option, with default in [ ]:
     --tool=<name>             use the tool named <name> [memcheck]
@@ -326,6 +328,11 @@ fn help_text() -> String {
 
   user options for tools that replace malloc:
     --alignment=<number>      set minimum alignment of heap allocations [16]
+
+  memory budgets (exit status 3 and one line per broken budget; docs/report.md):
+    --max-peak=<size>         most heap bytes live at once (e.g. 64M)
+    --max-leaked=<size>       most bytes definitely + indirectly lost (memcheck)
+    --max-allocs=<number>     most allocations
 
   Options accepted for compatibility with Valgrind and ignored: --vgdb, --vgdb-error,
   --smc-check, --read-var-info, --keep-debuginfo, --redzone-size, --fair-sched, ...

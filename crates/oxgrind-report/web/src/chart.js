@@ -5,6 +5,7 @@
 import { el, human, both } from './util.js';
 
 const H = 300;
+let clips = 0;
 const PAD = { l: 70, r: 10, t: 10, b: 30 };
 
 // About n round tick values from 0 to max, in steps of 1, 2 or 5 times a power of ten of the
@@ -56,7 +57,18 @@ export function stackedChart(opts) {
         Number.isInteger(x) && x > 99999 ? x.toExponential(2) : String(Math.round(x * 100) / 100)));
     }
     parts.push(el('svg:text', { x: W - PAD.r, y: H - 2, 'text-anchor': 'end', class: 'axis' }, opts.xLabel));
-    // Bands, bottom layer first.
+    // Bands, bottom layer first, clipped to the area under the total line: between two
+    // snapshots with a tree the split is interpolated, and where the total dipped in between
+    // the bands must not rise above what was measured.
+    const clipId = `clip-${++clips}`;
+    if (lx.length > 0) {
+      let d = `M${X(lx[0])},${Y(0)}`;
+      lx.forEach((x, i) => { d += `L${X(x)},${Y(opts.line.values[i])}`; });
+      d += `L${X(lx[lx.length - 1])},${Y(0)}Z`;
+      parts.push(el('svg:clipPath', { id: clipId }, el('svg:path', { d })));
+    }
+    const bands = el('svg:g', { 'clip-path': lx.length > 0 ? `url(#${clipId})` : null });
+    parts.push(bands);
     const base = opts.xs.map(() => 0);
     opts.layers.forEach((l, li) => {
       const upper = base.map((b, i) => b + l.values[i]);
@@ -64,7 +76,7 @@ export function stackedChart(opts) {
         let d = `M${X(opts.xs[0])},${Y(upper[0])}`;
         for (let i = 1; i < opts.xs.length; i++) d += `L${X(opts.xs[i])},${Y(upper[i])}`;
         for (let i = opts.xs.length - 1; i >= 0; i--) d += `L${X(opts.xs[i])},${Y(base[i])}`;
-        parts.push(el('svg:path', { d: `${d}Z`, fill: l.color, class: 'band', 'data-layer': li },
+        bands.appendChild(el('svg:path', { d: `${d}Z`, fill: l.color, class: 'band', 'data-layer': li },
           el('svg:title', null, l.name)));
       }
       upper.forEach((u, i) => { base[i] = u; });
