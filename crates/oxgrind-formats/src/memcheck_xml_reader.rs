@@ -9,7 +9,8 @@
 //!
 //! XML is parsed by a small private tokenizer (elements, text, the five entities and numeric
 //! character references, CDATA, comments, processing instructions); nesting is handled with an
-//! explicit stack, so a hostile file cannot overflow ours.
+//! explicit stack and limited to [`MAX_DEPTH`] levels (Valgrind's documents have 6), so a
+//! hostile file cannot overflow ours, neither while parsing nor when the tree is dropped.
 
 use crate::frame::Frame;
 use alloc::string::{String, ToString};
@@ -101,6 +102,8 @@ pub enum ParseErrorKind {
     Mismatched { open: String, close: String },
     /// The root element is not `<valgrindoutput>`.
     NotValgrindOutput(String),
+    /// Elements nested deeper than [`MAX_DEPTH`].
+    TooDeep,
     /// A numeric element that does not hold a number.
     BadNumber { element: &'static str, value: String },
 }
@@ -117,6 +120,9 @@ impl fmt::Display for ParseError {
             ParseErrorKind::NotValgrindOutput(root) => {
                 write!(f, "root element is <{root}>, not <valgrindoutput>")
             }
+            ParseErrorKind::TooDeep => {
+                write!(f, "elements nested deeper than {MAX_DEPTH} levels")
+            }
             ParseErrorKind::BadNumber { element, value } => {
                 write!(f, "<{element}> holds `{value}`, not a number")
             }
@@ -126,6 +132,9 @@ impl fmt::Display for ParseError {
 
 #[cfg(feature = "std")]
 impl std::error::Error for ParseError {}
+
+/// Deepest element nesting accepted.
+pub const MAX_DEPTH: usize = 64;
 
 /// An element of the document tree: name, the line it starts on, children.
 #[derive(Debug, Default)]
@@ -431,6 +440,12 @@ fn tree(text: &str) -> Result<Element, ParseError> {
                 top.children.push(Node::Element(el));
             }
         } else {
+            if stack.len() > MAX_DEPTH {
+                return Err(ParseError {
+                    line: tag_line,
+                    kind: ParseErrorKind::TooDeep,
+                });
+            }
             stack.push(el);
         }
     }
@@ -564,5 +579,8 @@ mod tests {
         let e = parse(b"<valgrindoutput><pid>x1</pid></valgrindoutput>").unwrap_err();
         assert!(matches!(e.kind, ParseErrorKind::BadNumber { element: "pid", .. }));
         assert!(parse(b"<valgrindoutput><what>&bogus;</what></valgrindoutput>").is_err());
+        let deep = "<a>".repeat(100_000);
+        let e = parse(format!("<valgrindoutput>{deep}").as_bytes()).unwrap_err();
+        assert_eq!(e.kind, ParseErrorKind::TooDeep);
     }
 }
