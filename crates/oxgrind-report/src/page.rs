@@ -49,6 +49,22 @@ pub fn escape_html(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// web/build.sh records the hash of the sources it bundled: the committed bundle must
+    /// come from the committed sources (run web/build.sh after editing web/src or style.css).
+    #[test]
+    fn committed_bundle_is_built_from_the_committed_sources() {
+        let web = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("web");
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("cat src/*.js style.css | sha256sum | cut -d' ' -f1")
+            .current_dir(&web)
+            .output()
+            .expect("sh");
+        let now = String::from_utf8(out.stdout).unwrap();
+        let built = std::fs::read_to_string(web.join("dist/source.sha256")).unwrap();
+        assert_eq!(now.trim(), built.trim(), "web/dist is stale: run crates/oxgrind-report/web/build.sh");
+    }
+
     #[test]
     fn bundle_cannot_close_its_own_script_element() {
         assert!(!super::SCRIPT.to_ascii_lowercase().contains("</script"));
