@@ -132,3 +132,30 @@ fn stacks_with_pages_as_heap_is_refused_as_valgrind_does() {
         stderr(&o)
     );
 }
+
+/// `--heap=no --stacks=yes` profiles the stacks alone: as under Valgrind no snapshot has a
+/// tree (the peak included), and the deepest point is the same.
+#[test]
+fn stacks_alone_with_heap_no_as_valgrind() {
+    let prog = build("stack_depth.c", &["-g", "-O1"]);
+    let ours = massif("oxgrind", &prog, &["--heap=no", "--time-unit=B"]);
+    let max = |t: &str| {
+        t.lines()
+            .filter_map(|l| l.strip_prefix("mem_stacks_B="))
+            .map(|v| v.parse::<u64>().unwrap())
+            .max()
+            .unwrap()
+    };
+    assert!(ours
+        .lines()
+        .filter(|l| l.starts_with("heap_tree="))
+        .all(|l| l == "heap_tree=empty"));
+    assert!(ours
+        .lines()
+        .filter_map(|l| l.strip_prefix("mem_heap_B="))
+        .all(|v| v == "0"));
+    if have_valgrind() {
+        let theirs = massif("valgrind", &prog, &["--heap=no", "--time-unit=B"]);
+        assert_eq!(max(&ours), max(&theirs));
+    }
+}

@@ -387,7 +387,10 @@ impl Massif {
         let snapshots = snaps
             .iter()
             .map(|s| {
-                let tree_root = s.detail.as_ref().map(|bytes| {
+                // With --heap=no (stacks only) Valgrind keeps no tree: every snapshot, the
+                // peak included, is written as empty.
+                let detail = s.detail.as_ref().filter(|_| self.opts.heap);
+                let tree_root = detail.map(|bytes| {
                     let ecs: Vec<tree::Ec<'_>> = order
                         .iter()
                         .filter(|&&i| i < bytes.len())
@@ -411,9 +414,9 @@ impl Massif {
                     mem_heap_extra_b: s.extra,
                     mem_stacks_b: s.stacks,
                     kind: match (s.kind, &tree_root) {
-                        (Kind::Peak, _) => SnapshotKind::Peak,
+                        (Kind::Peak, Some(_)) => SnapshotKind::Peak,
                         (Kind::Normal, Some(_)) => SnapshotKind::Detailed,
-                        (Kind::Normal, None) => SnapshotKind::Empty,
+                        (_, None) => SnapshotKind::Empty,
                     },
                     tree: tree_root,
                 }
