@@ -231,25 +231,12 @@ pub(crate) fn rule<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
             true
         }
         Blsr | Blsmsk | Blsi => {
-            // x & (x - 1), x ^ (x - 1), x & -x, composed from the exact rules as VEX's IR for
-            // them is (strrchr and memrchr use these on lane masks).
+            // x & (x - 1), x ^ (x - 1), x & -x: functions of the lowest set bit (glibc's string
+            // code applies them to lane masks whose lanes past the end are undefined).
             let a = cx.read(1);
             let w = a.w;
             let x = a.v & mask(w);
-            let (r, vr) = match m {
-                Blsr => {
-                    let (d, vd) = (x.wrapping_sub(1) & mask(w), algebra::sub(x, a.s, 1, 0, 0, 0, w));
-                    (x & d, algebra::and(x, a.s, d, vd) & mask(w))
-                }
-                Blsmsk => {
-                    let (d, vd) = (x.wrapping_sub(1) & mask(w), algebra::sub(x, a.s, 1, 0, 0, 0, w));
-                    ((x ^ d) & mask(w), (a.s | vd) & mask(w))
-                }
-                _ => {
-                    let (n, vn) = (0u64.wrapping_sub(x) & mask(w), algebra::sub(0, 0, x, a.s, 0, 0, w));
-                    (x & n, algebra::and(x, a.s, n, vn) & mask(w))
-                }
-            };
+            let (r, vr) = lowest_set_bit_op(m, x, a.s & mask(w), w);
             cx.write(0, vr);
             // SF and ZF from the result (ZF is cleared by blsmsk), CF from "source == 0" (blsi:
             // "source != 0"), OF cleared, AF and PF architecturally undefined.
@@ -945,4 +932,38 @@ fn cmpxchg_double<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, wide: bool) -> 
         cx.write_reg(acc_hi, vhi);
     }
     true
+}
+
+/// `blsr`, `blsmsk`, `blsi` exactly: each result is a function of the position of the lowest
+/// set bit (and, for `blsr`, the bits above it). When that position is defined (the bits up
+/// to it are), the result is as defined as those bits; when not, it lies between the lowest
+/// undefined bit `u` and the lowest defined 1 above it `d`, and only bits in that range (plus,
+/// for `blsr`, the undefined bits above `d`) are undefined. VEX's composition (`x ^ (x - 1)`
+/// with UifU) loses that `x` and `x - 1` agree above the lowest set bit; this does not, so
+/// `blsmsk` of a lane mask with a defined NUL lane is fully defined.
+fn lowest_set_bit_op(m: Mnemonic, x: u64, vx: u64, w: u32) -> (u64, u64) {
+    let full = mask(w);
+    let r = match m {
+        Mnemonic::Blsr => x & x.wrapping_sub(1) & full,
+        Mnemonic::Blsmsk => (x ^ x.wrapping_sub(1)) & full,
+        _ => x & x.wrapping_neg() & full,
+    };
+    let below_and_at = |p: u32| if p + 1 >= 64 { u64::MAX } else { (1u64 << (p + 1)) - 1 };
+    if !algebra::ctz_undefined(x, vx, w) {
+        // The lowest set bit is known (x == 0 included: every bit is defined then).
+        let vr = if m == Mnemonic::Blsr && x != 0 { vx & !below_and_at(x.trailing_zeros()) } else { 0 };
+        return (r, vr & full);
+    }
+    let u = vx.trailing_zeros();
+    let defined_ones_above = x & !vx & full & !below_and_at(u);
+    let range_top = if defined_ones_above == 0 { full } else { below_and_at(defined_ones_above.trailing_zeros()) };
+    let vr = match m {
+        // bit u is 1 whatever the lowest set bit is (it is at u or above).
+        Mnemonic::Blsmsk => range_top & !below_and_at(u),
+        // A defined 0 of x in the range is neither the lowest set bit (blsi) nor kept as a 1
+        // (blsr): defined 0 in the result.
+        Mnemonic::Blsi => range_top & !(below_and_at(u) >> 1) & (vx | x),
+        _ => (range_top & !(below_and_at(u) >> 1) & (vx | x)) | (vx & !range_top),
+    };
+    (r, vr & full)
 }
