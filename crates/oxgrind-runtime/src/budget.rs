@@ -24,12 +24,14 @@ use crate::state::BLOCKS;
 
 /// Whether any budget is being measured.
 static ON: AtomicBool = AtomicBool::new(false);
-static BUDGETS: SpinLock<Budgets> = SpinLock::new(Budgets {
-    max_peak: None,
-    max_leaked: None,
-    max_allocs: None,
-});
-static MAX_PEAK: AtomicU64 = AtomicU64::new(u64::MAX);
+/// The budgets, `NONE` when not given (atomics, not a lock: they are read at exit, maybe in
+/// a fatal-signal handler that interrupted anything).
+const NONE: u64 = u64::MAX;
+static MAX_PEAK: AtomicU64 = AtomicU64::new(NONE);
+static MAX_LEAKED: AtomicU64 = AtomicU64::new(NONE);
+static MAX_ALLOCS: AtomicU64 = AtomicU64::new(NONE);
+/// Spins before giving up on a lock at exit (the top site is then left out of the line).
+const EXIT_SPINS: u64 = 1 << 20;
 static COUNT_SITES: AtomicBool = AtomicBool::new(false);
 
 static LIVE: AtomicU64 = AtomicU64::new(0);
@@ -47,8 +49,9 @@ static BROKEN: AtomicBool = AtomicBool::new(false);
 
 /// Called once when the runtime is set up.
 pub fn configure(b: &Budgets) {
-    *BUDGETS.lock() = *b;
-    MAX_PEAK.store(b.max_peak.unwrap_or(u64::MAX), Ordering::Relaxed);
+    MAX_PEAK.store(b.max_peak.unwrap_or(NONE), Ordering::Relaxed);
+    MAX_LEAKED.store(b.max_leaked.unwrap_or(NONE), Ordering::Relaxed);
+    MAX_ALLOCS.store(b.max_allocs.unwrap_or(NONE), Ordering::Relaxed);
     COUNT_SITES.store(b.max_allocs.is_some(), Ordering::Relaxed);
     ON.store(b.max_peak.is_some() || b.max_allocs.is_some(), Ordering::Release);
 }
@@ -132,13 +135,18 @@ fn bytes(n: u64) -> String {
 
 /// After the tool's `fini`: checks every budget, writes one line per broken one to the log.
 pub fn check(host: &dyn Host, tool: &dyn Tool) {
-    let b = *BUDGETS.lock();
+    let given = |a: &AtomicU64| Some(a.load(Ordering::Relaxed)).filter(|&v| v != NONE);
+    let b = Budgets {
+        max_peak: given(&MAX_PEAK),
+        max_leaked: given(&MAX_LEAKED),
+        max_allocs: given(&MAX_ALLOCS),
+    };
     let mut lines = Vec::new();
     if let Some(max) = b.max_peak {
         let peak = PEAK.load(Ordering::Relaxed);
         if peak > max {
-            let site = match *PEAK_SITE.lock() {
-                (at, Some((s, v))) => format!(
+            let site = match PEAK_SITE.lock_bounded(EXIT_SPINS).map(|g| *g) {
+                Some((at, Some((s, v)))) => format!(
                     "; top site near the peak: {}, {} of {} live",
                     site_name(host, s),
                     bytes(v),
@@ -156,16 +164,17 @@ pub fn check(host: &dyn Host, tool: &dyn Tool) {
     if let Some(max) = b.max_allocs {
         let n = ALLOCS.load(Ordering::Relaxed);
         if n > max {
-            let mut top: Option<(u64, u64)> = None;
-            for shard in &ALLOCS_BY_STACK {
-                if let Some(m) = shard.lock().as_ref() {
-                    for (&s, &c) in m {
-                        if top.map_or(true, |(ts, tc)| (c, std::cmp::Reverse(s)) > (tc, std::cmp::Reverse(ts))) {
-                            top = Some((s, c));
-                        }
-                    }
-                }
-            }
+            // The stack with the most allocations (the lowest id among equals).
+            let top = ALLOCS_BY_STACK
+                .iter()
+                .flat_map(|shard| {
+                    let counts: Vec<(u64, u64)> = shard
+                        .lock_bounded(EXIT_SPINS)
+                        .and_then(|g| g.as_ref().map(|m| m.iter().map(|(&s, &c)| (s, c)).collect()))
+                        .unwrap_or_default();
+                    counts
+                })
+                .max_by_key(|&(s, c)| (c, std::cmp::Reverse(s)));
             let site = match top {
                 Some((s, c)) => format!(
                     "; top site: {} ({} allocations)",
