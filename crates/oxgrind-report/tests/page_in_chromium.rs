@@ -136,6 +136,11 @@ fn dhat_page_shows_totals_a_sortable_tree_and_a_flame_graph_per_metric() {
              s.dispatchEvent(new Event('change')); \
              return document.querySelector('[data-test=dhat-flame] .frame').dataset.value; })()".into(),
             search("[data-test=dhat-flame-search]", "[data-test=dhat-flame-status]", "^main "),
+            // Opening a node lists all its figures, as dh_view does.
+            "(() => { const s = document.querySelector('[data-test=dhat-sort]'); s.selectedIndex = 0; \
+             s.dispatchEvent(new Event('change')); \
+             document.querySelector('[data-test=dhat-tree] .node').click(); \
+             return document.querySelector('[data-test=dhat-tree] .details').textContent; })()".into(),
         ],
     );
     let r = &run.results;
@@ -149,6 +154,8 @@ fn dhat_page_shows_totals_a_sortable_tree_and_a_flame_graph_per_metric() {
     assert_eq!(r[5], js(&gb.to_string()));
     // Every PP's stack ends in main here: all the t-gmax bytes match.
     assert!(r[6].contains(&format!("{} (100.00%)", both(gb))), "{}", r[6]);
+    let top_blocks: u64 = file.pps.iter().filter(|p| oxgrind_report::sites::without_address(&file.ftbl[p.fs[0] as usize]) == top_frame).map(|p| p.tbk).sum();
+    assert!(r[7].starts_with(&format!("\"total: {} in {top_blocks} blocks", both(top_tb))), "{}", r[7]);
 }
 
 #[test]

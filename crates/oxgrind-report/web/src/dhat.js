@@ -68,17 +68,37 @@ export function dhatView(f) {
   const fmt = (m, s) => (m.bytes ? both(m.v(s)) : m.instrs ? `${commify(Math.round(m.v(s)))} instrs` : commify(m.v(s)));
   const treeBox = el('div', { class: 'tree', 'data-test': 'dhat-tree' });
 
+  // All of a node's figures, as dh_view lists them for a program point.
+  function details(n) {
+    const v = n.sums;
+    const avg = (a, b) => (b ? commify(Math.round(a / b)) : '0');
+    const lines = [`total: ${both(v[F.tb])} in ${commify(v[F.tbk])} blocks (avg size ${avg(v[F.tb], v[F.tbk])} B)`];
+    if (heap) {
+      lines.push(`avg lifetime: ${avg(v[F.tl], v[F.tbk])} instrs (${pct(v[F.tl] / Math.max(v[F.tbk], 1), f.te)} of the run)`,
+        `max: ${both(v[F.mb])} in ${commify(v[F.mbk])} blocks`,
+        `at t-gmax: ${both(v[F.gb])} in ${commify(v[F.gbk])} blocks`,
+        `at t-end: ${both(v[F.eb])} in ${commify(v[F.ebk])} blocks`,
+        `reads: ${both(v[F.rb])} (${(v[F.tb] ? v[F.rb] / v[F.tb] : 0).toFixed(2)}/byte), writes: ${both(v[F.wb])} (${(v[F.tb] ? v[F.wb] / v[F.tb] : 0).toFixed(2)}/byte)`);
+    }
+    lines.push(`${commify(n.count)} program point${n.count === 1 ? '' : 's'}`);
+    return el('div', { class: 'details small' }, lines.map((l) => el('div', null, l)));
+  }
+
   function nodeRow(n) {
     const kids = kidsOf(f, n);
     const children = el('div', { class: 'children', hidden: true });
     let open = false;
-    const twisty = el('span', { class: 'twisty' }, kids.length ? '\u25B8' : '');
+    const twisty = el('span', { class: 'twisty' }, '\u25B8');
     const toggle = () => {
-      if (!kids.length) return;
       open = !open;
       twisty.textContent = open ? '\u25BE' : '\u25B8';
       children.hidden = !open;
-      if (open && !children.firstChild) fill(children, kids);
+      if (open && !children.firstChild) {
+        children.appendChild(details(n));
+        const rest = el('div');
+        children.appendChild(rest);
+        fill(rest, kids);
+      }
     };
     const row = el('div', { class: 'node', onclick: (e) => { e.stopPropagation(); toggle(); } },
       twisty,
