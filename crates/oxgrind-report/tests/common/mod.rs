@@ -21,6 +21,10 @@ pub struct PageRun {
 /// Opens `html` in headless Chromium (tests/chromium.py, DevTools protocol) and runs `steps`
 /// (see chromium.py). Values come back as JSON text (`"\"a\""`, `12`), compared as such.
 pub fn run_in_chromium(html: &str, steps: &str) -> PageRun {
+    // One browser at a time: each is several processes, and the tests run in parallel on
+    // small CI machines where five Chromiums at once come close to the driver's timeouts.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let page = dir.path().join("report.html");
     std::fs::write(&page, html).unwrap();
