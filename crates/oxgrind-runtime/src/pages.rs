@@ -26,8 +26,9 @@
 //! Mappings that exist when we start watching (the executable, ld.so, the libraries it
 //! mapped, the initial stack; under the engine, everything mapped before it takes over) are
 //! reported once, on the empty stack `[0]`, which Massif prints as `0x0: ???`, as Valgrind
-//! does for what it maps before the program starts. Our own library is left out, its
-//! zero-filled data (the anonymous mapping right after its last segment) included.
+//! does for what it maps before the program starts. Our own library is left out, with its
+//! zero-filled data (the anonymous mapping right after its last segment) and the libraries
+//! only it needs (libgcc_s, for a C program), which Valgrind's preload does not bring.
 //!
 //! Costs and side effects of the native way, all confined to this mode: a filter runs on
 //! every system call; the process gets `no_new_privs` (required to install a filter without
@@ -261,15 +262,18 @@ fn report_startup_mappings() {
         }
     });
     let tid = guard::tid();
-    // End of our library's last mapping: the anonymous mapping that starts there is its
-    // zero-filled data (.bss), ours too.
-    let mut self_end = 0;
-    for m in crate::roots::read_maps() {
-        if m.path == self_path {
-            self_end = m.end;
+    let maps = crate::roots::read_maps();
+    let only_ours = libraries_only_we_need(&maps, &self_path);
+    // End of the last mapping of a library that is ours (the runtime, or a library only it
+    // needs): the anonymous mapping that starts there is its zero-filled data, ours too.
+    let mut ours_end = 0;
+    for m in &maps {
+        let file = m.path.rsplit('/').next().unwrap_or("");
+        if m.path == self_path || (m.path.starts_with('/') && only_ours.iter().any(|n| n == file)) {
+            ours_end = m.end;
             continue;
         }
-        if m.path.is_empty() && m.start == self_end {
+        if m.path.is_empty() && m.start == ours_end {
             continue;
         }
         if matches!(m.path.as_str(), "[vsyscall]" | "[vvar]" | "[vvar_vclock]") {
@@ -286,6 +290,112 @@ fn report_startup_mappings() {
         };
         rt.tool.on_map(&HOST, &ev);
     }
+}
+
+/// The libraries our runtime needs that nothing else loaded needs (libgcc_s for a C
+/// program): loaded only because of us, so not the program's pages. Names as in
+/// `DT_NEEDED` (the file names of Debian's libraries).
+fn libraries_only_we_need(maps: &[crate::roots::Mapping], self_path: &str) -> Vec<String> {
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    let mut seen: Vec<&str> = Vec::new();
+    for m in maps {
+        // The first (lowest) mapping of each file holds its ELF header.
+        if !m.path.starts_with('/') || seen.contains(&m.path.as_str()) {
+            continue;
+        }
+        seen.push(&m.path);
+        let needed = elf_needed(m.start, maps);
+        if m.path == self_path {
+            ours = needed;
+        } else {
+            theirs.extend(needed);
+        }
+    }
+    ours.retain(|n| !theirs.contains(n));
+    ours
+}
+
+/// The `DT_NEEDED` names of the ELF object mapped at `base`, read from its loaded image
+/// (not through `dl_iterate_phdr`, which takes the loader's lock: set-up can run inside an
+/// allocation the loader makes). Every read is checked against the readable mappings.
+fn elf_needed(base: u64, maps: &[crate::roots::Mapping]) -> Vec<String> {
+    let readable = |a: u64, n: u64| {
+        maps.iter()
+            .any(|m| m.readable && m.start <= a && a.saturating_add(n) <= m.end)
+    };
+    let read = |a: u64, n: u64| -> Option<u64> {
+        // SAFETY: [a, a + n) lies in a readable mapping (checked); unaligned reads of plain
+        // integers.
+        readable(a, n).then(|| unsafe {
+            match n {
+                1 => core::ptr::read(a as *const u8) as u64,
+                2 => core::ptr::read_unaligned(a as *const u16) as u64,
+                4 => core::ptr::read_unaligned(a as *const u32) as u64,
+                _ => core::ptr::read_unaligned(a as *const u64),
+            }
+        })
+    };
+    let mut out = Vec::new();
+    if read(base, 4) != Some(0x464c_457f) {
+        return out; // not "\x7fELF"
+    }
+    let (Some(phoff), Some(phnum)) = (read(base + 0x20, 8), read(base + 0x38, 2)) else {
+        return out;
+    };
+    const PT_LOAD: u64 = 1;
+    const PT_DYNAMIC: u64 = 2;
+    let phdr = |i: u64, field: u64, n: u64| read(base + phoff + i * 56 + field, n);
+    let mut bias = None;
+    let mut dynamic = None;
+    for i in 0..phnum.min(64) {
+        match phdr(i, 0, 4) {
+            Some(PT_LOAD) if bias.is_none() => {
+                bias = phdr(i, 16, 8).map(|v| base.wrapping_sub(v & !(PAGE - 1)))
+            }
+            Some(PT_DYNAMIC) => dynamic = phdr(i, 16, 8).zip(phdr(i, 40, 8)),
+            _ => {}
+        }
+    }
+    let (Some(bias), Some((dyn_vaddr, dyn_size))) = (bias, dynamic) else {
+        return out;
+    };
+    let dyn_at = bias.wrapping_add(dyn_vaddr);
+    let mut strtab = None;
+    let mut offsets = Vec::new();
+    for i in 0..(dyn_size / 16).min(512) {
+        let (Some(tag), Some(val)) = (read(dyn_at + i * 16, 8), read(dyn_at + i * 16 + 8, 8))
+        else {
+            break;
+        };
+        match tag {
+            0 => break,
+            1 => offsets.push(val),
+            // ld.so relocates the pointer in place; an unrelocated one is below the bias.
+            5 => {
+                strtab = Some(if val < bias {
+                    val.wrapping_add(bias)
+                } else {
+                    val
+                })
+            }
+            _ => {}
+        }
+    }
+    let Some(strtab) = strtab else { return out };
+    for off in offsets {
+        let mut name = Vec::new();
+        let mut a = strtab.wrapping_add(off);
+        while name.len() < 256 {
+            match read(a, 1) {
+                Some(0) | None => break,
+                Some(b) => name.push(b as u8),
+            }
+            a += 1;
+        }
+        out.push(String::from_utf8_lossy(&name).into_owned());
+    }
+    out
 }
 
 extern "C" fn on_sigsys(_sig: c_int, info: *mut c_void, ctx: *mut c_void) {
@@ -381,4 +491,32 @@ fn report(nr: usize, a: [usize; 6], ret: u64, pc: u64, sp: u64, bp: u64) {
     let mut q = QUEUE.lock();
     q.extend(out.into_iter().flatten());
     QUEUED.store(true, Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn needed_libraries_are_read_from_the_loaded_images() {
+        let maps = crate::roots::read_maps();
+        let first = |suffix: &str| {
+            maps.iter()
+                .find(|m| m.path.ends_with(suffix))
+                .unwrap_or_else(|| panic!("{suffix} not mapped"))
+                .start
+        };
+        assert!(elf_needed(first("/libc.so.6"), &maps)
+            .iter()
+            .any(|n| n == "ld-linux-x86-64.so.2"));
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let exe_needed = elf_needed(first(&exe.to_string_lossy()), &maps);
+        assert!(
+            exe_needed.iter().any(|n| n == "libc.so.6"),
+            "{exe_needed:?}"
+        );
+        // Not an ELF header: nothing, and no fault.
+        let stack = maps.iter().find(|m| m.path == "[stack]").unwrap();
+        assert!(elf_needed(stack.start, &maps).is_empty());
+    }
 }
