@@ -74,6 +74,11 @@ fn massif_page_shows_the_peak_the_sites_and_a_searchable_flame_graph() {
                  return document.querySelector('[data-test=massif-flame-status]').textContent; }})()",
                 js(&format!("{top_site}\n"))
             ),
+            // A click on the chart far left of the peak shows another snapshot's tree.
+            "(() => { const svg = document.querySelector('[data-test=massif-chart]'); const r = svg.getBoundingClientRect(); \
+             svg.dispatchEvent(new MouseEvent('click', { clientX: r.left + r.width * 0.6, clientY: r.top + 100 })); \
+             return [document.querySelector('[data-test=massif-flame-title]').textContent, \
+                     document.querySelector('[data-test=massif-flame] .frame').dataset.value]; })()".into(),
         ],
     );
     let r = &run.results;
@@ -103,6 +108,13 @@ fn massif_page_shows_the_peak_the_sites_and_a_searchable_flame_graph() {
     assert!(matched_bytes < peak.mem_heap_b, "{status}");
     assert_eq!(r[9], "true");
     assert!(r[10].contains(&format!("zoomed to {top_site}")), "{}", r[10]);
+    // ["Snapshot N ", "<its heap bytes>"]: a detailed snapshot other than the peak.
+    let other: Vec<String> = r[11].trim_matches(['[', ']']).split(',').map(|s| s.trim().trim_matches('"').to_string()).collect();
+    let n: usize = other[0].trim().strip_prefix("Snapshot ").expect(&r[11]).parse().unwrap();
+    assert_ne!(n, peak_i);
+    let snap = &file.snapshots[n];
+    assert!(snap.tree.is_some(), "snapshot {n} has no tree");
+    assert_eq!(other[1], snap.mem_heap_b.to_string(), "{}", r[11]);
 }
 
 #[test]

@@ -23,7 +23,7 @@ function ticks(max, n, binary) {
 }
 
 // opts: {xs: [], layers: [{name, color, values: [] (at xs)}], line: {xs, values, name},
-//        xLabel, test, onPick(index into line.xs)}
+//        marks, detail(index) -> tooltip node, xLabel, test, onPick(index into line.xs) on click}
 export function stackedChart(opts) {
   const svg = el('svg:svg', { class: 'chart', height: H, 'data-test': `${opts.test}-chart` });
   const tip = el('div', { class: 'chart-tip' });
@@ -95,11 +95,14 @@ export function stackedChart(opts) {
     const cursor = el('svg:line', { y1: PAD.t, y2: H - PAD.b, class: 'cursor', style: { display: 'none' } });
     parts.push(cursor);
     svg.replaceChildren(...parts);
-    svg.onmousemove = (ev) => {
-      const r = svg.getBoundingClientRect();
-      const px = ev.clientX - r.left;
+    const nearest = (ev) => {
+      const px = ev.clientX - svg.getBoundingClientRect().left;
       let best = 0;
       lx.forEach((x, i) => { if (Math.abs(X(x) - px) < Math.abs(X(lx[best]) - px)) best = i; });
+      return [best, px];
+    };
+    svg.onmousemove = (ev) => {
+      const [best, px] = nearest(ev);
       cursor.setAttribute('x1', X(lx[best]));
       cursor.setAttribute('x2', X(lx[best]));
       cursor.style.display = '';
@@ -110,7 +113,7 @@ export function stackedChart(opts) {
         opts.detail ? opts.detail(best) : null);
     };
     svg.onmouseleave = () => { cursor.style.display = 'none'; tip.style.display = 'none'; };
-    svg.onclick = () => { /* selection is shown in the tooltip */ };
+    svg.onclick = (ev) => { if (opts.onPick && lx.length) opts.onPick(nearest(ev)[0]); };
   }
   wrap.redraw = draw;
   requestAnimationFrame(draw);

@@ -66,13 +66,18 @@ export function massifView(f) {
   layers.push({ name: 'extra heap', color: '#dddddd', values: rows.map(([i]) => snaps[i][2]) });
   if (f.stacks) layers.push({ name: 'stacks', color: '#999999', values: rows.map(([i]) => snaps[i][3]) });
   const byIndex = new Map(rows.map(([i, b]) => [i, b]));
+  // Trees by snapshot index: the peak's whole, the others with small nodes folded.
+  const trees = new Map(f.trees);
+  if (f.peak_tree && peak) trees.set(peak.snapshot, f.peak_tree);
+  let pick = () => {};
   const chart = stackedChart({
+    onPick: (i) => pick(i),
     test: 'massif', xs, layers, xLabel: `time (${f.time_unit})`,
     line: { xs: snaps.map((s) => s[0]), values: snaps.map((s) => s[1] + s[2] + s[3]), name: 'total' },
     marks: snaps.map((s) => s[4]),
     detail: (i) => {
       const b = byIndex.get(i);
-      if (!b) return el('div', { class: 'small' }, 'no tree at this snapshot');
+      if (!b) return el('div', { class: 'small' }, 'no tree at this snapshot (click: the nearest one)');
       const top = f.chart_sites.map((n, k) => [n, b[k]]).filter(([, v]) => v > 0).slice(0, 5);
       return el('div', null, top.map(([n, v]) => el('div', { class: 'small' }, `${human(v)}  ${n}`)));
     },
@@ -81,13 +86,29 @@ export function massifView(f) {
 
   if (f.peak_tree) {
     let flame;
-    const order = el('select', {
-      'data-test': 'massif-flame-order',
-      onchange: () => flame.redraw(massifModel(f.peak_tree, order.value === 'callers')),
-    }, el('option', { value: 'sites' }, 'allocation sites first (as ms_print)'),
-    el('option', { value: 'callers' }, 'callers first (from main)'));
+    let shown = peak.snapshot;
+    const title = el('span', { 'data-test': 'massif-flame-title' });
+    const back = el('button', { onclick: () => pick(peak.snapshot) }, 'back to the peak');
+    const show = () => {
+      const t = trees.get(shown);
+      title.textContent = shown === peak.snapshot ? `Peak snapshot (${shown}) ` : `Snapshot ${shown} `;
+      back.hidden = shown === peak.snapshot;
+      flame.redraw(massifModel(t, order.value === 'callers'), t[0]);
+    };
+    const order = el('select', { 'data-test': 'massif-flame-order', onchange: show },
+      el('option', { value: 'sites' }, 'allocation sites first (as ms_print)'),
+      el('option', { value: 'callers' }, 'callers first (from main)'));
     flame = flameGraph(massifModel(f.peak_tree, false), { test: 'massif', format: both, rootName: f.peak_tree[0] });
-    out.push(el('h3', null, 'Peak snapshot ', order), flame);
+    // A click on the chart shows the nearest snapshot that has a tree.
+    pick = (i) => {
+      let best = null;
+      for (const k of trees.keys()) if (best === null || Math.abs(k - i) < Math.abs(best - i)) best = k;
+      if (best !== null) { shown = best; show(); }
+    };
+    title.textContent = `Peak snapshot (${shown}) `;
+    back.hidden = true;
+    out.push(el('h3', null, title, order, ' ', back), el('p', { class: 'small' },
+      'Click the chart to see another snapshot that has a tree.'), flame);
     out.push(el('h3', null, 'Allocation sites at the peak'));
     const total = peak ? peak.heap_b : 0;
     out.push(table([
