@@ -22,8 +22,10 @@
 //!   (`lock add`, `xchg`, `lock xadd`) is a load plus a compare-and-swap in VEX: two reads.
 //! * **Bc**: every conditional side exit: `jcc`, `loop*`, `jrcxz`, and the exits of a `rep`
 //!   iteration (`rcx != 0` at each entry; for `repe`/`repne` also whether the comparison
-//!   continues the loop). The outcome is computed before the instruction runs, from the
-//!   flags and `rcx`, or for `cmps`/`scas` from the compared memory.
+//!   continues the loop), and the restart exit of a locked read-modify-write (VEX retries
+//!   a failed compare-and-swap; never taken here). The outcome is computed before the
+//!   instruction runs, from the flags and `rcx`, or for `cmps`/`scas` from the compared
+//!   memory.
 //! * **Bi**: every indirect `jmp` and `call` (returns are assumed perfectly predicted); the
 //!   target is read from the register or from the memory operand before the jump.
 
@@ -328,6 +330,11 @@ pub fn on_accesses(sim: &mut Simulator, info: &InstrInfo, accesses: &[Access], r
             }
         }
     }
+    if info.locked_rmw {
+        // VEX's compare-and-swap restarts the instruction when it fails: a side exit,
+        // which Cachegrind counts as a conditional branch (not taken).
+        sim.cond_branch(info.id, info.pc, false);
+    }
     match info.kind {
         Kind::IndirectMem => {
             if let Some(a) = accesses.iter().find(|a| a.kind != AccessKind::Write) {
@@ -343,7 +350,9 @@ pub fn on_accesses(sim: &mut Simulator, info: &InstrInfo, accesses: &[Access], r
             elem,
         } => {
             let remaining = regs.gpr[1].wrapping_sub(1);
-            let mut again = remaining != 0;
+            // The iteration jumps back to the instruction (which then leaves on rcx == 0),
+            // unless a comparison ends the loop first.
+            let mut again = true;
             if compare {
                 let mask = if elem >= 8 {
                     u64::MAX
