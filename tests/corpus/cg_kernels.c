@@ -102,7 +102,7 @@ __attribute__((noinline)) long strings(void) {
 int main(int argc, char **argv) {
     (void)argv;
     if (argc > 1)   /* the short run: one small kernel */
-        return (int)(branchy(200) & 1);
+        return (int)(branchy(2000) & 1);
     long r = 0;
     fill();
     r += stream(1);
