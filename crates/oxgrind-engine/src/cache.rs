@@ -292,7 +292,10 @@ impl CodeCache {
         let rec = BlockRec {
             host: base,
             kind: t.kind,
-            cached: t.insns > 0,
+            // Only a native jump (no guest instruction, no exit) is left out of the cache;
+            // a redirection (no guest instruction, one exit to the replacement) is kept, or
+            // every call of a replaced function would be translated again.
+            cached: t.insns > 0 || !t.stubs.is_empty(),
         };
         if !rec.cached {
             self.native.insert(pc, ());
