@@ -873,6 +873,57 @@ fn load(path: &Path, debug_dirs: &[PathBuf]) -> Result<Loaded, SymbolizeError> {
     })
 }
 
+/// A function entry of an object, for function redirection (see [`function_symbols`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FunctionSymbol {
+    pub name: String,
+    /// Link-time address (add the module's load bias).
+    pub addr: u64,
+    /// An IFUNC: `addr` is the resolver that picks the implementation, not a function to
+    /// replace.
+    pub ifunc: bool,
+}
+
+/// Every defined function symbol of the object at `path`, from its own symbol tables and
+/// from its separate debug file (`/usr/lib/debug`, by build id), where distributions keep
+/// the local names (glibc's `__strlen_avx2`). Empty when the file cannot be read.
+pub fn function_symbols(path: &Path) -> Vec<FunctionSymbol> {
+    use object::ObjectSymbol;
+    let Ok(data) = mmap(path) else {
+        return Vec::new();
+    };
+    let Ok(file) = object::File::parse(&data[..]) else {
+        return Vec::new();
+    };
+    let debug_dirs = [PathBuf::from("/usr/lib/debug")];
+    let debug = debug_candidates(&file, path, &debug_dirs)
+        .into_iter()
+        .find(|p| p.is_file())
+        .and_then(|p| mmap(&p).ok());
+    let debug_file = debug
+        .as_ref()
+        .and_then(|m| object::File::parse(&m[..]).ok());
+    let mut out = Vec::new();
+    for f in std::iter::once(&file).chain(debug_file.as_ref()) {
+        for s in f.symbols().chain(f.dynamic_symbols()) {
+            if !matches!(s.kind(), SymbolKind::Text) || s.is_undefined() || s.address() == 0 {
+                continue;
+            }
+            let Ok(name) = s.name() else { continue };
+            // STT_GNU_IFUNC (10) in the low bits of st_info.
+            let ifunc = matches!(s.flags(), object::SymbolFlags::Elf { st_info, .. } if st_info & 0xf == 10);
+            out.push(FunctionSymbol {
+                name: name.to_string(),
+                addr: s.address(),
+                ifunc,
+            });
+        }
+    }
+    out.sort_by(|a, b| (a.addr, &a.name).cmp(&(b.addr, &b.name)));
+    out.dedup();
+    out
+}
+
 /// Objects in the text of a `/proc/<pid>/maps` file, with their load bias (from the
 /// mapping of the lowest file offset and the object's program headers).
 pub fn modules_from_maps(text: &[u8]) -> Vec<Module> {
