@@ -23,4 +23,18 @@ fn main() {
         .flag("-fvisibility=hidden")
         .opt_level(2)
         .compile("oxgrind_strings");
+    // The replacements of glibc's string functions run instrumented on the program's behalf:
+    // their loops must make exactly the accesses written (no vectorising, no merged stores,
+    // no calls to the functions they replace).
+    println!("cargo:rerun-if-changed=src/replace.c");
+    cc::Build::new()
+        .file("src/replace.c")
+        .flag("-fno-builtin")
+        .flag("-fno-tree-loop-distribute-patterns")
+        .flag("-fno-tree-vectorize")
+        .flag("-fno-tree-slp-vectorize")
+        .flag("-fno-store-merging")
+        .flag("-fvisibility=hidden")
+        .opt_level(2)
+        .compile("oxgrind_replace");
 }

@@ -16,9 +16,11 @@ pub struct ToolInstrument;
 
 pub static TOOL_INSTRUMENT: ToolInstrument = ToolInstrument;
 
+/// Our own code, never instrumented; except the replacements of the program's string
+/// functions (`replace.rs`), which run on its behalf and are checked as its code is.
 fn ours(pc: u64) -> bool {
     let (lo, hi) = crate::stacks::self_text();
-    lo <= pc && pc < hi
+    lo <= pc && pc < hi && !crate::replace::contains(pc)
 }
 
 impl Instrument for ToolInstrument {
@@ -61,6 +63,12 @@ impl Instrument for ToolInstrument {
         if ours(pc) {
             return None;
         }
-        state::runtime().and_then(|rt| rt.tool.redirect(&HOST, pc))
+        let rt = state::runtime()?;
+        if rt.needs.check_overlaps {
+            if let Some(to) = crate::replace::redirect(pc) {
+                return Some(to);
+            }
+        }
+        rt.tool.redirect(&HOST, pc)
     }
 }

@@ -32,6 +32,7 @@ pub mod instrument;
 pub mod libc_api;
 pub mod limits;
 pub mod pages;
+pub mod replace;
 pub mod roots;
 pub mod stacks;
 pub mod state;
@@ -94,6 +95,9 @@ fn start_engine(needs: oxgrind_tool::Needs) {
     };
     if needs.page_events {
         pages::before_engine();
+    }
+    if needs.instrument && needs.check_overlaps {
+        replace::prepare();
     }
     // SAFETY: called once, from our ELF constructor, on the main thread before any other
     // thread exists; our global allocator is the private heap and we link with -z now, as

@@ -46,11 +46,13 @@ enum {
 
 /* glibc's functions, filled by strings.rs (oxgrind_strings_install); NULL until then. */
 static void *real[N_FNS];
-/* 0: not resolved yet; 1: resolved. Written after `real` and `checking`. */
+/* 0: not resolved yet; 1: resolved. Written after `real` and `checked`. */
 static int resolved;
-/* Whether the tool checks overlaps; when not, every call goes to glibc (the jump table is
- * pointed at glibc too, this is for calls already on their way here). */
-static int checking;
+/* Which functions are checked here (bit F_*): those of a tool that checks overlaps, unless
+ * the engine replaces glibc's code with checked versions (replace.c). The others go to glibc
+ * (the jump table is pointed at glibc too, this is for calls already on their way here). */
+static unsigned checked;
+#define CHECKING(f) (checked & (1u << (f)))
 
 /* Implemented in Rust (strings.rs). */
 extern int oxgrind_strings_resolve(void);
@@ -62,9 +64,9 @@ extern size_t strnlen(const char *s, size_t n);
 extern void *memmove(void *dst, const void *src, size_t n);
 extern void *memchr(const void *s, int c, size_t n);
 
-void oxgrind_strings_install(void *const *fns, int n, int check) {
+void oxgrind_strings_install(void *const *fns, int n, int check_mask) {
     for (int i = 0; i < n && i < N_FNS; i++) real[i] = fns[i];
-    checking = check;
+    checked = (unsigned)check_mask;
     __atomic_store_n(&resolved, 1, __ATOMIC_RELEASE);
 }
 
@@ -128,7 +130,7 @@ char *oxgrind_c_strcpy(char *dst, const char *src) {
         while ((*d++ = *src++)) {}
         return dst;
     }
-    if (!checking) return ((str2_fn)real[F_STRCPY])(dst, src);
+    if (!CHECKING(F_STRCPY)) return ((str2_fn)real[F_STRCPY])(dst, src);
     size_t n = strlen(src) + 1;
     if (!is_overlap(dst, src, n, n)) return ((str2_fn)real[F_STRCPY])(dst, src);
     vg_strcpy(F_STRCPY, dst, src);
@@ -140,7 +142,7 @@ char *oxgrind_c_stpcpy(char *dst, const char *src) {
         while ((*dst = *src++)) dst++;
         return dst;
     }
-    if (!checking) return ((str2_fn)real[F_STPCPY])(dst, src);
+    if (!CHECKING(F_STPCPY)) return ((str2_fn)real[F_STPCPY])(dst, src);
     size_t n = strlen(src) + 1;
     if (!is_overlap(dst, src, n, n)) return ((str2_fn)real[F_STPCPY])(dst, src);
     return vg_strcpy(F_STPCPY, dst, src);
@@ -186,7 +188,7 @@ char *oxgrind_c_strncpy(char *dst, const char *src, size_t n) {
         plain_strncpy(dst, src, n);
         return dst;
     }
-    if (!checking) return ((str3_fn)real[F_STRNCPY])(dst, src, n);
+    if (!CHECKING(F_STRNCPY)) return ((str3_fn)real[F_STRNCPY])(dst, src, n);
     if (!strncpy_may_overlap(dst, src, n)) return ((str3_fn)real[F_STRNCPY])(dst, src, n);
     vg_strncpy(F_STRNCPY, dst, src, n);
     return dst;
@@ -194,7 +196,7 @@ char *oxgrind_c_strncpy(char *dst, const char *src, size_t n) {
 
 char *oxgrind_c_stpncpy(char *dst, const char *src, size_t n) {
     if (!ready()) return plain_strncpy(dst, src, n);
-    if (!checking) return ((str3_fn)real[F_STPNCPY])(dst, src, n);
+    if (!CHECKING(F_STPNCPY)) return ((str3_fn)real[F_STPNCPY])(dst, src, n);
     if (!strncpy_may_overlap(dst, src, n)) return ((str3_fn)real[F_STPNCPY])(dst, src, n);
     return vg_strncpy(F_STPNCPY, dst, src, n);
 }
@@ -208,7 +210,7 @@ char *oxgrind_c___strncpy_chk(char *dst, const char *src, size_t n, size_t destl
         plain_strncpy(dst, src, n);
         return dst;
     }
-    if (!checking || destlen < n) return ((str4_fn)real[F_STRNCPY_CHK])(dst, src, n, destlen);
+    if (!CHECKING(F_STRNCPY_CHK) || destlen < n) return ((str4_fn)real[F_STRNCPY_CHK])(dst, src, n, destlen);
     if (!strncpy_may_overlap(dst, src, n)) return ((str3_fn)real[F_STRNCPY])(dst, src, n);
     vg_strncpy(F_STRNCPY, dst, src, n);
     return dst;
@@ -219,7 +221,7 @@ char *oxgrind_c___stpncpy_chk(char *dst, const char *src, size_t n, size_t destl
         if (destlen < n) __builtin_trap();
         return plain_strncpy(dst, src, n);
     }
-    if (!checking || destlen < n) return ((str4_fn)real[F_STPNCPY_CHK])(dst, src, n, destlen);
+    if (!CHECKING(F_STPNCPY_CHK) || destlen < n) return ((str4_fn)real[F_STPNCPY_CHK])(dst, src, n, destlen);
     if (!strncpy_may_overlap(dst, src, n)) return ((str3_fn)real[F_STPNCPY])(dst, src, n);
     return vg_strncpy(F_STPNCPY, dst, src, n);
 }
@@ -232,7 +234,7 @@ char *oxgrind_c_strcat(char *dst, const char *src) {
         while ((*d++ = *src++)) {}
         return dst;
     }
-    if (!checking) return ((str2_fn)real[F_STRCAT])(dst, src);
+    if (!CHECKING(F_STRCAT)) return ((str2_fn)real[F_STRCAT])(dst, src);
     size_t ls = strlen(src);
     if (!is_overlap(dst, src, strlen(dst) + ls + 1, ls + 1))
         return ((str2_fn)real[F_STRCAT])(dst, src);
@@ -255,7 +257,7 @@ char *oxgrind_c_strncat(char *dst, const char *src, size_t n) {
         d[i] = 0;
         return dst;
     }
-    if (!checking) return ((str3_fn)real[F_STRNCAT])(dst, src, n);
+    if (!CHECKING(F_STRNCAT)) return ((str3_fn)real[F_STRNCAT])(dst, src, n);
     size_t m = strnlen(src, n);
     /* Conservative: src's NUL (read when m < n) counts too, though Valgrind's check omits it. */
     if (!is_overlap(dst, src, strlen(dst) + m + 1, m < n ? m + 1 : m))
@@ -290,7 +292,7 @@ void *oxgrind_c_mempcpy(void *dst, const void *src, size_t len) {
         move_bytes(dst, src, len);
         return (char *)dst + len;
     }
-    if (!checking) return ((mem3_fn)real[F_MEMPCPY])(dst, src, len);
+    if (!CHECKING(F_MEMPCPY)) return ((mem3_fn)real[F_MEMPCPY])(dst, src, len);
     return checked_mempcpy(dst, src, len);
 }
 
@@ -306,7 +308,7 @@ void *oxgrind_c_memccpy(void *dst, const void *src, int c, size_t n) {
         }
         return NULL;
     }
-    if (!checking) return ((memccpy_fn)real[F_MEMCCPY])(dst, src, c, n);
+    if (!CHECKING(F_MEMCCPY)) return ((memccpy_fn)real[F_MEMCCPY])(dst, src, c, n);
     const char *p = memchr(src, c, n);
     if (p) return checked_mempcpy(dst, src, (size_t)(p - (const char *)src) + 1);
     /* glibc's memcpy on amd64 is memmove, and Valgrind's does not check. */
@@ -320,7 +322,7 @@ void *oxgrind_c___memcpy_chk(void *dst, const void *src, size_t len, size_t dstl
         move_bytes(dst, src, len);
         return dst;
     }
-    if (!checking) return ((mem4_fn)real[F_MEMCPY_CHK])(dst, src, len, dstlen);
+    if (!CHECKING(F_MEMCPY_CHK)) return ((mem4_fn)real[F_MEMCPY_CHK])(dst, src, len, dstlen);
     /* An overflowing call is glibc's to reject ("buffer overflow detected"). */
     if (dstlen < len || len == 0 || !is_overlap(dst, src, len, len))
         return ((mem4_fn)real[F_MEMCPY_CHK])(dst, src, len, dstlen);
@@ -336,7 +338,7 @@ int32_t *oxgrind_c_wcscpy(int32_t *dst, const int32_t *src) {
         while ((*d++ = *src++)) {}
         return dst;
     }
-    if (!checking) return ((wcs2_fn)real[F_WCSCPY])(dst, src);
+    if (!CHECKING(F_WCSCPY)) return ((wcs2_fn)real[F_WCSCPY])(dst, src);
     size_t bytes = (wcslen(src) + 1) * 4;
     if (!is_overlap(dst, src, bytes, bytes)) return ((wcs2_fn)real[F_WCSCPY])(dst, src);
     /* Valgrind's loop; both lengths include the terminating wide character. */

@@ -44,6 +44,8 @@ const FNS: [(&[u8], &str); N] = [
     (b"__stpncpy_chk\0", "stpncpy"),
 ];
 const N: usize = 12;
+/// `__memcpy_chk`'s index in [`FNS`].
+const F_MEMCPY_CHK: usize = 7;
 
 extern "C" {
     fn oxgrind_c_strcpy();
@@ -58,7 +60,8 @@ extern "C" {
     fn oxgrind_c_wcscpy();
     fn oxgrind_c___strncpy_chk();
     fn oxgrind_c___stpncpy_chk();
-    fn oxgrind_strings_install(fns: *const *mut c_void, n: c_int, check: c_int);
+    /// `checked`: bit `i` set when function `i` is checked by the C version.
+    fn oxgrind_strings_install(fns: *const *mut c_void, n: c_int, checked: c_int);
     fn __errno_location() -> *mut c_int;
 }
 
@@ -158,10 +161,19 @@ pub extern "C" fn oxgrind_strings_resolve() -> c_int {
         return 0;
     }
     let check = state::runtime().is_some_and(|rt| rt.needs.check_overlaps);
+    // When the engine replaces glibc's functions (`replace.rs`), a call through our export
+    // goes to glibc's, whose code is replaced by the checked version: one mechanism checks
+    // every call, the program's and libc's own. Except `__memcpy_chk`: glibc's shares its
+    // code with `__memmove_chk`, which must not report overlaps, so it keeps its check here.
+    let replaced = check && crate::replace::active();
+    let checked_here = |i: usize| check && (!replaced || i == F_MEMCPY_CHK);
+    let mask = (0..N)
+        .filter(|&i| checked_here(i))
+        .fold(0, |m, i| m | 1 << i);
     // SAFETY: `real` holds N function pointers of the signatures strings.c expects.
-    unsafe { oxgrind_strings_install(real.as_ptr(), N as c_int, c_int::from(check)) };
-    if !check {
-        for (slot, p) in JUMP.iter().zip(real) {
+    unsafe { oxgrind_strings_install(real.as_ptr(), N as c_int, mask) };
+    for (i, (slot, p)) in JUMP.iter().zip(real).enumerate() {
+        if !checked_here(i) {
             slot.store(p, Ordering::Release);
         }
     }

@@ -1,0 +1,252 @@
+//! Function replacement: glibc's and the dynamic loader's string and memory functions run as
+//! our checked versions (`replace.c`) under the translation engine, as Valgrind's Memcheck
+//! replaces them (`vg_replace_strmem.c`).
+//!
+//! Why by address, under the engine, and not by symbol interposition alone: glibc calls its
+//! own `strlen` & co. internally, through IFUNC-resolved slots that our preloaded library
+//! cannot interpose, and the dynamic loader has its own copies; Valgrind, which runs from
+//! the first instruction, catches the IFUNC resolution instead. We start later, when every
+//! slot already points at one variant (`__strlen_evex`, `__memmove_avx_unaligned_erms`), so
+//! we redirect every variant: [`prepare`] reads the symbol tables of libc and ld.so (with
+//! their separate debug files, where the variants' names are) once, before the engine
+//! starts, into a sorted table; [`redirect`] is a binary search, asked by the engine at each
+//! block start it translates.
+//!
+//! The replacements live in their own section, which, unlike the rest of our library, the
+//! tool instruments ([`contains`]): their accesses are the program's, so an overrun in
+//! `strlen` is reported inside `strlen`, with the access Valgrind's replacement makes.
+//! Active for tools that check the string functions (`Needs::check_overlaps`: Memcheck).
+
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+extern "C" {
+    fn oxgrind_replace_strlen();
+    fn oxgrind_replace_strnlen();
+    fn oxgrind_replace_index();
+    fn oxgrind_replace_strchrnul();
+    fn oxgrind_replace_rindex();
+    fn oxgrind_replace_memchr();
+    fn oxgrind_replace_rawmemchr();
+    fn oxgrind_replace_memrchr();
+    fn oxgrind_replace_strcmp();
+    fn oxgrind_replace_strncmp();
+    fn oxgrind_replace_memcmp();
+    fn oxgrind_replace_strstr();
+    fn oxgrind_replace_strspn();
+    fn oxgrind_replace_strcspn();
+    fn oxgrind_replace_strpbrk();
+    fn oxgrind_replace_memmove();
+    fn oxgrind_replace_memmove_chk();
+    fn oxgrind_replace_mempcpy();
+    fn oxgrind_replace_mempcpy_chk();
+    fn oxgrind_replace_memset();
+    fn oxgrind_replace_memset_chk();
+    fn oxgrind_replace_strcpy();
+    fn oxgrind_replace_stpcpy();
+    fn oxgrind_replace_strncpy();
+    fn oxgrind_replace_stpncpy();
+    fn oxgrind_replace_strcat();
+    fn oxgrind_replace_strncat();
+    fn oxgrind_replace_wcslen();
+    fn oxgrind_replace_wcsnlen();
+    fn oxgrind_replace_wcscmp();
+    fn oxgrind_replace_wcscpy();
+    fn oxgrind_replace_wcschr();
+    fn oxgrind_replace_wcsrchr();
+    fn oxgrind_replace_wmemchr();
+    static __start_oxgrind_replace: u8;
+    static __stop_oxgrind_replace: u8;
+}
+
+/// glibc's function names (without leading underscores and variant suffixes) and what
+/// replaces them. `memcpy` is `memmove`: glibc's share their code, so one address may be
+/// either (Valgrind 3.19 does not report memcpy overlaps on amd64 either).
+const REPLACEMENTS: &[(&str, unsafe extern "C" fn())] = &[
+    ("strlen", oxgrind_replace_strlen),
+    ("strnlen", oxgrind_replace_strnlen),
+    ("strchr", oxgrind_replace_index),
+    ("index", oxgrind_replace_index),
+    ("strchrnul", oxgrind_replace_strchrnul),
+    ("strrchr", oxgrind_replace_rindex),
+    ("rindex", oxgrind_replace_rindex),
+    ("memchr", oxgrind_replace_memchr),
+    ("rawmemchr", oxgrind_replace_rawmemchr),
+    ("memrchr", oxgrind_replace_memrchr),
+    ("strcmp", oxgrind_replace_strcmp),
+    ("strncmp", oxgrind_replace_strncmp),
+    ("memcmp", oxgrind_replace_memcmp),
+    ("bcmp", oxgrind_replace_memcmp),
+    ("memcmpeq", oxgrind_replace_memcmp),
+    ("strstr", oxgrind_replace_strstr),
+    ("strspn", oxgrind_replace_strspn),
+    ("strcspn", oxgrind_replace_strcspn),
+    ("strpbrk", oxgrind_replace_strpbrk),
+    ("memmove", oxgrind_replace_memmove),
+    ("memcpy", oxgrind_replace_memmove),
+    ("memmove_chk", oxgrind_replace_memmove_chk),
+    ("memcpy_chk", oxgrind_replace_memmove_chk),
+    ("mempcpy", oxgrind_replace_mempcpy),
+    ("mempcpy_chk", oxgrind_replace_mempcpy_chk),
+    ("memset", oxgrind_replace_memset),
+    ("memset_chk", oxgrind_replace_memset_chk),
+    ("strcpy", oxgrind_replace_strcpy),
+    ("stpcpy", oxgrind_replace_stpcpy),
+    ("strncpy", oxgrind_replace_strncpy),
+    ("stpncpy", oxgrind_replace_stpncpy),
+    ("strcat", oxgrind_replace_strcat),
+    ("strncat", oxgrind_replace_strncat),
+    ("wcslen", oxgrind_replace_wcslen),
+    ("wcsnlen", oxgrind_replace_wcsnlen),
+    ("wcscmp", oxgrind_replace_wcscmp),
+    ("wcscpy", oxgrind_replace_wcscpy),
+    ("wcschr", oxgrind_replace_wcschr),
+    ("wcsrchr", oxgrind_replace_wcsrchr),
+    ("wmemchr", oxgrind_replace_wmemchr),
+];
+
+/// The words glibc's variant names are made of (`__memmove_avx512_unaligned_erms`,
+/// `__strchr_sse2_no_bsf`, `__strcspn_generic`). A name with any other word after the
+/// function's (`__strcspn_c1`, `__mempcpy_small`: other signatures; `__memrchr_ifunc`: a
+/// resolver) is not the function.
+const VARIANT_WORDS: &[&str] = &[
+    "sse2",
+    "ssse3",
+    "sse4",
+    "sse42",
+    "1",
+    "2",
+    "avx",
+    "avx2",
+    "avx512",
+    "evex",
+    "evex512",
+    "rtm",
+    "erms",
+    "unaligned",
+    "movbe",
+    "no",
+    "bsf",
+    "vzeroupper",
+    "generic",
+];
+
+/// The replacement for the function named `name` (a symbol of libc or ld.so), if any.
+fn replacement_for(name: &str) -> Option<u64> {
+    let name = name.split('@').next().unwrap_or(name);
+    let bare = name.trim_start_matches('_');
+    let bare = bare.strip_prefix("GI_").unwrap_or(bare);
+    // Longest function name first: `memmove_chk` before `memmove`.
+    let mut best: Option<(usize, u64)> = None;
+    for &(base, f) in REPLACEMENTS {
+        let Some(rest) = bare.strip_prefix(base) else {
+            continue;
+        };
+        let variant = rest.is_empty()
+            || rest
+                .strip_prefix('_')
+                .is_some_and(|r| r.split('_').all(|w| VARIANT_WORDS.contains(&w)));
+        if variant && best.is_none_or(|(len, _)| base.len() > len) {
+            best = Some((base.len(), f as usize as u64));
+        }
+    }
+    best.map(|(_, f)| f)
+}
+
+/// The redirection table: (guest address, replacement), sorted by address.
+static TABLE: AtomicPtr<Vec<(u64, u64)>> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Whether `path` is an object whose functions we replace.
+fn replaced_object(path: &std::path::Path) -> bool {
+    let file = path.file_name().and_then(|f| f.to_str()).unwrap_or("");
+    file.starts_with("libc.so") || file.starts_with("ld-linux")
+}
+
+/// Builds the redirection table from the objects loaded now. Call once, before the engine
+/// starts (it reads files and allocates: never at translation time, when this thread may
+/// hold a lock the symbol reader takes).
+pub fn prepare() {
+    if !TABLE.load(Ordering::Acquire).is_null() {
+        return;
+    }
+    let Some(maps) = oxgrind_symbols::maps::read_self_maps() else {
+        return;
+    };
+    let mut table = Vec::new();
+    for m in oxgrind_symbols::modules_from_maps(&maps) {
+        if !replaced_object(&m.path) {
+            continue;
+        }
+        for s in oxgrind_symbols::symbolize::function_symbols(&m.path) {
+            if s.ifunc {
+                continue;
+            }
+            if let Some(to) = replacement_for(&s.name) {
+                table.push((s.addr.wrapping_add(m.bias), to));
+            }
+        }
+    }
+    table.sort_unstable();
+    table.dedup_by_key(|e| e.0);
+    TABLE.store(Box::into_raw(Box::new(table)), Ordering::Release);
+}
+
+/// The replacement of the function starting at `pc`, if it is one we replace.
+pub fn redirect(pc: u64) -> Option<u64> {
+    let t = TABLE.load(Ordering::Acquire);
+    if t.is_null() {
+        return None;
+    }
+    // SAFETY: the table is leaked once built and never freed or changed.
+    let t = unsafe { &*t };
+    t.binary_search_by_key(&pc, |e| e.0).ok().map(|i| t[i].1)
+}
+
+/// Whether the engine replaces glibc's string functions (the table is built and not empty).
+pub fn active() -> bool {
+    let t = TABLE.load(Ordering::Acquire);
+    // SAFETY: as in `redirect`.
+    !t.is_null() && !unsafe { &*t }.is_empty()
+}
+
+/// Whether `pc` is in the replacements' section (instrumented like the program's code).
+pub fn contains(pc: u64) -> bool {
+    // SAFETY: the linker defines both symbols around the section; only their addresses are
+    // taken.
+    let (lo, hi) = unsafe {
+        (
+            &__start_oxgrind_replace as *const u8 as u64,
+            &__stop_oxgrind_replace as *const u8 as u64,
+        )
+    };
+    lo <= pc && pc < hi
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glibc_variants_map_to_their_function_and_other_names_do_not() {
+        let r = |n| replacement_for(n);
+        let strlen = oxgrind_replace_strlen as usize as u64;
+        let memmove = oxgrind_replace_memmove as usize as u64;
+        let chk = oxgrind_replace_memmove_chk as usize as u64;
+        assert_eq!(r("__strlen_avx2"), Some(strlen));
+        assert_eq!(r("__strlen_evex512"), Some(strlen));
+        assert_eq!(r("strlen"), Some(strlen));
+        assert_eq!(r("__memmove_avx512_unaligned_erms"), Some(memmove));
+        assert_eq!(r("__memcpy_avx_unaligned_erms_rtm"), Some(memmove));
+        assert_eq!(r("__memcpy_chk_avx512_no_vzeroupper"), Some(chk));
+        assert_eq!(
+            r("__strchr_sse2_no_bsf"),
+            Some(oxgrind_replace_index as usize as u64)
+        );
+        assert_eq!(r("__strcspn_c1"), None);
+        assert_eq!(r("__mempcpy_small"), None);
+        assert_eq!(r("__memrchr_ifunc"), None);
+        assert_eq!(r("__strcasecmp_avx2"), None);
+        assert_eq!(r("__wmemset_avx2_unaligned"), None);
+        assert_eq!(r("strlen_helper"), None);
+        assert_eq!(r("__strncat_chk"), None);
+    }
+}
