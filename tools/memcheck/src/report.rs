@@ -28,6 +28,10 @@ fn is_below_main(name: &str) -> bool {
 }
 
 /// A stack resolved for printing, matching and `--gen-suppressions`.
+/// How the runtime names its replacements of the program's string functions
+/// (`replace.c`): the rest of the name is the function replaced.
+const REPLACEMENT_PREFIX: &str = "oxgrind_replace_";
+
 pub(crate) struct Resolved {
     pub(crate) shown: Vec<Frame>,
     pub(crate) supp: Vec<SuppFrame>,
@@ -162,7 +166,14 @@ impl Memcheck {
                     ..Default::default()
                 });
             }
-            if depth == 0 && frame0_is_ours {
+            // The runtime's replacement of a string function (`oxgrind_replace_strlen`),
+            // which the program's access was made in: shown as the function it replaces.
+            let replaced = group
+                .last()
+                .and_then(|f| f.function.as_deref())
+                .and_then(|n| n.strip_prefix(REPLACEMENT_PREFIX))
+                .map(str::to_string);
+            if (depth == 0 && frame0_is_ours) || replaced.is_some() {
                 // Frame 0 is always our replacement of the function the program called
                 // (`malloc`, `free`, `strcpy`, ...). Valgrind's replacements live in a
                 // preload library without line tables, so they print as `malloc (in OBJ)`;
@@ -173,6 +184,8 @@ impl Memcheck {
                         file: None,
                         dir: None,
                         line: 0,
+                        function: replaced.or(outer.function.clone()),
+                        mangled: None,
                         ..outer
                     }];
                 } else {
