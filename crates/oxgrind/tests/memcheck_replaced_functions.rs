@@ -1,0 +1,32 @@
+//! glibc's string and memory functions run as our checked versions under Memcheck (issue 10,
+//! Valgrind's function replacement): an overrun inside `strlen`, `memset`, `strcpy`, ... is
+//! reported inside the function, with the access size, count and address description
+//! Valgrind's replacement gives, on both of glibc's code paths; and glibc's vector code no
+//! longer reads past the end of strings on the program's behalf.
+
+mod common;
+use common::*;
+use std::process::Command;
+
+/// glibc's AVX2 code paths on a CPU with AVX-512.
+const AVX2_PATHS: &str = "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW";
+
+#[test]
+fn errors_inside_replaced_string_functions_match_valgrind() {
+    if !have_valgrind() {
+        return;
+    }
+    let prog = build("mc_string_errors.c", &["-g", "-O0", "-fno-builtin"]);
+    let theirs = run(Command::new("valgrind").arg(&prog));
+    let theirs = normalize_report(&stderr(&theirs));
+    for tunables in [None, Some(AVX2_PATHS)] {
+        let mut cmd = Command::new(oxgrind());
+        cmd.arg(&prog);
+        if let Some(t) = tunables {
+            cmd.env("GLIBC_TUNABLES", t);
+        }
+        let ours = normalize_report(&stderr(&run(&mut cmd)));
+        eprintln!("GLIBC_TUNABLES={tunables:?}");
+        assert_same_report(&ours, &theirs);
+    }
+}
