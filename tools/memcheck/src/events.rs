@@ -14,11 +14,12 @@ use oxgrind_tool::{Addr, Alloc, AllocFn, Free, Host, LiveBlock, Misuse, MisuseEv
 
 use crate::access::in_probe;
 use crate::errors::KeyKind;
-use crate::freed::FreedBlock;
+use crate::freed::{Freed, FreedBlock};
 use crate::options::KeepStacks;
 use crate::report::thread_number;
 use crate::shadow::{self, shadow_base};
 use crate::Memcheck;
+use crate::State;
 
 fn alloc_fn_name(f: AllocFn) -> &'static str {
     match f {
@@ -90,27 +91,30 @@ impl Memcheck {
                 },
             );
         }
-        let mut st = self.lock();
-        st.freed.push(FreedBlock {
+        let block = FreedBlock {
             addr: ev.addr,
             size: ev.size,
             alloc_stack: ev.alloc_stack,
             free_stack: ev.stack,
+        };
+        let mut chunk_end = 0;
+        if self.probing.load(Ordering::Relaxed) {
+            if self.batches.keeps_shadow(ev.size) {
+                shadow::mark_freed(shadow_base(), ev.addr, ev.size);
+            }
+            // SAFETY: the engine runs, so this is a real process, and the runtime tells us
+            // of a free before giving the block back to glibc.
+            chunk_end = unsafe { shadow::chunk_end(ev.addr, ev.size) }.0;
+        }
+        self.batches.push(Freed { block, chunk_end }, |batch| {
+            let mut st = self.lock();
+            absorb_freed(&mut st, batch);
         });
-        if !self.probing.load(Ordering::Relaxed) {
-            return;
-        }
-        let base = shadow_base();
-        if st.shadow_q.keeps(ev.size) {
-            shadow::mark_freed(base, ev.addr, ev.size);
-        }
-        // SAFETY: the engine runs, so this is a real process, and the runtime tells us of a
-        // free before giving the block back to glibc.
-        let (end, _) = unsafe { shadow::chunk_end(ev.addr, ev.size) };
-        st.shadow_q
-            .push(ev.addr, ev.size, end, &mut |a, size, end| {
-                shadow::clear_block(base, a, size, end)
-            });
+    }
+
+    /// Moves every thread's pending frees into the queues: before describing an address.
+    pub(crate) fn absorb_all_freed(&self, st: &mut State) {
+        self.batches.drain(|batch| absorb_freed(st, batch));
     }
 
     pub(crate) fn misuse_event(&self, host: &dyn Host, ev: &MisuseEvent) {
@@ -219,5 +223,23 @@ impl Memcheck {
             live.retain(|b| !f.contains(&b.addr));
         }
         live
+    }
+}
+
+/// Frees leaving a thread's batch, oldest first: into the freed-block queue, and into the
+/// shadow queue when their shadow is kept (`chunk_end` set), whose leavers become ordinary
+/// memory again.
+fn absorb_freed(st: &mut State, batch: &[Freed]) {
+    for f in batch {
+        st.freed.push(f.block);
+        if f.chunk_end != 0 {
+            let base = shadow_base();
+            st.shadow_q.push(
+                f.block.addr,
+                f.block.size,
+                f.chunk_end,
+                &mut |a, size, end| shadow::clear_block(base, a, size, end),
+            );
+        }
     }
 }

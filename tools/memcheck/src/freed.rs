@@ -5,10 +5,14 @@
 //! Valgrind keeps freed blocks unavailable for reuse until `--freelist-vol` bytes have
 //! been freed after them; blocks of at least `--freelist-big-blocks` bytes leave first. The
 //! runtime keeps the memory itself (`Needs::freelist_vol`); this queue mirrors its policy
-//! with the stacks, and is only searched when an error is being described.
+//! with the stacks, and is only searched when an error is being described. Threads feed it
+//! through batches of their own ([`FreedBatches`]), so a free takes no process-wide lock.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use oxgrind_tool::sync::SpinLock;
 use oxgrind_tool::{Addr, StackId};
 
 /// One freed block.
@@ -191,5 +195,174 @@ mod shadow_queue_tests {
         assert!(!q.keeps(101));
         q.push(0x4000, 150, 0, &mut |a, _, _| out.push(a));
         assert_eq!(out, [0x1000, 0x2000, 0x3000, 0x4000]);
+    }
+}
+
+/// A freed block on its way into the queues: the block, and the end of its chunk for the
+/// [`ShadowQueue`] (0 when the shadow is not kept).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Freed {
+    pub block: FreedBlock,
+    pub chunk_end: Addr,
+}
+
+/// Most frees a thread keeps before handing them to the shared queues ([`FreedBatches`]).
+///
+/// Half the runtime's batch (`oxgrind-runtime`'s `blocks::BATCH`, 32, and a sixteenth of
+/// `--freelist-vol`), so that a block reaches the [`ShadowQueue`] before the runtime's queue
+/// even when the two counts drift by a few events (frees the tool does not see, the order of
+/// a `realloc`'s two halves): its shadow is then cleared before glibc may reuse its memory.
+pub const BATCH: usize = 16;
+
+/// Each thread's recent frees, before they join the queues that Memcheck keeps under its
+/// state lock ([`FreedQueue`], [`ShadowQueue`]): that lock is taken once per [`BATCH`]
+/// frees instead of once per free, and threads freeing at once do not meet on it.
+///
+/// Blocks in a batch are still "recently freed": whoever describes an address first moves
+/// every thread's batch into the queues ([`FreedBatches::drain`]), in each thread's order.
+/// For one thread, the queues then hold exactly what they would with a lock per free.
+pub struct FreedBatches {
+    /// Tells this instance's batches from another's in the per-thread slot (tests make
+    /// many instances on one thread).
+    id: u64,
+    volume: u64,
+    threads: SpinLock<Vec<&'static SpinLock<Batch>>>,
+}
+
+/// One thread's pending frees, oldest first.
+struct Batch {
+    items: [Freed; BATCH],
+    len: usize,
+    bytes: u64,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// (instance id, that instance's batch for this thread). `const`-initialised with no
+    /// destructor: static TLS in the runtime library, never allocated.
+    static MINE: Cell<(u64, *const SpinLock<Batch>)> = const { Cell::new((0, core::ptr::null())) };
+}
+
+const EMPTY: Freed = Freed {
+    block: FreedBlock {
+        addr: 0,
+        size: 0,
+        alloc_stack: StackId(0),
+        free_stack: StackId(0),
+    },
+    chunk_end: 0,
+};
+
+impl FreedBatches {
+    /// `volume`: `--freelist-vol`, which bounds the bytes a batch holds.
+    pub fn new(volume: u64) -> FreedBatches {
+        FreedBatches {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            volume,
+            threads: SpinLock::new(Vec::new()),
+        }
+    }
+
+    /// Whether a freed block of `size` bytes is marked in the shadow at all: the
+    /// [`ShadowQueue`]'s own test ([`ShadowQueue::keeps`]), answered without its lock.
+    pub fn keeps_shadow(&self, size: u64) -> bool {
+        size <= self.volume / 2
+    }
+
+    fn mine(&self) -> &'static SpinLock<Batch> {
+        let (id, p) = MINE.with(|m| m.get());
+        if id == self.id && !p.is_null() {
+            // SAFETY: the pointer was leaked below for this instance and is never freed.
+            return unsafe { &*p };
+        }
+        let b: &'static SpinLock<Batch> = Box::leak(Box::new(SpinLock::new(Batch {
+            items: [EMPTY; BATCH],
+            len: 0,
+            bytes: 0,
+        })));
+        self.threads.lock().push(b);
+        MINE.with(|m| m.set((self.id, b as *const _)));
+        b
+    }
+
+    /// Adds a free to the calling thread's batch; when the batch is full, hands all of it,
+    /// oldest first, to `flush` (which moves it into the queues), with no batch lock held.
+    pub fn push(&self, f: Freed, flush: impl FnOnce(&[Freed])) {
+        let mine = self.mine();
+        let mut b = mine.lock();
+        let i = b.len;
+        b.items[i] = f;
+        b.len += 1;
+        b.bytes += f.block.size;
+        if b.len < BATCH && b.bytes <= self.volume / 32 {
+            return;
+        }
+        let n = b.len;
+        let mut out = [EMPTY; BATCH];
+        out[..n].copy_from_slice(&b.items[..n]);
+        b.len = 0;
+        b.bytes = 0;
+        drop(b);
+        flush(&out[..n]);
+    }
+
+    /// Hands every thread's pending frees to `f`, each thread's oldest first, and empties
+    /// the batches: before an address is described.
+    pub fn drain(&self, mut f: impl FnMut(&[Freed])) {
+        let threads = self.threads.lock().clone();
+        for t in threads {
+            let mut b = t.lock();
+            let n = b.len;
+            f(&b.items[..n]);
+            b.len = 0;
+            b.bytes = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod batch_tests {
+    use super::*;
+
+    fn freed(addr: u64) -> Freed {
+        Freed {
+            block: FreedBlock {
+                addr,
+                size: 8,
+                alloc_stack: StackId(1),
+                free_stack: StackId(2),
+            },
+            chunk_end: 0,
+        }
+    }
+
+    #[test]
+    fn a_threads_frees_reach_the_queue_in_order_by_batch_or_drain() {
+        let batches = FreedBatches::new(20_000_000);
+        let mut seen = Vec::new();
+        for i in 0..(BATCH as u64 + 3) {
+            batches.push(freed(0x1000 + i * 16), |b| {
+                seen.extend(b.iter().map(|f| f.block.addr))
+            });
+        }
+        assert_eq!(seen.len(), BATCH, "one full batch flushed");
+        batches.drain(|b| seen.extend(b.iter().map(|f| f.block.addr)));
+        let expected: Vec<u64> = (0..(BATCH as u64 + 3)).map(|i| 0x1000 + i * 16).collect();
+        assert_eq!(seen, expected);
+        let mut again = Vec::new();
+        batches.drain(|b| again.extend_from_slice(b));
+        assert!(again.is_empty(), "drained batches are empty");
+    }
+
+    #[test]
+    fn two_instances_on_one_thread_keep_separate_batches() {
+        let a = FreedBatches::new(20_000_000);
+        let b = FreedBatches::new(20_000_000);
+        a.push(freed(0x10), |_| panic!("not full"));
+        b.push(freed(0x20), |_| panic!("not full"));
+        let mut from_a = Vec::new();
+        a.drain(|x| from_a.extend(x.iter().map(|f| f.block.addr)));
+        assert_eq!(from_a, [0x10]);
     }
 }

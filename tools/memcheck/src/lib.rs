@@ -15,7 +15,8 @@
 //! first event prints it. After `fini`, [`Tool::exit_status_override`] gives the
 //! `--error-exitcode` decision. At `Exit::Exec` nothing is printed, as in Valgrind.
 //!
-//! Locking: one mutex guards the error manager and the freed-block queue; `on_alloc` takes
+//! Locking: one mutex guards the error manager and the freed-block queue, which each thread
+//! feeds in batches (`freed::FreedBatches`: the mutex once per 16 frees); `on_alloc` takes
 //! no lock (counters are atomics), `on_free` takes it briefly. Errors are rendered (stacks
 //! symbolized) under the lock, and only for a new context. `fini` never waits for ever on
 //! it, since it may run in a fatal-signal handler.
@@ -61,7 +62,7 @@ use oxgrind_tool::{Addr, Alloc, Exit, Free, Host, MisuseEvent, Needs, OptionErro
 
 use access::PcClass;
 use errors::{ErrorManager, Output};
-use freed::{FreedQueue, ShadowQueue};
+use freed::{FreedBatches, FreedQueue, ShadowQueue};
 use options::Options;
 use oxgrind_tool::instrument::{Access, GuestRegs, Instruction, Plan};
 use oxgrind_tool::sync::SpinLock;
@@ -84,6 +85,8 @@ pub struct Memcheck {
     frees: AtomicU64,
     bytes_allocated: AtomicU64,
     state: Mutex<State>,
+    /// Each thread's latest frees, on their way into `State::freed` and `State::shadow_q`.
+    batches: FreedBatches,
     /// The engine asked for probes: the shadow is kept from then on. Before, no one reads
     /// it, and events may come from a host that is no real process (tests).
     probing: AtomicBool,
@@ -130,6 +133,7 @@ impl Memcheck {
                 finished: false,
                 threads: Vec::new(),
             }),
+            batches: FreedBatches::new(opts.freelist_vol),
             opts,
             supp_texts: Vec::new(),
             started: AtomicBool::new(false),
@@ -252,6 +256,7 @@ impl Tool for Memcheck {
             st.freed = FreedQueue::new(vol, big);
             st.shadow_q = ShadowQueue::new(vol);
         }
+        self.batches = FreedBatches::new(vol);
         let fatal = |e: SuppParseError| OptionError(e.fatal_lines().join("\n"));
         if self.opts.default_suppressions {
             self.load_suppressions(DEFAULT_SUPPRESSIONS_NAME, DEFAULT_SUPPRESSIONS)

@@ -267,6 +267,7 @@ impl Memcheck {
             .take(self.opts.num_callers)
             .collect();
         let mut st = self.lock();
+        self.absorb_all_freed(&mut st);
         st.errors.rep.pid = host.pid();
         let tid = thread_number(&mut st.threads, tid, host.pid());
         let mut out = Output::default();
