@@ -319,7 +319,9 @@ pub fn trace(argv: &[String], quiet: bool) -> Trace {
                 let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
                 libc::dup2(null, 1);
             }
-            libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0);
+            if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) != 0 {
+                libc::_exit(126);
+            }
             libc::execvp(argv[0], argv.as_ptr());
             libc::_exit(127);
         }
@@ -327,6 +329,10 @@ pub fn trace(argv: &[String], quiet: bool) -> Trace {
     let mut status = 0;
     // SAFETY: waiting for our child.
     unsafe { libc::waitpid(pid, &mut status, 0) };
+    if !libc::WIFSTOPPED(status) {
+        // ptrace refused (a restricted container) or exec failed: nothing traced.
+        return Trace { steps: 0, reports: Vec::new() };
+    }
     let mut t = Tracee { pid, regs: unsafe { std::mem::zeroed() }, xstate: vec![0; 16384], layout: xstate_layout() };
     let mut interp = Interpreter::new();
     let mut shadow_regs = ShadowRegisters::default();
