@@ -433,7 +433,7 @@ def run_once(cmd, timeout, keep_stdout=False, sample_tree=False):
 # the benchmark loop
 
 
-def measure(workloads, configs, mode, runs, timeout):
+def measure(workloads, configs, mode, runs, timeout, after_each=lambda results: None):
     """For each workload: one discarded native warm-up run, then `runs` rounds. A round runs
     every group of configurations (`groups_of`: Valgrind's and oxgrind's run of one tool),
     each group right after a native run and its members back to back, first one first and
@@ -480,6 +480,7 @@ def measure(workloads, configs, mode, runs, timeout):
                     f"{res.get('cpu_s', 0):8.3f} s CPU {res.get('maxrss_kib', 0) / 1024:8.1f} MiB")
         results[w.name] = {"size": size, "unit": w.unit, "argv": argv, "runs": per,
                            "timeout_s": limit}
+        after_each(results)
     return results
 
 
@@ -688,7 +689,7 @@ def render_markdown(meta, summary, configs, workloads):
     w("")
 
     def gm_of(cfg_key, key):
-        xs = [summary[wl.name][cfg_key].get(key) for wl in workloads]
+        xs = [summary[wl.name].get(cfg_key, {}).get(key) for wl in workloads]
         return geomean(xs) if all(x is not None for x in xs) else None
 
     w("## Headlines\n")
@@ -979,39 +980,51 @@ def main():
     probe(configs, timeout=60)
     machine = machine_info(oxgrind)
 
-    results = measure(workloads, configs, mode, runs, timeout)
-    summary = summarize(results, configs)
-    elapsed = time.time() - started
     command = f"python3 bench/run.py --{mode}"
     for flag, value in (("--runs", args.runs), ("--only", args.only), ("--configs", args.configs),
                         ("--timeout", args.timeout)):
         if value:
             command += f" {flag} {value:g}" if isinstance(value, float) else f" {flag} {value}"
-    meta = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": command,
-        "mode": mode,
-        "runs": runs,
-        "timeout_s": timeout,
-        "elapsed_s": elapsed,
-        "loadavg_before": la_before,
-        "loadavg_after": loadavg(),
-        "machine": machine,
-        "build_commands": build_cmds,
-        "notes": args.note,
-        "configs": {c.key: {"available": c.available, "why_not": c.why_not, "argv_prefix": c.prefix}
-                    for c in configs},
-        "workloads": {k: {x: v[x] for x in ("size", "unit", "argv")} for k, v in results.items()},
-    }
     json_path = Path(args.json) if args.json else BUILD / f"results-{mode}.json"
-    json_path.write_text(json.dumps({"meta": meta, "summary": summary, "runs": results}, indent=1,
-                                    default=str))
-    print_summary(summary, configs, workloads)
+
+    def publish(results, final):
+        """Writes the JSON (and the page) for the workloads measured so far: after each
+        workload, so that a run cut short still leaves its finished workloads' numbers."""
+        done = [w for w in workloads if w.name in results]
+        summary = summarize(results, configs)
+        elapsed = time.time() - started
+        notes = list(args.note)
+        if not final:
+            notes.append(f"Partial run: {len(done)} of {len(workloads)} workloads measured so far.")
+        meta = {
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "command": command,
+            "mode": mode,
+            "runs": runs,
+            "timeout_s": timeout,
+            "elapsed_s": elapsed,
+            "loadavg_before": la_before,
+            "loadavg_after": loadavg(),
+            "machine": machine,
+            "build_commands": build_cmds,
+            "notes": notes,
+            "configs": {c.key: {"available": c.available, "why_not": c.why_not,
+                                "argv_prefix": c.prefix} for c in configs},
+            "workloads": {k: {x: v[x] for x in ("size", "unit", "argv")} for k, v in results.items()},
+        }
+        json_path.write_text(json.dumps({"meta": meta, "summary": summary, "runs": results},
+                                        indent=1, default=str))
+        if args.write_docs and done:
+            Path(args.write_docs).write_text(render_markdown(meta, summary, configs, done))
+        return summary, elapsed, done
+
+    results = measure(workloads, configs, mode, runs, timeout,
+                      after_each=lambda r: publish(r, final=False))
+    summary, elapsed, done = publish(results, final=True)
+    print_summary(summary, configs, done)
     print(f"\nraw results: {json_path}  ({elapsed / 60:.1f} min)")
     if args.write_docs:
-        Path(args.write_docs).write_text(render_markdown(meta, summary, configs, workloads))
         print(f"wrote {args.write_docs}")
-
 
 if __name__ == "__main__":
     main()
