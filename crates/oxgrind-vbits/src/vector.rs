@@ -375,6 +375,9 @@ fn lanewise<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, lane: usize, m: Mnemo
             return true;
         }
     }
+    if let Some(kind) = min_max_kind(m) {
+        return min_max(cx, lane, kind, s1, s2, bytes);
+    }
     let s = if unary {
         let src = if cx.op_count() >= 2 { 1 } else { 0 };
         cx.read_vec(src).1
@@ -384,6 +387,79 @@ fn lanewise<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, lane: usize, m: Mnemo
         lanes::uifu(&a, &b)
     };
     let out = lanes::pcast(&s, lane, bytes);
+    cx.write_vec(0, &out, bytes, lane);
+    true
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum MinMax {
+    MinUnsigned,
+    MaxUnsigned,
+    MinSigned,
+    MaxSigned,
+}
+
+fn min_max_kind(m: Mnemonic) -> Option<MinMax> {
+    use Mnemonic::*;
+    Some(match m {
+        Pminub | Vpminub | Pminuw | Vpminuw | Pminud | Vpminud | Vpminuq => MinMax::MinUnsigned,
+        Pmaxub | Vpmaxub | Pmaxuw | Vpmaxuw | Pmaxud | Vpmaxud | Vpmaxuq => MinMax::MaxUnsigned,
+        Pminsb | Vpminsb | Pminsw | Vpminsw | Pminsd | Vpminsd | Vpminsq => MinMax::MinSigned,
+        Pmaxsb | Vpmaxsb | Pmaxsw | Vpmaxsw | Pmaxsd | Vpmaxsd | Vpmaxsq => MinMax::MaxSigned,
+        _ => return None,
+    })
+}
+
+/// The smallest and largest values a partly undefined lane can take, in the given order.
+fn lane_range(x: u64, vx: u64, bits: u32, signed: bool) -> (i128, i128) {
+    let m = mask(bits);
+    let (x, vx) = (x & m, vx & m);
+    let sign = 1u64 << (bits - 1);
+    if !signed {
+        return ((x & !vx) as i128, (x | vx) as i128);
+    }
+    let to_signed = |v: u64| algebra::sext(v, bits) as i64 as i128;
+    // Smallest: sign bit set if it may be, every other undefined bit clear; largest: the
+    // reverse.
+    let lo = (x & !vx & !sign) | if vx & sign != 0 { sign } else { x & sign };
+    let hi = ((x | vx) & !sign) | if vx & sign != 0 { 0 } else { x & sign };
+    (to_signed(lo), to_signed(hi))
+}
+
+/// `pmin*`/`pmax*`: where one lane's whole range lies on the chosen side of the other's, the
+/// result is that lane, V bits included (`pminub` with a defined 0 is that 0, which glibc's
+/// SSE2 `strlen` and `strchr` rely on when they fold four vectors with `pminub`); otherwise
+/// Memcheck's PCast of the UifU.
+fn min_max<G: Guest, M: ShadowMemory>(
+    cx: &mut Ctx<G, M>,
+    lane: usize,
+    kind: MinMax,
+    s1: u32,
+    s2: u32,
+    bytes: usize,
+) -> bool {
+    let (a, va, _) = cx.read_vec(s1);
+    let (b, vb, _) = cx.read_vec(s2);
+    let bits = (lane * 8) as u32;
+    let signed = matches!(kind, MinMax::MinSigned | MinMax::MaxSigned);
+    let want_min = matches!(kind, MinMax::MinUnsigned | MinMax::MinSigned);
+    let mut out = [0u8; 64];
+    for k in 0..bytes / lane {
+        let (x, vx) = (lanes::get(&a, lane, k), lanes::get(&va, lane, k));
+        let (y, vy) = (lanes::get(&b, lane, k), lanes::get(&vb, lane, k));
+        let (xlo, xhi) = lane_range(x, vx, bits, signed);
+        let (ylo, yhi) = lane_range(y, vy, bits, signed);
+        let r = if (vx | vy) & mask(bits) == 0 {
+            0
+        } else if (want_min && xhi <= ylo) || (!want_min && xlo >= yhi) {
+            vx
+        } else if (want_min && yhi <= xlo) || (!want_min && ylo >= xhi) {
+            vy
+        } else {
+            mask(bits)
+        };
+        lanes::set(&mut out, lane, k, r);
+    }
     cx.write_vec(0, &out, bytes, lane);
     true
 }

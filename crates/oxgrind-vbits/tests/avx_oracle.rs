@@ -186,6 +186,8 @@ fn cases() -> Vec<Case> {
         c(asm(|a| a.vaddsd(xmm0, xmm0, xmm1)), native!("vaddsd xmm0, xmm0, xmm1")),
         c(asm(|a| a.vfmadd231ps(ymm0, ymm1, ymm1)), native!("vfmadd231ps ymm0, ymm1, ymm1")),
         c(asm(|a| a.vpminub(zmm0, zmm0, zmm1)), native!("vpminub zmm0, zmm0, zmm1")),
+        c(asm(|a| a.vpmaxsq(zmm0, zmm0, zmm1)), native!("vpmaxsq zmm0, zmm0, zmm1")),
+        c(asm(|a| a.vpminuq(zmm0, zmm0, zmm1)), native!("vpminuq zmm0, zmm0, zmm1")),
         c(asm(|a| a.vpaddb(zmm0.k2(), zmm0, zmm1)), native!("vpaddb zmm0{{k2}}, zmm0, zmm1")),
         c(asm(|a| a.vpaddd(zmm0.k2().z(), zmm0, zmm1)), native!("vpaddd zmm0{{k2}}{{z}}, zmm0, zmm1")),
         c(asm(|a| a.vmovdqu8(zmm0.k2(), zmm1)), native!("vmovdqu8 zmm0{{k2}}, zmm1")),
