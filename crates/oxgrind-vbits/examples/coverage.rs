@@ -125,7 +125,7 @@ fn main() {
         );
         println!("  {:.0} ns per step on average (random shadows; timing includes the clock read)", step_time.as_nanos() as f64 / total.max(1) as f64);
         let mut top: Vec<_> = by_mnemonic.into_iter().collect();
-        top.sort_by(|a, b| b.1.cmp(&a.1));
+        top.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
         let list: Vec<String> = top.iter().take(15).map(|(m, n)| format!("{m:?} {n}")).collect();
         println!("  most frequent pessimistic: {}", list.join(", "));
     }

@@ -6,10 +6,10 @@
 //! the slow path. Rules read every input before they write any output, so an instruction
 //! that reads what it writes (`xchg`, `xadd`, `pop [rsp]`) sees its inputs as they were.
 
-use iced_x86::{EncodingKind, Instruction, MemorySize, OpKind, Register};
+use iced_x86::{EncodingKind, Instruction, OpKind, Register};
 
 use crate::algebra::lanes::Vec512;
-use crate::algebra::{mask, sext, shl};
+use crate::algebra::{mask, shl};
 use crate::state::{Guest, Segment, ShadowMemory, ShadowRegisters};
 use crate::{Check, Checks, ValueUse};
 
@@ -35,8 +35,6 @@ fn high_byte(reg: Register) -> bool {
     matches!(reg, Register::AH | Register::CH | Register::DH | Register::BH)
 }
 
-// The vector helpers are used by the vector rules, which land after the scalar ones.
-#[allow(dead_code)]
 impl<'a, G: Guest, M: ShadowMemory> Ctx<'a, G, M> {
     pub fn new(insn: &'a Instruction, guest: &'a G, regs: &'a mut ShadowRegisters, mem: &'a mut M) -> Self {
         Ctx { insn, guest, regs, mem, checks: Checks::default(), address: None }
@@ -341,18 +339,7 @@ impl<'a, G: Guest, M: ShadowMemory> Ctx<'a, G, M> {
                 return self.reg(op).size().min(64);
             }
         }
-        let _ = MemorySize::Unknown;
         16
-    }
-
-    /// Size in bytes of vector operand `op`.
-    pub fn vec_bytes(&self, op: u32) -> usize {
-        match self.kind(op) {
-            OpKind::Register => self.reg(op).size().min(64),
-            OpKind::Memory if self.insn.is_broadcast() => self.broadcast_bytes(),
-            OpKind::Memory => self.mem_bytes().min(64),
-            _ => 8,
-        }
     }
 
     /// Writes `bytes` bytes of shadow to vector operand `op`, with the encoding's rules:
@@ -433,11 +420,5 @@ impl<'a, G: Guest, M: ShadowMemory> Ctx<'a, G, M> {
             }
             _ => {}
         }
-    }
-
-    /// Sign-extends a shadow the way the value is sign-extended (the sign bit's V bit fills
-    /// the new bits).
-    pub fn sext_shadow(s: u64, from: u32, to: u32) -> u64 {
-        sext(s, from) & mask(to)
     }
 }

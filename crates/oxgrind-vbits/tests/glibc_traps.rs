@@ -354,7 +354,7 @@ fn copies_of_undefined_bytes_are_silent_and_keep_the_shadow() {
     m.regs.gpr[RAX] = 0x0f;
     m.guest.gpr[RCX] = 4;
     m.step(asm(|a| a.rep().stosd()), |_| {});
-    assert_eq!(m.mem.get(BLOCK, 17), [vec![0x0f, 0, 0, 0].repeat(4), vec![pattern[16]]].concat());
+    assert_eq!(m.mem.get(BLOCK, 17), [[0x0f, 0, 0, 0].repeat(4), vec![pattern[16]]].concat());
     assert!(m.reports.is_empty(), "{:?}", m.reports);
     // An undefined count is a conditional jump in Memcheck's eyes.
     m.regs.gpr[RCX] = 1;

@@ -209,8 +209,7 @@ fn cmov_is_memcheck_ite() {
         let (qa, qb) = (rng.shadow(64), rng.shadow(64));
         let taken = rng.below(2) == 1;
         let cond_undefined = rng.below(3) == 0;
-        let mut guest = TestGuest::default();
-        guest.rflags = 0x202 | if taken { 0x80 } else { 0 }; // SF != OF
+        let guest = TestGuest { rflags: 0x202 | if taken { 0x80 } else { 0 }, ..Default::default() }; // SF != OF
         let mut regs = ShadowRegisters::default();
         regs.gpr[RAX] = qa;
         regs.gpr[RBX] = qb;

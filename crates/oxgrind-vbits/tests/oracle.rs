@@ -324,7 +324,7 @@ fn shift_cases() -> Vec<Case> {
 
 #[test]
 fn one_operand_multiply_is_sound() {
-    let mut cases = vec![
+    let mut cases = [
         case(asm(|a| a.mul(bl)), native_rax!("mul {b:l}"), 16),
         case(asm(|a| a.imul(bl)), native_rax!("imul {b:l}"), 16),
         case(asm(|a| a.mul(bx)), native_rax!("mul {b:x}"), 16),

@@ -337,7 +337,7 @@ pub fn trace(argv: &[String], quiet: bool) -> Trace {
     let mut interp = Interpreter::new();
     let mut shadow_regs = ShadowRegisters::default();
     let mut mem = Pages::default();
-    let mut modules: Vec<Module>;
+    let mut modules: Vec<Module> = Vec::new();
     let (mut malloc, mut calloc, mut realloc, mut free) = (None, None, None, None);
     let mut sizes: HashMap<u64, u64> = HashMap::new();
     let mut pending: Vec<Pending> = Vec::new();
@@ -349,7 +349,7 @@ pub fn trace(argv: &[String], quiet: bool) -> Trace {
             break;
         }
         let (rip, rsp) = (t.regs.rip, t.regs.rsp);
-        if malloc.is_none() && steps % 4096 == 0 {
+        if malloc.is_none() && steps.is_multiple_of(4096) {
             modules = load_modules(pid);
             malloc = symbol_address(&modules, "libc.so.6", "malloc");
             calloc = symbol_address(&modules, "libc.so.6", "calloc");
@@ -410,13 +410,11 @@ pub fn trace(argv: &[String], quiet: bool) -> Trace {
         let out = interp.step(&insn, &t, &mut shadow_regs, &mut mem);
         let in_allocator = !pending.is_empty();
         for c in out.checks.iter().filter(|_| !in_allocator) {
-            if !reports.contains_key(&rip) {
+            let site = reports.entry(rip).or_insert_with(|| {
                 modules = load_modules(pid);
-                reports.insert(rip, (c, 0, describe(&modules, rip)));
-            }
-            if let Some(r) = reports.get_mut(&rip) {
-                r.1 += 1;
-            }
+                (c, 0, describe(&modules, rip))
+            });
+            site.1 += 1;
         }
         let syscall_regs = (t.regs.orig_rax, t.regs.rax, [t.regs.rdi, t.regs.rsi, t.regs.rdx, t.regs.r10, t.regs.r8, t.regs.r9]);
         // SAFETY: single-step our stopped child, passing on any signal it received.
