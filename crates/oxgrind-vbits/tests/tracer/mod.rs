@@ -344,10 +344,11 @@ pub fn trace(argv: &[String], quiet: bool) -> Trace {
     let mut reports: BTreeMap<u64, (Check, u64, String)> = BTreeMap::new();
     let mut steps = 0u64;
     let mut signal = 0;
+    if !t.fetch() {
+        return Trace { steps: 0, reports: Vec::new() };
+    }
     loop {
-        if !t.fetch() {
-            break;
-        }
+        // `t` holds the state before this instruction (fetched after the previous step).
         let (rip, rsp) = (t.regs.rip, t.regs.rsp);
         if malloc.is_none() && steps.is_multiple_of(4096) {
             modules = load_modules(pid);
