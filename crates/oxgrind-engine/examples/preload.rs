@@ -12,6 +12,9 @@
 //!   one `oxgrind-engine: probes: ...` line at exit. `OXGRIND_ENGINE_PROBE_FILTER=1`
 //!   requests filtered access calls with every data granule marked (the calls must then
 //!   be the same); `=2`: filtered access probes only (what the inline check costs).
+//!   `OXGRIND_ENGINE_PROBE_TRACE=1`: trace probes instead of access calls (a block record
+//!   per block, a record per access, filtered by the marks with `..._FILTER=1`), tallied
+//!   from `Tool::on_trace` (`tblocks=... treads=...` on the same line).
 //!
 //! The constructor reads the environment from `/proc/self/environ`-free sources: the
 //! `envp` the dynamic loader passes to `.init_array` functions.
@@ -57,8 +60,12 @@ fn env_value(envp: *const *const u8, name: &[u8]) -> Option<&'static [u8]> {
 mod probe_test {
     use core::fmt::Write;
     use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
-    use oxgrind_engine::probe::{
-        iced_x86::Instruction, Access, AccessKind, GuestRegs, Instrument, Plan,
+    use oxgrind_engine::probe::Embedder;
+    use oxgrind_tool::instrument::{
+        Access, AccessKind, CounterId, GuestRegs, Insn, Plan, TraceKind, TraceRecord,
+    };
+    use oxgrind_tool::{
+        Addr, Exit, Frame, Host, LiveBlock, Needs, OptionError, RootRange, StackId, Tool,
     };
 
     pub struct Tally {
@@ -67,38 +74,73 @@ mod probe_test {
         pub filter: bool,
         /// Filtered access probes only (no counter, no pc calls): what the inline check costs.
         pub only_filtered: bool,
+        /// Trace probes instead of access calls: a block record per block, a record per
+        /// access (filtered by the shadow map with `filter`).
+        pub trace: bool,
     }
 
-    /// Marks every granule of the data range in a fresh shadow map (filter mode).
-    pub fn make_shadow(data: (u64, u64)) -> Option<u64> {
-        let base = oxgrind_sys::raw::mmap_anon(1 << 44)? as u64;
-        for g in (data.0 >> 3)..((data.1 + 7) >> 3) {
-            // SAFETY: the shadow map covers every user address >> 3.
-            unsafe { *((base + g) as *mut u8) = 1 };
-        }
-        Some(base)
+    /// Marks every granule of the data range in the engine's shadow map (filter mode).
+    pub fn mark_shadow(data: (u64, u64)) -> bool {
+        let Some(map) = oxgrind_engine::shadow::reserve(
+            oxgrind_tool::instrument::ShadowSpec::BYTE_PER_GRANULE,
+        ) else {
+            return false;
+        };
+        map.set_granules(data.0 & !7, (data.1 + 7) & !7, 1);
+        true
     }
 
     static CALLS: AtomicU64 = AtomicU64::new(0);
 
-    pub static INSNS: AtomicU64 = AtomicU64::new(0);
+    /// The per-thread instruction counter (`Plan::count`).
+    pub const INSNS: CounterId = CounterId(0);
     static PCS: AtomicU64 = AtomicU64::new(0);
     static PC_MISMATCH: AtomicU64 = AtomicU64::new(0);
     // reads, writes, modifies, conditional; bytes read, written, modified
     static N: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
+    // trace: blocks, reads, writes, modifies (in the data range); bytes; drains; records
+    // out of order (a block record whose pc is not in the code range)
+    static T: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
 
-    impl Instrument for Tally {
-        fn instrument(&self, pc: u64, block: &[Instruction], plan: &mut Plan) {
+    impl Tool for Tally {
+        fn name(&self) -> &'static str {
+            "probe-test"
+        }
+        fn parse_option(&mut self, _arg: &str) -> Result<bool, OptionError> {
+            Ok(false)
+        }
+        fn needs(&self) -> Needs {
+            Needs {
+                instrument: true,
+                counters: 1,
+                trace: self.trace,
+                ..Needs::default()
+            }
+        }
+        fn fini(&self, _host: &dyn Host, _exit: Exit) {}
+
+        fn instrument(&self, pc: u64, block: &[Insn], plan: &mut Plan) {
             if pc < self.code.0 || pc >= self.code.1 {
                 return;
+            }
+            if self.trace {
+                plan.trace_block(7);
             }
             for (i, ins) in block.iter().enumerate() {
                 if self.only_filtered {
                     plan.accesses_filtered(i, 0);
                     continue;
                 }
-                plan.count(i, &INSNS, 1);
-                plan.pc(i, ins.ip());
+                plan.count(i, INSNS, 1);
+                if self.trace {
+                    if self.filter {
+                        plan.trace_accesses_filtered(i, i as u32);
+                    } else {
+                        plan.trace_accesses(i, i as u32);
+                    }
+                    continue;
+                }
+                plan.pc(i, ins.pc);
                 if self.filter {
                     plan.accesses_filtered(i, 0);
                 } else {
@@ -107,14 +149,14 @@ mod probe_test {
             }
         }
 
-        fn on_pc(&self, regs: &GuestRegs, data: u64) {
+        fn on_pc(&self, _host: &dyn Host, regs: &GuestRegs, data: u64) {
             PCS.fetch_add(1, Relaxed);
             if regs.rip != data {
                 PC_MISMATCH.fetch_add(1, Relaxed);
             }
         }
 
-        fn on_accesses(&self, accesses: &[Access], _regs: &GuestRegs, _data: u64) {
+        fn on_accesses(&self, _host: &dyn Host, accesses: &[Access], _regs: &GuestRegs, _data: u64) {
             CALLS.fetch_add(1, Relaxed);
             for a in accesses {
                 if a.addr < self.data.0 || a.addr >= self.data.1 {
@@ -132,19 +174,96 @@ mod probe_test {
                 }
             }
         }
+
+        fn on_trace(&self, _host: &dyn Host, records: &[TraceRecord]) {
+            T[5].fetch_add(1, Relaxed);
+            for r in records {
+                match r.kind() {
+                    TraceKind::Block => {
+                        T[0].fetch_add(1, Relaxed);
+                        if r.addr < self.code.0 || r.addr >= self.code.1 || r.tag != 7 {
+                            T[6].fetch_add(1, Relaxed);
+                        }
+                    }
+                    k => {
+                        if r.addr < self.data.0 || r.addr >= self.data.1 {
+                            continue;
+                        }
+                        let i = match k {
+                            TraceKind::Read => 1,
+                            TraceKind::Write => 2,
+                            _ => 3,
+                        };
+                        T[i].fetch_add(1, Relaxed);
+                        T[4].fetch_add(r.size as u64, Relaxed);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The harness's host: nothing but what the probes need (the counters).
+    pub struct NoHost;
+
+    impl Host for NoHost {
+        fn stack(&self, _id: StackId) -> Vec<Addr> {
+            Vec::new()
+        }
+        fn describe(&self, _ip: Addr) -> Vec<Frame> {
+            Vec::new()
+        }
+        fn elapsed_ms(&self) -> u64 {
+            0
+        }
+        fn pid(&self) -> i32 {
+            oxgrind_sys::raw::getpid()
+        }
+        fn command_line(&self) -> &[String] {
+            &[]
+        }
+        fn expand_output_path(&self, t: &str) -> Result<String, OptionError> {
+            Ok(t.to_string())
+        }
+        fn write_file(&self, _path: &str, _bytes: &[u8]) -> Result<(), i32> {
+            Err(1)
+        }
+        fn log(&self, _text: &str) {}
+        fn live_blocks(&self) -> Vec<LiveBlock> {
+            Vec::new()
+        }
+        fn with_roots(&self, _f: &mut dyn FnMut(&[RootRange])) {}
+        fn read_words(&self, _start: Addr, _len: u64, _f: &mut dyn FnMut(Addr, u64)) {}
+        fn counter(&self, id: CounterId) -> u64 {
+            oxgrind_engine::counter_total(id)
+        }
+    }
+
+    /// The harness has no code of its own to hide and no allocator hooks.
+    pub struct Always;
+
+    impl Embedder for Always {
+        fn is_own_code(&self, _pc: u64) -> bool {
+            false
+        }
+        fn call(&self, _probe: bool, f: &mut dyn FnMut()) {
+            f()
+        }
     }
 
     pub unsafe extern "C" fn report(_status: i32) {
+        oxgrind_engine::flush_all_traces();
         let mut w = oxgrind_sys::fd::FdWriter::new(2);
         let n: [u64; 7] = core::array::from_fn(|i| N[i].load(Relaxed));
+        let t: [u64; 7] = core::array::from_fn(|i| T[i].load(Relaxed));
         let _ = writeln!(
             w,
-            "oxgrind-engine: probes: calls={} insns={} pcs={} pc_mismatch={} reads={} writes={} modifies={} conditional={} rbytes={} wbytes={} mbytes={}",
+            "oxgrind-engine: probes: calls={} insns={} pcs={} pc_mismatch={} reads={} writes={} modifies={} conditional={} rbytes={} wbytes={} mbytes={} tblocks={} treads={} twrites={} tmodifies={} tbytes={} tdrains={} tstray={}",
             CALLS.load(Relaxed),
-            INSNS.load(Relaxed),
+            oxgrind_engine::counter_total(INSNS),
             PCS.load(Relaxed),
             PC_MISMATCH.load(Relaxed),
-            n[0], n[1], n[2], n[3], n[4], n[5], n[6]
+            n[0], n[1], n[2], n[3], n[4], n[5], n[6],
+            t[0], t[1], t[2], t[3], t[4], t[5], t[6]
         );
         w.flush();
     }
@@ -160,6 +279,7 @@ mod probe_test {
             data: (next()?, next()?),
             filter: false,
             only_filtered: false,
+            trace: false,
         })
     }
 }
@@ -172,27 +292,31 @@ extern "C" fn init(_argc: i32, _argv: *const *const u8, envp: *const *const u8) 
     let mut tally = env_value(envp, b"OXGRIND_ENGINE_PROBE").and_then(probe_test::parse);
     if let Some(t) = tally.as_mut() {
         let mode = env_value(envp, b"OXGRIND_ENGINE_PROBE_FILTER").unwrap_or(b"0");
+        t.trace = env_flag(envp, b"OXGRIND_ENGINE_PROBE_TRACE");
         if mode != b"0" {
             t.filter = true;
             t.only_filtered = mode == b"2";
-            if let Some(base) = probe_test::make_shadow(t.data) {
-                oxgrind_engine::probe::set_shadow_base(base);
-            }
+            probe_test::mark_shadow(t.data);
         }
     }
-    let instrument: Option<&'static dyn oxgrind_engine::probe::Instrument> =
-        tally.map(|t| &*Box::leak(Box::new(t)) as &'static dyn oxgrind_engine::probe::Instrument);
+    let trace = tally.as_ref().is_some_and(|t| t.trace);
+    let client = tally.map(|t| oxgrind_engine::probe::Client {
+        tool: Box::leak(Box::new(t)),
+        host: &probe_test::NoHost,
+        embedder: &probe_test::Always,
+    });
     let config = oxgrind_engine::Config {
         count_instructions: count,
         report_at_exit: count,
         stats: env_flag(envp, b"OXGRIND_ENGINE_STATS"),
         far_code_cache: env_flag(envp, b"OXGRIND_ENGINE_FAR"),
-        on_exit: if instrument.is_some() {
+        on_exit: if client.is_some() {
             Some(probe_test::report)
         } else {
             None
         },
-        instrument,
+        client,
+        trace,
         ..Default::default()
     };
     // SAFETY: called once from the library's constructor on the main thread, before the

@@ -46,6 +46,7 @@ extern "C" {
     pub fn oxg_restorer();
     pub fn oxg_count_get() -> u64;
     pub fn oxg_count_set(v: u64);
+    pub fn oxg_ctx_get() -> *mut c::ThreadCtx;
     pub fn oxg_native_gs_begin();
     pub fn oxg_native_gs_end();
 }
@@ -334,6 +335,12 @@ core::arch::global_asm!(
     ".hidden oxg_count_set",
     "oxg_count_set:",
     "mov gs:[{count}], rdi",
+    "ret",
+    // The calling thread's own context (its first field is its address).
+    ".globl oxg_ctx_get",
+    ".hidden oxg_ctx_get",
+    "oxg_ctx_get:",
+    "mov rax, gs:[0]",
     "ret",
     ".globl oxg_native_gs_end",
     ".hidden oxg_native_gs_end",

@@ -107,12 +107,24 @@ pub struct ThreadCtx {
     pub probe_entry: u64,
     /// Set by `oxg_probe`: the probe record of the call in flight (0: an ordinary dispatch).
     pub probe_rec: u64,
-    /// The tool's shadow map for filtered access probes (see `probe::set_shadow_base`).
+    /// The tool's shadow map for filtered probes (see `shadow`).
     pub shadow: u64,
+    /// The tool's per-thread counters (`Plan::count`), bumped inline without a lock.
+    pub counters: [u64; oxgrind_tool::instrument::MAX_COUNTERS as usize],
+    /// Next free record of this thread's trace buffer (see `trace`), and the point from
+    /// which a probe drains it (room for one instruction's records is left beyond).
+    pub trace_ptr: u64,
+    pub trace_end: u64,
+    /// Start of this thread's trace buffer (0: no tracing).
+    pub trace_base: u64,
+    /// The guest `rcx` while an inline trace probe writes a record with it.
+    pub probe_rcx: u64,
     // ---- touched by Rust only ----
     /// The guest's fs base, read lazily for `fs:` operands at probes (0: not read yet);
     /// forgotten when the guest sets it with `arch_prctl`.
     pub fs_base: u64,
+    /// Set while this context's trace buffer is being handed to the tool.
+    pub trace_draining: u64,
     /// Child context of a `clone` in flight (parent side).
     pub pending_child: u64,
     /// Signals that arrived while the thread was inside the engine (bit n = signal n).
@@ -164,6 +176,10 @@ off!(OFF_GUEST_GS, guest_gs);
 off!(OFF_PROBE_ENTRY, probe_entry);
 off!(OFF_PROBE_REC, probe_rec);
 off!(OFF_SHADOW, shadow);
+off!(OFF_COUNTERS, counters);
+off!(OFF_TRACE_PTR, trace_ptr);
+off!(OFF_TRACE_END, trace_end);
+off!(OFF_PROBE_RCX, probe_rcx);
 
 /// Offset of scratch slot `i`.
 pub const fn scratch_off(i: usize) -> usize {
@@ -225,7 +241,10 @@ pub fn new_ctx(dispatch: u64) -> Option<*mut ThreadCtx> {
         (*ctx).ibl2 = crate::asm::oxg_ibl2 as *const () as u64;
         (*ctx).smc_dispatch = crate::asm::oxg_smc_dispatch as *const () as u64;
         (*ctx).probe_entry = crate::asm::oxg_probe as *const () as u64;
-        (*ctx).shadow = crate::probe::shadow_base();
+        (*ctx).shadow = crate::shadow::base();
+        if !crate::trace::attach(&mut *ctx) {
+            return None; // (the mappings above are leaked: memory is exhausted anyway)
+        }
         (*ctx).ibl_table = table as u64;
         (*ctx).estack = stack as u64 + ENGINE_STACK as u64 - 64;
         let mut head = ALL.load(Ordering::Acquire);
@@ -287,6 +306,7 @@ pub fn reuse_exited() -> Option<*mut ThreadCtx> {
         c.resume_pc = 0;
         c.guest_gs = 0;
         c.probe_rec = 0;
+        c.trace_ptr = c.trace_base;
         c.fs_base = 0;
         c.pending_child = 0;
         c.pending_signals = 0;
@@ -313,6 +333,18 @@ pub fn for_each(mut f: impl FnMut(*mut ThreadCtx)) {
         // SAFETY: contexts are never freed.
         p = unsafe { (*p).next };
     }
+}
+
+/// Sum over every thread, live or gone, of the tool's counter `id` (a gone thread's
+/// context keeps its counts, and a new thread reusing it adds to them).
+pub fn counter_total(id: usize) -> u64 {
+    let mut sum = 0u64;
+    for_each(|p| {
+        // SAFETY: contexts are never freed; the owner thread may be adding to the counter
+        // concurrently, and an aligned u64 load is never torn on x86-64.
+        sum = sum.wrapping_add(unsafe { ptr::read_volatile(&(*p).counters[id]) });
+    });
+    sum
 }
 
 /// Sum of the instruction counters of every thread.

@@ -197,6 +197,7 @@ pub(crate) unsafe extern "C" fn dispatch(ctx: *mut ThreadCtx) -> u64 {
     if ctx.forked != 0 {
         ctx.forked = 0;
         after_fork_child();
+        crate::trace::forget(ctx);
     }
     if ctx.pending_child != 0 {
         clone_handshake(ctx);
@@ -241,6 +242,7 @@ fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
     let nr = ctx.gregs[c::RAX];
     match nr {
         SYS_EXIT => {
+            crate::trace::drain(ctx);
             c::retire(ctx);
             Action::Run(host)
         }
@@ -337,7 +339,7 @@ fn memory_syscall(ctx: &mut ThreadCtx, pc: u64) {
     let g = &ctx.gregs;
     let nr = g[c::RAX];
     let args = [g[c::RDI], g[c::RSI], g[c::RDX], g[c::R10], g[8], g[9]];
-    let regs = crate::probe::GuestRegs {
+    let regs = oxgrind_tool::instrument::GuestRegs {
         gpr: ctx.gregs,
         rip: pc,
         rflags: ctx.gflags,

@@ -89,15 +89,27 @@ extern crate alloc;
 mod asm;
 mod cache;
 mod context;
+mod describe;
 mod dispatch;
 mod pages;
 pub mod probe;
+pub mod shadow;
 mod signals;
+mod trace;
 pub mod translate;
 
 use core::sync::atomic::{AtomicBool, Ordering};
 
 pub use dispatch::instructions_executed;
+pub use trace::{flush_all as flush_all_traces, flush_current as flush_trace};
+
+/// The sum over all threads of the tool's per-thread counter `id` (`Plan::count`).
+pub fn counter_total(id: oxgrind_tool::instrument::CounterId) -> u64 {
+    if id.0 >= oxgrind_tool::instrument::MAX_COUNTERS {
+        return 0;
+    }
+    context::counter_total(id.0 as usize)
+}
 
 /// What the engine should do; fixed at start.
 #[derive(Clone, Copy)]
@@ -118,9 +130,11 @@ pub struct Config {
     /// (the process is about to end; the argument is the exit status). Tools write their
     /// reports here.
     pub on_exit: Option<unsafe extern "C" fn(i32)>,
-    /// The tools' instrumentation: asked about every block before it is translated (see
-    /// [`probe`]).
-    pub instrument: Option<&'static dyn probe::Instrument>,
+    /// The tool that instruments the program: asked about every block before it is
+    /// translated, called by its probes (see [`probe`]).
+    pub client: Option<probe::Client>,
+    /// Give every thread a trace buffer (the tool's `Needs::trace`).
+    pub trace: bool,
     /// Called on the engine stack, with the thread stopped, after each guest `mmap`,
     /// `munmap`, `mremap` and `brk` (which the engine then performs itself): the page-level
     /// view of memory (Massif's `--pages-as-heap`), without a seccomp trap, which cannot work
@@ -140,7 +154,7 @@ pub struct MemorySyscall {
     /// What the kernel returned (negative: `-errno`).
     pub result: i64,
     /// The guest's registers before the call; `rip` is the `syscall` instruction.
-    pub regs: probe::GuestRegs,
+    pub regs: oxgrind_tool::instrument::GuestRegs,
 }
 
 impl core::fmt::Debug for Config {
@@ -151,7 +165,8 @@ impl core::fmt::Debug for Config {
             .field("stats", &self.stats)
             .field("out_fd", &self.out_fd)
             .field("far_code_cache", &self.far_code_cache)
-            .field("instrument", &self.instrument.is_some())
+            .field("client", &self.client.is_some())
+            .field("trace", &self.trace)
             .field("on_memory_syscall", &self.on_memory_syscall.is_some())
             .finish()
     }
@@ -166,7 +181,8 @@ impl Default for Config {
             out_fd: 2,
             far_code_cache: false,
             on_exit: None,
-            instrument: None,
+            client: None,
+            trace: false,
             on_memory_syscall: None,
         }
     }
@@ -260,11 +276,14 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
         translate::Options {
             count: config.count_instructions,
             check: false,
-            instrument: config.instrument.is_some(),
+            instrument: config.client.is_some(),
         },
         config.far_code_cache,
     ));
-    probe::set_instrumenter(config.instrument);
+    probe::set_client(config.client);
+    if config.trace && config.client.is_some() {
+        trace::enable();
+    }
     probe::prepare();
     prewarm_allocator();
     let ctx =
@@ -293,6 +312,16 @@ pub fn thread_instructions() -> u64 {
     // SAFETY: the engine runs, so this thread runs translated with %gs at its context;
     // the routine's gs: operand is left as it is by the translator (`asm::native_gs`).
     unsafe { asm::oxg_count_get() }
+}
+
+/// The calling thread's context, when the engine runs (every thread then has one).
+pub(crate) fn current_context() -> Option<*mut context::ThreadCtx> {
+    if !RUNNING.load(Ordering::Acquire) {
+        return None;
+    }
+    // SAFETY: as in thread_instructions: %gs is this thread's context, read through a
+    // routine whose gs: operand the translator leaves alone.
+    Some(unsafe { asm::oxg_ctx_get() })
 }
 
 /// Sets the calling thread's instruction count (see [`thread_instructions`]).

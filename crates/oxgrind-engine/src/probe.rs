@@ -1,235 +1,71 @@
-//! The instrumentation interface: how a tool sees guest code and asks for probes.
+//! The engine's side of the tool contract (`oxgrind_tool::instrument`): the tool, its host
+//! and the embedder's policy, and the clean calls that translated probes make.
 //!
-//! Tools never emit machine code. Before a block is translated the engine hands the
-//! embedder's [`Instrument`] the block's decoded instructions; it answers with a [`Plan`]:
-//! probes to run *before* chosen instructions. There are three kinds, which cover what
-//! Valgrind's tools instrument:
+//! The translator (`translate`) describes each block to the tool as `Insn`s (`describe`),
+//! takes back a `Plan`, and emits each probe: counter bumps, trace appends and filtered
+//! checks inline; everything else as a *clean call*: the call site spills one register to
+//! the thread context and enters the dispatcher, which saves the full guest state (general
+//! registers, flags, the XSAVE state), runs [`run`] on the engine stack and returns to the
+//! call site; signals arriving meanwhile are deferred like any other signal in the engine.
+//! A clean call costs about as much as a dispatcher entry (a few hundred cycles).
 //!
-//! * a **counter bump** (`Plan::count`): `lock add` of a constant to a tool's counter,
-//!   inline; the arithmetic flags are saved around it only where they are live;
-//! * a **memory-access call** (`Plan::accesses`): the tool's
-//!   [`Instrument::on_accesses`] runs with every memory access the instruction is about to
-//!   make, each with its effective address, size and kind, computed from the guest
-//!   registers: explicit operands, implicit stack accesses (`push`, `pop`, `call`, `ret`,
-//!   `enter`, `leave`), each iteration of a `rep` string instruction, each enabled
-//!   element of a gather or scatter, and of a masked vector access only the elements its
-//!   mask enables (EVEX `{k}`, `vmaskmov`, `maskmovdqu`; see [`Lanes`]);
-//! * a **pc call** (`Plan::pc`): [`Instrument::on_pc`] runs with the guest pc and registers;
-//! * a **filtered memory-access call** (`Plan::accesses_filtered`): the same call, made
-//!   only when the tool's shadow map ([`set_shadow_base`]) has a nonzero byte for one of
-//!   the 8-byte granules an access touches. The check is inline (an address computation,
-//!   two or three compares), so a tool that cares about few addresses (Memcheck: heap
-//!   redzones and freed blocks) pays a clean call only where it must look.
+//! The accesses a probe reports are computed from the guest registers: explicit operands,
+//! implicit stack accesses (`push`, `pop`, `call`, `ret`, `enter`, `leave`), each iteration
+//! of a `rep` string instruction, each enabled element of a gather or scatter, and of a
+//! masked vector access only the elements its mask enables (EVEX `{k}`, `vmaskmov`,
+//! `maskmovdqu`; see [`Lanes`]).
 //!
-//! Calls are *clean calls*: the call site spills one register to the thread context and
-//! enters the dispatcher, which saves the full guest state (general registers, flags, the
-//! XSAVE state) and runs the tool on the engine stack; signals arriving meanwhile are
-//! deferred like any other signal in the engine. A call costs about as much as a
-//! dispatcher entry (a few hundred cycles): fine for rare events or a tool that filters
-//! first, too slow to trace every access of a long run (an inline filter is the next
-//! step; see `docs/engine.md`).
-//!
-//! [`Instrument::redirect`] replaces a function wholesale: a block at a redirected pc
-//! becomes a jump to the replacement, as Valgrind's function redirection does for its
-//! `strlen` and friends.
-//!
-//! The embedder must keep its tools from probing its own code (a probe call inside the
-//! embedder's allocator, say, would run the tool while the allocator holds its lock);
-//! [`Instrument::instrument`] gets the block's pc first for that.
+//! The embedder must keep its tool from probing the embedder's own code (a probe call
+//! inside its allocator would run the tool while that allocator holds its lock): the
+//! engine asks [`Embedder::is_own_code`] before offering a block.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use iced_x86::{Instruction, InstructionInfoFactory, OpAccess, Register, UsedMemory};
 use oxgrind_sys::lock::SpinLock;
+use oxgrind_tool::instrument::{Access, AccessKind, GuestRegs, TraceKind, TraceRecord};
+use oxgrind_tool::{Host, Tool};
 
 use crate::context::{self as c, ThreadCtx};
 
 pub use iced_x86;
 
-/// The guest's registers at a probe (before the probed instruction executes).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct GuestRegs {
-    /// General registers in hardware order: rax, rcx, rdx, rbx, rsp, rbp, rsi, rdi, r8-r15.
-    pub gpr: [u64; 16],
-    /// Guest address of the probed instruction.
-    pub rip: u64,
-    pub rflags: u64,
-}
-
-impl GuestRegs {
-    pub fn rsp(&self) -> u64 {
-        self.gpr[4]
-    }
-    pub fn rbp(&self) -> u64 {
-        self.gpr[5]
-    }
-}
-
-/// What an access does to memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AccessKind {
-    Read,
-    Write,
-    /// Read, then written by the same instruction (`add [m], r`, `xchg`, `inc [m]`).
-    Modify,
-}
-
-/// One memory access an instruction is about to make.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Access {
-    pub addr: u64,
-    /// Bytes (1 to 64; 512 for `fxsave`...).
-    pub size: u32,
-    pub kind: AccessKind,
-    /// The access depends on something besides the address (`maskmov`, `cmpxchg`'s write,
-    /// a masked-store lane the mask enables). Gather elements the mask disables are not
-    /// reported at all.
-    pub conditional: bool,
-}
-
-/// What the engine asks of the embedder's tools.
-///
-/// Every method runs on the engine stack with the guest thread stopped: code here must
-/// not call into the program (its `malloc`, its locks) and must not block on a lock that
-/// guest code (the embedder's own code running translated, included) may hold.
-pub trait Instrument: Sync {
-    /// Called before the block starting at `pc` is translated, with its instructions in
-    /// order (the last one may be a control transfer). Fill `plan` with probes.
-    fn instrument(&self, pc: u64, block: &[Instruction], plan: &mut Plan);
-    /// The accesses of an instruction probed with [`Plan::accesses`], about to happen.
-    fn on_accesses(&self, _accesses: &[Access], _regs: &GuestRegs, _data: u64) {}
-    /// An instruction probed with [`Plan::pc`] is about to run.
-    fn on_pc(&self, _regs: &GuestRegs, _data: u64) {}
-    /// Guest code at `pc` is to be replaced by the code at the returned address (the
-    /// caller's return address is kept: the replacement returns to it).
+/// The embedder's say over where and when its tool runs; the engine has no policy of its
+/// own.
+pub trait Embedder: Sync {
+    /// Code the tool must never see (the embedder's own: its hooks, its heap, the tool).
+    fn is_own_code(&self, pc: u64) -> bool;
+    /// Runs `f`, a call into the tool, unless the thread is somewhere the tool must not be
+    /// called. `probe`: an access or pc probe, which may be dropped (inside the embedder's
+    /// allocator hooks the accesses are not the program's); otherwise `f` must run.
+    fn call(&self, probe: bool, f: &mut dyn FnMut());
+    /// The function at `pc` is to be replaced by the code at the returned address (the
+    /// caller's return address is kept: the replacement returns to it). Asked once per
+    /// translated block start.
     fn redirect(&self, _pc: u64) -> Option<u64> {
         None
     }
 }
 
-/// Most probes one block may carry (a block has at most 64 instructions).
-pub const MAX_PROBES: usize = 256;
-
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Req {
-    Count { at: u8, counter: u64, n: u32 },
-    Accesses { at: u8, data: u64 },
-    Filtered { at: u8, data: u64 },
-    Pc { at: u8, data: u64 },
+/// What instruments the program: the tool, the host it is given, the embedder's policy.
+#[derive(Clone, Copy)]
+pub struct Client {
+    pub tool: &'static dyn Tool,
+    pub host: &'static (dyn Host + Sync),
+    pub embedder: &'static dyn Embedder,
 }
 
-impl Req {
-    pub(crate) fn at(&self) -> usize {
-        match *self {
-            Req::Count { at, .. }
-            | Req::Accesses { at, .. }
-            | Req::Filtered { at, .. }
-            | Req::Pc { at, .. } => at as usize,
-        }
-    }
+/// The client, set once before takeover.
+static CLIENT: SpinLock<Option<Client>> = SpinLock::new(None);
+
+pub(crate) fn set_client(c: Option<Client>) {
+    *CLIENT.lock() = c;
 }
 
-/// The shadow map of filtered access probes: the shadow byte of address `a` is at
-/// `base + (a >> 3)`; 0 means "nothing to check in these 8 bytes".
-static SHADOW_BASE: AtomicU64 = AtomicU64::new(0);
-
-/// Registers the shadow map [`Plan::accesses_filtered`] reads. Call once, before the first
-/// block with a filtered probe is translated (a filtered probe translated before is a plain
-/// access call). The map must cover `base + (a >> 3)` for every user address `a`
-/// (`2^44` bytes for a 47-bit address space; reserve it with `MAP_NORESERVE`).
-pub fn set_shadow_base(base: u64) {
-    SHADOW_BASE.store(base, Ordering::Release);
-    c::for_each(|ctx| {
-        // SAFETY: contexts are never freed; translated code reads `shadow` only through
-        // filtered probes, none of which exist before a base is set.
-        unsafe { core::ptr::write_volatile(&mut (*ctx).shadow, base) };
-    });
-}
-
-pub(crate) fn shadow_base() -> u64 {
-    SHADOW_BASE.load(Ordering::Acquire)
-}
-
-/// The probes a tool wants in one block, by instruction index.
-pub struct Plan {
-    reqs: [Req; MAX_PROBES],
-    n: usize,
-    insns: usize,
-}
-
-impl Plan {
-    pub(crate) fn new(insns: usize) -> Plan {
-        Plan {
-            reqs: [Req::Pc { at: 0, data: 0 }; MAX_PROBES],
-            n: 0,
-            insns,
-        }
-    }
-
-    fn push(&mut self, r: Req) -> bool {
-        if r.at() >= self.insns || self.n == MAX_PROBES {
-            return false;
-        }
-        self.reqs[self.n] = r;
-        self.n += 1;
-        true
-    }
-
-    /// Adds `n` to `counter` (atomically) each time instruction `insn` is about to run.
-    /// `false` if `insn` is out of range or the plan is full.
-    pub fn count(&mut self, insn: usize, counter: &'static AtomicU64, n: u32) -> bool {
-        self.push(Req::Count {
-            at: insn as u8,
-            counter: counter as *const AtomicU64 as u64,
-            n: n.min(i32::MAX as u32),
-        })
-    }
-
-    /// Calls [`Instrument::on_accesses`] before instruction `insn` with the accesses it is
-    /// about to make (not called when it makes none, e.g. an iteration of `rep movsb` with
-    /// `rcx == 0`, or a gather with an empty mask).
-    pub fn accesses(&mut self, insn: usize, data: u64) -> bool {
-        self.push(Req::Accesses {
-            at: insn as u8,
-            data,
-        })
-    }
-
-    /// Like [`Plan::accesses`], but the call is made only when a granule an access touches
-    /// has a nonzero shadow byte (see [`set_shadow_base`]); operands the inline check cannot
-    /// compute (`fs:` segments, gathers, 32-bit addressing) are always called.
-    pub fn accesses_filtered(&mut self, insn: usize, data: u64) -> bool {
-        self.push(Req::Filtered {
-            at: insn as u8,
-            data,
-        })
-    }
-
-    /// Calls [`Instrument::on_pc`] before instruction `insn`.
-    pub fn pc(&mut self, insn: usize, data: u64) -> bool {
-        self.push(Req::Pc {
-            at: insn as u8,
-            data,
-        })
-    }
-
-    pub(crate) fn reqs(&self) -> &[Req] {
-        &self.reqs[..self.n]
-    }
-}
-
-/// The embedder's instrumentation, set once before takeover.
-static INSTRUMENT: SpinLock<Option<&'static dyn Instrument>> = SpinLock::new(None);
-
-pub(crate) fn set_instrumenter(i: Option<&'static dyn Instrument>) {
-    *INSTRUMENT.lock() = i;
-}
-
-pub(crate) fn instrumenter() -> Option<&'static dyn Instrument> {
+pub(crate) fn client() -> Option<Client> {
     // SAFETY: written once before the engine takes over (or by tests before translating),
     // only read afterwards.
-    unsafe { *INSTRUMENT.get_unchecked() }
+    unsafe { *CLIENT.get_unchecked() }
 }
 
 /// Most memory operands one instruction is described with (`movs`: 2; `push [m]`: 2).
@@ -237,6 +73,13 @@ pub(crate) const MAX_MEM: usize = 4;
 
 const KIND_ACCESSES: u32 = 1;
 const KIND_PC: u32 = 2;
+/// Append each access to the trace buffer (`tag` in `data`; filtered by the shadow map when
+/// `filtered`): the fallback of accesses the inline append cannot compute.
+const KIND_TRACE: u32 = 3;
+/// The trace buffer is past its mark: drain it.
+const KIND_TRACE_FULL: u32 = 4;
+/// A client request at its `xchg rbx, rbx`.
+const KIND_CLIENT_REQUEST: u32 = 5;
 
 /// What a probe call site passes to the dispatcher: everything needed to compute the
 /// accesses from the guest registers, decided at translation time. Records live in
@@ -245,6 +88,8 @@ const KIND_PC: u32 = 2;
 pub(crate) struct ProbeRec {
     kind: u32,
     nmem: u32,
+    /// KIND_TRACE: whether only accesses to marked granules are recorded.
+    filtered: bool,
     data: u64,
     pc: u64,
     next_ip: u64,
@@ -312,6 +157,12 @@ pub(crate) fn prepare() {
     }
 }
 
+/// Runs `f` with the translator's instruction-info factory.
+pub(crate) fn with_factory<R>(f: impl FnOnce(&mut InstructionInfoFactory) -> R) -> R {
+    let mut guard = FACTORY.lock();
+    f(guard.get_or_insert_with(InstructionInfoFactory::new))
+}
+
 /// Memory operands of `ins` that access memory, reads before writes as the CPU does them.
 fn used_memory(ins: &Instruction, out: &mut [UsedMemory; MAX_MEM]) -> usize {
     let mut guard = FACTORY.lock();
@@ -358,14 +209,24 @@ fn used_memory(ins: &Instruction, out: &mut [UsedMemory; MAX_MEM]) -> usize {
 
 /// Makes the record for an access probe on `ins`; `None` when it touches no memory.
 pub(crate) fn access_record(ins: &Instruction, data: u64) -> Option<u64> {
+    access_record_of(ins, KIND_ACCESSES, data, false)
+}
+
+/// Makes the record for the Rust fallback of a trace probe on `ins` (see `KIND_TRACE`).
+pub(crate) fn trace_record(ins: &Instruction, tag: u32, filtered: bool) -> Option<u64> {
+    access_record_of(ins, KIND_TRACE, tag as u64, filtered)
+}
+
+fn access_record_of(ins: &Instruction, kind: u32, data: u64, filtered: bool) -> Option<u64> {
     let mut mem = [UsedMemory::default(); MAX_MEM];
     let nmem = used_memory(ins, &mut mem);
     if nmem == 0 {
         return None;
     }
     record(ProbeRec {
-        kind: KIND_ACCESSES,
+        kind,
         nmem: nmem as u32,
+        filtered,
         data,
         pc: ins.ip(),
         next_ip: ins.next_ip(),
@@ -508,9 +369,33 @@ pub(crate) fn inline_operands(rec: u64) -> Option<([UsedMemory; MAX_MEM], usize)
 
 /// Makes the record for a pc probe on `ins`.
 pub(crate) fn pc_record(ins: &Instruction, data: u64) -> Option<u64> {
+    plain_record(KIND_PC, ins, data)
+}
+
+/// Makes the record of the drain call placed after the trace appends at guest `pc`.
+pub(crate) fn trace_full_record_at(pc: u64) -> Option<u64> {
     record(ProbeRec {
-        kind: KIND_PC,
+        kind: KIND_TRACE_FULL,
         nmem: 0,
+        filtered: false,
+        data: 0,
+        pc,
+        next_ip: pc,
+        lanes: Lanes::Whole,
+        mem: [UsedMemory::default(); MAX_MEM],
+    })
+}
+
+/// Makes the record for the client request whose `xchg rbx, rbx` is `ins`.
+pub(crate) fn client_request_record(ins: &Instruction) -> Option<u64> {
+    plain_record(KIND_CLIENT_REQUEST, ins, 0)
+}
+
+fn plain_record(kind: u32, ins: &Instruction, data: u64) -> Option<u64> {
+    record(ProbeRec {
+        kind,
+        nmem: 0,
+        filtered: false,
         data,
         pc: ins.ip(),
         next_ip: ins.next_ip(),
@@ -531,26 +416,48 @@ fn record(r: ProbeRec) -> Option<u64> {
 pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
     // SAFETY: records are written once at translation and never freed.
     let rec = unsafe { &*(rec as *const ProbeRec) };
-    let Some(inst) = instrumenter() else { return };
+    let Some(cl) = client() else { return };
     let regs = GuestRegs {
         gpr: ctx.gregs,
         rip: rec.pc,
         rflags: ctx.gflags,
     };
+    let mut buf = [Access {
+        addr: 0,
+        size: 0,
+        kind: AccessKind::Read,
+        conditional: false,
+    }; MAX_ACCESSES];
     match rec.kind {
-        KIND_PC => inst.on_pc(&regs, rec.data),
+        KIND_PC => cl
+            .embedder
+            .call(true, &mut || cl.tool.on_pc(cl.host, &regs, rec.data)),
         KIND_ACCESSES => {
-            let mut buf = [Access {
-                addr: 0,
-                size: 0,
-                kind: AccessKind::Read,
-                conditional: false,
-            }; MAX_ACCESSES];
             let n = accesses(ctx, rec, &mut buf);
             if n > 0 {
-                inst.on_accesses(&buf[..n], &regs, rec.data);
+                cl.embedder.call(true, &mut || {
+                    cl.tool.on_accesses(cl.host, &buf[..n], &regs, rec.data)
+                });
             }
         }
+        KIND_TRACE => {
+            let n = accesses(ctx, rec, &mut buf);
+            let shadow = crate::shadow::base();
+            for a in &buf[..n] {
+                if rec.filtered && (shadow == 0 || shadow_clear(shadow, a.addr, a.size)) {
+                    continue;
+                }
+                let kind = match a.kind {
+                    AccessKind::Read => TraceKind::Read,
+                    AccessKind::Write => TraceKind::Write,
+                    AccessKind::Modify => TraceKind::Modify,
+                };
+                let size = a.size.min(u16::MAX as u32) as u16;
+                crate::trace::push(ctx, TraceRecord::new(a.addr, rec.data as u32, size, kind));
+            }
+        }
+        KIND_TRACE_FULL => crate::trace::drain(ctx),
+        KIND_CLIENT_REQUEST => client_request(ctx, cl, &regs),
         _ => {}
     }
 }
@@ -558,6 +465,33 @@ pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
 /// Most accesses one instruction is reported with: a 64-lane gather, or the runs of a
 /// byte-masked 64-byte operand (at most 32), plus the other operands.
 const MAX_ACCESSES: usize = 64 + MAX_MEM;
+
+/// Whether every granule of `[addr, addr + size)` has a zero shadow byte.
+fn shadow_clear(base: u64, addr: u64, size: u32) -> bool {
+    // SAFETY: `base` is the engine's shadow reservation (`shadow::reserve`).
+    let map = unsafe { oxgrind_tool::instrument::ShadowMap::new(base, |_, _| {}) };
+    map.all_clear(addr, size as u64)
+}
+
+/// `valgrind.h`'s client request: `rax` points at six words (the request code and its
+/// arguments), the default result is in `rdx`, and the result goes back in `rdx`.
+fn client_request(ctx: &mut ThreadCtx, cl: Client, regs: &GuestRegs) {
+    let p = ctx.gregs[c::RAX];
+    let mut bytes = [0u8; 48];
+    if p == 0 || oxgrind_sys::raw::read_own_memory(p, &mut bytes) != bytes.len() {
+        return;
+    }
+    let mut args = [0u64; 6];
+    for (a, w) in args.iter_mut().zip(bytes.chunks_exact(8)) {
+        *a = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+    }
+    let mut result = None;
+    cl.embedder
+        .call(false, &mut || result = cl.tool.client_request(cl.host, &args, regs));
+    if let Some(v) = result {
+        ctx.gregs[c::RDX] = v;
+    }
+}
 
 fn accesses(ctx: &mut ThreadCtx, rec: &ProbeRec, out: &mut [Access]) -> usize {
     let mut n = 0;

@@ -53,13 +53,19 @@ fn has_avx512() -> bool {
 /// Runs the probe test program `program` (`probe_work` or `probe_masked`) with the test
 /// tool; returns its report line.
 fn probe_report(program: &str, filter: &str) -> String {
-    // One binary per mode: the tests run in parallel in one directory.
-    let name = format!("{program}_{filter}");
     let source = match program {
         "probe_work" => include_str!("probe_work.c.txt"),
         _ => include_str!("probe_masked.c.txt"),
     };
-    let bin = compile(&name, "c", source, &["-no-pie"]);
+    probe_report_of(program, source, filter, false)
+}
+
+/// Runs program `source` (its function `work`, its buffer `buf`) with the test tool:
+/// `filter` as `OXGRIND_ENGINE_PROBE_FILTER`, trace probes if `trace`.
+fn probe_report_of(stem: &str, source: &str, filter: &str, trace: bool) -> String {
+    // One binary per mode: the tests run in parallel in one directory.
+    let name = format!("{stem}_{filter}_{}", trace as u8);
+    let bin = compile(&name, "c", source, &["-no-pie", "-pthread"]);
     let (code, code_len) = symbol(&bin, "work");
     let (data, data_len) = symbol(&bin, "buf");
     let spec = format!(
@@ -71,6 +77,7 @@ fn probe_report(program: &str, filter: &str) -> String {
         .env("LD_PRELOAD", preload())
         .env("OXGRIND_ENGINE_PROBE", &spec)
         .env("OXGRIND_ENGINE_PROBE_FILTER", filter)
+        .env("OXGRIND_ENGINE_PROBE_TRACE", if trace { "1" } else { "0" })
         .output()
         .expect("run the probe test program");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -171,4 +178,66 @@ fn filtered_probes_of_masked_accesses_report_the_enabled_elements() {
     // The inline filter checks the whole operand; the call it makes then reports only
     // the enabled elements, as unfiltered.
     assert_masked_accesses_seen(&probe_report("probe_masked", "1"));
+}
+
+/// The trace records of the probe test function: the same accesses as the access calls
+/// see, one block record per block entry.
+fn assert_every_access_traced(line: &str) {
+    assert_eq!(tally(line, "insns"), 177, "{line}");
+    assert_eq!(tally(line, "treads"), 18, "{line}");
+    assert_eq!(tally(line, "twrites"), 120, "{line}");
+    assert_eq!(tally(line, "tmodifies"), 1, "{line}");
+    let bytes = (8 * 8 + 8 + 32 + 6 * 4 + 8 + 8) + (40 + 100 + 64 + 8 + 8) + 4;
+    assert_eq!(tally(line, "tbytes"), bytes, "{line}");
+    // Blocks entered: the entry block, the loop body 9 more times, the block before
+    // `rep stosb`, its 101 entries, the block before `rep movsq`, its 9 entries, the block
+    // up to `call`, `ret`, `jmp`, and the last block.
+    assert_eq!(tally(line, "tblocks"), 1 + 9 + 1 + 101 + 1 + 9 + 1 + 1 + 1 + 1, "{line}");
+    assert_eq!(tally(line, "tstray"), 0, "{line}");
+    // No access calls: trace probes are inline (the gather's lanes come from a clean call
+    // that appends them).
+    assert_eq!(tally(line, "calls"), 0, "{line}");
+}
+
+#[test]
+fn trace_records_every_access_and_every_block_entry_in_order() {
+    if !has_avx2() {
+        eprintln!("skipped: the test function uses an AVX2 gather");
+        return;
+    }
+    let src = include_str!("probe_work.c.txt");
+    assert_every_access_traced(&probe_report_of("probe_work", src, "0", true));
+}
+
+#[test]
+fn filtered_trace_records_the_accesses_to_marked_granules() {
+    if !has_avx2() {
+        eprintln!("skipped: the test function uses an AVX2 gather");
+        return;
+    }
+    // Every granule of the buffer is marked: the records in it are the same as unfiltered.
+    let src = include_str!("probe_work.c.txt");
+    assert_every_access_traced(&probe_report_of("probe_work", src, "1", true));
+}
+
+#[test]
+fn per_thread_counters_and_trace_buffers_are_exact_with_threads() {
+    // 4 threads, each 100,000 iterations of a 6-instruction loop with one 8-byte store:
+    // 6n + 2 instructions, n + 1 block entries and n stores per thread; every buffer is
+    // drained many times (4,096 records each).
+    let src = include_str!("probe_threads.c.txt");
+    let n: u64 = 100_000;
+    let line = probe_report_of("probe_threads", src, "0", false);
+    assert_eq!(tally(&line, "insns"), 4 * (6 * n + 2), "{line}");
+    assert_eq!(tally(&line, "writes"), 4 * n, "{line}");
+    for filter in ["0", "1"] {
+        let line = probe_report_of("probe_threads", src, filter, true);
+        assert_eq!(tally(&line, "insns"), 4 * (6 * n + 2), "{line}");
+        assert_eq!(tally(&line, "tblocks"), 4 * (n + 1), "{line}");
+        assert_eq!(tally(&line, "twrites"), 4 * n, "{line}");
+        assert_eq!(tally(&line, "tbytes"), 4 * n * 8, "{line}");
+        assert_eq!(tally(&line, "treads"), 0, "{line}");
+        assert_eq!(tally(&line, "tstray"), 0, "{line}");
+        assert!(tally(&line, "tdrains") >= 4 * (n + n) / 4096, "{line}");
+    }
 }

@@ -163,6 +163,8 @@ pub fn finish(exit: Exit) {
         crate::limits::lift_for_report();
     }
     crate::pages::deliver_queued();
+    // Trace records the threads have not handed over yet are part of the run.
+    oxgrind_engine::flush_all_traces();
     rt.tool.fini(&HOST, exit);
     if !matches!(exit, Exit::Exec) {
         crate::budget::check(&HOST, &*rt.tool);

@@ -222,6 +222,7 @@ fn record_alloc(ev: Option<&Event>, p: *mut c_void, size: u64, func: AllocFn, en
                 func,
                 stack,
                 tid: ev.tid(),
+                usable: glibc_usable_size(p),
             };
             ev.uncount();
             ev.rt.tool.on_alloc(&HOST, &a);
@@ -625,6 +626,7 @@ fn reallocate(p: *mut c_void, size: usize, func: AllocFn, entry: u64) -> *mut c_
         func,
         stack,
         tid,
+        usable: glibc_usable_size(q),
     };
     BLOCKS.insert(
         q as u64,
@@ -729,6 +731,25 @@ pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
         entry!(pvalloc),
         |_| unsafe { __libc_pvalloc(size) },
     )
+}
+
+/// glibc's own `malloc_usable_size` of a block it just handed out (`Alloc::usable`): the
+/// bytes its chunk really gives, the runtime's redzone included. Looked up once.
+fn glibc_usable_size(p: *mut c_void) -> u64 {
+    type F = unsafe extern "C" fn(*mut c_void) -> usize;
+    static GLIBC: core::sync::atomic::AtomicPtr<c_void> =
+        core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
+    let mut f = GLIBC.load(core::sync::atomic::Ordering::Relaxed);
+    if f.is_null() {
+        f = next_symbol(b"malloc_usable_size\0");
+        if f.is_null() {
+            return 0;
+        }
+        GLIBC.store(f, core::sync::atomic::Ordering::Relaxed);
+    }
+    // SAFETY: dlsym found glibc's malloc_usable_size, whose signature is F, and `p` is a
+    // live block glibc's allocator returned.
+    unsafe { core::mem::transmute::<*mut c_void, F>(f)(p) as u64 }
 }
 
 #[no_mangle]

@@ -15,6 +15,14 @@ use crate::state::{self, BLOCKS, STACKS};
 
 pub struct RuntimeHost;
 
+/// The tool's shadow map (`Needs::shadow`), reserved once at set-up.
+static SHADOW: oxgrind_sys::lock::SpinLock<Option<oxgrind_tool::instrument::ShadowMap>> =
+    oxgrind_sys::lock::SpinLock::new(None);
+
+pub fn set_shadow(map: Option<oxgrind_tool::instrument::ShadowMap>) {
+    *SHADOW.lock() = map;
+}
+
 pub static HOST: RuntimeHost = RuntimeHost;
 
 /// The log file descriptor and the pid it was opened for (a forked child reopens).
@@ -359,6 +367,23 @@ impl Host for RuntimeHost {
 
     fn instructions(&self) -> u64 {
         oxgrind_engine::instructions_executed()
+    }
+
+    fn counter(&self, id: oxgrind_tool::instrument::CounterId) -> u64 {
+        oxgrind_engine::counter_total(id)
+    }
+
+    fn shadow(&self) -> Option<oxgrind_tool::instrument::ShadowMap> {
+        // SAFETY: written once during single-threaded set-up, before any reader.
+        unsafe { *SHADOW.get_unchecked() }
+    }
+
+    fn flush_trace(&self) {
+        oxgrind_engine::flush_trace()
+    }
+
+    fn tid(&self) -> i32 {
+        raw::gettid()
     }
 }
 

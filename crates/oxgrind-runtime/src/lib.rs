@@ -71,7 +71,7 @@ extern "C" fn on_load() {
 
 /// Whether the tool's needs make the program run under the translation engine.
 pub fn wants_engine(n: &oxgrind_tool::Needs) -> bool {
-    n.translation || n.count_instructions || n.instrument
+    n.translation || n.count_instructions || n.instrument || n.client_requests
 }
 
 /// Hands the program to the translation engine: when this returns, the rest of our
@@ -81,8 +81,8 @@ fn start_engine(needs: oxgrind_tool::Needs) {
     let config = oxgrind_engine::Config {
         out_fd: 2,
         count_instructions: needs.count_instructions,
-        instrument: if needs.instrument {
-            Some(&instrument::TOOL_INSTRUMENT)
+        client: if needs.instrument || needs.client_requests {
+            instrument::client()
         } else {
             None
         },
@@ -91,6 +91,7 @@ fn start_engine(needs: oxgrind_tool::Needs) {
         } else {
             None
         },
+        trace: needs.trace,
         ..Default::default()
     };
     if needs.page_events {

@@ -86,7 +86,10 @@ fn refresh_readable(maps: &[Mapping]) {
 }
 
 /// Calls `f(addr, word)` for each aligned word in `[start, start+len)` that lies in readable
-/// memory (as of the last map snapshot).
+/// memory (as of the last map snapshot). Never faults: the words are copied by the kernel
+/// (`process_vm_readv` on ourselves), a chunk at a time, and a page that is gone by the time
+/// it is read (under the engine our own large allocations can be unmapped while a scan
+/// runs) is skipped.
 pub fn read_words(start: Addr, len: u64, f: &mut dyn FnMut(Addr, u64)) {
     if READABLE.lock().is_empty() {
         refresh_readable(&read_maps());
@@ -99,17 +102,34 @@ pub fn read_words(start: Addr, len: u64, f: &mut dyn FnMut(Addr, u64)) {
         let idx = ranges.partition_point(|&(_, e)| e <= a);
         match ranges.get(idx) {
             Some(&(s, e)) if s <= a => {
-                let stop = end.min(e);
-                while a + 8 <= stop {
-                    // SAFETY: [a, a+8) lies in a readable mapping of this process, and the
-                    // program's threads are stopped or the memory is ours to read.
-                    let w = unsafe { core::ptr::read_volatile(a as *const u64) };
-                    f(a, w);
-                    a += 8;
-                }
+                read_range(a, end.min(e), f);
+                a = end.min(e).next_multiple_of(8);
             }
             Some(&(s, _)) => a = (s + 7) & !7,
             None => break,
+        }
+    }
+}
+
+/// The aligned words of `[a, stop)` (`a` aligned), through the kernel.
+fn read_range(mut a: Addr, stop: Addr, f: &mut dyn FnMut(Addr, u64)) {
+    const PAGE: u64 = 4096;
+    const CHUNK_WORDS: usize = 16 * PAGE as usize / 8;
+    let mut buf = [0u64; CHUNK_WORDS];
+    while a + 8 <= stop {
+        let want = (((stop - a) & !7) as usize).min(CHUNK_WORDS * 8);
+        // SAFETY: `buf` is CHUNK_WORDS words long and `want` is at most that many bytes;
+        // any byte pattern is a valid u64.
+        let bytes = unsafe { core::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut u8, want) };
+        let got = oxgrind_sys::raw::read_own_memory(a, bytes) / 8;
+        for (i, &w) in buf[..got].iter().enumerate() {
+            f(a + 8 * i as u64, w);
+        }
+        if got * 8 == want {
+            a += want as u64;
+        } else {
+            // Unreadable at a + got*8: skip to the next page.
+            a = ((a + got as u64 * 8) & !(PAGE - 1)) + PAGE;
         }
     }
 }

@@ -196,6 +196,10 @@ fn set_up() -> Option<Runtime> {
     let needs = parsed.tool.needs();
     FREED.set_budget(needs.freelist_vol);
     crate::budget::configure(&parsed.core.budgets);
+    if let Some(spec) = needs.shadow {
+        // Before the first allocator event the tool sees: it marks blocks in the map.
+        crate::host::set_shadow(oxgrind_engine::shadow::reserve(spec));
+    }
     Some(Runtime {
         core: parsed.core,
         tool: parsed.tool,

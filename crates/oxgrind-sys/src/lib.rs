@@ -18,6 +18,8 @@
 
 pub mod fd;
 pub mod heap;
-pub mod lock;
+/// The spin lock lives in its own crate (`oxgrind-sync`) so that the tool contract can offer
+/// it without depending on this one.
+pub use oxgrind_sync as lock;
 pub mod raw;
 pub mod syscall;

@@ -158,3 +158,33 @@ pub unsafe fn munmap(ptr: *mut u8, len: usize) {
         syscall2(SYS_MUNMAP, ptr as usize, len);
     }
 }
+
+/// Copies `buf.len()` bytes of this process's memory at `addr` into `buf` without ever
+/// faulting: the kernel reads them (`process_vm_readv` on ourselves) and stops at the first
+/// unmapped or unreadable page. Returns the bytes copied.
+pub fn read_own_memory(addr: u64, buf: &mut [u8]) -> usize {
+    const SYS_PROCESS_VM_READV: usize = 310;
+    if buf.is_empty() {
+        return 0;
+    }
+    let local = [buf.as_mut_ptr() as usize, buf.len()];
+    let remote = [addr as usize, buf.len()];
+    // SAFETY: the kernel writes at most `buf.len()` bytes to `buf` and reads the remote
+    // range itself, failing with EFAULT (or a short count) instead of faulting.
+    let got = unsafe {
+        syscall6(
+            SYS_PROCESS_VM_READV,
+            getpid() as usize,
+            local.as_ptr() as usize,
+            1,
+            remote.as_ptr() as usize,
+            1,
+            0,
+        )
+    };
+    if got > 0 {
+        got as usize
+    } else {
+        0
+    }
+}

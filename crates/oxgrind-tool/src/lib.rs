@@ -17,86 +17,13 @@ use alloc::vec::Vec;
 
 pub use oxgrind_formats::frame::Frame;
 
-/// What tools that need every instruction use: the engine's probe vocabulary (see
-/// `oxgrind_engine::probe`). A tool answers [`Tool::instrument`] for each block of guest
-/// code before it is translated, and gets [`Tool::on_accesses`] / [`Tool::on_pc`] calls
-/// from the probes it asked for. Tools never emit machine code.
-pub mod instrument {
-    pub use oxgrind_engine::probe::iced_x86::{self, Instruction};
-    pub use oxgrind_engine::probe::{set_shadow_base, Access, AccessKind, GuestRegs, Plan};
-
-    use iced_x86::{Mnemonic, OpKind, Register};
-
-    // Shared by the tools that watch heap accesses (Memcheck, DHAT): a probe there costs
-    // at least an inline check, so it goes only before instructions that may touch a heap
-    // block. Left out: `rsp`-based operands and the implicit stack accesses of `push`,
-    // `pop`, `call`, `ret`, `enter`, `leave`; `rip`-relative and absolute operands
-    // (globals, the GOT); `fs:`/`gs:` operands (TLS, the stack canary); and instructions
-    // whose memory operand is not accessed (`lea`, `nop`, prefetches, cache flushes).
-    // `rbp`-based operands stay: without frame pointers `rbp` may point into a block.
-    /// Whether the engine should report the accesses `ins` makes.
-    pub fn may_touch_heap(ins: &Instruction) -> bool {
-        if matches!(
-            ins.mnemonic(),
-            Mnemonic::Lea
-                | Mnemonic::Nop
-                | Mnemonic::Prefetch
-                | Mnemonic::Prefetchw
-                | Mnemonic::Prefetchwt1
-                | Mnemonic::Prefetchnta
-                | Mnemonic::Prefetcht0
-                | Mnemonic::Prefetcht1
-                | Mnemonic::Prefetcht2
-                | Mnemonic::Clflush
-                | Mnemonic::Clflushopt
-                | Mnemonic::Clwb
-                | Mnemonic::Clzero
-        ) {
-            return false;
-        }
-        for i in 0..ins.op_count() {
-            match ins.op_kind(i) {
-                OpKind::Memory => {
-                    if matches!(ins.memory_segment(), Register::FS | Register::GS)
-                        || ins.is_ip_rel_memory_operand()
-                    {
-                        continue;
-                    }
-                    let base = ins.memory_base();
-                    if matches!(base, Register::RSP | Register::ESP) {
-                        continue;
-                    }
-                    if base == Register::None && ins.memory_index() == Register::None {
-                        continue;
-                    }
-                    return true;
-                }
-                OpKind::MemorySegSI
-                | OpKind::MemorySegESI
-                | OpKind::MemorySegRSI
-                | OpKind::MemorySegDI
-                | OpKind::MemorySegEDI
-                | OpKind::MemorySegRDI
-                | OpKind::MemoryESDI
-                | OpKind::MemoryESEDI
-                | OpKind::MemoryESRDI => {
-                    if matches!(ins.memory_segment(), Register::FS | Register::GS) {
-                        continue;
-                    }
-                    return true;
-                }
-                _ => {}
-            }
-        }
-        false
-    }
-}
+pub mod instrument;
 
 /// Locks a tool may hold in its event handlers: a spin lock that needs no libc, so it works
 /// inside the program's allocator, in a forked child and in signal handlers (see
-/// `oxgrind_sys::lock`).
+/// the `oxgrind-sync` crate).
 pub mod sync {
-    pub use oxgrind_sys::lock::{SpinGuard, SpinLock};
+    pub use oxgrind_sync::{SpinGuard, SpinLock};
 }
 
 /// A guest address.
@@ -158,6 +85,11 @@ pub struct Alloc {
     pub func: AllocFn,
     pub stack: StackId,
     pub tid: i32,
+    /// Bytes the allocator really made usable from `addr` (at least `size`; glibc's
+    /// `malloc_usable_size`, before the runtime's redzone is taken off). Memory between
+    /// `addr + size` and `addr + usable` belongs to no one: a tool may mark it. 0 when the
+    /// allocator could not say.
+    pub usable: u64,
 }
 
 /// A block the program gave back (delivered before the memory is released, so a tool can
@@ -217,6 +149,18 @@ pub struct Needs {
     /// `translation`). Without it blocks are translated as they are, which is faster
     /// (`rep` string instructions, for one, stay whole).
     pub instrument: bool,
+    /// Per-thread counters the tool's [`instrument::Plan::count`] probes add to (at most
+    /// [`instrument::MAX_COUNTERS`]); [`Host::counter`] sums them over all threads.
+    pub counters: u16,
+    /// The shadow map the filtered probes read ([`Host::shadow`] hands it to the tool).
+    /// Allocated before the first allocator event.
+    pub shadow: Option<instrument::ShadowSpec>,
+    /// A per-thread trace buffer for [`instrument::Plan::trace_block`] and
+    /// [`instrument::Plan::trace_accesses`], drained through [`Tool::on_trace`].
+    pub trace: bool,
+    /// Answer the program's client requests (`valgrind.h`'s magic sequence) through
+    /// [`Tool::client_request`] (implies `translation`).
+    pub client_requests: bool,
 }
 
 /// Misuse of the allocator or string functions that the runtime detects on the program's
@@ -382,6 +326,24 @@ pub trait Host {
     fn instructions(&self) -> u64 {
         0
     }
+    /// The sum over all threads (live and gone) of one of the tool's counters
+    /// ([`Needs::counters`]). Each thread's copy only grows, so successive sums never
+    /// decrease; the sum is exact when the threads are stopped (at [`Tool::fini`]).
+    fn counter(&self, _id: instrument::CounterId) -> u64 {
+        0
+    }
+    /// The tool's shadow map ([`Needs::shadow`]), `None` if it could not be reserved (the
+    /// tool then checks nothing, rather than fail the program).
+    fn shadow(&self) -> Option<instrument::ShadowMap> {
+        None
+    }
+    /// Drains the calling thread's trace buffer into [`Tool::on_trace`] now (a tool that
+    /// must see a block's accesses before the block is freed, say).
+    fn flush_trace(&self) {}
+    /// The calling thread's id (`gettid`).
+    fn tid(&self) -> i32 {
+        0
+    }
 }
 
 /// A tool: Massif, Memcheck, DHAT, Cachegrind, ...
@@ -433,13 +395,7 @@ pub trait Tool: Send + Sync {
     /// `plan`. Runs on the engine stack with the thread stopped, for program code only
     /// (never the runtime's own); must not take a lock the program's allocator calls into
     /// the tool may hold.
-    fn instrument(
-        &self,
-        _pc: Addr,
-        _block: &[instrument::Instruction],
-        _plan: &mut instrument::Plan,
-    ) {
-    }
+    fn instrument(&self, _pc: Addr, _block: &[instrument::Insn], _plan: &mut instrument::Plan) {}
     /// The accesses an instruction probed with `Plan::accesses` is about to make (never
     /// called for accesses made inside the runtime's allocator hooks).
     fn on_accesses(
@@ -452,6 +408,20 @@ pub trait Tool: Send + Sync {
     }
     /// An instruction probed with `Plan::pc` is about to run.
     fn on_pc(&self, _host: &dyn Host, _regs: &instrument::GuestRegs, _data: u64) {}
+    /// Trace records of one thread, in the order it made them (see [`instrument`]). Runs
+    /// on that thread, with nothing else of the tool's on the stack.
+    fn on_trace(&self, _host: &dyn Host, _records: &[instrument::TraceRecord]) {}
+    /// A client request (`VALGRIND_DO_CLIENT_REQUEST`): `args[0]` is the request code, the
+    /// rest its arguments. `Some(v)`: the request's result is `v`; `None`: not this tool's
+    /// request, the program gets its default value (as natively).
+    fn client_request(
+        &self,
+        _host: &dyn Host,
+        _args: &[u64; 6],
+        _regs: &instrument::GuestRegs,
+    ) -> Option<u64> {
+        None
+    }
     /// Replace the program's function at `pc` by the code at the returned address (Valgrind's
     /// function redirection); asked once per translated block start.
     fn redirect(&self, _host: &dyn Host, _pc: Addr) -> Option<Addr> {

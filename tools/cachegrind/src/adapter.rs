@@ -29,23 +29,11 @@
 //! * **Bi**: every indirect `jmp` and `call` (returns are assumed perfectly predicted); the
 //!   target is read from the register or from the memory operand before the jump.
 
-use oxgrind_tool::instrument::iced_x86::{
-    ConditionCode, FlowControl, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register,
+use oxgrind_tool::instrument::{
+    Access, AccessKind, Addressing, Cond, Flow, GuestRegs, Insn, Plan, RepString,
 };
-use oxgrind_tool::instrument::{Access, AccessKind, GuestRegs, Instruction, Plan};
 
 use crate::sim::Simulator;
-
-/// How an instruction's conditional branch outcome is decided.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Cond {
-    Flags(ConditionCode),
-    Loop,
-    Loope,
-    Loopne,
-    Jrcxz,
-    Jecxz,
-}
 
 /// What the simulator must do for an instruction beyond fetching it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -92,127 +80,51 @@ pub struct InstrInfo {
     pub fetch_on_access: bool,
 }
 
-fn gpr_index(r: Register) -> Option<u8> {
-    let full = r.full_register();
-    let (lo, hi) = (Register::RAX as u32, Register::R15 as u32);
-    let v = full as u32;
-    (lo..=hi).contains(&v).then(|| (v - lo) as u8)
-}
-
 /// Classifies one instruction. A pure function of the instruction, as retranslation needs.
-pub fn classify(ins: &Instruction) -> (Kind, bool) {
-    let kind = match ins.flow_control() {
-        FlowControl::ConditionalBranch => CondJumpKind(ins),
-        FlowControl::IndirectBranch | FlowControl::IndirectCall => match ins.op0_kind() {
-            OpKind::Register => gpr_index(ins.op0_register()).map_or(Kind::Plain, Kind::IndirectReg),
-            OpKind::Memory => Kind::IndirectMem,
-            _ => Kind::Plain,
+pub fn classify(ins: &Insn) -> (Kind, bool) {
+    let kind = match ins.flow {
+        Flow::CondJump => ins.cond.map_or(Kind::Plain, Kind::CondJump),
+        Flow::IndirectJump | Flow::IndirectCall => match ins.indirect_reg {
+            Some(r) => Kind::IndirectReg(r),
+            None if !ins.mem().is_empty() => Kind::IndirectMem,
+            None => Kind::Plain,
         },
-        _ if ins.is_string_instruction() && (ins.has_rep_prefix() || ins.has_repne_prefix()) => {
-            let m = ins.mnemonic();
-            let cmps = matches!(
-                m,
-                Mnemonic::Cmpsb | Mnemonic::Cmpsw | Mnemonic::Cmpsd | Mnemonic::Cmpsq
-            );
-            let scas = matches!(
-                m,
-                Mnemonic::Scasb | Mnemonic::Scasw | Mnemonic::Scasd | Mnemonic::Scasq
-            );
-            Kind::Rep {
-                compare: cmps || scas,
-                repne: ins.has_repne_prefix(),
-                scas,
-                elem: ins.memory_size().size() as u8,
-            }
-        }
-        _ => Kind::Plain,
-    };
-    let has_mem = (0..ins.op_count()).any(|i| ins.op_kind(i) == OpKind::Memory);
-    let locked_rmw = (ins.has_lock_prefix() || (ins.mnemonic() == Mnemonic::Xchg && has_mem))
-        && !matches!(
-            ins.mnemonic(),
-            Mnemonic::Cmpxchg | Mnemonic::Cmpxchg8b | Mnemonic::Cmpxchg16b
-        );
-    (kind, locked_rmw)
-}
-
-#[allow(non_snake_case)]
-fn CondJumpKind(ins: &Instruction) -> Kind {
-    let c = match ins.mnemonic() {
-        Mnemonic::Loop => Cond::Loop,
-        Mnemonic::Loope => Cond::Loope,
-        Mnemonic::Loopne => Cond::Loopne,
-        Mnemonic::Jrcxz => Cond::Jrcxz,
-        Mnemonic::Jecxz => Cond::Jecxz,
-        _ => match ins.condition_code() {
-            ConditionCode::None => return Kind::Plain,
-            cc => Cond::Flags(cc),
+        _ => match ins.rep {
+            Some(RepString {
+                compare,
+                scan,
+                repne,
+                elem,
+            }) => Kind::Rep {
+                compare,
+                repne,
+                scas: scan,
+                elem,
+            },
+            None => Kind::Plain,
         },
     };
-    Kind::CondJump(c)
+    (kind, ins.locked)
 }
 
 /// Whether a conditional branch is taken, from the registers before it runs.
 pub fn taken(c: Cond, regs: &GuestRegs) -> bool {
-    let f = regs.rflags;
-    let (cf, pf, zf, sf, of) = (
-        f & 1 != 0,
-        f & 4 != 0,
-        f & 0x40 != 0,
-        f & 0x80 != 0,
-        f & 0x800 != 0,
-    );
-    let rcx = regs.gpr[1];
-    match c {
-        Cond::Flags(cc) => match cc {
-            ConditionCode::o => of,
-            ConditionCode::no => !of,
-            ConditionCode::b => cf,
-            ConditionCode::ae => !cf,
-            ConditionCode::e => zf,
-            ConditionCode::ne => !zf,
-            ConditionCode::be => cf || zf,
-            ConditionCode::a => !cf && !zf,
-            ConditionCode::s => sf,
-            ConditionCode::ns => !sf,
-            ConditionCode::p => pf,
-            ConditionCode::np => !pf,
-            ConditionCode::l => sf != of,
-            ConditionCode::ge => sf == of,
-            ConditionCode::le => zf || sf != of,
-            ConditionCode::g => !zf && sf == of,
-            ConditionCode::None => false,
-        },
-        Cond::Loop => rcx.wrapping_sub(1) != 0,
-        Cond::Loope => rcx.wrapping_sub(1) != 0 && zf,
-        Cond::Loopne => rcx.wrapping_sub(1) != 0 && !zf,
-        Cond::Jrcxz => rcx == 0,
-        Cond::Jecxz => rcx as u32 == 0,
-    }
+    c.taken(regs)
 }
 
 /// Whether the instruction makes memory accesses the engine reports.
-fn touches_memory(factory: &mut InstructionInfoFactory, ins: &Instruction) -> bool {
-    factory.info(ins).used_memory().iter().any(|m| {
-        !matches!(m.access(), OpAccess::None | OpAccess::NoMemAccess) && m.memory_size().size() > 0
-    }) || (ins.is_string_instruction())
+fn touches_memory(ins: &Insn) -> bool {
+    !ins.mem().is_empty() || ins.rep_string()
 }
 
 /// Whether the access probe of `ins` may not fire although it runs (an empty gather or
 /// masked access): such instructions get a pc probe for their fetches as well.
-fn access_probe_may_skip(ins: &Instruction) -> bool {
-    ins.has_op_mask()
-        || (0..ins.op_count()).any(|i| ins.op_kind(i) == OpKind::Memory && ins.is_vsib())
-        || matches!(
-            ins.mnemonic(),
-            Mnemonic::Vmaskmovps
-                | Mnemonic::Vmaskmovpd
-                | Mnemonic::Vpmaskmovd
-                | Mnemonic::Vpmaskmovq
-                | Mnemonic::Maskmovq
-                | Mnemonic::Maskmovdqu
-                | Mnemonic::Vmaskmovdqu
-        )
+fn access_probe_may_skip(ins: &Insn) -> bool {
+    !ins.rep_string()
+        && ins
+            .mem()
+            .iter()
+            .any(|m| m.conditional || m.addressing == Addressing::Vector)
 }
 
 /// Builds the [`InstrInfo`] of a block's probed instructions and asks for their probes.
@@ -223,27 +135,26 @@ fn access_probe_may_skip(ins: &Instruction) -> bool {
 /// touch memory nor branch are charged, in order, at the next probe: an instruction that
 /// touches memory (access probe), or the block's last instruction (pc probe), whose
 /// branch outcome is read from the registers just before it runs.
-pub fn instrument(block: &[Instruction], plan: &mut Plan, register: &mut dyn FnMut(u64) -> u32) {
-    let mut factory = InstructionInfoFactory::new();
+pub fn instrument(block: &[Insn], plan: &mut Plan, register: &mut dyn FnMut(u64) -> u32) {
     let mut before = Vec::new();
     for (i, ins) in block.iter().enumerate() {
         let (kind, locked_rmw) = classify(ins);
-        let id = register(ins.ip());
-        let mem = touches_memory(&mut factory, ins);
+        let id = register(ins.pc);
+        let mem = touches_memory(ins);
         let last = i + 1 == block.len();
         if !mem && !last && kind == Kind::Plain {
             before.push(Fetch {
                 id,
-                pc: ins.ip(),
-                len: ins.len() as u8,
+                pc: ins.pc,
+                len: ins.len,
             });
             continue;
         }
         let fetch_on_access = mem && !access_probe_may_skip(ins);
         let info: &'static InstrInfo = Box::leak(Box::new(InstrInfo {
             id,
-            pc: ins.ip(),
-            len: ins.len() as u8,
+            pc: ins.pc,
+            len: ins.len,
             kind,
             locked_rmw,
             before: core::mem::take(&mut before),
@@ -388,41 +299,47 @@ pub fn on_accesses(sim: &mut Simulator, info: &InstrInfo, accesses: &[Access], r
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oxgrind_tool::instrument::iced_x86::{Decoder, DecoderOptions};
+    use oxgrind_tool::instrument::{MemOp, SpChange};
 
-    fn one(bytes: &[u8]) -> Instruction {
-        Decoder::with_ip(64, bytes, 0x1000, DecoderOptions::NONE).decode()
+    fn insn(flow: Flow) -> Insn {
+        Insn::new(0x1000, 2, flow)
     }
 
     #[test]
     fn branches_and_rmw_are_classified_as_valgrind_counts_them() {
-        assert_eq!(classify(&one(&[0x74, 0x05])).0, Kind::CondJump(Cond::Flags(ConditionCode::e)));
-        assert_eq!(classify(&one(&[0xe2, 0xfe])).0, Kind::CondJump(Cond::Loop));
-        assert_eq!(classify(&one(&[0xff, 0xe0])).0, Kind::IndirectReg(0), "jmp rax");
-        assert_eq!(classify(&one(&[0x41, 0xff, 0xd3])).0, Kind::IndirectReg(11), "call r11");
-        assert_eq!(classify(&one(&[0xff, 0x25, 0, 0, 0, 0])).0, Kind::IndirectMem, "jmp [rip]");
-        assert_eq!(classify(&one(&[0xc3])).0, Kind::Plain, "ret is not counted");
-        assert_eq!(classify(&one(&[0xe8, 0, 0, 0, 0])).0, Kind::Plain, "direct call");
-        assert!(matches!(classify(&one(&[0xf3, 0xa4])).0, Kind::Rep { compare: false, .. }));
-        assert!(matches!(
-            classify(&one(&[0xf2, 0xae])).0,
-            Kind::Rep { compare: true, repne: true, scas: true, elem: 1 }
-        ));
-        assert!(classify(&one(&[0xf0, 0x48, 0x01, 0x07])).1, "lock add [rdi], rax");
-        assert!(classify(&one(&[0x48, 0x87, 0x07])).1, "xchg [rdi], rax");
-        assert!(!classify(&one(&[0xf0, 0x48, 0x0f, 0xb1, 0x0f])).1, "lock cmpxchg");
-        assert!(!classify(&one(&[0x48, 0x01, 0x07])).1, "add [rdi], rax");
+        let mut j = insn(Flow::CondJump);
+        j.cond = Some(Cond::E);
+        assert_eq!(classify(&j).0, Kind::CondJump(Cond::E));
+        let mut r = insn(Flow::IndirectJump);
+        r.indirect_reg = Some(11);
+        assert_eq!(classify(&r).0, Kind::IndirectReg(11));
+        let m = insn(Flow::IndirectCall).with_mem(MemOp {
+            size: 8,
+            kind: AccessKind::Read,
+            conditional: false,
+            addressing: Addressing::Static,
+        });
+        assert_eq!(classify(&m).0, Kind::IndirectMem);
+        let mut ret = insn(Flow::Return);
+        ret.sp = SpChange::Delta(8);
+        assert_eq!(classify(&ret).0, Kind::Plain, "ret is not counted");
+        let mut scas = insn(Flow::Next);
+        scas.rep = Some(RepString { compare: true, scan: true, repne: true, elem: 1 });
+        assert!(matches!(classify(&scas).0, Kind::Rep { compare: true, repne: true, scas: true, elem: 1 }));
+        let mut locked = insn(Flow::Next);
+        locked.locked = true;
+        assert!(classify(&locked).1);
     }
 
     #[test]
     fn conditions_follow_the_flags() {
         let mut r = GuestRegs { gpr: [0; 16], rip: 0, rflags: 0x40 };
-        assert!(taken(Cond::Flags(ConditionCode::e), &r));
-        assert!(!taken(Cond::Flags(ConditionCode::ne), &r));
-        assert!(taken(Cond::Flags(ConditionCode::le), &r));
+        assert!(taken(Cond::E, &r));
+        assert!(!taken(Cond::Ne, &r));
+        assert!(taken(Cond::Le, &r));
         r.rflags = 0x880; // SF and OF: "greater or equal"
-        assert!(taken(Cond::Flags(ConditionCode::ge), &r));
-        assert!(taken(Cond::Flags(ConditionCode::g), &r));
+        assert!(taken(Cond::Ge, &r));
+        assert!(taken(Cond::G, &r));
         r.gpr[1] = 1;
         assert!(!taken(Cond::Loop, &r));
         r.gpr[1] = 0;

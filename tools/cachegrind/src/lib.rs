@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use oxgrind_formats::cachegrind::{self, CacheConfig, CachegrindFile, Record, Totals};
-use oxgrind_tool::instrument::{Access, GuestRegs, Instruction, Plan};
+use oxgrind_tool::instrument::{Access, GuestRegs, Insn, Plan};
 use oxgrind_tool::sync::SpinLock;
 use oxgrind_tool::{Addr, Exit, Host, Needs, OptionError, Tool};
 
@@ -301,7 +301,7 @@ impl Tool for Cachegrind {
         host.log(&out);
     }
 
-    fn instrument(&self, _pc: Addr, block: &[Instruction], plan: &mut Plan) {
+    fn instrument(&self, _pc: Addr, block: &[Insn], plan: &mut Plan) {
         adapter::instrument(block, plan, &mut |pc| {
             let mut pcs = self.pcs.lock();
             pcs.push(pc);

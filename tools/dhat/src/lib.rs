@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use options::Options;
 use oxgrind_formats::dhat::{DhatFile, FrameTable, Mode, Pp};
 use oxgrind_formats::number::commify;
-use oxgrind_tool::instrument::{Access, GuestRegs, Instruction, Plan};
+use oxgrind_tool::instrument::{Access, CounterId, GuestRegs, Insn, Plan};
 use oxgrind_tool::sync::SpinLock;
 use oxgrind_tool::{Addr, Alloc, Exit, Frame, Free, Host, Needs, OptionError, StackId, Tool};
 
@@ -46,12 +46,12 @@ pub const DH_VIEW: &str = "file:///usr/libexec/valgrind/dh_view.html";
 /// The runtime's own code is never offered for instrumentation, so its work (the
 /// allocator hooks, DHAT itself) is not counted; glibc's allocator, which runs for the
 /// program, is.
-static INSTRS: AtomicU64 = AtomicU64::new(0);
+const INSTRS: CounterId = CounterId(0);
 
-/// The instruction count now.
+/// The instruction count now (the sum of the threads' counters).
 #[inline]
-fn now() -> u64 {
-    INSTRS.load(Ordering::Relaxed)
+fn now(host: &dyn Host) -> u64 {
+    host.counter(INSTRS)
 }
 
 /// Marks a stack whose allocations are ignored (`--ignore-fn`).
@@ -286,7 +286,7 @@ impl Dhat {
     /// fatal signal interrupted a thread inside a DHAT handler).
     fn build(&self, host: &dyn Host) -> Option<(DhatFile, heap::Totals)> {
         let mut st = self.state.lock_bounded(1 << 24)?;
-        let te = now();
+        let te = now(host);
         if self.heap_mode() {
             st.heap.finish(te);
         }
@@ -445,6 +445,8 @@ impl Tool for Dhat {
             ignores_heap: !heap,
             // DHAT counts for itself (see INSTRS): the core's count is not needed.
             instrument: true,
+            counters: 1,
+            client_requests: self.opts.mode == Mode::AdHoc,
             ..Needs::default()
         }
     }
@@ -474,25 +476,25 @@ impl Tool for Dhat {
         self.warm_private_heap();
         let (mut st, pp) = self.pp_of(host, self.state.lock(), ev.stack, true);
         let Some(pp) = pp else { return };
-        let now = now();
+        let now = now(host);
         st.heap.alloc(ev.addr, ev.size, pp, now);
         drop(st);
         self.widen_heap_range(ev.addr, ev.size);
     }
 
-    fn on_free(&self, _host: &dyn Host, ev: &Free) {
+    fn on_free(&self, host: &dyn Host, ev: &Free) {
         if !self.heap_mode() {
             return;
         }
-        let now = now();
+        let now = now(host);
         self.state.lock().heap.free(ev.addr, now);
     }
 
-    fn on_realloc(&self, _host: &dyn Host, old: &Free, new: &Alloc) {
+    fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
         if !self.heap_mode() {
             return;
         }
-        let now = now();
+        let now = now(host);
         let moved = self
             .state
             .lock()
@@ -514,16 +516,15 @@ impl Tool for Dhat {
         }
     }
 
-    fn instrument(&self, _pc: Addr, block: &[Instruction], plan: &mut Plan) {
+    fn instrument(&self, _pc: Addr, block: &[Insn], plan: &mut Plan) {
         if !block.is_empty() {
-            plan.count(0, &INSTRS, block.len() as u32);
+            plan.count(0, INSTRS, block.len() as u32);
         }
-        for (i, ins) in block.iter().enumerate() {
-            if self.heap_mode() && probe::may_touch_heap(ins) {
-                plan.accesses(i, 0);
-            }
-            if self.opts.mode == Mode::AdHoc && probe::is_client_request(block, i) {
-                plan.pc(i, 0);
+        if self.heap_mode() {
+            for (i, ins) in block.iter().enumerate() {
+                if ins.may_touch_heap() {
+                    plan.accesses(i, 0);
+                }
             }
         }
     }
@@ -540,10 +541,13 @@ impl Tool for Dhat {
         }
     }
 
-    fn on_pc(&self, host: &dyn Host, regs: &GuestRegs, _data: u64) {
-        if let Some(units) = probe::adhoc_units(regs) {
-            self.adhoc_event(host, regs, units);
+    fn client_request(&self, host: &dyn Host, args: &[u64; 6], regs: &GuestRegs) -> Option<u64> {
+        if self.opts.mode != Mode::AdHoc {
+            return None;
         }
+        let units = probe::adhoc_units(args)?;
+        self.adhoc_event(host, regs, units);
+        Some(0)
     }
 
     fn fini(&self, host: &dyn Host, exit: Exit) {

@@ -708,7 +708,7 @@ impl Tool for Massif {
     fn instrument(
         &self,
         _pc: Addr,
-        block: &[oxgrind_tool::instrument::Instruction],
+        block: &[oxgrind_tool::instrument::Insn],
         plan: &mut oxgrind_tool::instrument::Plan,
     ) {
         if self.opts.stacks {

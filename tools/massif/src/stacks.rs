@@ -22,8 +22,7 @@
 
 use core::cell::Cell;
 
-use oxgrind_tool::instrument::iced_x86::{FlowControl, InstructionInfoFactory, OpAccess, Register};
-use oxgrind_tool::instrument::{GuestRegs, Instruction, Plan};
+use oxgrind_tool::instrument::{Flow, GuestRegs, Insn, Plan};
 
 /// Valgrind's default `--max-stackframe`.
 const MAX_STACKFRAME: u64 = 2_000_000;
@@ -81,34 +80,19 @@ pub(crate) fn probes(kinds: &[SpKind]) -> Vec<(usize, Effect)> {
     out
 }
 
-/// The contract's view of an instruction's stack-pointer use, from the decoder's.
-fn sp_kind(factory: &mut InstructionInfoFactory, ins: &Instruction) -> SpKind {
-    match ins.flow_control() {
-        FlowControl::Call | FlowControl::IndirectCall => return SpKind::Call,
-        FlowControl::Return => return SpKind::Return,
-        _ => {}
-    }
-    let writes = factory.info(ins).used_registers().iter().any(|r| {
-        r.register() == Register::RSP
-            && matches!(
-                r.access(),
-                OpAccess::Write
-                    | OpAccess::ReadWrite
-                    | OpAccess::CondWrite
-                    | OpAccess::ReadCondWrite
-            )
-    });
-    if writes {
-        SpKind::Writes
-    } else {
-        SpKind::Keeps
+/// What the engine's description of an instruction says of its stack-pointer use.
+fn sp_kind(ins: &Insn) -> SpKind {
+    match ins.flow {
+        Flow::Call | Flow::IndirectCall => SpKind::Call,
+        Flow::Return => SpKind::Return,
+        _ if ins.writes_sp() => SpKind::Writes,
+        _ => SpKind::Keeps,
     }
 }
 
 /// Asks for the probes of one block.
-pub(crate) fn instrument(block: &[Instruction], plan: &mut Plan) {
-    let mut factory = InstructionInfoFactory::new();
-    let kinds: Vec<SpKind> = block.iter().map(|i| sp_kind(&mut factory, i)).collect();
+pub(crate) fn instrument(block: &[Insn], plan: &mut Plan) {
+    let kinds: Vec<SpKind> = block.iter().map(sp_kind).collect();
     for (i, e) in probes(&kinds) {
         plan.pc(i, e.encode());
     }
@@ -194,50 +178,37 @@ pub(crate) fn initial_stack_pointer() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oxgrind_tool::instrument::iced_x86::{Decoder, DecoderOptions};
+    use oxgrind_tool::instrument::SpChange;
 
-    fn decode(bytes: &[u8]) -> Vec<Instruction> {
-        let mut d = Decoder::with_ip(64, bytes, 0x1000, DecoderOptions::NONE);
-        let mut v = Vec::new();
-        while d.can_decode() {
-            v.push(d.decode());
-        }
-        v
-    }
-
-    fn kinds(bytes: &[u8]) -> Vec<SpKind> {
-        let mut f = InstructionInfoFactory::new();
-        decode(bytes).iter().map(|i| sp_kind(&mut f, i)).collect()
+    fn insn(flow: Flow, sp: SpChange) -> Insn {
+        let mut i = Insn::new(0x1000, 1, flow);
+        i.sp = sp;
+        i
     }
 
     #[test]
     fn the_usual_stack_instructions_are_classified() {
+        // (Which instructions write rsp, and how, is the engine's: its `describe` tests.)
         use SpKind::*;
-        let cases: &[(&[u8], SpKind)] = &[
-            (&[0x55], Writes),                     // push rbp
-            (&[0x5d], Writes),                     // pop rbp
-            (&[0x48, 0x83, 0xec, 0x28], Writes),   // sub rsp, 0x28
-            (&[0xc9], Writes),                     // leave
-            (&[0x48, 0x89, 0xec], Writes),         // mov rsp, rbp
-            (&[0x48, 0x83, 0xe4, 0xf0], Writes),   // and rsp, -16
-            (&[0xe8, 0, 0, 0, 0], Call),           // call rel32
-            (&[0xff, 0xd0], Call),                 // call rax
-            (&[0xc3], Return),                     // ret
-            (&[0xc2, 0x10, 0], Return),            // ret 16
-            (&[0x48, 0x89, 0xe5], Keeps),          // mov rbp, rsp
-            (&[0x48, 0x8b, 0x44, 0x24, 8], Keeps), // mov rax, [rsp+8]
+        let cases = [
+            (insn(Flow::Next, SpChange::Delta(-8)), Writes),
+            (insn(Flow::Next, SpChange::Leave), Writes),
+            (insn(Flow::Next, SpChange::Unknown), Writes),
+            (insn(Flow::Call, SpChange::Delta(-8)), Call),
+            (insn(Flow::IndirectCall, SpChange::Delta(-8)), Call),
+            (insn(Flow::Return, SpChange::Delta(8)), Return),
+            (insn(Flow::Next, SpChange::None), Keeps),
         ];
-        for (bytes, want) in cases {
-            assert_eq!(kinds(bytes), [*want], "{bytes:02x?}");
+        for (ins, want) in cases {
+            assert_eq!(sp_kind(&ins), want, "{ins:?}");
         }
     }
 
     #[test]
     fn each_write_is_read_right_after_and_calls_and_returns_before() {
+        use SpKind::*;
         // push rbp; mov rbp, rsp; sub rsp, 0x10; mov eax, 1; call rel32
-        let k = kinds(&[
-            0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x10, 0xb8, 1, 0, 0, 0, 0xe8, 0, 0, 0, 0,
-        ]);
+        let k = [Writes, Keeps, Writes, Keeps, Call];
         assert_eq!(
             probes(&k),
             [
@@ -247,7 +218,7 @@ mod tests {
             ]
         );
         // leave; ret
-        assert_eq!(probes(&kinds(&[0xc9, 0xc3])), [(1, Effect::Delta(8))]);
+        assert_eq!(probes(&[Writes, Return]), [(1, Effect::Delta(8))]);
         for e in [Effect::Delta(-8), Effect::Delta(8), Effect::CatchUp] {
             assert_eq!(Effect::decode(e.encode()), e);
         }

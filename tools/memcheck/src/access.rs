@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use oxgrind_formats::frame::Frame;
 use oxgrind_formats::memcheck_text as text;
 use oxgrind_formats::memcheck_xml::WhatQuirk;
-use oxgrind_tool::instrument::{may_touch_heap, Access, AccessKind, GuestRegs, Instruction, Plan};
+use oxgrind_tool::instrument::{Access, AccessKind, GuestRegs, Insn, Plan};
 use oxgrind_tool::{Addr, Host, StackId};
 
 use crate::errors::KeyKind;
@@ -188,19 +188,17 @@ fn classify_name(name: &str) -> PcClass {
 }
 
 impl Memcheck {
-    pub(crate) fn instrument_block(&self, _pc: Addr, block: &[Instruction], plan: &mut Plan) {
+    pub(crate) fn instrument_block(&self, _pc: Addr, block: &[Insn], plan: &mut Plan) {
         // Runs at translation with the thread stopped, maybe while this thread holds our
         // state lock (translating libc code our own reporting calls): no locks here.
         if shadow_base() == 0 {
             return;
         }
-        if !self.probing.swap(true, Ordering::Relaxed) {
-            // The engine checks the same shadow inline and calls only when a granule an
-            // access touches is not all addressable (0 = addressable, as here).
-            oxgrind_tool::instrument::set_shadow_base(shadow_base());
-        }
+        // The engine checks the declared shadow map inline and calls only when a granule an
+        // access touches is not all addressable (0 = addressable, as here).
+        self.probing.store(true, Ordering::Relaxed);
         for (i, ins) in block.iter().enumerate() {
-            if may_touch_heap(ins) {
+            if ins.may_touch_heap() {
                 plan.accesses_filtered(i, 0);
             }
         }
@@ -268,7 +266,7 @@ impl Memcheck {
         let mut at: Option<(StackId, i32, i32)> = None;
         let mut report = |addr: Addr, size: u32, write: bool| {
             let (stack, tid, thread) = *at.get_or_insert_with(|| {
-                let tid = oxgrind_sys::raw::gettid();
+                let tid = host.tid();
                 let mut st = self.lock();
                 let thread = thread_number(&mut st.threads, tid, host.pid());
                 drop(st);
@@ -382,25 +380,5 @@ mod tests {
             PcClass::LibcString
         );
         assert_eq!(at(ld, Some("_dl_new_object"), None), PcClass::Program);
-    }
-
-    #[test]
-    fn heap_operands_are_probed_stack_rip_and_tls_ones_are_not() {
-        use oxgrind_tool::instrument::iced_x86::{Decoder, DecoderOptions};
-        let probed = |bytes: &[u8]| {
-            let ins = Decoder::with_ip(64, bytes, 0x1000, DecoderOptions::NONE).decode();
-            may_touch_heap(&ins)
-        };
-        assert!(probed(&[0x8b, 0x00])); // mov eax, [rax]
-        assert!(probed(&[0x48, 0x89, 0x47, 0x08])); // mov [rdi+8], rax
-        assert!(probed(&[0xff, 0x30])); // push qword [rax]
-        assert!(probed(&[0xf3, 0xa4])); // rep movsb
-        assert!(!probed(&[0x48, 0x8b, 0x44, 0x24, 0x08])); // mov rax, [rsp+8]
-        assert!(!probed(&[0x48, 0x8b, 0x05, 0, 0, 0, 0])); // mov rax, [rip+0]
-        assert!(!probed(&[0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0])); // mov rax, fs:[0x28]
-        assert!(!probed(&[0x50])); // push rax
-        assert!(!probed(&[0xc3])); // ret
-        assert!(!probed(&[0xc9])); // leave
-        assert!(!probed(&[0x48, 0x8d, 0x04, 0x07])); // lea rax, [rdi+rax]
     }
 }

@@ -227,43 +227,16 @@ struct HostMemory<'a> {
 }
 
 impl HostMemory<'_> {
-    /// Every aligned word of the root range `[start, end)`, read with `process_vm_readv` on
-    /// ourselves one page at a time: a page that is gone (or unreadable) is skipped instead
-    /// of faulting. Root ranges are computed before the scan, and under the translation
-    /// engine our own large allocations (not excluded from the roots) can be unmapped while
-    /// the scan runs.
+    /// Every aligned word of the root range `[start, end)`. The host's reads never fault:
+    /// root ranges are computed before the scan, and under the translation engine our own
+    /// large allocations can be unmapped while the scan runs.
     pub(crate) fn read_root_words(&self, start: Addr, end: Addr, f: &mut dyn FnMut(Addr, u64)) {
-        const SYS_PROCESS_VM_READV: usize = 310;
-        const PAGE: u64 = 4096;
-        let pid = oxgrind_sys::raw::getpid() as usize;
-        let mut buf = [0u64; (PAGE / 8) as usize];
         let mut n = 0u64;
-        let mut a = (start + 7) & !7;
-        while a + 8 <= end {
-            let stop = end.min((a & !(PAGE - 1)) + PAGE);
-            let want = ((stop - a) & !7) as usize;
-            let local = [buf.as_mut_ptr() as usize, want];
-            let remote = [a as usize, want];
-            // SAFETY: the kernel writes at most `want` bytes to `buf` (which holds a page)
-            // and reads the remote range itself, failing with EFAULT rather than faulting.
-            let got = unsafe {
-                oxgrind_sys::syscall::syscall6(
-                    SYS_PROCESS_VM_READV,
-                    pid,
-                    local.as_ptr() as usize,
-                    1,
-                    remote.as_ptr() as usize,
-                    1,
-                    0,
-                )
-            };
-            let words = if got > 0 { got as usize / 8 } else { 0 };
-            for (i, &w) in buf[..words].iter().enumerate() {
-                f(a + 8 * i as u64, w);
-            }
-            n += words as u64;
-            a = stop.next_multiple_of(8);
-        }
+        self.host
+            .read_words(start, end.saturating_sub(start), &mut |a, w| {
+                n += 1;
+                f(a, w)
+            });
         self.scanned.set(self.scanned.get() + n * 8);
     }
 }

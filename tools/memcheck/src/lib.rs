@@ -64,7 +64,7 @@ use access::PcClass;
 use errors::{ErrorManager, Output};
 use freed::{FreedBatches, FreedQueue, ShadowQueue};
 use options::Options;
-use oxgrind_tool::instrument::{Access, GuestRegs, Instruction, Plan};
+use oxgrind_tool::instrument::{Access, GuestRegs, Insn, Plan, ShadowSpec};
 use oxgrind_tool::sync::SpinLock;
 use report::reporting;
 
@@ -295,6 +295,8 @@ impl Tool for Memcheck {
             check_overlaps: true,
             // Probes on the program's memory accesses: Invalid read / Invalid write.
             instrument: true,
+            // A-bits of the heap, one byte per granule: the probes' inline filter.
+            shadow: Some(ShadowSpec::BYTE_PER_GRANULE),
             ..Needs::default()
         }
     }
@@ -307,7 +309,7 @@ impl Tool for Memcheck {
         self.free_event(host, ev)
     }
 
-    fn instrument(&self, pc: Addr, block: &[Instruction], plan: &mut Plan) {
+    fn instrument(&self, pc: Addr, block: &[Insn], plan: &mut Plan) {
         self.instrument_block(pc, block, plan)
     }
 

@@ -62,6 +62,7 @@ impl Memcheck {
     /// preamble to the log (text mode) or starts the XML document. If the runtime does not
     /// call it, the first event does (an atomic load per event).
     pub fn start(&self, host: &dyn Host) {
+        crate::shadow::adopt(host);
         if self.started.swap(true, Ordering::AcqRel) {
             return;
         }

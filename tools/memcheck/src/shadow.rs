@@ -21,10 +21,13 @@
 
 use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
-use oxgrind_sys::lock::SpinLock;
+use oxgrind_tool::instrument::ShadowMap;
+use oxgrind_tool::sync::SpinLock;
+use oxgrind_tool::Host;
 
 /// Bytes of the reservation: one shadow byte per 8 bytes of a 2^47-byte address space.
-pub const SHADOW_SPAN: u64 = 1 << 44;
+pub const SHADOW_SPAN: u64 = ShadowMap::LEN;
+const PAGE: u64 = 4096;
 /// Addresses at or above this have no shadow (kernel half, vsyscall page): never heap.
 pub const ADDRESS_LIMIT: u64 = 1 << 47;
 /// The 16 bytes before a block (glibc's chunk header).
@@ -37,56 +40,32 @@ pub const FREED: u8 = 0xFD;
 pub const REDZONE: u64 = 16;
 
 static BASE: AtomicU64 = AtomicU64::new(0);
-/// Set when the reservation failed: checking is then off for good.
-static FAILED: AtomicU64 = AtomicU64::new(0);
-static RESERVING: SpinLock<()> = SpinLock::new(());
+/// The map the host gave (`Needs::shadow`), kept for its page discarding; set with BASE.
+static MAP: SpinLock<Option<ShadowMap>> = SpinLock::new(None);
 
-/// The start of the shadow reservation, made on first call; 0 if it could not be made (the
-/// tool then checks no access, rather than fail the program).
-pub fn shadow_base() -> u64 {
-    let b = BASE.load(Ordering::Acquire);
-    if b != 0 || FAILED.load(Ordering::Relaxed) != 0 {
-        return b;
-    }
-    let _g = RESERVING.lock();
+/// Takes the shadow map the core reserved for us (`Needs::shadow`), on the first event;
+/// returns its base, 0 if there is none (the tool then checks no access, rather than fail
+/// the program).
+pub fn adopt(host: &dyn Host) -> u64 {
     let b = BASE.load(Ordering::Acquire);
     if b != 0 {
         return b;
     }
-    // Placed low in the address space (a hint, not MAP_FIXED) rather than where the kernel
-    // would put it, just below the program's libraries: there, 16 TiB would push every later
-    // mapping 16 TiB down, and programs whose data structures depend on address bits
-    // (python's obmalloc radix tree) then allocate differently than natively or under
-    // Valgrind. PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS|MAP_NORESERVE: untouched
-    // pages cost nothing and read as zero ("addressable").
-    const HINT: usize = 1 << 44;
-    const SYS_MMAP: usize = 9;
-    // SAFETY: an anonymous mapping with a hint (no MAP_FIXED) replaces nothing.
-    let r = unsafe {
-        oxgrind_sys::syscall::syscall6(
-            SYS_MMAP,
-            HINT,
-            SHADOW_SPAN as usize,
-            0x1 | 0x2,
-            0x02 | 0x20 | 0x4000,
-            usize::MAX,
-            0,
-        )
+    let Some(map) = host.shadow() else {
+        return 0;
     };
-    let mapped = oxgrind_sys::syscall::check(r).ok().map(|p| p as *mut u8);
-    match mapped.or_else(|| oxgrind_sys::raw::mmap_anon(SHADOW_SPAN as usize)) {
-        Some(p) => {
-            BASE.store(p as u64, Ordering::Release);
-            p as u64
-        }
-        None => {
-            FAILED.store(1, Ordering::Relaxed);
-            0
-        }
-    }
+    *MAP.lock() = Some(map);
+    BASE.store(map.base(), Ordering::Release);
+    map.base()
 }
 
-/// The base if the reservation exists already (probes never make it).
+/// The start of the shadow map, 0 before [`adopt`] found one.
+#[inline]
+pub fn shadow_base() -> u64 {
+    BASE.load(Ordering::Acquire)
+}
+
+/// The base if the map exists already (probes never make it).
 #[inline]
 pub fn base_if_ready() -> u64 {
     BASE.load(Ordering::Relaxed)
@@ -168,42 +147,16 @@ pub fn verdict(base: u64, addr: u64, size: u32) -> Verdict {
     v
 }
 
-const SYS_MADVISE: usize = 28;
-const MADV_DONTNEED: usize = 4;
-const PAGE: u64 = 4096;
-
 /// Sets the shadow of the granules `[lo, hi)` (addresses, multiples of 8) to `v`.
 fn set(base: u64, lo: u64, hi: u64, v: u8) {
     if base == 0 || lo >= hi || hi > ADDRESS_LIMIT {
         return;
     }
-    let (mut s, e) = (base + (lo >> 3), base + (hi >> 3));
-    // Whole shadow pages going back to "addressable" are dropped instead of written: they
-    // read as zero again and cost no memory (a freed 1 GiB block has 128 MiB of shadow).
-    if v == 0 && e - s >= 4 * PAGE {
-        let (ps, pe) = (s.next_multiple_of(PAGE), e & !(PAGE - 1));
-        if ps < pe {
-            for a in s..ps {
-                // SAFETY: inside the reservation (see `cell`).
-                unsafe { &*(a as *const AtomicU8) }.store(0, Ordering::Relaxed);
-            }
-            // SAFETY: [ps, pe) is whole pages of our own reservation; dropping them only
-            // zeroes shadow bytes, which is the state being written.
-            unsafe {
-                oxgrind_sys::syscall::syscall3(
-                    SYS_MADVISE,
-                    ps as usize,
-                    (pe - ps) as usize,
-                    MADV_DONTNEED,
-                )
-            };
-            s = pe;
-        }
-    }
-    while s < e {
-        // SAFETY: inside the reservation (see `cell`).
-        unsafe { &*(s as *const AtomicU8) }.store(v, Ordering::Relaxed);
-        s += 1;
+    // The map is set before BASE is, and never changes afterwards: no lock held while
+    // writing (only to copy the map out).
+    let map = *MAP.lock();
+    if let Some(map) = map {
+        map.set_granules(lo, hi, v);
     }
 }
 
@@ -289,10 +242,27 @@ pub fn clear_block(base: u64, p: u64, size: u64, end: u64) {
 mod tests {
     use super::*;
 
+    /// A map for the tests' addresses (all below 2^31): 256 MiB of zeroed memory stands
+    /// in for the core's reservation.
     fn base() -> u64 {
-        let b = shadow_base();
-        assert_ne!(b, 0, "the shadow reservation failed");
-        b
+        static MEM: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let mem = *MEM.get_or_init(|| {
+            let v: Vec<u8> = vec![0; 1 << 28];
+            Box::leak(v.into_boxed_slice()).as_mut_ptr() as usize
+        });
+        fn zero(start: u64, len: u64) {
+            // SAFETY: ShadowMap passes whole pages of the map, all inside MEM's 256 MiB for
+            // the tests' addresses.
+            unsafe { core::ptr::write_bytes(start as *mut u8, 0, len as usize) };
+        }
+        if shadow_base() == 0 {
+            // SAFETY: the tests only touch addresses below 2^31, whose shadow lies in the
+            // leaked, never freed 256 MiB at `mem`; `zero` only zeroes pages of it.
+            let map = unsafe { ShadowMap::new(mem as u64, zero) };
+            *MAP.lock() = Some(map);
+            BASE.store(map.base(), Ordering::Release);
+        }
+        shadow_base()
     }
 
     // Each test uses its own address range: they run in parallel on one shadow.

@@ -130,6 +130,7 @@ impl Program<'_> {
             addr,
             size,
             slop: 0,
+            usable: 0,
             func,
             stack,
             tid: 1,

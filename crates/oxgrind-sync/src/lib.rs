@@ -7,6 +7,8 @@
 //! thread (a signal handler writing the final report) uses [`SpinLock::lock_bounded`] so a
 //! lock held by the interrupted frame cannot hang the process.
 
+#![no_std]
+
 use core::cell::UnsafeCell;
 use core::ops::{Deref, DerefMut};
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -68,7 +70,7 @@ impl<T> SpinLock<T> {
                     return None;
                 }
                 if n % 64 == 0 {
-                    crate::raw::sched_yield();
+                    sched_yield();
                 } else {
                     core::hint::spin_loop();
                 }
@@ -122,5 +124,21 @@ impl<T> DerefMut for SpinGuard<'_, T> {
 impl<T> Drop for SpinGuard<'_, T> {
     fn drop(&mut self) {
         self.lock.locked.store(false, Ordering::Release);
+    }
+}
+
+/// `sched_yield(2)`, made directly: the lock must work where libc cannot be called.
+fn sched_yield() {
+    const SYS_SCHED_YIELD: usize = 24;
+    // SAFETY: sched_yield takes no arguments and touches no memory; the kernel clobbers
+    // rcx and r11 (declared) and returns in rax.
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") SYS_SCHED_YIELD => _,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack)
+        );
     }
 }

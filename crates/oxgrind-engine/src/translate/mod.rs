@@ -30,6 +30,10 @@ use iced_x86::{
 };
 
 use crate::context as c;
+use crate::probe::Client;
+use oxgrind_tool::instrument::{Flow, Insn, Plan, Probe};
+
+mod probes;
 
 /// Maximum guest bytes one block can span (MAX_INSNS instructions of at most 15 bytes).
 pub const MAX_GUEST_SPAN: u64 = MAX_INSNS as u64 * 15;
@@ -133,7 +137,7 @@ pub struct Options {
     /// comes from a page the program can write; see `pages`). A mismatch exits to the
     /// dispatcher through `oxg_smc_dispatch`, which drops the block and translates again.
     pub check: bool,
-    /// Ask the embedder's [`crate::probe::Instrument`] for probes (and redirections).
+    /// Ask the tool (`crate::probe::Client`) for probes (and redirections).
     pub instrument: bool,
 }
 
@@ -354,11 +358,11 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         return Ok(native_jump(pc));
     }
     let tool = if opts.instrument {
-        crate::probe::instrumenter()
+        crate::probe::client().filter(|c| !c.embedder.is_own_code(pc))
     } else {
         None
     };
-    if let Some(to) = tool.and_then(|t| t.redirect(pc)) {
+    if let Some(to) = tool.and_then(|c| c.embedder.redirect(pc)) {
         e.mark(pc, 0);
         e.stub_jump(to);
         e.finish();
@@ -481,14 +485,12 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         for (slot, d) in block.iter_mut().zip(&insns) {
             *slot = d.ins;
         }
-        let mut p = crate::probe::Plan::new(n);
-        tool.instrument(pc, &block[..n], &mut p);
+        plan = Some(plan_for(tool, pc, &block[..n]));
         let mut refs: [&Instruction; MAX_INSNS] = [&block[0]; MAX_INSNS];
         for (slot, d) in refs.iter_mut().zip(&insns) {
             *slot = &d.ins;
         }
         live = crate::probe::flags_live_before(&refs[..n]);
-        plan = Some(p);
     }
     for (i, d) in insns.iter().enumerate() {
         e.mark(d.ins.ip(), 0);
@@ -497,8 +499,13 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
             e.mark(d.ins.ip(), 0);
         }
         if let Some(p) = &plan {
-            for r in p.reqs().iter().filter(|r| r.at() == i) {
+            for r in p.probes().iter().filter(|r| r.at() == i) {
                 e.probe(r, &d.ins, live & (1 << i) != 0)?;
+            }
+            if tool.is_some() && is_client_request_at(&insns, i) {
+                if let Some(rec) = crate::probe::client_request_record(&d.ins) {
+                    e.clean_call(d.ins.ip(), rec);
+                }
             }
         }
         let last = i + 1 == n;
@@ -524,6 +531,50 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         guest_len,
         pcmap: core::mem::take(&mut e.pcmap),
     })
+}
+
+/// Describes `block` to the tool and takes back its plan. Block records go first: whatever
+/// else the tool asks for before the first instruction, the record says the block began.
+fn plan_for(client: Client, pc: u64, block: &[Instruction]) -> Plan {
+    let mut described = [Insn::new(0, 0, Flow::Next); MAX_INSNS];
+    crate::probe::with_factory(|f| {
+        for (slot, ins) in described.iter_mut().zip(block) {
+            *slot = crate::describe::describe(ins, f);
+        }
+    });
+    let mut asked = Plan::new(block.len());
+    client.tool.instrument(pc, &described[..block.len()], &mut asked);
+    let mut plan = Plan::new(block.len());
+    let trace = crate::trace::enabled();
+    for p in asked.probes() {
+        if matches!(p, Probe::TraceBlock { .. }) && trace {
+            plan.push_probe(*p);
+        }
+    }
+    for p in asked.probes() {
+        match p {
+            Probe::TraceBlock { .. } => {}
+            // Without buffers (the tool did not declare `Needs::trace`) there is nowhere to
+            // append to.
+            Probe::TraceAccesses { .. } if !trace => {}
+            _ => {
+                plan.push_probe(*p);
+            }
+        }
+    }
+    plan
+}
+
+/// Whether instruction `i` is the `xchg rbx, rbx` of a client request.
+fn is_client_request_at(insns: &[Decoded], i: usize) -> bool {
+    if i < 4 {
+        return false;
+    }
+    let mut w = [Instruction::default(); 5];
+    for (k, slot) in w.iter_mut().enumerate() {
+        *slot = insns[i - 4 + k].ins;
+    }
+    crate::describe::is_client_request(&w, 4)
 }
 
 /// Whether the arithmetic flags are overwritten before being read in the block (so the
@@ -577,12 +628,12 @@ fn rep_block(
     ins: &Instruction,
     pc: u64,
     opts: Options,
-    tool: Option<&'static dyn crate::probe::Instrument>,
+    tool: Option<Client>,
 ) -> Result<Translation, TranslateError> {
-    let mut plan = crate::probe::Plan::new(1);
-    if let Some(t) = tool {
-        t.instrument(pc, core::slice::from_ref(ins), &mut plan);
-    }
+    let plan = match tool {
+        Some(t) => plan_for(t, pc, core::slice::from_ref(ins)),
+        None => Plan::new(1),
+    };
     e.mark(pc, 0);
     if opts.check {
         e.smc_check(pc, ins.len(), false);
@@ -593,11 +644,10 @@ fn rep_block(
     let prefixes = &raw[..raw.len() - 1];
     // Counter probes run at every entry, the final one with `rcx == 0` included (as the
     // instruction count does); the others only before an iteration that runs.
+    let every_entry = |p: &Probe| matches!(p, Probe::Count { .. } | Probe::TraceBlock { .. });
     let counts = |e: &mut Emitter| -> Result<(), TranslateError> {
-        for r in plan.reqs() {
-            if matches!(r, crate::probe::Req::Count { .. }) {
-                e.probe(r, ins, true)?;
-            }
+        for r in plan.probes().iter().filter(|p| every_entry(p)) {
+            e.probe(r, ins, true)?;
         }
         Ok(())
     };
@@ -632,10 +682,8 @@ fn rep_block(
     let exit_stub = e.new_stub(ins.next_ip());
     e.fixups.push((exit_fix, exit_stub));
     e.mark(pc, 0);
-    for r in plan.reqs() {
-        if !matches!(r, crate::probe::Req::Count { .. }) {
-            e.probe(r, ins, true)?;
-        }
+    for r in plan.probes().iter().filter(|p| !every_entry(p)) {
+        e.probe(r, ins, true)?;
     }
     e.unmark();
     // lea rcx, [rcx-1]
@@ -805,201 +853,6 @@ impl Emitter {
             self.store_gs(0, c::OFF_COUNT);
             self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
         }
-    }
-
-    /// Emits one probe before guest instruction `ins` (see `probe`). The guest state is
-    /// exact at its start and end; in between the guest `rax` is in `STUB_RAX`.
-    fn probe(
-        &mut self,
-        r: &crate::probe::Req,
-        ins: &Instruction,
-        flags_live: bool,
-    ) -> Result<(), TranslateError> {
-        use crate::probe::Req;
-        let ip = ins.ip();
-        let rec = match *r {
-            Req::Count { counter, n, .. } => {
-                self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
-                self.mark(ip, FIX_RAX_IN_STUB);
-                if flags_live {
-                    self.buf.extend_from_slice(&[0x9F, 0x0F, 0x90, 0xC0]); // lahf; seto al
-                    self.store_gs(0, c::scratch_off(c::S_PROBE_FLAGS));
-                }
-                self.mov_imm64(0, counter);
-                // lock add qword ptr [rax], n
-                self.buf.extend_from_slice(&[0xF0, 0x48, 0x81, 0x00]);
-                self.d32(n);
-                if flags_live {
-                    self.load_gs(0, c::scratch_off(c::S_PROBE_FLAGS));
-                    self.buf.extend_from_slice(&[0x04, 0x7F, 0x9E]); // add al, 0x7f; sahf
-                }
-                self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
-                self.mark(ip, 0);
-                return Ok(());
-            }
-            Req::Accesses { data, .. } => crate::probe::access_record(ins, data),
-            Req::Filtered { data, .. } => {
-                let rec = crate::probe::access_record(ins, data);
-                if let Some(rec) = rec {
-                    if crate::probe::shadow_base() != 0 {
-                        if let Some((mem, n)) = crate::probe::inline_operands(rec) {
-                            if mem[..n].iter().all(ea_encodable) {
-                                self.filtered_call(ip, rec, &mem[..n], flags_live)?;
-                                return Ok(());
-                            }
-                        }
-                    }
-                }
-                rec
-            }
-            Req::Pc { data, .. } => crate::probe::pc_record(ins, data),
-        };
-        let Some(rec) = rec else {
-            return Ok(()); // no memory access to report (or no memory for the record)
-        };
-        // mov gs:[STUB_RAX], rax; lea rax, [rip+back]; mov gs:[PROBE_RET], rax;
-        // mov rax, rec; jmp gs:[probe_entry]; back:
-        self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
-        self.mark(ip, FIX_RAX_IN_STUB);
-        self.buf.extend_from_slice(&[0x48, 0x8D, 0x05]);
-        let lea_disp = self.buf.len();
-        self.d32(0);
-        self.store_gs(0, c::scratch_off(c::S_PROBE_RET));
-        self.mov_imm64(0, rec);
-        self.jmp_gs(c::OFF_PROBE_ENTRY);
-        let back = self.buf.len();
-        let rel = (back - (lea_disp + 4)) as u32;
-        self.buf[lea_disp..lea_disp + 4].copy_from_slice(&rel.to_le_bytes());
-        self.mark(ip, 0);
-        Ok(())
-    }
-
-    /// A filtered access probe: computes each operand's address, looks up the shadow
-    /// bytes of its first granules and of its last byte's granule, and jumps to an
-    /// out-of-line clean call (`SlowCall`) when one is nonzero. Only `rax` (in `STUB_RAX`)
-    /// and, when live, the flags (in `PROBE_FLAGS`) are borrowed.
-    fn filtered_call(
-        &mut self,
-        ip: u64,
-        rec: u64,
-        mem: &[iced_x86::UsedMemory],
-        flags_live: bool,
-    ) -> Result<(), TranslateError> {
-        self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
-        self.mark(ip, FIX_RAX_IN_STUB);
-        if flags_live {
-            self.buf.extend_from_slice(&[0x9F, 0x0F, 0x90, 0xC0]); // lahf; seto al
-            self.store_gs(0, c::scratch_off(c::S_PROBE_FLAGS));
-        }
-        let mut slow = SlowCall {
-            jumps: [0; 2 * crate::probe::MAX_MEM],
-            njumps: 0,
-            rec,
-            flags_live,
-            back: 0,
-            ip,
-        };
-        for m in mem {
-            let size = m.memory_size().size() as u64;
-            // Shadow bytes covering the first granules (up to 8), then the last byte's.
-            let first_width: u8 = match size {
-                0..=8 => 1,
-                9..=16 => 2,
-                17..=32 => 4,
-                _ => 8,
-            };
-            let mut checks = [(0u64, first_width), (size.saturating_sub(1), 1)];
-            let n = if size > 1 { 2 } else { 1 };
-            for (off, width) in checks.iter_mut().take(n) {
-                self.effective_address(m, *off, ip)?;
-                self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, 0x03]); // shr rax, 3
-                self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]); // add rax, gs:[shadow]
-                self.d32(c::OFF_SHADOW as u32);
-                match *width {
-                    1 => self.buf.extend_from_slice(&[0x80, 0x38, 0x00]),
-                    2 => self.buf.extend_from_slice(&[0x66, 0x83, 0x38, 0x00]),
-                    4 => self.buf.extend_from_slice(&[0x83, 0x38, 0x00]),
-                    _ => self.buf.extend_from_slice(&[0x48, 0x83, 0x38, 0x00]),
-                }
-                self.buf.extend_from_slice(&[0x0F, 0x85]); // jne slow
-                slow.jumps[slow.njumps] = self.buf.len();
-                slow.njumps += 1;
-                self.d32(0);
-            }
-        }
-        if flags_live {
-            self.load_gs(0, c::scratch_off(c::S_PROBE_FLAGS));
-            self.buf.extend_from_slice(&[0x04, 0x7F, 0x9E]); // add al, 0x7f; sahf
-        }
-        self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
-        slow.back = self.buf.len();
-        self.mark(ip, 0);
-        self.slow.push(slow);
-        Ok(())
-    }
-
-    /// `rax` = the address of operand `m` (guest registers) plus `off`. The guest `rax` is
-    /// in `STUB_RAX`; `rax` itself may hold anything.
-    fn effective_address(
-        &mut self,
-        m: &iced_x86::UsedMemory,
-        off: u64,
-        ip: u64,
-    ) -> Result<(), TranslateError> {
-        let disp = m.displacement().wrapping_add(off);
-        if m.base() == Register::None && m.index() == Register::None {
-            self.mov_imm64(0, disp);
-        } else {
-            if m.base() == Register::RAX || m.index() == Register::RAX {
-                self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
-            }
-            let d = disp as i64;
-            let op = iced_x86::MemoryOperand::new(
-                m.base(),
-                m.index(),
-                m.scale(),
-                d,
-                if d == 0 { 0 } else { 1 },
-                false,
-                Register::None,
-            );
-            let lea = Instruction::with2(Code::Lea_r64_m, Register::RAX, op)
-                .map_err(|_| TranslateError::Encode { pc: ip })?;
-            self.encode(&lea, ip)?;
-        }
-        if m.segment() == Register::GS {
-            self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]); // add rax, gs:[guest_gs]
-            self.d32(c::OFF_GUEST_GS as u32);
-        }
-        if m.segment() == Register::FS {
-            self.buf.extend_from_slice(&[0x64, 0x48, 0x03, 0x04, 0x25]); // add rax, fs:[0]
-            self.d32(0);
-        }
-        Ok(())
-    }
-
-    /// Places the out-of-line clean calls of filtered probes (after the stubs).
-    fn finish_slow_calls(&mut self) {
-        let slow = core::mem::take(&mut self.slow);
-        for s in &slow {
-            let at = self.buf.len();
-            for &j in &s.jumps[..s.njumps] {
-                let rel = at as i64 - (j as i64 + 4);
-                self.buf[j..j + 4].copy_from_slice(&(rel as i32).to_le_bytes());
-            }
-            self.push_map_at(at, s.ip, FIX_RAX_IN_STUB);
-            if s.flags_live {
-                self.load_gs(0, c::scratch_off(c::S_PROBE_FLAGS));
-                self.buf.extend_from_slice(&[0x04, 0x7F, 0x9E]); // add al, 0x7f; sahf
-            }
-            self.buf.extend_from_slice(&[0x48, 0x8D, 0x05]); // lea rax, [rip+back]
-            let rel = s.back as i64 - (self.buf.len() as i64 + 4);
-            self.d32(rel as i32 as u32);
-            self.store_gs(0, c::scratch_off(c::S_PROBE_RET));
-            self.mov_imm64(0, s.rec);
-            self.jmp_gs(c::OFF_PROBE_ENTRY);
-        }
-        self.unmark();
     }
 
     fn new_stub(&mut self, target: u64) -> usize {

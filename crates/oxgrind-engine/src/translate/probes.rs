@@ -1,0 +1,392 @@
+//! Emitting a tool's probes (`oxgrind_tool::instrument::Plan`) before guest instructions.
+//!
+//! Inline where the work is small and fixed: per-thread counters, trace appends, the
+//! shadow-map filter. Everything else is a clean call through the dispatcher (see
+//! `probe`). The guest state is exact at the start and at the end of every probe; in
+//! between, the guest `rax` is in the `STUB_RAX` scratch slot (the pc map says so), the
+//! flags, where live, in `PROBE_FLAGS`, and `rcx`, while a record is written, in
+//! `PROBE_RCX`. Nothing a probe does can fault, and an asynchronous signal arriving inside
+//! one is delivered at the next guest instruction boundary, so these borrowed registers are
+//! never seen by the program.
+
+use iced_x86::{Code, Instruction, MemoryOperand, OpAccess, Register, UsedMemory};
+use oxgrind_tool::instrument::{Probe, TraceKind};
+
+use super::{ea_encodable, Emitter, SlowCall, TranslateError, FIX_RAX_IN_STUB};
+use crate::context as c;
+
+impl Emitter {
+    /// Emits one probe before guest instruction `ins`.
+    pub(super) fn probe(
+        &mut self,
+        p: &Probe,
+        ins: &Instruction,
+        flags_live: bool,
+    ) -> Result<(), TranslateError> {
+        let ip = ins.ip();
+        let rec = match *p {
+            Probe::Count { counter, n, .. } => {
+                self.counter_bump(ip, c::OFF_COUNTERS + 8 * counter.0 as usize, n, flags_live);
+                return Ok(());
+            }
+            Probe::TraceBlock { tag } => {
+                self.trace_block(ip, tag, flags_live);
+                return Ok(());
+            }
+            Probe::TraceAccesses { tag, filtered, .. } => {
+                return self.trace_accesses(ins, tag, filtered, flags_live);
+            }
+            Probe::Accesses { data, .. } => crate::probe::access_record(ins, data),
+            Probe::AccessesFiltered { data, .. } => {
+                let rec = crate::probe::access_record(ins, data);
+                if let Some(rec) = rec {
+                    if let Some((mem, n)) = self.inline_filter_operands(rec) {
+                        self.filtered_call(ip, rec, &mem[..n], flags_live)?;
+                        return Ok(());
+                    }
+                }
+                rec
+            }
+            Probe::Pc { data, .. } => crate::probe::pc_record(ins, data),
+        };
+        if let Some(rec) = rec {
+            self.clean_call(ip, rec);
+        }
+        Ok(()) // (no record: no memory access to report, or no memory for the record)
+    }
+
+    /// The operands of access record `rec` when the shadow map exists and every operand
+    /// can be addressed inline.
+    fn inline_filter_operands(
+        &self,
+        rec: u64,
+    ) -> Option<([UsedMemory; crate::probe::MAX_MEM], usize)> {
+        if crate::shadow::base() == 0 {
+            return None;
+        }
+        let (mem, n) = crate::probe::inline_operands(rec)?;
+        mem[..n].iter().all(ea_encodable).then_some((mem, n))
+    }
+
+    /// A clean call with probe record `rec`: `mov gs:[STUB_RAX], rax; lea rax, [rip+back];
+    /// mov gs:[PROBE_RET], rax; mov rax, rec; jmp gs:[probe_entry]; back:`.
+    pub(super) fn clean_call(&mut self, ip: u64, rec: u64) {
+        self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+        self.mark(ip, FIX_RAX_IN_STUB);
+        self.buf.extend_from_slice(&[0x48, 0x8D, 0x05]);
+        let lea_disp = self.buf.len();
+        self.d32(0);
+        self.store_gs(0, c::scratch_off(c::S_PROBE_RET));
+        self.mov_imm64(0, rec);
+        self.jmp_gs(c::OFF_PROBE_ENTRY);
+        let back = self.buf.len();
+        let rel = (back - (lea_disp + 4)) as u32;
+        self.buf[lea_disp..lea_disp + 4].copy_from_slice(&rel.to_le_bytes());
+        self.mark(ip, 0);
+    }
+
+    /// Adds `n` to the thread's counter at context offset `off`: one `add` when the flags
+    /// are dead, else a flag-free load/`lea`/store through `rax`. No lock: the counter is
+    /// this thread's own.
+    fn counter_bump(&mut self, ip: u64, off: usize, n: u32, flags_live: bool) {
+        if !flags_live {
+            // add qword ptr gs:[off], n
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x81, 0x04, 0x25]);
+            self.d32(off as u32);
+            self.d32(n);
+            return;
+        }
+        self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+        self.mark(ip, FIX_RAX_IN_STUB);
+        self.load_gs(0, off);
+        self.buf.extend_from_slice(&[0x48, 0x8D, 0x80]); // lea rax, [rax+n]
+        self.d32(n);
+        self.store_gs(0, off);
+        self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
+        self.mark(ip, 0);
+    }
+
+    /// Saves the guest `rax` (and the flags, where live) before inline probe work.
+    fn borrow_rax(&mut self, ip: u64, flags_live: bool) {
+        self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+        self.mark(ip, FIX_RAX_IN_STUB);
+        if flags_live {
+            self.buf.extend_from_slice(&[0x9F, 0x0F, 0x90, 0xC0]); // lahf; seto al
+            self.store_gs(0, c::scratch_off(c::S_PROBE_FLAGS));
+        }
+    }
+
+    /// Gives back what [`Emitter::borrow_rax`] took.
+    fn return_rax(&mut self, flags_live: bool) {
+        if flags_live {
+            self.restore_probe_flags();
+        }
+        self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
+    }
+
+    /// `mov rax, gs:[PROBE_FLAGS]; add al, 0x7f; sahf`: the flags `lahf; seto al` saved.
+    pub(super) fn restore_probe_flags(&mut self) {
+        self.load_gs(0, c::scratch_off(c::S_PROBE_FLAGS));
+        self.buf.extend_from_slice(&[0x04, 0x7F, 0x9E]);
+    }
+
+    /// Appends a block record (`pc`, `tag`) to the thread's trace buffer.
+    fn trace_block(&mut self, pc: u64, tag: u32, flags_live: bool) {
+        self.borrow_rax(pc, flags_live);
+        self.load_gs(0, c::OFF_TRACE_PTR);
+        // mov dword [rax], lo; mov dword [rax+4], hi; mov dword [rax+8], tag;
+        // mov dword [rax+12], 0 (size 0, kind Block)
+        self.buf.extend_from_slice(&[0xC7, 0x00]);
+        self.d32(pc as u32);
+        self.buf.extend_from_slice(&[0xC7, 0x40, 0x04]);
+        self.d32((pc >> 32) as u32);
+        self.buf.extend_from_slice(&[0xC7, 0x40, 0x08]);
+        self.d32(tag);
+        self.buf.extend_from_slice(&[0xC7, 0x40, 0x0C]);
+        self.d32((TraceKind::Block as u32) << 16);
+        self.buf.extend_from_slice(&[0x48, 0x8D, 0x40, 0x10]); // lea rax, [rax+16]
+        self.store_gs(0, c::OFF_TRACE_PTR);
+        self.drain_when_full(pc, flags_live);
+    }
+
+    /// Appends a record per memory access of `ins` (only those whose granules are marked in
+    /// the shadow map when `filtered`). Operands the inline code cannot address (gathers,
+    /// masked vector accesses, 32-bit addressing) go through a clean call that appends the
+    /// same records from Rust.
+    fn trace_accesses(
+        &mut self,
+        ins: &Instruction,
+        tag: u32,
+        filtered: bool,
+        flags_live: bool,
+    ) -> Result<(), TranslateError> {
+        let ip = ins.ip();
+        let Some(rec) = crate::probe::trace_record(ins, tag, filtered) else {
+            return Ok(()); // no memory access
+        };
+        let inline = if ins.has_op_mask() || (filtered && crate::shadow::base() == 0) {
+            None
+        } else {
+            crate::probe::inline_operands(rec)
+                .filter(|(mem, n)| mem[..*n].iter().all(ea_encodable))
+        };
+        let Some((mem, n)) = inline else {
+            self.clean_call(ip, rec);
+            return Ok(());
+        };
+        self.borrow_rax(ip, flags_live);
+        for m in &mem[..n] {
+            let kind = match m.access() {
+                OpAccess::Read | OpAccess::CondRead => TraceKind::Read,
+                OpAccess::Write | OpAccess::CondWrite => TraceKind::Write,
+                _ => TraceKind::Modify,
+            };
+            let size = (m.memory_size().size() as u32).min(u16::MAX as u32);
+            let word = size | (kind as u32) << 16;
+            if filtered {
+                let mut to_append = [0usize; 2];
+                let nj = self.shadow_checks(m, ip, &mut to_append)?;
+                // jmp skip (rel32), patched below
+                self.buf.push(0xE9);
+                let skip = self.buf.len();
+                self.d32(0);
+                let append = self.buf.len();
+                for &j in &to_append[..nj] {
+                    let rel = append as i64 - (j as i64 + 4);
+                    self.buf[j..j + 4].copy_from_slice(&(rel as i32).to_le_bytes());
+                }
+                self.effective_address(m, 0, ip)?;
+                self.append_access(tag, word);
+                let rel = (self.buf.len() - (skip + 4)) as u32;
+                self.buf[skip..skip + 4].copy_from_slice(&rel.to_le_bytes());
+            } else {
+                self.effective_address(m, 0, ip)?;
+                self.append_access(tag, word);
+            }
+        }
+        self.drain_when_full(ip, flags_live);
+        Ok(())
+    }
+
+    /// `rax` holds an address: writes the record (address, `tag`, `size_kind`) at the
+    /// thread's trace pointer and advances it, borrowing `rcx`.
+    fn append_access(&mut self, tag: u32, size_kind: u32) {
+        self.store_gs(1, c::OFF_PROBE_RCX);
+        self.load_gs(1, c::OFF_TRACE_PTR);
+        self.buf.extend_from_slice(&[0x48, 0x89, 0x01]); // mov [rcx], rax
+        self.buf.extend_from_slice(&[0xC7, 0x41, 0x08]); // mov dword [rcx+8], tag
+        self.d32(tag);
+        self.buf.extend_from_slice(&[0xC7, 0x41, 0x0C]); // mov dword [rcx+12], size|kind
+        self.d32(size_kind);
+        self.buf.extend_from_slice(&[0x48, 0x8D, 0x49, 0x10]); // lea rcx, [rcx+16]
+        self.store_gs(1, c::OFF_TRACE_PTR);
+        self.load_gs(1, c::OFF_PROBE_RCX);
+    }
+
+    /// Ends an inline trace probe: gives back `rax` and the flags, after a check of the
+    /// trace pointer against the drain mark that leaves for an out-of-line drain call.
+    fn drain_when_full(&mut self, ip: u64, flags_live: bool) {
+        self.load_gs(0, c::OFF_TRACE_PTR);
+        // cmp rax, gs:[TRACE_END]; jae slow
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0x25]);
+        self.d32(c::OFF_TRACE_END as u32);
+        self.buf.extend_from_slice(&[0x0F, 0x83]);
+        let jump = self.buf.len();
+        self.d32(0);
+        self.return_rax(flags_live);
+        let back = self.buf.len();
+        self.mark(ip, 0);
+        let rec = crate::probe::trace_full_record_at(ip).unwrap_or(0);
+        let mut slow = SlowCall {
+            jumps: [0; 2 * crate::probe::MAX_MEM],
+            njumps: 1,
+            rec,
+            flags_live,
+            back,
+            ip,
+        };
+        slow.jumps[0] = jump;
+        if rec != 0 {
+            self.slow.push(slow);
+        } else {
+            // No memory for the record: never leave (the buffer is then drained by the
+            // next probe that has one, or at thread exit; appends past the mark use the
+            // slack, and the drain mark leaves room for one instruction's records only).
+            self.buf[jump..jump + 4].copy_from_slice(&0u32.to_le_bytes());
+        }
+    }
+
+    /// For each check of operand `m` against the shadow map (first granules, last byte),
+    /// emits `jne <to patch>`; returns how many, with the positions of their rel32s.
+    fn shadow_checks(
+        &mut self,
+        m: &UsedMemory,
+        ip: u64,
+        jumps: &mut [usize; 2],
+    ) -> Result<usize, TranslateError> {
+        let size = m.memory_size().size() as u64;
+        // Shadow bytes covering the first granules (up to 8), then the last byte's.
+        let first_width: u8 = match size {
+            0..=8 => 1,
+            9..=16 => 2,
+            17..=32 => 4,
+            _ => 8,
+        };
+        let checks = [(0u64, first_width), (size.saturating_sub(1), 1)];
+        let n = if size > 1 { 2 } else { 1 };
+        for (k, (off, width)) in checks.iter().take(n).enumerate() {
+            self.effective_address(m, *off, ip)?;
+            self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, 0x03]); // shr rax, 3
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]); // add rax, gs:[shadow]
+            self.d32(c::OFF_SHADOW as u32);
+            match *width {
+                1 => self.buf.extend_from_slice(&[0x80, 0x38, 0x00]),
+                2 => self.buf.extend_from_slice(&[0x66, 0x83, 0x38, 0x00]),
+                4 => self.buf.extend_from_slice(&[0x83, 0x38, 0x00]),
+                _ => self.buf.extend_from_slice(&[0x48, 0x83, 0x38, 0x00]),
+            }
+            self.buf.extend_from_slice(&[0x0F, 0x85]); // jne
+            jumps[k] = self.buf.len();
+            self.d32(0);
+        }
+        Ok(n)
+    }
+
+    /// A filtered access probe: the shadow checks of every operand, and an out-of-line
+    /// clean call (`SlowCall`) when one finds a nonzero byte.
+    fn filtered_call(
+        &mut self,
+        ip: u64,
+        rec: u64,
+        mem: &[UsedMemory],
+        flags_live: bool,
+    ) -> Result<(), TranslateError> {
+        self.borrow_rax(ip, flags_live);
+        let mut slow = SlowCall {
+            jumps: [0; 2 * crate::probe::MAX_MEM],
+            njumps: 0,
+            rec,
+            flags_live,
+            back: 0,
+            ip,
+        };
+        for m in mem {
+            let mut j = [0usize; 2];
+            let n = self.shadow_checks(m, ip, &mut j)?;
+            for &p in &j[..n] {
+                slow.jumps[slow.njumps] = p;
+                slow.njumps += 1;
+            }
+        }
+        self.return_rax(flags_live);
+        slow.back = self.buf.len();
+        self.mark(ip, 0);
+        self.slow.push(slow);
+        Ok(())
+    }
+
+    /// `rax` = the address of operand `m` (guest registers) plus `off`. The guest `rax` is
+    /// in `STUB_RAX`; `rax` itself may hold anything.
+    pub(super) fn effective_address(
+        &mut self,
+        m: &UsedMemory,
+        off: u64,
+        ip: u64,
+    ) -> Result<(), TranslateError> {
+        let disp = m.displacement().wrapping_add(off);
+        if m.base() == Register::None && m.index() == Register::None {
+            self.mov_imm64(0, disp);
+        } else {
+            if m.base() == Register::RAX || m.index() == Register::RAX {
+                self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
+            }
+            let d = disp as i64;
+            let op = MemoryOperand::new(
+                m.base(),
+                m.index(),
+                m.scale(),
+                d,
+                if d == 0 { 0 } else { 1 },
+                false,
+                Register::None,
+            );
+            let lea = Instruction::with2(Code::Lea_r64_m, Register::RAX, op)
+                .map_err(|_| TranslateError::Encode { pc: ip })?;
+            self.encode(&lea, ip)?;
+        }
+        if m.segment() == Register::GS {
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]); // add rax, gs:[guest_gs]
+            self.d32(c::OFF_GUEST_GS as u32);
+        }
+        if m.segment() == Register::FS {
+            self.buf.extend_from_slice(&[0x64, 0x48, 0x03, 0x04, 0x25]); // add rax, fs:[0]
+            self.d32(0);
+        }
+        Ok(())
+    }
+
+    /// Places the out-of-line clean calls of filtered probes and trace drains (after the
+    /// stubs): each restores the flags where they were saved, then calls with the guest
+    /// `rax` still in `STUB_RAX`, and returns to the end of its inline part.
+    pub(super) fn finish_slow_calls(&mut self) {
+        let slow = core::mem::take(&mut self.slow);
+        for s in &slow {
+            let at = self.buf.len();
+            for &j in &s.jumps[..s.njumps] {
+                let rel = at as i64 - (j as i64 + 4);
+                self.buf[j..j + 4].copy_from_slice(&(rel as i32).to_le_bytes());
+            }
+            self.push_map_at(at, s.ip, FIX_RAX_IN_STUB);
+            if s.flags_live {
+                self.restore_probe_flags();
+            }
+            self.buf.extend_from_slice(&[0x48, 0x8D, 0x05]); // lea rax, [rip+back]
+            let rel = s.back as i64 - (self.buf.len() as i64 + 4);
+            self.d32(rel as i32 as u32);
+            self.store_gs(0, c::scratch_off(c::S_PROBE_RET));
+            self.mov_imm64(0, s.rec);
+            self.jmp_gs(c::OFF_PROBE_ENTRY);
+        }
+        self.unmark();
+    }
+}
