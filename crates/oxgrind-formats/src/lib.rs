@@ -19,6 +19,7 @@
 #![cfg_attr(not(feature = "std"), no_std)]
 extern crate alloc;
 
+pub mod below_main;
 pub mod cachegrind;
 pub mod dhat;
 pub mod frame;

@@ -38,7 +38,7 @@
 
 extern crate alloc;
 
-pub mod below_main;
+pub use oxgrind_formats::below_main;
 pub mod cxxabi;
 mod elfmem;
 pub mod maps;

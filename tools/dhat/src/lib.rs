@@ -3,14 +3,18 @@
 //! (formats.md §3).
 //!
 //! [`Dhat`] implements [`oxgrind_tool::Tool`]. Time is guest instructions, counted by DHAT
-//! itself with a counter bump per translated block, as Valgrind's DHAT does.
+//! itself with a counter bump per translated block, as Valgrind's DHAT does (a per-thread
+//! counter of the engine's, summed when read: no lock, no shared cache line).
 //! Three event streams feed one state ([`heap::State`], behind a spin lock):
 //!
 //! * allocation events (`on_alloc`, `on_free`, `on_realloc`) on the program's threads, each
-//!   stamped with [`Host::instructions`];
-//! * memory accesses: [`Tool::instrument`] asks for an access probe before every
-//!   instruction that may touch the heap (module [`probe`] decides which), and
-//!   [`Tool::on_accesses`] charges each access to the live block containing its first byte;
+//!   stamped with the instruction count; each live block is marked in a shadow map;
+//! * memory accesses: [`Tool::instrument`] asks, before every instruction that may touch
+//!   the heap (`Insn::may_touch_heap`), for a *filtered trace* probe: the engine checks the
+//!   shadow map inline and appends a record to the thread's trace buffer only for accesses
+//!   to a live block's granules. [`Tool::on_trace`] charges each batch of records (a lock
+//!   per batch, not per access) to the live block containing each first byte; a thread's
+//!   buffer is flushed before it frees or reallocates a block, so its accesses count first;
 //! * at exit, [`Tool::fini`] folds the live blocks in, resolves frames and writes the file
 //!   and the summary.
 //!
@@ -19,8 +23,8 @@
 //! shows its `vgpreload` one), cut after `main` or the first function below it. Stacks are
 //! classified once, outside the lock, when first seen.
 //!
-//! `--mode=ad-hoc` counts `DHAT_AD_HOC_EVENT(n)` client requests, recognised in the code
-//! by Valgrind's magic preamble ([`probe`]). `--mode=copy` is refused for now.
+//! `--mode=ad-hoc` counts `DHAT_AD_HOC_EVENT(n)` client requests, which the engine
+//! recognises by Valgrind's magic preamble and hands to [`Tool::client_request`]. `--mode=copy` is refused for now.
 //!
 //! What differs from Valgrind is listed in `docs/differences-from-valgrind.md` (DHAT).
 
@@ -29,12 +33,14 @@ pub mod options;
 pub mod probe;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use options::Options;
 use oxgrind_formats::dhat::{DhatFile, FrameTable, Mode, Pp};
 use oxgrind_formats::number::commify;
-use oxgrind_tool::instrument::{Access, CounterId, GuestRegs, Insn, Plan};
+use oxgrind_tool::instrument::{
+    Access, AccessKind, CounterId, GuestRegs, Insn, Plan, ShadowSpec, TraceKind, TraceRecord,
+};
 use oxgrind_tool::sync::SpinLock;
 use oxgrind_tool::{Addr, Alloc, Exit, Frame, Free, Host, Needs, OptionError, StackId, Tool};
 
@@ -89,10 +95,6 @@ pub struct Dhat {
     state: SpinLock<Inner>,
     /// Descriptions of code addresses, filled as stacks are first seen; read at exit.
     descs: SpinLock<HashMap<Addr, Vec<Frame>>>,
-    /// Lowest and highest address any block ever covered: accesses outside are skipped
-    /// without taking the lock (most are to the stack or to globals).
-    heap_lo: AtomicU64,
-    heap_hi: AtomicU64,
     finished: AtomicBool,
     heap_warmed: AtomicBool,
 }
@@ -103,15 +105,7 @@ impl Default for Dhat {
     }
 }
 
-/// `Vg_FnNameBelowMain`: functions that call `main`, shown as `(below main)`.
-fn is_below_main(name: &str) -> bool {
-    name == "__libc_start_main"
-        || name == "__libc_start_call_main"
-        || name.starts_with("__libc_start_main.")
-        || name == "generic_start_main"
-        || name.starts_with("generic_start_main.")
-        || name == "_start"
-}
+use oxgrind_formats::below_main::is_below_main;
 
 impl Dhat {
     pub fn new() -> Self {
@@ -122,8 +116,6 @@ impl Dhat {
                 points: Points::default(),
             }),
             descs: SpinLock::new(HashMap::new()),
-            heap_lo: AtomicU64::new(u64::MAX),
-            heap_hi: AtomicU64::new(0),
             finished: AtomicBool::new(false),
             heap_warmed: AtomicBool::new(false),
         }
@@ -211,10 +203,15 @@ impl Dhat {
         (st, Some(pp))
     }
 
-    fn widen_heap_range(&self, addr: Addr, size: u64) {
-        self.heap_lo.fetch_min(addr, Ordering::Relaxed);
-        self.heap_hi
-            .fetch_max(addr.saturating_add(size.max(1)), Ordering::Relaxed);
+    /// Marks (`true`) or unmarks the granules of the block at `addr` in the shadow map, so
+    /// the engine records exactly the accesses that may touch a live block. Blocks are
+    /// 16-byte aligned: two live blocks never share a granule. A zero-byte block is one
+    /// byte, as DHAT counts it.
+    fn mark(&self, host: &dyn Host, addr: Addr, size: u64, live: bool) {
+        if let Some(map) = host.shadow() {
+            let end = addr.saturating_add(size.max(1));
+            map.set_granules(addr & !7, end.next_multiple_of(8), live as u8);
+        }
     }
 
     /// Works around a self-deadlock of the runtime's private heap under the engine: the
@@ -446,6 +443,9 @@ impl Tool for Dhat {
             // DHAT counts for itself (see INSTRS): the core's count is not needed.
             instrument: true,
             counters: 1,
+            // Live blocks marked in a shadow map; their accesses buffered per thread.
+            shadow: heap.then_some(ShadowSpec::BYTE_PER_GRANULE),
+            trace: heap,
             client_requests: self.opts.mode == Mode::AdHoc,
             ..Needs::default()
         }
@@ -479,13 +479,16 @@ impl Tool for Dhat {
         let now = now(host);
         st.heap.alloc(ev.addr, ev.size, pp, now);
         drop(st);
-        self.widen_heap_range(ev.addr, ev.size);
+        self.mark(host, ev.addr, ev.size, true);
     }
 
     fn on_free(&self, host: &dyn Host, ev: &Free) {
         if !self.heap_mode() {
             return;
         }
+        // This thread's accesses to the block, still in its trace buffer, count first.
+        host.flush_trace();
+        self.mark(host, ev.addr, ev.size, false);
         let now = now(host);
         self.state.lock().heap.free(ev.addr, now);
     }
@@ -494,14 +497,16 @@ impl Tool for Dhat {
         if !self.heap_mode() {
             return;
         }
+        host.flush_trace();
+        self.mark(host, old.addr, old.size, false);
         let now = now(host);
-        let moved = self
+        let tracked = self
             .state
             .lock()
             .heap
             .realloc(old.addr, new.addr, new.size, now);
-        if moved {
-            self.widen_heap_range(new.addr, new.size);
+        if tracked {
+            self.mark(host, new.addr, new.size, true);
         }
     }
 
@@ -521,23 +526,32 @@ impl Tool for Dhat {
             plan.count(0, INSTRS, block.len() as u32);
         }
         if self.heap_mode() {
+            // A record, appended inline, only for accesses to granules of live blocks; the
+            // rest cost the inline shadow check.
             for (i, ins) in block.iter().enumerate() {
                 if ins.may_touch_heap() {
-                    plan.accesses(i, 0);
+                    plan.trace_accesses_filtered(i, 0);
                 }
             }
         }
     }
 
-    fn on_accesses(&self, _host: &dyn Host, accesses: &[Access], _regs: &GuestRegs, _data: u64) {
-        let lo = self.heap_lo.load(Ordering::Relaxed);
-        let hi = self.heap_hi.load(Ordering::Relaxed);
-        let mut st = None;
-        for a in accesses {
-            if a.addr < lo || a.addr >= hi {
-                continue;
-            }
-            st.get_or_insert_with(|| self.state.lock()).heap.access(a);
+    fn on_trace(&self, _host: &dyn Host, records: &[TraceRecord]) {
+        // One lock per batch of a thread's accesses, not per access.
+        let mut st = self.state.lock();
+        for r in records {
+            let kind = match r.kind() {
+                TraceKind::Block => continue,
+                TraceKind::Read => AccessKind::Read,
+                TraceKind::Write => AccessKind::Write,
+                TraceKind::Modify => AccessKind::Modify,
+            };
+            st.heap.access(&Access {
+                addr: r.addr,
+                size: r.size as u32,
+                kind,
+                conditional: false,
+            });
         }
     }
 

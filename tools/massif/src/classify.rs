@@ -37,30 +37,9 @@ pub const BUILTIN_ALLOC_FNS: &[&str] = &[
     "operator new[](unsigned long, std::align_val_t, std::nothrow_t const&)",
 ];
 
-/// Valgrind's `Vg_FnNameKind`: where a stack is cut unless `--show-below-main=yes`.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum FnKind {
-    Normal,
-    Main,
-    BelowMain,
-}
-
-fn fn_kind(raw_name: &str) -> FnKind {
-    match raw_name {
-        "main" => FnKind::Main,
-        // `_start` and the already-renamed "(below main)" as oxgrind-symbols counts them, so
-        // Massif and Memcheck cut stacks at the same place.
-        "__libc_start_main"
-        | "__libc_start_call_main"
-        | "generic_start_main"
-        | "_start"
-        | "(below main)" => FnKind::BelowMain,
-        n if n.starts_with("__libc_start_main.") || n.starts_with("generic_start_main.") => {
-            FnKind::BelowMain
-        }
-        _ => FnKind::Normal,
-    }
-}
+/// Valgrind's `Vg_FnNameKind`: where a stack is cut unless `--show-below-main=yes` (the
+/// one rule, shared with the symboliser and DHAT).
+use oxgrind_formats::below_main::{fn_name_kind as fn_kind, FnNameKind as FnKind};
 
 /// What classification needs to know about one code address, computed once.
 #[derive(Clone, Debug)]

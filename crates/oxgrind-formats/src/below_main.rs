@@ -3,6 +3,9 @@
 //! Unless `--show-below-main=yes`, Valgrind prints the C start-up functions as
 //! `(below main)` and cuts every stack after `main` (or, when there is no `main`, after the
 //! innermost start-up frame). The names are those of `VG_(get_fnname_kind)` for Linux.
+//!
+//! The one place for this rule: the symboliser (Memcheck's reports), Massif's and DHAT's
+//! stack handling all use it.
 
 /// The name Valgrind prints for a start-up function.
 pub const BELOW_MAIN: &str = "(below main)";
@@ -48,11 +51,11 @@ pub fn below_main_name(name: &str, show_below_main: bool) -> &str {
     }
 }
 
-/// The kind of one code address from its description (the frames
-/// [`Symbolizer::describe`](crate::Symbolizer::describe) returned for it): that of its
+/// The kind of one code address from its description (the frames the symboliser
+/// returned for it): that of its
 /// outermost, non-inlined function, by raw name when known. Works with or without the
 /// `(below main)` renaming, so report writers holding only `Frame`s can cut stacks.
-pub fn frames_kind(frames: &[oxgrind_formats::frame::Frame]) -> FnNameKind {
+pub fn frames_kind(frames: &[crate::frame::Frame]) -> FnNameKind {
     match frames.last() {
         Some(f) => match f.mangled.as_deref().or(f.function.as_deref()) {
             Some(name) => fn_name_kind(name),
@@ -65,8 +68,7 @@ pub fn frames_kind(frames: &[oxgrind_formats::frame::Frame]) -> FnNameKind {
 /// How many of `stack`'s frames (innermost first) Valgrind keeps without
 /// `--show-below-main=yes`: scanning from the outermost frame, the stack ends at the first
 /// `main`, or else at the innermost below-main frame; a stack with neither is kept whole.
-/// `kind` classifies one frame (e.g. [`Symbolizer::fn_name_kind`](crate::Symbolizer::fn_name_kind)
-/// on its address).
+/// `kind` classifies one frame (e.g. the symboliser's `fn_name_kind` on its address).
 pub fn cut_below_main<T>(stack: &[T], mut kind: impl FnMut(&T) -> FnNameKind) -> usize {
     let mut n = stack.len();
     for i in (0..stack.len()).rev() {
@@ -123,7 +125,7 @@ mod tests {
 
     #[test]
     fn described_frames_are_classified_by_their_outermost_function() {
-        use oxgrind_formats::frame::Frame;
+        use crate::frame::Frame;
         let f = |name: &str| Frame {
             function: Some(name.into()),
             ..Frame::default()
