@@ -1,0 +1,316 @@
+//! Control transfers: exit stubs (patched into direct jumps once their target is translated:
+//! linking), calls that push the guest return address, and `ret`/indirect jumps through the
+//! inline indirect-branch lookup.
+
+use alloc::vec::Vec;
+
+use iced_x86::{Code, FlowControl, Instruction, OpKind, Register};
+
+use super::*;
+use crate::context as c;
+
+impl Emitter {
+    pub(super) fn new_stub(&mut self, target: u64) -> usize {
+        self.stubs.push(Stub {
+            offset: usize::MAX,
+            target,
+        });
+        self.stubs.len() - 1
+    }
+
+    /// `jmp rel32` to a (new) exit stub for `target`.
+    pub(super) fn stub_jump(&mut self, target: u64) {
+        let s = self.new_stub(target);
+        self.stub_jump_existing(s);
+    }
+
+    pub(super) fn stub_jump_existing(&mut self, s: usize) {
+        self.buf.push(0xE9);
+        let fix = self.buf.len();
+        self.d32(0);
+        self.fixups.push((fix, s));
+    }
+
+    /// Lays out the stubs after the code and resolves the jumps to them.
+    pub(super) fn finish(&mut self) {
+        self.unmark();
+        for i in 0..self.stubs.len() {
+            while self.buf.len() % 8 != 0 {
+                self.buf.push(0xCC);
+            }
+            let off = self.buf.len();
+            self.stubs[i].offset = off;
+            let target = self.stubs[i].target;
+            // A stub is the way to its target: at its first byte (linked or not) the guest
+            // is exactly at the target; after its first store, with rax borrowed.
+            self.push_map_at(off, target, 0);
+            self.push_map_at(off + STUB_RAX_STORE_LEN, target, FIX_RAX_IN_STUB);
+            self.push_map_at(off + STUB_FAR_SLOT, UNMAPPED, 0);
+            emit_stub(&mut self.buf, target);
+        }
+        for &(fix, s) in &self.fixups {
+            let rel = self.stubs[s].offset as i64 - (fix as i64 + 4);
+            self.buf[fix..fix + 4].copy_from_slice(&(rel as i32).to_le_bytes());
+        }
+        if !self.slow.is_empty() {
+            self.finish_slow_calls();
+        }
+        if let Some(chk) = self.check.take() {
+            self.finish_check(chk);
+        }
+        // A stub has no successor; keep the tail aligned for the next block.
+        while self.buf.len() % 16 != 0 {
+            self.buf.push(0xCC);
+        }
+    }
+
+    /// Pushes the guest return address `ra` without touching flags or memory below `rsp`.
+    pub(super) fn push_return(&mut self, ra: u64, ip: u64, fix: u16) {
+        let sign_ext = (ra as u32 as i32 as i64) as u64;
+        if sign_ext == ra {
+            self.buf.push(0x68); // push imm32
+            self.d32(ra as u32);
+            return;
+        }
+        // One 8-byte store: `push imm32` + `mov dword [rsp+4]` would make the `pop` at the
+        // matching `ret` load from two stores, which defeats store forwarding (measurably
+        // slower on short calls). rcx is spilled to a scratch slot (rax may hold an
+        // indirect call's target).
+        self.store_gs(1, c::scratch_off(c::S_FAR_SAVE));
+        self.mark(ip, fix | (2 << FIX_FAR_SHIFT));
+        self.mov_imm64(1, ra);
+        self.buf.push(0x51); // push rcx
+        self.unmark();
+        self.load_gs(1, c::scratch_off(c::S_FAR_SAVE));
+    }
+
+    /// The first probe of the indirect-branch lookup, inlined at each indirect exit so that
+    /// every site has its own final `jmp` (and branch-predictor entry); the second probe and
+    /// the miss path are shared (`oxg_ibl2`). Protocol: rax = guest
+    /// target, guest rax in STUB_RAX; flags saved with lahf/seto, no stack use.
+    pub(super) fn inline_ibl(&mut self) {
+        self.store_gs(1, c::scratch_off(c::S_IBL_RCX)); // mov gs:[ibl_rcx], rcx
+        self.buf.extend_from_slice(&[0x48, 0x89, 0xC1]); // mov rcx, rax
+        self.buf.extend_from_slice(&[0x9F, 0x0F, 0x90, 0xC0]); // lahf; seto al
+        self.store_gs(0, c::scratch_off(c::S_IBL_FLAGS));
+        self.buf.extend_from_slice(&[0x48, 0x69, 0xC1]); // imul rax, rcx, K
+        self.d32(c::IBL_MUL);
+        self.buf
+            .extend_from_slice(&[0x48, 0xC1, 0xE8, c::IBL_SHIFT as u8]); // shr rax, S
+        self.buf.push(0x25); // and eax, mask
+        self.d32((c::IBL_ENTRIES - 1) as u32);
+        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE0, 0x04]); // shl rax, 4
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]); // add rax, gs:[table]
+        self.d32(c::OFF_IBL_TABLE as u32);
+        self.buf.extend_from_slice(&[0x48, 0x3B, 0x08]); // cmp rcx, [rax]
+        self.buf.extend_from_slice(&[0x75, 0x00]); // jne miss
+        let jne = self.buf.len();
+        self.buf.extend_from_slice(&[0x48, 0x8B, 0x40, 0x08]); // mov rax, [rax+8]
+        self.store_gs(0, c::scratch_off(c::S_HOST_TARGET));
+        self.load_gs(0, c::scratch_off(c::S_IBL_FLAGS));
+        self.buf.extend_from_slice(&[0x04, 0x7F, 0x9E]); // add al, 0x7f; sahf
+        self.load_gs(1, c::scratch_off(c::S_IBL_RCX));
+        self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
+        self.jmp_gs(c::scratch_off(c::S_HOST_TARGET));
+        let rel = self.buf.len() - jne;
+        self.buf[jne - 1] = rel as u8;
+        self.jmp_gs(c::OFF_IBL2);
+    }
+
+    /// `mov rax, <operand 0 of ins>` for an indirect jump or call.
+    pub(super) fn load_target(&mut self, ins: &Instruction) -> Result<(), TranslateError> {
+        match ins.op0_kind() {
+            OpKind::Register => {
+                let r = ins.op0_register();
+                if r == Register::RAX {
+                    return Ok(());
+                }
+                let m = Instruction::with2(Code::Mov_r64_rm64, Register::RAX, r)
+                    .map_err(|_| TranslateError::Encode { pc: ins.ip() })?;
+                self.encode(&m, ins.ip())
+            }
+            OpKind::Memory => {
+                if ins.is_ip_rel_memory_operand() {
+                    let target = ins.ip_rel_memory_address();
+                    let mut m = *ins;
+                    m.set_code(Code::Mov_r64_rm64);
+                    m.set_op0_kind(OpKind::Register);
+                    m.set_op0_register(Register::RAX);
+                    m.set_op1_kind(OpKind::Memory);
+                    let mut enc = Encoder::new(64);
+                    if enc.encode(&m, self.here()).is_ok() {
+                        self.buf.extend_from_slice(&enc.take_buffer());
+                        return Ok(());
+                    }
+                    // Far: the address is a constant.
+                    note_far_rewrite();
+                    self.mov_imm64(0, target);
+                    self.buf.extend_from_slice(&[0x48, 0x8B, 0x00]); // mov rax, [rax]
+                    return Ok(());
+                }
+                let mut m = *ins;
+                m.set_code(Code::Mov_r64_rm64);
+                m.set_op0_kind(OpKind::Register);
+                m.set_op0_register(Register::RAX);
+                m.set_op1_kind(OpKind::Memory);
+                self.encode(&m, ins.ip())
+            }
+            _ => Err(TranslateError::Encode { pc: ins.ip() }),
+        }
+    }
+
+    /// Emits the replacement for the control transfer that ends the block.
+    pub(super) fn transfer(&mut self, d: &Decoded) -> Result<(), TranslateError> {
+        let ins = &d.ins;
+        let next = ins.next_ip();
+        let ip = ins.ip();
+        self.mark(ip, 0);
+        match ins.flow_control() {
+            FlowControl::UnconditionalBranch => {
+                self.stub_jump(ins.near_branch_target());
+            }
+            FlowControl::ConditionalBranch => {
+                let target = ins.near_branch_target();
+                if ins.is_jcc_short_or_near() {
+                    let cc = ins.condition_code() as u8 - 1;
+                    self.buf.extend_from_slice(&[0x0F, 0x80 + cc]);
+                    let fix = self.buf.len();
+                    self.d32(0);
+                    let s = self.new_stub(target);
+                    self.fixups.push((fix, s));
+                } else {
+                    // loop/loope/loopne/jrcxz/jecxz (rel8 only): keep the instruction with
+                    // rel8 = 2, skip over a jmp to the taken stub otherwise.
+                    let bytes = self.guest_bytes(ins.ip(), ins.len()).to_vec();
+                    self.buf.extend_from_slice(&bytes[..bytes.len() - 1]);
+                    self.buf.extend_from_slice(&[0x02, 0xEB, 0x05, 0xE9]);
+                    let fix = self.buf.len();
+                    self.d32(0);
+                    let s = self.new_stub(target);
+                    self.fixups.push((fix, s));
+                }
+                self.mark(next, 0);
+                self.stub_jump(next);
+            }
+            FlowControl::Call => {
+                self.push_return(next, ip, 0);
+                self.unmark();
+                self.stub_jump(ins.near_branch_target());
+            }
+            FlowControl::IndirectBranch => {
+                self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+                self.mark(ip, FIX_RAX_IN_STUB);
+                self.load_target(ins)?;
+                self.unmark();
+                self.inline_ibl();
+            }
+            FlowControl::IndirectCall => {
+                self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+                self.mark(ip, FIX_RAX_IN_STUB);
+                self.load_target(ins)?;
+                self.push_return(next, ip, FIX_RAX_IN_STUB);
+                self.unmark();
+                self.inline_ibl();
+            }
+            FlowControl::Return => {
+                self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+                self.mark(ip, FIX_RAX_IN_STUB);
+                self.buf.push(0x58); // pop rax
+                self.unmark();
+                if ins.op_count() == 1 && ins.op0_kind() == OpKind::Immediate16 {
+                    let imm = ins.immediate16() as u32;
+                    // lea rsp, [rsp+imm32]
+                    self.buf.extend_from_slice(&[0x48, 0x8D, 0xA4, 0x24]);
+                    self.d32(imm);
+                }
+                self.inline_ibl();
+            }
+            // int3, int n, ud2, hlt...: run as they are; the kernel reports the trap with
+            // the host pc. Then carry on at the next guest instruction.
+            FlowControl::Interrupt
+            | FlowControl::Exception
+            | FlowControl::XbeginXabortXend
+            | FlowControl::Next => {
+                self.copy(d)?;
+                // A trap (int3, int n) reports the pc after the instruction.
+                self.mark(next, 0);
+                self.stub_jump(next);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An exit stub: `mov gs:[STUB_RAX], rax; mov rax, target; jmp gs:[DISPATCH]`, padded to
+/// [`STUB_FAR_SLOT`], then an 8-byte slot for a far link. Linking rewrites its first 8
+/// bytes in one aligned store (stubs are 8-byte aligned).
+pub(super) fn emit_stub(buf: &mut Vec<u8>, target: u64) {
+    let start = buf.len();
+    buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0x25]);
+    buf.extend_from_slice(&(c::scratch_off(c::S_STUB_RAX) as u32).to_le_bytes());
+    buf.extend_from_slice(&[0x48, 0xB8]);
+    buf.extend_from_slice(&target.to_le_bytes());
+    buf.extend_from_slice(&[0x65, 0xFF, 0x24, 0x25]);
+    buf.extend_from_slice(&(c::OFF_DISPATCH as u32).to_le_bytes());
+    while buf.len() - start < STUB_FAR_SLOT {
+        buf.push(0xCC);
+    }
+    buf.extend_from_slice(&0u64.to_le_bytes());
+    debug_assert_eq!(buf.len() - start, STUB_SIZE);
+}
+
+/// Reverts a linked stub to its unlinked form (enter the dispatcher).
+///
+/// # Safety
+/// `stub` must be an exit stub in a writable code-cache arena.
+pub unsafe fn unlink_stub(stub: u64) {
+    let mut first = [0u8; 8];
+    first[..5].copy_from_slice(&[0x65, 0x48, 0x89, 0x04, 0x25]);
+    first[5..].copy_from_slice(&(c::scratch_off(c::S_STUB_RAX) as u32).to_le_bytes()[..3]);
+    // SAFETY: the caller guarantees an 8-byte aligned stub; bytes 8.. were never changed.
+    unsafe { core::ptr::write_volatile(stub as *mut u64, u64::from_le_bytes(first)) };
+}
+
+/// Makes the stub at host address `stub` jump straight to host address `to`.
+///
+/// # Safety
+/// `stub` must be an exit stub in a writable code-cache arena; `to` a translated block.
+pub unsafe fn link_stub(stub: u64, to: u64) {
+    let p = stub as *mut u64;
+    // SAFETY: the caller guarantees stub is an 8-byte aligned stub of STUB_SIZE bytes.
+    unsafe {
+        let old = core::ptr::read_volatile(p).to_le_bytes();
+        let rel = to as i64 - (stub as i64 + 5);
+        let mut new = old;
+        if rel == rel as i32 as i64 {
+            new[0] = 0xE9;
+            new[1..5].copy_from_slice(&(rel as i32).to_le_bytes());
+        } else {
+            core::ptr::write_volatile((stub + STUB_FAR_SLOT as u64) as *mut u64, to);
+            // jmp [rip + (FAR_SLOT - 6)]
+            new[0] = 0xFF;
+            new[1] = 0x25;
+            new[2..6].copy_from_slice(&((STUB_FAR_SLOT - 6) as i32).to_le_bytes());
+        }
+        // One aligned 8-byte store: a thread running the stub sees the old or new bytes.
+        core::ptr::write_volatile(p, u64::from_le_bytes(new));
+    }
+}
+
+/// The "translation" of code that cannot run: a jump to it, natively, so that the guest
+/// faults exactly as it would without the engine (SIGSEGV at that address, handled or
+/// fatal). Used for unmapped and non-executable pages.
+pub fn native_jump(pc: u64) -> Translation {
+    let mut bytes = Vec::with_capacity(16);
+    bytes.extend_from_slice(&[0xFF, 0x25, 0, 0, 0, 0]);
+    bytes.extend_from_slice(&pc.to_le_bytes());
+    bytes.resize(16, 0xCC);
+    Translation {
+        bytes,
+        stubs: Vec::new(),
+        kind: BlockKind::Normal,
+        insns: 0,
+        guest_len: 1,
+        pcmap: Vec::new(),
+    }
+}

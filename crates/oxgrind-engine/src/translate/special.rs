@@ -1,0 +1,145 @@
+//! Blocks of one instruction that need a shape of their own: a `syscall` (reached only
+//! through the dispatcher, so the engine sees every system call) and one iteration of a
+//! `rep` string instruction under counting or probes (a self-loop, as VEX translates it).
+
+use iced_x86::Instruction;
+
+use super::*;
+use crate::probe::Client;
+use oxgrind_tool::instrument::{Plan, Probe};
+
+
+pub(super) fn syscall_block(e: &mut Emitter, ins: &Instruction, opts: Options) -> Translation {
+    if opts.check {
+        e.smc_check(ins.ip(), ins.len(), false);
+    }
+    if opts.count {
+        // The kernel restores the guest flags on return from `syscall`; they are live.
+        e.count_prologue(1, false);
+    }
+    // A signal that restarts the system call (SA_RESTART) shows the pc of the `syscall`
+    // itself: that must read as the guest instruction, not engine code.
+    e.mark(ins.ip(), 0);
+    e.buf.extend_from_slice(&[0x0F, 0x05]);
+    e.stub_jump(ins.next_ip());
+    e.finish();
+    Translation {
+        bytes: core::mem::take(&mut e.buf),
+        stubs: core::mem::take(&mut e.stubs),
+        kind: BlockKind::Syscall,
+        insns: 1,
+        guest_len: ins.len() as u64,
+        pcmap: core::mem::take(&mut e.pcmap),
+    }
+}
+
+/// One iteration of a `rep` string instruction, looping on itself through its own exit stub,
+/// as VEX translates it: every entry (including the final one with `rcx == 0`) counts one.
+pub(super) fn rep_block(
+    e: &mut Emitter,
+    ins: &Instruction,
+    pc: u64,
+    opts: Options,
+    tool: Option<Client>,
+) -> Result<Translation, TranslateError> {
+    let plan = match tool {
+        Some(t) => plan_for(t, pc, core::slice::from_ref(ins)),
+        None => Plan::new(1),
+    };
+    e.mark(pc, 0);
+    if opts.check {
+        e.smc_check(pc, ins.len(), false);
+    }
+    let raw = bytes_at(&e.guest, pc, pc, ins.len());
+    let raw = &raw[..ins.len()];
+    // Address-size override (ecx-counted) forms are left as they are.
+    let prefixes = &raw[..raw.len() - 1];
+    // Counter probes run at every entry, the final one with `rcx == 0` included (as the
+    // instruction count does); the others only before an iteration that runs.
+    let every_entry = |p: &Probe| matches!(p, Probe::Count { .. } | Probe::TraceBlock { .. });
+    let counts = |e: &mut Emitter| -> Result<(), TranslateError> {
+        for r in plan.probes().iter().filter(|p| every_entry(p)) {
+            e.probe(r, ins, true)?;
+        }
+        Ok(())
+    };
+    if prefixes.contains(&0x67) {
+        counts(e)?;
+        if opts.count {
+            e.count_prologue(1, false);
+        }
+        e.mark(pc, 0);
+        e.buf.extend_from_slice(raw);
+        e.unmark();
+        e.stub_jump(ins.next_ip());
+        e.finish();
+        return Ok(Translation {
+            bytes: core::mem::take(&mut e.buf),
+            stubs: core::mem::take(&mut e.stubs),
+            kind: BlockKind::Normal,
+            insns: 1,
+            guest_len: ins.len() as u64,
+            pcmap: core::mem::take(&mut e.pcmap),
+        });
+    }
+    counts(e)?;
+    if opts.count {
+        e.count_prologue(1, false);
+    }
+    e.mark(pc, 0);
+    // jrcxz +2; jmp +5; jmp rel32 -> exit(next)
+    e.buf.extend_from_slice(&[0xE3, 0x02, 0xEB, 0x05, 0xE9]);
+    let exit_fix = e.buf.len();
+    e.buf.extend_from_slice(&[0; 4]);
+    let exit_stub = e.new_stub(ins.next_ip());
+    e.fixups.push((exit_fix, exit_stub));
+    e.mark(pc, 0);
+    for r in plan.probes().iter().filter(|p| !every_entry(p)) {
+        e.probe(r, ins, true)?;
+    }
+    e.unmark();
+    // lea rcx, [rcx-1]
+    e.buf.extend_from_slice(&[0x48, 0x8D, 0x49, 0xFF]);
+    // A fault in the iteration leaves the guest at the `rep` instruction with rcx counting
+    // this iteration too, as natively.
+    e.mark(pc, FIX_RCX_PLUS_ONE);
+    // The instruction without its rep/repne prefix (REX, if any, stays last).
+    for &b in raw {
+        if b != 0xF3 && b != 0xF2 {
+            e.buf.push(b);
+        }
+    }
+    e.unmark();
+    let conditional = matches!(
+        ins.mnemonic(),
+        iced_x86::Mnemonic::Cmpsb
+            | iced_x86::Mnemonic::Cmpsw
+            | iced_x86::Mnemonic::Cmpsd
+            | iced_x86::Mnemonic::Cmpsq
+            | iced_x86::Mnemonic::Scasb
+            | iced_x86::Mnemonic::Scasw
+            | iced_x86::Mnemonic::Scasd
+            | iced_x86::Mnemonic::Scasq
+    );
+    if conditional {
+        // repe: continue while ZF=1 (jz); repne: while ZF=0 (jnz).
+        let cc = if ins.has_repne_prefix() { 0x85 } else { 0x84 };
+        e.buf.extend_from_slice(&[0x0F, cc]);
+        let fix = e.buf.len();
+        e.buf.extend_from_slice(&[0; 4]);
+        let s = e.new_stub(pc);
+        e.fixups.push((fix, s));
+        e.stub_jump_existing(exit_stub);
+    } else {
+        e.stub_jump(pc);
+    }
+    e.finish();
+    Ok(Translation {
+        bytes: core::mem::take(&mut e.buf),
+        stubs: core::mem::take(&mut e.stubs),
+        kind: BlockKind::Normal,
+        insns: 1,
+        guest_len: ins.len() as u64,
+        pcmap: core::mem::take(&mut e.pcmap),
+    })
+}
