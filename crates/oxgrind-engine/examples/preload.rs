@@ -14,7 +14,8 @@
 //!   be the same); `=2`: filtered access probes only (what the inline check costs).
 //!   `OXGRIND_ENGINE_PROBE_TRACE=1`: trace probes instead of access calls (a block record
 //!   per block, a record per access, filtered by the marks with `..._FILTER=1`), tallied
-//!   from `Tool::on_trace` (`tblocks=... treads=...` on the same line).
+//!   from `Tool::on_trace` (`tblocks=... treads=...` on the same line); `=blocks` or
+//!   `=accesses`: only those records, no counters and no calls (what they alone cost).
 //!
 //! The constructor reads the environment from `/proc/self/environ`-free sources: the
 //! `envp` the dynamic loader passes to `.init_array` functions.
@@ -77,6 +78,9 @@ mod probe_test {
         /// Trace probes instead of access calls: a block record per block, a record per
         /// access (filtered by the shadow map with `filter`).
         pub trace: bool,
+        /// Only the trace probes, no counters (what the records alone cost): `Some(true)`
+        /// block records only, `Some(false)` access records only.
+        pub trace_only_blocks: Option<bool>,
     }
 
     /// Marks every granule of the data range in the engine's shadow map (filter mode).
@@ -121,6 +125,16 @@ mod probe_test {
 
         fn instrument(&self, pc: u64, block: &[Insn], plan: &mut Plan) {
             if pc < self.code.0 || pc >= self.code.1 {
+                return;
+            }
+            if let Some(blocks) = self.trace_only_blocks {
+                if blocks {
+                    plan.trace_block(7);
+                } else {
+                    for i in 0..block.len() {
+                        plan.trace_accesses(i, i as u32);
+                    }
+                }
                 return;
             }
             if self.trace {
@@ -176,13 +190,16 @@ mod probe_test {
         }
 
         fn on_trace(&self, _host: &dyn Host, records: &[TraceRecord]) {
-            T[5].fetch_add(1, Relaxed);
+            // Tallied locally, one atomic add per batch: the drain costs little next to the
+            // appends it measures.
+            let mut t = [0u64; 7];
+            t[5] = 1;
             for r in records {
                 match r.kind() {
                     TraceKind::Block => {
-                        T[0].fetch_add(1, Relaxed);
+                        t[0] += 1;
                         if r.addr < self.code.0 || r.addr >= self.code.1 || r.tag != 7 {
-                            T[6].fetch_add(1, Relaxed);
+                            t[6] += 1;
                         }
                     }
                     k => {
@@ -194,10 +211,13 @@ mod probe_test {
                             TraceKind::Write => 2,
                             _ => 3,
                         };
-                        T[i].fetch_add(1, Relaxed);
-                        T[4].fetch_add(r.size as u64, Relaxed);
+                        t[i] += 1;
+                        t[4] += r.size as u64;
                     }
                 }
+            }
+            for (total, n) in T.iter().zip(t) {
+                total.fetch_add(n, Relaxed);
             }
         }
     }
@@ -280,6 +300,7 @@ mod probe_test {
             filter: false,
             only_filtered: false,
             trace: false,
+            trace_only_blocks: None,
         })
     }
 }
@@ -292,7 +313,13 @@ extern "C" fn init(_argc: i32, _argv: *const *const u8, envp: *const *const u8) 
     let mut tally = env_value(envp, b"OXGRIND_ENGINE_PROBE").and_then(probe_test::parse);
     if let Some(t) = tally.as_mut() {
         let mode = env_value(envp, b"OXGRIND_ENGINE_PROBE_FILTER").unwrap_or(b"0");
-        t.trace = env_flag(envp, b"OXGRIND_ENGINE_PROBE_TRACE");
+        let trace = env_value(envp, b"OXGRIND_ENGINE_PROBE_TRACE").unwrap_or(b"0");
+        t.trace = trace != b"0";
+        t.trace_only_blocks = match trace {
+            b"blocks" => Some(true),
+            b"accesses" => Some(false),
+            _ => None,
+        };
         if mode != b"0" {
             t.filter = true;
             t.only_filtered = mode == b"2";
