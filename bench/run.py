@@ -24,6 +24,7 @@ import json
 import math
 import os
 import platform
+import resource
 import shutil
 import signal
 import statistics
@@ -342,7 +343,7 @@ class TreeSampler(threading.Thread):
                 self.peaks[pid] = (name, max(old[1], hwm))
 
 
-def run_once(cmd, timeout, keep_stdout=False, sample_tree=False):
+def run_once(cmd, timeout, keep_stdout=False, sample_tree=False, cpu_limit=None):
     """Runs cmd once through bench/spawn.c, in a fresh empty directory, stdin from
     /dev/null, stdout to a file outside that directory, stderr into it. Returns wall time,
     CPU time, peak RSS (as spawn measured them), the bytes the run left in its directory
@@ -357,9 +358,16 @@ def run_once(cmd, timeout, keep_stdout=False, sample_tree=False):
     with open(os.devnull, "rb") as devnull, open(stdout_path, "wb") as out, \
             open(rundir / "stderr.txt", "wb") as err:
         try:
+            def limit_cpu():
+                # Per process, inherited through fork and exec: SIGXCPU once a process has
+                # used `cpu_limit` seconds of CPU, SIGKILL 5 s later.
+                if cpu_limit:
+                    lim = int(math.ceil(cpu_limit))
+                    resource.setrlimit(resource.RLIMIT_CPU, (lim, lim + 5))
+
             p = subprocess.Popen([str(BUILD / "spawn"), str(measured_path), *cmd], cwd=rundir,
                                  stdin=devnull, stdout=out, stderr=err, env=env,
-                                 start_new_session=True)
+                                 start_new_session=True, preexec_fn=limit_cpu)
         except OSError as e:
             shutil.rmtree(rundir, ignore_errors=True)
             stdout_path.unlink(missing_ok=True)
@@ -394,6 +402,9 @@ def run_once(cmd, timeout, keep_stdout=False, sample_tree=False):
         status = "timeout"
     elif measured is None:
         status = f"spawn failed ({p.returncode})"
+    elif os.WIFSIGNALED(measured[4]) and cpu_limit and \
+            os.WTERMSIG(measured[4]) in (signal.SIGXCPU, signal.SIGKILL):
+        status = "too slow"
     elif os.WIFSIGNALED(measured[4]):
         status = f"signal {os.WTERMSIG(measured[4])}"
     elif os.WEXITSTATUS(measured[4]) != 0:
@@ -453,8 +464,10 @@ def measure(workloads, configs, mode, runs, timeout, after_each=lambda results: 
         reference = warm["stdout"]
         if warm["status"] != "ok":
             log(f"   native run failed: {warm['status']} {warm.get('stderr_tail', '')}")
-        # A tool run longer than SLOWEST times native is not worth waiting for.
-        limit = min(timeout, max(30.0, SLOWEST * warm.get("wall_s", timeout)))
+        # A tool run that takes more than SLOWEST times native's CPU time is not worth
+        # waiting for. CPU, not wall time: on a shared machine wall time says more about the
+        # other work than about the run.
+        limit = max(10.0, SLOWEST * warm.get("cpu_s", timeout))
         per = {c.key: [] for c in active}
         given_up = set()
         for r in range(runs):
@@ -465,8 +478,9 @@ def measure(workloads, configs, mode, runs, timeout, after_each=lambda results: 
             for cfg in order:
                 if cfg.key in given_up:
                     continue
-                res = run_once(cfg.prefix + argv, limit if cfg is not native else timeout,
-                               keep_stdout=True, sample_tree=(cfg.suite == "heaptrack"))
+                res = run_once(cfg.prefix + argv, timeout, keep_stdout=True,
+                               sample_tree=(cfg.suite == "heaptrack"),
+                               cpu_limit=limit if cfg is not native else None)
                 # The tool must not change what the program prints (heaptrack adds its own
                 # lines around it, hence "contains" rather than "equals").
                 if res["status"] == "ok" and reference and reference not in res["stdout"]:
@@ -479,7 +493,7 @@ def measure(workloads, configs, mode, runs, timeout, after_each=lambda results: 
                 log(f"   {cfg.label:30} round {r + 1}: {res['status']:>8} {res.get('wall_s', 0):8.3f} s "
                     f"{res.get('cpu_s', 0):8.3f} s CPU {res.get('maxrss_kib', 0) / 1024:8.1f} MiB")
         results[w.name] = {"size": size, "unit": w.unit, "argv": argv, "runs": per,
-                           "timeout_s": limit}
+                           "cpu_limit_s": limit}
         after_each(results)
     return results
 
@@ -829,6 +843,9 @@ def render_markdown(meta, summary, configs, workloads):
                 w(f"| {c.label} | {row['status']} | | | | | |")
                 if row["status"] == "timeout":
                     notes.append(f"{c.label}: killed after the {meta['timeout_s']:g} s timeout")
+                elif row["status"] == "too slow":
+                    notes.append(f"{c.label}: stopped after {SLOWEST}× native's CPU time "
+                                 f"({res.get('cpu_limit_s', 0):.0f} s)")
                 elif row["status"] != "n/a" and row.get("detail"):
                     last = row["detail"].strip().splitlines()[-1:] or [""]
                     notes.append(f"{c.label}: {row['status']}: `{last[0][:160]}`")
@@ -872,8 +889,8 @@ def render_markdown(meta, summary, configs, workloads):
   later than the previous one. Slowdown tables show medians over the rounds (for native, over
   all its runs); the oxgrind ÷ Valgrind tables take the ratio within each round first, so both
   sides of a ratio ran under the same load, then the median over rounds. Geometric means are
-  over the workloads. A run is killed after {SLOWEST}× its workload's native wall time (or the
-  mode's timeout) and shown as "timeout".
+  over the workloads. A run is stopped once it has used {SLOWEST}× its workload's native CPU
+  time (`RLIMIT_CPU`) and shown as "too slow"; the mode's wall-time timeout is a backstop.
 * **Measuring**: every run goes through `bench/spawn.c`, a small C program that forks, execs the
   command and `wait4`s for it (like GNU time, but with a monotonic nanosecond clock). It exists
   because Linux folds the memory image a process had before `execve` into its peak RSS, and a
@@ -1010,7 +1027,7 @@ def main():
             "notes": notes,
             "configs": {c.key: {"available": c.available, "why_not": c.why_not,
                                 "argv_prefix": c.prefix} for c in configs},
-            "workloads": {k: {x: v[x] for x in ("size", "unit", "argv")} for k, v in results.items()},
+            "workloads": {k: {x: v[x] for x in ("size", "unit", "argv", "cpu_limit_s")} for k, v in results.items()},
         }
         json_path.write_text(json.dumps({"meta": meta, "summary": summary, "runs": results},
                                         indent=1, default=str))
