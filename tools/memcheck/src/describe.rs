@@ -27,10 +27,12 @@ impl Memcheck {
             .program_blocks(host)
             .into_iter()
             .find(|b| near(b.addr, b.size));
-        let f = freed.bracketing(addr).copied().filter(|f| {
-            // A freed entry whose memory was handed out again is stale.
-            !host_reused(&live, f)
-        });
+        let bracketing = freed.bracketing(addr).copied();
+        // A freed entry whose memory was handed out again (a custom allocator's block freed
+        // inside its live pool, or memory glibc reused) is described as Memcheck describes
+        // it: the live block, "recently re-allocated".
+        let reallocated = bracketing.is_some_and(|f| host_reused(&live, &f));
+        let f = bracketing.filter(|_| !reallocated);
         let keep = self.opts.keep_stacks;
         if let Some(f) = f {
             let mut aux = vec![Aux::Text(text::address_in_block(
@@ -56,12 +58,16 @@ impl Memcheck {
             return aux;
         }
         if let Some(b) = live {
-            let mut aux = vec![Aux::Text(text::address_in_block(
-                addr,
-                addr.wrapping_sub(b.addr) as i64,
-                b.size,
-                false,
-            ))];
+            let mut what =
+                text::address_in_block(addr, addr.wrapping_sub(b.addr) as i64, b.size, false);
+            if reallocated {
+                what = what.replacen(
+                    " a block of size ",
+                    " a recently re-allocated block of size ",
+                    1,
+                );
+            }
+            let mut aux = vec![Aux::Text(what)];
             if !matches!(
                 keep,
                 KeepStacks::None | KeepStacks::Free | KeepStacks::AllocThenFree

@@ -34,6 +34,9 @@ pub enum KeyKind {
     Addr {
         size: u32,
     },
+    /// A client check request (`VALGRIND_CHECK_MEM_IS_ADDRESSABLE`) found an unaddressable
+    /// byte.
+    User,
 }
 
 impl KeyKind {
@@ -55,6 +58,7 @@ impl KeyKind {
             KeyKind::Overlap { .. } => ErrorClass::Overlap,
             KeyKind::BadAlign => ErrorClass::Newer("BadAlign"),
             KeyKind::Addr { size } => ErrorClass::Addr(*size),
+            KeyKind::User => ErrorClass::User,
         }
     }
 }

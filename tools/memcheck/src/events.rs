@@ -215,13 +215,17 @@ impl Memcheck {
         }
     }
 
-    /// The program's live blocks: the runtime's list without [`Memcheck::foreign`] ones.
+    /// The program's live blocks: the runtime's list without [`Memcheck::foreign`] ones,
+    /// With the blocks of the program's own allocators (client requests).
     pub(crate) fn program_blocks(&self, host: &dyn Host) -> Vec<LiveBlock> {
         let mut live = host.live_blocks();
-        let f = self.foreign.lock();
-        if !f.is_empty() {
-            live.retain(|b| !f.contains(&b.addr));
+        {
+            let f = self.foreign.lock();
+            if !f.is_empty() {
+                live.retain(|b| !f.contains(&b.addr));
+            }
         }
+        live.extend(self.client_blocks.lock().iter().copied());
         live
     }
 }

@@ -39,6 +39,7 @@
 extern crate alloc;
 
 mod access;
+mod client;
 mod describe;
 pub mod errors;
 mod events;
@@ -58,7 +59,9 @@ use std::sync::Mutex;
 use oxgrind_formats::memcheck_text as text;
 use oxgrind_formats::memcheck_xml as xml;
 use oxgrind_formats::suppressions::{self as supp, SuppParseError};
-use oxgrind_tool::{Addr, Alloc, Exit, Free, Host, MisuseEvent, Needs, OptionError, Tool};
+use oxgrind_tool::{
+    Addr, Alloc, Exit, Free, Host, LiveBlock, MisuseEvent, Needs, OptionError, Tool,
+};
 
 use access::PcClass;
 use errors::{ErrorManager, Output};
@@ -93,6 +96,12 @@ pub struct Memcheck {
     /// Blocks allocated by our own work in a probe's slow path (see `IN_PROBE`), which the
     /// runtime took for the program's: never counted, reported or leak-checked.
     foreign: SpinLock<Vec<Addr>>,
+    /// Blocks of the program's own allocators, announced by client requests
+    /// (`VALGRIND_MALLOCLIKE_BLOCK`): reported, described and leak-checked as heap blocks.
+    client_blocks: SpinLock<Vec<LiveBlock>>,
+    /// The stacks of client requests that made or freed those blocks: frame 0 is the
+    /// program's code, not our allocator (see [`Memcheck::resolve`]).
+    client_stacks: SpinLock<Vec<oxgrind_tool::StackId>>,
     /// What the code at each pc that made a bad access is ([`PcClass`]), found once.
     pc_classes: SpinLock<Option<std::collections::HashMap<u64, PcClass>>>,
 }
@@ -142,6 +151,8 @@ impl Memcheck {
             bytes_allocated: AtomicU64::new(0),
             probing: AtomicBool::new(false),
             foreign: SpinLock::new(Vec::new()),
+            client_blocks: SpinLock::new(Vec::new()),
+            client_stacks: SpinLock::new(Vec::new()),
             pc_classes: SpinLock::new(None),
         }
     }
@@ -297,12 +308,18 @@ impl Tool for Memcheck {
             instrument: true,
             // A-bits of the heap, one byte per granule: the probes' inline filter.
             shadow: Some(ShadowSpec::BYTE_PER_GRANULE),
+            // VALGRIND_MAKE_MEM_NOACCESS, CHECK_MEM_IS_ADDRESSABLE, MALLOCLIKE_BLOCK, ...
+            client_requests: true,
             ..Needs::default()
         }
     }
 
     fn on_alloc(&self, host: &dyn Host, ev: &Alloc) {
         self.alloc_event(host, ev)
+    }
+
+    fn client_request(&self, host: &dyn Host, args: &[u64; 6], regs: &GuestRegs) -> Option<u64> {
+        self.client_request_event(host, args, regs)
     }
 
     fn on_free(&self, host: &dyn Host, ev: &Free) {

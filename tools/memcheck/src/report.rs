@@ -135,8 +135,11 @@ impl Memcheck {
         }
     }
 
+    /// A block's allocation or free stack: frame 0 is our allocator, except for a custom
+    /// allocator's blocks (client requests), whose frame 0 is the program's own code.
     pub(crate) fn resolve(&self, host: &dyn Host, id: StackId) -> Resolved {
-        self.resolve_stack(host, id, true)
+        let custom = self.client_stacks.lock().contains(&id);
+        self.resolve_stack(host, id, !custom)
     }
 
     /// `frame0_is_ours`: frame 0 is our replacement of an allocation or string function

@@ -238,6 +238,81 @@ pub fn clear_block(base: u64, p: u64, size: u64, end: u64) {
     set(base, p - REDZONE, end, 0);
 }
 
+/// Bytes a client request made unaddressable (`VALGRIND_MAKE_MEM_NOACCESS`).
+pub const CLIENT_NOACCESS: u8 = 0xF7;
+
+/// `VALGRIND_MAKE_MEM_NOACCESS(addr, len)`: every byte of `[addr, addr + len)` becomes
+/// unaddressable, as far as the encoding can say it: whole granules, and a granule's tail
+/// (its first bytes staying addressable). A range that leaves a granule's tail addressable
+/// but not its head cannot be written, and is left as it was: a missed error, never a false
+/// one.
+pub fn make_noaccess(base: u64, addr: u64, len: u64) {
+    let end = addr.saturating_add(len).min(ADDRESS_LIMIT);
+    if base == 0 || addr >= end {
+        return;
+    }
+    let mut g = addr & !7;
+    while g < end {
+        let (lo, hi) = (addr.max(g), end.min(g + 8));
+        if lo == g && hi == g + 8 {
+            set(base, g, g + 8, CLIENT_NOACCESS);
+        } else if hi == g + 8 {
+            let keep = (lo - g) as u8;
+            let cur = get(base, g);
+            let k = match cur {
+                0 => keep,
+                1..=7 => cur.min(keep),
+                _ => cur,
+            };
+            cell(base, g).store(k, Ordering::Relaxed);
+        }
+        g += 8;
+    }
+}
+
+/// `VALGRIND_MAKE_MEM_DEFINED` / `_UNDEFINED(addr, len)`: every byte of the range becomes
+/// addressable (we track no definedness); bytes after it in its last granule keep their
+/// state.
+pub fn make_accessible(base: u64, addr: u64, len: u64) {
+    let end = addr.saturating_add(len).min(ADDRESS_LIMIT);
+    if base == 0 || addr >= end {
+        return;
+    }
+    let mut g = addr & !7;
+    while g < end {
+        let hi = end.min(g + 8);
+        let cur = get(base, g);
+        // A granule the range covers to its end becomes whole; one it covers part of keeps
+        // its addressable first bytes and gains up to the range's end. Either may grant a
+        // few bytes before the range that were not addressable: a missed error at worst.
+        let k = if hi == g + 8 || cur == 0 {
+            0
+        } else {
+            let first = if cur <= 7 { cur } else { 0 };
+            first.max((hi - g) as u8)
+        };
+        cell(base, g).store(k, Ordering::Relaxed);
+        g += 8;
+    }
+}
+
+/// The first byte of `[addr, addr + len)` that is not addressable.
+pub fn first_unaddressable(base: u64, addr: u64, len: u64) -> Option<u64> {
+    let end = addr.saturating_add(len).min(ADDRESS_LIMIT);
+    let mut a = addr;
+    while a < end {
+        if get(base, a) == 0 {
+            a = (a & !7) + 8;
+            continue;
+        }
+        if !byte_addressable(base, a) {
+            return Some(a);
+        }
+        a += 1;
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,5 +410,57 @@ mod tests {
         let b = base();
         assert!(all_addressable(b, 0xffff_ffff_ff60_0000, 8));
         assert!(byte_addressable(b, u64::MAX));
+    }
+
+    #[test]
+    fn client_requests_change_addressability_as_a_naive_byte_map_says_or_miss_it() {
+        // Against a byte map: after any sequence of requests, no byte the map says is
+        // addressable is unaddressable in the shadow (no false alarm), and granules the
+        // requests cover whole agree exactly.
+        let b = base();
+        let region = 0x7100_0000u64;
+        let mut naive = [true; 96];
+        let ops: &[(bool, u64, u64)] = &[
+            (false, 0, 96),
+            (false, 8, 16),
+            (true, 10, 3),
+            (false, 30, 5),
+            (true, 27, 2),
+            (false, 41, 7),
+            (true, 60, 12),
+            (false, 62, 3),
+            (true, 16, 8),
+            (false, 80, 16),
+        ];
+        for &(grant, at, len) in ops {
+            if grant {
+                make_accessible(b, region + at, len);
+            } else {
+                make_noaccess(b, region + at, len);
+            }
+            for i in at..at + len {
+                naive[i as usize] = grant;
+            }
+            for (i, &ok) in naive.iter().enumerate() {
+                let shadow_ok = byte_addressable(b, region + i as u64);
+                assert!(
+                    shadow_ok || !ok,
+                    "byte {i} after {grant} {at}+{len}: false alarm"
+                );
+            }
+        }
+        for i in 72..96 {
+            assert!(!byte_addressable(b, region + i), "byte {i}");
+        }
+        for i in 16..24 {
+            assert!(byte_addressable(b, region + i), "byte {i}");
+        }
+        make_noaccess(b, region, 8);
+        assert_eq!(first_unaddressable(b, region, 96), Some(region));
+        make_accessible(b, region, 96);
+        assert_eq!(first_unaddressable(b, region, 96), None);
+        make_noaccess(b, region + 44, 4);
+        assert_eq!(first_unaddressable(b, region + 40, 8), Some(region + 44));
+        make_accessible(b, region, 96);
     }
 }

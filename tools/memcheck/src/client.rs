@@ -1,0 +1,213 @@
+//! Client requests (`valgrind.h` and `memcheck.h`'s magic sequences, no-ops natively): the
+//! program tells Memcheck which of its memory is addressable (custom allocators, pools,
+//! buffers it wants guarded) and asks it to check a range.
+//!
+//! Handled: `VALGRIND_MAKE_MEM_NOACCESS`, `_UNDEFINED`, `_DEFINED`, `_DEFINED_IF_ADDRESSABLE`
+//! (the last three make memory addressable: we track no definedness);
+//! `VALGRIND_CHECK_MEM_IS_ADDRESSABLE` / `_IS_DEFINED` (an unaddressable byte is reported as
+//! Valgrind reports it, "Unaddressable byte(s) found during client check request", and its
+//! address returned); `VALGRIND_COUNT_ERRORS`; and a custom allocator's
+//! `VALGRIND_MALLOCLIKE_BLOCK` / `FREELIKE_BLOCK` / `RESIZEINPLACE_BLOCK`: its blocks are
+//! counted in HEAP SUMMARY, described, checked (redzones, use after free, invalid free) and
+//! leak-checked as heap blocks (one inside a `malloc`ed block hides that block from the
+//! leak search, as in Valgrind). Results are Valgrind's (`-1` for `MAKE_MEM_*`). Not yet:
+//! the mempool family, `DO_LEAK_CHECK` and the leak counts, `CREATE_BLOCK`, the V-bit
+//! requests: the program gets the native default (0), as for any request a tool does not
+//! answer.
+
+use std::sync::atomic::Ordering;
+
+use oxgrind_formats::memcheck_text as text;
+use oxgrind_formats::memcheck_xml::WhatQuirk;
+use oxgrind_tool::instrument::GuestRegs;
+use oxgrind_tool::{Addr, AllocFn, Host, LiveBlock, StackId};
+
+use crate::errors::KeyKind;
+use crate::freed::FreedBlock;
+use crate::report::thread_number;
+use crate::shadow;
+use crate::Memcheck;
+
+/// `VG_USERREQ_TOOL_BASE('M', 'C')`: Memcheck's own requests.
+const MC_BASE: u64 = (b'M' as u64) << 24 | (b'C' as u64) << 16;
+const MAKE_MEM_NOACCESS: u64 = MC_BASE;
+const MAKE_MEM_UNDEFINED: u64 = MC_BASE + 1;
+const MAKE_MEM_DEFINED: u64 = MC_BASE + 2;
+const CHECK_MEM_IS_ADDRESSABLE: u64 = MC_BASE + 4;
+const CHECK_MEM_IS_DEFINED: u64 = MC_BASE + 5;
+const MAKE_MEM_DEFINED_IF_ADDRESSABLE: u64 = MC_BASE + 11;
+/// A core request every tool answers: errors counted so far.
+const COUNT_ERRORS: u64 = 0x1201;
+/// Core requests for custom allocators (`valgrind.h`).
+const MALLOCLIKE_BLOCK: u64 = 0x1301;
+const FREELIKE_BLOCK: u64 = 0x1302;
+const RESIZEINPLACE_BLOCK: u64 = 0x130b;
+
+/// What `VALGRIND_MAKE_MEM_*` return.
+const DONE: u64 = u64::MAX;
+
+/// Valgrind's words for an unaddressable byte found by a check request.
+const UNADDRESSABLE_IN_CHECK: &str = "Unaddressable byte(s) found during client check request";
+
+impl Memcheck {
+    /// Answers client request `args` (code, then its arguments) made by the program at
+    /// `regs`; `None` for a request Memcheck does not answer.
+    pub(crate) fn client_request_event(
+        &self,
+        host: &dyn Host,
+        args: &[u64; 6],
+        regs: &GuestRegs,
+    ) -> Option<u64> {
+        let (addr, len) = (args[1], args[2]);
+        self.ensure_started(host);
+        let base = shadow::adopt(host);
+        match args[0] {
+            MAKE_MEM_NOACCESS => {
+                shadow::make_noaccess(base, addr, len);
+                Some(DONE)
+            }
+            MAKE_MEM_UNDEFINED | MAKE_MEM_DEFINED => {
+                shadow::make_accessible(base, addr, len);
+                Some(DONE)
+            }
+            // Defined-ness only: addressability does not change.
+            MAKE_MEM_DEFINED_IF_ADDRESSABLE => Some(DONE),
+            CHECK_MEM_IS_ADDRESSABLE | CHECK_MEM_IS_DEFINED => {
+                if base == 0 {
+                    return Some(0);
+                }
+                match shadow::first_unaddressable(base, addr, len) {
+                    Some(bad) => {
+                        self.report_check_request(host, bad, regs);
+                        Some(bad)
+                    }
+                    None => Some(0),
+                }
+            }
+            COUNT_ERRORS => Some(self.lock().errors.errs_found as u64),
+            MALLOCLIKE_BLOCK => {
+                self.malloclike(host, base, addr, len, args[3], regs);
+                Some(0)
+            }
+            FREELIKE_BLOCK => {
+                self.freelike(host, base, addr, args[2], regs);
+                Some(0)
+            }
+            RESIZEINPLACE_BLOCK => {
+                self.resize_in_place(base, addr, args[2], args[3], args[4]);
+                Some(0)
+            }
+            _ => None,
+        }
+    }
+
+    /// `VALGRIND_MALLOCLIKE_BLOCK(addr, size, redzone, zeroed)`.
+    fn malloclike(
+        &self,
+        host: &dyn Host,
+        base: u64,
+        addr: Addr,
+        size: u64,
+        rz: u64,
+        regs: &GuestRegs,
+    ) {
+        let stack = self.client_stack(host, regs);
+        self.allocs.fetch_add(1, Ordering::Relaxed);
+        self.bytes_allocated.fetch_add(size, Ordering::Relaxed);
+        self.client_blocks.lock().push(LiveBlock {
+            addr,
+            size,
+            func: AllocFn::Malloc,
+            stack,
+        });
+        shadow::make_accessible(base, addr, size);
+        if rz > 0 {
+            shadow::make_noaccess(base, addr.saturating_sub(rz), rz);
+            shadow::make_noaccess(base, addr + size, rz);
+        }
+    }
+
+    /// `VALGRIND_FREELIKE_BLOCK(addr, redzone)`: the block's memory becomes unaddressable
+    /// and is remembered as freed; an address that is no custom block is an invalid free.
+    fn freelike(&self, host: &dyn Host, base: u64, addr: Addr, rz: u64, regs: &GuestRegs) {
+        let stack = self.client_stack(host, regs);
+        self.frees.fetch_add(1, Ordering::Relaxed);
+        let block = {
+            let mut blocks = self.client_blocks.lock();
+            let i = blocks.iter().position(|b| b.addr == addr);
+            i.map(|i| blocks.swap_remove(i))
+        };
+        let Some(b) = block else {
+            let tid = host.tid();
+            let thread = {
+                let mut st = self.lock();
+                thread_number(&mut st.threads, tid, host.pid())
+            };
+            self.report_at(
+                host,
+                KeyKind::InvalidFree,
+                stack,
+                false,
+                tid,
+                "InvalidFree",
+                &|| text::INVALID_FREE.to_string(),
+                WhatQuirk::None,
+                &|freed| self.describe_addr(host, freed, addr, thread),
+            );
+            return;
+        };
+        shadow::make_noaccess(base, addr.saturating_sub(rz), b.size + 2 * rz);
+        self.lock().freed.push(FreedBlock {
+            addr,
+            size: b.size,
+            alloc_stack: b.stack,
+            free_stack: stack,
+        });
+    }
+
+    /// The stack of a client request that makes or frees a block, remembered as such.
+    fn client_stack(&self, host: &dyn Host, regs: &GuestRegs) -> StackId {
+        let stack = host.stack_at(regs, self.opts.num_callers);
+        let mut known = self.client_stacks.lock();
+        if !known.contains(&stack) {
+            known.push(stack);
+        }
+        stack
+    }
+
+    /// `VALGRIND_RESIZEINPLACE_BLOCK(addr, old size, new size, redzone)`.
+    fn resize_in_place(&self, base: u64, addr: Addr, old: u64, new: u64, rz: u64) {
+        let mut blocks = self.client_blocks.lock();
+        let Some(b) = blocks.iter_mut().find(|b| b.addr == addr && b.size == old) else {
+            return;
+        };
+        b.size = new;
+        if new < old {
+            shadow::make_noaccess(base, addr + new, old - new + rz);
+        } else {
+            shadow::make_accessible(base, addr + old, new - old);
+            shadow::make_noaccess(base, addr + new, rz);
+        }
+    }
+
+    /// "Unaddressable byte(s) found during client check request" at the request's stack.
+    fn report_check_request(&self, host: &dyn Host, bad: Addr, regs: &GuestRegs) {
+        let tid = host.tid();
+        let thread = {
+            let mut st = self.lock();
+            thread_number(&mut st.threads, tid, host.pid())
+        };
+        let stack = host.stack_at(regs, self.opts.num_callers);
+        self.report_at(
+            host,
+            KeyKind::User,
+            stack,
+            false,
+            tid,
+            "ClientCheck",
+            &|| UNADDRESSABLE_IN_CHECK.to_string(),
+            WhatQuirk::None,
+            &|freed| self.describe_addr(host, freed, bad, thread),
+        );
+    }
+}
