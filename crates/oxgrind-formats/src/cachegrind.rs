@@ -134,7 +134,12 @@ pub fn write_into<W: Write + ?Sized>(file: &CachegrindFile, out: &mut W) -> fmt:
     writeln!(out, "cmd: {}", file.cmd.replace(['\n', '\r'], " "))?;
     out.write_str("events: ")?;
     out.write_str(&file.events.join(" "))?;
-    if file.events.iter().map(String::as_str).eq(CACHE_EVENTS.iter().copied()) {
+    if file
+        .events
+        .iter()
+        .map(String::as_str)
+        .eq(CACHE_EVENTS.iter().copied())
+    {
         out.write_char(' ')?;
     }
     out.write_char('\n')?;
@@ -216,7 +221,11 @@ fn err(line: usize, kind: ParseErrorKind) -> ParseError {
 /// padded with zeros; `.` (no value, which cg_annotate accepts) reads as 0.
 pub fn parse(bytes: &[u8]) -> Result<CachegrindFile, ParseError> {
     let text = core::str::from_utf8(bytes).map_err(|e| {
-        let line = bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count() + 1;
+        let line = bytes[..e.valid_up_to()]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+            + 1;
         err(line, ParseErrorKind::NotUtf8)
     })?;
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l)).peekable();
@@ -281,7 +290,10 @@ pub fn parse(bytes: &[u8]) -> Result<CachegrindFile, ParseError> {
                 counts: c,
             });
         } else {
-            return Err(err(n, ParseErrorKind::Malformed(l.chars().take(60).collect())));
+            return Err(err(
+                n,
+                ParseErrorKind::Malformed(l.chars().take(60).collect()),
+            ));
         }
     }
     model.summary = summary.ok_or(err(last + 1, ParseErrorKind::MissingSummary))?;

@@ -13,7 +13,13 @@ fn example_files() -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with("cachegrind.out."))
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("cachegrind.out.")
+        })
         .collect();
     v.sort();
     assert!(v.len() >= 4, "examples missing in {}", dir.display());
@@ -26,7 +32,11 @@ fn parse_then_write_reproduces_every_valgrind_example_byte_for_byte() {
         let bytes = std::fs::read(&f).unwrap();
         let model = cachegrind::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         let written = cachegrind::write(&model);
-        assert!(written.as_bytes() == bytes.as_slice(), "{}: round trip differs", f.display());
+        assert!(
+            written.as_bytes() == bytes.as_slice(),
+            "{}: round trip differs",
+            f.display()
+        );
     }
 }
 
@@ -36,7 +46,10 @@ fn parsed_example_has_expected_shape() {
     let m = cachegrind::parse(&bytes).unwrap();
     assert_eq!(m.cmd, "./cg_prog");
     assert_eq!(m.events, cachegrind::event_names(true, true));
-    assert_eq!(m.desc[2], "LL cache:         268435456 B, 64 B, direct-mapped");
+    assert_eq!(
+        m.desc[2],
+        "LL cache:         268435456 B, 64 B, direct-mapped"
+    );
     let sum = m.records.iter().find(|r| r.func == "sum").unwrap();
     assert_eq!((sum.file.as_str(), sum.line), ("/src/fmt/cg_prog.c", 2));
     assert_eq!(sum.counts[0], 409720);
@@ -59,12 +72,23 @@ fn sorted_records_are_in_cachegrinds_order() {
 
 #[test]
 fn cache_descriptions_match_valgrinds() {
-    let c = CacheConfig { size: 32768, assoc: 8, line: 64 };
-    let ll = CacheConfig { size: 268435456, assoc: 1, line: 64 };
+    let c = CacheConfig {
+        size: 32768,
+        assoc: 8,
+        line: 64,
+    };
+    let ll = CacheConfig {
+        size: 268435456,
+        assoc: 1,
+        line: 64,
+    };
     let d = CacheConfig::desc_lines(&c, &c, &ll);
     let bytes = std::fs::read_to_string(examples().join("cachegrind.out.static")).unwrap();
-    let first3: Vec<String> =
-        bytes.lines().take(3).map(|l| l.strip_prefix("desc: ").unwrap().to_string()).collect();
+    let first3: Vec<String> = bytes
+        .lines()
+        .take(3)
+        .map(|l| l.strip_prefix("desc: ").unwrap().to_string())
+        .collect();
     assert_eq!(d, first3);
 }
 

@@ -14,9 +14,9 @@
 //! Then the viewers: Valgrind's cg_annotate reads our file without a warning, and our
 //! cg_annotate prints what it prints, on our file and on Valgrind's.
 
-mod common;
 #[path = "cg_normalise.rs"]
 mod cg_normalise;
+mod common;
 
 use common::*;
 use oxgrind_formats::cachegrind::{self, CachegrindFile, Totals};
@@ -24,11 +24,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const CACHES: [&str; 3] = [
-    "--I1=32768,8,64",
-    "--D1=32768,8,64",
-    "--LL=8388608,16,64",
-];
+const CACHES: [&str; 3] = ["--I1=32768,8,64", "--D1=32768,8,64", "--LL=8388608,16,64"];
 
 /// glibc's AVX2 code paths, the ones it picks under Valgrind (which hides AVX-512).
 const AVX2_ONLY: (&str, &str) = (
@@ -43,7 +39,10 @@ struct Run {
 }
 
 fn cachegrind(tool: &str, prog: &Path, prog_args: &[&str], opts: &[&str], dir: &Path) -> Run {
-    let name = format!("{}.out", Path::new(tool).file_name().unwrap().to_string_lossy());
+    let name = format!(
+        "{}.out",
+        Path::new(tool).file_name().unwrap().to_string_lossy()
+    );
     let path = dir.join(&name);
     let out = run(Command::new(tool)
         .arg("--tool=cachegrind")
@@ -169,7 +168,12 @@ fn kernels_count_as_valgrinds_cachegrind_counts() {
 
     // The summary on stderr: Valgrind's layout, the file's totals.
     let lines = summary_lines(&ours.log);
-    assert_eq!(lines, cachegrind::summary_text(&totals(&ours.file), true, true), "{}", ours.log);
+    assert_eq!(
+        lines,
+        cachegrind::summary_text(&totals(&ours.file), true, true),
+        "{}",
+        ours.log
+    );
     assert_eq!(labels(&lines), labels(&summary_lines(&theirs.log)));
     let sum_of_records: u64 = ours.file.records.iter().map(|r| r.counts[0]).sum();
     assert_eq!(sum_of_records, ours.file.summary[0]);
@@ -206,7 +210,12 @@ fn without_cache_simulation_only_instructions_and_branches_are_counted() {
     assert!(text.contains("\nevents: Ir Bc Bcm Bi Bim\n"), "{text}");
     compare_functions(&ours.file, &theirs.file, "tests/corpus/cg_kernels.c");
     let lines = summary_lines(&ours.log);
-    assert_eq!(labels(&lines), labels(&summary_lines(&theirs.log)), "{}", ours.log);
+    assert_eq!(
+        labels(&lines),
+        labels(&summary_lines(&theirs.log)),
+        "{}",
+        ours.log
+    );
     assert!(lines[0].starts_with("I   refs:"));
     assert!(!ours.log.contains("I1  misses"));
 }
@@ -252,16 +261,27 @@ fn default_output_file_is_named_after_the_pid() {
     let file = dir.path().join(format!("cachegrind.out.{pid}"));
     let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
     assert!(text.contains("\nevents: Ir\n"), "{text}");
-    assert!(log.contains("Cachegrind, a cache and branch-prediction profiler"), "{log}");
+    assert!(
+        log.contains("Cachegrind, a cache and branch-prediction profiler"),
+        "{log}"
+    );
 }
 
 #[test]
 fn bad_cache_geometry_is_refused_before_the_program_runs() {
-    let out = run(Command::new(oxgrind()).args(["--tool=cachegrind", "--D1=32768,3,64", "/bin/true"]));
+    let out =
+        run(Command::new(oxgrind()).args(["--tool=cachegrind", "--D1=32768,3,64", "/bin/true"]));
     assert!(!out.status.success());
     let log = stderr(&out);
-    assert!(log.contains("Cache set count is not a power of two."), "{log}");
+    assert!(
+        log.contains("Cache set count is not a power of two."),
+        "{log}"
+    );
     let out = run(Command::new(oxgrind()).args(["--tool=cachegrind", "--LL=8192,2", "/bin/true"]));
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("Bad argument '8192,2'"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("Bad argument '8192,2'"),
+        "{}",
+        stderr(&out)
+    );
 }

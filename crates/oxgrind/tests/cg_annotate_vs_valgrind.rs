@@ -62,7 +62,12 @@ const OPTION_SETS: &[&[&str]] = &[
 #[test]
 fn same_output_as_valgrinds_on_valgrinds_files() {
     let dir = tempfile::tempdir().unwrap();
-    for name in ["cachegrind.out.static", "cachegrind.out.static-nobranch", "cachegrind.out.nosim", "cachegrind.out.default.HEAD60"] {
+    for name in [
+        "cachegrind.out.static",
+        "cachegrind.out.static-nobranch",
+        "cachegrind.out.nosim",
+        "cachegrind.out.default.HEAD60",
+    ] {
         std::fs::copy(examples().join(name), dir.path().join(name)).unwrap();
         for opts in OPTION_SETS {
             let nosim = name.ends_with("nosim");
@@ -86,7 +91,11 @@ fn annotation_fixture(dir: &Path) {
     }
     std::fs::create_dir_all(dir.join("inc")).unwrap();
     std::fs::write(dir.join("prog.c"), &src).unwrap();
-    std::fs::write(dir.join("inc/helper.h"), "static int h(void)\n{\n  return 1;\n}\n").unwrap();
+    std::fs::write(
+        dir.join("inc/helper.h"),
+        "static int h(void)\n{\n  return 1;\n}\n",
+    )
+    .unwrap();
     let data = "desc: I1 cache:         32768 B, 64 B, 8-way associative
 desc: D1 cache:         32768 B, 64 B, 8-way associative
 desc: LL cache:         8388608 B, 64 B, 16-way associative
@@ -118,7 +127,10 @@ summary: 2142 268 126
     // The data file is newer than the sources (no warning) ...
     let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
     for f in ["prog.c", "inc/helper.h"] {
-        let file = std::fs::File::options().write(true).open(dir.join(f)).unwrap();
+        let file = std::fs::File::options()
+            .write(true)
+            .open(dir.join(f))
+            .unwrap();
         file.set_modified(old).unwrap();
     }
 }
@@ -145,7 +157,10 @@ fn same_source_annotation_as_valgrinds() {
     }
     // ... and then older, which prints the warning.
     let new = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
-    let f = std::fs::File::options().write(true).open(d.join("prog.c")).unwrap();
+    let f = std::fs::File::options()
+        .write(true)
+        .open(d.join("prog.c"))
+        .unwrap();
     f.set_modified(new).unwrap();
     compare(&["cachegrind.out.fixture"], d);
 }
@@ -165,9 +180,83 @@ fn version_and_help_go_to_stdout() {
     assert!(ok);
     assert_eq!(out, "cg_annotate-3.19.0\n");
     let (out, _, ok) = run(ox, &["cg_annotate"], &["--help"], Path::new("/"));
-    assert!(ok && out.starts_with("usage: cg_annotate [options]"), "{out}");
+    assert!(
+        ok && out.starts_with("usage: cg_annotate [options]"),
+        "{out}"
+    );
     let (_, err, ok) = run(ox, &["cg_annotate"], &["--frob", "x"], Path::new("/"));
-    assert!(!ok && err.starts_with("oxgrind: cg_annotate: unknown option `--frob`"), "{err}");
-    let (_, err, ok) = run(ox, &["cg_annotate"], &["/nonexistent/cg.out"], Path::new("/"));
-    assert!(!ok && err.contains("Cannot open /nonexistent/cg.out"), "{err}");
+    assert!(
+        !ok && err.starts_with("oxgrind: cg_annotate: unknown option `--frob`"),
+        "{err}"
+    );
+    let (_, err, ok) = run(
+        ox,
+        &["cg_annotate"],
+        &["/nonexistent/cg.out"],
+        Path::new("/"),
+    );
+    assert!(
+        !ok && err.contains("Cannot open /nonexistent/cg.out"),
+        "{err}"
+    );
+}
+
+/// `oxgrind cg_merge` writes what `/usr/bin/cg_merge` writes, progress messages included.
+#[test]
+fn cg_merge_writes_valgrinds_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in [
+        "cachegrind.out.static",
+        "cachegrind.out.static-nobranch",
+        "cachegrind.out.nosim",
+    ] {
+        std::fs::copy(examples().join(name), dir.path().join(name)).unwrap();
+    }
+    // A second profile of the same program, with different counts and a new function.
+    let other = std::fs::read_to_string(dir.path().join("cachegrind.out.static"))
+        .unwrap()
+        .replace("fn=main\n4 74", "fn=main\n4 75")
+        .replace("summary: 500089", "summary: 500090")
+        .replace(
+            "fl=???\n",
+            "fl=???\nfn=aaa_new\n7 0 0 0 0 0 0 0 0 0 0 0 0 0\n",
+        );
+    std::fs::write(dir.path().join("other.out"), other).unwrap();
+    let ox = env!("CARGO_BIN_EXE_oxgrind");
+    for files in [
+        &["cachegrind.out.static", "other.out"][..],
+        &[
+            "cachegrind.out.nosim",
+            "cachegrind.out.nosim",
+            "cachegrind.out.nosim",
+        ][..],
+        &["cachegrind.out.static-nobranch"][..],
+    ] {
+        let mut with_o = vec!["-o", "merged.vg"];
+        with_o.extend_from_slice(files);
+        // `cg_merge` found on the PATH names itself so in its messages.
+        let (_, p_err, p_ok) = run("cg_merge", &[], &with_o, dir.path());
+        with_o[1] = "merged.ox";
+        let (_, o_err, o_ok) = run(ox, &["cg_merge"], &with_o, dir.path());
+        assert!(p_ok && o_ok, "{p_err}\n{o_err}");
+        assert_eq!(o_err.replace("merged.ox", "merged.vg"), p_err);
+        let p = std::fs::read(dir.path().join("merged.vg")).unwrap();
+        let o = std::fs::read(dir.path().join("merged.ox")).unwrap();
+        assert!(p == o, "cg_merge {files:?} differs");
+        // Without -o the merged file goes to stdout.
+        let (p_out, _, _) = run("cg_merge", &[], files, dir.path());
+        let (o_out, _, _) = run(ox, &["cg_merge"], files, dir.path());
+        assert_eq!(o_out, p_out);
+    }
+    // Mismatched events are refused, as by cg_merge.
+    let (_, err, ok) = run(
+        ox,
+        &["cg_merge"],
+        &["cachegrind.out.static", "cachegrind.out.nosim"],
+        dir.path(),
+    );
+    assert!(
+        !ok && err.contains("\"events:\" line of most recent file does not match"),
+        "{err}"
+    );
 }

@@ -1,7 +1,8 @@
 //! Shared by the cg_annotate tests: Perl's hash order made comparable (see
 //! `cg_annotate_vs_valgrind.rs`).
 
-const FANCY: &str = "--------------------------------------------------------------------------------";
+const FANCY: &str =
+    "--------------------------------------------------------------------------------";
 
 /// Sorts each run of function-table rows with the same counts, and the annotation chunks.
 pub fn normalise(text: &str, whole_table: bool) -> String {
@@ -28,7 +29,9 @@ pub fn normalise(text: &str, whole_table: bool) -> String {
                     if whole_table {
                         String::new()
                     } else {
-                        r.rsplit_once("  ").map(|x| x.0.to_string()).unwrap_or_default()
+                        r.rsplit_once("  ")
+                            .map(|x| x.0.to_string())
+                            .unwrap_or_default()
                     }
                 };
                 let mut j = k;
@@ -62,7 +65,10 @@ pub fn normalise(text: &str, whole_table: bool) -> String {
             Some(at + 1)
         })
         .unwrap_or(text.len());
-    let mut chunks: Vec<&str> = text[start..end].split(&marker).filter(|c| !c.is_empty()).collect();
+    let mut chunks: Vec<&str> = text[start..end]
+        .split(&marker)
+        .filter(|c| !c.is_empty())
+        .collect();
     chunks.sort();
     let mut s = text[..start].to_string();
     for c in chunks {
@@ -72,4 +78,3 @@ pub fn normalise(text: &str, whole_table: bool) -> String {
     s.push_str(&text[end..]);
     s
 }
-

@@ -282,7 +282,7 @@ pub fn on_accesses(sim: &mut Simulator, info: &InstrInfo, accesses: &[Access], r
                         None
                     }
                 };
-                let go_on = equal.map_or(true, |e| e != repne);
+                let go_on = !matches!(equal, Some(e) if e == repne);
                 sim.cond_branch(info.id, info.pc, go_on);
                 again = go_on;
             }

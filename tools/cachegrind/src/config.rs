@@ -321,10 +321,16 @@ mod tests {
         let c = parse("--I1", "32768,8,64").unwrap();
         assert_eq!((c.size, c.assoc, c.line), (32768, 8, 64));
         assert!(parse("--D1", "32768,8").is_err());
-        assert!(parse("--D1", "32768,3,64").unwrap_err().contains("set count"));
+        assert!(parse("--D1", "32768,3,64")
+            .unwrap_err()
+            .contains("set count"));
         assert!(parse("--LL", "4096,1,8").unwrap_err().contains("too small"));
-        assert!(parse("--LL", "64,1,64").unwrap_err().contains("size <= line"));
-        assert!(parse("--LL", "99999999999,1,64").unwrap_err().contains("overflowed"));
+        assert!(parse("--LL", "64,1,64")
+            .unwrap_err()
+            .contains("size <= line"));
+        assert!(parse("--LL", "99999999999,1,64")
+            .unwrap_err()
+            .contains("overflowed"));
     }
 
     #[test]

@@ -352,8 +352,7 @@ impl Tool for Cachegrind {
         if talk {
             let pid = host.pid();
             let mut out = format!("=={pid}== \n");
-            for l in cachegrind::summary_text(&totals, self.opts.cache_sim, self.opts.branch_sim)
-            {
+            for l in cachegrind::summary_text(&totals, self.opts.cache_sim, self.opts.branch_sim) {
                 out.push_str(&format!("=={pid}== {l}\n"));
             }
             host.log(&out);

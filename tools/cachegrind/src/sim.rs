@@ -231,7 +231,11 @@ impl Simulator {
             ml = self.ll.ref_is_miss(addr, size);
         }
         let c = self.slot(id);
-        let (a, b, d) = if write { (DW, D1MW, DLMW) } else { (DR, D1MR, DLMR) };
+        let (a, b, d) = if write {
+            (DW, D1MW, DLMW)
+        } else {
+            (DR, D1MR, DLMR)
+        };
         c[a] += 1;
         c[b] += u64::from(m1);
         c[d] += u64::from(ml);
@@ -308,9 +312,21 @@ mod tests {
     #[test]
     fn cache_matches_a_naive_lru_on_a_pseudo_random_stream() {
         for cfg in [
-            CacheConfig { size: 1024, assoc: 4, line: 64 },
-            CacheConfig { size: 2048, assoc: 1, line: 32 },
-            CacheConfig { size: 4096, assoc: 64, line: 64 },
+            CacheConfig {
+                size: 1024,
+                assoc: 4,
+                line: 64,
+            },
+            CacheConfig {
+                size: 2048,
+                assoc: 1,
+                line: 32,
+            },
+            CacheConfig {
+                size: 4096,
+                assoc: 64,
+                line: 64,
+            },
         ] {
             let mut fast = Cache::new(&cfg);
             let mut slow = NaiveLru::new(&cfg);
@@ -323,7 +339,11 @@ mod tests {
                 let addr = (x >> 20) % 16384;
                 let size = [1, 2, 4, 8, 16, 32][(x % 6) as usize].min(cfg.line);
                 let m = fast.ref_is_miss(addr, size);
-                assert_eq!(m, slow.access(addr, size), "{cfg:?} addr {addr:#x} size {size}");
+                assert_eq!(
+                    m,
+                    slow.access(addr, size),
+                    "{cfg:?} addr {addr:#x} size {size}"
+                );
                 misses += u64::from(m);
             }
             assert!(misses > 1000, "the stream must exercise evictions");
@@ -332,7 +352,11 @@ mod tests {
 
     #[test]
     fn straddling_access_is_one_miss_and_loads_both_lines() {
-        let cfg = CacheConfig { size: 4096, assoc: 2, line: 64 };
+        let cfg = CacheConfig {
+            size: 4096,
+            assoc: 2,
+            line: 64,
+        };
         let mut c = Cache::new(&cfg);
         assert!(c.ref_is_miss(60, 8), "both lines cold");
         assert!(!c.ref_is_miss(0, 8));

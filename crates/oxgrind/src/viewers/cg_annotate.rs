@@ -288,13 +288,8 @@ fn after_key<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     (trimmed.len() < rest.len()).then_some(trimmed)
 }
 
-fn read_data(
-    path: &str,
-    args: &Args,
-    warn: &mut dyn Write,
-) -> Result<Data> {
-    let bytes =
-        std::fs::read(path).with_context(|| format!("Cannot open {path} for reading"))?;
+fn read_data(path: &str, args: &Args, warn: &mut dyn Write) -> Result<Data> {
+    let bytes = std::fs::read(path).with_context(|| format!("Cannot open {path} for reading"))?;
     let lines = perl_lines(&bytes);
     let mut it = lines.iter().enumerate().map(|(i, l)| (i + 1, l.as_str()));
     let mut desc = String::new();
@@ -341,13 +336,18 @@ fn read_data(
     let mut summary = None;
     for (n, l) in it {
         let body = strip_nl(l);
-        if body.trim_matches(|c: char| c.is_ascii_whitespace()).is_empty() || l.starts_with('#')
+        if body
+            .trim_matches(|c: char| c.is_ascii_whitespace())
+            .is_empty()
+            || l.starts_with('#')
         {
             continue;
         }
         let digits_end = {
             let s = usize::from(l.starts_with('-'));
-            let d = l[s..].find(|c: char| !c.is_ascii_digit()).map_or(l.len(), |e| e + s);
+            let d = l[s..]
+                .find(|c: char| !c.is_ascii_digit())
+                .map_or(l.len(), |e| e + s);
             if d > s {
                 Some(d)
             } else {
@@ -488,7 +488,8 @@ impl Printer<'_> {
     }
 }
 
-const FANCY: &str = "--------------------------------------------------------------------------------\n";
+const FANCY: &str =
+    "--------------------------------------------------------------------------------\n";
 
 /// Renders the whole report for `args` into `out`; warnings about the data file go to `warn`.
 fn render(args: &Args, out: &mut String, warn: &mut dyn Write) -> Result<()> {
@@ -624,7 +625,10 @@ fn render(args: &Args, out: &mut String, warn: &mut dyn Write) -> Result<()> {
         p.cc(cc, &fw, out);
         out.push_str(&format!(" {name}\n"));
         // `s/:.+$//`: cut at the first colon that has something after it.
-        let file = match name.char_indices().find(|&(i, c)| c == ':' && i + 1 < name.len()) {
+        let file = match name
+            .char_indices()
+            .find(|&(i, c)| c == ':' && i + 1 < name.len())
+        {
             Some((i, _)) => name[..i].to_string(),
             None => name.clone(),
         };
@@ -682,11 +686,17 @@ fn annotate(
             continue;
         };
         out.push_str(FANCY);
-        let kind = if args.user_files.contains(src) { "User" } else { "Auto" };
+        let kind = if args.user_files.contains(src) {
+            "User"
+        } else {
+            "Auto"
+        };
         out.push_str(&format!("-- {kind}-annotated source: {full_name}\n"));
         out.push_str(FANCY);
         let Some(ccs) = data.all_ccs.get(src) else {
-            out.push_str(&format!("  No information has been collected for {src}\n\n"));
+            out.push_str(&format!(
+                "  No information has been collected for {src}\n\n"
+            ));
             continue;
         };
         did_annotations = true;
@@ -708,10 +718,9 @@ fn annotate(
         let w = p.widths(ccs.values());
         p.events_row(&w, out);
         out.push_str("\n\n");
-        if line_nums.first() == Some(&0) || line_nums.is_empty() {
-            if !line_nums.is_empty() {
-                line_nums.remove(0);
-            }
+        // The script drops line 0 when it sorts first (its counts are listed at the end).
+        if line_nums.first() == Some(&0) {
+            line_nums.remove(0);
         }
         let ctx = args.context;
         let n = line_nums.len();
