@@ -127,7 +127,13 @@ fn cxx_program_gives_valgrinds_file() {
 #[test]
 fn realloc_heavy_program_gives_valgrinds_file() {
     let prog = build("realloc_churn.c", &["-g", "-O1"]);
-    for opts in [&["--time-unit=B"][..], &["--time-unit=B", "--detailed-freq=1"]] {
+    // --alignment=64 sends every block through Valgrind's memalign path (a bigger block,
+    // split), replayed as well.
+    for opts in [
+        &["--time-unit=B"][..],
+        &["--time-unit=B", "--detailed-freq=1"],
+        &["--time-unit=B", "--alignment=64"],
+    ] {
         let Some((ours, theirs)) = massif_both(&prog, opts, &[]) else {
             return;
         };
