@@ -16,7 +16,7 @@
 //! Cost on the program's allocator path: one spin lock, one hash lookup from the
 //! [`StackId`] to its EC, the replay of the allocation in Valgrind's allocator (module
 //! `arena`: a free-list search and a few table updates; on an allocation-heavy C++ workload
-//! about half of Massif's time), a few additions, and a comparison with the time of the next
+//! about a third of Massif's time: 1.36 s against 0.89 s without it), a few additions, and a comparison with the time of the next
 //! snapshot. Classifying a stack never seen before (symbol lookups) happens outside the lock.
 //!
 //! The runtime's block table gives each [`Free`] the stack of the call that last allocated or
