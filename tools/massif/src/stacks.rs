@@ -3,16 +3,18 @@
 //! `new_mem_stack` and shrinkage a `die_mem_stack` (with a peak check first), and a change
 //! bigger than `--max-stackframe` (2,000,000 bytes) is a switch to another stack, not counted.
 //!
-//! How: the engine tells which instructions write `rsp` (explicitly, or as `push`, `pop`,
-//! `call`, `ret`, `enter`, `leave` do). [`instrument`] puts a pc probe right after each of
-//! them (before the next instruction of the block), which reads the new `rsp`; calls and
-//! returns end a block, so they are probed before and their effect (8 bytes pushed or popped)
-//! applied there. Each probe first catches up with whatever moved `rsp` since the thread's
-//! previous probe, then applies the probed instruction's own change. So a change is seen
-//! right after it happens, or at the latest at the next probe (a write at the end of a block
-//! cut at 64 instructions, a signal frame, `ret 16`'s extra bytes, code the engine does not
-//! show us). That is a clean call per stack-pointer change: slow but exact. A stack-pointer
-//! facility in the engine would replace the probes (the tool-side logic would stay).
+//! How: the engine tells what each instruction does to `rsp` ([`SpChange`]): a known
+//! delta (`push`, `pop`, `call`, `ret n`, `enter`, `sub`/`add rsp, imm`), `leave`
+//! (`rbp + 8`), or a value only the registers after it tell (`mov rsp, ...`, `and rsp, -16`).
+//! [`instrument`] puts a pc probe before each instruction that writes `rsp`; it first catches
+//! up with whatever moved `rsp` unseen since the thread's previous probe (a signal frame, code
+//! the engine does not show us), then applies the instruction's own change, computed from the
+//! registers before it. An unknown write gets a second probe after it, which reads the result.
+//! Probing *before* keeps a switch to another stack (a signal handler on its alternate stack,
+//! a coroutine) apart from the first change made there: the jump is seen alone, then the
+//! handler's `sub rsp` as the growth it is. That is a clean call per stack-pointer change:
+//! slow but exact. A stack-pointer facility in the engine would replace the probes (the
+//! tool-side logic would stay).
 //!
 //! Each thread counts from a baseline: the main thread from its stack pointer at process
 //! entry (as Valgrind, which tracks from the first instruction; `/proc/self/stat` gives it),
@@ -22,29 +24,18 @@
 
 use core::cell::Cell;
 
-use oxgrind_tool::instrument::{Flow, GuestRegs, Insn, Plan};
+use oxgrind_tool::instrument::{GuestRegs, Insn, Plan, SpChange};
 
 /// Valgrind's default `--max-stackframe`.
 const MAX_STACKFRAME: u64 = 2_000_000;
 
-/// What an instruction does to the stack pointer, as far as probing goes.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) enum SpKind {
-    /// Leaves `rsp` alone.
-    Keeps,
-    /// Writes it and falls through: read the result before the next instruction.
-    Writes,
-    /// `call`: pushes 8 bytes and leaves the block.
-    Call,
-    /// `ret`: pops 8 bytes (and `ret n`'s `n`, seen at the next probe) and leaves the block.
-    Return,
-}
-
 /// What a probe does, encoded in its data.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Effect {
-    /// Catch up with `rsp`, then add `delta` (the probed call or return).
+    /// Catch up with `rsp`, then `rsp += delta` (the probed instruction).
     Delta(i32),
+    /// Catch up with `rsp`, then `rsp = rbp + 8` (`leave`).
+    Leave,
     /// Catch up with `rsp` only.
     CatchUp,
 }
@@ -53,47 +44,50 @@ impl Effect {
     fn encode(self) -> u64 {
         match self {
             Effect::Delta(d) => d as u32 as u64,
-            Effect::CatchUp => 1 << 32,
+            Effect::Leave => 1 << 32,
+            Effect::CatchUp => 2 << 32,
         }
     }
 
     fn decode(data: u64) -> Effect {
         match data >> 32 {
             0 => Effect::Delta(data as u32 as i32),
+            1 => Effect::Leave,
             _ => Effect::CatchUp,
+        }
+    }
+
+    /// `rsp` after the probed instruction, from the registers before it.
+    fn rsp_after(self, regs: &GuestRegs) -> u64 {
+        match self {
+            Effect::Delta(d) => regs.rsp().wrapping_add(d as i64 as u64),
+            Effect::Leave => regs.rbp().wrapping_add(8),
+            Effect::CatchUp => regs.rsp(),
         }
     }
 }
 
-/// The probes a block with these instructions needs: `(instruction index, effect)`.
-pub(crate) fn probes(kinds: &[SpKind]) -> Vec<(usize, Effect)> {
+/// The probes a block whose instructions change `rsp` as `sps` says needs:
+/// `(instruction index, effect)`.
+pub(crate) fn probes(sps: &[SpChange]) -> Vec<(usize, Effect)> {
     let mut out = Vec::new();
-    for (i, &k) in kinds.iter().enumerate() {
-        let after_write = i > 0 && kinds[i - 1] == SpKind::Writes;
-        match k {
-            SpKind::Call => out.push((i, Effect::Delta(-8))),
-            SpKind::Return => out.push((i, Effect::Delta(8))),
-            _ if after_write => out.push((i, Effect::CatchUp)),
-            _ => {}
+    for (i, &sp) in sps.iter().enumerate() {
+        let after_unknown = i > 0 && sps[i - 1] == SpChange::Unknown;
+        match sp {
+            SpChange::Delta(d) => out.push((i, Effect::Delta(d))),
+            SpChange::Leave => out.push((i, Effect::Leave)),
+            SpChange::Unknown => out.push((i, Effect::CatchUp)),
+            SpChange::None if after_unknown => out.push((i, Effect::CatchUp)),
+            SpChange::None => {}
         }
     }
     out
 }
 
-/// What the engine's description of an instruction says of its stack-pointer use.
-fn sp_kind(ins: &Insn) -> SpKind {
-    match ins.flow {
-        Flow::Call | Flow::IndirectCall => SpKind::Call,
-        Flow::Return => SpKind::Return,
-        _ if ins.writes_sp() => SpKind::Writes,
-        _ => SpKind::Keeps,
-    }
-}
-
 /// Asks for the probes of one block.
 pub(crate) fn instrument(block: &[Insn], plan: &mut Plan) {
-    let kinds: Vec<SpKind> = block.iter().map(sp_kind).collect();
-    for (i, e) in probes(&kinds) {
+    let sps: Vec<SpChange> = block.iter().map(|i| i.sp).collect();
+    for (i, e) in probes(&sps) {
         plan.pc(i, e.encode());
     }
 }
@@ -154,10 +148,7 @@ pub(crate) fn set_baseline(sp: u64) {
 /// A probe: the changes in this thread's counted bytes, first the catch-up with `regs.rsp`,
 /// then the probed instruction's own.
 pub(crate) fn at_probe(regs: &GuestRegs, data: u64) -> [i64; 2] {
-    let after = match Effect::decode(data) {
-        Effect::Delta(d) => regs.rsp().wrapping_add(d as i64 as u64),
-        Effect::CatchUp => regs.rsp(),
-    };
+    let after = Effect::decode(data).rsp_after(regs);
     THREAD.with(|t| {
         let mut s = t.get();
         let d = [s.step(regs.rsp()), s.step(after)];
@@ -180,48 +171,48 @@ mod tests {
     use super::*;
     use oxgrind_tool::instrument::SpChange;
 
-    fn insn(flow: Flow, sp: SpChange) -> Insn {
-        let mut i = Insn::new(0x1000, 1, flow);
-        i.sp = sp;
-        i
-    }
-
     #[test]
-    fn the_usual_stack_instructions_are_classified() {
-        // (Which instructions write rsp, and how, is the engine's: its `describe` tests.)
-        use SpKind::*;
-        let cases = [
-            (insn(Flow::Next, SpChange::Delta(-8)), Writes),
-            (insn(Flow::Next, SpChange::Leave), Writes),
-            (insn(Flow::Next, SpChange::Unknown), Writes),
-            (insn(Flow::Call, SpChange::Delta(-8)), Call),
-            (insn(Flow::IndirectCall, SpChange::Delta(-8)), Call),
-            (insn(Flow::Return, SpChange::Delta(8)), Return),
-            (insn(Flow::Next, SpChange::None), Keeps),
-        ];
-        for (ins, want) in cases {
-            assert_eq!(sp_kind(&ins), want, "{ins:?}");
-        }
-    }
-
-    #[test]
-    fn each_write_is_read_right_after_and_calls_and_returns_before() {
-        use SpKind::*;
-        // push rbp; mov rbp, rsp; sub rsp, 0x10; mov eax, 1; call rel32
-        let k = [Writes, Keeps, Writes, Keeps, Call];
+    fn each_write_is_probed_before_and_an_unknown_one_after_too() {
+        use SpChange::*;
+        // push rbp; mov rbp, rsp; sub rsp, 0x10; and rsp, -16; mov eax, 1; call rel32
+        let sps = [Delta(-8), None, Delta(-16), Unknown, None, Delta(-8)];
         assert_eq!(
-            probes(&k),
+            probes(&sps),
             [
-                (1, Effect::CatchUp),
+                (0, Effect::Delta(-8)),
+                (2, Effect::Delta(-16)),
                 (3, Effect::CatchUp),
-                (4, Effect::Delta(-8))
+                (4, Effect::CatchUp),
+                (5, Effect::Delta(-8)),
             ]
         );
-        // leave; ret
-        assert_eq!(probes(&[Writes, Return]), [(1, Effect::Delta(8))]);
-        for e in [Effect::Delta(-8), Effect::Delta(8), Effect::CatchUp] {
+        // leave; ret 16
+        assert_eq!(
+            probes(&[Leave, Delta(24)]),
+            [(0, Effect::Leave), (1, Effect::Delta(24))]
+        );
+        for e in [
+            Effect::Delta(-8),
+            Effect::Delta(24),
+            Effect::Leave,
+            Effect::CatchUp,
+        ] {
             assert_eq!(Effect::decode(e.encode()), e);
         }
+    }
+
+    #[test]
+    fn a_handler_on_another_stack_counts_its_own_frame() {
+        // The probe before the handler's `sub rsp` sees the switch alone, then the growth.
+        let mut t = ThreadStack::default();
+        t.step(0x7fff_0000);
+        t.step(0x7fff_0000 - 100);
+        let alt = 0x5000_0000u64;
+        assert_eq!(t.step(alt), 0, "the switch");
+        assert_eq!(t.step(alt - 3016), 3016, "the handler's frame");
+        assert_eq!(t.step(alt), -3016);
+        assert_eq!(t.step(0x7fff_0000 - 100), 0, "back");
+        assert_eq!(t.counted, 100);
     }
 
     #[test]
