@@ -46,7 +46,8 @@ int main(void) {
     b[3] = 1;                           /* invalid write: inside a freed block */
     pool_free(b);                       /* invalid free */
     a = pool_alloc(8);                  /* the first block of 24 leaks */
-    printf("%d %lu %u\n", bad == (unsigned long)(p + 16), fine, VALGRIND_COUNT_ERRORS);
+    printf("%d %lu %u %u\n", bad == (unsigned long)(p + 16), fine, VALGRIND_COUNT_ERRORS,
+           RUNNING_ON_VALGRIND);
     free(p);
     return 0;
 }
