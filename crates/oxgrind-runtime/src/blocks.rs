@@ -7,7 +7,6 @@
 //! back, so their addresses are not reused at once (Memcheck's `--freelist-vol`); threads
 //! feed it in batches, and glibc's `free` never runs under its lock.
 
-use std::cell::UnsafeCell;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -141,8 +140,9 @@ impl Default for BlockTable {
 ///
 /// One queue for the process, as Valgrind's, so a block's turn to go back to glibc depends on
 /// what every thread freed after it. A thread does not take the queue's lock for every free:
-/// it collects its frees in a small batch of its own and moves the batch into the queue in
-/// one go, taking out the blocks that must leave. It gives those to glibc after dropping the
+/// it collects its frees in a small batch (one of [`BATCHES`], chosen by its thread pointer,
+/// each behind its own lock, which threads rarely share) and moves the batch into the queue
+/// in one go, taking out the blocks that must leave. It gives those to glibc after dropping the
 /// lock, and one or two per free rather than all at once: a burst of frees would overflow
 /// glibc's per-thread cache (7 chunks per size) into its slower bins, which touch the heads
 /// of neighbouring chunks (costly under Memcheck, whose shadow marks them).
@@ -153,6 +153,7 @@ impl Default for BlockTable {
 pub struct FreedQueue {
     shared: SpinLock<SharedQueue>,
     budget: AtomicU64,
+    batches: [SpinLock<Batch>; BATCHES],
 }
 
 struct SharedQueue {
@@ -162,11 +163,14 @@ struct SharedQueue {
 
 /// Most blocks a thread's batch holds before it joins the shared queue.
 pub const BATCH: usize = 32;
-/// Most blocks a thread holds that have left the queue but not yet gone to glibc.
+/// Most blocks a batch holds that have left the queue but not yet gone to glibc.
 const LEAVING: usize = 4 * BATCH;
+/// Batches: threads are spread over them by their thread pointer.
+const BATCHES: usize = 64;
 
-/// A thread's frees not yet in the shared queue, and the blocks it took out of the queue
-/// that glibc has not been given yet (a ring).
+/// Pending frees not yet in the shared queue, and blocks taken out of the queue that glibc
+/// has not been given yet (a ring). One per group of threads (by thread pointer, see
+/// [`FreedQueue`]), so a thread always uses the same one and its frees keep their order.
 struct Batch {
     blocks: [(u64, u64); BATCH],
     len: usize,
@@ -176,30 +180,37 @@ struct Batch {
     leaving_len: usize,
 }
 
-thread_local! {
-    /// `const`-initialised with no destructor: static TLS, never allocated (see guard.rs).
-    /// A thread that exits leaves its last blocks to glibc unreleased (at most about
-    /// [`BATCH`] + [`LEAVING`] blocks): memory glibc does not reuse, nothing more.
-    static BATCHED: UnsafeCell<Batch> = const {
-        UnsafeCell::new(Batch {
+/// The calling thread's pointer (`fs:0` in the x86-64 TLS ABI: the thread control block
+/// points to itself), which tells threads apart without a thread-local access: from a
+/// shared library that is a call into the dynamic loader, costly under the engine.
+#[inline(always)]
+fn thread_pointer() -> u64 {
+    let v: u64;
+    // SAFETY: every thread of a process with glibc TLS has a thread control block at fs:0
+    // whose first word points to itself; the load has no other effect.
+    unsafe {
+        core::arch::asm!("mov {}, fs:[0]", out(reg) v, options(nostack, readonly, preserves_flags));
+    }
+    v
+}
+
+impl FreedQueue {
+    pub const fn new() -> Self {
+        const EMPTY: SpinLock<Batch> = SpinLock::new(Batch {
             blocks: [(0, 0); BATCH],
             len: 0,
             bytes: 0,
             leaving: [0; LEAVING],
             leaving_head: 0,
             leaving_len: 0,
-        })
-    };
-}
-
-impl FreedQueue {
-    pub const fn new() -> Self {
+        });
         FreedQueue {
             shared: SpinLock::new(SharedQueue {
                 queue: VecDeque::new(),
                 bytes: 0,
             }),
             budget: AtomicU64::new(0),
+            batches: [EMPTY; BATCHES],
         }
     }
 
@@ -215,43 +226,46 @@ impl FreedQueue {
             release(addr);
             return;
         }
+        // Thread control blocks are page-aligned and a few pages apart.
+        let tp = thread_pointer();
+        let which = ((tp >> 12) ^ (tp >> 20)) as usize % BATCHES;
         let mut now = [0u64; 2];
-        let n_now = BATCHED.with(|cell| {
-            // SAFETY: this thread's batch; hooks do not re-enter on one thread (the
-            // re-entrancy flag) and nothing here calls out, so no other borrow is live.
-            let t = unsafe { &mut *cell.get() };
-            t.blocks[t.len] = (addr, size);
+        let mut n_now = 0;
+        {
+            let mut t = self.batches[which].lock();
+            let i = t.len;
+            t.blocks[i] = (addr, size);
             t.len += 1;
             t.bytes += size;
             if t.len == BATCH || t.bytes > budget / 16 {
                 let mut shared = self.shared.lock();
-                for &(a, s) in &t.blocks[..t.len] {
+                for k in 0..t.len {
+                    let (a, s) = t.blocks[k];
                     shared.queue.push_back((a, s));
                     shared.bytes += s;
                 }
                 t.len = 0;
                 t.bytes = 0;
                 // Blocks that do not fit in the ring stay queued (over budget) until this
-                // or another thread's next batch: a little later, never earlier.
+                // or another batch's next turn: a little later, never earlier.
                 while shared.bytes > budget && t.leaving_len < LEAVING {
                     let Some((a, s)) = shared.queue.pop_front() else {
                         break;
                     };
                     shared.bytes -= s;
-                    t.leaving[(t.leaving_head + t.leaving_len) % LEAVING] = a;
+                    let slot = (t.leaving_head + t.leaving_len) % LEAVING;
+                    t.leaving[slot] = a;
                     t.leaving_len += 1;
                 }
             }
             // Two per free: the ring empties faster than batches fill it.
-            let mut n = 0;
-            while n < now.len() && t.leaving_len > 0 {
-                now[n] = t.leaving[t.leaving_head];
+            while n_now < now.len() && t.leaving_len > 0 {
+                now[n_now] = t.leaving[t.leaving_head];
                 t.leaving_head = (t.leaving_head + 1) % LEAVING;
                 t.leaving_len -= 1;
-                n += 1;
+                n_now += 1;
             }
-            n
-        });
+        }
         for &a in &now[..n_now] {
             release(a);
         }

@@ -9,7 +9,6 @@
 //! (our `malloc`, our `operator new`, ...), so reports start `at 0x...: malloc (in ...)` as
 //! Valgrind's do; later frames are return addresses minus one (inside the call instruction).
 
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::mem::MaybeUninit;
@@ -33,19 +32,13 @@ pub struct StackTable {
     next: AtomicU32,
     shards: [SpinLock<Option<HashMap<u64, Vec<(Frames, StackId)>, BuildHasherDefault<IdHasher>>>>;
         SHARDS],
+    /// See [`StackTable::intern`].
+    recent: [AtomicU64; RECENT],
     grow: SpinLock<()>,
 }
 
-/// Slots of each thread's cache of recently interned stacks (see [`StackTable::intern`]).
-const RECENT: usize = 256;
-
-thread_local! {
-    /// (hash of the frames, id + 1), direct-mapped by hash. `const`-initialised with no
-    /// destructor: static TLS, never allocated (see guard.rs). Shared by every
-    /// [`StackTable`] (the runtime has one; tests make more): a hit is only taken when the
-    /// table asked has exactly these frames under that id.
-    static RECENT_IDS: [Cell<(u64, u32)>; RECENT] = const { [const { Cell::new((0, 0)) }; RECENT] };
-}
+/// Slots of the cache of recently interned stacks (see [`StackTable::intern`]).
+const RECENT: usize = 1024;
 
 /// The key is already a hash.
 #[derive(Default)]
@@ -87,31 +80,35 @@ impl StackTable {
             lens: [NULL_LENS; MAX_CHUNKS],
             next: AtomicU32::new(0),
             shards: [SHARD; SHARDS],
+            recent: [const { AtomicU64::new(0) }; RECENT],
             grow: SpinLock::new(()),
         }
     }
 
     /// The id of `frames`, interning them on first sight.
     ///
-    /// A program allocates from a few thousand stacks again and again, so each thread first
-    /// looks in a small cache of its own (no lock): a hit is confirmed against the published
-    /// frames of the id it names, which never change. Only a miss takes a shard lock.
+    /// A program allocates from a few thousand stacks again and again, so a small
+    /// direct-mapped cache is looked at first, with no lock and no thread-local access
+    /// (which costs a call into the dynamic loader from a shared library, and more under the
+    /// translation engine). A slot is one atomic word, the hash's high half and the id, so
+    /// racing writers leave one whole entry or the other; a hit is confirmed against the
+    /// published frames of the id it names, which never change. Only a miss takes a shard
+    /// lock.
     #[inline]
     pub fn intern(&self, frames: &[u64]) -> StackId {
         let h = hash_frames(frames);
-        let slot = (h >> 32) as usize % RECENT;
-        let hit = RECENT_IDS.with(|c| {
-            let (hash, id) = c[slot].get();
-            // Ids are stored plus one: 0 is an empty slot.
-            (id != 0 && hash == h).then(|| StackId(id - 1))
-        });
-        if let Some(id) = hit {
+        let slot = &self.recent[(h as usize) % RECENT];
+        let tag = h & !0xffff_ffff;
+        let word = slot.load(Ordering::Relaxed);
+        // Ids are stored plus one: 0 is an empty slot.
+        if word & !0xffff_ffff == tag && word as u32 != 0 {
+            let id = StackId(word as u32 - 1);
             if self.frames(id) == frames {
                 return id;
             }
         }
         let id = self.intern_locked(h, frames);
-        RECENT_IDS.with(|c| c[slot].set((h, id.0.wrapping_add(1))));
+        slot.store(tag | id.0.wrapping_add(1) as u64, Ordering::Relaxed);
         id
     }
 
