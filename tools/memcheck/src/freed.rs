@@ -8,9 +8,7 @@
 //! with the stacks, and is only searched when an error is being described. Threads feed it
 //! through batches of their own ([`FreedBatches`]), so a free takes no process-wide lock.
 
-use std::cell::Cell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use oxgrind_tool::sync::SpinLock;
 use oxgrind_tool::{Addr, StackId};
@@ -219,14 +217,30 @@ pub const BATCH: usize = 16;
 /// frees instead of once per free, and threads freeing at once do not meet on it.
 ///
 /// Blocks in a batch are still "recently freed": whoever describes an address first moves
-/// every thread's batch into the queues ([`FreedBatches::drain`]), in each thread's order.
+/// every batch into the queues ([`FreedBatches::drain`]), each thread's frees in its order.
 /// For one thread, the queues then hold exactly what they would with a lock per free.
 pub struct FreedBatches {
-    /// Tells this instance's batches from another's in the per-thread slot (tests make
-    /// many instances on one thread).
-    id: u64,
     volume: u64,
-    threads: SpinLock<Vec<&'static SpinLock<Batch>>>,
+    /// Threads are spread over the batches by their thread pointer, so a thread always
+    /// uses the same one (its frees keep their order) and threads rarely share one.
+    batches: Box<[SpinLock<Batch>]>,
+}
+
+/// How many batches a [`FreedBatches`] has.
+const BATCHES: usize = 64;
+
+/// The calling thread's pointer (`fs:0` in the x86-64 TLS ABI: the thread control block
+/// points to itself), which tells threads apart without a thread-local access: from the
+/// runtime's shared library that is a call into the dynamic loader, costly under the engine.
+#[inline(always)]
+fn thread_pointer() -> u64 {
+    let v: u64;
+    // SAFETY: every thread of a process with glibc TLS has a thread control block at fs:0
+    // whose first word points to itself; the load has no other effect.
+    unsafe {
+        core::arch::asm!("mov {}, fs:[0]", out(reg) v, options(nostack, readonly, preserves_flags));
+    }
+    v
 }
 
 /// One thread's pending frees, oldest first.
@@ -234,14 +248,6 @@ struct Batch {
     items: [Freed; BATCH],
     len: usize,
     bytes: u64,
-}
-
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-thread_local! {
-    /// (instance id, that instance's batch for this thread). `const`-initialised with no
-    /// destructor: static TLS in the runtime library, never allocated.
-    static MINE: Cell<(u64, *const SpinLock<Batch>)> = const { Cell::new((0, core::ptr::null())) };
 }
 
 const EMPTY: Freed = Freed {
@@ -258,9 +264,16 @@ impl FreedBatches {
     /// `volume`: `--freelist-vol`, which bounds the bytes a batch holds.
     pub fn new(volume: u64) -> FreedBatches {
         FreedBatches {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             volume,
-            threads: SpinLock::new(Vec::new()),
+            batches: (0..BATCHES)
+                .map(|_| {
+                    SpinLock::new(Batch {
+                        items: [EMPTY; BATCH],
+                        len: 0,
+                        bytes: 0,
+                    })
+                })
+                .collect(),
         }
     }
 
@@ -270,20 +283,10 @@ impl FreedBatches {
         size <= self.volume / 2
     }
 
-    fn mine(&self) -> &'static SpinLock<Batch> {
-        let (id, p) = MINE.with(|m| m.get());
-        if id == self.id && !p.is_null() {
-            // SAFETY: the pointer was leaked below for this instance and is never freed.
-            return unsafe { &*p };
-        }
-        let b: &'static SpinLock<Batch> = Box::leak(Box::new(SpinLock::new(Batch {
-            items: [EMPTY; BATCH],
-            len: 0,
-            bytes: 0,
-        })));
-        self.threads.lock().push(b);
-        MINE.with(|m| m.set((self.id, b as *const _)));
-        b
+    fn mine(&self) -> &SpinLock<Batch> {
+        // Thread control blocks are page-aligned and a few pages apart.
+        let tp = thread_pointer();
+        &self.batches[((tp >> 12) ^ (tp >> 20)) as usize % BATCHES]
     }
 
     /// Adds a free to the calling thread's batch; when the batch is full, hands all of it,
@@ -310,8 +313,7 @@ impl FreedBatches {
     /// Hands every thread's pending frees to `f`, each thread's oldest first, and empties
     /// the batches: before an address is described.
     pub fn drain(&self, mut f: impl FnMut(&[Freed])) {
-        let threads = self.threads.lock().clone();
-        for t in threads {
+        for t in self.batches.iter() {
             let mut b = t.lock();
             let n = b.len;
             f(&b.items[..n]);
