@@ -134,6 +134,12 @@ pub struct ThreadCtx {
     /// guest instruction boundary, where a deferred asynchronous signal is delivered
     /// (see `signals`); counts the steps.
     pub stepping: u64,
+    /// Definedness (`definedness`): this thread's shadow registers and slow-path state
+    /// (0 until its first step); set to 1 by every block of the runtime's own code
+    /// (inline); set to 1 when a signal handler is entered.
+    pub vbits: u64,
+    pub vbits_own_code: u64,
+    pub vbits_signal: u64,
     pub sig_ring: [[u64; SCRATCH_SLOTS]; SIG_RING],
     /// Per ring level: the pc the kernel put in the context, and the pc the guest handler
     /// was shown (the guest pc when the host pc could be mapped, else the same).
@@ -180,6 +186,7 @@ off!(OFF_COUNTERS, counters);
 off!(OFF_TRACE_PTR, trace_ptr);
 off!(OFF_TRACE_END, trace_end);
 off!(OFF_PROBE_RCX, probe_rcx);
+off!(OFF_VBITS_OWN_CODE, vbits_own_code);
 
 /// Offset of scratch slot `i`.
 pub const fn scratch_off(i: usize) -> usize {
@@ -310,6 +317,7 @@ pub fn reuse_exited() -> Option<*mut ThreadCtx> {
         c.fs_base = 0;
         c.pending_child = 0;
         c.pending_signals = 0;
+        crate::definedness::reuse(c);
         c.sig_depth = 0;
         c.stepping = 0;
         // Drop the old thread's IBL entries (and their memory): the pages read as zero.

@@ -224,7 +224,12 @@ pub(crate) unsafe extern "C" fn dispatch(ctx: *mut ThreadCtx) -> u64 {
                 }
                 break b.host;
             }
-            BlockKind::Syscall => match pre_syscall(ctx, pc, b.host) {
+            BlockKind::Syscall => match {
+                if crate::definedness::enabled() {
+                    crate::definedness::before_syscall(ctx, pc);
+                }
+                pre_syscall(ctx, pc, b.host)
+            } {
                 Action::Run(h) => break h,
                 Action::Emulated => {
                     if GLOBAL.lock().count {

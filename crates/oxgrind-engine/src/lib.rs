@@ -89,6 +89,7 @@ extern crate alloc;
 mod asm;
 mod cache;
 mod context;
+pub mod definedness;
 mod describe;
 mod dispatch;
 mod pages;
@@ -135,6 +136,8 @@ pub struct Config {
     pub client: Option<probe::Client>,
     /// Give every thread a trace buffer (the tool's `Needs::trace`).
     pub trace: bool,
+    /// Track definedness (the tool's `Needs::definedness`; see [`definedness`]).
+    pub definedness: bool,
     /// Called on the engine stack, with the thread stopped, after each guest `mmap`,
     /// `munmap`, `mremap` and `brk` (which the engine then performs itself): the page-level
     /// view of memory (Massif's `--pages-as-heap`), without a seccomp trap, which cannot work
@@ -183,6 +186,7 @@ impl Default for Config {
             on_exit: None,
             client: None,
             trace: false,
+            definedness: false,
             on_memory_syscall: None,
         }
     }
@@ -281,6 +285,14 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
         config.far_code_cache,
     ));
     probe::set_client(config.client);
+    if config.definedness && config.client.is_some() && !definedness::enable() {
+        let mut w = oxgrind_sys::fd::FdWriter::new(out_fd);
+        let _ = core::fmt::Write::write_str(
+            &mut w,
+            "oxgrind-engine: no memory for the definedness shadow; definedness is not tracked\n",
+        );
+        w.flush();
+    }
     if config.trace && config.client.is_some() {
         trace::enable();
     }

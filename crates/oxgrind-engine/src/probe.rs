@@ -80,6 +80,8 @@ const KIND_TRACE: u32 = 3;
 const KIND_TRACE_FULL: u32 = 4;
 /// A client request at its `xchg rbx, rbx`.
 const KIND_CLIENT_REQUEST: u32 = 5;
+/// Definedness's slow path (`definedness::step`; `data` is its `StepRec`).
+const KIND_DEFINEDNESS: u32 = 6;
 
 /// What a probe call site passes to the dispatcher: everything needed to compute the
 /// accesses from the guest registers, decided at translation time. Records live in
@@ -391,6 +393,21 @@ pub(crate) fn client_request_record(ins: &Instruction) -> Option<u64> {
     plain_record(KIND_CLIENT_REQUEST, ins, 0)
 }
 
+/// Makes the record of the definedness step before `ins` (`definedness::step`).
+pub(crate) fn definedness_record(ins: &Instruction) -> Option<u64> {
+    let step = store_alloc(core::mem::size_of::<crate::definedness::StepRec>())?
+        as *mut crate::definedness::StepRec;
+    // SAFETY: fresh, 16-byte aligned, large enough memory from the store.
+    unsafe {
+        step.write(crate::definedness::StepRec {
+            ins: *ins,
+            writes_rsp: crate::definedness::writes_rsp(ins),
+            call_or_ret: crate::definedness::is_call_or_ret(ins),
+        })
+    };
+    plain_record(KIND_DEFINEDNESS, ins, step as u64)
+}
+
 fn plain_record(kind: u32, ins: &Instruction, data: u64) -> Option<u64> {
     record(ProbeRec {
         kind,
@@ -458,6 +475,7 @@ pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
         }
         KIND_TRACE_FULL => crate::trace::drain(ctx),
         KIND_CLIENT_REQUEST => client_request(ctx, cl, &regs),
+        KIND_DEFINEDNESS => crate::definedness::step(ctx, rec.data, rec.pc, cl),
         _ => {}
     }
 }
@@ -633,7 +651,7 @@ fn xsave_area(ctx: &ThreadCtx) -> *const u8 {
 }
 
 /// Opmask register `k<num>` from the saved XSAVE area.
-fn opmask(ctx: &ThreadCtx, num: usize) -> Option<u64> {
+pub(crate) fn opmask(ctx: &ThreadCtx, num: usize) -> Option<u64> {
     let off = xsave_offset(5);
     if off == 0 || num > 7 {
         return None;
@@ -650,7 +668,11 @@ fn opmask(ctx: &ThreadCtx, num: usize) -> Option<u64> {
 /// Copies bytes `[at, at+out.len())` of vector register `r` (xmm, ymm or zmm 0-31) from
 /// the saved XSAVE area. False when the state is not there.
 fn vector_bytes(ctx: &ThreadCtx, r: Register, at: usize, out: &mut [u8]) -> bool {
-    let num = r.number();
+    vector_reg_bytes(ctx, r.number(), at, out)
+}
+
+/// [`vector_bytes`] of `zmm<num>`.
+pub(crate) fn vector_reg_bytes(ctx: &ThreadCtx, num: usize, at: usize, out: &mut [u8]) -> bool {
     if num >= 32 || at + out.len() > 64 {
         return false;
     }
@@ -707,7 +729,7 @@ fn register_value(
     }
 }
 
-fn fs_base(ctx: &mut ThreadCtx) -> u64 {
+pub(crate) fn fs_base(ctx: &mut ThreadCtx) -> u64 {
     if ctx.fs_base == 0 {
         const SYS_ARCH_PRCTL: usize = 158;
         const ARCH_GET_FS: usize = 0x1003;

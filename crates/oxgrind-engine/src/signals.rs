@@ -240,6 +240,7 @@ pub(crate) unsafe extern "C" fn on_signal(sig: u64, info: *const u8, uc: *const 
     // SAFETY: info and uc are the kernel's siginfo and ucontext for this delivery.
     unsafe { show_guest_context(ctx, level, sig, info, uc) };
     ctx.sig_depth += 1;
+    crate::definedness::signal_delivered(ctx);
     handler
 }
 

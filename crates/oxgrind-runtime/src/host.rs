@@ -385,6 +385,14 @@ impl Host for RuntimeHost {
     fn tid(&self) -> i32 {
         raw::gettid()
     }
+
+    fn set_definedness(&self, addr: Addr, len: u64, defined: bool) {
+        oxgrind_engine::definedness::set(addr, len, defined)
+    }
+
+    fn copy_definedness(&self, src: Addr, dst: Addr, len: u64) {
+        oxgrind_engine::definedness::copy(src, dst, len)
+    }
 }
 
 #[cfg(test)]

@@ -71,7 +71,7 @@ extern "C" fn on_load() {
 
 /// Whether the tool's needs make the program run under the translation engine.
 pub fn wants_engine(n: &oxgrind_tool::Needs) -> bool {
-    n.translation || n.count_instructions || n.instrument || n.client_requests
+    n.translation || n.count_instructions || n.instrument || n.client_requests || n.definedness
 }
 
 /// Hands the program to the translation engine: when this returns, the rest of our
@@ -81,7 +81,7 @@ fn start_engine(needs: oxgrind_tool::Needs) {
     let config = oxgrind_engine::Config {
         out_fd: 2,
         count_instructions: needs.count_instructions,
-        client: if needs.instrument || needs.client_requests {
+        client: if needs.instrument || needs.client_requests || needs.definedness {
             instrument::client()
         } else {
             None
@@ -92,6 +92,7 @@ fn start_engine(needs: oxgrind_tool::Needs) {
             None
         },
         trace: needs.trace,
+        definedness: needs.definedness,
         ..Default::default()
     };
     if needs.page_events {

@@ -161,6 +161,30 @@ pub struct Needs {
     /// Answer the program's client requests (`valgrind.h`'s magic sequence) through
     /// [`Tool::client_request`] (implies `translation`).
     pub client_requests: bool,
+    /// Track the definedness of every bit of registers and memory (Memcheck's V bits;
+    /// implies `instrument`): the engine propagates it through every instruction of the
+    /// program's code, marks new stack frames undefined and kernel-written buffers defined,
+    /// and calls [`Tool::on_undefined`] where Memcheck checks a value. The tool marks heap
+    /// blocks through [`Host::set_definedness`] and [`Host::copy_definedness`]. Memory
+    /// starts defined.
+    pub definedness: bool,
+}
+
+/// A use of undefined bits that Memcheck reports ([`Tool::on_undefined`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Undefined {
+    /// "Conditional jump or move depends on uninitialised value(s)": a conditional
+    /// branch's condition, or the count of `rep`/`loop`/`jrcxz`.
+    Condition,
+    /// "Use of uninitialised value of size `size`": a memory address, an indirect jump
+    /// target.
+    Value { size: u8 },
+    /// "Syscall param `param` contains uninitialised byte(s)": a system call argument
+    /// register (`param` is Valgrind's name, e.g. `write(count)`).
+    SyscallArg { param: &'static str },
+    /// "Syscall param `param` points to uninitialised byte(s)": a buffer the kernel
+    /// reads; `addr` is its first undefined byte.
+    SyscallBuffer { param: &'static str, addr: Addr },
 }
 
 /// Misuse of the allocator or string functions that the runtime detects on the program's
@@ -344,6 +368,13 @@ pub trait Host {
     fn tid(&self) -> i32 {
         0
     }
+    /// With [`Needs::definedness`]: marks `[addr, addr + len)` defined or undefined
+    /// (Memcheck's `make_mem_defined` / `make_mem_undefined`: a calloc'd block, a malloc'd
+    /// one).
+    fn set_definedness(&self, _addr: Addr, _len: u64, _defined: bool) {}
+    /// With [`Needs::definedness`]: copies the definedness of `len` bytes from `src` to
+    /// `dst` (`realloc` moving a block).
+    fn copy_definedness(&self, _src: Addr, _dst: Addr, _len: u64) {}
 }
 
 /// A tool: Massif, Memcheck, DHAT, Cachegrind, ...
@@ -422,6 +453,10 @@ pub trait Tool: Send + Sync {
     ) -> Option<u64> {
         None
     }
+    /// With [`Needs::definedness`]: the program is about to use undefined bits as `what`
+    /// says, at the instruction `regs.rip` (Memcheck reports and carries on; nothing is
+    /// marked defined by the check).
+    fn on_undefined(&self, _host: &dyn Host, _regs: &instrument::GuestRegs, _what: &Undefined) {}
     /// Replace the program's function at `pc` by the code at the returned address (Valgrind's
     /// function redirection); asked once per translated block start.
     fn redirect(&self, _host: &dyn Host, _pc: Addr) -> Option<Addr> {

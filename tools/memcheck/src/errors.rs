@@ -37,6 +37,16 @@ pub enum KeyKind {
     /// A client check request (`VALGRIND_CHECK_MEM_IS_ADDRESSABLE`) found an unaddressable
     /// byte.
     User,
+    /// Conditional jump or move depends on uninitialised value(s).
+    Cond,
+    /// Use of uninitialised value of size `size`.
+    Value {
+        size: u32,
+    },
+    /// Syscall param `param` contains/points to uninitialised byte(s).
+    Param {
+        param: &'static str,
+    },
 }
 
 impl KeyKind {
@@ -59,6 +69,9 @@ impl KeyKind {
             KeyKind::BadAlign => ErrorClass::Newer("BadAlign"),
             KeyKind::Addr { size } => ErrorClass::Addr(*size),
             KeyKind::User => ErrorClass::User,
+            KeyKind::Cond => ErrorClass::Cond,
+            KeyKind::Value { size } => ErrorClass::Value(*size),
+            KeyKind::Param { param } => ErrorClass::Param(param),
         }
     }
 }
@@ -149,6 +162,8 @@ pub struct ErrorManager {
     last_tid: i32,
     slowdown_said: bool,
     stop_said: bool,
+    /// An uninitialised-value error was seen (the `--track-origins=yes` hint at the end).
+    pub any_value_errors: bool,
 }
 
 impl ErrorManager {
@@ -166,6 +181,7 @@ impl ErrorManager {
             last_tid: 1,
             slowdown_said: false,
             stop_said: false,
+            any_value_errors: false,
         }
     }
 
@@ -202,6 +218,10 @@ impl ErrorManager {
 
     /// `VG_(maybe_record_error)`. `render` is called only for a new context.
     pub fn record(&mut self, out: &mut Output, key: ErrorKey, render: &mut dyn FnMut() -> Shown) {
+        if matches!(key.kind, KeyKind::Cond | KeyKind::Value { .. } | KeyKind::Param { .. }) {
+            // Memcheck's `any_value_errors`, suppressed ones included.
+            self.any_value_errors = true;
+        }
         let pid = self.rep.pid;
         if self.rep.error_limit
             && !self.rep.xml
@@ -399,6 +419,13 @@ impl ErrorManager {
                 out.xml.push('\n');
             }
             return;
+        }
+        if self.any_value_errors && self.rep.verbosity >= 1 {
+            text::line(
+                &mut out.text,
+                pid,
+                "Use --track-origins=yes to see where uninitialised values come from",
+            );
         }
         if self.rep.verbosity == 1 && !self.rep.show_error_list {
             text::line(

@@ -48,6 +48,7 @@ impl Memcheck {
             return;
         }
         self.ensure_started(host);
+        self.definedness_alloc(host, ev);
         self.allocs.fetch_add(1, Ordering::Relaxed);
         self.bytes_allocated.fetch_add(ev.size, Ordering::Relaxed);
         if self.probing.load(Ordering::Relaxed) {

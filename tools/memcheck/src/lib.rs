@@ -40,6 +40,7 @@ extern crate alloc;
 
 mod access;
 mod client;
+mod definedness;
 mod describe;
 pub mod errors;
 mod events;
@@ -310,6 +311,8 @@ impl Tool for Memcheck {
             shadow: Some(ShadowSpec::BYTE_PER_GRANULE),
             // VALGRIND_MAKE_MEM_NOACCESS, CHECK_MEM_IS_ADDRESSABLE, MALLOCLIKE_BLOCK, ...
             client_requests: true,
+            // V bits, only when asked for (`--undef-value-errors=yes`).
+            definedness: self.opts.undef_value_errors,
             ..Needs::default()
         }
     }
@@ -324,6 +327,16 @@ impl Tool for Memcheck {
 
     fn on_free(&self, host: &dyn Host, ev: &Free) {
         self.free_event(host, ev)
+    }
+
+    fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
+        self.free_event(host, old);
+        self.alloc_event(host, new);
+        self.definedness_realloc(host, old, new);
+    }
+
+    fn on_undefined(&self, host: &dyn Host, regs: &GuestRegs, what: &oxgrind_tool::Undefined) {
+        self.undefined_event(host, regs, what)
     }
 
     fn instrument(&self, pc: Addr, block: &[Insn], plan: &mut Plan) {

@@ -110,6 +110,10 @@ pub struct Options {
     /// `--partial-loads-ok` (yes in Valgrind 3.19): an aligned word or vector load that is
     /// partly addressable is not an error.
     pub partial_loads_ok: bool,
+    /// `--undef-value-errors=yes` given: track definedness and report uses of undefined
+    /// values. Off unless asked for (Valgrind's default is yes), until the real-program
+    /// corpus is free of false alarms with it (docs/differences-from-valgrind.md).
+    pub undef_value_errors: bool,
     /// `--num-callers` (1..=500).
     pub num_callers: usize,
     /// 0 with `-q`, 1 by default, +1 per `-v`.
@@ -151,6 +155,7 @@ impl Default for Options {
             keep_stacks: KeepStacks::AllocAndFree,
             show_mismatched_frees: true,
             partial_loads_ok: true,
+            undef_value_errors: false,
             num_callers: 12,
             verbosity: 1,
             show_error_list: false,
@@ -295,9 +300,9 @@ impl Options {
             }
             ("--log-file", Some(_)) => self.log_to_file = true,
             ("--partial-loads-ok", Some(_)) => self.partial_loads_ok = yes_no(arg, v)?,
-            // Accepted for compatibility; they concern definedness tracking, which we do
-            // not do.
-            ("--undef-value-errors" | "--track-origins", Some(_)) => {
+            ("--undef-value-errors", Some(_)) => self.undef_value_errors = yes_no(arg, v)?,
+            // Accepted for compatibility: origins are not tracked yet.
+            ("--track-origins", Some(_)) => {
                 yes_no(arg, v)?;
             }
             ("--expensive-definedness-checks", Some("no" | "auto" | "yes")) => {}

@@ -285,6 +285,7 @@ impl Memcheck {
                 KeyKind::FishyValue { function, argument } => {
                     Some(format!("{function}({argument})"))
                 }
+                KeyKind::Param { param } => Some(param.to_string()),
                 _ => None,
             };
             Shown {

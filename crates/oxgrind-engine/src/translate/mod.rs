@@ -433,6 +433,13 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
     e.guest = snapshot;
     let guest_len = insns.last().map_or(0, |d| d.ins.next_ip() - pc);
     e.mark(pc, 0);
+    if opts.instrument && tool.is_none() && crate::definedness::enabled() {
+        // The runtime's own code runs without definedness steps: say so, for the program's
+        // next step (`definedness::catch_up`). mov qword gs:[own_code], 1 (no flags).
+        e.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
+        e.d32(c::OFF_VBITS_OWN_CODE as u32);
+        e.d32(1);
+    }
     if opts.check {
         e.smc_check(pc, guest_len as usize, flags_dead_at_entry(&insns));
     }
@@ -470,6 +477,11 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         if count_at == Some(i) {
             e.count_prologue(n as u32, true);
             e.mark(d.ins.ip(), 0);
+        }
+        if tool.is_some() && crate::definedness::enabled() {
+            if let Some(rec) = crate::probe::definedness_record(&d.ins) {
+                e.clean_call(d.ins.ip(), rec);
+            }
         }
         if let Some(p) = &plan {
             for r in p.probes().iter().filter(|r| r.at() == i) {

@@ -94,6 +94,11 @@ pub(super) fn rep_block(
     let exit_stub = e.new_stub(ins.next_ip());
     e.fixups.push((exit_fix, exit_stub));
     e.mark(pc, 0);
+    if tool.is_some() && crate::definedness::enabled() {
+        if let Some(rec) = crate::probe::definedness_record(ins) {
+            e.clean_call(pc, rec);
+        }
+    }
     for r in plan.probes().iter().filter(|p| !every_entry(p)) {
         e.probe(r, ins, true)?;
     }

@@ -1,0 +1,704 @@
+//! Definedness tracking (Memcheck's V bits) under the engine: the shadow of memory, each
+//! thread's shadow registers, and the slow path that runs `oxgrind_vbits`'s interpreter
+//! before every instruction of the program's code (`Needs::definedness`).
+//!
+//! This is the first, correctness-first form of `docs/definedness.md`'s design: every
+//! instruction of the program's code gets a clean call (no inline fast path yet), which
+//! costs a dispatcher entry and an interpretation per instruction. What the interpreter
+//! does not know is done here, as Memcheck's core does it:
+//!
+//! * **Memory** starts defined. Its V bits live in a two-level table: a primary of one
+//!   word per 64 KiB of the 47-bit address space (a `MAP_NORESERVE` reservation of 16 GiB,
+//!   untouched pages cost nothing), pointing at 64 KiB chunks of shadow (one shadow byte
+//!   per byte, bit-exact) handed out from a reserved pool when a byte of the chunk first
+//!   becomes undefined. An absent chunk means "all defined", so programs that never make
+//!   anything undefined cost no shadow memory.
+//! * **New stack** is undefined: when `rsp` went down because of the instruction before,
+//!   `[new rsp - 128, old rsp - 128)` is marked undefined (Memcheck's rule with the
+//!   System V red zone), and after a `call` or `ret` the red zone below the new `rsp` is
+//!   undefined (VEX's "AbiHint" on amd64). A decrease the program's code did not make (a signal frame
+//!   written by the kernel) marks the frame defined instead.
+//! * **System calls**: before one, its argument registers and the buffers the kernel
+//!   reads are checked (a small table, `SYSCALLS`); after it, the buffers the kernel wrote
+//!   are marked defined, as are `rax`, `rcx` and `r11`; mapped and unmapped memory is
+//!   defined. A system call not in the table is checked for nothing (missed errors, never
+//!   false ones); one that writes memory and is not in the table leaves that memory's V
+//!   bits as they were (`docs/differences-from-valgrind.md`).
+//! * **The runtime's own code** (the allocator hooks: `malloc` itself) runs without
+//!   probes. Entering it sets a flag in the thread context (one inline store per block);
+//!   the next instruction of the program marks the registers the ABI lets a call clobber
+//!   (and its results) defined, as Memcheck does for its replacement allocator's results.
+//!
+//! Shadow bytes are read and written without atomics: a race between threads on one byte's
+//! V bits is a race on the byte itself, as in Memcheck.
+
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use alloc::boxed::Box;
+use iced_x86::{Instruction, Mnemonic, OpKind, Register};
+use oxgrind_tool::instrument::GuestRegs;
+use oxgrind_tool::Undefined;
+use oxgrind_vbits::{
+    Check, Guest, Interpreter, Segment, ShadowMemory, ShadowRegisters, ValueUse,
+};
+
+use crate::context::{self as c, ThreadCtx};
+use crate::probe::Client;
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Whether definedness is tracked (set once before the engine starts).
+#[inline]
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// Reserves the shadow of memory and turns tracking on. False (and tracking stays off) if
+/// the reservations fail.
+pub fn enable() -> bool {
+    if enabled() {
+        return true;
+    }
+    let Some(primary) = reserve(PRIMARY_BYTES, PRIMARY_HINT) else {
+        return false;
+    };
+    let Some(pool) = reserve(POOL_BYTES, 0) else {
+        return false;
+    };
+    PRIMARY.store(primary, Ordering::Release);
+    POOL_NEXT.store(pool, Ordering::Release);
+    POOL_END.store(pool + POOL_BYTES, Ordering::Release);
+    ENABLED.store(true, Ordering::Release);
+    true
+}
+
+// ---- the shadow of memory ----
+
+const CHUNK_BITS: u32 = 16;
+const CHUNK: u64 = 1 << CHUNK_BITS;
+/// User addresses are below 2^47; the kernel's (vsyscall) are taken as defined.
+const ADDR_LIMIT: u64 = 1 << 47;
+const PRIMARY_BYTES: u64 = (ADDR_LIMIT >> CHUNK_BITS) * 8;
+/// Right after the tool's A-bit map (placed at 2^44, 2^44 bytes long): low in the address
+/// space, so the program's own mappings land where they would natively.
+const PRIMARY_HINT: u64 = 1 << 45;
+/// Most shadow the chunks can take (256 GiB: the program's undefined-at-some-point
+/// memory, at 64 KiB granularity).
+const POOL_BYTES: u64 = 1 << 38;
+
+static PRIMARY: AtomicU64 = AtomicU64::new(0);
+static POOL_NEXT: AtomicU64 = AtomicU64::new(0);
+static POOL_END: AtomicU64 = AtomicU64::new(0);
+
+fn reserve(len: u64, hint: u64) -> Option<u64> {
+    const SYS_MMAP: usize = 9;
+    const PROT_RW: usize = 0x1 | 0x2;
+    const MAP_PRIVATE_ANON_NORESERVE: usize = 0x02 | 0x20 | 0x4000;
+    // SAFETY: an anonymous mapping with a hint (no MAP_FIXED) replaces nothing.
+    let r = unsafe {
+        oxgrind_sys::syscall::syscall6(
+            SYS_MMAP,
+            hint as usize,
+            len as usize,
+            PROT_RW,
+            MAP_PRIVATE_ANON_NORESERVE,
+            usize::MAX,
+            0,
+        )
+    };
+    let p = oxgrind_sys::syscall::check(r).ok()? as u64;
+    // Shadow holds no pointers into the program's heap.
+    oxgrind_sys::heap::note_private_mapping(p as usize, len as usize);
+    Some(p)
+}
+
+/// The primary entry of `addr` (`None` above the user address space or when disabled).
+fn entry(addr: u64) -> Option<&'static AtomicU64> {
+    let primary = PRIMARY.load(Ordering::Acquire);
+    if primary == 0 || addr >= ADDR_LIMIT {
+        return None;
+    }
+    let p = (primary + (addr >> CHUNK_BITS) * 8) as *const AtomicU64;
+    // SAFETY: the primary covers every address below ADDR_LIMIT, is never unmapped, and
+    // its words are only accessed atomically.
+    Some(unsafe { &*p })
+}
+
+/// The chunk holding `addr`'s shadow, 0 when there is none (all defined).
+fn chunk_of(addr: u64) -> u64 {
+    entry(addr).map_or(0, |e| e.load(Ordering::Acquire))
+}
+
+/// The chunk holding `addr`'s shadow, made (all defined) if there is none yet; 0 when no
+/// shadow can be kept for `addr` (beyond the user address space, or the pool exhausted:
+/// its V bits then stay defined).
+fn chunk_for_write(addr: u64) -> u64 {
+    let Some(e) = entry(addr) else { return 0 };
+    let cur = e.load(Ordering::Acquire);
+    if cur != 0 {
+        return cur;
+    }
+    let fresh = POOL_NEXT.fetch_add(CHUNK, Ordering::AcqRel);
+    if fresh + CHUNK > POOL_END.load(Ordering::Acquire) {
+        return 0;
+    }
+    match e.compare_exchange(0, fresh, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => fresh,
+        // Another thread made it first; this chunk of the pool stays unused (never
+        // touched, so it costs address space only).
+        Err(other) => other,
+    }
+}
+
+/// Calls `f(chunk, offset in chunk, offset in the range, length)` for each piece of
+/// `[addr, addr + len)` lying in one chunk's span.
+fn pieces(addr: u64, len: u64, mut f: impl FnMut(u64, usize, usize, usize)) {
+    let mut done = 0u64;
+    while done < len {
+        let a = addr.wrapping_add(done);
+        let in_chunk = (a & (CHUNK - 1)) as usize;
+        let n = (CHUNK - in_chunk as u64).min(len - done);
+        f(a, in_chunk, done as usize, n as usize);
+        done += n;
+    }
+}
+
+/// Marks `[addr, addr + len)` defined or undefined.
+pub fn set(addr: u64, len: u64, defined: bool) {
+    if !enabled() {
+        return;
+    }
+    let len = len.min(ADDR_LIMIT.saturating_sub(addr));
+    pieces(addr, len, |a, off, _, n| {
+        let chunk = if defined { chunk_of(a) } else { chunk_for_write(a) };
+        if chunk != 0 {
+            // SAFETY: the chunk is CHUNK bytes of the pool; off + n <= CHUNK.
+            unsafe {
+                core::ptr::write_bytes((chunk as *mut u8).add(off), if defined { 0 } else { 0xff }, n)
+            };
+        }
+    });
+}
+
+/// The first undefined byte of `[addr, addr + len)`, if any.
+pub fn first_undefined(addr: u64, len: u64) -> Option<u64> {
+    if !enabled() {
+        return None;
+    }
+    let mut found = None;
+    pieces(addr, len.min(ADDR_LIMIT.saturating_sub(addr)), |a, off, _, n| {
+        if found.is_some() {
+            return;
+        }
+        let chunk = chunk_of(a);
+        if chunk == 0 {
+            return;
+        }
+        // SAFETY: the chunk is CHUNK bytes of the pool; off + n <= CHUNK.
+        let bytes = unsafe { core::slice::from_raw_parts((chunk as *const u8).add(off), n) };
+        if let Some(i) = bytes.iter().position(|&b| b != 0) {
+            found = Some(a + i as u64);
+        }
+    });
+    found
+}
+
+/// Copies the V bits of `len` bytes from `src` to `dst` (`realloc`), as `memmove` would.
+pub fn copy(src: u64, dst: u64, len: u64) {
+    if !enabled() || len == 0 || src == dst {
+        return;
+    }
+    let mut buf = [0u8; 256];
+    let step = buf.len() as u64;
+    let chunks = len.div_ceil(step);
+    for k in 0..chunks {
+        // Backwards when the destination is above an overlapping source.
+        let i = if dst > src { chunks - 1 - k } else { k };
+        let off = i * step;
+        let n = (len - off).min(step) as usize;
+        ShadowMem.load(src + off, &mut buf[..n]);
+        ShadowMem.store(dst + off, &buf[..n]);
+    }
+}
+
+/// The memory shadow as the interpreter sees it.
+struct ShadowMem;
+
+impl ShadowMemory for ShadowMem {
+    fn load(&mut self, address: u64, out: &mut [u8]) {
+        pieces(address, out.len() as u64, |a, off, at, n| {
+            let chunk = if a < ADDR_LIMIT { chunk_of(a) } else { 0 };
+            let dst = &mut out[at..at + n];
+            if chunk == 0 {
+                dst.fill(0);
+            } else {
+                // SAFETY: the chunk is CHUNK bytes of the pool; off + n <= CHUNK.
+                let src = unsafe { core::slice::from_raw_parts((chunk as *const u8).add(off), n) };
+                dst.copy_from_slice(src);
+            }
+        });
+    }
+
+    fn store(&mut self, address: u64, shadow: &[u8]) {
+        pieces(address, shadow.len() as u64, |a, off, at, n| {
+            let src = &shadow[at..at + n];
+            let chunk = if src.iter().all(|&b| b == 0) { chunk_of(a) } else { chunk_for_write(a) };
+            if chunk != 0 {
+                // SAFETY: the chunk is CHUNK bytes of the pool; off + n <= CHUNK.
+                let dst =
+                    unsafe { core::slice::from_raw_parts_mut((chunk as *mut u8).add(off), n) };
+                dst.copy_from_slice(src);
+            }
+        });
+    }
+}
+
+// ---- per-thread state ----
+
+
+/// A system call whose results are applied at the next instruction (`next_pc`).
+#[derive(Clone, Copy)]
+struct Pending {
+    nr: u64,
+    args: [u64; 6],
+    next_pc: u64,
+}
+
+struct ThreadShadow {
+    regs: ShadowRegisters,
+    interp: Interpreter,
+    /// `rsp` at the previous instruction stepped (0: none yet).
+    last_rsp: u64,
+    /// Whether that instruction writes `rsp` (its decrease is then new stack).
+    last_writes_rsp: bool,
+    /// Whether that instruction is a `call` or `ret` (VEX's "AbiHint": the red zone below
+    /// the new `rsp` is undefined).
+    last_call_or_ret: bool,
+    pending: Option<Pending>,
+    /// A `rep` instruction being iterated (the engine re-enters it once per iteration):
+    /// its pc and the `rcx` of its next iteration. The interpreter did all iterations at
+    /// its first entry.
+    rep_next: (u64, u64),
+}
+
+fn thread(ctx: &mut ThreadCtx) -> &'static mut ThreadShadow {
+    if ctx.vbits == 0 {
+        let t = Box::new(ThreadShadow {
+            regs: ShadowRegisters::default(),
+            interp: Interpreter::new(),
+            last_rsp: 0,
+            last_writes_rsp: false,
+            last_call_or_ret: false,
+            pending: None,
+            rep_next: (0, 0),
+        });
+        ctx.vbits = Box::into_raw(t) as u64;
+    }
+    // SAFETY: `vbits` is this thread's own state, made above and never freed (a reused
+    // context's is reset by `reuse`); only this thread touches it.
+    unsafe { &mut *(ctx.vbits as *mut ThreadShadow) }
+}
+
+/// A context is reused for a new thread: its shadow registers start all defined.
+pub(crate) fn reuse(ctx: &mut ThreadCtx) {
+    if ctx.vbits != 0 {
+        let t = thread(ctx);
+        t.regs = ShadowRegisters::default();
+        t.last_rsp = 0;
+        t.last_writes_rsp = false;
+        t.last_call_or_ret = false;
+        t.pending = None;
+        t.rep_next = (0, 0);
+    }
+    ctx.vbits_own_code = 0;
+    ctx.vbits_signal = 0;
+}
+
+/// A signal handler is about to run on this thread (from the signal entry).
+pub(crate) fn signal_delivered(ctx: &mut ThreadCtx) {
+    ctx.vbits_signal = 1;
+}
+
+// ---- the slow path ----
+
+/// What a step call site passes: the instruction, decoded once at translation.
+#[repr(C)]
+pub(crate) struct StepRec {
+    pub ins: Instruction,
+    pub writes_rsp: bool,
+    pub call_or_ret: bool,
+}
+
+/// Whether `ins` is a `call` or a `ret` (see `ThreadShadow::last_call_or_ret`).
+pub(crate) fn is_call_or_ret(ins: &Instruction) -> bool {
+    use iced_x86::FlowControl as F;
+    matches!(
+        ins.flow_control(),
+        F::Call | F::IndirectCall | F::Return
+    ) && !matches!(ins.mnemonic(), Mnemonic::Iret | Mnemonic::Iretd | Mnemonic::Iretq | Mnemonic::Syscall)
+}
+
+/// Whether `ins` writes `rsp` (pushes, calls, `sub rsp`, `and rsp`, `mov rsp`, `enter`...).
+pub(crate) fn writes_rsp(ins: &Instruction) -> bool {
+    if ins.stack_pointer_increment() != 0 {
+        return true;
+    }
+    if matches!(ins.mnemonic(), Mnemonic::Cmp | Mnemonic::Test | Mnemonic::Push) {
+        return false;
+    }
+    ins.op_count() > 0
+        && ins.op0_kind() == OpKind::Register
+        && matches!(ins.op0_register(), Register::RSP | Register::ESP | Register::SP)
+}
+
+/// The guest's values as the dispatcher saved them.
+struct SavedGuest<'a> {
+    ctx: &'a ThreadCtx,
+    fs: u64,
+}
+
+impl Guest for SavedGuest<'_> {
+    fn gpr(&self, index: usize) -> u64 {
+        self.ctx.gregs.get(index).copied().unwrap_or(0)
+    }
+    fn rflags(&self) -> u64 {
+        self.ctx.gflags
+    }
+    fn vector(&self, index: usize) -> [u8; 64] {
+        let mut v = [0u8; 64];
+        crate::probe::vector_reg_bytes(self.ctx, index, 0, &mut v);
+        v
+    }
+    fn opmask(&self, index: usize) -> u64 {
+        crate::probe::opmask(self.ctx, index).unwrap_or(0)
+    }
+    fn segment_base(&self, segment: Segment) -> u64 {
+        match segment {
+            Segment::Fs => self.fs,
+            Segment::Gs => self.ctx.guest_gs,
+        }
+    }
+    fn read_memory(&self, address: u64, out: &mut [u8]) -> bool {
+        oxgrind_sys::raw::read_own_memory(address, out) == out.len()
+    }
+}
+
+fn is_rep_string(ins: &Instruction) -> bool {
+    ins.is_string_instruction() && (ins.has_rep_prefix() || ins.has_repne_prefix())
+}
+
+/// The slow path before guest instruction `rec.ins` at `pc` (a clean call).
+pub(crate) fn step(ctx: &mut ThreadCtx, rec: u64, pc: u64, cl: Client) {
+    // SAFETY: step records are written once at translation and never freed.
+    let rec = unsafe { &*(rec as *const StepRec) };
+    let t = thread(ctx);
+    catch_up(ctx, t, pc);
+    let ins = &rec.ins;
+    let rsp = ctx.gregs[c::RSP];
+    new_stack(t, rsp);
+    if t.last_call_or_ret {
+        // VEX's AbiHint after a call or a return: the red zone is garbage now.
+        set(rsp.wrapping_sub(RED_ZONE), RED_ZONE, false);
+    }
+    t.last_rsp = rsp;
+    t.last_writes_rsp = rec.writes_rsp;
+    t.last_call_or_ret = rec.call_or_ret;
+    if is_rep_string(ins) {
+        let rcx = ctx.gregs[1];
+        let again = t.rep_next == (pc, rcx);
+        t.rep_next = (pc, rcx.wrapping_sub(1));
+        if again {
+            return;
+        }
+    } else {
+        t.rep_next = (0, 0);
+    }
+    let fs = if ins.segment_prefix() == Register::FS || ins.memory_segment() == Register::FS {
+        crate::probe::fs_base(ctx)
+    } else {
+        0
+    };
+    let guest = SavedGuest { ctx, fs };
+    let outcome = t.interp.step(ins, &guest, &mut t.regs, &mut ShadowMem);
+    for check in outcome.checks.iter() {
+        let what = match check {
+            Check::Condition => Undefined::Condition,
+            Check::Value { size, reason: ValueUse::Address | ValueUse::JumpTarget | ValueUse::ShiftAmount } => {
+                Undefined::Value { size }
+            }
+        };
+        report(ctx, cl, pc, &what);
+    }
+}
+
+fn report(ctx: &ThreadCtx, cl: Client, pc: u64, what: &Undefined) {
+    let regs = GuestRegs {
+        gpr: ctx.gregs,
+        rip: pc,
+        rflags: ctx.gflags,
+    };
+    cl.embedder
+        .call(true, &mut || cl.tool.on_undefined(cl.host, &regs, what));
+}
+
+/// What happened on this thread since its last stepped instruction where no probe runs:
+/// the runtime's own code, a signal delivery, a system call's results.
+fn catch_up(ctx: &mut ThreadCtx, t: &mut ThreadShadow, pc: u64) {
+    if ctx.vbits_own_code | ctx.vbits_signal != 0 {
+        if core::mem::take(&mut ctx.vbits_own_code) != 0 {
+            // The runtime's code ran since the last step: a call into it returned, or it
+            // calls the program's code (ld.so's `__tls_get_addr`, a replaced string
+            // function). Every register may hold its values, which are defined (a
+            // callee-saved register the program left undefined is then taken as defined:
+            // a missed error, never a false one), and so are its frames on the stack,
+            // between the program's last `rsp` and this one.
+            t.regs.gpr = [0; 16];
+            t.regs.flags = oxgrind_vbits::FlagShadows::DEFINED;
+            for v in t.regs.vector.iter_mut() {
+                *v = [0; 64];
+            }
+            let rsp = ctx.gregs[c::RSP];
+            if t.last_rsp > rsp && t.last_rsp - rsp < (2 << 20) {
+                set(rsp, t.last_rsp - rsp, true);
+            }
+            t.last_rsp = rsp;
+            t.last_writes_rsp = false;
+            t.last_call_or_ret = false;
+        }
+        if core::mem::take(&mut ctx.vbits_signal) != 0 {
+            // A handler starts: its arguments and the frame the kernel wrote are defined
+            // (the frame: siginfo, ucontext and the saved vector state, within a page or
+            // two above the new rsp; capped at the interrupted red zone).
+            let rsp = ctx.gregs[c::RSP];
+            for r in [0usize, 2, 6, 7] {
+                t.regs.gpr[r] = 0;
+            }
+            let mut end = rsp + 8192;
+            if t.last_rsp > rsp {
+                end = end.min(t.last_rsp - 128);
+            }
+            set(rsp, end.saturating_sub(rsp), true);
+            t.last_rsp = rsp;
+            t.last_writes_rsp = false;
+            t.last_call_or_ret = false;
+        }
+    }
+    if let Some(p) = t.pending {
+        if p.next_pc == pc {
+            t.pending = None;
+            after_syscall(t, &p, ctx.gregs[c::RAX]);
+        }
+    }
+}
+
+/// Memcheck's new-stack rule: a decrease of `rsp` by the previous instruction makes
+/// `[new - 128, old - 128)` undefined.
+/// The System V red zone below `rsp`.
+const RED_ZONE: u64 = 128;
+
+fn new_stack(t: &mut ThreadShadow, rsp: u64) {
+    /// A larger move is a switch to another stack (Valgrind's heuristic is 2 MB).
+    const SWITCH: u64 = 2 << 20;
+    let old = t.last_rsp;
+    if old == 0 || rsp >= old || !t.last_writes_rsp || old - rsp > SWITCH {
+        return;
+    }
+    set(rsp.wrapping_sub(RED_ZONE), old - rsp, false);
+}
+
+// ---- system calls ----
+
+/// How a system call's argument is checked before it runs.
+#[derive(Clone, Copy)]
+enum Arg {
+    /// A plain value: "Syscall param NAME contains uninitialised byte(s)".
+    Value(&'static str),
+    /// A buffer the kernel reads, its length in argument `len`: "Syscall param NAME
+    /// points to uninitialised byte(s)" (the value is checked too).
+    ReadBuf(&'static str, usize),
+}
+
+/// The system calls whose arguments are checked, with Valgrind's parameter names.
+const SYSCALLS: &[(u64, &[Arg])] = &[
+    (0, &[Arg::Value("read(fd)"), Arg::Value("read(buf)"), Arg::Value("read(count)")]),
+    (1, &[Arg::Value("write(fd)"), Arg::ReadBuf("write(buf)", 2), Arg::Value("write(count)")]),
+    (3, &[Arg::Value("close(fd)")]),
+    (17, &[
+        Arg::Value("pread64(fd)"),
+        Arg::Value("pread64(buf)"),
+        Arg::Value("pread64(count)"),
+        Arg::Value("pread64(offset)"),
+    ]),
+    (18, &[
+        Arg::Value("pwrite64(fd)"),
+        Arg::ReadBuf("pwrite64(buf)", 2),
+        Arg::Value("pwrite64(count)"),
+        Arg::Value("pwrite64(offset)"),
+    ]),
+    (60, &[Arg::Value("exit(status)")]),
+    (231, &[Arg::Value("exit_group(status)")]),
+];
+
+/// Argument registers in order: rdi, rsi, rdx, r10, r8, r9.
+const ARG_REGS: [usize; 6] = [7, 6, 2, 10, 8, 9];
+
+/// Before a `syscall` instruction of the program's code at `pc` (from the dispatcher):
+/// checks its arguments, and notes it so that its results are applied at the next
+/// instruction.
+pub(crate) fn before_syscall(ctx: &mut ThreadCtx, pc: u64) {
+    let Some(cl) = crate::probe::client() else { return };
+    if cl.embedder.is_own_code(pc) {
+        return;
+    }
+    let t = thread(ctx);
+    catch_up(ctx, t, pc);
+    let g = ctx.gregs;
+    let nr = g[c::RAX];
+    let args = ARG_REGS.map(|r| g[r]);
+    if let Some((_, params)) = SYSCALLS.iter().find(|(n, _)| *n == nr) {
+        for (i, p) in params.iter().enumerate() {
+            let (name, shadow) = match *p {
+                Arg::Value(name) | Arg::ReadBuf(name, _) => (name, t.regs.gpr[ARG_REGS[i]]),
+            };
+            if shadow != 0 {
+                report(ctx, cl, pc, &Undefined::SyscallArg { param: name });
+            }
+            if let Arg::ReadBuf(name, len_arg) = *p {
+                if let Some(addr) = first_undefined(args[i], args[len_arg]) {
+                    report(ctx, cl, pc, &Undefined::SyscallBuffer { param: name, addr });
+                }
+            }
+        }
+    }
+    t.pending = Some(Pending {
+        nr,
+        args,
+        next_pc: pc + 2,
+    });
+    t.last_rsp = g[c::RSP];
+    t.last_writes_rsp = false;
+    t.last_call_or_ret = false;
+}
+
+/// A system call's results, at the instruction after it: what the kernel wrote is
+/// defined.
+fn after_syscall(t: &mut ThreadShadow, p: &Pending, result: u64) {
+    for r in [0usize, 1, 11] {
+        t.regs.gpr[r] = 0;
+    }
+    let ret = result as i64;
+    if ret < 0 && ret > -4096 {
+        return;
+    }
+    let a = p.args;
+    let ret = ret as u64;
+    // (buffer, length) pairs the kernel wrote.
+    let wrote = |addr: u64, len: u64| {
+        if addr != 0 && len > 0 {
+            set(addr, len.min(1 << 36), true);
+        }
+    };
+    let read_u32 = |addr: u64| -> u64 {
+        let mut b = [0u8; 4];
+        if addr != 0 && oxgrind_sys::raw::read_own_memory(addr, &mut b) == 4 {
+            u32::from_le_bytes(b) as u64
+        } else {
+            0
+        }
+    };
+    match p.nr {
+        // read, pread64, getdents, getdents64, readlink, getrandom, getcwd
+        0 | 17 | 78 | 217 | 318 | 79 => wrote(a[1], ret),
+        89 => wrote(a[1], ret),
+        267 => wrote(a[2], ret),
+        // readv, preadv: the iovecs, in order, up to the bytes read
+        19 | 295 => {
+            let mut left = ret;
+            for i in 0..a[2].min(1024) {
+                if left == 0 {
+                    break;
+                }
+                let mut iov = [0u8; 16];
+                if oxgrind_sys::raw::read_own_memory(a[1] + 16 * i, &mut iov) != 16 {
+                    break;
+                }
+                let base = u64::from_le_bytes(iov[..8].try_into().unwrap_or([0; 8]));
+                let len = u64::from_le_bytes(iov[8..].try_into().unwrap_or([0; 8]));
+                let n = len.min(left);
+                wrote(base, n);
+                left -= n;
+            }
+        }
+        // recvfrom(fd, buf, len, flags, src_addr, addrlen)
+        45 => {
+            wrote(a[1], ret);
+            if a[5] != 0 {
+                wrote(a[5], 4);
+                wrote(a[4], read_u32(a[5]));
+            }
+        }
+        // stat, fstat, lstat: struct stat; newfstatat: its third argument
+        4..=6 => wrote(a[1], 144),
+        262 => wrote(a[2], 144),
+        // statx: struct statx
+        332 => wrote(a[4], 256),
+        // rt_sigaction: the kernel's struct sigaction; rt_sigprocmask: the old set
+        13 => wrote(a[2], 32),
+        14 => wrote(a[2], a[3]),
+        // pipe, pipe2, socketpair
+        22 | 293 => wrote(a[0], 8),
+        53 => wrote(a[3], 8),
+        // poll: revents
+        7 => wrote(a[0], a[1].saturating_mul(8)),
+        // uname, sysinfo, getrusage, getrlimit, prlimit64, times
+        63 => wrote(a[0], 390),
+        99 => wrote(a[0], 112),
+        98 => wrote(a[1], 144),
+        97 => wrote(a[1], 16),
+        302 => wrote(a[3], 16),
+        100 => wrote(a[0], 32),
+        // clock_gettime, clock_getres, gettimeofday, time, nanosleep's remainder
+        228 | 229 => wrote(a[1], 16),
+        96 => {
+            wrote(a[0], 16);
+            wrote(a[1], 8);
+        }
+        201 => wrote(a[0], 8),
+        35 => wrote(a[1], 16),
+        // wait4: status, rusage
+        61 => {
+            wrote(a[1], 4);
+            wrote(a[3], 144);
+        }
+        // epoll_wait, epoll_pwait: events
+        232 | 281 => wrote(a[1], ret.saturating_mul(12)),
+        // getsockname, getpeername, accept, accept4: the address and its length
+        51 | 52 | 43 | 288 => {
+            if a[2] != 0 {
+                wrote(a[2], 4);
+                wrote(a[1], read_u32(a[2]));
+            }
+        }
+        // getsockopt: the value and its length
+        55 => {
+            if a[4] != 0 {
+                wrote(a[4], 4);
+                wrote(a[3], read_u32(a[4]));
+            }
+        }
+        // sched_getaffinity
+        204 => wrote(a[2], ret),
+        // ioctl: TCGETS (kernel termios), TIOCGWINSZ, FIONREAD, TIOCGPGRP
+        16 => match a[1] {
+            0x5401 => wrote(a[2], 36),
+            0x5413 => wrote(a[2], 8),
+            0x541B | 0x540F => wrote(a[2], 4),
+            _ => {}
+        },
+        // mmap, mremap: the new mapping; munmap: forgotten
+        9 => wrote(ret, a[1]),
+        25 => wrote(ret, a[2]),
+        11 => wrote(a[0], a[1]),
+        _ => {}
+    }
+}
