@@ -297,7 +297,7 @@ impl fmt::Display for ParseError {
                     "data file has version number {v}, expected version number 2"
                 )
             }
-            ParseErrorKind::UnknownMode(m) => write!(f, "unknown mode `{m}`"),
+            ParseErrorKind::UnknownMode(m) => write!(f, "unknown mode `{}`", m.escape_debug()),
         }
     }
 }

@@ -101,7 +101,14 @@ pub fn close_gate() {
     }
 }
 
+/// Set while the final report is written: the gate stays closed (the leak scan's
+/// `open_gate` leaves it so), see [`finish`].
+static HELD_FOR_REPORT: AtomicBool = AtomicBool::new(false);
+
 pub fn open_gate() {
+    if HELD_FOR_REPORT.load(Ordering::Acquire) {
+        return;
+    }
     GATE_CLOSED.store(false, Ordering::Release);
 }
 
@@ -159,16 +166,78 @@ pub fn finish(exit: Exit) {
         return;
     }
     let _inside = Entered::try_enter();
+    // Other threads' allocator events finish now and new ones wait until the process is
+    // gone: a tool's `fini` holds its own state while it scans for leaks, which stops the
+    // other threads after letting their events finish; one waiting for that state inside an
+    // event would never finish (the deadlock found by fault_injection.rs, a thread freeing
+    // while the main one died of SIGINT or called exit).
+    close_gate();
+    HELD_FOR_REPORT.store(true, Ordering::Release);
     if !matches!(exit, Exit::Exec) {
         crate::limits::lift_for_report();
     }
     crate::pages::deliver_queued();
+    if let Exit::Signal(_) = exit {
+        // Memcheck writes this block itself: in XML mode it belongs to the XML stream, with
+        // Memcheck's thread numbering.
+        if rt.core.tool != "memcheck" && rt.core.verbosity > 0 {
+            fatal_signal_block();
+        }
+    }
     // Trace records the threads have not handed over yet are part of the run.
     oxgrind_engine::flush_all_traces();
     rt.tool.fini(&HOST, exit);
     if !matches!(exit, Exit::Exec) {
         crate::budget::check(&HOST, &*rt.tool);
     }
+    if let Exit::Exec = exit {
+        // The exec may fail and the program go on: its threads must not wait for ever.
+        HELD_FOR_REPORT.store(false, Ordering::Release);
+        open_gate();
+    }
+}
+
+/// "Process terminating with default action of signal N" and where, as Valgrind's core
+/// prints it for every tool before the tool's own summary.
+fn fatal_signal_block() {
+    use oxgrind_tool::Host;
+    let Some(rt) = state::runtime() else { return };
+    let Some(f) = *FATAL_SIGNAL.lock() else { return };
+    let mut frames = Vec::new();
+    'stack: for ip in HOST.stack(f.stack).into_iter().take(rt.core.num_callers) {
+        let mut group = HOST.describe(ip);
+        if group.is_empty() {
+            group.push(oxgrind_tool::Frame { ip, ..Default::default() });
+        }
+        for frame in group {
+            let below_main = frame.function.as_deref() == Some("main");
+            frames.push(frame);
+            if below_main && !rt.core.show_below_main {
+                break 'stack;
+            }
+        }
+    }
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    let soft = |name: &str| -> Option<u64> {
+        let l = limits.lines().find(|l| l.starts_with(name))?;
+        let v = l[name.len()..].split_whitespace().next()?;
+        if v == "unlimited" { Some(u64::MAX) } else { v.parse().ok() }
+    };
+    let core_size = soft("Max core file size").unwrap_or(0);
+    let main_stack = soft("Max stack size").unwrap_or(8 << 20).clamp(1 << 20, 16 << 20);
+    let dumping_core = matches!(f.sig, 3 | 4 | 5 | 6 | 7 | 8 | 11 | 24 | 25 | 31) && core_size > 0;
+    let mut text = String::new();
+    oxgrind_formats::memcheck_text::fatal_signal(
+        &mut text,
+        HOST.pid(),
+        f.sig,
+        f.code,
+        f.addr,
+        &frames,
+        dumping_core,
+        main_stack,
+    );
+    HOST.log(&text);
 }
 
 /// The exit status to end with instead of the program's: a broken budget's, else the tool's
@@ -226,6 +295,10 @@ extern "C" fn last_exit_handler(status: c_int, _arg: *mut c_void) {
     if FINISHED.load(Ordering::Acquire) {
         return;
     }
+    if INJECT_PANIC_AT_EXIT.load(Ordering::Relaxed) {
+        let _inside = Entered::try_enter();
+        panic!("injected by OXGRIND_TEST_PANIC=exit");
+    }
     // SAFETY: fflush(NULL) flushes every open stream; we are at exit, in the program's thread.
     unsafe { libc_api::fflush(core::ptr::null_mut()) };
     run_freeres();
@@ -255,6 +328,52 @@ pub unsafe extern "C" fn _exit(code: c_int) -> ! {
 pub unsafe extern "C" fn _Exit(code: c_int) -> ! {
     // SAFETY: same contract as _exit.
     unsafe { _exit(code) }
+}
+
+// ---------------------------------------------------------------------------------------
+// Our own panics.
+
+/// `OXGRIND_TEST_PANIC=exit`: the exit handler panics before the report, so the test suite
+/// can check what a panic inside the runtime leaves (`launcher_errors.rs`).
+static INJECT_PANIC_AT_EXIT: AtomicBool = AtomicBool::new(false);
+
+/// Seconds the report may take after a panic before the process is ended anyway: the
+/// panicking thread may hold a lock the report needs, and a hang would be worse than a
+/// lost report.
+const PANIC_REPORT_SECONDS: usize = 20;
+
+/// The runtime's panic hook (the release build aborts on panic, so this runs on the
+/// panicking thread, then the process ends). A bug of ours must not look like the
+/// program's crash nor lose what was measured: one line saying it is ours and where, the
+/// report, then exit status 1, as Valgrind's "the 'impossible' happened" panic ends.
+fn on_panic(info: &std::panic::PanicHookInfo<'_>) {
+    let place = info
+        .location()
+        .map(|l| format!("{}:{}", l.file(), l.line()))
+        .unwrap_or_else(|| "an unknown place".into());
+    let what = info
+        .payload()
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| info.payload().downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    let line = format!(
+        "oxgrind: internal error (the 'impossible' happened) in thread {} at {place}: {what}; writing the report\n",
+        raw::gettid()
+    );
+    oxgrind_sys::fd::write_all(2, line.as_bytes());
+    // A second panic (in the report itself) ends here: the first one's report is under way.
+    static PANICKING: AtomicBool = AtomicBool::new(false);
+    if PANICKING.swap(true, Ordering::AcqRel) {
+        raw::exit_group(1);
+    }
+    const SYS_ALARM: usize = 37;
+    // SAFETY: alarm only arms a timer; SIGALRM's default action (or our reporting handler,
+    // which finds the report already started) ends the process if the report hangs.
+    unsafe { oxgrind_sys::syscall::syscall4(SYS_ALARM, PANIC_REPORT_SECONDS, 0, 0, 0) };
+    crate::roots::note_exit_sp();
+    finish(Exit::Normal(1));
+    raw::exit_group(1)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -672,6 +791,11 @@ pub fn install() {
     set_owner_pid();
     oxgrind_sys::heap::take_reserve(HEAP_RESERVE);
     oxgrind_sys::heap::set_exhausted_hook(on_heap_exhausted);
+    std::panic::set_hook(Box::new(on_panic));
+    INJECT_PANIC_AT_EXIT.store(
+        state::env_var("OXGRIND_TEST_PANIC").is_some_and(|v| v.starts_with(b"exit")),
+        Ordering::Relaxed,
+    );
     // SAFETY: plain registration of three extern "C" fns with no arguments.
     unsafe {
         libc_api::pthread_atfork(

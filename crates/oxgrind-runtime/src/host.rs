@@ -34,6 +34,7 @@ pub fn after_fork_child() {
     // SAFETY: single-threaded child right after fork.
     unsafe {
         LOG_FD.force_unlock();
+        BANNER.force_unlock();
         XML_FD.force_unlock();
         SYMBOLIZER.force_unlock();
     }
@@ -155,9 +156,56 @@ fn log_fd() -> i32 {
                     2
                 });
             *g = (fd, pid);
+            if fd != 2 {
+                banner_for_forked_child(fd, pid);
+            }
             fd
         }
     }
+}
+
+/// The tool's start-up banner as this image logged it, and the pid it was logged for: a
+/// forked child that opens a log file of its own (`--log-file=...%p`) starts it with the
+/// same banner, for its own pid and naming its parent, as Valgrind's does.
+static BANNER: SpinLock<Option<(i32, String)>> = SpinLock::new(None);
+
+/// The core's part of the banner, whichever tool printed it: when logging to a file, the
+/// line after `Command:` is `Parent PID:` (Valgrind's core prints it for every tool). The
+/// first text logged that holds `Command: ` is the banner (each tool logs it in one piece
+/// at start-up); it is remembered for forked children.
+fn complete_banner(text: &str) -> Option<String> {
+    if BANNER.lock().is_some() || !text.contains("Command: ") {
+        return None;
+    }
+    let pid = raw::getpid();
+    let to_file = state::runtime().is_some_and(|rt| matches!(rt.core.log, LogDest::File(_)));
+    let mut out = String::with_capacity(text.len() + 32);
+    for line in text.split_inclusive('\n') {
+        out.push_str(line);
+        if to_file && line.contains("Command: ") && !text.contains("Parent PID: ") {
+            out.push_str(&format!("=={pid}== Parent PID: {}\n", raw::getppid()));
+        }
+    }
+    *BANNER.lock() = Some((pid, out.clone()));
+    Some(out)
+}
+
+/// Writes the banner, rewritten for this process, at the top of a log file a forked child
+/// has just opened.
+fn banner_for_forked_child(fd: i32, pid: i32) {
+    let Some((parent, text)) = BANNER.lock().clone() else { return };
+    if parent == pid {
+        return;
+    }
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let line = line.replace(&format!("=={parent}=="), &format!("=={pid}=="));
+        match line.find("Parent PID: ") {
+            Some(at) => out.push_str(&format!("{}Parent PID: {parent}\n", &line[..at])),
+            None => out.push_str(&line),
+        }
+    }
+    oxgrind_sys::fd::write_all(fd, out.as_bytes());
 }
 
 static SYMBOLIZER: SpinLock<Option<oxgrind_symbols::Symbolizer>> = SpinLock::new(None);
@@ -308,6 +356,8 @@ impl Host for RuntimeHost {
         if SILENT.load(Ordering::Acquire) {
             return;
         }
+        let banner = complete_banner(text);
+        let text = banner.as_deref().unwrap_or(text);
         if state::runtime().is_some_and(|rt| rt.core.time_stamp) {
             let stamped = time_stamped(text, self.elapsed_ms());
             oxgrind_sys::fd::write_all(log_fd(), stamped.as_bytes());

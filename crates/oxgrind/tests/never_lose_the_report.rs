@@ -286,3 +286,28 @@ fn closing_every_descriptor_does_not_silence_the_report() {
         "{xml}"
     );
 }
+
+/// A panic inside the runtime (injected at exit with OXGRIND_TEST_PANIC=exit) says it is
+/// oxgrind's and where, writes the report all the same, and exits 1 as Valgrind's "the
+/// 'impossible' happened" does: never a bare abort.
+#[test]
+fn a_panic_inside_the_runtime_still_writes_the_report_and_says_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(Command::new(oxgrind())
+        .args(["--tool=massif", "--time-unit=B", "--massif-out-file=massif.out.%p"])
+        .arg(endings())
+        .arg("exit")
+        .env("OXGRIND_TEST_PANIC", "exit")
+        .current_dir(dir.path()));
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{:?}\n{err}", o.status);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("oxgrind: internal error"))
+        .unwrap_or_else(|| panic!("no internal-error line:\n{err}"));
+    assert!(
+        line.contains("exit.rs:") && line.contains("injected by OXGRIND_TEST_PANIC=exit"),
+        "{line}"
+    );
+    assert_measured(&massif_files(dir.path()));
+}

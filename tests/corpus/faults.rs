@@ -1,0 +1,93 @@
+// Fault injection, Rust (see faults.c): the same modes, with threads that allocate the whole
+// time (the Rust case of issue 11: SIGTERM to a threaded Rust program lost Massif's file).
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+extern "C" {
+    fn raise(sig: i32) -> i32;
+    fn kill(pid: i32, sig: i32) -> i32;
+    fn getpid() -> i32;
+    fn _exit(code: i32) -> !;
+    fn fork() -> i32;
+    fn vfork() -> i32;
+    fn execl(path: *const u8, arg0: *const u8, ...) -> i32;
+    fn waitpid(pid: i32, status: *mut i32, options: i32) -> i32;
+    fn setrlimit(resource: i32, rlim: *const [u64; 2]) -> i32;
+    fn open(path: *const u8, flags: i32, ...) -> i32;
+    fn close(fd: i32) -> i32;
+    fn pause() -> i32;
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+fn limit(resource: i32, bytes: u64) -> i32 {
+    let r = [bytes, bytes];
+    // SAFETY: a valid struct rlimit.
+    if unsafe { setrlimit(resource, &r) } != 0 {
+        return 1;
+    }
+    let mut v = Vec::new();
+    for i in 0..4000 {
+        v.push(vec![1u8; 1000 + i]);
+    }
+    let mut big: Vec<u8> = Vec::new();
+    let ok = big.try_reserve_exact(bytes as usize * 2).is_ok();
+    println!("small={} big={}", v.len(), if ok { "ok" } else { "null" });
+    0
+}
+
+fn main() {
+    let how = std::env::args().nth(1).unwrap_or_else(|| "exit".into());
+    let mut keep: Vec<Vec<u8>> = (0..64).map(|_| vec![7u8; 16384]).collect();
+    for i in 0..3 {
+        std::thread::spawn(move || {
+            while !STOP.load(Ordering::Relaxed) {
+                let v = vec![i as u8; 100 + i * 10];
+                std::hint::black_box(&v);
+                std::thread::sleep(std::time::Duration::from_micros(2000));
+            }
+        });
+    }
+    println!("mode {how}");
+    std::io::stdout().flush().unwrap();
+    // SAFETY (every block below): plain libc calls with valid arguments.
+    let code = unsafe {
+        match how.as_str() {
+            "exit" => 3,
+            "sigint" => { raise(2); 0 }
+            "sigterm" => { kill(getpid(), 15); std::thread::sleep(std::time::Duration::from_secs(10)); 0 }
+            "segv" => std::ptr::read_volatile(16 as *const i32),
+            "abort" => std::process::abort(),
+            "_exit" => _exit(4),
+            "thread-exit" => { std::thread::spawn(|| std::process::exit(7)); loop { pause(); } }
+            "exec" => { let e = std::process::Command::new("/bin/sh").args(["-c", "echo exec-ed; exit 9"]).exec(); eprintln!("{e}"); 126 }
+            "fork" | "vfork" => {
+                let pid = if how == "vfork" { vfork() } else { fork() };
+                if pid == 0 {
+                    if how == "vfork" { execl(b"/bin/true\0".as_ptr(), b"true\0".as_ptr(), std::ptr::null::<u8>()); _exit(127); }
+                    keep.push(vec![1; 5000]);
+                    std::process::exit(5);
+                }
+                let mut status = 0;
+                waitpid(pid, &mut status, 0);
+                println!("child status {}", (status >> 8) & 0xff);
+                6
+            }
+            "rlimit-as" => limit(9, 256 << 20),
+            "rlimit-data" => limit(2, 64 << 20),
+            "rlimit-nofile" => {
+                setrlimit(7, &[16, 16]);
+                let mut n = 0;
+                while open(b"/dev/null\0".as_ptr(), 0) >= 0 { n += 1; }
+                println!("opened {n} more");
+                0
+            }
+            "close-std" => { close(0); close(1); close(2); keep.push(vec![0; 10]); 8 }
+            _ => { eprintln!("unknown mode {how}"); 2 }
+        }
+    };
+    STOP.store(true, Ordering::Relaxed);
+    std::hint::black_box(&keep);
+    std::process::exit(code);
+}
