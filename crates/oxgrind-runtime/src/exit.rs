@@ -599,15 +599,27 @@ fn install_signal_handlers() {
         if kernel_sigaction(sig, None, Some(&mut old)) != 0 || old.handler != SIG_DFL {
             continue; // ignored or handled by someone already: not ours to take
         }
-        let act = KernelSigaction {
-            handler: on_fatal_signal as *const () as usize,
-            flags: SA_SIGINFO | SA_ONSTACK | SA_RESTORER | SA_RESTART,
-            restorer: oxgrind_sigreturn as *const () as usize,
-            mask: 0,
-        };
-        if kernel_sigaction(sig, Some(&act), None) == 0 {
-            OURS[sig as usize].store(true, Ordering::Release);
-        }
+        take_for_report(sig);
+    }
+}
+
+/// Installs our reporting handler for the fatal signal `sig`.
+///
+/// The handler runs on the thread's own stack, never on an alternate one: the report is
+/// written from the handler, and a program's alternate stack is small (Rust's is a few
+/// pages per thread): writing Massif's report there overflowed it, and a Rust program with
+/// threads died of SIGSEGV instead of SIGTERM without its file. The price: a stack
+/// overflow (which only an alternate stack could handle) ends without a report, as it
+/// did with the program's small alternate stack anyway.
+fn take_for_report(sig: c_int) {
+    let act = KernelSigaction {
+        handler: on_fatal_signal as *const () as usize,
+        flags: SA_SIGINFO | SA_RESTORER | SA_RESTART,
+        restorer: oxgrind_sigreturn as *const () as usize,
+        mask: 0,
+    };
+    if kernel_sigaction(sig, Some(&act), None) == 0 {
+        OURS[sig as usize].store(true, Ordering::Release);
     }
 }
 
@@ -647,7 +659,16 @@ pub unsafe extern "C" fn sigaction(
     let ours = (1..NSIG as c_int).contains(&sig) && OURS[sig as usize].load(Ordering::Acquire);
     if !ours {
         // SAFETY: forwarded as given.
-        return unsafe { real(sig, act, old) };
+        let r = unsafe { real(sig, act, old) };
+        // The program gives a fatal signal back its default action (Python's SIG_DFL, Rust's
+        // SIGSEGV handler when the fault is not a stack overflow): the default is to end,
+        // and the report comes first, so ours takes it again (the program still sees
+        // SIG_DFL).
+        // SAFETY: act, when not null, points to the caller's struct.
+        if r == 0 && !act.is_null() && unsafe { (*act).handler } == SIG_DFL && FATAL.contains(&sig) {
+            take_for_report(sig);
+        }
+        return r;
     }
     if !old.is_null() {
         // SAFETY: the caller's out-parameter; a zeroed struct is SIG_DFL with no flags.

@@ -1,4 +1,4 @@
-//! The program's address-space and data limits, kept apart from oxgrind's own memory.
+//! The program's address-space, data and descriptor limits, kept apart from oxgrind's own.
 //!
 //! The kernel counts every mapping of the process against `RLIMIT_AS` (and every private
 //! writable one against `RLIMIT_DATA`): the program's and ours alike. Ours is large in
@@ -21,6 +21,10 @@
 //! without `--trace-children`) gets exactly what the program asked for; a failed `exec` puts
 //! ours back. When the report is being written (the program has finished), the soft limits
 //! go up to the hard ones: symbolising needs mappings the program's limit did not allow.
+//!
+//! `RLIMIT_NOFILE` is virtual the same way (as Valgrind keeps its own descriptors above the
+//! program's limit): the kernel gets the program's soft limit, but not its hard one, so a
+//! program that used every descriptor its limit allows still gets its report file.
 
 use core::ffi::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,6 +34,7 @@ use oxgrind_sys::raw;
 use oxgrind_sys::syscall::{check, syscall4};
 
 const RLIMIT_DATA: c_int = 2;
+const RLIMIT_NOFILE: c_int = 7;
 const RLIMIT_AS: c_int = 9;
 const RLIM_INFINITY: u64 = u64::MAX;
 const SYS_PRLIMIT64: usize = 302;
@@ -55,7 +60,7 @@ pub struct Rlimit {
 
 /// The program's view of RLIMIT_AS and RLIMIT_DATA, once it has set one (before that, the
 /// kernel's values are the program's).
-static VIRTUAL: SpinLock<[Option<Rlimit>; 2]> = SpinLock::new([None, None]);
+static VIRTUAL: SpinLock<[Option<Rlimit>; 3]> = SpinLock::new([None, None, None]);
 /// Whether the kernel currently holds our (raised) soft limits rather than the program's.
 static RAISED: AtomicBool = AtomicBool::new(false);
 
@@ -63,6 +68,7 @@ fn slot(resource: c_int) -> Option<usize> {
     match resource {
         RLIMIT_AS => Some(0),
         RLIMIT_DATA => Some(1),
+        RLIMIT_NOFILE => Some(2),
         _ => None,
     }
 }
@@ -122,10 +128,14 @@ fn set(resource: c_int, new: &Rlimit) -> Result<(), c_int> {
     }
     let kernel = kernel_get(resource);
     let kernel_max = kernel.max.max(new.max);
-    let wanted = Rlimit {
-        cur: raised(new.cur, ours_now(), kernel_max),
-        max: kernel_max,
+    // Descriptors: the program's soft limit as it is (ours live above it, opened at
+    // start-up); the hard one stays, so the report can lift the soft one to open its files.
+    let cur = if resource == RLIMIT_NOFILE {
+        new.cur.min(kernel_max)
+    } else {
+        raised(new.cur, ours_now(), kernel_max)
     };
+    let wanted = Rlimit { cur, max: kernel_max };
     kernel_prlimit(resource, Some(&wanted), None)?;
     VIRTUAL.lock()[i] = Some(*new);
     RAISED.store(true, Ordering::Release);
@@ -160,7 +170,7 @@ pub fn apply_program_limits() {
     if !RAISED.swap(false, Ordering::AcqRel) {
         return;
     }
-    for resource in [RLIMIT_AS, RLIMIT_DATA] {
+    for resource in [RLIMIT_AS, RLIMIT_DATA, RLIMIT_NOFILE] {
         let Some(v) = VIRTUAL.lock()[slot(resource).unwrap()] else { continue };
         let kernel = kernel_get(resource);
         // Lowering the hard limit is always allowed; keep it where it is if the program's is
@@ -171,7 +181,7 @@ pub fn apply_program_limits() {
 
 /// Gives our raised limits back after an `exec` that failed.
 pub fn restore_after_failed_exec() {
-    for resource in [RLIMIT_AS, RLIMIT_DATA] {
+    for resource in [RLIMIT_AS, RLIMIT_DATA, RLIMIT_NOFILE] {
         let Some(v) = VIRTUAL.lock()[slot(resource).unwrap()] else { continue };
         let _ = set(resource, &v);
     }
@@ -182,7 +192,7 @@ pub fn lift_for_report() {
     if !RAISED.load(Ordering::Acquire) {
         return;
     }
-    for resource in [RLIMIT_AS, RLIMIT_DATA] {
+    for resource in [RLIMIT_AS, RLIMIT_DATA, RLIMIT_NOFILE] {
         let mut k = kernel_get(resource);
         k.cur = k.max;
         let _ = kernel_prlimit(resource, Some(&k), None);
