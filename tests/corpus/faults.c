@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
     if (!strcmp(how, "segv")) { volatile int *p = (int *)16; return *p; }
     if (!strcmp(how, "abort")) abort();
     if (!strcmp(how, "_exit")) _exit(4);
-    if (!strcmp(how, "thread-exit")) { pthread_t u; pthread_create(&u, NULL, exit_from_thread, NULL); pause(); }
+    if (!strcmp(how, "thread-exit")) { pthread_t u; pthread_create(&u, NULL, exit_from_thread, NULL); for (;;) pause(); }
     if (!strcmp(how, "exec")) { execl("/bin/sh", "sh", "-c", "echo exec-ed; exit 9", (char *)NULL); return 126; }
     if (!strcmp(how, "fork") || !strcmp(how, "vfork")) {
         pid_t pid = how[0] == 'v' ? vfork() : fork();

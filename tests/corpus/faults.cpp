@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
     if (how == "segv") { volatile int *p = (int *)16; return *p; }
     if (how == "abort") std::abort();
     if (how == "_exit") _exit(4);
-    if (how == "thread-exit") { std::thread([] { std::exit(7); }).detach(); pause(); }
+    if (how == "thread-exit") { std::thread([] { std::exit(7); }).detach(); for (;;) pause(); }
     if (how == "exec") { execl("/bin/sh", "sh", "-c", "echo exec-ed; exit 9", (char *)nullptr); return 126; }
     if (how == "fork" || how == "vfork") {
         pid_t pid = how[0] == 'v' ? vfork() : fork();
