@@ -223,7 +223,7 @@ fn check_report(tool: &str, mode: &str, pid: &str, log: &str, files: &[(String, 
             if total < KEPT {
                 return Err(format!("dhat total {total} < {KEPT}"));
             }
-            if !has("Total: ") {
+            if mode != "exec" && !has("Total: ") {
                 return Err(format!("log of {pid} lacks DHAT's Total line"));
             }
         }
@@ -315,14 +315,6 @@ fn run_case(lang: Lang, mode: &str, tool: &str, native: &Outcome) -> Result<(), 
 fn skipped(lang: Lang, mode: &str, tool: &str) -> bool {
     if std::env::var_os("OXGRIND_FAULTS_ALL").is_some() {
         return false;
-    }
-    // DHAT is far slower than Valgrind's for now (a clean call per heap access under one
-    // lock, and its report is written under the engine): 1-5 minutes per case here, for the
-    // C program with its one thread, more for Rust's three. Its cases run with
-    // OXGRIND_FAULTS=dhat or OXGRIND_FAULTS_ALL=1 until DHAT is fast enough for the CI
-    // budget; the runtime paths they take are the ones the other tools take.
-    if tool == "dhat" {
-        return true;
     }
     // Known failures on main, not of the runtime's making (see docs/differences-from-valgrind.md):
     // the Rust program under Memcheck forks and its child sometimes spins for ever in the
