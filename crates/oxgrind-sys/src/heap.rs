@@ -457,6 +457,47 @@ unsafe impl GlobalAlloc for PrivateHeap {
 mod tests {
     use super::*;
 
+    /// With the address space capped (as a program's `setrlimit(RLIMIT_AS)` would), the heap
+    /// serves from its reserve, then from the emergency part, telling its hook once: never a
+    /// null (the standard library's abort). Run in a forked child: the limit and the reserve
+    /// are process-wide.
+    #[test]
+    fn reserve_outlives_an_address_space_limit_and_reports_its_emergency() {
+        use crate::syscall::{syscall1, syscall4};
+        const SYS_FORK: usize = 57;
+        const SYS_WAIT4: usize = 61;
+        const SYS_PRLIMIT64: usize = 302;
+        // SAFETY: fork; the child only makes system calls and uses this heap, then exits.
+        let pid = unsafe { syscall1(SYS_FORK, 0) };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            set_exhausted_hook(|| raw::exit_group(42));
+            if take_reserve(EMERGENCY * 3) == 0 {
+                raw::exit_group(3);
+            }
+            // No new mapping from now on: the current size is the limit.
+            let limit = [0u64, 0u64];
+            // SAFETY: prlimit64 on ourselves with a valid struct rlimit.
+            unsafe { syscall4(SYS_PRLIMIT64, 0, 9, limit.as_ptr() as usize, 0) };
+            let heap = PrivateHeap::new();
+            let layout = Layout::from_size_align(60 << 10, 8).unwrap();
+            for _ in 0..4096 {
+                // SAFETY: non-zero size; the blocks are never freed.
+                let p = unsafe { heap.alloc(layout) };
+                if p.is_null() {
+                    raw::exit_group(4);
+                }
+                // SAFETY: p points to layout.size() writable bytes.
+                unsafe { core::ptr::write_bytes(p, 1, layout.size()) };
+            }
+            raw::exit_group(5); // 240 MiB served without the emergency part: not capped?
+        }
+        let mut status = 0i32;
+        // SAFETY: wait4 for our child with a valid status pointer.
+        unsafe { syscall4(SYS_WAIT4, pid as usize, &mut status as *mut i32 as usize, 0, 0) };
+        assert_eq!((status >> 8) & 0xff, 42, "child status {status:#x}");
+    }
+
     #[test]
     fn blocks_are_aligned_distinct_and_recycled() {
         let heap = PrivateHeap::new();
