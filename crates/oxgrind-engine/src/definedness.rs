@@ -264,7 +264,43 @@ struct Pending {
     next_pc: u64,
 }
 
+/// Pages this thread found readable, so that the interpreter's reads of guest memory (the
+/// values of memory operands) are plain loads instead of a `process_vm_readv` each. Any
+/// `munmap`, `mremap`, `mprotect` or fixed `mmap` of the program empties every thread's
+/// cache (`MAPS_GENERATION`). The instruction about to run reads the same bytes: a page
+/// unmapped by another thread in between would fault there anyway.
+#[derive(Default)]
+struct PageCache {
+    pages: [u64; 16],
+    next: usize,
+    generation: u64,
+}
+
+static MAPS_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+impl PageCache {
+    fn readable(&mut self, page: u64) -> bool {
+        let g = MAPS_GENERATION.load(Ordering::Acquire);
+        if g != self.generation {
+            self.pages = [0; 16];
+            self.generation = g;
+        }
+        let tag = page + 1; // 0 = empty slot
+        if self.pages.contains(&tag) {
+            return true;
+        }
+        let mut b = [0u8; 1];
+        if oxgrind_sys::raw::read_own_memory(page << 12, &mut b) != 1 {
+            return false;
+        }
+        self.pages[self.next % 16] = tag;
+        self.next = self.next.wrapping_add(1);
+        true
+    }
+}
+
 struct ThreadShadow {
+    pages: PageCache,
     regs: ShadowRegisters,
     interp: Interpreter,
     /// `rsp` at the previous instruction stepped (0: none yet).
@@ -284,6 +320,7 @@ struct ThreadShadow {
 fn thread(ctx: &mut ThreadCtx) -> &'static mut ThreadShadow {
     if ctx.vbits == 0 {
         let t = Box::new(ThreadShadow {
+            pages: PageCache::default(),
             regs: ShadowRegisters::default(),
             interp: Interpreter::new(),
             last_rsp: 0,
@@ -355,6 +392,7 @@ pub(crate) fn writes_rsp(ins: &Instruction) -> bool {
 struct SavedGuest<'a> {
     ctx: &'a ThreadCtx,
     fs: u64,
+    pages: core::cell::RefCell<&'a mut PageCache>,
 }
 
 impl Guest for SavedGuest<'_> {
@@ -379,7 +417,21 @@ impl Guest for SavedGuest<'_> {
         }
     }
     fn read_memory(&self, address: u64, out: &mut [u8]) -> bool {
-        oxgrind_sys::raw::read_own_memory(address, out) == out.len()
+        if out.is_empty() {
+            return true;
+        }
+        let Some(last) = address.checked_add(out.len() as u64 - 1) else {
+            return false;
+        };
+        let mut pages = self.pages.borrow_mut();
+        if !(address >> 12..=last >> 12).all(|p| pages.readable(p)) {
+            return false;
+        }
+        // SAFETY: every page of the range was found readable (see `PageCache`).
+        unsafe {
+            core::ptr::copy_nonoverlapping(address as *const u8, out.as_mut_ptr(), out.len())
+        };
+        true
     }
 }
 
@@ -418,7 +470,11 @@ pub(crate) fn step(ctx: &mut ThreadCtx, rec: u64, pc: u64, cl: Client) {
     } else {
         0
     };
-    let guest = SavedGuest { ctx, fs };
+    let guest = SavedGuest {
+        ctx,
+        fs,
+        pages: core::cell::RefCell::new(&mut t.pages),
+    };
     let outcome = t.interp.step(ins, &guest, &mut t.regs, &mut ShadowMem);
     for check in outcome.checks.iter() {
         let what = match check {
@@ -547,6 +603,12 @@ const ARG_REGS: [usize; 6] = [7, 6, 2, 10, 8, 9];
 /// instruction.
 pub(crate) fn before_syscall(ctx: &mut ThreadCtx, pc: u64) {
     let Some(cl) = crate::probe::client() else { return };
+    // munmap, mremap, mprotect, pkey_mprotect, a fixed mmap (anyone's, ours too): pages
+    // found readable may not be any more.
+    let nr = ctx.gregs[c::RAX];
+    if matches!(nr, 10 | 11 | 25 | 329) || (nr == 9 && ctx.gregs[10] & 0x10 != 0) {
+        MAPS_GENERATION.fetch_add(1, Ordering::AcqRel);
+    }
     if cl.embedder.is_own_code(pc) {
         return;
     }

@@ -673,6 +673,8 @@ pub unsafe extern "C" fn sigaction(
     if !old.is_null() {
         // SAFETY: the caller's out-parameter; a zeroed struct is SIG_DFL with no flags.
         unsafe { core::ptr::write_bytes(old, 0, 1) };
+        // Written by our code, which runs without definedness steps.
+        oxgrind_engine::definedness::set(old as u64, core::mem::size_of::<LibcSigaction>() as u64, true);
     }
     // SAFETY: act, when not null, points to the caller's struct.
     if act.is_null() || unsafe { (*act).handler } == SIG_DFL {

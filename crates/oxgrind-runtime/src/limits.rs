@@ -249,6 +249,8 @@ unsafe fn prlimit_common(pid: c_int, resource: c_int, new: *const Rlimit, old: *
     if !old.is_null() {
         // SAFETY: the caller's out-parameter.
         unsafe { core::ptr::write_unaligned(old, previous) };
+        // Written by our code, which runs without definedness steps.
+        oxgrind_engine::definedness::set(old as u64, core::mem::size_of::<Rlimit>() as u64, true);
     }
     0
 }

@@ -39,6 +39,13 @@ impl Memcheck {
         host.set_definedness(new.addr + kept, new.size - kept, false);
     }
 
+    /// `VALGRIND_MAKE_MEM_DEFINED` / `_UNDEFINED` / `_DEFINED_IF_ADDRESSABLE`.
+    pub(crate) fn definedness_client(&self, host: &dyn Host, addr: u64, len: u64, defined: bool) {
+        if self.opts.undef_value_errors {
+            host.set_definedness(addr, len, defined);
+        }
+    }
+
     /// The program is about to use undefined bits (`Tool::on_undefined`).
     pub(crate) fn undefined_event(&self, host: &dyn Host, regs: &GuestRegs, what: &Undefined) {
         if !self.opts.undef_value_errors {
