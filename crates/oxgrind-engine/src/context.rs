@@ -123,8 +123,9 @@ pub struct ThreadCtx {
     /// The guest's fs base, read lazily for `fs:` operands at probes (0: not read yet);
     /// forgotten when the guest sets it with `arch_prctl`.
     pub fs_base: u64,
-    /// Set while this context's trace buffer is being handed to the tool.
-    pub trace_draining: u64,
+    /// Set while this context's trace buffer is being handed to the tool (taken with a
+    /// compare-and-swap: the exiting thread may drain another thread's buffer).
+    pub trace_draining: core::sync::atomic::AtomicU64,
     /// Child context of a `clone` in flight (parent side).
     pub pending_child: u64,
     /// Signals that arrived while the thread was inside the engine (bit n = signal n).
@@ -314,6 +315,7 @@ pub fn reuse_exited() -> Option<*mut ThreadCtx> {
         c.guest_gs = 0;
         c.probe_rec = 0;
         c.trace_ptr = c.trace_base;
+        c.trace_draining.store(0, Ordering::Relaxed);
         c.fs_base = 0;
         c.pending_child = 0;
         c.pending_signals = 0;

@@ -65,12 +65,19 @@ pub(crate) fn push(ctx: &mut ThreadCtx, rec: TraceRecord) {
 }
 
 /// Hands the records of `ctx`'s buffer to the tool and empties it. Re-entry (the tool
-/// asking for a flush from inside `on_trace`) does nothing.
+/// asking for a flush from inside `on_trace`), or a drain of the same buffer by another
+/// thread at the end of the process, does nothing.
 pub(crate) fn drain(ctx: &mut ThreadCtx) {
-    if ctx.trace_base == 0 || ctx.trace_ptr == ctx.trace_base || ctx.trace_draining != 0 {
+    if ctx.trace_base == 0 || ctx.trace_ptr == ctx.trace_base {
         return;
     }
-    ctx.trace_draining = 1;
+    if ctx
+        .trace_draining
+        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
     let n = ((ctx.trace_ptr - ctx.trace_base) as usize / RECORD).min(CAPACITY);
     // SAFETY: the first `n` records of the buffer were written by this thread's probes
     // (or `push`); the buffer stays mapped for the life of the process.
@@ -79,7 +86,7 @@ pub(crate) fn drain(ctx: &mut ThreadCtx) {
         c.embedder.call(false, &mut || c.tool.on_trace(c.host, records));
     }
     ctx.trace_ptr = ctx.trace_base;
-    ctx.trace_draining = 0;
+    ctx.trace_draining.store(0, Ordering::Release);
 }
 
 /// Drains the calling thread's buffer (`Host::flush_trace`), if it runs under the engine.
@@ -102,9 +109,9 @@ pub fn flush_all() {
     let own_ptr = own;
     crate::context::for_each(|p| {
         if p != own_ptr {
-            // SAFETY: contexts are never freed. Another thread may still run: it only
-            // appends past the records read here, and a buffer it drains concurrently is
-            // protected by its `trace_draining` flag being checked first (best effort).
+            // SAFETY: contexts are never freed. Another thread may still run: a drain it
+            // makes at the same time is excluded by `trace_draining`; records it appends
+            // meanwhile may be missed (the process is ending).
             drain(unsafe { &mut *p });
         }
     });
@@ -113,5 +120,5 @@ pub fn flush_all() {
 /// In a forked child: the records in the buffer are the parent's, already its to report.
 pub(crate) fn forget(ctx: &mut ThreadCtx) {
     ctx.trace_ptr = ctx.trace_base;
-    ctx.trace_draining = 0;
+    ctx.trace_draining.store(0, Ordering::Relaxed);
 }
