@@ -6,12 +6,12 @@
 //! its tool. One parser means the two can never disagree about what an option means.
 //!
 //! Core options are the ones every tool shares (`--log-file`, `--trace-children`,
-//! `--num-callers`, ...). Everything else is offered to the selected tool's
-//! [`Tool::parse_option`]. A few core options are *also* offered to the tool (verbosity,
-//! `--num-callers`, error-reporting options), because Memcheck formats its report with them;
-//! a tool may ignore those.
+//! `--num-callers`, ...). Those that shape a tool's report (verbosity, `--num-callers`, the
+//! error-reporting options) are parsed by the contract's [`CoreView`] and handed to the tool
+//! whole ([`Tool::core_options`]); the tool never parses them. Everything else is offered to
+//! the selected tool's [`Tool::parse_option`].
 
-use oxgrind_tool::{OptionError, Tool};
+use oxgrind_tool::{CoreView, OptionError, Tool};
 
 pub mod budget;
 pub mod template;
@@ -36,17 +36,16 @@ pub enum LogDest {
 #[derive(Clone, Debug)]
 pub struct CoreOptions {
     pub tool: String,
-    /// 0 with `-q`, 1 by default, +1 per `-v`.
-    pub verbosity: i32,
+    /// The options that shape the tool's report (verbosity, `--num-callers`,
+    /// `--show-below-main`, error reporting), as the tool sees them.
+    pub view: CoreView,
     pub log: LogDest,
     /// `--xml-file` / `--xml-fd`: where `--xml=yes` output goes.
     pub xml: Option<LogDest>,
     pub trace_children: bool,
     pub trace_children_skip: Vec<String>,
     pub child_silent_after_fork: bool,
-    pub num_callers: usize,
     pub demangle: bool,
-    pub show_below_main: bool,
     pub fullpath_after: Vec<String>,
     pub read_inline_info: bool,
     pub time_stamp: bool,
@@ -61,15 +60,13 @@ impl Default for CoreOptions {
     fn default() -> Self {
         CoreOptions {
             tool: "memcheck".into(),
-            verbosity: 1,
+            view: CoreView::default(),
             log: LogDest::Fd(2),
             xml: None,
             trace_children: false,
             trace_children_skip: Vec::new(),
             child_silent_after_fork: false,
-            num_callers: 12,
             demangle: true,
-            show_below_main: false,
             fullpath_after: Vec::new(),
             read_inline_info: true,
             time_stamp: false,
@@ -137,35 +134,11 @@ fn num_value(opt: &str, v: &str, lo: u64, hi: u64) -> Result<u64, OptionError> {
     }
 }
 
-/// Options that are core options *and* are offered to the tool; a tool that does not know
-/// them is not an error.
+/// Core options that are *also* offered to the tool: the replacement allocator's options,
+/// which Valgrind's tools parse (Massif lists them on its `desc:` line); a tool that does not
+/// know them is not an error.
 fn shared_with_tool(arg: &str) -> bool {
     const SHARED: &[&str] = &[
-        "-q",
-        "--quiet",
-        "-v",
-        "--verbose",
-        "-s",
-        "--show-error-list",
-        "--num-callers",
-        "--xml",
-        "--xml-file",
-        "--xml-fd",
-        "--xml-user-comment",
-        "--error-limit",
-        "--error-exitcode",
-        "--exit-on-first-error",
-        "--suppressions",
-        "--default-suppressions",
-        "--gen-suppressions",
-        "--show-below-main",
-        "--error-markers",
-        "--demangle",
-        "--read-inline-info",
-        "--fullpath-after",
-        // Memcheck's preamble shows the parent pid when logging to a file.
-        "--log-file",
-        // Malloc-replacement options: Massif lists them on its desc: line.
         "--alignment",
         "--redzone-size",
         "--xtree-memory",
@@ -238,10 +211,11 @@ pub fn parse(options: &[String]) -> Result<Action, OptionError> {
         };
         let val = || value.ok_or_else(|| OptionError(format!("Bad option: {o}: expected a value")));
         let mut consumed = true;
+        // The options that shape the tool's report: parsed once, here, for the tool.
+        let viewed = core.view.parse_option(o)?;
         match name {
             "--tool" => {}
-            "-q" | "--quiet" => core.verbosity = 0,
-            "-v" | "--verbose" => core.verbosity += 1,
+            _ if viewed && !matches!(name, "--log-file" | "--xml-file" | "--xml-fd") => {}
             "--log-fd" => core.log = LogDest::Fd(num_value(o, val()?, 0, 1 << 20)? as i32),
             "--log-file" => {
                 let v = val()?;
@@ -264,9 +238,7 @@ pub fn parse(options: &[String]) -> Result<Action, OptionError> {
                 core.trace_children_skip = val()?.split(',').map(str::to_string).collect()
             }
             "--child-silent-after-fork" => core.child_silent_after_fork = bool_value(o, val()?)?,
-            "--num-callers" => core.num_callers = num_value(o, val()?, 1, 500)? as usize,
             "--demangle" => core.demangle = bool_value(o, val()?)?,
-            "--show-below-main" => core.show_below_main = bool_value(o, val()?)?,
             "--fullpath-after" => core.fullpath_after.push(value.unwrap_or("").to_string()),
             "--read-inline-info" => core.read_inline_info = bool_value(o, val()?)?,
             "--time-stamp" => core.time_stamp = bool_value(o, val()?)?,
@@ -281,16 +253,6 @@ pub fn parse(options: &[String]) -> Result<Action, OptionError> {
                 }
                 core.alignment = n;
             }
-            "-s"
-            | "--show-error-list"
-            | "--xml"
-            | "--xml-user-comment"
-            | "--error-limit"
-            | "--error-exitcode"
-            | "--exit-on-first-error"
-            | "--suppressions"
-            | "--default-suppressions"
-            | "--gen-suppressions" => {}
             n if accepted_and_ignored(n) => {}
             n if budget::parse_option(&mut core.budgets, o, n, value)? => {}
             _ => consumed = false,
@@ -306,6 +268,8 @@ pub fn parse(options: &[String]) -> Result<Action, OptionError> {
             tool_options.push(o.clone());
         }
     }
+    core.view.args = options.to_vec();
+    tool.core_options(&core.view);
     tool.post_options()?;
     budget::check_tool(&core.budgets, &core.tool, tool.needs().ignores_heap)?;
     Ok(Action::Run(Box::new(Parsed {
@@ -431,8 +395,8 @@ mod tests {
         .expect("valid") else {
             panic!("not a run")
         };
-        assert_eq!(p.core.verbosity, 0);
-        assert_eq!(p.core.num_callers, 30);
+        assert_eq!(p.core.view.verbosity, 0);
+        assert_eq!(p.core.view.num_callers, 30);
         assert!(p.core.trace_children);
         assert_eq!(p.core.log, LogDest::File("log.%p".into()));
         assert!(p.tool_options.is_empty());

@@ -366,6 +366,20 @@ impl Host for RuntimeHost {
         oxgrind_sys::fd::write_all(log_fd(), text.as_bytes());
     }
 
+    fn banner(&self, name: &str, copyright: &str) -> String {
+        let mut out = String::new();
+        let to_file = state::runtime().is_some_and(|rt| matches!(rt.core.log, LogDest::File(_)));
+        oxgrind_formats::memcheck_text::tool_banner(
+            &mut out,
+            self.pid(),
+            name,
+            copyright,
+            self.command_line(),
+            to_file.then(raw::getppid),
+        );
+        out
+    }
+
     fn describe_data(&self, addr: Addr) -> Option<DataAddr> {
         if let Some((lo, hi)) = oxgrind_symbols::current_stack_bounds() {
             if (lo..hi).contains(&addr) {

@@ -146,7 +146,7 @@ fn replacement_for(name: &str) -> Option<u64> {
                 .strip_prefix('_')
                 .is_some_and(|r| r.split('_').all(|w| VARIANT_WORDS.contains(&w)));
         if variant && best.is_none_or(|(len, _)| base.len() > len) {
-            best = Some((base.len(), f as usize as u64));
+            best = Some((base.len(), f as *const () as usize as u64));
         }
     }
     best.map(|(_, f)| f)
@@ -228,9 +228,9 @@ mod tests {
     #[test]
     fn glibc_variants_map_to_their_function_and_other_names_do_not() {
         let r = |n| replacement_for(n);
-        let strlen = oxgrind_replace_strlen as usize as u64;
-        let memmove = oxgrind_replace_memmove as usize as u64;
-        let chk = oxgrind_replace_memmove_chk as usize as u64;
+        let strlen = oxgrind_replace_strlen as *const () as usize as u64;
+        let memmove = oxgrind_replace_memmove as *const () as usize as u64;
+        let chk = oxgrind_replace_memmove_chk as *const () as usize as u64;
         assert_eq!(r("__strlen_avx2"), Some(strlen));
         assert_eq!(r("__strlen_evex512"), Some(strlen));
         assert_eq!(r("strlen"), Some(strlen));
@@ -239,7 +239,7 @@ mod tests {
         assert_eq!(r("__memcpy_chk_avx512_no_vzeroupper"), Some(chk));
         assert_eq!(
             r("__strchr_sse2_no_bsf"),
-            Some(oxgrind_replace_index as usize as u64)
+            Some(oxgrind_replace_index as *const () as usize as u64)
         );
         assert_eq!(r("__strcspn_c1"), None);
         assert_eq!(r("__mempcpy_small"), None);

@@ -17,7 +17,10 @@ use alloc::vec::Vec;
 
 pub use oxgrind_formats::frame::Frame;
 
+pub mod core_view;
 pub mod instrument;
+
+pub use core_view::{CoreView, GenSuppressions};
 
 /// Locks a tool may hold in its event handlers: a spin lock that needs no libc, so it works
 /// inside the program's allocator, in a forked child and in signal handlers (see
@@ -318,6 +321,12 @@ pub trait Host {
     fn write_file(&self, path: &str, bytes: &[u8]) -> Result<(), i32>;
     /// Writes a message to the log channel (stderr or `--log-file`); `text` is written as is.
     fn log(&self, text: &str);
+    /// The tool's start-up banner as Valgrind prints it: the tool's `name` and `copyright`
+    /// lines, the core's line, the command, `Parent PID:` when logging to a file, and an
+    /// empty line. Every tool's banner comes from here.
+    fn banner(&self, _name: &str, _copyright: &str) -> String {
+        String::new()
+    }
     /// Describes a non-heap address: on the calling thread's stack (and in which frame), or
     /// inside a global variable. Called from an event on the thread that caused it.
     fn describe_data(&self, _addr: Addr) -> Option<DataAddr> {
@@ -387,6 +396,10 @@ pub trait Tool: Send + Sync {
     }
     /// Takes one tool option (`--depth=10`). `Ok(false)`: not this tool's option.
     fn parse_option(&mut self, arg: &str) -> Result<bool, OptionError>;
+    /// The core options that shape the tool's report (verbosity, `--num-callers`, the
+    /// error-reporting options, ...), parsed by the core: once, after the tool's own options
+    /// and before [`Tool::post_options`].
+    fn core_options(&mut self, _core: &CoreView) {}
     /// Called once, after every option was parsed.
     fn post_options(&mut self) -> Result<(), OptionError> {
         Ok(())

@@ -232,11 +232,13 @@ impl Tool for Cachegrind {
 "
     }
 
+    fn core_options(&mut self, core: &oxgrind_tool::CoreView) {
+        self.opts.quiet = !core.talks();
+    }
+
     fn parse_option(&mut self, arg: &str) -> Result<bool, OptionError> {
         let (name, value) = arg.split_once('=').unwrap_or((arg, ""));
         match name {
-            "-q" | "--quiet" => self.opts.quiet = true,
-            "-v" | "--verbose" => self.opts.quiet = false,
             "--I1" => self.opts.i1 = Some(config::parse(name, value).map_err(OptionError)?),
             "--D1" => self.opts.d1 = Some(config::parse(name, value).map_err(OptionError)?),
             "--LL" | "--L2" => {
@@ -285,14 +287,10 @@ impl Tool for Cachegrind {
             return;
         }
         let mut out = String::new();
-        oxgrind_formats::memcheck_text::tool_banner(
-            &mut out,
-            host.pid(),
+        out.push_str(&host.banner(
             "Cachegrind, a cache and branch-prediction profiler",
             "Copyright (C) 2002-2017, and GNU GPL'd, by Nicholas Nethercote et al.",
-            host.command_line(),
-            None,
-        );
+        ));
         if let Some(c) = &self.chosen {
             for w in &c.warnings {
                 out.push_str(&format!("--{}-- {w}\n", host.pid()));

@@ -430,6 +430,10 @@ impl Tool for Dhat {
         self.opts.parse(arg)
     }
 
+    fn core_options(&mut self, core: &oxgrind_tool::CoreView) {
+        self.opts.apply_core(core);
+    }
+
     fn post_options(&mut self) -> Result<(), OptionError> {
         self.opts.check()?;
         Ok(())
@@ -456,16 +460,10 @@ impl Tool for Dhat {
             return;
         }
         let mut out = String::new();
-        oxgrind_formats::memcheck_text::tool_banner(
-            &mut out,
-            host.pid(),
+        out.push_str(&host.banner(
             "DHAT, a dynamic heap analysis tool",
             "Copyright (C) 2010-2018, and GNU GPL'd, by Mozilla Foundation",
-            host.command_line(),
-            self.opts
-                .log_to_file
-                .then(|| std::os::unix::process::parent_id() as i32),
-        );
+        ));
         host.log(&out);
     }
 

@@ -1,6 +1,6 @@
 //! DHAT's command-line options, as Valgrind 3.19 parses them (`dh_process_cmd_line_option`),
 //! plus the core options its output depends on (`-q`, `--num-callers`, ...), which the core
-//! also offers to tools.
+//! parses and hands over (`Options::apply_core`).
 
 use oxgrind_formats::dhat::Mode;
 use oxgrind_tool::OptionError;
@@ -38,29 +38,20 @@ impl Default for Options {
 }
 
 impl Options {
+    /// Takes the core options DHAT's output depends on, as the core parsed them.
+    pub fn apply_core(&mut self, core: &oxgrind_tool::CoreView) {
+        self.quiet = !core.talks();
+        self.log_to_file = core.log_to_file;
+        self.num_callers = core.num_callers;
+        self.show_below_main = core.show_below_main;
+    }
+
     /// Takes one option; `Ok(false)` when it is not DHAT's.
     pub fn parse(&mut self, arg: &str) -> Result<bool, OptionError> {
-        // Core options DHAT's output depends on: taken note of, never claimed.
-        match arg {
-            "-q" | "--quiet" => self.quiet = true,
-            "-v" | "--verbose" => self.quiet = false,
-            _ if arg.starts_with("--log-file=") => self.log_to_file = true,
-            _ => {}
-        }
         let Some((key, v)) = arg.split_once('=') else {
             return Ok(false);
         };
         match key {
-            "--num-callers" => {
-                if let Ok(n) = v.parse::<usize>() {
-                    self.num_callers = n.clamp(1, 500);
-                }
-                return Ok(false);
-            }
-            "--show-below-main" => {
-                self.show_below_main = v == "yes";
-                return Ok(false);
-            }
             "--dhat-out-file" => self.out_file = v.to_string(),
             "--mode" => {
                 self.mode = match v {
@@ -167,6 +158,7 @@ mod tests {
         assert!(!o.parse("--num-callers=4").unwrap());
         assert!(!o.parse("-q").unwrap());
         assert!(!o.parse("--depth=3").unwrap());
+        o.apply_core(&oxgrind_tool::CoreView::from_options(&["--num-callers=4", "-q"]).unwrap());
         assert_eq!(o.out_file, "x.%p");
         assert_eq!(o.mode, Mode::AdHoc);
         assert_eq!(o.num_callers, 4);

@@ -529,16 +529,10 @@ impl Tool for Massif {
             return;
         }
         let mut out = String::new();
-        oxgrind_formats::memcheck_text::tool_banner(
-            &mut out,
-            host.pid(),
+        out.push_str(&host.banner(
             "Massif, a heap profiler",
             "Copyright (C) 2003-2017, and GNU GPL'd, by Nicholas Nethercote",
-            host.command_line(),
-            self.opts
-                .log_to_file
-                .then(|| std::os::unix::process::parent_id() as i32),
-        );
+        ));
         host.log(&out);
     }
 
@@ -564,6 +558,10 @@ impl Tool for Massif {
 
     fn parse_option(&mut self, arg: &str) -> Result<bool, OptionError> {
         self.opts.parse(arg)
+    }
+
+    fn core_options(&mut self, core: &oxgrind_tool::CoreView) {
+        self.opts.apply_core(core);
     }
 
     fn post_options(&mut self) -> Result<(), OptionError> {

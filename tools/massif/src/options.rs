@@ -140,16 +140,16 @@ fn parse_double(arg: &str, v: &str) -> Result<f64, OptionError> {
 }
 
 impl Options {
+    /// Takes the core options Massif's banner and stacks depend on, as the core parsed them.
+    pub fn apply_core(&mut self, core: &oxgrind_tool::CoreView) {
+        self.quiet = !core.talks();
+        self.log_to_file = core.log_to_file;
+        self.show_below_main = core.show_below_main;
+    }
+
     /// Takes one option; `Ok(false)` when it is not Massif's (Valgrind then tries the
     /// malloc-replacement options, then reports `Unknown option`).
     pub fn parse(&mut self, arg: &str) -> Result<bool, OptionError> {
-        // Core options Massif's banner depends on (not Massif's: not on the desc: line).
-        match arg {
-            "-q" | "--quiet" => self.quiet = true,
-            "-v" | "--verbose" => self.quiet = false,
-            _ if arg.starts_with("--log-file=") => self.log_to_file = true,
-            _ => {}
-        }
         let Some((key, v)) = arg.split_once('=') else {
             return Ok(false);
         };
@@ -182,13 +182,8 @@ impl Options {
             "--detailed-freq" => self.detailed_freq = parse_bint(arg, key, v, 1, 1_000_000)? as u32,
             "--max-snapshots" => self.max_snapshots = parse_bint(arg, key, v, 10, 1000)? as usize,
             "--massif-out-file" => self.out_file = v.to_string(),
-            // Core options, not Massif's: the core validates and consumes them. Massif only
-            // needs `--show-below-main` for its stacks, and Valgrind lists the
-            // malloc-replacement ones on Massif's `desc:` line.
-            "--show-below-main" => {
-                self.show_below_main = v == "yes";
-                return Ok(false);
-            }
+            // Core options, not Massif's: the core validates and consumes them. Valgrind
+            // lists the malloc-replacement ones on Massif's `desc:` line.
             "--alignment" => {
                 self.alignment = v.parse().unwrap_or(16).max(16);
                 self.desc_args.push(arg.to_string());
@@ -323,6 +318,8 @@ mod tests {
         assert!(o.parse("--heap-admin=0").unwrap());
         assert!(!o.parse("--show-below-main=yes").unwrap());
         assert_eq!(o.desc(), "--alignment=64 --heap-admin=0");
+        // Core options reach Massif parsed, through the core's view.
+        o.apply_core(&oxgrind_tool::CoreView::from_options(&["--show-below-main=yes"]).unwrap());
         assert!(o.show_below_main);
     }
 

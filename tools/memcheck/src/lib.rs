@@ -258,6 +258,10 @@ impl Tool for Memcheck {
         self.opts.parse(arg)
     }
 
+    fn core_options(&mut self, core: &oxgrind_tool::CoreView) {
+        self.opts.apply_core(core);
+    }
+
     fn post_options(&mut self) -> Result<(), OptionError> {
         self.opts.finish()?;
         let rep = reporting(&self.opts, 0);

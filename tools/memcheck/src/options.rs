@@ -7,7 +7,7 @@
 //! a full leak check, `--gen-suppressions=yes` is refused in XML mode).
 
 use alloc::format;
-use alloc::string::{String, ToString};
+use alloc::string::String;
 use alloc::vec::Vec;
 use oxgrind_formats::suppressions::{LeakKind, LeakKinds};
 use oxgrind_tool::OptionError;
@@ -138,7 +138,7 @@ pub struct Options {
     pub error_markers: Option<(String, String)>,
     /// `--log-file` was given (the preamble then shows `Parent PID:`).
     pub log_to_file: bool,
-    /// Every option this tool was handed, in order (for XML `<vargv>`).
+    /// Every option given, in order (for XML `<vargv>`).
     pub args: Vec<String>,
 }
 
@@ -216,13 +216,6 @@ impl Options {
         };
         let v = val.unwrap_or("");
         match (key, val) {
-            ("-q" | "--quiet", None) => self.verbosity = 0,
-            ("-v" | "--verbose", None) => {
-                self.verbosity += 1;
-                self.show_error_list = true;
-            }
-            ("-s", None) => self.show_error_list = true,
-            ("--show-error-list", Some(_)) => self.show_error_list = yes_no(arg, v)?,
             ("--leak-check", Some(_)) => {
                 self.leak_check = match v {
                     "no" => LeakCheck::No,
@@ -273,32 +266,6 @@ impl Options {
                 }
             }
             ("--show-mismatched-frees", Some(_)) => self.show_mismatched_frees = yes_no(arg, v)?,
-            ("--num-callers", Some(_)) => self.num_callers = number(arg, v, 1, 500)? as usize,
-            ("--xml", Some(_)) => self.xml = yes_no(arg, v)?,
-            ("--xml-file", Some(_)) => self.xml_file = Some(v.to_string()),
-            ("--xml-fd", Some(_)) => self.xml_fd = true,
-            ("--xml-user-comment", Some(_)) => self.xml_user_comment = Some(v.to_string()),
-            ("--error-limit", Some(_)) => self.error_limit = yes_no(arg, v)?,
-            ("--error-exitcode", Some(_)) => {
-                self.error_exitcode = number(arg, v, 0, i32::MAX as u64)? as i32
-            }
-            ("--exit-on-first-error", Some(_)) => self.exit_on_first_error = yes_no(arg, v)?,
-            ("--suppressions", Some(_)) => self.suppressions.push(v.to_string()),
-            ("--default-suppressions", Some(_)) => self.default_suppressions = yes_no(arg, v)?,
-            ("--gen-suppressions", Some(_)) => {
-                self.gen_suppressions = match v {
-                    "no" => GenSupp::No,
-                    "yes" => GenSupp::Yes,
-                    "all" => GenSupp::All,
-                    _ => return Err(bad(arg)),
-                }
-            }
-            ("--show-below-main", Some(_)) => self.show_below_main = yes_no(arg, v)?,
-            ("--error-markers", Some(_)) => {
-                let (b, e) = v.split_once(',').unwrap_or((v, ""));
-                self.error_markers = Some((b.to_string(), e.to_string()));
-            }
-            ("--log-file", Some(_)) => self.log_to_file = true,
             ("--partial-loads-ok", Some(_)) => self.partial_loads_ok = yes_no(arg, v)?,
             ("--undef-value-errors", Some(_)) => self.undef_value_errors = yes_no(arg, v)?,
             // Accepted for compatibility: origins are not tracked yet.
@@ -315,8 +282,33 @@ impl Options {
             }
             _ => return Ok(false),
         }
-        self.args.push(arg.to_string());
         Ok(true)
+    }
+
+    /// Takes the core options that shape Memcheck's report, as the core parsed them.
+    pub fn apply_core(&mut self, core: &oxgrind_tool::CoreView) {
+        use oxgrind_tool::GenSuppressions as G;
+        self.verbosity = core.verbosity;
+        self.show_error_list = core.show_error_list;
+        self.num_callers = core.num_callers;
+        self.show_below_main = core.show_below_main;
+        self.log_to_file = core.log_to_file;
+        self.xml = core.xml;
+        self.xml_file = core.xml_file.clone();
+        self.xml_fd = core.xml_fd;
+        self.xml_user_comment = core.xml_user_comment.clone();
+        self.error_limit = core.error_limit;
+        self.error_exitcode = core.error_exitcode;
+        self.exit_on_first_error = core.exit_on_first_error;
+        self.suppressions = core.suppressions.clone();
+        self.default_suppressions = core.default_suppressions;
+        self.gen_suppressions = match core.gen_suppressions {
+            G::No => GenSupp::No,
+            G::Yes => GenSupp::Yes,
+            G::All => GenSupp::All,
+        };
+        self.error_markers = core.error_markers.clone();
+        self.args = core.args.clone();
     }
 
     /// Applies the rules that involve several options.
@@ -351,13 +343,17 @@ impl Options {
 mod tests {
     use super::*;
 
+    /// As the core hands them: its options through `CoreView`, the rest to Memcheck.
     fn parsed(args: &[&str]) -> Result<Options, OptionError> {
         let mut o = Options::default();
+        let mut core = oxgrind_tool::CoreView::default();
         for a in args {
-            if !o.parse(a)? {
+            if !core.parse_option(a)? && !o.parse(a)? {
                 return Err(OptionError(format!("not ours: {a}")));
             }
         }
+        core.args = args.iter().map(|a| a.to_string()).collect();
+        o.apply_core(&core);
         o.finish()?;
         Ok(o)
     }

@@ -7,7 +7,7 @@
 use std::sync::atomic::Ordering;
 
 use oxgrind_formats::frame::Frame;
-use oxgrind_formats::memcheck_text::{self as text, Aux, ErrorBlock};
+use oxgrind_formats::memcheck_text::{Aux, ErrorBlock};
 use oxgrind_formats::memcheck_xml::{self as xml, WhatQuirk};
 use oxgrind_formats::suppressions::{GenFrame, GeneratedSupp, SuppFrame};
 use oxgrind_tool::{Host, StackId};
@@ -44,16 +44,10 @@ impl Memcheck {
     pub fn preamble_text(&self, host: &dyn Host) -> String {
         let mut out = String::new();
         if self.opts.verbosity > 0 && !self.opts.xml {
-            let ppid = self
-                .opts
-                .log_to_file
-                .then(std::os::unix::process::parent_id);
-            text::preamble(
-                &mut out,
-                host.pid(),
-                host.command_line(),
-                ppid.map(|p| p as i32),
-            );
+            out.push_str(&host.banner(
+                "Memcheck, a memory error detector",
+                "Copyright (C) 2002-2022, and GNU GPL'd, by Julian Seward et al.",
+            ));
         }
         out
     }

@@ -19,9 +19,13 @@ fn reference(name: &str) -> String {
 
 fn tool(args: &[&str], host: &FakeHost) -> Memcheck {
     let mut t = Memcheck::new();
+    let core = oxgrind_tool::CoreView::from_options(args).unwrap();
     for a in args {
-        assert!(t.parse_option(a).unwrap(), "{a}");
+        if !oxgrind_tool::CoreView::default().parse_option(a).unwrap() {
+            assert!(t.parse_option(a).unwrap(), "{a}");
+        }
     }
+    t.core_options(&core);
     t.post_options().unwrap();
     t.start(host);
     t

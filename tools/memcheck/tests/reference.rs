@@ -51,9 +51,13 @@ fn run_mc_errors(args: &[&str]) -> FakeHost {
         kind: RootKind::Global,
     }];
     let mut tool = Memcheck::new();
+    let core = oxgrind_tool::CoreView::from_options(args).unwrap();
     for a in args {
-        assert!(tool.parse_option(a).unwrap(), "{a}");
+        if !oxgrind_tool::CoreView::default().parse_option(a).unwrap() {
+            assert!(tool.parse_option(a).unwrap(), "{a}");
+        }
     }
+    tool.core_options(&core);
     let supp =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/test.supp"))
             .unwrap();
@@ -373,7 +377,7 @@ fn quiet_mode_prints_only_errors() {
 #[test]
 fn malformed_suppression_file_is_an_error_naming_file_and_line() {
     let mut tool = Memcheck::new();
-    tool.parse_option("--suppressions=bad.supp").unwrap();
+    tool.core_options(&oxgrind_tool::CoreView::from_options(&["--suppressions=bad.supp"]).unwrap());
     tool.provide_suppressions_file("bad.supp", "{\n  x\n  Memcheck:Leak\n  fun:malloc\n".into());
     let e = tool.post_options().unwrap_err();
     assert_eq!(
@@ -381,8 +385,9 @@ fn malformed_suppression_file_is_an_error_naming_file_and_line() {
         "FATAL: in suppressions file \"bad.supp\" near line 4:\n   unexpected end-of-file (when reading stack trace)\nexiting now."
     );
     let mut tool = Memcheck::new();
-    tool.parse_option("--suppressions=/nonexistent/x.supp")
-        .unwrap();
+    tool.core_options(
+        &oxgrind_tool::CoreView::from_options(&["--suppressions=/nonexistent/x.supp"]).unwrap(),
+    );
     assert!(tool
         .post_options()
         .unwrap_err()

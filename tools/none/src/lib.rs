@@ -26,13 +26,12 @@ impl Tool for Nulgrind {
         "none"
     }
 
-    fn parse_option(&mut self, arg: &str) -> Result<bool, OptionError> {
-        match arg {
-            "-q" | "--quiet" => self.quiet = true,
-            "-v" | "--verbose" => self.quiet = false,
-            _ => return Ok(false),
-        }
-        Ok(true)
+    fn parse_option(&mut self, _arg: &str) -> Result<bool, OptionError> {
+        Ok(false)
+    }
+
+    fn core_options(&mut self, core: &oxgrind_tool::CoreView) {
+        self.quiet = !core.talks();
     }
 
     fn needs(&self) -> Needs {
@@ -48,14 +47,10 @@ impl Tool for Nulgrind {
             return;
         }
         let mut out = String::new();
-        oxgrind_formats::memcheck_text::tool_banner(
-            &mut out,
-            host.pid(),
+        out.push_str(&host.banner(
             "Nulgrind, the minimal Valgrind tool",
             "Copyright (C) 2002-2017, and GNU GPL'd, by Nicholas Nethercote.",
-            host.command_line(),
-            None,
-        );
+        ));
         host.log(&out);
     }
 
