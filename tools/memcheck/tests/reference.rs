@@ -21,6 +21,7 @@ fn run_mc_errors(args: &[&str]) -> FakeHost {
     let mut host = FakeHost {
         pid: 19191,
         cmd: vec!["./mc_errors".into()],
+        log_to_file: args.iter().any(|a| a.starts_with("--log-file=")),
         ..Default::default()
     };
     for (ip, f, l) in [

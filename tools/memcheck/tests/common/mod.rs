@@ -16,6 +16,8 @@ pub const PRELOAD: &str = "/usr/libexec/valgrind/vgpreload_memcheck-amd64-linux.
 
 #[derive(Default)]
 pub struct FakeHost {
+    /// The run logs to a file (the banner then shows `Parent PID:`, as the runtime's does).
+    pub log_to_file: bool,
     pub stacks: RefCell<Vec<Vec<Addr>>>,
     pub frames: HashMap<Addr, Frame>,
     pub live: RefCell<BTreeMap<Addr, LiveBlock>>,
@@ -39,6 +41,13 @@ impl Host for FakeHost {
     }
     fn pid(&self) -> i32 {
         self.pid
+    }
+    fn banner(&self, name: &str, copyright: &str) -> String {
+        // The runtime's banner, as it writes it when logging to stderr.
+        let mut out = String::new();
+        let parent = self.log_to_file.then_some(4242);
+        oxgrind_formats::memcheck_text::tool_banner(&mut out, self.pid, name, copyright, &self.cmd, parent);
+        out
     }
     fn command_line(&self) -> &[String] {
         &self.cmd
