@@ -180,7 +180,7 @@ pub fn finish(exit: Exit) {
     if let Exit::Signal(_) = exit {
         // Memcheck writes this block itself: in XML mode it belongs to the XML stream, with
         // Memcheck's thread numbering.
-        if rt.core.tool != "memcheck" && rt.core.verbosity > 0 {
+        if rt.core.tool != "memcheck" && rt.core.view.verbosity > 0 {
             fatal_signal_block();
         }
     }
@@ -204,7 +204,7 @@ fn fatal_signal_block() {
     let Some(rt) = state::runtime() else { return };
     let Some(f) = *FATAL_SIGNAL.lock() else { return };
     let mut frames = Vec::new();
-    'stack: for ip in HOST.stack(f.stack).into_iter().take(rt.core.num_callers) {
+    'stack: for ip in HOST.stack(f.stack).into_iter().take(rt.core.view.num_callers) {
         let mut group = HOST.describe(ip);
         if group.is_empty() {
             group.push(oxgrind_tool::Frame { ip, ..Default::default() });
@@ -212,7 +212,7 @@ fn fatal_signal_block() {
         for frame in group {
             let below_main = frame.function.as_deref() == Some("main");
             frames.push(frame);
-            if below_main && !rt.core.show_below_main {
+            if below_main && !rt.core.view.show_below_main {
                 break 'stack;
             }
         }
