@@ -118,6 +118,7 @@ mod probe_test {
                 instrument: true,
                 counters: 1,
                 trace: self.trace,
+                thread_state: if self.trace { 8 } else { 0 },
                 ..Needs::default()
             }
         }
@@ -189,7 +190,7 @@ mod probe_test {
             }
         }
 
-        fn on_trace(&self, _host: &dyn Host, records: &[TraceRecord]) {
+        fn on_trace(&self, host: &dyn Host, records: &[TraceRecord]) {
             // Tallied locally, one atomic add per batch: the drain costs little next to the
             // appends it measures.
             let mut t = [0u64; 7];
@@ -216,6 +217,12 @@ mod probe_test {
                     }
                 }
             }
+            // Each thread also counts its own block records in its own state.
+            host.with_thread_state(&mut |state| {
+                let mut n = u64::from_le_bytes(state[..8].try_into().unwrap_or([0; 8]));
+                n += t[0];
+                state[..8].copy_from_slice(&n.to_le_bytes());
+            });
             for (total, n) in T.iter().zip(t) {
                 total.fetch_add(n, Relaxed);
             }
@@ -256,6 +263,12 @@ mod probe_test {
         fn counter(&self, id: CounterId) -> u64 {
             oxgrind_engine::counter_total(id)
         }
+        fn with_thread_state(&self, f: &mut dyn FnMut(&mut [u8])) -> bool {
+            oxgrind_engine::with_thread_state(f)
+        }
+        fn each_thread_state(&self, f: &mut dyn FnMut(&[u8])) {
+            oxgrind_engine::each_thread_state(f)
+        }
     }
 
     /// The harness has no code of its own to hide and no allocator hooks.
@@ -272,18 +285,26 @@ mod probe_test {
 
     pub unsafe extern "C" fn report(_status: i32) {
         oxgrind_engine::flush_all_traces();
+        // The threads' own tallies of block records: how many threads counted any, and
+        // their sum (equal to tblocks when every record reached its own thread's state).
+        let (mut states, mut state_sum) = (0u64, 0u64);
+        NoHost.each_thread_state(&mut |s| {
+            let n = u64::from_le_bytes(s[..8].try_into().unwrap_or([0; 8]));
+            states += (n > 0) as u64;
+            state_sum += n;
+        });
         let mut w = oxgrind_sys::fd::FdWriter::new(2);
         let n: [u64; 7] = core::array::from_fn(|i| N[i].load(Relaxed));
         let t: [u64; 7] = core::array::from_fn(|i| T[i].load(Relaxed));
         let _ = writeln!(
             w,
-            "oxgrind-engine: probes: calls={} insns={} pcs={} pc_mismatch={} reads={} writes={} modifies={} conditional={} rbytes={} wbytes={} mbytes={} tblocks={} treads={} twrites={} tmodifies={} tbytes={} tdrains={} tstray={}",
+            "oxgrind-engine: probes: calls={} insns={} pcs={} pc_mismatch={} reads={} writes={} modifies={} conditional={} rbytes={} wbytes={} mbytes={} tblocks={} treads={} twrites={} tmodifies={} tbytes={} tdrains={} tstray={} tstates={} tstatesum={}",
             CALLS.load(Relaxed),
             oxgrind_engine::counter_total(INSNS),
             PCS.load(Relaxed),
             PC_MISMATCH.load(Relaxed),
             n[0], n[1], n[2], n[3], n[4], n[5], n[6],
-            t[0], t[1], t[2], t[3], t[4], t[5], t[6]
+            t[0], t[1], t[2], t[3], t[4], t[5], t[6], states, state_sum
         );
         w.flush();
     }
@@ -344,6 +365,8 @@ extern "C" fn init(_argc: i32, _argv: *const *const u8, envp: *const *const u8) 
         },
         client,
         trace,
+        // The tool's state per thread (the harness has no runtime to read `Needs` for it).
+        thread_state: if trace { 8 } else { 0 },
         ..Default::default()
     };
     // SAFETY: called once from the library's constructor on the main thread, before the

@@ -119,6 +119,10 @@ pub struct ThreadCtx {
     pub trace_base: u64,
     /// The guest `rcx` while an inline trace probe writes a record with it.
     pub probe_rcx: u64,
+    /// This thread's tool state (`Needs::thread_state` bytes; 0: none), and whether it is
+    /// lent out (see `thread_state`).
+    pub tool_state: u64,
+    pub tool_state_busy: core::sync::atomic::AtomicU64,
     // ---- touched by Rust only ----
     /// The guest's fs base, read lazily for `fs:` operands at probes (0: not read yet);
     /// forgotten when the guest sets it with `arch_prctl`.
@@ -250,7 +254,7 @@ pub fn new_ctx(dispatch: u64) -> Option<*mut ThreadCtx> {
         (*ctx).smc_dispatch = crate::asm::oxg_smc_dispatch as *const () as u64;
         (*ctx).probe_entry = crate::asm::oxg_probe as *const () as u64;
         (*ctx).shadow = crate::shadow::base();
-        if !crate::trace::attach(&mut *ctx) {
+        if !crate::thread_state::attach(&mut *ctx) || !crate::trace::attach(&mut *ctx) {
             return None; // (the mappings above are leaked: memory is exhausted anyway)
         }
         (*ctx).ibl_table = table as u64;
@@ -316,6 +320,7 @@ pub fn reuse_exited() -> Option<*mut ThreadCtx> {
         c.probe_rec = 0;
         c.trace_ptr = c.trace_base;
         c.trace_draining.store(0, Ordering::Relaxed);
+        crate::thread_state::renew(c);
         c.fs_base = 0;
         c.pending_child = 0;
         c.pending_signals = 0;

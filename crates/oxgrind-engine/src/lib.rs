@@ -96,12 +96,14 @@ mod pages;
 pub mod probe;
 pub mod shadow;
 mod signals;
+mod thread_state;
 mod trace;
 pub mod translate;
 
 use core::sync::atomic::{AtomicBool, Ordering};
 
 pub use dispatch::instructions_executed;
+pub use thread_state::{each as each_thread_state, with_current as with_thread_state};
 pub use trace::{flush_all as flush_all_traces, flush_current as flush_trace};
 
 /// The sum over all threads of the tool's per-thread counter `id` (`Plan::count`).
@@ -136,6 +138,8 @@ pub struct Config {
     pub client: Option<probe::Client>,
     /// Give every thread a trace buffer (the tool's `Needs::trace`).
     pub trace: bool,
+    /// Bytes of tool state per thread (the tool's `Needs::thread_state`).
+    pub thread_state: u32,
     /// Track definedness (the tool's `Needs::definedness`; see [`definedness`]).
     pub definedness: bool,
     /// Called on the engine stack, with the thread stopped, after each guest `mmap`,
@@ -170,6 +174,7 @@ impl core::fmt::Debug for Config {
             .field("far_code_cache", &self.far_code_cache)
             .field("client", &self.client.is_some())
             .field("trace", &self.trace)
+            .field("thread_state", &self.thread_state)
             .field("on_memory_syscall", &self.on_memory_syscall.is_some())
             .finish()
     }
@@ -186,6 +191,7 @@ impl Default for Config {
             on_exit: None,
             client: None,
             trace: false,
+            thread_state: 0,
             definedness: false,
             on_memory_syscall: None,
         }
@@ -296,6 +302,7 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
     if config.trace && config.client.is_some() {
         trace::enable();
     }
+    thread_state::configure(config.thread_state);
     probe::prepare();
     prewarm_allocator();
     let ctx =

@@ -239,5 +239,10 @@ fn per_thread_counters_and_trace_buffers_are_exact_with_threads() {
         assert_eq!(tally(&line, "treads"), 0, "{line}");
         assert_eq!(tally(&line, "tstray"), 0, "{line}");
         assert!(tally(&line, "tdrains") >= 4 * (n + n) / 4096, "{line}");
+        // Each worker thread tallied its own drains in its own state (`Needs::thread_state`,
+        // zeroed per thread): 4 states with records, summing to every block record. (The
+        // exiting thread drains nothing of its own: main runs no probed code.)
+        assert_eq!(tally(&line, "tstates"), 4, "{line}");
+        assert_eq!(tally(&line, "tstatesum"), 4 * (n + 1), "{line}");
     }
 }

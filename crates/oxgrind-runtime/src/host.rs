@@ -450,6 +450,14 @@ impl Host for RuntimeHost {
         raw::gettid()
     }
 
+    fn with_thread_state(&self, f: &mut dyn FnMut(&mut [u8])) -> bool {
+        oxgrind_engine::with_thread_state(f)
+    }
+
+    fn each_thread_state(&self, f: &mut dyn FnMut(&[u8])) {
+        oxgrind_engine::each_thread_state(f)
+    }
+
     fn set_definedness(&self, addr: Addr, len: u64, defined: bool) {
         oxgrind_engine::definedness::set(addr, len, defined)
     }

@@ -92,6 +92,7 @@ fn start_engine(needs: oxgrind_tool::Needs) {
             None
         },
         trace: needs.trace,
+        thread_state: needs.thread_state,
         definedness: needs.definedness,
         ..Default::default()
     };

@@ -164,6 +164,9 @@ pub struct Needs {
     /// Answer the program's client requests (`valgrind.h`'s magic sequence) through
     /// [`Tool::client_request`] (implies `translation`).
     pub client_requests: bool,
+    /// Bytes of state the tool keeps per thread (at most 64 KiB), zeroed when the thread
+    /// starts: see [`Host::with_thread_state`]. Under the engine only.
+    pub thread_state: u32,
     /// Track the definedness of every bit of registers and memory (Memcheck's V bits;
     /// implies `instrument`): the engine propagates it through every instruction of the
     /// program's code, marks new stack frames undefined and kernel-written buffers defined,
@@ -377,6 +380,16 @@ pub trait Host {
     fn tid(&self) -> i32 {
         0
     }
+    /// Runs `f` with the calling thread's state ([`Needs::thread_state`] bytes, zeroed when
+    /// the thread started). `false`, without calling `f`, when there is none (no engine, none
+    /// declared) or when the thread is already inside this call (a signal handler's probe
+    /// interrupting it): the state is never aliased.
+    fn with_thread_state(&self, _f: &mut dyn FnMut(&mut [u8])) -> bool {
+        false
+    }
+    /// Calls `f` with a copy of every thread's state, live threads' and ended ones' (to merge
+    /// them, at [`Tool::fini`]; a live thread's copy may be mid-update).
+    fn each_thread_state(&self, _f: &mut dyn FnMut(&[u8])) {}
     /// With [`Needs::definedness`]: marks `[addr, addr + len)` defined or undefined
     /// (Memcheck's `make_mem_defined` / `make_mem_undefined`: a calloc'd block, a malloc'd
     /// one).
