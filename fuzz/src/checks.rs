@@ -11,7 +11,10 @@ use oxgrind_formats::{dhat, massif, suppressions};
 fn one_line_naming(msg: &str, file: &str, line: usize) {
     assert!(!msg.contains('\n'), "error spans lines: {msg:?}");
     assert!(msg.contains(file), "error does not name the file: {msg:?}");
-    assert!(msg.contains(&format!("line {line}")), "error does not name the line: {msg:?}");
+    assert!(
+        msg.contains(&format!("line {line}")),
+        "error does not name the line: {msg:?}"
+    );
 }
 
 fn lines_in(data: &[u8]) -> usize {
@@ -25,7 +28,11 @@ pub fn massif_out(data: &[u8]) {
             let _ = massif::ms_print::render(&f, &Default::default(), &["massif.out.fuzz"]);
         }
         Err(e) => {
-            assert!(e.line >= 1 && e.line <= lines_in(data) + 1, "line {} out of range", e.line);
+            assert!(
+                e.line >= 1 && e.line <= lines_in(data) + 1,
+                "line {} out of range",
+                e.line
+            );
             // The launcher's words: "ms_print: FILE: line N: ...".
             one_line_naming(&format!("massif.out.fuzz: {e}"), "massif.out.fuzz", e.line);
         }
@@ -35,7 +42,11 @@ pub fn massif_out(data: &[u8]) {
 /// The DHAT JSON reader.
 pub fn dhat_json(data: &[u8]) {
     if let Err(e) = dhat::parse(data) {
-        assert!(e.line >= 1 && e.line <= lines_in(data) + 1, "line {} out of range", e.line);
+        assert!(
+            e.line >= 1 && e.line <= lines_in(data) + 1,
+            "line {} out of range",
+            e.line
+        );
         assert!(!e.to_string().contains('\n'), "{e}");
     }
 }
@@ -47,7 +58,11 @@ pub fn suppressions(data: &[u8]) {
         // Valgrind's message has a line break the launcher joins (": "), as it prints it.
         let shown = e.to_string().replace('\n', ": ");
         one_line_naming(&shown, "fuzz.supp", e.line as usize);
-        assert!(e.line as usize <= lines_in(data) + 1, "line {} out of range", e.line);
+        assert!(
+            e.line as usize <= lines_in(data) + 1,
+            "line {} out of range",
+            e.line
+        );
     }
 }
 

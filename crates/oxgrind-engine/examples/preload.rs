@@ -85,9 +85,9 @@ mod probe_test {
 
     /// Marks every granule of the data range in the engine's shadow map (filter mode).
     pub fn mark_shadow(data: (u64, u64)) -> bool {
-        let Some(map) = oxgrind_engine::shadow::reserve(
-            oxgrind_tool::instrument::ShadowSpec::BYTE_PER_GRANULE,
-        ) else {
+        let Some(map) =
+            oxgrind_engine::shadow::reserve(oxgrind_tool::instrument::ShadowSpec::BYTE_PER_GRANULE)
+        else {
             return false;
         };
         map.set_granules(data.0 & !7, (data.1 + 7) & !7, 1);
@@ -171,7 +171,13 @@ mod probe_test {
             }
         }
 
-        fn on_accesses(&self, _host: &dyn Host, accesses: &[Access], _regs: &GuestRegs, _data: u64) {
+        fn on_accesses(
+            &self,
+            _host: &dyn Host,
+            accesses: &[Access],
+            _regs: &GuestRegs,
+            _data: u64,
+        ) {
             CALLS.fetch_add(1, Relaxed);
             for a in accesses {
                 if a.addr < self.data.0 || a.addr >= self.data.1 {

@@ -38,9 +38,7 @@ use alloc::boxed::Box;
 use iced_x86::{Instruction, Mnemonic, OpKind, Register};
 use oxgrind_tool::instrument::GuestRegs;
 use oxgrind_tool::Undefined;
-use oxgrind_vbits::{
-    Check, Guest, Interpreter, Segment, ShadowMemory, ShadowRegisters, ValueUse,
-};
+use oxgrind_vbits::{Check, Guest, Interpreter, Segment, ShadowMemory, ShadowRegisters, ValueUse};
 
 use crate::context::{self as c, ThreadCtx};
 use crate::probe::Client;
@@ -170,11 +168,19 @@ pub fn set(addr: u64, len: u64, defined: bool) {
     }
     let len = len.min(ADDR_LIMIT.saturating_sub(addr));
     pieces(addr, len, |a, off, _, n| {
-        let chunk = if defined { chunk_of(a) } else { chunk_for_write(a) };
+        let chunk = if defined {
+            chunk_of(a)
+        } else {
+            chunk_for_write(a)
+        };
         if chunk != 0 {
             // SAFETY: the chunk is CHUNK bytes of the pool; off + n <= CHUNK.
             unsafe {
-                core::ptr::write_bytes((chunk as *mut u8).add(off), if defined { 0 } else { 0xff }, n)
+                core::ptr::write_bytes(
+                    (chunk as *mut u8).add(off),
+                    if defined { 0 } else { 0xff },
+                    n,
+                )
             };
         }
     });
@@ -186,20 +192,24 @@ pub fn first_undefined(addr: u64, len: u64) -> Option<u64> {
         return None;
     }
     let mut found = None;
-    pieces(addr, len.min(ADDR_LIMIT.saturating_sub(addr)), |a, off, _, n| {
-        if found.is_some() {
-            return;
-        }
-        let chunk = chunk_of(a);
-        if chunk == 0 {
-            return;
-        }
-        // SAFETY: the chunk is CHUNK bytes of the pool; off + n <= CHUNK.
-        let bytes = unsafe { core::slice::from_raw_parts((chunk as *const u8).add(off), n) };
-        if let Some(i) = bytes.iter().position(|&b| b != 0) {
-            found = Some(a + i as u64);
-        }
-    });
+    pieces(
+        addr,
+        len.min(ADDR_LIMIT.saturating_sub(addr)),
+        |a, off, _, n| {
+            if found.is_some() {
+                return;
+            }
+            let chunk = chunk_of(a);
+            if chunk == 0 {
+                return;
+            }
+            // SAFETY: the chunk is CHUNK bytes of the pool; off + n <= CHUNK.
+            let bytes = unsafe { core::slice::from_raw_parts((chunk as *const u8).add(off), n) };
+            if let Some(i) = bytes.iter().position(|&b| b != 0) {
+                found = Some(a + i as u64);
+            }
+        },
+    );
     found
 }
 
@@ -242,7 +252,11 @@ impl ShadowMemory for ShadowMem {
     fn store(&mut self, address: u64, shadow: &[u8]) {
         pieces(address, shadow.len() as u64, |a, off, at, n| {
             let src = &shadow[at..at + n];
-            let chunk = if src.iter().all(|&b| b == 0) { chunk_of(a) } else { chunk_for_write(a) };
+            let chunk = if src.iter().all(|&b| b == 0) {
+                chunk_of(a)
+            } else {
+                chunk_for_write(a)
+            };
             if chunk != 0 {
                 // SAFETY: the chunk is CHUNK bytes of the pool; off + n <= CHUNK.
                 let dst =
@@ -254,7 +268,6 @@ impl ShadowMemory for ShadowMem {
 }
 
 // ---- per-thread state ----
-
 
 /// A system call whose results are applied at the next instruction (`next_pc`).
 #[derive(Clone, Copy)]
@@ -369,10 +382,11 @@ pub(crate) struct StepRec {
 /// Whether `ins` is a `call` or a `ret` (see `ThreadShadow::last_call_or_ret`).
 pub(crate) fn is_call_or_ret(ins: &Instruction) -> bool {
     use iced_x86::FlowControl as F;
-    matches!(
-        ins.flow_control(),
-        F::Call | F::IndirectCall | F::Return
-    ) && !matches!(ins.mnemonic(), Mnemonic::Iret | Mnemonic::Iretd | Mnemonic::Iretq | Mnemonic::Syscall)
+    matches!(ins.flow_control(), F::Call | F::IndirectCall | F::Return)
+        && !matches!(
+            ins.mnemonic(),
+            Mnemonic::Iret | Mnemonic::Iretd | Mnemonic::Iretq | Mnemonic::Syscall
+        )
 }
 
 /// Whether `ins` writes `rsp` (pushes, calls, `sub rsp`, `and rsp`, `mov rsp`, `enter`...).
@@ -380,12 +394,18 @@ pub(crate) fn writes_rsp(ins: &Instruction) -> bool {
     if ins.stack_pointer_increment() != 0 {
         return true;
     }
-    if matches!(ins.mnemonic(), Mnemonic::Cmp | Mnemonic::Test | Mnemonic::Push) {
+    if matches!(
+        ins.mnemonic(),
+        Mnemonic::Cmp | Mnemonic::Test | Mnemonic::Push
+    ) {
         return false;
     }
     ins.op_count() > 0
         && ins.op0_kind() == OpKind::Register
-        && matches!(ins.op0_register(), Register::RSP | Register::ESP | Register::SP)
+        && matches!(
+            ins.op0_register(),
+            Register::RSP | Register::ESP | Register::SP
+        )
 }
 
 /// The guest's values as the dispatcher saved them.
@@ -479,9 +499,10 @@ pub(crate) fn step(ctx: &mut ThreadCtx, rec: u64, pc: u64, cl: Client) {
     for check in outcome.checks.iter() {
         let what = match check {
             Check::Condition => Undefined::Condition,
-            Check::Value { size, reason: ValueUse::Address | ValueUse::JumpTarget | ValueUse::ShiftAmount } => {
-                Undefined::Value { size }
-            }
+            Check::Value {
+                size,
+                reason: ValueUse::Address | ValueUse::JumpTarget | ValueUse::ShiftAmount,
+            } => Undefined::Value { size },
         };
         report(ctx, cl, pc, &what);
     }
@@ -576,21 +597,41 @@ enum Arg {
 
 /// The system calls whose arguments are checked, with Valgrind's parameter names.
 const SYSCALLS: &[(u64, &[Arg])] = &[
-    (0, &[Arg::Value("read(fd)"), Arg::Value("read(buf)"), Arg::Value("read(count)")]),
-    (1, &[Arg::Value("write(fd)"), Arg::ReadBuf("write(buf)", 2), Arg::Value("write(count)")]),
+    (
+        0,
+        &[
+            Arg::Value("read(fd)"),
+            Arg::Value("read(buf)"),
+            Arg::Value("read(count)"),
+        ],
+    ),
+    (
+        1,
+        &[
+            Arg::Value("write(fd)"),
+            Arg::ReadBuf("write(buf)", 2),
+            Arg::Value("write(count)"),
+        ],
+    ),
     (3, &[Arg::Value("close(fd)")]),
-    (17, &[
-        Arg::Value("pread64(fd)"),
-        Arg::Value("pread64(buf)"),
-        Arg::Value("pread64(count)"),
-        Arg::Value("pread64(offset)"),
-    ]),
-    (18, &[
-        Arg::Value("pwrite64(fd)"),
-        Arg::ReadBuf("pwrite64(buf)", 2),
-        Arg::Value("pwrite64(count)"),
-        Arg::Value("pwrite64(offset)"),
-    ]),
+    (
+        17,
+        &[
+            Arg::Value("pread64(fd)"),
+            Arg::Value("pread64(buf)"),
+            Arg::Value("pread64(count)"),
+            Arg::Value("pread64(offset)"),
+        ],
+    ),
+    (
+        18,
+        &[
+            Arg::Value("pwrite64(fd)"),
+            Arg::ReadBuf("pwrite64(buf)", 2),
+            Arg::Value("pwrite64(count)"),
+            Arg::Value("pwrite64(offset)"),
+        ],
+    ),
     (60, &[Arg::Value("exit(status)")]),
     (231, &[Arg::Value("exit_group(status)")]),
 ];
@@ -602,7 +643,9 @@ const ARG_REGS: [usize; 6] = [7, 6, 2, 10, 8, 9];
 /// checks its arguments, and notes it so that its results are applied at the next
 /// instruction.
 pub(crate) fn before_syscall(ctx: &mut ThreadCtx, pc: u64) {
-    let Some(cl) = crate::probe::client() else { return };
+    let Some(cl) = crate::probe::client() else {
+        return;
+    };
     // munmap, mremap, mprotect, pkey_mprotect, a fixed mmap (anyone's, ours too): pages
     // found readable may not be any more.
     let nr = ctx.gregs[c::RAX];

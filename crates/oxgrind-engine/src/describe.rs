@@ -29,8 +29,14 @@ pub(crate) fn describe(ins: &Instruction, factory: &mut InstructionInfoFactory) 
     }
     if ins.is_string_instruction() && (ins.has_rep_prefix() || ins.has_repne_prefix()) {
         let m = ins.mnemonic();
-        let cmps = matches!(m, Mnemonic::Cmpsb | Mnemonic::Cmpsw | Mnemonic::Cmpsd | Mnemonic::Cmpsq);
-        let scan = matches!(m, Mnemonic::Scasb | Mnemonic::Scasw | Mnemonic::Scasd | Mnemonic::Scasq);
+        let cmps = matches!(
+            m,
+            Mnemonic::Cmpsb | Mnemonic::Cmpsw | Mnemonic::Cmpsd | Mnemonic::Cmpsq
+        );
+        let scan = matches!(
+            m,
+            Mnemonic::Scasb | Mnemonic::Scasw | Mnemonic::Scasd | Mnemonic::Scasq
+        );
         out.rep = Some(RepString {
             compare: cmps || scan,
             scan,
@@ -41,18 +47,25 @@ pub(crate) fn describe(ins: &Instruction, factory: &mut InstructionInfoFactory) 
     if flow == Flow::CondJump {
         out.cond = cond(ins);
     }
-    if matches!(flow, Flow::IndirectJump | Flow::IndirectCall) && ins.op0_kind() == OpKind::Register {
+    if matches!(flow, Flow::IndirectJump | Flow::IndirectCall) && ins.op0_kind() == OpKind::Register
+    {
         out.indirect_reg = gpr_index(ins.op0_register());
     }
     let has_mem = (0..ins.op_count()).any(|i| ins.op_kind(i) == OpKind::Memory);
     out.locked = (ins.has_lock_prefix() || (ins.mnemonic() == Mnemonic::Xchg && has_mem))
-        && !matches!(ins.mnemonic(), Mnemonic::Cmpxchg | Mnemonic::Cmpxchg8b | Mnemonic::Cmpxchg16b);
+        && !matches!(
+            ins.mnemonic(),
+            Mnemonic::Cmpxchg | Mnemonic::Cmpxchg8b | Mnemonic::Cmpxchg16b
+        );
     let info = factory.info(ins);
     let writes_sp = info.used_registers().iter().any(|u| {
         matches!(u.register(), Register::RSP | Register::ESP | Register::SP)
             && matches!(
                 u.access(),
-                OpAccess::Write | OpAccess::ReadWrite | OpAccess::CondWrite | OpAccess::ReadCondWrite
+                OpAccess::Write
+                    | OpAccess::ReadWrite
+                    | OpAccess::CondWrite
+                    | OpAccess::ReadCondWrite
             )
     });
     if writes_sp {
@@ -134,10 +147,15 @@ fn sp_change(ins: &Instruction) -> SpChange {
         let imm = ins.op_count() == 2
             && matches!(
                 ins.op1_kind(),
-                OpKind::Immediate8to64 | OpKind::Immediate32to64 | OpKind::Immediate8 | OpKind::Immediate32
+                OpKind::Immediate8to64
+                    | OpKind::Immediate32to64
+                    | OpKind::Immediate8
+                    | OpKind::Immediate32
             );
         return match ins.mnemonic() {
-            Mnemonic::Sub if imm => SpChange::Delta((ins.immediate(1) as i64).wrapping_neg() as i32),
+            Mnemonic::Sub if imm => {
+                SpChange::Delta((ins.immediate(1) as i64).wrapping_neg() as i32)
+            }
             Mnemonic::Add if imm => SpChange::Delta(ins.immediate(1) as i64 as i32),
             _ => SpChange::Unknown,
         };
@@ -292,7 +310,10 @@ mod tests {
         let m = one(&[0xF3, 0xA4]);
         assert!(matches!(m.rep, Some(RepString { compare: false, .. })));
         assert_eq!(m.mem().len(), 2);
-        assert!(m.mem().iter().all(|o| o.size == 1 && o.addressing == Addressing::General));
+        assert!(m
+            .mem()
+            .iter()
+            .all(|o| o.size == 1 && o.addressing == Addressing::General));
     }
 
     #[test]
@@ -302,10 +323,18 @@ mod tests {
         assert_eq!(one(&[0xff, 0xe0]).indirect_reg, Some(0), "jmp rax");
         assert_eq!(one(&[0x41, 0xff, 0xd3]).indirect_reg, Some(11), "call r11");
         let via_mem = one(&[0xff, 0x25, 0, 0, 0, 0]);
-        assert_eq!((via_mem.flow, via_mem.indirect_reg), (Flow::IndirectJump, None));
+        assert_eq!(
+            (via_mem.flow, via_mem.indirect_reg),
+            (Flow::IndirectJump, None)
+        );
         assert_eq!(
             one(&[0xf2, 0xae]).rep,
-            Some(RepString { compare: true, scan: true, repne: true, elem: 1 })
+            Some(RepString {
+                compare: true,
+                scan: true,
+                repne: true,
+                elem: 1
+            })
         );
         assert!(one(&[0xf0, 0x48, 0x01, 0x07]).locked, "lock add [rdi], rax");
         assert!(one(&[0x48, 0x87, 0x07]).locked, "xchg [rdi], rax");
@@ -326,7 +355,10 @@ mod tests {
         assert!(heap(&[0xaa]), "stosb");
         assert!(heap(&[0xff, 0x50, 0x08]), "call [rax+8]");
         assert!(heap(&[0xff, 0x33]), "push [rbx]");
-        assert!(heap(&[0xc5, 0xfe, 0x6f, 0x04, 0x0e]), "vmovdqu ymm0, [rsi+rcx]");
+        assert!(
+            heap(&[0xc5, 0xfe, 0x6f, 0x04, 0x0e]),
+            "vmovdqu ymm0, [rsi+rcx]"
+        );
     }
 
     #[test]
@@ -336,8 +368,14 @@ mod tests {
         assert!(!heap(&[0x50]), "push rax");
         assert!(!heap(&[0xc3]), "ret");
         assert!(!heap(&[0xe8, 0, 0, 0, 0]), "call rel32");
-        assert!(!heap(&[0x48, 0x8b, 0x05, 0x10, 0, 0, 0]), "mov rax, [rip+0x10]");
-        assert!(!heap(&[0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0]), "mov rax, fs:[0x28]");
+        assert!(
+            !heap(&[0x48, 0x8b, 0x05, 0x10, 0, 0, 0]),
+            "mov rax, [rip+0x10]"
+        );
+        assert!(
+            !heap(&[0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0]),
+            "mov rax, fs:[0x28]"
+        );
         assert!(!heap(&[0x48, 0x8d, 0x04, 0x07]), "lea rax, [rdi+rax]");
         assert!(!heap(&[0x0f, 0x1f, 0x44, 0, 0]), "nop dword [rax+rax]");
         assert!(!heap(&[0x0f, 0x18, 0x0f]), "prefetcht0 [rdi]");

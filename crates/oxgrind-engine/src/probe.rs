@@ -504,8 +504,9 @@ fn client_request(ctx: &mut ThreadCtx, cl: Client, regs: &GuestRegs) {
         *a = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
     }
     let mut result = None;
-    cl.embedder
-        .call(false, &mut || result = cl.tool.client_request(cl.host, &args, regs));
+    cl.embedder.call(false, &mut || {
+        result = cl.tool.client_request(cl.host, &args, regs)
+    });
     if let Some(v) = result {
         ctx.gregs[c::RDX] = v;
     }

@@ -83,7 +83,8 @@ pub(crate) fn drain(ctx: &mut ThreadCtx) {
     // (or `push`); the buffer stays mapped for the life of the process.
     let records = unsafe { core::slice::from_raw_parts(ctx.trace_base as *const TraceRecord, n) };
     if let Some(c) = crate::probe::client() {
-        c.embedder.call(false, &mut || c.tool.on_trace(c.host, records));
+        c.embedder
+            .call(false, &mut || c.tool.on_trace(c.host, records));
     }
     ctx.trace_ptr = ctx.trace_base;
     ctx.trace_draining.store(0, Ordering::Release);

@@ -192,7 +192,11 @@ fn assert_every_access_traced(line: &str) {
     // Blocks entered: the entry block, the loop body 9 more times, the block before
     // `rep stosb`, its 101 entries, the block before `rep movsq`, its 9 entries, the block
     // up to `call`, `ret`, `jmp`, and the last block.
-    assert_eq!(tally(line, "tblocks"), 1 + 9 + 1 + 101 + 1 + 9 + 1 + 1 + 1 + 1, "{line}");
+    assert_eq!(
+        tally(line, "tblocks"),
+        1 + 9 + 1 + 101 + 1 + 9 + 1 + 1 + 1 + 1,
+        "{line}"
+    );
     assert_eq!(tally(line, "tstray"), 0, "{line}");
     // No access calls: trace probes are inline (the gather's lanes come from a clean call
     // that appends them).

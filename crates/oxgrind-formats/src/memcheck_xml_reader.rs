@@ -99,13 +99,19 @@ pub enum ParseErrorKind {
     /// Malformed XML: what the tokenizer expected there.
     Syntax(&'static str),
     /// `</b>` closing `<a>`.
-    Mismatched { open: String, close: String },
+    Mismatched {
+        open: String,
+        close: String,
+    },
     /// The root element is not `<valgrindoutput>`.
     NotValgrindOutput(String),
     /// Elements nested deeper than [`MAX_DEPTH`].
     TooDeep,
     /// A numeric element that does not hold a number.
-    BadNumber { element: &'static str, value: String },
+    BadNumber {
+        element: &'static str,
+        value: String,
+    },
 }
 
 impl fmt::Display for ParseError {
@@ -215,7 +221,10 @@ impl Element {
 /// Reads a Memcheck XML document.
 pub fn parse(bytes: &[u8]) -> Result<MemcheckXml, ParseError> {
     let text = core::str::from_utf8(bytes).map_err(|e| ParseError {
-        line: 1 + bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count(),
+        line: 1 + bytes[..e.valid_up_to()]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count(),
         kind: ParseErrorKind::NotUtf8,
     })?;
     let root = tree(text)?;
@@ -501,7 +510,10 @@ mod tests {
     use super::*;
 
     fn example(name: &str) -> Vec<u8> {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/reference/examples/memcheck/");
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../../shared/reference/examples/memcheck/"
+        );
         std::fs::read(alloc::format!("{dir}{name}")).expect("reference example")
     }
 
@@ -516,9 +528,18 @@ mod tests {
         assert_eq!(
             kinds,
             [
-                "InvalidWrite", "InvalidRead", "InvalidRead", "InvalidFree", "UninitCondition",
-                "UninitValue", "SyscallParam", "FishyValue", "InvalidFree",
-                "Leak_PossiblyLost", "Leak_DefinitelyLost", "Leak_DefinitelyLost"
+                "InvalidWrite",
+                "InvalidRead",
+                "InvalidRead",
+                "InvalidFree",
+                "UninitCondition",
+                "UninitValue",
+                "SyscallParam",
+                "FishyValue",
+                "InvalidFree",
+                "Leak_PossiblyLost",
+                "Leak_DefinitelyLost",
+                "Leak_DefinitelyLost"
             ]
         );
         let first = &doc.errors[0];
@@ -535,7 +556,13 @@ mod tests {
         // The FishyValue quirk: newline inside <what>.
         assert!(doc.errors[7].what.ends_with("value: -5"));
         let leak = &doc.errors[10];
-        assert_eq!(leak.leak, Some(Leak { bytes: 80, blocks: 1 }));
+        assert_eq!(
+            leak.leak,
+            Some(Leak {
+                bytes: 80,
+                blocks: 1
+            })
+        );
         assert!(leak.what.starts_with("80 (16 direct, 64 indirect) bytes"));
         assert_eq!(leak.stack[1].function.as_deref(), Some("leak_indirect"));
         assert_eq!(doc.error_counts.len(), 9);
@@ -552,7 +579,10 @@ mod tests {
 
     #[test]
     fn reads_a_fatal_signal() {
-        let doc = parse(&example("mc_crash.fatal_signal.track-fds.logfilequalifier.xml")).unwrap();
+        let doc = parse(&example(
+            "mc_crash.fatal_signal.track-fds.logfilequalifier.xml",
+        ))
+        .unwrap();
         let sig = doc.fatal_signal.expect("fatal signal");
         assert_eq!(sig.signame, "SIGSEGV");
         assert!(!sig.stack.is_empty());
@@ -577,7 +607,10 @@ mod tests {
         let e = parse(b"<html></html>").unwrap_err();
         assert_eq!(e.kind, ParseErrorKind::NotValgrindOutput("html".into()));
         let e = parse(b"<valgrindoutput><pid>x1</pid></valgrindoutput>").unwrap_err();
-        assert!(matches!(e.kind, ParseErrorKind::BadNumber { element: "pid", .. }));
+        assert!(matches!(
+            e.kind,
+            ParseErrorKind::BadNumber { element: "pid", .. }
+        ));
         assert!(parse(b"<valgrindoutput><what>&bogus;</what></valgrindoutput>").is_err());
         let deep = "<a>".repeat(100_000);
         let e = parse(format!("<valgrindoutput>{deep}").as_bytes()).unwrap_err();

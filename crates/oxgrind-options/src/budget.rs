@@ -57,7 +57,12 @@ pub fn parse_size(text: &str) -> Option<u64> {
 }
 
 /// Handles `--max-*` options; `Ok(false)` when `name` is not one.
-pub fn parse_option(b: &mut Budgets, opt: &str, name: &str, value: Option<&str>) -> Result<bool, OptionError> {
+pub fn parse_option(
+    b: &mut Budgets,
+    opt: &str,
+    name: &str,
+    value: Option<&str>,
+) -> Result<bool, OptionError> {
     let slot = match name {
         "--max-peak" => &mut b.max_peak,
         "--max-leaked" => &mut b.max_leaked,

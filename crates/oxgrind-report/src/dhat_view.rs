@@ -9,13 +9,17 @@ use crate::json::JsonOut;
 use oxgrind_formats::dhat::DhatFile;
 
 /// The order of the counters in each `pps` row (documented in docs/report.md).
-pub const PP_FIELDS: [&str; 11] = ["tb", "tbk", "tl", "mb", "mbk", "gb", "gbk", "eb", "ebk", "rb", "wb"];
+pub const PP_FIELDS: [&str; 11] = [
+    "tb", "tbk", "tl", "mb", "mbk", "gb", "gbk", "eb", "ebk", "rb", "wb",
+];
 
 /// Sums over all PPs: [`PP_FIELDS`] order.
 pub fn totals(file: &DhatFile) -> [u64; 11] {
     let mut t = [0u64; 11];
     for pp in &file.pps {
-        let row = [pp.tb, pp.tbk, pp.tl, pp.mb, pp.mbk, pp.gb, pp.gbk, pp.eb, pp.ebk, pp.rb, pp.wb];
+        let row = [
+            pp.tb, pp.tbk, pp.tl, pp.mb, pp.mbk, pp.gb, pp.gbk, pp.eb, pp.ebk, pp.rb, pp.wb,
+        ];
         for (acc, v) in t.iter_mut().zip(row) {
             *acc = acc.saturating_add(v);
         }
@@ -50,7 +54,9 @@ pub fn write(j: &mut JsonOut, file: &DhatFile) {
     j.key("pps").arr();
     for pp in &file.pps {
         j.arr();
-        for v in [pp.tb, pp.tbk, pp.tl, pp.mb, pp.mbk, pp.gb, pp.gbk, pp.eb, pp.ebk, pp.rb, pp.wb] {
+        for v in [
+            pp.tb, pp.tbk, pp.tl, pp.mb, pp.mbk, pp.gb, pp.gbk, pp.eb, pp.ebk, pp.rb, pp.wb,
+        ] {
             j.u64(v);
         }
         j.arr();

@@ -85,7 +85,10 @@ fn massif_side(f: &oxgrind_formats::massif::MassifFile) -> Side {
         total: peak.map_or(0, massif_view::total),
         also: vec![
             ("useful heap at the peak", peak.map_or(0, |s| s.mem_heap_b)),
-            ("extra heap at the peak", peak.map_or(0, |s| s.mem_heap_extra_b)),
+            (
+                "extra heap at the peak",
+                peak.map_or(0, |s| s.mem_heap_extra_b),
+            ),
         ],
     }
 }
@@ -111,7 +114,11 @@ fn dhat_side(f: &oxgrind_formats::dhat::DhatFile) -> Side {
 
 fn memcheck_side(doc: &oxgrind_formats::memcheck_xml_reader::MemcheckXml) -> Side {
     let mut by: HashMap<String, u64> = HashMap::new();
-    for e in doc.errors.iter().filter(|e| e.kind == "Leak_DefinitelyLost") {
+    for e in doc
+        .errors
+        .iter()
+        .filter(|e| e.kind == "Leak_DefinitelyLost")
+    {
         let texts: Vec<String> = e.stack.iter().map(|f| f.to_string()).collect();
         let stack = stack_key(texts.iter().map(String::as_str));
         *by.entry(stack).or_default() += e.leak.map_or(0, |l| l.bytes);
@@ -187,12 +194,20 @@ pub fn diff(old: &Input, new: &Input) -> Result<Diff, KindMismatch> {
     let mut rows: HashMap<String, SiteChange> = HashMap::new();
     for (site, v) in a.sites {
         rows.entry(site.clone())
-            .or_insert(SiteChange { site, old: 0, new: 0 })
+            .or_insert(SiteChange {
+                site,
+                old: 0,
+                new: 0,
+            })
             .old += v;
     }
     for (site, v) in b.sites {
         rows.entry(site.clone())
-            .or_insert(SiteChange { site, old: 0, new: 0 })
+            .or_insert(SiteChange {
+                site,
+                old: 0,
+                new: 0,
+            })
             .new += v;
     }
     let mut rows: Vec<SiteChange> = rows.into_values().collect();
@@ -225,7 +240,11 @@ pub fn diff(old: &Input, new: &Input) -> Result<Diff, KindMismatch> {
 /// `+12.50%`, or `new` when the old total was 0.
 fn percent(old: u64, new: u64) -> String {
     if old == 0 {
-        return if new == 0 { "+0.00%".into() } else { "new".into() };
+        return if new == 0 {
+            "+0.00%".into()
+        } else {
+            "new".into()
+        };
     }
     format!("{:+.2}%", (new as f64 - old as f64) * 100.0 / old as f64)
 }
@@ -244,7 +263,11 @@ impl Diff {
         if self.bytes {
             size::signed(d)
         } else {
-            format!("{}{}", if d < 0 { "-" } else { "+" }, commify(d.unsigned_abs()))
+            format!(
+                "{}{}",
+                if d < 0 { "-" } else { "+" },
+                commify(d.unsigned_abs())
+            )
         }
     }
 
@@ -287,9 +310,23 @@ impl Diff {
     /// The text report: totals, then every changed site, largest change first.
     pub fn text(&self) -> String {
         let mut o = String::new();
-        let _ = writeln!(o, "oxgrind diff: {} {} ({})", self.kind, self.measure, self.total_means);
-        let _ = writeln!(o, "  old: {}  {}", self.amount(self.old_total), self.old_path);
-        let _ = writeln!(o, "  new: {}  {}", self.amount(self.new_total), self.new_path);
+        let _ = writeln!(
+            o,
+            "oxgrind diff: {} {} ({})",
+            self.kind, self.measure, self.total_means
+        );
+        let _ = writeln!(
+            o,
+            "  old: {}  {}",
+            self.amount(self.old_total),
+            self.old_path
+        );
+        let _ = writeln!(
+            o,
+            "  new: {}  {}",
+            self.amount(self.new_total),
+            self.new_path
+        );
         let _ = writeln!(
             o,
             "  change: {} ({})",
@@ -305,14 +342,14 @@ impl Diff {
             "\n{} of {} sites changed{}",
             changed.len(),
             self.rows.len(),
-            if changed.is_empty() { "." } else { ", largest change first:" }
+            if changed.is_empty() {
+                "."
+            } else {
+                ", largest change first:"
+            }
         );
         if !changed.is_empty() {
-            let _ = writeln!(
-                o,
-                "{:>28} {:>16} {:>16}  site",
-                "change", "old", "new"
-            );
+            let _ = writeln!(o, "{:>28} {:>16} {:>16}  site", "change", "old", "new");
         }
         for r in changed {
             let _ = writeln!(
@@ -330,7 +367,10 @@ impl Diff {
     /// The diff's JSON (`--format=json`, and the page's data under `"diff"`).
     pub fn json(&self) -> String {
         let mut j = JsonOut::new();
-        j.obj().field_u64("oxgrind_report", crate::JSON_VERSION).key("diff").obj();
+        j.obj()
+            .field_u64("oxgrind_report", crate::JSON_VERSION)
+            .key("diff")
+            .obj();
         self.write(&mut j);
         j.end_obj().end_obj();
         let mut s = j.finish();
@@ -363,7 +403,10 @@ impl Diff {
 
     /// The page.
     pub fn html(&self) -> String {
-        crate::page::html(&format!("{} -> {}", self.old_path, self.new_path), &self.json())
+        crate::page::html(
+            &format!("{} -> {}", self.old_path, self.new_path),
+            &self.json(),
+        )
     }
 }
 
@@ -384,11 +427,19 @@ mod tests {
     fn grown_massif(site: &str, extra: u64) -> Input {
         let path = example("massif", "massif.out.default");
         let mut f = massif::parse(&std::fs::read(&path).unwrap()).unwrap();
-        let peak = f.snapshots.iter_mut().find(|s| s.kind == SnapshotKind::Peak).unwrap();
+        let peak = f
+            .snapshots
+            .iter_mut()
+            .find(|s| s.kind == SnapshotKind::Peak)
+            .unwrap();
         peak.mem_heap_b += extra;
         let tree = peak.tree.as_mut().unwrap();
         tree.bytes += extra;
-        let node = tree.children.iter_mut().find(|c| without_address(&c.label) == site).unwrap();
+        let node = tree
+            .children
+            .iter_mut()
+            .find(|c| without_address(&c.label) == site)
+            .unwrap();
         node.bytes += extra;
         let text = massif::write(&f);
         crate::input::parse(Path::new("new.massif"), text.as_bytes()).unwrap()
@@ -403,7 +454,11 @@ mod tests {
         assert_eq!(d.new_total, 1_010_800);
         assert_eq!(
             d.rows[0],
-            SiteChange { site: "mid_alloc (ms_prog.c:7)".into(), old: 16_600, new: 116_600 }
+            SiteChange {
+                site: "mid_alloc (ms_prog.c:7)".into(),
+                old: 16_600,
+                new: 116_600
+            }
         );
         assert!(d.rows[1..].iter().all(|r| r.delta() == 0));
         // +10.98%: within 11%, over 10%.
@@ -415,8 +470,16 @@ mod tests {
              over the 10% allowed by --fail-if-grown; top site: mid_alloc (ms_prog.c:7) (+100,000 B (+97.7 KiB))"
         );
         let text = d.text();
-        assert!(text.contains("1 of 4 sites changed, largest change first:"), "{text}");
-        assert!(text.contains("+100,000 B (+97.7 KiB)           16,600          116,600  mid_alloc (ms_prog.c:7)"), "{text}");
+        assert!(
+            text.contains("1 of 4 sites changed, largest change first:"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "+100,000 B (+97.7 KiB)           16,600          116,600  mid_alloc (ms_prog.c:7)"
+            ),
+            "{text}"
+        );
         // Shrinking never breaks a budget.
         let back = diff(&new, &old).unwrap();
         assert_eq!(back.fail_if_grown(0.0), None);
@@ -429,7 +492,10 @@ mod tests {
         let new = crate::load(&example("memcheck", "mc_errors.with-supp.xml")).unwrap();
         let d = diff(&old, &new).unwrap();
         assert_eq!((d.old_total, d.new_total), (180, 100));
-        assert_eq!(d.rows[0].site, "leak_indirect (mc_errors.c:10) <- main (mc_errors.c:56)");
+        assert_eq!(
+            d.rows[0].site,
+            "leak_indirect (mc_errors.c:10) <- main (mc_errors.c:56)"
+        );
         assert_eq!((d.rows[0].old, d.rows[0].new), (80, 0));
         assert_eq!(d.also[0], ("errors", 9, 4));
         // A leak appearing from nothing breaks any budget.
@@ -445,7 +511,11 @@ mod tests {
         let d = diff(&old, &new).unwrap();
         assert!(!d.bytes);
         assert_eq!(d.measure, "instructions");
-        assert!(d.rows.iter().any(|r| r.site == "sum (/src/fmt/cg_prog.c)"), "{:?}", d.rows);
+        assert!(
+            d.rows.iter().any(|r| r.site == "sum (/src/fmt/cg_prog.c)"),
+            "{:?}",
+            d.rows
+        );
         assert!(!d.text().contains(" B"), "{}", d.text());
     }
 
@@ -454,7 +524,10 @@ mod tests {
         let a = crate::load(&example("memcheck", "mc_errors.plain.xml")).unwrap();
         let b = crate::load(&example("dhat", "dhat.out.heap")).unwrap();
         let e = diff(&a, &b).unwrap_err();
-        assert_eq!(e.to_string(), "cannot compare a memcheck file with a dhat file (diff needs two files of one kind)");
+        assert_eq!(
+            e.to_string(),
+            "cannot compare a memcheck file with a dhat file (diff needs two files of one kind)"
+        );
     }
 
     #[test]
@@ -464,7 +537,10 @@ mod tests {
         let d = diff(&old, &new).unwrap();
         assert_eq!(d.old_total, 10_052);
         let j = d.json();
-        assert!(j.starts_with("{\"oxgrind_report\":1,\"diff\":{\"of\":\"dhat\""), "{j}");
+        assert!(
+            j.starts_with("{\"oxgrind_report\":1,\"diff\":{\"of\":\"dhat\""),
+            "{j}"
+        );
         assert_eq!(j.matches(" \\u003c- ").count() > 0, true);
     }
 }

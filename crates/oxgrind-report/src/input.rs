@@ -34,10 +34,20 @@ impl Data {
 /// Why a file could not be read.
 #[derive(Debug)]
 pub enum Error {
-    Io { path: PathBuf, err: std::io::Error },
+    Io {
+        path: PathBuf,
+        err: std::io::Error,
+    },
     /// Not a format we read: says what the file looks like.
-    Unknown { path: PathBuf, what: &'static str },
-    Parse { path: PathBuf, kind: &'static str, err: String },
+    Unknown {
+        path: PathBuf,
+        what: &'static str,
+    },
+    Parse {
+        path: PathBuf,
+        kind: &'static str,
+        err: String,
+    },
 }
 
 impl fmt::Display for Error {
@@ -117,9 +127,7 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Input, Error> {
     let data = match kind {
         "massif" => Data::Massif(massif::parse(bytes).map_err(|e| bad(e.to_string()))?),
         "dhat" => Data::Dhat(dhat::parse(bytes).map_err(|e| bad(e.to_string()))?),
-        "cachegrind" => {
-            Data::Cachegrind(cachegrind::parse(bytes).map_err(|e| bad(e.to_string()))?)
-        }
+        "cachegrind" => Data::Cachegrind(cachegrind::parse(bytes).map_err(|e| bad(e.to_string()))?),
         _ => Data::Memcheck(memcheck_xml_reader::parse(bytes).map_err(|e| bad(e.to_string()))?),
     };
     Ok(Input {

@@ -63,7 +63,10 @@ fn write_input(j: &mut JsonOut, input: &Input, options: &Options) {
 /// The report's data: `{"oxgrind_report": 1, "files": [...]}`.
 pub fn report_json(inputs: &[Input], options: &Options) -> String {
     let mut j = JsonOut::new();
-    j.obj().field_u64("oxgrind_report", JSON_VERSION).key("files").arr();
+    j.obj()
+        .field_u64("oxgrind_report", JSON_VERSION)
+        .key("files")
+        .arr();
     for i in inputs {
         write_input(&mut j, i, options);
     }

@@ -27,7 +27,11 @@ const OTHER_TREES_THRESHOLD: f64 = 0.005;
 /// Index of the peak snapshot: the one Massif marked, or (no mark, e.g. a cut-short file) the
 /// largest total among snapshots with a tree, or among all.
 pub fn peak_index(file: &MassifFile) -> Option<usize> {
-    if let Some(i) = file.snapshots.iter().position(|s| s.kind == SnapshotKind::Peak) {
+    if let Some(i) = file
+        .snapshots
+        .iter()
+        .position(|s| s.kind == SnapshotKind::Peak)
+    {
         return Some(i);
     }
     let total = |s: &Snapshot| s.mem_heap_b + s.mem_heap_extra_b + s.mem_stacks_b;

@@ -12,7 +12,6 @@ use oxgrind_formats::memcheck_xml_reader::{Aux, MemcheckXml, XmlError};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-
 /// Source files larger than this are not read (a generated file is not worth the page size).
 const MAX_SOURCE_BYTES: u64 = 4 << 20;
 /// Lines shown before and after a frame's line.
@@ -149,7 +148,11 @@ pub fn write_frame(j: &mut JsonOut, f: &Frame, sources: &mut Sources, base: &[Pa
     j.field_u64("line", f.line as u64);
     j.field_str("text", &frame_text(f));
     if let Some((first, lines)) = sources.around(f, base) {
-        j.key("src").obj().field_u64("first", first as u64).key("lines").arr();
+        j.key("src")
+            .obj()
+            .field_u64("first", first as u64)
+            .key("lines")
+            .arr();
         for l in &lines {
             j.str(l);
         }
@@ -169,13 +172,7 @@ pub fn counts(doc: &MemcheckXml) -> HashMap<u64, u64> {
     doc.error_counts.iter().map(|&(c, u)| (u, c)).collect()
 }
 
-fn write_error(
-    j: &mut JsonOut,
-    e: &XmlError,
-    count: u64,
-    sources: &mut Sources,
-    base: &[PathBuf],
-) {
+fn write_error(j: &mut JsonOut, e: &XmlError, count: u64, sources: &mut Sources, base: &[PathBuf]) {
     j.obj()
         .field_str("kind", &e.kind)
         .field_str("what", &e.what)

@@ -62,7 +62,11 @@ mod tests {
             .expect("sh");
         let now = String::from_utf8(out.stdout).unwrap();
         let built = std::fs::read_to_string(web.join("dist/source.sha256")).unwrap();
-        assert_eq!(now.trim(), built.trim(), "web/dist is stale: run crates/oxgrind-report/web/build.sh");
+        assert_eq!(
+            now.trim(),
+            built.trim(),
+            "web/dist is stale: run crates/oxgrind-report/web/build.sh"
+        );
     }
 
     #[test]

@@ -94,14 +94,19 @@ impl Writer<'_> {
         self.j.key("artifactLocation").obj();
         match full.strip_prefix(&self.options.source_root) {
             Ok(rel) if full.is_absolute() => {
-                self.j.field_str("uri", &uri_path(rel)).field_str("uriBaseId", "SRCROOT");
+                self.j
+                    .field_str("uri", &uri_path(rel))
+                    .field_str("uriBaseId", "SRCROOT");
             }
             _ if full.is_absolute() => {
-                self.j.field_str("uri", &format!("file://{}", uri_path(&full)));
+                self.j
+                    .field_str("uri", &format!("file://{}", uri_path(&full)));
             }
             // A bare file name (no DWARF directory): relative to the source root.
             _ => {
-                self.j.field_str("uri", &uri_path(&full)).field_str("uriBaseId", "SRCROOT");
+                self.j
+                    .field_str("uri", &uri_path(&full))
+                    .field_str("uriBaseId", "SRCROOT");
             }
         }
         self.j.end_obj();
@@ -128,17 +133,35 @@ impl Writer<'_> {
             self.j.end_obj();
         }
         let name = f.function.as_deref().unwrap_or("???");
-        self.j.key("logicalLocations").arr().obj().field_str("name", name).field_str("kind", "function");
+        self.j
+            .key("logicalLocations")
+            .arr()
+            .obj()
+            .field_str("name", name)
+            .field_str("kind", "function");
         if let Some(obj) = f.object.as_deref() {
-            self.j.key("properties").obj().field_str("object", obj).end_obj();
+            self.j
+                .key("properties")
+                .obj()
+                .field_str("object", obj)
+                .end_obj();
         }
         self.j.end_obj().end_arr();
-        self.j.key("properties").obj().field_str("address", &format!("0x{:X}", f.ip)).end_obj();
+        self.j
+            .key("properties")
+            .obj()
+            .field_str("address", &format!("0x{:X}", f.ip))
+            .end_obj();
         self.j.end_obj();
     }
 
     fn stack(&mut self, frames: &[Frame], message: &str) {
-        self.j.obj().key("message").obj().field_str("text", message).end_obj();
+        self.j
+            .obj()
+            .key("message")
+            .obj()
+            .field_str("text", message)
+            .end_obj();
         self.j.key("frames").arr();
         for f in frames {
             self.j.obj().key("location");
@@ -172,7 +195,11 @@ impl Writer<'_> {
         let mut id = 1u64;
         for (i, f) in e.stack.iter().enumerate() {
             if i != primary {
-                let what = if i < primary { "called from here (allocator)" } else { "called from" };
+                let what = if i < primary {
+                    "called from here (allocator)"
+                } else {
+                    "called from"
+                };
                 let text = format!("{what}: {}", crate::memcheck_view::frame_text(f));
                 self.location(f, Some(id), Some(&text));
                 id += 1;
@@ -202,7 +229,14 @@ impl Writer<'_> {
         for a in &e.aux {
             match a {
                 Aux::What(t) => pending = t,
-                Aux::Stack(s) => self.stack(s, if pending.is_empty() { "auxiliary stack" } else { pending }),
+                Aux::Stack(s) => self.stack(
+                    s,
+                    if pending.is_empty() {
+                        "auxiliary stack"
+                    } else {
+                        pending
+                    },
+                ),
             }
         }
         self.j.end_arr();
@@ -230,9 +264,16 @@ fn uri_path(p: &Path) -> String {
     let mut out = String::new();
     for b in p.to_string_lossy().bytes() {
         match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'/' | b'-' | b'_' | b'.' | b'~' | b'+' | b'@' => {
-                out.push(b as char)
-            }
+            b'A'..=b'Z'
+            | b'a'..=b'z'
+            | b'0'..=b'9'
+            | b'/'
+            | b'-'
+            | b'_'
+            | b'.'
+            | b'~'
+            | b'+'
+            | b'@' => out.push(b as char),
             _ => out.push_str(&format!("%{b:02X}")),
         }
     }
@@ -260,12 +301,15 @@ pub fn sarif(docs: &[(&Path, &MemcheckXml)], options: &SarifOptions) -> String {
         w.j.obj().key("tool").obj().key("driver").obj();
         w.j.field_str("name", "Memcheck")
             .field_str("fullName", "Memcheck (read by oxgrind report)")
-            .field_str("informationUri", "https://valgrind.org/docs/manual/mc-manual.html");
-        if let Some(v) = doc
-            .preamble
-            .iter()
-            .find_map(|l| l.split("Valgrind-").nth(1).map(|r| r.split(' ').next().unwrap_or("")))
-        {
+            .field_str(
+                "informationUri",
+                "https://valgrind.org/docs/manual/mc-manual.html",
+            );
+        if let Some(v) = doc.preamble.iter().find_map(|l| {
+            l.split("Valgrind-")
+                .nth(1)
+                .map(|r| r.split(' ').next().unwrap_or(""))
+        }) {
             w.j.field_str("version", v);
         }
         w.j.key("rules").arr();
@@ -277,7 +321,10 @@ pub fn sarif(docs: &[(&Path, &MemcheckXml)], options: &SarifOptions) -> String {
                 .obj()
                 .field_str("text", describe(r))
                 .end_obj()
-                .field_str("helpUri", "https://valgrind.org/docs/manual/mc-manual.html#mc-manual.errormsgs")
+                .field_str(
+                    "helpUri",
+                    "https://valgrind.org/docs/manual/mc-manual.html#mc-manual.errormsgs",
+                )
                 .key("defaultConfiguration")
                 .obj()
                 .field_str("level", level(r))
@@ -286,7 +333,11 @@ pub fn sarif(docs: &[(&Path, &MemcheckXml)], options: &SarifOptions) -> String {
         }
         w.j.end_arr().end_obj().end_obj();
         let root = uri_path(&options.source_root);
-        let root = if root.ends_with('/') { root } else { format!("{root}/") };
+        let root = if root.ends_with('/') {
+            root
+        } else {
+            format!("{root}/")
+        };
         w.j.key("originalUriBaseIds")
             .obj()
             .key("SRCROOT")
@@ -296,8 +347,14 @@ pub fn sarif(docs: &[(&Path, &MemcheckXml)], options: &SarifOptions) -> String {
             .end_obj();
         w.j.key("invocations").arr().obj();
         w.j.field_str("commandLine", &doc.argv.join(" "));
-        w.j.key("executionSuccessful").bool(doc.fatal_signal.is_none());
-        w.j.key("properties").obj().key("pid").i64(doc.pid).field_str("xmlFile", &path.display().to_string()).end_obj();
+        w.j.key("executionSuccessful")
+            .bool(doc.fatal_signal.is_none());
+        w.j.key("properties")
+            .obj()
+            .key("pid")
+            .i64(doc.pid)
+            .field_str("xmlFile", &path.display().to_string())
+            .end_obj();
         w.j.end_obj().end_arr();
         let counts = counts(doc);
         w.j.key("results").arr();

@@ -30,7 +30,11 @@ pub fn is_allocator_frame(text: &str) -> bool {
 pub fn stack_key<'a>(frames: impl IntoIterator<Item = &'a str>) -> String {
     let frames: Vec<&str> = frames.into_iter().map(without_address).collect();
     let skip = frames.iter().take_while(|f| is_allocator_frame(f)).count();
-    let kept = if skip == frames.len() { &frames[..] } else { &frames[skip..] };
+    let kept = if skip == frames.len() {
+        &frames[..]
+    } else {
+        &frames[skip..]
+    };
     kept.join(" <- ")
 }
 
@@ -46,7 +50,10 @@ mod tests {
 
     #[test]
     fn addresses_are_not_part_of_a_site() {
-        assert_eq!(without_address("0x109180: big_alloc (a.c:6)"), "big_alloc (a.c:6)");
+        assert_eq!(
+            without_address("0x109180: big_alloc (a.c:6)"),
+            "big_alloc (a.c:6)"
+        );
         assert_eq!(without_address("0xZZ: x"), "0xZZ: x");
         assert_eq!(without_address("[root]"), "[root]");
         assert_eq!(
@@ -57,6 +64,8 @@ mod tests {
             ]),
             "f (a.c:1) <- main (a.c:9)"
         );
-        assert!(is_below_threshold("in 2 places, all below massif's threshold (1.00%)"));
+        assert!(is_below_threshold(
+            "in 2 places, all below massif's threshold (1.00%)"
+        ));
     }
 }

@@ -8,7 +8,10 @@ use common::{example, js, run_in_chromium, PageRun};
 use oxgrind_report::size::both;
 
 fn page(files: &[std::path::PathBuf]) -> String {
-    let inputs: Vec<_> = files.iter().map(|f| oxgrind_report::load(f).unwrap()).collect();
+    let inputs: Vec<_> = files
+        .iter()
+        .map(|f| oxgrind_report::load(f).unwrap())
+        .collect();
     // The examples' sources are in examples/src (Valgrind ran them in /src/fmt).
     let options = oxgrind_report::Options {
         source_dirs: vec![example("src", "")],
@@ -18,9 +21,16 @@ fn page(files: &[std::path::PathBuf]) -> String {
 
 /// Runs each expression as a step (`{"eval": ...}`), in order, in one page.
 fn eval_all(html: &str, exprs: &[String]) -> PageRun {
-    let items: Vec<String> = exprs.iter().map(|e| format!("{{\"eval\": {}}}", js(e))).collect();
+    let items: Vec<String> = exprs
+        .iter()
+        .map(|e| format!("{{\"eval\": {}}}", js(e)))
+        .collect();
     let run = run_in_chromium(html, &format!("[{}]", items.join(",")));
-    assert!(run.console_errors.is_empty(), "console errors: {:?}", run.console_errors);
+    assert!(
+        run.console_errors.is_empty(),
+        "console errors: {:?}",
+        run.console_errors
+    );
     assert_eq!(run.results.len(), exprs.len());
     run
 }
@@ -85,7 +95,10 @@ fn massif_page_shows_the_peak_the_sites_and_a_searchable_flame_graph() {
     assert_eq!(r[0], js(&both(peak_total)));
     assert_eq!(r[1], js(&peak_total.to_string()));
     let heap_pct = format!("{:.2}%", 100.0 * *top_bytes as f64 / peak.mem_heap_b as f64);
-    assert_eq!(r[2], js(&format!("{}|{heap_pct}|{top_site}", both(*top_bytes))));
+    assert_eq!(
+        r[2],
+        js(&format!("{}|{heap_pct}|{top_site}", both(*top_bytes)))
+    );
     assert!(r[3].parse::<usize>().unwrap() >= 2, "bands: {}", r[3]);
     assert_eq!(r[4], "1");
     assert_eq!(r[5], "true");
@@ -107,10 +120,23 @@ fn massif_page_shows_the_peak_the_sites_and_a_searchable_flame_graph() {
     assert!(matched_bytes >= *second_bytes, "{status} vs {second_bytes}");
     assert!(matched_bytes < peak.mem_heap_b, "{status}");
     assert_eq!(r[9], "true");
-    assert!(r[10].contains(&format!("zoomed to {top_site}")), "{}", r[10]);
+    assert!(
+        r[10].contains(&format!("zoomed to {top_site}")),
+        "{}",
+        r[10]
+    );
     // ["Snapshot N ", "<its heap bytes>"]: a detailed snapshot other than the peak.
-    let other: Vec<String> = r[11].trim_matches(['[', ']']).split(',').map(|s| s.trim().trim_matches('"').to_string()).collect();
-    let n: usize = other[0].trim().strip_prefix("Snapshot ").expect(&r[11]).parse().unwrap();
+    let other: Vec<String> = r[11]
+        .trim_matches(['[', ']'])
+        .split(',')
+        .map(|s| s.trim().trim_matches('"').to_string())
+        .collect();
+    let n: usize = other[0]
+        .trim()
+        .strip_prefix("Snapshot ")
+        .expect(&r[11])
+        .parse()
+        .unwrap();
     assert_ne!(n, peak_i);
     let snap = &file.snapshots[n];
     assert!(snap.tree.is_some(), "snapshot {n} has no tree");
@@ -129,8 +155,14 @@ fn dhat_page_shows_totals_a_sortable_tree_and_a_flame_graph_per_metric() {
         for p in &file.pps {
             *by.entry(p.fs[0]).or_default() += metric(p);
         }
-        let (frame, v) = by.into_iter().max_by_key(|&(f, v)| (v, std::cmp::Reverse(f))).unwrap();
-        (oxgrind_report::sites::without_address(&file.ftbl[frame as usize]).to_string(), v)
+        let (frame, v) = by
+            .into_iter()
+            .max_by_key(|&(f, v)| (v, std::cmp::Reverse(f)))
+            .unwrap();
+        (
+            oxgrind_report::sites::without_address(&file.ftbl[frame as usize]).to_string(),
+            v,
+        )
     };
     let (top_frame, top_tb) = top_by(|p| p.tb);
     let run = eval_all(
@@ -165,9 +197,24 @@ fn dhat_page_shows_totals_a_sortable_tree_and_a_flame_graph_per_metric() {
     assert_eq!(r[4], js(&tb.to_string()));
     assert_eq!(r[5], js(&gb.to_string()));
     // Every PP's stack ends in main here: all the t-gmax bytes match.
-    assert!(r[6].contains(&format!("{} (100.00%)", both(gb))), "{}", r[6]);
-    let top_blocks: u64 = file.pps.iter().filter(|p| oxgrind_report::sites::without_address(&file.ftbl[p.fs[0] as usize]) == top_frame).map(|p| p.tbk).sum();
-    assert!(r[7].starts_with(&format!("\"total: {} in {top_blocks} blocks", both(top_tb))), "{}", r[7]);
+    assert!(
+        r[6].contains(&format!("{} (100.00%)", both(gb))),
+        "{}",
+        r[6]
+    );
+    let top_blocks: u64 = file
+        .pps
+        .iter()
+        .filter(|p| {
+            oxgrind_report::sites::without_address(&file.ftbl[p.fs[0] as usize]) == top_frame
+        })
+        .map(|p| p.tbk)
+        .sum();
+    assert!(
+        r[7].starts_with(&format!("\"total: {} in {top_blocks} blocks", both(top_tb))),
+        "{}",
+        r[7]
+    );
 }
 
 #[test]
@@ -197,10 +244,18 @@ fn memcheck_page_shows_leaks_by_category_errors_by_kind_and_source_lines() {
     let r = &run.results;
     assert_eq!(r[0], js(&both(definite)));
     assert_eq!(r[1], js(&format!("definitely lost|{}|2|2", both(definite))));
-    assert!(r[2].contains("100 bytes in 1 blocks are definitely lost"), "{}", r[2]);
+    assert!(
+        r[2].contains("100 bytes in 1 blocks are definitely lost"),
+        "{}",
+        r[2]
+    );
     assert!(r[2].contains("leak_definite"), "{}", r[2]);
     assert_eq!(r[3], "2");
-    assert!(r[4].contains("24  ") && r[4].contains("a[10] = 5;"), "{}", r[4]);
+    assert!(
+        r[4].contains("24  ") && r[4].contains("a[10] = 5;"),
+        "{}",
+        r[4]
+    );
     let occurrences: u64 = doc.error_counts.iter().map(|p| p.0).sum();
     assert_eq!(r[5], js(&occurrences.to_string()));
     assert_eq!(r[6], js(&both(64)));
@@ -251,9 +306,13 @@ fn cachegrind_page_shows_totals_and_functions_sorted_by_instructions() {
             "[...document.querySelectorAll('[data-test=cg-functions] tbody tr:first-child td')].slice(0, 3).map(t => t.textContent).join('|')".into(),
         ],
     );
-    assert_eq!(run.results[0], js(&oxgrind_formats::number::commify(file.summary[0])));
+    assert_eq!(
+        run.results[0],
+        js(&oxgrind_formats::number::commify(file.summary[0]))
+    );
     assert!(
-        run.results[1].starts_with(&format!("\"{top}|")) && run.results[1].ends_with(&format!("|{}\"", oxgrind_formats::number::commify(ir))),
+        run.results[1].starts_with(&format!("\"{top}|"))
+            && run.results[1].ends_with(&format!("|{}\"", oxgrind_formats::number::commify(ir))),
         "{} vs {top} {ir}",
         run.results[1]
     );

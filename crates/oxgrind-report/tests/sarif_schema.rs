@@ -43,9 +43,20 @@ for run in doc["runs"]:
 "#;
 
 fn check(files: &[&Path]) -> Vec<String> {
-    let inputs: Vec<_> = files.iter().map(|f| oxgrind_report::load(f).unwrap()).collect();
-    let sarif = from_inputs(&inputs, &SarifOptions { source_root: PathBuf::from("/src") }).unwrap();
-    let Some(py) = python() else { return Vec::new() };
+    let inputs: Vec<_> = files
+        .iter()
+        .map(|f| oxgrind_report::load(f).unwrap())
+        .collect();
+    let sarif = from_inputs(
+        &inputs,
+        &SarifOptions {
+            source_root: PathBuf::from("/src"),
+        },
+    )
+    .unwrap();
+    let Some(py) = python() else {
+        return Vec::new();
+    };
     let schema = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/sarif-schema-2.1.0.json");
     let mut child = Command::new(py)
         .arg("-c")
@@ -57,11 +68,27 @@ fn check(files: &[&Path]) -> Vec<String> {
         .spawn()
         .unwrap();
     use std::io::Write;
-    child.stdin.take().unwrap().write_all(sarif.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(sarif.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let lines: Vec<String> = String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect();
-    assert!(!lines.iter().any(|l| l.starts_with("INVALID")), "{lines:#?}");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert!(
+        !lines.iter().any(|l| l.starts_with("INVALID")),
+        "{lines:#?}"
+    );
     lines
 }
 
@@ -73,13 +100,18 @@ fn memcheck_errors_are_valid_sarif_with_source_locations() {
     }
     assert_eq!(lines.len(), 12, "{lines:#?}");
     // The invalid write: at main (mc_errors.c:24), the allocation stack related (2 frames).
-    assert_eq!(lines[0], "InvalidWrite|error|fmt/mc_errors.c:24|main|2|1|Invalid write of size 4");
+    assert_eq!(
+        lines[0],
+        "InvalidWrite|error|fmt/mc_errors.c:24|main|2|1|Invalid write of size 4"
+    );
     // Invalid free: the location skips free() (no source) for main's line; free is related.
     assert_eq!(
         lines[3],
         "InvalidFree|error|fmt/mc_errors.c:31|main|5|1|Invalid free() / delete / delete[] / realloc()"
     );
-    assert!(lines.iter().any(|l| l.starts_with("Leak_PossiblyLost|warning|fmt/mc_errors.c:16|leak_possible|")));
+    assert!(lines
+        .iter()
+        .any(|l| l.starts_with("Leak_PossiblyLost|warning|fmt/mc_errors.c:16|leak_possible|")));
     assert_eq!(
         lines[11],
         "Leak_DefinitelyLost|error|fmt/mc_errors.c:8|leak_definite|2|1|100 bytes in 1 blocks are definitely lost in loss record 6 of 6"
@@ -90,7 +122,10 @@ fn memcheck_errors_are_valid_sarif_with_source_locations() {
 fn suppressions_and_fatal_signals_stay_valid() {
     check(&[
         &example("memcheck", "mc_errors.gen-suppressions-all.xml"),
-        &example("memcheck", "mc_crash.fatal_signal.track-fds.logfilequalifier.xml"),
+        &example(
+            "memcheck",
+            "mc_crash.fatal_signal.track-fds.logfilequalifier.xml",
+        ),
     ]);
 }
 
@@ -98,5 +133,8 @@ fn suppressions_and_fatal_signals_stay_valid() {
 fn sarif_is_only_for_memcheck() {
     let input = oxgrind_report::load(&example("massif", "massif.out.small")).unwrap();
     let err = from_inputs(&[input], &SarifOptions::default()).unwrap_err();
-    assert!(err.ends_with("SARIF is for Memcheck's errors; this is a massif file"), "{err}");
+    assert!(
+        err.ends_with("SARIF is for Memcheck's errors; this is a massif file"),
+        "{err}"
+    );
 }

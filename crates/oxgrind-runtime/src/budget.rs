@@ -53,7 +53,10 @@ pub fn configure(b: &Budgets) {
     MAX_LEAKED.store(b.max_leaked.unwrap_or(NONE), Ordering::Relaxed);
     MAX_ALLOCS.store(b.max_allocs.unwrap_or(NONE), Ordering::Relaxed);
     COUNT_SITES.store(b.max_allocs.is_some(), Ordering::Relaxed);
-    ON.store(b.max_peak.is_some() || b.max_allocs.is_some(), Ordering::Release);
+    ON.store(
+        b.max_peak.is_some() || b.max_allocs.is_some(),
+        Ordering::Release,
+    );
 }
 
 /// A program block entered the live-block table (outside the table's lock).
@@ -65,7 +68,11 @@ pub fn on_insert(info: &BlockInfo) {
     ALLOCS.fetch_add(1, Ordering::Relaxed);
     if COUNT_SITES.load(Ordering::Relaxed) {
         let shard = &ALLOCS_BY_STACK[info.stack.0 as usize % SHARDS];
-        *shard.lock().get_or_insert_with(AddrMap::default).entry(info.stack.0 as u64).or_default() += 1;
+        *shard
+            .lock()
+            .get_or_insert_with(AddrMap::default)
+            .entry(info.stack.0 as u64)
+            .or_default() += 1;
     }
     let live = LIVE.fetch_add(info.size, Ordering::Relaxed) + info.size;
     let before = PEAK.fetch_max(live, Ordering::Relaxed);
@@ -97,7 +104,9 @@ fn note_peak_site(live: u64) {
     for b in BLOCKS.live_blocks() {
         *by.entry(b.stack.0 as u64).or_default() += b.size;
     }
-    let top = by.into_iter().max_by_key(|&(s, v)| (v, std::cmp::Reverse(s)));
+    let top = by
+        .into_iter()
+        .max_by_key(|&(s, v)| (v, std::cmp::Reverse(s)));
     *site = (live, top.map(|(s, v)| (StackId(s as u32), v)));
 }
 
@@ -170,7 +179,10 @@ pub fn check(host: &dyn Host, tool: &dyn Tool) {
                 .flat_map(|shard| {
                     let counts: Vec<(u64, u64)> = shard
                         .lock_bounded(EXIT_SPINS)
-                        .and_then(|g| g.as_ref().map(|m| m.iter().map(|(&s, &c)| (s, c)).collect()))
+                        .and_then(|g| {
+                            g.as_ref()
+                                .map(|m| m.iter().map(|(&s, &c)| (s, c)).collect())
+                        })
                         .unwrap_or_default();
                     counts
                 })

@@ -202,12 +202,21 @@ pub fn finish(exit: Exit) {
 fn fatal_signal_block() {
     use oxgrind_tool::Host;
     let Some(rt) = state::runtime() else { return };
-    let Some(f) = *FATAL_SIGNAL.lock() else { return };
+    let Some(f) = *FATAL_SIGNAL.lock() else {
+        return;
+    };
     let mut frames = Vec::new();
-    'stack: for ip in HOST.stack(f.stack).into_iter().take(rt.core.view.num_callers) {
+    'stack: for ip in HOST
+        .stack(f.stack)
+        .into_iter()
+        .take(rt.core.view.num_callers)
+    {
         let mut group = HOST.describe(ip);
         if group.is_empty() {
-            group.push(oxgrind_tool::Frame { ip, ..Default::default() });
+            group.push(oxgrind_tool::Frame {
+                ip,
+                ..Default::default()
+            });
         }
         for frame in group {
             let below_main = frame.function.as_deref() == Some("main");
@@ -221,10 +230,16 @@ fn fatal_signal_block() {
     let soft = |name: &str| -> Option<u64> {
         let l = limits.lines().find(|l| l.starts_with(name))?;
         let v = l[name.len()..].split_whitespace().next()?;
-        if v == "unlimited" { Some(u64::MAX) } else { v.parse().ok() }
+        if v == "unlimited" {
+            Some(u64::MAX)
+        } else {
+            v.parse().ok()
+        }
     };
     let core_size = soft("Max core file size").unwrap_or(0);
-    let main_stack = soft("Max stack size").unwrap_or(8 << 20).clamp(1 << 20, 16 << 20);
+    let main_stack = soft("Max stack size")
+        .unwrap_or(8 << 20)
+        .clamp(1 << 20, 16 << 20);
     let dumping_core = matches!(f.sig, 3 | 4 | 5 | 6 | 7 | 8 | 11 | 24 | 25 | 31) && core_size > 0;
     let mut text = String::new();
     oxgrind_formats::memcheck_text::fatal_signal(
@@ -665,7 +680,8 @@ pub unsafe extern "C" fn sigaction(
         // and the report comes first, so ours takes it again (the program still sees
         // SIG_DFL).
         // SAFETY: act, when not null, points to the caller's struct.
-        if r == 0 && !act.is_null() && unsafe { (*act).handler } == SIG_DFL && FATAL.contains(&sig) {
+        if r == 0 && !act.is_null() && unsafe { (*act).handler } == SIG_DFL && FATAL.contains(&sig)
+        {
             take_for_report(sig);
         }
         return r;
@@ -674,7 +690,11 @@ pub unsafe extern "C" fn sigaction(
         // SAFETY: the caller's out-parameter; a zeroed struct is SIG_DFL with no flags.
         unsafe { core::ptr::write_bytes(old, 0, 1) };
         // Written by our code, which runs without definedness steps.
-        oxgrind_engine::definedness::set(old as u64, core::mem::size_of::<LibcSigaction>() as u64, true);
+        oxgrind_engine::definedness::set(
+            old as u64,
+            core::mem::size_of::<LibcSigaction>() as u64,
+            true,
+        );
     }
     // SAFETY: act, when not null, points to the caller's struct.
     if act.is_null() || unsafe { (*act).handler } == SIG_DFL {

@@ -193,7 +193,9 @@ fn complete_banner(text: &str) -> Option<String> {
 /// Writes the banner, rewritten for this process, at the top of a log file a forked child
 /// has just opened.
 fn banner_for_forked_child(fd: i32, pid: i32) {
-    let Some((parent, text)) = BANNER.lock().clone() else { return };
+    let Some((parent, text)) = BANNER.lock().clone() else {
+        return;
+    };
     if parent == pid {
         return;
     }

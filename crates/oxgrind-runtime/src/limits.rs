@@ -73,7 +73,11 @@ fn slot(resource: c_int) -> Option<usize> {
     }
 }
 
-fn kernel_prlimit(resource: c_int, new: Option<&Rlimit>, old: Option<&mut Rlimit>) -> Result<(), c_int> {
+fn kernel_prlimit(
+    resource: c_int,
+    new: Option<&Rlimit>,
+    old: Option<&mut Rlimit>,
+) -> Result<(), c_int> {
     let n = new.map_or(0, |r| r as *const Rlimit as usize);
     let o = old.map_or(0, |r| r as *mut Rlimit as usize);
     // SAFETY: prlimit64 on ourselves (pid 0) with valid `struct rlimit` pointers or null.
@@ -83,7 +87,10 @@ fn kernel_prlimit(resource: c_int, new: Option<&Rlimit>, old: Option<&mut Rlimit
 }
 
 fn kernel_get(resource: c_int) -> Rlimit {
-    let mut r = Rlimit { cur: RLIM_INFINITY, max: RLIM_INFINITY };
+    let mut r = Rlimit {
+        cur: RLIM_INFINITY,
+        max: RLIM_INFINITY,
+    };
     let _ = kernel_prlimit(resource, None, Some(&mut r));
     r
 }
@@ -114,7 +121,9 @@ fn raised(cur: u64, ours: u64, kernel_max: u64) -> u64 {
     if cur == RLIM_INFINITY {
         return RLIM_INFINITY;
     }
-    cur.saturating_add(ours).saturating_add(HEADROOM).min(kernel_max)
+    cur.saturating_add(ours)
+        .saturating_add(HEADROOM)
+        .min(kernel_max)
 }
 
 fn set(resource: c_int, new: &Rlimit) -> Result<(), c_int> {
@@ -135,7 +144,10 @@ fn set(resource: c_int, new: &Rlimit) -> Result<(), c_int> {
     } else {
         raised(new.cur, ours_now(), kernel_max)
     };
-    let wanted = Rlimit { cur, max: kernel_max };
+    let wanted = Rlimit {
+        cur,
+        max: kernel_max,
+    };
     kernel_prlimit(resource, Some(&wanted), None)?;
     VIRTUAL.lock()[i] = Some(*new);
     RAISED.store(true, Ordering::Release);
@@ -150,11 +162,20 @@ fn may_raise_hard_limits() -> bool {
         version: u32,
         pid: i32,
     }
-    let header = Header { version: 0x2008_0522, pid: 0 }; // _LINUX_CAPABILITY_VERSION_3
+    let header = Header {
+        version: 0x2008_0522,
+        pid: 0,
+    }; // _LINUX_CAPABILITY_VERSION_3
     let mut data = [[0u32; 3]; 2]; // effective, permitted, inheritable; two words
-    // SAFETY: capget with a version-3 header and room for its two data words.
+                                   // SAFETY: capget with a version-3 header and room for its two data words.
     let r = unsafe {
-        syscall4(SYS_CAPGET, &header as *const Header as usize, data.as_mut_ptr() as usize, 0, 0)
+        syscall4(
+            SYS_CAPGET,
+            &header as *const Header as usize,
+            data.as_mut_ptr() as usize,
+            0,
+            0,
+        )
     };
     check(r).is_ok() && data[0][0] & (1 << CAP_SYS_RESOURCE) != 0
 }
@@ -171,18 +192,29 @@ pub fn apply_program_limits() {
         return;
     }
     for resource in [RLIMIT_AS, RLIMIT_DATA, RLIMIT_NOFILE] {
-        let Some(v) = VIRTUAL.lock()[slot(resource).unwrap()] else { continue };
+        let Some(v) = VIRTUAL.lock()[slot(resource).unwrap()] else {
+            continue;
+        };
         let kernel = kernel_get(resource);
         // Lowering the hard limit is always allowed; keep it where it is if the program's is
         // higher (it was raised as root, and is the kernel's then).
-        let _ = kernel_prlimit(resource, Some(&Rlimit { cur: v.cur.min(kernel.max), max: v.max.min(kernel.max) }), None);
+        let _ = kernel_prlimit(
+            resource,
+            Some(&Rlimit {
+                cur: v.cur.min(kernel.max),
+                max: v.max.min(kernel.max),
+            }),
+            None,
+        );
     }
 }
 
 /// Gives our raised limits back after an `exec` that failed.
 pub fn restore_after_failed_exec() {
     for resource in [RLIMIT_AS, RLIMIT_DATA, RLIMIT_NOFILE] {
-        let Some(v) = VIRTUAL.lock()[slot(resource).unwrap()] else { continue };
+        let Some(v) = VIRTUAL.lock()[slot(resource).unwrap()] else {
+            continue;
+        };
         let _ = set(resource, &v);
     }
 }
@@ -225,7 +257,12 @@ fn real_prlimit() -> Option<PrlimitFn> {
 }
 
 /// `prlimit(pid, resource, new, old)` for every name the program may call.
-unsafe fn prlimit_common(pid: c_int, resource: c_int, new: *const Rlimit, old: *mut Rlimit) -> c_int {
+unsafe fn prlimit_common(
+    pid: c_int,
+    resource: c_int,
+    new: *const Rlimit,
+    old: *mut Rlimit,
+) -> c_int {
     // dlsym and the maps reader allocate: as oxgrind, not as the program.
     let _inside = crate::guard::Entered::try_enter();
     let me = pid == 0 || pid == raw::getpid();
@@ -256,13 +293,23 @@ unsafe fn prlimit_common(pid: c_int, resource: c_int, new: *const Rlimit, old: *
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn prlimit64(pid: c_int, resource: c_int, new: *const Rlimit, old: *mut Rlimit) -> c_int {
+pub unsafe extern "C" fn prlimit64(
+    pid: c_int,
+    resource: c_int,
+    new: *const Rlimit,
+    old: *mut Rlimit,
+) -> c_int {
     // SAFETY: same contract as glibc's prlimit64.
     unsafe { prlimit_common(pid, resource, new, old) }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn prlimit(pid: c_int, resource: c_int, new: *const Rlimit, old: *mut Rlimit) -> c_int {
+pub unsafe extern "C" fn prlimit(
+    pid: c_int,
+    resource: c_int,
+    new: *const Rlimit,
+    old: *mut Rlimit,
+) -> c_int {
     // SAFETY: same contract as glibc's prlimit (64-bit rlim_t on x86-64).
     unsafe { prlimit_common(pid, resource, new, old) }
 }
@@ -306,7 +353,10 @@ mod tests {
     #[test]
     fn kernel_limit_is_the_programs_plus_ours_within_the_hard_limit() {
         assert_eq!(raised(RLIM_INFINITY, 10, RLIM_INFINITY), RLIM_INFINITY);
-        assert_eq!(raised(64 << 20, 1 << 44, RLIM_INFINITY), (64 << 20) + (1 << 44) + HEADROOM);
+        assert_eq!(
+            raised(64 << 20, 1 << 44, RLIM_INFINITY),
+            (64 << 20) + (1 << 44) + HEADROOM
+        );
         assert_eq!(raised(64 << 20, 1 << 44, 1 << 30), 1 << 30);
     }
 }

@@ -494,7 +494,15 @@ mod tests {
         }
         let mut status = 0i32;
         // SAFETY: wait4 for our child with a valid status pointer.
-        unsafe { syscall4(SYS_WAIT4, pid as usize, &mut status as *mut i32 as usize, 0, 0) };
+        unsafe {
+            syscall4(
+                SYS_WAIT4,
+                pid as usize,
+                &mut status as *mut i32 as usize,
+                0,
+                0,
+            )
+        };
         assert_eq!((status >> 8) & 0xff, 42, "child status {status:#x}");
     }
 

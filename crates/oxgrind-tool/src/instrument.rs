@@ -399,7 +399,8 @@ impl ShadowMap {
             let (ps, pe) = (s.next_multiple_of(PAGE), e & !(PAGE - 1));
             if ps < pe {
                 while s < ps {
-                    self.cell_at(s).store(0, core::sync::atomic::Ordering::Relaxed);
+                    self.cell_at(s)
+                        .store(0, core::sync::atomic::Ordering::Relaxed);
                     s += 1;
                 }
                 (self.discard)(ps, pe - ps);
@@ -407,7 +408,8 @@ impl ShadowMap {
             }
         }
         while s < e {
-            self.cell_at(s).store(v, core::sync::atomic::Ordering::Relaxed);
+            self.cell_at(s)
+                .store(v, core::sync::atomic::Ordering::Relaxed);
             s += 1;
         }
     }

@@ -65,7 +65,11 @@ fn executable_sections(data: &[u8]) -> Vec<(u64, &[u8])> {
         }
         let sh_type = u32::from_le_bytes(data[h + 4..h + 8].try_into().unwrap());
         let flags = u64_at(h + 8);
-        let (addr, offset, size) = (u64_at(h + 16), u64_at(h + 24) as usize, u64_at(h + 32) as usize);
+        let (addr, offset, size) = (
+            u64_at(h + 16),
+            u64_at(h + 24) as usize,
+            u64_at(h + 32) as usize,
+        );
         if sh_type == 1 && flags & 4 != 0 && offset + size <= data.len() {
             out.push((addr, &data[offset..offset + size]));
         }
@@ -123,10 +127,17 @@ fn main() {
             100.0 * specific as f64 / total.max(1) as f64,
             100.0 * pessimistic as f64 / total.max(1) as f64
         );
-        println!("  {:.0} ns per step on average (random shadows; timing includes the clock read)", step_time.as_nanos() as f64 / total.max(1) as f64);
+        println!(
+            "  {:.0} ns per step on average (random shadows; timing includes the clock read)",
+            step_time.as_nanos() as f64 / total.max(1) as f64
+        );
         let mut top: Vec<_> = by_mnemonic.into_iter().collect();
         top.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
-        let list: Vec<String> = top.iter().take(15).map(|(m, n)| format!("{m:?} {n}")).collect();
+        let list: Vec<String> = top
+            .iter()
+            .take(15)
+            .map(|(m, n)| format!("{m:?} {n}"))
+            .collect();
         println!("  most frequent pessimistic: {}", list.join(", "));
     }
 }

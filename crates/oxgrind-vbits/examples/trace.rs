@@ -17,10 +17,16 @@ fn main() {
         std::process::exit(2);
     }
     let t = tracer::trace(&args, false);
-    eprintln!("trace: {} instructions, {} reporting sites", t.steps, t.reports.len());
+    eprintln!(
+        "trace: {} instructions, {} reporting sites",
+        t.steps,
+        t.reports.len()
+    );
     for r in &t.reports {
         let what = match r.check {
-            Check::Condition => "Conditional jump or move depends on uninitialised value(s)".to_string(),
+            Check::Condition => {
+                "Conditional jump or move depends on uninitialised value(s)".to_string()
+            }
             Check::Value { size, .. } => format!("Use of uninitialised value of size {size}"),
         };
         eprintln!("  {what}\n     at {:#x}: {} ({}x)", r.pc, r.place, r.count);

@@ -32,12 +32,27 @@ pub(crate) struct Ctx<'a, G: Guest, M: ShadowMemory> {
 
 /// Where the high-byte registers live inside their full register.
 fn high_byte(reg: Register) -> bool {
-    matches!(reg, Register::AH | Register::CH | Register::DH | Register::BH)
+    matches!(
+        reg,
+        Register::AH | Register::CH | Register::DH | Register::BH
+    )
 }
 
 impl<'a, G: Guest, M: ShadowMemory> Ctx<'a, G, M> {
-    pub fn new(insn: &'a Instruction, guest: &'a G, regs: &'a mut ShadowRegisters, mem: &'a mut M) -> Self {
-        Ctx { insn, guest, regs, mem, checks: Checks::default(), address: None }
+    pub fn new(
+        insn: &'a Instruction,
+        guest: &'a G,
+        regs: &'a mut ShadowRegisters,
+        mem: &'a mut M,
+    ) -> Self {
+        Ctx {
+            insn,
+            guest,
+            regs,
+            mem,
+            checks: Checks::default(),
+            address: None,
+        }
     }
 
     pub fn op_count(&self) -> u32 {
@@ -113,13 +128,25 @@ impl<'a, G: Guest, M: ShadowMemory> Ctx<'a, G, M> {
     pub fn read_reg(&self, reg: Register) -> Sv {
         let w = (reg.size() * 8) as u32;
         if !reg.is_gpr() {
-            return Sv { v: 0, s: 0, w: w.clamp(8, 64) };
+            return Sv {
+                v: 0,
+                s: 0,
+                w: w.clamp(8, 64),
+            };
         }
         let (v, s) = self.gpr(reg.full_register().number());
         if high_byte(reg) {
-            Sv { v: (v >> 8) & 0xff, s: (s >> 8) & 0xff, w: 8 }
+            Sv {
+                v: (v >> 8) & 0xff,
+                s: (s >> 8) & 0xff,
+                w: 8,
+            }
         } else {
-            Sv { v: v & mask(w), s: s & mask(w), w }
+            Sv {
+                v: v & mask(w),
+                s: s & mask(w),
+                w,
+            }
         }
     }
 
@@ -234,12 +261,20 @@ impl<'a, G: Guest, M: ShadowMemory> Ctx<'a, G, M> {
                 let bytes = self.mem_bytes().clamp(1, 8);
                 let addr = self.address();
                 let (v, s) = self.load(addr, bytes);
-                Sv { v, s, w: (bytes * 8) as u32 }
+                Sv {
+                    v,
+                    s,
+                    w: (bytes * 8) as u32,
+                }
             }
             _ => {
                 let w = self.width(op);
                 let v = self.insn.try_immediate(op).unwrap_or(0);
-                Sv { v: v & mask(w), s: 0, w }
+                Sv {
+                    v: v & mask(w),
+                    s: 0,
+                    w,
+                }
             }
         }
     }
@@ -250,9 +285,17 @@ impl<'a, G: Guest, M: ShadowMemory> Ctx<'a, G, M> {
         let r = self.read(op);
         if self.is_imm(op) {
             let v = self.insn.try_immediate(op).unwrap_or(0);
-            return Sv { v: v & mask(w), s: 0, w };
+            return Sv {
+                v: v & mask(w),
+                s: 0,
+                w,
+            };
         }
-        Sv { v: r.v & mask(w), s: r.s & mask(w), w }
+        Sv {
+            v: r.v & mask(w),
+            s: r.s & mask(w),
+            w,
+        }
     }
 
     /// Writes the shadow of scalar operand `op`.
@@ -272,7 +315,10 @@ impl<'a, G: Guest, M: ShadowMemory> Ctx<'a, G, M> {
 
     /// Is this instruction VEX or EVEX encoded (its register writes zero the upper lanes)?
     pub fn vex_like(&self) -> bool {
-        matches!(self.insn.encoding(), EncodingKind::VEX | EncodingKind::EVEX | EncodingKind::XOP)
+        matches!(
+            self.insn.encoding(),
+            EncodingKind::VEX | EncodingKind::EVEX | EncodingKind::XOP
+        )
     }
 
     /// Reads a vector operand (xmm/ymm/zmm register, or memory of any size up to 64 bytes,
@@ -283,7 +329,11 @@ impl<'a, G: Guest, M: ShadowMemory> Ctx<'a, G, M> {
                 let reg = self.reg(op);
                 if reg.is_vector_register() {
                     let i = reg.number() & 31;
-                    (self.guest.vector(i), self.regs.vector[i], reg.size().min(64))
+                    (
+                        self.guest.vector(i),
+                        self.regs.vector[i],
+                        reg.size().min(64),
+                    )
                 } else if reg.is_gpr() {
                     let r = self.read_reg(reg);
                     let mut v = [0u8; 64];
@@ -412,9 +462,11 @@ impl<'a, G: Guest, M: ShadowMemory> Ctx<'a, G, M> {
                     let end = ((e + 1) * lane).min(bytes);
                     if mask_s & bit != 0 {
                         let ones = [0xffu8; 64];
-                        self.mem.store(addr.wrapping_add(start as u64), &ones[..end - start]);
+                        self.mem
+                            .store(addr.wrapping_add(start as u64), &ones[..end - start]);
                     } else if mask_v & bit != 0 {
-                        self.mem.store(addr.wrapping_add(start as u64), &shadow[start..end]);
+                        self.mem
+                            .store(addr.wrapping_add(start as u64), &shadow[start..end]);
                     }
                 }
             }

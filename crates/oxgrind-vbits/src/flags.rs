@@ -87,15 +87,15 @@ pub fn condition_holds(cc: ConditionCode, rflags: u64) -> bool {
 
 /// SF, ZF and PF from a result and its shadow (ZF exact).
 fn szp(r: u64, vr: u64, w: u32) -> u8 {
-    bit(vr & sign_bit(w) != 0, SF) | bit(zero_test_undefined(r, vr, w), ZF) | bit(vr & 0xff != 0, PF)
+    bit(vr & sign_bit(w) != 0, SF)
+        | bit(zero_test_undefined(r, vr, w), ZF)
+        | bit(vr & 0xff != 0, PF)
 }
 
 /// After `add`/`adc`/`xadd` of `a + b + carry` with result `r` (shadow `vr`).
 pub(crate) fn add(va: u64, vb: u64, vcarry: u64, r: u64, vr: u64, w: u32) -> FlagShadows {
     let any = pcast(va | vb | vcarry, w) != 0;
-    FlagShadows(
-        szp(r, vr, w) | bit(any, CF | OF) | bit((va | vb | vr) & 0x10 != 0, AF),
-    )
+    FlagShadows(szp(r, vr, w) | bit(any, CF | OF) | bit((va | vb | vr) & 0x10 != 0, AF))
 }
 
 /// After `sub`/`cmp`/`sbb`/`neg` of `a - b - borrow` with result `r` (shadow `vr`). Without a
@@ -143,7 +143,11 @@ pub(crate) fn inc_dec(old: FlagShadows, va: u64, r: u64, vr: u64, w: u32) -> Fla
 /// AF are PCast of the input (OF is defined by the architecture for 1-bit shifts only).
 pub(crate) fn shift(old: FlagShadows, va: u64, vcf: bool, r: u64, vr: u64, w: u32) -> FlagShadows {
     let any = pcast(va, w) != 0;
-    with_old(FlagShadows(szp(r, vr, w) | bit(vcf, CF) | bit(any, OF | AF)), old, SHIFT_UNDEFINED)
+    with_old(
+        FlagShadows(szp(r, vr, w) | bit(vcf, CF) | bit(any, OF | AF)),
+        old,
+        SHIFT_UNDEFINED,
+    )
 }
 
 /// Every flag undefined if `undefined`, else every flag defined (multiply, divide, the generic

@@ -27,22 +27,34 @@ const FLAG_MAP: [(u32, u8); 6] = [
 ];
 
 pub(crate) fn ours(iced_bits: u32) -> u8 {
-    FLAG_MAP.iter().filter(|(i, _)| iced_bits & i != 0).fold(0, |acc, (_, o)| acc | o)
+    FLAG_MAP
+        .iter()
+        .filter(|(i, _)| iced_bits & i != 0)
+        .fold(0, |acc, (_, o)| acc | o)
 }
 
 fn reads(access: OpAccess) -> bool {
-    matches!(access, OpAccess::Read | OpAccess::CondRead | OpAccess::ReadWrite | OpAccess::ReadCondWrite)
+    matches!(
+        access,
+        OpAccess::Read | OpAccess::CondRead | OpAccess::ReadWrite | OpAccess::ReadCondWrite
+    )
 }
 
 fn writes(access: OpAccess) -> bool {
-    matches!(access, OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite)
+    matches!(
+        access,
+        OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite
+    )
 }
 
 fn conditional(access: OpAccess) -> bool {
     matches!(access, OpAccess::CondWrite | OpAccess::ReadCondWrite)
 }
 
-pub(crate) fn rule<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, factory: &mut InstructionInfoFactory) {
+pub(crate) fn rule<G: Guest, M: ShadowMemory>(
+    cx: &mut Ctx<G, M>,
+    factory: &mut InstructionInfoFactory,
+) {
     let insn = cx.insn;
     let info = factory.info(insn);
     let guest = cx.guest;
@@ -70,8 +82,9 @@ pub(crate) fn rule<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, factory: &mut 
         if !reads(mem.access()) {
             continue;
         }
-        let Some(addr) = mem.virtual_address(0, |reg, element, element_size| register_value(guest, reg, element, element_size))
-        else {
+        let Some(addr) = mem.virtual_address(0, |reg, element, element_size| {
+            register_value(guest, reg, element, element_size)
+        }) else {
             undefined = true;
             continue;
         };
@@ -125,8 +138,9 @@ pub(crate) fn rule<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, factory: &mut 
         if !writes(mem.access()) {
             continue;
         }
-        let Some(addr) = mem.virtual_address(0, |reg, element, element_size| register_value(guest, reg, element, element_size))
-        else {
+        let Some(addr) = mem.virtual_address(0, |reg, element, element_size| {
+            register_value(guest, reg, element, element_size)
+        }) else {
             continue;
         };
         let size = mem.memory_size().size();
@@ -172,11 +186,19 @@ fn register_shadow_nonzero<G: Guest, M: ShadowMemory>(cx: &Ctx<G, M>, reg: Regis
 }
 
 /// Register values for iced-x86's address computation (VSIB indexes read vector lanes).
-fn register_value<G: Guest>(guest: &G, reg: Register, element: usize, element_size: usize) -> Option<u64> {
+fn register_value<G: Guest>(
+    guest: &G,
+    reg: Register,
+    element: usize,
+    element_size: usize,
+) -> Option<u64> {
     if reg.is_gpr() {
         let full = guest.gpr(reg.full_register().number() & 15);
         let w = (reg.size() * 8) as u32;
-        if matches!(reg, Register::AH | Register::CH | Register::DH | Register::BH) {
+        if matches!(
+            reg,
+            Register::AH | Register::CH | Register::DH | Register::BH
+        ) {
             return Some((full >> 8) & 0xff);
         }
         return Some(full & mask(w));
@@ -184,7 +206,10 @@ fn register_value<G: Guest>(guest: &G, reg: Register, element: usize, element_si
     if reg.is_vector_register() {
         let v = guest.vector(reg.number() & 31);
         let lane = crate::algebra::lanes::get(&v, element_size.clamp(1, 8), element);
-        return Some(crate::algebra::sext(lane, (element_size.clamp(1, 8) * 8) as u32));
+        return Some(crate::algebra::sext(
+            lane,
+            (element_size.clamp(1, 8) * 8) as u32,
+        ));
     }
     Some(match reg {
         Register::FS => guest.segment_base(Segment::Fs),

@@ -125,7 +125,10 @@ impl Default for Interpreter {
 
 impl Interpreter {
     pub fn new() -> Self {
-        Interpreter { info: InstructionInfoFactory::new(), save_areas: xsave::SaveAreas::default() }
+        Interpreter {
+            info: InstructionInfoFactory::new(),
+            save_areas: xsave::SaveAreas::default(),
+        }
     }
 
     /// Propagates V bits through `insn`, which is about to run with the values `guest`
@@ -152,6 +155,9 @@ impl Interpreter {
             generic::rule(&mut cx, &mut self.info);
             Rule::Pessimistic
         };
-        Outcome { checks: cx.checks, rule }
+        Outcome {
+            checks: cx.checks,
+            rule,
+        }
     }
 }

@@ -29,8 +29,9 @@ pub(crate) fn rule<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
     let insn = cx.insn;
     let m = insn.mnemonic();
     match m {
-        Nop | Endbr64 | Endbr32 | Pause | Lfence | Mfence | Sfence | Prefetch | Prefetchnta | Prefetcht0
-        | Prefetcht1 | Prefetcht2 | Prefetchw | Prefetchwt1 | Cld | Std | Ud2 | Int3 | Hlt | Cmc => {
+        Nop | Endbr64 | Endbr32 | Pause | Lfence | Mfence | Sfence | Prefetch | Prefetchnta
+        | Prefetcht0 | Prefetcht1 | Prefetcht2 | Prefetchw | Prefetchwt1 | Cld | Std | Ud2
+        | Int3 | Hlt | Cmc => {
             // No address check: VEX drops prefetches and hinting nops without computing the
             // address. `cmc` keeps CF's V bit.
             true
@@ -110,22 +111,26 @@ pub(crate) fn rule<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
             cx.write_reg(hi, sar_shadow(a.s, a.w - 1, a.w));
             true
         }
-        Seta | Setae | Setb | Setbe | Sete | Setg | Setge | Setl | Setle | Setne | Setno | Setnp | Setns | Seto
-        | Setp | Sets => {
+        Seta | Setae | Setb | Setbe | Sete | Setg | Setge | Setl | Setle | Setne | Setno
+        | Setnp | Setns | Seto | Setp | Sets => {
             // Memcheck: 1Uto8 of the condition's V bit; bits 7:1 are defined zeros.
             let und = flags::condition_undefined(insn.condition_code(), cx.regs.flags);
             cx.write(0, und as u64);
             true
         }
-        Cmova | Cmovae | Cmovb | Cmovbe | Cmove | Cmovg | Cmovge | Cmovl | Cmovle | Cmovne | Cmovno | Cmovnp
-        | Cmovns | Cmovo | Cmovp | Cmovs => cmov(cx),
+        Cmova | Cmovae | Cmovb | Cmovbe | Cmove | Cmovg | Cmovge | Cmovl | Cmovle | Cmovne
+        | Cmovno | Cmovnp | Cmovns | Cmovo | Cmovp | Cmovs => cmov(cx),
         Ja | Jae | Jb | Jbe | Je | Jg | Jge | Jl | Jle | Jne | Jno | Jnp | Jns | Jo | Jp | Js => {
             let und = flags::condition_undefined(insn.condition_code(), cx.regs.flags);
             cx.check_condition(und);
             true
         }
         Jrcxz | Jecxz => {
-            let r = cx.read_reg(if m == Jrcxz { Register::RCX } else { Register::ECX });
+            let r = cx.read_reg(if m == Jrcxz {
+                Register::RCX
+            } else {
+                Register::ECX
+            });
             cx.check_condition(algebra::zero_test_undefined(r.v, r.s, r.w));
             true
         }
@@ -253,7 +258,11 @@ pub(crate) fn rule<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
             if pcast(a.s, w) != 0 {
                 f |= FlagShadows::AF | FlagShadows::PF;
             }
-            cx.regs.flags = flags::with_old(FlagShadows(f), cx.regs.flags, FlagShadows::AF | FlagShadows::PF);
+            cx.regs.flags = flags::with_old(
+                FlagShadows(f),
+                cx.regs.flags,
+                FlagShadows::AF | FlagShadows::PF,
+            );
             true
         }
         Bextr => {
@@ -268,7 +277,11 @@ pub(crate) fn rule<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
                 let keep = if len >= 64 { u64::MAX } else { mask(len) };
                 shr(a.s & mask(w), start) & keep & mask(w)
             };
-            let r = if start >= w { 0 } else { shr(a.v & mask(w), start) & if len >= 64 { u64::MAX } else { mask(len) } };
+            let r = if start >= w {
+                0
+            } else {
+                shr(a.v & mask(w), start) & if len >= 64 { u64::MAX } else { mask(len) }
+            };
             cx.write(0, vr);
             let mut f = 0u8;
             if algebra::zero_test_undefined(r, vr, w) {
@@ -320,12 +333,20 @@ pub(crate) fn rule<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
                 a.s & mask(n)
             };
             cx.write(0, vr);
-            cx.regs.flags = flags::with_old(flags::all(vr != 0 || c.s & 0xff != 0), cx.regs.flags, flags::MUL_UNDEFINED);
+            cx.regs.flags = flags::with_old(
+                flags::all(vr != 0 || c.s & 0xff != 0),
+                cx.regs.flags,
+                flags::MUL_UNDEFINED,
+            );
             true
         }
         Adcx | Adox => {
             // Add with the carry in CF (adcx) or OF (adox), writing only that flag.
-            let flag = if m == Adcx { FlagShadows::CF } else { FlagShadows::OF };
+            let flag = if m == Adcx {
+                FlagShadows::CF
+            } else {
+                FlagShadows::OF
+            };
             let bitpos = if m == Adcx { 0 } else { 11 };
             let a = cx.read(0);
             let b = cx.read_as(1, a.w);
@@ -373,7 +394,11 @@ fn mov<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, byteswap: bool) -> bool {
     }
     let w = cx.width(0);
     let s = cx.read_as(1, w);
-    let s = if byteswap { algebra::bswap(s.s, w) } else { s.s };
+    let s = if byteswap {
+        algebra::bswap(s.s, w)
+    } else {
+        s.s
+    };
     cx.write(0, s);
     true
 }
@@ -398,13 +423,21 @@ fn lea<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
         s = algebra::add(v, s, iv, is, 0, 0, 64);
     }
     let w = cx.width(0);
-    let addr_w = if base.size() == 4 || index.size() == 4 { 32 } else { 64 };
+    let addr_w = if base.size() == 4 || index.size() == 4 {
+        32
+    } else {
+        64
+    };
     cx.write(0, s & mask(w.min(addr_w)));
     true
 }
 
 fn push<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
-    let size = if cx.is_reg(0) && cx.reg(0).size() == 2 || cx.is_mem(0) && cx.mem_bytes() == 2 { 2 } else { 8 };
+    let size = if cx.is_reg(0) && cx.reg(0).size() == 2 || cx.is_mem(0) && cx.mem_bytes() == 2 {
+        2
+    } else {
+        8
+    };
     let src = if cx.is_reg(0) && !cx.reg(0).is_gpr() {
         Sv { v: 0, s: 0, w: 64 } // push fs/gs
     } else {
@@ -418,7 +451,11 @@ fn push<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
 }
 
 fn pop<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
-    let size = if cx.is_reg(0) && cx.reg(0).size() == 2 || cx.is_mem(0) && cx.mem_bytes() == 2 { 2 } else { 8 };
+    let size = if cx.is_reg(0) && cx.reg(0).size() == 2 || cx.is_mem(0) && cx.mem_bytes() == 2 {
+        2
+    } else {
+        8
+    };
     let (rsp, vrsp) = cx.gpr(4);
     cx.check_value(vrsp, ValueUse::Address);
     let (_, s) = cx.load(rsp, size);
@@ -509,9 +546,15 @@ fn unary<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> bool {
         Not => cx.write(0, a.s),
         Inc | Dec => {
             let (r, vr) = if m == Inc {
-                (a.v.wrapping_add(1) & mask(w), algebra::add(a.v, a.s, 1, 0, 0, 0, w))
+                (
+                    a.v.wrapping_add(1) & mask(w),
+                    algebra::add(a.v, a.s, 1, 0, 0, 0, w),
+                )
             } else {
-                (a.v.wrapping_sub(1) & mask(w), algebra::sub(a.v, a.s, 1, 0, 0, 0, w))
+                (
+                    a.v.wrapping_sub(1) & mask(w),
+                    algebra::sub(a.v, a.s, 1, 0, 0, 0, w),
+                )
             };
             cx.write(0, vr);
             cx.regs.flags = flags::inc_dec(cx.regs.flags, a.s, r, vr, w);
@@ -584,9 +627,17 @@ fn shift<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> bool {
         _ => {
             // Rotates move V bits with their bits; CF is the bit rotated into the end, OF is
             // defined by the architecture for 1-bit rotates only: PCast of the input.
-            let vr = if m == Rol { algebra::rol(a.s, n, w) } else { algebra::ror(a.s, n, w) };
+            let vr = if m == Rol {
+                algebra::rol(a.s, n, w)
+            } else {
+                algebra::ror(a.s, n, w)
+            };
             cx.write(0, vr);
-            let vcf = if m == Rol { vr & 1 != 0 } else { vr & algebra::sign_bit(w) != 0 };
+            let vcf = if m == Rol {
+                vr & 1 != 0
+            } else {
+                vr & algebra::sign_bit(w) != 0
+            };
             // OF is architecturally undefined for counts above 1: this CPU keeps the old one.
             let vof = pcast(a.s, w) != 0 || (n != 1 && cx.regs.flags.any(FlagShadows::OF));
             let mut f = cx.regs.flags.0 & !(FlagShadows::CF | FlagShadows::OF);
@@ -625,7 +676,8 @@ fn rotate_through_carry<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemon
     let rot = ((wide << k) | (wide >> (full - k))) & fmask;
     cx.write(0, (rot as u64) & mask(w));
     let new_cf = (rot >> w) & 1 != 0;
-    let vof = new_cf || vcf != 0 || pcast(a.s, w) != 0 || (n != 1 && cx.regs.flags.any(FlagShadows::OF));
+    let vof =
+        new_cf || vcf != 0 || pcast(a.s, w) != 0 || (n != 1 && cx.regs.flags.any(FlagShadows::OF));
     let mut f = cx.regs.flags.0 & !(FlagShadows::CF | FlagShadows::OF);
     if new_cf {
         f |= FlagShadows::CF;
@@ -668,7 +720,11 @@ fn double_shift<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> b
     };
     let r = f(a.v, b.v);
     let vr = f(a.s, b.s);
-    let vcf = if m == Mnemonic::Shld { shr(a.s, w - n) & 1 != 0 } else { shr(a.s, n - 1) & 1 != 0 };
+    let vcf = if m == Mnemonic::Shld {
+        shr(a.s, w - n) & 1 != 0
+    } else {
+        shr(a.s, n - 1) & 1 != 0
+    };
     cx.write(0, vr);
     cx.regs.flags = flags::shift(cx.regs.flags, a.s | b.s, vcf, r, vr, w);
     true
@@ -685,23 +741,30 @@ fn multiply<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> bool 
                 let al = cx.read_reg(Register::AL);
                 let lo = left(al.s | s.s, 8);
                 cx.write_reg(Register::AX, (pcast(lo, 8) << 8) | lo);
-                cx.regs.flags = flags::with_old(flags::all(lo != 0), cx.regs.flags, flags::MUL_UNDEFINED);
+                cx.regs.flags =
+                    flags::with_old(flags::all(lo != 0), cx.regs.flags, flags::MUL_UNDEFINED);
             } else {
                 let acc = cx.read_reg(Register::RAX.with_width(w));
                 let lo = left(acc.s | s.s, w);
                 cx.write_reg(Register::RAX.with_width(w), lo);
                 cx.write_reg(Register::RDX.with_width(w), pcast(lo, w));
-                cx.regs.flags = flags::with_old(flags::all(lo != 0), cx.regs.flags, flags::MUL_UNDEFINED);
+                cx.regs.flags =
+                    flags::with_old(flags::all(lo != 0), cx.regs.flags, flags::MUL_UNDEFINED);
             }
             true
         }
         2 | 3 if m == Mnemonic::Imul => {
             let w = cx.width(0);
-            let (x, y) = if cx.op_count() == 2 { (cx.read(0), cx.read(1)) } else { (cx.read(1), cx.read_as(2, w)) };
+            let (x, y) = if cx.op_count() == 2 {
+                (cx.read(0), cx.read(1))
+            } else {
+                (cx.read(1), cx.read_as(2, w))
+            };
             let y_s = if cx.op_count() == 3 { 0 } else { y.s };
             let lo = left(x.s | y_s, w);
             cx.write(0, lo);
-            cx.regs.flags = flags::with_old(flags::all(lo != 0), cx.regs.flags, flags::MUL_UNDEFINED);
+            cx.regs.flags =
+                flags::with_old(flags::all(lo != 0), cx.regs.flags, flags::MUL_UNDEFINED);
             true
         }
         _ => false,
@@ -835,7 +898,11 @@ fn count_bits<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> boo
     let zero_und = algebra::zero_test_undefined(x, s.s, w);
     match m {
         Bsf | Bsr => {
-            let und = if m == Bsf { algebra::ctz_undefined(x, s.s, w) } else { algebra::clz_undefined(x, s.s, w) };
+            let und = if m == Bsf {
+                algebra::ctz_undefined(x, s.s, w)
+            } else {
+                algebra::clz_undefined(x, s.s, w)
+            };
             if und {
                 cx.write(0, mask(w));
             } else if x != 0 {
@@ -851,11 +918,19 @@ fn count_bits<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> boo
             cx.regs.flags = f;
         }
         Tzcnt | Lzcnt => {
-            let und = if m == Tzcnt { algebra::ctz_undefined(x, s.s, w) } else { algebra::clz_undefined(x, s.s, w) };
+            let und = if m == Tzcnt {
+                algebra::ctz_undefined(x, s.s, w)
+            } else {
+                algebra::clz_undefined(x, s.s, w)
+            };
             cx.write(0, pcast(und as u64, w));
             // CF: source == 0; ZF: result == 0, i.e. the lowest (tzcnt) or highest (lzcnt)
             // source bit is set.
-            let zf_bit = if m == Tzcnt { s.s & 1 } else { shr(s.s, w - 1) & 1 };
+            let zf_bit = if m == Tzcnt {
+                s.s & 1
+            } else {
+                shr(s.s, w - 1) & 1
+            };
             let mut f = flags::with_old(flags::all(und), cx.regs.flags, flags::TZCNT_UNDEFINED).0
                 & !(FlagShadows::CF | FlagShadows::ZF);
             if zero_und {
@@ -923,7 +998,8 @@ fn cmpxchg_double<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, wide: bool) -> 
     let hi_ne_decided = differs(b.v, b.s, hi, vhi);
     let zf_und = (lo_und || hi_und) && !(lo_ne_decided || hi_ne_decided);
     let old = cx.regs.flags;
-    cx.regs.flags = FlagShadows((old.0 & !FlagShadows::ZF) | if zf_und { FlagShadows::ZF } else { 0 });
+    cx.regs.flags =
+        FlagShadows((old.0 & !FlagShadows::ZF) | if zf_und { FlagShadows::ZF } else { 0 });
     if a.v & mask(w) == lo & mask(w) && b.v & mask(w) == hi & mask(w) {
         cx.store(addr, half, c.s);
         cx.store(addr.wrapping_add(half as u64), half, d.s);
@@ -948,15 +1024,29 @@ fn lowest_set_bit_op(m: Mnemonic, x: u64, vx: u64, w: u32) -> (u64, u64) {
         Mnemonic::Blsmsk => (x ^ x.wrapping_sub(1)) & full,
         _ => x & x.wrapping_neg() & full,
     };
-    let below_and_at = |p: u32| if p + 1 >= 64 { u64::MAX } else { (1u64 << (p + 1)) - 1 };
+    let below_and_at = |p: u32| {
+        if p + 1 >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << (p + 1)) - 1
+        }
+    };
     if !algebra::ctz_undefined(x, vx, w) {
         // The lowest set bit is known (x == 0 included: every bit is defined then).
-        let vr = if m == Mnemonic::Blsr && x != 0 { vx & !below_and_at(x.trailing_zeros()) } else { 0 };
+        let vr = if m == Mnemonic::Blsr && x != 0 {
+            vx & !below_and_at(x.trailing_zeros())
+        } else {
+            0
+        };
         return (r, vr & full);
     }
     let u = vx.trailing_zeros();
     let defined_ones_above = x & !vx & full & !below_and_at(u);
-    let range_top = if defined_ones_above == 0 { full } else { below_and_at(defined_ones_above.trailing_zeros()) };
+    let range_top = if defined_ones_above == 0 {
+        full
+    } else {
+        below_and_at(defined_ones_above.trailing_zeros())
+    };
     let vr = match m {
         // bit u is 1 whatever the lowest set bit is (it is at u or above).
         Mnemonic::Blsmsk => range_top & !below_and_at(u),

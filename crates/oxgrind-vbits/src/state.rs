@@ -123,7 +123,11 @@ pub trait ShadowMemory {
         let mut buf = [0u8; 256];
         let mut done = 0u64;
         let overlapping_forward = dst > src && dst.wrapping_sub(src) < len;
-        let chunk = if overlapping_forward { dst.wrapping_sub(src).min(256) } else { 256 };
+        let chunk = if overlapping_forward {
+            dst.wrapping_sub(src).min(256)
+        } else {
+            256
+        };
         while done < len {
             let n = (len - done).min(chunk) as usize;
             let n = n.max(1).min(buf.len());

@@ -32,17 +32,26 @@ pub(crate) fn rule<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
     };
     let e = cx.insn.memory_size().size().clamp(1, 8);
     let w = (e * 8) as u32;
-    let repeated = cx.insn.has_rep_prefix() || cx.insn.has_repe_prefix() || cx.insn.has_repne_prefix();
+    let repeated =
+        cx.insn.has_rep_prefix() || cx.insn.has_repe_prefix() || cx.insn.has_repne_prefix();
     let addr32 = cx.insn.memory_base().size() == 4 || cx.insn.memory_index().size() == 4;
     let amask = if addr32 { 0xffff_ffff } else { u64::MAX };
     let backwards = cx.guest.rflags() & (1 << 10) != 0;
     let step = |addr: u64, k: u64| -> u64 {
         let d = k.wrapping_mul(e as u64);
-        (if backwards { addr.wrapping_sub(d) } else { addr.wrapping_add(d) }) & amask
+        (if backwards {
+            addr.wrapping_sub(d)
+        } else {
+            addr.wrapping_add(d)
+        }) & amask
     };
 
     let (rcx, vrcx) = cx.gpr(1);
-    let (rcx, vrcx) = if addr32 { (rcx & amask, vrcx & amask) } else { (rcx, vrcx) };
+    let (rcx, vrcx) = if addr32 {
+        (rcx & amask, vrcx & amask)
+    } else {
+        (rcx, vrcx)
+    };
     let cw = if addr32 { 32 } else { 64 };
     let count = if repeated {
         // rcx is decremented exactly; its undefined bits never become defined, so the last

@@ -36,24 +36,33 @@ pub(crate) fn rule<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
     let m = cx.insn.mnemonic();
     match m {
         // ----- whole-register moves -----
-        Movdqa | Movdqu | Movaps | Movups | Movapd | Movupd | Vmovdqa | Vmovdqu | Vmovdqa32 | Vmovdqa64
-        | Vmovdqu8 | Vmovdqu16 | Vmovdqu32 | Vmovdqu64 | Vmovaps | Vmovups | Vmovapd | Vmovupd | Movntdq
-        | Movntps | Movntpd | Vmovntdq | Vmovntps | Vmovntpd | Lddqu | Vlddqu | Movntdqa | Vmovntdqa => {
+        Movdqa | Movdqu | Movaps | Movups | Movapd | Movupd | Vmovdqa | Vmovdqu | Vmovdqa32
+        | Vmovdqa64 | Vmovdqu8 | Vmovdqu16 | Vmovdqu32 | Vmovdqu64 | Vmovaps | Vmovups
+        | Vmovapd | Vmovupd | Movntdq | Movntps | Movntpd | Vmovntdq | Vmovntps | Vmovntpd
+        | Lddqu | Vlddqu | Movntdqa | Vmovntdqa => {
             let (_, s, bytes) = cx.read_vec(1);
             let bytes = dst_bytes(cx, bytes);
             cx.write_vec(0, &s, bytes, move_lane(m));
             true
         }
         Movd | Movq | Vmovd | Vmovq => movd(cx),
-        Movss | Movsd | Vmovss | Vmovsd => move_scalar(cx, if matches!(m, Movss | Vmovss) { 4 } else { 8 }),
-        Movhps | Movhpd | Movlps | Movlpd | Vmovhps | Vmovhpd | Vmovlps | Vmovlpd | Movhlps | Movlhps
-        | Vmovhlps | Vmovlhps => move_half(cx, m),
+        Movss | Movsd | Vmovss | Vmovsd => {
+            move_scalar(cx, if matches!(m, Movss | Vmovss) { 4 } else { 8 })
+        }
+        Movhps | Movhpd | Movlps | Movlpd | Vmovhps | Vmovhpd | Vmovlps | Vmovlpd | Movhlps
+        | Movlhps | Vmovhlps | Vmovlhps => move_half(cx, m),
 
         // ----- bitwise -----
-        Pand | Vpand | Vpandd | Vpandq | Andps | Andpd | Vandps | Vandpd => bitwise(cx, Bitwise::And),
+        Pand | Vpand | Vpandd | Vpandq | Andps | Andpd | Vandps | Vandpd => {
+            bitwise(cx, Bitwise::And)
+        }
         Por | Vpor | Vpord | Vporq | Orps | Orpd | Vorps | Vorpd => bitwise(cx, Bitwise::Or),
-        Pxor | Vpxor | Vpxord | Vpxorq | Xorps | Xorpd | Vxorps | Vxorpd => bitwise(cx, Bitwise::Xor),
-        Pandn | Vpandn | Vpandnd | Vpandnq | Andnps | Andnpd | Vandnps | Vandnpd => bitwise(cx, Bitwise::AndNot),
+        Pxor | Vpxor | Vpxord | Vpxorq | Xorps | Xorpd | Vxorps | Vxorpd => {
+            bitwise(cx, Bitwise::Xor)
+        }
+        Pandn | Vpandn | Vpandnd | Vpandnq | Andnps | Andnpd | Vandnps | Vandnpd => {
+            bitwise(cx, Bitwise::AndNot)
+        }
         Vpternlogd | Vpternlogq => {
             // Each result bit is a function of the three operands' bits at that position.
             let (_, d, bytes) = cx.read_vec(0);
@@ -65,22 +74,21 @@ pub(crate) fn rule<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
         }
 
         // ----- integer lane arithmetic and compares: PCast per lane of the UifU -----
-        Paddb | Vpaddb | Psubb | Vpsubb | Paddsb | Vpaddsb | Paddusb | Vpaddusb | Psubsb | Vpsubsb | Psubusb
-        | Vpsubusb | Pminub | Vpminub | Pmaxub | Vpmaxub | Pminsb | Vpminsb | Pmaxsb | Vpmaxsb | Pavgb
-        | Vpavgb | Pcmpeqb | Vpcmpeqb | Pcmpgtb | Vpcmpgtb | Pabsb | Vpabsb | Psignb | Vpsignb => lanewise(cx, 1, m),
-        Paddw | Vpaddw | Psubw | Vpsubw | Paddsw | Vpaddsw | Paddusw | Vpaddusw | Psubsw | Vpsubsw | Psubusw
-        | Vpsubusw | Pminuw | Vpminuw | Pmaxuw | Vpmaxuw | Pminsw | Vpminsw | Pmaxsw | Vpmaxsw | Pavgw
-        | Vpavgw | Pcmpeqw | Vpcmpeqw | Pcmpgtw | Vpcmpgtw | Pmullw | Vpmullw | Pmulhw | Vpmulhw | Pmulhuw
-        | Vpmulhuw | Pmulhrsw | Vpmulhrsw | Pabsw | Vpabsw | Psignw | Vpsignw | Pmaddubsw | Vpmaddubsw => {
-            lanewise(cx, 2, m)
-        }
-        Paddd | Vpaddd | Psubd | Vpsubd | Pminud | Vpminud | Pmaxud | Vpmaxud | Pminsd | Vpminsd | Pmaxsd
-        | Vpmaxsd | Pcmpeqd | Vpcmpeqd | Pcmpgtd | Vpcmpgtd | Pmulld | Vpmulld | Pabsd | Vpabsd | Psignd
-        | Vpsignd | Pmaddwd | Vpmaddwd => lanewise(cx, 4, m),
-        Paddq | Vpaddq | Psubq | Vpsubq | Pcmpeqq | Vpcmpeqq | Pcmpgtq | Vpcmpgtq | Pmuludq | Vpmuludq | Pmuldq
-        | Vpmuldq | Psadbw | Vpsadbw | Vpminuq | Vpmaxuq | Vpminsq | Vpmaxsq | Vpabsq | Vpmullq => {
-            lanewise(cx, 8, m)
-        }
+        Paddb | Vpaddb | Psubb | Vpsubb | Paddsb | Vpaddsb | Paddusb | Vpaddusb | Psubsb
+        | Vpsubsb | Psubusb | Vpsubusb | Pminub | Vpminub | Pmaxub | Vpmaxub | Pminsb | Vpminsb
+        | Pmaxsb | Vpmaxsb | Pavgb | Vpavgb | Pcmpeqb | Vpcmpeqb | Pcmpgtb | Vpcmpgtb | Pabsb
+        | Vpabsb | Psignb | Vpsignb => lanewise(cx, 1, m),
+        Paddw | Vpaddw | Psubw | Vpsubw | Paddsw | Vpaddsw | Paddusw | Vpaddusw | Psubsw
+        | Vpsubsw | Psubusw | Vpsubusw | Pminuw | Vpminuw | Pmaxuw | Vpmaxuw | Pminsw | Vpminsw
+        | Pmaxsw | Vpmaxsw | Pavgw | Vpavgw | Pcmpeqw | Vpcmpeqw | Pcmpgtw | Vpcmpgtw | Pmullw
+        | Vpmullw | Pmulhw | Vpmulhw | Pmulhuw | Vpmulhuw | Pmulhrsw | Vpmulhrsw | Pabsw
+        | Vpabsw | Psignw | Vpsignw | Pmaddubsw | Vpmaddubsw => lanewise(cx, 2, m),
+        Paddd | Vpaddd | Psubd | Vpsubd | Pminud | Vpminud | Pmaxud | Vpmaxud | Pminsd
+        | Vpminsd | Pmaxsd | Vpmaxsd | Pcmpeqd | Vpcmpeqd | Pcmpgtd | Vpcmpgtd | Pmulld
+        | Vpmulld | Pabsd | Vpabsd | Psignd | Vpsignd | Pmaddwd | Vpmaddwd => lanewise(cx, 4, m),
+        Paddq | Vpaddq | Psubq | Vpsubq | Pcmpeqq | Vpcmpeqq | Pcmpgtq | Vpcmpgtq | Pmuludq
+        | Vpmuludq | Pmuldq | Vpmuldq | Psadbw | Vpsadbw | Vpminuq | Vpmaxuq | Vpminsq
+        | Vpmaxsq | Vpabsq | Vpmullq => lanewise(cx, 8, m),
         Packsswb | Vpacksswb | Packuswb | Vpackuswb => pack(cx, 2),
         Packssdw | Vpackssdw | Packusdw | Vpackusdw => pack(cx, 4),
 
@@ -99,50 +107,60 @@ pub(crate) fn rule<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
         Ptest | Vptest => ptest(cx),
 
         // ----- shuffles, unpacks, inserts, extracts, broadcasts -----
-        Pshufd | Vpshufd | Pshuflw | Vpshuflw | Pshufhw | Vpshufhw | Shufps | Vshufps | Shufpd | Vshufpd
-        | Punpcklbw | Vpunpcklbw | Punpcklwd | Vpunpcklwd | Punpckldq | Vpunpckldq | Punpcklqdq | Vpunpcklqdq
-        | Punpckhbw | Vpunpckhbw | Punpckhwd | Vpunpckhwd | Punpckhdq | Vpunpckhdq | Punpckhqdq | Vpunpckhqdq
-        | Unpcklps | Vunpcklps | Unpcklpd | Vunpcklpd | Unpckhps | Vunpckhps | Unpckhpd | Vunpckhpd | Palignr
-        | Vpalignr | Pblendw | Vpblendw | Vpblendd | Blendps | Vblendps | Blendpd | Vblendpd | Movddup
-        | Vmovddup | Movshdup | Vmovshdup | Movsldup | Vmovsldup | Vperm2i128 | Vperm2f128 | Vpermq | Vpermpd
-        | Vpermilps | Vpermilpd | Vinserti128 | Vinsertf128 | Vextracti128 | Vextractf128 | Vinserti32x4
-        | Vinserti64x4 | Vextracti32x4 | Vextracti64x4 | Vinsertf32x4 | Vinsertf64x4 | Vextractf32x4
-        | Vextractf64x4 | Pinsrb | Vpinsrb | Pinsrw | Vpinsrw | Pinsrd | Vpinsrd | Pinsrq | Vpinsrq | Pextrb
-        | Vpextrb | Pextrw | Vpextrw | Pextrd | Vpextrd | Pextrq | Vpextrq | Insertps | Vinsertps | Extractps
+        Pshufd | Vpshufd | Pshuflw | Vpshuflw | Pshufhw | Vpshufhw | Shufps | Vshufps | Shufpd
+        | Vshufpd | Punpcklbw | Vpunpcklbw | Punpcklwd | Vpunpcklwd | Punpckldq | Vpunpckldq
+        | Punpcklqdq | Vpunpcklqdq | Punpckhbw | Vpunpckhbw | Punpckhwd | Vpunpckhwd
+        | Punpckhdq | Vpunpckhdq | Punpckhqdq | Vpunpckhqdq | Unpcklps | Vunpcklps | Unpcklpd
+        | Vunpcklpd | Unpckhps | Vunpckhps | Unpckhpd | Vunpckhpd | Palignr | Vpalignr
+        | Pblendw | Vpblendw | Vpblendd | Blendps | Vblendps | Blendpd | Vblendpd | Movddup
+        | Vmovddup | Movshdup | Vmovshdup | Movsldup | Vmovsldup | Vperm2i128 | Vperm2f128
+        | Vpermq | Vpermpd | Vpermilps | Vpermilpd | Vinserti128 | Vinsertf128 | Vextracti128
+        | Vextractf128 | Vinserti32x4 | Vinserti64x4 | Vextracti32x4 | Vextracti64x4
+        | Vinsertf32x4 | Vinsertf64x4 | Vextractf32x4 | Vextractf64x4 | Pinsrb | Vpinsrb
+        | Pinsrw | Vpinsrw | Pinsrd | Vpinsrd | Pinsrq | Vpinsrq | Pextrb | Vpextrb | Pextrw
+        | Vpextrw | Pextrd | Vpextrd | Pextrq | Vpextrq | Insertps | Vinsertps | Extractps
         | Vextractps | Vpbroadcastb | Vpbroadcastw | Vpbroadcastd | Vpbroadcastq | Vbroadcastss
-        | Vbroadcastsd | Vbroadcasti128 | Vbroadcastf128 | Pmovzxbw | Vpmovzxbw | Pmovzxbd | Vpmovzxbd
-        | Pmovzxbq | Vpmovzxbq | Pmovzxwd | Vpmovzxwd | Pmovzxwq | Vpmovzxwq | Pmovzxdq | Vpmovzxdq | Pmovsxbw
-        | Vpmovsxbw | Pmovsxbd | Vpmovsxbd | Pmovsxbq | Vpmovsxbq | Pmovsxwd | Vpmovsxwd | Pmovsxwq | Vpmovsxwq
-        | Pmovsxdq | Vpmovsxdq => shuffle(cx, m),
+        | Vbroadcastsd | Vbroadcasti128 | Vbroadcastf128 | Pmovzxbw | Vpmovzxbw | Pmovzxbd
+        | Vpmovzxbd | Pmovzxbq | Vpmovzxbq | Pmovzxwd | Vpmovzxwd | Pmovzxwq | Vpmovzxwq
+        | Pmovzxdq | Vpmovzxdq | Pmovsxbw | Vpmovsxbw | Pmovsxbd | Vpmovsxbd | Pmovsxbq
+        | Vpmovsxbq | Pmovsxwd | Vpmovsxwd | Pmovsxwq | Vpmovsxwq | Pmovsxdq | Vpmovsxdq => {
+            shuffle(cx, m)
+        }
         Pshufb | Vpshufb => pshufb(cx),
         Vpermd | Vpermps => permute_by_index(cx),
         Pblendvb | Vpblendvb | Blendvps | Vblendvps | Blendvpd | Vblendvpd => blend_variable(cx, m),
 
         // ----- floating point: PCast per lane -----
-        Addps | Vaddps | Subps | Vsubps | Mulps | Vmulps | Divps | Vdivps | Minps | Vminps | Maxps | Vmaxps
-        | Sqrtps | Vsqrtps | Rcpps | Vrcpps | Rsqrtps | Vrsqrtps | Cmpps | Vcmpps | Roundps | Vroundps
-        | Cvtdq2ps | Vcvtdq2ps | Cvtps2dq | Vcvtps2dq | Cvttps2dq | Vcvttps2dq | Vfmadd132ps | Vfmadd213ps
-        | Vfmadd231ps | Vfmsub132ps | Vfmsub213ps | Vfmsub231ps | Vfnmadd132ps | Vfnmadd213ps | Vfnmadd231ps => {
-            fp_packed(cx, 4)
+        Addps | Vaddps | Subps | Vsubps | Mulps | Vmulps | Divps | Vdivps | Minps | Vminps
+        | Maxps | Vmaxps | Sqrtps | Vsqrtps | Rcpps | Vrcpps | Rsqrtps | Vrsqrtps | Cmpps
+        | Vcmpps | Roundps | Vroundps | Cvtdq2ps | Vcvtdq2ps | Cvtps2dq | Vcvtps2dq | Cvttps2dq
+        | Vcvttps2dq | Vfmadd132ps | Vfmadd213ps | Vfmadd231ps | Vfmsub132ps | Vfmsub213ps
+        | Vfmsub231ps | Vfnmadd132ps | Vfnmadd213ps | Vfnmadd231ps => fp_packed(cx, 4),
+        Addpd | Vaddpd | Subpd | Vsubpd | Mulpd | Vmulpd | Divpd | Vdivpd | Minpd | Vminpd
+        | Maxpd | Vmaxpd | Sqrtpd | Vsqrtpd | Cmppd | Vcmppd | Roundpd | Vroundpd | Vfmadd132pd
+        | Vfmadd213pd | Vfmadd231pd | Vfmsub132pd | Vfmsub213pd | Vfmsub231pd | Vfnmadd132pd
+        | Vfnmadd213pd | Vfnmadd231pd => fp_packed(cx, 8),
+        Addss | Vaddss | Subss | Vsubss | Mulss | Vmulss | Divss | Vdivss | Minss | Vminss
+        | Maxss | Vmaxss | Sqrtss | Vsqrtss | Cmpss | Vcmpss | Roundss | Vroundss | Rcpss
+        | Vrcpss | Rsqrtss | Vrsqrtss | Vfmadd132ss | Vfmadd213ss | Vfmadd231ss | Vfmsub132ss
+        | Vfmsub213ss | Vfmsub231ss | Vfnmadd132ss | Vfnmadd213ss | Vfnmadd231ss => {
+            fp_scalar(cx, 4, 4)
         }
-        Addpd | Vaddpd | Subpd | Vsubpd | Mulpd | Vmulpd | Divpd | Vdivpd | Minpd | Vminpd | Maxpd | Vmaxpd
-        | Sqrtpd | Vsqrtpd | Cmppd | Vcmppd | Roundpd | Vroundpd | Vfmadd132pd | Vfmadd213pd | Vfmadd231pd
-        | Vfmsub132pd | Vfmsub213pd | Vfmsub231pd | Vfnmadd132pd | Vfnmadd213pd | Vfnmadd231pd => fp_packed(cx, 8),
-        Addss | Vaddss | Subss | Vsubss | Mulss | Vmulss | Divss | Vdivss | Minss | Vminss | Maxss | Vmaxss
-        | Sqrtss | Vsqrtss | Cmpss | Vcmpss | Roundss | Vroundss | Rcpss | Vrcpss | Rsqrtss | Vrsqrtss
-        | Vfmadd132ss | Vfmadd213ss | Vfmadd231ss | Vfmsub132ss | Vfmsub213ss | Vfmsub231ss | Vfnmadd132ss
-        | Vfnmadd213ss | Vfnmadd231ss => fp_scalar(cx, 4, 4),
-        Addsd | Vaddsd | Subsd | Vsubsd | Mulsd | Vmulsd | Divsd | Vdivsd | Minsd | Vminsd | Maxsd | Vmaxsd
-        | Sqrtsd | Vsqrtsd | Cmpsd | Vcmpsd | Roundsd | Vroundsd | Vfmadd132sd | Vfmadd213sd | Vfmadd231sd
-        | Vfmsub132sd | Vfmsub213sd | Vfmsub231sd | Vfnmadd132sd | Vfnmadd213sd | Vfnmadd231sd => {
-            fp_scalar(cx, 8, 8)
-        }
+        Addsd | Vaddsd | Subsd | Vsubsd | Mulsd | Vmulsd | Divsd | Vdivsd | Minsd | Vminsd
+        | Maxsd | Vmaxsd | Sqrtsd | Vsqrtsd | Cmpsd | Vcmpsd | Roundsd | Vroundsd | Vfmadd132sd
+        | Vfmadd213sd | Vfmadd231sd | Vfmsub132sd | Vfmsub213sd | Vfmsub231sd | Vfnmadd132sd
+        | Vfnmadd213sd | Vfnmadd231sd => fp_scalar(cx, 8, 8),
         Cvtss2sd | Vcvtss2sd => fp_scalar(cx, 4, 8),
         Cvtsd2ss | Vcvtsd2ss => fp_scalar(cx, 8, 4),
-        Cvtsi2sd | Vcvtsi2sd | Cvtsi2ss | Vcvtsi2ss | Vcvtusi2sd | Vcvtusi2ss => int_to_fp_scalar(cx, m),
-        Cvttsd2si | Vcvttsd2si | Cvtsd2si | Vcvtsd2si | Cvttss2si | Vcvttss2si | Cvtss2si | Vcvtss2si => fp_to_int(cx, m),
+        Cvtsi2sd | Vcvtsi2sd | Cvtsi2ss | Vcvtsi2ss | Vcvtusi2sd | Vcvtusi2ss => {
+            int_to_fp_scalar(cx, m)
+        }
+        Cvttsd2si | Vcvttsd2si | Cvtsd2si | Vcvtsd2si | Cvttss2si | Vcvttss2si | Cvtss2si
+        | Vcvtss2si => fp_to_int(cx, m),
         Cvtdq2pd | Vcvtdq2pd | Cvtps2pd | Vcvtps2pd => convert_lanes(cx, 4, 8),
-        Cvtpd2ps | Vcvtpd2ps | Cvtpd2dq | Vcvtpd2dq | Cvttpd2dq | Vcvttpd2dq => convert_lanes(cx, 8, 4),
+        Cvtpd2ps | Vcvtpd2ps | Cvtpd2dq | Vcvtpd2dq | Cvttpd2dq | Vcvttpd2dq => {
+            convert_lanes(cx, 8, 4)
+        }
         Ucomiss | Vucomiss | Comiss | Vcomiss => fp_compare(cx, 4),
         Ucomisd | Vucomisd | Comisd | Vcomisd => fp_compare(cx, 8),
 
@@ -156,21 +174,31 @@ pub(crate) fn rule<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
         Vpmovd2m => movemask(cx, 4),
         Vpmovq2m => movemask(cx, 8),
         Kmovb | Kmovw | Kmovd | Kmovq => kmov(cx, m),
-        Kandb | Kandw | Kandd | Kandq | Korb | Korw | Kord | Korq | Kxorb | Kxorw | Kxord | Kxorq | Kandnb
-        | Kandnw | Kandnd | Kandnq | Kxnorb | Kxnorw | Kxnord | Kxnorq => kbitwise(cx, m),
+        Kandb | Kandw | Kandd | Kandq | Korb | Korw | Kord | Korq | Kxorb | Kxorw | Kxord
+        | Kxorq | Kandnb | Kandnw | Kandnd | Kandnq | Kxnorb | Kxnorw | Kxnord | Kxnorq => {
+            kbitwise(cx, m)
+        }
         Knotb | Knotw | Knotd | Knotq => {
             let w = kwidth(m);
             let (_, s) = kread(cx, 1);
             kwrite(cx, 0, s & mask(w));
             true
         }
-        Kortestb | Kortestw | Kortestd | Kortestq | Ktestb | Ktestw | Ktestd | Ktestq => ktest(cx, m),
+        Kortestb | Kortestw | Kortestd | Kortestq | Ktestb | Ktestw | Ktestd | Ktestq => {
+            ktest(cx, m)
+        }
         Kshiftlb | Kshiftlw | Kshiftld | Kshiftlq | Kshiftrb | Kshiftrw | Kshiftrd | Kshiftrq => {
             let w = kwidth(m);
             let (_, s) = kread(cx, 1);
             let n = cx.insn.immediate(2) as u32;
             let left = matches!(m, Kshiftlb | Kshiftlw | Kshiftld | Kshiftlq);
-            let r = if n >= w { 0 } else if left { shl(s, n) & mask(w) } else { (s & mask(w)) >> n };
+            let r = if n >= w {
+                0
+            } else if left {
+                shl(s, n) & mask(w)
+            } else {
+                (s & mask(w)) >> n
+            };
             kwrite(cx, 0, r);
             true
         }
@@ -239,7 +267,11 @@ fn movd<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
     if dst_is_vec {
         // xmm <- r/m32, r/m64 or xmm (movq xmm, xmm/m64): the low bytes, zeros above up to
         // 128 bits (and beyond for VEX, by write_vec).
-        let n = if src_is_vec { 8 } else { (cx.width(1) / 8) as usize };
+        let n = if src_is_vec {
+            8
+        } else {
+            (cx.width(1) / 8) as usize
+        };
         let (_, s, _) = cx.read_vec(1);
         let mut out = [0u8; 64];
         out[..n.min(16)].copy_from_slice(&s[..n.min(16)]);
@@ -322,8 +354,10 @@ enum Bitwise {
 
 fn bitwise<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, op: Bitwise) -> bool {
     let (s1, s2) = sources(cx);
-    let lane = if matches!(cx.insn.mnemonic(), Mnemonic::Vpandq | Mnemonic::Vporq | Mnemonic::Vpxorq | Mnemonic::Vpandnq)
-    {
+    let lane = if matches!(
+        cx.insn.mnemonic(),
+        Mnemonic::Vpandq | Mnemonic::Vporq | Mnemonic::Vpxorq | Mnemonic::Vpandnq
+    ) {
         8
     } else {
         4
@@ -366,9 +400,30 @@ fn lanewise<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, lane: usize, m: Mnemo
     if !unary && cx.same_regs(s1, s2) {
         let constant = matches!(
             m,
-            Pcmpeqb | Vpcmpeqb | Pcmpeqw | Vpcmpeqw | Pcmpeqd | Vpcmpeqd | Pcmpeqq | Vpcmpeqq | Pcmpgtb | Vpcmpgtb
-                | Pcmpgtw | Vpcmpgtw | Pcmpgtd | Vpcmpgtd | Pcmpgtq | Vpcmpgtq | Psubb | Vpsubb | Psubw | Vpsubw
-                | Psubd | Vpsubd | Psubq | Vpsubq
+            Pcmpeqb
+                | Vpcmpeqb
+                | Pcmpeqw
+                | Vpcmpeqw
+                | Pcmpeqd
+                | Vpcmpeqd
+                | Pcmpeqq
+                | Vpcmpeqq
+                | Pcmpgtb
+                | Vpcmpgtb
+                | Pcmpgtw
+                | Vpcmpgtw
+                | Pcmpgtd
+                | Vpcmpgtd
+                | Pcmpgtq
+                | Vpcmpgtq
+                | Psubb
+                | Vpsubb
+                | Psubw
+                | Vpsubw
+                | Psubd
+                | Vpsubd
+                | Psubq
+                | Vpsubq
         );
         if constant {
             cx.write_vec(0, &[0; 64], bytes, lane);
@@ -481,7 +536,12 @@ fn pack<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, wide: usize) -> bool {
             let from_a = lanes::get(&pa, wide, block * per_block + i);
             let from_b = lanes::get(&pb, wide, block * per_block + i);
             lanes::set(&mut out, narrow, block * 2 * per_block + i, from_a);
-            lanes::set(&mut out, narrow, block * 2 * per_block + per_block + i, from_b);
+            lanes::set(
+                &mut out,
+                narrow,
+                block * 2 * per_block + per_block + i,
+                from_b,
+            );
         }
     }
     cx.write_vec(0, &out, bytes, narrow);
@@ -494,7 +554,11 @@ fn pack<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, wide: usize) -> bool {
 fn lane_shift<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, lane: usize, m: Mnemonic) -> bool {
     use Mnemonic::*;
     let last = cx.op_count().saturating_sub(1);
-    let src = if cx.vex_like() || cx.op_count() >= 3 { 1 } else { 0 };
+    let src = if cx.vex_like() || cx.op_count() >= 3 {
+        1
+    } else {
+        0
+    };
     let (count, vcount) = if cx.is_imm(last) {
         (cx.insn.immediate(last), 0)
     } else {
@@ -502,7 +566,10 @@ fn lane_shift<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, lane: usize, m: Mne
         (lanes::get(&v, 8, 0), lanes::get(&s, 8, 0))
     };
     if vcount != 0 {
-        cx.checks.push(Check::Value { size: 8, reason: ValueUse::ShiftAmount });
+        cx.checks.push(Check::Value {
+            size: 8,
+            reason: ValueUse::ShiftAmount,
+        });
     }
     let bytes = dst_bytes(cx, 16);
     let (_, s, _) = cx.read_vec(src);
@@ -532,7 +599,11 @@ fn byte_shift<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> boo
     let mut out = [0u8; 64];
     for block in (0..bytes).step_by(16) {
         for i in 0..16usize {
-            let from = if left { i.checked_sub(n) } else { Some(i + n).filter(|j| *j < 16) };
+            let from = if left {
+                i.checked_sub(n)
+            } else {
+                Some(i + n).filter(|j| *j < 16)
+            };
             out[block + i] = from.map(|j| s[block + j]).unwrap_or(0);
         }
     }
@@ -593,7 +664,12 @@ fn ptest<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
     let (b, sb, _) = cx.read_vec(1);
     let (mut zf_decided, mut cf_decided, mut any) = (false, false, false);
     for i in 0..bytes / 8 {
-        let (x, vx, y, vy) = (lanes::get(&a, 8, i), lanes::get(&sa, 8, i), lanes::get(&b, 8, i), lanes::get(&sb, 8, i));
+        let (x, vx, y, vy) = (
+            lanes::get(&a, 8, i),
+            lanes::get(&sa, 8, i),
+            lanes::get(&b, 8, i),
+            lanes::get(&sb, 8, i),
+        );
         let and = algebra::and(x, vx, y, vy);
         let andn = algebra::andn(x, vx, y, vy);
         zf_decided |= x & y & !and != 0;
@@ -616,11 +692,21 @@ fn ptest<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
 fn shuffle<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> bool {
     use Mnemonic::*;
     let n = cx.op_count();
-    let imm = if n > 0 && cx.is_imm(n - 1) { cx.insn.immediate(n - 1) } else { 0 };
+    let imm = if n > 0 && cx.is_imm(n - 1) {
+        cx.insn.immediate(n - 1)
+    } else {
+        0
+    };
     let non_imm: u32 = (0..n).filter(|op| !cx.is_imm(*op)).count() as u32;
     let bytes = dst_bytes(cx, 16);
     // Unary forms read operand 1; binary forms read (0, 1) legacy or (1, 2) VEX.
-    let (s1, s2) = if non_imm >= 3 { (1, 2) } else if cx.vex_like() || non_imm == 2 { (1, 1) } else { (0, 1) };
+    let (s1, s2) = if non_imm >= 3 {
+        (1, 2)
+    } else if cx.vex_like() || non_imm == 2 {
+        (1, 1)
+    } else {
+        (0, 1)
+    };
     let binary_legacy = !cx.vex_like() && non_imm == 2 && is_binary_shuffle(m);
     let (s1, s2) = if binary_legacy { (0, 1) } else { (s1, s2) };
     let (_, a, a_bytes) = cx.read_vec(s1);
@@ -665,19 +751,31 @@ fn shuffle<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> bool {
             let src = if e == 0 { &a } else { &b };
             src[base + sel * 8 + i % 8]
         }),
-        Punpcklbw | Vpunpcklbw | Punpcklwd | Vpunpcklwd | Punpckldq | Vpunpckldq | Punpcklqdq | Vpunpcklqdq
-        | Unpcklps | Vunpcklps | Unpcklpd | Vunpcklpd | Punpckhbw | Vpunpckhbw | Punpckhwd | Vpunpckhwd
-        | Punpckhdq | Vpunpckhdq | Punpckhqdq | Vpunpckhqdq | Unpckhps | Vunpckhps | Unpckhpd | Vunpckhpd => {
+        Punpcklbw | Vpunpcklbw | Punpcklwd | Vpunpcklwd | Punpckldq | Vpunpckldq | Punpcklqdq
+        | Vpunpcklqdq | Unpcklps | Vunpcklps | Unpcklpd | Vunpcklpd | Punpckhbw | Vpunpckhbw
+        | Punpckhwd | Vpunpckhwd | Punpckhdq | Vpunpckhdq | Punpckhqdq | Vpunpckhqdq | Unpckhps
+        | Vunpckhps | Unpckhpd | Vunpckhpd => {
             let e = match m {
                 Punpcklbw | Vpunpcklbw | Punpckhbw | Vpunpckhbw => 1,
                 Punpcklwd | Vpunpcklwd | Punpckhwd | Vpunpckhwd => 2,
-                Punpckldq | Vpunpckldq | Punpckhdq | Vpunpckhdq | Unpcklps | Vunpcklps | Unpckhps | Vunpckhps => 4,
+                Punpckldq | Vpunpckldq | Punpckhdq | Vpunpckhdq | Unpcklps | Vunpcklps
+                | Unpckhps | Vunpckhps => 4,
                 _ => 8,
             };
             let high = matches!(
                 m,
-                Punpckhbw | Vpunpckhbw | Punpckhwd | Vpunpckhwd | Punpckhdq | Vpunpckhdq | Punpckhqdq | Vpunpckhqdq
-                    | Unpckhps | Vunpckhps | Unpckhpd | Vunpckhpd
+                Punpckhbw
+                    | Vpunpckhbw
+                    | Punpckhwd
+                    | Vpunpckhwd
+                    | Punpckhdq
+                    | Vpunpckhdq
+                    | Punpckhqdq
+                    | Vpunpckhqdq
+                    | Unpckhps
+                    | Vunpckhps
+                    | Unpckhpd
+                    | Vunpckhpd
             );
             lane_op(&mut out, &|base, i| {
                 let k = i / e; // output element
@@ -760,13 +858,22 @@ fn shuffle<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> bool {
             }
         }
         Vinserti128 | Vinsertf128 | Vinserti32x4 | Vinsertf32x4 | Vinserti64x4 | Vinsertf64x4 => {
-            let chunk = if matches!(m, Vinserti64x4 | Vinsertf64x4) { 32 } else { 16 };
+            let chunk = if matches!(m, Vinserti64x4 | Vinsertf64x4) {
+                32
+            } else {
+                16
+            };
             out = a;
             let at = ((imm as usize) * chunk) % bytes.max(chunk);
             out[at..at + chunk].copy_from_slice(&b[..chunk]);
         }
-        Vextracti128 | Vextractf128 | Vextracti32x4 | Vextractf32x4 | Vextracti64x4 | Vextractf64x4 => {
-            let chunk = if matches!(m, Vextracti64x4 | Vextractf64x4) { 32 } else { 16 };
+        Vextracti128 | Vextractf128 | Vextracti32x4 | Vextractf32x4 | Vextracti64x4
+        | Vextractf64x4 => {
+            let chunk = if matches!(m, Vextracti64x4 | Vextractf64x4) {
+                32
+            } else {
+                16
+            };
             let from = ((imm as usize) * chunk) % a_bytes.max(chunk);
             let (_, src, _) = cx.read_vec(1);
             out[..chunk].copy_from_slice(&src[from..from + chunk]);
@@ -790,7 +897,8 @@ fn shuffle<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> bool {
             cx.write_vec(0, &out, 16, 16);
             return true;
         }
-        Pextrb | Vpextrb | Pextrw | Vpextrw | Pextrd | Vpextrd | Pextrq | Vpextrq | Extractps | Vextractps => {
+        Pextrb | Vpextrb | Pextrw | Vpextrw | Pextrd | Vpextrd | Pextrq | Vpextrq | Extractps
+        | Vextractps => {
             let e = match m {
                 Pextrb | Vpextrb => 1,
                 Pextrw | Vpextrw => 2,
@@ -807,7 +915,11 @@ fn shuffle<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> bool {
             let src_sel = ((imm >> 6) & 3) as usize;
             let dst_sel = ((imm >> 4) & 3) as usize;
             out = a;
-            let elem = if cx.is_mem(s2) { lanes::get(&b, 4, 0) } else { lanes::get(&b, 4, src_sel) };
+            let elem = if cx.is_mem(s2) {
+                lanes::get(&b, 4, 0)
+            } else {
+                lanes::get(&b, 4, src_sel)
+            };
             lanes::set(&mut out, 4, dst_sel, elem);
             for k in 0..4 {
                 if imm >> k & 1 != 0 {
@@ -831,9 +943,10 @@ fn shuffle<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> bool {
             }
             let _ = b_bytes;
         }
-        Pmovzxbw | Vpmovzxbw | Pmovzxbd | Vpmovzxbd | Pmovzxbq | Vpmovzxbq | Pmovzxwd | Vpmovzxwd | Pmovzxwq
-        | Vpmovzxwq | Pmovzxdq | Vpmovzxdq | Pmovsxbw | Vpmovsxbw | Pmovsxbd | Vpmovsxbd | Pmovsxbq | Vpmovsxbq
-        | Pmovsxwd | Vpmovsxwd | Pmovsxwq | Vpmovsxwq | Pmovsxdq | Vpmovsxdq => {
+        Pmovzxbw | Vpmovzxbw | Pmovzxbd | Vpmovzxbd | Pmovzxbq | Vpmovzxbq | Pmovzxwd
+        | Vpmovzxwd | Pmovzxwq | Vpmovzxwq | Pmovzxdq | Vpmovzxdq | Pmovsxbw | Vpmovsxbw
+        | Pmovsxbd | Vpmovsxbd | Pmovsxbq | Vpmovsxbq | Pmovsxwd | Vpmovsxwd | Pmovsxwq
+        | Vpmovsxwq | Pmovsxdq | Vpmovsxdq => {
             let (from, to) = match m {
                 Pmovzxbw | Vpmovzxbw | Pmovsxbw | Vpmovsxbw => (1, 2),
                 Pmovzxbd | Vpmovzxbd | Pmovsxbd | Vpmovsxbd => (1, 4),
@@ -844,12 +957,26 @@ fn shuffle<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> bool {
             };
             let signed = matches!(
                 m,
-                Pmovsxbw | Vpmovsxbw | Pmovsxbd | Vpmovsxbd | Pmovsxbq | Vpmovsxbq | Pmovsxwd | Vpmovsxwd | Pmovsxwq
-                    | Vpmovsxwq | Pmovsxdq | Vpmovsxdq
+                Pmovsxbw
+                    | Vpmovsxbw
+                    | Pmovsxbd
+                    | Vpmovsxbd
+                    | Pmovsxbq
+                    | Vpmovsxbq
+                    | Pmovsxwd
+                    | Vpmovsxwd
+                    | Pmovsxwq
+                    | Vpmovsxwq
+                    | Pmovsxdq
+                    | Vpmovsxdq
             );
             for k in 0..bytes / to {
                 let x = lanes::get(&b, from, k);
-                let y = if signed { algebra::sext(x, (from * 8) as u32) & mask((to * 8) as u32) } else { x };
+                let y = if signed {
+                    algebra::sext(x, (from * 8) as u32) & mask((to * 8) as u32)
+                } else {
+                    x
+                };
                 lanes::set(&mut out, to, k, y);
             }
             cx.write_vec(0, &out, bytes, to);
@@ -860,8 +987,8 @@ fn shuffle<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> bool {
     let lane = match m {
         Vpbroadcastb => 1,
         Vpbroadcastw => 2,
-        Shufpd | Vshufpd | Unpcklpd | Vunpcklpd | Unpckhpd | Vunpckhpd | Vpermq | Vpermpd | Vpbroadcastq
-        | Vbroadcastsd | Blendpd | Vblendpd | Movddup | Vmovddup | Vpermilpd => 8,
+        Shufpd | Vshufpd | Unpcklpd | Vunpcklpd | Unpckhpd | Vunpckhpd | Vpermq | Vpermpd
+        | Vpbroadcastq | Vbroadcastsd | Blendpd | Vblendpd | Movddup | Vmovddup | Vpermilpd => 8,
         _ => 4,
     };
     cx.write_vec(0, &out, bytes, lane);
@@ -873,9 +1000,29 @@ fn is_binary_shuffle(m: Mnemonic) -> bool {
     use Mnemonic::*;
     matches!(
         m,
-        Shufps | Shufpd | Punpcklbw | Punpcklwd | Punpckldq | Punpcklqdq | Punpckhbw | Punpckhwd | Punpckhdq
-            | Punpckhqdq | Unpcklps | Unpcklpd | Unpckhps | Unpckhpd | Palignr | Pblendw | Blendps | Blendpd
-            | Pinsrb | Pinsrw | Pinsrd | Pinsrq | Insertps
+        Shufps
+            | Shufpd
+            | Punpcklbw
+            | Punpcklwd
+            | Punpckldq
+            | Punpcklqdq
+            | Punpckhbw
+            | Punpckhwd
+            | Punpckhdq
+            | Punpckhqdq
+            | Unpcklps
+            | Unpcklpd
+            | Unpckhps
+            | Unpckhpd
+            | Palignr
+            | Pblendw
+            | Blendps
+            | Blendpd
+            | Pinsrb
+            | Pinsrw
+            | Pinsrd
+            | Pinsrq
+            | Insertps
     )
 }
 
@@ -1032,9 +1179,31 @@ fn is_unary_fp(m: Mnemonic) -> bool {
     use Mnemonic::*;
     matches!(
         m,
-        Sqrtps | Sqrtpd | Rcpps | Rsqrtps | Roundps | Roundpd | Cvtdq2ps | Cvtps2dq | Cvttps2dq | Sqrtss | Sqrtsd
-            | Rcpss | Rsqrtss | Cvtss2sd | Cvtsd2ss | Roundss | Roundsd | Vsqrtss | Vsqrtsd | Vrcpss | Vrsqrtss
-            | Vcvtss2sd | Vcvtsd2ss | Vroundss | Vroundsd
+        Sqrtps
+            | Sqrtpd
+            | Rcpps
+            | Rsqrtps
+            | Roundps
+            | Roundpd
+            | Cvtdq2ps
+            | Cvtps2dq
+            | Cvttps2dq
+            | Sqrtss
+            | Sqrtsd
+            | Rcpss
+            | Rsqrtss
+            | Cvtss2sd
+            | Cvtsd2ss
+            | Roundss
+            | Roundsd
+            | Vsqrtss
+            | Vsqrtsd
+            | Vrcpss
+            | Vrsqrtss
+            | Vcvtss2sd
+            | Vcvtsd2ss
+            | Vroundss
+            | Vroundsd
     )
 }
 
@@ -1079,7 +1248,11 @@ fn fp_scalar<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, inp: usize, out_n: u
 /// `cvtsi2sd` and friends: lane 0 from PCast of the integer, the rest as `fp_scalar`.
 fn int_to_fp_scalar<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> bool {
     use Mnemonic::*;
-    let n = if matches!(m, Cvtsi2sd | Vcvtsi2sd | Vcvtusi2sd) { 8 } else { 4 };
+    let n = if matches!(m, Cvtsi2sd | Vcvtsi2sd | Vcvtusi2sd) {
+        8
+    } else {
+        4
+    };
     let (upper_op, src) = if cx.vex_like() { (1, 2) } else { (0, 1) };
     let i = cx.read(src);
     let (_, up, _) = cx.read_vec(upper_op);
@@ -1095,7 +1268,11 @@ fn int_to_fp_scalar<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) 
 /// `cvttsd2si` and friends: the integer is PCast of lane 0.
 fn fp_to_int<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> bool {
     use Mnemonic::*;
-    let n = if matches!(m, Cvttsd2si | Vcvttsd2si | Cvtsd2si | Vcvtsd2si) { 8 } else { 4 };
+    let n = if matches!(m, Cvttsd2si | Vcvttsd2si | Cvtsd2si | Vcvtsd2si) {
+        8
+    } else {
+        4
+    };
     let (_, s, _) = cx.read_vec(1);
     let any = s[..n].iter().any(|b| *b != 0);
     let w = cx.width(0);
@@ -1108,7 +1285,11 @@ fn fp_to_int<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> bool
 fn convert_lanes<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, from: usize, to: usize) -> bool {
     let (_, s, in_bytes) = cx.read_vec(1);
     let out_bytes = dst_bytes(cx, 16);
-    let count = if from < to { out_bytes / to } else { in_bytes / from };
+    let count = if from < to {
+        out_bytes / to
+    } else {
+        in_bytes / from
+    };
     let mut out = [0u8; 64];
     for k in 0..count {
         let u = lanes::get(&s, from, k) != 0;
@@ -1124,8 +1305,11 @@ fn fp_compare<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, n: usize) -> bool {
     let (_, a, _) = cx.read_vec(0);
     let (_, b, _) = cx.read_vec(1);
     let any = a[..n].iter().chain(&b[..n]).any(|x| *x != 0);
-    cx.regs.flags =
-        FlagShadows(if any { FlagShadows::ZF | FlagShadows::PF | FlagShadows::CF } else { 0 });
+    cx.regs.flags = FlagShadows(if any {
+        FlagShadows::ZF | FlagShadows::PF | FlagShadows::CF
+    } else {
+        0
+    });
     true
 }
 
@@ -1180,9 +1364,12 @@ fn compare_to_mask<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, lane: usize) -
 fn kwidth(m: Mnemonic) -> u32 {
     use Mnemonic::*;
     match m {
-        Kmovb | Kandb | Korb | Kxorb | Kandnb | Kxnorb | Knotb | Kortestb | Ktestb | Kshiftlb | Kshiftrb => 8,
-        Kmovw | Kandw | Korw | Kxorw | Kandnw | Kxnorw | Knotw | Kortestw | Ktestw | Kshiftlw | Kshiftrw => 16,
-        Kmovd | Kandd | Kord | Kxord | Kandnd | Kxnord | Knotd | Kortestd | Ktestd | Kshiftld | Kshiftrd => 32,
+        Kmovb | Kandb | Korb | Kxorb | Kandnb | Kxnorb | Knotb | Kortestb | Ktestb | Kshiftlb
+        | Kshiftrb => 8,
+        Kmovw | Kandw | Korw | Kxorw | Kandnw | Kxnorw | Knotw | Kortestw | Ktestw | Kshiftlw
+        | Kshiftrw => 16,
+        Kmovd | Kandd | Kord | Kxord | Kandnd | Kxnord | Knotd | Kortestd | Ktestd | Kshiftld
+        | Kshiftrd => 32,
         _ => 64,
     }
 }
@@ -1250,13 +1437,19 @@ fn ktest<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> bool {
         let r = (a | b) & mask(w);
         let vr = algebra::or(a, va, b, vb) & mask(w);
         // All ones is "the complement is zero".
-        (algebra::zero_test_undefined(r, vr, w), algebra::zero_test_undefined(!r & mask(w), vr, w))
+        (
+            algebra::zero_test_undefined(r, vr, w),
+            algebra::zero_test_undefined(!r & mask(w), vr, w),
+        )
     } else {
         let r = a & b & mask(w);
         let vr = algebra::and(a, va, b, vb) & mask(w);
         let rn = !a & b & mask(w);
         let vrn = algebra::andn(a, va, b, vb) & mask(w);
-        (algebra::zero_test_undefined(r, vr, w), algebra::zero_test_undefined(rn, vrn, w))
+        (
+            algebra::zero_test_undefined(r, vr, w),
+            algebra::zero_test_undefined(rn, vrn, w),
+        )
     };
     let mut f = 0;
     if zf_und {

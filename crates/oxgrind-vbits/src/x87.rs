@@ -23,7 +23,11 @@ pub(crate) fn rule<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
     let m = cx.insn.mnemonic();
     match m {
         Fld => {
-            let s = if cx.is_mem(0) { load_converted(cx, 8) } else { st(cx, reg_index(cx, 0)) };
+            let s = if cx.is_mem(0) {
+                load_converted(cx, 8)
+            } else {
+                st(cx, reg_index(cx, 0))
+            };
             push(cx, s);
         }
         Fild => {
@@ -51,20 +55,28 @@ pub(crate) fn rule<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
             }
         }
         Fxch => {
-            let i = if cx.op_count() >= 2 { reg_index(cx, 1) } else { 1 };
+            let i = if cx.op_count() >= 2 {
+                reg_index(cx, 1)
+            } else {
+                1
+            };
             let (a, b) = (st(cx, 0), st(cx, i));
             set_st(cx, 0, b);
             set_st(cx, i, a);
         }
-        Fadd | Faddp | Fsub | Fsubp | Fsubr | Fsubrp | Fmul | Fmulp | Fdiv | Fdivp | Fdivr | Fdivrp | Fiadd | Fisub
-        | Fisubr | Fimul | Fidiv | Fidivr => {
+        Fadd | Faddp | Fsub | Fsubp | Fsubr | Fsubrp | Fmul | Fmulp | Fdiv | Fdivp | Fdivr
+        | Fdivrp | Fiadd | Fisub | Fisubr | Fimul | Fidiv | Fidivr => {
             let pops = matches!(m, Faddp | Fsubp | Fsubrp | Fmulp | Fdivp | Fdivrp);
             if cx.op_count() == 1 && cx.is_mem(0) {
                 let src = load_converted(cx, 0);
                 let s0 = st(cx, 0);
                 set_st(cx, 0, pcast(s0 | src, 64));
             } else {
-                let (d, s) = if cx.op_count() >= 2 { (reg_index(cx, 0), reg_index(cx, 1)) } else { (1, 0) };
+                let (d, s) = if cx.op_count() >= 2 {
+                    (reg_index(cx, 0), reg_index(cx, 1))
+                } else {
+                    (1, 0)
+                };
                 let r = pcast(st(cx, d) | st(cx, s), 64);
                 set_st(cx, d, r);
             }
@@ -117,24 +129,39 @@ pub(crate) fn rule<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
             }
         }
         Fcomi | Fcomip | Fucomi | Fucomip => {
-            let i = if cx.op_count() >= 2 { reg_index(cx, 1) } else { 1 };
+            let i = if cx.op_count() >= 2 {
+                reg_index(cx, 1)
+            } else {
+                1
+            };
             let und = st(cx, 0) | st(cx, i) != 0;
-            cx.regs.flags =
-                FlagShadows(if und { FlagShadows::ZF | FlagShadows::PF | FlagShadows::CF } else { 0 });
+            cx.regs.flags = FlagShadows(if und {
+                FlagShadows::ZF | FlagShadows::PF | FlagShadows::CF
+            } else {
+                0
+            });
             if matches!(m, Fcomip | Fucomip) {
                 pop(cx);
             }
         }
         Fcmovb | Fcmove | Fcmovbe | Fcmovu | Fcmovnb | Fcmovne | Fcmovnbe | Fcmovnu => {
             let cc = cx.insn.condition_code();
-            let i = if cx.op_count() >= 2 { reg_index(cx, 1) } else { 1 };
+            let i = if cx.op_count() >= 2 {
+                reg_index(cx, 1)
+            } else {
+                1
+            };
             let taken = flags::condition_holds(cc, cx.guest.rflags());
             let und = flags::condition_undefined(cc, cx.regs.flags);
             let chosen = if taken { st(cx, i) } else { st(cx, 0) };
             set_st(cx, 0, chosen | pcast(und as u64, 64));
         }
         Fnstsw | Fstsw => {
-            let s = if cx.regs.x87_status { CONDITION_BITS } else { 0 };
+            let s = if cx.regs.x87_status {
+                CONDITION_BITS
+            } else {
+                0
+            };
             cx.write(0, s);
         }
         Fnstcw | Fstcw => cx.write(0, 0),

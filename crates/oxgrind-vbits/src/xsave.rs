@@ -64,12 +64,18 @@ impl SaveAreas {
         let (op, legacy) = match m {
             Fxsave | Fxsave64 => (Op::Save, true),
             Fxrstor | Fxrstor64 => (Op::Restore, true),
-            Xsave | Xsave64 | Xsavec | Xsavec64 | Xsaveopt | Xsaveopt64 | Xsaves | Xsaves64 => (Op::Save, false),
+            Xsave | Xsave64 | Xsavec | Xsavec64 | Xsaveopt | Xsaveopt64 | Xsaves | Xsaves64 => {
+                (Op::Save, false)
+            }
             Xrstor | Xrstor64 | Xrstors | Xrstors64 => (Op::Restore, false),
             _ => return false,
         };
         // The requested-feature bitmap is edx:eax; fxsave/fxrstor handle x87 and SSE.
-        let rfbm = if legacy { 0b11 } else { (cx.guest.gpr(2) << 32) | (cx.guest.gpr(0) & 0xffff_ffff) };
+        let rfbm = if legacy {
+            0b11
+        } else {
+            (cx.guest.gpr(2) << 32) | (cx.guest.gpr(0) & 0xffff_ffff)
+        };
         let address = cx.address();
         match op {
             Op::Save => self.save(cx, address, rfbm, legacy),
@@ -78,7 +84,13 @@ impl SaveAreas {
         true
     }
 
-    fn save<G: Guest, M: ShadowMemory>(&mut self, cx: &mut Ctx<G, M>, address: u64, rfbm: u64, legacy: bool) {
+    fn save<G: Guest, M: ShadowMemory>(
+        &mut self,
+        cx: &mut Ctx<G, M>,
+        address: u64,
+        rfbm: u64,
+        legacy: bool,
+    ) {
         if rfbm & SSE != 0 {
             for i in 0..16 {
                 let slot = address.wrapping_add(LEGACY_XMM + 16 * i as u64);
@@ -104,7 +116,13 @@ impl SaveAreas {
         });
     }
 
-    fn restore<G: Guest, M: ShadowMemory>(&mut self, cx: &mut Ctx<G, M>, address: u64, rfbm: u64, legacy: bool) {
+    fn restore<G: Guest, M: ShadowMemory>(
+        &mut self,
+        cx: &mut Ctx<G, M>,
+        address: u64,
+        rfbm: u64,
+        legacy: bool,
+    ) {
         let found = self.records.iter().position(|r| r.address == address);
         if let Some(at) = found {
             let r = self.records.remove(at);
@@ -136,11 +154,13 @@ impl SaveAreas {
         let mut buf = [0u8; 16];
         for i in 0..16 {
             if rfbm & SSE != 0 {
-                cx.mem.load(address.wrapping_add(LEGACY_XMM + 16 * i as u64), &mut buf);
+                cx.mem
+                    .load(address.wrapping_add(LEGACY_XMM + 16 * i as u64), &mut buf);
                 cx.regs.vector[i][..16].copy_from_slice(&buf);
             }
             if !legacy && rfbm & AVX != 0 {
-                cx.mem.load(address.wrapping_add(AVX_OFFSET + 16 * i as u64), &mut buf);
+                cx.mem
+                    .load(address.wrapping_add(AVX_OFFSET + 16 * i as u64), &mut buf);
                 cx.regs.vector[i][16..32].copy_from_slice(&buf);
             }
         }

@@ -67,7 +67,12 @@ struct Case {
 }
 
 fn c(insn: Instruction, native: Native) -> Case {
-    Case { insn, native, gpr_mask: 0, check_flags: false }
+    Case {
+        insn,
+        native,
+        gpr_mask: 0,
+        check_flags: false,
+    }
 }
 
 fn shadow_bytes(rng: &mut Rng) -> V {
@@ -123,7 +128,8 @@ fn check(case: &Case, samples: usize, seed: u64) {
         regs.opmask[2] = u64::from_le_bytes(vb[..8].try_into().unwrap());
         let mut mem = MapShadow::default();
         interp.step(&case.insn, &guest, &mut regs, &mut mem);
-        let (out_z, out_k, out_g, out_f) = (regs.vector[0], regs.opmask[1], regs.gpr[RAX], regs.flags.0);
+        let (out_z, out_k, out_g, out_f) =
+            (regs.vector[0], regs.opmask[1], regs.gpr[RAX], regs.flags.0);
 
         let mut pos: Vec<usize> = positions(&va);
         pos.extend(positions(&vb).iter().map(|p| p + 512));
@@ -135,7 +141,11 @@ fn check(case: &Case, samples: usize, seed: u64) {
             let (mut x, mut y) = (a, b);
             for (j, p) in pos.iter().enumerate() {
                 let bit = ((pick >> (j % 64)) & 1) as u8;
-                let (v, q) = if *p < 512 { (&mut x, *p) } else { (&mut y, *p - 512) };
+                let (v, q) = if *p < 512 {
+                    (&mut x, *p)
+                } else {
+                    (&mut y, *p - 512)
+                };
                 v[q / 8] = (v[q / 8] & !(1 << (q % 8))) | bit << (q % 8);
             }
             let r = (case.native)(&x, &y);
@@ -163,41 +173,146 @@ fn check(case: &Case, samples: usize, seed: u64) {
 
 fn cases() -> Vec<Case> {
     let mut v = vec![
-        c(asm(|a| a.vpaddd(ymm0, ymm0, ymm1)), native!("vpaddd ymm0, ymm0, ymm1")),
-        c(asm(|a| a.vpcmpeqb(ymm0, ymm0, ymm1)), native!("vpcmpeqb ymm0, ymm0, ymm1")),
-        c(asm(|a| a.vpshufb(ymm0, ymm0, ymm1)), native!("vpshufb ymm0, ymm0, ymm1")),
-        c(asm(|a| a.vpunpcklbw(ymm0, ymm0, ymm1)), native!("vpunpcklbw ymm0, ymm0, ymm1")),
-        c(asm(|a| a.vpunpckhqdq(ymm0, ymm0, ymm1)), native!("vpunpckhqdq ymm0, ymm0, ymm1")),
-        c(asm(|a| a.vpalignr(ymm0, ymm0, ymm1, 5)), native!("vpalignr ymm0, ymm0, ymm1, 5")),
-        c(asm(|a| a.vperm2i128(ymm0, ymm0, ymm1, 0x21)), native!("vperm2i128 ymm0, ymm0, ymm1, 0x21")),
-        c(asm(|a| a.vperm2i128(ymm0, ymm0, ymm1, 0x83)), native!("vperm2i128 ymm0, ymm0, ymm1, 0x83")),
-        c(asm(|a| a.vpermq(ymm0, ymm1, 0x4e)), native!("vpermq ymm0, ymm1, 0x4e")),
-        c(asm(|a| a.vpermd(ymm0, ymm1, ymm0)), native!("vpermd ymm0, ymm1, ymm0")),
-        c(asm(|a| a.vpsllvd(ymm0, ymm0, ymm1)), native!("vpsllvd ymm0, ymm0, ymm1")),
-        c(asm(|a| a.vpsravd(ymm0, ymm0, ymm1)), native!("vpsravd ymm0, ymm0, ymm1")),
-        c(asm(|a| a.vpbroadcastb(ymm0, xmm1)), native!("vpbroadcastb ymm0, xmm1")),
-        c(asm(|a| a.vinserti128(ymm0, ymm0, xmm1, 1)), native!("vinserti128 ymm0, ymm0, xmm1, 1")),
-        c(asm(|a| a.vextracti128(xmm0, ymm1, 1)), native!("vextracti128 xmm0, ymm1, 1")),
-        c(asm(|a| a.vpblendvb(ymm0, ymm0, ymm1, ymm1)), native!("vpblendvb ymm0, ymm0, ymm1, ymm1")),
-        c(asm(|a| a.vpblendd(ymm0, ymm0, ymm1, 0x5c)), native!("vpblendd ymm0, ymm0, ymm1, 0x5c")),
-        c(asm(|a| a.vpmovzxbw(ymm0, xmm1)), native!("vpmovzxbw ymm0, xmm1")),
-        c(asm(|a| a.vpand(xmm0, xmm0, xmm1)), native!("vpand xmm0, xmm0, xmm1")),
-        c(asm(|a| a.vmovdqu(xmm0, xmm1)), native!("vmovdqu xmm0, xmm1")),
-        c(asm(|a| a.vaddsd(xmm0, xmm0, xmm1)), native!("vaddsd xmm0, xmm0, xmm1")),
-        c(asm(|a| a.vfmadd231ps(ymm0, ymm1, ymm1)), native!("vfmadd231ps ymm0, ymm1, ymm1")),
-        c(asm(|a| a.vpminub(zmm0, zmm0, zmm1)), native!("vpminub zmm0, zmm0, zmm1")),
-        c(asm(|a| a.vpmaxsq(zmm0, zmm0, zmm1)), native!("vpmaxsq zmm0, zmm0, zmm1")),
-        c(asm(|a| a.vpminuq(zmm0, zmm0, zmm1)), native!("vpminuq zmm0, zmm0, zmm1")),
-        c(asm(|a| a.vpaddb(zmm0.k2(), zmm0, zmm1)), native!("vpaddb zmm0{{k2}}, zmm0, zmm1")),
-        c(asm(|a| a.vpaddd(zmm0.k2().z(), zmm0, zmm1)), native!("vpaddd zmm0{{k2}}{{z}}, zmm0, zmm1")),
-        c(asm(|a| a.vmovdqu8(zmm0.k2(), zmm1)), native!("vmovdqu8 zmm0{{k2}}, zmm1")),
-        c(asm(|a| a.vpternlogd(zmm0, zmm1, zmm1, 0x96)), native!("vpternlogd zmm0, zmm1, zmm1, 0x96")),
-        c(asm(|a| a.vpxorq(zmm0, zmm0, zmm0)), native!("vpxorq zmm0, zmm0, zmm0")),
-        c(asm(|a| a.vpcmpb(k1, zmm0, zmm1, 0)), native!("vpcmpb k1, zmm0, zmm1, 0")),
-        c(asm(|a| a.vpcmpub(k1, zmm0, zmm1, 1)), native!("vpcmpub k1, zmm0, zmm1, 1")),
-        c(asm(|a| a.vpcmpeqb(k1.k2(), zmm0, zmm1)), native!("vpcmpeqb k1{{k2}}, zmm0, zmm1")),
-        c(asm(|a| a.vpcmpeqd(k1, zmm0, zmm0)), native!("vpcmpeqd k1, zmm0, zmm0")),
-        c(asm(|a| a.vptestnmb(k1, zmm0, zmm1)), native!("vptestnmb k1, zmm0, zmm1")),
+        c(
+            asm(|a| a.vpaddd(ymm0, ymm0, ymm1)),
+            native!("vpaddd ymm0, ymm0, ymm1"),
+        ),
+        c(
+            asm(|a| a.vpcmpeqb(ymm0, ymm0, ymm1)),
+            native!("vpcmpeqb ymm0, ymm0, ymm1"),
+        ),
+        c(
+            asm(|a| a.vpshufb(ymm0, ymm0, ymm1)),
+            native!("vpshufb ymm0, ymm0, ymm1"),
+        ),
+        c(
+            asm(|a| a.vpunpcklbw(ymm0, ymm0, ymm1)),
+            native!("vpunpcklbw ymm0, ymm0, ymm1"),
+        ),
+        c(
+            asm(|a| a.vpunpckhqdq(ymm0, ymm0, ymm1)),
+            native!("vpunpckhqdq ymm0, ymm0, ymm1"),
+        ),
+        c(
+            asm(|a| a.vpalignr(ymm0, ymm0, ymm1, 5)),
+            native!("vpalignr ymm0, ymm0, ymm1, 5"),
+        ),
+        c(
+            asm(|a| a.vperm2i128(ymm0, ymm0, ymm1, 0x21)),
+            native!("vperm2i128 ymm0, ymm0, ymm1, 0x21"),
+        ),
+        c(
+            asm(|a| a.vperm2i128(ymm0, ymm0, ymm1, 0x83)),
+            native!("vperm2i128 ymm0, ymm0, ymm1, 0x83"),
+        ),
+        c(
+            asm(|a| a.vpermq(ymm0, ymm1, 0x4e)),
+            native!("vpermq ymm0, ymm1, 0x4e"),
+        ),
+        c(
+            asm(|a| a.vpermd(ymm0, ymm1, ymm0)),
+            native!("vpermd ymm0, ymm1, ymm0"),
+        ),
+        c(
+            asm(|a| a.vpsllvd(ymm0, ymm0, ymm1)),
+            native!("vpsllvd ymm0, ymm0, ymm1"),
+        ),
+        c(
+            asm(|a| a.vpsravd(ymm0, ymm0, ymm1)),
+            native!("vpsravd ymm0, ymm0, ymm1"),
+        ),
+        c(
+            asm(|a| a.vpbroadcastb(ymm0, xmm1)),
+            native!("vpbroadcastb ymm0, xmm1"),
+        ),
+        c(
+            asm(|a| a.vinserti128(ymm0, ymm0, xmm1, 1)),
+            native!("vinserti128 ymm0, ymm0, xmm1, 1"),
+        ),
+        c(
+            asm(|a| a.vextracti128(xmm0, ymm1, 1)),
+            native!("vextracti128 xmm0, ymm1, 1"),
+        ),
+        c(
+            asm(|a| a.vpblendvb(ymm0, ymm0, ymm1, ymm1)),
+            native!("vpblendvb ymm0, ymm0, ymm1, ymm1"),
+        ),
+        c(
+            asm(|a| a.vpblendd(ymm0, ymm0, ymm1, 0x5c)),
+            native!("vpblendd ymm0, ymm0, ymm1, 0x5c"),
+        ),
+        c(
+            asm(|a| a.vpmovzxbw(ymm0, xmm1)),
+            native!("vpmovzxbw ymm0, xmm1"),
+        ),
+        c(
+            asm(|a| a.vpand(xmm0, xmm0, xmm1)),
+            native!("vpand xmm0, xmm0, xmm1"),
+        ),
+        c(
+            asm(|a| a.vmovdqu(xmm0, xmm1)),
+            native!("vmovdqu xmm0, xmm1"),
+        ),
+        c(
+            asm(|a| a.vaddsd(xmm0, xmm0, xmm1)),
+            native!("vaddsd xmm0, xmm0, xmm1"),
+        ),
+        c(
+            asm(|a| a.vfmadd231ps(ymm0, ymm1, ymm1)),
+            native!("vfmadd231ps ymm0, ymm1, ymm1"),
+        ),
+        c(
+            asm(|a| a.vpminub(zmm0, zmm0, zmm1)),
+            native!("vpminub zmm0, zmm0, zmm1"),
+        ),
+        c(
+            asm(|a| a.vpmaxsq(zmm0, zmm0, zmm1)),
+            native!("vpmaxsq zmm0, zmm0, zmm1"),
+        ),
+        c(
+            asm(|a| a.vpminuq(zmm0, zmm0, zmm1)),
+            native!("vpminuq zmm0, zmm0, zmm1"),
+        ),
+        c(
+            asm(|a| a.vpaddb(zmm0.k2(), zmm0, zmm1)),
+            native!("vpaddb zmm0{{k2}}, zmm0, zmm1"),
+        ),
+        c(
+            asm(|a| a.vpaddd(zmm0.k2().z(), zmm0, zmm1)),
+            native!("vpaddd zmm0{{k2}}{{z}}, zmm0, zmm1"),
+        ),
+        c(
+            asm(|a| a.vmovdqu8(zmm0.k2(), zmm1)),
+            native!("vmovdqu8 zmm0{{k2}}, zmm1"),
+        ),
+        c(
+            asm(|a| a.vpternlogd(zmm0, zmm1, zmm1, 0x96)),
+            native!("vpternlogd zmm0, zmm1, zmm1, 0x96"),
+        ),
+        c(
+            asm(|a| a.vpxorq(zmm0, zmm0, zmm0)),
+            native!("vpxorq zmm0, zmm0, zmm0"),
+        ),
+        c(
+            asm(|a| a.vpcmpb(k1, zmm0, zmm1, 0)),
+            native!("vpcmpb k1, zmm0, zmm1, 0"),
+        ),
+        c(
+            asm(|a| a.vpcmpub(k1, zmm0, zmm1, 1)),
+            native!("vpcmpub k1, zmm0, zmm1, 1"),
+        ),
+        c(
+            asm(|a| a.vpcmpeqb(k1.k2(), zmm0, zmm1)),
+            native!("vpcmpeqb k1{{k2}}, zmm0, zmm1"),
+        ),
+        c(
+            asm(|a| a.vpcmpeqd(k1, zmm0, zmm0)),
+            native!("vpcmpeqd k1, zmm0, zmm0"),
+        ),
+        c(
+            asm(|a| a.vptestnmb(k1, zmm0, zmm1)),
+            native!("vptestnmb k1, zmm0, zmm1"),
+        ),
         c(asm(|a| a.vpmovb2m(k1, zmm0)), native!("vpmovb2m k1, zmm0")),
         c(asm(|a| a.kandq(k1, k1, k2)), native!("kandq k1, k1, k2")),
         c(asm(|a| a.korq(k1, k1, k2)), native!("korq k1, k1, k2")),
@@ -205,32 +320,69 @@ fn cases() -> Vec<Case> {
         c(asm(|a| a.kxnorq(k1, k1, k1)), native!("kxnorq k1, k1, k1")),
         c(asm(|a| a.kandnq(k1, k1, k2)), native!("kandnq k1, k1, k2")),
         c(asm(|a| a.knotd(k1, k2)), native!("knotd k1, k2")),
-        c(asm(|a| a.kshiftlq(k1, k2, 9)), native!("kshiftlq k1, k2, 9")),
-        c(asm(|a| a.kshiftrw(k1, k2, 3)), native!("kshiftrw k1, k2, 3")),
-        c(asm(|a| a.kunpckdq(k1, k1, k2)), native!("kunpckdq k1, k1, k2")),
+        c(
+            asm(|a| a.kshiftlq(k1, k2, 9)),
+            native!("kshiftlq k1, k2, 9"),
+        ),
+        c(
+            asm(|a| a.kshiftrw(k1, k2, 3)),
+            native!("kshiftrw k1, k2, 3"),
+        ),
+        c(
+            asm(|a| a.kunpckdq(k1, k1, k2)),
+            native!("kunpckdq k1, k1, k2"),
+        ),
         c(asm(|a| a.kmovd(k1, k2)), native!("kmovd k1, k2")),
     ];
     let mut gpr = |insn: Instruction, native: Native, mask: u64| {
-        v.push(Case { insn, native, gpr_mask: mask, check_flags: false });
+        v.push(Case {
+            insn,
+            native,
+            gpr_mask: mask,
+            check_flags: false,
+        });
     };
-    gpr(asm(|a| a.vpmovmskb(eax, ymm0)), native!("vpmovmskb eax, ymm0"), 0xffff_ffff);
-    gpr(asm(|a| a.kmovq(rax, k1)), native!("kmovq rax, k1"), u64::MAX);
-    gpr(asm(|a| a.kmovb(eax, k2)), native!("kmovb eax, k2"), 0xffff_ffff);
-    gpr(asm(|a| a.vmovd(eax, xmm1)), native!("vmovd eax, xmm1"), 0xffff_ffff);
+    gpr(
+        asm(|a| a.vpmovmskb(eax, ymm0)),
+        native!("vpmovmskb eax, ymm0"),
+        0xffff_ffff,
+    );
+    gpr(
+        asm(|a| a.kmovq(rax, k1)),
+        native!("kmovq rax, k1"),
+        u64::MAX,
+    );
+    gpr(
+        asm(|a| a.kmovb(eax, k2)),
+        native!("kmovb eax, k2"),
+        0xffff_ffff,
+    );
+    gpr(
+        asm(|a| a.vmovd(eax, xmm1)),
+        native!("vmovd eax, xmm1"),
+        0xffff_ffff,
+    );
     for (insn, native) in [
         (asm(|a| a.vptest(ymm0, ymm1)), native!("vptest ymm0, ymm1")),
         (asm(|a| a.kortestq(k1, k2)), native!("kortestq k1, k2")),
         (asm(|a| a.kortestd(k1, k1)), native!("kortestd k1, k1")),
         (asm(|a| a.ktestq(k1, k2)), native!("ktestq k1, k2")),
     ] {
-        v.push(Case { insn, native, gpr_mask: 0, check_flags: true });
+        v.push(Case {
+            insn,
+            native,
+            gpr_mask: 0,
+            check_flags: true,
+        });
     }
     v
 }
 
 #[test]
 fn every_avx2_and_avx512_bit_called_defined_is_invariant_over_completions() {
-    if !(is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vl") && is_x86_feature_detected!("avx512dq"))
+    if !(is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512dq"))
     {
         eprintln!("skipped: this CPU lacks AVX-512 BW/VL/DQ");
         return;

@@ -60,14 +60,24 @@ int main(void) {
 "#;
 
 fn have(tool: &str) -> bool {
-    Command::new(tool).arg("--version").output().map(|o| o.status.success()).unwrap_or(false)
+    Command::new(tool)
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
 }
 
 fn build(dir: &Path, name: &str, source: &str, opt: &str) -> PathBuf {
     let c = dir.join(format!("{name}.c"));
     std::fs::write(&c, source).unwrap();
     let exe = dir.join(format!("{name}{opt}")); // uninit-O0
-    let ok = Command::new("gcc").args([opt, "-g", "-o"]).arg(&exe).arg(&c).status().unwrap().success();
+    let ok = Command::new("gcc")
+        .args([opt, "-g", "-o"])
+        .arg(&exe)
+        .arg(&c)
+        .status()
+        .unwrap()
+        .success();
     assert!(ok, "gcc failed on {name}");
     exe
 }
@@ -92,29 +102,45 @@ fn ours(exe: &Path) -> Option<Kinds> {
     for r in t.reports {
         // "f+0xb (uninit-O0)"
         let in_program = r.place.ends_with(&format!("({name})"));
-        let func = if in_program { r.place.split('+').next().unwrap_or("").to_string() } else { String::new() };
+        let func = if in_program {
+            r.place.split('+').next().unwrap_or("").to_string()
+        } else {
+            String::new()
+        };
         *out.entry((kind_of(r.check), func)).or_default() += 1;
     }
     Some(out)
 }
 
 fn valgrind(exe: &Path) -> Kinds {
-    let out = Command::new("valgrind").args(["-q", "--error-limit=no"]).arg(exe).output().unwrap();
+    let out = Command::new("valgrind")
+        .args(["-q", "--error-limit=no"])
+        .arg(exe)
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stderr);
     let exe_name = exe.file_name().unwrap().to_string_lossy().to_string();
     let file = format!("{}.c", exe_name.split('-').next().unwrap_or(""));
     let mut kinds = Kinds::new();
-    let lines: Vec<&str> = text.lines().map(|l| l.split_once("== ").map(|(_, r)| r).unwrap_or(l)).collect();
+    let lines: Vec<&str> = text
+        .lines()
+        .map(|l| l.split_once("== ").map(|(_, r)| r).unwrap_or(l))
+        .collect();
     for (i, line) in lines.iter().enumerate() {
         let kind = line.trim();
-        if !(kind.starts_with("Conditional jump") || kind.starts_with("Use of uninitialised value")) {
+        if !(kind.starts_with("Conditional jump") || kind.starts_with("Use of uninitialised value"))
+        {
             continue;
         }
         // "   at 0x109174: f (uninit.c:4)"
         let frame = lines.get(i + 1).map(|l| l.trim()).unwrap_or("");
         let func = frame.split(": ").nth(1).unwrap_or("");
         let in_program = func.contains(&format!("({file}:"));
-        let name = if in_program { func.split(' ').next().unwrap_or("").to_string() } else { String::new() };
+        let name = if in_program {
+            func.split(' ').next().unwrap_or("").to_string()
+        } else {
+            String::new()
+        };
         *kinds.entry((kind.to_string(), name)).or_default() += 1;
     }
     kinds
@@ -128,16 +154,28 @@ fn same_definedness_reports_as_valgrind_on_c_programs() {
     }
     let dir = std::env::temp_dir().join(format!("oxgrind-vbits-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    for (name, source, opt) in [("uninit", UNINIT, "-O0"), ("uninit", UNINIT, "-O2"), ("clean", CLEAN, "-O2")] {
+    for (name, source, opt) in [
+        ("uninit", UNINIT, "-O0"),
+        ("uninit", UNINIT, "-O2"),
+        ("clean", CLEAN, "-O2"),
+    ] {
         let exe = build(&dir, name, source, opt);
         let Some(a) = ours(&exe) else {
             eprintln!("skipped: ptrace is not permitted here");
             return;
         };
         let b = valgrind(&exe);
-        assert_eq!(a, b, "{}: ours (left) and Valgrind's (right) definedness reports differ", exe.display());
+        assert_eq!(
+            a,
+            b,
+            "{}: ours (left) and Valgrind's (right) definedness reports differ",
+            exe.display()
+        );
         if name == "uninit" {
-            assert!(a.values().sum::<usize>() >= 5, "the uninitialised cases must report: {a:?}");
+            assert!(
+                a.values().sum::<usize>() >= 5,
+                "the uninitialised cases must report: {a:?}"
+            );
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

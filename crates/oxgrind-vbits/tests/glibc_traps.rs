@@ -34,7 +34,9 @@ impl Machine {
 
     /// Steps `insn`, then applies `effect` to the values.
     fn step(&mut self, insn: Instruction, effect: impl FnOnce(&mut TestGuest)) -> Outcome {
-        let out = self.interp.step(&insn, &self.guest, &mut self.regs, &mut self.mem);
+        let out = self
+            .interp
+            .step(&insn, &self.guest, &mut self.regs, &mut self.mem);
         for c in out.checks.iter() {
             self.reports.push((format(&insn), c));
         }
@@ -51,18 +53,29 @@ fn word_at_a_time_strlen_reads_past_the_nul_without_a_report() {
     // "ab\0" followed by five undefined bytes (past the end of a heap block, loaded as
     // undefined by partial-loads-ok).
     let mut m = Machine::new();
-    m.guest.poke(S, &[b'a', b'b', 0, 0x55, 0x66, 0x77, 0x88, 0x99]);
+    m.guest
+        .poke(S, &[b'a', b'b', 0, 0x55, 0x66, 0x77, 0x88, 0x99]);
     m.mem.set(S, &[0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff]);
     m.guest.gpr[RDI] = S;
     let word = u64::from_le_bytes([b'a', b'b', 0, 0x55, 0x66, 0x77, 0x88, 0x99]);
     m.step(asm(|a| a.mov(rax, qword_ptr(rdi))), |g| g.gpr[RAX] = word);
-    m.step(asm(|a| a.mov(rcx, 0xfefe_fefe_fefe_feffu64)), |g| g.gpr[RCX] = 0xfefe_fefe_fefe_feff);
-    m.step(asm(|a| a.add(rcx, rax)), |g| g.gpr[RCX] = g.gpr[RCX].wrapping_add(g.gpr[RAX]));
+    m.step(asm(|a| a.mov(rcx, 0xfefe_fefe_fefe_feffu64)), |g| {
+        g.gpr[RCX] = 0xfefe_fefe_fefe_feff
+    });
+    m.step(asm(|a| a.add(rcx, rax)), |g| {
+        g.gpr[RCX] = g.gpr[RCX].wrapping_add(g.gpr[RAX])
+    });
     m.step(asm(|a| a.not(rax)), |g| g.gpr[RAX] = !g.gpr[RAX]);
     m.step(asm(|a| a.and(rcx, rax)), |g| g.gpr[RCX] &= g.gpr[RAX]);
-    m.step(asm(|a| a.mov(rdx, 0x8080_8080_8080_8080u64)), |g| g.gpr[RDX] = 0x8080_8080_8080_8080);
+    m.step(asm(|a| a.mov(rdx, 0x8080_8080_8080_8080u64)), |g| {
+        g.gpr[RDX] = 0x8080_8080_8080_8080
+    });
     m.step(asm(|a| a.and(rcx, rdx)), |g| g.gpr[RCX] &= g.gpr[RDX]);
-    assert_eq!(m.regs.gpr[RCX] & 0xff_ffff, 0, "the bytes up to the NUL are defined");
+    assert_eq!(
+        m.regs.gpr[RCX] & 0xff_ffff,
+        0,
+        "the bytes up to the NUL are defined"
+    );
     m.step(asm(|a| a.je(0x1000u64)), |_| {});
     // The NUL's byte then goes through bsf to find the length.
     m.step(asm(|a| a.bsf(rcx, rcx)), |_| {});
@@ -75,19 +88,30 @@ fn word_at_a_time_strlen_reads_past_the_nul_without_a_report() {
 #[test]
 fn word_at_a_time_strlen_reports_when_the_string_itself_is_undefined() {
     let mut m = Machine::new();
-    m.guest.poke(S, &[b'a', 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77]);
+    m.guest
+        .poke(S, &[b'a', 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77]);
     m.mem.set(S, &[0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
     m.guest.gpr[RDI] = S;
     let word = u64::from_le_bytes([b'a', 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77]);
     m.step(asm(|a| a.mov(rax, qword_ptr(rdi))), |g| g.gpr[RAX] = word);
-    m.step(asm(|a| a.mov(rcx, 0xfefe_fefe_fefe_feffu64)), |g| g.gpr[RCX] = 0xfefe_fefe_fefe_feff);
-    m.step(asm(|a| a.add(rcx, rax)), |g| g.gpr[RCX] = g.gpr[RCX].wrapping_add(g.gpr[RAX]));
+    m.step(asm(|a| a.mov(rcx, 0xfefe_fefe_fefe_feffu64)), |g| {
+        g.gpr[RCX] = 0xfefe_fefe_fefe_feff
+    });
+    m.step(asm(|a| a.add(rcx, rax)), |g| {
+        g.gpr[RCX] = g.gpr[RCX].wrapping_add(g.gpr[RAX])
+    });
     m.step(asm(|a| a.not(rax)), |g| g.gpr[RAX] = !g.gpr[RAX]);
     m.step(asm(|a| a.and(rcx, rax)), |g| g.gpr[RCX] &= g.gpr[RAX]);
-    m.step(asm(|a| a.mov(rdx, 0x8080_8080_8080_8080u64)), |g| g.gpr[RDX] = 0x8080_8080_8080_8080);
+    m.step(asm(|a| a.mov(rdx, 0x8080_8080_8080_8080u64)), |g| {
+        g.gpr[RDX] = 0x8080_8080_8080_8080
+    });
     m.step(asm(|a| a.and(rcx, rdx)), |g| g.gpr[RCX] &= g.gpr[RDX]);
     m.step(asm(|a| a.je(0x1000u64)), |_| {});
-    assert_eq!(m.reports.len(), 1, "no NUL among the defined bytes: the branch depends on garbage");
+    assert_eq!(
+        m.reports.len(),
+        1,
+        "no NUL among the defined bytes: the branch depends on garbage"
+    );
 }
 
 #[test]
@@ -149,8 +173,14 @@ fn bitfield_insert_with_lea_keeps_the_inserted_bit_defined() {
     m.regs.gpr[RAX] = !0x8u64 & 0xffff_ffff;
     m.guest.gpr[RAX] = 0x1234_5670;
     m.guest.gpr[RDX] = 1;
-    m.step(asm(|a| a.lea(ecx, dword_ptr(rax + rdx * 8))), |g| g.gpr[RCX] = 0x1234_5678);
-    assert_eq!(m.regs.gpr[RCX] & 8, 0, "the carry into bit 3 comes from defined zeros of rdx*8");
+    m.step(asm(|a| a.lea(ecx, dword_ptr(rax + rdx * 8))), |g| {
+        g.gpr[RCX] = 0x1234_5678
+    });
+    assert_eq!(
+        m.regs.gpr[RCX] & 8,
+        0,
+        "the carry into bit 3 comes from defined zeros of rdx*8"
+    );
     m.step(asm(|a| a.test(ecx, 8)), |_| {});
     m.step(asm(|a| a.jne(0x1000u64)), |_| {});
     assert!(m.reports.is_empty(), "{:?}", m.reports);
@@ -202,18 +232,39 @@ fn undefined_addresses_and_targets_are_value_errors() {
     let mut m = Machine::new();
     m.regs.gpr[RBX] = 0x100;
     let out = m.step(asm(|a| a.mov(rax, qword_ptr(rbx + 8))), |_| {});
-    assert_eq!(out.checks.iter().collect::<Vec<_>>(), vec![Check::Value { size: 8, reason: ValueUse::Address }]);
+    assert_eq!(
+        out.checks.iter().collect::<Vec<_>>(),
+        vec![Check::Value {
+            size: 8,
+            reason: ValueUse::Address
+        }]
+    );
     let out = m.step(asm(|a| a.lea(rax, qword_ptr(rbx + 8))), |_| {});
     assert!(out.checks.is_empty(), "lea accesses nothing");
     let out = m.step(asm(|a| a.jmp(rbx)), |_| {});
-    assert_eq!(out.checks.iter().collect::<Vec<_>>(), vec![Check::Value { size: 8, reason: ValueUse::JumpTarget }]);
+    assert_eq!(
+        out.checks.iter().collect::<Vec<_>>(),
+        vec![Check::Value {
+            size: 8,
+            reason: ValueUse::JumpTarget
+        }]
+    );
     m.guest.gpr[RSP] = 0x7000;
     m.mem.set(0x7000, &[0, 0, 0, 0, 0, 0, 0, 0x80]);
     let out = m.step(asm(|a| a.ret()), |_| {});
-    assert_eq!(out.checks.iter().collect::<Vec<_>>(), vec![Check::Value { size: 8, reason: ValueUse::JumpTarget }]);
+    assert_eq!(
+        out.checks.iter().collect::<Vec<_>>(),
+        vec![Check::Value {
+            size: 8,
+            reason: ValueUse::JumpTarget
+        }]
+    );
     m.regs.gpr[RCX] = 1;
     let out = m.step(asm(|a| a.jrcxz(0x1000u64)), |_| {});
-    assert_eq!(out.checks.iter().collect::<Vec<_>>(), vec![Check::Condition]);
+    assert_eq!(
+        out.checks.iter().collect::<Vec<_>>(),
+        vec![Check::Condition]
+    );
     // A defined 1 elsewhere in rcx decides jrcxz.
     m.guest.gpr[RCX] = 0x10;
     let out = m.step(asm(|a| a.jrcxz(0x1000u64)), |_| {});
@@ -252,7 +303,11 @@ fn sse2_strlen_pcmpeqb_pmovmskb_bsf_has_no_report() {
     m.step(asm(|a| a.pxor(xmm0, xmm0)), |g| g.vector[0] = [0; 64]);
     m.step(asm(|a| a.movdqa(xmm1, xmmword_ptr(rdi))), |g| {
         let mut v = [0u8; 64];
-        v[..16].copy_from_slice(&(0..16).map(|i| *g.memory.get(&(S + i)).unwrap()).collect::<Vec<_>>());
+        v[..16].copy_from_slice(
+            &(0..16)
+                .map(|i| *g.memory.get(&(S + i)).unwrap())
+                .collect::<Vec<_>>(),
+        );
         g.vector[1] = v;
     });
     m.step(asm(|a| a.pcmpeqb(xmm1, xmm0)), |g| {
@@ -261,7 +316,10 @@ fn sse2_strlen_pcmpeqb_pmovmskb_bsf_has_no_report() {
         }
     });
     m.step(asm(|a| a.pmovmskb(eax, xmm1)), |g| g.gpr[RAX] = 1 << 5);
-    assert_eq!(m.regs.gpr[RAX], 0xffc0, "lanes 6..15 undefined, 0..5 defined");
+    assert_eq!(
+        m.regs.gpr[RAX], 0xffc0,
+        "lanes 6..15 undefined, 0..5 defined"
+    );
     m.step(asm(|a| a.test(eax, eax)), |_| {});
     m.step(asm(|a| a.je(0x1000u64)), |_| {});
     m.step(asm(|a| a.bsf(eax, eax)), |g| g.gpr[RAX] = 5);
@@ -291,13 +349,23 @@ fn avx2_strlen_vpcmpeqb_vpmovmskb_tzcnt_has_no_report() {
     let mut m = Machine::new();
     hello_block(&mut m, 32);
     m.regs.vector[0] = [0xff; 64];
-    m.step(asm(|a| a.vpxor(ymm0, ymm0, ymm0)), |g| g.vector[0] = [0; 64]);
+    m.step(asm(|a| a.vpxor(ymm0, ymm0, ymm0)), |g| {
+        g.vector[0] = [0; 64]
+    });
     m.step(asm(|a| a.vpcmpeqb(ymm1, ymm0, ymmword_ptr(rdi))), |g| {
         for i in 0..32 {
-            g.vector[1][i] = if *g.memory.get(&(S + i as u64)).unwrap() == 0 { 0xff } else { 0 };
+            g.vector[1][i] = if *g.memory.get(&(S + i as u64)).unwrap() == 0 {
+                0xff
+            } else {
+                0
+            };
         }
     });
-    assert_eq!(&m.regs.vector[0][32..], &[0u8; 32][..], "VEX zeroes the upper shadow");
+    assert_eq!(
+        &m.regs.vector[0][32..],
+        &[0u8; 32][..],
+        "VEX zeroes the upper shadow"
+    );
     m.step(asm(|a| a.vpmovmskb(eax, ymm1)), |g| g.gpr[RAX] = 1 << 5);
     assert_eq!(m.regs.gpr[RAX], 0xffff_ffc0);
     m.step(asm(|a| a.test(eax, eax)), |_| {});
@@ -312,8 +380,12 @@ fn evex_strlen_vpcmpb_kortest_kmov_tzcnt_has_no_report() {
     let mut m = Machine::new();
     hello_block(&mut m, 64);
     m.regs.vector[16] = [0xff; 64];
-    m.step(asm(|a| a.vpxorq(zmm16, zmm16, zmm16)), |g| g.vector[16] = [0; 64]);
-    m.step(asm(|a| a.vpcmpb(k1, zmm16, zmmword_ptr(rdi), 0)), |g| g.opmask[1] = 1 << 5);
+    m.step(asm(|a| a.vpxorq(zmm16, zmm16, zmm16)), |g| {
+        g.vector[16] = [0; 64]
+    });
+    m.step(asm(|a| a.vpcmpb(k1, zmm16, zmmword_ptr(rdi), 0)), |g| {
+        g.opmask[1] = 1 << 5
+    });
     assert_eq!(m.regs.opmask[1], !0x3f);
     m.step(asm(|a| a.kortestq(k1, k1)), |_| {});
     m.step(asm(|a| a.je(0x1000u64)), |_| {});
@@ -354,12 +426,18 @@ fn copies_of_undefined_bytes_are_silent_and_keep_the_shadow() {
     m.regs.gpr[RAX] = 0x0f;
     m.guest.gpr[RCX] = 4;
     m.step(asm(|a| a.rep().stosd()), |_| {});
-    assert_eq!(m.mem.get(BLOCK, 17), [[0x0f, 0, 0, 0].repeat(4), vec![pattern[16]]].concat());
+    assert_eq!(
+        m.mem.get(BLOCK, 17),
+        [[0x0f, 0, 0, 0].repeat(4), vec![pattern[16]]].concat()
+    );
     assert!(m.reports.is_empty(), "{:?}", m.reports);
     // An undefined count is a conditional jump in Memcheck's eyes.
     m.regs.gpr[RCX] = 1;
     let out = m.step(asm(|a| a.rep().movsb()), |_| {});
-    assert_eq!(out.checks.iter().collect::<Vec<_>>(), vec![Check::Condition]);
+    assert_eq!(
+        out.checks.iter().collect::<Vec<_>>(),
+        vec![Check::Condition]
+    );
 }
 
 #[test]
@@ -372,7 +450,10 @@ fn repe_cmpsb_reports_when_it_reaches_undefined_bytes() {
     m.guest.gpr[RDI] = BLOCK;
     m.guest.gpr[RCX] = 4;
     let out = m.step(asm(|a| a.repe().cmpsb()), |_| {});
-    assert_eq!(out.checks.iter().collect::<Vec<_>>(), vec![Check::Condition]);
+    assert_eq!(
+        out.checks.iter().collect::<Vec<_>>(),
+        vec![Check::Condition]
+    );
     // Stopping at a defined difference before the undefined byte: silent.
     m.guest.poke(BLOCK, b"abZY");
     let out = m.step(asm(|a| a.repe().cmpsb()), |_| {});
@@ -387,8 +468,16 @@ fn scalar_fp_with_a_stale_first_source_is_defined_in_lane_zero() {
     m.regs.vector[0] = [0xff; 64];
     m.step(asm(|a| a.vcvtsi2sd(xmm0, xmm0, eax)), |_| {});
     assert_eq!(&m.regs.vector[0][..8], &[0; 8]);
-    assert_eq!(&m.regs.vector[0][8..16], &[0xff; 8], "upper lane from the stale source");
-    assert_eq!(&m.regs.vector[0][16..], &[0; 48][..], "VEX zeroes above 128 bits");
+    assert_eq!(
+        &m.regs.vector[0][8..16],
+        &[0xff; 8],
+        "upper lane from the stale source"
+    );
+    assert_eq!(
+        &m.regs.vector[0][16..],
+        &[0; 48][..],
+        "VEX zeroes above 128 bits"
+    );
     m.regs.vector[2] = [0xff; 64];
     m.step(asm(|a| a.vsqrtsd(xmm2, xmm2, xmm0)), |_| {});
     assert_eq!(&m.regs.vector[2][..8], &[0; 8]);
@@ -413,7 +502,11 @@ fn bt_on_a_bit_string_in_memory_tests_the_addressed_byte() {
     assert_eq!(m.mem.get(BLOCK + 5, 1), vec![0]);
     m.guest.gpr[RAX] = 44 + 8;
     m.step(asm(|a| a.btr(qword_ptr(rdi), rax)), |_| {});
-    assert_eq!(m.mem.get(BLOCK + 6, 1), vec![0xef], "btr defines the bit it clears");
+    assert_eq!(
+        m.mem.get(BLOCK + 6, 1),
+        vec![0xef],
+        "btr defines the bit it clears"
+    );
     m.step(asm(|a| a.bt(qword_ptr(rdi), rax)), |_| {});
     m.step(asm(|a| a.jb(0x1000u64)), |_| {});
     assert!(m.reports.is_empty());
@@ -424,7 +517,13 @@ fn bt_on_a_bit_string_in_memory_tests_the_addressed_byte() {
     // An undefined offset above the low three bits is an address error.
     m.regs.gpr[RAX] = 0x100;
     let out = m.step(asm(|a| a.bt(qword_ptr(rdi), rax)), |_| {});
-    assert_eq!(out.checks.iter().collect::<Vec<_>>(), vec![Check::Value { size: 8, reason: ValueUse::Address }]);
+    assert_eq!(
+        out.checks.iter().collect::<Vec<_>>(),
+        vec![Check::Value {
+            size: 8,
+            reason: ValueUse::Address
+        }]
+    );
 }
 
 #[test]
@@ -443,7 +542,11 @@ fn lazy_binding_trampoline_restores_argument_register_shadows() {
     m.regs.opmask[1] = 0x3;
     let before = m.regs.clone();
     m.step(asm(|a| a.xsavec(ptr(rsp + 0x40))), |_| {});
-    assert_eq!(m.mem.get(0x7000_0040 + 160, 16), vec![0; 16], "xmm0's shadow in the legacy area");
+    assert_eq!(
+        m.mem.get(0x7000_0040 + 160, 16),
+        vec![0; 16],
+        "xmm0's shadow in the legacy area"
+    );
     assert_eq!(m.mem.get(0x7000_0040 + 176, 16), vec![0xff; 16], "xmm1's");
     m.regs.vector = [[0x55; 64]; 32];
     m.regs.opmask = [0; 8];
@@ -461,18 +564,30 @@ fn lazy_binding_trampoline_restores_argument_register_shadows() {
 fn cmpxchg16b_compares_exactly_and_moves_shadows_by_the_real_outcome() {
     let mut m = Machine::new();
     m.guest.gpr[RDI] = BLOCK;
-    m.guest.poke(BLOCK, &[1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]);
+    m.guest
+        .poke(BLOCK, &[1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]);
     m.mem.set(BLOCK + 8, &[0, 0xff, 0, 0, 0, 0, 0, 0]); // high half partly undefined
     m.guest.gpr[RAX] = 5; // differs from 1 in defined bits: ZF decided
     m.regs.gpr[RBX] = u64::MAX;
     m.step(asm(|a| a.lock().cmpxchg16b(xmmword_ptr(rdi))), |_| {});
     m.step(asm(|a| a.jne(0x1000u64)), |_| {});
     assert!(m.reports.is_empty());
-    assert_eq!(m.regs.gpr[RDX], 0xff00, "failure loads the memory's shadow into rdx:rax");
+    assert_eq!(
+        m.regs.gpr[RDX], 0xff00,
+        "failure loads the memory's shadow into rdx:rax"
+    );
     m.guest.gpr[RAX] = 1;
     m.guest.gpr[RDX] = 2;
     m.step(asm(|a| a.lock().cmpxchg16b(xmmword_ptr(rdi))), |_| {});
-    assert_eq!(m.mem.get(BLOCK, 8), vec![0xff; 8], "success stores rcx:rbx's shadow");
+    assert_eq!(
+        m.mem.get(BLOCK, 8),
+        vec![0xff; 8],
+        "success stores rcx:rbx's shadow"
+    );
     m.step(asm(|a| a.jne(0x1000u64)), |_| {});
-    assert_eq!(m.reports.len(), 1, "equal so far, but the undefined byte could differ");
+    assert_eq!(
+        m.reports.len(),
+        1,
+        "equal so far, but the undefined byte could differ"
+    );
 }

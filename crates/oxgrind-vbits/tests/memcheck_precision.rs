@@ -53,7 +53,11 @@ fn mc_ctz_undefined(a: u64, qa: u64) -> bool {
     qa & (a ^ a.wrapping_sub(1)) != 0
 }
 
-fn step1(insn: &Instruction, guest: &TestGuest, regs: &mut ShadowRegisters) -> oxgrind_vbits::Outcome {
+fn step1(
+    insn: &Instruction,
+    guest: &TestGuest,
+    regs: &mut ShadowRegisters,
+) -> oxgrind_vbits::Outcome {
     let mut mem = MapShadow::default();
     Interpreter::new().step(insn, guest, regs, &mut mem)
 }
@@ -80,8 +84,16 @@ fn add_and_sub_are_exactly_expensive_add_sub() {
     let add = asm(|a| a.add(rax, rbx));
     let sub = asm(|a| a.sub(rax, rbx));
     for (a, qa, b, qb) in samples() {
-        assert_eq!(binary(&add, a, qa, b, qb).0, mc_add(a, qa, b, qb), "add {a:#x}/{qa:#x} {b:#x}/{qb:#x}");
-        assert_eq!(binary(&sub, a, qa, b, qb).0, mc_sub(a, qa, b, qb), "sub {a:#x}/{qa:#x} {b:#x}/{qb:#x}");
+        assert_eq!(
+            binary(&add, a, qa, b, qb).0,
+            mc_add(a, qa, b, qb),
+            "add {a:#x}/{qa:#x} {b:#x}/{qb:#x}"
+        );
+        assert_eq!(
+            binary(&sub, a, qa, b, qb).0,
+            mc_sub(a, qa, b, qb),
+            "sub {a:#x}/{qa:#x} {b:#x}/{qb:#x}"
+        );
     }
 }
 
@@ -107,7 +119,14 @@ fn multiply_is_left_of_uifu() {
 }
 
 /// Runs `first` (a flag writer on rax, rbx) then `jcc`, and says whether the jcc reported.
-fn branch_reports(first: &Instruction, jcc: &Instruction, a: u64, qa: u64, b: u64, qb: u64) -> bool {
+fn branch_reports(
+    first: &Instruction,
+    jcc: &Instruction,
+    a: u64,
+    qa: u64,
+    b: u64,
+    qb: u64,
+) -> bool {
     let mut guest = TestGuest::default();
     guest.gpr[RAX] = a;
     guest.gpr[RBX] = b;
@@ -125,7 +144,10 @@ fn cmp_then_je_is_exact_equality() {
     let cmp = asm(|a| a.cmp(rax, rbx));
     let je = asm(|a| a.je(0x1000u64));
     for (a, qa, b, qb) in samples() {
-        assert_eq!(branch_reports(&cmp, &je, a, qa, b, qb), mc_eq_undefined(a, qa, b, qb));
+        assert_eq!(
+            branch_reports(&cmp, &je, a, qa, b, qb),
+            mc_eq_undefined(a, qa, b, qb)
+        );
     }
 }
 
@@ -136,16 +158,29 @@ fn test_reg_reg_then_jz_is_exact() {
     let jz = asm(|a| a.je(0x1000u64));
     for (a, qa, _, _) in samples() {
         let dep1_shadow = mc_and(a, qa, a, qa);
-        assert_eq!(branch_reports(&test, &jz, a, qa, a, qa), mc_eq_undefined(a, dep1_shadow, 0, 0));
+        assert_eq!(
+            branch_reports(&test, &jz, a, qa, a, qa),
+            mc_eq_undefined(a, dep1_shadow, 0, 0)
+        );
     }
 }
 
 #[test]
 fn relational_conditions_are_pessimistic_as_memcheck() {
     let cmp = asm(|a| a.cmp(rax, rbx));
-    for jcc in [asm(|a| a.jl(0x1000u64)), asm(|a| a.jb(0x1000u64)), asm(|a| a.jbe(0x1000u64)), asm(|a| a.jg(0x1000u64))] {
+    for jcc in [
+        asm(|a| a.jl(0x1000u64)),
+        asm(|a| a.jb(0x1000u64)),
+        asm(|a| a.jbe(0x1000u64)),
+        asm(|a| a.jg(0x1000u64)),
+    ] {
         for (a, qa, b, qb) in samples().take(3000) {
-            assert_eq!(branch_reports(&cmp, &jcc, a, qa, b, qb), pcast(qa | qb) != 0, "{}", format(&jcc));
+            assert_eq!(
+                branch_reports(&cmp, &jcc, a, qa, b, qb),
+                pcast(qa | qb) != 0,
+                "{}",
+                format(&jcc)
+            );
         }
     }
 }
@@ -156,7 +191,10 @@ fn sign_after_sub_is_the_sign_bit_of_the_exact_difference() {
     let cmp = asm(|a| a.cmp(rax, rbx));
     let js = asm(|a| a.js(0x1000u64));
     for (a, qa, b, qb) in samples() {
-        assert_eq!(branch_reports(&cmp, &js, a, qa, b, qb), mc_sub(a, qa, b, qb) >> 63 != 0);
+        assert_eq!(
+            branch_reports(&cmp, &js, a, qa, b, qb),
+            mc_sub(a, qa, b, qb) >> 63 != 0
+        );
     }
 }
 
@@ -209,7 +247,10 @@ fn cmov_is_memcheck_ite() {
         let (qa, qb) = (rng.shadow(64), rng.shadow(64));
         let taken = rng.below(2) == 1;
         let cond_undefined = rng.below(3) == 0;
-        let guest = TestGuest { rflags: 0x202 | if taken { 0x80 } else { 0 }, ..Default::default() }; // SF != OF
+        let guest = TestGuest {
+            rflags: 0x202 | if taken { 0x80 } else { 0 },
+            ..Default::default()
+        }; // SF != OF
         let mut regs = ShadowRegisters::default();
         regs.gpr[RAX] = qa;
         regs.gpr[RBX] = qb;
@@ -232,9 +273,15 @@ fn bmi_lowest_bit_ops_are_at_least_as_precise_as_vex_composition() {
         let vdec = mc_sub(b, qb, 1, 0);
         let subset = |ours: u64, memcheck: u64| ours & !memcheck == 0;
         assert!(subset(binary(&blsmsk, 0, 0, b, qb).0, qb | vdec));
-        assert!(subset(binary(&blsr, 0, 0, b, qb).0, mc_and(b, qb, b.wrapping_sub(1), vdec)));
+        assert!(subset(
+            binary(&blsr, 0, 0, b, qb).0,
+            mc_and(b, qb, b.wrapping_sub(1), vdec)
+        ));
         let vneg = mc_sub(0, 0, b, qb);
-        assert!(subset(binary(&blsi, 0, 0, b, qb).0, mc_and(b, qb, 0u64.wrapping_sub(b), vneg)));
+        assert!(subset(
+            binary(&blsi, 0, 0, b, qb).0,
+            mc_and(b, qb, 0u64.wrapping_sub(b), vneg)
+        ));
     }
     // A lane mask with a defined NUL lane (bit 5) and undefined lanes above it: the mask
     // up to the NUL is exactly known (Memcheck's composition leaves bits 6.. undefined).
@@ -242,5 +289,8 @@ fn bmi_lowest_bit_ops_are_at_least_as_precise_as_vex_composition() {
     let lanes_past_end = !0u64 << 6;
     assert_eq!(binary(&blsmsk, 0, 0, nul_mask, lanes_past_end).0, 0);
     assert_eq!(binary(&blsi, 0, 0, nul_mask, lanes_past_end).0, 0);
-    assert_eq!(binary(&blsr, 0, 0, nul_mask, lanes_past_end).0, lanes_past_end);
+    assert_eq!(
+        binary(&blsr, 0, 0, nul_mask, lanes_past_end).0,
+        lanes_past_end
+    );
 }

@@ -35,7 +35,11 @@ fn random_instructions_and_states_never_panic() {
         for g in guest.gpr.iter_mut() {
             // Small counts keep rep instructions short; sometimes a huge value anyway for
             // non-count registers.
-            *g = if rng.below(4) == 0 { rng.next() } else { rng.next() & 0xfff };
+            *g = if rng.below(4) == 0 {
+                rng.next()
+            } else {
+                rng.next() & 0xfff
+            };
         }
         guest.gpr[RCX] &= 0xff;
         guest.rflags = rng.next() & 0xcd5 | 0x202;
@@ -56,5 +60,8 @@ fn random_instructions_and_states_never_panic() {
         interp.step(&insn, &guest, &mut regs, &mut mem);
         stepped += 1;
     }
-    assert!(stepped > 100_000, "the generator must mostly produce valid instructions ({stepped})");
+    assert!(
+        stepped > 100_000,
+        "the generator must mostly produce valid instructions ({stepped})"
+    );
 }

@@ -114,7 +114,13 @@ struct Case {
 }
 
 fn case(insn: Instruction, native: Native, width: u32) -> Case {
-    Case { insn, native, width, src_width: width, in_memory: false }
+    Case {
+        insn,
+        native,
+        width,
+        src_width: width,
+        in_memory: false,
+    }
 }
 
 fn mask(w: u32) -> u64 {
@@ -171,7 +177,11 @@ fn check_case(c: &Case, samples: usize, seed: u64) {
         positions.extend(bits(vb & mask(c.src_width)).iter().map(|p| p + 64));
         positions.extend((0..6).filter(|i| vflags >> i & 1 != 0).map(|i| 128 + i));
         let exhaustive = positions.len() <= 14;
-        let count = if exhaustive { 1u64 << positions.len() } else { 4096 };
+        let count = if exhaustive {
+            1u64 << positions.len()
+        } else {
+            4096
+        };
 
         let mut first: Option<(u64, u64)> = None;
         for k in 0..count {
@@ -249,7 +259,11 @@ fn cases() -> Vec<Case> {
         case(asm(|a| a.bsr(ax, bx)), native!("bsr {a:x}, {b:x}"), 16),
         case(asm(|a| a.tzcnt(ax, bx)), native!("tzcnt {a:x}, {b:x}"), 16),
         case(asm(|a| a.lzcnt(ax, bx)), native!("lzcnt {a:x}, {b:x}"), 16),
-        case(asm(|a| a.popcnt(ax, bx)), native!("popcnt {a:x}, {b:x}"), 16),
+        case(
+            asm(|a| a.popcnt(ax, bx)),
+            native!("popcnt {a:x}, {b:x}"),
+            16,
+        ),
         case(asm(|a| a.tzcnt(rax, rbx)), native!("tzcnt {a}, {b}"), 64),
         case(asm(|a| a.bt(ax, bx)), native!("bt {a:x}, {b:x}"), 16),
         case(asm(|a| a.bts(ax, bx)), native!("bts {a:x}, {b:x}"), 16),
@@ -258,15 +272,39 @@ fn cases() -> Vec<Case> {
         case(asm(|a| a.movzx(ax, bl)), native!("movzx {a:x}, {b:l}"), 16),
         case(asm(|a| a.movsx(ax, bl)), native!("movsx {a:x}, {b:l}"), 16),
         case(asm(|a| a.xadd(ax, bx)), native!("xadd {a:x}, {b:x}"), 16),
-        case(asm(|a| a.lea(eax, dword_ptr(rax + rbx * 8 + 3))), native!("lea {a:e}, [{a} + {b}*8 + 3]"), 32),
-        case(asm(|a| a.lea(rax, qword_ptr(rax + rbx))), native!("lea {a}, [{a} + {b}]"), 64),
-        case(asm(|a| a.andn(eax, eax, ebx)), native!("andn {a:e}, {a:e}, {b:e}"), 32),
+        case(
+            asm(|a| a.lea(eax, dword_ptr(rax + rbx * 8 + 3))),
+            native!("lea {a:e}, [{a} + {b}*8 + 3]"),
+            32,
+        ),
+        case(
+            asm(|a| a.lea(rax, qword_ptr(rax + rbx))),
+            native!("lea {a}, [{a} + {b}]"),
+            64,
+        ),
+        case(
+            asm(|a| a.andn(eax, eax, ebx)),
+            native!("andn {a:e}, {a:e}, {b:e}"),
+            32,
+        ),
         case(asm(|a| a.blsr(eax, ebx)), native!("blsr {a:e}, {b:e}"), 32),
         case(asm(|a| a.blsi(eax, ebx)), native!("blsi {a:e}, {b:e}"), 32),
-        case(asm(|a| a.blsmsk(eax, ebx)), native!("blsmsk {a:e}, {b:e}"), 32),
+        case(
+            asm(|a| a.blsmsk(eax, ebx)),
+            native!("blsmsk {a:e}, {b:e}"),
+            32,
+        ),
         case(asm(|a| a.bswap(eax)), native!("bswap {a:e}"), 32),
-        case(asm(|a| a.bextr(eax, ebx, ecx)), native!("bextr {a:e}, {b:e}, {b:e}"), 32),
-        case(asm(|a| a.bzhi(eax, ebx, ecx)), native!("bzhi {a:e}, {b:e}, {b:e}"), 32),
+        case(
+            asm(|a| a.bextr(eax, ebx, ecx)),
+            native!("bextr {a:e}, {b:e}, {b:e}"),
+            32,
+        ),
+        case(
+            asm(|a| a.bzhi(eax, ebx, ecx)),
+            native!("bzhi {a:e}, {b:e}, {b:e}"),
+            32,
+        ),
         case(asm(|a| a.cmova(ax, bx)), native!("cmova {a:x}, {b:x}"), 16),
         case(asm(|a| a.cmovl(ax, bx)), native!("cmovl {a:x}, {b:x}"), 16),
         case(asm(|a| a.cmove(ax, bx)), native!("cmove {a:x}, {b:x}"), 16),
@@ -276,16 +314,44 @@ fn cases() -> Vec<Case> {
         case(asm(|a| a.seto(al)), native!("seto {a:l}"), 8),
         case(asm(|a| a.setns(al)), native!("setns {a:l}"), 8),
         case(asm(|a| a.setnp(al)), native!("setnp {a:l}"), 8),
-        case(asm(|a| a.shld(ax, bx, 5)), native!("shld {a:x}, {b:x}, 5"), 16),
-        case(asm(|a| a.shrd(eax, ebx, 7)), native!("shrd {a:e}, {b:e}, 7"), 32),
+        case(
+            asm(|a| a.shld(ax, bx, 5)),
+            native!("shld {a:x}, {b:x}, 5"),
+            16,
+        ),
+        case(
+            asm(|a| a.shrd(eax, ebx, 7)),
+            native!("shrd {a:e}, {b:e}, 7"),
+            32,
+        ),
         case(asm(|a| a.shl(eax, 1)), native!("shl {a:e}, 1"), 32),
         case(asm(|a| a.sar(ax, 3)), native!("sar {a:x}, 3"), 16),
         case(asm(|a| a.ror(rax, 13)), native!("ror {a}, 13"), 64),
-        case(asm(|a| a.imul_3(ax, bx, 0x1234)), native!("imul {a:x}, {b:x}, 0x1234"), 16),
-        case(asm(|a| a.shlx(eax, eax, ebx)), native!("shlx {a:e}, {a:e}, {b:e}"), 32),
-        case(asm(|a| a.sarx(eax, eax, ebx)), native!("sarx {a:e}, {a:e}, {b:e}"), 32),
-        case(asm(|a| a.shrx(rax, rax, rbx)), native!("shrx {a}, {a}, {b}"), 64),
-        case(asm(|a| a.rorx(eax, ebx, 7)), native!("rorx {a:e}, {b:e}, 7"), 32),
+        case(
+            asm(|a| a.imul_3(ax, bx, 0x1234)),
+            native!("imul {a:x}, {b:x}, 0x1234"),
+            16,
+        ),
+        case(
+            asm(|a| a.shlx(eax, eax, ebx)),
+            native!("shlx {a:e}, {a:e}, {b:e}"),
+            32,
+        ),
+        case(
+            asm(|a| a.sarx(eax, eax, ebx)),
+            native!("sarx {a:e}, {a:e}, {b:e}"),
+            32,
+        ),
+        case(
+            asm(|a| a.shrx(rax, rax, rbx)),
+            native!("shrx {a}, {a}, {b}"),
+            64,
+        ),
+        case(
+            asm(|a| a.rorx(eax, ebx, 7)),
+            native!("rorx {a:e}, {b:e}, 7"),
+            32,
+        ),
         case(asm(|a| a.adcx(eax, ebx)), native!("adcx {a:e}, {b:e}"), 32),
         case(asm(|a| a.adox(eax, ebx)), native!("adox {a:e}, {b:e}"), 32),
         case(asm(|a| a.cbw()), native_rax!("cbw"), 16),
@@ -340,21 +406,81 @@ fn one_operand_multiply_is_sound() {
 #[test]
 fn memory_destinations_and_sources_are_sound() {
     let mut cases = vec![
-        case(asm(|a| a.add(word_ptr(rdi), bx)), native_mem!("add word ptr [{m}], {b:x}"), 16),
-        case(asm(|a| a.sub(byte_ptr(rdi), bl)), native_mem!("sub byte ptr [{m}], {b:l}"), 8),
-        case(asm(|a| a.and(dword_ptr(rdi), ebx)), native_mem!("and dword ptr [{m}], {b:e}"), 32),
-        case(asm(|a| a.or(qword_ptr(rdi), rbx)), native_mem!("or qword ptr [{m}], {b}"), 64),
-        case(asm(|a| a.cmp(word_ptr(rdi), bx)), native_mem!("cmp word ptr [{m}], {b:x}"), 16),
-        case(asm(|a| a.test(byte_ptr(rdi), 0x24)), native_mem!("test byte ptr [{m}], 0x24"), 8),
-        case(asm(|a| a.cmp(dword_ptr(rdi), -3)), native_mem!("cmp dword ptr [{m}], -3"), 32),
-        case(asm(|a| a.inc(word_ptr(rdi))), native_mem!("inc word ptr [{m}]"), 16),
-        case(asm(|a| a.neg(byte_ptr(rdi))), native_mem!("neg byte ptr [{m}]"), 8),
-        case(asm(|a| a.shl(word_ptr(rdi), 3)), native_mem!("shl word ptr [{m}], 3"), 16),
-        case(asm(|a| a.rol(byte_ptr(rdi), 1)), native_mem!("rol byte ptr [{m}], 1"), 8),
-        case(asm(|a| a.bts(word_ptr(rdi), 11)), native_mem!("bts word ptr [{m}], 11"), 16),
-        case(asm(|a| a.xadd(word_ptr(rdi), bx)), native_mem!("xadd word ptr [{m}], {b:x}"), 16),
-        case(asm(|a| a.adc(byte_ptr(rdi), bl)), native_mem!("adc byte ptr [{m}], {b:l}"), 8),
-        case(asm(|a| a.mov(word_ptr(rdi), bx)), native_mem!("mov word ptr [{m}], {b:x}"), 16),
+        case(
+            asm(|a| a.add(word_ptr(rdi), bx)),
+            native_mem!("add word ptr [{m}], {b:x}"),
+            16,
+        ),
+        case(
+            asm(|a| a.sub(byte_ptr(rdi), bl)),
+            native_mem!("sub byte ptr [{m}], {b:l}"),
+            8,
+        ),
+        case(
+            asm(|a| a.and(dword_ptr(rdi), ebx)),
+            native_mem!("and dword ptr [{m}], {b:e}"),
+            32,
+        ),
+        case(
+            asm(|a| a.or(qword_ptr(rdi), rbx)),
+            native_mem!("or qword ptr [{m}], {b}"),
+            64,
+        ),
+        case(
+            asm(|a| a.cmp(word_ptr(rdi), bx)),
+            native_mem!("cmp word ptr [{m}], {b:x}"),
+            16,
+        ),
+        case(
+            asm(|a| a.test(byte_ptr(rdi), 0x24)),
+            native_mem!("test byte ptr [{m}], 0x24"),
+            8,
+        ),
+        case(
+            asm(|a| a.cmp(dword_ptr(rdi), -3)),
+            native_mem!("cmp dword ptr [{m}], -3"),
+            32,
+        ),
+        case(
+            asm(|a| a.inc(word_ptr(rdi))),
+            native_mem!("inc word ptr [{m}]"),
+            16,
+        ),
+        case(
+            asm(|a| a.neg(byte_ptr(rdi))),
+            native_mem!("neg byte ptr [{m}]"),
+            8,
+        ),
+        case(
+            asm(|a| a.shl(word_ptr(rdi), 3)),
+            native_mem!("shl word ptr [{m}], 3"),
+            16,
+        ),
+        case(
+            asm(|a| a.rol(byte_ptr(rdi), 1)),
+            native_mem!("rol byte ptr [{m}], 1"),
+            8,
+        ),
+        case(
+            asm(|a| a.bts(word_ptr(rdi), 11)),
+            native_mem!("bts word ptr [{m}], 11"),
+            16,
+        ),
+        case(
+            asm(|a| a.xadd(word_ptr(rdi), bx)),
+            native_mem!("xadd word ptr [{m}], {b:x}"),
+            16,
+        ),
+        case(
+            asm(|a| a.adc(byte_ptr(rdi), bl)),
+            native_mem!("adc byte ptr [{m}], {b:l}"),
+            8,
+        ),
+        case(
+            asm(|a| a.mov(word_ptr(rdi), bx)),
+            native_mem!("mov word ptr [{m}], {b:x}"),
+            16,
+        ),
     ];
     for c in &mut cases {
         c.in_memory = true;

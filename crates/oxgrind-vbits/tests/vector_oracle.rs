@@ -53,7 +53,12 @@ struct Case {
 }
 
 fn xmm(insn: Instruction, native: Native) -> Case {
-    Case { insn, native, out: Out::Xmm, gpr_mask: 0 }
+    Case {
+        insn,
+        native,
+        out: Out::Xmm,
+        gpr_mask: 0,
+    }
 }
 
 fn bits128(x: u128) -> Vec<u32> {
@@ -69,8 +74,10 @@ fn shadow128(rng: &mut Rng) -> u128 {
             let from = rng.below(16) * 8;
             u128::MAX << from
         }
-        3 => (rng.next() as u128 & rng.next() as u128 & rng.next() as u128)
-            | ((rng.next() as u128 & rng.next() as u128 & rng.next() as u128) << 64),
+        3 => {
+            (rng.next() as u128 & rng.next() as u128 & rng.next() as u128)
+                | ((rng.next() as u128 & rng.next() as u128 & rng.next() as u128) << 64)
+        }
         _ => 1u128 << rng.below(128),
     }
 }
@@ -105,7 +112,11 @@ fn check(c: &Case, samples: usize, seed: u64) {
         let mut positions = bits128(va);
         positions.extend(bits128(vb).iter().map(|p| p + 128));
         let exhaustive = positions.len() <= 12;
-        let count = if exhaustive { 1u64 << positions.len() } else { 2048 };
+        let count = if exhaustive {
+            1u64 << positions.len()
+        } else {
+            2048
+        };
         let mut first = None;
         for k in 0..count {
             let pick = if exhaustive { k } else { rng.next() };
@@ -143,66 +154,195 @@ fn check(c: &Case, samples: usize, seed: u64) {
 
 fn cases() -> Vec<Case> {
     vec![
-        xmm(asm(|a| a.pcmpeqb(xmm0, xmm1)), native_xmm!("pcmpeqb {x}, {y}")),
-        xmm(asm(|a| a.pcmpeqd(xmm0, xmm1)), native_xmm!("pcmpeqd {x}, {y}")),
-        xmm(asm(|a| a.pcmpgtw(xmm0, xmm1)), native_xmm!("pcmpgtw {x}, {y}")),
+        xmm(
+            asm(|a| a.pcmpeqb(xmm0, xmm1)),
+            native_xmm!("pcmpeqb {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.pcmpeqd(xmm0, xmm1)),
+            native_xmm!("pcmpeqd {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.pcmpgtw(xmm0, xmm1)),
+            native_xmm!("pcmpgtw {x}, {y}"),
+        ),
         xmm(asm(|a| a.paddb(xmm0, xmm1)), native_xmm!("paddb {x}, {y}")),
         xmm(asm(|a| a.psubq(xmm0, xmm1)), native_xmm!("psubq {x}, {y}")),
-        xmm(asm(|a| a.pminub(xmm0, xmm1)), native_xmm!("pminub {x}, {y}")),
-        xmm(asm(|a| a.pmaxub(xmm0, xmm1)), native_xmm!("pmaxub {x}, {y}")),
-        xmm(asm(|a| a.pminsw(xmm0, xmm1)), native_xmm!("pminsw {x}, {y}")),
-        xmm(asm(|a| a.pmaxsw(xmm0, xmm1)), native_xmm!("pmaxsw {x}, {y}")),
-        xmm(asm(|a| a.pminsb(xmm0, xmm1)), native_xmm!("pminsb {x}, {y}")),
-        xmm(asm(|a| a.pmaxud(xmm0, xmm1)), native_xmm!("pmaxud {x}, {y}")),
-        xmm(asm(|a| a.pminsd(xmm0, xmm1)), native_xmm!("pminsd {x}, {y}")),
-        xmm(asm(|a| a.pmaddwd(xmm0, xmm1)), native_xmm!("pmaddwd {x}, {y}")),
-        xmm(asm(|a| a.pmuludq(xmm0, xmm1)), native_xmm!("pmuludq {x}, {y}")),
-        xmm(asm(|a| a.psadbw(xmm0, xmm1)), native_xmm!("psadbw {x}, {y}")),
-        xmm(asm(|a| a.packuswb(xmm0, xmm1)), native_xmm!("packuswb {x}, {y}")),
-        xmm(asm(|a| a.packssdw(xmm0, xmm1)), native_xmm!("packssdw {x}, {y}")),
+        xmm(
+            asm(|a| a.pminub(xmm0, xmm1)),
+            native_xmm!("pminub {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.pmaxub(xmm0, xmm1)),
+            native_xmm!("pmaxub {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.pminsw(xmm0, xmm1)),
+            native_xmm!("pminsw {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.pmaxsw(xmm0, xmm1)),
+            native_xmm!("pmaxsw {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.pminsb(xmm0, xmm1)),
+            native_xmm!("pminsb {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.pmaxud(xmm0, xmm1)),
+            native_xmm!("pmaxud {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.pminsd(xmm0, xmm1)),
+            native_xmm!("pminsd {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.pmaddwd(xmm0, xmm1)),
+            native_xmm!("pmaddwd {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.pmuludq(xmm0, xmm1)),
+            native_xmm!("pmuludq {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.psadbw(xmm0, xmm1)),
+            native_xmm!("psadbw {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.packuswb(xmm0, xmm1)),
+            native_xmm!("packuswb {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.packssdw(xmm0, xmm1)),
+            native_xmm!("packssdw {x}, {y}"),
+        ),
         xmm(asm(|a| a.pand(xmm0, xmm1)), native_xmm!("pand {x}, {y}")),
         xmm(asm(|a| a.pandn(xmm0, xmm1)), native_xmm!("pandn {x}, {y}")),
         xmm(asm(|a| a.por(xmm0, xmm1)), native_xmm!("por {x}, {y}")),
         xmm(asm(|a| a.pxor(xmm0, xmm1)), native_xmm!("pxor {x}, {y}")),
         xmm(asm(|a| a.pxor(xmm0, xmm0)), native_xmm!("pxor {x}, {x}")),
-        xmm(asm(|a| a.pcmpeqb(xmm0, xmm0)), native_xmm!("pcmpeqb {x}, {x}")),
-        xmm(asm(|a| a.pshufb(xmm0, xmm1)), native_xmm!("pshufb {x}, {y}")),
-        xmm(asm(|a| a.pshufd(xmm0, xmm1, 0x1b)), native_xmm!("pshufd {x}, {y}, 0x1b")),
-        xmm(asm(|a| a.pshuflw(xmm0, xmm1, 0x4e)), native_xmm!("pshuflw {x}, {y}, 0x4e")),
-        xmm(asm(|a| a.pshufhw(xmm0, xmm1, 0x93)), native_xmm!("pshufhw {x}, {y}, 0x93")),
-        xmm(asm(|a| a.shufps(xmm0, xmm1, 0xb1)), native_xmm!("shufps {x}, {y}, 0xb1")),
-        xmm(asm(|a| a.shufpd(xmm0, xmm1, 2)), native_xmm!("shufpd {x}, {y}, 2")),
-        xmm(asm(|a| a.punpcklbw(xmm0, xmm1)), native_xmm!("punpcklbw {x}, {y}")),
-        xmm(asm(|a| a.punpckhwd(xmm0, xmm1)), native_xmm!("punpckhwd {x}, {y}")),
-        xmm(asm(|a| a.punpckldq(xmm0, xmm1)), native_xmm!("punpckldq {x}, {y}")),
-        xmm(asm(|a| a.punpckhqdq(xmm0, xmm1)), native_xmm!("punpckhqdq {x}, {y}")),
-        xmm(asm(|a| a.unpcklps(xmm0, xmm1)), native_xmm!("unpcklps {x}, {y}")),
-        xmm(asm(|a| a.palignr(xmm0, xmm1, 5)), native_xmm!("palignr {x}, {y}, 5")),
-        xmm(asm(|a| a.pblendw(xmm0, xmm1, 0x5a)), native_xmm!("pblendw {x}, {y}, 0x5a")),
-        xmm(asm(|a| a.blendps(xmm0, xmm1, 0x6)), native_xmm!("blendps {x}, {y}, 6")),
+        xmm(
+            asm(|a| a.pcmpeqb(xmm0, xmm0)),
+            native_xmm!("pcmpeqb {x}, {x}"),
+        ),
+        xmm(
+            asm(|a| a.pshufb(xmm0, xmm1)),
+            native_xmm!("pshufb {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.pshufd(xmm0, xmm1, 0x1b)),
+            native_xmm!("pshufd {x}, {y}, 0x1b"),
+        ),
+        xmm(
+            asm(|a| a.pshuflw(xmm0, xmm1, 0x4e)),
+            native_xmm!("pshuflw {x}, {y}, 0x4e"),
+        ),
+        xmm(
+            asm(|a| a.pshufhw(xmm0, xmm1, 0x93)),
+            native_xmm!("pshufhw {x}, {y}, 0x93"),
+        ),
+        xmm(
+            asm(|a| a.shufps(xmm0, xmm1, 0xb1)),
+            native_xmm!("shufps {x}, {y}, 0xb1"),
+        ),
+        xmm(
+            asm(|a| a.shufpd(xmm0, xmm1, 2)),
+            native_xmm!("shufpd {x}, {y}, 2"),
+        ),
+        xmm(
+            asm(|a| a.punpcklbw(xmm0, xmm1)),
+            native_xmm!("punpcklbw {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.punpckhwd(xmm0, xmm1)),
+            native_xmm!("punpckhwd {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.punpckldq(xmm0, xmm1)),
+            native_xmm!("punpckldq {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.punpckhqdq(xmm0, xmm1)),
+            native_xmm!("punpckhqdq {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.unpcklps(xmm0, xmm1)),
+            native_xmm!("unpcklps {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.palignr(xmm0, xmm1, 5)),
+            native_xmm!("palignr {x}, {y}, 5"),
+        ),
+        xmm(
+            asm(|a| a.pblendw(xmm0, xmm1, 0x5a)),
+            native_xmm!("pblendw {x}, {y}, 0x5a"),
+        ),
+        xmm(
+            asm(|a| a.blendps(xmm0, xmm1, 0x6)),
+            native_xmm!("blendps {x}, {y}, 6"),
+        ),
         xmm(asm(|a| a.pslldq(xmm0, 3)), native_xmm!("pslldq {x}, 3")),
         xmm(asm(|a| a.psrldq(xmm0, 7)), native_xmm!("psrldq {x}, 7")),
         xmm(asm(|a| a.psrlw(xmm0, 3)), native_xmm!("psrlw {x}, 3")),
         xmm(asm(|a| a.psrad(xmm0, 9)), native_xmm!("psrad {x}, 9")),
         xmm(asm(|a| a.psllq(xmm0, 13)), native_xmm!("psllq {x}, 13")),
-        xmm(asm(|a| a.pmovzxbw(xmm0, xmm1)), native_xmm!("pmovzxbw {x}, {y}")),
-        xmm(asm(|a| a.pmovsxwd(xmm0, xmm1)), native_xmm!("pmovsxwd {x}, {y}")),
+        xmm(
+            asm(|a| a.pmovzxbw(xmm0, xmm1)),
+            native_xmm!("pmovzxbw {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.pmovsxwd(xmm0, xmm1)),
+            native_xmm!("pmovsxwd {x}, {y}"),
+        ),
         xmm(asm(|a| a.movss(xmm0, xmm1)), native_xmm!("movss {x}, {y}")),
-        xmm(asm(|a| a.movsd_2(xmm0, xmm1)), native_xmm!("movsd {x}, {y}")),
-        xmm(asm(|a| a.movhlps(xmm0, xmm1)), native_xmm!("movhlps {x}, {y}")),
-        xmm(asm(|a| a.movlhps(xmm0, xmm1)), native_xmm!("movlhps {x}, {y}")),
+        xmm(
+            asm(|a| a.movsd_2(xmm0, xmm1)),
+            native_xmm!("movsd {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.movhlps(xmm0, xmm1)),
+            native_xmm!("movhlps {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.movlhps(xmm0, xmm1)),
+            native_xmm!("movlhps {x}, {y}"),
+        ),
         xmm(asm(|a| a.movq(xmm0, xmm1)), native_xmm!("movq {x}, {y}")),
-        xmm(asm(|a| a.movddup(xmm0, xmm1)), native_xmm!("movddup {x}, {y}")),
-        xmm(asm(|a| a.movshdup(xmm0, xmm1)), native_xmm!("movshdup {x}, {y}")),
-        xmm(asm(|a| a.insertps(xmm0, xmm1, 0x9c)), native_xmm!("insertps {x}, {y}, 0x9c")),
+        xmm(
+            asm(|a| a.movddup(xmm0, xmm1)),
+            native_xmm!("movddup {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.movshdup(xmm0, xmm1)),
+            native_xmm!("movshdup {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.insertps(xmm0, xmm1, 0x9c)),
+            native_xmm!("insertps {x}, {y}, 0x9c"),
+        ),
         xmm(asm(|a| a.addps(xmm0, xmm1)), native_xmm!("addps {x}, {y}")),
         xmm(asm(|a| a.mulpd(xmm0, xmm1)), native_xmm!("mulpd {x}, {y}")),
         xmm(asm(|a| a.addsd(xmm0, xmm1)), native_xmm!("addsd {x}, {y}")),
-        xmm(asm(|a| a.sqrtss(xmm0, xmm1)), native_xmm!("sqrtss {x}, {y}")),
-        xmm(asm(|a| a.cvtps2pd(xmm0, xmm1)), native_xmm!("cvtps2pd {x}, {y}")),
-        xmm(asm(|a| a.cvtpd2ps(xmm0, xmm1)), native_xmm!("cvtpd2ps {x}, {y}")),
-        xmm(asm(|a| a.cvtss2sd(xmm0, xmm1)), native_xmm!("cvtss2sd {x}, {y}")),
-        xmm(asm(|a| a.cmpps(xmm0, xmm1, 1)), native_xmm!("cmpltps {x}, {y}")),
+        xmm(
+            asm(|a| a.sqrtss(xmm0, xmm1)),
+            native_xmm!("sqrtss {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.cvtps2pd(xmm0, xmm1)),
+            native_xmm!("cvtps2pd {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.cvtpd2ps(xmm0, xmm1)),
+            native_xmm!("cvtpd2ps {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.cvtss2sd(xmm0, xmm1)),
+            native_xmm!("cvtss2sd {x}, {y}"),
+        ),
+        xmm(
+            asm(|a| a.cmpps(xmm0, xmm1, 1)),
+            native_xmm!("cmpltps {x}, {y}"),
+        ),
         Case {
             insn: asm(|a| a.pmovmskb(eax, xmm1)),
             native: native_xmm!("pmovmskb {g:e}, {y}"),
@@ -227,7 +367,12 @@ fn cases() -> Vec<Case> {
             out: Out::Gpr,
             gpr_mask: u64::MAX,
         },
-        Case { insn: asm(|a| a.ptest(xmm0, xmm1)), native: native_xmm!("ptest {x}, {y}"), out: Out::Flags, gpr_mask: 0 },
+        Case {
+            insn: asm(|a| a.ptest(xmm0, xmm1)),
+            native: native_xmm!("ptest {x}, {y}"),
+            out: Out::Flags,
+            gpr_mask: 0,
+        },
         Case {
             insn: asm(|a| a.ucomisd(xmm0, xmm1)),
             native: native_xmm!("ucomisd {x}, {y}"),

@@ -7,7 +7,12 @@ use common::*;
 use iced_x86::code_asm::*;
 use oxgrind_vbits::{Check, Interpreter, ShadowRegisters};
 
-fn run_seq(insns: &[iced_x86::Instruction], guest: &TestGuest, regs: &mut ShadowRegisters, mem: &mut MapShadow) -> Vec<Check> {
+fn run_seq(
+    insns: &[iced_x86::Instruction],
+    guest: &TestGuest,
+    regs: &mut ShadowRegisters,
+    mem: &mut MapShadow,
+) -> Vec<Check> {
     let mut interp = Interpreter::new();
     let mut checks = Vec::new();
     for i in insns {
@@ -88,7 +93,10 @@ fn compares_report_at_the_branch() {
         a.fstp(st0)?;
         a.jb(0x1000u64)
     });
-    assert_eq!(run_seq(&fcomi, &g, &mut regs, &mut mem), vec![Check::Condition]);
+    assert_eq!(
+        run_seq(&fcomi, &g, &mut regs, &mut mem),
+        vec![Check::Condition]
+    );
     let fnstsw = asm_seq(|a| {
         a.fld(qword_ptr(rdi))?;
         a.ftst()?;
@@ -97,7 +105,10 @@ fn compares_report_at_the_branch() {
         a.test(ah, 0x45)?;
         a.jne(0x1000u64)
     });
-    assert_eq!(run_seq(&fnstsw, &g, &mut regs, &mut mem), vec![Check::Condition]);
+    assert_eq!(
+        run_seq(&fnstsw, &g, &mut regs, &mut mem),
+        vec![Check::Condition]
+    );
     mem.set(SRC, &[0; 8]);
     assert!(run_seq(&fnstsw, &g, &mut regs, &mut mem).is_empty());
 }

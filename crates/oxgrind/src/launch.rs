@@ -131,7 +131,10 @@ fn resolve_program(prog: &str) -> Result<PathBuf> {
         match fs::metadata(&p) {
             Ok(_) => return Ok(p),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(cannot_run(127, format!("{prog}: No such file or directory")));
+                return Err(cannot_run(
+                    127,
+                    format!("{prog}: No such file or directory"),
+                ));
             }
             Err(e) => return Err(cannot_run(126, format!("{prog}: {}", io_reason(&e)))),
         }
@@ -163,12 +166,11 @@ fn io_reason(e: &std::io::Error) -> String {
 /// the reason) rather than found out when the report is due. The launcher's pid is the
 /// program's (we `exec` it), so `%p` expands to the same name the runtime will open.
 fn check_output_files(core: &opts::CoreOptions) -> Result<()> {
-    let files = [
-        (Some(&core.log), "log"),
-        (core.xml.as_ref(), "XML"),
-    ];
+    let files = [(Some(&core.log), "log"), (core.xml.as_ref(), "XML")];
     for (dest, what) in files {
-        let Some(LogDest::File(template)) = dest else { continue };
+        let Some(LogDest::File(template)) = dest else {
+            continue;
+        };
         let cwd = std::env::current_dir().context("cannot read the current directory")?;
         let getenv = |v: &str| std::env::var(v).ok();
         let path = opts::template::expand(
@@ -179,7 +181,12 @@ fn check_output_files(core: &opts::CoreOptions) -> Result<()> {
             &cwd.to_string_lossy(),
         )
         .map_err(|e| anyhow!("{}", e.0))?;
-        if let Err(e) = fs::OpenOptions::new().write(true).create(true).truncate(true).open(&path) {
+        if let Err(e) = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+        {
             bail!("Cannot create {what} file '{path}': {}", io_reason(&e));
         }
     }
@@ -190,7 +197,11 @@ fn check_output_files(core: &opts::CoreOptions) -> Result<()> {
 fn check_preloadable(path: &Path, depth: u32) -> Result<()> {
     let shown = path.display();
     let md = fs::metadata(path).map_err(|e| {
-        let status = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+        let status = if e.kind() == std::io::ErrorKind::NotFound {
+            127
+        } else {
+            126
+        };
         cannot_run(status, format!("{shown}: {}", io_reason(&e)))
     })?;
     if md.is_dir() {

@@ -10,7 +10,16 @@ use std::process::Command;
 fn normal_dependencies(package: &str) -> BTreeSet<String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args(["tree", "--offline", "-e", "normal", "--prefix", "none", "-p", package])
+        .args([
+            "tree",
+            "--offline",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "-p",
+            package,
+        ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("run cargo tree");
@@ -26,7 +35,12 @@ fn normal_dependencies(package: &str) -> BTreeSet<String> {
         .collect()
 }
 
-const CORE: [&str; 4] = ["oxgrind-runtime", "oxgrind-engine", "oxgrind-sys", "oxgrind-symbols"];
+const CORE: [&str; 4] = [
+    "oxgrind-runtime",
+    "oxgrind-engine",
+    "oxgrind-sys",
+    "oxgrind-symbols",
+];
 
 #[test]
 fn the_contract_depends_on_no_core_crate() {

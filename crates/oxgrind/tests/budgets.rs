@@ -55,8 +55,10 @@ fn max_allocs_passes_under_and_breaks_over_naming_the_site() {
     assert_eq!(over.status.code(), Some(3));
     assert_eq!(
         budget_lines(&over),
-        ["oxgrind: budget broken: --max-allocs=50: the program made 101 allocations, 51 over; \
-          top site: many_small (budgets.c:10) (100 allocations)"]
+        [
+            "oxgrind: budget broken: --max-allocs=50: the program made 101 allocations, 51 over; \
+          top site: many_small (budgets.c:10) (100 allocations)"
+        ]
     );
 }
 
@@ -77,12 +79,23 @@ fn max_leaked_passes_under_and_breaks_over_naming_the_loss_record() {
 fn budgets_the_tool_cannot_measure_are_refused_before_the_run() {
     let o = run_tool("massif", "--max-leaked=1M");
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("--max-leaked needs Memcheck's leak check"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--max-leaked needs Memcheck's leak check"),
+        "{}",
+        stderr(&o)
+    );
     let o = run_tool("none", "--max-allocs=10");
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("need a tool that tracks the heap"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("need a tool that tracks the heap"),
+        "{}",
+        stderr(&o)
+    );
     let o = run_tool("memcheck", "--max-peak=lots");
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("Bad option: --max-peak=lots: expected a size"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("Bad option: --max-peak=lots: expected a size"),
+        "{}",
+        stderr(&o)
+    );
 }
-

@@ -55,10 +55,7 @@ fn command_for(lang: Lang) -> Vec<String> {
         Lang::C => vec![path(build("faults.c", &["-g", "-O1"]))],
         Lang::Cpp => vec![path(build("faults.cpp", &["-g", "-O1", "-pthread"]))],
         Lang::Rust => vec![path(build("faults.rs", &[]))],
-        Lang::Python => vec![
-            "/usr/bin/python3".into(),
-            path(corpus_source("faults.py")),
-        ],
+        Lang::Python => vec!["/usr/bin/python3".into(), path(corpus_source("faults.py"))],
     }
 }
 
@@ -85,12 +82,20 @@ fn run_in(dir: &Path, argv: &[String], prefix: &[String]) -> Outcome {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .env("GLIBC_TUNABLES", "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW"),
+            .env(
+                "GLIBC_TUNABLES",
+                "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW",
+            ),
     );
     let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
         .unwrap()
         .flatten()
-        .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap()))
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
         .collect();
     files.sort();
     Outcome {
@@ -106,7 +111,9 @@ fn run_in(dir: &Path, argv: &[String], prefix: &[String]) -> Outcome {
 const DEADLINE: std::time::Duration = std::time::Duration::from_secs(240);
 
 fn run_with_deadline(cmd: &mut Command) -> std::process::Output {
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
     // Read both pipes on their own threads so a chatty program cannot block on a full pipe.
     let mut out_pipe = child.stdout.take().unwrap();
     let mut err_pipe = child.stderr.take().unwrap();
@@ -132,11 +139,19 @@ fn run_with_deadline(cmd: &mut Command) -> std::process::Output {
             let s = child.wait().unwrap();
             let mut stderr = err.join().unwrap();
             stderr.extend_from_slice(format!("\n[killed after {DEADLINE:?}: hung]\n").as_bytes());
-            return std::process::Output { status: s, stdout: out.join().unwrap(), stderr };
+            return std::process::Output {
+                status: s,
+                stdout: out.join().unwrap(),
+                stderr,
+            };
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
-    std::process::Output { status, stdout: out.join().unwrap(), stderr: err.join().unwrap() }
+    std::process::Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
 }
 
 /// The signal the mode ends with, if any.
@@ -161,7 +176,13 @@ fn reports_expected(mode: &str) -> usize {
 }
 
 /// Checks one tool's report for one process (`pid`), returning what is wrong.
-fn check_report(tool: &str, mode: &str, pid: &str, log: &str, files: &[(String, Vec<u8>)]) -> Result<(), String> {
+fn check_report(
+    tool: &str,
+    mode: &str,
+    pid: &str,
+    log: &str,
+    files: &[(String, Vec<u8>)],
+) -> Result<(), String> {
     let lines: Vec<&str> = log
         .lines()
         .filter(|l| l.starts_with(&format!("=={pid}==")))
@@ -172,8 +193,12 @@ fn check_report(tool: &str, mode: &str, pid: &str, log: &str, files: &[(String, 
     }
     if let Some(sig) = fatal_signal(mode) {
         // A forked child exits normally; only the program dies of the signal.
-        if !has(&format!("Process terminating with default action of signal {sig} ")) {
-            return Err(format!("log of {pid} lacks the fatal-signal block for {sig}"));
+        if !has(&format!(
+            "Process terminating with default action of signal {sig} "
+        )) {
+            return Err(format!(
+                "log of {pid} lacks the fatal-signal block for {sig}"
+            ));
         }
     }
     let file = |prefix: &str| {
@@ -186,7 +211,11 @@ fn check_report(tool: &str, mode: &str, pid: &str, log: &str, files: &[(String, 
     // Valgrind's Memcheck and Nulgrind say nothing at an exec that leaves them (the new
     // image replaces them, without --trace-children): the banner is their whole log.
     if mode == "exec" && matches!(tool, "memcheck" | "none") {
-        return if has("HEAP SUMMARY") { Err("a summary at exec, which Valgrind does not print".into()) } else { Ok(()) };
+        return if has("HEAP SUMMARY") {
+            Err("a summary at exec, which Valgrind does not print".into())
+        } else {
+            Ok(())
+        };
     }
     match tool {
         "memcheck" => {
@@ -202,7 +231,9 @@ fn check_report(tool: &str, mode: &str, pid: &str, log: &str, files: &[(String, 
                 .parse()
                 .map_err(|e| format!("bad in-use line {in_use:?}: {e}"))?;
             if bytes < KEPT {
-                return Err(format!("memcheck saw {bytes} bytes in use, the program kept {KEPT}"));
+                return Err(format!(
+                    "memcheck saw {bytes} bytes in use, the program kept {KEPT}"
+                ));
             }
             if !has("ERROR SUMMARY: ") {
                 return Err(format!("log of {pid} lacks ERROR SUMMARY"));
@@ -244,7 +275,10 @@ fn describe(s: &ExitStatus) -> String {
 /// Runs one case; `Err` says what differed.
 fn run_case(lang: Lang, mode: &str, tool: &str, native: &Outcome) -> Result<(), String> {
     let dir = tempfile::tempdir().unwrap();
-    let argv: Vec<String> = command_for(lang).into_iter().chain([mode.to_string()]).collect();
+    let argv: Vec<String> = command_for(lang)
+        .into_iter()
+        .chain([mode.to_string()])
+        .collect();
     // Logs go to files, except when the program closes its standard streams: then the log
     // goes to stderr, which oxgrind duplicated out of the program's way at start-up.
     let mut prefix = vec![
@@ -265,13 +299,21 @@ fn run_case(lang: Lang, mode: &str, tool: &str, native: &Outcome) -> Result<(), 
         ));
     }
     if ours.stdout != native.stdout {
-        return Err(format!("stdout {:?} natively, {:?} under oxgrind", native.stdout, ours.stdout));
+        return Err(format!(
+            "stdout {:?} natively, {:?} under oxgrind",
+            native.stdout, ours.stdout
+        ));
     }
     // The pids that wrote a log: each must have a complete report.
     let mut logs: Vec<(String, String)> = if to_file {
         ours.files
             .iter()
-            .filter_map(|(n, b)| Some((n.strip_prefix("log.")?.to_string(), String::from_utf8_lossy(b).into_owned())))
+            .filter_map(|(n, b)| {
+                Some((
+                    n.strip_prefix("log.")?.to_string(),
+                    String::from_utf8_lossy(b).into_owned(),
+                ))
+            })
             .collect()
     } else {
         let mut pids: Vec<String> = ours
@@ -299,12 +341,21 @@ fn run_case(lang: Lang, mode: &str, tool: &str, native: &Outcome) -> Result<(), 
     };
     let program_pid = logs
         .iter()
-        .find(|(_, text)| !logs.iter().any(|(q, _)| parent_of(text).as_ref() == Some(q)))
+        .find(|(_, text)| {
+            !logs
+                .iter()
+                .any(|(q, _)| parent_of(text).as_ref() == Some(q))
+        })
         .map(|(p, _)| p.clone());
     for (pid, text) in &logs {
         // Only the program dies of the mode's signal; a forked child returns normally.
-        let m = if Some(pid) == program_pid.as_ref() { mode } else { "exit" };
-        check_report(tool, m, pid, text, &ours.files).map_err(|e| format!("{e}\n--- log ---\n{text}"))?;
+        let m = if Some(pid) == program_pid.as_ref() {
+            mode
+        } else {
+            "exit"
+        };
+        check_report(tool, m, pid, text, &ours.files)
+            .map_err(|e| format!("{e}\n--- log ---\n{text}"))?;
     }
     Ok(())
 }
@@ -357,24 +408,38 @@ fn every_ending_in_every_language_under_every_tool() {
             return o.clone();
         }
         let dir = tempfile::tempdir().unwrap();
-        let argv: Vec<String> = command_for(lang).into_iter().chain([mode.to_string()]).collect();
+        let argv: Vec<String> = command_for(lang)
+            .into_iter()
+            .chain([mode.to_string()])
+            .collect();
         let o = std::sync::Arc::new(run_in(dir.path(), &argv, &[]));
         natives.lock().unwrap().insert(key, o.clone());
         o
     };
     let queue = Mutex::new(cases.into_iter());
     let failures = Mutex::new(Vec::new());
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 4);
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(2, 4);
     std::thread::scope(|s| {
         for _ in 0..workers {
             s.spawn(|| loop {
-                let Some((lang, mode, tool)) = queue.lock().unwrap().next() else { break };
+                let Some((lang, mode, tool)) = queue.lock().unwrap().next() else {
+                    break;
+                };
                 let n = native(lang, mode);
                 let start = std::time::Instant::now();
                 let result = run_case(lang, mode, tool, &n);
-                eprintln!("{lang:?} {mode} --tool={tool}: {:.1} s{}", start.elapsed().as_secs_f64(), if result.is_ok() { "" } else { " FAILED" });
+                eprintln!(
+                    "{lang:?} {mode} --tool={tool}: {:.1} s{}",
+                    start.elapsed().as_secs_f64(),
+                    if result.is_ok() { "" } else { " FAILED" }
+                );
                 if let Err(e) = result {
-                    failures.lock().unwrap().push(format!("{lang:?} {mode} --tool={tool}: {e}"));
+                    failures
+                        .lock()
+                        .unwrap()
+                        .push(format!("{lang:?} {mode} --tool={tool}: {e}"));
                 }
             });
         }

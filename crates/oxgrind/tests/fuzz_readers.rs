@@ -28,9 +28,34 @@ impl Rng {
 
 /// Bytes that matter to these grammars, for insertions.
 const INTERESTING: &[&[u8]] = &[
-    b"\n", b"{", b"}", b"[", b"]", b",", b":", b"=", b"\"", b"-1", b"0", b"99999999999999999999999",
-    b"n1: ", b"snapshot=", b"mem_heap_B=", b"#-----------\n", b"heap_tree=detailed\n", b"...", b"fun:",
-    b"obj:", b"Memcheck:", b"--", b"%q{", b"%p", b"\xff", b"\0", b" ", b"\t",
+    b"\n",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b",",
+    b":",
+    b"=",
+    b"\"",
+    b"-1",
+    b"0",
+    b"99999999999999999999999",
+    b"n1: ",
+    b"snapshot=",
+    b"mem_heap_B=",
+    b"#-----------\n",
+    b"heap_tree=detailed\n",
+    b"...",
+    b"fun:",
+    b"obj:",
+    b"Memcheck:",
+    b"--",
+    b"%q{",
+    b"%p",
+    b"\xff",
+    b"\0",
+    b" ",
+    b"\t",
 ];
 
 fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
@@ -68,7 +93,9 @@ fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
 }
 
 fn exercise(target: &str, check: fn(&[u8]), mutations: usize) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(target);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(target);
     let mut corpus: Vec<Vec<u8>> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .flatten()

@@ -197,15 +197,35 @@ fn log_and_xml_file_in_a_missing_directory_are_refused_before_the_program_runs()
     let script = format!("touch {}", marker.display());
     let log = dir.path().join("missing/x.log");
     one_line_error(
-        &[&format!("--log-file={}", log.display()), "/bin/sh", "-c", &script],
-        &format!("oxgrind: Cannot create log file '{}': No such file or directory", log.display()),
+        &[
+            &format!("--log-file={}", log.display()),
+            "/bin/sh",
+            "-c",
+            &script,
+        ],
+        &format!(
+            "oxgrind: Cannot create log file '{}': No such file or directory",
+            log.display()
+        ),
     );
     let xml = dir.path().join("missing/x.xml");
     one_line_error(
-        &["--xml=yes", &format!("--xml-file={}", xml.display()), "/bin/sh", "-c", &script],
-        &format!("oxgrind: Cannot create XML file '{}': No such file or directory", xml.display()),
+        &[
+            "--xml=yes",
+            &format!("--xml-file={}", xml.display()),
+            "/bin/sh",
+            "-c",
+            &script,
+        ],
+        &format!(
+            "oxgrind: Cannot create XML file '{}': No such file or directory",
+            xml.display()
+        ),
     );
-    assert!(!marker.exists(), "the program ran although its output could not be written");
+    assert!(
+        !marker.exists(),
+        "the program ran although its output could not be written"
+    );
 }
 
 /// `--log-fd=9` with descriptor 9 closed: Valgrind warns ("failed to move log file descriptor
@@ -218,8 +238,13 @@ fn closed_log_fd_falls_back_to_stderr_with_valgrinds_warning() {
     let first = err.lines().next().unwrap_or("");
     assert!(
         first.starts_with("==")
-            && first.ends_with("== oxgrind: failed to move log file descriptor into safe range, using stderr"),
+            && first.ends_with(
+                "== oxgrind: failed to move log file descriptor into safe range, using stderr"
+            ),
         "{err}"
     );
-    assert!(err.contains("ERROR SUMMARY: 0 errors from 0 contexts"), "report lost: {err}");
+    assert!(
+        err.contains("ERROR SUMMARY: 0 errors from 0 contexts"),
+        "report lost: {err}"
+    );
 }

@@ -42,8 +42,15 @@ fn uninitialised_values_are_reported_as_valgrind_reports_them() {
             continue;
         }
         let theirs = run(Command::new("valgrind").arg(&prog).arg(case));
-        assert_eq!(stdout(&ours), stdout(&theirs), "case {case}: program output differs");
-        let (ours, theirs) = (normalize_report(&report), normalize_report(&stderr(&theirs)));
+        assert_eq!(
+            stdout(&ours),
+            stdout(&theirs),
+            "case {case}: program output differs"
+        );
+        let (ours, theirs) = (
+            normalize_report(&report),
+            normalize_report(&stderr(&theirs)),
+        );
         if *case == "write-stack" {
             // Valgrind describes the stack address ("is on thread 1's stack, in frame #1");
             // our description of a stack address from a probe does not know the guest's

@@ -294,7 +294,11 @@ fn closing_every_descriptor_does_not_silence_the_report() {
 fn a_panic_inside_the_runtime_still_writes_the_report_and_says_where() {
     let dir = tempfile::tempdir().unwrap();
     let o = run(Command::new(oxgrind())
-        .args(["--tool=massif", "--time-unit=B", "--massif-out-file=massif.out.%p"])
+        .args([
+            "--tool=massif",
+            "--time-unit=B",
+            "--massif-out-file=massif.out.%p",
+        ])
         .arg(endings())
         .arg("exit")
         .env("OXGRIND_TEST_PANIC", "exit")

@@ -19,12 +19,21 @@ fn example(kind: &str, name: &str) -> PathBuf {
 /// massif.out.default with `extra` more bytes at the peak under `main (ms_prog.c:24)`.
 fn grown_massif(dir: &Path, extra: u64) -> PathBuf {
     use oxgrind_formats::massif::{self, SnapshotKind};
-    let mut f = massif::parse(&std::fs::read(example("massif", "massif.out.default")).unwrap()).unwrap();
-    let peak = f.snapshots.iter_mut().find(|s| s.kind == SnapshotKind::Peak).unwrap();
+    let mut f =
+        massif::parse(&std::fs::read(example("massif", "massif.out.default")).unwrap()).unwrap();
+    let peak = f
+        .snapshots
+        .iter_mut()
+        .find(|s| s.kind == SnapshotKind::Peak)
+        .unwrap();
     peak.mem_heap_b += extra;
     let tree = peak.tree.as_mut().unwrap();
     tree.bytes += extra;
-    let site = tree.children.iter_mut().find(|c| c.label.ends_with(": main (ms_prog.c:24)")).unwrap();
+    let site = tree
+        .children
+        .iter_mut()
+        .find(|c| c.label.ends_with(": main (ms_prog.c:24)"))
+        .unwrap();
     site.bytes += extra;
     let out = dir.join("massif.out.new");
     std::fs::write(&out, massif::write(&f)).unwrap();
@@ -43,7 +52,11 @@ fn report_writes_one_self_contained_page() {
         .arg(&out)
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let page = std::fs::read_to_string(&out).unwrap();
     assert!(page.starts_with("<!DOCTYPE html>"));
     assert!(page.contains("\"kind\":\"massif\"") && page.contains("\"kind\":\"memcheck\""));
@@ -63,7 +76,10 @@ fn report_json_goes_to_stdout() {
         .unwrap();
     assert!(run.status.success());
     let text = String::from_utf8(run.stdout).unwrap();
-    assert!(text.starts_with("{\"oxgrind_report\":1,\"files\":[{\"kind\":\"dhat\""), "{text}");
+    assert!(
+        text.starts_with("{\"oxgrind_report\":1,\"files\":[{\"kind\":\"dhat\""),
+        "{text}"
+    );
     assert!(text.contains("\"totals\":{\"tb\":10052,"), "{text}");
 }
 
@@ -76,9 +92,15 @@ fn report_refuses_what_it_cannot_read_in_one_line() {
         .unwrap();
     assert_eq!(run.status.code(), Some(1));
     let err = String::from_utf8(run.stderr).unwrap();
-    assert!(err.starts_with("oxgrind: report: ") && err.contains("--xml=yes"), "{err}");
+    assert!(
+        err.starts_with("oxgrind: report: ") && err.contains("--xml=yes"),
+        "{err}"
+    );
     assert_eq!(err.lines().count(), 1, "{err}");
-    let run = oxgrind().args(["report", "--format=pdf", "x"]).output().unwrap();
+    let run = oxgrind()
+        .args(["report", "--format=pdf", "x"])
+        .output()
+        .unwrap();
     assert_eq!(run.status.code(), Some(1));
 }
 
@@ -94,8 +116,15 @@ fn diff_text_lists_the_grown_site_first() {
         .unwrap();
     assert!(run.status.success());
     let text = String::from_utf8(run.stdout).unwrap();
-    assert!(text.contains("change: +200,000 B (+195.3 KiB) (+21.96%)"), "{text}");
-    let first_site = text.lines().skip_while(|l| !l.contains("  site")).nth(1).unwrap();
+    assert!(
+        text.contains("change: +200,000 B (+195.3 KiB) (+21.96%)"),
+        "{text}"
+    );
+    let first_site = text
+        .lines()
+        .skip_while(|l| !l.contains("  site"))
+        .nth(1)
+        .unwrap();
     assert!(first_site.ends_with("main (ms_prog.c:24)"), "{text}");
 }
 
@@ -114,8 +143,14 @@ fn fail_if_grown_exits_3_with_one_line_over_budget_and_0_under() {
     assert_eq!(over.status.code(), Some(3));
     let err = String::from_utf8(over.stderr).unwrap();
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.starts_with("oxgrind: budget broken: peak bytes grew +21.96%"), "{err}");
-    assert!(err.contains("top site: main (ms_prog.c:24) (+200,000 B"), "{err}");
+    assert!(
+        err.starts_with("oxgrind: budget broken: peak bytes grew +21.96%"),
+        "{err}"
+    );
+    assert!(
+        err.contains("top site: main (ms_prog.c:24) (+200,000 B"),
+        "{err}"
+    );
     let under = oxgrind()
         .arg("diff")
         .arg("--fail-if-grown=25%")
@@ -123,7 +158,12 @@ fn fail_if_grown_exits_3_with_one_line_over_budget_and_0_under() {
         .arg(&new)
         .output()
         .unwrap();
-    assert_eq!(under.status.code(), Some(0), "{}", String::from_utf8_lossy(&under.stderr));
+    assert_eq!(
+        under.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&under.stderr)
+    );
     assert!(under.stderr.is_empty());
 }
 
@@ -156,14 +196,29 @@ fn report_reads_what_our_tools_write() {
     let massif = d.join("massif.out");
     let dhat = d.join("dhat.out");
     for args in [
-        vec!["--tool=memcheck".to_string(), "--leak-check=full".into(), "--xml=yes".into(), format!("--xml-file={}", xml.display())],
-        vec!["--tool=massif".into(), format!("--massif-out-file={}", massif.display())],
-        vec!["--tool=dhat".into(), format!("--dhat-out-file={}", dhat.display())],
+        vec![
+            "--tool=memcheck".to_string(),
+            "--leak-check=full".into(),
+            "--xml=yes".into(),
+            format!("--xml-file={}", xml.display()),
+        ],
+        vec![
+            "--tool=massif".into(),
+            format!("--massif-out-file={}", massif.display()),
+        ],
+        vec![
+            "--tool=dhat".into(),
+            format!("--dhat-out-file={}", dhat.display()),
+        ],
     ] {
         let o = common::run(oxgrind().args(&args).arg(&prog));
         assert!(o.status.success(), "{args:?}: {}", common::stderr(&o));
     }
-    let o = oxgrind().args(["report", "--format=json"]).args([&xml, &massif, &dhat]).output().unwrap();
+    let o = oxgrind()
+        .args(["report", "--format=json"])
+        .args([&xml, &massif, &dhat])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let json = String::from_utf8(o.stdout).unwrap();
     // Memcheck: 5,000 bytes definitely lost, allocated in leak_it.
@@ -172,9 +227,19 @@ fn report_reads_what_our_tools_write() {
     // Massif: the peak is 105,000 useful bytes.
     assert!(json.contains("\"heap_b\":105000"), "{json}");
     // DHAT: 101 blocks, 105,000 bytes in all.
-    assert!(json.contains("\"totals\":{\"tb\":105000,\"tbk\":101,"), "{json}");
-    let o = oxgrind().args(["report", "--format=sarif"]).arg(&xml).output().unwrap();
+    assert!(
+        json.contains("\"totals\":{\"tb\":105000,\"tbk\":101,"),
+        "{json}"
+    );
+    let o = oxgrind()
+        .args(["report", "--format=sarif"])
+        .arg(&xml)
+        .output()
+        .unwrap();
     assert!(o.status.success());
     let sarif = String::from_utf8(o.stdout).unwrap();
-    assert!(sarif.contains("\"ruleId\":\"Leak_DefinitelyLost\""), "{sarif}");
+    assert!(
+        sarif.contains("\"ruleId\":\"Leak_DefinitelyLost\""),
+        "{sarif}"
+    );
 }

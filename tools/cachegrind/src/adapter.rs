@@ -270,12 +270,16 @@ pub fn on_accesses(sim: &mut Simulator, info: &InstrInfo, accesses: &[Access], r
                 } else {
                     (1u64 << (elem as u32 * 8)) - 1
                 };
-                let reads: Vec<&Access> =
-                    accesses.iter().filter(|a| a.kind == AccessKind::Read).collect();
+                let reads: Vec<&Access> = accesses
+                    .iter()
+                    .filter(|a| a.kind == AccessKind::Read)
+                    .collect();
                 // SAFETY: the iteration is about to read these elements.
                 let equal = unsafe {
                     if scas {
-                        reads.first().map(|a| read_guest(a.addr, elem) == regs.gpr[0] & mask)
+                        reads
+                            .first()
+                            .map(|a| read_guest(a.addr, elem) == regs.gpr[0] & mask)
                     } else if reads.len() >= 2 {
                         Some(read_guest(reads[0].addr, elem) == read_guest(reads[1].addr, elem))
                     } else {
@@ -324,8 +328,21 @@ mod tests {
         ret.sp = SpChange::Delta(8);
         assert_eq!(classify(&ret).0, Kind::Plain, "ret is not counted");
         let mut scas = insn(Flow::Next);
-        scas.rep = Some(RepString { compare: true, scan: true, repne: true, elem: 1 });
-        assert!(matches!(classify(&scas).0, Kind::Rep { compare: true, repne: true, scas: true, elem: 1 }));
+        scas.rep = Some(RepString {
+            compare: true,
+            scan: true,
+            repne: true,
+            elem: 1,
+        });
+        assert!(matches!(
+            classify(&scas).0,
+            Kind::Rep {
+                compare: true,
+                repne: true,
+                scas: true,
+                elem: 1
+            }
+        ));
         let mut locked = insn(Flow::Next);
         locked.locked = true;
         assert!(classify(&locked).1);
@@ -333,7 +350,11 @@ mod tests {
 
     #[test]
     fn conditions_follow_the_flags() {
-        let mut r = GuestRegs { gpr: [0; 16], rip: 0, rflags: 0x40 };
+        let mut r = GuestRegs {
+            gpr: [0; 16],
+            rip: 0,
+            rflags: 0x40,
+        };
         assert!(taken(Cond::E, &r));
         assert!(!taken(Cond::Ne, &r));
         assert!(taken(Cond::Le, &r));

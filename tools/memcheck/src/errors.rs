@@ -218,7 +218,10 @@ impl ErrorManager {
 
     /// `VG_(maybe_record_error)`. `render` is called only for a new context.
     pub fn record(&mut self, out: &mut Output, key: ErrorKey, render: &mut dyn FnMut() -> Shown) {
-        if matches!(key.kind, KeyKind::Cond | KeyKind::Value { .. } | KeyKind::Param { .. }) {
+        if matches!(
+            key.kind,
+            KeyKind::Cond | KeyKind::Value { .. } | KeyKind::Param { .. }
+        ) {
             // Memcheck's `any_value_errors`, suppressed ones included.
             self.any_value_errors = true;
         }

@@ -528,7 +528,9 @@ fn plan_for(client: Client, pc: u64, block: &[Instruction]) -> Plan {
         }
     });
     let mut asked = Plan::new(block.len());
-    client.tool.instrument(pc, &described[..block.len()], &mut asked);
+    client
+        .tool
+        .instrument(pc, &described[..block.len()], &mut asked);
     let mut plan = Plan::new(block.len());
     let trace = crate::trace::enabled();
     for p in asked.probes() {
@@ -699,7 +701,6 @@ impl Emitter {
         self.buf.extend_from_slice(&[rex, 0xB8 + (reg & 7)]);
         self.buf.extend_from_slice(&v.to_le_bytes());
     }
-
 }
 
 #[cfg(test)]

@@ -167,8 +167,7 @@ impl Emitter {
         let inline = if ins.has_op_mask() || (filtered && crate::shadow::base() == 0) {
             None
         } else {
-            crate::probe::inline_operands(rec)
-                .filter(|(mem, n)| mem[..*n].iter().all(ea_encodable))
+            crate::probe::inline_operands(rec).filter(|(mem, n)| mem[..*n].iter().all(ea_encodable))
         };
         let Some((mem, n)) = inline else {
             self.clean_call(ip, rec);

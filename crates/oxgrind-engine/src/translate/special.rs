@@ -8,7 +8,6 @@ use super::*;
 use crate::probe::Client;
 use oxgrind_tool::instrument::{Plan, Probe};
 
-
 pub(super) fn syscall_block(e: &mut Emitter, ins: &Instruction, opts: Options) -> Translation {
     if opts.check {
         e.smc_check(ins.ip(), ins.len(), false);

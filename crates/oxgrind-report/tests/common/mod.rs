@@ -50,7 +50,9 @@ pub fn run_in_chromium(html: &str, steps: &str) -> PageRun {
 /// arrays into their JSON elements without a JSON library (values are compared as text).
 fn parse_run(text: &str) -> PageRun {
     let results_at = text.find("\"results\": [").expect("results") + "\"results\": [".len();
-    let errors_at = text.find("], \"console_errors\": [").expect("console_errors");
+    let errors_at = text
+        .find("], \"console_errors\": [")
+        .expect("console_errors");
     let results = split_top(&text[results_at..errors_at]);
     let rest = &text[errors_at + "], \"console_errors\": [".len()..];
     let end = rest.rfind("]}").expect("end");

@@ -29,7 +29,13 @@ pub struct TestGuest {
 
 impl Default for TestGuest {
     fn default() -> Self {
-        TestGuest { gpr: [0; 16], rflags: 0x202, vector: [[0; 64]; 32], opmask: [0; 8], memory: HashMap::new() }
+        TestGuest {
+            gpr: [0; 16],
+            rflags: 0x202,
+            vector: [[0; 64]; 32],
+            opmask: [0; 8],
+            memory: HashMap::new(),
+        }
     }
 }
 
@@ -59,7 +65,10 @@ impl Guest for TestGuest {
     }
     fn read_memory(&self, address: u64, out: &mut [u8]) -> bool {
         for (i, b) in out.iter_mut().enumerate() {
-            *b = *self.memory.get(&(address.wrapping_add(i as u64))).unwrap_or(&0);
+            *b = *self
+                .memory
+                .get(&(address.wrapping_add(i as u64)))
+                .unwrap_or(&0);
         }
         true
     }
@@ -74,7 +83,9 @@ impl MapShadow {
         self.store(addr, shadow);
     }
     pub fn get(&self, addr: u64, len: usize) -> Vec<u8> {
-        (0..len).map(|i| *self.0.get(&(addr.wrapping_add(i as u64))).unwrap_or(&0)).collect()
+        (0..len)
+            .map(|i| *self.0.get(&(addr.wrapping_add(i as u64))).unwrap_or(&0))
+            .collect()
     }
 }
 
@@ -108,7 +119,11 @@ impl Rng {
     }
     /// A value with a bias towards edge cases (0, all ones, small numbers, single bits).
     pub fn value(&mut self, width: u32) -> u64 {
-        let m = if width >= 64 { u64::MAX } else { (1u64 << width) - 1 };
+        let m = if width >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << width) - 1
+        };
         let v = match self.below(8) {
             0 => 0,
             1 => u64::MAX,
@@ -121,7 +136,11 @@ impl Rng {
     }
     /// A shadow: all defined, all undefined, or sparse/dense random undefined bits.
     pub fn shadow(&mut self, width: u32) -> u64 {
-        let m = if width >= 64 { u64::MAX } else { (1u64 << width) - 1 };
+        let m = if width >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << width) - 1
+        };
         let s = match self.below(8) {
             0 | 1 => 0,
             2 => u64::MAX,
@@ -143,7 +162,9 @@ pub fn asm(f: impl FnOnce(&mut CodeAssembler) -> Result<(), iced_x86::IcedError>
 }
 
 /// Assembles a sequence.
-pub fn asm_seq(f: impl FnOnce(&mut CodeAssembler) -> Result<(), iced_x86::IcedError>) -> Vec<Instruction> {
+pub fn asm_seq(
+    f: impl FnOnce(&mut CodeAssembler) -> Result<(), iced_x86::IcedError>,
+) -> Vec<Instruction> {
     let mut a = CodeAssembler::new(64).unwrap();
     f(&mut a).unwrap();
     a.instructions().to_vec()
@@ -157,7 +178,10 @@ pub fn run(
     mem: &mut MapShadow,
 ) -> Vec<Outcome> {
     let mut interp = Interpreter::new();
-    insns.iter().map(|i| interp.step(i, guest, regs, mem)).collect()
+    insns
+        .iter()
+        .map(|i| interp.step(i, guest, regs, mem))
+        .collect()
 }
 
 pub fn format(insn: &Instruction) -> String {

@@ -28,7 +28,12 @@ struct XstateLayout {
 fn xstate_layout() -> XstateLayout {
     // SAFETY: cpuid is available on every x86-64 CPU.
     let off = |i: u32| core::arch::x86_64::__cpuid_count(0xd, i).ebx as usize;
-    XstateLayout { avx: off(2), opmask: off(5), zmm_hi256: off(6), hi16_zmm: off(7) }
+    XstateLayout {
+        avx: off(2),
+        opmask: off(5),
+        zmm_hi256: off(6),
+        hi16_zmm: off(7),
+    }
 }
 
 struct Tracee {
@@ -45,15 +50,29 @@ impl Tracee {
             if libc::ptrace(libc::PTRACE_GETREGS, self.pid, 0, &mut self.regs as *mut _) != 0 {
                 return false;
             }
-            let mut iov = libc::iovec { iov_base: self.xstate.as_mut_ptr().cast(), iov_len: self.xstate.len() };
-            libc::ptrace(libc::PTRACE_GETREGSET, self.pid, 0x202usize /* NT_X86_XSTATE */, &mut iov as *mut _);
+            let mut iov = libc::iovec {
+                iov_base: self.xstate.as_mut_ptr().cast(),
+                iov_len: self.xstate.len(),
+            };
+            libc::ptrace(
+                libc::PTRACE_GETREGSET,
+                self.pid,
+                0x202usize, /* NT_X86_XSTATE */
+                &mut iov as *mut _,
+            );
         }
         true
     }
 
     fn read(&self, addr: u64, out: &mut [u8]) -> bool {
-        let local = libc::iovec { iov_base: out.as_mut_ptr().cast(), iov_len: out.len() };
-        let remote = libc::iovec { iov_base: addr as *mut _, iov_len: out.len() };
+        let local = libc::iovec {
+            iov_base: out.as_mut_ptr().cast(),
+            iov_len: out.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: addr as *mut _,
+            iov_len: out.len(),
+        };
         // SAFETY: process_vm_readv writes at most out.len() bytes into out.
         let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
         n == out.len() as isize
@@ -67,7 +86,10 @@ impl Tracee {
 impl Guest for Tracee {
     fn gpr(&self, i: usize) -> u64 {
         let r = &self.regs;
-        [r.rax, r.rcx, r.rdx, r.rbx, r.rsp, r.rbp, r.rsi, r.rdi, r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15][i & 15]
+        [
+            r.rax, r.rcx, r.rdx, r.rbx, r.rsp, r.rbp, r.rsi, r.rdi, r.r8, r.r9, r.r10, r.r11,
+            r.r12, r.r13, r.r14, r.r15,
+        ][i & 15]
     }
     fn rflags(&self) -> u64 {
         self.regs.eflags
@@ -86,7 +108,11 @@ impl Guest for Tracee {
         v
     }
     fn opmask(&self, i: usize) -> u64 {
-        u64::from_le_bytes(self.bytes(self.layout.opmask + 8 * (i & 7), 8).try_into().unwrap_or([0; 8]))
+        u64::from_le_bytes(
+            self.bytes(self.layout.opmask + 8 * (i & 7), 8)
+                .try_into()
+                .unwrap_or([0; 8]),
+        )
     }
     fn segment_base(&self, s: Segment) -> u64 {
         match s {
@@ -127,7 +153,11 @@ impl ShadowMemory for Pages {
     fn load(&mut self, addr: u64, out: &mut [u8]) {
         for (i, b) in out.iter_mut().enumerate() {
             let a = addr.wrapping_add(i as u64);
-            *b = self.0.get(&(a & !4095)).map(|p| p[(a & 4095) as usize]).unwrap_or(0);
+            *b = self
+                .0
+                .get(&(a & !4095))
+                .map(|p| p[(a & 4095) as usize])
+                .unwrap_or(0);
         }
     }
     fn store(&mut self, addr: u64, shadow: &[u8]) {
@@ -136,7 +166,10 @@ impl ShadowMemory for Pages {
             if *b == 0 && !self.0.contains_key(&(a & !4095)) {
                 continue;
             }
-            let p = self.0.entry(a & !4095).or_insert_with(|| Box::new([0; 4096]));
+            let p = self
+                .0
+                .entry(a & !4095)
+                .or_insert_with(|| Box::new([0; 4096]));
             p[(a & 4095) as usize] = *b;
         }
     }
@@ -156,9 +189,21 @@ struct Module {
 fn elf_symbols(data: &[u8]) -> (u64, BTreeMap<u64, String>, HashMap<String, u64>) {
     let mut out = BTreeMap::new();
     let mut by_name = HashMap::new();
-    let u16_at = |o: usize| data.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]) as usize).unwrap_or(0);
-    let u32_at = |o: usize| data.get(o..o + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap())).unwrap_or(0);
-    let u64_at = |o: usize| data.get(o..o + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap())).unwrap_or(0);
+    let u16_at = |o: usize| {
+        data.get(o..o + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+            .unwrap_or(0)
+    };
+    let u32_at = |o: usize| {
+        data.get(o..o + 4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+            .unwrap_or(0)
+    };
+    let u64_at = |o: usize| {
+        data.get(o..o + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+            .unwrap_or(0)
+    };
     if data.len() < 64 || &data[..4] != b"\x7fELF" {
         return (0, out, by_name);
     }
@@ -178,24 +223,44 @@ fn elf_symbols(data: &[u8]) -> (u64, BTreeMap<u64, String>, HashMap<String, u64>
         if ty != 2 && ty != 11 {
             continue; // SYMTAB, DYNSYM
         }
-        let (off, size, link) = (u64_at(h + 24) as usize, u64_at(h + 32) as usize, u32_at(h + 40) as usize);
+        let (off, size, link) = (
+            u64_at(h + 24) as usize,
+            u64_at(h + 32) as usize,
+            u32_at(h + 40) as usize,
+        );
         let strh = shoff + link * shentsize;
         let stroff = u64_at(strh + 24) as usize;
         for k in 0..size / 24 {
             let s = off + k * 24;
-            let (name, info, value) = (u32_at(s) as usize, data.get(s + 4).copied().unwrap_or(0), u64_at(s + 8));
+            let (name, info, value) = (
+                u32_at(s) as usize,
+                data.get(s + 4).copied().unwrap_or(0),
+                u64_at(s + 8),
+            );
             if info & 0xf != 2 || value == 0 {
                 continue; // functions only
             }
             let start = stroff + name;
-            let end = data[start.min(data.len())..].iter().position(|b| *b == 0).map(|p| start + p).unwrap_or(start);
+            let end = data[start.min(data.len())..]
+                .iter()
+                .position(|b| *b == 0)
+                .map(|p| start + p)
+                .unwrap_or(start);
             if let Ok(n) = std::str::from_utf8(&data[start.min(data.len())..end]) {
                 out.entry(value).or_insert_with(|| n.to_string());
                 by_name.entry(n.to_string()).or_insert(value);
             }
         }
     }
-    (if first_vaddr == u64::MAX { 0 } else { first_vaddr }, out, by_name)
+    (
+        if first_vaddr == u64::MAX {
+            0
+        } else {
+            first_vaddr
+        },
+        out,
+        by_name,
+    )
 }
 
 fn load_modules(pid: libc::pid_t) -> Vec<Module> {
@@ -210,7 +275,9 @@ fn load_modules(pid: libc::pid_t) -> Vec<Module> {
         let mut it = range.split('-');
         let start = u64::from_str_radix(it.next().unwrap_or("0"), 16).unwrap_or(0);
         let end = u64::from_str_radix(it.next().unwrap_or("0"), 16).unwrap_or(0);
-        let e = by_name.entry(f[5].to_string()).or_insert((u64::MAX, 0, u64::MAX));
+        let e = by_name
+            .entry(f[5].to_string())
+            .or_insert((u64::MAX, 0, u64::MAX));
         e.0 = e.0.min(start);
         e.1 = e.1.max(end);
         if offset == 0 {
@@ -223,7 +290,14 @@ fn load_modules(pid: libc::pid_t) -> Vec<Module> {
             let data = std::fs::read(&name).unwrap_or_default();
             let (first_vaddr, symbols, by_name) = elf_symbols(&data);
             let base = if base == u64::MAX { start } else { base };
-            Module { start, end, bias: base.wrapping_sub(first_vaddr), name, symbols, by_name }
+            Module {
+                start,
+                end,
+                bias: base.wrapping_sub(first_vaddr),
+                name,
+                symbols,
+                by_name,
+            }
         })
         .collect()
 }
@@ -257,28 +331,28 @@ fn syscall_outputs(nr: u64, a: [u64; 6], ret: u64) -> Vec<(u64, u64)> {
     let ret_len = |buf: u64| vec![(buf, ret)];
     match nr {
         0 | 17 | 45 | 217 | 318 => ret_len(if nr == 318 { a[0] } else { a[1] }), // read pread64 recvfrom getdents64 getrandom
-        89 => ret_len(a[1]),                                                    // readlink
-        267 => ret_len(a[2]),                                                   // readlinkat
-        79 => ret_len(a[0]),                                                    // getcwd
-        4..=6 => vec![(a[1], 144)],                                             // stat fstat lstat
-        262 => vec![(a[2], 144)],                                               // newfstatat
-        332 => vec![(a[4], 256)],                                               // statx
-        63 => vec![(a[0], 390)],                                                // uname
-        228 | 96 => vec![(if nr == 228 { a[1] } else { a[0] }, 16)],            // clock_gettime gettimeofday
-        99 => vec![(a[0], 112)],                                                // sysinfo
-        13 => vec![(a[2], 32)],                                                 // rt_sigaction oldact
-        14 => vec![(a[2], 8)],                                                  // rt_sigprocmask oldset
-        302 => vec![(a[3], 16)],                                                // prlimit64
-        97 => vec![(a[1], 16)],                                                 // getrlimit
+        89 => ret_len(a[1]),                                                     // readlink
+        267 => ret_len(a[2]),                                                    // readlinkat
+        79 => ret_len(a[0]),                                                     // getcwd
+        4..=6 => vec![(a[1], 144)],                                              // stat fstat lstat
+        262 => vec![(a[2], 144)],                                                // newfstatat
+        332 => vec![(a[4], 256)],                                                // statx
+        63 => vec![(a[0], 390)],                                                 // uname
+        228 | 96 => vec![(if nr == 228 { a[1] } else { a[0] }, 16)], // clock_gettime gettimeofday
+        99 => vec![(a[0], 112)],                                     // sysinfo
+        13 => vec![(a[2], 32)],                                      // rt_sigaction oldact
+        14 => vec![(a[2], 8)],                                       // rt_sigprocmask oldset
+        302 => vec![(a[3], 16)],                                     // prlimit64
+        97 => vec![(a[1], 16)],                                      // getrlimit
         16 => match a[1] {
             0x5401 => vec![(a[2], 60)], // TCGETS
             0x5413 => vec![(a[2], 8)],  // TIOCGWINSZ
             _ => Vec::new(),
         },
-        7 => vec![(a[0], a[1] * 8)],       // poll
-        22 | 293 => vec![(a[0], 8)],       // pipe pipe2
+        7 => vec![(a[0], a[1] * 8)],        // poll
+        22 | 293 => vec![(a[0], 8)],        // pipe pipe2
         61 => vec![(a[1], 4), (a[3], 144)], // wait4
-        9 => vec![(ret, a[1])],            // mmap: fresh mappings are defined
+        9 => vec![(ret, a[1])],             // mmap: fresh mappings are defined
         _ => Vec::new(),
     }
 }
@@ -307,7 +381,10 @@ pub struct Trace {
 
 /// Runs `argv` to completion under the tracer; its stdout goes to /dev/null if `quiet`.
 pub fn trace(argv: &[String], quiet: bool) -> Trace {
-    let args: Vec<CString> = argv.iter().map(|a| CString::new(a.as_str()).unwrap()).collect();
+    let args: Vec<CString> = argv
+        .iter()
+        .map(|a| CString::new(a.as_str()).unwrap())
+        .collect();
     // SAFETY: fork; the child only calls async-signal-safe functions before exec.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
@@ -331,9 +408,17 @@ pub fn trace(argv: &[String], quiet: bool) -> Trace {
     unsafe { libc::waitpid(pid, &mut status, 0) };
     if !libc::WIFSTOPPED(status) {
         // ptrace refused (a restricted container) or exec failed: nothing traced.
-        return Trace { steps: 0, reports: Vec::new() };
+        return Trace {
+            steps: 0,
+            reports: Vec::new(),
+        };
     }
-    let mut t = Tracee { pid, regs: unsafe { std::mem::zeroed() }, xstate: vec![0; 16384], layout: xstate_layout() };
+    let mut t = Tracee {
+        pid,
+        regs: unsafe { std::mem::zeroed() },
+        xstate: vec![0; 16384],
+        layout: xstate_layout(),
+    };
     let mut interp = Interpreter::new();
     let mut shadow_regs = ShadowRegisters::default();
     let mut mem = Pages::default();
@@ -345,7 +430,10 @@ pub fn trace(argv: &[String], quiet: bool) -> Trace {
     let mut steps = 0u64;
     let mut signal = 0;
     if !t.fetch() {
-        return Trace { steps: 0, reports: Vec::new() };
+        return Trace {
+            steps: 0,
+            reports: Vec::new(),
+        };
     }
     loop {
         // `t` holds the state before this instruction (fetched after the previous step).
@@ -363,21 +451,34 @@ pub fn trace(argv: &[String], quiet: bool) -> Trace {
         if Some(rip) == free {
             let mut ret = [0u8; 8];
             t.read(rsp, &mut ret);
-            pending.push(Pending { ret: u64::from_le_bytes(ret), rsp, size: 0, old: Some((0, u64::MAX)) });
+            pending.push(Pending {
+                ret: u64::from_le_bytes(ret),
+                rsp,
+                size: 0,
+                old: Some((0, u64::MAX)),
+            });
         }
         // Heap: undefined malloc results.
         if Some(rip) == malloc || Some(rip) == realloc || Some(rip) == calloc {
             let mut ret = [0u8; 8];
             t.read(rsp, &mut ret);
             let (size, old) = if Some(rip) == realloc {
-                (t.regs.rsi, Some((t.regs.rdi, *sizes.get(&t.regs.rdi).unwrap_or(&0))))
+                (
+                    t.regs.rsi,
+                    Some((t.regs.rdi, *sizes.get(&t.regs.rdi).unwrap_or(&0))),
+                )
             } else if Some(rip) == calloc {
                 (t.regs.rdi.wrapping_mul(t.regs.rsi), None)
             } else {
                 (t.regs.rdi, None)
             };
             let calloc_call = Some(rip) == calloc;
-            pending.push(Pending { ret: u64::from_le_bytes(ret), rsp, size: if calloc_call { 0 } else { size }, old });
+            pending.push(Pending {
+                ret: u64::from_le_bytes(ret),
+                rsp,
+                size: if calloc_call { 0 } else { size },
+                old,
+            });
             if calloc_call {
                 // calloc memory is defined: remember its size only.
                 if let Some(p) = pending.last_mut() {
@@ -393,7 +494,9 @@ pub fn trace(argv: &[String], quiet: bool) -> Trace {
                 if block != 0 {
                     match p.old {
                         Some((0, u64::MAX)) => {}
-                        Some((_, old_size)) if old_size < p.size => mem.fill(block + old_size, p.size - old_size, 0xff),
+                        Some((_, old_size)) if old_size < p.size => {
+                            mem.fill(block + old_size, p.size - old_size, 0xff)
+                        }
                         Some(_) => {}
                         None => mem.fill(block, p.size, 0xff),
                     }
@@ -417,7 +520,13 @@ pub fn trace(argv: &[String], quiet: bool) -> Trace {
             });
             site.1 += 1;
         }
-        let syscall_regs = (t.regs.orig_rax, t.regs.rax, [t.regs.rdi, t.regs.rsi, t.regs.rdx, t.regs.r10, t.regs.r8, t.regs.r9]);
+        let syscall_regs = (
+            t.regs.orig_rax,
+            t.regs.rax,
+            [
+                t.regs.rdi, t.regs.rsi, t.regs.rdx, t.regs.r10, t.regs.r8, t.regs.r9,
+            ],
+        );
         // SAFETY: single-step our stopped child, passing on any signal it received.
         unsafe {
             libc::ptrace(libc::PTRACE_SINGLESTEP, pid, 0, signal);
@@ -437,7 +546,10 @@ pub fn trace(argv: &[String], quiet: bool) -> Trace {
         }
         // The stack below rsp becomes undefined when rsp moves down, except what push and
         // call wrote.
-        let pushes = matches!(insn.mnemonic(), Mnemonic::Push | Mnemonic::Call | Mnemonic::Pushfq | Mnemonic::Pushf);
+        let pushes = matches!(
+            insn.mnemonic(),
+            Mnemonic::Push | Mnemonic::Call | Mnemonic::Pushfq | Mnemonic::Pushf
+        );
         if t.regs.rsp < before.rsp && !pushes && before.rsp - t.regs.rsp < (1 << 24) {
             mem.fill(t.regs.rsp, before.rsp - t.regs.rsp, 0xff);
         }
@@ -452,6 +564,14 @@ pub fn trace(argv: &[String], quiet: bool) -> Trace {
     }
     Trace {
         steps,
-        reports: reports.into_iter().map(|(pc, (check, count, place))| Report { pc, check, count, place }).collect(),
+        reports: reports
+            .into_iter()
+            .map(|(pc, (check, count, place))| Report {
+                pc,
+                check,
+                count,
+                place,
+            })
+            .collect(),
     }
 }

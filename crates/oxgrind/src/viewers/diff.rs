@@ -38,7 +38,11 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                 _ => bail!("diff: unknown format `{f}` (text, html or json)"),
             };
         } else if a == "-o" || a == "--output" {
-            output = Some(it.next().ok_or_else(|| anyhow!("diff: {a} needs a file name"))?.clone());
+            output = Some(
+                it.next()
+                    .ok_or_else(|| anyhow!("diff: {a} needs a file name"))?
+                    .clone(),
+            );
         } else if let Some(o) = a.strip_prefix("--output=") {
             output = Some(o.to_string());
         } else if let Some(p) = a.strip_prefix("--fail-if-grown=") {
@@ -47,7 +51,9 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                 p.parse::<f64>()
                     .ok()
                     .filter(|v| v.is_finite() && *v >= 0.0)
-                    .ok_or_else(|| anyhow!("diff: --fail-if-grown needs a percentage, not `{p}`"))?,
+                    .ok_or_else(|| {
+                        anyhow!("diff: --fail-if-grown needs a percentage, not `{p}`")
+                    })?,
             );
         } else {
             bail!("diff: unknown option `{a}` (oxgrind diff --help)");
@@ -56,7 +62,9 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
     let [old, new] = files.as_slice() else {
         bail!("diff: needs two files, OLD and NEW (oxgrind diff --help)");
     };
-    let load = |f: &String| oxgrind_report::load(std::path::Path::new(f)).map_err(|e| anyhow!("diff: {e}"));
+    let load = |f: &String| {
+        oxgrind_report::load(std::path::Path::new(f)).map_err(|e| anyhow!("diff: {e}"))
+    };
     let (old, new) = (load(old)?, load(new)?);
     let d = oxgrind_report::diff::diff(&old, &new).map_err(|e| anyhow!("diff: {e}"))?;
     let (text, default_out) = match format {

@@ -27,7 +27,11 @@ pub fn main(args: &[String]) -> Result<()> {
 /// [`main`] with the output going to `out`.
 fn run(args: &[String], out: &mut dyn Write) -> Result<()> {
     let only_peak = args.iter().any(|a| a == "--peak-only");
-    let args: Vec<String> = args.iter().filter(|a| *a != "--peak-only").cloned().collect();
+    let args: Vec<String> = args
+        .iter()
+        .filter(|a| *a != "--peak-only")
+        .cloned()
+        .collect();
     let invocation = ms_print::parse_args(&args).map_err(|e| {
         anyhow!(
             "ms_print: {e} (usage: oxgrind ms_print [--threshold=<m.n>] [--x=<4..1000>] \
@@ -69,7 +73,9 @@ fn peak_only(text: &[u8]) -> Option<Vec<u8>> {
     // The header: from the first rule to the second, inclusive.
     let header_end = 1 + lines[1..].iter().position(|l| *l == rule)?;
     // ` Detailed snapshots: [7, 12, 56 (peak), 66]`
-    let detailed = lines.iter().position(|l| l.starts_with(" Detailed snapshots: ["))?;
+    let detailed = lines
+        .iter()
+        .position(|l| l.starts_with(" Detailed snapshots: ["))?;
     let n: usize = lines[detailed]
         .strip_prefix(" Detailed snapshots: [")?
         .trim_end()
@@ -83,7 +89,9 @@ fn peak_only(text: &[u8]) -> Option<Vec<u8>> {
     let row_start = format!("{n:>3} ");
     let row = (detailed + 1..lines.len()).find(|&i| lines[i].starts_with(&row_start))?;
     let heading = (0..row).rev().find(|&i| lines[i].starts_with("  n "))?;
-    let tree_end = (row + 1..lines.len()).find(|&i| lines[i] == rule).unwrap_or(lines.len());
+    let tree_end = (row + 1..lines.len())
+        .find(|&i| lines[i] == rule)
+        .unwrap_or(lines.len());
     let mut out = lines[..=header_end].concat();
     out.push('\n');
     out.push_str(&lines[heading - 1..=heading + 1].concat());
@@ -173,7 +181,8 @@ mod tests {
     #[test]
     fn peak_only_prints_the_header_and_the_peak_snapshot_alone() {
         let dir = example("");
-        let full = String::from_utf8(std::fs::read(dir.join("ms_print.default.txt")).unwrap()).unwrap();
+        let full =
+            String::from_utf8(std::fs::read(dir.join("ms_print.default.txt")).unwrap()).unwrap();
         let file = dir.join("massif.out.default");
         let mut out = Vec::new();
         run(&args(&["--peak-only", file.to_str().unwrap()]), &mut out).unwrap();
@@ -187,7 +196,10 @@ mod tests {
         assert!(lines.contains(&row), "{got}");
         let from = full.find(row).unwrap();
         let tree_end = from + full[from..].find("\n\n---").unwrap();
-        assert!(got.trim_end().ends_with(full[from..tree_end].trim_end()), "{got}");
+        assert!(
+            got.trim_end().ends_with(full[from..tree_end].trim_end()),
+            "{got}"
+        );
         assert_eq!(got.matches("  n        time(i)").count(), 1, "{got}");
         assert!(got.ends_with("(01.00%)\n"), "{got:?}");
     }

@@ -50,7 +50,11 @@ pub fn main(args: &[String]) -> Result<()> {
                 _ => bail!("report: unknown format `{f}` (html, json or sarif)"),
             };
         } else if a == "-o" || a == "--output" {
-            output = Some(it.next().ok_or_else(|| anyhow!("report: {a} needs a file name"))?.clone());
+            output = Some(
+                it.next()
+                    .ok_or_else(|| anyhow!("report: {a} needs a file name"))?
+                    .clone(),
+            );
         } else if let Some(o) = a.strip_prefix("--output=") {
             output = Some(o.to_string());
         } else if let Some(d) = a.strip_prefix("--source-root=") {
@@ -60,9 +64,14 @@ pub fn main(args: &[String]) -> Result<()> {
                 .context("report: current directory")?
                 .join(d);
         } else if a == "-I" {
-            let d = it.next().ok_or_else(|| anyhow!("report: -I needs a directory"))?;
+            let d = it
+                .next()
+                .ok_or_else(|| anyhow!("report: -I needs a directory"))?;
             options.source_dirs.push(PathBuf::from(d));
-        } else if let Some(d) = a.strip_prefix("--source-dir=").or_else(|| a.strip_prefix("-I")) {
+        } else if let Some(d) = a
+            .strip_prefix("--source-dir=")
+            .or_else(|| a.strip_prefix("-I"))
+        {
             options.source_dirs.push(PathBuf::from(d));
         } else {
             bail!("report: unknown option `{a}` (oxgrind report --help)");
@@ -76,10 +85,14 @@ pub fn main(args: &[String]) -> Result<()> {
         .map(|f| oxgrind_report::load(f).map_err(|e| anyhow!("report: {e}")))
         .collect::<Result<Vec<_>>>()?;
     let (text, default_out) = match format {
-        Format::Html => (oxgrind_report::report_html(&inputs, &options), Some("oxgrind-report.html")),
+        Format::Html => (
+            oxgrind_report::report_html(&inputs, &options),
+            Some("oxgrind-report.html"),
+        ),
         Format::Json => (oxgrind_report::report_json(&inputs, &options), None),
         Format::Sarif => (
-            oxgrind_report::sarif::from_inputs(&inputs, &sarif).map_err(|e| anyhow!("report: {e}"))?,
+            oxgrind_report::sarif::from_inputs(&inputs, &sarif)
+                .map_err(|e| anyhow!("report: {e}"))?,
             None,
         ),
     };

@@ -46,7 +46,9 @@ impl Host for FakeHost {
         // The runtime's banner, as it writes it when logging to stderr.
         let mut out = String::new();
         let parent = self.log_to_file.then_some(4242);
-        oxgrind_formats::memcheck_text::tool_banner(&mut out, self.pid, name, copyright, &self.cmd, parent);
+        oxgrind_formats::memcheck_text::tool_banner(
+            &mut out, self.pid, name, copyright, &self.cmd, parent,
+        );
         out
     }
     fn command_line(&self) -> &[String] {
