@@ -252,7 +252,7 @@ fn the_file_is_json_with_valgrinds_keys() {
     let Some(b) = heap_run() else { return };
     // Python's json module, as a third party reading the file.
     let keys = |text: &str| -> String {
-        let mut child = Command::new("python3")
+        let mut child = Command::new("/usr/bin/python3")
             .args([
                 "-c",
                 "import json,sys; d=json.load(sys.stdin); \

@@ -346,7 +346,7 @@ fn xml_output_matches_valgrind_for_the_errors_we_produce() {
         let body = &t[t.find("<tid>").unwrap()..t.find("</error>").unwrap()];
         assert!(ours.contains(body), "missing leak error {unique}");
     }
-    let wellformed = std::process::Command::new("python3")
+    let wellformed = std::process::Command::new("/usr/bin/python3")
         .args([
             "-c",
             "import sys,xml.dom.minidom; xml.dom.minidom.parseString(sys.stdin.read())",
