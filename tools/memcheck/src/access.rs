@@ -270,7 +270,7 @@ impl Memcheck {
                 let mut st = self.lock();
                 let thread = thread_number(&mut st.threads, tid, host.pid());
                 drop(st);
-                (host.stack_at(regs, self.opts.num_callers), tid, thread)
+                (host.stack_at(regs, self.opts.core.num_callers), tid, thread)
             });
             self.report_at(
                 host,

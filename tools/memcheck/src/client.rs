@@ -177,7 +177,7 @@ impl Memcheck {
 
     /// The stack of a client request that makes or frees a block, remembered as such.
     fn client_stack(&self, host: &dyn Host, regs: &GuestRegs) -> StackId {
-        let stack = host.stack_at(regs, self.opts.num_callers);
+        let stack = host.stack_at(regs, self.opts.core.num_callers);
         let mut known = self.client_stacks.lock();
         if !known.contains(&stack) {
             known.push(stack);
@@ -207,7 +207,7 @@ impl Memcheck {
             let mut st = self.lock();
             thread_number(&mut st.threads, tid, host.pid())
         };
-        let stack = host.stack_at(regs, self.opts.num_callers);
+        let stack = host.stack_at(regs, self.opts.core.num_callers);
         self.report_at(
             host,
             KeyKind::User,

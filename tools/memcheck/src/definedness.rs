@@ -79,7 +79,7 @@ impl Memcheck {
             let mut st = self.lock();
             thread_number(&mut st.threads, tid, host.pid())
         };
-        let stack = host.stack_at(regs, self.opts.num_callers);
+        let stack = host.stack_at(regs, self.opts.core.num_callers);
         let addr = match *what {
             Undefined::SyscallBuffer { addr, .. } => Some(addr),
             _ => None,

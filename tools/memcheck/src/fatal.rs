@@ -27,11 +27,11 @@ impl Memcheck {
         };
         if let Some(f) = fatal {
             let frames = self.resolve_stack(host, f.stack, false).shown;
-            if self.opts.xml {
+            if self.opts.core.xml {
                 self.start_xml(st, host);
                 let tid = thread_number(&mut st.threads, f.tid, pid);
                 xml::fatal_signal(&mut st.xml, tid, f.sig, f.code, f.addr, &frames);
-            } else if self.opts.verbosity > 0 {
+            } else if self.opts.core.verbosity > 0 {
                 let limits = ProcessLimits::read();
                 let core =
                     matches!(f.sig, 3 | 4 | 5 | 6 | 7 | 8 | 11 | 24 | 25 | 31) && limits.core > 0;

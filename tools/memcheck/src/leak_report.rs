@@ -24,9 +24,9 @@ impl Memcheck {
         live: &[LiveBlock],
     ) {
         let pid = host.pid();
-        let verbose_text = self.opts.verbosity > 0 && !self.opts.xml;
+        let verbose_text = self.opts.core.verbosity > 0 && !self.opts.core.xml;
         if self.opts.leak_check == LeakCheck::No {
-            if self.opts.verbosity == 1 && !self.opts.xml {
+            if self.opts.core.verbosity == 1 && !self.opts.core.xml {
                 text::line(
                     &mut out.text,
                     pid,
@@ -62,7 +62,7 @@ impl Memcheck {
             host,
             scanned: std::cell::Cell::new(0),
         };
-        let chatty = self.opts.verbosity > 1 && !self.opts.xml;
+        let chatty = self.opts.core.verbosity > 1 && !self.opts.core.xml;
         if chatty {
             let n = oxgrind_formats::number::commify(blocks.len() as u64);
             text::line(

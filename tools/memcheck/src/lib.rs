@@ -177,7 +177,7 @@ impl Memcheck {
         let depth = if name == DEFAULT_SUPPRESSIONS_NAME {
             usize::MAX
         } else {
-            self.opts.num_callers
+            self.opts.core.num_callers
         };
         let entries = supp::parse(name, contents, "Memcheck", depth)?;
         self.state_mut().errors.add_suppressions(entries);
@@ -209,8 +209,8 @@ impl Memcheck {
     /// errors were counted. Call after `fini`.
     pub fn exit_status(&self) -> Option<i32> {
         let st = self.lock();
-        (self.opts.error_exitcode != 0 && st.errors.any_errors())
-            .then_some(self.opts.error_exitcode)
+        (self.opts.core.error_exitcode != 0 && st.errors.any_errors())
+            .then_some(self.opts.core.error_exitcode)
     }
 }
 
@@ -274,11 +274,11 @@ impl Tool for Memcheck {
         }
         self.batches = FreedBatches::new(vol);
         let fatal = |e: SuppParseError| OptionError(e.fatal_lines().join("\n"));
-        if self.opts.default_suppressions {
+        if self.opts.core.default_suppressions {
             self.load_suppressions(DEFAULT_SUPPRESSIONS_NAME, DEFAULT_SUPPRESSIONS)
                 .map_err(fatal)?;
         }
-        for name in self.opts.suppressions.clone() {
+        for name in self.opts.core.suppressions.clone() {
             let provided = self
                 .supp_texts
                 .iter()
@@ -302,7 +302,7 @@ impl Tool for Memcheck {
 
     fn needs(&self) -> Needs {
         Needs {
-            stack_depth: self.opts.num_callers,
+            stack_depth: self.opts.core.num_callers,
             free_stacks: true,
             freelist_vol: self.opts.freelist_vol,
             page_events: false,
@@ -388,11 +388,11 @@ impl Tool for Memcheck {
         st.errors.rep.pid = pid;
         let mut out = Output::default();
         self.fatal_signal_block(host, &mut st, &mut out, exit);
-        if self.opts.xml {
+        if self.opts.core.xml {
             self.start_xml(&mut st, host);
             st.xml.push('\n');
             xml::status(&mut st.xml, "FINISHED", host.elapsed_ms());
-        } else if self.opts.verbosity > 0 {
+        } else if self.opts.core.verbosity > 0 {
             text::line(&mut out.text, pid, "");
             let in_use: u64 = live.iter().map(|b| b.size).sum();
             text::heap_summary(
@@ -410,7 +410,7 @@ impl Tool for Memcheck {
         if !out.text.is_empty() {
             host.log(&out.text);
         }
-        if self.opts.xml {
+        if self.opts.core.xml {
             let body = std::mem::take(&mut out.xml);
             st.xml.push_str(&body);
             xml::footer(&mut st.xml);

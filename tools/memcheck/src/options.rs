@@ -7,8 +7,6 @@
 //! a full leak check, `--gen-suppressions=yes` is refused in XML mode).
 
 use alloc::format;
-use alloc::string::String;
-use alloc::vec::Vec;
 use oxgrind_formats::suppressions::{LeakKind, LeakKinds};
 use oxgrind_tool::OptionError;
 
@@ -40,15 +38,9 @@ impl Resolution {
     }
 }
 
-/// `--gen-suppressions=`.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum GenSupp {
-    No,
-    /// Valgrind asks interactively; without a terminal to ask on, we print every one
-    /// (as answering `Y` each time would).
-    Yes,
-    All,
-}
+/// `--gen-suppressions=`: the core's. `Yes`: Valgrind asks interactively; without a
+/// terminal to ask on, we print every one (as answering `Y` each time would).
+pub use oxgrind_tool::GenSuppressions as GenSupp;
 
 /// `--keep-stacktraces=`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -114,32 +106,9 @@ pub struct Options {
     /// values. Off unless asked for (Valgrind's default is yes), until the real-program
     /// corpus is free of false alarms with it (docs/differences-from-valgrind.md).
     pub undef_value_errors: bool,
-    /// `--num-callers` (1..=500).
-    pub num_callers: usize,
-    /// 0 with `-q`, 1 by default, +1 per `-v`.
-    pub verbosity: u32,
-    /// `-s` / `--show-error-list=yes` (implied by `-v`).
-    pub show_error_list: bool,
-    pub xml: bool,
-    pub xml_file: Option<String>,
-    /// `--xml-fd=N` given (the runtime writes to that descriptor).
-    pub xml_fd: bool,
-    pub xml_user_comment: Option<String>,
-    pub error_limit: bool,
-    /// `--error-exitcode=N`; 0 is off.
-    pub error_exitcode: i32,
-    pub exit_on_first_error: bool,
-    /// `--suppressions=` files in the order given.
-    pub suppressions: Vec<String>,
-    pub default_suppressions: bool,
-    pub gen_suppressions: GenSupp,
-    pub show_below_main: bool,
-    /// `--error-markers=BEGIN,END`.
-    pub error_markers: Option<(String, String)>,
-    /// `--log-file` was given (the preamble then shows `Parent PID:`).
-    pub log_to_file: bool,
-    /// Every option given, in order (for XML `<vargv>`).
-    pub args: Vec<String>,
+    /// The core options that shape the report (verbosity, `--num-callers`, the error
+    /// options...), as the core parsed them (`oxgrind_tool::CoreView`).
+    pub core: oxgrind_tool::CoreView,
 }
 
 impl Default for Options {
@@ -156,23 +125,7 @@ impl Default for Options {
             show_mismatched_frees: true,
             partial_loads_ok: true,
             undef_value_errors: false,
-            num_callers: 12,
-            verbosity: 1,
-            show_error_list: false,
-            xml: false,
-            xml_file: None,
-            xml_fd: false,
-            xml_user_comment: None,
-            error_limit: true,
-            error_exitcode: 0,
-            exit_on_first_error: false,
-            suppressions: Vec::new(),
-            default_suppressions: true,
-            gen_suppressions: GenSupp::No,
-            show_below_main: false,
-            error_markers: None,
-            log_to_file: false,
-            args: Vec::new(),
+            core: oxgrind_tool::CoreView::default(),
         }
     }
 }
@@ -287,39 +240,18 @@ impl Options {
 
     /// Takes the core options that shape Memcheck's report, as the core parsed them.
     pub fn apply_core(&mut self, core: &oxgrind_tool::CoreView) {
-        use oxgrind_tool::GenSuppressions as G;
-        self.verbosity = core.verbosity;
-        self.show_error_list = core.show_error_list;
-        self.num_callers = core.num_callers;
-        self.show_below_main = core.show_below_main;
-        self.log_to_file = core.log_to_file;
-        self.xml = core.xml;
-        self.xml_file = core.xml_file.clone();
-        self.xml_fd = core.xml_fd;
-        self.xml_user_comment = core.xml_user_comment.clone();
-        self.error_limit = core.error_limit;
-        self.error_exitcode = core.error_exitcode;
-        self.exit_on_first_error = core.exit_on_first_error;
-        self.suppressions = core.suppressions.clone();
-        self.default_suppressions = core.default_suppressions;
-        self.gen_suppressions = match core.gen_suppressions {
-            G::No => GenSupp::No,
-            G::Yes => GenSupp::Yes,
-            G::All => GenSupp::All,
-        };
-        self.error_markers = core.error_markers.clone();
-        self.args = core.args.clone();
+        self.core = core.clone();
     }
 
     /// Applies the rules that involve several options.
     pub fn finish(&mut self) -> Result<(), OptionError> {
-        if self.xml {
-            if self.xml_file.is_none() && !self.xml_fd {
+        if self.core.xml {
+            if self.core.xml_file.is_none() && !self.core.xml_fd {
                 return Err(OptionError(
                     "Bad option: --xml=yes, but no XML destination specified".into(),
                 ));
             }
-            if self.gen_suppressions == GenSupp::Yes {
+            if self.core.gen_suppressions == GenSupp::Yes {
                 return Err(OptionError(
                     "Bad option: --gen-suppressions=yes: --gen-suppressions=yes is not compatible with --xml=yes".into(),
                 ));
@@ -329,7 +261,7 @@ impl Options {
                 self.leak_check = LeakCheck::Full;
             }
         }
-        if self.exit_on_first_error && self.error_exitcode == 0 {
+        if self.core.exit_on_first_error && self.core.error_exitcode == 0 {
             return Err(OptionError(
                 "Bad option: --exit-on-first-error=yes\nYou must define a non nul exit error code, with --error-exitcode=..."
                     .into(),
@@ -363,8 +295,8 @@ mod tests {
         let o = parsed(&[]).unwrap();
         assert_eq!(o.leak_check, LeakCheck::Summary);
         assert_eq!(o.show_leak_kinds, LeakKinds::DEFAULT);
-        assert_eq!(o.num_callers, 12);
-        assert_eq!(o.verbosity, 1);
+        assert_eq!(o.core.num_callers, 12);
+        assert_eq!(o.core.verbosity, 1);
         assert_eq!(o.heuristics, Heuristics::ALL);
     }
 
@@ -422,12 +354,16 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            (o.verbosity, o.show_error_list, o.error_exitcode),
+            (
+                o.core.verbosity,
+                o.core.show_error_list,
+                o.core.error_exitcode
+            ),
             (0, true, 42)
         );
-        assert_eq!(o.suppressions, ["a.supp", "b.supp"]);
-        assert_eq!(o.gen_suppressions, GenSupp::All);
-        assert_eq!(o.num_callers, 30);
-        assert_eq!(o.args.len(), 7);
+        assert_eq!(o.core.suppressions, ["a.supp", "b.supp"]);
+        assert_eq!(o.core.gen_suppressions, GenSupp::All);
+        assert_eq!(o.core.num_callers, 30);
+        assert_eq!(o.core.args.len(), 7);
     }
 }

@@ -43,7 +43,7 @@ impl Memcheck {
     /// with `-q` or `--xml=yes`.
     pub fn preamble_text(&self, host: &dyn Host) -> String {
         let mut out = String::new();
-        if self.opts.verbosity > 0 && !self.opts.xml {
+        if self.opts.core.verbosity > 0 && !self.opts.core.xml {
             out.push_str(&host.banner(
                 "Memcheck, a memory error detector",
                 "Copyright (C) 2002-2022, and GNU GPL'd, by Julian Seward et al.",
@@ -64,7 +64,7 @@ impl Memcheck {
         if !t.is_empty() {
             host.log(&t);
         }
-        if self.opts.xml {
+        if self.opts.core.xml {
             let mut st = self.lock();
             self.start_xml(&mut st, host);
             self.flush_xml(&mut st, host);
@@ -85,6 +85,7 @@ impl Memcheck {
         st.xml_started = true;
         let quals = self
             .opts
+            .core
             .xml_file
             .as_deref()
             .map(file_qualifiers)
@@ -100,9 +101,9 @@ impl Memcheck {
                 ppid,
                 command: host.command_line(),
                 launcher: &launcher,
-                tool_args: &self.opts.args,
+                tool_args: &self.opts.core.args,
                 file_qualifiers: &quals,
-                user_comment: self.opts.xml_user_comment.as_deref(),
+                user_comment: self.opts.core.xml_user_comment.as_deref(),
             },
         );
         xml::status(&mut st.xml, "RUNNING", host.elapsed_ms());
@@ -154,7 +155,7 @@ impl Memcheck {
         for (depth, ip) in host
             .stack(id)
             .into_iter()
-            .take(self.opts.num_callers)
+            .take(self.opts.core.num_callers)
             .enumerate()
         {
             let mut group = host.describe(ip);
@@ -206,7 +207,7 @@ impl Memcheck {
                     continue;
                 }
                 let mut shown = f;
-                if !self.opts.show_below_main {
+                if !self.opts.core.show_below_main {
                     if let Some(name) = shown.function.as_deref() {
                         if name == "main" {
                             reaches_main = true;
@@ -262,7 +263,7 @@ impl Memcheck {
         let ips: Vec<u64> = host
             .stack(stack)
             .into_iter()
-            .take(self.opts.num_callers)
+            .take(self.opts.core.num_callers)
             .collect();
         let mut st = self.lock();
         self.absorb_all_freed(&mut st);
@@ -301,12 +302,12 @@ impl Memcheck {
         });
         let first_real_error = st.errors.errs_found > found_before;
         self.emit(&mut st, out, host);
-        if self.opts.exit_on_first_error && first_real_error {
+        if self.opts.core.exit_on_first_error && first_real_error {
             let pid = host.pid();
             host.log(&format!(
                 "=={pid}== \n=={pid}== Exit program on first error (--exit-on-first-error=yes)\n"
             ));
-            host.exit_now(self.opts.error_exitcode);
+            host.exit_now(self.opts.core.error_exitcode);
         }
     }
 }
@@ -344,12 +345,12 @@ fn file_qualifiers(template: &str) -> Vec<(String, String)> {
 pub(crate) fn reporting(opts: &Options, pid: i32) -> Reporting {
     Reporting {
         pid,
-        verbosity: opts.verbosity,
-        xml: opts.xml,
-        error_limit: opts.error_limit,
-        gen_suppressions: opts.gen_suppressions,
-        show_error_list: opts.show_error_list,
-        error_markers: opts.error_markers.clone(),
+        verbosity: opts.core.verbosity,
+        xml: opts.core.xml,
+        error_limit: opts.core.error_limit,
+        gen_suppressions: opts.core.gen_suppressions,
+        show_error_list: opts.core.show_error_list,
+        error_markers: opts.core.error_markers.clone(),
     }
 }
 
