@@ -222,7 +222,6 @@ fn record_alloc(ev: Option<&Event>, p: *mut c_void, size: u64, func: AllocFn, en
                 func,
                 stack,
                 tid: ev.tid(),
-                usable: glibc_usable_size(p),
             };
             ev.uncount();
             ev.rt.tool.on_alloc(&HOST, &a);
@@ -626,7 +625,6 @@ fn reallocate(p: *mut c_void, size: usize, func: AllocFn, entry: u64) -> *mut c_
         func,
         stack,
         tid,
-        usable: glibc_usable_size(q),
     };
     BLOCKS.insert(
         q as u64,
@@ -735,9 +733,9 @@ pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
     )
 }
 
-/// glibc's own `malloc_usable_size` of a block it just handed out (`Alloc::usable`): the
-/// bytes its chunk really gives, the runtime's redzone included. Looked up once.
-fn glibc_usable_size(p: *mut c_void) -> u64 {
+/// glibc's own `malloc_usable_size` of a live block (`Host::usable_size`): the bytes its
+/// chunk really gives, the runtime's redzone included. Looked up once.
+pub fn glibc_usable_size(p: *mut c_void) -> u64 {
     type F = unsafe extern "C" fn(*mut c_void) -> usize;
     static GLIBC: core::sync::atomic::AtomicPtr<c_void> =
         core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());

@@ -452,6 +452,15 @@ impl Host for RuntimeHost {
         raw::gettid()
     }
 
+    fn usable_size(&self, addr: Addr) -> u64 {
+        match BLOCKS.get(addr) {
+            Some(b) if !b.internal => {
+                crate::hooks::glibc_usable_size(addr as *mut core::ffi::c_void)
+            }
+            _ => 0,
+        }
+    }
+
     fn with_thread_state(&self, f: &mut dyn FnMut(&mut [u8])) -> bool {
         oxgrind_engine::with_thread_state(f)
     }

@@ -88,11 +88,6 @@ pub struct Alloc {
     pub func: AllocFn,
     pub stack: StackId,
     pub tid: i32,
-    /// Bytes the allocator really made usable from `addr` (at least `size`; glibc's
-    /// `malloc_usable_size`, before the runtime's redzone is taken off). Memory between
-    /// `addr + size` and `addr + usable` belongs to no one: a tool may mark it. 0 when the
-    /// allocator could not say.
-    pub usable: u64,
 }
 
 /// A block the program gave back (delivered before the memory is released, so a tool can
@@ -376,6 +371,12 @@ pub trait Host {
     /// Drains the calling thread's trace buffer into [`Tool::on_trace`] now (a tool that
     /// must see a block's accesses before the block is freed, say).
     fn flush_trace(&self) {}
+    /// Bytes the allocator really made usable from the start of live block `addr` (at least
+    /// its size; glibc's `malloc_usable_size`, the runtime's redzone included), asked when a
+    /// tool needs it rather than computed at every allocation. 0 when it cannot say.
+    fn usable_size(&self, _addr: Addr) -> u64 {
+        0
+    }
     /// The calling thread's id (`gettid`).
     fn tid(&self) -> i32 {
         0

@@ -38,7 +38,6 @@ fn alloc(addr: Addr, size: u64, slop: u64, stack: u32) -> Alloc {
         addr,
         size,
         slop,
-        usable: 0,
         func: AllocFn::Malloc,
         stack: StackId(stack),
         tid: 1,
@@ -158,7 +157,6 @@ fn realloc_moves_the_bytes_to_the_realloc_site() {
         addr: 0xc0,
         size: 300,
         slop: 4,
-        usable: 0,
         stack: StackId(3),
         ..a
     };
@@ -186,7 +184,6 @@ fn ignore_fn_allocations_and_their_frees_and_reallocs_are_not_counted() {
         addr: 0xd0,
         size: 500,
         slop: 12,
-        usable: 0,
         stack: StackId(3),
         ..a
     };

@@ -141,7 +141,6 @@ impl Program<'_> {
             addr,
             size,
             slop: 0,
-            usable: 0,
             func,
             stack,
             tid: 1,
