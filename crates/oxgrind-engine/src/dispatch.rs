@@ -33,6 +33,8 @@ pub(crate) struct Global {
     pub stats: bool,
     pub on_exit: Option<unsafe extern "C" fn(i32)>,
     pub on_memory_syscall: Option<fn(&crate::MemorySyscall)>,
+    /// The client's tool is told of each program system call before it runs.
+    pub before_syscalls: bool,
 }
 
 pub(crate) static GLOBAL: SpinLock<Global> = SpinLock::new(Global {
@@ -42,6 +44,7 @@ pub(crate) static GLOBAL: SpinLock<Global> = SpinLock::new(Global {
     stats: false,
     on_exit: None,
     on_memory_syscall: None,
+    before_syscalls: false,
 });
 
 static EXIT_REPORTED: AtomicU64 = AtomicU64::new(0);
@@ -228,6 +231,10 @@ pub(crate) unsafe extern "C" fn dispatch(ctx: *mut ThreadCtx) -> u64 {
                 if crate::definedness::enabled() {
                     crate::definedness::before_syscall(ctx, pc);
                 }
+                // SAFETY: GLOBAL is written once before takeover and only read afterwards.
+                if unsafe { GLOBAL.get_unchecked().before_syscalls } {
+                    tool_before_syscall(ctx, pc);
+                }
                 pre_syscall(ctx, pc, b.host)
             } {
                 Action::Run(h) => break h,
@@ -241,6 +248,29 @@ pub(crate) unsafe extern "C" fn dispatch(ctx: *mut ThreadCtx) -> u64 {
         }
     };
     signals::maybe_raise(ctx, host)
+}
+
+/// Tells the tool of the program's system call at `pc` before anything runs it
+/// (`Tool::before_syscall`: Memcheck checks the memory its arguments name). The runtime's
+/// own calls are not the program's.
+fn tool_before_syscall(ctx: &mut ThreadCtx, pc: u64) {
+    let Some(cl) = crate::probe::client() else {
+        return;
+    };
+    if cl.embedder.is_own_code(pc) {
+        return;
+    }
+    let g = &ctx.gregs;
+    let nr = g[c::RAX];
+    let args = [g[c::RDI], g[c::RSI], g[c::RDX], g[c::R10], g[8], g[9]];
+    let regs = oxgrind_tool::instrument::GuestRegs {
+        gpr: ctx.gregs,
+        rip: pc,
+        rflags: ctx.gflags,
+    };
+    cl.embedder.call(true, &mut || {
+        cl.tool.before_syscall(cl.host, nr, &args, &regs)
+    });
 }
 
 fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {

@@ -148,6 +148,10 @@ pub struct Config {
     /// under the engine (the guest's system calls run from the code cache). Like a probe
     /// callback, it must not call into the program or block on a lock guest code may hold.
     pub on_memory_syscall: Option<fn(&MemorySyscall)>,
+    /// Call the client's `Tool::before_syscall` before each of the program's system calls
+    /// (the tool's `Needs::before_syscalls`), from the same place in the dispatcher as the
+    /// definedness checks of syscall arguments.
+    pub before_syscalls: bool,
 }
 
 /// A guest system call that maps or unmaps memory, just performed (see
@@ -194,6 +198,7 @@ impl Default for Config {
             thread_state: 0,
             definedness: false,
             on_memory_syscall: None,
+            before_syscalls: false,
         }
     }
 }
@@ -281,6 +286,7 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
         g.stats = config.stats;
         g.on_exit = config.on_exit;
         g.on_memory_syscall = config.on_memory_syscall;
+        g.before_syscalls = config.before_syscalls && config.client.is_some();
     }
     *dispatch::CACHE.lock() = Some(cache::CodeCache::new(
         translate::Options {

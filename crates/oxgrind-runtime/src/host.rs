@@ -452,6 +452,10 @@ impl Host for RuntimeHost {
         raw::gettid()
     }
 
+    fn read_memory(&self, addr: Addr, buf: &mut [u8]) -> usize {
+        raw::read_own_memory(addr, buf)
+    }
+
     fn usable_size(&self, addr: Addr) -> u64 {
         match BLOCKS.get(addr) {
             Some(b) if !b.internal => {

@@ -94,6 +94,7 @@ fn start_engine(needs: oxgrind_tool::Needs) {
         trace: needs.trace,
         thread_state: needs.thread_state,
         definedness: needs.definedness,
+        before_syscalls: needs.before_syscalls,
         ..Default::default()
     };
     if needs.page_events {

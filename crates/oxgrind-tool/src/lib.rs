@@ -19,6 +19,7 @@ pub use oxgrind_formats::frame::Frame;
 
 pub mod core_view;
 pub mod instrument;
+pub mod syscalls;
 
 pub use core_view::{CoreView, GenSuppressions};
 
@@ -169,6 +170,10 @@ pub struct Needs {
     /// blocks through [`Host::set_definedness`] and [`Host::copy_definedness`]. Memory
     /// starts defined.
     pub definedness: bool,
+    /// Call [`Tool::before_syscall`] before each of the program's system calls (under the
+    /// engine): Memcheck checks the memory its pointer arguments name
+    /// ([`syscalls::for_each_range`]).
+    pub before_syscalls: bool,
 }
 
 /// A use of undefined bits that Memcheck reports ([`Tool::on_undefined`]).
@@ -398,6 +403,11 @@ pub trait Host {
     /// With [`Needs::definedness`]: copies the definedness of `len` bytes from `src` to
     /// `dst` (`realloc` moving a block).
     fn copy_definedness(&self, _src: Addr, _dst: Addr, _len: u64) {}
+    /// Copies the program's memory at `addr` into `buf` without ever faulting (a wild
+    /// pointer is read as far as it is mapped and readable); returns the bytes copied.
+    fn read_memory(&self, _addr: Addr, _buf: &mut [u8]) -> usize {
+        0
+    }
 }
 
 /// A tool: Massif, Memcheck, DHAT, Cachegrind, ...
@@ -488,5 +498,18 @@ pub trait Tool: Send + Sync {
     /// function redirection); asked once per translated block start.
     fn redirect(&self, _host: &dyn Host, _pc: Addr) -> Option<Addr> {
         None
+    }
+    /// With [`Needs::before_syscalls`]: the program is about to make system call `nr` with
+    /// `args` (rdi, rsi, rdx, r10, r8, r9) at the `syscall` instruction `regs.rip`. Runs on
+    /// the engine stack with the thread stopped, before the engine's own handling of the
+    /// call; [`syscalls::for_each_range`] says what memory the call names. Never called for
+    /// the runtime's own system calls.
+    fn before_syscall(
+        &self,
+        _host: &dyn Host,
+        _nr: u64,
+        _args: &[u64; 6],
+        _regs: &instrument::GuestRegs,
+    ) {
     }
 }
