@@ -91,12 +91,16 @@ pub(crate) fn describe(ins: &Instruction, factory: &mut InstructionInfoFactory) 
             if size == 0 {
                 continue;
             }
+            let op = out.mem().len();
             out = out.with_mem(MemOp {
                 size: size as u32,
                 kind,
                 conditional: conditional || out.rep_string(),
                 addressing: addressing(m),
             });
+            if let Some(disp) = sp_offset(m) {
+                out = out.with_sp_offset(op, disp);
+            }
         }
     }
     out
@@ -200,6 +204,16 @@ fn addressing(m: &UsedMemory) -> Addressing {
     }
     // Anything else, string operands (`[rsi]`, `[rdi]`) included.
     Addressing::General
+}
+
+/// `Some(d)` for a `[rsp + d]` operand (no index, no segment override): where it lies
+/// relative to the stack pointer (see `Insn::sp_offset`).
+fn sp_offset(m: &UsedMemory) -> Option<i32> {
+    let plain = matches!(m.segment(), Register::SS | Register::DS | Register::None);
+    if !plain || m.base() != Register::RSP || m.index() != Register::None || m.vsib_size() != 0 {
+        return None;
+    }
+    i32::try_from(m.displacement() as i64).ok()
 }
 
 /// Instructions whose memory operand is not accessed: `lea`, multi-byte `nop`, prefetches
@@ -314,6 +328,25 @@ mod tests {
             .mem()
             .iter()
             .all(|o| o.size == 1 && o.addressing == Addressing::General));
+    }
+
+    #[test]
+    fn stack_pointer_offsets_are_known_for_plain_rsp_operands() {
+        // mov rax, [rsp - 0x100]
+        let below = one(&[0x48, 0x8b, 0x84, 0x24, 0x00, 0xff, 0xff, 0xff]);
+        assert_eq!(below.sp_offset(0), Some(-256));
+        // mov dword [rsp + 8], 1
+        let above = one(&[0xc7, 0x44, 0x24, 0x08, 0x01, 0x00, 0x00, 0x00]);
+        assert_eq!(above.sp_offset(0), Some(8));
+        // mov rax, [rsp + rcx*8 - 0x100]: an index, not known
+        let indexed = one(&[0x48, 0x8b, 0x84, 0xcc, 0x00, 0xff, 0xff, 0xff]);
+        assert_eq!(indexed.sp_offset(0), None);
+        // mov rax, [rbp - 0x100]
+        let rbp = one(&[0x48, 0x8b, 0x85, 0x00, 0xff, 0xff, 0xff]);
+        assert_eq!(rbp.sp_offset(0), None);
+        // push rax: implicit, never below the red zone
+        let push = one(&[0x50]);
+        assert!(push.sp_offset(0).map_or(true, |d| d >= -128));
     }
 
     #[test]

@@ -480,6 +480,101 @@ pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
     }
 }
 
+/// Tells the tool that the guest instruction at `pc` made a memory access the CPU refused
+/// (`Tool::on_memory_fault`): its accesses are computed from `gpr` and `rflags`, the
+/// guest's registers at the fault (the signal context, already in guest terms). Called
+/// from the signal entry with signals deferred; the tool runs on the engine stack, which is
+/// free while the thread runs translated code (every dispatcher entry starts at its top).
+pub(crate) fn memory_fault(
+    ctx: &mut ThreadCtx,
+    fault: &oxgrind_tool::MemoryFault,
+    pc: u64,
+    gpr: [u64; 16],
+    rflags: u64,
+) {
+    let Some(cl) = client() else { return };
+    let mut bytes = [0u8; 15];
+    let n = oxgrind_sys::raw::read_own_memory(pc, &mut bytes);
+    if n == 0 {
+        return;
+    }
+    let ins =
+        iced_x86::Decoder::with_ip(64, &bytes[..n], pc, iced_x86::DecoderOptions::NONE).decode();
+    if ins.is_invalid() {
+        return;
+    }
+    let mut mem = [UsedMemory::default(); MAX_MEM];
+    let nmem = used_memory(&ins, &mut mem);
+    // Operands whole: the vector state (masks, indices) is in the signal frame, not in the
+    // context the lanes are read from; the CPU faulted on an enabled element anyway.
+    let rec = ProbeRec {
+        kind: KIND_ACCESSES,
+        nmem: nmem as u32,
+        filtered: false,
+        data: 0,
+        pc,
+        next_ip: ins.next_ip(),
+        lanes: Lanes::Whole,
+        mem,
+    };
+    // The context's copy of the guest registers is the dispatcher's, rewritten at its next
+    // entry; the addresses are computed from the fault's (put back afterwards all the same).
+    let saved = ctx.gregs;
+    ctx.gregs = gpr;
+    let mut buf = [Access {
+        addr: 0,
+        size: 0,
+        kind: AccessKind::Read,
+        conditional: false,
+    }; MAX_ACCESSES];
+    let n = accesses(ctx, &rec, &mut buf);
+    ctx.gregs = saved;
+    let regs = GuestRegs {
+        gpr,
+        rip: pc,
+        rflags,
+    };
+    let mut call = || {
+        cl.embedder.call(true, &mut || {
+            cl.tool.on_memory_fault(cl.host, fault, &buf[..n], &regs)
+        })
+    };
+    // SAFETY: `estack` is the top of this thread's engine stack, unused while the thread
+    // runs translated code (the fault stopped it there: faults inside the engine never get
+    // here), and at least a page below the context's guard.
+    unsafe { call_on_stack(ctx.estack, &mut call) };
+}
+
+/// Runs `f` on the stack whose top is `top` (16-byte aligned here), then returns to the
+/// caller's stack.
+///
+/// # Safety
+/// `top` must be the top of a stack no one else uses meanwhile, large enough for `f`.
+unsafe fn call_on_stack(top: u64, f: &mut dyn FnMut()) {
+    extern "C" fn trampoline(f: *mut &mut dyn FnMut()) {
+        // SAFETY: `f` points at the caller's `&mut dyn FnMut()`, alive across the call.
+        unsafe { (*f)() }
+    }
+    let mut f = f;
+    let fp: *mut &mut dyn FnMut() = &mut f;
+    // SAFETY: per the caller, `top` is a free stack; r12 (callee-saved, so `trampoline`
+    // keeps it) holds the caller's stack pointer across the call, which is made with an
+    // aligned stack as the ABI wants; every caller-saved register is declared clobbered.
+    unsafe {
+        core::arch::asm!(
+            "mov r12, rsp",
+            "mov rsp, {top}",
+            "call {tramp}",
+            "mov rsp, r12",
+            top = in(reg) top & !15,
+            tramp = sym trampoline,
+            in("rdi") fp,
+            out("r12") _,
+            clobber_abi("C"),
+        )
+    };
+}
+
 /// Most accesses one instruction is reported with: a 64-lane gather, or the runs of a
 /// byte-masked 64-byte operand (at most 32), plus the other operands.
 const MAX_ACCESSES: usize = 64 + MAX_MEM;

@@ -239,9 +239,48 @@ pub(crate) unsafe extern "C" fn on_signal(sig: u64, info: *const u8, uc: *const 
     ctx.sig_ring[level] = ctx.scratch;
     // SAFETY: info and uc are the kernel's siginfo and ucontext for this delivery.
     unsafe { show_guest_context(ctx, level, sig, info, uc) };
+    if matches!(sig, 7 | 11) && sync && ctx.sig_shown_guest[level] != SHOWN_HOST {
+        // SAFETY: info and uc are the kernel's, now showing the guest's registers.
+        unsafe { tell_memory_fault(ctx, level, sig, code, info, uc) };
+    }
     ctx.sig_depth += 1;
     crate::definedness::signal_delivered(ctx);
     handler
+}
+
+/// A guest instruction's access faulted: the tool hears of it before the program's handler
+/// (or the default action) does (`Tool::on_memory_fault`).
+///
+/// # Safety
+/// `info` and `uc` must be the kernel's arguments for this signal, after
+/// `show_guest_context` put the guest's registers in `uc`.
+unsafe fn tell_memory_fault(
+    ctx: &mut ThreadCtx,
+    level: usize,
+    sig: usize,
+    code: i32,
+    info: *const u8,
+    uc: *mut u8,
+) {
+    let gregs = uc.wrapping_add(UC_GREGS) as *const u64;
+    let mut gpr = [0u64; 16];
+    // SAFETY: gregs has 23 entries; GREG_OF's and REG_EFL are among them; si_addr is the
+    // u64 at offset 16 of a fault's siginfo.
+    let (rflags, addr) = unsafe {
+        for (r, &g) in gpr.iter_mut().zip(GREG_OF.iter()) {
+            *r = core::ptr::read(gregs.add(g));
+        }
+        (
+            core::ptr::read(gregs.add(REG_EFL)),
+            core::ptr::read(info.add(16) as *const u64),
+        )
+    };
+    let fault = oxgrind_tool::MemoryFault {
+        sig: sig as i32,
+        code,
+        addr,
+    };
+    crate::probe::memory_fault(ctx, &fault, ctx.sig_shown_pc[level], gpr, rflags);
 }
 
 const SIGTRAP: usize = 5;

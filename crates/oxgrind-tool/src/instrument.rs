@@ -205,6 +205,9 @@ pub struct Insn {
     pub locked: bool,
     mem: [MemOp; MAX_MEM_OPS],
     nmem: u8,
+    /// Per operand: `rsp + disp` (no index register), the displacement; see
+    /// [`Insn::sp_offset`].
+    sp_disp: [Option<i32>; MAX_MEM_OPS],
 }
 
 impl Insn {
@@ -229,6 +232,30 @@ impl Insn {
             locked: false,
             mem: [NONE; MAX_MEM_OPS],
             nmem: 0,
+            sp_disp: [None; MAX_MEM_OPS],
+        }
+    }
+
+    /// Says that memory operand `op` (an index into [`Insn::mem`]) is `[rsp + disp]`.
+    pub fn with_sp_offset(mut self, op: usize, disp: i32) -> Insn {
+        if op < MAX_MEM_OPS {
+            self.sp_disp[op] = Some(disp);
+        }
+        self
+    }
+
+    /// Where memory operand `op` lies relative to the stack pointer, when that is known at
+    /// translation: `Some(d)` for an explicit `[rsp + d]` operand (no index register), the
+    /// access starting `d` bytes from `rsp` as it is before the instruction runs. `None`
+    /// for every other operand, implicit stack accesses (`push`, `call`) included. A tool
+    /// can check the stack's addressability without a probe: `d < -128` is below amd64's
+    /// red zone, memory the program does not own (Memcheck's "N bytes below stack
+    /// pointer").
+    pub fn sp_offset(&self, op: usize) -> Option<i32> {
+        if op < self.nmem as usize {
+            self.sp_disp[op]
+        } else {
+            None
         }
     }
 

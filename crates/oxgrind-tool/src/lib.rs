@@ -270,6 +270,18 @@ pub enum DataAddr {
     Symbol { name: String, offset: u64 },
 }
 
+/// A memory access of the program's that the CPU refused ([`Tool::on_memory_fault`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct MemoryFault {
+    /// `SIGSEGV` (11) or `SIGBUS` (7).
+    pub sig: i32,
+    /// `si_code`: for `SIGSEGV`, 1 (`SEGV_MAPERR`) when nothing is mapped at `addr`, 2
+    /// (`SEGV_ACCERR`) when the mapping forbids the access.
+    pub code: i32,
+    /// `si_addr`: the first byte the CPU could not access.
+    pub addr: Addr,
+}
+
 /// The fatal signal a process is ending by, as the runtime caught it.
 #[derive(Copy, Clone, Debug)]
 pub struct FatalSignal {
@@ -472,6 +484,21 @@ pub trait Tool: Send + Sync {
         _accesses: &[instrument::Access],
         _regs: &instrument::GuestRegs,
         _data: u64,
+    ) {
+    }
+    /// An instruction of the program's code made a memory access the CPU refused (a
+    /// synchronous `SIGSEGV` or `SIGBUS`), and the signal is about to be delivered (to the
+    /// program's handler, or to the default action). `accesses`: what the instruction
+    /// accesses, computed from `regs` (vector-indexed and masked operands whole, as their
+    /// addresses' first element gives them). Memcheck reports the invalid access here,
+    /// before the signal, as Valgrind does. Under the engine only; runs on the thread's
+    /// engine stack with its signals deferred, whatever the instruction's probes.
+    fn on_memory_fault(
+        &self,
+        _host: &dyn Host,
+        _fault: &MemoryFault,
+        _accesses: &[instrument::Access],
+        _regs: &instrument::GuestRegs,
     ) {
     }
     /// An instruction probed with `Plan::pc` is about to run.
