@@ -197,6 +197,13 @@ mod probe_test {
         }
 
         fn on_trace(&self, host: &dyn Host, records: &[TraceRecord]) {
+            // The tool's own work, run translated in the middle of this delivery when the
+            // program asked for the flush (`oxgrind_engine_test_flush`).
+            let job = REENTER.lock().take();
+            if let Some((work, p, n)) = job {
+                // SAFETY: the program's own function, called as it asked, on its thread.
+                unsafe { work(p as *mut u8, n) };
+            }
             // Tallied locally, one atomic add per batch: the drain costs little next to the
             // appends it measures.
             let mut t = [0u64; 7];
@@ -233,6 +240,26 @@ mod probe_test {
                 total.fetch_add(n, Relaxed);
             }
         }
+    }
+
+    /// A function of the program for `on_trace` to run once, with its arguments.
+    pub type Work = unsafe extern "C" fn(*mut u8, i64);
+    pub static REENTER: oxgrind_tool::sync::SpinLock<Option<(Work, usize, i64)>> =
+        oxgrind_tool::sync::SpinLock::new(None);
+
+    /// For the program (`probe_reenter`): flushes its trace buffer, and has the tool run
+    /// `work(p, n)` while the records are being delivered (its accesses are then the
+    /// tool's own work and must never reach the tool).
+    #[unsafe(no_mangle)]
+    pub extern "C" fn oxgrind_engine_test_flush(work: Work, p: *mut u8, n: i64) {
+        *REENTER.lock() = Some((work, p as usize, n));
+        oxgrind_engine::flush_trace();
+    }
+
+    /// For the program: what runs between `on` 1 and `on` 0 is the embedder's own work.
+    #[unsafe(no_mangle)]
+    pub extern "C" fn oxgrind_engine_test_hold(on: i32) {
+        oxgrind_engine::hold_trace(on != 0);
     }
 
     /// The harness's host: nothing but what the probes need (the counters).

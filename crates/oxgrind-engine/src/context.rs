@@ -130,6 +130,13 @@ pub struct ThreadCtx {
     /// Set while this context's trace buffer is being handed to the tool (taken with a
     /// compare-and-swap: the exiting thread may drain another thread's buffer).
     pub trace_draining: core::sync::atomic::AtomicU64,
+    /// Where the records that are not the program's begin (0: all are): set while the
+    /// embedder's or the tool's own code runs on this thread (`trace::hold`), whose calls
+    /// into the program's libraries run translated and append records (see `trace`).
+    pub trace_hold: u64,
+    /// How many holds are in force on this thread (the embedder's, and a drain's own while
+    /// it hands the buffer to the tool).
+    pub trace_holders: u64,
     /// Child context of a `clone` in flight (parent side).
     pub pending_child: u64,
     /// Signals that arrived while the thread was inside the engine (bit n = signal n).
@@ -320,6 +327,8 @@ pub fn reuse_exited() -> Option<*mut ThreadCtx> {
         c.probe_rec = 0;
         c.trace_ptr = c.trace_base;
         c.trace_draining.store(0, Ordering::Relaxed);
+        c.trace_hold = 0;
+        c.trace_holders = 0;
         crate::thread_state::renew(c);
         c.fs_base = 0;
         c.pending_child = 0;

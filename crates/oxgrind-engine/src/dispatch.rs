@@ -277,7 +277,7 @@ fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
     let nr = ctx.gregs[c::RAX];
     match nr {
         SYS_EXIT => {
-            crate::trace::drain(ctx);
+            crate::trace::drain(ctx, true);
             c::retire(ctx);
             Action::Run(host)
         }

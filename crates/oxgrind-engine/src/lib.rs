@@ -104,7 +104,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 pub use dispatch::instructions_executed;
 pub use thread_state::{each as each_thread_state, with_current as with_thread_state};
-pub use trace::{flush_all as flush_all_traces, flush_current as flush_trace};
+pub use trace::{flush_all as flush_all_traces, flush_current as flush_trace, hold as hold_trace};
 
 /// The sum over all threads of the tool's per-thread counter `id` (`Plan::count`).
 pub fn counter_total(id: oxgrind_tool::instrument::CounterId) -> u64 {

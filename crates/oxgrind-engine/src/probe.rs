@@ -473,7 +473,7 @@ pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
                 crate::trace::push(ctx, TraceRecord::new(a.addr, rec.data as u32, size, kind));
             }
         }
-        KIND_TRACE_FULL => crate::trace::drain(ctx),
+        KIND_TRACE_FULL => crate::trace::drain(ctx, false),
         KIND_CLIENT_REQUEST => client_request(ctx, cl, &regs),
         KIND_DEFINEDNESS => crate::definedness::step(ctx, rec.data, rec.pc, cl),
         _ => {}

@@ -56,7 +56,7 @@ pub(crate) fn push(ctx: &mut ThreadCtx, rec: TraceRecord) {
         return;
     }
     if ctx.trace_ptr >= ctx.trace_end {
-        drain(ctx);
+        drain(ctx, false);
     }
     // SAFETY: trace_ptr lies in [base, end + SLACK records) of this thread's buffer, and
     // only this thread writes it.
@@ -64,13 +64,95 @@ pub(crate) fn push(ctx: &mut ThreadCtx, rec: TraceRecord) {
     ctx.trace_ptr += RECORD as u64;
 }
 
-/// Hands the records of `ctx`'s buffer to the tool and empties it. Re-entry (the tool
-/// asking for a flush from inside `on_trace`), or a drain of the same buffer by another
-/// thread at the end of the process, does nothing.
-pub(crate) fn drain(ctx: &mut ThreadCtx) {
-    if ctx.trace_base == 0 || ctx.trace_ptr == ctx.trace_base {
+/// Starts a hold on `ctx`'s buffer: records appended from now on are not the program's.
+fn push_hold(ctx: &mut ThreadCtx) {
+    if ctx.trace_holders == 0 {
+        ctx.trace_hold = ctx.trace_ptr;
+    }
+    ctx.trace_holders += 1;
+}
+
+/// Ends a hold; with the last one, what was appended under the holds is dropped.
+fn pop_hold(ctx: &mut ThreadCtx) {
+    ctx.trace_holders = ctx.trace_holders.saturating_sub(1);
+    if ctx.trace_holders == 0 && ctx.trace_hold != 0 {
+        ctx.trace_ptr = ctx.trace_hold;
+        ctx.trace_hold = 0;
+    }
+}
+
+/// Hands the program's records in `ctx`'s buffer (those before a hold) to the tool and
+/// empties it; records appended under a hold are dropped. `ctx` is the calling thread's.
+/// `asked`: the tool asked for it (`Host::flush_trace`) or the thread ends, so the tool
+/// may be called under the embedder's hold; otherwise the buffer is merely full, and under
+/// a hold (the embedder or the tool is running, maybe in the middle of its own work) only
+/// the records appended under it are dropped, to make room.
+///
+/// The tool's and the embedder's own code runs translated when it is called from the
+/// program's thread (an allocator hook, `fini`, `Host::flush_trace`), and the libc
+/// functions it calls (`memcpy` of a growing vector) are instrumented like the program's:
+/// their records must neither reach the tool as the program's nor make it re-enter itself
+/// (a tool's lock held by the interrupted call: a deadlock), and a buffer must never grow
+/// past its end because a drain could not run (records written over the memory after it).
+/// So a drain holds the buffer while it delivers, and a drain that finds the buffer being
+/// delivered drops what was appended since: both are the tool's own work.
+pub(crate) fn drain(ctx: &mut ThreadCtx, asked: bool) {
+    if ctx.trace_base == 0 {
         return;
     }
+    if !asked && ctx.trace_holders != 0 {
+        ctx.trace_ptr = ctx.trace_hold;
+        return;
+    }
+    loop {
+        if ctx
+            .trace_draining
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            break;
+        }
+        if ctx.trace_holders != 0 {
+            // Re-entered by the tool's own work while this thread delivers (or the
+            // embedder's, while another thread delivers at the end): none of it is the
+            // program's.
+            ctx.trace_ptr = ctx.trace_hold;
+            return;
+        }
+        // Another thread delivers this buffer (`flush_all` at the end of the process): the
+        // appends must wait for the room it makes.
+        oxgrind_sys::raw::sched_yield();
+    }
+    let end = if ctx.trace_holders != 0 {
+        ctx.trace_hold
+    } else {
+        ctx.trace_ptr
+    };
+    if end > ctx.trace_base {
+        let n = ((end - ctx.trace_base) as usize / RECORD).min(CAPACITY);
+        push_hold(ctx);
+        // SAFETY: the first `n` records of the buffer were written by this thread's probes
+        // (or `push`); the buffer stays mapped for the life of the process, and nothing
+        // writes them while the hold lasts (appends go after it).
+        let records =
+            unsafe { core::slice::from_raw_parts(ctx.trace_base as *const TraceRecord, n) };
+        if let Some(c) = crate::probe::client() {
+            c.embedder
+                .call(false, &mut || c.tool.on_trace(c.host, records));
+        }
+        // Everything after the delivered records was appended under a hold.
+        ctx.trace_hold = ctx.trace_base;
+        pop_hold(ctx);
+    } else if ctx.trace_holders != 0 {
+        ctx.trace_ptr = ctx.trace_hold;
+    }
+    ctx.trace_draining.store(0, Ordering::Release);
+}
+
+/// Another thread's buffer, at the end of the process: the records it has appended so far
+/// (before its hold, if it is inside the embedder). It may still run: a record it appends
+/// meanwhile may be missed, and its own drains wait for this one (see `drain`).
+fn drain_other(ctx: &mut ThreadCtx) {
     if ctx
         .trace_draining
         .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
@@ -78,15 +160,21 @@ pub(crate) fn drain(ctx: &mut ThreadCtx) {
     {
         return;
     }
-    let n = ((ctx.trace_ptr - ctx.trace_base) as usize / RECORD).min(CAPACITY);
-    // SAFETY: the first `n` records of the buffer were written by this thread's probes
-    // (or `push`); the buffer stays mapped for the life of the process.
-    let records = unsafe { core::slice::from_raw_parts(ctx.trace_base as *const TraceRecord, n) };
-    if let Some(c) = crate::probe::client() {
-        c.embedder
-            .call(false, &mut || c.tool.on_trace(c.host, records));
+    let (base, hold, ptr) = (ctx.trace_base, ctx.trace_hold, ctx.trace_ptr);
+    let end = if hold != 0 { hold } else { ptr };
+    if base != 0 && end > base {
+        let n = ((end - base) as usize / RECORD).min(CAPACITY);
+        // SAFETY: as in `drain`; the owner only appends after `end` or waits for this drain.
+        let records = unsafe { core::slice::from_raw_parts(base as *const TraceRecord, n) };
+        if let Some(c) = crate::probe::client() {
+            c.embedder
+                .call(false, &mut || c.tool.on_trace(c.host, records));
+        }
+        ctx.trace_ptr = base;
+        if ctx.trace_hold != 0 {
+            ctx.trace_hold = base;
+        }
     }
-    ctx.trace_ptr = ctx.trace_base;
     ctx.trace_draining.store(0, Ordering::Release);
 }
 
@@ -94,7 +182,30 @@ pub(crate) fn drain(ctx: &mut ThreadCtx) {
 pub fn flush_current() {
     if let Some(ctx) = crate::current_context() {
         // SAFETY: the calling thread's own live context; only this thread drains it here.
-        drain(unsafe { &mut *ctx });
+        drain(unsafe { &mut *ctx }, true);
+    }
+}
+
+/// The embedder's own code starts (`true`) or stops running on the calling thread: the
+/// records appended meanwhile (by the libc functions it calls, which run translated) are
+/// not the program's and are dropped when the hold ends, and a full buffer is emptied of
+/// them without calling the tool. Holds nest (each `true` needs its `false`).
+pub fn hold(on: bool) {
+    if !enabled() {
+        return;
+    }
+    let Some(ctx) = crate::current_context() else {
+        return;
+    };
+    // SAFETY: the calling thread's own live context; only this thread changes its holds.
+    let ctx = unsafe { &mut *ctx };
+    if ctx.trace_base == 0 {
+        return;
+    }
+    if on {
+        push_hold(ctx);
+    } else {
+        pop_hold(ctx);
     }
 }
 
@@ -106,14 +217,13 @@ pub fn flush_all() {
         return;
     };
     // SAFETY: the calling thread's own live context.
-    drain(unsafe { &mut *own });
+    drain(unsafe { &mut *own }, true);
     let own_ptr = own;
     crate::context::for_each(|p| {
         if p != own_ptr {
-            // SAFETY: contexts are never freed. Another thread may still run: a drain it
-            // makes at the same time is excluded by `trace_draining`; records it appends
-            // meanwhile may be missed (the process is ending).
-            drain(unsafe { &mut *p });
+            // SAFETY: contexts are never freed. Another thread may still run: see
+            // `drain_other`.
+            drain_other(unsafe { &mut *p });
         }
     });
 }
@@ -121,5 +231,8 @@ pub fn flush_all() {
 /// In a forked child: the records in the buffer are the parent's, already its to report.
 pub(crate) fn forget(ctx: &mut ThreadCtx) {
     ctx.trace_ptr = ctx.trace_base;
+    if ctx.trace_hold != 0 {
+        ctx.trace_hold = ctx.trace_base;
+    }
     ctx.trace_draining.store(0, Ordering::Relaxed);
 }

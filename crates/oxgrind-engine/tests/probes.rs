@@ -250,3 +250,20 @@ fn per_thread_counters_and_trace_buffers_are_exact_with_threads() {
         assert_eq!(tally(&line, "tstatesum"), 4 * (n + 1), "{line}");
     }
 }
+
+#[test]
+fn records_of_the_tools_and_embedders_own_work_are_dropped_never_written_past_the_buffer() {
+    // The program's own stores: three runs of 1,000 iterations (n + 1 block entries each).
+    // In between, 100,000 iterations run by the tool from inside `on_trace` while a flush
+    // delivers (translated: the tool was called from the program's thread), and 5,000
+    // under the embedder's hold: neither is the program's. Before the fix the first
+    // overflowed the 64 KiB buffer into the memory after it (a drain found the buffer being
+    // delivered and left it full), and the second reached the tool as the program's.
+    let src = include_str!("probe_reenter.c.txt");
+    let line = probe_report_of("probe_reenter", src, "0", true);
+    let n: u64 = 3 * 1000;
+    assert_eq!(tally(&line, "twrites"), n, "{line}");
+    assert_eq!(tally(&line, "tblocks"), n + 3, "{line}");
+    assert_eq!(tally(&line, "tbytes"), 8 * n, "{line}");
+    assert_eq!(tally(&line, "tstray"), 0, "{line}");
+}

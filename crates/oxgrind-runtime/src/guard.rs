@@ -53,6 +53,9 @@ impl Entered {
                 None
             } else {
                 f.set(true);
+                // What our code does from here on (its calls into libc run translated) is
+                // not the program's: the engine drops its trace records.
+                oxgrind_engine::hold_trace(true);
                 Some(Entered(()))
             }
         })
@@ -62,6 +65,7 @@ impl Entered {
 impl Drop for Entered {
     #[inline]
     fn drop(&mut self) {
+        oxgrind_engine::hold_trace(false);
         INSIDE.with(|f| f.set(false));
         crate::exit::run_pending_signal();
     }
