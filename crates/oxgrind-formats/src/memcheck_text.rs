@@ -298,6 +298,12 @@ pub fn address_on_stack(addr: u64, tid: i32) -> String {
     format!("Address {addr:#x} is on thread {tid}'s stack")
 }
 
+/// `256 bytes below stack pointer`: the line after "is on thread N's stack" for an address
+/// below `rsp` (Valgrind prints the number without separators).
+pub fn below_stack_pointer(bytes: u64) -> String {
+    format!("{bytes} bytes below stack pointer")
+}
+
 /// `in frame #1, created by bad_frees (mc_heap.c:35)`: the function owning the frame, and
 /// the line where it starts.
 pub fn in_frame(k: usize, frame: &Frame) -> String {

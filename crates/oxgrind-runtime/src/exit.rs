@@ -180,7 +180,11 @@ pub fn finish(exit: Exit) {
     if let Exit::Signal(_) = exit {
         // Memcheck writes this block itself: in XML mode it belongs to the XML stream, with
         // Memcheck's thread numbering.
-        if rt.core.tool != "memcheck" && rt.core.view.verbosity > 0 {
+        // With -q, Valgrind still prints it for a core-dumping signal the kernel raised.
+        let kernel_fault = FATAL_SIGNAL.lock().is_some_and(|f| {
+            f.code > 0 && matches!(f.sig, 3 | 4 | 5 | 6 | 7 | 8 | 11 | 24 | 25 | 31)
+        });
+        if rt.core.tool != "memcheck" && (rt.core.view.verbosity > 0 || kernel_fault) {
             fatal_signal_block();
         }
     }

@@ -10,13 +10,9 @@
 use std::sync::atomic::Ordering;
 
 use oxgrind_formats::frame::Frame;
-use oxgrind_formats::memcheck_text as text;
-use oxgrind_formats::memcheck_xml::WhatQuirk;
 use oxgrind_tool::instrument::{Access, AccessKind, GuestRegs, Insn, Plan};
-use oxgrind_tool::{Addr, Host, StackId};
+use oxgrind_tool::{Addr, Host};
 
-use crate::errors::KeyKind;
-use crate::report::thread_number;
 use crate::shadow::{self, shadow_base};
 use crate::Memcheck;
 
@@ -201,6 +197,7 @@ impl Memcheck {
             if ins.may_touch_heap() {
                 plan.accesses_filtered(i, 0);
             }
+            self.plan_below_sp(i, ins, plan);
         }
     }
 
@@ -258,63 +255,13 @@ impl Memcheck {
                 }
             }
         }
-        let (read, write) = match a.kind {
-            AccessKind::Read => (true, false),
-            AccessKind::Write => (false, true),
-            AccessKind::Modify => (true, true),
-        };
-        let mut at: Option<(StackId, i32, i32)> = None;
-        let mut report = |addr: Addr, size: u32, write: bool| {
-            let (stack, tid, thread) = *at.get_or_insert_with(|| {
-                let tid = host.tid();
-                let mut st = self.lock();
-                let thread = thread_number(&mut st.threads, tid, host.pid());
-                drop(st);
-                (host.stack_at(regs, self.opts.core.num_callers), tid, thread)
-            });
-            self.report_at(
-                host,
-                KeyKind::Addr { size },
-                stack,
-                false,
-                tid,
-                if write { "InvalidWrite" } else { "InvalidRead" },
-                &|| text::invalid_access(write, size),
-                WhatQuirk::None,
-                &|freed| self.describe_addr(host, freed, addr, thread),
-            );
-        };
-        if read {
-            // --partial-loads-ok=yes: a naturally aligned load of a word or a vector with
-            // at least one addressable byte is fine (Memcheck gives the other bytes
-            // undefined values instead, which we do not track).
-            let size = a.size as u64;
-            let partial_ok = self.opts.partial_loads_ok
-                && matches!(size, 8 | 16 | 32)
-                && a.addr % size == 0
-                && v.bad < a.size;
-            if !partial_ok {
-                report(a.addr, a.size, false);
-            }
-        }
-        if write {
-            if a.size > 8 {
-                // Memcheck stores vectors in 8-byte pieces: each piece with an
-                // unaddressable byte is an invalid write of size 8 at that piece.
-                for off in (0..a.size).step_by(8) {
-                    let (piece, n) = (a.addr + off as u64, 8.min(a.size - off));
-                    if shadow::verdict(base, piece, n).bad > 0 {
-                        report(piece, n, true);
-                    }
-                }
-            } else {
-                report(a.addr, a.size, true);
-                if a.size == 2 {
-                    // Memcheck 3.19 counts a bad 2-byte store twice (shown once).
-                    report(a.addr, a.size, true);
-                }
-            }
-        }
+        self.report_invalid(
+            host,
+            regs,
+            a,
+            &|addr, size| shadow::verdict(base, addr, size).bad,
+            &|freed, thread, addr| self.describe_addr(host, freed, addr, thread),
+        );
     }
 
     /// What the code at `pc` is, by its symbol (cached: asked only on the slow path).

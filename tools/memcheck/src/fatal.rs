@@ -31,10 +31,11 @@ impl Memcheck {
                 self.start_xml(st, host);
                 let tid = thread_number(&mut st.threads, f.tid, pid);
                 xml::fatal_signal(&mut st.xml, tid, f.sig, f.code, f.addr, &frames);
-            } else if self.opts.core.verbosity > 0 {
+            } else if self.opts.core.verbosity > 0 || (could_core(f.sig) && f.code > 0) {
+                // With -q Valgrind still prints it for a fault the kernel raised (a wild
+                // pointer's SIGSEGV), not for a signal sent (abort(), kill).
                 let limits = ProcessLimits::read();
-                let core =
-                    matches!(f.sig, 3 | 4 | 5 | 6 | 7 | 8 | 11 | 24 | 25 | 31) && limits.core > 0;
+                let core = could_core(f.sig) && limits.core > 0;
                 text::fatal_signal(
                     &mut out.text,
                     pid,
@@ -48,6 +49,11 @@ impl Memcheck {
             }
         }
     }
+}
+
+/// Signals whose default action dumps core.
+fn could_core(sig: i32) -> bool {
+    matches!(sig, 3 | 4 | 5 | 6 | 7 | 8 | 11 | 24 | 25 | 31)
 }
 
 /// The resource limits the fatal-signal block mentions, from /proc/self/limits.

@@ -33,8 +33,8 @@
 //! verdicts as loss records and LEAK SUMMARY), `fatal` (the fatal-signal block); this file
 //! holds the tool's state and its `Tool` implementation, which only dispatches.
 //!
-//! Not here: definedness of values (undefined-value errors), addressability outside the
-//! heap (stack below `rsp`, unmapped memory).
+//! Outside the heap (`outside_heap`): accesses below the stack pointer's red zone through
+//! `[rsp + d]` operands, and accesses to unmapped memory, reported when they fault.
 
 extern crate alloc;
 
@@ -49,6 +49,7 @@ pub mod freed;
 pub mod leak;
 mod leak_report;
 pub mod options;
+mod outside_heap;
 mod report;
 pub mod shadow;
 
@@ -348,7 +349,21 @@ impl Tool for Memcheck {
     }
 
     fn on_accesses(&self, host: &dyn Host, accesses: &[Access], regs: &GuestRegs, data: u64) {
-        self.accesses_event(host, accesses, regs, data)
+        if data & outside_heap::BELOW_SP_PROBE != 0 {
+            self.below_sp_event(host, accesses, regs, data)
+        } else {
+            self.accesses_event(host, accesses, regs, data)
+        }
+    }
+
+    fn on_memory_fault(
+        &self,
+        host: &dyn Host,
+        fault: &oxgrind_tool::MemoryFault,
+        accesses: &[Access],
+        regs: &GuestRegs,
+    ) {
+        self.memory_fault_event(host, fault, accesses, regs)
     }
 
     fn on_misuse(&self, host: &dyn Host, ev: &MisuseEvent) {

@@ -1,0 +1,232 @@
+//! Invalid accesses outside the heap: below the stack pointer, and to memory nothing is
+//! mapped at (a wild pointer), reported as Memcheck reports them.
+//!
+//! Neither costs the program anything while it behaves, which is why neither uses the
+//! shadow map. The shadow would have to be written at every stack-pointer change (as
+//! Valgrind marks the memory below `rsp` on each) and over every unmapped range of the
+//! address space. Instead:
+//!
+//! * **Below the stack pointer**: an explicit `[rsp + d]` operand is placed relative to
+//!   `rsp` at translation (`Insn::sp_offset`). Only an operand with `d < -128`, past
+//!   amd64's red zone, gets a probe; it always reports ("Address ... is on thread 1's
+//!   stack", "N bytes below stack pointer"), on the main thread's stack, where Valgrind
+//!   too holds all memory below `rsp` unaddressable. Not seen: an access through another
+//!   register to a dead part of the stack (a pointer to a returned function's local), and
+//!   below-`rsp` accesses on other threads' stacks (Valgrind reports those only where the
+//!   thread's stack pointer has been before: it would take a mark per stack-pointer
+//!   change to know).
+//! * **Unmapped memory**: such an access faults, and the engine tells the tool before the
+//!   signal is delivered (`Tool::on_memory_fault`): with `SEGV_MAPERR` it is reported as
+//!   Valgrind reports it before its "Process terminating with default action of signal 11"
+//!   block ("Address 0x12345678 is not stack'd, malloc'd or (recently) free'd"). A mapping
+//!   that forbids the access (`SEGV_ACCERR`: `PROT_NONE`, a write to read-only memory) is
+//!   no Memcheck error, as in Valgrind, whose A bits say mapped memory is addressable
+//!   whatever its protection; the fatal-signal block then says "Bad permissions".
+
+use oxgrind_formats::memcheck_text::{self as text, Aux};
+use oxgrind_formats::memcheck_xml::WhatQuirk;
+use oxgrind_tool::instrument::{Access, AccessKind, GuestRegs, Insn, Plan};
+use oxgrind_tool::{Addr, Host, MemoryFault, StackId};
+
+use crate::errors::KeyKind;
+use crate::freed::FreedQueue;
+use crate::report::thread_number;
+use crate::Memcheck;
+
+/// amd64's red zone: the 128 bytes below `rsp` a function may use without moving it.
+pub(crate) const RED_ZONE: u64 = 128;
+
+/// `Plan::accesses` data of a below-the-stack-pointer probe: this bit, and in the low 32
+/// bits how far below `rsp` the instruction's lowest such operand starts.
+pub(crate) const BELOW_SP_PROBE: u64 = 1 << 40;
+
+/// The main thread's stack as last read from `/proc/self/maps` (`[stack]`): start, end.
+static MAIN_STACK: oxgrind_tool::sync::SpinLock<(u64, u64)> =
+    oxgrind_tool::sync::SpinLock::new((0, 0));
+
+/// Whether `sp` lies in the main thread's stack mapping. The maps are read again only when
+/// `sp` is outside the range known (the stack grows down; asked on the error path only).
+fn on_main_stack(sp: u64) -> bool {
+    let (lo, hi) = *MAIN_STACK.lock();
+    if lo <= sp && sp < hi {
+        return true;
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let range = maps.lines().find(|l| l.ends_with("[stack]")).and_then(|l| {
+        let (lo, hi) = l.split_whitespace().next()?.split_once('-')?;
+        Some((
+            u64::from_str_radix(lo, 16).ok()?,
+            u64::from_str_radix(hi, 16).ok()?,
+        ))
+    });
+    let Some((lo, hi)) = range else { return false };
+    *MAIN_STACK.lock() = (lo, hi);
+    lo <= sp && sp < hi
+}
+
+/// `si_code` of a `SIGSEGV` at an address nothing is mapped at.
+const SEGV_MAPERR: i32 = 1;
+const SIGSEGV: i32 = 11;
+
+impl Memcheck {
+    /// Probes for the operands of `ins` (instruction `i` of its block) that lie past the
+    /// red zone below `rsp`: known at translation, so only those instructions pay.
+    pub(crate) fn plan_below_sp(&self, i: usize, ins: &Insn, plan: &mut Plan) {
+        let lowest = (0..ins.mem().len())
+            .filter_map(|op| ins.sp_offset(op))
+            .filter(|&d| (d as i64) < -(RED_ZONE as i64))
+            .min();
+        if let Some(d) = lowest {
+            plan.accesses(i, BELOW_SP_PROBE | d.unsigned_abs() as u64);
+        }
+    }
+
+    /// A below-the-stack-pointer probe ran: the accesses within `[rsp - depth, rsp - 128)`
+    /// are errors (the instruction's other operands are not this probe's business).
+    pub(crate) fn below_sp_event(
+        &self,
+        host: &dyn Host,
+        accesses: &[Access],
+        regs: &GuestRegs,
+        data: u64,
+    ) {
+        let rsp = regs.rsp();
+        // Valgrind marks all of the main thread's stack below its pointer unaddressable
+        // from the start; another thread's stack (memory glibc mapped) only where its
+        // pointer has been and come back up, which only a mark at every stack-pointer
+        // change tells: those are left alone (a missed error, never a false one), as is
+        // the main thread on another stack (sigaltstack, a coroutine's).
+        if host.tid() != host.pid() || !on_main_stack(rsp) {
+            return;
+        }
+        let depth = data & 0xffff_ffff;
+        let (lo, hi) = (rsp.wrapping_sub(depth), rsp.wrapping_sub(RED_ZONE));
+        let unaddressable = |addr: u64, size: u32| -> u32 {
+            (addr..addr.saturating_add(size as u64))
+                .filter(|&b| b < hi && b >= lo)
+                .count() as u32
+        };
+        for a in accesses {
+            if a.addr >= lo && a.addr < hi {
+                self.report_invalid(host, regs, a, &unaddressable, &|_, thread, addr| {
+                    vec![
+                        Aux::Text(text::address_on_stack(addr, thread)),
+                        Aux::Text(text::below_stack_pointer(rsp.wrapping_sub(addr))),
+                    ]
+                });
+            }
+        }
+    }
+
+    /// The engine caught a fault of the program's access (see the module's doc).
+    pub(crate) fn memory_fault_event(
+        &self,
+        host: &dyn Host,
+        fault: &MemoryFault,
+        accesses: &[Access],
+        regs: &GuestRegs,
+    ) {
+        if fault.sig != SIGSEGV || fault.code != SEGV_MAPERR {
+            return;
+        }
+        // The access the CPU stopped at: the one holding the faulting byte (reads come
+        // before writes, as the CPU makes them); else, as the fault gives it, one byte.
+        let holds = |a: &&Access| fault.addr >= a.addr && fault.addr - a.addr < a.size as u64;
+        let a = accesses.iter().find(holds).copied().unwrap_or(Access {
+            addr: fault.addr,
+            size: 1,
+            kind: AccessKind::Read,
+            conditional: false,
+        });
+        // A read-modify-write faults on its read, and the program goes no further.
+        let a = Access {
+            kind: match a.kind {
+                AccessKind::Modify => AccessKind::Read,
+                k => k,
+            },
+            ..a
+        };
+        // The bytes from the fault on are unmapped; those before it are not (the access
+        // would have faulted there first).
+        let unmapped = |addr: u64, size: u32| -> u32 {
+            (addr..addr.saturating_add(size as u64))
+                .filter(|&b| b >= fault.addr)
+                .count() as u32
+        };
+        self.report_invalid(host, regs, &a, &unmapped, &|freed, thread, addr| {
+            self.describe_addr(host, freed, addr, thread)
+        });
+    }
+
+    /// Reports access `a` with `bad(addr, size)` of its bytes unaddressable as Memcheck's
+    /// `mc_LOADVn_slow` / `mc_STOREVn_slow` would: a read once unless
+    /// `--partial-loads-ok=yes` excuses it, a write of a vector in 8-byte pieces, a 2-byte
+    /// write counted twice (shown once); a read-modify-write as a read, then a write.
+    /// `aux(freed blocks, thread, addr)`: the address description.
+    pub(crate) fn report_invalid(
+        &self,
+        host: &dyn Host,
+        regs: &GuestRegs,
+        a: &Access,
+        bad: &dyn Fn(u64, u32) -> u32,
+        aux: &dyn Fn(&FreedQueue, i32, Addr) -> Vec<Aux>,
+    ) {
+        let (read, write) = match a.kind {
+            AccessKind::Read => (true, false),
+            AccessKind::Write => (false, true),
+            AccessKind::Modify => (true, true),
+        };
+        let mut at: Option<(StackId, i32, i32)> = None;
+        let mut report = |addr: Addr, size: u32, write: bool| {
+            let (stack, tid, thread) = *at.get_or_insert_with(|| {
+                let tid = host.tid();
+                let mut st = self.lock();
+                let thread = thread_number(&mut st.threads, tid, host.pid());
+                drop(st);
+                (host.stack_at(regs, self.opts.core.num_callers), tid, thread)
+            });
+            self.report_at(
+                host,
+                KeyKind::Addr { size },
+                stack,
+                false,
+                tid,
+                if write { "InvalidWrite" } else { "InvalidRead" },
+                &|| text::invalid_access(write, size),
+                WhatQuirk::None,
+                &|freed| aux(freed, thread, addr),
+            );
+        };
+        if read {
+            // --partial-loads-ok=yes: a naturally aligned load of a word or a vector with
+            // at least one addressable byte is fine (Memcheck gives the other bytes
+            // undefined values instead, which we do not track).
+            let size = a.size as u64;
+            let partial_ok = self.opts.partial_loads_ok
+                && matches!(size, 8 | 16 | 32)
+                && a.addr % size == 0
+                && bad(a.addr, a.size) < a.size;
+            if !partial_ok {
+                report(a.addr, a.size, false);
+            }
+        }
+        if write {
+            if a.size > 8 {
+                // Memcheck stores vectors in 8-byte pieces: each piece with an
+                // unaddressable byte is an invalid write of size 8 at that piece.
+                for off in (0..a.size).step_by(8) {
+                    let (piece, n) = (a.addr + off as u64, 8.min(a.size - off));
+                    if bad(piece, n) > 0 {
+                        report(piece, n, true);
+                    }
+                }
+            } else {
+                report(a.addr, a.size, true);
+                if a.size == 2 {
+                    // Memcheck 3.19 counts a bad 2-byte store twice (shown once).
+                    report(a.addr, a.size, true);
+                }
+            }
+        }
+    }
+}
