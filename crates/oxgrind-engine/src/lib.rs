@@ -75,8 +75,8 @@
 //! uses only `core`/`alloc` and [`oxgrind_sys`] raw system calls: no libc call, no `errno`,
 //! nothing below the guest's stack pointer. Rust allocations go to the embedding library's
 //! `#[global_allocator]`, which must be [`oxgrind_sys::heap::PrivateHeap`] (or another
-//! allocator that never calls into the program). The full XSAVE state is saved around every
-//! dispatcher entry. One exception to "no libc": the compiler emits calls to `memcpy`,
+//! allocator that never calls into the program). The XSAVE state engine code can change is saved around every
+//! dispatcher entry (`asm::ENGINE_XSTATE`). One exception to "no libc": the compiler emits calls to `memcpy`,
 //! `memset` and `memmove` for Rust code, and in a shared library those bind to libc's.
 //! They are stateless and async-signal-safe, and the XSAVE around the engine covers their
 //! vector use; the embedding library must be linked with `-z now` so that these calls never
@@ -277,6 +277,7 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
     if !xsave_ok() {
         return Err(StartError::NoXsave);
     }
+    asm::detect_xsaveopt();
     let out_fd = oxgrind_sys::raw::dup_high(config.out_fd, 700).unwrap_or(config.out_fd);
     {
         let mut g = dispatch::GLOBAL.lock();
