@@ -152,6 +152,9 @@ pub struct ThreadCtx {
     pub vbits: u64,
     pub vbits_own_code: u64,
     pub vbits_signal: u64,
+    /// The primary table of the memory shadow (`definedness`), for the inline fast path
+    /// (0 until the thread's first definedness step).
+    pub vbits_primary: u64,
     pub sig_ring: [[u64; SCRATCH_SLOTS]; SIG_RING],
     /// Per ring level: the pc the kernel put in the context, and the pc the guest handler
     /// was shown (the guest pc when the host pc could be mapped, else the same).
@@ -199,6 +202,9 @@ off!(OFF_TRACE_PTR, trace_ptr);
 off!(OFF_TRACE_END, trace_end);
 off!(OFF_PROBE_RCX, probe_rcx);
 off!(OFF_VBITS_OWN_CODE, vbits_own_code);
+off!(OFF_VBITS, vbits);
+off!(OFF_VBITS_SIGNAL, vbits_signal);
+off!(OFF_VBITS_PRIMARY, vbits_primary);
 
 /// Offset of scratch slot `i`.
 pub const fn scratch_off(i: usize) -> usize {

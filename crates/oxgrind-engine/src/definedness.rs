@@ -328,6 +328,11 @@ struct ThreadShadow {
     /// its pc and the `rcx` of its next iteration. The interpreter did all iterations at
     /// its first entry.
     rep_next: (u64, u64),
+    /// Nonzero when the next instruction must take the slow path whatever its form: the
+    /// last one stepped moved `rsp` (the stack rule compares `rsp` across one step), was
+    /// a `call`, `ret` or `rep` instruction, or a system call's results are pending. The
+    /// inline fast path reads it (`OFF_NEED_STEP`).
+    need_step: u64,
 }
 
 fn thread(ctx: &mut ThreadCtx) -> &'static mut ThreadShadow {
@@ -341,8 +346,10 @@ fn thread(ctx: &mut ThreadCtx) -> &'static mut ThreadShadow {
             last_call_or_ret: false,
             pending: None,
             rep_next: (0, 0),
+            need_step: 1,
         });
         ctx.vbits = Box::into_raw(t) as u64;
+        ctx.vbits_primary = PRIMARY.load(Ordering::Acquire);
     }
     // SAFETY: `vbits` is this thread's own state, made above and never freed (a reused
     // context's is reset by `reuse`); only this thread touches it.
@@ -359,6 +366,7 @@ pub(crate) fn reuse(ctx: &mut ThreadCtx) {
         t.last_call_or_ret = false;
         t.pending = None;
         t.rep_next = (0, 0);
+        t.need_step = 1;
     }
     ctx.vbits_own_code = 0;
     ctx.vbits_signal = 0;
@@ -475,6 +483,7 @@ pub(crate) fn step(ctx: &mut ThreadCtx, rec: u64, pc: u64, cl: Client) {
     t.last_rsp = rsp;
     t.last_writes_rsp = rec.writes_rsp;
     t.last_call_or_ret = rec.call_or_ret;
+    t.need_step = (rec.writes_rsp || rec.call_or_ret || is_rep_string(ins)) as u64;
     if is_rep_string(ins) {
         let rcx = ctx.gregs[1];
         let again = t.rep_next == (pc, rcx);
@@ -680,6 +689,7 @@ pub(crate) fn before_syscall(ctx: &mut ThreadCtx, pc: u64) {
         args,
         next_pc: pc + 2,
     });
+    t.need_step = 1;
     t.last_rsp = g[c::RSP];
     t.last_writes_rsp = false;
     t.last_call_or_ret = false;
@@ -806,4 +816,281 @@ fn after_syscall(t: &mut ThreadShadow, p: &Pending, result: u64) {
         11 => wrote(a[0], a[1]),
         _ => {}
     }
+}
+
+// ---- the inline fast path ----
+
+/// Whether translated code may use the inline fast path (`translate::definedness`); off
+/// only to test that it changes nothing ([`set_fast_path`]).
+static FAST_PATH: AtomicBool = AtomicBool::new(true);
+
+/// Turns the inline fast path on or off (before the engine starts): off, every instruction
+/// takes the slow path, which is the reference the fast path must equal.
+pub fn set_fast_path(on: bool) {
+    FAST_PATH.store(on, Ordering::Relaxed);
+}
+
+/// Offsets in [`ThreadShadow`] (through `ctx.vbits`) the inline code reads and writes.
+pub(crate) const OFF_SHADOW_GPR: usize =
+    core::mem::offset_of!(ThreadShadow, regs) + core::mem::offset_of!(ShadowRegisters, gpr);
+pub(crate) const OFF_SHADOW_FLAGS: usize =
+    core::mem::offset_of!(ThreadShadow, regs) + core::mem::offset_of!(ShadowRegisters, flags);
+pub(crate) const OFF_NEED_STEP: usize = core::mem::offset_of!(ThreadShadow, need_step);
+const _: () = assert!(core::mem::size_of::<oxgrind_vbits::FlagShadows>() == 1);
+
+/// A general register the fast path zeroes the shadow of: encoding number and which bytes
+/// the instruction writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// 32- and 64-bit writes (a 32-bit write zero-extends: its shadow too).
+    Qword(u8),
+    Word(u8),
+    Byte(u8),
+    /// `ah`, `ch`, `dh`, `bh`: byte 1.
+    HighByte(u8),
+}
+
+/// What the inline fast path of one instruction checks and writes (see
+/// `translate::definedness`): when the shadows of every register it reads are zero, the
+/// flags' shadow is zero (if it reads or writes flags), and the memory it touches has no
+/// shadow chunk (all defined), the interpreter would find every input defined, report
+/// nothing and make every output defined; the inline code then zeroes the shadows of the
+/// registers written. Anything else (an undefined input, a chunk, the bookkeeping of the
+/// stack rule and of `catch_up` pending) takes the slow path, so the two agree bit for bit.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FastForm {
+    /// Bit `n`: the shadow of general register `n` must be zero.
+    pub reads: u16,
+    pub writes: [Option<Written>; 4],
+    /// The flags' shadow must be zero.
+    pub flags: bool,
+    pub mem: [Option<iced_x86::UsedMemory>; 2],
+}
+
+/// The instruction forms with an inline fast path: integer instructions on general
+/// registers, flags and memory, whose interpreter rule makes every output defined when
+/// every input is (no rule creates undefined bits from defined ones), that do not move
+/// `rsp` (the stack rule is the slow path's) and are not string, `rep`, x87, vector or
+/// system instructions.
+fn fast_mnemonic(m: Mnemonic) -> bool {
+    use Mnemonic as M;
+    matches!(
+        m,
+        M::Mov
+            | M::Movzx
+            | M::Movsx
+            | M::Movsxd
+            | M::Lea
+            | M::Add
+            | M::Sub
+            | M::Adc
+            | M::Sbb
+            | M::And
+            | M::Or
+            | M::Xor
+            | M::Not
+            | M::Neg
+            | M::Inc
+            | M::Dec
+            | M::Cmp
+            | M::Test
+            | M::Shl
+            | M::Shr
+            | M::Sar
+            | M::Rol
+            | M::Ror
+            | M::Shld
+            | M::Shrd
+            | M::Imul
+            | M::Mul
+            | M::Xchg
+            | M::Xadd
+            | M::Cmpxchg
+            | M::Bswap
+            | M::Bt
+            | M::Bts
+            | M::Btr
+            | M::Btc
+            | M::Bsf
+            | M::Bsr
+            | M::Tzcnt
+            | M::Lzcnt
+            | M::Popcnt
+            | M::Cbw
+            | M::Cwde
+            | M::Cdqe
+            | M::Cwd
+            | M::Cdq
+            | M::Cqo
+            | M::Movbe
+            | M::Andn
+            | M::Bextr
+            | M::Blsr
+            | M::Blsi
+            | M::Blsmsk
+            | M::Bzhi
+            | M::Shlx
+            | M::Shrx
+            | M::Sarx
+            | M::Rorx
+            | M::Pdep
+            | M::Pext
+            | M::Mulx
+            | M::Seta
+            | M::Setae
+            | M::Setb
+            | M::Setbe
+            | M::Sete
+            | M::Setg
+            | M::Setge
+            | M::Setl
+            | M::Setle
+            | M::Setne
+            | M::Setno
+            | M::Setnp
+            | M::Setns
+            | M::Seto
+            | M::Setp
+            | M::Sets
+            | M::Cmova
+            | M::Cmovae
+            | M::Cmovb
+            | M::Cmovbe
+            | M::Cmove
+            | M::Cmovg
+            | M::Cmovge
+            | M::Cmovl
+            | M::Cmovle
+            | M::Cmovne
+            | M::Cmovno
+            | M::Cmovnp
+            | M::Cmovns
+            | M::Cmovo
+            | M::Cmovp
+            | M::Cmovs
+            | M::Ja
+            | M::Jae
+            | M::Jb
+            | M::Jbe
+            | M::Je
+            | M::Jg
+            | M::Jge
+            | M::Jl
+            | M::Jle
+            | M::Jne
+            | M::Jno
+            | M::Jnp
+            | M::Jns
+            | M::Jo
+            | M::Jp
+            | M::Js
+            | M::Jmp
+            | M::Nop
+            | M::Endbr64
+    )
+}
+
+/// The fast form of `ins`, if it has one.
+pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
+    use iced_x86::OpAccess as A;
+    if !FAST_PATH.load(Ordering::Relaxed)
+        || !fast_mnemonic(ins.mnemonic())
+        || writes_rsp(ins)
+        || is_call_or_ret(ins)
+        || ins.has_op_mask()
+        || ins.is_string_instruction()
+        || ins.has_rep_prefix()
+        || ins.has_repne_prefix()
+    {
+        return None;
+    }
+    let mut form = FastForm {
+        reads: 0,
+        writes: [None; 4],
+        flags: false,
+        mem: [None; 2],
+    };
+    const STATUS: u32 = 0x3f; // iced's OF SF ZF AF CF PF
+    form.flags = (ins.rflags_read() | ins.rflags_modified()) & STATUS != 0;
+    let ok = crate::probe::with_factory(|f| {
+        let info = f.info(ins);
+        let mut nw = 0;
+        for u in info.used_registers() {
+            let r = u.register();
+            if matches!(r, Register::ES | Register::CS | Register::SS | Register::DS) {
+                continue; // segment "registers" of plain memory operands
+            }
+            if r == Register::FS || r == Register::GS {
+                if matches!(u.access(), A::Read) {
+                    continue; // a segment prefix: its base is the address's, not a value
+                }
+                return false;
+            }
+            if !r.is_gpr() {
+                return false; // rip-relative operands show no register; anything else is rare
+            }
+            let n = r.full_register().number() as u8;
+            match u.access() {
+                A::Read | A::CondRead => form.reads |= 1 << n,
+                A::Write | A::CondWrite | A::ReadWrite | A::ReadCondWrite => {
+                    if matches!(u.access(), A::ReadWrite | A::ReadCondWrite | A::CondWrite) {
+                        form.reads |= 1 << n;
+                    }
+                    if nw == form.writes.len() {
+                        return false;
+                    }
+                    form.writes[nw] = Some(match r.size() {
+                        8 | 4 => Written::Qword(n),
+                        2 => Written::Word(n),
+                        _ if matches!(
+                            r,
+                            Register::AH | Register::CH | Register::DH | Register::BH
+                        ) =>
+                        {
+                            Written::HighByte(n & 3)
+                        }
+                        _ => Written::Byte(n),
+                    });
+                    nw += 1;
+                }
+                A::None | A::NoMemAccess => {}
+            }
+        }
+        let mut nm = 0;
+        for m in info.used_memory() {
+            let plain = |r: Register| r == Register::None || r.is_gpr64();
+            if !plain(m.base())
+                || !plain(m.index())
+                || m.vsib_size() != 0
+                || m.address_size() != iced_x86::CodeSize::Code64
+                || !matches!(
+                    m.segment(),
+                    Register::None
+                        | Register::ES
+                        | Register::CS
+                        | Register::SS
+                        | Register::DS
+                        | Register::FS
+                        | Register::GS
+                )
+            {
+                return false;
+            }
+            for r in [m.base(), m.index()] {
+                if r != Register::None {
+                    form.reads |= 1 << r.number();
+                }
+            }
+            if matches!(m.access(), A::None | A::NoMemAccess) || m.memory_size().size() == 0 {
+                continue; // lea: an address, no access
+            }
+            if nm == form.mem.len() || m.memory_size().size() > 16 {
+                return false;
+            }
+            form.mem[nm] = Some(*m);
+            nm += 1;
+        }
+        true
+    });
+    ok.then_some(form)
 }

@@ -97,6 +97,11 @@ fn start_engine(needs: oxgrind_tool::Needs) {
         before_syscalls: needs.before_syscalls,
         ..Default::default()
     };
+    // Testing knob: every instruction through definedness's interpreter, none through the
+    // inline fast path (whose results must be the same).
+    if state::env_var("OXGRIND_DEFINEDNESS_SLOW_ONLY").is_some_and(|v| v == b"1") {
+        oxgrind_engine::definedness::set_fast_path(false);
+    }
     if needs.page_events {
         pages::before_engine();
     }

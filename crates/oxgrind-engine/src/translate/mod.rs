@@ -41,6 +41,7 @@ use crate::probe::Client;
 use oxgrind_tool::instrument::{Flow, Insn, Plan, Probe};
 
 mod branches;
+mod definedness;
 mod probes;
 mod rewrite;
 mod smc;
@@ -56,6 +57,8 @@ pub const MAX_GUEST_SPAN: u64 = MAX_INSNS as u64 * 15;
 
 /// Maximum guest instructions in one block.
 const MAX_INSNS: usize = 64;
+/// The same with definedness tracked (see `definedness`'s inline fast path).
+const MAX_INSNS_DEFINEDNESS: usize = 24;
 
 /// Size of an exit stub, see `emit_stub`.
 pub const STUB_SIZE: usize = 40;
@@ -358,8 +361,15 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
     let mut dec = Decoder::with_ip(64, code, pc, DecoderOptions::NONE);
     let mut insns: Vec<Decoded> = Vec::with_capacity(16);
     let end;
+    // Definedness's inline code is up to a few hundred bytes per instruction: shorter
+    // blocks keep a translation within the cache's block size.
+    let max_insns = if tool.is_some() && crate::definedness::enabled() {
+        MAX_INSNS_DEFINEDNESS
+    } else {
+        MAX_INSNS
+    };
     loop {
-        if insns.len() >= MAX_INSNS {
+        if insns.len() >= max_insns {
             end = End::Limit(dec.ip());
             break;
         }
@@ -480,7 +490,12 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         }
         if tool.is_some() && crate::definedness::enabled() {
             if let Some(rec) = crate::probe::definedness_record(&d.ins) {
-                e.clean_call(d.ins.ip(), rec);
+                match crate::definedness::fast_form(&d.ins) {
+                    Some(form) => {
+                        e.definedness_fast(d.ins.ip(), rec, &form, live & (1 << i) != 0)?
+                    }
+                    None => e.clean_call(d.ins.ip(), rec),
+                }
             }
         }
         if let Some(p) = &plan {
@@ -601,10 +616,15 @@ struct Emitter {
     slow: Vec<SlowCall>,
 }
 
-/// The out-of-line half of a filtered access probe (see `Emitter::filtered_call`).
+/// Most conditional jumps to one out-of-line call (definedness's fast path: 4 state
+/// checks, 16 registers, the flags, two per end of two memory operands).
+const MAX_SLOW_JUMPS: usize = 32;
+
+/// The out-of-line half of a filtered access probe (see `Emitter::filtered_call`) or of
+/// definedness's fast path (`definedness`).
 struct SlowCall {
     /// Positions of the rel32 of each `jne slow` of the inline check.
-    jumps: [usize; 2 * crate::probe::MAX_MEM],
+    jumps: [usize; MAX_SLOW_JUMPS],
     njumps: usize,
     rec: u64,
     flags_live: bool,

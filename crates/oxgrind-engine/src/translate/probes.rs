@@ -107,7 +107,7 @@ impl Emitter {
     }
 
     /// Saves the guest `rax` (and the flags, where live) before inline probe work.
-    fn borrow_rax(&mut self, ip: u64, flags_live: bool) {
+    pub(super) fn borrow_rax(&mut self, ip: u64, flags_live: bool) {
         self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
         self.mark(ip, FIX_RAX_IN_STUB);
         if flags_live {
@@ -117,7 +117,7 @@ impl Emitter {
     }
 
     /// Gives back what [`Emitter::borrow_rax`] took.
-    fn return_rax(&mut self, flags_live: bool) {
+    pub(super) fn return_rax(&mut self, flags_live: bool) {
         if flags_live {
             self.restore_probe_flags();
         }
@@ -237,7 +237,7 @@ impl Emitter {
         self.mark(ip, 0);
         let rec = crate::probe::trace_full_record_at(ip).unwrap_or(0);
         let mut slow = SlowCall {
-            jumps: [0; 2 * crate::probe::MAX_MEM],
+            jumps: [0; super::MAX_SLOW_JUMPS],
             njumps: 1,
             rec,
             flags_live,
@@ -302,7 +302,7 @@ impl Emitter {
     ) -> Result<(), TranslateError> {
         self.borrow_rax(ip, flags_live);
         let mut slow = SlowCall {
-            jumps: [0; 2 * crate::probe::MAX_MEM],
+            jumps: [0; super::MAX_SLOW_JUMPS],
             njumps: 0,
             rec,
             flags_live,
