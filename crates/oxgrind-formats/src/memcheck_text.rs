@@ -304,6 +304,33 @@ pub fn below_stack_pointer(bytes: u64) -> String {
     format!("{bytes} bytes below stack pointer")
 }
 
+/// `Address 0x4852064 is in a rw- anonymous segment`, `... is in a r-- mapped file
+/// /etc/passwd segment`: an address in a mapping no heap block or symbol covers. `perms`:
+/// `rwx` with `-` for each missing; `kind`: `anonymous`, `mapped file`, `shared memory`;
+/// `file`: the mapped file's name.
+pub fn address_in_segment(addr: u64, perms: &str, kind: &str, file: Option<&str>) -> String {
+    match file {
+        Some(f) => format!("Address {addr:#x} is in a {perms} {kind} {f} segment"),
+        None => format!("Address {addr:#x} is in a {perms} {kind} segment"),
+    }
+}
+
+/// `Address 0x4035008 is in the brk data segment 0x4035000-0x4035fff` (`[base, limit)`),
+/// or, past the limit in its last page, `is N bytes after the brk data segment limit 0x...`.
+pub fn address_in_brk(addr: u64, base: u64, limit: u64) -> String {
+    if addr < limit {
+        format!(
+            "Address {addr:#x} is in the brk data segment {base:#x}-{:#x}",
+            limit - 1
+        )
+    } else {
+        format!(
+            "Address {addr:#x} is {} bytes after the brk data segment limit {limit:#x}",
+            addr - limit
+        )
+    }
+}
+
 /// `in frame #1, created by bad_frees (mc_heap.c:35)`: the function owning the frame, and
 /// the line where it starts.
 pub fn in_frame(k: usize, frame: &Frame) -> String {

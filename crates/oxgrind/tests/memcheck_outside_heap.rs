@@ -3,7 +3,8 @@
 //! (reported before the SIGSEGV, counted, then Valgrind's fatal-signal block), to memory
 //! munmapped, inside a program that handles the fault, and the non-errors (the red zone,
 //! a write to a read-only mapping, a global array's overrun, which Valgrind does not see
-//! without --read-var-info).
+//! without --read-var-info), and how addresses outside heap and stack are described (a data
+//! symbol, an anonymous or file mapping, the brk data segment).
 
 mod common;
 use common::*;
@@ -130,5 +131,23 @@ fn a_global_arrays_overrun_is_no_error_in_either() {
         return;
     };
     assert!(ours.contains("ERROR SUMMARY: 0 errors"), "{ours}");
+    assert_same_report(&ours, &theirs);
+}
+
+#[test]
+fn addresses_in_mappings_are_described_as_valgrind_describes_them() {
+    let prog = build("access_segments.c", &["-g", "-O0"]);
+    let Some((ours, theirs)) = both(&prog, &[], &["-q"]) else {
+        return;
+    };
+    for line in [
+        "Address 0xADDR is 4 bytes inside data symbol \"arr\"",
+        "Address 0xADDR is in a rw- anonymous segment",
+        "Address 0xADDR is in a r-- mapped file /etc/passwd segment",
+        "Address 0xADDR is in the brk data segment 0xADDR-0xADDR",
+        "Address 0xADDR is 3 bytes inside data symbol \"sbuf\"",
+    ] {
+        assert!(ours.contains(line), "no {line:?} in\n{ours}");
+    }
     assert_same_report(&ours, &theirs);
 }

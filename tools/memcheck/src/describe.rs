@@ -87,7 +87,10 @@ impl Memcheck {
             Some(DataAddr::Symbol { name, offset }) => {
                 vec![Aux::Text(text::address_in_data_symbol(addr, offset, &name))]
             }
-            None => vec![Aux::Text(text::address_unknown(addr))],
+            None => vec![Aux::Text(
+                crate::outside_heap::describe_segment(addr)
+                    .unwrap_or_else(|| text::address_unknown(addr)),
+            )],
         }
     }
 }

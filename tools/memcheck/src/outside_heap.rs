@@ -230,3 +230,80 @@ impl Memcheck {
         }
     }
 }
+
+/// What mapping `addr` lies in, in Valgrind's words, when it is no heap block, stack or data
+/// symbol: the brk data segment (from `/proc/self/stat`'s `start_brk` and `brk`), an
+/// anonymous or file mapping (from `/proc/self/maps`). `None` for unmapped memory and the
+/// kernel's own mappings (`[vdso]`, `[vvar]`, `[stack]`: a stack is described as one
+/// before this is asked). Read on the error path only.
+pub(crate) fn describe_segment(addr: u64) -> Option<String> {
+    if let Some((base, limit)) = brk_range() {
+        // Valgrind's brk segment ends at the break, and its last page beyond it is still
+        // the segment's ("bytes after the limit").
+        if addr >= base && addr < limit.next_multiple_of(4096).max(base) {
+            return Some(text::address_in_brk(addr, base, limit));
+        }
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    for line in maps.lines() {
+        let mut fields = line.split_whitespace();
+        let (lo, hi) = fields.next()?.split_once('-')?;
+        let (lo, hi) = (
+            u64::from_str_radix(lo, 16).ok()?,
+            u64::from_str_radix(hi, 16).ok()?,
+        );
+        if addr < lo || addr >= hi {
+            continue;
+        }
+        let perms: String = fields.next()?.chars().take(3).collect();
+        // offset, device, inode, then the path (which may hold spaces).
+        let path = line
+            .splitn(6, char::is_whitespace)
+            .nth(5)
+            .map(str::trim)
+            .unwrap_or("");
+        return match path {
+            "" => Some(text::address_in_segment(addr, &perms, "anonymous", None)),
+            p if p.starts_with("/SYSV") => Some(text::address_in_segment(
+                addr,
+                &perms,
+                "shared memory",
+                None,
+            )),
+            p if p.starts_with('/') => {
+                let p = p.strip_suffix(" (deleted)").unwrap_or(p);
+                Some(text::address_in_segment(
+                    addr,
+                    &perms,
+                    "mapped file",
+                    Some(p),
+                ))
+            }
+            _ => None,
+        };
+    }
+    None
+}
+
+/// The program's break: `[start_brk, brk)`, the start from field 47 of `/proc/self/stat`,
+/// the break from the `brk` system call asked for nothing (which changes nothing).
+fn brk_range() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count after its end.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let base: u64 = rest.split_whitespace().nth(47 - 3)?.parse().ok()?;
+    let limit: u64;
+    // SAFETY: brk(0) cannot move the break (0 is below it) and only returns it; the
+    // system call clobbers rcx and r11, declared, and touches no memory of ours.
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") 12u64 => limit,
+            in("rdi") 0u64,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        )
+    };
+    (base != 0 && limit >= base).then_some((base, limit))
+}
