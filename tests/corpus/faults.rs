@@ -20,6 +20,8 @@ extern "C" {
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
+/// Forks of the `fork-storm` mode.
+const FORK_STORM: usize = 20;
 
 fn limit(resource: i32, bytes: u64) -> i32 {
     let r = [bytes, bytes];
@@ -72,6 +74,30 @@ fn main() {
                 let mut status = 0;
                 waitpid(pid, &mut status, 0);
                 println!("child status {}", (status >> 8) & 0xff);
+                6
+            }
+            "fork-storm" => {
+                // Forks while the threads allocate without pause: a lock or flag one of them
+                // held at the instant of a fork must not hang that child (fault_injection.rs).
+                for _ in 0..3 {
+                    std::thread::spawn(|| {
+                        while !STOP.load(Ordering::Relaxed) {
+                            std::hint::black_box(vec![0u8; 48]);
+                        }
+                    });
+                }
+                let mut fine = 0;
+                for _ in 0..FORK_STORM {
+                    let pid = fork();
+                    if pid == 0 {
+                        keep.push(vec![1; 5000]);
+                        std::process::exit(5);
+                    }
+                    let mut status = 0;
+                    waitpid(pid, &mut status, 0);
+                    fine += (status == 5 << 8) as i32;
+                }
+                println!("children exited 5: {fine}");
                 6
             }
             "rlimit-as" => limit(9, 256 << 20),

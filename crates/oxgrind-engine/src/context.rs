@@ -296,6 +296,19 @@ pub fn retire(ctx: &ThreadCtx) {
     EXITED.lock().push((ctx.self_ptr as usize, raw::gettid()));
 }
 
+/// Holds the registry of exited threads for a `fork` (see `dispatch::hold_for_fork`).
+pub(crate) fn try_hold_exited() -> Option<oxgrind_sys::lock::SpinGuard<'static, Vec<(usize, i32)>>>
+{
+    EXITED.try_lock()
+}
+
+/// # Safety
+/// Only after `try_hold_exited` succeeded and its guard was forgotten, once per process.
+pub(crate) unsafe fn release_exited() {
+    // SAFETY: forwarded.
+    unsafe { EXITED.force_unlock() }
+}
+
 /// Whether thread `tid` of this process is gone. `tgkill(.., 0)` fails with `ESRCH` only
 /// once the thread has left user space for good. (A recycled tid reads as alive: the
 /// context is then simply not reused yet.)

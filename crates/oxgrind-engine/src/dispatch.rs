@@ -198,9 +198,12 @@ pub(crate) unsafe extern "C" fn dispatch(ctx: *mut ThreadCtx) -> u64 {
     // SAFETY: forwarded from the caller contract: ctx is this thread's live context.
     let ctx = unsafe { &mut *ctx };
     if ctx.forked != 0 {
+        let child = ctx.forked == FORKED_CHILD;
         ctx.forked = 0;
-        after_fork_child();
-        crate::trace::forget(ctx);
+        release_after_fork();
+        if child {
+            after_fork_child();
+        }
     }
     if ctx.pending_child != 0 {
         clone_handshake(ctx);
@@ -408,18 +411,57 @@ fn memory_syscall(ctx: &mut ThreadCtx, pc: u64) {
     }
 }
 
+/// `ThreadCtx::forked` while a fork is in flight: the parent keeps [`FORKING`], the child's
+/// copy is set to [`FORKED_CHILD`] by `oxg_fork_tramp`; the next dispatch of each releases
+/// what [`hold_for_fork`] took.
+const FORKING: u64 = 2;
+const FORKED_CHILD: u64 = 1;
+
 /// Runs a fork-like system call through `oxg_fork_tramp`, so the child can repair locks.
 fn fork(ctx: &mut ThreadCtx, next_pc: u64) -> Action {
     ctx.clone_next_pc = next_pc;
     if GLOBAL.lock().count {
         ctx.count += 1;
     }
+    hold_for_fork();
+    ctx.forked = FORKING;
     Action::Run(asm::oxg_fork_tramp as *const () as u64)
+}
+
+/// Takes the locks other threads may hold in the middle of an update the child could not
+/// repair (the private heap, the registries of exited threads), so the child inherits them
+/// consistent; the engine's caches are repaired in the child instead (`after_fork_child`).
+/// All or nothing with a yield in between: a holder may need another of them (a thread
+/// exiting allocates), and waiting while holding could deadlock.
+fn hold_for_fork() {
+    loop {
+        if let Some(exited) = crate::context::try_hold_exited() {
+            if let Some(ended) = crate::thread_state::try_hold_ended() {
+                // Last: the holders of the two above allocate.
+                oxgrind_sys::heap::hold_for_fork();
+                core::mem::forget((exited, ended));
+                return;
+            }
+        }
+        oxgrind_sys::raw::sched_yield();
+    }
+}
+
+/// Gives back what [`hold_for_fork`] took, in the parent and in the child.
+fn release_after_fork() {
+    // SAFETY: right after the fork this thread prepared with hold_for_fork, which took these
+    // locks and forgot their guards; each process releases its copy once.
+    unsafe {
+        oxgrind_sys::heap::release_after_fork();
+        crate::thread_state::release_ended();
+        crate::context::release_exited();
+    }
 }
 
 /// First dispatch in the child of a fork: only this thread exists now, so a lock held by
 /// another thread of the parent will never be released. The cache it was updating is
-/// abandoned (its code stays valid and mapped) for a fresh one.
+/// abandoned (its code stays valid and mapped) for a fresh one. Every thread's trace
+/// records are the parent's, already its to report.
 fn after_fork_child() {
     // SAFETY: the child has a single thread, this one, which holds no engine lock here.
     unsafe {
@@ -435,6 +477,10 @@ fn after_fork_child() {
             CACHE.force_unlock();
         }
     }
+    crate::context::for_each(|p| {
+        // SAFETY: contexts are never freed, and no other thread exists to use them.
+        crate::trace::forget(unsafe { &mut *p })
+    });
 }
 
 /// Drops translations of `[addr, addr+len)` before the program unmaps or replaces it.

@@ -18,6 +18,18 @@ static SIZE: AtomicU32 = AtomicU32::new(0);
 /// The blocks of threads whose contexts were given to new threads.
 static ENDED: SpinLock<Vec<u64>> = SpinLock::new(Vec::new());
 
+/// Holds the list of ended threads' blocks for a `fork` (see `dispatch::hold_for_fork`).
+pub(crate) fn try_hold_ended() -> Option<oxgrind_sys::lock::SpinGuard<'static, Vec<u64>>> {
+    ENDED.try_lock()
+}
+
+/// # Safety
+/// Only after `try_hold_ended` succeeded and its guard was forgotten, once per process.
+pub(crate) unsafe fn release_ended() {
+    // SAFETY: forwarded.
+    unsafe { ENDED.force_unlock() }
+}
+
 /// Most bytes a tool may declare.
 pub const MAX: u32 = 64 << 10;
 

@@ -84,6 +84,19 @@ impl Drop for EventGate {
     }
 }
 
+/// In a forked child: the other threads' flags belong to threads that do not exist here. One
+/// can read "inside an event" for ever: its thread had set it, about to see the closed gate
+/// and back off, when `close_gate` had already passed it and the fork was made (the child
+/// of the Rust program under Memcheck then spun in `close_gate` at exit).
+fn forget_other_threads_flags() {
+    let mine = my_flag();
+    let mut flags = FLAGS.lock();
+    flags.retain(|f| core::ptr::eq(*f, mine));
+    if flags.is_empty() {
+        flags.push(mine);
+    }
+}
+
 /// Closes the gate: allocator events in flight finish, new ones wait. Afterwards no other
 /// thread is inside oxgrind's code, so none holds one of its locks.
 pub fn close_gate() {
@@ -129,6 +142,7 @@ extern "C" fn after_fork_child() {
         STACKS.force_unlock_all();
         FLAGS.force_unlock();
     }
+    forget_other_threads_flags();
     open_gate();
     guard::forget_tid();
     set_owner_pid();
@@ -838,6 +852,7 @@ pub fn install() {
     set_owner_pid();
     oxgrind_sys::heap::take_reserve(HEAP_RESERVE);
     oxgrind_sys::heap::set_exhausted_hook(on_heap_exhausted);
+    oxgrind_sys::heap::serve_forks(&crate::HEAP);
     std::panic::set_hook(Box::new(on_panic));
     INJECT_PANIC_AT_EXIT.store(
         state::env_var("OXGRIND_TEST_PANIC").is_some_and(|v| v.starts_with(b"exit")),

@@ -171,24 +171,33 @@ impl PrivateHeap {
         (shift <= MAX_SHIFT).then(|| shift - MIN_SHIFT)
     }
 
-    /// Takes every class lock: call before `fork` so the child inherits a consistent heap.
-    pub fn lock_all(&self) {
-        let me = thread_identity();
-        for c in &self.classes {
-            if let Some(g) = c.lock(me) {
-                core::mem::forget(g);
+    /// Takes, all or nothing, every lock this heap has that another thread holds (see
+    /// [`hold_for_fork`]); returns the mask of the class locks taken, or `None` when one was
+    /// busy (nothing is kept then).
+    fn try_hold_all(&self, me: usize) -> Option<u32> {
+        let mut taken = 0u32;
+        for (i, c) in self.classes.iter().enumerate() {
+            match c
+                .owner
+                .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => taken |= 1 << i,
+                Err(cur) if cur == me => {} // this thread's own outer frame holds it
+                Err(_) => {
+                    self.release(taken);
+                    return None;
+                }
             }
         }
+        Some(taken)
     }
 
-    /// Releases what [`Self::lock_all`] took (in the parent and in the child after `fork`).
-    ///
-    /// # Safety
-    /// Must pair with a preceding `lock_all` on this thread.
-    pub unsafe fn unlock_all(&self) {
-        for c in &self.classes {
-            // SAFETY: the caller holds every lock through lock_all.
-            unsafe { c.force_unlock() };
+    fn release(&self, mask: u32) {
+        for (i, c) in self.classes.iter().enumerate() {
+            if mask & (1 << i) != 0 {
+                // SAFETY: bit i says this thread took class i in `try_hold_all`.
+                unsafe { c.force_unlock() };
+            }
         }
     }
 }
@@ -251,6 +260,88 @@ pub fn for_each_region(mut f: impl FnMut(usize, usize)) {
 pub unsafe fn force_unlock_regions() {
     // SAFETY: forwarded.
     unsafe { REGIONS.force_unlock() }
+}
+
+// ---------------------------------------------------------------------------------------
+// Fork.
+//
+// A forked child has one thread, the one that forked. A lock of this heap another thread of
+// the parent held at that instant stays held for ever in the child, and the first
+// allocation of its class there spins for ever (the Rust program under Memcheck that forks
+// while its threads allocate). So the forking thread takes every lock first, and both
+// processes release them after the system call: the child inherits a consistent heap.
+
+/// The heap [`hold_for_fork`] takes: the embedder's `#[global_allocator]`.
+static FORK_HEAP: core::sync::atomic::AtomicPtr<PrivateHeap> =
+    core::sync::atomic::AtomicPtr::new(ptr::null_mut());
+/// What [`hold_for_fork`] took: class mask in the low bits, bit 31 the region table.
+static FORK_HELD: AtomicUsize = AtomicUsize::new(0);
+const HELD_REGIONS: usize = 1 << 31;
+
+/// Names the heap fork handling must hold: call once, with the `#[global_allocator]`.
+pub fn serve_forks(heap: &'static PrivateHeap) {
+    FORK_HEAP.store(
+        heap as *const PrivateHeap as *mut PrivateHeap,
+        Ordering::Release,
+    );
+}
+
+/// Takes every lock of the heap (its classes and its region table) for a `fork` about to
+/// be made by this thread; [`release_after_fork`] gives them back, in the parent and in the
+/// child. All or nothing, retried with a yield in between: a thread holding a class lock
+/// may need another class (the engine translating inside its critical section), so
+/// waiting while holding could deadlock.
+pub fn hold_for_fork() {
+    let heap = FORK_HEAP.load(Ordering::Acquire);
+    let me = thread_identity();
+    // SAFETY: FORK_HEAP is null or the 'static heap given to `serve_forks`.
+    let heap = unsafe { heap.as_ref() };
+    loop {
+        let classes = match heap {
+            Some(h) => h.try_hold_all(me),
+            None => Some(0),
+        };
+        if let Some(mask) = classes {
+            let held = mask as usize;
+            match REGIONS
+                .owner
+                .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => {
+                    FORK_HELD.store(held | HELD_REGIONS, Ordering::Relaxed);
+                    return;
+                }
+                Err(cur) if cur == me => {
+                    FORK_HELD.store(held, Ordering::Relaxed);
+                    return;
+                }
+                Err(_) => {
+                    if let Some(h) = heap {
+                        h.release(mask);
+                    }
+                }
+            }
+        }
+        raw::sched_yield();
+    }
+}
+
+/// Gives back what [`hold_for_fork`] took.
+///
+/// # Safety
+/// Only right after the `fork` that [`hold_for_fork`] prepared, on the thread that called it
+/// (in the parent, or in the child, which is that thread's copy), once per process.
+pub unsafe fn release_after_fork() {
+    let held = FORK_HELD.swap(0, Ordering::Relaxed);
+    let heap = FORK_HEAP.load(Ordering::Acquire);
+    // SAFETY: as in hold_for_fork.
+    if let Some(h) = unsafe { heap.as_ref() } {
+        h.release(held as u32 & !(HELD_REGIONS as u32));
+    }
+    if held & HELD_REGIONS != 0 {
+        // SAFETY: this thread took the region table in hold_for_fork.
+        unsafe { REGIONS.force_unlock() };
+    }
 }
 
 /// Bytes of the reserve kept for after a mapping failed: the report is written from them.
