@@ -509,7 +509,7 @@ pub const SYSCALLS: &[Syscall] = &[
         332,
         "statx",
         &[
-            p(1, "statx(file_name)", R, Len::String),
+            p(1, "statx(filename)", R, Len::String),
             // struct statx
             p(4, "statx(buf)", W, Len::Fixed(256)),
         ],

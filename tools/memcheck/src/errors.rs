@@ -47,6 +47,12 @@ pub enum KeyKind {
     Param {
         param: &'static str,
     },
+    /// Syscall param `param` points to unaddressable byte(s): another context than an
+    /// uninitialised one of the same name (Memcheck's `isAddrErr`), the same suppression
+    /// kind (`Param`).
+    ParamUnaddressable {
+        param: &'static str,
+    },
 }
 
 impl KeyKind {
@@ -71,7 +77,9 @@ impl KeyKind {
             KeyKind::User => ErrorClass::User,
             KeyKind::Cond => ErrorClass::Cond,
             KeyKind::Value { size } => ErrorClass::Value(*size),
-            KeyKind::Param { param } => ErrorClass::Param(param),
+            KeyKind::Param { param } | KeyKind::ParamUnaddressable { param } => {
+                ErrorClass::Param(param)
+            }
         }
     }
 }

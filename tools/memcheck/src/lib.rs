@@ -52,6 +52,7 @@ pub mod options;
 mod outside_heap;
 mod report;
 pub mod shadow;
+mod syscall;
 
 pub use shadow::shadow_base;
 
@@ -318,6 +319,8 @@ impl Tool for Memcheck {
             client_requests: true,
             // V bits, only when asked for (`--undef-value-errors=yes`).
             definedness: self.opts.undef_value_errors,
+            // Syscall param ... points to unaddressable byte(s).
+            before_syscalls: true,
             ..Needs::default()
         }
     }
@@ -342,6 +345,10 @@ impl Tool for Memcheck {
 
     fn on_undefined(&self, host: &dyn Host, regs: &GuestRegs, what: &oxgrind_tool::Undefined) {
         self.undefined_event(host, regs, what)
+    }
+
+    fn before_syscall(&self, host: &dyn Host, nr: u64, args: &[u64; 6], regs: &GuestRegs) {
+        self.syscall_event(host, nr, args, regs)
     }
 
     fn instrument(&self, pc: Addr, block: &[Insn], plan: &mut Plan) {

@@ -280,7 +280,9 @@ impl Memcheck {
                 KeyKind::FishyValue { function, argument } => {
                     Some(format!("{function}({argument})"))
                 }
-                KeyKind::Param { param } => Some(param.to_string()),
+                KeyKind::Param { param } | KeyKind::ParamUnaddressable { param } => {
+                    Some(param.to_string())
+                }
                 _ => None,
             };
             Shown {

@@ -1,0 +1,103 @@
+//! System-call parameters: before each of the program's system calls
+//! ([`oxgrind_tool::Tool::before_syscall`]), the memory its pointer arguments name
+//! ([`oxgrind_tool::syscalls`], shared with the definedness engine) is checked for
+//! addressability, and the first unaddressable byte of each range is reported as
+//! Memcheck does: "Syscall param write(buf) points to unaddressable byte(s)", the stack of
+//! the `syscall` instruction, and what the address is.
+//!
+//! Only the shadow is consulted for the check; the program's memory is read (through
+//! `Host::read_memory`, which never faults) only where the description lives in it (an
+//! `iovec` array, a string's NUL). Buffers the kernel fills keep their addressability as it
+//! is (the kernel makes no block addressable).
+
+use std::sync::atomic::Ordering;
+
+use oxgrind_formats::memcheck_xml::WhatQuirk;
+use oxgrind_tool::instrument::GuestRegs;
+use oxgrind_tool::sync::SpinLock;
+use oxgrind_tool::syscalls::{self, Range};
+use oxgrind_tool::Host;
+
+use crate::errors::KeyKind;
+use crate::report::thread_number;
+use crate::shadow;
+use crate::Memcheck;
+
+/// Names with a variable part (`sendmsg(msg.msg_iov[3])`) made `'static` once each, since
+/// error contexts keep `&'static str` names. Bounded: a few dozen heads times at most 1024
+/// indexes or a few fields.
+static NAMES: SpinLock<Vec<&'static str>> = SpinLock::new(Vec::new());
+
+fn static_name(r: &Range) -> &'static str {
+    if let Some(s) = r.name.as_static() {
+        return s;
+    }
+    let text = r.name.to_string();
+    let mut names = NAMES.lock();
+    if let Some(s) = names.iter().find(|s| **s == text) {
+        return s;
+    }
+    let s: &'static str = Box::leak(text.into_boxed_str());
+    names.push(s);
+    s
+}
+
+impl Memcheck {
+    /// `Tool::before_syscall`: checks each range of system call `nr`.
+    pub(crate) fn syscall_event(
+        &self,
+        host: &dyn Host,
+        nr: u64,
+        args: &[u64; 6],
+        regs: &GuestRegs,
+    ) {
+        if syscalls::lookup(nr).is_none() || !self.probing.load(Ordering::Relaxed) {
+            return;
+        }
+        let base = shadow::base_if_ready();
+        if base == 0 {
+            return;
+        }
+        let mut bad: Vec<(&'static str, u64)> = Vec::new();
+        syscalls::for_each_range(
+            nr,
+            args,
+            &mut |addr, buf| host.read_memory(addr, buf),
+            &mut |r| {
+                if let Some(a) = shadow::first_unaddressable(base, r.addr, r.len) {
+                    bad.push((static_name(r), a));
+                }
+            },
+        );
+        if bad.is_empty() {
+            return;
+        }
+        self.ensure_started(host);
+        let tid = host.tid();
+        let thread = {
+            let mut st = self.lock();
+            thread_number(&mut st.threads, tid, host.pid())
+        };
+        // Valgrind's stack of a syscall error starts after the `syscall` instruction (the
+        // guest pc has moved past it when its wrapper runs): a line or an inlined frame
+        // apart from the instruction itself.
+        let after = GuestRegs {
+            rip: regs.rip + 2,
+            ..*regs
+        };
+        let stack = host.stack_at(&after, self.opts.core.num_callers);
+        for (param, addr) in bad {
+            self.report_at(
+                host,
+                KeyKind::ParamUnaddressable { param },
+                stack,
+                false,
+                tid,
+                "SyscallParam",
+                &|| format!("Syscall param {param} points to unaddressable byte(s)"),
+                WhatQuirk::None,
+                &|freed| self.describe_addr(host, freed, addr, thread),
+            );
+        }
+    }
+}
