@@ -201,7 +201,14 @@ fn fishy(v: u64) -> bool {
 
 /// Records a new block; `p` is non-null.
 #[inline]
-fn record_alloc(ev: Option<&Event>, p: *mut c_void, size: u64, func: AllocFn, entry: u64) {
+fn record_alloc(
+    ev: Option<&Event>,
+    p: *mut c_void,
+    size: u64,
+    align: u64,
+    func: AllocFn,
+    entry: u64,
+) {
     let addr = p as u64;
     match ev {
         Some(ev) => {
@@ -219,6 +226,7 @@ fn record_alloc(ev: Option<&Event>, p: *mut c_void, size: u64, func: AllocFn, en
                 addr,
                 size,
                 slop: slop(size),
+                align,
                 func,
                 stack,
                 tid: ev.tid(),
@@ -288,6 +296,18 @@ fn allocate(
     entry: u64,
     get: impl FnOnce(Option<&Runtime>) -> *mut c_void,
 ) -> *mut c_void {
+    allocate_aligned(size, 0, func, entry, get)
+}
+
+/// [`allocate`] for the functions given an alignment (`align`, as the program passed it).
+#[inline]
+fn allocate_aligned(
+    size: u64,
+    align: u64,
+    func: AllocFn,
+    entry: u64,
+    get: impl FnOnce(Option<&Runtime>) -> *mut c_void,
+) -> *mut c_void {
     if state::passthrough() {
         return get(None);
     }
@@ -308,7 +328,7 @@ fn allocate(
     let rt = ev.as_ref().map(|e| e.rt);
     let p = crate::guard::on_behalf_of_program(|| get(rt));
     if !p.is_null() {
-        record_alloc(ev.as_ref(), p, size, func, entry);
+        record_alloc(ev.as_ref(), p, size, align, func, entry);
     }
     p
 }
@@ -622,6 +642,7 @@ fn reallocate(p: *mut c_void, size: usize, func: AllocFn, entry: u64) -> *mut c_
         addr: q as u64,
         size: size as u64,
         slop: slop(size as u64),
+        align: 0,
         func,
         stack,
         tid,
@@ -658,7 +679,7 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
 }
 
 fn aligned(align: usize, size: usize, func: AllocFn, entry: u64) -> *mut c_void {
-    allocate(size as u64, func, entry, |rt| {
+    allocate_aligned(size as u64, align as u64, func, entry, |rt| {
         let align = align.max(rt.map_or(16, |rt| rt.core.alignment as usize));
         // SAFETY: plain call into glibc's allocator (it rounds odd alignments up).
         unsafe { __libc_memalign(align, size.saturating_add(redzone(rt))) }
@@ -793,14 +814,20 @@ pub unsafe extern "C" fn oxgrind_new(
     } else {
         AllocFn::New
     };
-    allocate(size as u64, func, new_entry(which as usize), |rt| {
-        if align > 16 {
-            // SAFETY: plain call into glibc's allocator.
-            unsafe { __libc_memalign(align, size.saturating_add(redzone(rt))) }
-        } else {
-            base_alloc(rt, size)
-        }
-    })
+    allocate_aligned(
+        size as u64,
+        align as u64,
+        func,
+        new_entry(which as usize),
+        |rt| {
+            if align > 16 {
+                // SAFETY: plain call into glibc's allocator.
+                unsafe { __libc_memalign(align, size.saturating_add(redzone(rt))) }
+            } else {
+                base_alloc(rt, size)
+            }
+        },
+    )
 }
 
 macro_rules! delete_fns {

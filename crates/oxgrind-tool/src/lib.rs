@@ -86,6 +86,10 @@ pub struct Alloc {
     /// Usable bytes beyond `size` as Valgrind's replacement allocator would give them
     /// (`round_up(size, 16) - size`; Massif counts it as extra heap).
     pub slop: u64,
+    /// The alignment the program asked for, as it passed it (`memalign`, `posix_memalign`,
+    /// `aligned_alloc`, the aligned forms of `operator new`); 0 for the functions that take
+    /// none. The block's address may be more aligned than this by chance.
+    pub align: u64,
     pub func: AllocFn,
     pub stack: StackId,
     pub tid: i32,

@@ -141,6 +141,26 @@ fn realloc_heavy_program_gives_valgrinds_file() {
     }
 }
 
+/// Valgrind's wrappers pass the alignment the program asked for (raised to 16 and to a
+/// power of two) to its allocator, which splits a bigger block: the slop Massif counts
+/// depends on that alignment, not on how aligned glibc's block happens to be. `--alignment`
+/// applies only to the functions that take none.
+#[test]
+fn aligned_allocations_give_valgrinds_file() {
+    let c = build("aligned.c", &["-g", "-O1"]);
+    let cpp = build("aligned_new.cpp", &["-g", "-O1"]);
+    for (prog, opts) in [
+        (&c, &["--time-unit=B"][..]),
+        (&c, &["--time-unit=B", "--alignment=64"]),
+        (&cpp, &["--time-unit=B"]),
+    ] {
+        let Some((ours, theirs)) = massif_both(prog, opts, &[]) else {
+            return;
+        };
+        assert_same_massif(&ours, &theirs);
+    }
+}
+
 #[test]
 fn valgrinds_ms_print_reads_our_files_and_ours_prints_the_same() {
     let prog = build(

@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 
 const N_LISTS: usize = 112;
 /// VG_MIN_MALLOC_SZB on amd64.
-const MIN_MALLOC: u64 = 16;
+pub(crate) const MIN_MALLOC: u64 = 16;
 /// Bytes before a payload: the size word and an 8-byte redzone (Massif asks for none; the
 /// arena keeps at least a pointer's worth for the free-list link).
 const OVERHEAD_LO: u64 = 16;

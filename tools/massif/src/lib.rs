@@ -283,17 +283,14 @@ impl Massif {
         );
     }
 
-    /// The alignment Valgrind's allocator is asked for. Its `memalign` wrappers raise it to
-    /// 16 and to a power of two; the runtime does not pass the program's value, so for the
-    /// memalign family it is read back from the block's address (glibc aligns exactly as
-    /// asked or, by chance, more; see docs/differences-from-valgrind.md).
+    /// The alignment Valgrind's allocator is asked for: `--alignment` for the functions that
+    /// take none; for the others the program's value raised as Valgrind's wrappers raise it
+    /// (to at least 16, to a power of two), whatever `--alignment` says.
     fn alignment_of(&self, ev: &Alloc) -> u64 {
         use oxgrind_tool::AllocFn::*;
         match ev.func {
             Valloc | Pvalloc => PAGE,
-            Memalign | PosixMemalign | AlignedAlloc => {
-                (1u64 << ev.addr.trailing_zeros().min(12)).max(self.opts.alignment)
-            }
+            _ if ev.align != 0 => ev.align.next_power_of_two().max(arena::MIN_MALLOC),
             _ => self.opts.alignment,
         }
     }

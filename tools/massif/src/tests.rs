@@ -38,6 +38,7 @@ fn alloc(addr: Addr, size: u64, slop: u64, stack: u32) -> Alloc {
         addr,
         size,
         slop,
+        align: 0,
         func: AllocFn::Malloc,
         stack: StackId(stack),
         tid: 1,

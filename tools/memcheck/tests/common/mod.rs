@@ -141,6 +141,7 @@ impl Program<'_> {
             addr,
             size,
             slop: 0,
+            align: 0,
             func,
             stack,
             tid: 1,
