@@ -35,6 +35,8 @@ pub(crate) struct Global {
     pub on_memory_syscall: Option<fn(&crate::MemorySyscall)>,
     /// The client's tool is told of each program system call before it runs.
     pub before_syscalls: bool,
+    /// The embedder's answers to core client requests (`Config::core_requests`).
+    pub core_requests: Option<fn(&[u64; 6], &oxgrind_tool::instrument::GuestRegs) -> Option<u64>>,
 }
 
 pub(crate) static GLOBAL: SpinLock<Global> = SpinLock::new(Global {
@@ -45,6 +47,7 @@ pub(crate) static GLOBAL: SpinLock<Global> = SpinLock::new(Global {
     on_exit: None,
     on_memory_syscall: None,
     before_syscalls: false,
+    core_requests: None,
 });
 
 static EXIT_REPORTED: AtomicU64 = AtomicU64::new(0);

@@ -152,6 +152,11 @@ pub struct Config {
     /// (the tool's `Needs::before_syscalls`), from the same place in the dispatcher as the
     /// definedness checks of syscall arguments.
     pub before_syscalls: bool,
+    /// Client requests the embedder answers for every tool, with or without a client
+    /// (`VALGRIND_PRINTF`, `VALGRIND_STACK_REGISTER`, ...): asked before the tool, on the
+    /// engine stack; `Some(v)` is the request's result. `RUNNING_ON_VALGRIND` is the
+    /// engine's own (1).
+    pub core_requests: Option<fn(&[u64; 6], &oxgrind_tool::instrument::GuestRegs) -> Option<u64>>,
 }
 
 /// A guest system call that maps or unmaps memory, just performed (see
@@ -199,6 +204,7 @@ impl Default for Config {
             definedness: false,
             on_memory_syscall: None,
             before_syscalls: false,
+            core_requests: None,
         }
     }
 }
@@ -288,6 +294,7 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
         g.on_exit = config.on_exit;
         g.on_memory_syscall = config.on_memory_syscall;
         g.before_syscalls = config.before_syscalls && config.client.is_some();
+        g.core_requests = config.core_requests;
     }
     *dispatch::CACHE.lock() = Some(cache::CodeCache::new(
         translate::Options {

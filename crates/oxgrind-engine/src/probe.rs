@@ -433,11 +433,17 @@ fn record(r: ProbeRec) -> Option<u64> {
 pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
     // SAFETY: records are written once at translation and never freed.
     let rec = unsafe { &*(rec as *const ProbeRec) };
-    let Some(cl) = client() else { return };
     let regs = GuestRegs {
         gpr: ctx.gregs,
         rip: rec.pc,
         rflags: ctx.gflags,
+    };
+    let Some(cl) = client() else {
+        // Without a tool only the engine's own requests are answered.
+        if rec.kind == KIND_CLIENT_REQUEST {
+            client_request(ctx, None, &regs);
+        }
+        return;
     };
     // Only the access probes need the buffer: zeroing its 68 entries cost definedness's
     // step, which runs before every instruction, a tenth of its time.
@@ -480,7 +486,7 @@ pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
             }
         }
         KIND_TRACE_FULL => crate::trace::drain(ctx, false),
-        KIND_CLIENT_REQUEST => client_request(ctx, cl, &regs),
+        KIND_CLIENT_REQUEST => client_request(ctx, Some(cl), &regs),
         KIND_DEFINEDNESS => crate::definedness::step(ctx, rec.data, rec.pc, cl),
         _ => {}
     }
@@ -594,7 +600,11 @@ fn shadow_clear(base: u64, addr: u64, size: u32) -> bool {
 
 /// `valgrind.h`'s client request: `rax` points at six words (the request code and its
 /// arguments), the default result is in `rdx`, and the result goes back in `rdx`.
-fn client_request(ctx: &mut ThreadCtx, cl: Client, regs: &GuestRegs) {
+/// `RUNNING_ON_VALGRIND` is answered here, for every tool and without one, as Valgrind's
+/// core answers it (the number of Valgrinds the program runs under: one); the embedder's
+/// core requests (`Config::core_requests`) come next, then the tool's.
+fn client_request(ctx: &mut ThreadCtx, cl: Option<Client>, regs: &GuestRegs) {
+    const RUNNING_ON_VALGRIND: u64 = 0x1001;
     let p = ctx.gregs[c::RAX];
     let mut bytes = [0u8; 48];
     if p == 0 || oxgrind_sys::raw::read_own_memory(p, &mut bytes) != bytes.len() {
@@ -605,9 +615,17 @@ fn client_request(ctx: &mut ThreadCtx, cl: Client, regs: &GuestRegs) {
         *a = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
     }
     let mut result = None;
-    cl.embedder.call(false, &mut || {
-        result = cl.tool.client_request(cl.host, &args, regs)
-    });
+    // SAFETY: GLOBAL is written once before takeover and only read afterwards.
+    let core = unsafe { crate::dispatch::GLOBAL.get_unchecked().core_requests };
+    if args[0] == RUNNING_ON_VALGRIND {
+        result = Some(1);
+    } else if let Some(v) = core.and_then(|f| f(&args, regs)) {
+        result = Some(v);
+    } else if let Some(cl) = cl {
+        cl.embedder.call(false, &mut || {
+            result = cl.tool.client_request(cl.host, &args, regs)
+        });
+    }
     if let Some(v) = result {
         ctx.gregs[c::RDX] = v;
     }

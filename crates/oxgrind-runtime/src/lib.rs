@@ -33,6 +33,7 @@ pub mod libc_api;
 pub mod limits;
 pub mod pages;
 pub mod replace;
+pub mod requests;
 pub mod roots;
 pub mod stacks;
 pub mod state;
@@ -95,6 +96,7 @@ fn start_engine(needs: oxgrind_tool::Needs) {
         thread_state: needs.thread_state,
         definedness: needs.definedness,
         before_syscalls: needs.before_syscalls,
+        core_requests: Some(requests::answer),
         ..Default::default()
     };
     // Testing knob: every instruction through definedness's interpreter, none through the

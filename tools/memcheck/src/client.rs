@@ -6,14 +6,15 @@
 //! (the last three make memory addressable: we track no definedness);
 //! `VALGRIND_CHECK_MEM_IS_ADDRESSABLE` / `_IS_DEFINED` (an unaddressable byte is reported as
 //! Valgrind reports it, "Unaddressable byte(s) found during client check request", and its
-//! address returned); `VALGRIND_COUNT_ERRORS`; `RUNNING_ON_VALGRIND` (1); and a custom allocator's
+//! address returned); `VALGRIND_COUNT_ERRORS`; and a custom allocator's
 //! `VALGRIND_MALLOCLIKE_BLOCK` / `FREELIKE_BLOCK` / `RESIZEINPLACE_BLOCK`: its blocks are
 //! counted in HEAP SUMMARY, described, checked (redzones, use after free, invalid free) and
 //! leak-checked as heap blocks (one inside a `malloc`ed block hides that block from the
 //! leak search, as in Valgrind). Results are Valgrind's (`-1` for `MAKE_MEM_*`). Not yet:
 //! the mempool family, `DO_LEAK_CHECK` and the leak counts, `CREATE_BLOCK`, the V-bit
 //! requests: the program gets the native default (0), as for any request a tool does not
-//! answer.
+//! answer. `RUNNING_ON_VALGRIND`, `PRINTF` and the `STACK_*` requests are the core's
+//! (the engine and the runtime's `requests.rs`), for every tool.
 
 use std::sync::atomic::Ordering;
 
@@ -38,10 +39,6 @@ const CHECK_MEM_IS_DEFINED: u64 = MC_BASE + 5;
 const MAKE_MEM_DEFINED_IF_ADDRESSABLE: u64 = MC_BASE + 11;
 /// A core request every tool answers: errors counted so far.
 const COUNT_ERRORS: u64 = 0x1201;
-/// `RUNNING_ON_VALGRIND`: programs that ask turn off their own allocators (CPython's
-/// pymalloc when built `--with-valgrind`, GLib's slices) so that Memcheck sees every block.
-/// A core request; answered here until the core answers it for every tool.
-const RUNNING_ON_VALGRIND: u64 = 0x1001;
 /// Core requests for custom allocators (`valgrind.h`).
 const MALLOCLIKE_BLOCK: u64 = 0x1301;
 const FREELIKE_BLOCK: u64 = 0x1302;
@@ -93,8 +90,6 @@ impl Memcheck {
                 }
             }
             COUNT_ERRORS => Some(self.lock().errors.errs_found as u64),
-            // Valgrind answers the number of Valgrinds it runs under: one.
-            RUNNING_ON_VALGRIND => Some(1),
             MALLOCLIKE_BLOCK => {
                 self.malloclike(host, base, addr, len, args[3], regs);
                 Some(0)

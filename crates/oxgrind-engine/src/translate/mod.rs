@@ -502,10 +502,12 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
             for r in p.probes().iter().filter(|r| r.at() == i) {
                 e.probe(r, &d.ins, live & (1 << i) != 0)?;
             }
-            if tool.is_some() && is_client_request_at(&insns, i) {
-                if let Some(rec) = crate::probe::client_request_record(&d.ins) {
-                    e.clean_call(d.ins.ip(), rec);
-                }
+        }
+        // Client requests: with a tool, in the program's code (never the embedder's own);
+        // without one, the engine still answers RUNNING_ON_VALGRIND.
+        if (tool.is_some() || !opts.instrument) && is_client_request_at(&insns, i) {
+            if let Some(rec) = crate::probe::client_request_record(&d.ins) {
+                e.clean_call(d.ins.ip(), rec);
             }
         }
         let last = i + 1 == n;
