@@ -12,9 +12,10 @@
 //! registers before it. An unknown write gets a second probe after it, which reads the result.
 //! Probing *before* keeps a switch to another stack (a signal handler on its alternate stack,
 //! a coroutine) apart from the first change made there: the jump is seen alone, then the
-//! handler's `sub rsp` as the growth it is. That is a clean call per stack-pointer change:
-//! slow but exact. A stack-pointer facility in the engine would replace the probes (the
-//! tool-side logic would stay).
+//! handler's `sub rsp` as the growth it is. Consecutive changes of one direction in a block
+//! share one probe (see [`probes`]): a clean call per run of stack-pointer changes, about
+//! two per function call. A stack-pointer facility in the engine would replace the probes
+//! (the tool-side logic would stay).
 //!
 //! Each thread counts from a baseline: the main thread from its stack pointer at process
 //! entry (as Valgrind, which tracks from the first instruction; `/proc/self/stat` gives it),
@@ -32,10 +33,11 @@ const MAX_STACKFRAME: u64 = 2_000_000;
 /// What a probe does, encoded in its data.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Effect {
-    /// Catch up with `rsp`, then `rsp += delta` (the probed instruction).
+    /// Catch up with `rsp`, then `rsp += delta` (the probed instruction, and the ones of its
+    /// run after it).
     Delta(i32),
-    /// Catch up with `rsp`, then `rsp = rbp + 8` (`leave`).
-    Leave,
+    /// Catch up with `rsp`, then `rsp = rbp + offset` (`leave`: 8; `leave; ret`: 16).
+    FromRbp(i32),
     /// Catch up with `rsp` only.
     CatchUp,
 }
@@ -44,7 +46,7 @@ impl Effect {
     fn encode(self) -> u64 {
         match self {
             Effect::Delta(d) => d as u32 as u64,
-            Effect::Leave => 1 << 32,
+            Effect::FromRbp(d) => 1 << 32 | d as u32 as u64,
             Effect::CatchUp => 2 << 32,
         }
     }
@@ -52,32 +54,73 @@ impl Effect {
     fn decode(data: u64) -> Effect {
         match data >> 32 {
             0 => Effect::Delta(data as u32 as i32),
-            1 => Effect::Leave,
+            1 => Effect::FromRbp(data as u32 as i32),
             _ => Effect::CatchUp,
         }
     }
 
-    /// `rsp` after the probed instruction, from the registers before it.
+    /// `rsp` after the probed instruction (and its run), from the registers before it.
     fn rsp_after(self, regs: &GuestRegs) -> u64 {
         match self {
             Effect::Delta(d) => regs.rsp().wrapping_add(d as i64 as u64),
-            Effect::Leave => regs.rbp().wrapping_add(8),
+            Effect::FromRbp(d) => regs.rbp().wrapping_add(d as i64 as u64),
             Effect::CatchUp => regs.rsp(),
+        }
+    }
+
+    /// The same effect followed by `rsp += d`.
+    fn then(self, d: i32) -> Option<Effect> {
+        match self {
+            Effect::Delta(a) => a.checked_add(d).map(Effect::Delta),
+            Effect::FromRbp(a) => a.checked_add(d).map(Effect::FromRbp),
+            Effect::CatchUp => None,
         }
     }
 }
 
 /// The probes a block whose instructions change `rsp` as `sps` says needs:
 /// `(instruction index, effect)`.
+///
+/// Consecutive changes of one direction make one probe, at the first of them, with their
+/// sum (`push rbp; mov rbp, rsp; sub rsp, 32`: one growth of 40; `leave; ret`: `rsp = rbp +
+/// 16`). Nothing can watch the stack in between (a block has no call inside it, and a
+/// signal's handler catches up at its first probe), a peak is still checked before the
+/// first byte of a shrink (at the deepest point, as Valgrind checks it), and the bytes of
+/// each direction, hence `--time-unit=B`, add up the same: what changes is only how many
+/// clean calls the block makes (one instead of three in a typical prologue). A run starts
+/// again at a change of direction, at a `leave` (its `rbp` is read when its probe runs),
+/// and around a write of unknown effect.
 pub(crate) fn probes(sps: &[SpChange]) -> Vec<(usize, Effect)> {
-    let mut out = Vec::new();
+    let mut out: Vec<(usize, Effect)> = Vec::new();
+    // The run the last probe of `out` stands for, and its direction (true: growth).
+    let mut run: Option<bool> = None;
     for (i, &sp) in sps.iter().enumerate() {
         let after_unknown = i > 0 && sps[i - 1] == SpChange::Unknown;
         match sp {
-            SpChange::Delta(d) => out.push((i, Effect::Delta(d))),
-            SpChange::Leave => out.push((i, Effect::Leave)),
-            SpChange::Unknown => out.push((i, Effect::CatchUp)),
-            SpChange::None if after_unknown => out.push((i, Effect::CatchUp)),
+            SpChange::Delta(d) => {
+                let grows = d < 0;
+                if run == Some(grows) && !after_unknown {
+                    let last = out.last_mut().expect("a run has its probe");
+                    if let Some(e) = last.1.then(d) {
+                        last.1 = e;
+                        continue;
+                    }
+                }
+                out.push((i, Effect::Delta(d)));
+                run = Some(grows);
+            }
+            SpChange::Leave => {
+                out.push((i, Effect::FromRbp(8)));
+                run = Some(false);
+            }
+            SpChange::Unknown => {
+                out.push((i, Effect::CatchUp));
+                run = None;
+            }
+            SpChange::None if after_unknown => {
+                out.push((i, Effect::CatchUp));
+                run = None;
+            }
             SpChange::None => {}
         }
     }
@@ -172,29 +215,36 @@ mod tests {
     use oxgrind_tool::instrument::SpChange;
 
     #[test]
-    fn each_write_is_probed_before_and_an_unknown_one_after_too() {
+    fn each_run_is_probed_before_and_an_unknown_write_after_too() {
         use SpChange::*;
         // push rbp; mov rbp, rsp; sub rsp, 0x10; and rsp, -16; mov eax, 1; call rel32
         let sps = [Delta(-8), None, Delta(-16), Unknown, None, Delta(-8)];
         assert_eq!(
             probes(&sps),
             [
-                (0, Effect::Delta(-8)),
-                (2, Effect::Delta(-16)),
+                (0, Effect::Delta(-24)),
                 (3, Effect::CatchUp),
                 (4, Effect::CatchUp),
                 (5, Effect::Delta(-8)),
             ]
         );
         // leave; ret 16
+        assert_eq!(probes(&[Leave, Delta(24)]), [(0, Effect::FromRbp(32))]);
+        // add rsp, 8; pop rbx; push rax; leave; leave: direction changes and leaves split
         assert_eq!(
-            probes(&[Leave, Delta(24)]),
-            [(0, Effect::Leave), (1, Effect::Delta(24))]
+            probes(&[Delta(8), Delta(8), Delta(-8), Leave, Leave]),
+            [
+                (0, Effect::Delta(16)),
+                (2, Effect::Delta(-8)),
+                (3, Effect::FromRbp(8)),
+                (4, Effect::FromRbp(8)),
+            ]
         );
         for e in [
             Effect::Delta(-8),
             Effect::Delta(24),
-            Effect::Leave,
+            Effect::FromRbp(8),
+            Effect::FromRbp(-40),
             Effect::CatchUp,
         ] {
             assert_eq!(Effect::decode(e.encode()), e);
