@@ -155,6 +155,8 @@ pub struct ThreadCtx {
     /// The primary table of the memory shadow (`definedness`), for the inline fast path
     /// (0 until the thread's first definedness step).
     pub vbits_primary: u64,
+    /// A temporary of the inline fast path (a shadow chunk's address).
+    pub vbits_temp: u64,
     pub sig_ring: [[u64; SCRATCH_SLOTS]; SIG_RING],
     /// Per ring level: the pc the kernel put in the context, and the pc the guest handler
     /// was shown (the guest pc when the host pc could be mapped, else the same).
@@ -205,6 +207,7 @@ off!(OFF_VBITS_OWN_CODE, vbits_own_code);
 off!(OFF_VBITS, vbits);
 off!(OFF_VBITS_SIGNAL, vbits_signal);
 off!(OFF_VBITS_PRIMARY, vbits_primary);
+off!(OFF_VBITS_TEMP, vbits_temp);
 
 /// Offset of scratch slot `i`.
 pub const fn scratch_off(i: usize) -> usize {

@@ -1084,7 +1084,7 @@ pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
             if matches!(m.access(), A::None | A::NoMemAccess) || m.memory_size().size() == 0 {
                 continue; // lea: an address, no access
             }
-            if nm == form.mem.len() || m.memory_size().size() > 16 {
+            if nm == form.mem.len() || !matches!(m.memory_size().size(), 1 | 2 | 4 | 8) {
                 return false;
             }
             form.mem[nm] = Some(*m);

@@ -10,8 +10,9 @@
 //!   `rep`, a system call);
 //! * the shadow of each general register read is zero, and the flags' shadow if the
 //!   instruction reads or writes a flag;
-//! * each memory operand's first and last bytes lie in 64 KiB spans without shadow chunk
-//!   (all defined; an address above the user space goes slow).
+//! * each memory operand lies in one 64 KiB span of the memory shadow, and its shadow
+//!   bytes are zero (or the span has no chunk: all defined); an address above the user
+//!   space goes slow. A written-only operand's shadow bytes are zeroed instead.
 //!
 //! Then it zeroes the shadow bytes of the registers written, gives back `rax` and the
 //! flags, and the instruction runs. The slow call runs the interpreter exactly as without
@@ -69,19 +70,7 @@ impl Emitter {
             self.jcc_slow(0x85, &mut slow)?;
         }
         for m in form.mem.iter().flatten() {
-            let size = m.memory_size().size() as u64;
-            for off in [0, size.saturating_sub(1)] {
-                self.effective_address(m, off, ip)?;
-                self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, 0x10]); // shr rax, 16
-                self.buf.extend_from_slice(&[0x48, 0x3D]); // cmp rax, 0x7fffffff
-                self.d32(0x7fff_ffff);
-                self.jcc_slow(0x87, &mut slow)?; // ja slow
-                self.buf.extend_from_slice(&[0x48, 0xC1, 0xE0, 0x03]); // shl rax, 3
-                self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]); // add rax, gs:[primary]
-                self.d32(c::OFF_VBITS_PRIMARY as u32);
-                self.buf.extend_from_slice(&[0x48, 0x83, 0x38, 0x00]); // cmp qword [rax], 0
-                self.jcc_slow(0x85, &mut slow)?;
-            }
+            self.memory_shadow(m, ip, &mut slow)?;
         }
         if form.writes.iter().any(Option::is_some) {
             self.load_gs(0, c::OFF_VBITS);
@@ -117,6 +106,78 @@ impl Emitter {
         slow.back = self.buf.len();
         self.mark(ip, 0);
         self.slow.push(slow);
+        Ok(())
+    }
+
+    /// The inline part for memory operand `m` (1, 2, 4 or 8 bytes): within one 64 KiB
+    /// span (else slow), nothing to do when the span has no shadow chunk (all defined);
+    /// otherwise a written-only operand's shadow bytes become zero (the value stored is
+    /// defined once every check passes, and should one fail, the interpreter writes them
+    /// anew), and any other operand's must be zero (else slow).
+    fn memory_shadow(
+        &mut self,
+        m: &iced_x86::UsedMemory,
+        ip: u64,
+        slow: &mut SlowCall,
+    ) -> Result<(), TranslateError> {
+        let size = m.memory_size().size() as u32;
+        // lea rax, [ea]; movzx eax, ax; cmp eax, 0x10000 - size; ja slow
+        self.effective_address(m, 0, ip)?;
+        self.buf.extend_from_slice(&[0x0F, 0xB7, 0xC0]);
+        self.buf.push(0x3D);
+        self.d32(0x1_0000 - size);
+        self.jcc_slow(0x87, slow)?;
+        // lea rax, [ea]; shr rax, 16; cmp rax, 0x7fffffff; ja slow (above user space)
+        self.effective_address(m, 0, ip)?;
+        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, 0x10]);
+        self.buf.extend_from_slice(&[0x48, 0x3D]);
+        self.d32(0x7fff_ffff);
+        self.jcc_slow(0x87, slow)?;
+        // shl rax, 3; add rax, gs:[primary]; mov rax, [rax]; test rax, rax; jz done
+        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE0, 0x03]);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]);
+        self.d32(c::OFF_VBITS_PRIMARY as u32);
+        self.buf.extend_from_slice(&[0x48, 0x8B, 0x00]);
+        self.buf.extend_from_slice(&[0x48, 0x85, 0xC0]);
+        self.buf.extend_from_slice(&[0x0F, 0x84]);
+        let done = self.buf.len();
+        self.d32(0);
+        // mov gs:[temp], rax; lea rax, [ea]; movzx eax, ax; add rax, gs:[temp]
+        self.store_gs(0, c::OFF_VBITS_TEMP);
+        self.effective_address(m, 0, ip)?;
+        self.buf.extend_from_slice(&[0x0F, 0xB7, 0xC0]);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]);
+        self.d32(c::OFF_VBITS_TEMP as u32);
+        let prefix: &[u8] = match size {
+            1 => &[],
+            2 => &[0x66],
+            4 => &[],
+            _ => &[0x48],
+        };
+        self.buf.extend_from_slice(prefix);
+        if matches!(m.access(), iced_x86::OpAccess::Write) {
+            // mov size [rax], 0
+            if size == 1 {
+                self.buf.extend_from_slice(&[0xC6, 0x00, 0x00]);
+            } else {
+                self.buf.extend_from_slice(&[0xC7, 0x00]);
+                if size == 2 {
+                    self.buf.extend_from_slice(&[0, 0]);
+                } else {
+                    self.d32(0);
+                }
+            }
+        } else {
+            // cmp size [rax], 0; jne slow
+            if size == 1 {
+                self.buf.extend_from_slice(&[0x80, 0x38, 0x00]);
+            } else {
+                self.buf.extend_from_slice(&[0x83, 0x38, 0x00]);
+            }
+            self.jcc_slow(0x85, slow)?;
+        }
+        let rel = (self.buf.len() - (done + 4)) as u32;
+        self.buf[done..done + 4].copy_from_slice(&rel.to_le_bytes());
         Ok(())
     }
 
