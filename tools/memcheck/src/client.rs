@@ -10,8 +10,8 @@
 //! `VALGRIND_MALLOCLIKE_BLOCK` / `FREELIKE_BLOCK` / `RESIZEINPLACE_BLOCK`: its blocks are
 //! counted in HEAP SUMMARY, described, checked (redzones, use after free, invalid free) and
 //! leak-checked as heap blocks (one inside a `malloc`ed block hides that block from the
-//! leak search, as in Valgrind). Results are Valgrind's (`-1` for `MAKE_MEM_*`). Not yet:
-//! the mempool family, `DO_LEAK_CHECK` and the leak counts, `CREATE_BLOCK`, the V-bit
+//! leak search, as in Valgrind). Results are Valgrind's (`-1` for `MAKE_MEM_*`). The mempool family is
+//! `mempool.rs`. Not yet: `DO_LEAK_CHECK` and the leak counts, `CREATE_BLOCK`, the V-bit
 //! requests: the program gets the native default (0), as for any request a tool does not
 //! answer. `RUNNING_ON_VALGRIND`, `PRINTF` and the `STACK_*` requests are the core's
 //! (the engine and the runtime's `requests.rs`), for every tool.
@@ -102,7 +102,7 @@ impl Memcheck {
                 self.resize_in_place(base, addr, args[2], args[3], args[4]);
                 Some(0)
             }
-            _ => None,
+            _ => self.mempool_request(host, base, args, regs),
         }
     }
 
@@ -171,7 +171,7 @@ impl Memcheck {
     }
 
     /// The stack of a client request that makes or frees a block, remembered as such.
-    fn client_stack(&self, host: &dyn Host, regs: &GuestRegs) -> StackId {
+    pub(crate) fn client_stack(&self, host: &dyn Host, regs: &GuestRegs) -> StackId {
         let stack = host.stack_at(regs, self.opts.core.num_callers);
         let mut known = self.client_stacks.lock();
         if !known.contains(&stack) {

@@ -20,6 +20,20 @@ impl Memcheck {
         addr: Addr,
         thread: i32,
     ) -> Vec<Aux> {
+        // Memory pools are searched first, as Memcheck does: a chunk is "client-defined".
+        let chunk = self.pools.lock().chunk_near(addr);
+        if let Some(c) = chunk {
+            let what =
+                text::address_in_block(addr, addr.wrapping_sub(c.addr) as i64, c.size, false);
+            let what = match what.strip_suffix("alloc'd") {
+                Some(head) => format!("{head}client-defined"),
+                None => what,
+            };
+            return vec![
+                Aux::Text(what),
+                Aux::Stack(self.resolve(host, c.stack).shown),
+            ];
+        }
         let near = |start: Addr, size: u64| {
             addr >= start.saturating_sub(REDZONE) && addr < start + size + REDZONE
         };

@@ -53,6 +53,8 @@ pub enum KeyKind {
     ParamUnaddressable {
         param: &'static str,
     },
+    /// Illegal memory pool address (a mempool request naming no pool).
+    IllegalMempool,
 }
 
 impl KeyKind {
@@ -75,6 +77,7 @@ impl KeyKind {
             KeyKind::BadAlign => ErrorClass::Newer("BadAlign"),
             KeyKind::Addr { size } => ErrorClass::Addr(*size),
             KeyKind::User => ErrorClass::User,
+            KeyKind::IllegalMempool => ErrorClass::Mempool,
             KeyKind::Cond => ErrorClass::Cond,
             KeyKind::Value { size } => ErrorClass::Value(*size),
             KeyKind::Param { param } | KeyKind::ParamUnaddressable { param } => {

@@ -227,6 +227,7 @@ impl Memcheck {
             }
         }
         live.extend(self.client_blocks.lock().iter().copied());
+        live.extend(self.pools.lock().chunks().copied());
         live
     }
 }

@@ -57,7 +57,9 @@ impl Memcheck {
             })
             .collect();
         blocks.sort_by_key(|b| b.addr);
-        drop_superblocks(&mut blocks, &self.client_blocks.lock());
+        let mut custom = self.client_blocks.lock().clone();
+        custom.extend(self.pools.lock().chunks().copied());
+        drop_superblocks(&mut blocks, &custom);
         let mem = HostMemory {
             host,
             scanned: std::cell::Cell::new(0),

@@ -48,6 +48,7 @@ mod fatal;
 pub mod freed;
 pub mod leak;
 mod leak_report;
+mod mempool;
 pub mod options;
 mod outside_heap;
 mod report;
@@ -105,6 +106,8 @@ pub struct Memcheck {
     /// The stacks of client requests that made or freed those blocks: frame 0 is the
     /// program's code, not our allocator (see [`Memcheck::resolve`]).
     client_stacks: SpinLock<Vec<oxgrind_tool::StackId>>,
+    /// The program's memory pools and their chunks (`VALGRIND_CREATE_MEMPOOL` ...).
+    pools: SpinLock<mempool::Pools>,
     /// What the code at each pc that made a bad access is ([`PcClass`]), found once.
     pc_classes: SpinLock<Option<std::collections::HashMap<u64, PcClass>>>,
 }
@@ -156,6 +159,7 @@ impl Memcheck {
             foreign: SpinLock::new(Vec::new()),
             client_blocks: SpinLock::new(Vec::new()),
             client_stacks: SpinLock::new(Vec::new()),
+            pools: SpinLock::new(mempool::Pools::default()),
             pc_classes: SpinLock::new(None),
         }
     }
