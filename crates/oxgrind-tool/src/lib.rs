@@ -95,6 +95,18 @@ pub struct Alloc {
     pub tid: i32,
 }
 
+/// How the allocator holds a live block beyond its size ([`Host::block_extent`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct BlockExtent {
+    /// Where the memory only this block may use ends (glibc: the end of its chunk): past the
+    /// block's size and up to here lies slack of the allocator's, then, when
+    /// `header_follows`, the allocator's header of the next chunk.
+    pub end: Addr,
+    /// Whether the allocator's bookkeeping of another chunk starts at `end` (16 bytes for
+    /// glibc); not for a block with a mapping of its own, which ends with it.
+    pub header_follows: bool,
+}
+
 /// A block the program gave back (delivered before the memory is released, so a tool can
 /// take its peak snapshot first, as Massif does).
 #[derive(Copy, Clone, Debug)]
@@ -397,6 +409,13 @@ pub trait Host {
     /// tool needs it rather than computed at every allocation. 0 when it cannot say.
     fn usable_size(&self, _addr: Addr) -> u64 {
         0
+    }
+    /// Where the allocator's memory for block `addr` ends and whether its header of the next
+    /// chunk follows ([`BlockExtent`]): for a live block, or the blocks of the event being
+    /// handled (a freed block is still the allocator's until `on_free` returns). Cheap for
+    /// those; `None` when the host cannot say.
+    fn block_extent(&self, _addr: Addr) -> Option<BlockExtent> {
+        None
     }
     /// The calling thread's id (`gettid`).
     fn tid(&self) -> i32 {
