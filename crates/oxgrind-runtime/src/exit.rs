@@ -40,20 +40,21 @@ static GATE_CLOSED: AtomicBool = AtomicBool::new(false);
 static FLAGS: oxgrind_sys::lock::SpinLock<Vec<&'static AtomicBool>> =
     oxgrind_sys::lock::SpinLock::new(Vec::new());
 
-std::thread_local! {
-    static MY_FLAG: core::cell::Cell<Option<&'static AtomicBool>> = const { core::cell::Cell::new(None) };
-}
-
-fn my_flag() -> &'static AtomicBool {
-    MY_FLAG.with(|f| match f.get() {
+/// The calling thread's gate flag (kept in `guard::ThreadState`), registered on first use.
+fn flag_of(t: &guard::ThreadState) -> &'static AtomicBool {
+    match t.gate_flag.get() {
         Some(flag) => flag,
         None => {
             let flag: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
             FLAGS.lock().push(flag);
-            f.set(Some(flag));
+            t.gate_flag.set(Some(flag));
             flag
         }
-    })
+    }
+}
+
+fn my_flag() -> &'static AtomicBool {
+    flag_of(guard::this_thread())
 }
 
 /// Held for the duration of one allocator event.
@@ -62,7 +63,13 @@ pub struct EventGate(&'static AtomicBool);
 impl EventGate {
     #[inline]
     pub fn enter() -> EventGate {
-        let flag = my_flag();
+        Self::enter_for(guard::this_thread())
+    }
+
+    /// [`EventGate::enter`] with the calling thread's state already at hand.
+    #[inline]
+    pub fn enter_for(t: &guard::ThreadState) -> EventGate {
+        let flag = flag_of(t);
         loop {
             flag.store(true, Ordering::Relaxed);
             core::sync::atomic::fence(Ordering::SeqCst);

@@ -1,64 +1,138 @@
-//! The per-thread "inside oxgrind" flag.
+//! The per-thread "inside oxgrind" flag, and the rest of the runtime's per-thread state.
 //!
 //! While the runtime works on a thread, a `malloc` on that thread can only come from the
 //! runtime itself (through a libc function it called) or from a signal handler that
 //! interrupted it. Both must bypass the tool: the first would recurse, the second would
 //! re-enter non-reentrant state. [`Entered`] sets the flag for a scope.
 //!
-//! The flag lives in a `thread_local!` with a `const` initialiser and no destructor: for a
-//! library loaded at start-up, that is static TLS, allocated with the thread, so reading it
-//! never allocates (a `dlopen`ed library would get lazily allocated TLS and could not do
-//! this).
+//! All of it lives in one `thread_local!` ([`ThreadState`]) with a `const` initialiser and
+//! no destructor: for a library loaded at start-up, that is static TLS, allocated with the
+//! thread, so reading it never allocates (a `dlopen`ed library would get lazily allocated
+//! TLS and could not do this). From a shared library each thread-local access is a call
+//! into the dynamic loader (`__tls_get_addr`), so an allocator event looks the block up
+//! once ([`this_thread`]) and keeps the reference, rather than once per flag it touches.
 
 use std::cell::Cell;
+use std::sync::atomic::AtomicBool;
 
-thread_local! {
-    static INSIDE: Cell<bool> = const { Cell::new(false) };
+/// What the runtime keeps per thread.
+pub struct ThreadState {
+    inside: Cell<bool>,
     /// Set while glibc's allocator runs for the program inside a hook
     /// ([`on_behalf_of_program`]): its memory accesses are the allocator's bookkeeping,
     /// which tools do not see (Valgrind's malloc runs outside the client altogether).
-    static IN_ALLOCATOR: Cell<bool> = const { Cell::new(false) };
+    in_allocator: Cell<bool>,
     /// This thread's kernel id, cached: a `gettid` system call per allocation cost about a
     /// fifth of Massif's time per event. 0 until first asked.
-    static TID: Cell<i32> = const { Cell::new(0) };
+    tid: Cell<i32>,
+    /// This thread's flag of the fork gate (`exit::EventGate`), registered on first use.
+    pub(crate) gate_flag: Cell<Option<&'static AtomicBool>>,
+    /// The blocks of the allocator event this thread is telling the tool of (allocated,
+    /// freed; 0 when none): live chunks of glibc's for the handler's duration, which
+    /// `Host::block_extent` may look at. A freed block is no longer in the block table
+    /// then, and looking an allocated one up there would cost a shard lock.
+    event_blocks: [Cell<u64>; 2],
+}
+
+thread_local! {
+    static THREAD: ThreadState = const {
+        ThreadState {
+            inside: Cell::new(false),
+            in_allocator: Cell::new(false),
+            tid: Cell::new(0),
+            gate_flag: Cell::new(None),
+            event_blocks: [Cell::new(0), Cell::new(0)],
+        }
+    };
+}
+
+/// The calling thread's state, looked up once.
+///
+/// `'static` is sound here: the value lives in the thread's static TLS block until the
+/// thread exits, and [`ThreadState`] holds `Cell`s, so it is not `Sync` and the reference
+/// cannot reach another thread; a reference outlives the thread only if stored in a static,
+/// which nothing does.
+#[inline]
+pub fn this_thread() -> &'static ThreadState {
+    // SAFETY: see above: the pointee outlives every use on its own thread.
+    THREAD.with(|t| unsafe { &*(t as *const ThreadState) })
+}
+
+impl ThreadState {
+    /// The thread's kernel thread id.
+    #[inline]
+    pub fn tid(&self) -> i32 {
+        let v = self.tid.get();
+        if v != 0 {
+            return v;
+        }
+        let v = oxgrind_sys::raw::gettid();
+        self.tid.set(v);
+        v
+    }
+
+    /// See [`Entered::try_enter`].
+    #[inline]
+    pub fn try_enter(&'static self) -> Option<Entered> {
+        if self.inside.get() {
+            None
+        } else {
+            self.inside.set(true);
+            // What our code does from here on (its calls into libc run translated) is
+            // not the program's: the engine drops its trace records.
+            oxgrind_engine::hold_trace(true);
+            Some(Entered(self))
+        }
+    }
+
+    /// Runs `f` (the tool's handler of an event) with `allocated` and `freed` (0: none)
+    /// known as the event's blocks, which glibc holds as live chunks meanwhile.
+    #[inline]
+    pub fn with_event_blocks<T>(&self, allocated: u64, freed: u64, f: impl FnOnce() -> T) -> T {
+        self.event_blocks[0].set(allocated);
+        self.event_blocks[1].set(freed);
+        let r = f();
+        self.event_blocks[0].set(0);
+        self.event_blocks[1].set(0);
+        r
+    }
+
+    /// Whether `addr` is a block of the event the tool is handling on this thread.
+    #[inline]
+    pub fn is_event_block(&self, addr: u64) -> bool {
+        addr != 0 && (self.event_blocks[0].get() == addr || self.event_blocks[1].get() == addr)
+    }
+
+    /// See [`on_behalf_of_program`].
+    #[inline]
+    pub fn on_behalf_of_program<T>(&self, f: impl FnOnce() -> T) -> T {
+        let was = self.inside.replace(false);
+        let was_alloc = self.in_allocator.replace(true);
+        let r = f();
+        self.in_allocator.set(was_alloc);
+        self.inside.set(was);
+        r
+    }
 }
 
 /// The calling thread's kernel thread id.
 #[inline]
 pub fn tid() -> i32 {
-    TID.with(|t| {
-        let v = t.get();
-        if v != 0 {
-            return v;
-        }
-        let v = oxgrind_sys::raw::gettid();
-        t.set(v);
-        v
-    })
+    this_thread().tid()
 }
 
 /// In a forked child the surviving thread has a new id.
 pub fn forget_tid() {
-    TID.with(|t| t.set(0));
+    this_thread().tid.set(0);
 }
 
 /// Proof that this thread was not inside the runtime and now is, until dropped.
-pub struct Entered(());
+pub struct Entered(&'static ThreadState);
 
 impl Entered {
     #[inline]
     pub fn try_enter() -> Option<Entered> {
-        INSIDE.with(|f| {
-            if f.get() {
-                None
-            } else {
-                f.set(true);
-                // What our code does from here on (its calls into libc run translated) is
-                // not the program's: the engine drops its trace records.
-                oxgrind_engine::hold_trace(true);
-                Some(Entered(()))
-            }
-        })
+        this_thread().try_enter()
     }
 }
 
@@ -66,7 +140,7 @@ impl Drop for Entered {
     #[inline]
     fn drop(&mut self) {
         oxgrind_engine::hold_trace(false);
-        INSIDE.with(|f| f.set(false));
+        self.0.inside.set(false);
         crate::exit::run_pending_signal();
     }
 }
@@ -76,23 +150,19 @@ impl Drop for Entered {
 /// traps) is the program's, not oxgrind's. They never call back into our hooks.
 #[inline]
 pub fn on_behalf_of_program<T>(f: impl FnOnce() -> T) -> T {
-    let was = INSIDE.with(|x| x.replace(false));
-    let was_alloc = IN_ALLOCATOR.with(|x| x.replace(true));
-    let r = f();
-    IN_ALLOCATOR.with(|x| x.set(was_alloc));
-    INSIDE.with(|x| x.set(was));
-    r
+    this_thread().on_behalf_of_program(f)
 }
 
 /// Whether the current thread is in the runtime or in glibc's allocator called by it: the
 /// engine's probes there are not the program's.
 #[inline]
 pub fn in_runtime_or_allocator() -> bool {
-    INSIDE.with(|f| f.get()) || IN_ALLOCATOR.with(|f| f.get())
+    let t = this_thread();
+    t.inside.get() || t.in_allocator.get()
 }
 
 /// Whether the current thread is inside the runtime (for signal handlers).
 #[inline]
 pub fn inside() -> bool {
-    INSIDE.with(|f| f.get())
+    this_thread().inside.get()
 }

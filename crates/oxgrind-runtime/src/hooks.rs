@@ -19,7 +19,7 @@ use oxgrind_tool::{Alloc, AllocFn, Free, Misuse, MisuseEvent, StackId};
 
 use crate::blocks::BlockInfo;
 use crate::exit::EventGate;
-use crate::guard::Entered;
+use crate::guard::{Entered, ThreadState};
 use crate::host::HOST;
 use crate::libc_api::*;
 use crate::stacks;
@@ -36,6 +36,8 @@ extern "C" {
 /// and the program's `errno`, restored on drop.
 struct Event {
     rt: &'static Runtime,
+    /// The calling thread's state, looked up once per event (see `guard`).
+    thread: &'static ThreadState,
     errno: c_int,
     _gate: EventGate,
     _inside: Entered,
@@ -129,17 +131,19 @@ impl Event {
         let rt = state::runtime()?;
         // Read as early as possible: everything from here to the drop is left out.
         let uncounted = Uncounted::start(rt, cost);
-        let Some(inside) = Entered::try_enter() else {
+        let thread = crate::guard::this_thread();
+        let Some(inside) = thread.try_enter() else {
             // Called from inside the runtime: the outer work's count is not ours to set.
             core::mem::forget(uncounted);
             return None;
         };
-        let gate = EventGate::enter();
+        let gate = EventGate::enter_for(thread);
         crate::pages::deliver_queued();
         // SAFETY: __errno_location returns this thread's errno slot.
         let errno = unsafe { *__errno_location() };
         Some(Event {
             rt,
+            thread,
             errno,
             _gate: gate,
             _inside: inside,
@@ -155,7 +159,7 @@ impl Event {
 
     #[inline]
     fn tid(&self) -> i32 {
-        crate::guard::tid()
+        self.thread.tid()
     }
 
     #[inline]
@@ -232,7 +236,8 @@ fn record_alloc(
                 tid: ev.tid(),
             };
             ev.uncount();
-            ev.rt.tool.on_alloc(&HOST, &a);
+            ev.thread
+                .with_event_blocks(addr, 0, || ev.rt.tool.on_alloc(&HOST, &a));
         }
         None => {
             if state::runtime().is_some() || !state::settled() {
@@ -326,7 +331,10 @@ fn allocate_aligned(
         }
     }
     let rt = ev.as_ref().map(|e| e.rt);
-    let p = crate::guard::on_behalf_of_program(|| get(rt));
+    let p = match &ev {
+        Some(ev) => ev.thread.on_behalf_of_program(|| get(rt)),
+        None => crate::guard::on_behalf_of_program(|| get(rt)),
+    };
     if !p.is_null() {
         record_alloc(ev.as_ref(), p, size, align, func, entry);
     }
@@ -363,8 +371,10 @@ fn deallocate(p: *mut c_void, func: AllocFn, entry: u64) {
                 tid: ev.tid(),
             };
             ev.uncount();
-            ev.rt.tool.on_free(&HOST, &f);
-            release(Some(ev.rt), addr, b.size);
+            ev.thread
+                .with_event_blocks(0, addr, || ev.rt.tool.on_free(&HOST, &f));
+            ev.thread
+                .on_behalf_of_program(|| release_now(Some(ev.rt), addr, b.size));
         }
         (Some(_), _) => release(None, addr, 0),
         (None, Some(ev)) => ev.misuse(
@@ -602,8 +612,9 @@ fn reallocate(p: *mut c_void, size: usize, func: AllocFn, entry: u64) -> *mut c_
     }
     let rt = ev.rt;
     // With a freed-block queue the old block must stay unreleased for a while, so always move.
-    let q = crate::guard::on_behalf_of_program(|| {
-        if rt.needs.freelist_vol > 0 || rt.needs.redzone > 0 || rt.core.alignment > 16 {
+    let moved = rt.needs.freelist_vol > 0 || rt.needs.redzone > 0 || rt.core.alignment > 16;
+    let q = ev.thread.on_behalf_of_program(|| {
+        if moved {
             let q = base_alloc(Some(rt), size);
             if !q.is_null() {
                 // SAFETY: both blocks are valid for the copied length and distinct.
@@ -657,7 +668,14 @@ fn reallocate(p: *mut c_void, size: usize, func: AllocFn, entry: u64) -> *mut c_
         },
     );
     ev.uncount();
-    rt.tool.on_realloc(&HOST, &f, &a);
+    // The old block is still glibc's live chunk only while the freed-block queue holds it.
+    let old_held = if moved && rt.needs.freelist_vol > 0 {
+        addr
+    } else {
+        0
+    };
+    ev.thread
+        .with_event_blocks(q as u64, old_held, || rt.tool.on_realloc(&HOST, &f, &a));
     q
 }
 
@@ -771,6 +789,25 @@ pub fn glibc_usable_size(p: *mut c_void) -> u64 {
     // SAFETY: dlsym found glibc's malloc_usable_size, whose signature is F, and `p` is a
     // live block glibc's allocator returned.
     unsafe { core::mem::transmute::<*mut c_void, F>(f)(p) as u64 }
+}
+
+/// Where glibc's chunk of live block `p` ends ([`oxgrind_tool::BlockExtent`]), from the
+/// chunk's size word (the 8 bytes before `p`): chunk start + size, which is where the next
+/// chunk's 16-byte header starts (its first word, `prev_size`, doubles as the last usable
+/// word of an in-use chunk: glibc's `malloc_usable_size` is 8 bytes more); a chunk glibc
+/// mapped by itself (`IS_MMAPPED`) has no next chunk.
+///
+/// # Safety
+/// `p` must be a chunk glibc's allocator returned and has not been given back.
+pub unsafe fn glibc_extent(p: u64) -> oxgrind_tool::BlockExtent {
+    const IS_MMAPPED: u64 = 2;
+    const HEADER: u64 = 16;
+    // SAFETY: per the caller, the 8 bytes before `p` are the chunk's size field.
+    let raw = unsafe { core::ptr::read_volatile((p - 8) as *const u64) };
+    oxgrind_tool::BlockExtent {
+        end: (p - HEADER).wrapping_add(raw & !7),
+        header_follows: raw & IS_MMAPPED == 0,
+    }
 }
 
 #[no_mangle]

@@ -299,6 +299,16 @@ impl RuntimeHost {
     }
 }
 
+impl RuntimeHost {
+    /// Whether `addr` is a block glibc's allocator holds for the program now: one of the
+    /// blocks of the event the tool is handling on this thread (no lookup), or a live block
+    /// of the table.
+    fn holds_chunk(&self, addr: Addr) -> bool {
+        crate::guard::this_thread().is_event_block(addr)
+            || matches!(BLOCKS.get(addr), Some(b) if !b.internal)
+    }
+}
+
 impl Host for RuntimeHost {
     fn stack(&self, id: StackId) -> Vec<Addr> {
         STACKS.frames(id).to_vec()
@@ -457,12 +467,18 @@ impl Host for RuntimeHost {
     }
 
     fn usable_size(&self, addr: Addr) -> u64 {
-        match BLOCKS.get(addr) {
-            Some(b) if !b.internal => {
-                crate::hooks::glibc_usable_size(addr as *mut core::ffi::c_void)
-            }
-            _ => 0,
+        if !self.holds_chunk(addr) {
+            return 0;
         }
+        crate::hooks::glibc_usable_size(addr as *mut core::ffi::c_void)
+    }
+
+    fn block_extent(&self, addr: Addr) -> Option<oxgrind_tool::BlockExtent> {
+        if !self.holds_chunk(addr) {
+            return None;
+        }
+        // SAFETY: `addr` is a chunk of glibc's allocator that it has not been given back.
+        Some(unsafe { crate::hooks::glibc_extent(addr) })
     }
 
     fn with_thread_state(&self, f: &mut dyn FnMut(&mut [u8])) -> bool {

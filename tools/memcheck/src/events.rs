@@ -52,9 +52,8 @@ impl Memcheck {
         self.allocs.fetch_add(1, Ordering::Relaxed);
         self.bytes_allocated.fetch_add(ev.size, Ordering::Relaxed);
         if self.probing.load(Ordering::Relaxed) {
-            // SAFETY: the engine runs, so this is a real process and the block was just
-            // returned by glibc's allocator (through the runtime).
-            let (end, next_header) = unsafe { shadow::chunk_end(ev.addr, ev.size) };
+            let (end, next_header) =
+                shadow::chunk_end(host.block_extent(ev.addr), ev.addr, ev.size);
             let base = shadow_base();
             shadow::mark_alloc(base, ev.addr, ev.size, end);
             if next_header {
@@ -103,9 +102,8 @@ impl Memcheck {
             if self.batches.keeps_shadow(ev.size) {
                 shadow::mark_freed(shadow_base(), ev.addr, ev.size);
             }
-            // SAFETY: the engine runs, so this is a real process, and the runtime tells us
-            // of a free before giving the block back to glibc.
-            chunk_end = unsafe { shadow::chunk_end(ev.addr, ev.size) }.0;
+            // Asked now: the allocator still holds the block while the tool hears of it.
+            chunk_end = shadow::chunk_end(host.block_extent(ev.addr), ev.addr, ev.size).0;
         }
         self.batches.push(Freed { block, chunk_end }, |batch| {
             let mut st = self.lock();

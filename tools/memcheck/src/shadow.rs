@@ -22,8 +22,7 @@
 use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 use oxgrind_tool::instrument::ShadowMap;
-use oxgrind_tool::sync::SpinLock;
-use oxgrind_tool::Host;
+use oxgrind_tool::{BlockExtent, Host};
 
 /// Bytes of the reservation: one shadow byte per 8 bytes of a 2^47-byte address space.
 pub const SHADOW_SPAN: u64 = ShadowMap::LEN;
@@ -40,8 +39,22 @@ pub const FREED: u8 = 0xFD;
 pub const REDZONE: u64 = 16;
 
 static BASE: AtomicU64 = AtomicU64::new(0);
-/// The map the host gave (`Needs::shadow`), kept for its page discarding; set with BASE.
-static MAP: SpinLock<Option<ShadowMap>> = SpinLock::new(None);
+/// The map the host gave (`Needs::shadow`), kept for its page discarding; set once, before
+/// BASE is published. Read on every marking, so a once-set cell (an acquire load) rather
+/// than a lock (it was one lock for the whole process on every allocation and free).
+static MAP: std::sync::OnceLock<ShadowMap> = std::sync::OnceLock::new();
+
+/// Publishes `map`, or the one published first if another thread got there before.
+fn publish(map: ShadowMap) {
+    let first = *MAP.get_or_init(|| map);
+    BASE.store(first.base(), Ordering::Release);
+}
+
+/// The published map (BASE, the caller's `base`, is non-zero only after [`publish`]).
+#[inline]
+fn map_at(base: u64) -> Option<ShadowMap> {
+    MAP.get().copied().filter(|m| m.base() == base)
+}
 
 /// Takes the shadow map the core reserved for us (`Needs::shadow`), on the first event;
 /// returns its base, 0 if there is none (the tool then checks no access, rather than fail
@@ -54,9 +67,8 @@ pub fn adopt(host: &dyn Host) -> u64 {
     let Some(map) = host.shadow() else {
         return 0;
     };
-    *MAP.lock() = Some(map);
-    BASE.store(map.base(), Ordering::Release);
-    map.base()
+    publish(map);
+    shadow_base()
 }
 
 /// The start of the shadow map, 0 before [`adopt`] found one.
@@ -152,10 +164,7 @@ fn set(base: u64, lo: u64, hi: u64, v: u8) {
     if base == 0 || lo >= hi || hi > ADDRESS_LIMIT {
         return;
     }
-    // The map is set before BASE is, and never changes afterwards: no lock held while
-    // writing (only to copy the map out).
-    let map = *MAP.lock();
-    if let Some(map) = map {
+    if let Some(map) = map_at(base) {
         map.set_granules(lo, hi, v);
     }
 }
@@ -168,29 +177,20 @@ fn redzone_end(p: u64, size: u64) -> u64 {
         .next_multiple_of(8)
 }
 
-/// Where the memory glibc gave for a block at `p` of `size` bytes ends: the end of its
-/// chunk, read from glibc's chunk header (the size field just before `p`), which is where
-/// the next chunk's header starts. Everything from the block's end to there is slack no
-/// one may touch, as in Valgrind, where all the bytes between two blocks are unaddressable.
-/// Falls back to the redzone's end when the header does not look like glibc's. The
-/// second value says whether a next chunk's header follows (not for a chunk glibc mapped
-/// by itself, which ends with its mapping).
-///
-/// # Safety
-/// `p` must be a block glibc's allocator returned and the program has not freed.
-pub unsafe fn chunk_end(p: u64, size: u64) -> (u64, bool) {
-    const IS_MMAPPED: u64 = 2;
+/// Where the memory the allocator gave for a block at `p` of `size` bytes ends, from the
+/// host's [`BlockExtent`]: the end of its chunk, where the next chunk's header starts.
+/// Everything from the block's end to there is slack no one may touch, as in Valgrind,
+/// where all the bytes between two blocks are unaddressable. Falls back to the redzone's
+/// end when the host cannot say or the extent is implausible (marking more than two pages
+/// of slack per block would cost more than it finds). The second value says whether a next
+/// chunk's header follows (not for a chunk with a mapping of its own).
+pub fn chunk_end(extent: Option<BlockExtent>, p: u64, size: u64) -> (u64, bool) {
     let rz_end = redzone_end(p, size);
-    if p < REDZONE || p & 7 != 0 {
-        return (rz_end, false);
-    }
-    // SAFETY: per the caller, the 8 bytes before `p` are the chunk's size field.
-    let raw = unsafe { core::ptr::read_volatile((p - 8) as *const u64) };
-    let end = (p - REDZONE).wrapping_add(raw & !7);
-    if end >= rz_end && end - rz_end <= 2 * PAGE {
-        (end, raw & IS_MMAPPED == 0)
-    } else {
-        (rz_end, false)
+    match extent {
+        Some(e) if p >= REDZONE && p & 7 == 0 && e.end >= rz_end && e.end - rz_end <= 2 * PAGE => {
+            (e.end, e.header_follows)
+        }
+        _ => (rz_end, false),
     }
 }
 
@@ -334,8 +334,7 @@ mod tests {
             // SAFETY: the tests only touch addresses below 2^31, whose shadow lies in the
             // leaked, never freed 256 MiB at `mem`; `zero` only zeroes pages of it.
             let map = unsafe { ShadowMap::new(mem as u64, zero) };
-            *MAP.lock() = Some(map);
-            BASE.store(map.base(), Ordering::Release);
+            publish(map);
         }
         shadow_base()
     }
