@@ -58,8 +58,8 @@ fn free(a: &Alloc) -> Free {
     }
 }
 
-fn totals(m: &Massif) -> (u64, u64) {
-    let st = m.state.lock();
+fn totals(m: &Massif, h: &dyn Host) -> (u64, u64) {
+    let st = m.state_now(h);
     (st.heap, st.extra)
 }
 
@@ -79,10 +79,10 @@ fn heap_admin_and_slop_are_counted_as_extra_heap() {
     let m = massif(&[]);
     m.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
     m.on_alloc(&h, &alloc(0xb0, 16, 0, 1));
-    assert_eq!(totals(&m), (26, 14 + 8));
+    assert_eq!(totals(&m, &h), (26, 14 + 8));
     let m0 = massif(&["--heap-admin=0"]);
     m0.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
-    assert_eq!(totals(&m0), (10, 6));
+    assert_eq!(totals(&m0, &h), (10, 6));
 }
 
 #[test]
@@ -114,10 +114,10 @@ fn realloc_within_the_usable_size_moves_bytes_from_heap_to_slop() {
     m.on_alloc(&h, &a); // usable 112
     let shrunk = Alloc { size: 20, ..a };
     m.on_realloc(&h, &free(&a), &shrunk);
-    assert_eq!(totals(&m), (20, 92), "slop 12 + 80 given back");
+    assert_eq!(totals(&m, &h), (20, 92), "slop 12 + 80 given back");
     let regrown = Alloc { size: 112, ..a };
     m.on_realloc(&h, &free(&shrunk), &regrown);
-    assert_eq!(totals(&m), (112, 0), "grown in place");
+    assert_eq!(totals(&m, &h), (112, 0), "grown in place");
     let times: Vec<i64> = snaps(&m, &h).iter().map(|s| s.0).collect();
     // Neither realloc changes heap + extra: the clock stays at the allocation's 112.
     assert_eq!(times, [0, 112, 112, 112, 112]);
@@ -170,7 +170,7 @@ fn realloc_moves_the_bytes_to_the_realloc_site() {
          n1: 300 0x20: g (a.c:20)\n  n0: 300 0x30: main (a.c:30)\n \
          n0: 0 in 1 place, below massif's threshold (1.00%)\n"
     );
-    assert_eq!(totals(&m), (300, 8 + 4));
+    assert_eq!(totals(&m, &h), (300, 8 + 4));
 }
 
 #[test]
@@ -179,7 +179,7 @@ fn ignore_fn_allocations_and_their_frees_and_reallocs_are_not_counted() {
     let m = massif(&["--ignore-fn=noisy", "--time-unit=B"]);
     let a = alloc(0xa0, 100, 12, 4);
     m.on_alloc(&h, &a);
-    assert_eq!(totals(&m), (0, 0));
+    assert_eq!(totals(&m, &h), (0, 0));
     // A realloc from a counted site keeps the block ignored (Valgrind keeps its old EC).
     let moved = Alloc {
         addr: 0xd0,
@@ -189,7 +189,7 @@ fn ignore_fn_allocations_and_their_frees_and_reallocs_are_not_counted() {
         ..a
     };
     m.on_realloc(&h, &free(&a), &moved);
-    assert_eq!(totals(&m), (0, 0));
+    assert_eq!(totals(&m, &h), (0, 0));
     m.on_free(
         &h,
         &Free {
@@ -197,7 +197,7 @@ fn ignore_fn_allocations_and_their_frees_and_reallocs_are_not_counted() {
             ..free(&moved)
         },
     );
-    assert_eq!(totals(&m), (0, 0));
+    assert_eq!(totals(&m, &h), (0, 0));
     assert_eq!(snaps(&m, &h).len(), 1, "only the startup snapshot");
 }
 
@@ -210,7 +210,7 @@ fn stacks_that_filter_to_the_same_frames_share_one_context() {
     let m = massif(&[]);
     m.on_alloc(&h, &alloc(0xa0, 10, 6, 10));
     m.on_alloc(&h, &alloc(0xb0, 20, 12, 11));
-    let st = m.state.lock();
+    let st = m.state_now(&h);
     assert_eq!(st.ec_frames.len(), 1);
     assert_eq!(st.ec_bytes, [30]);
 }
@@ -220,6 +220,8 @@ fn a_known_stack_is_not_described_again() {
     let h = host();
     let m = massif(&[]);
     m.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
+    // Applied (and its stack classified) now rather than with the thread's next batch.
+    drop(m.state_now(&h));
     let calls = *h.describe_calls.lock().unwrap();
     for i in 0..100 {
         m.on_alloc(&h, &alloc(0x100 + i * 16, 10, 6, 1));
@@ -242,10 +244,10 @@ fn pages_as_heap_counts_whole_pages_and_keeps_frame_zero() {
         tid: 1,
     };
     m.on_map(&h, &map);
-    assert_eq!(totals(&m), (3 * 4096, 0));
+    assert_eq!(totals(&m, &h), (3 * 4096, 0));
     // Mapping the same pages again does not count them twice.
     m.on_map(&h, &Mapping { len: 4096, ..map });
-    assert_eq!(totals(&m), (3 * 4096, 0));
+    assert_eq!(totals(&m, &h), (3 * 4096, 0));
     m.on_unmap(
         &h,
         &Mapping {
@@ -254,10 +256,10 @@ fn pages_as_heap_counts_whole_pages_and_keeps_frame_zero() {
             ..map
         },
     );
-    assert_eq!(totals(&m), (2 * 4096, 0));
+    assert_eq!(totals(&m, &h), (2 * 4096, 0));
     // Heap events are not Massif's business in this mode.
     m.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
-    assert_eq!(totals(&m), (2 * 4096, 0));
+    assert_eq!(totals(&m, &h), (2 * 4096, 0));
 
     let file = m.massif_file(&h).unwrap();
     let kinds: Vec<SnapshotKind> = file.snapshots.iter().map(|s| s.kind).collect();
@@ -317,7 +319,7 @@ fn heap_no_ignores_heap_events() {
     let h = host();
     let m = massif(&["--heap=no"]);
     m.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
-    assert_eq!(totals(&m), (0, 0));
+    assert_eq!(totals(&m, &h), (0, 0));
     assert_eq!(
         snaps(&m, &h),
         [(0, 0, 0, SnapshotKind::Empty)],
@@ -371,7 +373,8 @@ fn events_from_many_threads_balance_out() {
             let (h, m) = (h.clone(), m.clone());
             std::thread::spawn(move || {
                 for i in 0..2000u64 {
-                    let a = alloc((t << 32) | (i * 16), 1 + i % 50, 7, 1 + (i % 2) as u32);
+                    let mut a = alloc((t << 32) | (i * 16), 1 + i % 50, 7, 1 + (i % 2) as u32);
+                    a.tid = 1 + t as i32;
                     m.on_alloc(&*h, &a);
                     m.on_free(&*h, &free(&a));
                 }
@@ -381,8 +384,8 @@ fn events_from_many_threads_balance_out() {
     for t in threads {
         t.join().unwrap();
     }
-    assert_eq!(totals(&m), (0, 0));
-    let st = m.state.lock();
+    assert_eq!(totals(&m, &*h), (0, 0));
+    let st = m.state_now(&*h);
     assert!(st.ec_bytes.iter().all(|&b| b == 0));
     assert!(st.sched.snaps.len() < 100);
 }
@@ -392,4 +395,45 @@ fn pages_as_heap_without_mapping_events_still_writes_one_snapshot() {
     let h = host();
     let m = massif(&["--pages-as-heap=yes"]);
     assert_eq!(snaps(&m, &h), [(0, 0, 0, SnapshotKind::Empty)]);
+}
+
+/// Blocks freed on another thread than the one that allocated them, their addresses reused
+/// at once (as glibc does): each thread's log is applied in its order and each address's
+/// events in theirs, so every free finds its block and every allocation a free address.
+#[test]
+fn cross_thread_frees_and_reused_addresses_are_applied_in_causal_order() {
+    use std::sync::mpsc;
+    let h = std::sync::Arc::new(host());
+    let m = std::sync::Arc::new(massif(&["--time-unit=B"]));
+    let (to_freer, freer_gets) = mpsc::sync_channel::<Alloc>(0);
+    let (freed, allocator_hears) = mpsc::sync_channel::<()>(0);
+    let freer = {
+        let (h, m) = (h.clone(), m.clone());
+        std::thread::spawn(move || {
+            while let Ok(a) = freer_gets.recv() {
+                let mut f = free(&a);
+                f.tid = 2;
+                m.on_free(&*h, &f);
+                freed.send(()).unwrap();
+            }
+        })
+    };
+    const ROUNDS: u64 = 1000;
+    for i in 0..ROUNDS {
+        // The same two addresses again and again: each is live on one thread, then free.
+        let mut a = alloc(0x1000 + (i % 2) * 0x100, 10 + i % 7, 6, 1);
+        a.tid = 1;
+        m.on_alloc(&*h, &a);
+        to_freer.send(a).unwrap();
+        allocator_hears.recv().unwrap();
+    }
+    let mut last = alloc(0x1000, 24, 8, 1);
+    last.tid = 1;
+    m.on_alloc(&*h, &last);
+    drop(to_freer);
+    freer.join().unwrap();
+    let st = m.state_now(&*h);
+    assert_eq!(st.heap, 24, "only the last block is live");
+    assert_eq!(st.chunks.len(), 1);
+    assert!(st.pending.iter().all(|q| q.is_empty()));
 }
