@@ -76,7 +76,7 @@ fn wrapper_cost(func: AllocFn) -> i64 {
     let (valgrind, ours) = match func {
         AllocFn::Malloc => (32, 62),
         AllocFn::Free => (25, 79),
-        AllocFn::Calloc => (50, 106),
+        AllocFn::Calloc => (50, 110),
         AllocFn::Realloc => (34, 84),
         AllocFn::ReallocArray => (40, 88),
         AllocFn::Memalign => (42, 84),

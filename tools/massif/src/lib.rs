@@ -116,7 +116,7 @@ struct State {
     chunks: FxHashMap<Addr, Chunk>,
     /// Events taken from the threads' logs and not applied yet, one queue per log (see
     /// [`log`]): an event waits while another thread's event on its address is missing.
-    pending: Vec<std::collections::VecDeque<log::Event>>,
+    pending: Vec<log::Pending>,
 }
 
 /// A live block as Valgrind's allocator would hold it.
@@ -229,54 +229,61 @@ impl Massif {
     /// Applies every thread's logged events to the state, in an order that keeps each
     /// thread's and each address's (module [`log`]).
     fn apply_logs(&self, host: &dyn Host, st: &mut State) {
-        self.logs.take_all(&mut st.pending);
-        let busy = st.pending.iter().filter(|q| !q.is_empty()).count();
-        if busy == 0 {
+        if !self.logs.take_all(&mut st.pending) && st.pending.iter().all(|p| p.is_empty()) {
             return;
         }
-        if busy == 1 {
+        let mut busy = st.pending.iter().filter(|p| !p.is_empty());
+        if let (Some(_), None) = (busy.next(), busy.next()) {
             // One thread's events: its own order is the only one.
-            let i = st.pending.iter().position(|q| !q.is_empty()).unwrap_or(0);
-            while let Some(ev) = st.pending[i].pop_front() {
+            let i = st.pending.iter().position(|p| !p.is_empty()).unwrap_or(0);
+            // Taken out while applied, so events are read in place rather than copied.
+            let mut p = std::mem::take(&mut st.pending[i]);
+            for ev in &p.events[p.next..] {
                 self.apply(host, st, ev);
             }
+            p.events.clear();
+            p.next = 0;
+            st.pending[i] = p;
             return;
         }
         loop {
             let mut progressed = false;
             for i in 0..st.pending.len() {
-                while let Some(&ev) = st.pending[i].front() {
+                while let Some(ev) = st.pending[i].front() {
                     let (live, free) = ev.needs();
                     let ready = live.map_or(true, |a| st.chunks.contains_key(&a))
                         && free.map_or(true, |a| !st.chunks.contains_key(&a));
                     if !ready {
                         break;
                     }
-                    st.pending[i].pop_front();
-                    self.apply(host, st, ev);
+                    st.pending[i].next += 1;
+                    self.apply(host, st, &ev);
                     progressed = true;
                 }
             }
-            if st.pending.iter().all(|q| q.is_empty()) {
+            if st.pending.iter().all(|p| p.is_empty()) {
                 return;
             }
             if !progressed && !self.logs.take_all(&mut st.pending) {
                 // Nothing anywhere supplies the missing event (a history the runtime should
                 // never give): apply the oldest waiting event of the first log as it is,
                 // as a lock per event would have.
-                if let Some(ev) = st.pending.iter_mut().find_map(|q| q.pop_front()) {
-                    self.apply(host, st, ev);
+                if let Some(p) = st.pending.iter_mut().find(|p| !p.is_empty()) {
+                    let ev = p.events[p.next];
+                    p.next += 1;
+                    self.apply(host, st, &ev);
                 }
             }
         }
     }
 
-    fn apply(&self, host: &dyn Host, st: &mut State, ev: log::Event) {
+    #[inline]
+    fn apply(&self, host: &dyn Host, st: &mut State, ev: &log::Event) {
         self.start(st);
         match ev {
-            log::Event::Alloc(a, clock) => self.apply_alloc(host, st, &a, clock),
-            log::Event::Free(f, clock) => self.apply_free(host, st, &f, clock),
-            log::Event::Realloc(f, a, clock) => self.apply_realloc(host, st, &f, &a, clock),
+            log::Event::Alloc(a, clock) => self.apply_alloc(host, st, a, *clock),
+            log::Event::Free(f, clock) => self.apply_free(host, st, f, *clock),
+            log::Event::Realloc(f, a, clock) => self.apply_realloc(host, st, f, a, *clock),
         }
     }
 

@@ -31,6 +31,8 @@
 //! program's events are applied in their own order, so its output is the one a lock per event
 //! gave, Valgrind's.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use oxgrind_tool::{Addr, Alloc, Free};
 
 use crate::sync::SpinLock;
@@ -39,9 +41,9 @@ use crate::Clock;
 /// Logs: threads are spread over them by thread id.
 pub(crate) const SLOTS: usize = 64;
 /// Events a log holds before its thread applies the logs, if the state lock is free.
-pub(crate) const FLUSH: usize = 64;
+pub(crate) const FLUSH: usize = 128;
 /// Events a log holds at most: its thread then waits for the state lock.
-pub(crate) const CAPACITY: usize = 256;
+pub(crate) const CAPACITY: usize = 512;
 
 /// A heap event as a thread recorded it, with its clock reading.
 #[derive(Copy, Clone, Debug)]
@@ -64,34 +66,78 @@ impl Event {
 
 pub(crate) struct Logs {
     slots: [SpinLock<Vec<Event>>; SLOTS],
+    /// Bit `i` set: log `i` may hold events (set by the append that makes it non-empty), so
+    /// applying the logs visits only those.
+    busy: AtomicU64,
+}
+
+/// Events taken from one log and not applied yet: `events[next..]`.
+#[derive(Default)]
+pub(crate) struct Pending {
+    pub(crate) events: Vec<Event>,
+    pub(crate) next: usize,
+}
+
+impl Pending {
+    #[inline]
+    pub(crate) fn front(&self) -> Option<Event> {
+        self.events.get(self.next).copied()
+    }
+
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.next >= self.events.len()
+    }
 }
 
 impl Logs {
     pub(crate) const fn new() -> Self {
         Logs {
             slots: [const { SpinLock::new(Vec::new()) }; SLOTS],
+            busy: AtomicU64::new(0),
         }
     }
 
     /// Appends `ev` to the log of thread `tid`; returns how many events that log holds.
     #[inline]
     pub(crate) fn push(&self, tid: i32, ev: Event) -> usize {
-        let mut log = self.slots[tid as u32 as usize % SLOTS].lock();
+        let i = tid as u32 as usize % SLOTS;
+        let mut log = self.slots[i].lock();
         if log.capacity() == 0 {
             log.reserve_exact(CAPACITY);
         }
         log.push(ev);
-        log.len()
+        let n = log.len();
+        if n == 1 {
+            self.busy.fetch_or(1 << i, Ordering::Relaxed);
+        }
+        n
     }
 
-    /// Moves every log's events to the back of `pending` (one queue per log), oldest first.
-    pub(crate) fn take_all(&self, pending: &mut [std::collections::VecDeque<Event>]) -> bool {
+    /// Moves every log's events behind the ones already pending for it (one [`Pending`] per
+    /// log), oldest first: by swapping vectors when nothing of that log is pending, so an
+    /// event is not copied again. Whether any event was taken.
+    pub(crate) fn take_all(&self, pending: &mut [Pending]) -> bool {
         let mut any = false;
-        for (slot, queue) in self.slots.iter().zip(pending.iter_mut()) {
-            let mut log = slot.lock();
-            if !log.is_empty() {
-                any = true;
-                queue.extend(log.drain(..));
+        let mut busy = self.busy.swap(0, Ordering::Relaxed);
+        while busy != 0 {
+            let i = busy.trailing_zeros() as usize;
+            busy &= busy - 1;
+            let p = &mut pending[i];
+            let mut log = self.slots[i].lock();
+            if log.is_empty() {
+                continue;
+            }
+            any = true;
+            if p.is_empty() {
+                p.events.clear();
+                p.next = 0;
+                if p.events.capacity() < CAPACITY {
+                    p.events.reserve_exact(CAPACITY);
+                }
+                core::mem::swap(&mut p.events, &mut *log);
+            } else {
+                p.events.extend(log.drain(..));
             }
         }
         any

@@ -435,5 +435,5 @@ fn cross_thread_frees_and_reused_addresses_are_applied_in_causal_order() {
     let st = m.state_now(&*h);
     assert_eq!(st.heap, 24, "only the last block is live");
     assert_eq!(st.chunks.len(), 1);
-    assert!(st.pending.iter().all(|q| q.is_empty()));
+    assert!(st.pending.iter().all(|p| p.is_empty()));
 }
