@@ -74,9 +74,9 @@ const NOT_COUNTING: u64 = u64::MAX;
 fn wrapper_cost(func: AllocFn) -> i64 {
     // (Valgrind's wrapper, what stays counted of ours with a cost of 0), dev profile.
     let (valgrind, ours) = match func {
-        AllocFn::Malloc => (32, 62),
-        AllocFn::Free => (25, 79),
-        AllocFn::Calloc => (50, 110),
+        AllocFn::Malloc => (32, 63),
+        AllocFn::Free => (25, 82),
+        AllocFn::Calloc => (50, 109),
         AllocFn::Realloc => (34, 84),
         AllocFn::ReallocArray => (40, 88),
         AllocFn::Memalign => (42, 84),
@@ -85,7 +85,7 @@ fn wrapper_cost(func: AllocFn) -> i64 {
         // Valgrind 3.19 aborts the program at pvalloc; counted as valloc.
         AllocFn::Valloc | AllocFn::Pvalloc => (56, 62),
         AllocFn::New | AllocFn::NewArray => (30, 82),
-        AllocFn::Delete | AllocFn::DeleteArray => (25, 79),
+        AllocFn::Delete | AllocFn::DeleteArray => (25, 82),
     };
     valgrind - ours
 }
