@@ -247,8 +247,8 @@ impl Tool for Memcheck {
     --show-mismatched-frees=no|yes   show frees that don't match the allocator? [yes]
     --partial-loads-ok=no|yes        too hard to explain here; see manual [yes]
 
-  (Invalid reads and writes are checked for heap blocks; undefined values are not
-  tracked yet.)
+  (Invalid reads and writes are checked for heap blocks, below the stack pointer
+  and for unmapped memory; undefined values only with --undef-value-errors=yes.)
 "
     }
 
