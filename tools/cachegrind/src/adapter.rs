@@ -1,37 +1,45 @@
-//! From the engine's probes to the simulator's event stream.
+//! From the engine's trace records to the simulator's event stream.
 //!
 //! [`crate::sim::Simulator`] wants, in program order: each instruction executed (its pc and
 //! length), its data accesses (address, size, load or store), and the outcome of every
 //! conditional and indirect branch. This module is the only place that knows how those are
-//! obtained. Today that is with clean calls: an access probe before every instruction that
-//! touches memory and a pc probe before each block's last instruction, the fetches of the
-//! instructions between them charged in order at the next probe (slow, but exact). When the
-//! per-thread trace buffer lands, a block record plus access records replace both probes;
-//! the per-instruction table built here ([`InstrInfo`]) and the decisions made from it
-//! (which instructions branch, which accesses Valgrind merges) stay as they are.
+//! obtained: from the thread's trace buffer (`Needs::trace`). Each translated block gets a
+//! [`BlockInfo`] (its instructions, their lengths and what kind of branch ends it) and a
+//! block record at every entry; each instruction that touches memory gets a record per
+//! access, tagged with the block and the instruction's index. From a thread's records, in
+//! order: the block's instructions are fetched one by one up to the instruction whose
+//! accesses come next, the rest when the next block starts, and that next block's address
+//! tells whether the branch ending this one was taken, or where an indirect one went (the
+//! engine ends a block at every control transfer). Nothing runs in the program's thread but
+//! the inline appends; the simulation runs a batch at a time.
 //!
 //! What Valgrind counts, and how each case is reproduced here:
 //!
+//! Per record the work is kept small, since there is one per access: Ir is counted per block
+//! run (every instruction of an entered block runs), and an instruction fetch looks the I1
+//! cache up only where it reaches a line the previous instruction of the block did not end
+//! on ([`Lookup`]); Valgrind's other lookups hit the most recently used line and change
+//! nothing.
+//!
 //! * **Ir**: every instruction executed, and every entry of a `rep` string instruction (VEX
-//!   makes it a one-iteration loop, entered once more with `rcx == 0` to leave it). The
-//!   engine probes the iterations that run; the final entry is added after the iteration
-//!   that ends the loop.
+//!   makes it a one-iteration loop, entered once more with `rcx == 0` to leave it): the
+//!   engine puts a `rep` instruction in a block of its own, whose block record is appended at
+//!   every entry, the last one included.
 //! * **Dr/Dw**: one per load and per store VEX generates. A load followed by a store to the
 //!   same address in one instruction (`add [m], r`, `inc [m]`, `cmpxchg`) is merged into one
 //!   "modify", counted as a read. A locked read-modify-write other than `cmpxchg`
 //!   (`lock add`, `xchg`, `lock xadd`) is a load plus a compare-and-swap in VEX: two reads.
-//! * **Bc**: every conditional side exit: `jcc`, `loop*`, `jrcxz`, and the exits of a `rep`
-//!   iteration (`rcx != 0` at each entry; for `repe`/`repne` also whether the comparison
-//!   continues the loop), and the restart exit of a locked read-modify-write (VEX retries
-//!   a failed compare-and-swap; never taken here). The outcome is computed before the
-//!   instruction runs, from the flags and `rcx`, or for `cmps`/`scas` from the compared
-//!   memory.
+//! * **Bc**: every conditional side exit: `jcc`, `loop*`, `jrcxz` (taken when the next block
+//!   is not the fall-through), the exits of a `rep` iteration (`rcx != 0` at each entry:
+//!   the entry made accesses; for `repe`/`repne` also whether the comparison continued the
+//!   loop: the next block is the instruction again), and the restart exit of a locked
+//!   read-modify-write (VEX retries a failed compare-and-swap; never taken here).
 //! * **Bi**: every indirect `jmp` and `call` (returns are assumed perfectly predicted); the
-//!   target is read from the register or from the memory operand before the jump.
+//!   target is the next block's address.
 
-use oxgrind_tool::instrument::{
-    Access, AccessKind, Addressing, Cond, Flow, GuestRegs, Insn, Plan, RepString,
-};
+use oxgrind_tool::instrument::{Cond, Flow, Insn, Plan, RepString, TraceKind, TraceRecord};
+
+use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 use crate::sim::Simulator;
 
@@ -52,32 +60,6 @@ pub enum Kind {
         scas: bool,
         elem: u8,
     },
-}
-
-/// An instruction fetch charged at a later probe of the same block.
-#[derive(Copy, Clone, Debug)]
-pub struct Fetch {
-    pub id: u32,
-    pub pc: u64,
-    pub len: u8,
-}
-
-/// One probed instruction as translated: what its probes carry (by address, as `data`).
-#[derive(Debug)]
-pub struct InstrInfo {
-    /// Index of this instruction's costs in [`Simulator::costs`].
-    pub id: u32,
-    pub pc: u64,
-    pub len: u8,
-    pub kind: Kind,
-    /// A locked read-modify-write that VEX turns into a load plus a compare-and-swap.
-    pub locked_rmw: bool,
-    /// The unprobed instructions of the block since the previous probe, fetched (and run)
-    /// before this one.
-    pub before: Vec<Fetch>,
-    /// Whether the fetches are charged by the access probe (the instruction has one that
-    /// always fires) rather than by a pc probe.
-    pub fetch_on_access: bool,
 }
 
 /// Classifies one instruction. A pure function of the instruction, as retranslation needs.
@@ -107,206 +89,363 @@ pub fn classify(ins: &Insn) -> (Kind, bool) {
     (kind, ins.locked)
 }
 
-/// Whether a conditional branch is taken, from the registers before it runs.
-pub fn taken(c: Cond, regs: &GuestRegs) -> bool {
-    c.taken(regs)
+/// One instruction of a translated block.
+#[derive(Debug)]
+pub struct Instr {
+    /// Index of this instruction's costs in [`Simulator::costs`].
+    pub id: u32,
+    pub pc: u64,
+    pub len: u8,
+    pub kind: Kind,
+    /// A locked read-modify-write that VEX turns into a load plus a compare-and-swap.
+    pub locked_rmw: bool,
 }
 
-/// Whether the instruction makes memory accesses the engine reports.
-fn touches_memory(ins: &Insn) -> bool {
-    !ins.mem().is_empty() || ins.rep_string()
+/// An instruction fetch that must look the I1 cache up: one whose bytes are not all on
+/// the line the previous instruction of the block ended on. The others hit that line,
+/// which is the most recently used of its set (only fetches touch I1), so Valgrind's
+/// lookup of them changes nothing: they are counted (Ir) but not looked up.
+#[derive(Debug)]
+pub struct Lookup {
+    /// Index of the instruction in its block.
+    pub insn: u8,
+    pub len: u8,
+    pub id: u32,
+    pub pc: u64,
 }
 
-/// Whether the access probe of `ins` may not fire although it runs (an empty gather or
-/// masked access): such instructions get a pc probe for their fetches as well.
-fn access_probe_may_skip(ins: &Insn) -> bool {
-    !ins.rep_string()
-        && ins
-            .mem()
-            .iter()
-            .any(|m| m.conditional || m.addressing == Addressing::Vector)
+/// A translated block, as its trace records refer to it (by index, in the tag).
+#[derive(Debug)]
+pub struct BlockInfo {
+    pub instrs: Vec<Instr>,
+    /// The I1 lookups of a run through the block, in order.
+    pub lookups: Vec<Lookup>,
 }
 
-/// Builds the [`InstrInfo`] of a block's probed instructions and asks for their probes.
-/// `register` assigns each instruction's cost index (and records its pc for the report).
-///
-/// Clean calls are expensive, so not every instruction gets one. A block runs from its first
-/// instruction to its last (its only exit), so the fetches of instructions that neither
-/// touch memory nor branch are charged, in order, at the next probe: an instruction that
-/// touches memory (access probe), or the block's last instruction (pc probe), whose
-/// branch outcome is read from the registers just before it runs.
-pub fn instrument(block: &[Insn], plan: &mut Plan, register: &mut dyn FnMut(u64) -> u32) {
-    let mut before = Vec::new();
-    for (i, ins) in block.iter().enumerate() {
-        let (kind, locked_rmw) = classify(ins);
-        let id = register(ins.pc);
-        let mem = touches_memory(ins);
-        let last = i + 1 == block.len();
-        if !mem && !last && kind == Kind::Plain {
-            before.push(Fetch {
-                id,
+impl BlockInfo {
+    /// `i1_line_bits`: log2 of the simulated I1 line size.
+    pub fn new(instrs: Vec<Instr>, i1_line_bits: u32) -> Self {
+        let mut lookups = Vec::new();
+        let mut last_line = None;
+        for (i, ins) in instrs.iter().enumerate() {
+            let first = ins.pc >> i1_line_bits;
+            let last = (ins.pc + (ins.len.max(1) as u64) - 1) >> i1_line_bits;
+            if first != last || last_line != Some(first) {
+                lookups.push(Lookup {
+                    insn: i as u8,
+                    len: ins.len,
+                    id: ins.id,
+                    pc: ins.pc,
+                });
+            }
+            last_line = Some(last);
+        }
+        BlockInfo { instrs, lookups }
+    }
+}
+
+/// Every translated block, by index: appended by `instrument` on any thread, read by the
+/// trace consumer without a lock (a block is published before its first record can exist).
+/// Two levels, so that it grows without moving: chunks of [`CHUNK`] slots, made on demand.
+pub struct BlockTable {
+    chunks: Box<[AtomicPtr<[AtomicPtr<BlockInfo>; CHUNK]>]>,
+    next: AtomicU32,
+}
+
+const CHUNK_BITS: u32 = 12;
+const CHUNK: usize = 1 << CHUNK_BITS;
+/// Blocks one run may translate: as many as the tags name (retranslations of the same code
+/// count again).
+const MAX_BLOCKS: usize = 1 << (32 - INSN_BITS);
+
+impl BlockTable {
+    pub fn new() -> Self {
+        BlockTable {
+            chunks: (0..MAX_BLOCKS / CHUNK)
+                .map(|_| AtomicPtr::new(core::ptr::null_mut()))
+                .collect(),
+            next: AtomicU32::new(0),
+        }
+    }
+
+    /// Keeps `info` for the rest of the run; its index, or `u32::MAX` when the table is full.
+    pub fn push(&self, info: BlockInfo) -> u32 {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        let Some(dir) = self.chunks.get(i as usize >> CHUNK_BITS) else {
+            return u32::MAX;
+        };
+        let mut chunk = dir.load(Ordering::Acquire);
+        if chunk.is_null() {
+            let fresh: Box<[AtomicPtr<BlockInfo>; CHUNK]> = Box::new(core::array::from_fn(|_| {
+                AtomicPtr::new(core::ptr::null_mut())
+            }));
+            let fresh = Box::into_raw(fresh);
+            chunk = match dir.compare_exchange(
+                core::ptr::null_mut(),
+                fresh,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => fresh,
+                Err(theirs) => {
+                    // SAFETY: `fresh` was never published.
+                    drop(unsafe { Box::from_raw(fresh) });
+                    theirs
+                }
+            };
+        }
+        // SAFETY: published chunks are never freed.
+        let slot = unsafe { &(*chunk)[i as usize & (CHUNK - 1)] };
+        slot.store(Box::leak(Box::new(info)), Ordering::Release);
+        i
+    }
+
+    /// How many blocks were registered.
+    pub fn len(&self) -> u32 {
+        self.next.load(Ordering::Acquire).min(MAX_BLOCKS as u32)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    #[inline]
+    pub fn get(&self, i: u32) -> Option<&'static BlockInfo> {
+        let chunk = self
+            .chunks
+            .get(i as usize >> CHUNK_BITS)?
+            .load(Ordering::Acquire);
+        if chunk.is_null() {
+            return None;
+        }
+        // SAFETY: published chunks are never freed; non-null slots hold leaked boxes.
+        let p = unsafe { (*chunk)[i as usize & (CHUNK - 1)].load(Ordering::Acquire) };
+        (!p.is_null()).then(|| unsafe { &*p })
+    }
+}
+
+impl Default for BlockTable {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Instructions per block the access tags can name (the engine's blocks have at most 64).
+const INSN_BITS: u32 = 6;
+
+/// Builds the block's [`BlockInfo`] and asks for its trace records. `register_instr` assigns
+/// each instruction's cost index (and records its pc for the report); `register_block`
+/// keeps the block and returns its index. Returns false if the block could not be traced
+/// (more instructions than a tag names; never with the engine's blocks).
+pub fn instrument(
+    block: &[Insn],
+    plan: &mut Plan,
+    i1_line_bits: u32,
+    register_instr: &mut dyn FnMut(u64) -> u32,
+    register_block: &mut dyn FnMut(BlockInfo) -> u32,
+) -> bool {
+    if block.is_empty() || block.len() > 1 << INSN_BITS {
+        return false;
+    }
+    let instrs = block
+        .iter()
+        .map(|ins| {
+            let (kind, locked_rmw) = classify(ins);
+            Instr {
+                id: register_instr(ins.pc),
                 pc: ins.pc,
                 len: ins.len,
-            });
+                kind,
+                locked_rmw,
+            }
+        })
+        .collect();
+    let b = register_block(BlockInfo::new(instrs, i1_line_bits));
+    if b >= 1 << (32 - INSN_BITS) {
+        return false;
+    }
+    plan.trace_block(b);
+    for (i, ins) in block.iter().enumerate() {
+        if !ins.mem().is_empty() || ins.rep_string() {
+            plan.trace_accesses(i, (b << INSN_BITS) | i as u32);
+        }
+    }
+    true
+}
+
+/// Where one thread is in its trace: the block it is in, how far its I1 lookups went, and
+/// what the merging of a store into the load before it needs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThreadState {
+    /// The current block's index and description.
+    block: Option<(u32, &'static BlockInfo)>,
+    /// Its next I1 lookup (index into `lookups`).
+    looked_up: usize,
+    /// The block made accesses (a `rep` entry ran an iteration).
+    accessed: bool,
+    /// The last load of the current instruction: (tag, address, size).
+    last_read: Option<(u32, u64, u16)>,
+    /// The block entered last (a loop enters the same one again: no table lookup).
+    last: Option<(u32, &'static BlockInfo)>,
+}
+
+/// The I1 lookups of the current block's instructions up to and including index `upto`.
+#[inline]
+fn fetch_to(sim: &mut Simulator, blk: &BlockInfo, st: &mut ThreadState, upto: usize) {
+    while let Some(l) = blk.lookups.get(st.looked_up) {
+        if l.insn as usize > upto {
+            break;
+        }
+        sim.fetch(l.id, l.pc, l.len as u64);
+        st.looked_up += 1;
+    }
+}
+
+/// Enters block `b`: every instruction of it runs (the engine's blocks have one exit), so
+/// each is counted once now.
+#[inline(always)]
+fn start_block(sim: &mut Simulator, blocks: &BlockTable, st: &mut ThreadState, b: u32) {
+    let blk = match st.last {
+        Some((last, blk)) if last == b => Some(blk),
+        _ => blocks.get(b),
+    };
+    st.looked_up = 0;
+    st.accessed = false;
+    st.last_read = None;
+    st.block = blk.map(|blk| (b, blk));
+    if let Some(blk) = blk {
+        sim.block_entered(b);
+        st.last = Some((b, blk));
+    }
+}
+
+/// The current block ends: its remaining instructions are fetched; `next`, the block
+/// entered after it (unknown at the end of the run), settles the branch that ended it.
+#[inline(always)]
+pub fn end_block(sim: &mut Simulator, st: &mut ThreadState, next: Option<u64>) {
+    let Some((_, blk)) = st.block else {
+        return;
+    };
+    fetch_to(sim, blk, st, usize::MAX);
+    if let (Some(last), Some(next)) = (blk.instrs.last(), next) {
+        match last.kind {
+            Kind::CondJump(_) => {
+                sim.cond_branch(last.id, last.pc, next != last.pc + last.len as u64)
+            }
+            Kind::IndirectReg(_) | Kind::IndirectMem => sim.ind_branch(last.id, last.pc, next),
+            Kind::Rep { compare, .. } => {
+                // Leaving on rcx == 0 is the exit VEX inverts: "taken" when an iteration ran.
+                sim.cond_branch(last.id, last.pc, st.accessed);
+                if compare && st.accessed {
+                    sim.cond_branch(last.id, last.pc, next == last.pc);
+                }
+            }
+            Kind::Plain => {}
+        }
+    }
+    st.block = None;
+}
+
+/// At the end: each block's instructions are charged once per run of it.
+pub fn charge_instructions(sim: &mut Simulator, blocks: &BlockTable) {
+    for b in 0..blocks.len() {
+        if let Some(blk) = blocks.get(b) {
+            sim.charge_runs(b, blk.instrs.iter().map(|i| i.id));
+        }
+    }
+}
+
+/// Feeds one thread's records, in order, to the simulator.
+pub fn consume(
+    sim: &mut Simulator,
+    blocks: &BlockTable,
+    st: &mut ThreadState,
+    records: &[TraceRecord],
+) {
+    for r in records {
+        let kind = r.kind();
+        if kind == TraceKind::Block {
+            end_block(sim, st, Some(r.addr));
+            start_block(sim, blocks, st, r.tag);
             continue;
         }
-        let fetch_on_access = mem && !access_probe_may_skip(ins);
-        let info: &'static InstrInfo = Box::leak(Box::new(InstrInfo {
-            id,
-            pc: ins.pc,
-            len: ins.len,
-            kind,
-            locked_rmw,
-            before: core::mem::take(&mut before),
-            fetch_on_access,
-        }));
-        let data = info as *const InstrInfo as u64;
-        if !fetch_on_access {
-            plan.pc(i, data);
-        }
-        if mem {
-            plan.accesses(i, data);
-        }
-    }
-}
-
-/// Reads `size` bytes (1, 2, 4 or 8) of guest memory the probed instruction is about to read.
-///
-/// # Safety
-/// `addr` must be readable for `size` bytes: it is the address of an access the engine
-/// reported for the instruction about to run on this (stopped) thread.
-unsafe fn read_guest(addr: u64, size: u8) -> u64 {
-    // SAFETY: by the caller's contract; unaligned reads are fine on x86-64.
-    unsafe {
-        match size {
-            1 => core::ptr::read_volatile(addr as *const u8) as u64,
-            2 => core::ptr::read_unaligned(addr as *const u16) as u64,
-            4 => core::ptr::read_unaligned(addr as *const u32) as u64,
-            _ => core::ptr::read_unaligned(addr as *const u64),
-        }
-    }
-}
-
-/// # Safety
-/// `data` must be a probe's data set by [`instrument`] (a leaked, never freed `InstrInfo`).
-pub unsafe fn info<'a>(data: u64) -> &'a InstrInfo {
-    // SAFETY: by the caller's contract.
-    unsafe { &*(data as *const InstrInfo) }
-}
-
-/// The pc probe (or the first part of the access probe): the instructions since the last
-/// probe and this one are fetched; branch outcomes known from registers are recorded.
-pub fn on_pc(sim: &mut Simulator, info: &InstrInfo, regs: &GuestRegs) {
-    for f in &info.before {
-        sim.instr(f.id, f.pc, f.len as u64);
-    }
-    sim.instr(info.id, info.pc, info.len as u64);
-    match info.kind {
-        Kind::CondJump(c) => sim.cond_branch(info.id, info.pc, taken(c, regs)),
-        Kind::IndirectReg(r) => sim.ind_branch(info.id, info.pc, regs.gpr[r as usize]),
-        // An iteration that runs was entered with rcx != 0: the exit is not taken, which
-        // VEX's inverted guard records as "taken".
-        Kind::Rep { .. } => sim.cond_branch(info.id, info.pc, true),
-        _ => {}
-    }
-}
-
-/// The access probe: data accesses in order, then what depends on the values read.
-pub fn on_accesses(sim: &mut Simulator, info: &InstrInfo, accesses: &[Access], regs: &GuestRegs) {
-    if info.fetch_on_access {
-        on_pc(sim, info, regs);
-    }
-    let mut prev_read: Option<(u64, u32)> = None;
-    for a in accesses {
-        match a.kind {
-            AccessKind::Read => {
-                sim.data(info.id, a.addr, a.size as u64, false);
-                prev_read = Some((a.addr, a.size));
+        let (b, i) = (
+            r.tag >> INSN_BITS,
+            (r.tag & ((1 << INSN_BITS) - 1)) as usize,
+        );
+        let blk = match st.block {
+            Some((cur, blk)) if cur == b => blk,
+            _ => {
+                // Accesses without their block record (not made by the engine): start it.
+                end_block(sim, st, None);
+                start_block(sim, blocks, st, b);
+                match st.block {
+                    Some((_, blk)) => blk,
+                    None => continue,
+                }
             }
-            AccessKind::Write => {
+        };
+        let Some(ins) = blk.instrs.get(i) else {
+            continue;
+        };
+        fetch_to(sim, blk, st, i);
+        st.accessed = true;
+        let (addr, size) = (r.addr, r.size as u64);
+        match kind {
+            TraceKind::Read => {
+                sim.data(ins.id, addr, size, false);
+                st.last_read = Some((r.tag, r.addr, r.size));
+            }
+            TraceKind::Write => {
                 // A store right after a load of the same bytes is one "modify" (a read).
-                if prev_read == Some((a.addr, a.size)) {
-                    prev_read = None;
-                    continue;
+                if st.last_read.take() != Some((r.tag, r.addr, r.size)) {
+                    sim.data(ins.id, addr, size, true);
                 }
-                sim.data(info.id, a.addr, a.size as u64, true);
-                prev_read = None;
             }
-            AccessKind::Modify => {
-                sim.data(info.id, a.addr, a.size as u64, false);
-                if info.locked_rmw {
-                    sim.data(info.id, a.addr, a.size as u64, false);
+            _ => {
+                sim.data(ins.id, addr, size, false);
+                if ins.locked_rmw {
+                    sim.data(ins.id, addr, size, false);
+                    sim.cond_branch(ins.id, ins.pc, false);
                 }
-                prev_read = None;
+                st.last_read = None;
             }
         }
-    }
-    if info.locked_rmw {
-        // VEX's compare-and-swap restarts the instruction when it fails: a side exit,
-        // which Cachegrind counts as a conditional branch (not taken).
-        sim.cond_branch(info.id, info.pc, false);
-    }
-    match info.kind {
-        Kind::IndirectMem => {
-            if let Some(a) = accesses.iter().find(|a| a.kind != AccessKind::Write) {
-                // SAFETY: the jump or call is about to read its target from there.
-                let target = unsafe { read_guest(a.addr, 8) };
-                sim.ind_branch(info.id, info.pc, target);
-            }
-        }
-        Kind::Rep {
-            compare,
-            repne,
-            scas,
-            elem,
-        } => {
-            let remaining = regs.gpr[1].wrapping_sub(1);
-            // The iteration jumps back to the instruction (which then leaves on rcx == 0),
-            // unless a comparison ends the loop first.
-            let mut again = true;
-            if compare {
-                let mask = if elem >= 8 {
-                    u64::MAX
-                } else {
-                    (1u64 << (elem as u32 * 8)) - 1
-                };
-                let reads: Vec<&Access> = accesses
-                    .iter()
-                    .filter(|a| a.kind == AccessKind::Read)
-                    .collect();
-                // SAFETY: the iteration is about to read these elements.
-                let equal = unsafe {
-                    if scas {
-                        reads
-                            .first()
-                            .map(|a| read_guest(a.addr, elem) == regs.gpr[0] & mask)
-                    } else if reads.len() >= 2 {
-                        Some(read_guest(reads[0].addr, elem) == read_guest(reads[1].addr, elem))
-                    } else {
-                        None
-                    }
-                };
-                let go_on = !matches!(equal, Some(e) if e == repne);
-                sim.cond_branch(info.id, info.pc, go_on);
-                again = go_on;
-            }
-            if again && remaining == 0 {
-                // The loop jumps back to itself once more and leaves on rcx == 0.
-                sim.instr(info.id, info.pc, info.len as u64);
-                sim.cond_branch(info.id, info.pc, false);
-            }
-        }
-        _ => {}
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oxgrind_tool::instrument::{MemOp, SpChange};
+    use oxgrind_tool::instrument::{AccessKind, Addressing, MemOp, SpChange};
 
     fn insn(flow: Flow) -> Insn {
         Insn::new(0x1000, 2, flow)
+    }
+
+    #[test]
+    fn i1_is_looked_up_only_where_a_fetch_reaches_another_line() {
+        let instr = |pc: u64, len: u8, id: u32| Instr {
+            id,
+            pc,
+            len,
+            kind: Kind::Plain,
+            locked_rmw: false,
+        };
+        // 64-byte lines: 0x1030..0x103e; 0x103f..0x1042 straddles into 0x1040; 0x1043 and
+        // 0x1046..0x107f stay on that line; 0x1080 starts the next.
+        let b = BlockInfo::new(
+            vec![
+                instr(0x1030, 15, 0),
+                instr(0x103f, 4, 1),
+                instr(0x1043, 3, 2),
+                instr(0x1046, 0x3a, 3),
+                instr(0x1080, 2, 4),
+            ],
+            6,
+        );
+        let looked: Vec<u8> = b.lookups.iter().map(|l| l.insn).collect();
+        assert_eq!(looked, vec![0, 1, 4]);
     }
 
     #[test]
@@ -346,24 +485,5 @@ mod tests {
         let mut locked = insn(Flow::Next);
         locked.locked = true;
         assert!(classify(&locked).1);
-    }
-
-    #[test]
-    fn conditions_follow_the_flags() {
-        let mut r = GuestRegs {
-            gpr: [0; 16],
-            rip: 0,
-            rflags: 0x40,
-        };
-        assert!(taken(Cond::E, &r));
-        assert!(!taken(Cond::Ne, &r));
-        assert!(taken(Cond::Le, &r));
-        r.rflags = 0x880; // SF and OF: "greater or equal"
-        assert!(taken(Cond::Ge, &r));
-        assert!(taken(Cond::G, &r));
-        r.gpr[1] = 1;
-        assert!(!taken(Cond::Loop, &r));
-        r.gpr[1] = 0;
-        assert!(taken(Cond::Jrcxz, &r));
     }
 }

@@ -5,14 +5,15 @@
 //! * [`config`]: which caches (`--I1/--D1/--LL`, or CPUID as Valgrind reads it);
 //! * [`sim`]: the caches, the predictors and the per-instruction costs, fed one event
 //!   stream in program order;
-//! * [`adapter`]: how the engine's probes become that stream (and what Valgrind counts as
-//!   an instruction, a read, a write, a branch).
+//! * [`adapter`]: how the engine's trace records become that stream (and what Valgrind
+//!   counts as an instruction, a read, a write, a branch).
 //!
 //! Threads run in parallel under oxgrind; Valgrind runs one at a time and all share one
 //! simulated machine. We keep that: one [`sim::Simulator`], behind a spin lock, fed by every
-//! thread; interleavings differ from Valgrind's (which switches threads every 100,000
-//! blocks), so per-thread miss counts in a multi-threaded program can differ where threads
-//! share lines (see docs/differences-from-valgrind.md, Cachegrind).
+//! thread a trace batch at a time (the program's threads only append records inline; no
+//! lock on their access path). Interleavings differ from Valgrind's (which switches
+//! threads every 100,000 blocks), so per-thread miss counts in a multi-threaded program can
+//! differ where threads share lines (see docs/differences-from-valgrind.md, Cachegrind).
 //!
 //! Costs are kept per translated instruction and resolved to (file, function, line) once,
 //! at exit, through [`Host::describe`]: the run itself does no symbol work.
@@ -25,11 +26,18 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use oxgrind_formats::cachegrind::{self, CacheConfig, CachegrindFile, Record, Totals};
-use oxgrind_tool::instrument::{Access, GuestRegs, Insn, Plan};
+use oxgrind_tool::instrument::{Insn, Plan, TraceRecord};
 use oxgrind_tool::sync::SpinLock;
 use oxgrind_tool::{Addr, Exit, Host, Needs, OptionError, Tool};
 
 use sim::Simulator;
+
+/// The simulated machine (one for all threads, as Valgrind's) and each thread's place in
+/// its own trace.
+struct Machine {
+    sim: Simulator,
+    threads: HashMap<i32, adapter::ThreadState>,
+}
 
 /// Command-line options.
 #[derive(Clone, Debug)]
@@ -61,7 +69,10 @@ impl Default for Options {
 pub struct Cachegrind {
     opts: Options,
     chosen: Option<config::Chosen>,
-    sim: SpinLock<Option<Simulator>>,
+    /// The simulated machine and where each thread is in its trace.
+    sim: SpinLock<Option<Machine>>,
+    /// Every translated block, indexed by the tag of its trace records.
+    blocks: adapter::BlockTable,
     /// The pc of each cost index, in index order (an instruction translated twice gets two).
     pcs: SpinLock<Vec<Addr>>,
     started: AtomicBool,
@@ -100,6 +111,7 @@ impl Cachegrind {
             opts: Options::default(),
             chosen: None,
             sim: SpinLock::new(None),
+            blocks: adapter::BlockTable::new(),
             pcs: SpinLock::new(Vec::new()),
             started: AtomicBool::new(false),
             finished: AtomicBool::new(false),
@@ -262,13 +274,16 @@ impl Tool for Cachegrind {
     fn post_options(&mut self) -> Result<(), OptionError> {
         let chosen =
             config::choose(self.opts.i1, self.opts.d1, self.opts.ll).map_err(OptionError)?;
-        *self.sim.lock() = Some(Simulator::new(
-            &chosen.i1,
-            &chosen.d1,
-            &chosen.ll,
-            self.opts.cache_sim,
-            self.opts.branch_sim,
-        ));
+        *self.sim.lock() = Some(Machine {
+            sim: Simulator::new(
+                &chosen.i1,
+                &chosen.d1,
+                &chosen.ll,
+                self.opts.cache_sim,
+                self.opts.branch_sim,
+            ),
+            threads: HashMap::new(),
+        });
         self.chosen = Some(chosen);
         Ok(())
     }
@@ -278,6 +293,7 @@ impl Tool for Cachegrind {
             translation: true,
             instrument: true,
             ignores_heap: true,
+            trace: true,
             ..Needs::default()
         }
     }
@@ -300,27 +316,29 @@ impl Tool for Cachegrind {
     }
 
     fn instrument(&self, _pc: Addr, block: &[Insn], plan: &mut Plan) {
-        adapter::instrument(block, plan, &mut |pc| {
-            let mut pcs = self.pcs.lock();
-            pcs.push(pc);
-            (pcs.len() - 1) as u32
-        });
+        let i1_line_bits = self
+            .chosen
+            .as_ref()
+            .map_or(6, |c| c.i1.line.trailing_zeros());
+        adapter::instrument(
+            block,
+            plan,
+            i1_line_bits,
+            &mut |pc| {
+                let mut pcs = self.pcs.lock();
+                pcs.push(pc);
+                (pcs.len() - 1) as u32
+            },
+            &mut |info| self.blocks.push(info),
+        );
     }
 
-    fn on_pc(&self, _host: &dyn Host, regs: &GuestRegs, data: u64) {
-        // SAFETY: every pc probe of this tool carries an `InstrInfo` made by `instrument`.
-        let info = unsafe { adapter::info(data) };
-        if let Some(sim) = self.sim.lock().as_mut() {
-            adapter::on_pc(sim, info, regs);
-        }
-    }
-
-    fn on_accesses(&self, _host: &dyn Host, accesses: &[Access], regs: &GuestRegs, data: u64) {
-        // SAFETY: as in `on_pc`.
-        let info = unsafe { adapter::info(data) };
-        if let Some(sim) = self.sim.lock().as_mut() {
-            adapter::on_accesses(sim, info, accesses, regs);
-        }
+    fn on_trace(&self, host: &dyn Host, records: &[TraceRecord]) {
+        let tid = host.tid();
+        let mut guard = self.sim.lock();
+        let Some(m) = guard.as_mut() else { return };
+        let st = m.threads.entry(tid).or_default();
+        adapter::consume(&mut m.sim, &self.blocks, st, records);
     }
 
     fn fini(&self, host: &dyn Host, exit: Exit) {
@@ -328,9 +346,16 @@ impl Tool for Cachegrind {
             return;
         }
         let talk = !self.opts.quiet && !matches!(exit, Exit::Exec);
-        let costs = match self.sim.lock().as_ref() {
-            Some(s) => s.costs.clone(),
-            None => return,
+        let costs = {
+            let mut guard = self.sim.lock();
+            let Some(m) = guard.as_mut() else { return };
+            // The instructions of each thread's last block ran (the process is ending
+            // after them): fetch them; where they would have gone is unknown.
+            for st in m.threads.values_mut() {
+                adapter::end_block(&mut m.sim, st, None);
+            }
+            adapter::charge_instructions(&mut m.sim, &self.blocks);
+            m.sim.costs.clone()
         };
         let (file, totals) = self.build(host, &costs);
         let path = match host.expand_output_path(&self.opts.out_file) {

@@ -42,14 +42,25 @@ impl Cache {
     }
 
     /// Looks `block` up in its set, making it the most recently used; true on a miss (the
-    /// least recently used tag is evicted).
-    #[inline]
+    /// least recently used tag is evicted). The common case, the set's most recently used
+    /// line again (which changes nothing), is inline; the rest is not.
+    #[inline(always)]
     fn set_ref_is_miss(&mut self, block: u64) -> bool {
         let set = (block & self.sets_min_1) as usize;
-        let ways = &mut self.tags[set * self.assoc..(set + 1) * self.assoc];
-        if ways[0] == block {
+        let first = set * self.assoc;
+        // `first` is below `sets * assoc`, the length of `tags`.
+        if self.tags[first] == block {
             return false;
         }
+        self.reorder(first, block)
+    }
+
+    /// The rest of a lookup: `block` is not the most recently used line of the set at
+    /// `first`: moves it (or, on a miss, the block replacing the least recently used) to
+    /// the front.
+    #[inline(never)]
+    fn reorder(&mut self, first: usize, block: u64) -> bool {
+        let ways = &mut self.tags[first..first + self.assoc];
         let pos = ways.iter().position(|&t| t == block);
         let end = pos.unwrap_or(self.assoc - 1);
         ways.copy_within(0..end, 1);
@@ -59,7 +70,7 @@ impl Cache {
 
     /// One access of `size` bytes at `addr`: true if it misses. An access straddling two
     /// lines looks both up (both update the state) and misses if either does.
-    #[inline]
+    #[inline(always)]
     pub fn ref_is_miss(&mut self, addr: u64, size: u64) -> bool {
         let b1 = addr >> self.line_bits;
         let b2 = addr.wrapping_add(size.max(1) - 1) >> self.line_bits;
@@ -169,8 +180,10 @@ pub struct Simulator {
     branch_sim: bool,
     /// Accesses larger than this are clamped to it (Valgrind: the smallest line size).
     max_access: u64,
-    /// Costs by instruction id (see `crate::adapter::InstrInfo`).
+    /// Costs by instruction id (see `crate::adapter::Instr`).
     pub costs: Vec<Costs>,
+    /// How many times each block (the adapter's numbering) ran: its instructions' Ir.
+    block_runs: Vec<u64>,
 }
 
 impl Simulator {
@@ -191,16 +204,55 @@ impl Simulator {
             branch_sim,
             max_access: i1.line.min(d1.line).min(ll.line),
             costs: Vec::new(),
+            block_runs: Vec::new(),
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn slot(&mut self, id: u32) -> &mut Costs {
         let id = id as usize;
         if id >= self.costs.len() {
-            self.costs.resize(id + 1, [0; 13]);
+            self.grow(id);
         }
         &mut self.costs[id]
+    }
+
+    #[inline(never)]
+    fn grow(&mut self, id: usize) {
+        self.costs.resize((id + 1).next_power_of_two(), [0; 13]);
+    }
+
+    /// Block `b` is entered: each of its instructions executes once (charged as Ir by
+    /// [`Simulator::charge_runs`] at the end, not one by one).
+    #[inline(always)]
+    pub fn block_entered(&mut self, b: u32) {
+        let b = b as usize;
+        if b >= self.block_runs.len() {
+            self.block_runs.resize(b + 1, 0);
+        }
+        self.block_runs[b] += 1;
+    }
+
+    /// Charges `Ir` of each instruction of block `b` (their ids), for every run of it.
+    pub fn charge_runs(&mut self, b: u32, ids: impl Iterator<Item = u32>) {
+        let runs = self.block_runs.get(b as usize).copied().unwrap_or(0);
+        if runs == 0 {
+            return;
+        }
+        for id in ids {
+            self.slot(id)[IR] += runs;
+        }
+    }
+
+    /// The I1 lookup of instruction `id`'s fetch (`len` bytes at `pc`), without its Ir.
+    #[inline(always)]
+    pub fn fetch(&mut self, id: u32, pc: u64, len: u64) {
+        if self.cache_sim && self.i1.ref_is_miss(pc, len) {
+            let ml = self.ll.ref_is_miss(pc, len);
+            let c = self.slot(id);
+            c[I1MR] += 1;
+            c[ILMR] += u64::from(ml);
+        }
     }
 
     /// Instruction `id` (`len` bytes at `pc`) is fetched and executed once.
@@ -219,7 +271,7 @@ impl Simulator {
 
     /// A data access by instruction `id`: `write` for a store, false for a load or a
     /// read-modify-write (which Valgrind counts as one read).
-    #[inline]
+    #[inline(always)]
     pub fn data(&mut self, id: u32, addr: u64, size: u64, write: bool) {
         if !self.cache_sim {
             return;
