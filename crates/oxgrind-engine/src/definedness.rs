@@ -594,56 +594,40 @@ fn new_stack(t: &mut ThreadShadow, rsp: u64) {
 
 // ---- system calls ----
 
-/// How a system call's argument is checked before it runs.
-#[derive(Clone, Copy)]
-enum Arg {
-    /// A plain value: "Syscall param NAME contains uninitialised byte(s)".
-    Value(&'static str),
-    /// A buffer the kernel reads, its length in argument `len`: "Syscall param NAME
-    /// points to uninitialised byte(s)" (the value is checked too).
-    ReadBuf(&'static str, usize),
-}
-
-/// The system calls whose arguments are checked, with Valgrind's parameter names.
-const SYSCALLS: &[(u64, &[Arg])] = &[
-    (
-        0,
-        &[
-            Arg::Value("read(fd)"),
-            Arg::Value("read(buf)"),
-            Arg::Value("read(count)"),
-        ],
-    ),
-    (
-        1,
-        &[
-            Arg::Value("write(fd)"),
-            Arg::ReadBuf("write(buf)", 2),
-            Arg::Value("write(count)"),
-        ],
-    ),
-    (3, &[Arg::Value("close(fd)")]),
+/// The system calls whose scalar arguments are checked ("Syscall param NAME contains
+/// uninitialised byte(s)", Valgrind's `PRE_REG_READ`), with Valgrind's parameter names in
+/// argument order. The memory their pointer arguments name is checked from the table all
+/// checkers share, `oxgrind_tool::syscalls`.
+const SYSCALLS: &[(u64, &[&str])] = &[
+    (0, &["read(fd)", "read(buf)", "read(count)"]),
+    (1, &["write(fd)", "write(buf)", "write(count)"]),
+    (3, &["close(fd)"]),
     (
         17,
         &[
-            Arg::Value("pread64(fd)"),
-            Arg::Value("pread64(buf)"),
-            Arg::Value("pread64(count)"),
-            Arg::Value("pread64(offset)"),
+            "pread64(fd)",
+            "pread64(buf)",
+            "pread64(count)",
+            "pread64(offset)",
         ],
     ),
     (
         18,
         &[
-            Arg::Value("pwrite64(fd)"),
-            Arg::ReadBuf("pwrite64(buf)", 2),
-            Arg::Value("pwrite64(count)"),
-            Arg::Value("pwrite64(offset)"),
+            "pwrite64(fd)",
+            "pwrite64(buf)",
+            "pwrite64(count)",
+            "pwrite64(offset)",
         ],
     ),
-    (60, &[Arg::Value("exit(status)")]),
-    (231, &[Arg::Value("exit_group(status)")]),
+    (60, &["exit(status)"]),
+    (231, &["exit_group(status)"]),
 ];
+
+/// Reads the program's memory without faulting (`oxgrind_tool::syscalls`'s `read`).
+fn read_guest(addr: u64, out: &mut [u8]) -> usize {
+    oxgrind_sys::raw::read_own_memory(addr, out)
+}
 
 /// Argument registers in order: rdi, rsi, rdx, r10, r8, r9.
 const ARG_REGS: [usize; 6] = [7, 6, 2, 10, 8, 9];
@@ -669,20 +653,34 @@ pub(crate) fn before_syscall(ctx: &mut ThreadCtx, pc: u64) {
     let g = ctx.gregs;
     let nr = g[c::RAX];
     let args = ARG_REGS.map(|r| g[r]);
+    // Valgrind's order: the scalar arguments, then the memory the kernel reads.
     if let Some((_, params)) = SYSCALLS.iter().find(|(n, _)| *n == nr) {
-        for (i, p) in params.iter().enumerate() {
-            let (name, shadow) = match *p {
-                Arg::Value(name) | Arg::ReadBuf(name, _) => (name, t.regs.gpr[ARG_REGS[i]]),
-            };
-            if shadow != 0 {
+        for (i, name) in params.iter().enumerate() {
+            if t.regs.gpr[ARG_REGS[i]] != 0 {
                 report(ctx, cl, pc, &Undefined::SyscallArg { param: name });
             }
-            if let Arg::ReadBuf(name, len_arg) = *p {
-                if let Some(addr) = first_undefined(args[i], args[len_arg]) {
-                    report(ctx, cl, pc, &Undefined::SyscallBuffer { param: name, addr });
-                }
-            }
         }
+    }
+    let mut undefined: [Option<(&'static str, u64)>; 8] = [None; 8];
+    let mut n = 0;
+    oxgrind_tool::syscalls::for_each_range(nr, &args, &mut read_guest, &mut |r| {
+        if r.dir != oxgrind_tool::syscalls::Dir::Read || n == undefined.len() {
+            return;
+        }
+        // A name with a variable part (`writev(vector[0])`) has no static form: not
+        // reported yet (a missed error, never a false one).
+        if let (Some(name), Some(addr)) = (r.name.as_static(), first_undefined(r.addr, r.len)) {
+            undefined[n] = Some((name, addr));
+            n += 1;
+        }
+    });
+    for (param, addr) in undefined.iter().flatten() {
+        report(
+            ctx,
+            cl,
+            pc,
+            &Undefined::SyscallBuffer { param, addr: *addr },
+        );
     }
     t.pending = Some(Pending {
         nr,
@@ -722,8 +720,17 @@ fn after_syscall(t: &mut ThreadShadow, p: &Pending, result: u64) {
         }
     };
     match p.nr {
-        // read, pread64, getdents, getdents64, readlink, getrandom, getcwd
-        0 | 17 | 78 | 217 | 318 | 79 => wrote(a[1], ret),
+        // read, pread64, getdents, getdents64, getrandom
+        0 | 17 | 78 | 217 => wrote(a[1], ret),
+        318 => wrote(a[0], ret),
+        // getcwd(buf, size): the path and its NUL
+        79 => wrote(a[0], ret),
+        // capget(header, data): Valgrind's POST writes one __user_cap_data_struct
+        125 => {
+            if a[1] != 0 {
+                wrote(a[1], 12);
+            }
+        }
         89 => wrote(a[1], ret),
         267 => wrote(a[2], ret),
         // readv, preadv: the iovecs, in order, up to the bytes read
@@ -814,7 +821,13 @@ fn after_syscall(t: &mut ThreadShadow, p: &Pending, result: u64) {
         9 => wrote(ret, a[1]),
         25 => wrote(ret, a[2]),
         11 => wrote(a[0], a[1]),
-        _ => {}
+        // Anything else the shared table says the kernel writes (its whole length: more
+        // than the kernel may have written, so a missed error at worst, never a false one).
+        _ => oxgrind_tool::syscalls::for_each_range(p.nr, &a, &mut read_guest, &mut |r| {
+            if r.dir == oxgrind_tool::syscalls::Dir::Write {
+                wrote(r.addr, r.len);
+            }
+        }),
     }
 }
 
