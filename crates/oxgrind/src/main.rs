@@ -5,6 +5,7 @@
 //! oxgrind ms_print [options] FILE      render a massif.out file as Valgrind's ms_print
 //! oxgrind cg_annotate [options] FILE   render a cachegrind.out file as Valgrind's cg_annotate
 //! oxgrind cg_merge [-o OUT] FILES...    add cachegrind.out files up as Valgrind's cg_merge
+//! oxgrind cg_diff FILE1 FILE2          subtract cachegrind.out files as Valgrind's cg_diff
 //! oxgrind report [options] FILE...     one HTML page (or JSON, SARIF) for tools' outputs
 //! oxgrind diff [options] OLD NEW       two runs compared site by site
 //! ```
@@ -25,7 +26,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let argv0 = args.first().map(String::as_str).unwrap_or("oxgrind");
     let rest = &args[1.min(args.len())..];
-    // A program literally called `ms_print`, `cg_annotate`, `cg_merge`, `report` or `diff` can still be run as
+    // A program literally called `ms_print`, `cg_annotate`, `cg_merge`, `cg_diff`, `report` or `diff` can still be run as
     // `oxgrind -- report` or `oxgrind ./report`: only the bare first word selects the viewer.
     let result = if argv0.ends_with("oxgrind-ms_print") {
         viewers::ms_print::main(rest).map(|()| ExitCode::SUCCESS)
@@ -36,6 +37,7 @@ fn main() -> ExitCode {
                 viewers::cg_annotate::main(&rest[1..]).map(|()| ExitCode::SUCCESS)
             }
             Some("cg_merge") => viewers::cg_merge::main(&rest[1..]).map(|()| ExitCode::SUCCESS),
+            Some("cg_diff") => viewers::cg_diff::main(&rest[1..]).map(|()| ExitCode::SUCCESS),
             Some("report") => viewers::report::main(&rest[1..]).map(|()| ExitCode::SUCCESS),
             // diff decides its own status: a broken --fail-if-grown budget is not an error.
             Some("diff") => viewers::diff::main(&rest[1..]),
