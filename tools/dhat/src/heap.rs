@@ -1,16 +1,33 @@
 //! DHAT's bookkeeping for `--mode=heap`, with Valgrind 3.19's rules (`dh_main.c`): live
 //! blocks, per-program-point counters, the global maximum, and the per-byte access
-//! histograms. Pure data: no host, no locks, so it is tested on its own
-//! (`tests` below replays Valgrind's reference program `dh_prog.c`).
+//! histograms. No host: it is tested on its own (`tests` below replays Valgrind's reference
+//! program `dh_prog.c`).
 //!
-//! Where Valgrind keeps the live blocks in an interval tree with a three-entry cache, this
-//! keeps them in a slab indexed by a `BTreeMap` from start address, with a one-entry cache
-//! of the last block hit (most accesses in a row touch one block). Program points are
-//! numbered by the caller ([`State::intro`] takes the number).
+//! The program's threads update it at once, without a process-wide lock per event:
+//!
+//! * live blocks live in [`SHARDS`] shards chosen by address (blocks that fit in one
+//!   1 MiB region go to that region's shard, larger or straddling ones to a shard of their
+//!   own), each behind its own spin lock, with the per-program-point counters of the blocks
+//!   it saw (added up at the end). Threads allocating from different regions (glibc gives
+//!   each thread its own arena) and charging accesses to them rarely meet;
+//! * the current heap size is two atomics; only an event that reaches the global maximum
+//!   (`curr >= max` on allocation, `curr == max` before a free: Valgrind's tests) takes the
+//!   peak lock and every shard's, to record the maximum consistently, as Valgrind does at
+//!   the same moments with the whole program stopped.
+//!
+//! With one thread the sequence of updates is Valgrind's, so every number is; with several,
+//! totals are still exact and the peak is the one of the interleaving that ran.
+//!
+//! Where Valgrind keeps the live blocks in an interval tree with a three-entry cache, each
+//! shard keeps them in a slab indexed by a `BTreeMap` from start address, with a one-entry
+//! cache of the last block hit (most accesses in a row touch one block). Program points are
+//! numbered by the caller.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use oxgrind_tool::instrument::{Access, AccessKind};
+use oxgrind_tool::sync::{SpinGuard, SpinLock};
 
 /// Blocks up to this size keep a per-byte access histogram (`HISTOGRAM_SIZE_LIMIT`).
 pub const HISTOGRAM_SIZE_LIMIT: u64 = 1024;
@@ -38,7 +55,8 @@ enum XSize {
     Mixed,
 }
 
-/// The counters of one program point (`PPInfo`).
+/// The counters of one program point (`PPInfo`). A shard keeps one per PP for its own
+/// blocks (its `max_*` stay 0); [`Heap::finish`] adds them up.
 #[derive(Debug)]
 pub struct PpStats {
     pub total_blocks: u64,
@@ -83,6 +101,40 @@ impl PpStats {
             _ => None,
         }
     }
+
+    /// Adds another shard's counters of the same PP.
+    fn merge(&mut self, o: &PpStats) {
+        self.total_blocks += o.total_blocks;
+        self.total_bytes += o.total_bytes;
+        self.curr_blocks += o.curr_blocks;
+        self.curr_bytes += o.curr_bytes;
+        self.at_tgmax_blocks += o.at_tgmax_blocks;
+        self.at_tgmax_bytes += o.at_tgmax_bytes;
+        self.total_lifetimes += o.total_lifetimes;
+        self.reads += o.reads;
+        self.writes += o.writes;
+        match (self.xsize, o.xsize) {
+            (_, XSize::Unknown) => {}
+            (XSize::Unknown, x) => {
+                self.xsize = x;
+                self.histo = o.histo.clone();
+            }
+            (XSize::Exactly(a), XSize::Exactly(b)) if a == b => {
+                if let (Some(h), Some(oh)) = (&mut self.histo, &o.histo) {
+                    for (acc, &n) in h.iter_mut().zip(oh.iter()) {
+                        // As when a block retires: no more adding once near overflow.
+                        if *acc <= 0xFFFE_0000 {
+                            *acc = acc.saturating_add(n);
+                        }
+                    }
+                }
+            }
+            _ => {
+                self.xsize = XSize::Mixed;
+                self.histo = None;
+            }
+        }
+    }
 }
 
 /// Whole-run totals (the summary DHAT prints at exit).
@@ -100,28 +152,56 @@ pub struct Totals {
     pub writes: u64,
 }
 
-/// Everything DHAT knows in heap mode.
+/// Number of block shards (plus one for blocks that do not fit in one region).
+pub const SHARDS: usize = 32;
+/// Blocks inside one `1 << REGION_SHIFT` region are kept in that region's shard.
+const REGION_SHIFT: u32 = 20;
+
+/// The shard of an address's region (hashed: glibc's per-thread arenas are 64 MiB
+/// aligned, so the region number's low bits alone would put every arena in one shard).
+#[inline]
+fn region_shard(addr: u64) -> usize {
+    ((addr >> REGION_SHIFT).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59) as usize % SHARDS
+}
+
+/// The shard a block `[addr, addr + size)` is kept in.
+#[inline]
+fn block_shard(addr: u64, size: u64) -> usize {
+    let last = addr.saturating_add(size.max(1) - 1);
+    if addr >> REGION_SHIFT == last >> REGION_SHIFT {
+        region_shard(addr)
+    } else {
+        SHARDS
+    }
+}
+
+/// Live blocks of some regions and the counters of the PPs they came from.
 #[derive(Debug, Default)]
-pub struct State {
+struct Shard {
     blocks: Vec<Block>,
     free_slots: Vec<u32>,
     by_addr: BTreeMap<u64, u32>,
     /// The block hit last: (start, end, slot); `end == 0` when empty.
     cache: (u64, u64, u32),
-    pub pps: Vec<PpStats>,
-    pub totals: Totals,
+    pps: Vec<PpStats>,
+    total_blocks: u64,
+    total_bytes: u64,
+    /// Accesses of the blocks retired here.
+    reads: u64,
+    writes: u64,
 }
 
-impl State {
-    pub fn new() -> Self {
-        Self::default()
-    }
+const EMPTY_BLOCK: Block = Block {
+    addr: 0,
+    size: 0,
+    pp: 0,
+    allocd_at: 0,
+    reads: 0,
+    writes: 0,
+    histo: None,
+};
 
-    /// Number of live blocks.
-    pub fn live(&self) -> usize {
-        self.by_addr.len()
-    }
-
+impl Shard {
     fn pp(&mut self, pp: u32) -> &mut PpStats {
         let i = pp as usize;
         if i >= self.pps.len() {
@@ -130,51 +210,8 @@ impl State {
         &mut self.pps[i]
     }
 
-    /// `check_for_peak`: at the global maximum, every PP's current bytes become its
-    /// at-t-gmax bytes (several equal peaks: the last one wins).
-    pub fn check_for_peak(&mut self) {
-        if self.totals.curr_bytes == self.totals.max_bytes {
-            for p in &mut self.pps {
-                p.at_tgmax_blocks = p.curr_blocks;
-                p.at_tgmax_bytes = p.curr_bytes;
-            }
-        }
-    }
-
-    /// The `>=` test of `intro_Block`/`resize_Block`: a new (or equal) global maximum.
-    /// DHAT 3.19 updates the max of only the PP being allocated from, so a PP whose blocks
-    /// all come after the global peak keeps `mb == 0`; reproduced as is.
-    fn maybe_new_max(&mut self, pp: u32, now: u64) {
-        let t = &mut self.totals;
-        if t.curr_bytes >= t.max_bytes {
-            t.max_blocks = t.curr_blocks;
-            t.max_bytes = t.curr_bytes;
-            t.tgmax = now;
-            let p = self.pp(pp);
-            p.max_blocks = p.curr_blocks;
-            p.max_bytes = p.curr_bytes;
-        }
-    }
-
-    /// A block of `size` bytes at `addr` was allocated from `pp` at instruction `now`
-    /// (`new_block` + `intro_Block`). A block already recorded at `addr` (a missed free)
-    /// is retired first.
-    pub fn alloc(&mut self, addr: u64, size: u64, pp: u32, now: u64) {
-        let size = size.max(1);
-        if self.by_addr.contains_key(&addr) {
-            self.free(addr, now);
-        }
-        let histo =
-            (size <= HISTOGRAM_SIZE_LIMIT).then(|| vec![0u16; size as usize].into_boxed_slice());
-        let b = Block {
-            addr,
-            size,
-            pp,
-            allocd_at: now,
-            reads: 0,
-            writes: 0,
-            histo,
-        };
+    fn insert(&mut self, b: Block) {
+        let addr = b.addr;
         let slot = match self.free_slots.pop() {
             Some(s) => {
                 self.blocks[s as usize] = b;
@@ -186,53 +223,32 @@ impl State {
             }
         };
         self.by_addr.insert(addr, slot);
-        self.totals.total_blocks += 1;
-        self.totals.total_bytes += size;
-        self.totals.curr_blocks += 1;
-        self.totals.curr_bytes += size;
-        let p = self.pp(pp);
-        p.total_blocks += 1;
-        p.total_bytes += size;
-        p.curr_blocks += 1;
-        p.curr_bytes += size;
-        self.maybe_new_max(pp, now);
     }
 
-    /// The block starting at `addr` was freed (`die_block`); anything else is a bogus free
-    /// and changes nothing. Returns whether a block was retired.
-    pub fn free(&mut self, addr: u64, now: u64) -> bool {
-        let Some(slot) = self.by_addr.remove(&addr) else {
-            return false;
-        };
+    /// Takes the live block starting at `addr` out of the shard.
+    fn remove(&mut self, addr: u64) -> Option<Block> {
+        let slot = self.by_addr.remove(&addr)?;
         self.cache = (0, 0, 0);
         self.free_slots.push(slot);
-        let b = core::mem::replace(
+        Some(core::mem::replace(
             &mut self.blocks[slot as usize],
-            Block {
-                addr: 0,
-                size: 0,
-                pp: 0,
-                allocd_at: 0,
-                reads: 0,
-                writes: 0,
-                histo: None,
-            },
-        );
-        self.check_for_peak();
-        self.totals.curr_blocks -= 1;
-        self.totals.curr_bytes -= b.size;
-        let p = self.pp(b.pp);
-        p.curr_blocks -= 1;
-        p.curr_bytes -= b.size;
-        self.retire(b, now);
-        true
+            EMPTY_BLOCK,
+        ))
+    }
+
+    /// `check_for_peak`'s snapshot, for this shard's share of every PP.
+    fn snapshot(&mut self) {
+        for p in &mut self.pps {
+            p.at_tgmax_blocks = p.curr_blocks;
+            p.at_tgmax_bytes = p.curr_bytes;
+        }
     }
 
     /// Folds a retiring block's lifetime, accesses and histogram into its PP
     /// (`retire_Block`, after the live counts were taken care of).
     fn retire(&mut self, b: Block, now: u64) {
-        self.totals.reads += b.reads;
-        self.totals.writes += b.writes;
+        self.reads += b.reads;
+        self.writes += b.writes;
         let p = self.pp(b.pp);
         p.total_lifetimes += now.saturating_sub(b.allocd_at);
         p.reads += b.reads;
@@ -260,48 +276,6 @@ impl State {
         }
     }
 
-    /// `realloc` of the block at `old` to `new_size` bytes, now at `new_addr`
-    /// (`renew_block`): one more allocation for the totals, the same PP, the copy counted
-    /// as a read and a write of the bytes kept, the histogram dropped. `false` when `old`
-    /// is not a live block (the caller then ignores the new one, as DHAT does).
-    pub fn realloc(&mut self, old: u64, new_addr: u64, new_size: u64, now: u64) -> bool {
-        let Some(slot) = self.by_addr.remove(&old) else {
-            return false;
-        };
-        self.cache = (0, 0, 0);
-        let new_size = new_size.max(1);
-        let (pp, old_size) = {
-            let b = &mut self.blocks[slot as usize];
-            b.histo = None;
-            // Shrinking "copies" the new size (DHAT acts as if it copied), growing the old.
-            let copied = new_size.min(b.size);
-            b.reads += copied;
-            b.writes += copied;
-            (b.pp, b.size)
-        };
-        if new_size < old_size {
-            self.check_for_peak();
-        }
-        self.totals.total_blocks += 1;
-        self.totals.total_bytes += new_size;
-        self.totals.curr_bytes = self.totals.curr_bytes + new_size - old_size;
-        let p = self.pp(pp);
-        p.total_blocks += 1;
-        p.total_bytes += new_size;
-        p.curr_bytes = p.curr_bytes + new_size - old_size;
-        self.maybe_new_max(pp, now);
-        let b = &mut self.blocks[slot as usize];
-        b.addr = new_addr;
-        b.size = new_size;
-        if let Some(other) = self.by_addr.insert(new_addr, slot) {
-            // The runtime reported a block there already: it cannot be live any more.
-            self.by_addr.insert(new_addr, other);
-            self.free(new_addr, now);
-            self.by_addr.insert(new_addr, slot);
-        }
-        true
-    }
-
     /// The live block containing `addr`, as a slab index.
     #[inline]
     fn find(&mut self, addr: u64) -> Option<u32> {
@@ -319,13 +293,11 @@ impl State {
         }
     }
 
-    /// One access the program makes: counted against the block containing its first byte
-    /// (`dh_handle_read` / `dh_handle_write`). A read-modify-write is a read and a write,
-    /// as in Valgrind's IR (a load then a store).
+    /// Charges one access to the block containing its first byte; `false` if none here.
     #[inline]
-    pub fn access(&mut self, a: &Access) {
+    fn access(&mut self, a: &Access) -> bool {
         let Some(slot) = self.find(a.addr) else {
-            return;
+            return false;
         };
         let b = &mut self.blocks[slot as usize];
         let size = a.size as u64;
@@ -351,33 +323,330 @@ impl State {
                 *c = c.saturating_add(times);
             }
         }
+        true
+    }
+}
+
+/// The global maximum (`g_max_*`, `g_tgmax_instrs`) and each PP's own maximum, recorded
+/// when the heap reached it.
+#[derive(Debug, Default)]
+struct Peak {
+    max_blocks: u64,
+    max_bytes: u64,
+    tgmax: u64,
+    /// Per PP: (max_blocks, max_bytes).
+    pp_max: Vec<(u64, u64)>,
+}
+
+/// The end result: every PP's counters and the totals.
+#[derive(Debug, Default)]
+pub struct Summary {
+    pub pps: Vec<PpStats>,
+    pub totals: Totals,
+}
+
+/// Everything DHAT knows in heap mode. See the module docs for how threads share it.
+pub struct Heap {
+    /// [`SHARDS`] region shards, then the shard of blocks larger than a region.
+    shards: Vec<SpinLock<Shard>>,
+    peak: SpinLock<Peak>,
+    curr_bytes: AtomicU64,
+    curr_blocks: AtomicU64,
+    /// Mirror of `peak.max_bytes`, for the lock-free test of each event.
+    max_bytes: AtomicU64,
+}
+
+impl Default for Heap {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Heap {
+    pub fn new() -> Self {
+        Heap {
+            shards: (0..=SHARDS)
+                .map(|_| SpinLock::new(Shard::default()))
+                .collect(),
+            peak: SpinLock::new(Peak::default()),
+            curr_bytes: AtomicU64::new(0),
+            curr_blocks: AtomicU64::new(0),
+            max_bytes: AtomicU64::new(0),
+        }
+    }
+
+    /// Number of live blocks.
+    pub fn live(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().by_addr.len()).sum()
+    }
+
+    /// The peak lock and every shard's, in that order (the only place that holds more than
+    /// one lock).
+    fn lock_all(&self) -> (SpinGuard<'_, Peak>, Vec<SpinGuard<'_, Shard>>) {
+        let peak = self.peak.lock();
+        let shards = self.shards.iter().map(|s| s.lock()).collect();
+        (peak, shards)
+    }
+
+    /// `check_for_peak`, called before a free: at the global maximum, every PP's current
+    /// bytes become its at-t-gmax bytes (several equal peaks: the last one wins).
+    fn check_for_peak(&self) {
+        if self.curr_bytes.load(Ordering::Acquire) != self.max_bytes.load(Ordering::Acquire) {
+            return;
+        }
+        let (peak, mut shards) = self.lock_all();
+        if self.curr_bytes.load(Ordering::Acquire) == peak.max_bytes {
+            for s in &mut shards {
+                s.snapshot();
+            }
+        }
+    }
+
+    /// The `>=` test of `intro_Block`/`resize_Block` after the heap grew to `curr`: a new
+    /// (or equal) global maximum. DHAT 3.19 updates the max of only the PP being allocated
+    /// from, so a PP whose blocks all come after the global peak keeps `mb == 0`; reproduced
+    /// as is.
+    fn maybe_new_max(&self, curr: u64, pp: u32, now: u64) {
+        if curr < self.max_bytes.load(Ordering::Acquire) {
+            return;
+        }
+        let (mut peak, shards) = self.lock_all();
+        let curr = self.curr_bytes.load(Ordering::Acquire);
+        if curr < peak.max_bytes {
+            return;
+        }
+        peak.max_bytes = curr;
+        peak.max_blocks = self.curr_blocks.load(Ordering::Acquire);
+        peak.tgmax = now;
+        self.max_bytes.store(curr, Ordering::Release);
+        let (mut blocks, mut bytes) = (0, 0);
+        for s in &shards {
+            if let Some(p) = s.pps.get(pp as usize) {
+                blocks += p.curr_blocks;
+                bytes += p.curr_bytes;
+            }
+        }
+        let i = pp as usize;
+        if i >= peak.pp_max.len() {
+            peak.pp_max.resize(i + 1, (0, 0));
+        }
+        peak.pp_max[i] = (blocks, bytes);
+    }
+
+    /// A block of `size` bytes at `addr` was allocated from `pp` at instruction `now`
+    /// (`new_block` + `intro_Block`). A block already recorded at `addr` (a missed free)
+    /// is retired first.
+    pub fn alloc(&self, addr: u64, size: u64, pp: u32, now: u64) {
+        let size = size.max(1);
+        let shard = &self.shards[block_shard(addr, size)];
+        let mut s = shard.lock();
+        if s.by_addr.contains_key(&addr) {
+            drop(s);
+            self.free(addr, now);
+            s = shard.lock();
+        }
+        let histo =
+            (size <= HISTOGRAM_SIZE_LIMIT).then(|| vec![0u16; size as usize].into_boxed_slice());
+        s.insert(Block {
+            addr,
+            size,
+            pp,
+            allocd_at: now,
+            reads: 0,
+            writes: 0,
+            histo,
+        });
+        s.total_blocks += 1;
+        s.total_bytes += size;
+        let p = s.pp(pp);
+        p.total_blocks += 1;
+        p.total_bytes += size;
+        p.curr_blocks += 1;
+        p.curr_bytes += size;
+        drop(s);
+        self.curr_blocks.fetch_add(1, Ordering::AcqRel);
+        let curr = self.curr_bytes.fetch_add(size, Ordering::AcqRel) + size;
+        self.maybe_new_max(curr, pp, now);
+    }
+
+    /// The block starting at `addr` was freed (`die_block`); anything else is a bogus free
+    /// and changes nothing. Returns whether a block was retired.
+    pub fn free(&self, addr: u64, now: u64) -> bool {
+        let Some(i) = self.shard_holding(addr) else {
+            return false;
+        };
+        self.check_for_peak();
+        let mut s = self.shards[i].lock();
+        let Some(b) = s.remove(addr) else {
+            return false; // freed by another thread meanwhile
+        };
+        let size = b.size;
+        let p = s.pp(b.pp);
+        p.curr_blocks -= 1;
+        p.curr_bytes -= size;
+        s.retire(b, now);
+        drop(s);
+        self.curr_blocks.fetch_sub(1, Ordering::AcqRel);
+        self.curr_bytes.fetch_sub(size, Ordering::AcqRel);
+        true
+    }
+
+    /// The shard in which a block starts at `addr`, if one does.
+    fn shard_holding(&self, addr: u64) -> Option<usize> {
+        [region_shard(addr), SHARDS]
+            .into_iter()
+            .find(|&i| self.shards[i].lock().by_addr.contains_key(&addr))
+    }
+
+    /// `realloc` of the block at `old` to `new_size` bytes, now at `new_addr`
+    /// (`renew_block`): one more allocation for the totals, the same PP, the copy counted
+    /// as a read and a write of the bytes kept, the histogram dropped. `false` when `old`
+    /// is not a live block (the caller then ignores the new one, as DHAT does).
+    pub fn realloc(&self, old: u64, new_addr: u64, new_size: u64, now: u64) -> bool {
+        let Some(i) = self.shard_holding(old) else {
+            return false;
+        };
+        let new_size = new_size.max(1);
+        // Shrinking can only end a peak: Valgrind checks for one before the sizes change.
+        let shrinks = {
+            let s = self.shards[i].lock();
+            match s.by_addr.get(&old) {
+                Some(&slot) => new_size < s.blocks[slot as usize].size,
+                None => return false,
+            }
+        };
+        if shrinks {
+            self.check_for_peak();
+        }
+        let mut s = self.shards[i].lock();
+        let Some(mut b) = s.remove(old) else {
+            return false;
+        };
+        b.histo = None;
+        // Shrinking "copies" the new size (DHAT acts as if it copied), growing the old.
+        let copied = new_size.min(b.size);
+        b.reads += copied;
+        b.writes += copied;
+        let (pp, old_size) = (b.pp, b.size);
+        let p = s.pp(pp);
+        p.curr_blocks -= 1;
+        p.curr_bytes -= old_size;
+        drop(s);
+        b.addr = new_addr;
+        b.size = new_size;
+        let target = &self.shards[block_shard(new_addr, new_size)];
+        let mut t = target.lock();
+        if t.by_addr.contains_key(&new_addr) {
+            // The runtime reported a block there already: it cannot be live any more.
+            drop(t);
+            self.free(new_addr, now);
+            t = target.lock();
+        }
+        t.insert(b);
+        t.total_blocks += 1;
+        t.total_bytes += new_size;
+        let p = t.pp(pp);
+        p.total_blocks += 1;
+        p.total_bytes += new_size;
+        p.curr_blocks += 1;
+        p.curr_bytes += new_size;
+        drop(t);
+        let curr = if new_size >= old_size {
+            let d = new_size - old_size;
+            self.curr_bytes.fetch_add(d, Ordering::AcqRel) + d
+        } else {
+            let d = old_size - new_size;
+            self.curr_bytes.fetch_sub(d, Ordering::AcqRel) - d
+        };
+        self.maybe_new_max(curr, pp, now);
+        true
+    }
+
+    /// The program's accesses, in order: each counted against the live block containing
+    /// its first byte (`dh_handle_read` / `dh_handle_write`). A read-modify-write is a read
+    /// and a write, as in Valgrind's IR (a load then a store). A shard's lock is kept while
+    /// consecutive accesses fall in it.
+    pub fn access_all(&self, accesses: impl Iterator<Item = Access>) {
+        let mut held: Option<(usize, SpinGuard<'_, Shard>)> = None;
+        for a in accesses {
+            let i = region_shard(a.addr);
+            let g = match &mut held {
+                Some((j, g)) if *j == i => g,
+                _ => {
+                    held = None;
+                    &mut held.insert((i, self.shards[i].lock())).1
+                }
+            };
+            if !g.access(&a) {
+                self.shards[SHARDS].lock().access(&a);
+            }
+        }
+    }
+
+    /// One access (see [`Heap::access_all`]).
+    pub fn access(&self, a: &Access) {
+        self.access_all(std::iter::once(*a));
     }
 
     /// At exit (`dh_fini`): a last peak check, then every live block's lifetime (up to
     /// `now`), accesses and histogram folded into its PP; the blocks stay counted as live
-    /// (`eb`, `ebk`).
-    pub fn finish(&mut self, now: u64) {
+    /// (`eb`, `ebk`). Every shard's counters added up. `None` when a lock stayed held
+    /// (a fatal signal interrupted a thread inside DHAT).
+    pub fn finish(&self, now: u64) -> Option<Summary> {
         self.check_for_peak();
-        let slots: Vec<u32> = self.by_addr.values().copied().collect();
-        self.by_addr.clear();
-        self.cache = (0, 0, 0);
-        for s in slots {
-            let b = core::mem::replace(
-                &mut self.blocks[s as usize],
-                Block {
-                    addr: 0,
-                    size: 0,
-                    pp: 0,
-                    allocd_at: 0,
-                    reads: 0,
-                    writes: 0,
-                    histo: None,
-                },
-            );
-            self.retire(b, now);
+        let peak = self.peak.lock_bounded(1 << 24)?;
+        let mut shards = Vec::with_capacity(self.shards.len());
+        for s in &self.shards {
+            shards.push(s.lock_bounded(1 << 24)?);
         }
-        self.blocks.clear();
-        self.free_slots.clear();
+        let mut out = Summary::default();
+        for s in &mut shards {
+            let slots: Vec<u32> = s.by_addr.values().copied().collect();
+            s.by_addr.clear();
+            s.cache = (0, 0, 0);
+            for slot in slots {
+                let b = core::mem::replace(&mut s.blocks[slot as usize], EMPTY_BLOCK);
+                s.retire(b, now);
+            }
+            s.blocks.clear();
+            s.free_slots.clear();
+            if out.pps.len() < s.pps.len() {
+                out.pps.resize_with(s.pps.len(), PpStats::new);
+            }
+            for (o, p) in out.pps.iter_mut().zip(&s.pps) {
+                o.merge(p);
+            }
+            let t = &mut out.totals;
+            t.total_blocks += s.total_blocks;
+            t.total_bytes += s.total_bytes;
+            t.reads += s.reads;
+            t.writes += s.writes;
+        }
+        for (o, &(blocks, bytes)) in out.pps.iter_mut().zip(&peak.pp_max) {
+            o.max_blocks = blocks;
+            o.max_bytes = bytes;
+        }
+        let t = &mut out.totals;
+        t.curr_blocks = self.curr_blocks.load(Ordering::Acquire);
+        t.curr_bytes = self.curr_bytes.load(Ordering::Acquire);
+        t.max_blocks = peak.max_blocks;
+        t.max_bytes = peak.max_bytes;
+        t.tgmax = peak.tgmax;
+        Some(out)
+    }
+
+    /// After `fork`, in the child: the locks of threads that do not exist there.
+    ///
+    /// # Safety
+    /// Only in a forked child, before any other thread of it can use the heap.
+    pub unsafe fn force_unlock(&self) {
+        // SAFETY: the caller guarantees no guard is live in this process.
+        unsafe {
+            self.peak.force_unlock();
+            for s in &self.shards {
+                s.force_unlock();
+            }
+        }
     }
 }
 
@@ -399,7 +668,7 @@ mod tests {
     #[test]
     fn reference_program_gives_valgrinds_counters() {
         use AccessKind::*;
-        let mut s = State::new();
+        let s = Heap::new();
         // PP 0: a 16-byte block, written once, each half read 4 and 1 times more.
         s.alloc(0x1000, 16, 0, 144_000);
         for i in 0..16 {
@@ -421,14 +690,14 @@ mod tests {
         // PP 3: 7 bytes, one byte written, never freed.
         s.alloc(0x5000, 7, 3, 147_800);
         s.access(&acc(0x5000, 1, Write));
-        s.finish(152_386);
+        let r = s.finish(152_386).expect("no lock held");
 
-        let t = s.totals;
+        let t = r.totals;
         assert_eq!((t.total_bytes, t.total_blocks), (2323, 5));
         assert_eq!((t.max_bytes, t.max_blocks), (2200, 2));
         assert_eq!((t.curr_bytes, t.curr_blocks), (7, 1));
         assert_eq!(t.tgmax, 147_679);
-        let p = &s.pps;
+        let p = &r.pps;
         assert_eq!(
             (p[0].max_bytes, p[0].at_tgmax_bytes, p[0].reads, p[0].writes),
             (16, 0, 40, 16)
@@ -459,47 +728,47 @@ mod tests {
 
     #[test]
     fn the_last_of_equal_peaks_is_the_one_recorded() {
-        let mut s = State::new();
+        let s = Heap::new();
         s.alloc(0x10, 8, 0, 10);
         s.free(0x10, 20);
         s.alloc(0x10, 8, 1, 30);
-        s.finish(40);
-        assert_eq!(s.totals.tgmax, 30);
-        assert_eq!((s.pps[0].at_tgmax_bytes, s.pps[1].at_tgmax_bytes), (0, 8));
-        assert_eq!((s.pps[0].max_bytes, s.pps[1].max_bytes), (8, 8));
+        let r = s.finish(40).expect("no lock held");
+        assert_eq!(r.totals.tgmax, 30);
+        assert_eq!((r.pps[0].at_tgmax_bytes, r.pps[1].at_tgmax_bytes), (0, 8));
+        assert_eq!((r.pps[0].max_bytes, r.pps[1].max_bytes), (8, 8));
     }
 
     #[test]
     fn zero_byte_blocks_count_as_one_byte() {
-        let mut s = State::new();
+        let s = Heap::new();
         s.alloc(0x10, 0, 0, 1);
         s.access(&acc(0x10, 4, AccessKind::Read));
-        s.finish(2);
-        assert_eq!(s.totals.total_bytes, 1);
-        assert_eq!(s.pps[0].reads, 4);
-        assert_eq!(s.pps[0].access_histogram(), Some(vec![1]));
+        let r = s.finish(2).expect("no lock held");
+        assert_eq!(r.totals.total_bytes, 1);
+        assert_eq!(r.pps[0].reads, 4);
+        assert_eq!(r.pps[0].access_histogram(), Some(vec![1]));
     }
 
     #[test]
     fn accesses_outside_blocks_and_bogus_frees_change_nothing() {
-        let mut s = State::new();
+        let s = Heap::new();
         s.alloc(0x100, 16, 0, 1);
         s.access(&acc(0xF8, 8, AccessKind::Read)); // starts before the block
         s.access(&acc(0x110, 1, AccessKind::Write)); // one past the end
         assert!(!s.free(0x108, 2), "interior pointer");
         assert!(!s.realloc(0x500, 0x600, 4, 2));
         s.access(&acc(0x10F, 8, AccessKind::Modify)); // last byte, clipped for the histogram
-        s.finish(3);
-        assert_eq!((s.pps[0].reads, s.pps[0].writes), (8, 8));
+        let r = s.finish(3).expect("no lock held");
+        assert_eq!((r.pps[0].reads, r.pps[0].writes), (8, 8));
         let mut h = vec![0u16; 16];
         h[15] = 2;
-        assert_eq!(s.pps[0].access_histogram(), Some(h));
+        assert_eq!(r.pps[0].access_histogram(), Some(h));
         assert_eq!(s.live(), 0);
     }
 
     #[test]
     fn mixed_sizes_drop_the_histogram_and_large_blocks_never_have_one() {
-        let mut s = State::new();
+        let s = Heap::new();
         s.alloc(0x100, 8, 0, 1);
         s.free(0x100, 2);
         s.alloc(0x100, 9, 0, 3);
@@ -507,15 +776,15 @@ mod tests {
         s.alloc(0x1000, HISTOGRAM_SIZE_LIMIT + 1, 1, 5);
         s.free(0x1000, 6);
         s.alloc(0x1000, HISTOGRAM_SIZE_LIMIT, 2, 7);
-        s.finish(8);
-        assert_eq!(s.pps[0].access_histogram(), None);
-        assert_eq!(s.pps[1].access_histogram(), None);
-        assert_eq!(s.pps[2].access_histogram().map(|h| h.len()), Some(1024));
+        let r = s.finish(8).expect("no lock held");
+        assert_eq!(r.pps[0].access_histogram(), None);
+        assert_eq!(r.pps[1].access_histogram(), None);
+        assert_eq!(r.pps[2].access_histogram().map(|h| h.len()), Some(1024));
     }
 
     #[test]
     fn counts_latch_at_65535_per_block_and_stay_capped_when_written() {
-        let mut s = State::new();
+        let s = Heap::new();
         s.alloc(0x100, 1, 0, 1);
         for _ in 0..70_000 {
             s.access(&acc(0x100, 1, AccessKind::Read));
@@ -524,7 +793,62 @@ mod tests {
         s.alloc(0x100, 1, 0, 3);
         s.access(&acc(0x100, 1, AccessKind::Read));
         s.free(0x100, 4);
-        assert_eq!(s.pps[0].reads, 70_001);
-        assert_eq!(s.pps[0].access_histogram(), Some(vec![0xFFFF]));
+        let r = s.finish(5).expect("no lock held");
+        assert_eq!(r.pps[0].reads, 70_001);
+        assert_eq!(r.pps[0].access_histogram(), Some(vec![0xFFFF]));
+    }
+
+    #[test]
+    fn blocks_in_other_shards_and_across_regions_are_found_and_moved() {
+        let s = Heap::new();
+        let big = 3 << REGION_SHIFT;
+        // Straddles two regions: kept in the shard of large blocks.
+        let edge = (7 << REGION_SHIFT) - 8;
+        s.alloc(0x10_0000_0000, 16, 0, 1);
+        s.alloc(edge, 16, 1, 2);
+        s.alloc(0x20_0000_0000, big, 2, 3);
+        s.access(&acc(edge + 12, 4, AccessKind::Write));
+        s.access(&acc(0x20_0000_0000 + big - 1, 1, AccessKind::Read));
+        // Moves from a region's shard to the large one and back.
+        assert!(s.realloc(0x10_0000_0000, 0x30_0000_0000, big, 4));
+        assert!(s.realloc(0x30_0000_0000, 0x10_0000_0008, 8, 5));
+        s.access(&acc(0x10_0000_0008, 8, AccessKind::Read));
+        assert!(s.free(edge, 6));
+        assert_eq!(s.live(), 2);
+        let r = s.finish(7).expect("no lock held");
+        assert_eq!((r.pps[1].writes, r.pps[2].reads), (4, 1));
+        assert_eq!((r.pps[0].total_blocks, r.pps[0].reads), (3, 16 + 8 + 8));
+        assert_eq!(r.totals.total_bytes, 16 + 16 + big + big + 8);
+        assert_eq!((r.totals.curr_blocks, r.totals.curr_bytes), (2, big + 8));
+        assert_eq!(r.totals.max_bytes, 16 + big + big);
+    }
+
+    #[test]
+    fn threads_updating_at_once_keep_exact_totals() {
+        let s = Heap::new();
+        std::thread::scope(|scope| {
+            for t in 0..4u64 {
+                let s = &s;
+                scope.spawn(move || {
+                    let base = (t + 1) << 36;
+                    for i in 0..2000u64 {
+                        let a = base + (i % 64) * 64;
+                        s.alloc(a, 32, t as u32, i);
+                        s.access(&acc(a, 8, AccessKind::Write));
+                        s.free(a, i + 1);
+                    }
+                });
+            }
+        });
+        let r = s.finish(10_000).expect("no lock held");
+        assert_eq!(
+            (r.totals.total_blocks, r.totals.total_bytes),
+            (8000, 8000 * 32)
+        );
+        assert_eq!((r.totals.writes, r.totals.curr_bytes), (8000 * 8, 0));
+        assert!((32..=4 * 32).contains(&r.totals.max_bytes));
+        for p in &r.pps {
+            assert_eq!((p.total_blocks, p.writes), (2000, 2000 * 8));
+        }
     }
 }

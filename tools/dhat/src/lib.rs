@@ -5,16 +5,20 @@
 //! [`Dhat`] implements [`oxgrind_tool::Tool`]. Time is guest instructions, counted by DHAT
 //! itself with a counter bump per translated block, as Valgrind's DHAT does (a per-thread
 //! counter of the engine's, summed when read: no lock, no shared cache line).
-//! Three event streams feed one state ([`heap::State`], behind a spin lock):
+//! Three event streams feed one state ([`heap::Heap`]: blocks sharded by address, each
+//! shard behind its own lock, the heap size in atomics; no process-wide lock per event):
 //!
 //! * allocation events (`on_alloc`, `on_free`, `on_realloc`) on the program's threads, each
-//!   stamped with the instruction count; each live block is marked in a shadow map;
+//!   stamped with the instruction count; each live block is marked in a shadow map. The
+//!   stack → PP lookup reads a table of atomics ([`PpTable`]); the interning table is
+//!   locked only for a stack seen for the first time;
 //! * memory accesses: [`Tool::instrument`] asks, before every instruction that may touch
 //!   the heap (`Insn::may_touch_heap`), for a *filtered trace* probe: the engine checks the
 //!   shadow map inline and appends a record to the thread's trace buffer only for accesses
-//!   to a live block's granules. [`Tool::on_trace`] charges each batch of records (a lock
-//!   per batch, not per access) to the live block containing each first byte; a thread's
-//!   buffer is flushed before it frees or reallocates a block, so its accesses count first;
+//!   to a live block's granules. [`Tool::on_trace`] charges each batch of records to the
+//!   live block containing each first byte (a shard lock per run of records in one shard);
+//!   a thread's buffer is flushed before it frees or reallocates a block, so its accesses
+//!   count first;
 //! * at exit, [`Tool::fini`] folds the live blocks in, resolves frames and writes the file
 //!   and the summary.
 //!
@@ -84,15 +88,59 @@ impl Points {
     }
 }
 
-struct Inner {
-    heap: heap::State,
-    points: Points,
+/// Stack number → PP + 1 (0: not decided yet, `u32::MAX`: ignored), readable without a lock: chunks of
+/// [`PP_CHUNK`] atomics, each made once (under the [`Points`] lock) when a stack of its range
+/// is first seen. An answer never changes once given. The runtime numbers stacks densely
+/// from 0; stacks past the table's reach are answered by [`Points`] alone.
+///
+/// (A per-thread cache in the engine's thread state was tried first: reaching it from an
+/// allocation hook goes through the dynamic loader's `__tls_get_addr`, whose reads of the
+/// thread's DTV, a heap block, were charged to the program.)
+struct PpTable {
+    chunks: Box<[std::sync::OnceLock<Box<[std::sync::atomic::AtomicU32]>>]>,
+}
+
+const PP_CHUNK: usize = 4096;
+const PP_CHUNKS: usize = 1024;
+
+impl PpTable {
+    fn new() -> Self {
+        PpTable {
+            chunks: (0..PP_CHUNKS).map(|_| std::sync::OnceLock::new()).collect(),
+        }
+    }
+
+    fn get(&self, stack: StackId) -> Option<u32> {
+        let (c, i) = (stack.0 as usize / PP_CHUNK, stack.0 as usize % PP_CHUNK);
+        match self.chunks.get(c)?.get()?[i].load(Ordering::Acquire) {
+            0 => None,
+            u32::MAX => Some(IGNORED),
+            v => Some(v - 1),
+        }
+    }
+
+    /// Records the answer for `stack` (called with the [`Points`] lock held).
+    fn set(&self, stack: StackId, pp: u32) {
+        let (c, i) = (stack.0 as usize / PP_CHUNK, stack.0 as usize % PP_CHUNK);
+        let Some(chunk) = self.chunks.get(c) else {
+            return;
+        };
+        let chunk = chunk.get_or_init(|| {
+            (0..PP_CHUNK)
+                .map(|_| std::sync::atomic::AtomicU32::new(0))
+                .collect()
+        });
+        let v = if pp == IGNORED { u32::MAX } else { pp + 1 };
+        chunk[i].store(v, Ordering::Release);
+    }
 }
 
 /// The DHAT tool. Create with [`Dhat::new`], feed options, then hand to the runtime.
 pub struct Dhat {
     opts: Options,
-    state: SpinLock<Inner>,
+    heap: heap::Heap,
+    points: SpinLock<Points>,
+    pp_table: PpTable,
     /// Descriptions of code addresses, filled as stacks are first seen; read at exit.
     descs: SpinLock<HashMap<Addr, Vec<Frame>>>,
     finished: AtomicBool,
@@ -111,10 +159,9 @@ impl Dhat {
     pub fn new() -> Self {
         Dhat {
             opts: Options::default(),
-            state: SpinLock::new(Inner {
-                heap: heap::State::new(),
-                points: Points::default(),
-            }),
+            heap: heap::Heap::new(),
+            points: SpinLock::new(Points::default()),
+            pp_table: PpTable::new(),
             descs: SpinLock::new(HashMap::new()),
             finished: AtomicBool::new(false),
             heap_warmed: AtomicBool::new(false),
@@ -171,36 +218,44 @@ impl Dhat {
         Some(out)
     }
 
-    /// The PP of an allocation stack: a hash lookup, or a new number on first sight.
-    /// With `--ignore-fn`, a new stack is first described (outside the lock) to decide
-    /// whether it is ignored. `None`: ignored.
-    fn pp_of<'a>(
-        &'a self,
-        host: &dyn Host,
-        mut st: oxgrind_tool::sync::SpinGuard<'a, Inner>,
-        stack: StackId,
-        skip_first: bool,
-    ) -> (oxgrind_tool::sync::SpinGuard<'a, Inner>, Option<u32>) {
-        if let Some(&pp) = st.points.by_stack.get(&stack) {
-            return (st, (pp != IGNORED).then_some(pp));
+    /// The PP of an allocation stack (`None`: ignored): from the lock-free table, else
+    /// the interning table (a hash lookup, or a new number on first sight).
+    fn pp_of(&self, host: &dyn Host, stack: StackId, skip_first: bool) -> Option<u32> {
+        let pp = match self.pp_table.get(stack) {
+            Some(pp) => pp,
+            None => self.pp_of_shared(host, stack, skip_first),
+        };
+        (pp != IGNORED).then_some(pp)
+    }
+
+    /// [`Dhat::pp_of`] from the shared table. With `--ignore-fn`, a new stack is first
+    /// described (outside the lock) to decide whether it is ignored ([`IGNORED`]).
+    fn pp_of_shared(&self, host: &dyn Host, stack: StackId, skip_first: bool) -> u32 {
+        {
+            let mut points = self.points.lock();
+            if let Some(&pp) = points.by_stack.get(&stack) {
+                return pp;
+            }
+            if self.opts.ignore_fns.is_empty() {
+                let pp = points.intern(stack);
+                self.pp_table.set(stack, pp);
+                return pp;
+            }
         }
-        if self.opts.ignore_fns.is_empty() {
-            let pp = st.points.intern(stack);
-            return (st, Some(pp));
-        }
-        drop(st);
         let raw = host.stack(stack);
         let ignored = self.classify(host, &raw, skip_first).is_none();
-        let mut st = self.state.lock();
-        if let Some(&pp) = st.points.by_stack.get(&stack) {
-            return (st, (pp != IGNORED).then_some(pp));
+        let mut points = self.points.lock();
+        if let Some(&pp) = points.by_stack.get(&stack) {
+            return pp;
         }
-        if ignored {
-            st.points.by_stack.insert(stack, IGNORED);
-            return (st, None);
-        }
-        let pp = st.points.intern(stack);
-        (st, Some(pp))
+        let pp = if ignored {
+            points.by_stack.insert(stack, IGNORED);
+            IGNORED
+        } else {
+            points.intern(stack)
+        };
+        self.pp_table.set(stack, pp);
+        pp
     }
 
     /// Marks (`true`) or unmarks the granules of the block at `addr` in the shadow map, so
@@ -225,7 +280,10 @@ impl Dhat {
     /// lock).
     /// Reported to the engine's owner; remove once the engine prewarms these paths.
     fn warm_private_heap(&self) {
-        if self.heap_warmed.swap(true, Ordering::Relaxed) {
+        // A load first: a swap on every allocation would bounce the line between threads.
+        if self.heap_warmed.load(Ordering::Relaxed)
+            || self.heap_warmed.swap(true, Ordering::Relaxed)
+        {
             return;
         }
         // 17 blocks of the 64 KiB class exceed the heap's 1 MiB chunk: at least one refill.
@@ -244,9 +302,9 @@ impl Dhat {
     /// An ad-hoc event of `units` at the guest state `regs` (`DHAT_AD_HOC_EVENT`).
     fn adhoc_event(&self, host: &dyn Host, regs: &GuestRegs, units: u64) {
         let stack = host.stack_at(regs, self.opts.num_callers);
-        let (mut st, pp) = self.pp_of(host, self.state.lock(), stack, false);
-        if let Some(pp) = pp {
-            let a = &mut st.points.adhoc;
+        if let Some(pp) = self.pp_of(host, stack, false) {
+            let mut points = self.points.lock();
+            let a = &mut points.adhoc;
             if a.len() <= pp as usize {
                 a.resize(pp as usize + 1, (0, 0));
             }
@@ -282,12 +340,14 @@ impl Dhat {
     /// The file and the summary totals at exit. `None` when the state stayed locked (a
     /// fatal signal interrupted a thread inside a DHAT handler).
     fn build(&self, host: &dyn Host) -> Option<(DhatFile, heap::Totals)> {
-        let mut st = self.state.lock_bounded(1 << 24)?;
         let te = now(host);
-        if self.heap_mode() {
-            st.heap.finish(te);
-        }
-        let stacks = st.points.stacks.clone();
+        let summary = if self.heap_mode() {
+            self.heap.finish(te)?
+        } else {
+            heap::Summary::default()
+        };
+        let st = self.points.lock_bounded(1 << 24)?;
+        let stacks = st.stacks.clone();
         let mut table = FrameTable::new();
         let mut pps = Vec::new();
         // PPs in creation order (Valgrind's order is that of its ExeContext pointers).
@@ -296,7 +356,7 @@ impl Dhat {
             let mut pp = Pp::default();
             match self.opts.mode {
                 Mode::Heap => {
-                    let Some(p) = st.heap.pps.get(i) else {
+                    let Some(p) = summary.pps.get(i) else {
                         continue;
                     };
                     if p.total_blocks == 0 {
@@ -316,7 +376,7 @@ impl Dhat {
                     pp.acc = p.access_histogram();
                 }
                 Mode::AdHoc | Mode::Copy => {
-                    let Some(&(events, units)) = st.points.adhoc.get(i) else {
+                    let Some(&(events, units)) = st.adhoc.get(i) else {
                         continue;
                     };
                     if events == 0 {
@@ -351,10 +411,10 @@ impl Dhat {
             seen_fs.insert(pp.fs.clone(), pps.len());
             pps.push(pp);
         }
-        let mut totals = st.heap.totals;
+        let mut totals = summary.totals;
         if !self.heap_mode() {
             totals = heap::Totals::default();
-            for &(events, units) in &st.points.adhoc {
+            for &(events, units) in &st.adhoc {
                 totals.total_blocks += events;
                 totals.total_bytes += units;
             }
@@ -472,11 +532,10 @@ impl Tool for Dhat {
             return;
         }
         self.warm_private_heap();
-        let (mut st, pp) = self.pp_of(host, self.state.lock(), ev.stack, true);
-        let Some(pp) = pp else { return };
-        let now = now(host);
-        st.heap.alloc(ev.addr, ev.size, pp, now);
-        drop(st);
+        let Some(pp) = self.pp_of(host, ev.stack, true) else {
+            return;
+        };
+        self.heap.alloc(ev.addr, ev.size, pp, now(host));
         self.mark(host, ev.addr, ev.size, true);
     }
 
@@ -488,7 +547,7 @@ impl Tool for Dhat {
         host.flush_trace();
         self.mark(host, ev.addr, ev.size, false);
         let now = now(host);
-        self.state.lock().heap.free(ev.addr, now);
+        self.heap.free(ev.addr, now);
     }
 
     fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
@@ -498,11 +557,7 @@ impl Tool for Dhat {
         host.flush_trace();
         self.mark(host, old.addr, old.size, false);
         let now = now(host);
-        let tracked = self
-            .state
-            .lock()
-            .heap
-            .realloc(old.addr, new.addr, new.size, now);
+        let tracked = self.heap.realloc(old.addr, new.addr, new.size, now);
         if tracked {
             self.mark(host, new.addr, new.size, true);
         }
@@ -514,7 +569,8 @@ impl Tool for Dhat {
         // SAFETY: the child runs only the forking thread, which was inside fork(), not in a
         // DHAT handler, so it holds no guard of these locks.
         unsafe {
-            self.state.force_unlock();
+            self.points.force_unlock();
+            self.heap.force_unlock();
             self.descs.force_unlock();
         }
     }
@@ -535,22 +591,21 @@ impl Tool for Dhat {
     }
 
     fn on_trace(&self, _host: &dyn Host, records: &[TraceRecord]) {
-        // One lock per batch of a thread's accesses, not per access.
-        let mut st = self.state.lock();
-        for r in records {
+        let accesses = records.iter().filter_map(|r| {
             let kind = match r.kind() {
-                TraceKind::Block => continue,
+                TraceKind::Block => return None,
                 TraceKind::Read => AccessKind::Read,
                 TraceKind::Write => AccessKind::Write,
                 TraceKind::Modify => AccessKind::Modify,
             };
-            st.heap.access(&Access {
+            Some(Access {
                 addr: r.addr,
                 size: r.size as u32,
                 kind,
                 conditional: false,
-            });
-        }
+            })
+        });
+        self.heap.access_all(accesses);
     }
 
     fn client_request(&self, host: &dyn Host, args: &[u64; 6], regs: &GuestRegs) -> Option<u64> {
