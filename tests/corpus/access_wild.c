@@ -1,6 +1,7 @@
 /* Accesses to memory nothing is mapped at: Memcheck reports the invalid access before
    the SIGSEGV is delivered ("is not stack'd, malloc'd or (recently) free'd"), whether the
-   program dies of it or handles it; a mapping that forbids the access is no error. */
+   program dies of it or handles it. A PROT_NONE mapping is unaddressable too; one that
+   allows some access (read-only) is addressable, and a write there is no error. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -36,6 +37,15 @@ int main(int argc, char **argv) {
                 caught++;
             }
         }
+        printf("caught %d\n", caught);
+    } else if (!strcmp(mode, "prot_none")) {
+        char *none = mmap(0, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        signal(SIGSEGV, on_segv);
+        int caught = 0;
+        if (sigsetjmp(back, 1) == 0)
+            caught = none[10];
+        else
+            caught = 1;
         printf("caught %d\n", caught);
     } else if (!strcmp(mode, "readonly")) {
         char *m = mmap(0, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

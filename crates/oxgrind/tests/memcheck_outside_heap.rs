@@ -101,6 +101,8 @@ fn unmapped_handled_and_read_only_accesses_match_valgrind() {
         ("munmap", "ERROR SUMMARY: 1 errors from 1 contexts"),
         // Three faults the program handles (siglongjmp): each reported, and it goes on.
         ("handled", "ERROR SUMMARY: 3 errors from 1 contexts"),
+        // A read of a PROT_NONE mapping, handled: unaddressable ("--- anonymous segment").
+        ("prot_none", "ERROR SUMMARY: 1 errors from 1 contexts"),
         // A write to a read-only mapping: no Memcheck error, "Bad permissions".
         ("readonly", "ERROR SUMMARY: 0 errors from 0 contexts"),
     ] {
@@ -176,4 +178,26 @@ fn a_stack_overflow_is_no_invalid_access() {
     // (The report itself is lost: the abort that follows is handled on the overflowed
     // stack; see docs/differences-from-valgrind.md.)
     assert!(!report.contains("Invalid"), "{report}");
+}
+
+#[test]
+fn correct_programs_that_switch_stacks_have_no_errors_in_either() {
+    // Alternate signal stacks, handlers on the main stack, makecontext/swapcontext on a
+    // heap stack, alloca, vfork, threads: on both of glibc's code paths.
+    let prog = build("mc_stack_switches.c", &["-g", "-O0"]);
+    // -q: Valgrind's own "client switching stacks?" warnings are not Memcheck's report;
+    // the exit status says whether errors were counted.
+    let Some((ours, theirs)) = both(&prog, &[], &["-q", "--error-exitcode=3"]) else {
+        return;
+    };
+    assert!(ours.trim().is_empty(), "{ours}");
+    assert_same_report(&ours, &theirs);
+    let avx2 = run(Command::new(oxgrind())
+        .env(
+            "GLIBC_TUNABLES",
+            "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW",
+        )
+        .arg(&prog));
+    let report = stderr(&avx2);
+    assert!(report.contains("ERROR SUMMARY: 0 errors"), "{report}");
 }

@@ -18,10 +18,11 @@
 //! * **Unmapped memory**: such an access faults, and the engine tells the tool before the
 //!   signal is delivered (`Tool::on_memory_fault`): with `SEGV_MAPERR` it is reported as
 //!   Valgrind reports it before its "Process terminating with default action of signal 11"
-//!   block ("Address 0x12345678 is not stack'd, malloc'd or (recently) free'd"). A mapping
-//!   that forbids the access (`SEGV_ACCERR`: `PROT_NONE`, a write to read-only memory) is
-//!   no Memcheck error, as in Valgrind, whose A bits say mapped memory is addressable
-//!   whatever its protection; the fatal-signal block then says "Bad permissions".
+//!   block ("Address 0x12345678 is not stack'd, malloc'd or (recently) free'd"). So is an
+//!   access to a `PROT_NONE` mapping (`SEGV_ACCERR` there), which Valgrind's A bits hold
+//!   unaddressable; a mapping that allows some access (a write to read-only memory) is
+//!   addressable in Valgrind's eyes: no Memcheck error, and the fatal-signal block says
+//!   "Bad permissions".
 
 use oxgrind_formats::memcheck_text::{self as text, Aux};
 use oxgrind_formats::memcheck_xml::WhatQuirk;
@@ -66,6 +67,8 @@ fn on_main_stack(sp: u64) -> bool {
 
 /// `si_code` of a `SIGSEGV` at an address nothing is mapped at.
 const SEGV_MAPERR: i32 = 1;
+/// `si_code` of a `SIGSEGV` where the mapping forbids the access.
+const SEGV_ACCERR: i32 = 2;
 const SIGSEGV: i32 = 11;
 /// How far below the stack pointer a fault counts as the stack overflowing (a `push`, a
 /// `call`, the red zone, a stack probe a page down).
@@ -131,7 +134,13 @@ impl Memcheck {
         accesses: &[Access],
         regs: &GuestRegs,
     ) {
-        if fault.sig != SIGSEGV || fault.code != SEGV_MAPERR {
+        // Nothing mapped, or a mapping with no permission at all (`PROT_NONE`, a thread
+        // stack's guard page), which Valgrind holds unaddressable; a mapping that allows
+        // some access but not this one is addressable to it.
+        let unaddressable = fault.code == SEGV_MAPERR
+            || (fault.code == SEGV_ACCERR
+                && mapping_at(fault.addr).is_some_and(|(perms, _)| perms == "---"));
+        if fault.sig != SIGSEGV || !unaddressable {
             return;
         }
         // A fault next to the stack pointer is the stack running out (its guard gap): the
@@ -258,6 +267,31 @@ pub(crate) fn describe_segment(addr: u64) -> Option<String> {
             return Some(text::address_in_brk(addr, base, limit));
         }
     }
+    let (perms, path) = mapping_at(addr)?;
+    match path.as_str() {
+        "" => Some(text::address_in_segment(addr, &perms, "anonymous", None)),
+        p if p.starts_with("/SYSV") => Some(text::address_in_segment(
+            addr,
+            &perms,
+            "shared memory",
+            None,
+        )),
+        p if p.starts_with('/') => {
+            let p = p.strip_suffix(" (deleted)").unwrap_or(p);
+            Some(text::address_in_segment(
+                addr,
+                &perms,
+                "mapped file",
+                Some(p),
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// The mapping `addr` lies in, from `/proc/self/maps`: its permissions (`rw-`, `---`) and
+/// its path (empty for anonymous memory).
+fn mapping_at(addr: u64) -> Option<(String, String)> {
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
     for line in maps.lines() {
         let mut fields = line.split_whitespace();
@@ -276,25 +310,7 @@ pub(crate) fn describe_segment(addr: u64) -> Option<String> {
             .nth(5)
             .map(str::trim)
             .unwrap_or("");
-        return match path {
-            "" => Some(text::address_in_segment(addr, &perms, "anonymous", None)),
-            p if p.starts_with("/SYSV") => Some(text::address_in_segment(
-                addr,
-                &perms,
-                "shared memory",
-                None,
-            )),
-            p if p.starts_with('/') => {
-                let p = p.strip_suffix(" (deleted)").unwrap_or(p);
-                Some(text::address_in_segment(
-                    addr,
-                    &perms,
-                    "mapped file",
-                    Some(p),
-                ))
-            }
-            _ => None,
-        };
+        return Some((perms, path.to_string()));
     }
     None
 }
