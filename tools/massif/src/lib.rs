@@ -229,7 +229,15 @@ impl Massif {
     /// Applies every thread's logged events to the state, in an order that keeps each
     /// thread's and each address's (module [`log`]).
     fn apply_logs(&self, host: &dyn Host, st: &mut State) {
-        if !self.logs.take_all(&mut st.pending) && st.pending.iter().all(|p| p.is_empty()) {
+        self.apply_logs_within(host, st, u64::MAX)
+    }
+
+    /// [`Massif::apply_logs`], leaving out a log whose lock stays taken for `spins` tries
+    /// (see [`log::Logs::take_all_within`]).
+    fn apply_logs_within(&self, host: &dyn Host, st: &mut State, spins: u64) {
+        if !self.logs.take_all_within(&mut st.pending, spins)
+            && st.pending.iter().all(|p| p.is_empty())
+        {
             return;
         }
         let mut busy = st.pending.iter().filter(|p| !p.is_empty());
@@ -264,7 +272,7 @@ impl Massif {
             if st.pending.iter().all(|p| p.is_empty()) {
                 return;
             }
-            if !progressed && !self.logs.take_all(&mut st.pending) {
+            if !progressed && !self.logs.take_all_within(&mut st.pending, spins) {
                 // Nothing anywhere supplies the missing event (a history the runtime should
                 // never give): apply the oldest waiting event of the first log as it is,
                 // as a lock per event would have.
@@ -545,7 +553,7 @@ impl Massif {
     /// use them again).
     fn build_file(&self, host: &dyn Host, take: bool) -> Option<MassifFile> {
         let mut st = self.state.lock_bounded(1 << 24)?;
-        self.apply_logs(host, &mut st);
+        self.apply_logs_within(host, &mut st, 1 << 20);
         self.start(&mut st);
         if st.sched.snaps.is_empty() {
             // --pages-as-heap=yes without a single mapping event: still one snapshot, as

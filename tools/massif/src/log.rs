@@ -118,13 +118,28 @@ impl Logs {
     /// log), oldest first: by swapping vectors when nothing of that log is pending, so an
     /// event is not copied again. Whether any event was taken.
     pub(crate) fn take_all(&self, pending: &mut [Pending]) -> bool {
+        self.take_all_within(pending, u64::MAX)
+    }
+
+    /// [`Logs::take_all`], giving up on a log whose lock stays taken for `spins` tries: at
+    /// the end, when a fatal signal may have stopped a thread in the middle of an append.
+    pub(crate) fn take_all_within(&self, pending: &mut [Pending], spins: u64) -> bool {
         let mut any = false;
         let mut busy = self.busy.swap(0, Ordering::Relaxed);
         while busy != 0 {
             let i = busy.trailing_zeros() as usize;
             busy &= busy - 1;
             let p = &mut pending[i];
-            let mut log = self.slots[i].lock();
+            let log = if spins == u64::MAX {
+                Some(self.slots[i].lock())
+            } else {
+                self.slots[i].lock_bounded(spins)
+            };
+            let Some(mut log) = log else {
+                // Left for a later look.
+                self.busy.fetch_or(1 << i, Ordering::Relaxed);
+                continue;
+            };
             if log.is_empty() {
                 continue;
             }
