@@ -849,6 +849,7 @@ pub(crate) const OFF_SHADOW_GPR: usize =
 pub(crate) const OFF_SHADOW_FLAGS: usize =
     core::mem::offset_of!(ThreadShadow, regs) + core::mem::offset_of!(ShadowRegisters, flags);
 pub(crate) const OFF_NEED_STEP: usize = core::mem::offset_of!(ThreadShadow, need_step);
+pub(crate) const OFF_LAST_RSP: usize = core::mem::offset_of!(ThreadShadow, last_rsp);
 const _: () = assert!(core::mem::size_of::<oxgrind_vbits::FlagShadows>() == 1);
 
 /// A general register the fast path zeroes the shadow of: encoding number and which bytes
@@ -878,6 +879,61 @@ pub(crate) struct FastForm {
     /// The flags' shadow must be zero.
     pub flags: bool,
     pub mem: [Option<iced_x86::UsedMemory>; 2],
+    /// For `push`, `pop`, `sub rsp, imm` and `add rsp, imm`: how far `rsp` moves. The
+    /// inline code then does the stack rule's work at once instead of at the next step
+    /// (which then need not be slow): a decrease of `d` bytes makes `[rsp - d - 128,
+    /// rsp - 128)` undefined (its span must have a chunk, else slow), and the thread's
+    /// last `rsp` becomes `rsp + delta`.
+    pub rsp_delta: i32,
+}
+
+/// Largest decrease of `rsp` the inline code marks (qword stores, one per 8 bytes).
+pub(crate) const MAX_INLINE_STACK: i32 = 128;
+
+/// `rsp`'s move by `ins` when the fast path may do its stack rule inline.
+fn inline_rsp_delta(ins: &Instruction) -> Option<i32> {
+    let reg_or_imm = |i: u32| {
+        matches!(ins.op_kind(i), OpKind::Register)
+            && ins.op_register(i).size() == 8
+            && ins.op_register(i) != Register::RSP
+            || matches!(
+                ins.op_kind(i),
+                OpKind::Immediate8to64 | OpKind::Immediate32to64
+            )
+    };
+    let delta = match ins.mnemonic() {
+        Mnemonic::Push if ins.op_count() == 1 && reg_or_imm(0) => -8,
+        Mnemonic::Pop
+            if ins.op_count() == 1
+                && ins.op0_kind() == OpKind::Register
+                && ins.op0_register().size() == 8
+                && ins.op0_register() != Register::RSP =>
+        {
+            8
+        }
+        Mnemonic::Sub | Mnemonic::Add
+            if ins.op_count() == 2
+                && ins.op0_kind() == OpKind::Register
+                && ins.op0_register() == Register::RSP
+                && matches!(
+                    ins.op1_kind(),
+                    OpKind::Immediate8to64 | OpKind::Immediate32to64
+                ) =>
+        {
+            let imm = ins.immediate(1) as i64;
+            let d = if ins.mnemonic() == Mnemonic::Sub {
+                -imm
+            } else {
+                imm
+            };
+            if d < -(MAX_INLINE_STACK as i64) || d > i32::MAX as i64 || d % 8 != 0 {
+                return None;
+            }
+            d as i32
+        }
+        _ => return None,
+    };
+    Some(delta)
 }
 
 /// The instruction forms with an inline fast path: integer instructions on general
@@ -1006,9 +1062,10 @@ fn fast_mnemonic(m: Mnemonic) -> bool {
 /// The fast form of `ins`, if it has one.
 pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
     use iced_x86::OpAccess as A;
+    let rsp_delta = inline_rsp_delta(ins);
     if !FAST_PATH.load(Ordering::Relaxed)
-        || !fast_mnemonic(ins.mnemonic())
-        || writes_rsp(ins)
+        || !(fast_mnemonic(ins.mnemonic()) || rsp_delta.is_some())
+        || (writes_rsp(ins) && rsp_delta.is_none())
         || is_call_or_ret(ins)
         || ins.has_op_mask()
         || ins.is_string_instruction()
@@ -1022,6 +1079,7 @@ pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
         writes: [None; 4],
         flags: false,
         mem: [None; 2],
+        rsp_delta: rsp_delta.unwrap_or(0),
     };
     const STATUS: u32 = 0x3f; // iced's OF SF ZF AF CF PF
     form.flags = (ins.rflags_read() | ins.rflags_modified()) & STATUS != 0;

@@ -20,7 +20,10 @@
 
 use super::{Emitter, SlowCall, TranslateError};
 use crate::context as c;
-use crate::definedness::{FastForm, Written, OFF_NEED_STEP, OFF_SHADOW_FLAGS, OFF_SHADOW_GPR};
+use crate::definedness::{
+    FastForm, Written, OFF_LAST_RSP, OFF_NEED_STEP, OFF_SHADOW_FLAGS, OFF_SHADOW_GPR,
+};
+use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
 impl Emitter {
     /// The fast path of `form` before the instruction at `ip`, falling back to the clean
@@ -71,6 +74,30 @@ impl Emitter {
         }
         for m in form.mem.iter().flatten() {
             self.memory_shadow(m, ip, &mut slow)?;
+        }
+        // The stack rule's new undefined bytes: below the red zone, by the decrease.
+        let new_stack = (form.rsp_delta < 0).then(|| (form.rsp_delta - 128, -form.rsp_delta));
+        if let Some((off, len)) = new_stack {
+            self.stack_chunk(off, len, ip, Some(&mut slow))?;
+        }
+        if let Some((off, len)) = new_stack {
+            // rax = the shadow of [rsp + off]; mov qword [rax + 8i], -1
+            self.stack_chunk(off, len, ip, None)?;
+            for i in 0..len / 8 {
+                self.buf
+                    .extend_from_slice(&[0x48, 0xC7, 0x40, (8 * i) as u8]);
+                self.d32(u32::MAX);
+            }
+        }
+        if form.rsp_delta != 0 {
+            // The thread's last rsp: mov rax, gs:[vbits]; mov [rax+last], rsp;
+            // add qword [rax+last], delta
+            self.load_gs(0, c::OFF_VBITS);
+            self.buf.extend_from_slice(&[0x48, 0x89, 0xA0]);
+            self.d32(OFF_LAST_RSP as u32);
+            self.buf.extend_from_slice(&[0x48, 0x81, 0x80]);
+            self.d32(OFF_LAST_RSP as u32);
+            self.d32(form.rsp_delta as u32);
         }
         if form.writes.iter().any(Option::is_some) {
             self.load_gs(0, c::OFF_VBITS);
@@ -179,6 +206,67 @@ impl Emitter {
         let rel = (self.buf.len() - (done + 4)) as u32;
         self.buf[done..done + 4].copy_from_slice(&rel.to_le_bytes());
         Ok(())
+    }
+
+    /// `rax` = the address of the shadow of `[rsp + off]`, whose `len` bytes must lie in
+    /// one span with a chunk: checked (with jumps to `slow`) when `slow` is given, else
+    /// taken as checked before.
+    fn stack_chunk(
+        &mut self,
+        off: i32,
+        len: i32,
+        ip: u64,
+        mut slow: Option<&mut SlowCall>,
+    ) -> Result<(), TranslateError> {
+        if let Some(slow) = slow.as_deref_mut() {
+            // lea rax, [rsp+off]; movzx eax, ax; cmp eax, 0x10000 - len; ja slow
+            self.lea_rsp(off, ip)?;
+            self.buf.extend_from_slice(&[0x0F, 0xB7, 0xC0]);
+            self.buf.push(0x3D);
+            self.d32(0x1_0000 - len as u32);
+            self.jcc_slow(0x87, slow)?;
+        }
+        // lea rax, [rsp+off]; shr rax, 16; (cmp rax, 0x7fffffff; ja slow;) shl rax, 3;
+        // add rax, gs:[primary]; mov rax, [rax]; (test rax, rax; jz slow)
+        self.lea_rsp(off, ip)?;
+        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, 0x10]);
+        if let Some(slow) = slow.as_deref_mut() {
+            self.buf.extend_from_slice(&[0x48, 0x3D]);
+            self.d32(0x7fff_ffff);
+            self.jcc_slow(0x87, slow)?;
+        }
+        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE0, 0x03]);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]);
+        self.d32(c::OFF_VBITS_PRIMARY as u32);
+        self.buf.extend_from_slice(&[0x48, 0x8B, 0x00]);
+        if let Some(slow) = slow {
+            self.buf.extend_from_slice(&[0x48, 0x85, 0xC0]);
+            self.jcc_slow(0x84, slow)?;
+            return Ok(());
+        }
+        // mov gs:[temp], rax; lea rax, [rsp+off]; movzx eax, ax; add rax, gs:[temp]
+        self.store_gs(0, c::OFF_VBITS_TEMP);
+        self.lea_rsp(off, ip)?;
+        self.buf.extend_from_slice(&[0x0F, 0xB7, 0xC0]);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]);
+        self.d32(c::OFF_VBITS_TEMP as u32);
+        Ok(())
+    }
+
+    /// `lea rax, [rsp + off]`.
+    fn lea_rsp(&mut self, off: i32, ip: u64) -> Result<(), TranslateError> {
+        let op = MemoryOperand::new(
+            Register::RSP,
+            Register::None,
+            1,
+            off as i64,
+            1,
+            false,
+            Register::None,
+        );
+        let lea = Instruction::with2(Code::Lea_r64_m, Register::RAX, op)
+            .map_err(|_| TranslateError::Encode { pc: ip })?;
+        self.encode(&lea, ip)
     }
 
     /// `j<cc> slow` (rel32, opcode `0F cc`), recorded in `slow` for patching.
