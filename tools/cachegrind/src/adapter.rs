@@ -37,7 +37,9 @@
 //! * **Bi**: every indirect `jmp` and `call` (returns are assumed perfectly predicted); the
 //!   target is the next block's address.
 
-use oxgrind_tool::instrument::{Cond, Flow, Insn, Plan, RepString, TraceKind, TraceRecord};
+use oxgrind_tool::instrument::{
+    AccessKind, Cond, Flow, Insn, Plan, RepString, TraceKind, TraceRecord,
+};
 
 use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
@@ -120,11 +122,15 @@ pub struct BlockInfo {
     pub instrs: Vec<Instr>,
     /// The I1 lookups of a run through the block, in order.
     pub lookups: Vec<Lookup>,
+    /// The locked read-modify-writes (indices), whose compare-and-swap restart is a
+    /// conditional branch at every run.
+    pub locked: Vec<u8>,
 }
 
 impl BlockInfo {
     /// `i1_line_bits`: log2 of the simulated I1 line size.
-    pub fn new(instrs: Vec<Instr>, i1_line_bits: u32) -> Self {
+    /// `locked`: the indices of its locked read-modify-writes.
+    pub fn new(instrs: Vec<Instr>, i1_line_bits: u32, locked: Vec<u8>) -> Self {
         let mut lookups = Vec::new();
         let mut last_line = None;
         for (i, ins) in instrs.iter().enumerate() {
@@ -140,7 +146,11 @@ impl BlockInfo {
             }
             last_line = Some(last);
         }
-        BlockInfo { instrs, lookups }
+        BlockInfo {
+            instrs,
+            lookups,
+            locked,
+        }
     }
 }
 
@@ -236,11 +246,14 @@ const INSN_BITS: u32 = 6;
 /// Builds the block's [`BlockInfo`] and asks for its trace records. `register_instr` assigns
 /// each instruction's cost index (and records its pc for the report); `register_block`
 /// keeps the block and returns its index. Returns false if the block could not be traced
-/// (more instructions than a tag names; never with the engine's blocks).
+/// (more instructions than a tag names; never with the engine's blocks). Without
+/// `data_records` (no cache simulation) only `rep` instructions append access records:
+/// whether an entry ran an iteration is a branch outcome.
 pub fn instrument(
     block: &[Insn],
     plan: &mut Plan,
     i1_line_bits: u32,
+    data_records: bool,
     register_instr: &mut dyn FnMut(u64) -> u32,
     register_block: &mut dyn FnMut(BlockInfo) -> u32,
 ) -> bool {
@@ -260,13 +273,20 @@ pub fn instrument(
             }
         })
         .collect();
-    let b = register_block(BlockInfo::new(instrs, i1_line_bits));
+    // VEX's compare-and-swap of a locked read-modify-write (a modified operand).
+    let locked = block
+        .iter()
+        .enumerate()
+        .filter(|(_, ins)| ins.locked && ins.mem().iter().any(|m| m.kind == AccessKind::Modify))
+        .map(|(i, _)| i as u8)
+        .collect();
+    let b = register_block(BlockInfo::new(instrs, i1_line_bits, locked));
     if b >= 1 << (32 - INSN_BITS) {
         return false;
     }
     plan.trace_block(b);
     for (i, ins) in block.iter().enumerate() {
-        if !ins.mem().is_empty() || ins.rep_string() {
+        if ins.rep_string() || (data_records && !ins.mem().is_empty()) {
             plan.trace_accesses(i, (b << INSN_BITS) | i as u32);
         }
     }
@@ -327,6 +347,11 @@ pub fn end_block(sim: &mut Simulator, st: &mut ThreadState, next: Option<u64>) {
         return;
     };
     fetch_to(sim, blk, st, usize::MAX);
+    for &i in &blk.locked {
+        // VEX retries a failed compare-and-swap: a side exit, never taken here.
+        let ins = &blk.instrs[i as usize];
+        sim.cond_branch(ins.id, ins.pc, false);
+    }
     if let (Some(last), Some(next)) = (blk.instrs.last(), next) {
         match last.kind {
             Kind::CondJump(_) => {
@@ -406,7 +431,6 @@ pub fn consume(
                 sim.data(ins.id, addr, size, false);
                 if ins.locked_rmw {
                     sim.data(ins.id, addr, size, false);
-                    sim.cond_branch(ins.id, ins.pc, false);
                 }
                 st.last_read = None;
             }
@@ -443,6 +467,7 @@ mod tests {
                 instr(0x1080, 2, 4),
             ],
             6,
+            vec![],
         );
         let looked: Vec<u8> = b.lookups.iter().map(|l| l.insn).collect();
         assert_eq!(looked, vec![0, 1, 4]);

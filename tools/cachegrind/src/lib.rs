@@ -324,6 +324,7 @@ impl Tool for Cachegrind {
             block,
             plan,
             i1_line_bits,
+            self.opts.cache_sim,
             &mut |pc| {
                 let mut pcs = self.pcs.lock();
                 pcs.push(pc);
