@@ -852,7 +852,7 @@ impl Tool for Massif {
             return;
         }
         let changes = stacks::at_probe(regs, data);
-        if changes == [0, 0] {
+        if changes.iter().all(|&d| d == 0) {
             return;
         }
         let clock = self.read_clock(host);

@@ -30,14 +30,21 @@ use oxgrind_tool::instrument::{GuestRegs, Insn, Plan, SpChange};
 /// Valgrind's default `--max-stackframe`.
 const MAX_STACKFRAME: u64 = 2_000_000;
 
+/// Most steps one probe replays (see [`Effect::Steps`]).
+const MAX_STEPS: usize = 7;
+
 /// What a probe does, encoded in its data.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Effect {
-    /// Catch up with `rsp`, then `rsp += delta` (the probed instruction, and the ones of its
-    /// run after it).
+    /// Catch up with `rsp`, then `rsp += delta` (the probed instruction).
     Delta(i32),
-    /// Catch up with `rsp`, then `rsp = rbp + offset` (`leave`: 8; `leave; ret`: 16).
-    FromRbp(i32),
+    /// Catch up with `rsp`, then the instructions of a run one after the other: `leave`
+    /// first (`rsp = rbp + 8`) if `leave` is set, then `rsp += 8 * unit` for each unit.
+    Steps {
+        leave: bool,
+        units: [i8; MAX_STEPS],
+        n: u8,
+    },
     /// Catch up with `rsp` only.
     CatchUp,
 }
@@ -46,34 +53,93 @@ impl Effect {
     fn encode(self) -> u64 {
         match self {
             Effect::Delta(d) => d as u32 as u64,
-            Effect::FromRbp(d) => 1 << 32 | d as u32 as u64,
-            Effect::CatchUp => 2 << 32,
+            Effect::Steps { leave, units, n } => {
+                let mut v = 1 << 62 | (leave as u64) << 61 | n as u64;
+                for (i, &u) in units.iter().enumerate() {
+                    v |= (u as u8 as u64) << (4 + 8 * i);
+                }
+                v
+            }
+            Effect::CatchUp => 2 << 62,
         }
     }
 
     fn decode(data: u64) -> Effect {
-        match data >> 32 {
+        match data >> 62 {
             0 => Effect::Delta(data as u32 as i32),
-            1 => Effect::FromRbp(data as u32 as i32),
+            1 => {
+                let mut units = [0i8; MAX_STEPS];
+                for (i, u) in units.iter_mut().enumerate() {
+                    *u = (data >> (4 + 8 * i)) as u8 as i8;
+                }
+                Effect::Steps {
+                    leave: data >> 61 & 1 != 0,
+                    units,
+                    n: (data & 0xf) as u8,
+                }
+            }
             _ => Effect::CatchUp,
         }
     }
 
-    /// `rsp` after the probed instruction (and its run), from the registers before it.
-    fn rsp_after(self, regs: &GuestRegs) -> u64 {
-        match self {
-            Effect::Delta(d) => regs.rsp().wrapping_add(d as i64 as u64),
-            Effect::FromRbp(d) => regs.rbp().wrapping_add(d as i64 as u64),
-            Effect::CatchUp => regs.rsp(),
+    /// A run of one step.
+    fn leave() -> Effect {
+        Effect::Steps {
+            leave: true,
+            units: [0; MAX_STEPS],
+            n: 0,
         }
     }
 
-    /// The same effect followed by `rsp += d`.
-    fn then(self, d: i32) -> Option<Effect> {
+    /// The run made of this step (a delta of a multiple of 8 within a unit's range).
+    fn small(d: i32) -> Option<Effect> {
+        Effect::Steps {
+            leave: false,
+            units: [0; MAX_STEPS],
+            n: 0,
+        }
+        .then_small(d)
+    }
+
+    /// This run followed by `rsp += d`, if `d` is a multiple of 8 a unit can hold and the
+    /// run has room.
+    fn then_small(self, d: i32) -> Option<Effect> {
+        let Effect::Steps {
+            leave,
+            mut units,
+            n,
+        } = self
+        else {
+            return None;
+        };
+        if d % 8 != 0 || n as usize == MAX_STEPS {
+            return None;
+        }
+        units[n as usize] = i8::try_from(d / 8).ok()?;
+        Some(Effect::Steps {
+            leave,
+            units,
+            n: n + 1,
+        })
+    }
+
+    /// The stack pointer after each instruction the probe stands for, from the registers
+    /// before the first: calls `f` with each in order.
+    fn each_rsp(self, regs: &GuestRegs, mut f: impl FnMut(u64)) {
         match self {
-            Effect::Delta(a) => a.checked_add(d).map(Effect::Delta),
-            Effect::FromRbp(a) => a.checked_add(d).map(Effect::FromRbp),
-            Effect::CatchUp => None,
+            Effect::Delta(d) => f(regs.rsp().wrapping_add(d as i64 as u64)),
+            Effect::Steps { leave, units, n } => {
+                let mut sp = regs.rsp();
+                if leave {
+                    sp = regs.rbp().wrapping_add(8);
+                    f(sp);
+                }
+                for &u in &units[..n as usize] {
+                    sp = sp.wrapping_add((u as i64 * 8) as u64);
+                    f(sp);
+                }
+            }
+            Effect::CatchUp => {}
         }
     }
 }
@@ -81,18 +147,18 @@ impl Effect {
 /// The probes a block whose instructions change `rsp` as `sps` says needs:
 /// `(instruction index, effect)`.
 ///
-/// Consecutive changes of one direction make one probe, at the first of them, with their
-/// sum (`push rbp; mov rbp, rsp; sub rsp, 32`: one growth of 40; `leave; ret`: `rsp = rbp +
-/// 16`). Nothing can watch the stack in between (a block has no call inside it, and a
-/// signal's handler catches up at its first probe), a peak is still checked before the
-/// first byte of a shrink (at the deepest point, as Valgrind checks it), and the bytes of
-/// each direction, hence `--time-unit=B`, add up the same: what changes is only how many
-/// clean calls the block makes (one instead of three in a typical prologue). A run starts
-/// again at a change of direction, at a `leave` (its `rbp` is read when its probe runs),
-/// and around a write of unknown effect.
+/// Consecutive changes of one direction share one probe, at the first of them, which
+/// replays them in order (`push rbp; mov rbp, rsp; sub rsp, 32`; `leave; ret`): nothing
+/// can watch the stack in between (a block has no call inside it, and a signal's handler
+/// catches up at its first probe), so Massif sees Valgrind's events, one per instruction,
+/// from one clean call instead of one per instruction. A run starts again at a change of
+/// direction, at a `leave` (its `rbp` is read when its probe runs), around a write of
+/// unknown effect, and at a change that is not a multiple of 8 or is larger than 1016
+/// bytes (such a change gets a probe of its own).
 pub(crate) fn probes(sps: &[SpChange]) -> Vec<(usize, Effect)> {
     let mut out: Vec<(usize, Effect)> = Vec::new();
-    // The run the last probe of `out` stands for, and its direction (true: growth).
+    // The direction of the run the last probe of `out` stands for (true: growth), if it
+    // may take more.
     let mut run: Option<bool> = None;
     for (i, &sp) in sps.iter().enumerate() {
         let after_unknown = i > 0 && sps[i - 1] == SpChange::Unknown;
@@ -101,16 +167,24 @@ pub(crate) fn probes(sps: &[SpChange]) -> Vec<(usize, Effect)> {
                 let grows = d < 0;
                 if run == Some(grows) && !after_unknown {
                     let last = out.last_mut().expect("a run has its probe");
-                    if let Some(e) = last.1.then(d) {
+                    if let Some(e) = last.1.then_small(d) {
                         last.1 = e;
                         continue;
                     }
                 }
-                out.push((i, Effect::Delta(d)));
-                run = Some(grows);
+                match Effect::small(d) {
+                    Some(e) => {
+                        out.push((i, e));
+                        run = Some(grows);
+                    }
+                    None => {
+                        out.push((i, Effect::Delta(d)));
+                        run = None;
+                    }
+                }
             }
             SpChange::Leave => {
-                out.push((i, Effect::FromRbp(8)));
+                out.push((i, Effect::leave()));
                 run = Some(false);
             }
             SpChange::Unknown => {
@@ -188,13 +262,22 @@ pub(crate) fn set_baseline(sp: u64) {
     });
 }
 
+/// Most changes one probe reports: the catch-up and a run's steps.
+pub(crate) const MAX_CHANGES: usize = MAX_STEPS + 2;
+
 /// A probe: the changes in this thread's counted bytes, first the catch-up with `regs.rsp`,
-/// then the probed instruction's own.
-pub(crate) fn at_probe(regs: &GuestRegs, data: u64) -> [i64; 2] {
-    let after = Effect::decode(data).rsp_after(regs);
+/// then each instruction's own, in order (zeros where nothing changed).
+pub(crate) fn at_probe(regs: &GuestRegs, data: u64) -> [i64; MAX_CHANGES] {
+    let effect = Effect::decode(data);
     THREAD.with(|t| {
         let mut s = t.get();
-        let d = [s.step(regs.rsp()), s.step(after)];
+        let mut d = [0i64; MAX_CHANGES];
+        d[0] = s.step(regs.rsp());
+        let mut i = 1;
+        effect.each_rsp(regs, |sp| {
+            d[i] = s.step(sp);
+            i += 1;
+        });
         t.set(s);
         d
     })
@@ -217,34 +300,53 @@ mod tests {
     #[test]
     fn each_run_is_probed_before_and_an_unknown_write_after_too() {
         use SpChange::*;
+        let steps = |leave: bool, u: &[i8]| {
+            let mut units = [0i8; MAX_STEPS];
+            units[..u.len()].copy_from_slice(u);
+            Effect::Steps {
+                leave,
+                units,
+                n: u.len() as u8,
+            }
+        };
         // push rbp; mov rbp, rsp; sub rsp, 0x10; and rsp, -16; mov eax, 1; call rel32
         let sps = [Delta(-8), None, Delta(-16), Unknown, None, Delta(-8)];
         assert_eq!(
             probes(&sps),
             [
-                (0, Effect::Delta(-24)),
+                (0, steps(false, &[-1, -2])),
                 (3, Effect::CatchUp),
                 (4, Effect::CatchUp),
-                (5, Effect::Delta(-8)),
+                (5, steps(false, &[-1])),
             ]
         );
         // leave; ret 16
-        assert_eq!(probes(&[Leave, Delta(24)]), [(0, Effect::FromRbp(32))]);
-        // add rsp, 8; pop rbx; push rax; leave; leave: direction changes and leaves split
+        assert_eq!(probes(&[Leave, Delta(24)]), [(0, steps(true, &[3]))]);
+        // add rsp, 8; pop rbx; push rax; leave; leave; sub rsp, 0x2000; sub rsp, 4
         assert_eq!(
-            probes(&[Delta(8), Delta(8), Delta(-8), Leave, Leave]),
+            probes(&[
+                Delta(8),
+                Delta(8),
+                Delta(-8),
+                Leave,
+                Leave,
+                Delta(-0x2000),
+                Delta(-4)
+            ]),
             [
-                (0, Effect::Delta(16)),
-                (2, Effect::Delta(-8)),
-                (3, Effect::FromRbp(8)),
-                (4, Effect::FromRbp(8)),
+                (0, steps(false, &[1, 1])),
+                (2, steps(false, &[-1])),
+                (3, steps(true, &[])),
+                (4, steps(true, &[])),
+                (5, Effect::Delta(-0x2000)),
+                (6, Effect::Delta(-4)),
             ]
         );
         for e in [
             Effect::Delta(-8),
             Effect::Delta(24),
-            Effect::FromRbp(8),
-            Effect::FromRbp(-40),
+            steps(true, &[3, -1, 127, -128, 0, 5, 6]),
+            steps(false, &[-1]),
             Effect::CatchUp,
         ] {
             assert_eq!(Effect::decode(e.encode()), e);
