@@ -37,7 +37,7 @@ pub mod options;
 pub mod probe;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 
 use options::Options;
 use oxgrind_formats::dhat::{DhatFile, FrameTable, Mode, Pp};
@@ -93,11 +93,14 @@ impl Points {
 /// is first seen. An answer never changes once given. The runtime numbers stacks densely
 /// from 0; stacks past the table's reach are answered by [`Points`] alone.
 ///
-/// (A per-thread cache in the engine's thread state was tried first: reaching it from an
-/// allocation hook goes through the dynamic loader's `__tls_get_addr`, whose reads of the
-/// thread's DTV, a heap block, were charged to the program.)
+/// Chunks are published through plain atomic pointers: `std::sync::OnceLock` was tried
+/// and, measured on a 4-thread malloc/free loop, doubled the reads charged to each thread's
+/// TLS vector (`allocate_dtv`'s block, read by the dynamic loader's `__tls_get_addr` on our
+/// runtime's behalf; see docs/differences-from-valgrind.md, DHAT); the cause inside std was
+/// not pinned down.
 struct PpTable {
-    chunks: Box<[std::sync::OnceLock<Box<[std::sync::atomic::AtomicU32]>>]>,
+    /// Each chunk, once made, is a leaked `Box<[AtomicU32; PP_CHUNK]>`, never freed.
+    chunks: Box<[AtomicPtr<[AtomicU32; PP_CHUNK]>]>,
 }
 
 const PP_CHUNK: usize = 4096;
@@ -106,13 +109,21 @@ const PP_CHUNKS: usize = 1024;
 impl PpTable {
     fn new() -> Self {
         PpTable {
-            chunks: (0..PP_CHUNKS).map(|_| std::sync::OnceLock::new()).collect(),
+            chunks: (0..PP_CHUNKS)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
         }
     }
 
     fn get(&self, stack: StackId) -> Option<u32> {
         let (c, i) = (stack.0 as usize / PP_CHUNK, stack.0 as usize % PP_CHUNK);
-        match self.chunks.get(c)?.get()?[i].load(Ordering::Acquire) {
+        let chunk = self.chunks.get(c)?.load(Ordering::Acquire);
+        if chunk.is_null() {
+            return None;
+        }
+        // SAFETY: a non-null chunk pointer was published (Release) after the chunk was made
+        // and is never freed.
+        match unsafe { &*chunk }[i].load(Ordering::Acquire) {
             0 => None,
             u32::MAX => Some(IGNORED),
             v => Some(v - 1),
@@ -122,15 +133,20 @@ impl PpTable {
     /// Records the answer for `stack` (called with the [`Points`] lock held).
     fn set(&self, stack: StackId, pp: u32) {
         let (c, i) = (stack.0 as usize / PP_CHUNK, stack.0 as usize % PP_CHUNK);
-        let Some(chunk) = self.chunks.get(c) else {
+        let Some(slot) = self.chunks.get(c) else {
             return;
         };
-        let chunk = chunk.get_or_init(|| {
-            (0..PP_CHUNK)
-                .map(|_| std::sync::atomic::AtomicU32::new(0))
-                .collect()
-        });
+        let mut chunk = slot.load(Ordering::Acquire);
+        if chunk.is_null() {
+            // Made under the Points lock: no other thread makes it at the same time.
+            let fresh: Box<[AtomicU32; PP_CHUNK]> =
+                Box::new(std::array::from_fn(|_| AtomicU32::new(0)));
+            chunk = Box::into_raw(fresh);
+            slot.store(chunk, Ordering::Release);
+        }
         let v = if pp == IGNORED { u32::MAX } else { pp + 1 };
+        // SAFETY: as in `get`; this thread made or saw the chunk published.
+        let chunk = unsafe { &*chunk };
         chunk[i].store(v, Ordering::Release);
     }
 }
