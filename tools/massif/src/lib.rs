@@ -125,6 +125,9 @@ struct Chunk {
     /// The block in the replayed arena.
     sim: arena::BlockId,
     slop: u64,
+    /// The EC of the stack that allocated it (the one its free names): kept here so that a
+    /// free needs no lookup from stack to EC.
+    ec: EcId,
 }
 
 /// The Massif tool. Create with [`Massif::new`], feed options, then hand to the runtime.
@@ -298,7 +301,7 @@ impl Massif {
     fn apply_alloc(&self, host: &dyn Host, st: &mut State, ev: &Alloc, clock: Clock) {
         let ec = self.ec_of_locked(host, st, ev.stack);
         // Valgrind allocates the block before it looks at the stack: ignored blocks too.
-        let slop = st.arena_alloc(ev.addr, self.alignment_of(ev), ev.size);
+        let slop = st.arena_alloc(ev.addr, self.alignment_of(ev), ev.size, ec);
         if ec == IGNORED {
             st.ignored_blocks.insert(ev.addr);
             return;
@@ -312,8 +315,10 @@ impl Massif {
     }
 
     fn apply_free(&self, host: &dyn Host, st: &mut State, ev: &Free, clock: Clock) {
-        let ec = self.ec_of_locked(host, st, ev.alloc_stack);
-        let slop = st.arena_free(ev.addr, ev.slop);
+        let (slop, ec) = match st.arena_free(ev.addr) {
+            Some(c) => (c.slop, c.ec),
+            None => (ev.slop, self.ec_of_locked(host, st, ev.alloc_stack)),
+        };
         if st.take_ignored(ev.addr, ec) {
             return;
         }
@@ -335,9 +340,12 @@ impl Massif {
         new: &Alloc,
         clock: Clock,
     ) {
-        let old_ec = self.ec_of_locked(host, st, old.alloc_stack);
         let new_ec = self.ec_of_locked(host, st, new.stack);
-        let (old_slop, new_slop) = st.arena_realloc(old, new, self.opts.alignment);
+        let (old_slop, new_slop, old_ec) = st.arena_realloc(old, new, self.opts.alignment, new_ec);
+        let old_ec = match old_ec {
+            Some(ec) => ec,
+            None => self.ec_of_locked(host, st, old.alloc_stack),
+        };
         if st.take_ignored(old.addr, old_ec) {
             // The original allocation was ignored: so is the block, wherever it moves, and
             // the heap totals do not change. Valgrind 3.19 still adds the new size to the
@@ -667,40 +675,52 @@ impl State {
     }
 
     /// `VG_(cli_malloc)` for a new block at real address `addr`: its slop.
-    fn arena_alloc(&mut self, addr: Addr, align: u64, size: u64) -> u64 {
+    fn arena_alloc(&mut self, addr: Addr, align: u64, size: u64, ec: EcId) -> u64 {
         let sim = self.arena.alloc(align, size);
         let slop = self.arena.usable(sim).saturating_sub(size);
-        self.chunks.insert(addr, Chunk { sim, slop });
+        self.chunks.insert(addr, Chunk { sim, slop, ec });
         slop
     }
 
-    /// `VG_(cli_free)` of the block at `addr`: its slop (`fallback` if we never saw it).
-    fn arena_free(&mut self, addr: Addr, fallback: u64) -> u64 {
-        match self.chunks.remove(&addr) {
-            Some(c) => {
-                self.arena.free(c.sim);
-                c.slop
-            }
-            None => fallback,
-        }
+    /// `VG_(cli_free)` of the block at `addr`: its chunk (`None` if we never saw it).
+    fn arena_free(&mut self, addr: Addr) -> Option<Chunk> {
+        let c = self.chunks.remove(&addr)?;
+        self.arena.free(c.sim);
+        Some(c)
     }
 
     /// Valgrind's `realloc_block`: the block stays where it is when the new size fits in
     /// the old usable size (the slop grows by what the request shrank), else a new block
-    /// is allocated and the old one freed. Returns the old and the new slop.
-    fn arena_realloc(&mut self, old: &Free, new: &Alloc, align: u64) -> (u64, u64) {
+    /// is allocated and the old one freed. Returns the old and the new slop, and the old
+    /// block's EC when it was seen (`new_ec`: the new block's).
+    fn arena_realloc(
+        &mut self,
+        old: &Free,
+        new: &Alloc,
+        align: u64,
+        new_ec: EcId,
+    ) -> (u64, u64, Option<EcId>) {
         match self.chunks.remove(&old.addr) {
             Some(c) if new.size <= old.size + c.slop => {
                 let slop = c.slop + old.size - new.size;
-                self.chunks.insert(new.addr, Chunk { sim: c.sim, slop });
-                (c.slop, slop)
+                let moved = Chunk {
+                    sim: c.sim,
+                    slop,
+                    ec: new_ec,
+                };
+                self.chunks.insert(new.addr, moved);
+                (c.slop, slop, Some(c.ec))
             }
             Some(c) => {
-                let slop = self.arena_alloc(new.addr, align, new.size);
+                let slop = self.arena_alloc(new.addr, align, new.size, new_ec);
                 self.arena.free(c.sim);
-                (c.slop, slop)
+                (c.slop, slop, Some(c.ec))
             }
-            None => (old.slop, self.arena_alloc(new.addr, align, new.size)),
+            None => (
+                old.slop,
+                self.arena_alloc(new.addr, align, new.size, new_ec),
+                None,
+            ),
         }
     }
 }
