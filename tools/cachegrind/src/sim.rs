@@ -61,11 +61,17 @@ impl Cache {
     #[inline(never)]
     fn reorder(&mut self, first: usize, block: u64) -> bool {
         let ways = &mut self.tags[first..first + self.assoc];
-        let pos = ways.iter().position(|&t| t == block);
-        let end = pos.unwrap_or(self.assoc - 1);
-        ways.copy_within(0..end, 1);
-        ways[0] = block;
-        pos.is_none()
+        // One pass: shift each tag down until `block` is found (a hit) or the last way is
+        // overwritten (a miss: the least recently used tag leaves).
+        let mut carry = block;
+        for t in ways.iter_mut() {
+            let was = core::mem::replace(t, carry);
+            if was == block {
+                return false;
+            }
+            carry = was;
+        }
+        true
     }
 
     /// One access of `size` bytes at `addr`: true if it misses. An access straddling two
