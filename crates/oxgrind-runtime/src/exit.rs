@@ -857,9 +857,17 @@ const HEAP_RESERVE: usize = 256 << 20;
 /// Called once set-up made this image active.
 pub fn install() {
     set_owner_pid();
-    oxgrind_sys::heap::take_reserve(HEAP_RESERVE);
+    // OXGRIND_TEST_RESERVE_MIB: a smaller reserve, so a test can outgrow it cheaply.
+    let reserve = state::env_var("OXGRIND_TEST_RESERVE_MIB")
+        .and_then(|v| core::str::from_utf8(v).ok()?.parse::<usize>().ok())
+        .map_or(HEAP_RESERVE, |mib| mib << 20);
+    oxgrind_sys::heap::take_reserve(reserve);
     oxgrind_sys::heap::set_exhausted_hook(on_heap_exhausted);
     oxgrind_sys::heap::serve_forks(&crate::HEAP);
+    oxgrind_sys::heap::set_mapping_hooks(
+        crate::limits::map_outside_the_program_limit,
+        crate::limits::unmapped_outside_the_program_limit,
+    );
     std::panic::set_hook(Box::new(on_panic));
     INJECT_PANIC_AT_EXIT.store(
         state::env_var("OXGRIND_TEST_PANIC").is_some_and(|v| v.starts_with(b"exit")),

@@ -15,7 +15,9 @@
 //! (file mappings the symboliser makes, engine memory made later); the kernel's hard limit
 //! is left alone. So the program's own mappings fail where they would natively, within
 //! `HEADROOM`, and ours do not. The private heap draws on its reserve first (counted here
-//! already), so its growth does not move that point.
+//! already); each mapping it makes beyond the reserve moves the kernel's limit up by its
+//! size, and each one it gives back down ([`map_outside_the_program_limit`]), so its
+//! growth does not move that point either.
 //!
 //! Before an `exec` the program's values go to the kernel, so the new image (run natively,
 //! without `--trace-children`) gets exactly what the program asked for; a failed `exec` puts
@@ -216,6 +218,51 @@ pub fn restore_after_failed_exec() {
             continue;
         };
         let _ = set(resource, &v);
+    }
+}
+
+/// Moves the kernel's soft address-space and data limits by `delta` bytes (within the hard
+/// limits), when the kernel holds our raised ones. Read and write are two system calls: two
+/// threads doing this at once may lose one's change (a drift of one mapping's size).
+fn shift_ours(delta: i64) {
+    for resource in [RLIMIT_AS, RLIMIT_DATA] {
+        let k = kernel_get(resource);
+        if k.cur == RLIM_INFINITY {
+            continue;
+        }
+        let cur = (k.cur as i128 + delta as i128).clamp(0, k.max as i128) as u64;
+        if cur != k.cur {
+            let _ = kernel_prlimit(resource, Some(&Rlimit { cur, max: k.max }), None);
+        }
+    }
+}
+
+/// The private heap's mapping hook: once the program has set a limit, the kernel's moves
+/// up by each mapping of ours (by its `slack` too, for the time of the call), so our growth
+/// never comes out of the program's share. Allocates nothing.
+pub fn map_outside_the_program_limit(
+    bytes: usize,
+    slack: usize,
+    map: &mut dyn FnMut() -> *mut u8,
+) -> *mut u8 {
+    if !RAISED.load(Ordering::Acquire) {
+        return map();
+    }
+    let (bytes, slack) = (bytes as i64, slack as i64);
+    shift_ours(bytes + slack);
+    let p = map();
+    shift_ours(if p.is_null() {
+        -(bytes + slack)
+    } else {
+        -slack
+    });
+    p
+}
+
+/// The private heap's unmapping hook: the room goes back to where it was.
+pub fn unmapped_outside_the_program_limit(bytes: usize) {
+    if RAISED.load(Ordering::Acquire) {
+        shift_ours(-(bytes as i64));
     }
 }
 

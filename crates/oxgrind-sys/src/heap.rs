@@ -393,6 +393,55 @@ pub fn set_exhausted_hook(hook: fn()) {
     EXHAUSTED_HOOK.store(hook as usize, Ordering::Release);
 }
 
+// ---------------------------------------------------------------------------------------
+// Limits.
+//
+// A program's lowered RLIMIT_AS/RLIMIT_DATA are virtual (the runtime's `limits`): the kernel
+// holds the program's limit plus the room that was ours when it was set. What this heap maps
+// later must not come out of the program's share, or the program fails its own allocations
+// sooner than natively and ours fail at last (a program filling a 512 MiB limit with small
+// blocks under Massif ended with "out of memory for its own data" and no report). So each
+// mapping of ours outside the reserve is announced to a hook, which moves the kernel's
+// limit up by its size, and each unmapping moves it down.
+
+/// What a mapping hook is given: the bytes the mapping keeps, the bytes it holds besides for
+/// the time of the call (the alignment slack it trims), and the mapping to make; it returns
+/// the mapping's result.
+pub type MapHook = fn(usize, usize, &mut dyn FnMut() -> *mut u8) -> *mut u8;
+
+static MAP_HOOK: AtomicUsize = AtomicUsize::new(0);
+static UNMAP_HOOK: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets the functions told about each new mapping of ours outside the reserve (`map`, which
+/// makes it) and each one given back (`unmap`, after). They must not allocate.
+pub fn set_mapping_hooks(map: MapHook, unmap: fn(usize)) {
+    MAP_HOOK.store(map as usize, Ordering::Release);
+    UNMAP_HOOK.store(unmap as usize, Ordering::Release);
+}
+
+/// A new mapping of `len` bytes aligned to `align`, through the mapping hook when set.
+fn map_announced(len: usize, align: usize) -> *mut u8 {
+    let hook = MAP_HOOK.load(Ordering::Acquire);
+    if hook == 0 {
+        return map_aligned(len, align);
+    }
+    // SAFETY: only `set_mapping_hooks` stores here, from a `MapHook`.
+    let hook: MapHook = unsafe { core::mem::transmute::<usize, MapHook>(hook) };
+    hook(len, align.max(PAGE), &mut || map_aligned(len, align))
+}
+
+/// Unmaps a mapping of ours and tells the unmapping hook.
+fn unmap_announced(p: *mut u8, len: usize) {
+    // SAFETY: the caller gives back a whole mapping of ours, `len` bytes from `p`.
+    unsafe { raw::munmap(p, len) };
+    let hook = UNMAP_HOOK.load(Ordering::Acquire);
+    if hook != 0 {
+        // SAFETY: only `set_mapping_hooks` stores here, from a `fn(usize)`.
+        let hook: fn(usize) = unsafe { core::mem::transmute::<usize, fn(usize)>(hook) };
+        hook(len);
+    }
+}
+
 /// Carves `len` bytes aligned to `align` from the reserve, leaving its last `keep` bytes;
 /// `None` when they do not fit.
 fn carve(len: usize, align: usize, keep: usize) -> Option<*mut u8> {
@@ -427,7 +476,7 @@ fn obtain(len: usize, align: usize) -> *mut u8 {
     if let Some(p) = carve(len, align, EMERGENCY) {
         return p;
     }
-    let p = map_aligned(len, align);
+    let p = map_announced(len, align);
     if !p.is_null() {
         return p;
     }
@@ -526,8 +575,8 @@ unsafe impl GlobalAlloc for PrivateHeap {
             }
             None => {
                 forget_region(p as usize);
-                // SAFETY: large blocks are whole mappings of round_pages(size) bytes.
-                unsafe { raw::munmap(p, round_pages(layout.size())) }
+                // Large blocks are whole mappings of round_pages(size) bytes.
+                unmap_announced(p, round_pages(layout.size()));
             }
             Some(ci) => {
                 // Nested inside this thread's own use of the class: the block is leaked.

@@ -315,3 +315,54 @@ fn a_panic_inside_the_runtime_still_writes_the_report_and_says_where() {
     );
     assert_measured(&massif_files(dir.path()));
 }
+
+/// A program that lowers its address-space limit and fills it with small blocks: our own
+/// data (Massif's per-block state) outgrows the private heap's reserve, and its new mappings
+/// must not come out of the program's limit, or the program fails its allocations sooner
+/// than natively and ours fail at last, ending without the report (the case of a 512 MiB
+/// limit; here the reserve is made small, 64 MiB, to outgrow it at 32 MiB). The program
+/// runs to its own end, allocating at least as much as natively (more by up to the 64 MiB
+/// of headroom the limits keep for mappings oxgrind cannot count), and the file is written.
+#[test]
+fn filling_a_lowered_address_space_limit_keeps_the_report() {
+    let prog = build("fill_limit.c", &["-g", "-O1"]);
+    let blocks = |out: &str| -> u64 {
+        out.trim()
+            .strip_prefix("malloc failed after ")
+            .and_then(|r| r.strip_suffix(" blocks"))
+            .unwrap_or_else(|| panic!("unexpected output {out:?}"))
+            .parse()
+            .unwrap()
+    };
+    let native = run(Command::new(&prog).arg("32"));
+    assert!(native.status.success());
+    let native_blocks = blocks(&stdout(&native));
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(Command::new(oxgrind())
+        .args([
+            "--tool=massif",
+            "--time-unit=B",
+            "--massif-out-file=massif.out",
+        ])
+        .arg(&prog)
+        .arg("32")
+        .env("OXGRIND_TEST_RESERVE_MIB", "64")
+        .current_dir(dir.path()));
+    assert!(o.status.success(), "status {:?}: {}", o.status, stderr(&o));
+    let ours = blocks(&stdout(&o));
+    assert!(
+        ours >= native_blocks,
+        "the program made {ours} blocks under oxgrind, {native_blocks} natively"
+    );
+    let text = std::fs::read_to_string(dir.path().join("massif.out")).unwrap();
+    // Nothing is freed, so no peak snapshot: the last snapshots hold every block.
+    let most = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("mem_heap_B=")?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0);
+    assert!(
+        most >= ours * 16 * 9 / 10,
+        "at most {most} heap bytes in a snapshot, the program held {ours} blocks of 16"
+    );
+}
