@@ -41,16 +41,20 @@ static FLAGS: oxgrind_sys::lock::SpinLock<Vec<&'static AtomicBool>> =
     oxgrind_sys::lock::SpinLock::new(Vec::new());
 
 /// The calling thread's gate flag (kept in `guard::ThreadState`), registered on first use.
+#[inline]
 fn flag_of(t: &guard::ThreadState) -> &'static AtomicBool {
     match t.gate_flag.get() {
         Some(flag) => flag,
-        None => {
-            let flag: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
-            FLAGS.lock().push(flag);
-            t.gate_flag.set(Some(flag));
-            flag
-        }
+        None => register_flag(t),
     }
+}
+
+#[cold]
+fn register_flag(t: &guard::ThreadState) -> &'static AtomicBool {
+    let flag: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    FLAGS.lock().push(flag);
+    t.gate_flag.set(Some(flag));
+    flag
 }
 
 fn my_flag() -> &'static AtomicBool {
