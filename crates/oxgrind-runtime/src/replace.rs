@@ -16,6 +16,8 @@
 //! tool instruments ([`contains`]): their accesses are the program's, so an overrun in
 //! `strlen` is reported inside `strlen`, with the access Valgrind's replacement makes.
 //! Active for tools that check the string functions (`Needs::check_overlaps`: Memcheck).
+//! The same table sends the program's own `operator new`/`delete` definitions to ours, as
+//! Valgrind replaces them ([`operators`]).
 
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -152,6 +154,47 @@ fn replacement_for(name: &str) -> Option<u64> {
     best.map(|(_, f)| f)
 }
 
+/// C++'s replaceable allocation functions, by mangled name, and ours. A program (or a
+/// library) may define its own `operator new`/`delete`; Valgrind replaces those too, so that
+/// every `new` is seen and `delete` is checked against it. Calls from the main executable
+/// to its own definition cannot be interposed (it comes first in the lookup scope), hence
+/// the redirection.
+fn operators() -> Vec<(&'static str, u64)> {
+    const NAMES: [&str; 20] = [
+        "_Znwm",
+        "_Znam",
+        "_ZnwmRKSt9nothrow_t",
+        "_ZnamRKSt9nothrow_t",
+        "_ZnwmSt11align_val_t",
+        "_ZnamSt11align_val_t",
+        "_ZnwmSt11align_val_tRKSt9nothrow_t",
+        "_ZnamSt11align_val_tRKSt9nothrow_t",
+        "_ZdlPv",
+        "_ZdaPv",
+        "_ZdlPvm",
+        "_ZdaPvm",
+        "_ZdlPvSt11align_val_t",
+        "_ZdaPvSt11align_val_t",
+        "_ZdlPvmSt11align_val_t",
+        "_ZdaPvmSt11align_val_t",
+        "_ZdlPvRKSt9nothrow_t",
+        "_ZdaPvRKSt9nothrow_t",
+        "_ZdlPvSt11align_val_tRKSt9nothrow_t",
+        "_ZdaPvSt11align_val_tRKSt9nothrow_t",
+    ];
+    // Our definitions, looked up in our own object: `_Znwm as *const ()` would be the
+    // program's when it defines one (exported symbols are preemptible), and redirect its
+    // function to itself.
+    NAMES
+        .iter()
+        .filter_map(|n| {
+            let name = format!("{n}\0");
+            let a = crate::hooks::own_address(name.as_bytes(), 0)?;
+            (a != 0).then_some((*n, a))
+        })
+        .collect()
+}
+
 /// The redirection table: (guest address, replacement), sorted by address.
 static TABLE: AtomicPtr<Vec<(u64, u64)>> = AtomicPtr::new(core::ptr::null_mut());
 
@@ -172,8 +215,21 @@ pub fn prepare() {
         return;
     };
     let mut table = Vec::new();
+    let ours = crate::stacks::self_path();
+    let operators = operators();
     for m in oxgrind_symbols::modules_from_maps(&maps) {
         if !replaced_object(&m.path) {
+            // Elsewhere (the program, libstdc++, its other libraries) only its own
+            // `operator new` and `delete`, never our library's.
+            if m.path.to_str() == Some(ours.as_str()) {
+                continue;
+            }
+            for s in oxgrind_symbols::symbolize::function_symbols(&m.path) {
+                let name = s.name.split('@').next().unwrap_or(&s.name);
+                if let Some(&(_, to)) = operators.iter().find(|(n, _)| *n == name) {
+                    table.push((s.addr.wrapping_add(m.bias), to));
+                }
+            }
             continue;
         }
         for s in oxgrind_symbols::symbolize::function_symbols(&m.path) {
