@@ -366,3 +366,39 @@ fn filling_a_lowered_address_space_limit_keeps_the_report() {
         "at most {most} heap bytes in a snapshot, the program held {ours} blocks of 16"
     );
 }
+
+/// An output file that cannot be written (its directory does not exist) is reported in
+/// Valgrind's words, even with `-q`, and the program's exit status is kept (Valgrind 3.19:
+/// 0 for /bin/true, whatever the tool).
+#[test]
+fn an_unwritable_output_file_is_reported_as_valgrind_reports_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("missing/x.out");
+    let path = path.display();
+    for (tool, said) in [
+        (
+            "massif",
+            format!("Error: can not open xtree output file `{path}'"),
+        ),
+        (
+            "dhat",
+            format!("error: can't open DHAT output file '{path}'"),
+        ),
+        (
+            "cachegrind",
+            format!("error: can't open cache simulation output file '{path}'"),
+        ),
+    ] {
+        let o = run(Command::new(oxgrind())
+            .args(["-q", &format!("--tool={tool}")])
+            .arg(format!("--{tool}-out-file={path}"))
+            .arg("/bin/true"));
+        assert_eq!(o.status.code(), Some(0), "{tool}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("==") && l.ends_with(&said)),
+            "{tool} does not say {said:?}:\n{err}"
+        );
+    }
+}

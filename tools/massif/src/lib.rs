@@ -912,9 +912,11 @@ impl Tool for Massif {
         let text = oxgrind_formats::massif::write(&file);
         match host.expand_output_path(&self.opts.out_file) {
             Ok(path) => {
-                if let Err(errno) = host.write_file(&path, text.as_bytes()) {
+                if host.write_file(&path, text.as_bytes()).is_err() {
+                    // Valgrind's words (its xtree writer opens Massif's file), shown with -q.
                     host.log(&format!(
-                        "massif: cannot write the output file '{path}' (errno {errno})\n"
+                        "=={}== Error: can not open xtree output file `{path}'\n",
+                        host.pid()
                     ));
                 }
             }
