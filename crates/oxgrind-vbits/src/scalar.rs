@@ -827,8 +827,9 @@ fn branch<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, call: bool) -> bool {
 }
 
 /// `bt`/`bts`/`btr`/`btc`. CF takes the tested bit's V bit; an undefined bit offset makes
-/// everything it could select undefined. A register offset into memory addresses a bit string
-/// beyond the operand: left to the generic rule.
+/// everything it could select undefined (and its bits that VEX turns into an address are
+/// checked as one). A register offset into memory addresses a bit string beyond the
+/// operand: [`bit_string`].
 fn bit_test<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> bool {
     if cx.is_mem(0) && !cx.is_imm(1) {
         return bit_string(cx, m);
@@ -839,6 +840,12 @@ fn bit_test<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> bool 
     let omask = (w - 1) as u64;
     let pos = (o.v & omask) as u32;
     let und_offset = o.s & omask != 0;
+    if !cx.is_imm(1) {
+        // VEX stores a register operand below the stack pointer and tests bit
+        // `offset & 7` of the byte at `+ (offset & mask) >> 3`: the offset's bits above
+        // the third are part of an address ("Use of uninitialised value of size 8").
+        cx.check_value(o.s & omask & !7, ValueUse::Address);
+    }
     let vbit = und_offset || shr(a.s, pos) & 1 != 0;
     // CF is the tested bit; the other flags are architecturally undefined: give them CF's,
     // and keep their old V bits (this CPU leaves them unchanged).
