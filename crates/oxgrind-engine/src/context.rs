@@ -137,6 +137,10 @@ pub struct ThreadCtx {
     /// How many holds are in force on this thread (the embedder's, and a drain's own while
     /// it hands the buffer to the tool).
     pub trace_holders: u64,
+    /// The guest registers of the tool call in flight on this thread (a `GuestRegs` on
+    /// the engine stack; 0: none), lent for the call's length (`probe::ToolRegsLent`) so
+    /// that the embedder describes the program's stack, not the engine's.
+    pub tool_regs: core::sync::atomic::AtomicU64,
     /// Child context of a `clone` in flight (parent side).
     pub pending_child: u64,
     /// Signals that arrived while the thread was inside the engine (bit n = signal n).

@@ -523,6 +523,7 @@ fn report(ctx: &ThreadCtx, cl: Client, pc: u64, what: &Undefined) {
         rip: pc,
         rflags: ctx.gflags,
     };
+    let _lent = crate::probe::ToolRegsLent::new(ctx, &regs);
     cl.embedder
         .call(true, &mut || cl.tool.on_undefined(cl.host, &regs, what));
 }
@@ -596,8 +597,8 @@ fn new_stack(t: &mut ThreadShadow, rsp: u64) {
 
 /// The system calls whose scalar arguments are checked ("Syscall param NAME contains
 /// uninitialised byte(s)", Valgrind's `PRE_REG_READ`), with Valgrind's parameter names in
-/// argument order. The memory their pointer arguments name is checked from the table all
-/// checkers share, `oxgrind_tool::syscalls`.
+/// argument order. The memory their pointer arguments name is checked by the tool, from the
+/// table all checkers share, `oxgrind_tool::syscalls`.
 const SYSCALLS: &[(u64, &[&str])] = &[
     (0, &["read(fd)", "read(buf)", "read(count)"]),
     (1, &["write(fd)", "write(buf)", "write(count)"]),
@@ -661,27 +662,9 @@ pub(crate) fn before_syscall(ctx: &mut ThreadCtx, pc: u64) {
             }
         }
     }
-    let mut undefined: [Option<(&'static str, u64)>; 8] = [None; 8];
-    let mut n = 0;
-    oxgrind_tool::syscalls::for_each_range(nr, &args, &mut read_guest, &mut |r| {
-        if r.dir != oxgrind_tool::syscalls::Dir::Read || n == undefined.len() {
-            return;
-        }
-        // A name with a variable part (`writev(vector[0])`) has no static form: not
-        // reported yet (a missed error, never a false one).
-        if let (Some(name), Some(addr)) = (r.name.as_static(), first_undefined(r.addr, r.len)) {
-            undefined[n] = Some((name, addr));
-            n += 1;
-        }
-    });
-    for (param, addr) in undefined.iter().flatten() {
-        report(
-            ctx,
-            cl,
-            pc,
-            &Undefined::SyscallBuffer { param, addr: *addr },
-        );
-    }
+    // The memory the kernel reads is the tool's to check (`Tool::before_syscall`, asking
+    // `Host::first_undefined`): Memcheck weighs its first undefined byte against its first
+    // unaddressable one, and reports one error for the range, as Valgrind does.
     t.pending = Some(Pending {
         nr,
         args,

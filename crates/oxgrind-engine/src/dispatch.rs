@@ -274,6 +274,7 @@ fn tool_before_syscall(ctx: &mut ThreadCtx, pc: u64) {
         rip: pc,
         rflags: ctx.gflags,
     };
+    let _lent = crate::probe::ToolRegsLent::new(ctx, &regs);
     cl.embedder.call(true, &mut || {
         cl.tool.before_syscall(cl.host, nr, &args, &regs)
     });

@@ -357,6 +357,21 @@ pub(crate) fn current_context() -> Option<*mut context::ThreadCtx> {
     Some(unsafe { asm::oxg_ctx_get() })
 }
 
+/// The guest registers of the tool call in progress on the calling thread (a probe, a
+/// system call's check, a fault, a definedness report), if there is one. The tool then runs
+/// on the engine's stack: the embedder describes the program's stack (which thread's, which
+/// frame an address is in) from these, not from its own stack pointer.
+pub fn guest_regs_in_tool_call() -> Option<oxgrind_tool::instrument::GuestRegs> {
+    let ctx = current_context()?;
+    // SAFETY: the context is this thread's and never unmapped; a non-zero slot points at
+    // a GuestRegs on this thread's engine stack, lent for the length of the call that is
+    // running this code (`probe::ToolRegsLent` clears it before the call returns).
+    unsafe {
+        let p = (*ctx).tool_regs.load(Ordering::Relaxed);
+        (p != 0).then(|| *(p as *const oxgrind_tool::instrument::GuestRegs))
+    }
+}
+
 /// Sets the calling thread's instruction count (see [`thread_instructions`]).
 pub fn set_thread_instructions(v: u64) {
     if !RUNNING.load(Ordering::Acquire) {

@@ -428,6 +428,34 @@ fn record(r: ProbeRec) -> Option<u64> {
     Some(p as u64)
 }
 
+/// The guest registers of a tool call, lent through the context while the call runs
+/// ([`crate::guest_regs_in_tool_call`]); the previous loan is restored when dropped
+/// (calls nest: a fault inside a probe's tool call).
+pub(crate) struct ToolRegsLent {
+    slot: *const core::sync::atomic::AtomicU64,
+    prev: u64,
+}
+
+impl ToolRegsLent {
+    pub(crate) fn new(ctx: &ThreadCtx, regs: &GuestRegs) -> ToolRegsLent {
+        let prev = ctx
+            .tool_regs
+            .swap(regs as *const GuestRegs as u64, Ordering::Relaxed);
+        ToolRegsLent {
+            slot: &ctx.tool_regs,
+            prev,
+        }
+    }
+}
+
+impl Drop for ToolRegsLent {
+    fn drop(&mut self) {
+        // SAFETY: the context outlives every tool call made on its thread (contexts are
+        // never unmapped), and the guard lives within one such call.
+        unsafe { (*self.slot).store(self.prev, Ordering::Relaxed) };
+    }
+}
+
 /// Runs the probe whose record the call site passed (from `dispatch`, with the guest
 /// state saved in `ctx` and its XSAVE area).
 pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
@@ -438,6 +466,7 @@ pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
         rip: rec.pc,
         rflags: ctx.gflags,
     };
+    let _lent = ToolRegsLent::new(ctx, &regs);
     let Some(cl) = client() else {
         // Without a tool only the engine's own requests are answered.
         if rec.kind == KIND_CLIENT_REQUEST {
@@ -546,6 +575,7 @@ pub(crate) fn memory_fault(
         rip: pc,
         rflags,
     };
+    let _lent = ToolRegsLent::new(ctx, &regs);
     let mut call = || {
         cl.embedder.call(true, &mut || {
             cl.tool.on_memory_fault(cl.host, fault, &buf[..n], &regs)

@@ -282,10 +282,22 @@ impl RuntimeHost {
     /// Which frame of the current stack owns `addr`, numbered as in the error's stack (frame
     /// 0 is our replacement function, 1 the program's caller, ...), with the frame's
     /// function and the line it starts at, as Memcheck's "in frame #1, created by f (a.c:3)".
-    fn stack_frame_of(&self, addr: Addr, stack_top: u64) -> Option<(usize, Frame)> {
+    /// Which frame of the thread's stack holds `addr`: walked from `guest` (the program's
+    /// registers, when the tool runs on the engine's stack), else from here.
+    fn stack_frame_of(
+        &self,
+        addr: Addr,
+        stack_top: u64,
+        guest: Option<oxgrind_symbols::Regs>,
+    ) -> Option<(usize, Frame)> {
         const N: usize = 128;
         let (mut ras, mut cfas) = ([0u64; N], [0u64; N]);
-        let n = oxgrind_symbols::capture_with_cfas(&mut ras, &mut cfas, crate::stacks::self_text());
+        let n = match guest {
+            Some(r) => oxgrind_symbols::capture_with_cfas_from(r, &mut ras, &mut cfas, (0, 0)),
+            None => {
+                oxgrind_symbols::capture_with_cfas(&mut ras, &mut cfas, crate::stacks::self_text())
+            }
+        };
         // The function ras[k] returns into owns [cfas[k], cfas[k + 1]).
         let k = (0..n).find(|&k| {
             let end = if k + 1 < n { cfas[k + 1] } else { stack_top };
@@ -393,10 +405,21 @@ impl Host for RuntimeHost {
     }
 
     fn describe_data(&self, addr: Addr) -> Option<DataAddr> {
-        if let Some((lo, hi)) = oxgrind_symbols::current_stack_bounds() {
+        // Under the engine a tool runs on the engine's stack: the program's stack is the
+        // one the guest registers of the call in flight point into.
+        let guest = oxgrind_engine::guest_regs_in_tool_call().map(|r| oxgrind_symbols::Regs {
+            pc: r.rip,
+            sp: r.gpr[4],
+            bp: r.gpr[5],
+        });
+        let bounds = match guest {
+            Some(r) => oxgrind_symbols::stack_bounds_at(r.sp),
+            None => oxgrind_symbols::current_stack_bounds(),
+        };
+        if let Some((lo, hi)) = bounds {
             if (lo..hi).contains(&addr) {
                 return Some(DataAddr::Stack {
-                    frame: self.stack_frame_of(addr, hi),
+                    frame: self.stack_frame_of(addr, hi, guest),
                 });
             }
         }
@@ -460,6 +483,10 @@ impl Host for RuntimeHost {
 
     fn tid(&self) -> i32 {
         raw::gettid()
+    }
+
+    fn first_undefined(&self, addr: Addr, len: u64) -> Option<Addr> {
+        oxgrind_engine::definedness::first_undefined(addr, len)
     }
 
     fn read_memory(&self, addr: Addr, buf: &mut [u8]) -> usize {

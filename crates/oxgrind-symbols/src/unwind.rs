@@ -696,6 +696,24 @@ pub fn capture_with_cfas(out: &mut [u64], cfas: &mut [u64], skip_range: (u64, u6
     walk_recording(here(), out, cfas, skip_range)
 }
 
+/// Like [`capture_with_cfas`], from explicit registers (a program thread's registers
+/// while a tool runs on another stack): `cfas[k]` is the CFA of the frame `out[k]`
+/// returns from.
+pub fn capture_with_cfas_from(
+    regs: Regs,
+    out: &mut [u64],
+    cfas: &mut [u64],
+    skip_range: (u64, u64),
+) -> usize {
+    walk_recording(regs, out, cfas, skip_range)
+}
+
+/// The bounds `[sp, high)` of the stack mapping `sp` lies in (the part in use by a thread
+/// whose stack pointer is `sp`).
+pub fn stack_bounds_at(sp: u64) -> Option<(u64, u64)> {
+    stack_bounds(sp).map(|(lo, hi)| (lo.max(sp), hi))
+}
+
 /// The bounds `[low, high)` of the stack mapping the calling thread runs on.
 pub fn current_stack_bounds() -> Option<(u64, u64)> {
     let sp: u64;

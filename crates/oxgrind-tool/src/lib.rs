@@ -438,6 +438,12 @@ pub trait Host {
     /// With [`Needs::definedness`]: copies the definedness of `len` bytes from `src` to
     /// `dst` (`realloc` moving a block).
     fn copy_definedness(&self, _src: Addr, _dst: Addr, _len: u64) {}
+    /// With [`Needs::definedness`]: the first byte of `[addr, addr + len)` with an undefined
+    /// bit, if any (Memcheck's check of the memory a system call reads, which weighs it
+    /// against the first unaddressable byte: the first bad byte decides the one error).
+    fn first_undefined(&self, _addr: Addr, _len: u64) -> Option<Addr> {
+        None
+    }
     /// Copies the program's memory at `addr` into `buf` without ever faulting (a wild
     /// pointer is read as far as it is mapped and readable); returns the bytes copied.
     fn read_memory(&self, _addr: Addr, _buf: &mut [u8]) -> usize {

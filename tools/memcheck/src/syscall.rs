@@ -1,9 +1,11 @@
 //! System-call parameters: before each of the program's system calls
 //! ([`oxgrind_tool::Tool::before_syscall`]), the memory its pointer arguments name
 //! ([`oxgrind_tool::syscalls`], shared with the definedness engine) is checked for
-//! addressability, and the first unaddressable byte of each range is reported as
-//! Memcheck does: "Syscall param write(buf) points to unaddressable byte(s)", the stack of
-//! the `syscall` instruction, and what the address is.
+//! addressability and, for the memory the kernel reads with definedness on, definedness;
+//! the first bad byte of each range decides its one error, as Memcheck's
+//! `is_mem_defined` does: "Syscall param write(buf) points to unaddressable byte(s)" or
+//! "... points to uninitialised byte(s)", the stack of the `syscall` instruction, and what
+//! the address is.
 //!
 //! Only the shadow is consulted for the check; the program's memory is read (through
 //! `Host::read_memory`, which never faults) only where the description lives in it (an
@@ -42,6 +44,12 @@ fn static_name(r: &Range) -> &'static str {
     s
 }
 
+/// What is wrong with the first bad byte of a range.
+enum Bad {
+    Unaddressable,
+    Uninitialised,
+}
+
 impl Memcheck {
     /// `Tool::before_syscall`: checks each range of system call `nr`.
     pub(crate) fn syscall_event(
@@ -58,14 +66,26 @@ impl Memcheck {
         if base == 0 {
             return;
         }
-        let mut bad: Vec<(&'static str, u64)> = Vec::new();
+        // Memcheck's rule, one error per range: its first bad byte decides whether it is
+        // unaddressable or (memory the kernel reads, with definedness on) uninitialised.
+        let definedness = self.opts.undef_value_errors;
+        let mut bad: Vec<(&'static str, u64, Bad)> = Vec::new();
         syscalls::for_each_range(
             nr,
             args,
             &mut |addr, buf| host.read_memory(addr, buf),
             &mut |r| {
-                if let Some(a) = shadow::first_unaddressable(base, r.addr, r.len) {
-                    bad.push((static_name(r), a));
+                let unaddressable = shadow::first_unaddressable(base, r.addr, r.len);
+                let undefined = match (definedness, r.dir) {
+                    (true, syscalls::Dir::Read) => host.first_undefined(r.addr, r.len),
+                    _ => None,
+                };
+                match (unaddressable, undefined) {
+                    (Some(a), u) if u.map_or(true, |u| a <= u) => {
+                        bad.push((static_name(r), a, Bad::Unaddressable))
+                    }
+                    (_, Some(u)) => bad.push((static_name(r), u, Bad::Uninitialised)),
+                    _ => {}
                 }
             },
         );
@@ -86,15 +106,19 @@ impl Memcheck {
             ..*regs
         };
         let stack = host.stack_at(&after, self.opts.core.num_callers);
-        for (param, addr) in bad {
+        for (param, addr, what) in bad {
+            let (kind, text) = match what {
+                Bad::Unaddressable => (KeyKind::ParamUnaddressable { param }, "unaddressable"),
+                Bad::Uninitialised => (KeyKind::Param { param }, "uninitialised"),
+            };
             self.report_at(
                 host,
-                KeyKind::ParamUnaddressable { param },
+                kind,
                 stack,
                 false,
                 tid,
                 "SyscallParam",
-                &|| format!("Syscall param {param} points to unaddressable byte(s)"),
+                &|| format!("Syscall param {param} points to {text} byte(s)"),
                 WhatQuirk::None,
                 &|freed| self.describe_addr(host, freed, addr, thread),
             );
