@@ -334,6 +334,19 @@ impl Tool for Cachegrind {
         );
     }
 
+    fn on_fork_child(&self) {
+        // A parent thread that was handing its trace to the simulator (or translating) when
+        // another forked holds these locks in the child for ever, where it does not exist:
+        // the child, which keeps the parent's counts as under Valgrind, hung at its next
+        // drain (fault_injection.rs's fork-storm).
+        // SAFETY: the child runs only the forking thread, which was inside fork(), not in a
+        // Cachegrind handler, so it holds no guard of these locks.
+        unsafe {
+            self.sim.force_unlock();
+            self.pcs.force_unlock();
+        }
+    }
+
     fn on_trace(&self, host: &dyn Host, records: &[TraceRecord]) {
         let tid = host.tid();
         let mut guard = self.sim.lock();
