@@ -5,12 +5,14 @@
 //! interrupted it. Both must bypass the tool: the first would recurse, the second would
 //! re-enter non-reentrant state. [`Entered`] sets the flag for a scope.
 //!
-//! All of it lives in one `thread_local!` ([`ThreadState`]) with a `const` initialiser and
-//! no destructor: for a library loaded at start-up, that is static TLS, allocated with the
-//! thread, so reading it never allocates (a `dlopen`ed library would get lazily allocated
-//! TLS and could not do this). From a shared library each thread-local access is a call
-//! into the dynamic loader (`__tls_get_addr`), so an allocator event looks the block up
-//! once ([`this_thread`]) and keeps the reference, rather than once per flag it touches.
+//! All of it lives in one block ([`ThreadState`]) of static TLS defined in C (`shim.c`,
+//! `oxg_thread_block`) with the initial-exec model: for a library loaded at start-up it is
+//! allocated with the thread, and reaching it is an `%fs`-relative address, with no
+//! allocation and no call into the dynamic loader. A Rust `thread_local!` in a shared
+//! library would call `__tls_get_addr` on every lookup; that runs translated, before the
+//! runtime can hold the engine's trace, and its reads of the thread's DTV (a heap block)
+//! were the program's to a heap tool: DHAT counted 5.7 times Valgrind's bytes read on a
+//! multi-threaded allocation loop (issue 13).
 
 use std::cell::Cell;
 use std::sync::atomic::AtomicBool;
@@ -34,19 +36,17 @@ pub struct ThreadState {
     event_blocks: [Cell<u64>; 2],
 }
 
-thread_local! {
-    static THREAD: ThreadState = const {
-        ThreadState {
-            inside: Cell::new(false),
-            in_allocator: Cell::new(false),
-            tid: Cell::new(0),
-            gate_flag: Cell::new(None),
-            event_blocks: [Cell::new(0), Cell::new(0)],
-        }
-    };
+extern "C" {
+    /// This thread's block of `size_of::<ThreadState>()` bytes or more, zeroed when the thread
+    /// starts, aligned to 16 (`shim.c`).
+    fn oxg_thread_block_addr() -> *mut u8;
 }
 
-/// The calling thread's state, looked up once.
+const _: () = assert!(
+    core::mem::size_of::<ThreadState>() <= 64 && core::mem::align_of::<ThreadState>() <= 16
+);
+
+/// The calling thread's state.
 ///
 /// `'static` is sound here: the value lives in the thread's static TLS block until the
 /// thread exits, and [`ThreadState`] holds `Cell`s, so it is not `Sync` and the reference
@@ -54,8 +54,11 @@ thread_local! {
 /// which nothing does.
 #[inline]
 pub fn this_thread() -> &'static ThreadState {
-    // SAFETY: see above: the pointee outlives every use on its own thread.
-    THREAD.with(|t| unsafe { &*(t as *const ThreadState) })
+    // SAFETY: the block is this thread's, large and aligned enough (checked above), and
+    // all-zero bytes are a valid ThreadState (false, 0, None: the null niche of
+    // Option<&T>, and zero counters), which is the state every thread starts with; only
+    // this thread reaches it (see above).
+    unsafe { &*(oxg_thread_block_addr() as *const ThreadState) }
 }
 
 impl ThreadState {

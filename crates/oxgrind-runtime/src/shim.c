@@ -6,6 +6,8 @@
  *   -fexceptions so the unwinder can pass through it.
  * - execl, execlp and execle are variadic: they gather their arguments and call the Rust
  *   execve/execvp interposers, so the report is written before the image is replaced.
+ * - The runtime's per-thread block must be reachable without a call into the dynamic
+ *   loader (see oxg_thread_block_addr); stable Rust cannot choose a TLS model.
  */
 #include <stddef.h>
 #include <stdarg.h>
@@ -21,6 +23,20 @@ extern int execvp(const char *file, char *const argv[]);
 extern char **environ;
 
 typedef struct { int dummy; } nothrow_t;
+
+/* The storage of the runtime's per-thread state (guard.rs, ThreadState, whose all-zero
+ * bytes are its initial value). Initial-exec: the runtime is loaded with the program, so the
+ * block is in the static TLS every thread is created with, at a fixed offset from %fs.
+ * A Rust thread_local! in a shared library is general-dynamic instead: each lookup calls
+ * the loader's __tls_get_addr, which runs translated and reads the thread's DTV, a heap
+ * block the loader malloc'd. Those reads happen before the runtime can tell the engine
+ * that its own work starts, so a heap tool (DHAT) charged them to the program. */
+static __thread unsigned char oxg_thread_block[64]
+    __attribute__((tls_model("initial-exec"), aligned(16)));
+
+__attribute__((visibility("hidden"))) void *oxg_thread_block_addr(void) {
+    return oxg_thread_block;
+}
 
 /* The exported entry points are tiny Rust functions that jump here (exports.rs): a Rust
  * cdylib exports only what Rust defines. `which` names the entry point for frame 0 of the
