@@ -33,6 +33,7 @@ pub(crate) struct Global {
     pub stats: bool,
     pub on_exit: Option<unsafe extern "C" fn(i32)>,
     pub on_memory_syscall: Option<fn(&crate::MemorySyscall)>,
+    pub on_fd_syscall: Option<fn(&crate::MemorySyscall)>,
     /// The client's tool is told of each program system call before it runs.
     pub before_syscalls: bool,
     /// The embedder's answers to core client requests (`Config::core_requests`).
@@ -46,6 +47,7 @@ pub(crate) static GLOBAL: SpinLock<Global> = SpinLock::new(Global {
     stats: false,
     on_exit: None,
     on_memory_syscall: None,
+    on_fd_syscall: None,
     before_syscalls: false,
     core_requests: None,
 });
@@ -343,7 +345,17 @@ fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
         SYS_MMAP | SYS_MUNMAP | SYS_MREMAP | SYS_BRK
             if GLOBAL.lock().on_memory_syscall.is_some() =>
         {
-            memory_syscall(ctx, pc);
+            let hook = GLOBAL.lock().on_memory_syscall;
+            performed_syscall(ctx, pc, hook);
+            Action::Emulated
+        }
+        // open, close, pipe, dup, dup2, socket, socketpair, accept, fcntl, creat, openat,
+        // accept4, dup3, pipe2, close_range, openat2.
+        2 | 3 | 22 | 32 | 33 | 41 | 43 | 53 | 72 | 85 | 257 | 288 | 292 | 293 | 436 | 437
+            if GLOBAL.lock().on_fd_syscall.is_some() =>
+        {
+            let hook = GLOBAL.lock().on_fd_syscall;
+            performed_syscall(ctx, pc, hook);
             Action::Emulated
         }
         // mmap(MAP_FIXED) replaces whatever was mapped there, code included.
@@ -373,11 +385,15 @@ fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
     }
 }
 
-/// Performs a guest `mmap`, `munmap`, `mremap` or `brk` here, dropping the translations of
-/// what it unmaps or replaces first, and tells the embedder what it did. None of them can be
-/// interrupted by a signal (no `EINTR`), so running them from the dispatcher changes nothing
-/// the guest can see but `rcx` and `r11`, which the `syscall` instruction clobbers anyway.
-fn memory_syscall(ctx: &mut ThreadCtx, pc: u64) {
+/// Performs a guest system call here and tells the embedder what it did (`hook`): a
+/// `mmap`, `munmap`, `mremap` or `brk` (`Config::on_memory_syscall`), dropping the
+/// translations of what it unmaps or replaces first, or one that creates or closes file
+/// descriptors (`Config::on_fd_syscall`). The memory calls cannot be interrupted by a signal
+/// (no `EINTR`); the descriptor calls that can block (accept, open of a FIFO) keep the
+/// guest's `SA_RESTART` choice, the engine installing the guest's flags. Running them from
+/// the dispatcher changes nothing the guest can see but `rcx` and `r11`, which the `syscall`
+/// instruction clobbers anyway.
+fn performed_syscall(ctx: &mut ThreadCtx, pc: u64, hook: Option<fn(&crate::MemorySyscall)>) {
     let g = &ctx.gregs;
     let nr = g[c::RAX];
     let args = [g[c::RDI], g[c::RSI], g[c::RDX], g[c::R10], g[8], g[9]];
@@ -404,7 +420,6 @@ fn memory_syscall(ctx: &mut ThreadCtx, pc: u64) {
         )
     } as i64;
     ctx.gregs[c::RAX] = result as u64;
-    let hook = GLOBAL.lock().on_memory_syscall;
     if let Some(hook) = hook {
         hook(&crate::MemorySyscall {
             nr,

@@ -148,6 +148,14 @@ pub struct Config {
     /// under the engine (the guest's system calls run from the code cache). Like a probe
     /// callback, it must not call into the program or block on a lock guest code may hold.
     pub on_memory_syscall: Option<fn(&MemorySyscall)>,
+    /// Called like `on_memory_syscall`, after each guest system call that creates or closes
+    /// file descriptors (open, openat, openat2, creat, socket, socketpair, accept, accept4,
+    /// pipe, pipe2, dup, dup2, dup3, fcntl, close, close_range), which the engine then
+    /// performs itself from the dispatcher: `--track-fds`, which needs the descriptor a call
+    /// returned and the stack that made it. A call that blocks (accept, open of a FIFO)
+    /// blocks there; a signal arriving meanwhile is delivered when it returns, as for any
+    /// emulated call (with `SA_RESTART` the call restarts, without it it fails with EINTR).
+    pub on_fd_syscall: Option<fn(&MemorySyscall)>,
     /// Call the client's `Tool::before_syscall` before each of the program's system calls
     /// (the tool's `Needs::before_syscalls`), from the same place in the dispatcher as the
     /// definedness checks of syscall arguments.
@@ -159,11 +167,11 @@ pub struct Config {
     pub core_requests: Option<fn(&[u64; 6], &oxgrind_tool::instrument::GuestRegs) -> Option<u64>>,
 }
 
-/// A guest system call that maps or unmaps memory, just performed (see
-/// [`Config::on_memory_syscall`]).
+/// A guest system call the engine has just performed for the embedder (see
+/// [`Config::on_memory_syscall`] and [`Config::on_fd_syscall`]).
 #[derive(Clone, Copy, Debug)]
 pub struct MemorySyscall {
-    /// `mmap` 9, `munmap` 11, `brk` 12, `mremap` 25.
+    /// The system call number (`mmap` 9, `munmap` 11, `brk` 12, `mremap` 25, `open` 2, ...).
     pub nr: u64,
     /// rdi, rsi, rdx, r10, r8, r9.
     pub args: [u64; 6],
@@ -185,6 +193,7 @@ impl core::fmt::Debug for Config {
             .field("trace", &self.trace)
             .field("thread_state", &self.thread_state)
             .field("on_memory_syscall", &self.on_memory_syscall.is_some())
+            .field("on_fd_syscall", &self.on_fd_syscall.is_some())
             .finish()
     }
 }
@@ -203,6 +212,7 @@ impl Default for Config {
             thread_state: 0,
             definedness: false,
             on_memory_syscall: None,
+            on_fd_syscall: None,
             before_syscalls: false,
             core_requests: None,
         }
@@ -293,6 +303,7 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
         g.stats = config.stats;
         g.on_exit = config.on_exit;
         g.on_memory_syscall = config.on_memory_syscall;
+        g.on_fd_syscall = config.on_fd_syscall;
         g.before_syscalls = config.before_syscalls && config.client.is_some();
         g.core_requests = config.core_requests;
     }
@@ -338,6 +349,14 @@ static RUNNING: AtomicBool = AtomicBool::new(false);
 /// Guest instructions the calling thread has executed (counting mode; 0 when the engine is
 /// not running). With [`set_thread_instructions`], lets the embedder leave its own work
 /// (an allocator hook, say) out of the program's count.
+/// The engine's own copy of its output descriptor (duplicated at or above 700 at start), which
+/// is not the program's (`--track-fds` leaves it out); `None` before the engine starts or if
+/// it could not duplicate.
+pub fn own_fd() -> Option<i32> {
+    let fd = dispatch::GLOBAL.lock().out_fd;
+    (fd >= 700).then_some(fd)
+}
+
 pub fn thread_instructions() -> u64 {
     if !RUNNING.load(Ordering::Acquire) {
         return 0;

@@ -52,6 +52,9 @@ pub struct CoreOptions {
     pub alignment: u64,
     pub run_libc_freeres: bool,
     pub run_cxx_freeres: bool,
+    /// `--track-fds`: the descriptors open at exit, with where they were opened (`Yes`
+    /// leaves out 0, 1 and 2, `All` lists them too).
+    pub track_fds: TrackFds,
     /// `--max-peak`, `--max-leaked`, `--max-allocs`: checked by the runtime at exit.
     pub budgets: Budgets,
 }
@@ -73,9 +76,18 @@ impl Default for CoreOptions {
             alignment: 16,
             run_libc_freeres: true,
             run_cxx_freeres: true,
+            track_fds: TrackFds::No,
             budgets: Budgets::default(),
         }
     }
+}
+
+/// `--track-fds=no|yes|all`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrackFds {
+    No,
+    Yes,
+    All,
 }
 
 /// A parsed command line: core options, the configured tool, and where the program starts.
@@ -244,6 +256,18 @@ pub fn parse(options: &[String]) -> Result<Action, OptionError> {
             "--time-stamp" => core.time_stamp = bool_value(o, val()?)?,
             "--run-libc-freeres" => core.run_libc_freeres = bool_value(o, val()?)?,
             "--run-cxx-freeres" => core.run_cxx_freeres = bool_value(o, val()?)?,
+            "--track-fds" => {
+                core.track_fds = match val()? {
+                    "no" => TrackFds::No,
+                    "yes" => TrackFds::Yes,
+                    "all" => TrackFds::All,
+                    _ => {
+                        return Err(OptionError(format!(
+                            "Bad option: {o}: expected no, yes or all"
+                        )))
+                    }
+                }
+            }
             "--alignment" => {
                 let n = num_value(o, val()?, 16, 4096)?;
                 if !n.is_power_of_two() {

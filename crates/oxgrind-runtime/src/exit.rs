@@ -215,6 +215,9 @@ pub fn finish(exit: Exit) {
     }
     // Trace records the threads have not handed over yet are part of the run.
     oxgrind_engine::flush_all_traces();
+    if !matches!(exit, Exit::Exec) {
+        crate::trackfds::report();
+    }
     rt.tool.fini(&HOST, exit);
     if !matches!(exit, Exit::Exec) {
         crate::budget::check(&HOST, &*rt.tool);
@@ -230,31 +233,13 @@ pub fn finish(exit: Exit) {
 /// prints it for every tool before the tool's own summary.
 fn fatal_signal_block() {
     use oxgrind_tool::Host;
-    let Some(rt) = state::runtime() else { return };
+    if state::runtime().is_none() {
+        return;
+    }
     let Some(f) = *FATAL_SIGNAL.lock() else {
         return;
     };
-    let mut frames = Vec::new();
-    'stack: for ip in HOST
-        .stack(f.stack)
-        .into_iter()
-        .take(rt.core.view.num_callers)
-    {
-        let mut group = HOST.describe(ip);
-        if group.is_empty() {
-            group.push(oxgrind_tool::Frame {
-                ip,
-                ..Default::default()
-            });
-        }
-        for frame in group {
-            let below_main = frame.function.as_deref() == Some("main");
-            frames.push(frame);
-            if below_main && !rt.core.view.show_below_main {
-                break 'stack;
-            }
-        }
-    }
+    let frames = core_frames(f.stack);
     let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
     let soft = |name: &str| -> Option<u64> {
         let l = limits.lines().find(|l| l.starts_with(name))?;
@@ -282,6 +267,33 @@ fn fatal_signal_block() {
         main_stack,
     );
     HOST.log(&text);
+}
+
+/// A stack's frames as the core prints them (a fatal signal's, `--track-fds`'s): at most
+/// `--num-callers`, inlined calls expanded, cut below `main` unless `--show-below-main`.
+pub(crate) fn core_frames(stack: oxgrind_tool::StackId) -> Vec<oxgrind_tool::Frame> {
+    use oxgrind_tool::Host;
+    let Some(rt) = state::runtime() else {
+        return Vec::new();
+    };
+    let mut frames = Vec::new();
+    'stack: for ip in HOST.stack(stack).into_iter().take(rt.core.view.num_callers) {
+        let mut group = HOST.describe(ip);
+        if group.is_empty() {
+            group.push(oxgrind_tool::Frame {
+                ip,
+                ..Default::default()
+            });
+        }
+        for frame in group {
+            let below_main = frame.function.as_deref() == Some("main");
+            frames.push(frame);
+            if below_main && !rt.core.view.show_below_main {
+                break 'stack;
+            }
+        }
+    }
+    frames
 }
 
 /// The exit status to end with instead of the program's: a broken budget's, else the tool's

@@ -35,7 +35,7 @@ pub fn unregister(fd: i32) {
 }
 
 #[inline]
-fn is_ours(fd: i64) -> bool {
+pub fn is_ours(fd: i64) -> bool {
     if !(BASE as i64..BASE as i64 + 256).contains(&fd) {
         return false;
     }

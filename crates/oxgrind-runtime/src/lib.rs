@@ -38,6 +38,7 @@ pub mod roots;
 pub mod stacks;
 pub mod state;
 pub mod strings;
+pub mod trackfds;
 
 #[global_allocator]
 static HEAP: oxgrind_sys::heap::PrivateHeap = oxgrind_sys::heap::PrivateHeap::new();
@@ -64,7 +65,11 @@ extern "C" fn on_load() {
         hooks::open_self(&stacks::self_path());
     }
     if let Some(rt) = state::runtime() {
-        if wants_engine(&rt.needs) {
+        // --track-fds learns each descriptor's opening stack from the engine (trackfds.rs).
+        if rt.core.track_fds != oxgrind_options::TrackFds::No {
+            trackfds::enable();
+        }
+        if wants_engine(&rt.needs) || trackfds::enabled() {
             start_engine(rt.needs);
         }
     }
@@ -89,6 +94,11 @@ fn start_engine(needs: oxgrind_tool::Needs) {
         },
         on_memory_syscall: if needs.page_events {
             Some(pages::on_engine_syscall)
+        } else {
+            None
+        },
+        on_fd_syscall: if trackfds::enabled() {
+            Some(trackfds::on_engine_syscall)
         } else {
             None
         },
