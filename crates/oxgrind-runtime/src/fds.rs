@@ -7,7 +7,7 @@
 //! ours, and `dup2`/`dup3` onto ours fail with EBADF.
 
 use core::ffi::{c_int, c_uint};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use oxgrind_sys::syscall::{syscall1, syscall3};
 
@@ -71,10 +71,32 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     libc_result(unsafe { syscall1(SYS_CLOSE, fd as usize) })
 }
 
+/// libc's own `dup2`/`dup3`, which the program's calls reach when they do not touch ours:
+/// the system call is then made from libc, where `--track-fds` finds it (trackfds.rs) with
+/// libc's frame on top, as Valgrind shows it. Looked up once (0: not yet).
+static LIBC_DUP2: AtomicUsize = AtomicUsize::new(0);
+static LIBC_DUP3: AtomicUsize = AtomicUsize::new(0);
+
+fn libc_fn(slot: &AtomicUsize, name: &[u8]) -> usize {
+    let mut f = slot.load(Ordering::Acquire);
+    if f == 0 {
+        f = crate::libc_api::next_symbol(name) as usize;
+        slot.store(f, Ordering::Release);
+    }
+    f
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     if is_ours(new as i64) {
         return ebadf();
+    }
+    let f = libc_fn(&LIBC_DUP2, b"dup2\0");
+    if f != 0 {
+        // SAFETY: dlsym found libc's dup2, whose signature this is.
+        let f: unsafe extern "C" fn(c_int, c_int) -> c_int = unsafe { core::mem::transmute(f) };
+        // SAFETY: the caller's arguments, unchanged.
+        return unsafe { f(old, new) };
     }
     if old == new {
         // dup2(fd, fd) checks fd and returns it: what fcntl(F_GETFD) tells.
@@ -90,6 +112,14 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     if is_ours(new as i64) {
         return ebadf();
+    }
+    let f = libc_fn(&LIBC_DUP3, b"dup3\0");
+    if f != 0 {
+        // SAFETY: dlsym found libc's dup3, whose signature this is.
+        let f: unsafe extern "C" fn(c_int, c_int, c_int) -> c_int =
+            unsafe { core::mem::transmute(f) };
+        // SAFETY: the caller's arguments, unchanged.
+        return unsafe { f(old, new, flags) };
     }
     // SAFETY: dup3 with the caller's arguments.
     libc_result(unsafe { syscall3(SYS_DUP3, old as usize, new as usize, flags as usize) })

@@ -56,8 +56,11 @@ pub fn on_engine_syscall(call: &oxgrind_engine::MemorySyscall) {
     }
     let (lo, hi) = crate::stacks::self_text();
     let pc = call.regs.rip;
-    if lo <= pc && pc < hi {
-        return; // our own raw system call
+    // Our own raw system calls are not the program's, except those of the wrappers that
+    // keep our descriptors out of its reach (fds.rs: close, close_range, dup2, dup3), which
+    // make the program's call for it.
+    if lo <= pc && pc < hi && !matches!(call.nr, 3 | 33 | 292 | 436) {
+        return;
     }
     let a = call.args;
     let r = call.result;
@@ -83,9 +86,7 @@ pub fn on_engine_syscall(call: &oxgrind_engine::MemorySyscall) {
         // fcntl: only F_DUPFD and F_DUPFD_CLOEXEC create one
         72 if a[1] == 0 || a[1] == 1030 => opened(&[r as i32], call),
         72 => {}
-        // dup2(fd, fd) creates nothing
-        33 if a[0] == a[1] => {}
-        // open, dup, dup2, socket, accept, creat, openat, accept4, dup3, openat2
+        // open, dup, dup2 (even onto itself: Valgrind then records the new stack), socket, accept, creat, openat, accept4, dup3, openat2
         _ => opened(&[r as i32], call),
     }
 }
@@ -108,6 +109,19 @@ fn opened(fds: &[i32], call: &oxgrind_engine::MemorySyscall) {
         regs.rbp(),
         rt.core.view.num_callers,
     );
+    // A call made through our wrappers (fds.rs's dup2) shows the program's frames only.
+    let (lo, hi) = crate::stacks::self_text();
+    let frames = STACKS.frames(stack);
+    let stack = if frames.iter().any(|&ip| lo <= ip && ip < hi) {
+        let kept: Vec<u64> = frames
+            .iter()
+            .copied()
+            .filter(|&ip| ip < lo || ip >= hi)
+            .collect();
+        STACKS.intern(&kept)
+    } else {
+        stack
+    };
     let mut list = OPENED.lock();
     for &fd in fds {
         if let Some(rec) = list.iter_mut().find(|rec| rec.fd == fd) {
@@ -198,6 +212,8 @@ fn headline(fd: i32, target: &str) -> String {
         }
     }
     if target.starts_with('/') {
+        // The name it was opened with, as Valgrind keeps it, even if since unlinked.
+        let target = target.strip_suffix(" (deleted)").unwrap_or(target);
         format!("Open file descriptor {fd}: {target}")
     } else {
         format!("Open file descriptor {fd}:")

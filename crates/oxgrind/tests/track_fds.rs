@@ -1,0 +1,67 @@
+//! `--track-fds`, differentially: each case of `tests/corpus/track_fds.c` leaves descriptors
+//! open at exit, made a different way (open, pipe, dup, socket; dup2 onto an open one, dup3,
+//! fcntl(F_DUPFD*); libc's own opens, socketpair, creat of a since-unlinked file;
+//! close_range; across exec, where O_CLOEXEC ones vanish and the others are inherited). The
+//! whole report, "FILE DESCRIPTORS: N open (M std) at exit." and each descriptor's block
+//! with its opening stack, must be Valgrind 3.19's, for `yes` and `all`, under Memcheck and
+//! under a tool that does not translate by itself (none).
+
+mod common;
+use common::*;
+use std::process::{Command, Stdio};
+
+const CASES: &[&str] = &["basic", "dups", "libc", "close_range", "exec"];
+
+fn report(tool: &str, mode: &str, prog: &std::path::Path, case: &str, ours: bool) -> String {
+    let mut cmd = if ours {
+        Command::new(oxgrind())
+    } else {
+        Command::new("valgrind")
+    };
+    cmd.arg(format!("--tool={tool}"))
+        .arg(format!("--track-fds={mode}"))
+        .arg("--trace-children=yes")
+        .arg(prog)
+        .arg(case)
+        .stdin(Stdio::null());
+    let out = run(&mut cmd);
+    assert!(out.status.success(), "{case}: {out:?}");
+    normalize_report(&stderr(&out))
+}
+
+#[test]
+fn open_descriptors_at_exit_match_valgrind() {
+    if !have_valgrind() {
+        return;
+    }
+    let prog = build("track_fds.c", &["-g", "-O0", "-w"]);
+    let mut failures = Vec::new();
+    for (tool, mode) in [("memcheck", "yes"), ("memcheck", "all"), ("none", "yes")] {
+        for case in CASES {
+            let theirs = report(tool, mode, &prog, case, false);
+            let ours = report(tool, mode, &prog, case, true);
+            assert!(
+                theirs.contains("FILE DESCRIPTORS: "),
+                "{case}: Valgrind says\n{theirs}"
+            );
+            if ours != theirs {
+                failures.push(format!(
+                    "--- {tool} {mode} {case}: ours\n{ours}\n--- valgrind\n{theirs}"
+                ));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} cases differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn no_report_without_the_option() {
+    let prog = build("track_fds.c", &["-g", "-O0", "-w"]);
+    let out = run(Command::new(oxgrind()).arg(&prog).arg("basic"));
+    assert!(!stderr(&out).contains("FILE DESCRIPTORS"), "{out:?}");
+}
