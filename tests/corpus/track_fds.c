@@ -6,6 +6,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <netinet/in.h>
+#include <sys/wait.h>
 
 int main(int argc, char **argv) {
     const char *c = argc > 1 ? argv[1] : "basic";
@@ -43,6 +45,26 @@ int main(int argc, char **argv) {
         execl(argv[0], argv[0], "after_exec", (char *)0);
     } else if (!strcmp(c, "after_exec")) {
         open("/dev/zero", O_RDONLY);
+    } else if (!strcmp(c, "fork_accept")) {
+        /* a connected pair over loopback, then a child that inherits them and opens one */
+        int ls = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {0};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(0x7f000001);
+        bind(ls, (void *)&a, sizeof a);
+        listen(ls, 1);
+        socklen_t l = sizeof a;
+        getsockname(ls, (void *)&a, &l);
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        connect(s, (void *)&a, sizeof a);
+        accept4(ls, 0, 0, SOCK_CLOEXEC);
+        close(ls);
+        pid_t pid = fork();
+        if (pid == 0) {
+            open("/dev/null", O_RDONLY);
+            _exit(0);
+        }
+        waitpid(pid, 0, 0);
     } else if (!strcmp(c, "none")) {
     }
     return 0;
