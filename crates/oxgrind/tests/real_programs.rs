@@ -248,7 +248,40 @@ fn real_programs_run_unchanged_under_the_translation_engine() {
     same_as_native_under_the_engine(&build("containers.cpp", &["-g", "-O2"]), &[], None);
     same_as_native_under_the_engine(&build("rust_prog.rs", &["-O"]), &[], None);
     let endings = build("endings.c", &["-g", "-O2"]);
-    for mode in ["exit", "_exit", "abort", "segv", "fork"] {
+    for mode in ["exit", "_exit", "abort", "fork"] {
         same_as_native_under_the_engine(&endings, &[mode], None);
+    }
+    // A crash: what the program prints, its status and signal as natively, and on stderr
+    // the core's "Process terminating" block, which Valgrind prints even with -q for a
+    // core-dumping signal the kernel raised.
+    let (dn, de) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let n = native(&endings, &["segv"], None, dn.path());
+    let e = feed(
+        {
+            let mut c = Command::new(oxgrind());
+            c.args(["-q", "--tool=none"])
+                .arg(&endings)
+                .arg("segv")
+                .current_dir(de.path());
+            c
+        },
+        None,
+    );
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(stdout(&e), stdout(&n));
+    assert_eq!(e.status.signal(), n.status.signal());
+    if have_valgrind() {
+        let v = run(Command::new("valgrind")
+            .args(["-q", "--tool=none"])
+            .arg(&endings)
+            .arg("segv")
+            .current_dir(de.path()));
+        assert_eq!(
+            normalize_report(&stderr(&e)),
+            normalize_report(&stderr(&v)),
+            "stderr of a crash under --tool=none -q differs from Valgrind's"
+        );
+    } else {
+        assert!(stderr(&e).contains("Process terminating with default action of signal 11"));
     }
 }
