@@ -116,13 +116,10 @@ impl Logs {
 
     /// Moves every log's events behind the ones already pending for it (one [`Pending`] per
     /// log), oldest first: by swapping vectors when nothing of that log is pending, so an
-    /// event is not copied again. Whether any event was taken.
-    pub(crate) fn take_all(&self, pending: &mut [Pending]) -> bool {
-        self.take_all_within(pending, u64::MAX)
-    }
-
-    /// [`Logs::take_all`], giving up on a log whose lock stays taken for `spins` tries: at
-    /// the end, when a fatal signal may have stopped a thread in the middle of an append.
+    /// event is not copied again. Whether any event was taken. `spins`: `u64::MAX` waits
+    /// for each log's lock; a smaller number gives up on a log whose lock stays taken that
+    /// many tries (at the end, when a fatal signal may have stopped a thread in the middle
+    /// of an append).
     pub(crate) fn take_all_within(&self, pending: &mut [Pending], spins: u64) -> bool {
         let mut any = false;
         let mut busy = self.busy.swap(0, Ordering::Relaxed);

@@ -18,7 +18,6 @@
 
 use std::sync::atomic::Ordering;
 
-use oxgrind_formats::memcheck_text as text;
 use oxgrind_formats::memcheck_xml::WhatQuirk;
 use oxgrind_tool::instrument::GuestRegs;
 use oxgrind_tool::{Addr, AllocFn, Host, LiveBlock, StackId};
@@ -143,22 +142,7 @@ impl Memcheck {
             i.map(|i| blocks.swap_remove(i))
         };
         let Some(b) = block else {
-            let tid = host.tid();
-            let thread = {
-                let mut st = self.lock();
-                thread_number(&mut st.threads, tid, host.pid())
-            };
-            self.report_at(
-                host,
-                KeyKind::InvalidFree,
-                stack,
-                false,
-                tid,
-                "InvalidFree",
-                &|| text::INVALID_FREE.to_string(),
-                WhatQuirk::None,
-                &|freed| self.describe_addr(host, freed, addr, thread),
-            );
+            self.report_invalid_free(host, addr, stack);
             return;
         };
         shadow::make_noaccess(base, addr.saturating_sub(rz), b.size + 2 * rz);
