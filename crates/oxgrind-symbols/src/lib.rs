@@ -40,7 +40,6 @@ extern crate alloc;
 
 pub use oxgrind_formats::below_main;
 pub mod cxxabi;
-mod dwarf;
 mod elfmem;
 pub mod maps;
 pub mod symbolize;
