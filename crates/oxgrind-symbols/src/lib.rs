@@ -40,6 +40,7 @@ extern crate alloc;
 
 pub use oxgrind_formats::below_main;
 pub mod cxxabi;
+mod dwarf;
 mod elfmem;
 pub mod maps;
 pub mod symbolize;

@@ -28,15 +28,16 @@ use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 use oxgrind_formats::frame::Frame;
 
 use crate::below_main::{fn_name_kind, FnNameKind, BELOW_MAIN};
+use crate::dwarf::LazyDwarf;
 use crate::maps;
 
-type Reader = gimli::EndianReader<gimli::RunTimeEndian, Bytes>;
+pub(crate) type Reader = gimli::EndianReader<gimli::RunTimeEndian, Bytes>;
 
 /// Bytes of one DWARF section: a window on the mapped file when stored plainly (no copy of
 /// debug information that can run to gigabytes), or the decompressed copy of a compressed
 /// section.
 #[derive(Clone, Debug)]
-enum Bytes {
+pub(crate) enum Bytes {
     Mapped(Arc<memmap2::Mmap>, usize, usize),
     Owned(Arc<[u8]>),
     /// A decompressed section, kept in the vector it was inflated into (copying it into an
@@ -117,7 +118,7 @@ struct Sym {
 
 /// What is loaded for one object.
 struct Loaded {
-    dwarf: Option<addr2line::Context<Reader>>,
+    dwarf: Option<LazyDwarf>,
     /// Function symbols sorted by address, one name per address (Valgrind's preference).
     syms: Vec<Sym>,
     /// Data (object) symbols with a size, sorted by address, for "inside data symbol".
@@ -255,7 +256,7 @@ impl Symbolizer {
         (ip < r.1).then_some(r.2)
     }
 
-    fn loaded(&mut self, idx: usize) -> &Loaded {
+    fn loaded(&mut self, idx: usize) -> &mut Loaded {
         if self.entries[idx].loaded.is_none() {
             let path = self.entries[idx].module.path.clone();
             let loaded = match load(&path, &self.debug_dirs) {
@@ -273,7 +274,7 @@ impl Symbolizer {
         }
         self.entries[idx]
             .loaded
-            .as_ref()
+            .as_mut()
             .expect("loaded just above")
     }
 
@@ -342,52 +343,34 @@ impl Symbolizer {
         let symbols_only = self.entries[idx].symbols_only;
         let loaded = self.loaded(idx);
         let svma = ip.wrapping_sub(bias);
-        let sym = sym_at(&loaded.syms, svma);
+        let sym = sym_at(&loaded.syms, svma).map(|s| s.name.clone());
 
         let mut out: Vec<Frame> = Vec::new();
-        if let Some(ctx) = loaded.dwarf.as_ref().filter(|_| !symbols_only) {
-            let unit = ctx.find_dwarf_and_unit(svma).skip_all_loads();
-            let files = unit.map(unit_files).unwrap_or_default();
-            if let Ok(mut iter) = ctx.find_frames(svma).skip_all_loads() {
-                let mut raw: Vec<RawFrame> = Vec::new();
-                while let Ok(Some(fr)) = iter.next() {
-                    let name = fr
-                        .function
-                        .as_ref()
-                        .and_then(|f| f.raw_name().ok())
-                        .map(|n| n.into_owned());
-                    let (file, dir, line) = match &fr.location {
-                        Some(loc) => split_location(&files, loc.file, loc.line),
-                        None => (None, None, 0),
-                    };
-                    raw.push(RawFrame {
-                        name,
-                        file,
-                        dir,
-                        line,
-                        die: fr.dw_die_offset,
-                    });
-                }
-                let last = raw.len().saturating_sub(1);
-                for (i, r) in raw.into_iter().enumerate() {
+        if let Some(dw) = loaded.dwarf.as_mut().filter(|_| !symbols_only) {
+            if let Some((unit_index, found)) = dw.frames(svma) {
+                let unit = dw.unit(unit_index);
+                let files = unit.map(unit_files).unwrap_or_default();
+                let last = found.len().saturating_sub(1);
+                for (i, fr) in found.into_iter().enumerate() {
+                    let (file, dir, line) = split_location(&files, fr.file.as_deref(), fr.line);
                     // Valgrind names inlined calls by the DIE's DW_AT_name (unqualified in C++,
                     // with generic arguments in Rust), not by the linkage name.
                     let inlined_name = if i < last {
-                        unit.zip(r.die).and_then(|(u, d)| die_name(u, d, 0))
+                        unit.zip(fr.die).and_then(|(u, d)| die_name(u, d, 0))
                     } else {
                         None
                     };
                     let (function, mangled) = match inlined_name {
                         Some(n) => (Some(n), None),
-                        None => r.name.as_deref().map(split_name).unwrap_or((None, None)),
+                        None => fr.name.as_deref().map(split_name).unwrap_or((None, None)),
                     };
                     out.push(Frame {
                         ip,
                         function,
                         mangled,
-                        file: r.file,
-                        dir: r.dir,
-                        line: r.line,
+                        file,
+                        dir,
+                        line,
                         object: object.clone(),
                     });
                 }
@@ -404,7 +387,7 @@ impl Symbolizer {
         // does; DWARF's name stays only when there is no symbol.
         let outer = out.last_mut().expect("pushed above");
         if let Some(sym) = sym {
-            let (function, mangled) = split_name(&sym.name);
+            let (function, mangled) = split_name(&sym);
             outer.function = function;
             outer.mangled = mangled;
         }
@@ -456,16 +439,7 @@ pub fn demangle(raw: &str) -> Cow<'_, str> {
     Cow::Borrowed(raw)
 }
 
-/// One frame as addr2line gives it, before naming.
-struct RawFrame {
-    name: Option<String>,
-    file: Option<String>,
-    dir: Option<String>,
-    line: u32,
-    die: Option<gimli::UnitOffset>,
-}
-
-/// One file of a unit's line table: the path addr2line renders for it, the file entry as
+/// One file of a unit's line table: the path [`crate::dwarf`] renders for it (as addr2line does), the file entry as
 /// written, and the directory Valgrind prints with `--fullpath-after`.
 struct UnitFile {
     joined: String,
@@ -498,7 +472,7 @@ fn split_location(
     (Some(name), dir, line)
 }
 
-fn push_path(path: &mut String, p: &str) {
+pub(crate) fn push_path(path: &mut String, p: &str) {
     if p.starts_with('/') {
         *path = p.to_string();
     } else {
@@ -778,11 +752,27 @@ fn dwarf_of(
                 {
                     Bytes::Mapped(data.clone(), r.offset as usize, r.compressed_size as usize)
                 }
-                _ => match sec.uncompressed_data() {
-                    Ok(Cow::Owned(v)) => Bytes::Inflated(Arc::new(v)),
+                Ok(r) => match sec.uncompressed_data() {
+                    Ok(Cow::Owned(v)) => {
+                        // The compressed bytes are not read again: their pages leave our
+                        // resident set now rather than add to its peak while the next
+                        // sections inflate (4 MiB for Debian 12's glibc debug file).
+                        // SAFETY: the mapping is private and never written, so dropping
+                        // its pages loses nothing: a later read faults them in from the
+                        // file again.
+                        let _ = unsafe {
+                            data.unchecked_advise_range(
+                                memmap2::UncheckedAdvice::DontNeed,
+                                r.offset as usize,
+                                r.compressed_size as usize,
+                            )
+                        };
+                        Bytes::Inflated(Arc::new(v))
+                    }
                     Ok(Cow::Borrowed(d)) => Bytes::Owned(Arc::from(d)),
                     Err(_) => empty(),
                 },
+                Err(_) => empty(),
             },
             None => empty(),
         };
@@ -859,11 +849,11 @@ fn load(path: &Path, debug_dirs: &[PathBuf]) -> Result<Loaded, SymbolizeError> {
                 }
             }
         }
-        let ctx = addr2line::Context::from_dwarf(d).map_err(|error| SymbolizeError::Dwarf {
+        let lazy = LazyDwarf::new(d).map_err(|error| SymbolizeError::Dwarf {
             path: p.into(),
             error,
         })?;
-        dwarf = Some(ctx);
+        dwarf = Some(lazy);
         break;
     }
     Ok(Loaded {
