@@ -24,7 +24,6 @@ use oxgrind_tool::{Addr, AllocFn, Host, LiveBlock, StackId};
 
 use crate::errors::KeyKind;
 use crate::freed::FreedBlock;
-use crate::report::thread_number;
 use crate::shadow;
 use crate::Memcheck;
 
@@ -181,11 +180,7 @@ impl Memcheck {
 
     /// "Unaddressable byte(s) found during client check request" at the request's stack.
     fn report_check_request(&self, host: &dyn Host, bad: Addr, regs: &GuestRegs) {
-        let tid = host.tid();
-        let thread = {
-            let mut st = self.lock();
-            thread_number(&mut st.threads, tid, host.pid())
-        };
+        let (tid, thread) = self.calling_thread(host);
         let stack = host.stack_at(regs, self.opts.core.num_callers);
         self.report_at(
             host,

@@ -9,7 +9,6 @@ use oxgrind_tool::instrument::GuestRegs;
 use oxgrind_tool::{Alloc, AllocFn, Free, Host, Undefined};
 
 use crate::errors::KeyKind;
-use crate::report::thread_number;
 use crate::Memcheck;
 
 impl Memcheck {
@@ -74,11 +73,7 @@ impl Memcheck {
                 format!("Syscall param {param} points to uninitialised byte(s)"),
             ),
         };
-        let tid = host.tid();
-        let thread = {
-            let mut st = self.lock();
-            thread_number(&mut st.threads, tid, host.pid())
-        };
+        let (tid, thread) = self.calling_thread(host);
         let stack = host.stack_at(regs, self.opts.core.num_callers);
         let addr = match *what {
             Undefined::SyscallBuffer { addr, .. } => Some(addr),

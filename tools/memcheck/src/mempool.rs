@@ -19,7 +19,6 @@ use oxgrind_tool::{Addr, AllocFn, Host, LiveBlock};
 
 use crate::errors::KeyKind;
 use crate::freed::FreedBlock;
-use crate::report::thread_number;
 use crate::shadow;
 use crate::Memcheck;
 
@@ -259,11 +258,7 @@ impl Memcheck {
 
     /// "Illegal memory pool address": a request naming no pool.
     fn illegal_mempool(&self, host: &dyn Host, anchor: Addr, regs: &GuestRegs) {
-        let tid = host.tid();
-        let thread = {
-            let mut st = self.lock();
-            thread_number(&mut st.threads, tid, host.pid())
-        };
+        let (tid, thread) = self.calling_thread(host);
         let stack = host.stack_at(regs, self.opts.core.num_callers);
         self.report_at(
             host,
@@ -285,11 +280,7 @@ impl Memcheck {
         addr: Addr,
         stack: oxgrind_tool::StackId,
     ) {
-        let tid = host.tid();
-        let thread = {
-            let mut st = self.lock();
-            thread_number(&mut st.threads, tid, host.pid())
-        };
+        let (tid, thread) = self.calling_thread(host);
         self.report_at(
             host,
             KeyKind::InvalidFree,

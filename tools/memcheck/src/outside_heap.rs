@@ -31,7 +31,6 @@ use oxgrind_tool::{Addr, Host, MemoryFault, StackId};
 
 use crate::errors::KeyKind;
 use crate::freed::FreedQueue;
-use crate::report::thread_number;
 use crate::Memcheck;
 
 /// amd64's red zone: the 128 bytes below `rsp` a function may use without moving it.
@@ -202,10 +201,7 @@ impl Memcheck {
         let mut at: Option<(StackId, i32, i32)> = None;
         let mut report = |addr: Addr, size: u32, write: bool| {
             let (stack, tid, thread) = *at.get_or_insert_with(|| {
-                let tid = host.tid();
-                let mut st = self.lock();
-                let thread = thread_number(&mut st.threads, tid, host.pid());
-                drop(st);
+                let (tid, thread) = self.calling_thread(host);
                 (host.stack_at(regs, self.opts.core.num_callers), tid, thread)
             });
             self.report_at(

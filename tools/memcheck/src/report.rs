@@ -317,6 +317,15 @@ impl Memcheck {
 /// Valgrind numbers threads 1, 2, ... (the main thread is 1); the runtime reports kernel
 /// thread ids. The main thread's id is the pid; others are numbered as they first appear
 /// in an error (Valgrind numbers them at creation, which the tool does not see).
+impl Memcheck {
+    /// The calling thread's OS id and its number in reports ("thread 1's stack").
+    pub(crate) fn calling_thread(&self, host: &dyn Host) -> (i32, i32) {
+        let tid = host.tid();
+        let mut st = self.lock();
+        (tid, thread_number(&mut st.threads, tid, host.pid()))
+    }
+}
+
 pub(crate) fn thread_number(seen: &mut Vec<i32>, os_tid: i32, pid: i32) -> i32 {
     if os_tid == pid || os_tid == 1 {
         return 1;

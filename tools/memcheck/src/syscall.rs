@@ -21,7 +21,6 @@ use oxgrind_tool::syscalls::{self, Range};
 use oxgrind_tool::Host;
 
 use crate::errors::KeyKind;
-use crate::report::thread_number;
 use crate::shadow;
 use crate::Memcheck;
 
@@ -93,11 +92,7 @@ impl Memcheck {
             return;
         }
         self.ensure_started(host);
-        let tid = host.tid();
-        let thread = {
-            let mut st = self.lock();
-            thread_number(&mut st.threads, tid, host.pid())
-        };
+        let (tid, thread) = self.calling_thread(host);
         // Valgrind's stack of a syscall error starts after the `syscall` instruction (the
         // guest pc has moved past it when its wrapper runs): a line or an inlined frame
         // apart from the instruction itself.
