@@ -570,12 +570,13 @@ extern "C" fn on_fatal_signal(sig: c_int, info: *mut c_void, _ctx: *mut c_void) 
     let synchronous = matches!(sig, 4 | 5 | 7 | 8 | 11 | 31);
     if guard::inside() {
         if synchronous {
-            // A fault in oxgrind's own code: say so rather than hide it as the program's.
-            let _ = info;
+            // A fault in oxgrind's own code: say so rather than hide it as the program's,
+            // with what a bug report needs to place it.
             oxgrind_sys::fd::write_all(
                 2,
                 b"oxgrind: internal error: fatal signal inside the runtime\n",
             );
+            describe_internal_fault(sig, info, _ctx);
             set_default(sig);
             return; // the fault repeats with the default action and ends the process
         }
@@ -589,6 +590,130 @@ extern "C" fn on_fatal_signal(sig: c_int, info: *mut c_void, _ctx: *mut c_void) 
         return; // re-executes the faulting instruction under the default action
     }
     die_by(sig)
+}
+
+/// Writes the signal, the faulting address, the interrupted pc and its return addresses,
+/// then the executable mappings (to turn the addresses into places offline). Only raw
+/// system calls and a stack buffer: this runs after a fault inside oxgrind, where its
+/// heap and locks may be in any state.
+fn describe_internal_fault(sig: c_int, info: *const c_void, ctx: *const c_void) {
+    if info.is_null() || ctx.is_null() {
+        return;
+    }
+    let mut line = LineBuf::new();
+    // SAFETY: the kernel's siginfo_t (si_addr at 16) and ucontext_t (general registers at
+    // 40: rsp 15, rip 16, rbp 10), valid while the handler runs.
+    let (addr, pc, sp, bp) = unsafe {
+        let gregs = (ctx as *const u8).add(40) as *const u64;
+        (
+            *((info as *const u8).add(16) as *const u64),
+            *gregs.add(16),
+            *gregs.add(15),
+            *gregs.add(10),
+        )
+    };
+    line.text(b"oxgrind:   signal ");
+    line.dec(sig as u64);
+    line.text(b", address 0x");
+    line.hex(addr);
+    line.text(b", pc 0x");
+    line.hex(pc);
+    line.text(b", sp 0x");
+    line.hex(sp);
+    line.text(b"\noxgrind:   return addresses:");
+    let mut ras = [0u64; 24];
+    let n = oxgrind_symbols::capture_from(oxgrind_symbols::Regs { pc, sp, bp }, &mut ras, (0, 0));
+    for ra in &ras[..n] {
+        line.text(b" 0x");
+        line.hex(*ra);
+    }
+    line.text(b"\n");
+    line.flush(2);
+    // The executable mappings, for the offsets of those addresses.
+    let Ok(fd) = raw::open(b"/proc/self/maps\0", 0, 0) else {
+        return;
+    };
+    let mut buf = [0u8; 4096];
+    let mut have = 0;
+    loop {
+        let Ok(got) = raw::read(fd, &mut buf[have..]) else {
+            break;
+        };
+        have += got;
+        let mut start = 0;
+        while let Some(nl) = buf[start..have].iter().position(|&b| b == b'\n') {
+            let l = &buf[start..start + nl + 1];
+            if l.windows(4).any(|w| w == b"r-xp") {
+                oxgrind_sys::fd::write_all(2, b"oxgrind:   ");
+                oxgrind_sys::fd::write_all(2, l);
+            }
+            start += nl + 1;
+        }
+        buf.copy_within(start..have, 0);
+        have -= start;
+        if got == 0 || have == buf.len() {
+            break;
+        }
+    }
+    let _ = raw::close(fd);
+}
+
+/// A line built on the stack (no heap inside a fault handler).
+struct LineBuf {
+    buf: [u8; 1024],
+    len: usize,
+}
+
+impl LineBuf {
+    fn new() -> LineBuf {
+        LineBuf {
+            buf: [0; 1024],
+            len: 0,
+        }
+    }
+
+    fn text(&mut self, t: &[u8]) {
+        let n = t.len().min(self.buf.len() - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&t[..n]);
+        self.len += n;
+    }
+
+    fn hex(&mut self, v: u64) {
+        let mut digits = [0u8; 16];
+        let mut n = 0;
+        let mut v = v;
+        loop {
+            digits[n] = b"0123456789abcdef"[(v & 15) as usize];
+            n += 1;
+            v >>= 4;
+            if v == 0 {
+                break;
+            }
+        }
+        digits[..n].reverse();
+        self.text(&digits[..n]);
+    }
+
+    fn dec(&mut self, v: u64) {
+        let mut digits = [0u8; 20];
+        let mut n = 0;
+        let mut v = v;
+        loop {
+            digits[n] = b'0' + (v % 10) as u8;
+            n += 1;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        digits[..n].reverse();
+        self.text(&digits[..n]);
+    }
+
+    fn flush(&mut self, fd: i32) {
+        oxgrind_sys::fd::write_all(fd, &self.buf[..self.len]);
+        self.len = 0;
+    }
 }
 
 /// In [`PENDING`]: the private heap is living on its emergency reserve.

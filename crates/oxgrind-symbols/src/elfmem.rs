@@ -54,39 +54,48 @@ fn readable(maps: &[Mapping], addr: u64, len: u64) -> bool {
     true
 }
 
-fn read_u16(p: u64) -> u16 {
-    // SAFETY: callers check with `readable` that [p, p+2) lies in a readable mapping.
-    unsafe { core::ptr::read_unaligned(p as *const u16) }
+/// `buf.len()` bytes at `addr`, copied by the kernel: `false` when any of them is no longer
+/// mapped. The header and program headers of a mapping are read this way because the map
+/// list is a snapshot: another thread may unmap the mapping between the list and the read
+/// (the symbolizer's own view of an object file, a file the program maps and drops), and a
+/// plain load would then fault inside an allocation hook.
+fn copy_in(addr: u64, buf: &mut [u8]) -> bool {
+    oxgrind_sys::raw::read_own_memory(addr, buf) == buf.len()
 }
-fn read_u32(p: u64) -> u32 {
-    // SAFETY: as read_u16.
-    unsafe { core::ptr::read_unaligned(p as *const u32) }
+
+fn le_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
 }
-fn read_u64(p: u64) -> u64 {
-    // SAFETY: as read_u16.
-    unsafe { core::ptr::read_unaligned(p as *const u64) }
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn le_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 /// Builds the module whose ELF header is mapped at `m.start`, or `None` when the mapping is
-/// not the start of a 64-bit little-endian ELF object.
+/// not the start of a 64-bit little-endian ELF object (or is gone by now).
 pub(crate) fn module_at(maps: &[Mapping], m: &Mapping) -> Option<CfiModule> {
     if !m.readable || m.offset != 0 || m.end - m.start < 64 {
         return None;
     }
     let base = m.start;
-    // SAFETY: the mapping is readable and at least 64 bytes long (checked above).
-    let ident = unsafe { core::ptr::read_unaligned(base as *const [u8; 6]) };
-    if ident != [0x7f, b'E', b'L', b'F', 2, 1] {
+    let mut header = [0u8; 64];
+    if !copy_in(base, &mut header) || header[..6] != [0x7f, b'E', b'L', b'F', 2, 1] {
         return None;
     }
-    let phoff = read_u64(base + 32);
-    let phentsize = u64::from(read_u16(base + 54));
-    let phnum = u64::from(read_u16(base + 56));
+    let phoff = le_u64(&header, 32);
+    let phentsize = usize::from(le_u16(&header, 54));
+    let phnum = usize::from(le_u16(&header, 56));
     if phentsize < 56 || phnum == 0 || phnum > 512 {
         return None;
     }
     let ph_start = base.checked_add(phoff)?;
-    if !readable(maps, ph_start, phentsize * phnum) {
+    if !readable(maps, ph_start, (phentsize * phnum) as u64) {
+        return None;
+    }
+    let mut table = vec![0u8; phentsize * phnum];
+    if !copy_in(ph_start, &mut table) {
         return None;
     }
     struct Ph {
@@ -97,17 +106,15 @@ pub(crate) fn module_at(maps: &[Mapping], m: &Mapping) -> Option<CfiModule> {
         filesz: u64,
         memsz: u64,
     }
-    let phs: Vec<Ph> = (0..phnum)
-        .map(|i| {
-            let p = ph_start + i * phentsize;
-            Ph {
-                kind: read_u32(p),
-                flags: read_u32(p + 4),
-                offset: read_u64(p + 8),
-                vaddr: read_u64(p + 16),
-                filesz: read_u64(p + 32),
-                memsz: read_u64(p + 40),
-            }
+    let phs: Vec<Ph> = table
+        .chunks_exact(phentsize)
+        .map(|p| Ph {
+            kind: le_u32(p, 0),
+            flags: le_u32(p, 4),
+            offset: le_u64(p, 8),
+            vaddr: le_u64(p, 16),
+            filesz: le_u64(p, 32),
+            memsz: le_u64(p, 40),
         })
         .collect();
     let first_load = phs.iter().find(|p| p.kind == PT_LOAD && p.offset == 0)?;
@@ -185,17 +192,12 @@ pub(crate) fn module_at(maps: &[Mapping], m: &Mapping) -> Option<CfiModule> {
 
 /// Every ELF object mapped in `maps` (the main program, shared libraries, the vDSO).
 pub(crate) fn modules_from_maps(maps: &[Mapping]) -> Vec<CfiModule> {
-    maps.iter()
-        .filter(|m| {
-            m.offset == 0 && m.readable && (m.path.first() == Some(&b'/') || m.path == b"[vdso]")
-        })
-        // A loaded object always has executable code mapped from the same file. Requiring it
-        // keeps the header read away from data files the program mmap'ed (which may have
-        // been truncated: touching them would raise SIGBUS inside an allocation hook).
-        .filter(|m| {
-            maps.iter()
-                .any(|x| x.executable && x.inode == m.inode && x.path == m.path)
-        })
-        .filter_map(|m| module_at(maps, m))
+    // Only objects the loader mapped: their headers are read in place, and a data file the
+    // program mapped may have been truncated (touching it would raise SIGBUS inside an
+    // allocation hook).
+    crate::maps::loaded_objects(maps)
+        .into_iter()
+        .filter(|o| o.base.path.first() == Some(&b'/') || o.base.path == b"[vdso]")
+        .filter_map(|o| module_at(maps, o.base))
         .collect()
 }

@@ -127,9 +127,65 @@ pub fn parse_maps(text: &[u8]) -> Vec<Mapping> {
         .collect()
 }
 
+/// One ELF object the dynamic loader mapped: its first mapping (file offset 0, where the
+/// ELF header is) and every mapping of the object, in address order.
+pub struct LoadedObject<'a> {
+    pub base: &'a Mapping,
+    pub mappings: Vec<&'a Mapping>,
+}
+
+/// The objects the loader mapped, told apart from other views of the same files.
+///
+/// A file can be mapped more than once: the loader's segments, and whole-file views that
+/// read its symbols and debug information (ours, or the program's own symbolizer, such as
+/// a Rust backtrace). Any view starts at file offset 0 like the loader's first segment, so
+/// a file offset alone does not say which is the object. The loader reserves the object's
+/// whole span and maps every segment inside it, so an object is a run of mappings of one
+/// file from an offset-0 mapping up to the next offset-0 mapping of that file, and it holds
+/// executable code; a view is a run without any.
+pub fn loaded_objects(maps: &[Mapping]) -> Vec<LoadedObject<'_>> {
+    let same_file = |a: &Mapping, b: &Mapping| a.inode == b.inode && a.path == b.path;
+    let mut out = Vec::new();
+    for (i, base) in maps.iter().enumerate() {
+        if base.offset != 0 || !base.readable || base.path.is_empty() {
+            continue;
+        }
+        let mut mappings = vec![base];
+        for m in &maps[i + 1..] {
+            if same_file(m, base) {
+                if m.offset == 0 {
+                    break;
+                }
+                mappings.push(m);
+            }
+        }
+        if mappings.iter().any(|m| m.executable) {
+            out.push(LoadedObject { base, mappings });
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whole_file_views_are_not_loaded_objects() {
+        // A view of the file below the object (as memmap places it) and one above.
+        let text = b"7f0000000000-7f0000005000 r--s 00000000 fe:00 7 /lib/libx.so\n\
+7f0000005000-7f0000006000 r--p 00000000 fe:00 7 /lib/libx.so\n\
+7f0000006000-7f0000007000 r-xp 00001000 fe:00 7 /lib/libx.so\n\
+7f0000007000-7f0000008000 r--p 00002000 fe:00 7 /lib/libx.so\n\
+7f0000008000-7f0000009000 rw-p 00000000 00:00 0 \n\
+7f0000009000-7f000000e000 r--p 00000000 fe:00 7 /lib/libx.so\n";
+        let maps = parse_maps(text);
+        let objects = loaded_objects(&maps);
+        assert_eq!(objects.len(), 1);
+        assert_eq!(objects[0].base.start, 0x7f0000005000);
+        let starts: Vec<u64> = objects[0].mappings.iter().map(|m| m.start).collect();
+        assert_eq!(starts, [0x7f0000005000, 0x7f0000006000, 0x7f0000007000]);
+    }
 
     #[test]
     fn parses_file_and_anonymous_lines() {

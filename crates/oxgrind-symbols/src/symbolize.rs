@@ -914,26 +914,17 @@ pub fn function_symbols(path: &Path) -> Vec<FunctionSymbol> {
     out
 }
 
-/// Objects in the text of a `/proc/<pid>/maps` file, with their load bias (from the
-/// mapping of the lowest file offset and the object's program headers).
+/// Objects in the text of a `/proc/<pid>/maps` file ([`maps::loaded_objects`]), with their
+/// load bias (from the object's offset-0 mapping and its program headers).
 pub fn modules_from_maps(text: &[u8]) -> Vec<Module> {
     let maps = maps::parse_maps(text);
-    let mut by_path: Vec<(Vec<u8>, Vec<&maps::Mapping>)> = Vec::new();
-    for m in &maps {
-        if m.path.first() != Some(&b'/') {
-            continue;
-        }
-        match by_path.iter_mut().find(|(p, _)| *p == m.path) {
-            Some((_, v)) => v.push(m),
-            None => by_path.push((m.path.clone(), vec![m])),
-        }
-    }
     let mut out = Vec::new();
-    for (p, ms) in by_path {
-        let path = PathBuf::from(String::from_utf8_lossy(&p).into_owned());
-        let Some(first) = ms.iter().min_by_key(|m| m.offset) else {
+    for object in maps::loaded_objects(&maps) {
+        if object.base.path.first() != Some(&b'/') {
             continue;
-        };
+        }
+        let path = PathBuf::from(String::from_utf8_lossy(&object.base.path).into_owned());
+        let first = object.base;
         let Ok(data) = mmap(&path) else { continue };
         let Ok(file) = object::File::parse(&data[..]) else {
             continue;
@@ -954,7 +945,7 @@ pub fn modules_from_maps(text: &[u8]) -> Vec<Module> {
         out.push(Module {
             path,
             bias,
-            ranges: ms.iter().map(|m| (m.start, m.end)).collect(),
+            ranges: object.mappings.iter().map(|m| (m.start, m.end)).collect(),
         });
     }
     out

@@ -470,3 +470,55 @@ fn capture_on_a_signal_stack_returns_to_the_thread_stack() {
         &["raise_in_chain", "chain_then_raise", "chain_then_raise"]
     );
 }
+
+/// Whole-file views of loaded objects (a symbolizer's, ours or the program's) come and go
+/// while other threads unwind: the module list must neither take a view for the object
+/// (wrong load bias: every frame "???") nor read a view's header after it is unmapped
+/// (a fault inside an allocation hook, seen as "internal error" in ~1% of threaded runs).
+#[test]
+fn views_of_object_files_coming_and_going_do_not_disturb_unwinding() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let lib = chain_lib();
+    let files = [
+        std::env::current_exe().expect("test binary"),
+        common::scratch("unwind").join("libchain.so"),
+    ];
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                for f in &files {
+                    let file = std::fs::File::open(f).expect("open object file");
+                    // SAFETY: a read-only view of a file nobody writes during the test.
+                    let view = unsafe { memmap2::Mmap::map(&file) }.expect("map");
+                    std::hint::black_box(&view);
+                }
+            }
+        });
+        let end = std::time::Instant::now() + std::time::Duration::from_millis(1500);
+        while std::time::Instant::now() < end {
+            oxgrind_symbols::invalidate();
+            let mut buf = [0u64; 64];
+            assert!(capture(&mut buf, (0, 0)) > 2);
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    let c = run_chain(2, (0, 0));
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let views: Vec<_> = files
+        .iter()
+        .map(|f| {
+            let file = std::fs::File::open(f).expect("open object file");
+            // SAFETY: as above.
+            unsafe { memmap2::Mmap::map(&file) }.expect("map")
+        })
+        .collect();
+    let mut sym = Symbolizer::from_self();
+    drop(views);
+    let got = names(&mut sym, &c.ours[1..4]);
+    assert_eq!(
+        got,
+        ["clobber_bp_then_call", "realign_then_call", "vla_then_call"]
+    );
+    let _ = lib;
+}
