@@ -99,7 +99,14 @@ impl BlockTable {
 
     /// Every block of the program (not oxgrind's internal ones).
     pub fn live_blocks(&self) -> Vec<LiveBlock> {
-        let mut out = Vec::new();
+        // Sized first: a list grown by doubling would need up to three times its size at
+        // once, at exit, when memory may be short.
+        let count: usize = self
+            .shards
+            .iter()
+            .map(|s| s.lock().as_ref().map_or(0, |m| m.len()))
+            .sum();
+        let mut out = Vec::with_capacity(count);
         for shard in &self.shards {
             let s = shard.lock();
             if let Some(m) = s.as_ref() {

@@ -735,10 +735,16 @@ pub fn run_pending_signal() {
     }
 }
 
-/// The private heap's hook: it has started on its emergency bytes. Only a flag: the hook
-/// runs inside the allocator; the report is written when the thread leaves oxgrind.
-fn on_heap_exhausted() {
-    let _ = PENDING.compare_exchange(0, OUT_OF_MEMORY, Ordering::AcqRel, Ordering::Relaxed);
+/// The private heap's hook. On its emergency bytes, the program's allocations are refused
+/// (`hooks::program_may_allocate`), so that what the program does next is its own reaction
+/// to a full address space, as natively, while our memory lasts. Half of the emergency
+/// bytes gone (our data still grows without the program allocating): the report is
+/// written, when the thread leaves oxgrind, from what is left, and the process ends. Only
+/// flags here: the hook runs inside the allocator.
+fn on_heap_exhausted(step: oxgrind_sys::heap::Exhaustion) {
+    if step == oxgrind_sys::heap::Exhaustion::HalfGone {
+        let _ = PENDING.compare_exchange(0, OUT_OF_MEMORY, Ordering::AcqRel, Ordering::Relaxed);
+    }
 }
 
 /// Our own memory ran out (the program's limits, or the machine's, leave none): one line,

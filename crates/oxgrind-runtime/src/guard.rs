@@ -34,6 +34,9 @@ pub struct ThreadState {
     /// `Host::block_extent` may look at. A freed block is no longer in the block table
     /// then, and looking an allocated one up there would cost a shard lock.
     event_blocks: [Cell<u64>; 2],
+    /// The program's allocations on this thread, for the periodic look at the room left
+    /// for oxgrind's own memory (`hooks::program_may_allocate`).
+    pub(crate) allocations: Cell<u32>,
 }
 
 extern "C" {

@@ -293,6 +293,32 @@ fn base_alloc(rt: Option<&Runtime>, size: usize) -> *mut c_void {
     }
 }
 
+/// Whether a new block may be given to the program: not while oxgrind's own memory is short
+/// (`oxgrind_sys::heap::exhausted`: the address space is full, by a limit the program
+/// started under or the machine's). Refusing the program's allocation, as its limit would a
+/// little later, keeps room for tracking what the program already has and for the report.
+/// Every 4,096th allocation of a thread looks at the room left (the program's own
+/// allocations take address space the heap does not see go); allocations are allowed again
+/// once there is room (the program freed some).
+#[inline]
+fn program_may_allocate() -> bool {
+    const LOOK_EVERY: u32 = 4096;
+    let t = crate::guard::this_thread();
+    let n = t.allocations.get().wrapping_add(1);
+    t.allocations.set(n);
+    let short = if oxgrind_sys::heap::exhausted() {
+        !oxgrind_sys::heap::try_recover()
+    } else {
+        n % LOOK_EVERY == 0 && !oxgrind_sys::heap::keep_room_to_report()
+    };
+    if !short {
+        return true;
+    }
+    // SAFETY: errno slot of this thread.
+    unsafe { *__errno_location() = 12 }; // ENOMEM
+    false
+}
+
 /// The common path of every allocation function.
 #[inline]
 fn allocate(
@@ -329,6 +355,9 @@ fn allocate_aligned(
             );
             return core::ptr::null_mut();
         }
+    }
+    if !program_may_allocate() {
+        return core::ptr::null_mut();
     }
     let rt = ev.as_ref().map(|e| e.rt);
     let p = match &ev {
@@ -563,6 +592,9 @@ fn reallocate(p: *mut c_void, size: usize, func: AllocFn, entry: u64) -> *mut c_
         drop(ev);
         deallocate(p, func, entry);
         return core::ptr::null_mut();
+    }
+    if !program_may_allocate() {
+        return core::ptr::null_mut(); // the block stays the program's, as realloc leaves it
     }
     let addr = p as u64;
     let old = BLOCKS.remove(addr);

@@ -14,10 +14,13 @@
 //! fail. [`take_reserve`] maps one region at start-up, before the program runs; chunks come
 //! from it first (its address space is already counted, so our growth does not eat the
 //! program's budget), then from new mappings. Its last [`EMERGENCY`] bytes are kept for when
-//! a new mapping fails: the first block served from there calls the hook set with
-//! [`set_exhausted_hook`] once (the runtime then writes the report and ends the process
-//! with one clear line); only when that too is gone does the heap give up, with one line
-//! and exit status 1, never the standard library's "memory allocation failed" abort.
+//! a new mapping fails. The hook set with [`set_exhausted_hook`] hears of it twice: when the
+//! first block is served from there ([`Exhaustion::Entered`]: the runtime then refuses the
+//! program's own allocations, as its limit would, until [`try_recover`] finds room again),
+//! and when half of it is gone ([`Exhaustion::HalfGone`]: the runtime writes the report and
+//! ends the process with one clear line). Only when all of it is gone does the heap give up,
+//! with one line and exit status 1, never the standard library's "memory allocation failed"
+//! abort.
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr;
@@ -351,9 +354,22 @@ pub const EMERGENCY: usize = 32 << 20;
 static RESERVE_START: AtomicUsize = AtomicUsize::new(0);
 static RESERVE_END: AtomicUsize = AtomicUsize::new(0);
 static RESERVE_NEXT: AtomicUsize = AtomicUsize::new(0);
-/// Called once, the first time memory comes from the emergency part (see the module doc).
+/// Told when memory first comes from the emergency part, and when half of it is gone (see
+/// the module doc).
 static EXHAUSTED_HOOK: AtomicUsize = AtomicUsize::new(0);
+/// Memory is short: serving from the emergency part, or a new mapping left no room for the
+/// report ([`room_to_report`]); cleared by [`try_recover`].
 static EXHAUSTED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+static HALF_GONE: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// What the exhausted hook is told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exhaustion {
+    /// A new mapping failed: the first block came from the emergency part.
+    Entered,
+    /// Half of the emergency part is gone.
+    HalfGone,
+}
 
 /// Maps the reserve: `bytes` of address space (not memory: the pages are untouched until
 /// used), halved until the mapping succeeds (a limit set before we started may not allow
@@ -382,15 +398,82 @@ pub fn reserve_extent() -> (usize, usize) {
     (s, RESERVE_END.load(Ordering::Relaxed).saturating_sub(s))
 }
 
-/// Whether the heap has had to draw on its emergency bytes.
+/// Whether the heap is drawing on its emergency bytes (a new mapping failed, and none has
+/// succeeded since).
+#[inline]
 pub fn exhausted() -> bool {
-    EXHAUSTED.load(Ordering::Acquire)
+    EXHAUSTED.load(Ordering::Relaxed)
 }
 
-/// Sets the function called (once, on the allocating thread, outside every heap lock) when
-/// the heap first serves a block from the emergency part of the reserve.
-pub fn set_exhausted_hook(hook: fn()) {
+/// Bytes of heap mapped outside the reserve (given back large blocks included: an upper
+/// bound is enough here).
+static HELD_OUTSIDE: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether the address space still has room for the report: twice what the heap holds
+/// (the report's tables grow with the data that tracks the program's blocks: Memcheck's
+/// leak search needs about 90 bytes a block where the block table holds 30 to 60), at
+/// least the emergency part. Probed by mapping and
+/// unmapping it, as each new chunk is mapped: a full address space is found while the
+/// program can still be refused allocations, not when the report needs memory at exit.
+fn room_to_report() -> bool {
+    let used = RESERVE_NEXT
+        .load(Ordering::Relaxed)
+        .saturating_sub(RESERVE_START.load(Ordering::Relaxed));
+    let want = round_pages((2 * (HELD_OUTSIDE.load(Ordering::Relaxed) + used)).max(EMERGENCY));
+    // Address space only (no commit charge, so a machine with strict overcommit does not
+    // refuse it for want of memory nobody will touch).
+    let p = announce(want, 0, &mut || {
+        raw::mmap_inaccessible(want).unwrap_or(ptr::null_mut())
+    });
+    if p.is_null() {
+        return false;
+    }
+    unmap_announced(p, want);
+    true
+}
+
+/// Whether the address space still has room for the report (see [`room_to_report`]);
+/// when not, the heap counts as [`exhausted`]. For a caller that sees memory taken by
+/// others (the program's allocations) between this heap's own mappings.
+pub fn keep_room_to_report() -> bool {
+    if exhausted() {
+        return false;
+    }
+    if room_to_report() {
+        return true;
+    }
+    if !EXHAUSTED.swap(true, Ordering::AcqRel) {
+        tell_exhausted(Exhaustion::Entered);
+    }
+    false
+}
+
+/// While [`exhausted`]: whether there is room again (the program gave memory back),
+/// probed as [`room_to_report`] does. Clears [`exhausted`] when there is.
+pub fn try_recover() -> bool {
+    if !exhausted() {
+        return true;
+    }
+    if room_to_report() {
+        EXHAUSTED.store(false, Ordering::Release);
+        return true;
+    }
+    false
+}
+
+/// Sets the function called (on the allocating thread, outside every heap lock) at each
+/// [`Exhaustion`] step.
+pub fn set_exhausted_hook(hook: fn(Exhaustion)) {
     EXHAUSTED_HOOK.store(hook as usize, Ordering::Release);
+}
+
+fn tell_exhausted(step: Exhaustion) {
+    let hook = EXHAUSTED_HOOK.load(Ordering::Acquire);
+    if hook != 0 {
+        // SAFETY: only `set_exhausted_hook` stores here, from a `fn(Exhaustion)`.
+        let hook: fn(Exhaustion) = unsafe { core::mem::transmute::<usize, fn(Exhaustion)>(hook) };
+        hook(step);
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -421,13 +504,19 @@ pub fn set_mapping_hooks(map: MapHook, unmap: fn(usize)) {
 
 /// A new mapping of `len` bytes aligned to `align`, through the mapping hook when set.
 fn map_announced(len: usize, align: usize) -> *mut u8 {
+    announce(len, align.max(PAGE), &mut || map_aligned(len, align))
+}
+
+/// Makes a mapping of `len` bytes (holding `slack` more during the call) with `make`,
+/// through the mapping hook when set.
+fn announce(len: usize, slack: usize, make: &mut dyn FnMut() -> *mut u8) -> *mut u8 {
     let hook = MAP_HOOK.load(Ordering::Acquire);
     if hook == 0 {
-        return map_aligned(len, align);
+        return make();
     }
     // SAFETY: only `set_mapping_hooks` stores here, from a `MapHook`.
     let hook: MapHook = unsafe { core::mem::transmute::<usize, MapHook>(hook) };
-    hook(len, align.max(PAGE), &mut || map_aligned(len, align))
+    hook(len, slack, make)
 }
 
 /// Unmaps a mapping of ours and tells the unmapping hook.
@@ -464,6 +553,13 @@ fn carve(len: usize, align: usize, keep: usize) -> Option<*mut u8> {
     }
 }
 
+/// Bytes of the reserve not carved yet.
+fn reserve_left() -> usize {
+    RESERVE_END
+        .load(Ordering::Acquire)
+        .saturating_sub(RESERVE_NEXT.load(Ordering::Relaxed))
+}
+
 fn in_reserve(p: usize) -> bool {
     let s = RESERVE_START.load(Ordering::Acquire);
     s != 0 && p >= s && p < RESERVE_END.load(Ordering::Relaxed)
@@ -478,16 +574,19 @@ fn obtain(len: usize, align: usize) -> *mut u8 {
     }
     let p = map_announced(len, align);
     if !p.is_null() {
+        HELD_OUTSIDE.fetch_add(len, Ordering::Relaxed);
+        if !EXHAUSTED.load(Ordering::Relaxed) && !room_to_report() {
+            EXHAUSTED.store(true, Ordering::Release);
+            tell_exhausted(Exhaustion::Entered);
+        }
         return p;
     }
     if let Some(p) = carve(len, align, 0) {
         if !EXHAUSTED.swap(true, Ordering::AcqRel) {
-            let hook = EXHAUSTED_HOOK.load(Ordering::Acquire);
-            if hook != 0 {
-                // SAFETY: only `set_exhausted_hook` stores here, from a `fn()`.
-                let hook: fn() = unsafe { core::mem::transmute::<usize, fn()>(hook) };
-                hook();
-            }
+            tell_exhausted(Exhaustion::Entered);
+        }
+        if reserve_left() < EMERGENCY / 2 && !HALF_GONE.swap(true, Ordering::AcqRel) {
+            tell_exhausted(Exhaustion::HalfGone);
         }
         return p;
     }
@@ -577,6 +676,7 @@ unsafe impl GlobalAlloc for PrivateHeap {
                 forget_region(p as usize);
                 // Large blocks are whole mappings of round_pages(size) bytes.
                 unmap_announced(p, round_pages(layout.size()));
+                HELD_OUTSIDE.fetch_sub(round_pages(layout.size()), Ordering::Relaxed);
             }
             Some(ci) => {
                 // Nested inside this thread's own use of the class: the block is leaked.
@@ -611,7 +711,11 @@ mod tests {
         let pid = unsafe { syscall1(SYS_FORK, 0) };
         assert!(pid >= 0, "fork failed");
         if pid == 0 {
-            set_exhausted_hook(|| raw::exit_group(42));
+            set_exhausted_hook(|step| {
+                if step == Exhaustion::Entered {
+                    raw::exit_group(42)
+                }
+            });
             if take_reserve(EMERGENCY * 3) == 0 {
                 raw::exit_group(3);
             }

@@ -150,6 +150,25 @@ pub fn mmap_anon(len: usize) -> Option<*mut u8> {
     check(r).ok().map(|p| p as *mut u8)
 }
 
+/// Address space only: an inaccessible anonymous mapping of `len` bytes, or `None`. It
+/// counts against `RLIMIT_AS` but not the kernel's commit charge (for probing the room
+/// left without asking for memory).
+pub fn mmap_inaccessible(len: usize) -> Option<*mut u8> {
+    // SAFETY: an anonymous mapping with a null hint touches no existing memory.
+    let r = unsafe {
+        syscall6(
+            SYS_MMAP,
+            0,
+            len,
+            0, // PROT_NONE
+            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+            usize::MAX,
+            0,
+        )
+    };
+    check(r).ok().map(|p| p as *mut u8)
+}
+
 /// # Safety
 /// `[ptr, ptr+len)` must be a mapping oxgrind made and nothing may use it afterwards.
 pub unsafe fn munmap(ptr: *mut u8, len: usize) {

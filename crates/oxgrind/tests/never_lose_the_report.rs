@@ -367,6 +367,49 @@ fn filling_a_lowered_address_space_limit_keeps_the_report() {
     );
 }
 
+/// A program started under an address-space limit (`ulimit -v`, so oxgrind's reserve comes
+/// out of it too) fills it with small blocks: oxgrind refuses the program's allocations
+/// while there is still room for its report (the program sees malloc fail, as it would a
+/// little later natively) and every tool's report is written. Before: Memcheck and Massif
+/// ended with "out of memory for its own data, even its reserve" and no report (Valgrind
+/// 3.19 too: "Valgrind cannot continue").
+#[test]
+fn filling_an_address_space_limit_set_before_the_start_keeps_the_report() {
+    let prog = build("fill_limit.c", &["-g", "-O1"]);
+    for tool in ["memcheck", "massif", "dhat"] {
+        let dir = tempfile::tempdir().unwrap();
+        let o = run(Command::new("sh")
+            .arg("-c")
+            .arg(r#"ulimit -v 800000 && exec "$@""#)
+            .arg("sh")
+            .arg(oxgrind())
+            .arg(format!("--tool={tool}"))
+            .args(
+                ["--massif-out-file=out", "--dhat-out-file=out"]
+                    .iter()
+                    .filter(|a| a.starts_with(&format!("--{tool}"))),
+            )
+            .arg(&prog)
+            .arg("0")
+            .current_dir(dir.path()));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{tool}: {err}");
+        assert!(
+            stdout(&o).starts_with("malloc failed after "),
+            "{tool}: {}",
+            stdout(&o)
+        );
+        assert!(!err.contains("out of memory"), "{tool}: {err}");
+        match tool {
+            "memcheck" => assert!(err.contains("definitely lost: "), "{err}"),
+            _ => {
+                let text = std::fs::read_to_string(dir.path().join("out")).unwrap();
+                assert!(text.len() > 100, "{tool}: {text}");
+            }
+        }
+    }
+}
+
 /// An output file that cannot be written (its directory does not exist) is reported in
 /// Valgrind's words, even with `-q`, and the program's exit status is kept (Valgrind 3.19:
 /// 0 for /bin/true, whatever the tool).
