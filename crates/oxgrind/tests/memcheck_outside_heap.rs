@@ -55,7 +55,8 @@ fn accesses_below_the_stack_pointer_match_valgrind() {
         eprintln!("options {opts:?}");
         if opts.is_empty() {
             // 5 reads in a loop, a write, a vector store's two pieces, a straddling store;
-            // the red zone is not an error, nor (as in Valgrind) the second thread's read.
+            // the red zone is not an error, nor (as in Valgrind) the second thread's read
+            // (on a fresh stack, where its pointer has not been deeper).
             assert!(
                 ours.contains("ERROR SUMMARY: 9 errors from 4 contexts"),
                 "{ours}"
@@ -72,6 +73,48 @@ fn accesses_below_the_stack_pointer_match_valgrind() {
         }
         assert_same_report(&without_dtv_slot(&ours, &theirs), &theirs);
     }
+}
+
+#[test]
+fn accesses_below_a_threads_stack_pointer_match_valgrind() {
+    let prog = build("access_below_sp_threads.c", &["-g", "-O0"]);
+    for opts in [&[][..], &["-q", "--error-exitcode=3"]] {
+        let Some((ours, theirs)) = both(&prog, &[], opts) else {
+            return;
+        };
+        eprintln!("options {opts:?}");
+        if opts.is_empty() {
+            // After a deep call: 3 reads in a loop, a write, a vector store's two pieces.
+            // Not errors: far deeper than the thread has been, the red zone, and all of
+            // it on a fresh thread's stack.
+            assert!(
+                ours.contains("ERROR SUMMARY: 6 errors from 3 contexts"),
+                "{ours}"
+            );
+            for line in [
+                "Address 0xADDR is on thread 2's stack",
+                "256 bytes below stack pointer",
+                "200 bytes below stack pointer",
+                "160 bytes below stack pointer",
+            ] {
+                assert!(ours.contains(line), "no {line:?} in\n{ours}");
+            }
+            assert!(!ours.contains("thread 3's stack"), "{ours}");
+        }
+        assert_same_report(&without_dtv_slot(&ours, &theirs), &theirs);
+    }
+    // glibc's AVX2 code paths move the stack pointer differently: the same errors.
+    let avx2 = run(Command::new(oxgrind())
+        .env(
+            "GLIBC_TUNABLES",
+            "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW",
+        )
+        .arg(&prog));
+    let report = stderr(&avx2);
+    assert!(
+        report.contains("ERROR SUMMARY: 6 errors from 3 contexts"),
+        "{report}"
+    );
 }
 
 #[test]

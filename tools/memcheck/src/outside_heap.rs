@@ -8,13 +8,14 @@
 //!
 //! * **Below the stack pointer**: an explicit `[rsp + d]` operand is placed relative to
 //!   `rsp` at translation (`Insn::sp_offset`). Only an operand with `d < -128`, past
-//!   amd64's red zone, gets a probe; it always reports ("Address ... is on thread 1's
-//!   stack", "N bytes below stack pointer"), on the main thread's stack, where Valgrind
-//!   too holds all memory below `rsp` unaddressable. Not seen: an access through another
-//!   register to a dead part of the stack (a pointer to a returned function's local), and
-//!   below-`rsp` accesses on other threads' stacks (Valgrind reports those only where the
-//!   thread's stack pointer has been before: it would take a mark per stack-pointer
-//!   change to know).
+//!   amd64's red zone, gets a probe. On the main thread's stack it always reports ("Address
+//!   ... is on thread 1's stack", "N bytes below stack pointer"), where Valgrind too holds
+//!   all memory below `rsp` unaddressable. On another thread's stack Valgrind holds only
+//!   what the thread's pointer has been below and come back up from unaddressable: the
+//!   probe reports above the deepest point the thread's stack shows it has been
+//!   (`thread_stack_floor`). Not seen: an access through another register to a dead part
+//!   of the stack (a pointer to a returned function's local: it would take a mark per
+//!   stack-pointer change, as Valgrind makes, to know it dead).
 //! * **Unmapped memory**: such an access faults, and the engine tells the tool before the
 //!   signal is delivered (`Tool::on_memory_fault`): with `SEGV_MAPERR` it is reported as
 //!   Valgrind reports it before its "Process terminating with default action of signal 11"
@@ -64,6 +65,95 @@ fn on_main_stack(sp: u64) -> bool {
     lo <= sp && sp < hi
 }
 
+/// How deep, at most, the calling thread's stack pointer (`sp`, on a glibc thread stack)
+/// has been: Valgrind holds a thread's stack unaddressable from 128 bytes below the lowest
+/// point its pointer has reached up to 128 below where it is, and addressable below that.
+/// Without marking at every stack-pointer change (see the module's doc), the lowest word
+/// of the stack that holds anything but what it was made with stands in for that point:
+/// glibc maps a new stack zeroed, and the program writes its stack only within the red zone below its
+/// pointer, so the pointer has been at most 128 bytes above that word (a reused stack
+/// holds its earlier thread's words, where Valgrind too holds the memory unaddressable).
+/// Bytes from there up to the pointer are then unaddressable; the floor is never lower
+/// than the real one, so this misses some errors and invents none.
+///
+/// `None` when `sp` is on no glibc thread stack: an anonymous read-write mapping right
+/// above its `---` guard page. On the error path only: pages the kernel has never
+/// given the thread (`mincore`) are not read.
+fn thread_stack_floor(sp: u64) -> Option<u64> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let mut below: Option<(u64, String)> = None; // the previous mapping's end, permissions
+    let mut stack = None;
+    for line in maps.lines() {
+        let mut fields = line.split_whitespace();
+        let (lo, hi) = fields.next()?.split_once('-')?;
+        let (lo, hi) = (
+            u64::from_str_radix(lo, 16).ok()?,
+            u64::from_str_radix(hi, 16).ok()?,
+        );
+        let perms: String = fields.next()?.chars().take(3).collect();
+        // offset, device, inode: an anonymous mapping has no path after them.
+        let anonymous = fields.nth(3).is_none();
+        if lo <= sp && sp < hi {
+            let guarded = below
+                .as_ref()
+                .is_some_and(|(end, p)| *end == lo && p == "---");
+            if perms == "rw-" && anonymous && guarded {
+                stack = Some(lo);
+            }
+            break;
+        }
+        below = Some((hi, perms));
+    }
+    let lo = stack?;
+    const PAGE: u64 = 4096;
+    let top = sp & !(PAGE - 1); // the page sp is in has been touched: scanned last
+    let pages = ((top - lo) / PAGE + 1) as usize;
+    let mut resident = vec![0u8; pages];
+    let ret: i64;
+    // SAFETY: mincore(2) on [lo, top + PAGE), a range inside one mapping, writes one byte
+    // per page into `resident`, which holds that many; it clobbers rcx and r11, declared.
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") 27i64 => ret,
+            in("rdi") lo,
+            in("rsi") pages as u64 * PAGE,
+            in("rdx") resident.as_mut_ptr(),
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        )
+    };
+    if ret != 0 {
+        return None;
+    }
+    // What the stack held before the thread wrote it: zero (pages never touched read as
+    // zero), or a stack painted whole with a pattern (to measure its use), whose lowest
+    // word shows it.
+    let fill = match resident[0] & 1 {
+        0 => 0,
+        // SAFETY: `lo` is the first word of the calling thread's stack mapping (which it
+        // is using, so it stays mapped), in a page the kernel has provided.
+        _ => unsafe { core::ptr::read_volatile(lo as *const u64) },
+    };
+    for (k, flags) in resident.iter().enumerate() {
+        if flags & 1 == 0 {
+            continue;
+        }
+        let page = lo + k as u64 * PAGE;
+        let end = (page + PAGE).min(sp & !7);
+        for word in (page..end).step_by(8) {
+            // SAFETY: `word` is 8-aligned inside the calling thread's own stack mapping
+            // (read-write, and in use by this thread, so it cannot be unmapped meanwhile),
+            // in a page the kernel has already provided.
+            if unsafe { core::ptr::read_volatile(word as *const u64) } != fill {
+                return Some(word);
+            }
+        }
+    }
+    None
+}
+
 /// `si_code` of a `SIGSEGV` at an address nothing is mapped at.
 const SEGV_MAPERR: i32 = 1;
 /// `si_code` of a `SIGSEGV` where the mapping forbids the access.
@@ -99,15 +189,27 @@ impl Memcheck {
     ) {
         let rsp = regs.rsp();
         // Valgrind marks all of the main thread's stack below its pointer unaddressable
-        // from the start; another thread's stack (memory glibc mapped) only where its
-        // pointer has been and come back up, which only a mark at every stack-pointer
-        // change tells: those are left alone (a missed error, never a false one), as is
-        // the main thread on another stack (sigaltstack, a coroutine's).
-        if host.tid() != host.pid() || !on_main_stack(rsp) {
-            return;
-        }
+        // from the start. Another thread's stack is memory glibc mapped (addressable to
+        // Valgrind) until the thread's pointer has been there and come back up: only the
+        // part above the deepest point the thread has reached is unaddressable (see
+        // `thread_stack_floor`). Any other stack (sigaltstack, a coroutine's on the heap)
+        // is left alone: a missed error, never a false one.
+        let floor = if host.tid() == host.pid() {
+            if !on_main_stack(rsp) {
+                return;
+            }
+            0
+        } else {
+            match thread_stack_floor(rsp) {
+                Some(floor) => floor,
+                None => return,
+            }
+        };
         let depth = data & 0xffff_ffff;
-        let (lo, hi) = (rsp.wrapping_sub(depth), rsp.wrapping_sub(RED_ZONE));
+        let (lo, hi) = (
+            rsp.wrapping_sub(depth).max(floor),
+            rsp.wrapping_sub(RED_ZONE),
+        );
         let unaddressable = |addr: u64, size: u32| -> u32 {
             (addr..addr.saturating_add(size as u64))
                 .filter(|&b| b < hi && b >= lo)
