@@ -77,9 +77,35 @@ fn on_main_stack(sp: u64) -> bool {
 /// than the real one, so this misses some errors and invents none.
 ///
 /// `None` when `sp` is on no glibc thread stack: an anonymous read-write mapping right
-/// above its `---` guard page. On the error path only: pages the kernel has never
-/// given the thread (`mincore`) are not read.
-fn thread_stack_floor(sp: u64) -> Option<u64> {
+/// above its `---` guard page. The stack and the floor found are kept per thread (the
+/// floor only goes down as the thread goes deeper): the stack is read again only when an
+/// access lies below the floor last found (`want`), and `/proc/self/maps` only when the
+/// thread runs on another stack.
+fn thread_stack_floor(sp: u64, want: u64) -> Option<u64> {
+    let (lo, hi, floor) = THREAD_STACK.with(|c| c.get());
+    let (lo, hi) = if lo <= sp && sp < hi {
+        if floor <= want {
+            return Some(floor);
+        }
+        (lo, hi)
+    } else {
+        guarded_thread_stack(sp)?
+    };
+    let floor = scan_floor(lo, sp).unwrap_or(u64::MAX);
+    THREAD_STACK.with(|c| c.set((lo, hi, floor)));
+    Some(floor)
+}
+
+thread_local! {
+    /// The calling thread's glibc stack `[lo, hi)` and its floor (`thread_stack_floor`;
+    /// `u64::MAX`: none found), as last looked up.
+    static THREAD_STACK: core::cell::Cell<(u64, u64, u64)> =
+        const { core::cell::Cell::new((0, 0, u64::MAX)) };
+}
+
+/// The mapping `[lo, hi)` holding `sp` if it is a glibc thread stack: anonymous, read-write,
+/// right above its `---` guard page.
+fn guarded_thread_stack(sp: u64) -> Option<(u64, u64)> {
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
     let mut below: Option<(u64, String)> = None; // the previous mapping's end, permissions
     let mut stack = None;
@@ -98,13 +124,19 @@ fn thread_stack_floor(sp: u64) -> Option<u64> {
                 .as_ref()
                 .is_some_and(|(end, p)| *end == lo && p == "---");
             if perms == "rw-" && anonymous && guarded {
-                stack = Some(lo);
+                stack = Some((lo, hi));
             }
             break;
         }
         below = Some((hi, perms));
     }
-    let lo = stack?;
+    stack
+}
+
+/// The lowest word of the stack mapping starting at `lo` below `sp` that is no longer as
+/// the stack was made (see `thread_stack_floor`). Pages the kernel has never given the
+/// thread (`mincore`) are not read.
+fn scan_floor(lo: u64, sp: u64) -> Option<u64> {
     const PAGE: u64 = 4096;
     let top = sp & !(PAGE - 1); // the page sp is in has been touched: scanned last
     let pages = ((top - lo) / PAGE + 1) as usize;
@@ -194,18 +226,18 @@ impl Memcheck {
         // part above the deepest point the thread has reached is unaddressable (see
         // `thread_stack_floor`). Any other stack (sigaltstack, a coroutine's on the heap)
         // is left alone: a missed error, never a false one.
+        let depth = data & 0xffff_ffff;
         let floor = if host.tid() == host.pid() {
             if !on_main_stack(rsp) {
                 return;
             }
             0
         } else {
-            match thread_stack_floor(rsp) {
+            match thread_stack_floor(rsp, rsp.wrapping_sub(depth)) {
                 Some(floor) => floor,
                 None => return,
             }
         };
-        let depth = data & 0xffff_ffff;
         let (lo, hi) = (
             rsp.wrapping_sub(depth).max(floor),
             rsp.wrapping_sub(RED_ZONE),
