@@ -456,6 +456,10 @@ impl Host for RuntimeHost {
         crate::roots::with_roots(f)
     }
 
+    fn with_roots_from(&self, sp: Addr, f: &mut dyn FnMut(&[RootRange])) {
+        crate::roots::with_roots_from(sp, f)
+    }
+
     fn read_words(&self, start: Addr, len: u64, f: &mut dyn FnMut(Addr, u64)) {
         crate::roots::read_words(start, len, f)
     }

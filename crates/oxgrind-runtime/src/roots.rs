@@ -246,11 +246,19 @@ pub fn with_roots(f: &mut dyn FnMut(&[RootRange])) {
     // No other thread may be stopped while holding one of our locks: let events in flight
     // finish first, and keep new ones out until the scan is over.
     crate::exit::close_gate();
-    with_roots_gated(f);
+    with_roots_gated(f, None);
     crate::exit::open_gate();
 }
 
-fn with_roots_gated(f: &mut dyn FnMut(&[RootRange])) {
+/// [`with_roots`] with the calling thread's stack scanned from `sp` (the program's stack
+/// pointer at a client request).
+pub fn with_roots_from(sp: u64, f: &mut dyn FnMut(&[RootRange])) {
+    crate::exit::close_gate();
+    with_roots_gated(f, Some(sp));
+    crate::exit::open_gate();
+}
+
+fn with_roots_gated(f: &mut dyn FnMut(&[RootRange]), request_sp: Option<u64>) {
     let tids = other_threads();
     let pid = raw::getpid();
     let mut old = KernelSigaction {
@@ -303,15 +311,26 @@ fn with_roots_gated(f: &mut dyn FnMut(&[RootRange])) {
     let same_stack = find(exit_sp)
         .zip(find(here))
         .is_some_and(|(a, b)| a.start == b.start);
-    stack_of(
-        raw::gettid(),
-        if exit_sp != 0 && same_stack {
-            exit_sp
-        } else {
-            here
-        },
-        &mut roots,
-    );
+    match request_sp {
+        // From the program's stack pointer itself, not its red zone: our allocator
+        // wrappers ran just below it, on the program's stack, and left copies of block
+        // addresses there that Valgrind's program never had.
+        Some(sp) => {
+            stack_of(raw::gettid(), sp, &mut roots);
+            if let Some(r) = roots.last_mut() {
+                r.start = r.start.max(sp);
+            }
+        }
+        None => stack_of(
+            raw::gettid(),
+            if exit_sp != 0 && same_stack {
+                exit_sp
+            } else {
+                here
+            },
+            &mut roots,
+        ),
+    }
     for (tid, regs) in &saved {
         stack_of(*tid, regs[15], &mut roots); // REG_RSP
     }

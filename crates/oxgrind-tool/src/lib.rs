@@ -377,6 +377,14 @@ pub trait Host {
     /// Stops every other thread, hands `f` the root set (their stacks and registers, the
     /// writable data of every loaded object, TLS), and resumes them after `f` returns.
     fn with_roots(&self, f: &mut dyn FnMut(&[RootRange]));
+    /// [`Host::with_roots`] for a search the program asks for in the middle of its run (a
+    /// client request such as `VALGRIND_DO_LEAK_CHECK`): the calling thread's stack is
+    /// offered from `sp`, the program's stack pointer at the request, not from inside the
+    /// tool, whose own frames hold copies of block addresses (nor from the red zone below
+    /// `sp`, where the runtime's allocator wrappers left theirs). The default ignores `sp`.
+    fn with_roots_from(&self, _sp: Addr, f: &mut dyn FnMut(&[RootRange])) {
+        self.with_roots(f)
+    }
     /// Calls `f(address, value)` for every aligned 8-byte word in `[start, start + len)`
     /// that is readable; unreadable pages are skipped.
     fn read_words(&self, start: Addr, len: u64, f: &mut dyn FnMut(Addr, u64));
