@@ -375,23 +375,55 @@ pub fn loss_record_what(
     n: usize,
     total: usize,
 ) -> String {
+    loss_record_what_since(direct, indirect, blocks, None, kind, n, total)
+}
+
+/// The same head line for a delta leak search (`VALGRIND_DO_ADDED_LEAK_CHECK`,
+/// `..._CHANGED_...`): each number followed by its change since the previous search,
+/// `before` = that search's (direct, indirect, blocks) for this record (zeros for a new
+/// one): `48 (+16) bytes in 3 (+1) blocks are ...`. `None` prints no changes.
+pub fn loss_record_what_since(
+    direct: u64,
+    indirect: u64,
+    blocks: u64,
+    before: Option<(u64, u64, u64)>,
+    kind: crate::suppressions::LeakKind,
+    n: usize,
+    total: usize,
+) -> String {
+    let d = |now: u64, old: u64| before.map(|_| delta(now, old)).unwrap_or_default();
+    let (b_direct, b_indirect, b_blocks) = before.unwrap_or_default();
     let bytes = if indirect > 0 {
         format!(
-            "{} ({} direct, {} indirect)",
+            "{}{} ({}{} direct, {}{} indirect)",
             commify(direct + indirect),
+            d(direct + indirect, b_direct + b_indirect),
             commify(direct),
-            commify(indirect)
+            d(direct, b_direct),
+            commify(indirect),
+            d(indirect, b_indirect),
         )
     } else {
-        commify(direct)
+        format!("{}{}", commify(direct), d(direct, b_direct))
     };
     format!(
-        "{bytes} bytes in {} blocks are {} in loss record {} of {}",
+        "{bytes} bytes in {}{} blocks are {} in loss record {} of {}",
         commify(blocks),
+        d(blocks, b_blocks),
         leak_kind_words(kind),
         commify(n),
         commify(total)
     )
+}
+
+/// How a number moved since the previous leak search, as a delta search prints it after
+/// the number: ` (+1,024)`, ` (-40)`, ` (+0)`.
+pub fn delta(now: u64, before: u64) -> String {
+    if now >= before {
+        format!(" (+{})", commify(now - before))
+    } else {
+        format!(" (-{})", commify(before - now))
+    }
 }
 
 /// `HEAP SUMMARY:` and its two lines, then a blank line.
@@ -454,27 +486,62 @@ pub enum LeakMode {
 }
 
 pub fn leak_summary(out: &mut String, pid: i32, s: &LeakSummary, mode: LeakMode) {
-    let amt = |a: Amount| format!("{} bytes in {} blocks", commify(a.bytes), commify(a.blocks));
+    leak_summary_since(out, pid, s, None, mode)
+}
+
+/// The LEAK SUMMARY of a delta leak search: each number followed by its change since
+/// `before` (the previous search's summary); a heuristic line of `s` missing from `before`
+/// changed from zero. `None` prints no changes (the ordinary summary).
+pub fn leak_summary_since(
+    out: &mut String,
+    pid: i32,
+    s: &LeakSummary,
+    before: Option<&LeakSummary>,
+    mode: LeakMode,
+) {
+    let amt = |a: Amount, old: Option<Amount>| {
+        let d = |now: u64, then: Option<u64>| then.map(|t| delta(now, t)).unwrap_or_default();
+        format!(
+            "{}{} bytes in {}{} blocks",
+            commify(a.bytes),
+            d(a.bytes, old.map(|o| o.bytes)),
+            commify(a.blocks),
+            d(a.blocks, old.map(|o| o.blocks))
+        )
+    };
+    let old = |pick: fn(&LeakSummary) -> Amount| before.map(pick);
     line(out, pid, "LEAK SUMMARY:");
     line(
         out,
         pid,
-        &format!("   definitely lost: {}", amt(s.definite)),
+        &format!(
+            "   definitely lost: {}",
+            amt(s.definite, old(|b| b.definite))
+        ),
     );
     line(
         out,
         pid,
-        &format!("   indirectly lost: {}", amt(s.indirect)),
+        &format!(
+            "   indirectly lost: {}",
+            amt(s.indirect, old(|b| b.indirect))
+        ),
     );
     line(
         out,
         pid,
-        &format!("     possibly lost: {}", amt(s.possible)),
+        &format!(
+            "     possibly lost: {}",
+            amt(s.possible, old(|b| b.possible))
+        ),
     );
     line(
         out,
         pid,
-        &format!("   still reachable: {}", amt(s.reachable)),
+        &format!(
+            "   still reachable: {}",
+            amt(s.reachable, old(|b| b.reachable))
+        ),
     );
     if !s.heuristics.is_empty() {
         line(
@@ -483,17 +550,27 @@ pub fn leak_summary(out: &mut String, pid: i32, s: &LeakSummary, mode: LeakMode)
             "                      of which reachable via heuristic:",
         );
         for (name, a) in &s.heuristics {
+            let then = before.map(|b| {
+                b.heuristics
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, a)| *a)
+                    .unwrap_or_default()
+            });
             line(
                 out,
                 pid,
-                &format!("                        {name:<19}: {}", amt(*a)),
+                &format!("                        {name:<19}: {}", amt(*a, then)),
             );
         }
     }
     line(
         out,
         pid,
-        &format!("        suppressed: {}", amt(s.suppressed)),
+        &format!(
+            "        suppressed: {}",
+            amt(s.suppressed, old(|b| b.suppressed))
+        ),
     );
     let any = s.definite.blocks + s.indirect.blocks + s.possible.blocks + s.reachable.blocks > 0;
     match mode {
@@ -683,6 +760,67 @@ mod tests {
         assert_eq!(
             loss_record_what(72704, 0, 1, LeakKind::Reachable, 1, 1),
             "72,704 bytes in 1 blocks are still reachable in loss record 1 of 1"
+        );
+    }
+
+    #[test]
+    fn delta_searches_print_each_numbers_change() {
+        assert_eq!(
+            loss_record_what_since(48, 0, 3, Some((0, 0, 0)), LeakKind::Definite, 4, 10),
+            "48 (+48) bytes in 3 (+3) blocks are definitely lost in loss record 4 of 10"
+        );
+        assert_eq!(
+            loss_record_what_since(0, 0, 0, Some((40, 0, 1)), LeakKind::Possible, 2, 10),
+            "0 (-40) bytes in 0 (-1) blocks are possibly lost in loss record 2 of 10"
+        );
+        assert_eq!(
+            loss_record_what_since(2048, 1024, 2, Some((1024, 0, 1)), LeakKind::Definite, 1, 1),
+            "3,072 (+2,048) (2,048 (+1,024) direct, 1,024 (+1,024) indirect) bytes in 2 (+1) blocks are definitely lost in loss record 1 of 1"
+        );
+        let now = LeakSummary {
+            definite: Amount {
+                bytes: 176,
+                blocks: 7,
+            },
+            reachable: Amount {
+                bytes: 4496,
+                blocks: 3,
+            },
+            heuristics: vec![("length64", Amount::default())],
+            ..Default::default()
+        };
+        let before = LeakSummary {
+            definite: Amount {
+                bytes: 176,
+                blocks: 7,
+            },
+            reachable: Amount {
+                bytes: 4696,
+                blocks: 4,
+            },
+            heuristics: vec![(
+                "length64",
+                Amount {
+                    bytes: 31,
+                    blocks: 1,
+                },
+            )],
+            ..Default::default()
+        };
+        let mut out = String::new();
+        leak_summary_since(&mut out, 7, &now, Some(&before), LeakMode::Summary);
+        assert_eq!(
+            out,
+            "==7== LEAK SUMMARY:\n\
+             ==7==    definitely lost: 176 (+0) bytes in 7 (+0) blocks\n\
+             ==7==    indirectly lost: 0 (+0) bytes in 0 (+0) blocks\n\
+             ==7==      possibly lost: 0 (+0) bytes in 0 (+0) blocks\n\
+             ==7==    still reachable: 4,496 (-200) bytes in 3 (-1) blocks\n\
+             ==7==                       of which reachable via heuristic:\n\
+             ==7==                         length64           : 0 (-31) bytes in 0 (-1) blocks\n\
+             ==7==         suppressed: 0 (+0) bytes in 0 (+0) blocks\n\
+             ==7== Rerun with --leak-check=full to see details of leaked memory\n\
+             ==7== \n"
         );
     }
 

@@ -11,9 +11,11 @@
 //! counted in HEAP SUMMARY, described, checked (redzones, use after free, invalid free) and
 //! leak-checked as heap blocks (one inside a `malloc`ed block hides that block from the
 //! leak search, as in Valgrind). Results are Valgrind's (`-1` for `MAKE_MEM_*`). The mempool family is
-//! `mempool.rs`. Not yet: `DO_LEAK_CHECK` and the leak counts, `CREATE_BLOCK`, the V-bit
-//! requests: the program gets the native default (0), as for any request a tool does not
-//! answer. `RUNNING_ON_VALGRIND`, `PRINTF` and the `STACK_*` requests are the core's
+//! `mempool.rs`. `VALGRIND_DO_LEAK_CHECK` and its `ADDED`, `CHANGED` and `QUICK` forms run
+//! a leak search now (`leak_report.rs`); `VALGRIND_COUNT_LEAKS` / `COUNT_LEAK_BLOCKS` write
+//! the last search's totals into the program's variables. Not yet: `CREATE_BLOCK`, the
+//! V-bit requests: the program gets the native default (0), as for any request a tool does
+//! not answer. `RUNNING_ON_VALGRIND`, `PRINTF` and the `STACK_*` requests are the core's
 //! (the engine and the runtime's `requests.rs`), for every tool.
 
 use std::sync::atomic::Ordering;
@@ -22,8 +24,9 @@ use oxgrind_formats::memcheck_xml::WhatQuirk;
 use oxgrind_tool::instrument::GuestRegs;
 use oxgrind_tool::{Addr, AllocFn, Host, LiveBlock, StackId};
 
-use crate::errors::KeyKind;
+use crate::errors::{KeyKind, Output};
 use crate::freed::FreedBlock;
+use crate::leak_report::{Delta, LeakParams};
 use crate::shadow;
 use crate::Memcheck;
 
@@ -34,7 +37,10 @@ const MAKE_MEM_UNDEFINED: u64 = MC_BASE + 1;
 const MAKE_MEM_DEFINED: u64 = MC_BASE + 2;
 const CHECK_MEM_IS_ADDRESSABLE: u64 = MC_BASE + 4;
 const CHECK_MEM_IS_DEFINED: u64 = MC_BASE + 5;
+const DO_LEAK_CHECK: u64 = MC_BASE + 6;
+const COUNT_LEAKS: u64 = MC_BASE + 7;
 const MAKE_MEM_DEFINED_IF_ADDRESSABLE: u64 = MC_BASE + 11;
+const COUNT_LEAK_BLOCKS: u64 = MC_BASE + 12;
 /// A core request every tool answers: errors counted so far.
 const COUNT_ERRORS: u64 = 0x1201;
 /// Core requests for custom allocators (`valgrind.h`).
@@ -88,6 +94,14 @@ impl Memcheck {
                 }
             }
             COUNT_ERRORS => Some(self.lock().errors.errs_found as u64),
+            DO_LEAK_CHECK => {
+                self.leak_check_request(host, args[1], args[2], regs.rsp());
+                Some(0)
+            }
+            COUNT_LEAKS | COUNT_LEAK_BLOCKS => {
+                self.count_leaks(host, args[0] == COUNT_LEAK_BLOCKS, &args[1..5]);
+                Some(0)
+            }
             MALLOCLIKE_BLOCK => {
                 self.malloclike(host, base, addr, len, args[3], regs);
                 Some(0)
@@ -101,6 +115,84 @@ impl Memcheck {
                 Some(0)
             }
             _ => self.mempool_request(host, base, args, regs),
+        }
+    }
+
+    /// `VALGRIND_DO_LEAK_CHECK` (`mode` 0, `delta` 0), `_ADDED_` (delta 1), `_CHANGED_`
+    /// (delta 2), `_QUICK_` (mode 1): a leak search now, reported as `--leak-check=full`
+    /// (or `=summary` for the quick one) whatever `--leak-check` says, as Memcheck does.
+    fn leak_check_request(&self, host: &dyn Host, mode: u64, delta: u64, sp: Addr) {
+        let pid = host.pid();
+        let mut warnings = String::new();
+        let full = match mode {
+            0 => true,
+            1 => false,
+            _ => {
+                oxgrind_formats::memcheck_text::line(
+                    &mut warnings,
+                    pid,
+                    "Warning: unknown memcheck leak search mode",
+                );
+                true
+            }
+        };
+        let delta = match delta {
+            0 => Delta::Any,
+            1 => Delta::Increased,
+            2 => Delta::Changed,
+            _ => {
+                oxgrind_formats::memcheck_text::line(
+                    &mut warnings,
+                    pid,
+                    "Warning: unknown memcheck leak search deltamode",
+                );
+                Delta::Any
+            }
+        };
+        let (_, tid) = self.calling_thread(host);
+        // Taken before the state lock, as at exit (the host's block list has locks of
+        // its own).
+        let live = self.program_blocks(host);
+        let mut st = self.lock();
+        if st.finished {
+            return;
+        }
+        st.errors.rep.pid = pid;
+        let mut out = Output {
+            text: warnings,
+            ..Output::default()
+        };
+        self.leak_search(
+            host,
+            &mut st,
+            &mut out,
+            &live,
+            LeakParams {
+                full,
+                delta,
+                tid,
+                sp: Some(sp),
+            },
+        );
+        self.emit(&mut st, out, host);
+    }
+
+    /// `VALGRIND_COUNT_LEAKS(leaked, dubious, reachable, suppressed)` (bytes) and
+    /// `VALGRIND_COUNT_LEAK_BLOCKS` (blocks): the last leak search's totals, zero before
+    /// any, written to the four variables whose addresses are `dest`. "Leaked" is definitely
+    /// plus indirectly lost, as in Memcheck.
+    fn count_leaks(&self, host: &dyn Host, blocks: bool, dest: &[u64]) {
+        let s = self.lock().last_leak.summary.clone();
+        let pick =
+            |a: oxgrind_formats::memcheck_text::Amount| if blocks { a.blocks } else { a.bytes };
+        let values = [
+            pick(s.definite) + pick(s.indirect),
+            pick(s.possible),
+            pick(s.reachable),
+            pick(s.suppressed),
+        ];
+        for (&addr, value) in dest.iter().zip(values) {
+            write_program_word(host.pid(), addr, value);
         }
     }
 
@@ -194,4 +286,34 @@ impl Memcheck {
             &|freed| self.describe_addr(host, freed, bad, thread),
         );
     }
+}
+
+/// Stores `value` at the program's address `addr` without ever faulting: the kernel writes
+/// it (`process_vm_writev` on ourselves, as the leak scan reads with `process_vm_readv`) and
+/// refuses an address that is not mapped writable. Returns whether it was written.
+fn write_program_word(pid: i32, addr: Addr, value: u64) -> bool {
+    const SYS_PROCESS_VM_WRITEV: u64 = 311;
+    let bytes = value.to_ne_bytes();
+    let local = [bytes.as_ptr() as u64, 8u64];
+    let remote = [addr, 8u64];
+    let ret: i64;
+    // SAFETY: the kernel only reads our 8-byte `bytes` through `local` and writes the
+    // remote range itself, failing with EFAULT instead of faulting; the system call
+    // clobbers rcx and r11, declared, and no other register or memory of ours.
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") SYS_PROCESS_VM_WRITEV as i64 => ret,
+            in("rdi") pid as i64,
+            in("rsi") local.as_ptr(),
+            in("rdx") 1u64,
+            in("r10") remote.as_ptr(),
+            in("r8") 1u64,
+            in("r9") 0u64,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        )
+    };
+    ret == 8
 }

@@ -306,6 +306,11 @@ pub struct LossRecord {
     /// Indirect bytes owned (definitely lost records only).
     pub indirect: u64,
     pub blocks: u64,
+    /// The same three numbers at the previous leak search (zero for a record it did not
+    /// have), for the changes a delta search prints.
+    pub old_bytes: u64,
+    pub old_indirect: u64,
+    pub old_blocks: u64,
 }
 
 /// Groups blocks into loss records and sorts them as Memcheck numbers them: total size,
@@ -317,9 +322,39 @@ pub fn loss_records(
     verdicts: &[Verdict],
     same_place: &mut dyn FnMut(StackId, StackId) -> bool,
 ) -> Vec<LossRecord> {
-    let mut records: Vec<LossRecord> = Vec::new();
+    loss_records_after(Vec::new(), blocks, verdicts, same_place)
+}
+
+/// [`loss_records`] for a search that follows `previous` (the last search's records), as
+/// Memcheck keeps its loss records from one search to the next: a previous record that
+/// still had blocks stays, even if no block joins it now (it then has 0 blocks, and
+/// counts in "loss record N of M"), with its numbers moved to `old_*`; one that had none
+/// is dropped. Blocks join an existing record of their kind and place first.
+pub fn loss_records_after(
+    previous: Vec<LossRecord>,
+    blocks: &[Block],
+    verdicts: &[Verdict],
+    same_place: &mut dyn FnMut(StackId, StackId) -> bool,
+) -> Vec<LossRecord> {
+    let mut records: Vec<LossRecord> = previous
+        .into_iter()
+        .filter(|r| r.blocks > 0)
+        .map(|r| LossRecord {
+            old_bytes: r.bytes,
+            old_indirect: r.indirect,
+            old_blocks: r.blocks,
+            bytes: 0,
+            indirect: 0,
+            blocks: 0,
+            ..r
+        })
+        .collect();
     // Index of records by (kind, stack) for the exact-stack case, the common one.
-    let mut exact: alloc::collections::BTreeMap<(LeakKind, StackId), usize> = Default::default();
+    let mut exact: alloc::collections::BTreeMap<(LeakKind, StackId), usize> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| ((r.kind, r.stack), i))
+        .collect();
     for (b, v) in blocks.iter().zip(verdicts) {
         let found = match exact.get(&(v.kind, b.stack)) {
             Some(&i) => Some(i),
@@ -348,6 +383,9 @@ pub fn loss_records(
                     bytes: b.size,
                     indirect,
                     blocks: 1,
+                    old_bytes: 0,
+                    old_indirect: 0,
+                    old_blocks: 0,
                 });
             }
         }
@@ -644,6 +682,38 @@ mod tests {
                 (Definite, 9, 1)
             ]
         );
+    }
+
+    #[test]
+    fn a_later_search_keeps_the_records_that_had_blocks_with_their_old_numbers() {
+        let v = |kind| Verdict {
+            kind,
+            indirect: 0,
+            heuristic: None,
+        };
+        let same = &mut |a: StackId, b: StackId| a == b;
+        let first = loss_records(
+            &[blk(0x100, 16, 1), blk(0x200, 40, 2)],
+            &[v(Definite), v(Possible)],
+            same,
+        );
+        // The possible block was freed; two more blocks leaked at stack 1, one at stack 3.
+        let second = loss_records_after(
+            first,
+            &[blk(0x100, 16, 1), blk(0x300, 16, 1), blk(0x400, 8, 3)],
+            &[v(Definite), v(Definite), v(Definite)],
+            same,
+        );
+        let got: Vec<(u32, u64, u64, u64, u64)> = second
+            .iter()
+            .map(|r| (r.stack.0, r.bytes, r.blocks, r.old_bytes, r.old_blocks))
+            .collect();
+        // The emptied record stays (first: 0 bytes), the new one starts from zero.
+        assert_eq!(got, [(2, 0, 0, 40, 1), (3, 8, 1, 0, 0), (1, 32, 2, 16, 1)]);
+        // A third search drops the record that had no blocks.
+        let third = loss_records_after(second, &[], &[], same);
+        assert_eq!(third.len(), 2);
+        assert!(third.iter().all(|r| r.blocks == 0 && r.old_blocks > 0));
     }
 
     #[test]

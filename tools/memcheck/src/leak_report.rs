@@ -1,6 +1,13 @@
-//! The leak report at exit: the live blocks and the roots the host hands over go through
-//! the leak search ([`crate::leak`]), and its verdicts become loss records, the LEAK
-//! SUMMARY and the "reachable via heuristic" lines, in Valgrind's order and words.
+//! The leak report, at exit and whenever the program asks (`VALGRIND_DO_LEAK_CHECK` and
+//! its forms): the live blocks and the roots the host hands over go through the leak
+//! search ([`crate::leak`]), and its verdicts become loss records, the LEAK SUMMARY and the
+//! "reachable via heuristic" lines, in Valgrind's order and words.
+//!
+//! As in Memcheck, each search remembers its loss records and totals ([`LastLeakSearch`]):
+//! the next search's records start from them, which gives the delta searches
+//! (`DO_ADDED_LEAK_CHECK` prints the records that grew, `DO_CHANGED_LEAK_CHECK` those that
+//! grew or shrank, with `(+N)`/`(-N)` after each number) and what `VALGRIND_COUNT_LEAKS`
+//! returns.
 
 use std::sync::atomic::Ordering;
 
@@ -13,9 +20,45 @@ use crate::errors::{Output, Shown};
 use crate::options::LeakCheck;
 use crate::{leak, shadow, Memcheck, State};
 
+/// Which loss records a leak search prints and counts as errors (Memcheck's
+/// `LeakCheckDeltaMode`), against the previous search's.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Delta {
+    /// Every record with blocks; no changes printed (the search at exit,
+    /// `VALGRIND_DO_LEAK_CHECK`).
+    Any,
+    /// Records whose bytes or blocks grew (`VALGRIND_DO_ADDED_LEAK_CHECK`).
+    Increased,
+    /// Records whose bytes or blocks changed (`VALGRIND_DO_CHANGED_LEAK_CHECK`).
+    Changed,
+}
+
+/// How one leak search reports.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct LeakParams {
+    /// Loss records printed (`--leak-check=full`, the client requests but the quick one);
+    /// otherwise the LEAK SUMMARY alone.
+    pub full: bool,
+    pub delta: Delta,
+    /// Valgrind's number of the thread that asked (1 at exit).
+    pub tid: i32,
+    /// For a search the program asked for: its stack pointer at the request, where the
+    /// scan of its stack starts.
+    pub sp: Option<Addr>,
+}
+
+/// What the last leak search leaves for the next one.
+#[derive(Default)]
+pub(crate) struct LastLeakSearch {
+    /// Its loss records, in its order, with its numbers.
+    records: Vec<leak::LossRecord>,
+    /// Its LEAK SUMMARY numbers (`heuristics`: those with blocks). Zero before any search.
+    pub summary: LeakSummary,
+}
+
 impl Memcheck {
-    /// The leak search and its report; text goes to `out`, returns nothing to print when
-    /// `--leak-check=no`.
+    /// The leak search at exit and its report; text goes to `out`, returns nothing to
+    /// print when `--leak-check=no`.
     pub(crate) fn leak_check(
         &self,
         host: &dyn Host,
@@ -24,7 +67,6 @@ impl Memcheck {
         live: &[LiveBlock],
     ) {
         let pid = host.pid();
-        let verbose_text = self.opts.core.verbosity > 0 && !self.opts.core.xml;
         if self.opts.leak_check == LeakCheck::No {
             if self.opts.core.verbosity == 1 && !self.opts.core.xml {
                 text::line(
@@ -36,7 +78,31 @@ impl Memcheck {
             }
             return;
         }
+        let params = LeakParams {
+            full: self.opts.leak_check == LeakCheck::Full,
+            delta: Delta::Any,
+            tid: 1,
+            sp: None,
+        };
+        self.leak_search(host, st, out, live, params);
+    }
+
+    /// One leak search over `live` and its report to `out`, remembered in `st` for the
+    /// next.
+    pub(crate) fn leak_search(
+        &self,
+        host: &dyn Host,
+        st: &mut State,
+        out: &mut Output,
+        live: &[LiveBlock],
+        params: LeakParams,
+    ) {
+        let pid = host.pid();
+        let verbose_text = self.opts.core.verbosity > 0 && !self.opts.core.xml;
         if live.is_empty() {
+            // Memcheck forgets its loss records (nothing is left to compare with) but
+            // keeps the totals of the last search that found blocks.
+            st.last_leak.records.clear();
             st.leaked = Some(oxgrind_tool::Leaked::default());
             if verbose_text {
                 text::line(
@@ -75,7 +141,7 @@ impl Memcheck {
         }
         let mut search = leak::LeakSearch::new(&blocks, &mem, self.opts.heuristics);
         let mut searched = false;
-        host.with_roots(&mut |roots: &[RootRange]| {
+        let mut scan = |roots: &[RootRange]| {
             // Our shadow is a writable mapping the runtime does not know as ours: 16 TiB
             // of zeroes that hold no pointer and would take for ever to scan.
             let shadow = shadow::base_if_ready();
@@ -94,7 +160,11 @@ impl Memcheck {
                 }
             });
             searched = true;
-        });
+        };
+        match params.sp {
+            Some(sp) => host.with_roots_from(sp, &mut scan),
+            None => host.with_roots(&mut scan),
+        }
         let verdicts = search.into_verdicts();
         if !searched {
             // The host never called us back: nothing was searched, say nothing wrong.
@@ -119,16 +189,28 @@ impl Memcheck {
                 a == b || prefix(a) == prefix(b)
             }
         };
-        let records = leak::loss_records(&blocks, &verdicts, &mut same_place);
+        let previous = std::mem::take(&mut st.last_leak.records);
+        let records = leak::loss_records_after(previous, &blocks, &verdicts, &mut same_place);
         let total = records.len();
-        let full = self.opts.leak_check == LeakCheck::Full;
+        let full = params.full;
         let mut sum = LeakSummary::default();
         for (i, r) in records.iter().enumerate() {
-            let print = full && self.opts.show_leak_kinds.contains(r.kind);
-            let count = full && self.opts.errors_for_leak_kinds.contains(r.kind);
+            let grew =
+                r.bytes > r.old_bytes || r.indirect > r.old_indirect || r.blocks > r.old_blocks;
+            let changed =
+                r.bytes != r.old_bytes || r.indirect != r.old_indirect || r.blocks != r.old_blocks;
+            let considered = match params.delta {
+                Delta::Any => r.blocks > 0,
+                Delta::Increased => grew,
+                Delta::Changed => changed,
+            };
+            let print = full && considered && self.opts.show_leak_kinds.contains(r.kind);
+            let count = full && considered && self.opts.errors_for_leak_kinds.contains(r.kind);
             let res = self.resolve(host, r.stack);
+            let before =
+                (params.delta != Delta::Any).then_some((r.old_bytes, r.old_indirect, r.old_blocks));
             let shown = Shown {
-                tid: 1,
+                tid: params.tid,
                 xml_kind: match r.kind {
                     LeakKind::Definite => "Leak_DefinitelyLost",
                     LeakKind::Indirect => "Leak_IndirectlyLost",
@@ -136,10 +218,11 @@ impl Memcheck {
                     LeakKind::Reachable => "Leak_StillReachable",
                 },
                 block: ErrorBlock {
-                    what: text::loss_record_what(
+                    what: text::loss_record_what_since(
                         r.bytes,
                         r.indirect,
                         r.blocks,
+                        before,
                         r.kind,
                         i + 1,
                         total,
@@ -184,7 +267,10 @@ impl Memcheck {
                 .max_by_key(|r| r.bytes + r.indirect)
                 .map(|r| (r.stack, r.bytes + r.indirect)),
         });
-        // "of which reachable via heuristic", per heuristic, over all blocks (as Memcheck).
+        // "of which reachable via heuristic", per heuristic, over all blocks (as Memcheck),
+        // also when the previous search had some and this one none.
+        let old_sum = std::mem::take(&mut st.last_leak.summary);
+        let mut shown_heuristics = Vec::new();
         for h in [
             leak::Heuristic::StdString,
             leak::Heuristic::Length64,
@@ -201,6 +287,13 @@ impl Memcheck {
             if a.blocks > 0 {
                 sum.heuristics.push((h.name(), a));
             }
+            let had = old_sum
+                .heuristics
+                .iter()
+                .any(|(n, o)| *n == h.name() && o.blocks > 0);
+            if a.blocks > 0 || had {
+                shown_heuristics.push((h.name(), a));
+            }
         }
         if verbose_text {
             let mode = if full {
@@ -210,8 +303,17 @@ impl Memcheck {
             } else {
                 LeakMode::Summary
             };
-            text::leak_summary(&mut out.text, pid, &sum, mode);
+            let printed = LeakSummary {
+                heuristics: shown_heuristics,
+                ..sum.clone()
+            };
+            let before = (params.delta != Delta::Any).then_some(&old_sum);
+            text::leak_summary_since(&mut out.text, pid, &printed, before, mode);
         }
+        st.last_leak = LastLeakSearch {
+            records,
+            summary: sum,
+        };
     }
 }
 

@@ -125,6 +125,9 @@ pub(crate) struct State {
     threads: Vec<i32>,
     /// The leak check's totals, for the core's `--max-leaked` budget ([`Tool::leaked`]).
     leaked: Option<oxgrind_tool::Leaked>,
+    /// What the last leak search found, for the next one's changes and for
+    /// `VALGRIND_COUNT_LEAKS`.
+    last_leak: leak_report::LastLeakSearch,
 }
 
 impl Default for Memcheck {
@@ -144,6 +147,7 @@ impl Memcheck {
                 shadow_q: ShadowQueue::new(opts.freelist_vol),
                 xml: String::new(),
                 leaked: None,
+                last_leak: Default::default(),
                 xml_started: false,
                 finished: false,
                 threads: Vec::new(),
