@@ -862,12 +862,17 @@ pub(crate) struct FastForm {
     /// The flags' shadow must be zero.
     pub flags: bool,
     pub mem: [Option<iced_x86::UsedMemory>; 2],
-    /// For `push`, `pop`, `sub rsp, imm` and `add rsp, imm`: how far `rsp` moves. The
-    /// inline code then does the stack rule's work at once instead of at the next step
-    /// (which then need not be slow): a decrease of `d` bytes makes `[rsp - d - 128,
-    /// rsp - 128)` undefined (its span must have a chunk, else slow), and the thread's
-    /// last `rsp` becomes `rsp + delta`.
+    /// For `push`, `pop`, `sub rsp, imm`, `add rsp, imm`, `call` and `ret`: how far `rsp`
+    /// moves. The inline code then does the stack rule's work at once instead of at the
+    /// next step (which then need not be slow): the thread's last `rsp` becomes
+    /// `rsp + delta`, and the bytes of [`FastForm::undefined`] become undefined.
     pub rsp_delta: i32,
+    /// Stack bytes the instruction leaves undefined, `(offset from rsp before it, length)`
+    /// (their span must have a chunk, else slow): a decrease of `d` bytes makes `[rsp - d -
+    /// 128, rsp - 128)` undefined (the new stack below the red zone); a `call` or `ret`
+    /// makes the whole red zone below the new `rsp` undefined (VEX's "AbiHint": what the
+    /// caller or callee left there is garbage to the other).
+    pub undefined: Option<(i32, i32)>,
 }
 
 /// Largest decrease of `rsp` the inline code marks (qword stores, one per 8 bytes).
@@ -914,9 +919,37 @@ fn inline_rsp_delta(ins: &Instruction) -> Option<i32> {
             }
             d as i32
         }
+        // A near call: its target is a constant, a register or memory (checked as any
+        // operand); the return address it pushes is defined.
+        Mnemonic::Call
+            if ins.op_count() == 1
+                && (ins.op0_kind() == OpKind::NearBranch64
+                    || ins.op0_kind() == OpKind::Register
+                        && ins.op0_register().size() == 8
+                        && ins.op0_register() != Register::RSP
+                    || ins.op0_kind() == OpKind::Memory && ins.memory_size().size() == 8) =>
+        {
+            -8
+        }
+        Mnemonic::Ret if ins.op_count() == 0 => 8,
+        Mnemonic::Ret if ins.op_count() == 1 && ins.immediate(0) % 8 == 0 => {
+            8 + ins.immediate(0) as i32
+        }
         _ => return None,
     };
     Some(delta)
+}
+
+/// The stack bytes an instruction moving `rsp` by `delta` leaves undefined (see
+/// [`FastForm::undefined`]).
+fn undefined_by(ins: &Instruction, delta: i32) -> Option<(i32, i32)> {
+    if is_call_or_ret(ins) {
+        Some((delta - RED_ZONE as i32, RED_ZONE as i32))
+    } else if delta < 0 {
+        Some((delta - RED_ZONE as i32, -delta))
+    } else {
+        None
+    }
 }
 
 /// The instruction forms with an inline fast path: integer instructions on general
@@ -1049,7 +1082,6 @@ pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
     if !FAST_PATH.load(Ordering::Relaxed)
         || !(fast_mnemonic(ins.mnemonic()) || rsp_delta.is_some())
         || (writes_rsp(ins) && rsp_delta.is_none())
-        || is_call_or_ret(ins)
         || ins.has_op_mask()
         || ins.is_string_instruction()
         || ins.has_rep_prefix()
@@ -1063,6 +1095,7 @@ pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
         flags: false,
         mem: [None; 2],
         rsp_delta: rsp_delta.unwrap_or(0),
+        undefined: rsp_delta.and_then(|d| undefined_by(ins, d)),
     };
     const STATUS: u32 = 0x3f; // iced's OF SF ZF AF CF PF
     form.flags = (ins.rflags_read() | ins.rflags_modified()) & STATUS != 0;

@@ -75,8 +75,8 @@ impl Emitter {
         for m in form.mem.iter().flatten() {
             self.memory_shadow(m, ip, &mut slow)?;
         }
-        // The stack rule's new undefined bytes: below the red zone, by the decrease.
-        let new_stack = (form.rsp_delta < 0).then(|| (form.rsp_delta - 128, -form.rsp_delta));
+        // The stack bytes the instruction leaves undefined.
+        let new_stack = form.undefined;
         if let Some((off, len)) = new_stack {
             self.stack_chunk(off, len, ip, Some(&mut slow))?;
         }
