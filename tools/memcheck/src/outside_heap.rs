@@ -70,11 +70,14 @@ fn on_main_stack(sp: u64) -> bool {
 /// point its pointer has reached up to 128 below where it is, and addressable below that.
 /// Without marking at every stack-pointer change (see the module's doc), the lowest word
 /// of the stack that holds anything but what it was made with stands in for that point:
-/// glibc maps a new stack zeroed, and the program writes its stack only within the red zone below its
-/// pointer, so the pointer has been at most 128 bytes above that word (a reused stack
-/// holds its earlier thread's words, where Valgrind too holds the memory unaddressable).
-/// Bytes from there up to the pointer are then unaddressable; the floor is never lower
-/// than the real one, so this misses some errors and invents none.
+/// glibc maps a new stack zeroed, and the program writes its stack only within the red
+/// zone below its pointer, so the pointer has been at most 128 bytes above that word (a
+/// reused stack holds its earlier thread's words, where Valgrind too holds the memory
+/// unaddressable). Bytes from there up to the pointer are then unaddressable. A frame the
+/// thread made but never wrote at its bottom is not seen (a missed error). Deeper than
+/// Valgrind's: what oxgrind's own allocator hooks and glibc's allocator wrote below the
+/// program's calls to `malloc` (Valgrind's replacement runs on its own stack); a thread's
+/// first `malloc` leaves about 4 KiB, where Valgrind's pointer went about 1.5 KiB down.
 ///
 /// `None` when `sp` is on no glibc thread stack: an anonymous read-write mapping right
 /// above its `---` guard page. The stack and the floor found are kept per thread (the
