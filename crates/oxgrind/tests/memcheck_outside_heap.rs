@@ -118,6 +118,45 @@ fn accesses_below_a_threads_stack_pointer_match_valgrind() {
 }
 
 #[test]
+fn below_a_threads_stack_pointer_after_malloc_no_error_valgrind_has_not() {
+    // Our allocator hooks run on the program's stack (Valgrind's on its own): what they
+    // leave there must not count as the thread having been that deep. Each depth we
+    // report, Valgrind reports too.
+    let prog = build("access_below_sp_after_malloc.c", &["-g", "-O0"]);
+    for env in [None, Some("glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW")] {
+        let mut ours = Command::new(oxgrind());
+        let mut theirs = Command::new("valgrind");
+        if !have_valgrind() {
+            return;
+        }
+        for c in [&mut ours, &mut theirs] {
+            if let Some(t) = env {
+                c.env("GLIBC_TUNABLES", t);
+            }
+            c.arg(&prog);
+        }
+        let (ours, theirs) = (stderr(&run(&mut ours)), stderr(&run(&mut theirs)));
+        let depths = |r: &str| -> Vec<String> {
+            r.lines()
+                .filter(|l| l.contains("bytes below stack pointer"))
+                .map(|l| l.split("==").last().unwrap_or(l).trim().to_string())
+                .collect()
+        };
+        let (o, t) = (depths(&ours), depths(&theirs));
+        assert!(
+            !t.is_empty(),
+            "Valgrind reports none: the case tests nothing\n{theirs}"
+        );
+        for d in &o {
+            assert!(
+                t.contains(d),
+                "{env:?}: {d:?} not in Valgrind's {t:?}\n{ours}"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_wild_write_is_reported_before_the_sigsegv_as_valgrind_does() {
     let prog = build("access_wild.c", &["-g", "-O0"]);
     for opts in [&[][..], &["-q"], &["--error-exitcode=3"], &["-s"]] {

@@ -74,10 +74,10 @@ fn on_main_stack(sp: u64) -> bool {
 /// zone below its pointer, so the pointer has been at most 128 bytes above that word (a
 /// reused stack holds its earlier thread's words, where Valgrind too holds the memory
 /// unaddressable). Bytes from there up to the pointer are then unaddressable. A frame the
-/// thread made but never wrote at its bottom is not seen (a missed error). Deeper than
-/// Valgrind's: what oxgrind's own allocator hooks and glibc's allocator wrote below the
-/// program's calls to `malloc` (Valgrind's replacement runs on its own stack); a thread's
-/// first `malloc` leaves about 4 KiB, where Valgrind's pointer went about 1.5 KiB down.
+/// thread made but never wrote at its bottom is not seen (a missed error). Nor are the
+/// words oxgrind's own allocator hooks left below the program's calls to `malloc` (a
+/// thread's first leaves about 4 KiB, where Valgrind's pointer went 1.5 KiB down): the
+/// floor is put above them (`above_own_frames`), which also misses what lies below.
 ///
 /// `None` when `sp` is on no glibc thread stack: an anonymous read-write mapping right
 /// above its `---` guard page. The stack and the floor found are kept per thread (the
@@ -94,7 +94,10 @@ fn thread_stack_floor(sp: u64, want: u64) -> Option<u64> {
     } else {
         guarded_thread_stack(sp)?
     };
-    let floor = scan_floor(lo, sp).unwrap_or(u64::MAX);
+    let floor = match scan_floor(lo, sp) {
+        Some(floor) => floor.max(above_own_frames(floor, sp)),
+        None => u64::MAX,
+    };
     THREAD_STACK.with(|c| c.set((lo, hi, floor)));
     Some(floor)
 }
@@ -104,6 +107,54 @@ thread_local! {
     /// `u64::MAX`: none found), as last looked up.
     static THREAD_STACK: core::cell::Cell<(u64, u64, u64)> =
         const { core::cell::Cell::new((0, 0, u64::MAX)) };
+}
+
+/// Where the thread's stack in `[floor, sp)` stops holding what oxgrind's own code left
+/// there: just above the highest word that is an address in oxgrind's code (the return
+/// addresses of the runtime's allocator hooks, which run on the program's stack where
+/// Valgrind's replacements run on its own, and of glibc's allocator under them, which
+/// Valgrind does not run at all). Below that, the words do not tell how deep the program
+/// went; above it they are the program's (or the hook's outermost frame). `floor` when
+/// there is none.
+fn above_own_frames(floor: u64, sp: u64) -> u64 {
+    let (text_lo, text_hi) = own_text();
+    let mut word = (sp & !7).wrapping_sub(8);
+    while word >= floor && word != 0 {
+        // SAFETY: `word` is 8-aligned in `[floor, sp)`, inside the calling thread's own
+        // stack mapping (`floor` is a word `scan_floor` read there), which stays mapped
+        // while the thread uses it; pages in between are mapped read-write (a page never
+        // touched reads as zero).
+        let v = unsafe { core::ptr::read_volatile(word as *const u64) };
+        if text_lo <= v && v < text_hi {
+            return word + 8;
+        }
+        word -= 8;
+    }
+    floor
+}
+
+/// The executable mapping holding this code (oxgrind's runtime, which the tool is part
+/// of), from `/proc/self/maps` once.
+fn own_text() -> (u64, u64) {
+    static TEXT: oxgrind_tool::sync::SpinLock<(u64, u64)> =
+        oxgrind_tool::sync::SpinLock::new((0, 0));
+    let known = *TEXT.lock();
+    if known.1 != 0 {
+        return known;
+    }
+    let here = own_text as *const () as u64;
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let range = maps.lines().find_map(|l| {
+        let (lo, hi) = l.split_whitespace().next()?.split_once('-')?;
+        let (lo, hi) = (
+            u64::from_str_radix(lo, 16).ok()?,
+            u64::from_str_radix(hi, 16).ok()?,
+        );
+        (lo <= here && here < hi).then_some((lo, hi))
+    });
+    let range = range.unwrap_or((0, 0));
+    *TEXT.lock() = range;
+    range
 }
 
 /// The mapping `[lo, hi)` holding `sp` if it is a glibc thread stack: anonymous, read-write,
