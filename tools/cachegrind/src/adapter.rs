@@ -125,6 +125,9 @@ pub struct BlockInfo {
     /// The locked read-modify-writes (indices), whose compare-and-swap restart is a
     /// conditional branch at every run.
     pub locked: Vec<u8>,
+    /// The largest cost index of its instructions (the simulator's costs are grown to it
+    /// once per entry, not at every event).
+    pub max_id: u32,
 }
 
 impl BlockInfo {
@@ -147,6 +150,7 @@ impl BlockInfo {
             last_line = Some(last);
         }
         BlockInfo {
+            max_id: instrs.iter().map(|i| i.id).max().unwrap_or(0),
             instrs,
             lookups,
             locked,
@@ -301,6 +305,9 @@ pub struct ThreadState {
     block: Option<(u32, &'static BlockInfo)>,
     /// Its next I1 lookup (index into `lookups`).
     looked_up: usize,
+    /// The instruction index of that lookup (`u8::MAX` when none is left): an access of an
+    /// instruction before it has no fetch to do first, decided without reading the block.
+    next_lookup: u8,
     /// The block made accesses (a `rep` entry ran an iteration).
     accessed: bool,
     /// The last load of the current instruction: (tag, address, size).
@@ -309,16 +316,30 @@ pub struct ThreadState {
     last: Option<(u32, &'static BlockInfo)>,
 }
 
+/// An instruction index beyond every real one (blocks have at most 64) but below
+/// `u8::MAX`, which says no lookup is left: given to [`fetch_to`], it fetches the rest.
+const ALL_INSNS: usize = 254;
+
 /// The I1 lookups of the current block's instructions up to and including index `upto`.
-#[inline]
+#[inline(always)]
 fn fetch_to(sim: &mut Simulator, blk: &BlockInfo, st: &mut ThreadState, upto: usize) {
+    if (st.next_lookup as usize) <= upto {
+        fetch_lookups_to(sim, blk, st, upto);
+    }
+}
+
+/// [`fetch_to`] when at least one lookup is due.
+#[inline(never)]
+fn fetch_lookups_to(sim: &mut Simulator, blk: &BlockInfo, st: &mut ThreadState, upto: usize) {
     while let Some(l) = blk.lookups.get(st.looked_up) {
         if l.insn as usize > upto {
-            break;
+            st.next_lookup = l.insn;
+            return;
         }
         sim.fetch(l.id, l.pc, l.len as u64);
         st.looked_up += 1;
     }
+    st.next_lookup = u8::MAX;
 }
 
 /// Enters block `b`: every instruction of it runs (the engine's blocks have one exit), so
@@ -334,7 +355,15 @@ fn start_block(sim: &mut Simulator, blocks: &BlockTable, st: &mut ThreadState, b
     st.last_read = None;
     st.block = blk.map(|blk| (b, blk));
     if let Some(blk) = blk {
-        sim.block_entered(b);
+        sim.block_entered(b, blk.max_id);
+        // The first instruction is always looked up (nothing says which line the fetch
+        // before it was on), and before any of the block's accesses: now.
+        st.next_lookup = u8::MAX;
+        if let Some(l) = blk.lookups.first() {
+            sim.fetch(l.id, l.pc, l.len as u64);
+            st.looked_up = 1;
+            st.next_lookup = blk.lookups.get(1).map_or(u8::MAX, |l| l.insn);
+        }
         st.last = Some((b, blk));
     }
 }
@@ -346,7 +375,7 @@ pub fn end_block(sim: &mut Simulator, st: &mut ThreadState, next: Option<u64>) {
     let Some((_, blk)) = st.block else {
         return;
     };
-    fetch_to(sim, blk, st, usize::MAX);
+    fetch_to(sim, blk, st, ALL_INSNS);
     for &i in &blk.locked {
         // VEX retries a failed compare-and-swap: a side exit, never taken here.
         let ins = &blk.instrs[i as usize];

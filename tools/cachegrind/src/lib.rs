@@ -369,6 +369,7 @@ impl Tool for Cachegrind {
                 adapter::end_block(&mut m.sim, st, None);
             }
             adapter::charge_instructions(&mut m.sim, &self.blocks);
+            m.sim.flush();
             m.sim.costs.clone()
         };
         let (file, totals) = self.build(host, &costs);

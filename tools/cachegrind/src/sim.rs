@@ -13,6 +13,13 @@
 //! as reads, LL looked up only on an L1 miss. An access that straddles two lines looks up
 //! both and is one miss if either misses. Every tag starts at 0, as Valgrind's arrays are
 //! zeroed.
+//!
+//! LL lookups are deferred: an L1 miss is queued ([`LlQueue`]) and the queue is run through
+//! LL, in the same order, when it fills and whenever the simulator's counts are read
+//! ([`Simulator::flush`]). L1 outcomes never depend on LL, so the order of lookups each cache
+//! sees, and every count, is the same as looking LL up at once; what the queue buys is that
+//! LL's tag array (tens of MiB for the large last-level caches CPUID reports, far beyond the
+//! host's caches) can be prefetched a few misses ahead instead of stalling on every miss.
 
 use oxgrind_formats::cachegrind::CacheConfig;
 
@@ -39,6 +46,21 @@ impl Cache {
 
     pub fn line_bits(&self) -> u32 {
         self.line_bits
+    }
+
+    /// Asks the host to bring the tags of the set `addr` maps to into its caches: a hint,
+    /// it changes no state.
+    #[inline(always)]
+    fn prefetch(&self, addr: u64) {
+        let set = ((addr >> self.line_bits) & self.sets_min_1) as usize;
+        let first = set * self.assoc;
+        let ways = &self.tags[first..first + self.assoc];
+        // One hint per host line the set's tags span (64-byte lines).
+        let mut at = 0;
+        while at < ways.len() {
+            prefetch_read(&ways[at]);
+            at += 8;
+        }
     }
 
     /// Looks `block` up in its set, making it the most recently used; true on a miss (the
@@ -90,6 +112,49 @@ impl Cache {
         }
     }
 }
+
+/// A hint that `*p` is about to be read; no effect on the program's state.
+#[inline(always)]
+fn prefetch_read<T>(p: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and writes nothing; `p` is a valid reference anyway.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch(
+            p as *const T as *const i8,
+            core::arch::x86_64::_MM_HINT_T0,
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// Which LL miss column a queued L1 miss charges.
+#[derive(Clone, Copy)]
+enum Source {
+    Instr = ILMR as isize,
+    Read = DLMR as isize,
+    Write = DLMW as isize,
+}
+
+/// An L1 miss waiting for its LL lookup.
+#[derive(Clone, Copy)]
+struct LlRef {
+    addr: u64,
+    size: u32,
+    id: u32,
+    column: Source,
+}
+
+/// L1 misses queued for LL, in program order (see the module's comment).
+struct LlQueue {
+    refs: Vec<LlRef>,
+}
+
+/// Misses queued before LL is looked up: enough that the prefetches run well ahead, few
+/// enough that the queue stays in the host's L1.
+const LL_QUEUE: usize = 256;
+/// How many misses ahead the LL set is prefetched.
+const LL_PREFETCH_AHEAD: usize = 8;
 
 /// Valgrind's conditional-branch predictor: 2^14 two-bit saturating counters indexed by 7
 /// bits of global taken history and the low 7 bits of the branch address (x86 uses them
@@ -186,10 +251,13 @@ pub struct Simulator {
     branch_sim: bool,
     /// Accesses larger than this are clamped to it (Valgrind: the smallest line size).
     max_access: u64,
-    /// Costs by instruction id (see `crate::adapter::Instr`).
+    /// Costs by instruction id (see `crate::adapter::Instr`); the LL misses are complete
+    /// only after [`Simulator::flush`].
     pub costs: Vec<Costs>,
     /// How many times each block (the adapter's numbering) ran: its instructions' Ir.
     block_runs: Vec<u64>,
+    /// L1 misses not yet looked up in LL.
+    ll_queue: LlQueue,
 }
 
 impl Simulator {
@@ -211,7 +279,46 @@ impl Simulator {
             max_access: i1.line.min(d1.line).min(ll.line),
             costs: Vec::new(),
             block_runs: Vec::new(),
+            ll_queue: LlQueue {
+                refs: Vec::with_capacity(LL_QUEUE),
+            },
         }
+    }
+
+    /// An L1 miss of `size` bytes at `addr` by instruction `id`: its LL lookup, which
+    /// charges `column` on a miss, joins the queue.
+    #[inline(always)]
+    fn queue_ll(&mut self, id: u32, addr: u64, size: u64, column: Source) {
+        self.ll_queue.refs.push(LlRef {
+            addr,
+            size: size as u32,
+            id,
+            column,
+        });
+        if self.ll_queue.refs.len() >= LL_QUEUE {
+            self.flush();
+        }
+    }
+
+    /// Looks every queued L1 miss up in LL, in order, and charges the LL misses. Must run
+    /// before [`Simulator::costs`] is read.
+    #[inline(never)]
+    pub fn flush(&mut self) {
+        let mut refs = core::mem::take(&mut self.ll_queue.refs);
+        for r in refs.iter().take(LL_PREFETCH_AHEAD) {
+            self.ll.prefetch(r.addr);
+        }
+        for i in 0..refs.len() {
+            if let Some(ahead) = refs.get(i + LL_PREFETCH_AHEAD) {
+                self.ll.prefetch(ahead.addr);
+            }
+            let r = refs[i];
+            if self.ll.ref_is_miss(r.addr, r.size as u64) {
+                self.slot(r.id)[r.column as usize] += 1;
+            }
+        }
+        refs.clear();
+        self.ll_queue.refs = refs;
     }
 
     #[inline(always)]
@@ -230,13 +337,18 @@ impl Simulator {
 
     /// Block `b` is entered: each of its instructions executes once (charged as Ir by
     /// [`Simulator::charge_runs`] at the end, not one by one).
+    /// `max_id`: the largest cost index of its instructions, whose costs are made to exist
+    /// now, so that the block's events find them without a check of their own.
     #[inline(always)]
-    pub fn block_entered(&mut self, b: u32) {
+    pub fn block_entered(&mut self, b: u32, max_id: u32) {
         let b = b as usize;
         if b >= self.block_runs.len() {
             self.block_runs.resize(b + 1, 0);
         }
         self.block_runs[b] += 1;
+        if max_id as usize >= self.costs.len() {
+            self.grow(max_id as usize);
+        }
     }
 
     /// Charges `Ir` of each instruction of block `b` (their ids), for every run of it.
@@ -254,25 +366,16 @@ impl Simulator {
     #[inline(always)]
     pub fn fetch(&mut self, id: u32, pc: u64, len: u64) {
         if self.cache_sim && self.i1.ref_is_miss(pc, len) {
-            let ml = self.ll.ref_is_miss(pc, len);
-            let c = self.slot(id);
-            c[I1MR] += 1;
-            c[ILMR] += u64::from(ml);
+            self.slot(id)[I1MR] += 1;
+            self.queue_ll(id, pc, len, Source::Instr);
         }
     }
 
     /// Instruction `id` (`len` bytes at `pc`) is fetched and executed once.
     #[inline]
     pub fn instr(&mut self, id: u32, pc: u64, len: u64) {
-        let (mut m1, mut ml) = (false, false);
-        if self.cache_sim && self.i1.ref_is_miss(pc, len) {
-            m1 = true;
-            ml = self.ll.ref_is_miss(pc, len);
-        }
-        let c = self.slot(id);
-        c[IR] += 1;
-        c[I1MR] += u64::from(m1);
-        c[ILMR] += u64::from(ml);
+        self.slot(id)[IR] += 1;
+        self.fetch(id, pc, len);
     }
 
     /// A data access by instruction `id`: `write` for a store, false for a load or a
@@ -283,20 +386,18 @@ impl Simulator {
             return;
         }
         let size = size.min(self.max_access);
-        let (mut m1, mut ml) = (false, false);
-        if self.d1.ref_is_miss(addr, size) {
-            m1 = true;
-            ml = self.ll.ref_is_miss(addr, size);
-        }
+        let m1 = self.d1.ref_is_miss(addr, size);
         let c = self.slot(id);
         let (a, b, d) = if write {
-            (DW, D1MW, DLMW)
+            (DW, D1MW, Source::Write)
         } else {
-            (DR, D1MR, DLMR)
+            (DR, D1MR, Source::Read)
         };
         c[a] += 1;
-        c[b] += u64::from(m1);
-        c[d] += u64::from(ml);
+        if m1 {
+            c[b] += 1;
+            self.queue_ll(id, addr, size, d);
+        }
     }
 
     /// A conditional branch of instruction `id` at `pc` went `taken` or not.
@@ -406,6 +507,56 @@ mod tests {
             }
             assert!(misses > 1000, "the stream must exercise evictions");
         }
+    }
+
+    #[test]
+    fn queued_ll_lookups_count_as_immediate_ones() {
+        let small = |size, assoc| CacheConfig {
+            size,
+            assoc,
+            line: 64,
+        };
+        let (i1c, d1c, llc) = (small(1024, 2), small(2048, 4), small(8192, 4));
+        let mut sim = Simulator::new(&i1c, &d1c, &llc, true, false);
+        // The reference: LL looked up at the moment of each L1 miss.
+        let (mut i1, mut d1, mut ll) = (Cache::new(&i1c), Cache::new(&d1c), Cache::new(&llc));
+        let mut want = vec![[0u64; 13]; 4];
+        let mut x: u64 = 0x9E3779B97F4A7C15;
+        for n in 0..100_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let id = (x % 4) as u32;
+            let addr = (x >> 24) % 65536;
+            let size = [1, 4, 8, 16][(x >> 8) as usize % 4];
+            let c = &mut want[id as usize];
+            match n % 3 {
+                0 => {
+                    sim.fetch(id, addr, size);
+                    if i1.ref_is_miss(addr, size) {
+                        c[I1MR] += 1;
+                        c[ILMR] += u64::from(ll.ref_is_miss(addr, size));
+                    }
+                }
+                k => {
+                    let write = k == 2;
+                    sim.data(id, addr, size, write);
+                    let (a, b, d) = if write {
+                        (DW, D1MW, DLMW)
+                    } else {
+                        (DR, D1MR, DLMR)
+                    };
+                    c[a] += 1;
+                    if d1.ref_is_miss(addr, size) {
+                        c[b] += 1;
+                        c[d] += u64::from(ll.ref_is_miss(addr, size));
+                    }
+                }
+            }
+        }
+        sim.flush();
+        assert_eq!(sim.costs[..4], want[..]);
+        assert!(want.iter().map(|c| c[DLMR] + c[ILMR]).sum::<u64>() > 1000);
     }
 
     #[test]
