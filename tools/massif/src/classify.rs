@@ -13,8 +13,10 @@
 //! address (a cache inside `Classifier`). The frame texts printed in the tree are computed
 //! here too, so writing the file needs no symbol lookups beyond the ones already done.
 
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
 use crate::sync::{FxHashMap, SpinLock};
-use oxgrind_tool::{Addr, Frame, Host};
+use oxgrind_tool::{Addr, Frame, Host, StackId};
 
 /// Allocation functions Massif always filters (Valgrind 3.19, 64-bit names).
 pub const BUILTIN_ALLOC_FNS: &[&str] = &[
@@ -74,6 +76,81 @@ pub(crate) struct Classifier {
     /// `--show-below-main=yes`: keep the frames under `main`, with their real names.
     show_below_main: bool,
     cache: SpinLock<FxHashMap<Addr, IpInfo>>,
+    /// Heap stacks [`Classifier::warm`] has seen.
+    warmed: StackSet,
+}
+
+/// A set of stack ids without a lock: the runtime numbers stacks densely from 0, so one bit
+/// per id in chunks allocated on first use. Ids past [`StackSet::MAX`] are never members
+/// (their stacks are then described under the state lock, as before).
+struct StackSet {
+    chunks: [AtomicPtr<AtomicU64>; StackSet::CHUNKS],
+}
+
+impl StackSet {
+    /// Ids per chunk (a chunk is 8 KiB).
+    const CHUNK_BITS: u32 = 16;
+    const WORDS: usize = (1 << Self::CHUNK_BITS) / 64;
+    /// The runtime's own limit on distinct stacks is 2^26.
+    const CHUNKS: usize = 1 << (26 - Self::CHUNK_BITS);
+    const MAX: u32 = (Self::CHUNKS as u32) << Self::CHUNK_BITS;
+
+    fn new() -> Self {
+        StackSet {
+            chunks: [const { AtomicPtr::new(std::ptr::null_mut()) }; Self::CHUNKS],
+        }
+    }
+
+    /// Adds `id`; whether it was not a member before (always `false` past [`Self::MAX`]).
+    fn insert(&self, id: StackId) -> bool {
+        if id.0 >= Self::MAX {
+            return false;
+        }
+        let slot = &self.chunks[(id.0 >> Self::CHUNK_BITS) as usize];
+        let mut chunk = slot.load(Ordering::Acquire);
+        if chunk.is_null() {
+            let fresh: Box<[AtomicU64]> = (0..Self::WORDS).map(|_| AtomicU64::new(0)).collect();
+            let fresh = Box::into_raw(fresh) as *mut AtomicU64;
+            chunk = match slot.compare_exchange(
+                std::ptr::null_mut(),
+                fresh,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => fresh,
+                Err(theirs) => {
+                    // SAFETY: `fresh` came from Box::into_raw just above as a boxed slice of
+                    // WORDS words and was never published.
+                    drop(unsafe {
+                        Box::from_raw(std::ptr::slice_from_raw_parts_mut(fresh, Self::WORDS))
+                    });
+                    theirs
+                }
+            };
+        }
+        let bit = id.0 as usize & ((1 << Self::CHUNK_BITS) - 1);
+        // SAFETY: a published chunk holds WORDS words and is never freed while the set
+        // lives (Drop frees it); `bit / 64 < WORDS`.
+        let word = unsafe { &*chunk.add(bit / 64) };
+        let mask = 1u64 << (bit % 64);
+        word.load(Ordering::Relaxed) & mask == 0
+            && word.fetch_or(mask, Ordering::Relaxed) & mask == 0
+    }
+}
+
+impl Drop for StackSet {
+    fn drop(&mut self) {
+        for slot in &self.chunks {
+            let chunk = slot.load(Ordering::Acquire);
+            if !chunk.is_null() {
+                // SAFETY: published chunks came from Box::into_raw of a boxed slice of
+                // WORDS words; `&mut self` means no one else uses them.
+                drop(unsafe {
+                    Box::from_raw(std::ptr::slice_from_raw_parts_mut(chunk, Self::WORDS))
+                });
+            }
+        }
+    }
 }
 
 /// Result of classifying a stack: the EC's frames, or `None` when the allocation is ignored
@@ -95,6 +172,24 @@ impl Classifier {
             depth,
             show_below_main,
             cache: SpinLock::new(FxHashMap::default()),
+            warmed: StackSet::new(),
+        }
+    }
+
+    /// Looks up the names of a new heap stack's addresses, on the calling thread, before its
+    /// event is logged: so that the thread that later applies the logs, under Massif's state
+    /// lock, finds them in the cache. Describing an address can take long (the first one in
+    /// an object loads its symbols and debug information, hundreds of milliseconds under
+    /// load); under the state lock that stalled every other thread once its log was full,
+    /// and the program ran on one core. Here only threads that meet a new address wait, as
+    /// Valgrind's do. The stack's classification itself is still made, from the cache, when
+    /// its event is applied, so the results do not change.
+    #[inline]
+    pub(crate) fn warm(&self, host: &dyn Host, stack: StackId) {
+        if self.warmed.insert(stack) {
+            let raw = host.stack(stack);
+            // Frame 0 is our replacement allocator (see `Massif::ec_of_locked`).
+            let _ = self.classify(host, raw.get(1..).unwrap_or(&[]));
         }
     }
 

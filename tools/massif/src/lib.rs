@@ -219,7 +219,7 @@ impl Massif {
         if n < log::FLUSH {
             return;
         }
-        let st = if n >= log::CAPACITY {
+        let st = if n >= log::LIMIT {
             Some(self.state.lock())
         } else {
             self.state.try_lock()
@@ -805,6 +805,7 @@ impl Tool for Massif {
             return;
         }
         let clock = self.read_clock(host);
+        self.classifier.warm(host, ev.stack);
         self.log_event(host, ev.tid, log::Event::Alloc(*ev, clock));
     }
 
@@ -821,6 +822,7 @@ impl Tool for Massif {
             return;
         }
         let clock = self.read_clock(host);
+        self.classifier.warm(host, new.stack);
         self.log_event(host, new.tid, log::Event::Realloc(*old, *new, clock));
     }
 

@@ -7,8 +7,17 @@
 //! of the thread's own (one of [`SLOTS`], chosen by thread id, each behind its own lock,
 //! which threads rarely share), and the logs are applied to the state in batches, under the
 //! state lock, by whichever thread fills its log (or by `fini`, or by an event that must see
-//! the state up to date). A thread takes the state lock about once per [`FLUSH`] events, and
-//! only waits for it when its log is full ([`CAPACITY`]).
+//! the state up to date). A thread offers to apply the logs at every event once its log
+//! holds [`FLUSH`] events, taking the state lock only if it is free, and waits for it only
+//! when its log holds [`LIMIT`] events.
+//!
+//! The limit is far above the flush mark on purpose. Applying is serial, and the thread doing
+//! it can be preempted while it holds the state lock (four program threads on two cores, or
+//! a busy machine): with a limit close to the flush mark every other thread soon filled its
+//! log and waited, spinning and yielding, for a thread that was not even running. With room
+//! for a few milliseconds of events, the others keep running the program meanwhile, and the
+//! next of them to log an event after the holder is done applies everything logged. A log
+//! grows past [`RESERVE`] only while another thread holds the state lock.
 //!
 //! The order of application is a serialisation of the threads' histories, as Valgrind's
 //! scheduler makes one:
@@ -42,8 +51,11 @@ use crate::Clock;
 pub(crate) const SLOTS: usize = 64;
 /// Events a log holds before its thread applies the logs, if the state lock is free.
 pub(crate) const FLUSH: usize = 128;
-/// Events a log holds at most: its thread then waits for the state lock.
-pub(crate) const CAPACITY: usize = 512;
+/// Room a log is given at first, and a pending batch at least.
+pub(crate) const RESERVE: usize = 512;
+/// Events a log holds at most: its thread then waits for the state lock. An event is at most
+/// 136 bytes, so about 1.1 MiB per thread at worst.
+pub(crate) const LIMIT: usize = 8192;
 
 /// A heap event as a thread recorded it, with its clock reading.
 #[derive(Copy, Clone, Debug)]
@@ -104,7 +116,7 @@ impl Logs {
         let i = tid as u32 as usize % SLOTS;
         let mut log = self.slots[i].lock();
         if log.capacity() == 0 {
-            log.reserve_exact(CAPACITY);
+            log.reserve_exact(RESERVE);
         }
         log.push(ev);
         let n = log.len();
@@ -144,8 +156,8 @@ impl Logs {
             if p.is_empty() {
                 p.events.clear();
                 p.next = 0;
-                if p.events.capacity() < CAPACITY {
-                    p.events.reserve_exact(CAPACITY);
+                if p.events.capacity() < RESERVE {
+                    p.events.reserve_exact(RESERVE);
                 }
                 core::mem::swap(&mut p.events, &mut *log);
             } else {
