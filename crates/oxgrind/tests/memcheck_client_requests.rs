@@ -103,3 +103,24 @@ fn leak_check_requests_in_xml_as_valgrind_writes_them() {
     );
     assert_eq!(outputs[0], outputs[1]);
 }
+
+/// Leak searches asked for while other threads allocate and free without pause finish
+/// (the search takes none of our locks while it waits for the other threads to stop) and
+/// count what Valgrind counts.
+#[test]
+fn leak_check_requests_while_threads_allocate() {
+    if !have_valgrind() {
+        return;
+    }
+    let prog = build("mc_leak_requests_threads.c", &["-g", "-O1", "-pthread"]);
+    // A deadlocked run was seen to outlive SIGTERM: KILL it.
+    let ours = run(Command::new("timeout")
+        .args(["-s", "KILL", "300"])
+        .arg(oxgrind())
+        .arg("-q")
+        .arg(&prog));
+    let theirs = run(Command::new("valgrind").arg("-q").arg(&prog));
+    assert!(ours.status.success(), "{}", stderr(&ours));
+    assert_eq!(stdout(&theirs), "leaked blocks 50\n");
+    assert_eq!(stdout(&ours), stdout(&theirs), "{}", stderr(&ours));
+}

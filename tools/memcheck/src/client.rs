@@ -150,9 +150,9 @@ impl Memcheck {
             }
         };
         let (_, tid) = self.calling_thread(host);
-        // Taken before the state lock, as at exit (the host's block list has locks of
-        // its own).
+        // Searched before the state lock is taken (see `search_heap`).
         let live = self.program_blocks(host);
+        let found = self.search_heap(host, &live, Some(sp));
         let mut st = self.lock();
         if st.finished {
             return;
@@ -162,17 +162,12 @@ impl Memcheck {
             text: warnings,
             ..Output::default()
         };
-        self.leak_search(
+        self.report_leaks(
             host,
             &mut st,
             &mut out,
-            &live,
-            LeakParams {
-                full,
-                delta,
-                tid,
-                sp: Some(sp),
-            },
+            found,
+            LeakParams { full, delta, tid },
         );
         self.emit(&mut st, out, host);
     }

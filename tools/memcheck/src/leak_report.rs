@@ -42,9 +42,20 @@ pub(crate) struct LeakParams {
     pub delta: Delta,
     /// Valgrind's number of the thread that asked (1 at exit).
     pub tid: i32,
-    /// For a search the program asked for: its stack pointer at the request, where the
-    /// scan of its stack starts.
-    pub sp: Option<Addr>,
+}
+
+/// What a heap search found.
+pub(crate) enum Search {
+    /// No live block: nothing to search.
+    NoBlocks,
+    /// The host never handed over the roots.
+    NotRun,
+    /// The blocks (by address) and their verdicts; `scanned`: bytes read (`-v`).
+    Done {
+        blocks: Vec<leak::Block>,
+        verdicts: Vec<leak::Verdict>,
+        scanned: u64,
+    },
 }
 
 /// What the last leak search leaves for the next one.
@@ -82,37 +93,23 @@ impl Memcheck {
             full: self.opts.leak_check == LeakCheck::Full,
             delta: Delta::Any,
             tid: 1,
-            sp: None,
         };
-        self.leak_search(host, st, out, live, params);
+        let found = self.search_heap(host, live, None);
+        self.report_leaks(host, st, out, found, params);
     }
 
-    /// One leak search over `live` and its report to `out`, remembered in `st` for the
-    /// next.
-    pub(crate) fn leak_search(
+    /// Searches the heap: `live` against the roots, the calling thread's stack from `sp`
+    /// (its stack pointer) when the program asked for the search. Needs no lock of ours, and must hold
+    /// none: the host waits for the other threads' events in flight, which may be waiting
+    /// for our state lock.
+    pub(crate) fn search_heap(
         &self,
         host: &dyn Host,
-        st: &mut State,
-        out: &mut Output,
         live: &[LiveBlock],
-        params: LeakParams,
-    ) {
-        let pid = host.pid();
-        let verbose_text = self.opts.core.verbosity > 0 && !self.opts.core.xml;
+        sp: Option<Addr>,
+    ) -> Search {
         if live.is_empty() {
-            // Memcheck forgets its loss records (nothing is left to compare with) but
-            // keeps the totals of the last search that found blocks.
-            st.last_leak.records.clear();
-            st.leaked = Some(oxgrind_tool::Leaked::default());
-            if verbose_text {
-                text::line(
-                    &mut out.text,
-                    pid,
-                    "All heap blocks were freed -- no leaks are possible",
-                );
-                text::line(&mut out.text, pid, "");
-            }
-            return;
+            return Search::NoBlocks;
         }
         let mut blocks: Vec<leak::Block> = live
             .iter()
@@ -130,15 +127,6 @@ impl Memcheck {
             host,
             scanned: std::cell::Cell::new(0),
         };
-        let chatty = self.opts.core.verbosity > 1 && !self.opts.core.xml;
-        if chatty {
-            let n = oxgrind_formats::number::commify(blocks.len() as u64);
-            text::line(
-                &mut out.text,
-                pid,
-                &format!("Searching for pointers to {n} not-freed blocks"),
-            );
-        }
         let mut search = leak::LeakSearch::new(&blocks, &mem, self.opts.heuristics);
         let mut searched = false;
         let mut scan = |roots: &[RootRange]| {
@@ -161,17 +149,65 @@ impl Memcheck {
             });
             searched = true;
         };
-        match params.sp {
+        match sp {
             Some(sp) => host.with_roots_from(sp, &mut scan),
             None => host.with_roots(&mut scan),
         }
         let verdicts = search.into_verdicts();
         if !searched {
-            // The host never called us back: nothing was searched, say nothing wrong.
-            return;
+            return Search::NotRun;
         }
-        if chatty {
-            let n = oxgrind_formats::number::commify(mem.scanned.get());
+        Search::Done {
+            blocks,
+            verdicts,
+            scanned: mem.scanned.get(),
+        }
+    }
+
+    /// The report of one leak search (`found`, from [`Memcheck::search_heap`]) to `out`,
+    /// remembered in `st` for the next.
+    pub(crate) fn report_leaks(
+        &self,
+        host: &dyn Host,
+        st: &mut State,
+        out: &mut Output,
+        found: Search,
+        params: LeakParams,
+    ) {
+        let pid = host.pid();
+        let verbose_text = self.opts.core.verbosity > 0 && !self.opts.core.xml;
+        let (blocks, verdicts, scanned) = match found {
+            Search::NoBlocks => {
+                // Memcheck forgets its loss records (nothing is left to compare with) but
+                // keeps the totals of the last search that found blocks.
+                st.last_leak.records.clear();
+                st.leaked = Some(oxgrind_tool::Leaked::default());
+                if verbose_text {
+                    text::line(
+                        &mut out.text,
+                        pid,
+                        "All heap blocks were freed -- no leaks are possible",
+                    );
+                    text::line(&mut out.text, pid, "");
+                }
+                return;
+            }
+            // The host never called us back: nothing was searched, say nothing wrong.
+            Search::NotRun => return,
+            Search::Done {
+                blocks,
+                verdicts,
+                scanned,
+            } => (blocks, verdicts, scanned),
+        };
+        if self.opts.core.verbosity > 1 && !self.opts.core.xml {
+            let n = oxgrind_formats::number::commify(blocks.len() as u64);
+            text::line(
+                &mut out.text,
+                pid,
+                &format!("Searching for pointers to {n} not-freed blocks"),
+            );
+            let n = oxgrind_formats::number::commify(scanned);
             text::line(&mut out.text, pid, &format!("Checked {n} bytes"));
             text::line(&mut out.text, pid, "");
         }
