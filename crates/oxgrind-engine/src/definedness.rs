@@ -333,6 +333,10 @@ struct ThreadShadow {
     /// a `call`, `ret` or `rep` instruction, or a system call's results are pending. The
     /// inline fast path reads it (`OFF_NEED_STEP`).
     need_step: u64,
+    /// The vector registers' shadows are all defined, not yet written so: the inline
+    /// catch-up after the runtime's own code sets it (zeroing 2 KiB there would cost more
+    /// than the step it saves); the next slow step does the zeroing.
+    vectors_stale: bool,
 }
 
 fn thread(ctx: &mut ThreadCtx) -> &'static mut ThreadShadow {
@@ -347,6 +351,7 @@ fn thread(ctx: &mut ThreadCtx) -> &'static mut ThreadShadow {
             pending: None,
             rep_next: (0, 0),
             need_step: 1,
+            vectors_stale: false,
         });
         ctx.vbits = Box::into_raw(t) as u64;
         ctx.vbits_primary = PRIMARY.load(Ordering::Acquire);
@@ -367,6 +372,7 @@ pub(crate) fn reuse(ctx: &mut ThreadCtx) {
         t.pending = None;
         t.rep_next = (0, 0);
         t.need_step = 1;
+        t.vectors_stale = false;
     }
     ctx.vbits_own_code = 0;
     ctx.vbits_signal = 0;
@@ -472,6 +478,9 @@ pub(crate) fn step(ctx: &mut ThreadCtx, rec: u64, pc: u64, cl: Client) {
     // SAFETY: step records are written once at translation and never freed.
     let rec = unsafe { &*(rec as *const StepRec) };
     let t = thread(ctx);
+    if core::mem::take(&mut t.vectors_stale) {
+        t.regs.vector = [[0; 64]; 32];
+    }
     catch_up(ctx, t, pc);
     let ins = &rec.ins;
     let rsp = ctx.gregs[c::RSP];
@@ -530,6 +539,10 @@ fn report(ctx: &ThreadCtx, cl: Client, pc: u64, what: &Undefined) {
 
 /// What happened on this thread since its last stepped instruction where no probe runs:
 /// the runtime's own code, a signal delivery, a system call's results.
+///
+/// The fast path does the runtime's part inline when the runtime left no frames below the
+/// program's last `rsp` (a return into the program, not a call from the runtime into it):
+/// see `translate::definedness`.
 fn catch_up(ctx: &mut ThreadCtx, t: &mut ThreadShadow, pc: u64) {
     if ctx.vbits_own_code | ctx.vbits_signal != 0 {
         if core::mem::take(&mut ctx.vbits_own_code) != 0 {
@@ -576,6 +589,39 @@ fn catch_up(ctx: &mut ThreadCtx, t: &mut ThreadShadow, pc: u64) {
             after_syscall(t, &p, ctx.gregs[c::RAX]);
         }
     }
+}
+
+/// The runtime is about to call the program's code from its own (glibc's allocator, on the
+/// program's behalf): its frames between the program's last `rsp` and here become defined
+/// now (the called code may read them: arguments, results it writes through pointers
+/// there), and the stack rule starts afresh. So the called code's first step finds no
+/// runtime frames to mark, and the inline fast path does the rest of its catch-up instead
+/// of a slow step per call.
+pub fn entering_program_code() {
+    if !enabled() {
+        return;
+    }
+    let Some(ctx) = crate::current_context() else {
+        return;
+    };
+    // SAFETY: the calling thread's own live context, which only this thread touches; its
+    // code here runs between two guest instructions.
+    let ctx = unsafe { &mut *ctx };
+    if ctx.vbits == 0 {
+        return;
+    }
+    let t = thread(ctx);
+    let rsp: u64;
+    // SAFETY: reads the stack pointer only.
+    unsafe {
+        core::arch::asm!("mov {}, rsp", out(reg) rsp, options(nomem, nostack, preserves_flags))
+    };
+    if t.last_rsp > rsp && t.last_rsp - rsp < (2 << 20) {
+        set(rsp, t.last_rsp - rsp, true);
+    }
+    t.last_rsp = 0;
+    t.last_writes_rsp = false;
+    t.last_call_or_ret = false;
 }
 
 /// Memcheck's new-stack rule: a decrease of `rsp` by the previous instruction makes
@@ -833,6 +879,10 @@ pub(crate) const OFF_SHADOW_FLAGS: usize =
     core::mem::offset_of!(ThreadShadow, regs) + core::mem::offset_of!(ShadowRegisters, flags);
 pub(crate) const OFF_NEED_STEP: usize = core::mem::offset_of!(ThreadShadow, need_step);
 pub(crate) const OFF_LAST_RSP: usize = core::mem::offset_of!(ThreadShadow, last_rsp);
+pub(crate) const OFF_LAST_WRITES_RSP: usize = core::mem::offset_of!(ThreadShadow, last_writes_rsp);
+pub(crate) const OFF_LAST_CALL_OR_RET: usize =
+    core::mem::offset_of!(ThreadShadow, last_call_or_ret);
+pub(crate) const OFF_VECTORS_STALE: usize = core::mem::offset_of!(ThreadShadow, vectors_stale);
 const _: () = assert!(core::mem::size_of::<oxgrind_vbits::FlagShadows>() == 1);
 
 /// A general register the fast path zeroes the shadow of: encoding number and which bytes

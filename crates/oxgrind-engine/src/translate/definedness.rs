@@ -4,10 +4,12 @@
 //! which is nearly always. The inline part borrows `rax` (and saves the flags where live,
 //! as the filtered probes do) and checks, each with a `jne` to the out-of-line slow call:
 //!
+//! * at a block's first stepped instruction, what happened since the program's last one:
+//!   a signal handler starts (`vbits_signal`: slow), or the runtime's own code ran
+//!   (`vbits_own_code`: its catch-up is done inline when it returned into the program);
 //! * the thread has its definedness state (`ctx.vbits`), and no slow step is due: the
-//!   runtime's own code ran (`vbits_own_code`), a signal handler starts (`vbits_signal`),
-//!   or the last step asked for one (`need_step`: after a move of `rsp`, a `call`, `ret`,
-//!   `rep`, a system call);
+//!   last step asked for one (`need_step`: after a move of `rsp` the fast forms do not
+//!   handle, a `rep` instruction, a system call);
 //! * the shadow of each general register read is zero, and the flags' shadow if the
 //!   instruction reads or writes a flag;
 //! * each memory operand lies in one 64 KiB span of the memory shadow, and its shadow
@@ -21,7 +23,8 @@
 use super::{Emitter, SlowCall, TranslateError};
 use crate::context as c;
 use crate::definedness::{
-    FastForm, Written, OFF_LAST_RSP, OFF_NEED_STEP, OFF_SHADOW_FLAGS, OFF_SHADOW_GPR,
+    FastForm, Written, OFF_LAST_CALL_OR_RET, OFF_LAST_RSP, OFF_LAST_WRITES_RSP, OFF_NEED_STEP,
+    OFF_SHADOW_FLAGS, OFF_SHADOW_GPR, OFF_VECTORS_STALE,
 };
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
@@ -34,6 +37,7 @@ impl Emitter {
         rec: u64,
         form: &FastForm,
         flags_live: bool,
+        block_entry: bool,
     ) -> Result<(), TranslateError> {
         self.borrow_rax(ip, flags_live);
         let mut slow = SlowCall {
@@ -44,12 +48,8 @@ impl Emitter {
             back: 0,
             ip,
         };
-        // cmp qword gs:[own_code], 0; jne slow (and the signal flag)
-        for off in [c::OFF_VBITS_OWN_CODE, c::OFF_VBITS_SIGNAL] {
-            self.buf.extend_from_slice(&[0x65, 0x48, 0x83, 0x3C, 0x25]);
-            self.d32(off as u32);
-            self.buf.push(0x00);
-            self.jcc_slow(0x85, &mut slow)?;
+        if block_entry {
+            self.catch_up_inline(&mut slow)?;
         }
         // mov rax, gs:[vbits]; test rax, rax; jz slow
         self.load_gs(0, c::OFF_VBITS);
@@ -133,6 +133,63 @@ impl Emitter {
         slow.back = self.buf.len();
         self.mark(ip, 0);
         self.slow.push(slow);
+        Ok(())
+    }
+
+    /// At a block's first stepped instruction: what happened since the program's last
+    /// one. Only there, since the runtime's own code and signal handlers are entered and
+    /// left by control transfers, which end blocks. A signal handler starting goes slow.
+    /// After the runtime's own code, the inline part does `definedness::catch_up`'s work
+    /// when the runtime left no frames below the program's last `rsp` (it returned into
+    /// the program; else slow, to make those frames defined): every register's shadow
+    /// defined (the vectors' by the next slow step), and the stack rule's state reset.
+    fn catch_up_inline(&mut self, slow: &mut SlowCall) -> Result<(), TranslateError> {
+        // cmp qword gs:[signal], 0; jne slow
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x83, 0x3C, 0x25]);
+        self.d32(c::OFF_VBITS_SIGNAL as u32);
+        self.buf.push(0x00);
+        self.jcc_slow(0x85, slow)?;
+        // cmp qword gs:[own_code], 0; je done
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x83, 0x3C, 0x25]);
+        self.d32(c::OFF_VBITS_OWN_CODE as u32);
+        self.buf.push(0x00);
+        self.buf.extend_from_slice(&[0x0F, 0x84]);
+        let done = self.buf.len();
+        self.d32(0);
+        // mov rax, gs:[vbits]; test rax, rax; jz slow
+        self.load_gs(0, c::OFF_VBITS);
+        self.buf.extend_from_slice(&[0x48, 0x85, 0xC0]);
+        self.jcc_slow(0x84, slow)?;
+        // cmp [rax+last_rsp], rsp; ja slow
+        self.buf.extend_from_slice(&[0x48, 0x39, 0xA0]);
+        self.d32(OFF_LAST_RSP as u32);
+        self.jcc_slow(0x87, slow)?;
+        // mov qword [rax+gpr+8i], 0 (16 times); mov byte [rax+flags], 0
+        for i in 0..16u32 {
+            self.buf.extend_from_slice(&[0x48, 0xC7, 0x80]);
+            self.d32(OFF_SHADOW_GPR as u32 + 8 * i);
+            self.d32(0);
+        }
+        // mov byte [rax+off], v: the flags defined, the vectors stale, no rsp write or
+        // call/ret pending for the stack rule.
+        for (off, v) in [
+            (OFF_SHADOW_FLAGS, 0u8),
+            (OFF_VECTORS_STALE, 1),
+            (OFF_LAST_WRITES_RSP, 0),
+            (OFF_LAST_CALL_OR_RET, 0),
+        ] {
+            self.buf.extend_from_slice(&[0xC6, 0x80]);
+            self.d32(off as u32);
+            self.buf.push(v);
+        }
+        // mov [rax+last_rsp], rsp; mov qword gs:[own_code], 0
+        self.buf.extend_from_slice(&[0x48, 0x89, 0xA0]);
+        self.d32(OFF_LAST_RSP as u32);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
+        self.d32(c::OFF_VBITS_OWN_CODE as u32);
+        self.d32(0);
+        let rel = (self.buf.len() - (done + 4)) as u32;
+        self.buf[done..done + 4].copy_from_slice(&rel.to_le_bytes());
         Ok(())
     }
 

@@ -482,6 +482,8 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         }
         live = crate::probe::flags_live_before(&refs[..n]);
     }
+    // Whether no instruction of the block was stepped yet (`Emitter::catch_up_inline`).
+    let mut block_entry = true;
     for (i, d) in insns.iter().enumerate() {
         e.mark(d.ins.ip(), 0);
         if count_at == Some(i) {
@@ -491,11 +493,16 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         if tool.is_some() && crate::definedness::enabled() {
             if let Some(rec) = crate::probe::definedness_record(&d.ins) {
                 match crate::definedness::fast_form(&d.ins) {
-                    Some(form) => {
-                        e.definedness_fast(d.ins.ip(), rec, &form, live & (1 << i) != 0)?
-                    }
+                    Some(form) => e.definedness_fast(
+                        d.ins.ip(),
+                        rec,
+                        &form,
+                        live & (1 << i) != 0,
+                        block_entry,
+                    )?,
                     None => e.clean_call(d.ins.ip(), rec),
                 }
+                block_entry = false;
             }
         }
         if let Some(p) = &plan {
