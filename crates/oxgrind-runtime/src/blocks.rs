@@ -187,20 +187,6 @@ struct Batch {
     leaving_len: usize,
 }
 
-/// The calling thread's pointer (`fs:0` in the x86-64 TLS ABI: the thread control block
-/// points to itself), which tells threads apart without a thread-local access: from a
-/// shared library that is a call into the dynamic loader, costly under the engine.
-#[inline(always)]
-fn thread_pointer() -> u64 {
-    let v: u64;
-    // SAFETY: every thread of a process with glibc TLS has a thread control block at fs:0
-    // whose first word points to itself; the load has no other effect.
-    unsafe {
-        core::arch::asm!("mov {}, fs:[0]", out(reg) v, options(nostack, readonly, preserves_flags));
-    }
-    v
-}
-
 impl FreedQueue {
     pub const fn new() -> Self {
         const EMPTY: SpinLock<Batch> = SpinLock::new(Batch {
@@ -234,7 +220,7 @@ impl FreedQueue {
             return;
         }
         // Thread control blocks are page-aligned and a few pages apart.
-        let tp = thread_pointer();
+        let tp = crate::guard::thread_pointer();
         let which = ((tp >> 12) ^ (tp >> 20)) as usize % BATCHES;
         let mut now = [0u64; 2];
         let mut n_now = 0;

@@ -1004,6 +1004,7 @@ const HEAP_RESERVE: usize = 256 << 20;
 /// Called once set-up made this image active.
 pub fn install() {
     set_owner_pid();
+    crate::stacks::give_unwinder_thread_slots();
     // OXGRIND_TEST_RESERVE_MIB: a smaller reserve, so a test can outgrow it cheaply.
     let reserve = state::env_var("OXGRIND_TEST_RESERVE_MIB")
         .and_then(|v| core::str::from_utf8(v).ok()?.parse::<usize>().ok())

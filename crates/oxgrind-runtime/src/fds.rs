@@ -43,15 +43,13 @@ pub fn is_ours(fd: i64) -> bool {
     OURS[i / 64].load(Ordering::Acquire) & (1 << (i % 64)) != 0
 }
 
-extern "C" {
-    fn __errno_location() -> *mut c_int;
-}
+extern "C" {}
 
 /// Turns a raw result into libc's convention (-1 and errno).
 fn libc_result(r: isize) -> c_int {
     if (-4095..0).contains(&r) {
         // SAFETY: this thread's errno slot.
-        unsafe { *__errno_location() = -r as c_int };
+        unsafe { *crate::guard::errno_slot() = -r as c_int };
         -1
     } else {
         r as c_int

@@ -14,8 +14,9 @@
 //! were the program's to a heap tool: DHAT counted 5.7 times Valgrind's bytes read on a
 //! multi-threaded allocation loop (issue 13).
 
+use core::ffi::c_int;
 use std::cell::Cell;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 
 /// What the runtime keeps per thread.
 pub struct ThreadState {
@@ -114,11 +115,51 @@ impl ThreadState {
     pub fn on_behalf_of_program<T>(&self, f: impl FnOnce() -> T) -> T {
         let was = self.inside.replace(false);
         let was_alloc = self.in_allocator.replace(true);
+        oxgrind_engine::definedness::entering_program_code();
         let r = f();
         self.in_allocator.set(was_alloc);
         self.inside.set(was);
         r
     }
+}
+
+/// The calling thread's pointer (`fs:0` in the x86-64 TLS ABI: the thread control block
+/// points to itself), which tells threads apart without a thread-local access: from a
+/// shared library that is a call into the dynamic loader, costly under the engine.
+#[inline(always)]
+pub fn thread_pointer() -> u64 {
+    let v: u64;
+    // SAFETY: every thread of a process with glibc TLS has a thread control block at fs:0
+    // whose first word points to itself; the load has no other effect.
+    unsafe {
+        core::arch::asm!("mov {}, fs:[0]", out(reg) v, options(nostack, readonly, preserves_flags));
+    }
+    v
+}
+
+extern "C" {
+    fn __errno_location() -> *mut c_int;
+}
+
+/// `errno`'s distance from the thread pointer (`isize::MIN`: not known yet).
+static ERRNO_OFFSET: AtomicIsize = AtomicIsize::new(isize::MIN);
+
+/// The calling thread's `errno`, without calling libc's `__errno_location` each time (the
+/// hooks save and restore it around every event). `errno` is libc's initial-exec thread
+/// variable: it lies at the same distance from every thread's pointer, learnt once. Under
+/// the engine, each call into libc from the runtime's own code cost the program's next
+/// instruction a slow definedness step.
+#[inline]
+pub fn errno_slot() -> *mut c_int {
+    let tp = thread_pointer() as isize;
+    let off = ERRNO_OFFSET.load(Ordering::Relaxed);
+    if off != isize::MIN {
+        return tp.wrapping_add(off) as *mut c_int;
+    }
+    // SAFETY: __errno_location has no preconditions.
+    let p = unsafe { __errno_location() };
+    ERRNO_OFFSET.store((p as isize).wrapping_sub(tp), Ordering::Relaxed);
+    p
 }
 
 /// The calling thread's kernel thread id.

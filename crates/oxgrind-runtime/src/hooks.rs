@@ -28,9 +28,7 @@ use crate::state::{self, Runtime, BLOCKS, FREED, STACKS};
 /// A stack id meaning "not captured" (the tool did not ask for free stacks).
 pub const NO_STACK: StackId = StackId(u32::MAX);
 
-extern "C" {
-    fn __errno_location() -> *mut c_int;
-}
+extern "C" {}
 
 /// Being inside a hook on behalf of the program: holds the re-entrancy flag, the fork gate
 /// and the program's `errno`, restored on drop.
@@ -140,7 +138,7 @@ impl Event {
         let gate = EventGate::enter_for(thread);
         crate::pages::deliver_queued();
         // SAFETY: __errno_location returns this thread's errno slot.
-        let errno = unsafe { *__errno_location() };
+        let errno = unsafe { *crate::guard::errno_slot() };
         Some(Event {
             rt,
             thread,
@@ -185,7 +183,7 @@ impl Drop for Event {
     #[inline]
     fn drop(&mut self) {
         // SAFETY: as in enter.
-        unsafe { *__errno_location() = self.errno };
+        unsafe { *crate::guard::errno_slot() = self.errno };
     }
 }
 
@@ -315,7 +313,7 @@ fn program_may_allocate() -> bool {
         return true;
     }
     // SAFETY: errno slot of this thread.
-    unsafe { *__errno_location() = 12 }; // ENOMEM
+    unsafe { *crate::guard::errno_slot() = 12 }; // ENOMEM
     false
 }
 
@@ -722,7 +720,7 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
         Some(total) => reallocate(p, total, AllocFn::ReallocArray, entry!(reallocarray)),
         None => {
             // SAFETY: errno slot of this thread.
-            unsafe { *__errno_location() = 12 }; // ENOMEM
+            unsafe { *crate::guard::errno_slot() = 12 }; // ENOMEM
             core::ptr::null_mut()
         }
     }
@@ -759,7 +757,7 @@ pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void
     if !align.is_power_of_two() {
         bad_alignment(align, AllocFn::AlignedAlloc, entry);
         // SAFETY: errno slot of this thread.
-        unsafe { *__errno_location() = 22 }; // EINVAL
+        unsafe { *crate::guard::errno_slot() = 22 }; // EINVAL
         return core::ptr::null_mut();
     }
     aligned(align, size, AllocFn::AlignedAlloc, entry)

@@ -285,11 +285,9 @@ pub fn lift_for_report() {
 type PrlimitFn = unsafe extern "C" fn(c_int, c_int, *const Rlimit, *mut Rlimit) -> c_int;
 
 fn set_errno(e: c_int) {
-    extern "C" {
-        fn __errno_location() -> *mut c_int;
-    }
+    extern "C" {}
     // SAFETY: glibc's errno location for this thread.
-    unsafe { *__errno_location() = e };
+    unsafe { *crate::guard::errno_slot() = e };
 }
 
 fn real_prlimit() -> Option<PrlimitFn> {

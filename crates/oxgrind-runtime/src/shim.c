@@ -38,6 +38,15 @@ __attribute__((visibility("hidden"))) void *oxg_thread_block_addr(void) {
     return oxg_thread_block;
 }
 
+/* The unwinder's per-thread state (oxgrind_symbols::set_thread_slots), initial-exec for the
+ * same reason: it is looked at on every stack capture. */
+static __thread unsigned char oxg_unwind_block[32]
+    __attribute__((tls_model("initial-exec"), aligned(16)));
+
+__attribute__((visibility("hidden"))) void *oxg_unwind_block_addr(void) {
+    return oxg_unwind_block;
+}
+
 /* The exported entry points are tiny Rust functions that jump here (exports.rs): a Rust
  * cdylib exports only what Rust defines. `which` names the entry point for frame 0 of the
  * stack, as an index into hooks::NEW_NAMES. */

@@ -307,3 +307,17 @@ mod tests {
         }
     }
 }
+
+extern "C" {
+    /// This thread's block for the unwinder's state: 32 bytes, zeroed when the thread
+    /// starts, aligned to 16, initial-exec (`shim.c`).
+    fn oxg_unwind_block_addr() -> *mut u8;
+}
+
+const _: () = assert!(oxgrind_symbols::THREAD_SLOTS_BYTES <= 32);
+
+/// Gives the unwinder its per-thread state in our initial-exec block (see
+/// `oxgrind_symbols::set_thread_slots`): a capture then makes no call into the loader.
+pub fn give_unwinder_thread_slots() {
+    oxgrind_symbols::set_thread_slots(oxg_unwind_block_addr);
+}

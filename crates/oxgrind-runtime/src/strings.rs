@@ -62,7 +62,6 @@ extern "C" {
     fn oxgrind_c___stpncpy_chk();
     /// `checked`: bit `i` set when function `i` is checked by the C version.
     fn oxgrind_strings_install(fns: *const *mut c_void, n: c_int, checked: c_int);
-    fn __errno_location() -> *mut c_int;
 }
 
 /// Where each exported function jumps: the C version, or glibc's once set-up found the tool
@@ -220,7 +219,7 @@ pub extern "C" fn oxgrind_strings_overlap(
     };
     let gate = EventGate::enter();
     // SAFETY: __errno_location returns this thread's errno slot.
-    let errno = unsafe { *__errno_location() };
+    let errno = unsafe { *crate::guard::errno_slot() };
     let depth = rt.needs.stack_depth;
     let stack = if depth == 0 {
         crate::hooks::NO_STACK
@@ -239,7 +238,7 @@ pub extern "C" fn oxgrind_strings_overlap(
     };
     rt.tool.on_misuse(&HOST, &ev);
     // SAFETY: as above.
-    unsafe { *__errno_location() = errno };
+    unsafe { *crate::guard::errno_slot() = errno };
     drop(gate);
     drop(inside);
 }

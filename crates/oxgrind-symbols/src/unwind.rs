@@ -268,12 +268,55 @@ static STATE: SpinLock<Option<State>> = SpinLock::new(None);
 /// the runtime's `dlopen` hook can call [`invalidate`] to close the window.
 const REFRESH_INTERVAL_NS: u64 = 5_000_000;
 
-std::thread_local! {
+/// The unwinder's per-thread state; all-zero bytes are its initial value.
+#[repr(C)]
+pub struct ThreadSlots {
     /// `[lo, hi)` of the mapping holding this thread's stack, as last looked up.
-    static STACK: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+    stack: Cell<(u64, u64)>,
     /// Set while this thread is in the miss path: a signal handler that captures while the
     /// interrupted code holds the state lock must not wait for itself.
-    static IN_SLOW_PATH: Cell<bool> = const { Cell::new(false) };
+    in_slow_path: Cell<bool>,
+}
+
+/// Bytes an embedder's per-thread block for [`set_thread_slots`] must have (aligned to 8).
+pub const THREAD_SLOTS_BYTES: usize = core::mem::size_of::<ThreadSlots>();
+
+std::thread_local! {
+    static OWN_SLOTS: ThreadSlots = const {
+        ThreadSlots {
+            stack: Cell::new((0, 0)),
+            in_slow_path: Cell::new(false),
+        }
+    };
+}
+
+/// The embedder's function giving the calling thread's block (0: the unwinder's own
+/// `thread_local!`).
+static SLOTS_FN: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+/// Keeps the unwinder's per-thread state in `block()`: the calling thread's
+/// [`THREAD_SLOTS_BYTES`] bytes, zeroed when the thread starts, 8-aligned, alive as long as
+/// the thread. For a library preloaded into a program, whose own `thread_local!` is
+/// general-dynamic (a call into the loader's `__tls_get_addr` on every capture), while an
+/// initial-exec block of its own is one `%fs`-relative address.
+pub fn set_thread_slots(block: unsafe extern "C" fn() -> *mut u8) {
+    SLOTS_FN.store(block as usize, Ordering::Release);
+}
+
+#[inline(always)]
+fn with_slots<R>(f: impl FnOnce(&ThreadSlots) -> R) -> R {
+    let p = SLOTS_FN.load(Ordering::Relaxed);
+    if p != 0 {
+        // SAFETY: only `set_thread_slots` stores here, from such a function, whose block
+        // is this thread's, large and aligned enough, and valid zeroed (all-zero bytes are
+        // a valid ThreadSlots); ThreadSlots is not Sync, so the reference stays here.
+        unsafe {
+            let block: unsafe extern "C" fn() -> *mut u8 = core::mem::transmute(p);
+            f(&*(block() as *const ThreadSlots))
+        }
+    } else {
+        OWN_SLOTS.with(f)
+    }
 }
 
 impl State {
@@ -442,7 +485,7 @@ fn rule_from_row(
 /// (capture from a signal handler that interrupted the miss path).
 #[cold]
 fn with_state<R>(f: impl FnOnce(&mut State) -> Option<R>) -> Option<R> {
-    if IN_SLOW_PATH.with(|c| c.replace(true)) {
+    if with_slots(|t| t.in_slow_path.replace(true)) {
         return None;
     }
     let r = {
@@ -450,7 +493,7 @@ fn with_state<R>(f: impl FnOnce(&mut State) -> Option<R>) -> Option<R> {
         let st = guard.get_or_insert_with(State::new);
         f(st)
     };
-    IN_SLOW_PATH.with(|c| c.set(false));
+    with_slots(|t| t.in_slow_path.set(false));
     r
 }
 
@@ -488,12 +531,12 @@ fn stack_bounds_slow(sp: u64) -> Option<(u64, u64)> {
 
 #[inline(always)]
 fn stack_bounds(sp: u64) -> Option<(u64, u64)> {
-    let (lo, hi) = STACK.with(|c| c.get());
+    let (lo, hi) = with_slots(|t| t.stack.get());
     if lo <= sp && sp < hi {
         return Some((lo, hi));
     }
     let b = stack_bounds_slow(sp)?;
-    STACK.with(|c| c.set(b));
+    with_slots(|t| t.stack.set(b));
     Some(b)
 }
 
@@ -777,7 +820,7 @@ pub fn invalidate() {
 pub unsafe fn after_fork_child() {
     // SAFETY: the caller guarantees no other thread runs, so no live guard exists.
     unsafe { STATE.force_unlock() };
-    IN_SLOW_PATH.with(|c| c.set(false));
+    with_slots(|t| t.in_slow_path.set(false));
 }
 
 #[cfg(test)]
