@@ -175,14 +175,18 @@ fn block_shard(addr: u64, size: u64) -> usize {
     }
 }
 
+/// Blocks a shard remembers as hit last (Valgrind's DHAT keeps three).
+const CACHED: usize = 4;
+
 /// Live blocks of some regions and the counters of the PPs they came from.
 #[derive(Debug, Default)]
 struct Shard {
     blocks: Vec<Block>,
     free_slots: Vec<u32>,
     by_addr: BTreeMap<u64, u32>,
-    /// The block hit last: (start, end, slot); `end == 0` when empty.
-    cache: (u64, u64, u32),
+    /// The blocks hit last, most recent first: (start, end, slot); `end == 0` when empty.
+    /// Several: a loop reading one array and writing another alternates between two.
+    cache: [(u64, u64, u32); CACHED],
     pps: Vec<PpStats>,
     total_blocks: u64,
     total_bytes: u64,
@@ -228,7 +232,7 @@ impl Shard {
     /// Takes the live block starting at `addr` out of the shard.
     fn remove(&mut self, addr: u64) -> Option<Block> {
         let slot = self.by_addr.remove(&addr)?;
-        self.cache = (0, 0, 0);
+        self.cache = [(0, 0, 0); CACHED];
         self.free_slots.push(slot);
         Some(core::mem::replace(
             &mut self.blocks[slot as usize],
@@ -279,14 +283,21 @@ impl Shard {
     /// The live block containing `addr`, as a slab index.
     #[inline]
     fn find(&mut self, addr: u64) -> Option<u32> {
-        let (lo, hi, slot) = self.cache;
-        if lo <= addr && addr < hi {
-            return Some(slot);
+        if let Some(i) = self
+            .cache
+            .iter()
+            .position(|&(lo, hi, _)| lo <= addr && addr < hi)
+        {
+            let hit = self.cache[i];
+            self.cache.copy_within(0..i, 1);
+            self.cache[0] = hit;
+            return Some(hit.2);
         }
         let (_, &slot) = self.by_addr.range(..=addr).next_back()?;
         let b = &self.blocks[slot as usize];
         if addr < b.addr + b.size {
-            self.cache = (b.addr, b.addr + b.size, slot);
+            self.cache.copy_within(0..CACHED - 1, 1);
+            self.cache[0] = (b.addr, b.addr + b.size, slot);
             Some(slot)
         } else {
             None
@@ -354,6 +365,10 @@ pub struct Heap {
     curr_blocks: AtomicU64,
     /// Mirror of `peak.max_bytes`, for the lock-free test of each event.
     max_bytes: AtomicU64,
+    /// `[lo, hi)` holds every block ever recorded (it only grows): most accesses (the
+    /// stack, globals) fall outside, and are set aside without a lock or a lookup.
+    span_lo: AtomicU64,
+    span_hi: AtomicU64,
 }
 
 impl Default for Heap {
@@ -372,6 +387,22 @@ impl Heap {
             curr_bytes: AtomicU64::new(0),
             curr_blocks: AtomicU64::new(0),
             max_bytes: AtomicU64::new(0),
+            span_lo: AtomicU64::new(u64::MAX),
+            span_hi: AtomicU64::new(0),
+        }
+    }
+
+    /// Widens the span of recorded blocks to `[addr, addr + size)`, before the block is
+    /// recorded (an access to it can only be drained after that). Reads first: it seldom
+    /// widens.
+    #[inline]
+    fn cover(&self, addr: u64, size: u64) {
+        if addr < self.span_lo.load(Ordering::Relaxed) {
+            self.span_lo.fetch_min(addr, Ordering::AcqRel);
+        }
+        let end = addr.saturating_add(size);
+        if end > self.span_hi.load(Ordering::Relaxed) {
+            self.span_hi.fetch_max(end, Ordering::AcqRel);
         }
     }
 
@@ -438,6 +469,7 @@ impl Heap {
     /// is retired first.
     pub fn alloc(&self, addr: u64, size: u64, pp: u32, now: u64) {
         let size = size.max(1);
+        self.cover(addr, size);
         let shard = &self.shards[block_shard(addr, size)];
         let mut s = shard.lock();
         if s.by_addr.contains_key(&addr) {
@@ -534,6 +566,7 @@ impl Heap {
         drop(s);
         b.addr = new_addr;
         b.size = new_size;
+        self.cover(new_addr, new_size);
         let target = &self.shards[block_shard(new_addr, new_size)];
         let mut t = target.lock();
         if t.by_addr.contains_key(&new_addr) {
@@ -566,19 +599,48 @@ impl Heap {
     /// its first byte (`dh_handle_read` / `dh_handle_write`). A read-modify-write is a read
     /// and a write, as in Valgrind's IR (a load then a store). A shard's lock is kept while
     /// consecutive accesses fall in it.
+    ///
+    /// Addresses outside every block ever recorded are skipped at once. The shard of the
+    /// last block hit is tried first (a loop over a large block, which lives in the shard
+    /// of blocks larger than a region, would otherwise miss in its region's shard first
+    /// every time), then the region's shard, then the large blocks' shard; one lock is held
+    /// at a time.
     pub fn access_all(&self, accesses: impl Iterator<Item = Access>) {
+        let lo = self.span_lo.load(Ordering::Acquire);
+        let hi = self.span_hi.load(Ordering::Acquire);
         let mut held: Option<(usize, SpinGuard<'_, Shard>)> = None;
+        // The blocks hit last, `[start, end)`, and their shards, most recent first: only a
+        // hint (each shard's own cache is what is trusted).
+        let mut last = [(0u64, 0u64, 0usize); CACHED];
         for a in accesses {
-            let i = region_shard(a.addr);
-            let g = match &mut held {
-                Some((j, g)) if *j == i => g,
-                _ => {
-                    held = None;
-                    &mut held.insert((i, self.shards[i].lock())).1
-                }
+            if a.addr < lo || a.addr >= hi {
+                continue;
+            }
+            let region = region_shard(a.addr);
+            let first = match last.iter().find(|l| l.0 <= a.addr && a.addr < l.1) {
+                Some(l) => l.2,
+                None => region,
             };
-            if !g.access(&a) {
-                self.shards[SHARDS].lock().access(&a);
+            for (n, i) in [first, region, SHARDS].into_iter().enumerate() {
+                if n > 0 && (i == first || (n == 2 && i == region)) {
+                    continue;
+                }
+                let g = match &mut held {
+                    Some((j, g)) if *j == i => g,
+                    _ => {
+                        held = None;
+                        &mut held.insert((i, self.shards[i].lock())).1
+                    }
+                };
+                if g.access(&a) {
+                    let hit = (g.cache[0].0, g.cache[0].1, i);
+                    if last[0] != hit {
+                        let at = last.iter().position(|l| *l == hit).unwrap_or(CACHED - 1);
+                        last.copy_within(0..at, 1);
+                        last[0] = hit;
+                    }
+                    break;
+                }
             }
         }
     }
@@ -603,7 +665,7 @@ impl Heap {
         for s in &mut shards {
             let slots: Vec<u32> = s.by_addr.values().copied().collect();
             s.by_addr.clear();
-            s.cache = (0, 0, 0);
+            s.cache = [(0, 0, 0); CACHED];
             for slot in slots {
                 let b = core::mem::replace(&mut s.blocks[slot as usize], EMPTY_BLOCK);
                 s.retire(b, now);
