@@ -161,30 +161,38 @@ fn own_text() -> (u64, u64) {
 /// right above its `---` guard page.
 fn guarded_thread_stack(sp: u64) -> Option<(u64, u64)> {
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    let mut below: Option<(u64, String)> = None; // the previous mapping's end, permissions
-    let mut stack = None;
-    for line in maps.lines() {
-        let mut fields = line.split_whitespace();
-        let (lo, hi) = fields.next()?.split_once('-')?;
-        let (lo, hi) = (
-            u64::from_str_radix(lo, 16).ok()?,
-            u64::from_str_radix(hi, 16).ok()?,
-        );
-        let perms: String = fields.next()?.chars().take(3).collect();
-        // offset, device, inode: an anonymous mapping has no path after them.
-        let anonymous = fields.nth(3).is_none();
-        if lo <= sp && sp < hi {
-            let guarded = below
-                .as_ref()
-                .is_some_and(|(end, p)| *end == lo && p == "---");
-            if perms == "rw-" && anonymous && guarded {
-                stack = Some((lo, hi));
-            }
-            break;
+    let mut below: Option<(u64, &str)> = None; // the previous mapping's end, permissions
+    for m in maps.lines().map_while(map_line) {
+        if m.lo <= sp && sp < m.hi {
+            let guarded = below.is_some_and(|(end, p)| end == m.lo && p == "---");
+            return (m.perms == "rw-" && m.path.is_empty() && guarded).then_some((m.lo, m.hi));
         }
-        below = Some((hi, perms));
+        below = Some((m.hi, m.perms));
     }
-    stack
+    None
+}
+
+/// One line of `/proc/self/maps`.
+struct MapLine<'a> {
+    lo: u64,
+    hi: u64,
+    /// `rw-`, `---`, ...
+    perms: &'a str,
+    /// Empty for anonymous memory.
+    path: &'a str,
+}
+
+fn map_line(line: &str) -> Option<MapLine<'_>> {
+    // start-end, permissions, offset, device, inode, then the path (which may hold spaces).
+    let mut fields = line.splitn(6, char::is_whitespace);
+    let (lo, hi) = fields.next()?.split_once('-')?;
+    let perms = fields.next()?.get(..3)?;
+    Some(MapLine {
+        lo: u64::from_str_radix(lo, 16).ok()?,
+        hi: u64::from_str_radix(hi, 16).ok()?,
+        perms,
+        path: fields.nth(3).map_or("", str::trim),
+    })
 }
 
 /// The lowest word of the stack mapping starting at `lo` below `sp` that is no longer as
@@ -477,26 +485,11 @@ pub(crate) fn describe_segment(addr: u64) -> Option<String> {
 /// its path (empty for anonymous memory).
 fn mapping_at(addr: u64) -> Option<(String, String)> {
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    for line in maps.lines() {
-        let mut fields = line.split_whitespace();
-        let (lo, hi) = fields.next()?.split_once('-')?;
-        let (lo, hi) = (
-            u64::from_str_radix(lo, 16).ok()?,
-            u64::from_str_radix(hi, 16).ok()?,
-        );
-        if addr < lo || addr >= hi {
-            continue;
-        }
-        let perms: String = fields.next()?.chars().take(3).collect();
-        // offset, device, inode, then the path (which may hold spaces).
-        let path = line
-            .splitn(6, char::is_whitespace)
-            .nth(5)
-            .map(str::trim)
-            .unwrap_or("");
-        return Some((perms, path.to_string()));
-    }
-    None
+    let m = maps
+        .lines()
+        .map_while(map_line)
+        .find(|m| m.lo <= addr && addr < m.hi)?;
+    Some((m.perms.to_string(), m.path.to_string()))
 }
 
 /// The program's break: `[start_brk, brk)`, the start from field 47 of `/proc/self/stat`,
