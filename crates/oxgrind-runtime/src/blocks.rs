@@ -48,19 +48,32 @@ pub struct BlockInfo {
 
 const SHARDS: usize = 64;
 
+/// One shard on cache lines of its own: a shard's lock word and map header are written by
+/// every insert and remove, and with shards packed side by side two threads working in
+/// different shards still fought over a shared line (128 bytes: the spatial prefetcher
+/// pulls lines in pairs).
+#[repr(align(128))]
+struct Shard(SpinLock<Option<AddrMap<BlockInfo>>>);
+
 pub struct BlockTable {
-    shards: [SpinLock<Option<AddrMap<BlockInfo>>>; SHARDS],
+    shards: [Shard; SHARDS],
 }
 
+/// The shard of a block: by 64 MiB region, the size and alignment of glibc's per-thread
+/// heaps, so the blocks of one thread's arena share a shard and threads meet on a shard only
+/// when one frees what another allocated. (Spreading neighbouring blocks over every shard,
+/// as before, made every thread write every shard: on two cores the lines of the locks and
+/// maps went back and forth between the caches on each malloc and free.) Regions mix their
+/// higher bits so that the main heap, mappings and thread heaps land apart.
 #[inline]
 fn shard_of(addr: u64) -> usize {
-    // Blocks are 16-byte aligned; mix the next bits so neighbours land apart.
-    ((addr >> 4) ^ (addr >> 12) ^ (addr >> 20)) as usize % SHARDS
+    let region = addr >> 26;
+    (region ^ (region >> 6) ^ (region >> 12)) as usize % SHARDS
 }
 
 impl BlockTable {
     pub const fn new() -> Self {
-        const EMPTY: SpinLock<Option<AddrMap<BlockInfo>>> = SpinLock::new(None);
+        const EMPTY: Shard = Shard(SpinLock::new(None));
         BlockTable {
             shards: [EMPTY; SHARDS],
         }
@@ -69,7 +82,7 @@ impl BlockTable {
     #[inline]
     pub fn insert(&self, addr: u64, info: BlockInfo) {
         let replaced = {
-            let mut s = self.shards[shard_of(addr)].lock();
+            let mut s = self.shards[shard_of(addr)].0.lock();
             s.get_or_insert_with(AddrMap::default).insert(addr, info)
         };
         // The --max-* budgets see every program block come and go (outside the lock).
@@ -82,7 +95,7 @@ impl BlockTable {
     #[inline]
     pub fn remove(&self, addr: u64) -> Option<BlockInfo> {
         let removed = {
-            let mut s = self.shards[shard_of(addr)].lock();
+            let mut s = self.shards[shard_of(addr)].0.lock();
             s.as_mut()?.remove(&addr)
         };
         if let Some(b) = &removed {
@@ -93,7 +106,7 @@ impl BlockTable {
 
     #[inline]
     pub fn get(&self, addr: u64) -> Option<BlockInfo> {
-        let s = self.shards[shard_of(addr)].lock();
+        let s = self.shards[shard_of(addr)].0.lock();
         s.as_ref()?.get(&addr).copied()
     }
 
@@ -104,11 +117,11 @@ impl BlockTable {
         let count: usize = self
             .shards
             .iter()
-            .map(|s| s.lock().as_ref().map_or(0, |m| m.len()))
+            .map(|s| s.0.lock().as_ref().map_or(0, |m| m.len()))
             .sum();
         let mut out = Vec::with_capacity(count);
         for shard in &self.shards {
-            let s = shard.lock();
+            let s = shard.0.lock();
             if let Some(m) = s.as_ref() {
                 out.extend(
                     m.iter()
@@ -132,7 +145,7 @@ impl BlockTable {
     pub unsafe fn force_unlock_all(&self) {
         for s in &self.shards {
             // SAFETY: forwarded to the caller.
-            unsafe { s.force_unlock() };
+            unsafe { s.0.force_unlock() };
         }
     }
 }
