@@ -168,6 +168,11 @@ pub struct ThreadCtx {
     pub sig_shown_pc: [u64; SIG_RING],
     /// Per ring level: whether the shown pc is a guest pc.
     pub sig_shown_guest: [u64; SIG_RING],
+    /// [`total_count_seen_by`]: the other threads' counts summed when this thread's own
+    /// count was `others_at`, under thread generation `others_generation`.
+    pub others: u64,
+    pub others_at: u64,
+    pub others_generation: u64,
     /// Next context in the global list of all contexts (for totals at exit).
     pub next: *mut ThreadCtx,
 }
@@ -266,6 +271,7 @@ pub fn new_ctx(dispatch: u64) -> Option<*mut ThreadCtx> {
     oxgrind_sys::heap::note_private_mapping(stack as usize, ENGINE_STACK);
     let ctx = page as *mut ThreadCtx;
     CREATED.fetch_add(1, Ordering::Relaxed);
+    GENERATION.fetch_add(1, Ordering::AcqRel);
     // SAFETY: the mapping is fresh, zero-filled and large enough for ThreadCtx (asserted).
     unsafe {
         (*ctx).self_ptr = ctx as u64;
@@ -301,6 +307,8 @@ pub static REUSED: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64
 /// reused once the thread is gone.
 pub fn retire(ctx: &ThreadCtx) {
     EXITED.lock().push((ctx.self_ptr as usize, raw::gettid()));
+    // Its count is final now: the others read it again (`total_count_seen_by`).
+    GENERATION.fetch_add(1, Ordering::AcqRel);
 }
 
 /// Holds the registry of exited threads for a `fork` (see `dispatch::hold_for_fork`).
@@ -334,6 +342,7 @@ pub fn reuse_exited() -> Option<*mut ThreadCtx> {
     drop(list);
     let ctx = p as *mut ThreadCtx;
     REUSED.fetch_add(1, Ordering::Relaxed);
+    GENERATION.fetch_add(1, Ordering::AcqRel);
     // SAFETY: the thread that owned ctx is gone (checked above) and nobody else holds it.
     unsafe {
         let c = &mut *ctx;
@@ -395,6 +404,51 @@ pub fn counter_total(id: usize) -> u64 {
         sum = sum.wrapping_add(unsafe { ptr::read_volatile(&(*p).counters[id]) });
     });
     sum
+}
+
+/// Changes whenever a thread starts or ends (see [`total_count_seen_by`]).
+static GENERATION: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// How many of its own instructions a thread runs on one reading of the other threads'
+/// counts (see [`total_count_seen_by`]).
+const OTHERS_REFRESH: u64 = 1 << 17;
+
+/// The process total as thread `ctx` sees it, for a clock read at every allocator event
+/// (Massif's `--time-unit=i`): its own count exactly, plus the other threads' counts as read
+/// at most [`OTHERS_REFRESH`] of its own instructions ago, or since a thread started or
+/// ended. Reading every other thread's count at every event cost a cache miss per thread
+/// and event (each owner writes its count at every block), which on two cores was the
+/// largest single cost of a threaded program under Massif. While no other thread runs
+/// (a single-threaded program, or after the others were joined) the others' counts do not
+/// change, so the result is [`total_count`]'s; while others run, it lags behind their
+/// progress since the last reading, which is as uncertain as the order of events across
+/// threads already is (Valgrind itself switches threads every 100,000 blocks).
+///
+/// # Safety
+/// `ctx` is the calling thread's own context.
+pub unsafe fn total_count_seen_by(ctx: *mut ThreadCtx) -> u64 {
+    // SAFETY: the caller's own context: only this thread writes the `others*` fields, and
+    // its count only by its own translated code, which is not running now.
+    unsafe {
+        let own = ptr::read_volatile(&(*ctx).count);
+        let generation = GENERATION.load(Ordering::Acquire);
+        let c = &mut *ctx;
+        if c.others_generation != generation || own.wrapping_sub(c.others_at) >= OTHERS_REFRESH {
+            let mut others = 0u64;
+            let mut p = ALL.load(Ordering::Acquire);
+            while !p.is_null() {
+                if p != ctx {
+                    // Contexts are never freed; see `total_count`.
+                    others = others.wrapping_add(ptr::read_volatile(&(*p).count));
+                }
+                p = (*p).next;
+            }
+            c.others = others;
+            c.others_at = own;
+            c.others_generation = generation;
+        }
+        own.wrapping_add(c.others)
+    }
 }
 
 /// Sum of the instruction counters of every thread.

@@ -647,7 +647,13 @@ fn report_exit(status: i32) {
     }
 }
 
-/// Total guest instructions executed so far by all threads (counting mode).
+/// Total guest instructions executed so far by all threads (counting mode), as the calling
+/// thread sees it: exact while no other thread runs, otherwise the others' counts may lag by
+/// a bounded amount (`context::total_count_seen_by`).
 pub fn instructions_executed() -> u64 {
-    c::total_count()
+    match crate::current_context() {
+        // SAFETY: current_context is the calling thread's own context.
+        Some(ctx) => unsafe { c::total_count_seen_by(ctx) },
+        None => c::total_count(),
+    }
 }
