@@ -2,7 +2,7 @@
 // time (the Rust case of issue 11: SIGTERM to a threaded Rust program lost Massif's file).
 use std::io::Write;
 use std::os::unix::process::CommandExt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 extern "C" {
     fn raise(sig: i32) -> i32;
@@ -20,6 +20,9 @@ extern "C" {
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
+/// Threads whose body has begun: the standard library's thread start-up (which holds its
+/// own locks, among them the one `std::process::exit` takes again) is over for them.
+static STARTED: AtomicUsize = AtomicUsize::new(0);
 /// Forks of the `fork-storm` mode.
 const FORK_STORM: usize = 20;
 
@@ -44,6 +47,7 @@ fn main() {
     let mut keep: Vec<Vec<u8>> = (0..64).map(|_| vec![7u8; 16384]).collect();
     for i in 0..3 {
         std::thread::spawn(move || {
+            STARTED.fetch_add(1, Ordering::AcqRel);
             while !STOP.load(Ordering::Relaxed) {
                 let v = vec![i as u8; 100 + i * 10];
                 std::hint::black_box(&v);
@@ -81,10 +85,18 @@ fn main() {
                 // held at the instant of a fork must not hang that child (fault_injection.rs).
                 for _ in 0..3 {
                     std::thread::spawn(|| {
+                        STARTED.fetch_add(1, Ordering::AcqRel);
                         while !STOP.load(Ordering::Relaxed) {
                             std::hint::black_box(vec![0u8; 48]);
                         }
                     });
+                }
+                // A child calls std::process::exit, which takes a lock of the standard
+                // library's that a thread holds while it starts: a fork in that window
+                // leaves the child waiting for ever, natively too (seen under oxgrind, where
+                // threads start slower). So the forks begin once every thread is running.
+                while STARTED.load(Ordering::Acquire) < 6 {
+                    std::thread::yield_now();
                 }
                 let mut fine = 0;
                 for _ in 0..FORK_STORM {
