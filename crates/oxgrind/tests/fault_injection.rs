@@ -111,7 +111,12 @@ fn run_in(dir: &Path, argv: &[String], prefix: &[String]) -> Outcome {
 const DEADLINE: std::time::Duration = std::time::Duration::from_secs(240);
 
 fn run_with_deadline(cmd: &mut Command) -> std::process::Output {
-    let mut child = cmd
+    extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    // Its own process group, so that a hang kills the forked children too: a child that
+    // hangs holds the output pipes open, and reading them would wait for ever.
+    let mut child = std::os::unix::process::CommandExt::process_group(cmd, 0)
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
     // Read both pipes on their own threads so a chatty program cannot block on a full pipe.
@@ -133,9 +138,8 @@ fn run_with_deadline(cmd: &mut Command) -> std::process::Output {
             break s;
         }
         if start.elapsed() > DEADLINE {
-            // The whole process group would be better, but the program is our child: kill it
-            // and report the hang (its children, if any, exit when their pipes close).
-            let _ = child.kill();
+            // SAFETY: kill(2) of the process group made above (its id is the child's).
+            unsafe { kill(-(child.id() as i32), 9) };
             let s = child.wait().unwrap();
             let mut stderr = err.join().unwrap();
             stderr.extend_from_slice(format!("\n[killed after {DEADLINE:?}: hung]\n").as_bytes());
