@@ -651,8 +651,15 @@ pub fn for_each_range(
                     emit(f, futex, R, args[0], 4);
                     emit(f, ParamName::plain("futex(futex2)"), R, args[4], 4);
                 }
-                // WAKE, FD, UNLOCK_PI, TRYLOCK_PI, WAKE_BITSET
-                1 | 2 | 7 | 8 | 10 => emit(f, futex, R, args[0], 4),
+                // UNLOCK_PI, TRYLOCK_PI: the kernel reads and writes the word.
+                7 | 8 => emit(f, futex, R, args[0], 4),
+                // WAKE, WAKE_BITSET, FD: the kernel only hashes the address (Valgrind checks
+                // the word): with threads in parallel, a waker may wake a word in a frame
+                // its waiter has already returned from (glibc's unlock after the waiter saw
+                // the lock free without sleeping), which Valgrind's serialised threads
+                // never show: node's worker threads gave "futex(futex) points to
+                // uninitialised byte(s)" now and then.
+                1 | 2 | 10 => {}
                 _ => {}
             }
         }
