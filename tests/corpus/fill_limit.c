@@ -1,6 +1,7 @@
 // Lowers its address-space limit to argv[1] MiB (0: keeps the limit it was started with),
 // then fills it with 16-byte blocks until malloc fails (never_lose_the_report.rs: our own
 // data must not come out of that limit, and the report must still be written).
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -11,7 +12,10 @@ int main(int argc, char **argv) {
   long n = 0;
   for (;;) {
     void *p = malloc(16);
-    if (!p) break;
+    if (!p) {
+      if (errno != ENOMEM) return 3; /* as natively: a refused allocation says why */
+      break;
+    }
     n++;
   }
   printf("malloc failed after %ld blocks\n", n);

@@ -137,7 +137,7 @@ impl Event {
         };
         let gate = EventGate::enter_for(thread);
         crate::pages::deliver_queued();
-        // SAFETY: __errno_location returns this thread's errno slot.
+        // SAFETY: this thread's errno slot.
         let errno = unsafe { *crate::guard::errno_slot() };
         Some(Event {
             rt,
@@ -147,6 +147,14 @@ impl Event {
             _inside: inside,
             uncounted,
         })
+    }
+
+    /// The call failed in glibc: the `errno` it set is the program's result, kept past the
+    /// event's end (which restores the value it found).
+    #[cold]
+    fn keep_errno(&mut self) {
+        // SAFETY: this thread's errno slot.
+        self.errno = unsafe { *crate::guard::errno_slot() };
     }
 
     /// See [`Uncounted`]: called just before the tool hears of the event.
@@ -299,22 +307,25 @@ fn base_alloc(rt: Option<&Runtime>, size: usize) -> *mut c_void {
 /// allocations take address space the heap does not see go); allocations are allowed again
 /// once there is room (the program freed some).
 #[inline]
-fn program_may_allocate() -> bool {
+fn program_may_allocate(thread: &ThreadState) -> bool {
     const LOOK_EVERY: u32 = 4096;
-    let t = crate::guard::this_thread();
-    let n = t.allocations.get().wrapping_add(1);
-    t.allocations.set(n);
-    let short = if oxgrind_sys::heap::exhausted() {
-        !oxgrind_sys::heap::try_recover()
+    let n = thread.allocations.get().wrapping_add(1);
+    thread.allocations.set(n);
+    if oxgrind_sys::heap::exhausted() {
+        oxgrind_sys::heap::try_recover()
     } else {
-        n % LOOK_EVERY == 0 && !oxgrind_sys::heap::keep_room_to_report()
-    };
-    if !short {
-        return true;
+        n % LOOK_EVERY != 0 || oxgrind_sys::heap::keep_room_to_report()
     }
+}
+
+/// The program's allocation refused ([`program_may_allocate`]): NULL with `errno` ENOMEM,
+/// set once the event is over (its end restores the `errno` it found).
+#[cold]
+fn refuse(ev: Option<Event>) -> *mut c_void {
+    drop(ev);
     // SAFETY: errno slot of this thread.
     unsafe { *crate::guard::errno_slot() = 12 }; // ENOMEM
-    false
+    core::ptr::null_mut()
 }
 
 /// The common path of every allocation function.
@@ -340,7 +351,7 @@ fn allocate_aligned(
     if state::passthrough() {
         return get(None);
     }
-    let ev = Event::enter(wrapper_cost(func));
+    let mut ev = Event::enter(wrapper_cost(func));
     if let Some(ev) = &ev {
         if fishy(size) {
             ev.misuse(
@@ -354,8 +365,11 @@ fn allocate_aligned(
             return core::ptr::null_mut();
         }
     }
-    if !program_may_allocate() {
-        return core::ptr::null_mut();
+    let thread = ev
+        .as_ref()
+        .map_or_else(crate::guard::this_thread, |e| e.thread);
+    if !program_may_allocate(thread) {
+        return refuse(ev);
     }
     let rt = ev.as_ref().map(|e| e.rt);
     let p = match &ev {
@@ -364,6 +378,8 @@ fn allocate_aligned(
     };
     if !p.is_null() {
         record_alloc(ev.as_ref(), p, size, align, func, entry);
+    } else if let Some(ev) = &mut ev {
+        ev.keep_errno();
     }
     p
 }
@@ -591,12 +607,15 @@ fn reallocate(p: *mut c_void, size: usize, func: AllocFn, entry: u64) -> *mut c_
         deallocate(p, func, entry);
         return core::ptr::null_mut();
     }
-    if !program_may_allocate() {
-        return core::ptr::null_mut(); // the block stays the program's, as realloc leaves it
+    let thread = ev
+        .as_ref()
+        .map_or_else(crate::guard::this_thread, |e| e.thread);
+    if !program_may_allocate(thread) {
+        return refuse(ev); // the block stays the program's, as realloc leaves it
     }
     let addr = p as u64;
     let old = BLOCKS.remove(addr);
-    let Some(ev) = ev else {
+    let Some(mut ev) = ev else {
         // SAFETY: p is glibc's (we only pass through when not measuring).
         let q = unsafe { __libc_realloc(p, size) };
         if !q.is_null() && (old.is_some() || !state::settled()) {
@@ -638,6 +657,9 @@ fn reallocate(p: *mut c_void, size: usize, func: AllocFn, entry: u64) -> *mut c_
                 ..old
             },
         );
+        if q.is_null() {
+            ev.keep_errno();
+        }
         return q;
     }
     let rt = ev.rt;
@@ -665,6 +687,7 @@ fn reallocate(p: *mut c_void, size: usize, func: AllocFn, entry: u64) -> *mut c_
     });
     if q.is_null() {
         BLOCKS.insert(addr, old);
+        ev.keep_errno();
         return q;
     }
     let stack = ev.stack(entry);

@@ -218,7 +218,7 @@ pub extern "C" fn oxgrind_strings_overlap(
         return;
     };
     let gate = EventGate::enter();
-    // SAFETY: __errno_location returns this thread's errno slot.
+    // SAFETY: this thread's errno slot.
     let errno = unsafe { *crate::guard::errno_slot() };
     let depth = rt.needs.stack_depth;
     let stack = if depth == 0 {
