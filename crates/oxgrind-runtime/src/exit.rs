@@ -679,29 +679,20 @@ impl LineBuf {
     }
 
     fn hex(&mut self, v: u64) {
-        let mut digits = [0u8; 16];
-        let mut n = 0;
-        let mut v = v;
-        loop {
-            digits[n] = b"0123456789abcdef"[(v & 15) as usize];
-            n += 1;
-            v >>= 4;
-            if v == 0 {
-                break;
-            }
-        }
-        digits[..n].reverse();
-        self.text(&digits[..n]);
+        self.number(v, 16);
     }
 
     fn dec(&mut self, v: u64) {
+        self.number(v, 10);
+    }
+
+    fn number(&mut self, mut v: u64, base: u64) {
         let mut digits = [0u8; 20];
         let mut n = 0;
-        let mut v = v;
         loop {
-            digits[n] = b'0' + (v % 10) as u8;
+            digits[n] = b"0123456789abcdef"[(v % base) as usize];
             n += 1;
-            v /= 10;
+            v /= base;
             if v == 0 {
                 break;
             }

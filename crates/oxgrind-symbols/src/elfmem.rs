@@ -91,9 +91,6 @@ pub(crate) fn module_at(maps: &[Mapping], m: &Mapping) -> Option<CfiModule> {
         return None;
     }
     let ph_start = base.checked_add(phoff)?;
-    if !readable(maps, ph_start, (phentsize * phnum) as u64) {
-        return None;
-    }
     let mut table = vec![0u8; phentsize * phnum];
     if !copy_in(ph_start, &mut table) {
         return None;

@@ -621,8 +621,9 @@ impl Heap {
                 Some(l) => l.2,
                 None => region,
             };
-            for (n, i) in [first, region, SHARDS].into_iter().enumerate() {
-                if n > 0 && (i == first || (n == 2 && i == region)) {
+            let candidates = [first, region, SHARDS];
+            for (n, &i) in candidates.iter().enumerate() {
+                if candidates[..n].contains(&i) {
                     continue;
                 }
                 let g = match &mut held {

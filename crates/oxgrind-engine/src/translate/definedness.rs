@@ -205,33 +205,19 @@ impl Emitter {
         slow: &mut SlowCall,
     ) -> Result<(), TranslateError> {
         let size = m.memory_size().size() as u32;
-        // lea rax, [ea]; movzx eax, ax; cmp eax, 0x10000 - size; ja slow
         self.effective_address(m, 0, ip)?;
-        self.buf.extend_from_slice(&[0x0F, 0xB7, 0xC0]);
-        self.buf.push(0x3D);
-        self.d32(0x1_0000 - size);
-        self.jcc_slow(0x87, slow)?;
-        // lea rax, [ea]; shr rax, 16; cmp rax, 0x7fffffff; ja slow (above user space)
+        self.within_one_span(size, slow)?;
         self.effective_address(m, 0, ip)?;
-        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, 0x10]);
-        self.buf.extend_from_slice(&[0x48, 0x3D]);
-        self.d32(0x7fff_ffff);
-        self.jcc_slow(0x87, slow)?;
-        // shl rax, 3; add rax, gs:[primary]; mov rax, [rax]; test rax, rax; jz done
-        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE0, 0x03]);
-        self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]);
-        self.d32(c::OFF_VBITS_PRIMARY as u32);
-        self.buf.extend_from_slice(&[0x48, 0x8B, 0x00]);
+        self.span_index(Some(&mut *slow))?;
+        self.chunk_of_span();
+        // test rax, rax; jz done
         self.buf.extend_from_slice(&[0x48, 0x85, 0xC0]);
         self.buf.extend_from_slice(&[0x0F, 0x84]);
         let done = self.buf.len();
         self.d32(0);
-        // mov gs:[temp], rax; lea rax, [ea]; movzx eax, ax; add rax, gs:[temp]
         self.store_gs(0, c::OFF_VBITS_TEMP);
         self.effective_address(m, 0, ip)?;
-        self.buf.extend_from_slice(&[0x0F, 0xB7, 0xC0]);
-        self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]);
-        self.d32(c::OFF_VBITS_TEMP as u32);
+        self.add_offset_in_span();
         let prefix: &[u8] = match size {
             1 => &[],
             2 => &[0x66],
@@ -276,38 +262,60 @@ impl Emitter {
         mut slow: Option<&mut SlowCall>,
     ) -> Result<(), TranslateError> {
         if let Some(slow) = slow.as_deref_mut() {
-            // lea rax, [rsp+off]; movzx eax, ax; cmp eax, 0x10000 - len; ja slow
             self.lea_rsp(off, ip)?;
-            self.buf.extend_from_slice(&[0x0F, 0xB7, 0xC0]);
-            self.buf.push(0x3D);
-            self.d32(0x1_0000 - len as u32);
-            self.jcc_slow(0x87, slow)?;
+            self.within_one_span(len as u32, slow)?;
         }
-        // lea rax, [rsp+off]; shr rax, 16; (cmp rax, 0x7fffffff; ja slow;) shl rax, 3;
-        // add rax, gs:[primary]; mov rax, [rax]; (test rax, rax; jz slow)
         self.lea_rsp(off, ip)?;
-        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, 0x10]);
-        if let Some(slow) = slow.as_deref_mut() {
-            self.buf.extend_from_slice(&[0x48, 0x3D]);
-            self.d32(0x7fff_ffff);
-            self.jcc_slow(0x87, slow)?;
-        }
-        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE0, 0x03]);
-        self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]);
-        self.d32(c::OFF_VBITS_PRIMARY as u32);
-        self.buf.extend_from_slice(&[0x48, 0x8B, 0x00]);
+        self.span_index(slow.as_deref_mut())?;
+        self.chunk_of_span();
         if let Some(slow) = slow {
+            // test rax, rax; jz slow
             self.buf.extend_from_slice(&[0x48, 0x85, 0xC0]);
             self.jcc_slow(0x84, slow)?;
             return Ok(());
         }
-        // mov gs:[temp], rax; lea rax, [rsp+off]; movzx eax, ax; add rax, gs:[temp]
         self.store_gs(0, c::OFF_VBITS_TEMP);
         self.lea_rsp(off, ip)?;
+        self.add_offset_in_span();
+        Ok(())
+    }
+
+    /// With `rax` an address: `len` bytes from it stay in one 64 KiB span of the memory
+    /// shadow, else slow. `movzx eax, ax; cmp eax, 0x10000 - len; ja slow`
+    fn within_one_span(&mut self, len: u32, slow: &mut SlowCall) -> Result<(), TranslateError> {
+        self.buf.extend_from_slice(&[0x0F, 0xB7, 0xC0]);
+        self.buf.push(0x3D);
+        self.d32(0x1_0000 - len);
+        self.jcc_slow(0x87, slow)
+    }
+
+    /// With `rax` an address: `rax` = its span's index. `shr rax, 16`, then (when `slow`
+    /// is given) `cmp rax, 0x7fffffff; ja slow`: an address above user space goes slow.
+    fn span_index(&mut self, slow: Option<&mut SlowCall>) -> Result<(), TranslateError> {
+        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, 0x10]);
+        if let Some(slow) = slow {
+            self.buf.extend_from_slice(&[0x48, 0x3D]);
+            self.d32(0x7fff_ffff);
+            self.jcc_slow(0x87, slow)?;
+        }
+        Ok(())
+    }
+
+    /// With `rax` a span index: `rax` = its shadow chunk (0: none, all defined).
+    /// `shl rax, 3; add rax, gs:[primary]; mov rax, [rax]`
+    fn chunk_of_span(&mut self) {
+        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE0, 0x03]);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]);
+        self.d32(c::OFF_VBITS_PRIMARY as u32);
+        self.buf.extend_from_slice(&[0x48, 0x8B, 0x00]);
+    }
+
+    /// With `rax` an address and its chunk in `gs:[temp]`: `rax` = the address of its
+    /// shadow byte. `movzx eax, ax; add rax, gs:[temp]`
+    fn add_offset_in_span(&mut self) {
         self.buf.extend_from_slice(&[0x0F, 0xB7, 0xC0]);
         self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]);
         self.d32(c::OFF_VBITS_TEMP as u32);
-        Ok(())
     }
 
     /// `lea rax, [rsp + off]`.
