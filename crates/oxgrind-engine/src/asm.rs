@@ -50,6 +50,17 @@ extern "C" {
     pub fn oxg_ctx_get() -> *mut c::ThreadCtx;
     pub fn oxg_native_gs_begin();
     pub fn oxg_native_gs_end();
+    pub fn oxg_run_native(data: *mut u8, f: unsafe extern "C" fn(*mut u8));
+    pub fn oxg_run_native_done();
+}
+
+/// Where translated code that reached [`oxg_run_native`] continues after the native call
+/// (a plain `ret`, translated as usual).
+pub(crate) fn run_native_pcs() -> (u64, u64) {
+    (
+        oxg_run_native as *const () as u64,
+        oxg_run_native_done as *const () as u64,
+    )
 }
 
 /// Whether `pc` lies in the routines whose `gs:` operands address the engine's context on
@@ -374,6 +385,20 @@ core::arch::global_asm!(
     ".globl oxg_native_gs_end",
     ".hidden oxg_native_gs_end",
     "oxg_native_gs_end:",
+    // ------------------------------------------------------------------ run natively
+    // `crate::run_native`: rdi = the closure, rsi = the function that calls it. Run
+    // natively, a tail call. Translated, the translator replaces the block at
+    // `oxg_run_native` by a clean call (`probe::KIND_NATIVE`) that makes the same call on
+    // the engine stack, then continues at `oxg_run_native_done`.
+    ".p2align 4",
+    ".globl oxg_run_native",
+    ".hidden oxg_run_native",
+    "oxg_run_native:",
+    "jmp rsi",
+    ".globl oxg_run_native_done",
+    ".hidden oxg_run_native_done",
+    "oxg_run_native_done:",
+    "ret",
     // ------------------------------------------------------------------ restorer
     // The `sa_restorer` of actions the engine installs on its own (SIGTRAP at the guest's
     // default): runs natively after the entry returned.

@@ -391,6 +391,30 @@ pub fn guest_regs_in_tool_call() -> Option<oxgrind_tool::instrument::GuestRegs> 
     }
 }
 
+/// Runs `f` natively, out of the code cache, and returns when it has.
+///
+/// The embedder's own code runs translated when a program's thread calls it (an allocator
+/// hook, the report at exit); work of its own that is long and sees nothing of the program
+/// (symbolising: inflating and parsing debug sections) is many times slower there than
+/// natively. Under the engine, `f` runs as a clean call does: on the thread's engine stack
+/// (1 MiB), with the guest state saved, signals deferred until it returns, and
+/// [`guest_regs_in_tool_call`] answering with the caller's registers; its system calls are
+/// not the program's (the engine does not see them), nor are the libc functions it calls
+/// (no probe, no redirection). Outside the engine, or already native (a tool call, the
+/// dispatcher), `f` is simply called. `f` must not call into the program, and must not
+/// change the guest's code or its signal handling.
+pub fn run_native(f: &mut dyn FnMut()) {
+    unsafe extern "C" fn call(data: *mut u8) {
+        // SAFETY: `data` is the `&mut &mut dyn FnMut()` below, alive for the whole call.
+        let f = unsafe { &mut *(data as *mut &mut dyn FnMut()) };
+        f();
+    }
+    let mut f = f;
+    // SAFETY: `oxg_run_native` calls `call(data)`, natively (a tail call) or, when reached
+    // from translated code, from the dispatcher (`probe::KIND_NATIVE`).
+    unsafe { asm::oxg_run_native(&mut f as *mut &mut dyn FnMut() as *mut u8, call) }
+}
+
 /// Sets the calling thread's instruction count (see [`thread_instructions`]).
 pub fn set_thread_instructions(v: u64) {
     if !RUNNING.load(Ordering::Acquire) {

@@ -82,6 +82,9 @@ const KIND_TRACE_FULL: u32 = 4;
 const KIND_CLIENT_REQUEST: u32 = 5;
 /// Definedness's slow path (`definedness::step`; `data` is its `StepRec`).
 const KIND_DEFINEDNESS: u32 = 6;
+/// The embedder's code asks to run a function natively (`crate::run_native`): the
+/// function is in the guest's `rsi`, its argument in `rdi`.
+const KIND_NATIVE: u32 = 7;
 
 /// What a probe call site passes to the dispatcher: everything needed to compute the
 /// accesses from the guest registers, decided at translation time. Records live in
@@ -393,6 +396,21 @@ pub(crate) fn client_request_record(ins: &Instruction) -> Option<u64> {
     plain_record(KIND_CLIENT_REQUEST, ins, 0)
 }
 
+/// Makes the record of the clean call that stands for the block at `asm::oxg_run_native`
+/// (`crate::run_native`), which continues at `next_ip`.
+pub(crate) fn native_call_record(pc: u64, next_ip: u64) -> Option<u64> {
+    record(ProbeRec {
+        kind: KIND_NATIVE,
+        nmem: 0,
+        filtered: false,
+        data: 0,
+        pc,
+        next_ip,
+        lanes: Lanes::Whole,
+        mem: [UsedMemory::default(); MAX_MEM],
+    })
+}
+
 /// Makes the record of the definedness step before `ins` (`definedness::step`).
 pub(crate) fn definedness_record(ins: &Instruction) -> Option<u64> {
     let step = store_alloc(core::mem::size_of::<crate::definedness::StepRec>())?
@@ -467,6 +485,16 @@ pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
         rflags: ctx.gflags,
     };
     let _lent = ToolRegsLent::new(ctx, &regs);
+    if rec.kind == KIND_NATIVE {
+        let (f, data) = (ctx.gregs[c::RSI], ctx.gregs[c::RDI]);
+        // SAFETY: `crate::run_native` is the only caller of `oxg_run_native`, and passes a
+        // function of this type in rsi and its argument in rdi.
+        let f: unsafe extern "C" fn(*mut u8) = unsafe { core::mem::transmute(f) };
+        // SAFETY: as `run_native` asked; the guest state is saved in the context, and this
+        // runs on the engine stack with signals deferred, as every clean call.
+        unsafe { f(data as *mut u8) };
+        return;
+    }
     let Some(cl) = client() else {
         // Without a tool only the engine's own requests are answered.
         if rec.kind == KIND_CLIENT_REQUEST {

@@ -212,6 +212,26 @@ fn banner_for_forked_child(fd: i32, pid: i32) {
 
 static SYMBOLIZER: SpinLock<Option<oxgrind_symbols::Symbolizer>> = SpinLock::new(None);
 
+/// Runs `f` on the symboliser, natively (`oxgrind_engine::run_native`): symbolising inflates
+/// and parses debug sections, many times slower as translated code (most of a short
+/// program's time under DHAT or Massif went there, at exit).
+fn with_symbolizer<R>(f: impl FnOnce(&mut oxgrind_symbols::Symbolizer) -> R) -> R {
+    let mut f = Some(f);
+    let mut out = None;
+    oxgrind_engine::run_native(&mut || {
+        let mut g = SYMBOLIZER.lock();
+        let sym = g.get_or_insert_with(oxgrind_symbols::Symbolizer::from_self);
+        if let Some(f) = f.take() {
+            out = Some(f(sym));
+        }
+    });
+    match out {
+        Some(r) => r,
+        // `run_native` returns only after calling the closure once.
+        None => unreachable!("run_native returned without running its closure"),
+    }
+}
+
 /// `--child-silent-after-fork=yes`: a forked child says nothing (until it execs, when a new
 /// image starts with this flag clear).
 static SILENT: AtomicBool = AtomicBool::new(false);
@@ -303,10 +323,10 @@ impl RuntimeHost {
             let end = if k + 1 < n { cfas[k + 1] } else { stack_top };
             cfas[k] <= addr && addr < end
         })?;
-        let mut g = SYMBOLIZER.lock();
-        let sym = g.get_or_insert_with(oxgrind_symbols::Symbolizer::from_self);
-        let start = sym.function_start(ras[k].wrapping_sub(1))?;
-        let frame = sym.describe(start).pop()?;
+        let frame = with_symbolizer(|sym| {
+            let start = sym.function_start(ras[k].wrapping_sub(1))?;
+            sym.describe(start).pop()
+        })?;
         Some((k + 1, frame))
     }
 }
@@ -327,11 +347,7 @@ impl Host for RuntimeHost {
     }
 
     fn describe(&self, ip: Addr) -> Vec<Frame> {
-        let frames = {
-            let mut g = SYMBOLIZER.lock();
-            let sym = g.get_or_insert_with(oxgrind_symbols::Symbolizer::from_self);
-            sym.describe(ip)
-        };
+        let frames = with_symbolizer(|sym| sym.describe(ip));
         match state::runtime() {
             Some(rt) => present(frames, &rt.core),
             None => frames,
@@ -423,9 +439,7 @@ impl Host for RuntimeHost {
                 });
             }
         }
-        let mut g = SYMBOLIZER.lock();
-        let sym = g.get_or_insert_with(oxgrind_symbols::Symbolizer::from_self);
-        sym.data_symbol(addr)
+        with_symbolizer(|sym| sym.data_symbol(addr))
             .map(|(name, offset)| DataAddr::Symbol { name, offset })
     }
 

@@ -333,6 +333,25 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
     if avail == 0 {
         return Ok(native_jump(pc));
     }
+    let (native_gate, native_done) = crate::asm::run_native_pcs();
+    if pc == native_gate {
+        // `crate::run_native`: the call is made natively on the engine stack, then the
+        // gate's `ret` runs translated.
+        if let Some(rec) = crate::probe::native_call_record(pc, native_done) {
+            e.mark(pc, 0);
+            e.clean_call(pc, rec);
+            e.stub_jump(native_done);
+            e.finish();
+            return Ok(Translation {
+                bytes: e.buf,
+                stubs: e.stubs,
+                kind: BlockKind::Normal,
+                insns: 0,
+                guest_len: native_done - pc,
+                pcmap: core::mem::take(&mut e.pcmap),
+            });
+        }
+    }
     let tool = if opts.instrument {
         crate::probe::client().filter(|c| !c.embedder.is_own_code(pc))
     } else {
