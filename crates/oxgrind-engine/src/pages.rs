@@ -243,34 +243,7 @@ fn hex(s: &[u8]) -> Option<u64> {
 
 /// The whole of `/proc/self/maps` (raw system calls only: this runs inside the engine).
 fn read_maps() -> Option<Vec<u8>> {
-    use oxgrind_sys::raw;
-    const O_RDONLY_CLOEXEC: usize = 0o2_000_000;
-    let fd = raw::open(b"/proc/self/maps\0", O_RDONLY_CLOEXEC, 0).ok()?;
-    let mut buf: Vec<u8> = Vec::with_capacity(16 << 10);
-    loop {
-        if buf.capacity() - buf.len() < 4096 {
-            buf.reserve(buf.capacity());
-        }
-        let len = buf.len();
-        // SAFETY: the spare capacity is writable; `read` initialises the bytes it returns.
-        let n = unsafe {
-            let spare =
-                core::slice::from_raw_parts_mut(buf.as_mut_ptr().add(len), buf.capacity() - len);
-            raw::read(fd, spare)
-        };
-        match n {
-            Ok(0) => break,
-            // SAFETY: `n` bytes after `len` were just written by the kernel.
-            Ok(n) => unsafe { buf.set_len(len + n) },
-            Err(4) => continue, // EINTR
-            Err(_) => {
-                let _ = raw::close(fd);
-                return None;
-            }
-        }
-    }
-    let _ = raw::close(fd);
-    Some(buf)
+    oxgrind_sys::procself::read(oxgrind_sys::procself::SelfFile::Maps)
 }
 
 #[cfg(test)]

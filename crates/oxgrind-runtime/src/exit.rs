@@ -240,7 +240,8 @@ fn fatal_signal_block() {
         return;
     };
     let frames = core_frames(f.stack);
-    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    let limits = oxgrind_sys::procself::read_string(oxgrind_sys::procself::SelfFile::Limits)
+        .unwrap_or_default();
     let soft = |name: &str| -> Option<u64> {
         let l = limits.lines().find(|l| l.starts_with(name))?;
         let v = l[name.len()..].split_whitespace().next()?;

@@ -38,6 +38,22 @@ pub fn after_fork_child() {
         XML_FD.force_unlock();
         SYMBOLIZER.force_unlock();
     }
+    keep_proc_files();
+}
+
+/// Keeps the `/proc/self` files oxgrind reads during the run open among our descriptors
+/// (`oxgrind_sys::procself`: a read then takes no descriptor the program could need). Called
+/// at set-up and in a forked child, whose inherited ones name the parent. A file whose
+/// descriptor cannot move above the floor (a limit lowered under it) is opened per read.
+pub fn keep_proc_files() {
+    oxgrind_sys::procself::keep_open(
+        &mut |fd| {
+            let high = raw::dup_high(fd, FD_FLOOR).ok();
+            let _ = raw::close(fd);
+            high.inspect(|&high| crate::fds::register(high))
+        },
+        &mut |fd| crate::fds::unregister(fd),
+    );
 }
 
 fn getenv(name: &str) -> Option<String> {
@@ -371,6 +387,15 @@ impl Host for RuntimeHost {
         let cwd = state::runtime().map_or("/", |rt| rt.cwd.as_str());
         let seq = NAME_SEQ.fetch_add(1, Ordering::Relaxed) + 1;
         template::expand(t, raw::getpid(), seq, &getenv, cwd)
+    }
+
+    fn read_self_file(&self, file: oxgrind_tool::SelfFile) -> Option<String> {
+        use oxgrind_sys::procself::{read_string, SelfFile};
+        read_string(match file {
+            oxgrind_tool::SelfFile::Maps => SelfFile::Maps,
+            oxgrind_tool::SelfFile::Stat => SelfFile::Stat,
+            oxgrind_tool::SelfFile::Limits => SelfFile::Limits,
+        })
     }
 
     fn write_file(&self, path: &str, bytes: &[u8]) -> Result<(), i32> {

@@ -33,19 +33,10 @@ pub struct Mapping {
     pub path: String,
 }
 
-/// Reads /proc/self/maps with raw system calls.
+/// Reads /proc/self/maps with raw system calls (`oxgrind_sys::procself`).
 pub fn read_maps() -> Vec<Mapping> {
-    let mut text = Vec::with_capacity(64 * 1024);
-    if let Ok(fd) = raw::open(b"/proc/self/maps\0", raw::O_RDONLY | raw::O_CLOEXEC, 0) {
-        let mut buf = [0u8; 8192];
-        while let Ok(n) = raw::read(fd, &mut buf) {
-            if n == 0 {
-                break;
-            }
-            text.extend_from_slice(&buf[..n]);
-        }
-        let _ = raw::close(fd);
-    }
+    let text =
+        oxgrind_sys::procself::read(oxgrind_sys::procself::SelfFile::Maps).unwrap_or_default();
     let mut out = Vec::new();
     for line in text.split(|&b| b == b'\n') {
         let line = String::from_utf8_lossy(line);

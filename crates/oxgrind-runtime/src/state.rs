@@ -97,6 +97,7 @@ pub fn ensure_init() {
             RUNTIME.store(rt, Ordering::Release);
             STATE.store(ACTIVE, Ordering::Release);
             crate::host::keep_log_fd();
+            crate::host::keep_proc_files();
             crate::exit::install();
             if rt.needs.page_events {
                 if let Err(why) = crate::pages::install() {

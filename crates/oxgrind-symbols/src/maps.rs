@@ -23,38 +23,10 @@ pub struct Mapping {
     pub path: Vec<u8>,
 }
 
-/// Reads the whole of `/proc/self/maps` with raw system calls. `None` when it cannot be
-/// opened (no /proc in a sandbox).
+/// The whole of `/proc/self/maps` (raw system calls, through the runtime's kept descriptor:
+/// see `oxgrind_sys::procself`). `None` when it cannot be opened (no /proc in a sandbox).
 pub fn read_self_maps() -> Option<Vec<u8>> {
-    let fd = oxgrind_sys::raw::open(
-        b"/proc/self/maps\0",
-        oxgrind_sys::raw::O_RDONLY | oxgrind_sys::raw::O_CLOEXEC,
-        0,
-    )
-    .ok()?;
-    let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
-    loop {
-        if buf.capacity() - buf.len() < 4096 {
-            buf.reserve(buf.capacity());
-        }
-        let len = buf.len();
-        let spare = buf.capacity() - len;
-        buf.resize(len + spare, 0);
-        match oxgrind_sys::raw::read(fd, &mut buf[len..]) {
-            Ok(0) => {
-                buf.truncate(len);
-                break;
-            }
-            Ok(n) => buf.truncate(len + n),
-            Err(4) => buf.truncate(len), // EINTR: try again
-            Err(_) => {
-                buf.truncate(len);
-                break;
-            }
-        }
-    }
-    let _ = oxgrind_sys::raw::close(fd);
-    Some(buf)
+    oxgrind_sys::procself::read(oxgrind_sys::procself::SelfFile::Maps)
 }
 
 fn parse_hex(s: &[u8]) -> Option<u64> {

@@ -10,16 +10,20 @@
 //! * [`syscall`] issues system calls with inline assembly ([`raw`] lists the numbers used);
 //! * [`fd`] writes to file descriptors oxgrind owns, with `core::fmt` formatting;
 //! * [`lock`] is a spin lock that works before threads, TLS or futexes are set up;
+//! * [`procself`] reads `/proc/self` files through descriptors kept out of the program's way;
 //! * [`heap`] is the runtime's own allocator (`#[global_allocator]` of the runtime), built
 //!   on `mmap`, so oxgrind's data never lives in the program's heap.
 //!
 //! It deliberately offers nothing that needs the program's libc to be in a sane state.
 #![no_std]
 
+extern crate alloc;
+
 pub mod fd;
 pub mod heap;
 /// The spin lock lives in its own crate (`oxgrind-sync`) so that the tool contract can offer
 /// it without depending on this one.
 pub use oxgrind_sync as lock;
+pub mod procself;
 pub mod raw;
 pub mod syscall;

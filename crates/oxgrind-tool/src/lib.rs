@@ -30,6 +30,18 @@ pub mod sync {
     pub use oxgrind_sync::{SpinGuard, SpinLock};
 }
 
+/// The process's own `/proc/self` files a tool may read while the program runs
+/// ([`Host::read_self_file`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum SelfFile {
+    /// `/proc/self/maps`: the mappings.
+    Maps,
+    /// `/proc/self/stat`: `start_brk`, the main thread's initial stack pointer.
+    Stat,
+    /// `/proc/self/limits`: the soft and hard limits as text.
+    Limits,
+}
+
 /// A guest address.
 pub type Addr = u64;
 
@@ -372,6 +384,14 @@ pub trait Host {
     /// Ends the process at once with `status`, writing nothing more (Memcheck's
     /// `--exit-on-first-error=yes`). The runtime's implementation does not return.
     fn exit_now(&self, _status: i32) {}
+    /// One of the process's `/proc/self` files, read afresh, without taking a descriptor the
+    /// program could need (a plain `open` in a handler takes the lowest free one, and a
+    /// program at its descriptor limit would lose an `open` to it). `None` when it cannot
+    /// be read (no `/proc`). Tools read these files here while the program runs, never with
+    /// `std::fs`.
+    fn read_self_file(&self, _file: SelfFile) -> Option<String> {
+        None
+    }
     /// Every live heap block (not the ones waiting in the freed-block queue).
     fn live_blocks(&self) -> Vec<LiveBlock>;
     /// Stops every other thread, hands `f` the root set (their stacks and registers, the

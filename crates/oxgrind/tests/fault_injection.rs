@@ -475,3 +475,32 @@ fn forks_while_threads_allocate() {
         }
     }
 }
+
+/// A program at its descriptor limit keeps every `open` while threads come and go:
+/// `fd_limit_threads.c` holds all descriptors its lowered RLIMIT_NOFILE allows but one and
+/// opens and closes that one while 2,000 threads start, read below their stack pointer (so
+/// Memcheck looks up each new thread's stack in `/proc/self/maps`) and end. A file oxgrind
+/// opened for a moment took the free slot now and then (a flaky `rlimit-nofile` case in
+/// CI); the `/proc/self` files are read through descriptors kept above the limit since.
+#[test]
+fn a_program_at_its_descriptor_limit_keeps_every_open_while_threads_come_and_go() {
+    let prog = build("fd_limit_threads.c", &["-O1"]);
+    for tool in ["memcheck", "massif", "dhat"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = run_with_deadline(
+            Command::new(oxgrind())
+                .args([format!("--tool={tool}"), "-q".to_string()])
+                .arg(&prog)
+                .current_dir(dir.path())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        );
+        assert_eq!(
+            stdout(&out),
+            "0 opens failed while 2000 threads came and went\n",
+            "{tool}: {}",
+            stderr(&out)
+        );
+        assert!(out.status.success(), "{tool}: {:?}", out.status);
+    }
+}

@@ -102,7 +102,7 @@ impl Memcheck {
                 vec![Aux::Text(text::address_in_data_symbol(addr, offset, &name))]
             }
             None => vec![Aux::Text(
-                crate::outside_heap::describe_segment(addr)
+                crate::outside_heap::describe_segment(host, addr)
                     .unwrap_or_else(|| text::address_unknown(addr)),
             )],
         }

@@ -28,7 +28,7 @@
 use oxgrind_formats::memcheck_text::{self as text, Aux};
 use oxgrind_formats::memcheck_xml::WhatQuirk;
 use oxgrind_tool::instrument::{Access, AccessKind, GuestRegs, Insn, Plan};
-use oxgrind_tool::{Addr, Host, MemoryFault, StackId};
+use oxgrind_tool::{Addr, Host, MemoryFault, SelfFile, StackId};
 
 use crate::errors::KeyKind;
 use crate::freed::FreedQueue;
@@ -47,12 +47,12 @@ static MAIN_STACK: oxgrind_tool::sync::SpinLock<(u64, u64)> =
 
 /// Whether `sp` lies in the main thread's stack mapping. The maps are read again only when
 /// `sp` is outside the range known (the stack grows down; asked on the error path only).
-fn on_main_stack(sp: u64) -> bool {
+fn on_main_stack(host: &dyn Host, sp: u64) -> bool {
     let (lo, hi) = *MAIN_STACK.lock();
     if lo <= sp && sp < hi {
         return true;
     }
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let maps = host.read_self_file(SelfFile::Maps).unwrap_or_default();
     let range = maps.lines().find(|l| l.ends_with("[stack]")).and_then(|l| {
         let (lo, hi) = l.split_whitespace().next()?.split_once('-')?;
         Some((
@@ -84,7 +84,7 @@ fn on_main_stack(sp: u64) -> bool {
 /// floor only goes down as the thread goes deeper): the stack is read again only when an
 /// access lies below the floor last found (`want`), and `/proc/self/maps` only when the
 /// thread runs on another stack.
-fn thread_stack_floor(sp: u64, want: u64) -> Option<u64> {
+fn thread_stack_floor(host: &dyn Host, sp: u64, want: u64) -> Option<u64> {
     let (lo, hi, floor) = THREAD_STACK.with(|c| c.get());
     let (lo, hi) = if lo <= sp && sp < hi {
         if floor <= want {
@@ -92,10 +92,10 @@ fn thread_stack_floor(sp: u64, want: u64) -> Option<u64> {
         }
         (lo, hi)
     } else {
-        guarded_thread_stack(sp)?
+        guarded_thread_stack(host, sp)?
     };
     let floor = match scan_floor(lo, sp) {
-        Some(floor) => floor.max(above_own_frames(floor, sp)),
+        Some(floor) => floor.max(above_own_frames(host, floor, sp)),
         None => u64::MAX,
     };
     THREAD_STACK.with(|c| c.set((lo, hi, floor)));
@@ -116,8 +116,8 @@ thread_local! {
 /// Valgrind does not run at all). Below that, the words do not tell how deep the program
 /// went; above it they are the program's (or the hook's outermost frame). `floor` when
 /// there is none.
-fn above_own_frames(floor: u64, sp: u64) -> u64 {
-    let (text_lo, text_hi) = own_text();
+fn above_own_frames(host: &dyn Host, floor: u64, sp: u64) -> u64 {
+    let (text_lo, text_hi) = own_text(host);
     let mut word = (sp & !7).wrapping_sub(8);
     while word >= floor && word != 0 {
         // SAFETY: `word` is 8-aligned in `[floor, sp)`, inside the calling thread's own
@@ -135,7 +135,7 @@ fn above_own_frames(floor: u64, sp: u64) -> u64 {
 
 /// The executable mapping holding this code (oxgrind's runtime, which the tool is part
 /// of), from `/proc/self/maps` once.
-fn own_text() -> (u64, u64) {
+fn own_text(host: &dyn Host) -> (u64, u64) {
     static TEXT: oxgrind_tool::sync::SpinLock<(u64, u64)> =
         oxgrind_tool::sync::SpinLock::new((0, 0));
     let known = *TEXT.lock();
@@ -143,7 +143,7 @@ fn own_text() -> (u64, u64) {
         return known;
     }
     let here = own_text as *const () as u64;
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let maps = host.read_self_file(SelfFile::Maps).unwrap_or_default();
     let range = maps.lines().find_map(|l| {
         let (lo, hi) = l.split_whitespace().next()?.split_once('-')?;
         let (lo, hi) = (
@@ -159,8 +159,8 @@ fn own_text() -> (u64, u64) {
 
 /// The mapping `[lo, hi)` holding `sp` if it is a glibc thread stack: anonymous, read-write,
 /// right above its `---` guard page.
-fn guarded_thread_stack(sp: u64) -> Option<(u64, u64)> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+fn guarded_thread_stack(host: &dyn Host, sp: u64) -> Option<(u64, u64)> {
+    let maps = host.read_self_file(SelfFile::Maps)?;
     let mut below: Option<(u64, &str)> = None; // the previous mapping's end, permissions
     for m in maps.lines().map_while(map_line) {
         if m.lo <= sp && sp < m.hi {
@@ -290,12 +290,12 @@ impl Memcheck {
         // is left alone: a missed error, never a false one.
         let depth = data & 0xffff_ffff;
         let floor = if host.tid() == host.pid() {
-            if !on_main_stack(rsp) {
+            if !on_main_stack(host, rsp) {
                 return;
             }
             0
         } else {
-            match thread_stack_floor(rsp, rsp.wrapping_sub(depth)) {
+            match thread_stack_floor(host, rsp, rsp.wrapping_sub(depth)) {
                 Some(floor) => floor,
                 None => return,
             }
@@ -334,7 +334,7 @@ impl Memcheck {
         // some access but not this one is addressable to it.
         let unaddressable = fault.code == SEGV_MAPERR
             || (fault.code == SEGV_ACCERR
-                && mapping_at(fault.addr).is_some_and(|(perms, _)| perms == "---"));
+                && mapping_at(host, fault.addr).is_some_and(|(perms, _)| perms == "---"));
         if fault.sig != SIGSEGV || !unaddressable {
             return;
         }
@@ -451,15 +451,15 @@ impl Memcheck {
 /// anonymous or file mapping (from `/proc/self/maps`). `None` for unmapped memory and the
 /// kernel's own mappings (`[vdso]`, `[vvar]`, `[stack]`: a stack is described as one
 /// before this is asked). Read on the error path only.
-pub(crate) fn describe_segment(addr: u64) -> Option<String> {
-    if let Some((base, limit)) = brk_range() {
+pub(crate) fn describe_segment(host: &dyn Host, addr: u64) -> Option<String> {
+    if let Some((base, limit)) = brk_range(host) {
         // Valgrind's brk segment ends at the break, and its last page beyond it is still
         // the segment's ("bytes after the limit").
         if addr >= base && addr < limit.next_multiple_of(4096).max(base) {
             return Some(text::address_in_brk(addr, base, limit));
         }
     }
-    let (perms, path) = mapping_at(addr)?;
+    let (perms, path) = mapping_at(host, addr)?;
     match path.as_str() {
         "" => Some(text::address_in_segment(addr, &perms, "anonymous", None)),
         p if p.starts_with("/SYSV") => Some(text::address_in_segment(
@@ -483,8 +483,8 @@ pub(crate) fn describe_segment(addr: u64) -> Option<String> {
 
 /// The mapping `addr` lies in, from `/proc/self/maps`: its permissions (`rw-`, `---`) and
 /// its path (empty for anonymous memory).
-fn mapping_at(addr: u64) -> Option<(String, String)> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+fn mapping_at(host: &dyn Host, addr: u64) -> Option<(String, String)> {
+    let maps = host.read_self_file(SelfFile::Maps)?;
     let m = maps
         .lines()
         .map_while(map_line)
@@ -494,8 +494,8 @@ fn mapping_at(addr: u64) -> Option<(String, String)> {
 
 /// The program's break: `[start_brk, brk)`, the start from field 47 of `/proc/self/stat`,
 /// the break from the `brk` system call asked for nothing (which changes nothing).
-fn brk_range() -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+fn brk_range(host: &dyn Host) -> Option<(u64, u64)> {
+    let stat = host.read_self_file(SelfFile::Stat)?;
     // The command name (field 2) may hold spaces and parentheses: count after its end.
     let rest = &stat[stat.rfind(')')? + 2..];
     let base: u64 = rest.split_whitespace().nth(47 - 3)?.parse().ok()?;
