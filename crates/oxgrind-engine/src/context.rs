@@ -235,7 +235,11 @@ pub const XSAVE_SIZE: usize = 0x3000;
 /// number), so that its re-raise carries the original one.
 pub const SIGINFO_OFF: usize = XSAVE_OFF + XSAVE_SIZE;
 pub const SIGINFO_SIZE: usize = 128;
-pub const CTX_SIZE: usize = SIGINFO_OFF + 65 * SIGINFO_SIZE;
+/// Where the thread's recent-lines table starts (see `recent_lines`): one line number per
+/// slot, addressed by translated code as `gs:[RECENT_LINES_OFF + slot * 8]`.
+pub const RECENT_LINES_OFF: usize = SIGINFO_OFF + 65 * SIGINFO_SIZE;
+pub const CTX_SIZE: usize =
+    RECENT_LINES_OFF + 8 * oxgrind_tool::instrument::MAX_RECENT_LINE_SLOTS as usize;
 
 /// The siginfo slot of signal `sig` (< 65) in the context mapping at `ctx`.
 pub fn siginfo_slot(ctx: *mut ThreadCtx, sig: usize) -> *mut u8 {
@@ -283,6 +287,7 @@ pub fn new_ctx(dispatch: u64) -> Option<*mut ThreadCtx> {
         if !crate::thread_state::attach(&mut *ctx) || !crate::trace::attach(&mut *ctx) {
             return None; // (the mappings above are leaked: memory is exhausted anyway)
         }
+        crate::recent_lines::clear(&mut *ctx);
         (*ctx).ibl_table = table as u64;
         (*ctx).estack = stack as u64 + ENGINE_STACK as u64 - 64;
         let mut head = ALL.load(Ordering::Acquire);
@@ -364,6 +369,7 @@ pub fn reuse_exited() -> Option<*mut ThreadCtx> {
         c.trace_draining.store(0, Ordering::Relaxed);
         c.trace_hold = 0;
         c.trace_holders = 0;
+        crate::recent_lines::clear(c);
         crate::thread_state::renew(c);
         c.fs_base = 0;
         c.pending_child = 0;

@@ -94,6 +94,7 @@ mod describe;
 mod dispatch;
 mod pages;
 pub mod probe;
+mod recent_lines;
 pub mod shadow;
 mod signals;
 mod thread_state;
@@ -138,6 +139,9 @@ pub struct Config {
     pub client: Option<probe::Client>,
     /// Give every thread a trace buffer (the tool's `Needs::trace`).
     pub trace: bool,
+    /// A recent-lines table per thread (the tool's `Needs::recent_lines`; see
+    /// [`oxgrind_tool::instrument::RecentLines`]), with `trace`.
+    pub recent_lines: Option<oxgrind_tool::instrument::RecentLines>,
     /// Bytes of tool state per thread (the tool's `Needs::thread_state`).
     pub thread_state: u32,
     /// Track definedness (the tool's `Needs::definedness`; see [`definedness`]).
@@ -191,6 +195,7 @@ impl core::fmt::Debug for Config {
             .field("far_code_cache", &self.far_code_cache)
             .field("client", &self.client.is_some())
             .field("trace", &self.trace)
+            .field("recent_lines", &self.recent_lines)
             .field("thread_state", &self.thread_state)
             .field("on_memory_syscall", &self.on_memory_syscall.is_some())
             .field("on_fd_syscall", &self.on_fd_syscall.is_some())
@@ -209,6 +214,7 @@ impl Default for Config {
             on_exit: None,
             client: None,
             trace: false,
+            recent_lines: None,
             thread_state: 0,
             definedness: false,
             on_memory_syscall: None,
@@ -326,6 +332,9 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
     }
     if config.trace && config.client.is_some() {
         trace::enable();
+        if let Some(r) = config.recent_lines {
+            recent_lines::configure(r);
+        }
     }
     thread_state::configure(config.thread_state);
     probe::prepare();

@@ -539,6 +539,7 @@ pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
                     AccessKind::Modify => TraceKind::Modify,
                 };
                 let size = a.size.min(u16::MAX as u32) as u16;
+                crate::recent_lines::note(ctx, a.addr, a.size as u64);
                 crate::trace::push(ctx, TraceRecord::new(a.addr, rec.data as u32, size, kind));
             }
         }

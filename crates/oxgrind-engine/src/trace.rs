@@ -76,9 +76,18 @@ fn push_hold(ctx: &mut ThreadCtx) {
 fn pop_hold(ctx: &mut ThreadCtx) {
     ctx.trace_holders = ctx.trace_holders.saturating_sub(1);
     if ctx.trace_holders == 0 && ctx.trace_hold != 0 {
-        ctx.trace_ptr = ctx.trace_hold;
+        drop_to_hold(ctx);
         ctx.trace_hold = 0;
     }
+}
+
+/// Drops the records appended since the hold began. The recent-lines table described
+/// them too (it must name only lines the tool sees): it starts empty again.
+fn drop_to_hold(ctx: &mut ThreadCtx) {
+    if ctx.trace_ptr != ctx.trace_hold {
+        crate::recent_lines::clear(ctx);
+    }
+    ctx.trace_ptr = ctx.trace_hold;
 }
 
 /// Hands the program's records in `ctx`'s buffer (those before a hold) to the tool and
@@ -101,7 +110,7 @@ pub(crate) fn drain(ctx: &mut ThreadCtx, asked: bool) {
         return;
     }
     if !asked && ctx.trace_holders != 0 {
-        ctx.trace_ptr = ctx.trace_hold;
+        drop_to_hold(ctx);
         return;
     }
     loop {
@@ -116,7 +125,7 @@ pub(crate) fn drain(ctx: &mut ThreadCtx, asked: bool) {
             // Re-entered by the tool's own work while this thread delivers (or the
             // embedder's, while another thread delivers at the end): none of it is the
             // program's.
-            ctx.trace_ptr = ctx.trace_hold;
+            drop_to_hold(ctx);
             return;
         }
         // Another thread delivers this buffer (`flush_all` at the end of the process): the
@@ -141,10 +150,13 @@ pub(crate) fn drain(ctx: &mut ThreadCtx, asked: bool) {
                 .call(false, &mut || c.tool.on_trace(c.host, records));
         }
         // Everything after the delivered records was appended under a hold.
+        if ctx.trace_ptr != end {
+            crate::recent_lines::clear(ctx);
+        }
         ctx.trace_hold = ctx.trace_base;
         pop_hold(ctx);
     } else if ctx.trace_holders != 0 {
-        ctx.trace_ptr = ctx.trace_hold;
+        drop_to_hold(ctx);
     }
     ctx.trace_draining.store(0, Ordering::Release);
 }
@@ -230,6 +242,9 @@ pub fn flush_all() {
 
 /// In a forked child: the records in the buffer are the parent's, already its to report.
 pub(crate) fn forget(ctx: &mut ThreadCtx) {
+    if ctx.trace_ptr != ctx.trace_base {
+        crate::recent_lines::clear(ctx);
+    }
     ctx.trace_ptr = ctx.trace_base;
     if ctx.trace_hold != 0 {
         ctx.trace_hold = ctx.trace_base;

@@ -103,6 +103,7 @@ fn start_engine(needs: oxgrind_tool::Needs) {
             None
         },
         trace: needs.trace,
+        recent_lines: needs.recent_lines,
         thread_state: needs.thread_state,
         definedness: needs.definedness,
         before_syscalls: needs.before_syscalls,

@@ -13,6 +13,7 @@
 //! | [`Plan::trace_block`] | one [`TraceRecord`] appended inline to the thread's trace buffer | ~6 instructions |
 //! | [`Plan::trace_accesses`] | one record per memory access the instruction makes | ~10 instructions per access |
 //! | [`Plan::trace_accesses_filtered`] | the same, only for accesses whose granules are marked in the tool's shadow map | an inline shadow check; a record when marked |
+//! | [`Plan::trace_new_lines`] | the same, only for accesses to a line the thread's [`RecentLines`] table does not name | an inline table check; a record when not named |
 //! | [`Plan::accesses_filtered`] | a clean call with the accesses, only when a granule is marked | an inline shadow check; a clean call when marked |
 //! | [`Plan::accesses`] | a clean call, [`Tool::on_accesses`](crate::Tool::on_accesses), with every access | a clean call (~0.2-0.5 µs) |
 //! | [`Plan::pc`] | a clean call, [`Tool::on_pc`](crate::Tool::on_pc) | a clean call |
@@ -449,6 +450,33 @@ impl ShadowMap {
     }
 }
 
+/// The recent-lines table a tool may declare (`Needs::recent_lines`), which lets translated
+/// code skip the records of accesses a cache simulator would see as hits that change
+/// nothing.
+///
+/// Each thread has `slots` slots (a power of two, at most [`MAX_RECENT_LINE_SLOTS`]); a
+/// line is `address >> line_shift`, and its slot is `line % slots`. Every access record the
+/// thread appends, through any trace probe and whether inline or not, first sets the slot of
+/// each line the access touches to that line, the access being taken as its first
+/// `min(size, 1 << line_shift)` bytes (so at most two lines, in address order). So a slot
+/// names the line among those of that slot that the thread's recorded accesses touched
+/// last. [`Plan::trace_new_lines`] skips an access whose (so clamped) bytes lie in one line
+/// that its slot names. A new thread's slots name no line; records dropped because they
+/// were appended under a hold (the embedder's or the tool's own work) empty the table.
+///
+/// Why it helps: in a set-associative cache with LRU replacement whose set count is a
+/// multiple of `slots` and whose lines are `1 << line_shift` bytes, lines of one set share
+/// a slot, so a line its slot names is the most recently used of its set, as far as this
+/// thread's accesses go: looking it up again hits and changes nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecentLines {
+    pub line_shift: u8,
+    pub slots: u16,
+}
+
+/// Most slots a [`RecentLines`] table may have.
+pub const MAX_RECENT_LINE_SLOTS: u16 = 512;
+
 /// What a [`TraceRecord`] records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -500,12 +528,36 @@ const _: () = assert!(core::mem::size_of::<TraceRecord>() == 16);
 /// One probe of a [`Plan`], for the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Probe {
-    Count { at: u8, counter: CounterId, n: u32 },
-    Accesses { at: u8, data: u64 },
-    AccessesFiltered { at: u8, data: u64 },
-    Pc { at: u8, data: u64 },
-    TraceBlock { tag: u32 },
-    TraceAccesses { at: u8, tag: u32, filtered: bool },
+    Count {
+        at: u8,
+        counter: CounterId,
+        n: u32,
+    },
+    Accesses {
+        at: u8,
+        data: u64,
+    },
+    AccessesFiltered {
+        at: u8,
+        data: u64,
+    },
+    Pc {
+        at: u8,
+        data: u64,
+    },
+    TraceBlock {
+        tag: u32,
+    },
+    TraceAccesses {
+        at: u8,
+        tag: u32,
+        filtered: bool,
+    },
+    /// [`Plan::trace_new_lines`].
+    TraceNewLines {
+        at: u8,
+        tag: u32,
+    },
 }
 
 impl Probe {
@@ -516,7 +568,8 @@ impl Probe {
             | Probe::Accesses { at, .. }
             | Probe::AccessesFiltered { at, .. }
             | Probe::Pc { at, .. }
-            | Probe::TraceAccesses { at, .. } => at as usize,
+            | Probe::TraceAccesses { at, .. }
+            | Probe::TraceNewLines { at, .. } => at as usize,
             Probe::TraceBlock { .. } => 0,
         }
     }
@@ -614,6 +667,20 @@ impl Plan {
             at: insn as u8,
             tag,
             filtered: true,
+        })
+    }
+
+    /// Like [`Plan::trace_accesses`], except that an access to a line the thread's
+    /// recent-lines table names is skipped (see [`RecentLines`]; `Needs::recent_lines` and
+    /// `Needs::trace`; without a table it is [`Plan::trace_accesses`]). Skipping is the
+    /// engine's choice: operands it cannot address inline (gathers, masked vector
+    /// accesses, 32-bit addressing) always get their records. So a tool counts such an
+    /// instruction's accesses from [`Insn::mem`], not from its records; and it is meant
+    /// for instructions that make each access of [`Insn::mem`] every time they run.
+    pub fn trace_new_lines(&mut self, insn: usize, tag: u32) -> bool {
+        self.push_probe(Probe::TraceNewLines {
+            at: insn as u8,
+            tag,
         })
     }
 

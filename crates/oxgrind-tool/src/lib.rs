@@ -185,6 +185,9 @@ pub struct Needs {
     /// A per-thread trace buffer for [`instrument::Plan::trace_block`] and
     /// [`instrument::Plan::trace_accesses`], drained through [`Tool::on_trace`].
     pub trace: bool,
+    /// A per-thread recent-lines table ([`instrument::RecentLines`]) that every access record
+    /// updates and [`instrument::Plan::trace_new_lines`] probes read (with `trace`).
+    pub recent_lines: Option<instrument::RecentLines>,
     /// Answer the program's client requests (`valgrind.h`'s magic sequence) through
     /// [`Tool::client_request`] (implies `translation`).
     pub client_requests: bool,

@@ -586,7 +586,7 @@ fn plan_for(client: Client, pc: u64, block: &[Instruction]) -> Plan {
             Probe::TraceBlock { .. } => {}
             // Without buffers (the tool did not declare `Needs::trace`) there is nowhere to
             // append to.
-            Probe::TraceAccesses { .. } if !trace => {}
+            Probe::TraceAccesses { .. } | Probe::TraceNewLines { .. } if !trace => {}
             _ => {
                 plan.push_probe(*p);
             }

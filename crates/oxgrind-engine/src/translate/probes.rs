@@ -15,6 +15,21 @@ use oxgrind_tool::instrument::{Probe, TraceKind};
 use super::{ea_encodable, Emitter, SlowCall, TranslateError, FIX_RAX_IN_STUB};
 use crate::context as c;
 
+/// Which of an instruction's access records a trace probe leaves out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TraceFilter {
+    None,
+    /// Those of accesses to unmarked granules of the shadow map.
+    Shadow,
+    /// Those of accesses to a line the recent-lines table names.
+    RecentLines,
+}
+
+/// The bytes of operand `m` the recent-lines table considers: at most one line's.
+fn recent_clamp(m: &UsedMemory, (shift, _): (u32, u32)) -> u64 {
+    (m.memory_size().size() as u64).clamp(1, 1 << shift)
+}
+
 impl Emitter {
     /// Emits one probe before guest instruction `ins`.
     pub(super) fn probe(
@@ -34,7 +49,15 @@ impl Emitter {
                 return Ok(());
             }
             Probe::TraceAccesses { tag, filtered, .. } => {
-                return self.trace_accesses(ins, tag, filtered, flags_live);
+                let filter = if filtered {
+                    TraceFilter::Shadow
+                } else {
+                    TraceFilter::None
+                };
+                return self.trace_accesses(ins, tag, filter, flags_live);
+            }
+            Probe::TraceNewLines { tag, .. } => {
+                return self.trace_accesses(ins, tag, TraceFilter::RecentLines, flags_live);
             }
             Probe::Accesses { data, .. } => crate::probe::access_record(ins, data),
             Probe::AccessesFiltered { data, .. } => {
@@ -149,18 +172,20 @@ impl Emitter {
         self.drain_when_full(pc, flags_live);
     }
 
-    /// Appends a record per memory access of `ins` (only those whose granules are marked in
-    /// the shadow map when `filtered`). Operands the inline code cannot address (gathers,
-    /// masked vector accesses, 32-bit addressing) go through a clean call that appends the
-    /// same records from Rust.
+    /// Appends a record per memory access of `ins`, but for those `filter` skips. Operands
+    /// the inline code cannot address (gathers, masked vector accesses, 32-bit addressing)
+    /// go through a clean call that appends the same records from Rust (never skipping a
+    /// recent line's). With a recent-lines table every record also updates it.
     fn trace_accesses(
         &mut self,
         ins: &Instruction,
         tag: u32,
-        filtered: bool,
+        filter: TraceFilter,
         flags_live: bool,
     ) -> Result<(), TranslateError> {
         let ip = ins.ip();
+        let filtered = filter == TraceFilter::Shadow;
+        let recent = crate::recent_lines::geometry();
         let Some(rec) = crate::probe::trace_record(ins, tag, filtered) else {
             return Ok(()); // no memory access
         };
@@ -194,17 +219,136 @@ impl Emitter {
                     let rel = append as i64 - (j as i64 + 4);
                     self.buf[j..j + 4].copy_from_slice(&(rel as i32).to_le_bytes());
                 }
+                if let Some(g) = recent {
+                    self.note_recent_lines(m, g, ip)?;
+                }
                 self.effective_address(m, 0, ip)?;
                 self.append_access(tag, word);
                 let rel = (self.buf.len() - (skip + 4)) as u32;
                 self.buf[skip..skip + 4].copy_from_slice(&rel.to_le_bytes());
+            } else if let (Some(g), TraceFilter::RecentLines) = (recent, filter) {
+                self.append_unless_recent(m, g, tag, word, ip)?;
             } else {
+                if let Some(g) = recent {
+                    self.note_recent_lines(m, g, ip)?;
+                }
                 self.effective_address(m, 0, ip)?;
                 self.append_access(tag, word);
             }
         }
         self.drain_when_full(ip, flags_live);
         Ok(())
+    }
+
+    /// Makes the recent-lines slots of the lines operand `m` touches name them (see
+    /// `recent_lines`; `g`: its geometry). Borrows `rcx`, giving it back before each
+    /// address is formed (an operand may be based on it).
+    fn note_recent_lines(
+        &mut self,
+        m: &UsedMemory,
+        g: (u32, u32),
+        ip: u64,
+    ) -> Result<(), TranslateError> {
+        let last = recent_clamp(m, g) - 1;
+        self.effective_address(m, 0, ip)?;
+        self.store_gs(1, c::OFF_PROBE_RCX);
+        self.store_recent_line(g);
+        if last > 0 {
+            self.load_gs(1, c::OFF_PROBE_RCX);
+            self.effective_address(m, last, ip)?;
+            self.store_gs(1, c::OFF_PROBE_RCX);
+            self.store_recent_line(g);
+        }
+        self.load_gs(1, c::OFF_PROBE_RCX);
+        Ok(())
+    }
+
+    /// `rax` holds an address, `rcx` is borrowed: `shr rax, shift; mov ecx, eax;
+    /// and ecx, slots-1; mov gs:[RECENT_LINES + rcx*8], rax` (its line, into its slot).
+    fn store_recent_line(&mut self, (shift, slots): (u32, u32)) {
+        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, shift as u8]);
+        self.recent_slot_of_rax(slots);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0xCD]);
+        self.d32(c::RECENT_LINES_OFF as u32);
+    }
+
+    /// `rax` holds a line: `mov ecx, eax; and ecx, slots-1`.
+    fn recent_slot_of_rax(&mut self, slots: u32) {
+        self.buf.extend_from_slice(&[0x89, 0xC1, 0x81, 0xE1]);
+        self.d32(slots - 1);
+    }
+
+    /// Operand `m`'s record, unless its bytes (clamped to a line) lie in one line that its
+    /// recent-lines slot names; when it is appended, its lines' slots name them.
+    ///
+    /// ```text
+    ///     rax = address; save rcx
+    ///     lea rcx, [rax+last]; xor rcx, rax; shr rcx, shift; jnz straddles   (last > 0)
+    ///     shr rax, shift; mov ecx, eax; and ecx, slots-1
+    ///     cmp rax, gs:[RECENT + rcx*8]; jne new
+    ///     restore rcx; jmp done                          (the common case: skipped)
+    /// straddles:
+    ///     shr rax, shift; slot; mov gs:[RECENT + rcx*8], rax; inc rax; slot
+    /// new:
+    ///     mov gs:[RECENT + rcx*8], rax
+    ///     restore rcx; rax = address; append
+    /// done:
+    /// ```
+    fn append_unless_recent(
+        &mut self,
+        m: &UsedMemory,
+        (shift, slots): (u32, u32),
+        tag: u32,
+        word: u32,
+        ip: u64,
+    ) -> Result<(), TranslateError> {
+        let last = recent_clamp(m, (shift, slots)) - 1;
+        self.effective_address(m, 0, ip)?;
+        self.store_gs(1, c::OFF_PROBE_RCX);
+        let mut straddles = None;
+        if last > 0 {
+            self.buf.extend_from_slice(&[0x48, 0x8D, 0x88]); // lea rcx, [rax+last]
+            self.d32(last as u32);
+            self.buf.extend_from_slice(&[0x48, 0x31, 0xC1]); // xor rcx, rax
+            self.buf.extend_from_slice(&[0x48, 0xC1, 0xE9, shift as u8]); // shr rcx, shift
+            self.buf.extend_from_slice(&[0x0F, 0x85]); // jnz straddles
+            straddles = Some(self.buf.len());
+            self.d32(0);
+        }
+        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, shift as u8]); // shr rax, shift
+        self.recent_slot_of_rax(slots);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, gs:[..+rcx*8]
+        self.d32(c::RECENT_LINES_OFF as u32);
+        self.buf.extend_from_slice(&[0x0F, 0x85]); // jne new
+        let new = self.buf.len();
+        self.d32(0);
+        self.load_gs(1, c::OFF_PROBE_RCX);
+        self.buf.push(0xE9); // jmp done
+        let done = self.buf.len();
+        self.d32(0);
+        if let Some(j) = straddles {
+            self.patch_rel32(j);
+            self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, shift as u8]); // shr rax, shift
+            self.recent_slot_of_rax(slots);
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0xCD]);
+            self.d32(c::RECENT_LINES_OFF as u32);
+            self.buf.extend_from_slice(&[0x48, 0xFF, 0xC0]); // inc rax: the next line
+            self.recent_slot_of_rax(slots);
+        }
+        self.patch_rel32(new);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0xCD]); // mov gs:[..+rcx*8], rax
+        self.d32(c::RECENT_LINES_OFF as u32);
+        self.load_gs(1, c::OFF_PROBE_RCX);
+        self.effective_address(m, 0, ip)?;
+        self.append_access(tag, word);
+        self.patch_rel32(done);
+        Ok(())
+    }
+
+    /// Points the rel32 at `at` to the current end of the code.
+    fn patch_rel32(&mut self, at: usize) {
+        let rel = (self.buf.len() - (at + 4)) as u32;
+        self.buf[at..at + 4].copy_from_slice(&rel.to_le_bytes());
     }
 
     /// `rax` holds an address: writes the record (address, `tag`, `size_kind`) at the
