@@ -38,7 +38,7 @@
 //!   target is the next block's address.
 
 use oxgrind_tool::instrument::{
-    AccessKind, Cond, Flow, Insn, Plan, RepString, TraceKind, TraceRecord,
+    AccessKind, Addressing, Cond, Flow, Insn, Plan, RepString, TraceKind, TraceRecord,
 };
 
 use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
@@ -101,6 +101,38 @@ pub struct Instr {
     pub kind: Kind,
     /// A locked read-modify-write that VEX turns into a load plus a compare-and-swap.
     pub locked_rmw: bool,
+    /// Its Dr and Dw per run when they are the same at every run ([`static_accesses`]):
+    /// then they are charged per block run, and its records (where the engine did not skip
+    /// them as recent lines) only look D1 up.
+    pub fixed: Option<(u8, u8)>,
+}
+
+/// Dr and Dw of every run of `ins`, when they do not depend on the run: each operand
+/// accessed every time (not conditional, not a gather, not a `rep` iteration), and no
+/// load and store of one size that could be one "modify" at run time (see
+/// [`consume`]). A modify counts as a read, twice for a locked read-modify-write.
+pub fn static_accesses(ins: &Insn, locked_rmw: bool) -> Option<(u8, u8)> {
+    let mem = ins.mem();
+    if ins.rep_string()
+        || mem
+            .iter()
+            .any(|m| m.conditional || m.addressing == Addressing::Vector)
+    {
+        return None;
+    }
+    let sizes = |k: AccessKind| mem.iter().filter(move |m| m.kind == k).map(|m| m.size);
+    if sizes(AccessKind::Read).any(|r| sizes(AccessKind::Write).any(|w| w == r)) {
+        return None;
+    }
+    let (mut reads, mut writes) = (0u8, 0u8);
+    for m in mem {
+        match m.kind {
+            AccessKind::Read => reads += 1,
+            AccessKind::Write => writes += 1,
+            AccessKind::Modify => reads += 1 + u8::from(locked_rmw),
+        }
+    }
+    Some((reads, writes))
 }
 
 /// An instruction fetch that must look the I1 cache up: one whose bytes are not all on
@@ -264,7 +296,7 @@ pub fn instrument(
     if block.is_empty() || block.len() > 1 << INSN_BITS {
         return false;
     }
-    let instrs = block
+    let instrs: Vec<Instr> = block
         .iter()
         .map(|ins| {
             let (kind, locked_rmw) = classify(ins);
@@ -274,9 +306,15 @@ pub fn instrument(
                 len: ins.len,
                 kind,
                 locked_rmw,
+                fixed: if data_records {
+                    static_accesses(ins, locked_rmw)
+                } else {
+                    None
+                },
             }
         })
         .collect();
+    let fixed: Vec<bool> = instrs.iter().map(|i| i.fixed.is_some()).collect();
     // VEX's compare-and-swap of a locked read-modify-write (a modified operand).
     let locked = block
         .iter()
@@ -290,8 +328,12 @@ pub fn instrument(
     }
     plan.trace_block(b);
     for (i, ins) in block.iter().enumerate() {
-        if ins.rep_string() || (data_records && !ins.mem().is_empty()) {
-            plan.trace_accesses(i, (b << INSN_BITS) | i as u32);
+        let tag = (b << INSN_BITS) | i as u32;
+        if data_records && fixed[i] && !ins.mem().is_empty() {
+            // Counted per run: only the accesses D1 might miss need records.
+            plan.trace_new_lines(i, tag);
+        } else if ins.rep_string() || (data_records && !ins.mem().is_empty()) {
+            plan.trace_accesses(i, tag);
         }
     }
     true
@@ -400,11 +442,15 @@ pub fn end_block(sim: &mut Simulator, st: &mut ThreadState, next: Option<u64>) {
     st.block = None;
 }
 
-/// At the end: each block's instructions are charged once per run of it.
+/// At the end: each block's instructions are charged once per run of it, with the loads
+/// and stores of those whose accesses are the same at every run.
 pub fn charge_instructions(sim: &mut Simulator, blocks: &BlockTable) {
     for b in 0..blocks.len() {
         if let Some(blk) = blocks.get(b) {
-            sim.charge_runs(b, blk.instrs.iter().map(|i| i.id));
+            sim.charge_runs(
+                b,
+                blk.instrs.iter().map(|i| (i.id, i.fixed.unwrap_or((0, 0)))),
+            );
         }
     }
 }
@@ -445,6 +491,15 @@ pub fn consume(
         fetch_to(sim, blk, st, i);
         st.accessed = true;
         let (addr, size) = (r.addr, r.size as u64);
+        if ins.fixed.is_some() {
+            // Counted per run; this access only looks D1 up.
+            let write = kind == TraceKind::Write;
+            sim.d1_lookup(ins.id, addr, size, write);
+            if ins.locked_rmw && kind == TraceKind::Modify {
+                sim.d1_lookup(ins.id, addr, size, false);
+            }
+            continue;
+        }
         match kind {
             TraceKind::Read => {
                 sim.data(ins.id, addr, size, false);
@@ -484,6 +539,7 @@ mod tests {
             len,
             kind: Kind::Plain,
             locked_rmw: false,
+            fixed: None,
         };
         // 64-byte lines: 0x1030..0x103e; 0x103f..0x1042 straddles into 0x1040; 0x1043 and
         // 0x1046..0x107f stay on that line; 0x1080 starts the next.

@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use oxgrind_formats::cachegrind::{self, CacheConfig, CachegrindFile, Record, Totals};
-use oxgrind_tool::instrument::{Insn, Plan, TraceRecord};
+use oxgrind_tool::instrument::{Insn, Plan, RecentLines, TraceRecord, MAX_RECENT_LINE_SLOTS};
 use oxgrind_tool::sync::SpinLock;
 use oxgrind_tool::{Addr, Exit, Host, Needs, OptionError, Tool};
 
@@ -120,6 +120,23 @@ impl Cachegrind {
 
     pub fn options(&self) -> &Options {
         &self.opts
+    }
+
+    /// The recent-lines table that lets translated code skip the records of D1 hits that
+    /// change nothing (see `oxgrind_tool::instrument::RecentLines`): D1's lines, one slot
+    /// per set (up to the engine's limit, a divisor of the set count: both are powers of
+    /// two). Only where the simulator takes an access as D1 does (its accesses are clamped
+    /// to the smallest line of the three caches: D1's must be that one).
+    fn recent_lines(&self) -> Option<RecentLines> {
+        let c = self.chosen.as_ref()?;
+        if !self.opts.cache_sim || c.d1.line > c.i1.line.min(c.ll.line) {
+            return None;
+        }
+        let sets = c.d1.size / c.d1.line / c.d1.assoc;
+        Some(RecentLines {
+            line_shift: c.d1.line.trailing_zeros() as u8,
+            slots: sets.min(u64::from(MAX_RECENT_LINE_SLOTS)) as u16,
+        })
     }
 
     /// (file, function, line) of a code address, as Cachegrind names them.
@@ -294,6 +311,7 @@ impl Tool for Cachegrind {
             instrument: true,
             ignores_heap: true,
             trace: true,
+            recent_lines: self.recent_lines(),
             ..Needs::default()
         }
     }

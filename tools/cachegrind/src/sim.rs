@@ -351,14 +351,21 @@ impl Simulator {
         }
     }
 
-    /// Charges `Ir` of each instruction of block `b` (their ids), for every run of it.
-    pub fn charge_runs(&mut self, b: u32, ids: impl Iterator<Item = u32>) {
+    /// Charges each instruction of block `b` (its id, and its Dr and Dw per run where
+    /// they are fixed) for every run of it: Ir, and Dr and Dw with the cache simulation.
+    pub fn charge_runs(&mut self, b: u32, instrs: impl Iterator<Item = (u32, (u8, u8))>) {
         let runs = self.block_runs.get(b as usize).copied().unwrap_or(0);
         if runs == 0 {
             return;
         }
-        for id in ids {
-            self.slot(id)[IR] += runs;
+        let cache_sim = self.cache_sim;
+        for (id, (reads, writes)) in instrs {
+            let c = self.slot(id);
+            c[IR] += runs;
+            if cache_sim {
+                c[DR] += runs * u64::from(reads);
+                c[DW] += runs * u64::from(writes);
+            }
         }
     }
 
@@ -396,6 +403,25 @@ impl Simulator {
         c[a] += 1;
         if m1 {
             c[b] += 1;
+            self.queue_ll(id, addr, size, d);
+        }
+    }
+
+    /// The D1 lookup of a data access whose Dr or Dw is charged elsewhere
+    /// ([`Simulator::charge_runs`]): only its misses are counted here.
+    #[inline(always)]
+    pub fn d1_lookup(&mut self, id: u32, addr: u64, size: u64, write: bool) {
+        if !self.cache_sim {
+            return;
+        }
+        let size = size.min(self.max_access);
+        if self.d1.ref_is_miss(addr, size) {
+            let (b, d) = if write {
+                (D1MW, Source::Write)
+            } else {
+                (D1MR, Source::Read)
+            };
+            self.slot(id)[b] += 1;
             self.queue_ll(id, addr, size, d);
         }
     }
