@@ -161,6 +161,8 @@ pub struct ThreadCtx {
     pub vbits_primary: u64,
     /// A temporary of the inline fast path (a shadow chunk's address).
     pub vbits_temp: u64,
+    /// Origins: the origin tag of the undefined value being reported (`definedness`).
+    pub vbits_origin: u64,
     pub sig_ring: [[u64; SCRATCH_SLOTS]; SIG_RING],
     /// Per ring level: the pc the kernel put in the context, and the pc the guest handler
     /// was shown (the guest pc when the host pc could be mapped, else the same).

@@ -43,6 +43,8 @@ use oxgrind_vbits::{Check, Guest, Interpreter, Segment, ShadowMemory, ShadowRegi
 use crate::context::{self as c, ThreadCtx};
 use crate::probe::Client;
 
+mod origins;
+
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
 /// Whether definedness is tracked (set once before the engine starts).
@@ -68,6 +70,39 @@ pub fn enable() -> bool {
     POOL_END.store(pool + POOL_BYTES, Ordering::Release);
     ENABLED.store(true, Ordering::Release);
     true
+}
+
+/// Turns origin tracking on (`--track-origins=yes`; see [`origins`]), after [`enable`]
+/// and before the engine translates anything. False (origins stay off) if its table cannot
+/// be reserved.
+pub fn enable_origins() -> bool {
+    enabled() && origins::enable()
+}
+
+/// Marks `[addr, addr + len)` undefined, made so by `origin` (the tool's heap blocks and
+/// client requests).
+pub fn set_undefined_from(addr: u64, len: u64, origin: oxgrind_tool::Origin) {
+    set(addr, len, false);
+    origins::set_memory(addr, len, origins::encode(origin));
+}
+
+/// Where the undefined bits of the byte at `addr` came from, if known.
+pub fn origin_of_memory(addr: u64) -> Option<oxgrind_tool::Origin> {
+    if !origins::enabled() {
+        return None;
+    }
+    origins::decode(origins::memory(addr))
+}
+
+/// During `Tool::on_undefined`: the origin of the undefined value being reported.
+pub fn undefined_origin() -> Option<oxgrind_tool::Origin> {
+    if !origins::enabled() {
+        return None;
+    }
+    let ctx = crate::current_context()?;
+    // SAFETY: the calling thread's own live context; the field is written by this thread
+    // only, before the report that reads it.
+    origins::decode(unsafe { (*ctx).vbits_origin })
 }
 
 // ---- the shadow of memory ----
@@ -229,6 +264,7 @@ pub fn copy(src: u64, dst: u64, len: u64) {
         ShadowMem.load(src + off, &mut buf[..n]);
         ShadowMem.store(dst + off, &buf[..n]);
     }
+    origins::copy_memory(src, dst, len);
 }
 
 /// The memory shadow as the interpreter sees it.
@@ -337,6 +373,10 @@ struct ThreadShadow {
     /// catch-up after the runtime's own code sets it (zeroing 2 KiB there would cost more
     /// than the step it saves); the next slow step does the zeroing.
     vectors_stale: bool,
+    /// Origins (`--track-origins=yes`): each register's tag (see [`origins`]).
+    reg_origins: [origins::Otag; origins::SLOTS],
+    /// The pc of the instruction last stepped (the origin of the stack it made).
+    last_pc: u64,
 }
 
 fn thread(ctx: &mut ThreadCtx) -> &'static mut ThreadShadow {
@@ -352,6 +392,8 @@ fn thread(ctx: &mut ThreadCtx) -> &'static mut ThreadShadow {
             rep_next: (0, 0),
             need_step: 1,
             vectors_stale: false,
+            reg_origins: [0; origins::SLOTS],
+            last_pc: 0,
         });
         ctx.vbits = Box::into_raw(t) as u64;
         ctx.vbits_primary = PRIMARY.load(Ordering::Acquire);
@@ -373,6 +415,8 @@ pub(crate) fn reuse(ctx: &mut ThreadCtx) {
         t.rep_next = (0, 0);
         t.need_step = 1;
         t.vectors_stale = false;
+        t.reg_origins = [0; origins::SLOTS];
+        t.last_pc = 0;
     }
     ctx.vbits_own_code = 0;
     ctx.vbits_signal = 0;
@@ -391,6 +435,13 @@ pub(crate) struct StepRec {
     pub ins: Instruction,
     pub writes_rsp: bool,
     pub call_or_ret: bool,
+    /// The registers it reads and writes, for origins (empty when they are off).
+    pub regs: origins::RegUse,
+}
+
+/// The registers `ins` reads and writes, for its [`StepRec`].
+pub(crate) fn reg_use(ins: &Instruction) -> origins::RegUse {
+    origins::reg_use(ins)
 }
 
 /// Whether `ins` is a `call` or a `ret` (see `ThreadShadow::last_call_or_ret`).
@@ -486,10 +537,13 @@ pub(crate) fn step(ctx: &mut ThreadCtx, rec: u64, pc: u64, cl: Client) {
     let rsp = ctx.gregs[c::RSP];
     new_stack(t, rsp);
     if t.last_call_or_ret {
-        // VEX's AbiHint after a call or a return: the red zone is garbage now.
+        // VEX's AbiHint after a call or a return: the red zone is garbage now, made so by
+        // entering the code here (Memcheck's `nia`).
         set(rsp.wrapping_sub(RED_ZONE), RED_ZONE, false);
+        origins::set_memory(rsp.wrapping_sub(RED_ZONE), RED_ZONE, origins::stack(pc));
     }
     t.last_rsp = rsp;
+    t.last_pc = pc;
     t.last_writes_rsp = rec.writes_rsp;
     t.last_call_or_ret = rec.call_or_ret;
     t.need_step = (rec.writes_rsp || rec.call_or_ret || is_rep_string(ins)) as u64;
@@ -513,7 +567,27 @@ pub(crate) fn step(ctx: &mut ThreadCtx, rec: u64, pc: u64, cl: Client) {
         fs,
         pages: core::cell::RefCell::new(&mut t.pages),
     };
-    let outcome = t.interp.step(ins, &guest, &mut t.regs, &mut ShadowMem);
+    let tracking = origins::enabled();
+    let (outcome, regs_origin, origin) = if tracking {
+        let regs_origin = origins::registers_read(&rec.regs, &t.regs, &t.reg_origins);
+        let mut mem = origins::TaggedMemory {
+            inner: &mut ShadowMem,
+            origin: regs_origin,
+        };
+        let outcome = t.interp.step(ins, &guest, &mut t.regs, &mut mem);
+        origins::registers_written(&rec.regs, &t.regs, &mut t.reg_origins, mem.origin);
+        (outcome, regs_origin, mem.origin)
+    } else {
+        let outcome = t.interp.step(ins, &guest, &mut t.regs, &mut ShadowMem);
+        (outcome, 0, 0)
+    };
+    // A check's value is a register's (a condition's flags, an address's base and index)
+    // when one read is undefined; else a loaded one's.
+    ctx.vbits_origin = if regs_origin != 0 {
+        regs_origin
+    } else {
+        origin
+    };
     for check in outcome.checks.iter() {
         let what = match check {
             Check::Condition => Undefined::Condition,
@@ -637,6 +711,11 @@ fn new_stack(t: &mut ThreadShadow, rsp: u64) {
         return;
     }
     set(rsp.wrapping_sub(RED_ZONE), old - rsp, false);
+    origins::set_memory(
+        rsp.wrapping_sub(RED_ZONE),
+        old - rsp,
+        origins::stack(t.last_pc),
+    );
 }
 
 // ---- system calls ----
@@ -704,6 +783,7 @@ pub(crate) fn before_syscall(ctx: &mut ThreadCtx, pc: u64) {
     if let Some((_, params)) = SYSCALLS.iter().find(|(n, _)| *n == nr) {
         for (i, name) in params.iter().enumerate() {
             if t.regs.gpr[ARG_REGS[i]] != 0 {
+                ctx.vbits_origin = origins::gpr(&t.reg_origins, ARG_REGS[i]);
                 report(ctx, cl, pc, &Undefined::SyscallArg { param: name });
             }
         }
@@ -930,6 +1010,9 @@ pub(crate) const MAX_INLINE_STACK: i32 = 128;
 
 /// `rsp`'s move by `ins` when the fast path may do its stack rule inline.
 fn inline_rsp_delta(ins: &Instruction) -> Option<i32> {
+    if origins::enabled() {
+        return None; // the new stack's origin is the slow path's to tag
+    }
     let reg_or_imm = |i: u32| {
         matches!(ins.op_kind(i), OpKind::Register)
             && ins.op_register(i).size() == 8

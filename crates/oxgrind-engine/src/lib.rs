@@ -146,6 +146,9 @@ pub struct Config {
     pub thread_state: u32,
     /// Track definedness (the tool's `Needs::definedness`; see [`definedness`]).
     pub definedness: bool,
+    /// With `definedness`: also track origins (the tool's `Needs::origins`; see
+    /// [`definedness::enable_origins`]).
+    pub origins: bool,
     /// Called on the engine stack, with the thread stopped, after each guest `mmap`,
     /// `munmap`, `mremap` and `brk` (which the engine then performs itself): the page-level
     /// view of memory (Massif's `--pages-as-heap`), without a seccomp trap, which cannot work
@@ -217,6 +220,7 @@ impl Default for Config {
             recent_lines: None,
             thread_state: 0,
             definedness: false,
+            origins: false,
             on_memory_syscall: None,
             on_fd_syscall: None,
             before_syscalls: false,
@@ -329,6 +333,9 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
             "oxgrind-engine: no memory for the definedness shadow; definedness is not tracked\n",
         );
         w.flush();
+    }
+    if config.definedness && config.origins && definedness::enabled() {
+        definedness::enable_origins();
     }
     if config.trace && config.client.is_some() {
         trace::enable();

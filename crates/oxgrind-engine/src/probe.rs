@@ -421,6 +421,7 @@ pub(crate) fn definedness_record(ins: &Instruction) -> Option<u64> {
             ins: *ins,
             writes_rsp: crate::definedness::writes_rsp(ins),
             call_or_ret: crate::definedness::is_call_or_ret(ins),
+            regs: crate::definedness::reg_use(ins),
         })
     };
     plain_record(KIND_DEFINEDNESS, ins, step as u64)

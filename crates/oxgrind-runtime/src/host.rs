@@ -566,6 +566,18 @@ impl Host for RuntimeHost {
     fn copy_definedness(&self, src: Addr, dst: Addr, len: u64) {
         oxgrind_engine::definedness::copy(src, dst, len)
     }
+
+    fn set_undefined_from(&self, addr: Addr, len: u64, origin: oxgrind_tool::Origin) {
+        oxgrind_engine::definedness::set_undefined_from(addr, len, origin)
+    }
+
+    fn origin_of_memory(&self, addr: Addr) -> Option<oxgrind_tool::Origin> {
+        oxgrind_engine::definedness::origin_of_memory(addr)
+    }
+
+    fn undefined_origin(&self) -> Option<oxgrind_tool::Origin> {
+        oxgrind_engine::definedness::undefined_origin()
+    }
 }
 
 #[cfg(test)]

@@ -106,6 +106,7 @@ fn start_engine(needs: oxgrind_tool::Needs) {
         recent_lines: needs.recent_lines,
         thread_state: needs.thread_state,
         definedness: needs.definedness,
+        origins: needs.origins,
         before_syscalls: needs.before_syscalls,
         core_requests: Some(requests::answer),
         ..Default::default()

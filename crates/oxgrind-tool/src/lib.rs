@@ -201,6 +201,11 @@ pub struct Needs {
     /// blocks through [`Host::set_definedness`] and [`Host::copy_definedness`]. Memory
     /// starts defined.
     pub definedness: bool,
+    /// With `definedness`: also track where undefined bits were made undefined
+    /// (Memcheck's `--track-origins=yes`): an [`Origin`] per 4 bytes of memory and per
+    /// register, kept by the engine's slow path, given back by [`Host::undefined_origin`]
+    /// and [`Host::origin_of_memory`]. Slower (every stack move takes the slow path).
+    pub origins: bool,
     /// Call [`Tool::before_syscall`] before each of the program's system calls (under the
     /// engine): Memcheck checks the memory its pointer arguments name
     /// ([`syscalls::for_each_range`]).
@@ -222,6 +227,20 @@ pub enum Undefined {
     /// "Syscall param `param` points to uninitialised byte(s)": a buffer the kernel
     /// reads; `addr` is its first undefined byte.
     SyscallBuffer { param: &'static str, addr: Addr },
+}
+
+/// Where undefined bits came from (`--track-origins=yes`, [`Needs::origins`]): what made
+/// them undefined, as Memcheck's origin tags say it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A heap block's allocation, at its stack (the tool's, [`Host::set_undefined_from`]).
+    Heap(StackId),
+    /// A client request (`VALGRIND_MAKE_MEM_UNDEFINED`), at its stack.
+    ClientRequest(StackId),
+    /// New stack, made by the instruction at `pc` (a `sub rsp`, a `push`) or by entering
+    /// (or returning to) the code at `pc` (the red zone below `rsp` after a `call` or
+    /// `ret`): Memcheck's one-frame "stack allocation" origin.
+    Stack { pc: Addr },
 }
 
 /// Misuse of the allocator or string functions that the runtime detects on the program's
@@ -469,6 +488,21 @@ pub trait Host {
     /// With [`Needs::definedness`]: copies the definedness of `len` bytes from `src` to
     /// `dst` (`realloc` moving a block).
     fn copy_definedness(&self, _src: Addr, _dst: Addr, _len: u64) {}
+    /// With [`Needs::origins`]: marks `[addr, addr + len)` undefined, made so by `origin`
+    /// (without origins, the same as `set_definedness(addr, len, false)`).
+    fn set_undefined_from(&self, addr: Addr, len: u64, _origin: Origin) {
+        self.set_definedness(addr, len, false)
+    }
+    /// With [`Needs::origins`]: where the undefined bits of the byte at `addr` came from
+    /// (the first undefined byte of a system call's buffer), if known.
+    fn origin_of_memory(&self, _addr: Addr) -> Option<Origin> {
+        None
+    }
+    /// With [`Needs::origins`], inside [`Tool::on_undefined`]: where the undefined bits
+    /// being reported came from, if known (Memcheck, too, sometimes loses them).
+    fn undefined_origin(&self) -> Option<Origin> {
+        None
+    }
     /// With [`Needs::definedness`]: the first byte of `[addr, addr + len)` with an undefined
     /// bit, if any (Memcheck's check of the memory a system call reads, which weighs it
     /// against the first unaddressable byte: the first bad byte decides the one error).

@@ -73,12 +73,12 @@ impl Memcheck {
             }
             MAKE_MEM_UNDEFINED | MAKE_MEM_DEFINED => {
                 shadow::make_accessible(base, addr, len);
-                self.definedness_client(host, addr, len, args[0] == MAKE_MEM_DEFINED);
+                self.definedness_client(host, regs, addr, len, args[0] == MAKE_MEM_DEFINED);
                 Some(DONE)
             }
             // Defined-ness only: addressability does not change.
             MAKE_MEM_DEFINED_IF_ADDRESSABLE => {
-                self.definedness_client(host, addr, len, true);
+                self.definedness_client(host, regs, addr, len, true);
                 Some(DONE)
             }
             CHECK_MEM_IS_ADDRESSABLE | CHECK_MEM_IS_DEFINED => {

@@ -2,11 +2,16 @@
 //! V bits (`Needs::definedness`) and calls [`Memcheck::undefined_event`] where Memcheck
 //! checks a value; here the heap's V bits are set as Memcheck's allocator sets them
 //! (malloc'd undefined, calloc'd defined, realloc copies), and the errors are reported in
-//! Valgrind's words, kinds and suppression classes (`Cond`, `Value8`, `Param`).
+//! Valgrind's words, kinds and suppression classes (`Cond`, `Value8`, `Param`). With
+//! `--track-origins=yes` the engine also keeps where undefined bits came from
+//! (`Needs::origins`): the heap's blocks and client requests are marked with their stacks,
+//! and each error ends with Memcheck's "Uninitialised value was created by ..." lines.
 
+use oxgrind_formats::frame::Frame;
+use oxgrind_formats::memcheck_text::Aux;
 use oxgrind_formats::memcheck_xml::WhatQuirk;
 use oxgrind_tool::instrument::GuestRegs;
-use oxgrind_tool::{Alloc, AllocFn, Free, Host, Undefined};
+use oxgrind_tool::{Addr, Alloc, AllocFn, Free, Host, Origin, Undefined};
 
 use crate::errors::KeyKind;
 use crate::Memcheck;
@@ -21,7 +26,16 @@ impl Memcheck {
         match ev.func {
             AllocFn::Realloc | AllocFn::ReallocArray => {}
             AllocFn::Calloc => host.set_definedness(ev.addr, ev.size, true),
-            _ => host.set_definedness(ev.addr, ev.size, false),
+            _ => self.make_undefined(host, ev.addr, ev.size, Origin::Heap(ev.stack)),
+        }
+    }
+
+    /// Marks memory undefined, with its origin when origins are tracked.
+    fn make_undefined(&self, host: &dyn Host, addr: Addr, len: u64, origin: Origin) {
+        if self.opts.track_origins {
+            host.set_undefined_from(addr, len, origin);
+        } else {
+            host.set_definedness(addr, len, false);
         }
     }
 
@@ -35,14 +49,67 @@ impl Memcheck {
         if old.addr != new.addr {
             host.copy_definedness(old.addr, new.addr, kept);
         }
-        host.set_definedness(new.addr + kept, new.size - kept, false);
+        self.make_undefined(
+            host,
+            new.addr + kept,
+            new.size - kept,
+            Origin::Heap(new.stack),
+        );
     }
 
     /// `VALGRIND_MAKE_MEM_DEFINED` / `_UNDEFINED` / `_DEFINED_IF_ADDRESSABLE`.
-    pub(crate) fn definedness_client(&self, host: &dyn Host, addr: u64, len: u64, defined: bool) {
-        if self.opts.undef_value_errors {
-            host.set_definedness(addr, len, defined);
+    pub(crate) fn definedness_client(
+        &self,
+        host: &dyn Host,
+        regs: &GuestRegs,
+        addr: u64,
+        len: u64,
+        defined: bool,
+    ) {
+        if !self.opts.undef_value_errors {
+            return;
         }
+        if defined {
+            host.set_definedness(addr, len, true);
+        } else if self.opts.track_origins {
+            // Valgrind's stack of the request starts after its `xchg rbx, rbx` (3 bytes).
+            let after = GuestRegs {
+                rip: regs.rip + 3,
+                ..*regs
+            };
+            let stack = self.client_stack(host, &after);
+            host.set_undefined_from(addr, len, Origin::ClientRequest(stack));
+        } else {
+            host.set_definedness(addr, len, false);
+        }
+    }
+
+    /// Memcheck's origin lines: "Uninitialised value was created by ..." and the stack
+    /// that made the value undefined.
+    pub(crate) fn origin_aux(&self, host: &dyn Host, origin: Origin) -> [Aux; 2] {
+        let (how, frames) = match origin {
+            Origin::Heap(stack) => ("a heap allocation", self.resolve(host, stack).shown),
+            Origin::ClientRequest(stack) => (
+                "a client request",
+                self.resolve_stack(host, stack, false).shown,
+            ),
+            // One frame: the function whose frame (or entry) made the stack.
+            Origin::Stack { pc } => {
+                let mut group = host.describe(pc);
+                group.truncate(1);
+                if group.is_empty() {
+                    group.push(Frame {
+                        ip: pc,
+                        ..Default::default()
+                    });
+                }
+                ("a stack allocation", group)
+            }
+        };
+        [
+            Aux::Text(format!("Uninitialised value was created by {how}")),
+            Aux::Stack(frames),
+        ]
     }
 
     /// The program is about to use undefined bits (`Tool::on_undefined`).
@@ -79,6 +146,14 @@ impl Memcheck {
             Undefined::SyscallBuffer { addr, .. } => Some(addr),
             _ => None,
         };
+        let origin = if self.opts.track_origins {
+            match addr {
+                Some(a) => host.origin_of_memory(a),
+                None => host.undefined_origin(),
+            }
+        } else {
+            None
+        };
         self.report_at(
             host,
             kind,
@@ -88,9 +163,15 @@ impl Memcheck {
             xml_kind,
             &|| text.clone(),
             WhatQuirk::None,
-            &|freed| match addr {
-                Some(a) => self.describe_addr(host, freed, a, thread),
-                None => Vec::new(),
+            &|freed| {
+                let mut aux = match addr {
+                    Some(a) => self.describe_addr(host, freed, a, thread),
+                    None => Vec::new(),
+                };
+                if let Some(o) = origin {
+                    aux.extend(self.origin_aux(host, o));
+                }
+                aux
             },
         );
     }

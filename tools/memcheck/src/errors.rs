@@ -145,6 +145,8 @@ pub struct Reporting {
     pub gen_suppressions: GenSupp,
     pub show_error_list: bool,
     pub error_markers: Option<(String, String)>,
+    /// `--track-origins=yes`: no hint to use it at the end.
+    pub track_origins: bool,
 }
 
 /// Where reports go: the text log channel and the XML document.
@@ -434,7 +436,7 @@ impl ErrorManager {
             }
             return;
         }
-        if self.any_value_errors && self.rep.verbosity >= 1 {
+        if self.any_value_errors && !self.rep.track_origins && self.rep.verbosity >= 1 {
             text::line(
                 &mut out.text,
                 pid,
@@ -519,6 +521,7 @@ mod tests {
             gen_suppressions: GenSupp::No,
             show_error_list: false,
             error_markers: None,
+            track_origins: false,
         }
     }
 

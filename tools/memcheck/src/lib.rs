@@ -327,6 +327,8 @@ impl Tool for Memcheck {
             client_requests: true,
             // V bits, only when asked for (`--undef-value-errors=yes`).
             definedness: self.opts.undef_value_errors,
+            // Where undefined values came from (`--track-origins=yes`).
+            origins: self.opts.undef_value_errors && self.opts.track_origins,
             // Syscall param ... points to unaddressable byte(s).
             before_syscalls: true,
             ..Needs::default()

@@ -106,6 +106,11 @@ pub struct Options {
     /// values. Off unless asked for (Valgrind's default is yes), until the real-program
     /// corpus is free of false alarms with it (docs/differences-from-valgrind.md).
     pub undef_value_errors: bool,
+    /// `--undef-value-errors` as given, if it was.
+    undef_value_errors_given: Option<bool>,
+    /// `--track-origins=yes`: say where undefined values came from (implies
+    /// `--undef-value-errors=yes` unless it was given as no, which Valgrind refuses).
+    pub track_origins: bool,
     /// The core options that shape the report (verbosity, `--num-callers`, the error
     /// options...), as the core parsed them (`oxgrind_tool::CoreView`).
     pub core: oxgrind_tool::CoreView,
@@ -125,6 +130,8 @@ impl Default for Options {
             show_mismatched_frees: true,
             partial_loads_ok: true,
             undef_value_errors: false,
+            undef_value_errors_given: None,
+            track_origins: false,
             core: oxgrind_tool::CoreView::default(),
         }
     }
@@ -220,11 +227,11 @@ impl Options {
             }
             ("--show-mismatched-frees", Some(_)) => self.show_mismatched_frees = yes_no(arg, v)?,
             ("--partial-loads-ok", Some(_)) => self.partial_loads_ok = yes_no(arg, v)?,
-            ("--undef-value-errors", Some(_)) => self.undef_value_errors = yes_no(arg, v)?,
-            // Accepted for compatibility: origins are not tracked yet.
-            ("--track-origins", Some(_)) => {
-                yes_no(arg, v)?;
+            ("--undef-value-errors", Some(_)) => {
+                self.undef_value_errors = yes_no(arg, v)?;
+                self.undef_value_errors_given = Some(self.undef_value_errors);
             }
+            ("--track-origins", Some(_)) => self.track_origins = yes_no(arg, v)?,
             ("--expensive-definedness-checks", Some("no" | "auto" | "yes")) => {}
             (
                 "--malloc-fill" | "--free-fill" | "--ignore-ranges" | "--ignore-range-below-sp",
@@ -260,6 +267,15 @@ impl Options {
             if self.leak_check == LeakCheck::Summary {
                 self.leak_check = LeakCheck::Full;
             }
+        }
+        if self.track_origins {
+            if self.undef_value_errors_given == Some(false) {
+                return Err(OptionError(
+                    "Bad option: --undef-value-errors=no\n--track-origins=yes has no effect when --undef-value-errors=no."
+                        .into(),
+                ));
+            }
+            self.undef_value_errors = true;
         }
         if self.core.exit_on_first_error && self.core.error_exitcode == 0 {
             return Err(OptionError(

@@ -362,6 +362,7 @@ pub(crate) fn reporting(opts: &Options, pid: i32) -> Reporting {
         gen_suppressions: opts.core.gen_suppressions,
         show_error_list: opts.core.show_error_list,
         error_markers: opts.core.error_markers.clone(),
+        track_origins: opts.track_origins,
     }
 }
 

@@ -115,7 +115,15 @@ impl Memcheck {
                 "SyscallParam",
                 &|| format!("Syscall param {param} points to {text} byte(s)"),
                 WhatQuirk::None,
-                &|freed| self.describe_addr(host, freed, addr, thread),
+                &|freed| {
+                    let mut aux = self.describe_addr(host, freed, addr, thread);
+                    if let (Bad::Uninitialised, true) = (&what, self.opts.track_origins) {
+                        if let Some(o) = host.origin_of_memory(addr) {
+                            aux.extend(self.origin_aux(host, o));
+                        }
+                    }
+                    aux
+                },
             );
         }
     }
