@@ -228,6 +228,16 @@ fn banner_for_forked_child(fd: i32, pid: i32) {
 
 static SYMBOLIZER: SpinLock<Option<oxgrind_symbols::Symbolizer>> = SpinLock::new(None);
 
+/// The symboliser of this process's objects, keeping inflated debug sections in the user's
+/// cache directory (`Runtime::section_cache`; `Symbolizer::set_section_cache`).
+fn new_symbolizer() -> oxgrind_symbols::Symbolizer {
+    let mut sym = oxgrind_symbols::Symbolizer::from_self();
+    if let Some(dir) = state::runtime().and_then(|rt| rt.section_cache.as_deref()) {
+        sym.set_section_cache(dir);
+    }
+    sym
+}
+
 /// Runs `f` on the symboliser, natively (`oxgrind_engine::run_native`): symbolising inflates
 /// and parses debug sections, many times slower as translated code (most of a short
 /// program's time under DHAT or Massif went there, at exit).
@@ -236,7 +246,7 @@ fn with_symbolizer<R>(f: impl FnOnce(&mut oxgrind_symbols::Symbolizer) -> R) -> 
     let mut out = None;
     oxgrind_engine::run_native(&mut || {
         let mut g = SYMBOLIZER.lock();
-        let sym = g.get_or_insert_with(oxgrind_symbols::Symbolizer::from_self);
+        let sym = g.get_or_insert_with(new_symbolizer);
         if let Some(f) = f.take() {
             out = Some(f(sym));
         }

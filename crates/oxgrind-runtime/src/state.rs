@@ -34,6 +34,21 @@ pub struct Runtime {
     /// Working directory at launch, for relative output names.
     pub cwd: String,
     pub start_ns: u64,
+    /// Where the symboliser keeps inflated debug sections between runs
+    /// (`$XDG_CACHE_HOME/oxgrind/debug-sections`, else `$HOME/.cache/...`): read at start,
+    /// since glibc's `__libc_freeres` clears the environment before the report.
+    pub section_cache: Option<String>,
+}
+
+/// See [`Runtime::section_cache`].
+fn section_cache_dir() -> Option<String> {
+    let var = |name: &str| {
+        env_var(name)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .filter(|v| v.starts_with('/'))
+    };
+    let base = var("XDG_CACHE_HOME").or_else(|| var("HOME").map(|h| format!("{h}/.cache")))?;
+    Some(format!("{base}/oxgrind/debug-sections"))
 }
 
 const UNINIT: u8 = 0;
@@ -208,6 +223,7 @@ fn set_up() -> Option<Runtime> {
         command,
         cwd,
         start_ns: crate::libc_api::monotonic_ns(),
+        section_cache: section_cache_dir(),
     })
 }
 

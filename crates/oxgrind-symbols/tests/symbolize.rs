@@ -287,6 +287,55 @@ fn libc_is_described_from_its_build_id_debug_file() {
     assert_eq!(f.object.as_deref(), Some(libc.to_str().unwrap()));
 }
 
+/// The inflated copies of libc's compressed debug sections are written to the cache on the
+/// first load, mapped on the next, and name frames exactly as inflating does.
+#[test]
+fn inflated_debug_sections_are_cached_and_read_back() {
+    extern "C" {
+        fn strdup(s: *const std::ffi::c_char) -> *mut std::ffi::c_char;
+    }
+    let ip = strdup as unsafe extern "C" fn(*const std::ffi::c_char) -> *mut std::ffi::c_char
+        as usize as u64;
+    let plain = Symbolizer::from_self().describe(ip);
+    if plain.last().and_then(|f| f.file.as_deref()) != Some("strdup.c") {
+        eprintln!("skipped: no libc6-dbg");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("oxgrind-section-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut first = Symbolizer::from_self();
+    first.set_section_cache(&dir);
+    assert_eq!(first.describe(ip), plain);
+    let cached: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("cache directory made")
+        .flat_map(|d| std::fs::read_dir(d.unwrap().path()).unwrap())
+        .map(|e| e.unwrap().path())
+        .collect();
+    let names: Vec<String> = cached
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.contains(&"debug_info".to_string()), "{names:?}");
+    assert!(!names.iter().any(|n| n.ends_with(".tmp")), "{names:?}");
+    // A truncated copy is not used: the section is inflated (and stored) again.
+    let info = cached.iter().find(|p| p.ends_with("debug_info")).unwrap();
+    let len = std::fs::metadata(info).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(info)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let mut second = Symbolizer::from_self();
+    second.set_section_cache(&dir);
+    assert_eq!(second.describe(ip), plain);
+    assert_eq!(std::fs::metadata(info).unwrap().len(), len);
+    let mut third = Symbolizer::from_self();
+    third.set_section_cache(&dir);
+    assert_eq!(third.describe(ip), plain);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn demangling_matches_libiberty_on_libstdcxx_symbols() {
     use std::io::Write;
