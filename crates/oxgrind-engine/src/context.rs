@@ -123,6 +123,11 @@ pub struct ThreadCtx {
     /// lent out (see `thread_state`).
     pub tool_state: u64,
     pub tool_state_busy: core::sync::atomic::AtomicU64,
+    /// The tool's hot ranges (`Needs::hot_ranges`, see `trace`): tested, and counted in,
+    /// inline by the filtered trace probes. While a hold is in force (the embedder's or the
+    /// tool's own work) each `hi` is 0, so nothing is counted, and waits in `hot_hi_held`.
+    pub hot: [oxgrind_tool::instrument::HotRange; oxgrind_tool::instrument::HOT_RANGES],
+    pub hot_hi_held: [u64; oxgrind_tool::instrument::HOT_RANGES],
     // ---- touched by Rust only ----
     /// The guest's fs base, read lazily for `fs:` operands at probes (0: not read yet);
     /// forgotten when the guest sets it with `arch_prctl`.
@@ -214,6 +219,7 @@ off!(OFF_COUNTERS, counters);
 off!(OFF_TRACE_PTR, trace_ptr);
 off!(OFF_TRACE_END, trace_end);
 off!(OFF_PROBE_RCX, probe_rcx);
+off!(OFF_HOT, hot);
 off!(OFF_VBITS_OWN_CODE, vbits_own_code);
 off!(OFF_VBITS, vbits);
 off!(OFF_VBITS_SIGNAL, vbits_signal);
@@ -372,6 +378,8 @@ pub fn reuse_exited() -> Option<*mut ThreadCtx> {
         c.trace_hold = 0;
         c.trace_holders = 0;
         crate::recent_lines::clear(c);
+        c.hot = Default::default();
+        c.hot_hi_held = [0; oxgrind_tool::instrument::HOT_RANGES];
         crate::thread_state::renew(c);
         c.fs_base = 0;
         c.pending_child = 0;

@@ -105,7 +105,10 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 pub use dispatch::instructions_executed;
 pub use thread_state::{each as each_thread_state, with_current as with_thread_state};
-pub use trace::{flush_all as flush_all_traces, flush_current as flush_trace, hold as hold_trace};
+pub use trace::{
+    flush_all as flush_all_traces, flush_current as flush_trace, forget_hot_range,
+    hold as hold_trace,
+};
 
 /// The sum over all threads of the tool's per-thread counter `id` (`Plan::count`).
 pub fn counter_total(id: oxgrind_tool::instrument::CounterId) -> u64 {
@@ -142,6 +145,9 @@ pub struct Config {
     /// A recent-lines table per thread (the tool's `Needs::recent_lines`; see
     /// [`oxgrind_tool::instrument::RecentLines`]), with `trace`.
     pub recent_lines: Option<oxgrind_tool::instrument::RecentLines>,
+    /// With `trace`: the filtered trace probes test each thread's hot ranges first and
+    /// count accesses there inline (the tool's `Needs::hot_ranges`; see `trace`).
+    pub hot_ranges: bool,
     /// Bytes of tool state per thread (the tool's `Needs::thread_state`).
     pub thread_state: u32,
     /// Track definedness (the tool's `Needs::definedness`; see [`definedness`]).
@@ -218,6 +224,7 @@ impl Default for Config {
             client: None,
             trace: false,
             recent_lines: None,
+            hot_ranges: false,
             thread_state: 0,
             definedness: false,
             origins: false,
@@ -341,6 +348,9 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
         trace::enable();
         if let Some(r) = config.recent_lines {
             recent_lines::configure(r);
+        }
+        if config.hot_ranges {
+            trace::enable_hot();
         }
     }
     thread_state::configure(config.thread_state);

@@ -22,6 +22,18 @@ const SLACK: usize = 16;
 const RECORD: usize = core::mem::size_of::<TraceRecord>();
 
 static ON: AtomicBool = AtomicBool::new(false);
+/// The tool declared `Needs::hot_ranges`.
+static HOT: AtomicBool = AtomicBool::new(false);
+
+/// Turns hot ranges on (before the engine starts).
+pub(crate) fn enable_hot() {
+    HOT.store(true, Ordering::Release);
+}
+
+/// Whether filtered trace probes test the thread's hot ranges first.
+pub(crate) fn hot_enabled() -> bool {
+    HOT.load(Ordering::Acquire)
+}
 
 /// Turns tracing on for every context made from now on (before the engine starts).
 pub(crate) fn enable() {
@@ -64,21 +76,105 @@ pub(crate) fn push(ctx: &mut ThreadCtx, rec: TraceRecord) {
     ctx.trace_ptr += RECORD as u64;
 }
 
-/// Starts a hold on `ctx`'s buffer: records appended from now on are not the program's.
+/// Starts a hold on `ctx`'s buffer: records appended from now on are not the program's, and
+/// nothing is counted in the hot ranges (their ends wait in `hot_hi_held`).
 fn push_hold(ctx: &mut ThreadCtx) {
     if ctx.trace_holders == 0 {
         ctx.trace_hold = ctx.trace_ptr;
+        for (h, held) in ctx.hot.iter_mut().zip(ctx.hot_hi_held.iter_mut()) {
+            *held = h.hi;
+            h.hi = 0;
+        }
     }
     ctx.trace_holders += 1;
 }
 
-/// Ends a hold; with the last one, what was appended under the holds is dropped.
+/// Ends a hold; with the last one, what was appended under the holds is dropped and the hot
+/// ranges count again.
 fn pop_hold(ctx: &mut ThreadCtx) {
-    ctx.trace_holders = ctx.trace_holders.saturating_sub(1);
-    if ctx.trace_holders == 0 && ctx.trace_hold != 0 {
-        drop_to_hold(ctx);
-        ctx.trace_hold = 0;
+    if ctx.trace_holders == 0 {
+        return;
     }
+    ctx.trace_holders -= 1;
+    if ctx.trace_holders == 0 {
+        if ctx.trace_hold != 0 {
+            drop_to_hold(ctx);
+            ctx.trace_hold = 0;
+        }
+        for (h, held) in ctx.hot.iter_mut().zip(ctx.hot_hi_held.iter()) {
+            h.hi = *held;
+        }
+    }
+}
+
+/// Whether `ctx`'s hot ranges hold counts the tool has not seen.
+fn hot_pending(ctx: &ThreadCtx) -> bool {
+    hot_enabled()
+        && ctx
+            .hot
+            .iter()
+            .any(|h| h.read_bytes != 0 || h.write_bytes != 0)
+}
+
+/// Hands `records` of `ctx`'s thread to the tool, with its hot ranges and their counts
+/// (`Tool::on_trace_hot`) when there are any. Called under a hold (the drain's own): each
+/// range's end is in `hot_hi_held`, where the range the tool sets goes too.
+fn deliver(ctx: &mut ThreadCtx, records: &[TraceRecord]) {
+    let Some(c) = crate::probe::client() else {
+        return;
+    };
+    if !hot_enabled() {
+        c.embedder
+            .call(false, &mut || c.tool.on_trace(c.host, records));
+        return;
+    }
+    let mut hot = ctx.hot;
+    for (h, held) in hot.iter_mut().zip(ctx.hot_hi_held.iter()) {
+        h.hi = *held;
+    }
+    c.embedder.call(false, &mut || {
+        c.tool.on_trace_hot(c.host, records, &mut hot)
+    });
+    for ((live, held), new) in ctx
+        .hot
+        .iter_mut()
+        .zip(ctx.hot_hi_held.iter_mut())
+        .zip(hot.iter())
+    {
+        live.lo = new.lo;
+        *held = new.hi;
+        live.read_bytes = 0;
+        live.write_bytes = 0;
+    }
+}
+
+/// No thread counts in `[lo, hi)` any more (`Host::forget_hot_range`): the overlapping hot
+/// ranges of every context are emptied, their starts and counts kept for the tool. Another
+/// thread may be adding to one meanwhile (its count then arrives with the empty range), or
+/// be delivering its own (the range it sets then stands: the tool must check a range's
+/// block when it takes its counts).
+pub fn forget_hot_range(lo: u64, hi: u64) {
+    if !hot_enabled() {
+        return;
+    }
+    crate::context::for_each(|p| {
+        // SAFETY: contexts are never freed; the fields are plain words another thread may
+        // write at the same time (see above), read and written volatile.
+        unsafe {
+            for r in 0..oxgrind_tool::instrument::HOT_RANGES {
+                let h = core::ptr::addr_of_mut!((*p).hot[r]);
+                let held = core::ptr::addr_of_mut!((*p).hot_hi_held[r]);
+                let start = core::ptr::addr_of!((*h).lo).read_volatile();
+                let end = core::ptr::addr_of!((*h).hi)
+                    .read_volatile()
+                    .max(held.read_volatile());
+                if start < hi && lo < end {
+                    core::ptr::addr_of_mut!((*h).hi).write_volatile(0);
+                    held.write_volatile(0);
+                }
+            }
+        }
+    });
 }
 
 /// Drops the records appended since the hold began. The recent-lines table described
@@ -137,18 +233,15 @@ pub(crate) fn drain(ctx: &mut ThreadCtx, asked: bool) {
     } else {
         ctx.trace_ptr
     };
-    if end > ctx.trace_base {
-        let n = ((end - ctx.trace_base) as usize / RECORD).min(CAPACITY);
+    if end > ctx.trace_base || hot_pending(ctx) {
+        let n = ((end.saturating_sub(ctx.trace_base)) as usize / RECORD).min(CAPACITY);
         push_hold(ctx);
         // SAFETY: the first `n` records of the buffer were written by this thread's probes
         // (or `push`); the buffer stays mapped for the life of the process, and nothing
         // writes them while the hold lasts (appends go after it).
         let records =
             unsafe { core::slice::from_raw_parts(ctx.trace_base as *const TraceRecord, n) };
-        if let Some(c) = crate::probe::client() {
-            c.embedder
-                .call(false, &mut || c.tool.on_trace(c.host, records));
-        }
+        deliver(ctx, records);
         // Everything after the delivered records was appended under a hold.
         if ctx.trace_ptr != end {
             crate::recent_lines::clear(ctx);
@@ -174,13 +267,29 @@ fn drain_other(ctx: &mut ThreadCtx) {
     }
     let (base, hold, ptr) = (ctx.trace_base, ctx.trace_hold, ctx.trace_ptr);
     let end = if hold != 0 { hold } else { ptr };
-    if base != 0 && end > base {
-        let n = ((end - base) as usize / RECORD).min(CAPACITY);
+    if base != 0 && (end > base || hot_pending(ctx)) {
+        let n = ((end.saturating_sub(base)) as usize / RECORD).min(CAPACITY);
         // SAFETY: as in `drain`; the owner only appends after `end` or waits for this drain.
         let records = unsafe { core::slice::from_raw_parts(base as *const TraceRecord, n) };
         if let Some(c) = crate::probe::client() {
-            c.embedder
-                .call(false, &mut || c.tool.on_trace(c.host, records));
+            if hot_enabled() {
+                // The counts so far, with each range as it stands; the ranges are left as
+                // they are (the thread is about to be ended with the process).
+                let mut hot = ctx.hot;
+                for (h, held) in hot.iter_mut().zip(ctx.hot_hi_held.iter()) {
+                    h.hi = h.hi.max(*held);
+                }
+                c.embedder.call(false, &mut || {
+                    c.tool.on_trace_hot(c.host, records, &mut hot)
+                });
+                for h in ctx.hot.iter_mut() {
+                    h.read_bytes = 0;
+                    h.write_bytes = 0;
+                }
+            } else {
+                c.embedder
+                    .call(false, &mut || c.tool.on_trace(c.host, records));
+            }
         }
         ctx.trace_ptr = base;
         if ctx.trace_hold != 0 {
@@ -244,6 +353,10 @@ pub fn flush_all() {
 pub(crate) fn forget(ctx: &mut ThreadCtx) {
     if ctx.trace_ptr != ctx.trace_base {
         crate::recent_lines::clear(ctx);
+    }
+    for h in ctx.hot.iter_mut() {
+        h.read_bytes = 0;
+        h.write_bytes = 0;
     }
     ctx.trace_ptr = ctx.trace_base;
     if ctx.trace_hold != 0 {

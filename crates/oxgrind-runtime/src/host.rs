@@ -534,6 +534,10 @@ impl Host for RuntimeHost {
         oxgrind_engine::flush_trace()
     }
 
+    fn forget_hot_range(&self, lo: Addr, hi: Addr) {
+        oxgrind_engine::forget_hot_range(lo, hi)
+    }
+
     fn tid(&self) -> i32 {
         raw::gettid()
     }

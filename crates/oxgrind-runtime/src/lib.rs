@@ -104,6 +104,7 @@ fn start_engine(needs: oxgrind_tool::Needs) {
         },
         trace: needs.trace,
         recent_lines: needs.recent_lines,
+        hot_ranges: needs.hot_ranges && needs.shadow.is_some(),
         thread_state: needs.thread_state,
         definedness: needs.definedness,
         origins: needs.origins,

@@ -525,6 +525,23 @@ impl TraceRecord {
 
 const _: () = assert!(core::mem::size_of::<TraceRecord>() == 16);
 
+/// Hot ranges per thread (`Needs::hot_ranges`).
+pub const HOT_RANGES: usize = 2;
+
+/// One of a thread's hot ranges (`Needs::hot_ranges`, `Tool::on_trace_hot`): accesses whose
+/// first byte is in `[lo, hi)` are counted here instead of recorded.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HotRange {
+    pub lo: u64,
+    /// `hi <= lo`: the range is empty (nothing is counted in it).
+    pub hi: u64,
+    /// Bytes read, and written, by the accesses counted since the tool last saw the range
+    /// (a read-modify-write counts in both).
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+}
+
 /// One probe of a [`Plan`], for the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Probe {

@@ -210,6 +210,14 @@ pub struct Needs {
     /// engine): Memcheck checks the memory its pointer arguments name
     /// ([`syscalls::for_each_range`]).
     pub before_syscalls: bool,
+    /// With `trace` and `shadow`: every thread has [`instrument::HOT_RANGES`] address ranges
+    /// that its filtered trace probes test first, inline: an access whose first byte lies in
+    /// one adds its size to that range's read or write bytes (both for a read-modify-write)
+    /// instead of appending a record. The tool chooses the ranges and takes the counts in
+    /// [`Tool::on_trace_hot`], which the engine then calls instead of [`Tool::on_trace`]
+    /// (DHAT: the last blocks without a histogram a thread touched, so a loop over a large
+    /// array costs a compare and an add per access, not a record).
+    pub hot_ranges: bool,
 }
 
 /// A use of undefined bits that Memcheck reports ([`Tool::on_undefined`]).
@@ -454,6 +462,11 @@ pub trait Host {
     /// Drains the calling thread's trace buffer into [`Tool::on_trace`] now (a tool that
     /// must see a block's accesses before the block is freed, say).
     fn flush_trace(&self) {}
+    /// No thread counts accesses in `[lo, hi)` any more ([`Needs::hot_ranges`]): every
+    /// thread's hot range that overlaps it is emptied (a block is being freed; its own
+    /// thread's counts should be flushed first, with [`Host::flush_trace`]). Another thread
+    /// may still add an access it had begun to count: it arrives with the emptied range.
+    fn forget_hot_range(&self, _lo: Addr, _hi: Addr) {}
     /// Bytes the allocator really made usable from the start of live block `addr` (at least
     /// its size; glibc's `malloc_usable_size`, the runtime's redzone included), asked when a
     /// tool needs it rather than computed at every allocation. 0 when it cannot say.
@@ -600,6 +613,20 @@ pub trait Tool: Send + Sync {
     /// Trace records of one thread, in the order it made them (see [`instrument`]). Runs
     /// on that thread, with nothing else of the tool's on the stack.
     fn on_trace(&self, _host: &dyn Host, _records: &[instrument::TraceRecord]) {}
+    /// With [`Needs::hot_ranges`], instead of [`Tool::on_trace`]: one thread's records, and
+    /// its hot ranges with the bytes counted inline in each since the last call (also called
+    /// with no records when only counts are pending). The tool takes the counts and may set
+    /// the ranges the thread counts in from now on (`lo`/`hi`; `hi <= lo`: none); the
+    /// engine zeroes the counts afterwards. Counts made after the range was emptied by
+    /// [`Host::forget_hot_range`] arrive with an empty range.
+    fn on_trace_hot(
+        &self,
+        host: &dyn Host,
+        records: &[instrument::TraceRecord],
+        _hot: &mut [instrument::HotRange; instrument::HOT_RANGES],
+    ) {
+        self.on_trace(host, records)
+    }
     /// A client request (`VALGRIND_DO_CLIENT_REQUEST`): `args[0]` is the request code, the
     /// rest its arguments. `Some(v)`: the request's result is `v`; `None`: not this tool's
     /// request, the program gets its default value (as natively).

@@ -208,6 +208,11 @@ impl Emitter {
             let size = (m.memory_size().size() as u32).min(u16::MAX as u32);
             let word = size | (kind as u32) << 16;
             if filtered {
+                let counted = if crate::trace::hot_enabled() {
+                    self.hot_range_counts(m, kind, ip)?
+                } else {
+                    [None; oxgrind_tool::instrument::HOT_RANGES]
+                };
                 let mut to_append = [0usize; 2];
                 let nj = self.shadow_checks(m, ip, &mut to_append)?;
                 // jmp skip (rel32), patched below
@@ -226,6 +231,10 @@ impl Emitter {
                 self.append_access(tag, word);
                 let rel = (self.buf.len() - (skip + 4)) as u32;
                 self.buf[skip..skip + 4].copy_from_slice(&rel.to_le_bytes());
+                for j in counted.into_iter().flatten() {
+                    let rel = (self.buf.len() - (j + 4)) as u32;
+                    self.buf[j..j + 4].copy_from_slice(&rel.to_le_bytes());
+                }
             } else if let (Some(g), TraceFilter::RecentLines) = (recent, filter) {
                 self.append_unless_recent(m, g, tag, word, ip)?;
             } else {
@@ -349,6 +358,53 @@ impl Emitter {
     fn patch_rel32(&mut self, at: usize) {
         let rel = (self.buf.len() - (at + 4)) as u32;
         self.buf[at..at + 4].copy_from_slice(&rel.to_le_bytes());
+    }
+
+    /// The thread's hot ranges (`Needs::hot_ranges`), tested before the shadow map: when
+    /// the first byte of operand `m` lies in one, its size is added to that range's read
+    /// or write bytes (both for a read-modify-write) and the record is skipped. Per range:
+    /// `cmp rax, gs:[lo]; jb next; cmp rax, gs:[hi]; jae next; add gs:[bytes], size;
+    /// jmp <done>`. Returns the positions of the `jmp <done>` rel32s, for the caller to aim
+    /// past the record. The flags are the guest's no longer (`borrow_rax` saved them).
+    fn hot_range_counts(
+        &mut self,
+        m: &UsedMemory,
+        kind: TraceKind,
+        ip: u64,
+    ) -> Result<[Option<usize>; oxgrind_tool::instrument::HOT_RANGES], TranslateError> {
+        const RANGE: usize = core::mem::size_of::<oxgrind_tool::instrument::HotRange>();
+        let mut done = [None; oxgrind_tool::instrument::HOT_RANGES];
+        self.effective_address(m, 0, ip)?;
+        let size = m.memory_size().size() as u32;
+        for (r, slot) in done.iter_mut().enumerate() {
+            let base = c::OFF_HOT + r * RANGE;
+            let mut next = [0usize; 2];
+            for (k, (off, jcc)) in [(0, 0x72u8), (8, 0x73u8)].into_iter().enumerate() {
+                // cmp rax, gs:[base+off]; jb/jae next (rel8)
+                self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0x25]);
+                self.d32((base + off) as u32);
+                self.buf.extend_from_slice(&[jcc, 0]);
+                next[k] = self.buf.len() - 1;
+            }
+            let counts: &[usize] = match kind {
+                TraceKind::Read => &[16],
+                TraceKind::Write => &[24],
+                _ => &[16, 24],
+            };
+            for &off in counts {
+                // add qword ptr gs:[base+off], size
+                self.buf.extend_from_slice(&[0x65, 0x48, 0x81, 0x04, 0x25]);
+                self.d32((base + off) as u32);
+                self.d32(size);
+            }
+            self.buf.push(0xE9);
+            *slot = Some(self.buf.len());
+            self.d32(0);
+            for j in next {
+                self.buf[j] = (self.buf.len() - (j + 1)) as u8;
+            }
+        }
+        Ok(done)
     }
 
     /// `rax` holds an address: writes the record (address, `tag`, `size_kind`) at the
