@@ -304,12 +304,11 @@ impl Shard {
         }
     }
 
-    /// Charges one access to the block containing its first byte; `false` if none here.
+    /// Charges one access to the block containing its first byte: `None` if none here,
+    /// else whether that block keeps a histogram.
     #[inline]
-    fn access(&mut self, a: &Access) -> bool {
-        let Some(slot) = self.find(a.addr) else {
-            return false;
-        };
+    fn access(&mut self, a: &Access) -> Option<bool> {
+        let slot = self.find(a.addr)?;
         let b = &mut self.blocks[slot as usize];
         let size = a.size as u64;
         let times = match a.kind {
@@ -333,10 +332,17 @@ impl Shard {
             for c in &mut h[from..to] {
                 *c = c.saturating_add(times);
             }
+            return Some(true);
         }
-        true
+        Some(false)
     }
 }
+
+/// Blocks without a histogram that a batch of accesses hit last, `[start, end)`, most
+/// recent first (`end == 0`: none): what a thread's hot ranges should count next.
+pub type HotBlocks = [(u64, u64); HOT_BLOCKS];
+/// As many as the engine gives each thread (`oxgrind_tool::instrument::HOT_RANGES`).
+pub const HOT_BLOCKS: usize = oxgrind_tool::instrument::HOT_RANGES;
 
 /// The global maximum (`g_max_*`, `g_tgmax_instrs`) and each PP's own maximum, recorded
 /// when the heap reached it.
@@ -605,7 +611,10 @@ impl Heap {
     /// of blocks larger than a region, would otherwise miss in its region's shard first
     /// every time), then the region's shard, then the large blocks' shard; one lock is held
     /// at a time.
-    pub fn access_all(&self, accesses: impl Iterator<Item = Access>) {
+    ///
+    /// Returns the blocks without a histogram hit last ([`HotBlocks`]).
+    pub fn access_all(&self, accesses: impl Iterator<Item = Access>) -> HotBlocks {
+        let mut hot: HotBlocks = [(0, 0); HOT_BLOCKS];
         let lo = self.span_lo.load(Ordering::Acquire);
         let hi = self.span_hi.load(Ordering::Acquire);
         let mut held: Option<(usize, SpinGuard<'_, Shard>)> = None;
@@ -633,17 +642,49 @@ impl Heap {
                         &mut held.insert((i, self.shards[i].lock())).1
                     }
                 };
-                if g.access(&a) {
+                if let Some(histogram) = g.access(&a) {
                     let hit = (g.cache[0].0, g.cache[0].1, i);
                     if last[0] != hit {
                         let at = last.iter().position(|l| *l == hit).unwrap_or(CACHED - 1);
                         last.copy_within(0..at, 1);
                         last[0] = hit;
                     }
+                    let range = (hit.0, hit.1);
+                    if !histogram && hot[0] != range {
+                        let at = hot
+                            .iter()
+                            .position(|h| *h == range)
+                            .unwrap_or(HOT_BLOCKS - 1);
+                        hot.copy_within(0..at, 1);
+                        hot[0] = range;
+                    }
                     break;
                 }
             }
         }
+        hot
+    }
+
+    /// Bytes read and written by accesses whose first byte lies in `[lo, hi)`, counted by
+    /// the engine in a thread's hot range: charged to the block that is exactly that range,
+    /// if it is still live and keeps no histogram (else another thread freed it while the
+    /// range was being counted in, and the counts are dropped, as the records of an access
+    /// to a freed block are).
+    pub fn charge_range(&self, lo: u64, hi: u64, reads: u64, writes: u64) -> bool {
+        if hi <= lo {
+            return false;
+        }
+        let mut s = self.shards[block_shard(lo, hi - lo)].lock();
+        let Some(&slot) = s.by_addr.get(&lo) else {
+            return false;
+        };
+        let b = &mut s.blocks[slot as usize];
+        if b.size != hi - lo || b.histo.is_some() {
+            return false;
+        }
+        b.reads += reads;
+        b.writes += writes;
+        true
     }
 
     /// One access (see [`Heap::access_all`]).

@@ -43,7 +43,8 @@ use options::Options;
 use oxgrind_formats::dhat::{DhatFile, FrameTable, Mode, Pp};
 use oxgrind_formats::number::commify;
 use oxgrind_tool::instrument::{
-    Access, AccessKind, CounterId, GuestRegs, Insn, Plan, ShadowSpec, TraceKind, TraceRecord,
+    Access, AccessKind, CounterId, GuestRegs, HotRange, Insn, Plan, ShadowSpec, TraceKind,
+    TraceRecord, HOT_RANGES,
 };
 use oxgrind_tool::sync::SpinLock;
 use oxgrind_tool::{Addr, Alloc, Exit, Frame, Free, Host, Needs, OptionError, StackId, Tool};
@@ -311,6 +312,15 @@ impl Dhat {
         drop(std::hint::black_box(large));
     }
 
+    /// A block is going away: no thread counts accesses in it inline any more (only blocks
+    /// without a histogram are ever hot ranges). The calling thread's counts were taken by
+    /// the flush before.
+    fn forget_hot(&self, host: &dyn Host, addr: Addr, size: u64) {
+        if size.max(1) > heap::HISTOGRAM_SIZE_LIMIT {
+            host.forget_hot_range(addr, addr + size);
+        }
+    }
+
     fn heap_mode(&self) -> bool {
         self.opts.mode == Mode::Heap
     }
@@ -526,6 +536,8 @@ impl Tool for Dhat {
             // Live blocks marked in a shadow map; their accesses buffered per thread.
             shadow: heap.then_some(ShadowSpec::BYTE_PER_GRANULE),
             trace: heap,
+            // Accesses to the last large blocks a thread touched counted inline.
+            hot_ranges: heap,
             client_requests: self.opts.mode == Mode::AdHoc,
             ..Needs::default()
         }
@@ -561,6 +573,7 @@ impl Tool for Dhat {
         }
         // This thread's accesses to the block, still in its trace buffer, count first.
         host.flush_trace();
+        self.forget_hot(host, ev.addr, ev.size);
         self.mark(host, ev.addr, ev.size, false);
         let now = now(host);
         self.heap.free(ev.addr, now);
@@ -571,6 +584,7 @@ impl Tool for Dhat {
             return;
         }
         host.flush_trace();
+        self.forget_hot(host, old.addr, old.size);
         self.mark(host, old.addr, old.size, false);
         let now = now(host);
         let tracked = self.heap.realloc(old.addr, new.addr, new.size, now);
@@ -622,6 +636,52 @@ impl Tool for Dhat {
             })
         });
         self.heap.access_all(accesses);
+    }
+
+    /// The hot ranges' counts go to their blocks, the records to theirs (in any order:
+    /// a block is freed only after its thread's counts and records were taken), and the
+    /// thread counts next in the large blocks it touched last (see [`Dhat::forget_hot`]).
+    fn on_trace_hot(
+        &self,
+        _host: &dyn Host,
+        records: &[TraceRecord],
+        hot: &mut [HotRange; HOT_RANGES],
+    ) {
+        for h in hot.iter() {
+            if h.read_bytes != 0 || h.write_bytes != 0 {
+                self.heap
+                    .charge_range(h.lo, h.hi, h.read_bytes, h.write_bytes);
+            }
+        }
+        let accesses = records.iter().filter_map(|r| {
+            let kind = match r.kind() {
+                TraceKind::Block => return None,
+                TraceKind::Read => AccessKind::Read,
+                TraceKind::Write => AccessKind::Write,
+                TraceKind::Modify => AccessKind::Modify,
+            };
+            Some(Access {
+                addr: r.addr,
+                size: r.size as u32,
+                kind,
+                conditional: false,
+            })
+        });
+        let recent = self.heap.access_all(accesses);
+        // The blocks hit in this batch first, then the ranges still counting from before.
+        let mut next = [(0u64, 0u64); HOT_RANGES];
+        let mut n = 0;
+        let kept = hot.iter().map(|h| (h.lo, h.hi));
+        for range in recent.into_iter().chain(kept) {
+            if n < HOT_RANGES && range.1 > range.0 && !next[..n].contains(&range) {
+                next[n] = range;
+                n += 1;
+            }
+        }
+        for (h, (lo, hi)) in hot.iter_mut().zip(next) {
+            h.lo = lo;
+            h.hi = hi;
+        }
     }
 
     fn client_request(&self, host: &dyn Host, args: &[u64; 6], regs: &GuestRegs) -> Option<u64> {
