@@ -18,7 +18,9 @@
 //!   to a live block's granules. [`Tool::on_trace`] charges each batch of records to the
 //!   live block containing each first byte (a shard lock per run of records in one shard);
 //!   a thread's buffer is flushed before it frees or reallocates a block, so its accesses
-//!   count first;
+//!   count first. Accesses to the two blocks without a histogram a thread touched last
+//!   (`Needs::hot_ranges`) make no record: the engine counts their bytes inline, and
+//!   [`Tool::on_trace_hot`] charges them with the batch and picks the next two;
 //! * at exit, [`Tool::fini`] folds the live blocks in, resolves frames and writes the file
 //!   and the summary.
 //!
