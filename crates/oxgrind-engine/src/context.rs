@@ -128,6 +128,11 @@ pub struct ThreadCtx {
     /// tool's own work) each `hi` is 0, so nothing is counted, and waits in `hot_hi_held`.
     pub hot: [oxgrind_tool::instrument::HotRange; oxgrind_tool::instrument::HOT_RANGES],
     pub hot_hi_held: [u64; oxgrind_tool::instrument::HOT_RANGES],
+    /// Where this thread's indexed counters are added to: its own (at
+    /// `INDEXED_COUNTERS_OFF` in this mapping), or, while a trace hold is in force (the
+    /// embedder's or the tool's own work runs translated), a scratch array that is never
+    /// read, so that only the program's work is counted.
+    pub indexed_at: u64,
     // ---- touched by Rust only ----
     /// The guest's fs base, read lazily for `fs:` operands at probes (0: not read yet);
     /// forgotten when the guest sets it with `arch_prctl`.
@@ -220,6 +225,7 @@ off!(OFF_TRACE_PTR, trace_ptr);
 off!(OFF_TRACE_END, trace_end);
 off!(OFF_PROBE_RCX, probe_rcx);
 off!(OFF_HOT, hot);
+off!(OFF_INDEXED_AT, indexed_at);
 off!(OFF_VBITS_OWN_CODE, vbits_own_code);
 off!(OFF_VBITS, vbits);
 off!(OFF_VBITS_SIGNAL, vbits_signal);
@@ -246,8 +252,63 @@ pub const SIGINFO_SIZE: usize = 128;
 /// Where the thread's recent-lines table starts (see `recent_lines`): one line number per
 /// slot, addressed by translated code as `gs:[RECENT_LINES_OFF + slot * 8]`.
 pub const RECENT_LINES_OFF: usize = SIGINFO_OFF + 65 * SIGINFO_SIZE;
-pub const CTX_SIZE: usize =
+/// The same for the code-lines table.
+pub const RECENT_CODE_LINES_OFF: usize =
     RECENT_LINES_OFF + 8 * oxgrind_tool::instrument::MAX_RECENT_LINE_SLOTS as usize;
+/// Where the thread's indexed counters start (`Needs::indexed_counters`; translated code
+/// adds to `gs:[INDEXED_COUNTERS_OFF + index * 8]`): the mapping's last part, as long as
+/// the tool asked for.
+pub const INDEXED_COUNTERS_OFF: usize =
+    RECENT_CODE_LINES_OFF + 8 * oxgrind_tool::instrument::MAX_RECENT_LINE_SLOTS as usize;
+/// The context mapping without indexed counters.
+pub const CTX_SIZE: usize = INDEXED_COUNTERS_OFF;
+
+/// How many indexed counters every context has (set once, before the first context).
+static INDEXED_COUNTERS: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+/// Gives every context made from now on `n` indexed counters (at most the contract's limit).
+pub fn configure_indexed_counters(n: u32) {
+    let n = n.min(oxgrind_tool::instrument::MAX_INDEXED_COUNTERS) as usize;
+    INDEXED_COUNTERS.store(n, Ordering::Release);
+}
+
+/// How many indexed counters each context has.
+pub fn indexed_counters() -> usize {
+    INDEXED_COUNTERS.load(Ordering::Acquire)
+}
+
+/// Where indexed counters are added while a hold is in force (see
+/// [`ThreadCtx::indexed_at`]): made with the first context, shared by every thread.
+static INDEXED_SCRATCH: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// Points `ctx`'s indexed counting at its own counters (`own`) or at the scratch array.
+pub(crate) fn count_indexed_into_own(ctx: &mut ThreadCtx, own: bool) {
+    ctx.indexed_at = if own {
+        ctx.self_ptr + INDEXED_COUNTERS_OFF as u64
+    } else {
+        INDEXED_SCRATCH.load(Ordering::Acquire)
+    };
+}
+
+/// Bytes of a context mapping: the struct and its tables, and the indexed counters (pages
+/// of them that are never written cost no memory).
+fn ctx_size() -> usize {
+    CTX_SIZE + 8 * indexed_counters()
+}
+
+/// Adds every context's indexed counters into `totals`.
+pub fn indexed_counter_totals(totals: &mut [u64]) {
+    let n = indexed_counters().min(totals.len());
+    for_each(|p| {
+        let base = (p as *const u8).wrapping_add(INDEXED_COUNTERS_OFF) as *const u64;
+        for (i, t) in totals[..n].iter_mut().enumerate() {
+            // SAFETY: contexts are never unmapped and each has `indexed_counters()` words
+            // at INDEXED_COUNTERS_OFF (the count is fixed before the first context); the
+            // owner may be adding concurrently, and an aligned u64 load is never torn.
+            *t = t.wrapping_add(unsafe { ptr::read_volatile(base.add(i)) });
+        }
+    });
+}
 
 /// The siginfo slot of signal `sig` (< 65) in the context mapping at `ctx`.
 pub fn siginfo_slot(ctx: *mut ThreadCtx, sig: usize) -> *mut u8 {
@@ -274,12 +335,18 @@ static ALL: AtomicPtr<ThreadCtx> = AtomicPtr::new(ptr::null_mut());
 
 /// Creates a context with its engine stack and IBL table; `None` if memory is exhausted.
 pub fn new_ctx(dispatch: u64) -> Option<*mut ThreadCtx> {
-    let page = raw::mmap_anon(CTX_SIZE)?;
+    let size = ctx_size();
+    if indexed_counters() > 0 && INDEXED_SCRATCH.load(Ordering::Acquire) == 0 {
+        let scratch = raw::mmap_anon(8 * indexed_counters())?;
+        oxgrind_sys::heap::note_private_mapping(scratch as usize, 8 * indexed_counters());
+        INDEXED_SCRATCH.store(scratch as u64, Ordering::Release);
+    }
+    let page = raw::mmap_anon(size)?;
     let stack = raw::mmap_anon(ENGINE_STACK)?;
     let table = raw::mmap_anon((IBL_ENTRIES + 1) * 16)?;
     // The context and the engine stack hold copies of the guest's registers (also after the
     // thread is gone): not roots of the program's heap.
-    oxgrind_sys::heap::note_private_mapping(page as usize, CTX_SIZE);
+    oxgrind_sys::heap::note_private_mapping(page as usize, size);
     oxgrind_sys::heap::note_private_mapping(stack as usize, ENGINE_STACK);
     let ctx = page as *mut ThreadCtx;
     CREATED.fetch_add(1, Ordering::Relaxed);
@@ -296,6 +363,7 @@ pub fn new_ctx(dispatch: u64) -> Option<*mut ThreadCtx> {
             return None; // (the mappings above are leaked: memory is exhausted anyway)
         }
         crate::recent_lines::clear(&mut *ctx);
+        count_indexed_into_own(&mut *ctx, true);
         (*ctx).ibl_table = table as u64;
         (*ctx).estack = stack as u64 + ENGINE_STACK as u64 - 64;
         let mut head = ALL.load(Ordering::Acquire);
@@ -380,6 +448,7 @@ pub fn reuse_exited() -> Option<*mut ThreadCtx> {
         crate::recent_lines::clear(c);
         c.hot = Default::default();
         c.hot_hi_held = [0; oxgrind_tool::instrument::HOT_RANGES];
+        count_indexed_into_own(c, true);
         crate::thread_state::renew(c);
         c.fs_base = 0;
         c.pending_child = 0;

@@ -110,6 +110,11 @@ pub use trace::{
     hold as hold_trace,
 };
 
+/// Adds every thread's indexed counters (`Needs::indexed_counters`) into `totals`.
+pub fn indexed_counter_totals(totals: &mut [u64]) {
+    context::indexed_counter_totals(totals)
+}
+
 /// The sum over all threads of the tool's per-thread counter `id` (`Plan::count`).
 pub fn counter_total(id: oxgrind_tool::instrument::CounterId) -> u64 {
     if id.0 >= oxgrind_tool::instrument::MAX_COUNTERS {
@@ -148,6 +153,10 @@ pub struct Config {
     /// With `trace`: the filtered trace probes test each thread's hot ranges first and
     /// count accesses there inline (the tool's `Needs::hot_ranges`; see `trace`).
     pub hot_ranges: bool,
+    /// A code-lines table per thread (the tool's `Needs::recent_code_lines`), with `trace`.
+    pub recent_code_lines: Option<oxgrind_tool::instrument::RecentLines>,
+    /// Indexed counters per thread (the tool's `Needs::indexed_counters`).
+    pub indexed_counters: u32,
     /// Bytes of tool state per thread (the tool's `Needs::thread_state`).
     pub thread_state: u32,
     /// Track definedness (the tool's `Needs::definedness`; see [`definedness`]).
@@ -205,6 +214,8 @@ impl core::fmt::Debug for Config {
             .field("client", &self.client.is_some())
             .field("trace", &self.trace)
             .field("recent_lines", &self.recent_lines)
+            .field("recent_code_lines", &self.recent_code_lines)
+            .field("indexed_counters", &self.indexed_counters)
             .field("thread_state", &self.thread_state)
             .field("on_memory_syscall", &self.on_memory_syscall.is_some())
             .field("on_fd_syscall", &self.on_fd_syscall.is_some())
@@ -225,6 +236,8 @@ impl Default for Config {
             trace: false,
             recent_lines: None,
             hot_ranges: false,
+            recent_code_lines: None,
+            indexed_counters: 0,
             thread_state: 0,
             definedness: false,
             origins: false,
@@ -347,13 +360,19 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
     if config.trace && config.client.is_some() {
         trace::enable();
         if let Some(r) = config.recent_lines {
-            recent_lines::configure(r);
+            recent_lines::configure(recent_lines::Table::Data, r);
+        }
+        if let Some(r) = config.recent_code_lines {
+            recent_lines::configure(recent_lines::Table::Code, r);
         }
         if config.hot_ranges {
             trace::enable_hot();
         }
     }
     thread_state::configure(config.thread_state);
+    if config.client.is_some() {
+        context::configure_indexed_counters(config.indexed_counters);
+    }
     probe::prepare();
     prewarm_allocator();
     let ctx =

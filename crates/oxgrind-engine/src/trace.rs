@@ -85,6 +85,7 @@ fn push_hold(ctx: &mut ThreadCtx) {
             *held = h.hi;
             h.hi = 0;
         }
+        crate::context::count_indexed_into_own(ctx, false);
     }
     ctx.trace_holders += 1;
 }
@@ -97,6 +98,7 @@ fn pop_hold(ctx: &mut ThreadCtx) {
     }
     ctx.trace_holders -= 1;
     if ctx.trace_holders == 0 {
+        crate::context::count_indexed_into_own(ctx, true);
         if ctx.trace_hold != 0 {
             drop_to_hold(ctx);
             ctx.trace_hold = 0;

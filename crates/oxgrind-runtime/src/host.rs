@@ -525,6 +525,10 @@ impl Host for RuntimeHost {
         oxgrind_engine::counter_total(id)
     }
 
+    fn indexed_counter_totals(&self, totals: &mut [u64]) {
+        oxgrind_engine::indexed_counter_totals(totals)
+    }
+
     fn shadow(&self) -> Option<oxgrind_tool::instrument::ShadowMap> {
         // SAFETY: written once during single-threaded set-up, before any reader.
         unsafe { *SHADOW.get_unchecked() }

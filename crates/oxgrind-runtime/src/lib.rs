@@ -105,6 +105,8 @@ fn start_engine(needs: oxgrind_tool::Needs) {
         trace: needs.trace,
         recent_lines: needs.recent_lines,
         hot_ranges: needs.hot_ranges && needs.shadow.is_some(),
+        recent_code_lines: needs.recent_code_lines,
+        indexed_counters: needs.indexed_counters,
         thread_state: needs.thread_state,
         definedness: needs.definedness,
         origins: needs.origins,

@@ -10,7 +10,9 @@
 //! | probe | what runs | cost per execution |
 //! |---|---|---|
 //! | [`Plan::count`] | `add` to one of the tool's per-thread counters, inline, no lock | one instruction (plus a flags save where they are live) |
+//! | [`Plan::count_indexed`] | `add` to one of the thread's indexed counters (`Needs::indexed_counters`), inline | one instruction (plus a flags save where they are live) |
 //! | [`Plan::trace_block`] | one [`TraceRecord`] appended inline to the thread's trace buffer | ~6 instructions |
+//! | [`Plan::trace_block_new_lines`] | the same, only when a line of the block's code is not named in the thread's code-lines table | an inline check per line; a record when not named |
 //! | [`Plan::trace_accesses`] | one record per memory access the instruction makes | ~10 instructions per access |
 //! | [`Plan::trace_accesses_filtered`] | the same, only for accesses whose granules are marked in the tool's shadow map | an inline shadow check; a record when marked |
 //! | [`Plan::trace_new_lines`] | the same, only for accesses to a line the thread's [`RecentLines`] table does not name | an inline table check; a record when not named |
@@ -477,6 +479,9 @@ pub struct RecentLines {
 /// Most slots a [`RecentLines`] table may have.
 pub const MAX_RECENT_LINE_SLOTS: u16 = 512;
 
+/// Most indexed counters per thread (`Needs::indexed_counters`).
+pub const MAX_INDEXED_COUNTERS: u32 = 1 << 20;
+
 /// What a [`TraceRecord`] records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -575,6 +580,17 @@ pub enum Probe {
         at: u8,
         tag: u32,
     },
+    /// [`Plan::count_indexed`].
+    CountIndexed {
+        at: u8,
+        index: u32,
+        n: u32,
+    },
+    /// [`Plan::trace_block_new_lines`]; `len`: bytes of the block's code.
+    TraceBlockNewLines {
+        tag: u32,
+        len: u32,
+    },
 }
 
 impl Probe {
@@ -586,8 +602,9 @@ impl Probe {
             | Probe::AccessesFiltered { at, .. }
             | Probe::Pc { at, .. }
             | Probe::TraceAccesses { at, .. }
-            | Probe::TraceNewLines { at, .. } => at as usize,
-            Probe::TraceBlock { .. } => 0,
+            | Probe::TraceNewLines { at, .. }
+            | Probe::CountIndexed { at, .. } => at as usize,
+            Probe::TraceBlock { .. } | Probe::TraceBlockNewLines { .. } => 0,
         }
     }
 }
@@ -633,6 +650,20 @@ impl Plan {
         })
     }
 
+    /// Adds `n` to the calling thread's indexed counter `index` (`0 ..
+    /// Needs::indexed_counters`; a probe beyond is dropped) each time instruction `insn`
+    /// is about to run (a `rep` instruction: at every entry, the last included).
+    /// [`Host::indexed_counter_totals`](crate::Host::indexed_counter_totals) sums the
+    /// threads' copies. For counts per block or per instruction where [`Plan::count`]'s
+    /// few counters do not reach.
+    pub fn count_indexed(&mut self, insn: usize, index: u32, n: u32) -> bool {
+        self.push_probe(Probe::CountIndexed {
+            at: insn as u8,
+            index,
+            n: n.min(i32::MAX as u32),
+        })
+    }
+
     /// A clean call to [`Tool::on_accesses`](crate::Tool::on_accesses) before `insn`, with
     /// the accesses it is about to make (none: no call, e.g. a `rep` iteration with
     /// `rcx == 0`).
@@ -665,6 +696,18 @@ impl Plan {
     /// entered (`Needs::trace`).
     pub fn trace_block(&mut self, tag: u32) -> bool {
         self.push_probe(Probe::TraceBlock { tag })
+    }
+
+    /// Like [`Plan::trace_block`], but the record is left out when every line of the
+    /// block's code (`code_len` bytes from its pc) is named by its slot in the thread's
+    /// code-lines table (`Needs::recent_code_lines`, a [`RecentLines`] of its own); a record
+    /// sets the slots of the block's lines, in address order. (Without a table: every
+    /// entry appends, as [`Plan::trace_block`].) For an instruction cache simulated with
+    /// LRU whose set count is a multiple of the slots, a left-out entry's fetches all hit
+    /// the most recently used lines of their sets and change nothing; a tool that needs
+    /// the count of entries counts them otherwise ([`Plan::count_indexed`]).
+    pub fn trace_block_new_lines(&mut self, tag: u32, code_len: u32) -> bool {
+        self.push_probe(Probe::TraceBlockNewLines { tag, len: code_len })
     }
 
     /// A record per memory access `insn` makes (address, size, kind, `tag`), appended

@@ -188,6 +188,13 @@ pub struct Needs {
     /// A per-thread recent-lines table ([`instrument::RecentLines`]) that every access record
     /// updates and [`instrument::Plan::trace_new_lines`] probes read (with `trace`).
     pub recent_lines: Option<instrument::RecentLines>,
+    /// A code-lines table per thread for [`instrument::Plan::trace_block_new_lines`] (with
+    /// `trace`).
+    pub recent_code_lines: Option<instrument::RecentLines>,
+    /// Counters per thread for [`instrument::Plan::count_indexed`] (at most
+    /// [`instrument::MAX_INDEXED_COUNTERS`]; reserved, and backed by memory only where
+    /// used); [`Host::indexed_counter_totals`] sums them over all threads.
+    pub indexed_counters: u32,
     /// Answer the program's client requests (`valgrind.h`'s magic sequence) through
     /// [`Tool::client_request`] (implies `translation`).
     pub client_requests: bool,
@@ -454,6 +461,10 @@ pub trait Host {
     fn counter(&self, _id: instrument::CounterId) -> u64 {
         0
     }
+    /// Adds, for every thread (live and gone), its indexed counter `i`
+    /// ([`Needs::indexed_counters`]) to `totals[i]`, for each `i` below `totals.len()`. Exact
+    /// when the threads are stopped (at [`Tool::fini`]).
+    fn indexed_counter_totals(&self, _totals: &mut [u64]) {}
     /// The tool's shadow map ([`Needs::shadow`]), `None` if it could not be reserved (the
     /// tool then checks nothing, rather than fail the program).
     fn shadow(&self) -> Option<instrument::ShadowMap> {

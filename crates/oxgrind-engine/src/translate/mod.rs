@@ -577,13 +577,17 @@ fn plan_for(client: Client, pc: u64, block: &[Instruction]) -> Plan {
     let mut plan = Plan::new(block.len());
     let trace = crate::trace::enabled();
     for p in asked.probes() {
-        if matches!(p, Probe::TraceBlock { .. }) && trace {
+        if matches!(
+            p,
+            Probe::TraceBlock { .. } | Probe::TraceBlockNewLines { .. }
+        ) && trace
+        {
             plan.push_probe(*p);
         }
     }
     for p in asked.probes() {
         match p {
-            Probe::TraceBlock { .. } => {}
+            Probe::TraceBlock { .. } | Probe::TraceBlockNewLines { .. } => {}
             // Without buffers (the tool did not declare `Needs::trace`) there is nowhere to
             // append to.
             Probe::TraceAccesses { .. } | Probe::TraceNewLines { .. } if !trace => {}

@@ -48,6 +48,16 @@ impl Emitter {
                 self.trace_block(ip, tag, flags_live);
                 return Ok(());
             }
+            Probe::TraceBlockNewLines { tag, len } => {
+                self.trace_block_new_lines(ip, tag, len, flags_live);
+                return Ok(());
+            }
+            Probe::CountIndexed { index, n, .. } => {
+                if (index as usize) < c::indexed_counters() {
+                    self.count_indexed(ip, index, n, flags_live);
+                }
+                return Ok(());
+            }
             Probe::TraceAccesses { tag, filtered, .. } => {
                 let filter = if filtered {
                     TraceFilter::Shadow
@@ -129,6 +139,32 @@ impl Emitter {
         self.mark(ip, 0);
     }
 
+    /// Adds `n` to the thread's indexed counter `index`, through `gs:[INDEXED_AT]` (its own
+    /// counters, or the scratch array under a hold): `add qword [rax + index*8], n` where
+    /// the flags are dead, else a flag-free load/`lea`/store through a borrowed `rcx`.
+    fn count_indexed(&mut self, ip: u64, index: u32, n: u32, flags_live: bool) {
+        self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+        self.mark(ip, FIX_RAX_IN_STUB);
+        self.load_gs(0, c::OFF_INDEXED_AT);
+        let disp = index * 8;
+        if !flags_live {
+            self.buf.extend_from_slice(&[0x48, 0x81, 0x80]); // add qword [rax+disp32], n
+            self.d32(disp);
+            self.d32(n);
+        } else {
+            self.store_gs(1, c::OFF_PROBE_RCX);
+            self.buf.extend_from_slice(&[0x48, 0x8B, 0x88]); // mov rcx, [rax+disp32]
+            self.d32(disp);
+            self.buf.extend_from_slice(&[0x48, 0x8D, 0x89]); // lea rcx, [rcx+n]
+            self.d32(n);
+            self.buf.extend_from_slice(&[0x48, 0x89, 0x88]); // mov [rax+disp32], rcx
+            self.d32(disp);
+            self.load_gs(1, c::OFF_PROBE_RCX);
+        }
+        self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
+        self.mark(ip, 0);
+    }
+
     /// Saves the guest `rax` (and the flags, where live) before inline probe work.
     pub(super) fn borrow_rax(&mut self, ip: u64, flags_live: bool) {
         self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
@@ -156,6 +192,74 @@ impl Emitter {
     /// Appends a block record (`pc`, `tag`) to the thread's trace buffer.
     fn trace_block(&mut self, pc: u64, tag: u32, flags_live: bool) {
         self.borrow_rax(pc, flags_live);
+        self.append_block(pc, tag, flags_live);
+    }
+
+    /// Most code lines a block's inline check compares; a longer block always appends.
+    const MAX_CHECKED_CODE_LINES: u64 = 4;
+
+    /// A block record (`pc`, `tag`) unless the code-lines table names every line of the
+    /// block's `len` bytes of code (see `recent_lines`); a record first makes the lines'
+    /// slots name them. The lines are known now: each check is an immediate compare.
+    ///
+    /// ```text
+    ///     (save rax, flags)
+    ///     mov rax, line; cmp gs:[CODE_LINES + slot*8], rax; jne new      (each line)
+    ///     (restore rax, flags); jmp done
+    /// new:
+    ///     mov rax, line; mov gs:[CODE_LINES + slot*8], rax               (each line)
+    ///     append the record (restores rax, flags)
+    /// done:
+    /// ```
+    fn trace_block_new_lines(&mut self, pc: u64, tag: u32, len: u32, flags_live: bool) {
+        use crate::recent_lines::Table;
+        let Some((shift, slots)) = crate::recent_lines::geometry(Table::Code) else {
+            return self.trace_block(pc, tag, flags_live);
+        };
+        let first = pc >> shift;
+        let last = pc.wrapping_add(u64::from(len.max(1)) - 1) >> shift;
+        let slot_off =
+            |line: u64| (Table::Code.offset() as u64 + 8 * (line & u64::from(slots - 1))) as u32;
+        self.borrow_rax(pc, flags_live);
+        let checked = last.wrapping_sub(first) < Self::MAX_CHECKED_CODE_LINES;
+        let mut new = [0usize; Self::MAX_CHECKED_CODE_LINES as usize];
+        let mut done = None;
+        if checked {
+            for (k, line) in (first..=last).enumerate() {
+                self.mov_imm64(0, line);
+                // cmp gs:[disp32], rax
+                self.buf.extend_from_slice(&[0x65, 0x48, 0x39, 0x04, 0x25]);
+                self.d32(slot_off(line));
+                self.buf.extend_from_slice(&[0x0F, 0x85]); // jne new
+                new[k] = self.buf.len();
+                self.d32(0);
+            }
+            self.return_rax(flags_live);
+            self.buf.push(0xE9); // jmp done
+            done = Some(self.buf.len());
+            self.d32(0);
+            for &j in &new[..(last - first + 1) as usize] {
+                self.patch_rel32(j);
+            }
+        }
+        // The slots of every line, in address order (a later line wins a shared slot).
+        let mut line = first;
+        loop {
+            self.mov_imm64(0, line);
+            self.store_gs(0, slot_off(line) as usize);
+            if line == last {
+                break;
+            }
+            line = line.wrapping_add(1);
+        }
+        self.append_block(pc, tag, flags_live);
+        if let Some(j) = done {
+            self.patch_rel32(j);
+        }
+    }
+
+    /// The body of [`Emitter::trace_block`], `rax` (and the flags) already borrowed.
+    fn append_block(&mut self, pc: u64, tag: u32, flags_live: bool) {
         self.load_gs(0, c::OFF_TRACE_PTR);
         // mov dword [rax], lo; mov dword [rax+4], hi; mov dword [rax+8], tag;
         // mov dword [rax+12], 0 (size 0, kind Block)
@@ -185,7 +289,7 @@ impl Emitter {
     ) -> Result<(), TranslateError> {
         let ip = ins.ip();
         let filtered = filter == TraceFilter::Shadow;
-        let recent = crate::recent_lines::geometry();
+        let recent = crate::recent_lines::geometry(crate::recent_lines::Table::Data);
         let Some(rec) = crate::probe::trace_record(ins, tag, filtered) else {
             return Ok(()); // no memory access
         };

@@ -55,7 +55,15 @@ pub(super) fn rep_block(
     let prefixes = &raw[..raw.len() - 1];
     // Counter probes run at every entry, the final one with `rcx == 0` included (as the
     // instruction count does); the others only before an iteration that runs.
-    let every_entry = |p: &Probe| matches!(p, Probe::Count { .. } | Probe::TraceBlock { .. });
+    let every_entry = |p: &Probe| {
+        matches!(
+            p,
+            Probe::Count { .. }
+                | Probe::CountIndexed { .. }
+                | Probe::TraceBlock { .. }
+                | Probe::TraceBlockNewLines { .. }
+        )
+    };
     let counts = |e: &mut Emitter| -> Result<(), TranslateError> {
         for r in plan.probes().iter().filter(|p| every_entry(p)) {
             e.probe(r, ins, true)?;
