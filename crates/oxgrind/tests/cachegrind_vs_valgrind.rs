@@ -194,6 +194,24 @@ fn kernels_count_as_valgrinds_cachegrind_counts() {
     }
 }
 
+/// The default configuration, without the branch simulation: the records of cache hits
+/// that change nothing are left out (data accesses to, and blocks whose code is all on,
+/// lines their set used last), and block runs are counted inline.
+#[test]
+fn kernels_count_as_valgrinds_cachegrind_counts_with_records_left_out() {
+    if !have_valgrind() {
+        return;
+    }
+    let prog = build("cg_kernels.c", &["-g", "-O0", "-no-pie"]);
+    let dir = tempfile::tempdir().unwrap();
+    let ours = cachegrind(oxgrind().to_str().unwrap(), &prog, &[], &CACHES, dir.path());
+    let theirs = cachegrind("valgrind", &prog, &[], &CACHES, dir.path());
+    compare_functions(&ours.file, &theirs.file, "tests/corpus/cg_kernels.c");
+    // Ir is charged from inline counts now: the summary still adds up to the lines.
+    let sum_of_records: u64 = ours.file.records.iter().map(|r| r.counts[0]).sum();
+    assert_eq!(sum_of_records, ours.file.summary[0]);
+}
+
 #[test]
 fn without_cache_simulation_only_instructions_and_branches_are_counted() {
     if !have_valgrind() {

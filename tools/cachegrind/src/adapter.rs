@@ -279,20 +279,38 @@ impl Default for BlockTable {
 /// Instructions per block the access tags can name (the engine's blocks have at most 64).
 const INSN_BITS: u32 = 6;
 
+/// How blocks are traced.
+#[derive(Clone, Copy, Debug)]
+pub struct Tracing {
+    /// log2 of the simulated I1 line size.
+    pub i1_line_bits: u32,
+    /// Records of data accesses (the cache simulation). Without them only `rep`
+    /// instructions append access records: whether an entry ran an iteration is a branch
+    /// outcome.
+    pub data_records: bool,
+    /// Runs counted inline for blocks below this index, whose block records are then only
+    /// appended where a fetch may change I1 (`Needs::recent_code_lines`, set when branches
+    /// are not simulated: their outcomes need every entry's record). 0: every entry
+    /// appends its record, which counts the run.
+    pub counted_blocks: u32,
+}
+
 /// Builds the block's [`BlockInfo`] and asks for its trace records. `register_instr` assigns
 /// each instruction's cost index (and records its pc for the report); `register_block`
 /// keeps the block and returns its index. Returns false if the block could not be traced
-/// (more instructions than a tag names; never with the engine's blocks). Without
-/// `data_records` (no cache simulation) only `rep` instructions append access records:
-/// whether an entry ran an iteration is a branch outcome.
+/// (more instructions than a tag names; never with the engine's blocks).
 pub fn instrument(
     block: &[Insn],
     plan: &mut Plan,
-    i1_line_bits: u32,
-    data_records: bool,
+    how: Tracing,
     register_instr: &mut dyn FnMut(u64) -> u32,
     register_block: &mut dyn FnMut(BlockInfo) -> u32,
 ) -> bool {
+    let Tracing {
+        i1_line_bits,
+        data_records,
+        counted_blocks,
+    } = how;
     if block.is_empty() || block.len() > 1 << INSN_BITS {
         return false;
     }
@@ -322,11 +340,19 @@ pub fn instrument(
         .filter(|(_, ins)| ins.locked && ins.mem().iter().any(|m| m.kind == AccessKind::Modify))
         .map(|(i, _)| i as u8)
         .collect();
+    let code_len = block
+        .last()
+        .map_or(0, |l| (l.pc + l.len as u64).saturating_sub(block[0].pc)) as u32;
     let b = register_block(BlockInfo::new(instrs, i1_line_bits, locked));
     if b >= 1 << (32 - INSN_BITS) {
         return false;
     }
-    plan.trace_block(b);
+    if b < counted_blocks {
+        plan.count_indexed(0, b, 1);
+        plan.trace_block_new_lines(b, code_len);
+    } else {
+        plan.trace_block(b);
+    }
     for (i, ins) in block.iter().enumerate() {
         let tag = (b << INSN_BITS) | i as u32;
         if data_records && fixed[i] && !ins.mem().is_empty() {
@@ -358,6 +384,11 @@ pub struct ThreadState {
     last: Option<(u32, &'static BlockInfo)>,
 }
 
+/// Blocks below this index are counted inline ([`Tracing::counted_blocks`]): their records
+/// do not count runs, and their accesses may come without a block record.
+#[derive(Clone, Copy, Debug)]
+pub struct Counted(pub u32);
+
 /// An instruction index beyond every real one (blocks have at most 64) but below
 /// `u8::MAX`, which says no lookup is left: given to [`fetch_to`], it fetches the rest.
 const ALL_INSNS: usize = 254;
@@ -387,7 +418,13 @@ fn fetch_lookups_to(sim: &mut Simulator, blk: &BlockInfo, st: &mut ThreadState, 
 /// Enters block `b`: every instruction of it runs (the engine's blocks have one exit), so
 /// each is counted once now.
 #[inline(always)]
-fn start_block(sim: &mut Simulator, blocks: &BlockTable, st: &mut ThreadState, b: u32) {
+fn start_block(
+    sim: &mut Simulator,
+    blocks: &BlockTable,
+    st: &mut ThreadState,
+    b: u32,
+    counted: Counted,
+) {
     let blk = match st.last {
         Some((last, blk)) if last == b => Some(blk),
         _ => blocks.get(b),
@@ -397,7 +434,7 @@ fn start_block(sim: &mut Simulator, blocks: &BlockTable, st: &mut ThreadState, b
     st.last_read = None;
     st.block = blk.map(|blk| (b, blk));
     if let Some(blk) = blk {
-        sim.block_entered(b, blk.max_id);
+        sim.block_entered(b, blk.max_id, b >= counted.0);
         // The first instruction is always looked up (nothing says which line the fetch
         // before it was on), and before any of the block's accesses: now.
         st.next_lookup = u8::MAX;
@@ -443,12 +480,14 @@ pub fn end_block(sim: &mut Simulator, st: &mut ThreadState, next: Option<u64>) {
 }
 
 /// At the end: each block's instructions are charged once per run of it, with the loads
-/// and stores of those whose accesses are the same at every run.
-pub fn charge_instructions(sim: &mut Simulator, blocks: &BlockTable) {
+/// and stores of those whose accesses are the same at every run. `inline_runs`: the runs
+/// counted inline, by block index.
+pub fn charge_instructions(sim: &mut Simulator, blocks: &BlockTable, inline_runs: &[u64]) {
     for b in 0..blocks.len() {
         if let Some(blk) = blocks.get(b) {
             sim.charge_runs(
                 b,
+                inline_runs.get(b as usize).copied().unwrap_or(0),
                 blk.instrs.iter().map(|i| (i.id, i.fixed.unwrap_or((0, 0)))),
             );
         }
@@ -459,6 +498,7 @@ pub fn charge_instructions(sim: &mut Simulator, blocks: &BlockTable) {
 pub fn consume(
     sim: &mut Simulator,
     blocks: &BlockTable,
+    counted: Counted,
     st: &mut ThreadState,
     records: &[TraceRecord],
 ) {
@@ -466,7 +506,7 @@ pub fn consume(
         let kind = r.kind();
         if kind == TraceKind::Block {
             end_block(sim, st, Some(r.addr));
-            start_block(sim, blocks, st, r.tag);
+            start_block(sim, blocks, st, r.tag, counted);
             continue;
         }
         let (b, i) = (
@@ -475,10 +515,22 @@ pub fn consume(
         );
         let blk = match st.block {
             Some((cur, blk)) if cur == b => blk,
+            _ if b < counted.0 => {
+                // An entry whose block record was left out: its fetches all hit the most
+                // recently used lines and change nothing, and its run is counted inline.
+                end_block(sim, st, None);
+                let Some(blk) = blocks.get(b) else { continue };
+                st.block = Some((b, blk));
+                st.looked_up = blk.lookups.len();
+                st.next_lookup = u8::MAX;
+                st.accessed = false;
+                st.last_read = None;
+                blk
+            }
             _ => {
                 // Accesses without their block record (not made by the engine): start it.
                 end_block(sim, st, None);
-                start_block(sim, blocks, st, b);
+                start_block(sim, blocks, st, b, counted);
                 match st.block {
                     Some((_, blk)) => blk,
                     None => continue,

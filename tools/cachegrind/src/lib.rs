@@ -26,7 +26,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use oxgrind_formats::cachegrind::{self, CacheConfig, CachegrindFile, Record, Totals};
-use oxgrind_tool::instrument::{Insn, Plan, RecentLines, TraceRecord, MAX_RECENT_LINE_SLOTS};
+use oxgrind_tool::instrument::{
+    Insn, Plan, RecentLines, TraceRecord, MAX_INDEXED_COUNTERS, MAX_RECENT_LINE_SLOTS,
+};
 use oxgrind_tool::sync::SpinLock;
 use oxgrind_tool::{Addr, Exit, Host, Needs, OptionError, Tool};
 
@@ -120,6 +122,33 @@ impl Cachegrind {
 
     pub fn options(&self) -> &Options {
         &self.opts
+    }
+
+    /// The code-lines table that lets translated code leave out the block records whose
+    /// fetches all hit I1's most recently used lines: I1's lines, one slot per set (as
+    /// [`Cachegrind::recent_lines`]). Not with the branch simulation, whose outcomes need
+    /// every block entry.
+    fn recent_code_lines(&self) -> Option<RecentLines> {
+        let c = self.chosen.as_ref()?;
+        if !self.opts.cache_sim || self.opts.branch_sim {
+            return None;
+        }
+        let sets = c.i1.size / c.i1.line / c.i1.assoc;
+        Some(RecentLines {
+            line_shift: c.i1.line.trailing_zeros() as u8,
+            slots: sets.min(u64::from(MAX_RECENT_LINE_SLOTS)) as u16,
+        })
+    }
+
+    /// Blocks whose runs are counted inline (the first ones translated, up to the engine's
+    /// limit of indexed counters), when block records are left out (see
+    /// [`Cachegrind::recent_code_lines`]); the others count runs from their records.
+    fn counted_blocks(&self) -> adapter::Counted {
+        adapter::Counted(if self.recent_code_lines().is_some() {
+            MAX_INDEXED_COUNTERS
+        } else {
+            0
+        })
     }
 
     /// The recent-lines table that lets translated code skip the records of D1 hits that
@@ -312,6 +341,8 @@ impl Tool for Cachegrind {
             ignores_heap: true,
             trace: true,
             recent_lines: self.recent_lines(),
+            recent_code_lines: self.recent_code_lines(),
+            indexed_counters: self.counted_blocks().0,
             ..Needs::default()
         }
     }
@@ -341,8 +372,11 @@ impl Tool for Cachegrind {
         adapter::instrument(
             block,
             plan,
-            i1_line_bits,
-            self.opts.cache_sim,
+            adapter::Tracing {
+                i1_line_bits,
+                data_records: self.opts.cache_sim,
+                counted_blocks: self.counted_blocks().0,
+            },
             &mut |pc| {
                 let mut pcs = self.pcs.lock();
                 pcs.push(pc);
@@ -370,7 +404,7 @@ impl Tool for Cachegrind {
         let mut guard = self.sim.lock();
         let Some(m) = guard.as_mut() else { return };
         let st = m.threads.entry(tid).or_default();
-        adapter::consume(&mut m.sim, &self.blocks, st, records);
+        adapter::consume(&mut m.sim, &self.blocks, self.counted_blocks(), st, records);
     }
 
     fn fini(&self, host: &dyn Host, exit: Exit) {
@@ -386,7 +420,10 @@ impl Tool for Cachegrind {
             for st in m.threads.values_mut() {
                 adapter::end_block(&mut m.sim, st, None);
             }
-            adapter::charge_instructions(&mut m.sim, &self.blocks);
+            let counted = self.counted_blocks().0.min(self.blocks.len());
+            let mut inline_runs = vec![0; counted as usize];
+            host.indexed_counter_totals(&mut inline_runs);
+            adapter::charge_instructions(&mut m.sim, &self.blocks, &inline_runs);
             m.sim.flush();
             m.sim.costs.clone()
         };

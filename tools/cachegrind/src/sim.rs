@@ -339,22 +339,31 @@ impl Simulator {
     /// [`Simulator::charge_runs`] at the end, not one by one).
     /// `max_id`: the largest cost index of its instructions, whose costs are made to exist
     /// now, so that the block's events find them without a check of their own.
+    /// `count`: the run is counted here (not inline).
     #[inline(always)]
-    pub fn block_entered(&mut self, b: u32, max_id: u32) {
+    pub fn block_entered(&mut self, b: u32, max_id: u32, count: bool) {
         let b = b as usize;
-        if b >= self.block_runs.len() {
-            self.block_runs.resize(b + 1, 0);
+        if count {
+            if b >= self.block_runs.len() {
+                self.block_runs.resize(b + 1, 0);
+            }
+            self.block_runs[b] += 1;
         }
-        self.block_runs[b] += 1;
         if max_id as usize >= self.costs.len() {
             self.grow(max_id as usize);
         }
     }
 
     /// Charges each instruction of block `b` (its id, and its Dr and Dw per run where
-    /// they are fixed) for every run of it: Ir, and Dr and Dw with the cache simulation.
-    pub fn charge_runs(&mut self, b: u32, instrs: impl Iterator<Item = (u32, (u8, u8))>) {
-        let runs = self.block_runs.get(b as usize).copied().unwrap_or(0);
+    /// they are fixed) for every run of it (those seen here, plus `inline_runs` counted
+    /// elsewhere): Ir, and Dr and Dw with the cache simulation.
+    pub fn charge_runs(
+        &mut self,
+        b: u32,
+        inline_runs: u64,
+        instrs: impl Iterator<Item = (u32, (u8, u8))>,
+    ) {
+        let runs = self.block_runs.get(b as usize).copied().unwrap_or(0) + inline_runs;
         if runs == 0 {
             return;
         }
