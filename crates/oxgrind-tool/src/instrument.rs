@@ -733,10 +733,13 @@ impl Plan {
     /// Like [`Plan::trace_accesses`], except that an access to a line the thread's
     /// recent-lines table names is skipped (see [`RecentLines`]; `Needs::recent_lines` and
     /// `Needs::trace`; without a table it is [`Plan::trace_accesses`]). Skipping is the
-    /// engine's choice: operands it cannot address inline (gathers, masked vector
-    /// accesses, 32-bit addressing) always get their records. So a tool counts such an
-    /// instruction's accesses from [`Insn::mem`], not from its records; and it is meant
-    /// for instructions that make each access of [`Insn::mem`] every time they run.
+    /// engine's choice: operands it cannot address inline (gathers, 32-bit addressing)
+    /// always get their records. A masked vector access (AVX-512) is taken whole, as if
+    /// every element were enabled, with the table (one record of the operand, or none);
+    /// without it, one per enabled element. So a tool counts such an instruction's
+    /// accesses from [`Insn::mem`], not from its records; and it is meant for
+    /// instructions that make each access of [`Insn::mem`] every time they run, or whose
+    /// conditional ones it counts as made.
     pub fn trace_new_lines(&mut self, insn: usize, tag: u32) -> bool {
         self.push_probe(Probe::TraceNewLines {
             at: insn as u8,

@@ -279,7 +279,9 @@ impl Emitter {
     /// Appends a record per memory access of `ins`, but for those `filter` skips. Operands
     /// the inline code cannot address (gathers, masked vector accesses, 32-bit addressing)
     /// go through a clean call that appends the same records from Rust (never skipping a
-    /// recent line's). With a recent-lines table every record also updates it.
+    /// recent line's), except that the recent-lines filter takes a masked access whole,
+    /// inline (its contract: what a cache simulator wants is the lines, not the lanes).
+    /// With a recent-lines table every record also updates it.
     fn trace_accesses(
         &mut self,
         ins: &Instruction,
@@ -293,7 +295,8 @@ impl Emitter {
         let Some(rec) = crate::probe::trace_record(ins, tag, filtered) else {
             return Ok(()); // no memory access
         };
-        let inline = if ins.has_op_mask() || (filtered && crate::shadow::base() == 0) {
+        let masked_lanes = ins.has_op_mask() && filter != TraceFilter::RecentLines;
+        let inline = if masked_lanes || (filtered && crate::shadow::base() == 0) {
             None
         } else {
             crate::probe::inline_operands(rec).filter(|(mem, n)| mem[..*n].iter().all(ea_encodable))
