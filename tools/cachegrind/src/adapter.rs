@@ -107,17 +107,15 @@ pub struct Instr {
     pub fixed: Option<(u8, u8)>,
 }
 
-/// Dr and Dw of every run of `ins`, when they do not depend on the run: each operand
-/// accessed every time (not conditional, not a gather, not a `rep` iteration), and no
-/// load and store of one size that could be one "modify" at run time (see
-/// [`consume`]). A modify counts as a read, twice for a locked read-modify-write.
+/// Dr and Dw of every run of `ins`, when they do not depend on the run: no gather or
+/// scatter, no `rep` iteration, and no load and store of one size that could be one
+/// "modify" at run time (see [`consume`]). A modify counts as a read, twice for a locked
+/// read-modify-write. A conditional operand counts at every run, as VEX makes `cmov`'s
+/// load and `cmpxchg`'s store (and as the engine records them); an AVX-512 masked one
+/// (Valgrind has no AVX-512) counts as one access of the whole operand.
 pub fn static_accesses(ins: &Insn, locked_rmw: bool) -> Option<(u8, u8)> {
     let mem = ins.mem();
-    if ins.rep_string()
-        || mem
-            .iter()
-            .any(|m| m.conditional || m.addressing == Addressing::Vector)
-    {
+    if ins.rep_string() || mem.iter().any(|m| m.addressing == Addressing::Vector) {
         return None;
     }
     let sizes = |k: AccessKind| mem.iter().filter(move |m| m.kind == k).map(|m| m.size);
