@@ -200,7 +200,17 @@ const CHUNK_BITS: u32 = 12;
 const CHUNK: usize = 1 << CHUNK_BITS;
 /// Blocks one run may translate: as many as the tags name (retranslations of the same code
 /// count again).
-const MAX_BLOCKS: usize = 1 << (32 - INSN_BITS);
+/// (One tag bit is left for [`ID_TAG`].)
+const MAX_BLOCKS: usize = 1 << (31 - INSN_BITS);
+
+/// Tags of the data records of counted blocks' fixed instructions ([`Tracing::counted_blocks`],
+/// [`Instr::fixed`]): this bit, [`ID_TAG_LOCKED`] for a locked read-modify-write, and the
+/// instruction's cost index below. Such a record is one D1 lookup, with no block context:
+/// a counted block's fetches are all looked up when its record comes (so LL sees a block's
+/// I1 misses before its D1 misses, where Valgrind interleaves them instruction by
+/// instruction: only the order of LL lookups within a block differs).
+const ID_TAG: u32 = 1 << 31;
+const ID_TAG_LOCKED: u32 = 1 << 30;
 
 impl BlockTable {
     pub fn new() -> Self {
@@ -331,6 +341,7 @@ pub fn instrument(
         })
         .collect();
     let fixed: Vec<bool> = instrs.iter().map(|i| i.fixed.is_some()).collect();
+    let ids: Vec<u32> = instrs.iter().map(|i| i.id).collect();
     // VEX's compare-and-swap of a locked read-modify-write (a modified operand).
     let locked = block
         .iter()
@@ -342,7 +353,7 @@ pub fn instrument(
         .last()
         .map_or(0, |l| (l.pc + l.len as u64).saturating_sub(block[0].pc)) as u32;
     let b = register_block(BlockInfo::new(instrs, i1_line_bits, locked));
-    if b >= 1 << (32 - INSN_BITS) {
+    if b as usize >= MAX_BLOCKS {
         return false;
     }
     if b < counted_blocks {
@@ -355,6 +366,13 @@ pub fn instrument(
         let tag = (b << INSN_BITS) | i as u32;
         if data_records && fixed[i] && !ins.mem().is_empty() {
             // Counted per run: only the accesses D1 might miss need records.
+            let id = ids[i];
+            let tag = if b < counted_blocks && id < ID_TAG_LOCKED {
+                let locked = if classify(ins).1 { ID_TAG_LOCKED } else { 0 };
+                ID_TAG | locked | id
+            } else {
+                tag
+            };
             plan.trace_new_lines(i, tag);
         } else if ins.rep_string() || (data_records && !ins.mem().is_empty()) {
             plan.trace_accesses(i, tag);
@@ -433,10 +451,16 @@ fn start_block(
     st.block = blk.map(|blk| (b, blk));
     if let Some(blk) = blk {
         sim.block_entered(b, blk.max_id, b >= counted.0);
-        // The first instruction is always looked up (nothing says which line the fetch
-        // before it was on), and before any of the block's accesses: now.
         st.next_lookup = u8::MAX;
-        if let Some(l) = blk.lookups.first() {
+        if b < counted.0 {
+            // Its data records carry no block context (see `ID_TAG`): every fetch now.
+            for l in &blk.lookups {
+                sim.fetch(l.id, l.pc, l.len as u64);
+            }
+            st.looked_up = blk.lookups.len();
+        } else if let Some(l) = blk.lookups.first() {
+            // The first instruction is always looked up (nothing says which line the fetch
+            // before it was on), and before any of the block's accesses: now.
             sim.fetch(l.id, l.pc, l.len as u64);
             st.looked_up = 1;
             st.next_lookup = blk.lookups.get(1).map_or(u8::MAX, |l| l.insn);
@@ -453,6 +477,10 @@ pub fn end_block(sim: &mut Simulator, st: &mut ThreadState, next: Option<u64>) {
         return;
     };
     fetch_to(sim, blk, st, ALL_INSNS);
+    st.block = None;
+    if !sim.branch_sim() {
+        return;
+    }
     for &i in &blk.locked {
         // VEX retries a failed compare-and-swap: a side exit, never taken here.
         let ins = &blk.instrs[i as usize];
@@ -474,7 +502,6 @@ pub fn end_block(sim: &mut Simulator, st: &mut ThreadState, next: Option<u64>) {
             Kind::Plain => {}
         }
     }
-    st.block = None;
 }
 
 /// At the end: each block's instructions are charged once per run of it, with the loads
@@ -502,6 +529,16 @@ pub fn consume(
 ) {
     for r in records {
         let kind = r.kind();
+        if r.tag & ID_TAG != 0 && kind != TraceKind::Block {
+            // A fixed instruction's access in a counted block: one D1 lookup.
+            let id = r.tag & (ID_TAG_LOCKED - 1);
+            let (addr, size) = (r.addr, r.size as u64);
+            sim.d1_lookup(id, addr, size, kind == TraceKind::Write);
+            if r.tag & ID_TAG_LOCKED != 0 && kind == TraceKind::Modify {
+                sim.d1_lookup(id, addr, size, false);
+            }
+            continue;
+        }
         if kind == TraceKind::Block {
             end_block(sim, st, Some(r.addr));
             start_block(sim, blocks, st, r.tag, counted);

@@ -378,6 +378,12 @@ impl Simulator {
         }
     }
 
+    /// Whether branches are simulated (their outcomes are worth working out).
+    #[inline(always)]
+    pub fn branch_sim(&self) -> bool {
+        self.branch_sim
+    }
+
     /// The I1 lookup of instruction `id`'s fetch (`len` bytes at `pc`), without its Ir.
     #[inline(always)]
     pub fn fetch(&mut self, id: u32, pc: u64, len: u64) {
