@@ -173,6 +173,10 @@ pub struct ThreadCtx {
     pub vbits_temp: u64,
     /// Origins: the origin tag of the undefined value being reported (`definedness`).
     pub vbits_origin: u64,
+    /// Origins' inline stack tagging: a temporary, and the program's `rcx` while it is
+    /// borrowed (`translate::definedness`).
+    pub vbits_temp2: u64,
+    pub vbits_saved_rcx: u64,
     pub sig_ring: [[u64; SCRATCH_SLOTS]; SIG_RING],
     /// Per ring level: the pc the kernel put in the context, and the pc the guest handler
     /// was shown (the guest pc when the host pc could be mapped, else the same).
@@ -231,6 +235,8 @@ off!(OFF_VBITS, vbits);
 off!(OFF_VBITS_SIGNAL, vbits_signal);
 off!(OFF_VBITS_PRIMARY, vbits_primary);
 off!(OFF_VBITS_TEMP, vbits_temp);
+off!(OFF_VBITS_TEMP2, vbits_temp2);
+off!(OFF_VBITS_SAVED_RCX, vbits_saved_rcx);
 
 /// Offset of scratch slot `i`.
 pub const fn scratch_off(i: usize) -> usize {

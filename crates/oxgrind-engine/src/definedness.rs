@@ -1003,6 +1003,22 @@ pub(crate) struct FastForm {
     /// makes the whole red zone below the new `rsp` undefined (VEX's "AbiHint": what the
     /// caller or callee left there is garbage to the other).
     pub undefined: Option<(i32, i32)>,
+    /// With origins on: the tag the bytes of [`FastForm::undefined`] take.
+    pub origin: Option<StackOrigin>,
+}
+
+/// The origin tag of the stack a fast form makes undefined (see `origins`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StackOrigin {
+    /// A constant: the instruction's own pc (`push`, `sub rsp`) or a direct call's target.
+    Tag(u64),
+    /// `ret`: the return address it pops (the code entered).
+    ReturnAddress,
+}
+
+/// The origins' tag table, for the inline stack tagging (0 when origins are off).
+pub(crate) fn origins_primary() -> u64 {
+    origins::primary()
 }
 
 /// Largest decrease of `rsp` the inline code marks (qword stores, one per 8 bytes).
@@ -1010,9 +1026,6 @@ pub(crate) const MAX_INLINE_STACK: i32 = 128;
 
 /// `rsp`'s move by `ins` when the fast path may do its stack rule inline.
 fn inline_rsp_delta(ins: &Instruction) -> Option<i32> {
-    if origins::enabled() {
-        return None; // the new stack's origin is the slow path's to tag
-    }
     let reg_or_imm = |i: u32| {
         matches!(ins.op_kind(i), OpKind::Register)
             && ins.op_register(i).size() == 8
@@ -1229,7 +1242,20 @@ pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
         mem: [None; 2],
         rsp_delta: rsp_delta.unwrap_or(0),
         undefined: rsp_delta.and_then(|d| undefined_by(ins, d)),
+        origin: None,
     };
+    if origins::enabled() && form.undefined.is_some() {
+        // What the slow path would tag the new stack with: the red zone after a call or
+        // ret with the pc entered, a decrease with the instruction's own pc.
+        form.origin = Some(match ins.mnemonic() {
+            Mnemonic::Call if ins.op0_kind() == OpKind::NearBranch64 => {
+                StackOrigin::Tag(origins::stack(ins.near_branch_target()))
+            }
+            Mnemonic::Call => return None, // the target is known at run time only
+            Mnemonic::Ret => StackOrigin::ReturnAddress,
+            _ => StackOrigin::Tag(origins::stack(ins.ip())),
+        });
+    }
     const STATUS: u32 = 0x3f; // iced's OF SF ZF AF CF PF
     form.flags = (ins.rflags_read() | ins.rflags_modified()) & STATUS != 0;
     let ok = crate::probe::with_factory(|f| {

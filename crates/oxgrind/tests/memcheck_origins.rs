@@ -184,3 +184,59 @@ fn track_origins_implies_undef_value_errors_and_refuses_no() {
     // Valgrind says the same (on lines of its own).
     assert!(stderr(&refused).contains("Bad option: --undef-value-errors=no"));
 }
+
+/// The inline fast path tags the stack it makes undefined (`push`, `sub rsp`, a direct
+/// `call`, `ret`) as the slow path's stack rule does: every case, at -O0 and -O2, gives a
+/// byte-identical report with it and with every instruction through the interpreter
+/// (`OXGRIND_DEFINEDNESS_SLOW_ONLY=1`; environments of the same size, so stack addresses
+/// agree too).
+#[test]
+fn the_inline_fast_path_keeps_the_interpreters_origins() {
+    let mut runs: Vec<(std::path::PathBuf, Option<&str>)> = Vec::new();
+    for opt in ["-O0", "-O2"] {
+        let prog = build("mc_origins.c", &["-g", opt, "-w", "-fno-inline"]);
+        runs.push((prog.clone(), None));
+        for (case, _) in CASES {
+            runs.push((prog.clone(), Some(case)));
+        }
+        runs.push((
+            build("mc_undef.c", &["-g", opt, "-w", "-fno-inline"]),
+            Some("write-stack"),
+        ));
+        runs.push((
+            build("mc_undef_mixed.c", &["-g", opt, "-w", "-fno-inline"]),
+            None,
+        ));
+    }
+    let mut with_origin = 0;
+    for (prog, case) in &runs {
+        let report = |slow_only: &str| {
+            let mut cmd = Command::new("setarch");
+            cmd.arg("-R")
+                .arg(oxgrind())
+                .arg("--track-origins=yes")
+                .arg(prog)
+                .args(case)
+                .env("OXGRIND_DEFINEDNESS_SLOW_ONLY", slow_only);
+            let text = stderr(&run(&mut cmd));
+            // Only the pid differs between the two runs.
+            text.lines()
+                .map(|l| match l.strip_prefix("==") {
+                    Some(rest) => rest.split_once("==").map_or(l, |(_, r)| r),
+                    None => l,
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let fast = report("0");
+        let slow = report("1");
+        assert_eq!(
+            fast,
+            slow,
+            "{} {case:?}: fast path and interpreter differ",
+            prog.display()
+        );
+        with_origin += origins(&fast);
+    }
+    assert!(with_origin >= 30, "only {with_origin} origin lines");
+}

@@ -83,6 +83,11 @@ static PRIMARY: AtomicU64 = AtomicU64::new(0);
 static POOL_NEXT: AtomicU64 = AtomicU64::new(0);
 static POOL_END: AtomicU64 = AtomicU64::new(0);
 
+/// The tag table's primary (for the inline stack tagging; 0 when origins are off).
+pub(crate) fn primary() -> u64 {
+    PRIMARY.load(Ordering::Acquire)
+}
+
 /// Reserves the tag table and turns origins on (after the V-bit shadow is enabled). False
 /// (and origins stay off) if the reservations fail.
 pub(crate) fn enable() -> bool {

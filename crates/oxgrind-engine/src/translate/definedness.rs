@@ -23,8 +23,8 @@
 use super::{Emitter, SlowCall, TranslateError};
 use crate::context as c;
 use crate::definedness::{
-    FastForm, Written, OFF_LAST_CALL_OR_RET, OFF_LAST_RSP, OFF_LAST_WRITES_RSP, OFF_NEED_STEP,
-    OFF_SHADOW_FLAGS, OFF_SHADOW_GPR, OFF_VECTORS_STALE,
+    FastForm, StackOrigin, Written, OFF_LAST_CALL_OR_RET, OFF_LAST_RSP, OFF_LAST_WRITES_RSP,
+    OFF_NEED_STEP, OFF_SHADOW_FLAGS, OFF_SHADOW_GPR, OFF_VECTORS_STALE,
 };
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
@@ -79,6 +79,17 @@ impl Emitter {
         let new_stack = form.undefined;
         if let Some((off, len)) = new_stack {
             self.stack_chunk(off, len, ip, Some(&mut slow))?;
+            if form.origin.is_some() {
+                // Origins: the span's tag chunk must exist, and the bytes start on a
+                // 4-byte granule. lea rax, [rsp+off]; test al, 3; jnz slow
+                self.lea_rsp(off, ip)?;
+                self.buf.extend_from_slice(&[0xA8, 0x03]);
+                self.jcc_slow(0x85, &mut slow)?;
+                self.tag_chunk(off, ip)?;
+                // test rax, rax; jz slow
+                self.buf.extend_from_slice(&[0x48, 0x85, 0xC0]);
+                self.jcc_slow(0x84, &mut slow)?;
+            }
         }
         if let Some((off, len)) = new_stack {
             // rax = the shadow of [rsp + off]; mov qword [rax + 8i], -1
@@ -87,6 +98,9 @@ impl Emitter {
                 self.buf
                     .extend_from_slice(&[0x48, 0xC7, 0x40, (8 * i) as u8]);
                 self.d32(u32::MAX);
+            }
+            if let Some(origin) = form.origin {
+                self.tag_stack(off, len, origin, ip)?;
             }
         }
         if form.rsp_delta != 0 {
@@ -248,6 +262,74 @@ impl Emitter {
         }
         let rel = (self.buf.len() - (done + 4)) as u32;
         self.buf[done..done + 4].copy_from_slice(&rel.to_le_bytes());
+        Ok(())
+    }
+
+    /// `rax` = the origins' tag chunk of the span of `[rsp + off]` (0: none).
+    /// `lea rax, [rsp+off]; shr rax, 16; shl rax, 3; mov gs:[temp], rax;
+    /// mov rax, primary; add rax, gs:[temp]; mov rax, [rax]`
+    fn tag_chunk(&mut self, off: i32, ip: u64) -> Result<(), TranslateError> {
+        self.lea_rsp(off, ip)?;
+        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, 0x10]);
+        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE0, 0x03]);
+        self.store_gs(0, c::OFF_VBITS_TEMP);
+        self.buf.extend_from_slice(&[0x48, 0xB8]);
+        self.buf
+            .extend_from_slice(&crate::definedness::origins_primary().to_le_bytes());
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]);
+        self.d32(c::OFF_VBITS_TEMP as u32);
+        self.buf.extend_from_slice(&[0x48, 0x8B, 0x00]);
+        Ok(())
+    }
+
+    /// Origins: the `len` new stack bytes at `[rsp + off]` (granule-aligned, their tag
+    /// chunk present: checked before) take `origin`'s tag, as the slow path's stack rule
+    /// would tag them. Borrows `rcx` for the tag (the program's value is back before the
+    /// instruction runs; the only load that can fault, `ret`'s return address, is made
+    /// before it is borrowed).
+    fn tag_stack(
+        &mut self,
+        off: i32,
+        len: i32,
+        origin: StackOrigin,
+        ip: u64,
+    ) -> Result<(), TranslateError> {
+        if origin == StackOrigin::ReturnAddress {
+            // mov rax, [rsp]; shl rax, 2; or rax, 2 (the stack kind); mov gs:[temp2], rax
+            self.buf.extend_from_slice(&[0x48, 0x8B, 0x04, 0x24]);
+            self.buf.extend_from_slice(&[0x48, 0xC1, 0xE0, 0x02]);
+            self.buf.extend_from_slice(&[0x48, 0x83, 0xC8, 0x02]);
+            self.store_gs(0, c::OFF_VBITS_TEMP2);
+        }
+        // rax = &tags[granule of rsp+off]: the chunk, plus (addr & 0xffff) / 4 * 8.
+        self.tag_chunk(off, ip)?;
+        self.store_gs(0, c::OFF_VBITS_TEMP);
+        self.lea_rsp(off, ip)?;
+        // movzx eax, ax; add eax, eax; add rax, gs:[temp]
+        self.buf.extend_from_slice(&[0x0F, 0xB7, 0xC0, 0x01, 0xC0]);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]);
+        self.d32(c::OFF_VBITS_TEMP as u32);
+        // mov gs:[saved_rcx], rcx; rcx = the tag
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x0C, 0x25]);
+        self.d32(c::OFF_VBITS_SAVED_RCX as u32);
+        match origin {
+            StackOrigin::Tag(tag) => {
+                self.buf.extend_from_slice(&[0x48, 0xB9]);
+                self.buf.extend_from_slice(&tag.to_le_bytes());
+            }
+            StackOrigin::ReturnAddress => {
+                self.buf.extend_from_slice(&[0x65, 0x48, 0x8B, 0x0C, 0x25]);
+                self.d32(c::OFF_VBITS_TEMP2 as u32);
+            }
+        }
+        // mov [rax + 8i], rcx for each granule
+        for i in 0..(len / 4) as u32 {
+            self.buf.extend_from_slice(&[0x48, 0x89, 0x88]);
+            self.d32(8 * i);
+        }
+        // mov rcx, gs:[saved_rcx]
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x8B, 0x0C, 0x25]);
+        self.d32(c::OFF_VBITS_SAVED_RCX as u32);
         Ok(())
     }
 
