@@ -306,6 +306,8 @@ impl Emitter {
             return Ok(());
         };
         self.borrow_rax(ip, flags_live);
+        // A lone operand skipped leaves the probe at once: no record, no drain check.
+        let mut skipped_out = None;
         for m in &mem[..n] {
             let kind = match m.access() {
                 OpAccess::Read | OpAccess::CondRead => TraceKind::Read,
@@ -343,7 +345,8 @@ impl Emitter {
                     self.buf[j..j + 4].copy_from_slice(&rel.to_le_bytes());
                 }
             } else if let (Some(g), TraceFilter::RecentLines) = (recent, filter) {
-                self.append_unless_recent(m, g, tag, word, ip)?;
+                let leave = (n == 1).then_some(flags_live);
+                skipped_out = self.append_unless_recent(m, g, tag, word, ip, leave)?;
             } else {
                 if let Some(g) = recent {
                     self.note_recent_lines(m, g, ip)?;
@@ -353,6 +356,9 @@ impl Emitter {
             }
         }
         self.drain_when_full(ip, flags_live);
+        if let Some(j) = skipped_out {
+            self.patch_rel32(j);
+        }
         Ok(())
     }
 
@@ -395,7 +401,10 @@ impl Emitter {
     }
 
     /// Operand `m`'s record, unless its bytes (clamped to a line) lie in one line that its
-    /// recent-lines slot names; when it is appended, its lines' slots name them.
+    /// recent-lines slot names; when it is appended, its lines' slots name them. With
+    /// `leave` (the instruction's only operand; whether the flags were saved), the skipping
+    /// path also gives back `rax` and the flags and jumps out of the probe, past its drain
+    /// check: the returned rel32 is to be pointed at the probe's end.
     ///
     /// ```text
     ///     rax = address; save rcx
@@ -417,7 +426,8 @@ impl Emitter {
         tag: u32,
         word: u32,
         ip: u64,
-    ) -> Result<(), TranslateError> {
+        leave: Option<bool>,
+    ) -> Result<Option<usize>, TranslateError> {
         let last = recent_clamp(m, (shift, slots)) - 1;
         self.effective_address(m, 0, ip)?;
         self.store_gs(1, c::OFF_PROBE_RCX);
@@ -439,7 +449,10 @@ impl Emitter {
         let new = self.buf.len();
         self.d32(0);
         self.load_gs(1, c::OFF_PROBE_RCX);
-        self.buf.push(0xE9); // jmp done
+        if let Some(flags_live) = leave {
+            self.return_rax(flags_live);
+        }
+        self.buf.push(0xE9); // jmp done (or out of the probe)
         let done = self.buf.len();
         self.d32(0);
         if let Some(j) = straddles {
@@ -457,8 +470,11 @@ impl Emitter {
         self.load_gs(1, c::OFF_PROBE_RCX);
         self.effective_address(m, 0, ip)?;
         self.append_access(tag, word);
+        if leave.is_some() {
+            return Ok(Some(done));
+        }
         self.patch_rel32(done);
-        Ok(())
+        Ok(None)
     }
 
     /// Points the rel32 at `at` to the current end of the code.
