@@ -525,8 +525,28 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
             }
         }
         if let Some(p) = &plan {
-            for r in p.probes().iter().filter(|r| r.at() == i) {
-                e.probe(r, &d.ins, live & (1 << i) != 0)?;
+            // A block's indexed count and its code-lines check share one borrow of `rax`
+            // (and of the flags).
+            let here = || p.probes().iter().filter(|r| r.at() == i);
+            let block_check = here().any(|r| matches!(r, Probe::TraceBlockNewLines { .. }));
+            let merged_count = here().find_map(|r| match *r {
+                Probe::CountIndexed { index, n, .. } if block_check => Some((index, n)),
+                _ => None,
+            });
+            let mut merged_skipped = false;
+            for r in here() {
+                match *r {
+                    Probe::TraceBlockNewLines { tag, len } => {
+                        let live = live & (1 << i) != 0;
+                        e.trace_block_new_lines(d.ins.ip(), tag, len, live, merged_count);
+                    }
+                    Probe::CountIndexed { index, n, .. }
+                        if !merged_skipped && merged_count == Some((index, n)) =>
+                    {
+                        merged_skipped = true; // emitted with the block's check
+                    }
+                    _ => e.probe(r, &d.ins, live & (1 << i) != 0)?,
+                }
             }
         }
         // Client requests: with a tool, in the program's code (never the embedder's own);

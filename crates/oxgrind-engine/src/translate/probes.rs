@@ -49,7 +49,7 @@ impl Emitter {
                 return Ok(());
             }
             Probe::TraceBlockNewLines { tag, len } => {
-                self.trace_block_new_lines(ip, tag, len, flags_live);
+                self.trace_block_new_lines(ip, tag, len, flags_live, None);
                 return Ok(());
             }
             Probe::CountIndexed { index, n, .. } => {
@@ -211,9 +211,22 @@ impl Emitter {
     ///     append the record (restores rax, flags)
     /// done:
     /// ```
-    fn trace_block_new_lines(&mut self, pc: u64, tag: u32, len: u32, flags_live: bool) {
+    /// `count`: an indexed counter `(index, n)` to add to first (a `CountIndexed` probe of the
+    /// same instruction, sharing the borrow).
+    pub(super) fn trace_block_new_lines(
+        &mut self,
+        pc: u64,
+        tag: u32,
+        len: u32,
+        flags_live: bool,
+        count: Option<(u32, u32)>,
+    ) {
         use crate::recent_lines::Table;
+        let count = count.filter(|&(index, _)| (index as usize) < c::indexed_counters());
         let Some((shift, slots)) = crate::recent_lines::geometry(Table::Code) else {
+            if let Some((index, n)) = count {
+                self.count_indexed(pc, index, n, flags_live);
+            }
             return self.trace_block(pc, tag, flags_live);
         };
         let first = pc >> shift;
@@ -221,6 +234,13 @@ impl Emitter {
         let slot_off =
             |line: u64| (Table::Code.offset() as u64 + 8 * (line & u64::from(slots - 1))) as u32;
         self.borrow_rax(pc, flags_live);
+        if let Some((index, n)) = count {
+            // add qword [gs:[INDEXED_AT] + index*8], n (the flags are saved where live)
+            self.load_gs(0, c::OFF_INDEXED_AT);
+            self.buf.extend_from_slice(&[0x48, 0x81, 0x80]);
+            self.d32(index * 8);
+            self.d32(n);
+        }
         let checked = last.wrapping_sub(first) < Self::MAX_CHECKED_CODE_LINES;
         let mut new = [0usize; Self::MAX_CHECKED_CODE_LINES as usize];
         let mut done = None;
