@@ -82,6 +82,17 @@ static void __attribute__((noinline)) copied(void) {
     free(src);
 }
 
+/* A system call's argument register: a heap value's, then a stack value's. */
+static void __attribute__((noinline)) syscall_arg(void) {
+    int *n = malloc(sizeof(int));
+    int m;
+    int fd = sink();
+    write(fd, "abc", *n & 3);
+    write(fd, "abc", m & 1);
+    close(fd);
+    free(n);
+}
+
 static int global[4] = {1, 2, 3, 4};
 
 /* Memory made undefined by a client request. */
@@ -104,6 +115,8 @@ int main(int argc, char **argv) {
         stack_values();
     if (all || !strcmp(c, "copied"))
         copied();
+    if (all || !strcmp(c, "syscall-arg"))
+        syscall_arg();
     if (all || !strcmp(c, "client"))
         client();
     return 0;

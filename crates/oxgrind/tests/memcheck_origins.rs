@@ -1,9 +1,10 @@
 //! Origins of uninitialised values (`--track-origins=yes`), differentially: each case of
 //! `mc_origins.c` (a heap int in a branch and printed, `write()` of a heap buffer,
 //! realloc's new tail, a leaf's red zone and a frame's locals, a value copied by memcpy,
-//! a client request) and every case of `mc_undef.c` and `mc_undef_mixed.c`, at -O0 and
-//! -O2, under Valgrind's memcheck and ours: the same report, origin lines ("Uninitialised
-//! value was created by a heap allocation" and its stack) included, in text and in XML.
+//! system call arguments, a client request) and every case of `mc_undef.c` and
+//! `mc_undef_mixed.c`, at -O0 and -O2, under Valgrind's memcheck and ours: the same
+//! report, origin lines ("Uninitialised value was created by a heap allocation" and its
+//! stack) included, in text and in XML.
 
 mod common;
 use common::*;
@@ -16,6 +17,7 @@ const CASES: &[(&str, usize)] = &[
     ("realloc", 1),
     ("stack", 2),
     ("copied", 1),
+    ("syscall-arg", 2),
     ("client", 1),
 ];
 
