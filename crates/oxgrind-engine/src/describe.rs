@@ -186,7 +186,7 @@ fn kind_of(a: OpAccess) -> Option<(AccessKind, bool)> {
 }
 
 /// What an operand's address can point at, from how it is formed.
-fn addressing(m: &UsedMemory) -> Addressing {
+pub(crate) fn addressing(m: &UsedMemory) -> Addressing {
     if matches!(m.segment(), Register::FS | Register::GS) {
         return Addressing::ThreadLocal;
     }

@@ -61,6 +61,9 @@ pub enum Addressing {
     General,
 }
 
+/// amd64's red zone: the 128 bytes below `rsp` a function may use without moving it.
+pub const RED_ZONE: u64 = 128;
+
 /// One memory operand of an [`Insn`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemOp {
@@ -563,6 +566,12 @@ pub enum Probe {
         at: u8,
         data: u64,
     },
+    /// [`Plan::accesses_filtered_or_below_sp`].
+    AccessesFilteredOrBelowSp {
+        at: u8,
+        data: u64,
+        depth: u32,
+    },
     Pc {
         at: u8,
         data: u64,
@@ -600,6 +609,7 @@ impl Probe {
             Probe::Count { at, .. }
             | Probe::Accesses { at, .. }
             | Probe::AccessesFiltered { at, .. }
+            | Probe::AccessesFilteredOrBelowSp { at, .. }
             | Probe::Pc { at, .. }
             | Probe::TraceAccesses { at, .. }
             | Probe::TraceNewLines { at, .. }
@@ -681,6 +691,19 @@ impl Plan {
         self.push_probe(Probe::AccessesFiltered {
             at: insn as u8,
             data,
+        })
+    }
+
+    /// Like [`Plan::accesses_filtered`], and the call is also made when an operand
+    /// addressed through general registers ([`Addressing::General`]: not `rsp`) starts in
+    /// `[rsp - depth, rsp - RED_ZONE)`, below amd64's red zone: a pointer into a frame
+    /// whose function has returned (Memcheck's "N bytes below stack pointer" through a
+    /// pointer). An inline compare of the address with `rsp`, next to the shadow check.
+    pub fn accesses_filtered_or_below_sp(&mut self, insn: usize, data: u64, depth: u32) -> bool {
+        self.push_probe(Probe::AccessesFilteredOrBelowSp {
+            at: insn as u8,
+            data,
+            depth,
         })
     }
 

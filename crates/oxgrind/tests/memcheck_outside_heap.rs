@@ -118,6 +118,48 @@ fn accesses_below_a_threads_stack_pointer_match_valgrind() {
 }
 
 #[test]
+fn accesses_to_a_dead_frame_through_a_pointer_match_valgrind() {
+    // A returned local's address, pointers kept in a global and in a struct: reads and a
+    // write through registers other than rsp, on the main thread and another, at -O0 (rbp
+    // frames) and -O2; on both of glibc's code paths.
+    for flags in [&["-g", "-O0"][..], &["-g", "-O2"]] {
+        let prog = build("access_dead_frame.c", flags);
+        for env in [None, Some("glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW")] {
+            if !have_valgrind() {
+                return;
+            }
+            let mut ours = Command::new(oxgrind());
+            let mut theirs = Command::new("valgrind");
+            for c in [&mut ours, &mut theirs] {
+                if let Some(t) = env {
+                    c.env("GLIBC_TUNABLES", t);
+                }
+                c.arg(&prog);
+            }
+            let (o, t) = (run(&mut ours), run(&mut theirs));
+            assert_eq!(stdout(&o), stdout(&t), "program output differs");
+            let (ours, theirs) = (normalize_report(&stderr(&o)), normalize_report(&stderr(&t)));
+            eprintln!("{flags:?} {env:?}");
+            // 3 rounds on thread 1, 2 on thread 2, each a read, a write and a read; the
+            // red zone and the live frame are no errors.
+            assert!(
+                ours.contains("ERROR SUMMARY: 15 errors from 6 contexts"),
+                "{ours}"
+            );
+            for line in [
+                "Address 0xADDR is on thread 1's stack",
+                "Address 0xADDR is on thread 2's stack",
+                "304 bytes below stack pointer",
+                "216 bytes below stack pointer",
+            ] {
+                assert!(ours.contains(line), "no {line:?} in\n{ours}");
+            }
+            assert_same_report(&without_dtv_slot(&ours, &theirs), &theirs);
+        }
+    }
+}
+
+#[test]
 fn below_a_threads_stack_pointer_after_malloc_no_error_valgrind_has_not() {
     // Our allocator hooks run on the program's stack (Valgrind's on its own): what they
     // leave there must not count as the thread having been that deep. Each depth we

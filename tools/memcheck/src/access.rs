@@ -13,6 +13,7 @@ use oxgrind_formats::frame::Frame;
 use oxgrind_tool::instrument::{Access, AccessKind, GuestRegs, Insn, Plan};
 use oxgrind_tool::{Addr, Host};
 
+use crate::outside_heap::{BELOW_SP_COVERED, DEAD_FRAME_DEPTH};
 use crate::shadow::{self, shadow_base};
 use crate::Memcheck;
 
@@ -194,10 +195,21 @@ impl Memcheck {
         // access touches is not all addressable (0 = addressable, as here).
         self.probing.store(true, Ordering::Relaxed);
         for (i, ins) in block.iter().enumerate() {
+            // An explicit `[rsp + d]` past the red zone gets its own probe; an access
+            // through another register is compared with `rsp` inline (a pointer into a
+            // frame whose function has returned) next to the shadow check.
+            let mut below_sp = Plan::new(block.len());
+            let covered = self.plan_below_sp(i, ins, &mut below_sp);
             if ins.may_touch_heap() {
-                plan.accesses_filtered(i, 0);
+                if covered {
+                    plan.accesses_filtered(i, BELOW_SP_COVERED);
+                } else {
+                    plan.accesses_filtered_or_below_sp(i, 0, DEAD_FRAME_DEPTH);
+                }
             }
-            self.plan_below_sp(i, ins, plan);
+            for p in below_sp.probes() {
+                plan.push_probe(*p);
+            }
         }
     }
 
@@ -206,7 +218,7 @@ impl Memcheck {
         host: &dyn Host,
         accesses: &[Access],
         regs: &GuestRegs,
-        _data: u64,
+        data: u64,
     ) {
         let base = shadow::base_if_ready();
         if base == 0 {
@@ -217,6 +229,10 @@ impl Memcheck {
                 let _probe = ProbeScope::enter();
                 self.check_access(host, base, a, regs);
             }
+        }
+        if data & BELOW_SP_COVERED == 0 {
+            let _probe = ProbeScope::enter();
+            self.below_sp_event(host, accesses, regs, DEAD_FRAME_DEPTH as u64);
         }
     }
 

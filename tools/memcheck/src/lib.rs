@@ -33,8 +33,9 @@
 //! verdicts as loss records and LEAK SUMMARY), `fatal` (the fatal-signal block); this file
 //! holds the tool's state and its `Tool` implementation, which only dispatches.
 //!
-//! Outside the heap (`outside_heap`): accesses below the stack pointer's red zone through
-//! `[rsp + d]` operands, and accesses to unmapped memory, reported when they fault.
+//! Outside the heap (`outside_heap`): accesses below the stack pointer's red zone (through
+//! `[rsp + d]` operands, and through pointers into dead frames), and accesses to unmapped
+//! memory, reported when they fault.
 
 extern crate alloc;
 
@@ -367,7 +368,7 @@ impl Tool for Memcheck {
 
     fn on_accesses(&self, host: &dyn Host, accesses: &[Access], regs: &GuestRegs, data: u64) {
         if data & outside_heap::BELOW_SP_PROBE != 0 {
-            self.below_sp_event(host, accesses, regs, data)
+            self.below_sp_event(host, accesses, regs, data & 0xffff_ffff)
         } else {
             self.accesses_event(host, accesses, regs, data)
         }

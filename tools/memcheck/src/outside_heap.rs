@@ -8,14 +8,17 @@
 //!
 //! * **Below the stack pointer**: an explicit `[rsp + d]` operand is placed relative to
 //!   `rsp` at translation (`Insn::sp_offset`). Only an operand with `d < -128`, past
-//!   amd64's red zone, gets a probe. On the main thread's stack it always reports ("Address
-//!   ... is on thread 1's stack", "N bytes below stack pointer"), where Valgrind too holds
-//!   all memory below `rsp` unaddressable. On another thread's stack Valgrind holds only
-//!   what the thread's pointer has been below and come back up from unaddressable: the
-//!   probe reports above the deepest point the thread's stack shows it has been
-//!   (`thread_stack_floor`). Not seen: an access through another register to a dead part
-//!   of the stack (a pointer to a returned function's local: it would take a mark per
-//!   stack-pointer change, as Valgrind makes, to know it dead).
+//!   amd64's red zone, gets a probe. An operand through any other register (a pointer into
+//!   a frame whose function has returned) is compared with `rsp` inline, next to the heap's
+//!   shadow check (`Plan::accesses_filtered_or_below_sp`): only one that starts within
+//!   [`DEAD_FRAME_DEPTH`] below the red zone calls. Either way, on the main thread's stack
+//!   it always reports ("Address ... is on thread 1's stack", "N bytes below stack
+//!   pointer"), where Valgrind too holds all memory below `rsp` unaddressable. On another
+//!   thread's stack Valgrind holds only what the thread's pointer has been below and come
+//!   back up from unaddressable: the probe reports above the deepest point the thread's
+//!   stack shows it has been (`thread_stack_floor`). Memory that is not the stack `rsp`
+//!   is on (another thread's, below), and any stack that is neither the main thread's nor a
+//!   glibc thread's (a coroutine's, an alternate signal stack) are left alone.
 //! * **Unmapped memory**: such an access faults, and the engine tells the tool before the
 //!   signal is delivered (`Tool::on_memory_fault`): with `SEGV_MAPERR` it is reported as
 //!   Valgrind reports it before its "Process terminating with default action of signal 11"
@@ -34,79 +37,177 @@ use crate::errors::KeyKind;
 use crate::freed::FreedQueue;
 use crate::Memcheck;
 
-/// amd64's red zone: the 128 bytes below `rsp` a function may use without moving it.
-pub(crate) const RED_ZONE: u64 = 128;
+pub(crate) use oxgrind_tool::instrument::RED_ZONE;
+
+/// How far below the stack pointer an access through a pointer (not `rsp`) is checked: a
+/// frame whose function has returned lies a frame or a few below the pointer, and beyond
+/// the window nothing costs a call (another thread's stack lies below this one's).
+pub(crate) const DEAD_FRAME_DEPTH: u32 = 1 << 20;
+
+/// `Plan::accesses_filtered` data: the instruction also has a below-the-stack-pointer
+/// probe, which checks its accesses below the stack pointer.
+pub(crate) const BELOW_SP_COVERED: u64 = 1 << 41;
 
 /// `Plan::accesses` data of a below-the-stack-pointer probe: this bit, and in the low 32
 /// bits how far below `rsp` the instruction's lowest such operand starts.
 pub(crate) const BELOW_SP_PROBE: u64 = 1 << 40;
 
-/// The main thread's stack as last read from `/proc/self/maps` (`[stack]`): start, end.
-static MAIN_STACK: oxgrind_tool::sync::SpinLock<(u64, u64)> =
-    oxgrind_tool::sync::SpinLock::new((0, 0));
-
-/// Whether `sp` lies in the main thread's stack mapping. The maps are read again only when
-/// `sp` is outside the range known (the stack grows down; asked on the error path only).
-fn on_main_stack(host: &dyn Host, sp: u64) -> bool {
-    let (lo, hi) = *MAIN_STACK.lock();
-    if lo <= sp && sp < hi {
-        return true;
-    }
-    let maps = host.read_self_file(SelfFile::Maps).unwrap_or_default();
-    let range = maps.lines().find(|l| l.ends_with("[stack]")).and_then(|l| {
-        let (lo, hi) = l.split_whitespace().next()?.split_once('-')?;
-        Some((
-            u64::from_str_radix(lo, 16).ok()?,
-            u64::from_str_radix(hi, 16).ok()?,
-        ))
-    });
-    let Some((lo, hi)) = range else { return false };
-    *MAIN_STACK.lock() = (lo, hi);
-    lo <= sp && sp < hi
+/// The stack the calling thread's pointer was last found on, as the below-the-stack-pointer
+/// checks see it; kept per thread so that `/proc/self/maps` is read again only when the
+/// pointer is somewhere else (or an access lies below what is known).
+#[derive(Clone, Copy)]
+enum KnownStack {
+    None,
+    /// The main thread's stack mapping (`[stack]`): all of it below `rsp - 128` is
+    /// unaddressable, as Valgrind holds it.
+    Main {
+        lo: u64,
+        hi: u64,
+    },
+    /// A glibc thread stack and its floor (`thread_stack_floor`; `u64::MAX`: none found).
+    Thread {
+        lo: u64,
+        hi: u64,
+        floor: u64,
+    },
+    /// A mapping that is no stack the checks know (a coroutine's on the heap, an
+    /// alternate signal stack, the main thread on a thread-like mapping): left alone.
+    Other {
+        lo: u64,
+        hi: u64,
+    },
 }
 
-/// How deep, at most, the calling thread's stack pointer (`sp`, on a glibc thread stack)
-/// has been: Valgrind holds a thread's stack unaddressable from 128 bytes below the lowest
-/// point its pointer has reached up to 128 below where it is, and addressable below that.
-/// Without marking at every stack-pointer change (see the module's doc), the lowest word
-/// of the stack that holds anything but what it was made with stands in for that point:
-/// glibc maps a new stack zeroed, and the program writes its stack only within the red
-/// zone below its pointer, so the pointer has been at most 128 bytes above that word (a
-/// reused stack holds its earlier thread's words, where Valgrind too holds the memory
-/// unaddressable). Bytes from there up to the pointer are then unaddressable. A frame the
-/// thread made but never wrote at its bottom is not seen (a missed error). Nor are the
-/// words oxgrind's own allocator hooks left below the program's calls to `malloc` (a
-/// thread's first leaves about 4 KiB, where Valgrind's pointer went 1.5 KiB down): the
-/// floor is put above them (`above_own_frames`), which also misses what lies below.
-///
-/// `None` when `sp` is on no glibc thread stack: an anonymous read-write mapping right
-/// above its `---` guard page. The stack and the floor found are kept per thread (the
-/// floor only goes down as the thread goes deeper): the stack is read again only when an
-/// access lies below the floor last found (`want`), and `/proc/self/maps` only when the
-/// thread runs on another stack.
-fn thread_stack_floor(host: &dyn Host, sp: u64, want: u64) -> Option<u64> {
-    let (lo, hi, floor) = THREAD_STACK.with(|c| c.get());
-    let (lo, hi) = if lo <= sp && sp < hi {
-        if floor <= want {
-            return Some(floor);
+impl KnownStack {
+    fn holds(&self, sp: u64) -> bool {
+        match *self {
+            KnownStack::None => false,
+            KnownStack::Main { lo, hi }
+            | KnownStack::Thread { lo, hi, .. }
+            | KnownStack::Other { lo, hi } => lo <= sp && sp < hi,
         }
-        (lo, hi)
-    } else {
-        guarded_thread_stack(host, sp)?
-    };
-    let floor = match scan_floor(lo, sp) {
-        Some(floor) => floor.max(above_own_frames(host, floor, sp)),
-        None => u64::MAX,
-    };
-    THREAD_STACK.with(|c| c.set((lo, hi, floor)));
-    Some(floor)
+    }
 }
 
 thread_local! {
-    /// The calling thread's glibc stack `[lo, hi)` and its floor (`thread_stack_floor`;
-    /// `u64::MAX`: none found), as last looked up.
-    static THREAD_STACK: core::cell::Cell<(u64, u64, u64)> =
-        const { core::cell::Cell::new((0, 0, u64::MAX)) };
+    static KNOWN_STACK: core::cell::Cell<KnownStack> =
+        const { core::cell::Cell::new(KnownStack::None) };
+}
+
+/// The lowest address of the stack the calling thread's pointer `sp` is on that is
+/// unaddressable below `sp - 128`, for an access as low as `want`: the main thread's stack
+/// mapping's start; on a glibc thread stack, the floor the thread's stack shows
+/// (`thread_stack_floor`). `None` when `sp` is on neither.
+fn unaddressable_from(host: &dyn Host, main_thread: bool, sp: u64, want: u64) -> Option<u64> {
+    let mut known = KNOWN_STACK.with(|c| c.get());
+    let fresh = !known.holds(sp);
+    if fresh {
+        known = classify_stack(host, main_thread, sp);
+    }
+    let from = match known {
+        KnownStack::None | KnownStack::Other { .. } => None,
+        KnownStack::Main { lo, .. } if want < lo && !fresh => {
+            // The stack may have grown since it was read.
+            known = classify_stack(host, main_thread, sp);
+            match known {
+                KnownStack::Main { lo, .. } => Some(lo),
+                _ => None,
+            }
+        }
+        KnownStack::Main { lo, .. } => Some(lo),
+        KnownStack::Thread { lo, floor, .. } if want < lo => Some(floor),
+        KnownStack::Thread { floor, .. } if floor <= want => Some(floor),
+        KnownStack::Thread { lo, hi, .. } => {
+            let floor = thread_stack_floor(host, lo, sp);
+            known = KnownStack::Thread { lo, hi, floor };
+            Some(floor)
+        }
+    };
+    KNOWN_STACK.with(|c| c.set(known));
+    from
+}
+
+/// What the mapping holding `sp` is to the checks, from `/proc/self/maps`: the main
+/// thread's `[stack]`, a glibc thread stack (anonymous, read-write, right above its `---`
+/// guard page) on another thread, or another mapping.
+fn classify_stack(host: &dyn Host, main_thread: bool, sp: u64) -> KnownStack {
+    let Some(maps) = host.read_self_file(SelfFile::Maps) else {
+        return KnownStack::None;
+    };
+    let mut below: Option<(u64, &str)> = None; // the previous mapping's end, permissions
+    for m in maps.lines().map_while(map_line) {
+        if m.lo <= sp && sp < m.hi {
+            let (lo, hi) = (m.lo, m.hi);
+            let guarded = below.is_some_and(|(end, p)| end == m.lo && p == "---");
+            return if main_thread && m.path == "[stack]" {
+                KnownStack::Main { lo, hi }
+            } else if !main_thread && m.perms == "rw-" && m.path.is_empty() && guarded {
+                KnownStack::Thread {
+                    lo,
+                    hi,
+                    floor: thread_stack_floor(host, lo, sp),
+                }
+            } else {
+                KnownStack::Other { lo, hi }
+            };
+        }
+        below = Some((m.hi, m.perms));
+    }
+    KnownStack::None
+}
+
+/// Whether `sp` lies in the calling thread's alternate signal stack (a handler running
+/// there: another stack, whatever memory holds it).
+fn on_signal_stack(sp: u64) -> bool {
+    #[repr(C)]
+    struct StackT {
+        sp: u64,
+        flags: i32,
+        size: u64,
+    }
+    let mut ss = StackT {
+        sp: 0,
+        flags: 0,
+        size: 0,
+    };
+    let ret: i64;
+    // SAFETY: sigaltstack(NULL, &ss) only writes the thread's alternate stack into `ss`
+    // (a `stack_t`, as laid out here); the system call clobbers rcx and r11, declared.
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") 131i64 => ret,
+            in("rdi") 0u64,
+            in("rsi") &mut ss as *mut StackT,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        )
+    };
+    const SS_DISABLE: i32 = 2;
+    ret == 0 && ss.flags & SS_DISABLE == 0 && ss.sp <= sp && sp < ss.sp.saturating_add(ss.size)
+}
+
+/// How deep, at most, the calling thread's stack pointer (`sp`, on the glibc thread stack
+/// starting at `lo`) has been: Valgrind holds a thread's stack unaddressable from 128 bytes
+/// below the lowest point its pointer has reached up to 128 below where it is, and
+/// addressable below that. Without marking at every stack-pointer change (see the module's
+/// doc), the lowest word of the stack that holds anything but what it was made with stands
+/// in for that point: glibc maps a new stack zeroed, and the program writes its stack only
+/// within the red zone below its pointer, so the pointer has been at most 128 bytes above
+/// that word (a reused stack holds its earlier thread's words, where Valgrind too holds the
+/// memory unaddressable). Bytes from there up to the pointer are then unaddressable. A
+/// frame the thread made but never wrote at its bottom is not seen (a missed error). Nor
+/// are the words oxgrind's own allocator hooks left below the program's calls to `malloc`
+/// (a thread's first leaves about 4 KiB, where Valgrind's pointer went 1.5 KiB down): the
+/// floor is put above them (`above_own_frames`), which also misses what lies below.
+/// `u64::MAX` when none is found. (Kept per thread, `KnownStack::Thread`: the stack is read
+/// again only when an access lies below the floor last found.)
+fn thread_stack_floor(host: &dyn Host, lo: u64, sp: u64) -> u64 {
+    match scan_floor(lo, sp) {
+        Some(floor) => floor.max(above_own_frames(host, floor, sp)),
+        None => u64::MAX,
+    }
 }
 
 /// Where the thread's stack in `[floor, sp)` stops holding what oxgrind's own code left
@@ -155,21 +256,6 @@ fn own_text(host: &dyn Host) -> (u64, u64) {
     let range = range.unwrap_or((0, 0));
     *TEXT.lock() = range;
     range
-}
-
-/// The mapping `[lo, hi)` holding `sp` if it is a glibc thread stack: anonymous, read-write,
-/// right above its `---` guard page.
-fn guarded_thread_stack(host: &dyn Host, sp: u64) -> Option<(u64, u64)> {
-    let maps = host.read_self_file(SelfFile::Maps)?;
-    let mut below: Option<(u64, &str)> = None; // the previous mapping's end, permissions
-    for m in maps.lines().map_while(map_line) {
-        if m.lo <= sp && sp < m.hi {
-            let guarded = below.is_some_and(|(end, p)| end == m.lo && p == "---");
-            return (m.perms == "rw-" && m.path.is_empty() && guarded).then_some((m.lo, m.hi));
-        }
-        below = Some((m.hi, m.perms));
-    }
-    None
 }
 
 /// One line of `/proc/self/maps`.
@@ -261,49 +347,59 @@ const STACK_OVERFLOW_ABOVE: u64 = 1 << 20;
 
 impl Memcheck {
     /// Probes for the operands of `ins` (instruction `i` of its block) that lie past the
-    /// red zone below `rsp`: known at translation, so only those instructions pay.
-    pub(crate) fn plan_below_sp(&self, i: usize, ins: &Insn, plan: &mut Plan) {
+    /// red zone below `rsp`: known at translation, so only those instructions pay. Whether
+    /// one was planned: it then covers the instruction's other operands too, down to
+    /// [`DEAD_FRAME_DEPTH`] (see [`Memcheck::instrument_block`]).
+    pub(crate) fn plan_below_sp(&self, i: usize, ins: &Insn, plan: &mut Plan) -> bool {
         let lowest = (0..ins.mem().len())
             .filter_map(|op| ins.sp_offset(op))
             .filter(|&d| (d as i64) < -(RED_ZONE as i64))
             .min();
-        if let Some(d) = lowest {
-            plan.accesses(i, BELOW_SP_PROBE | d.unsigned_abs() as u64);
+        let Some(d) = lowest else { return false };
+        let mut depth = d.unsigned_abs() as u64;
+        if ins.may_touch_heap() {
+            depth = depth.max(DEAD_FRAME_DEPTH as u64);
         }
+        plan.accesses(i, BELOW_SP_PROBE | depth)
     }
 
-    /// A below-the-stack-pointer probe ran: the accesses within `[rsp - depth, rsp - 128)`
-    /// are errors (the instruction's other operands are not this probe's business).
+    /// A below-the-stack-pointer probe ran, or a filtered probe's slow path (which checks
+    /// below the stack pointer too, `DEAD_FRAME_DEPTH` down): the accesses that start within
+    /// `[rsp - depth, rsp - 128)` on the thread's own stack are errors, where Valgrind holds
+    /// the memory unaddressable.
     pub(crate) fn below_sp_event(
         &self,
         host: &dyn Host,
         accesses: &[Access],
         regs: &GuestRegs,
-        data: u64,
+        depth: u64,
     ) {
         let rsp = regs.rsp();
+        let (deepest, hi) = (rsp.wrapping_sub(depth), rsp.wrapping_sub(RED_ZONE));
+        let in_window = |a: &&Access| a.addr >= deepest && a.addr < hi;
+        let Some(want) = accesses.iter().filter(in_window).map(|a| a.addr).min() else {
+            return;
+        };
         // Valgrind marks all of the main thread's stack below its pointer unaddressable
         // from the start. Another thread's stack is memory glibc mapped (addressable to
         // Valgrind) until the thread's pointer has been there and come back up: only the
         // part above the deepest point the thread has reached is unaddressable (see
         // `thread_stack_floor`). Any other stack (sigaltstack, a coroutine's on the heap)
-        // is left alone: a missed error, never a false one.
-        let depth = data & 0xffff_ffff;
-        let floor = if host.tid() == host.pid() {
-            if !on_main_stack(host, rsp) {
-                return;
-            }
-            0
-        } else {
-            match thread_stack_floor(host, rsp, rsp.wrapping_sub(depth)) {
-                Some(floor) => floor,
-                None => return,
-            }
+        // is left alone: a missed error, never a false one. So are accesses through a
+        // pointer to memory that is not this stack (another thread's, just below).
+        let main_thread = host.tid() == host.pid();
+        let Some(floor) = unaddressable_from(host, main_thread, rsp, want) else {
+            return;
         };
-        let (lo, hi) = (
-            rsp.wrapping_sub(depth).max(floor),
-            rsp.wrapping_sub(RED_ZONE),
-        );
+        let lo = deepest.max(floor);
+        if want >= hi || !accesses.iter().any(|a| a.addr >= lo && a.addr < hi) {
+            return;
+        }
+        // A handler on an alternate signal stack kept inside this one (a local array) is
+        // on another stack: what lies below it is the interrupted code's.
+        if on_signal_stack(rsp) {
+            return;
+        }
         let unaddressable = |addr: u64, size: u32| -> u32 {
             (addr..addr.saturating_add(size as u64))
                 .filter(|&b| b < hi && b >= lo)

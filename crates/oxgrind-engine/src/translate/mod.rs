@@ -329,6 +329,7 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         // stay in the heap size classes the translator has always used.
         pcmap: Vec::with_capacity(32),
         slow: Vec::new(),
+        above_sp: Vec::new(),
     };
     if avail == 0 {
         return Ok(native_jump(pc));
@@ -666,6 +667,8 @@ struct Emitter {
     pcmap: Vec<PcMapEntry>,
     /// Out-of-line clean calls of filtered access probes, placed by `finish`.
     slow: Vec<SlowCall>,
+    /// Out-of-line upper halves of below-the-stack-pointer compares, placed by `finish`.
+    above_sp: Vec<AboveSp>,
 }
 
 /// Most conditional jumps to one out-of-line call (definedness's fast path: 4 state
@@ -682,6 +685,20 @@ struct SlowCall {
     flags_live: bool,
     /// Where the call returns: the probed instruction, guest state exact.
     back: usize,
+    ip: u64,
+}
+
+/// The out-of-line half of a below-the-stack-pointer compare (`Emitter::shadow_checks`):
+/// an operand at or above `rsp - depth` leaves the inline path for the check against
+/// `rsp - RED_ZONE`.
+struct AboveSp {
+    /// Position of the rel32 of the inline `jae`.
+    jump: usize,
+    /// Where the inline path continues (`rax` = the operand's address + `depth` again).
+    resume: usize,
+    depth: u32,
+    /// The filtered probe's slow call (index into `Emitter::slow`).
+    slow: usize,
     ip: u64,
 }
 

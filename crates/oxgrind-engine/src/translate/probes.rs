@@ -10,9 +10,9 @@
 //! never seen by the program.
 
 use iced_x86::{Code, Instruction, MemoryOperand, OpAccess, Register, UsedMemory};
-use oxgrind_tool::instrument::{Probe, TraceKind};
+use oxgrind_tool::instrument::{Addressing, Probe, TraceKind, RED_ZONE};
 
-use super::{ea_encodable, Emitter, SlowCall, TranslateError, FIX_RAX_IN_STUB};
+use super::{ea_encodable, AboveSp, Emitter, SlowCall, TranslateError, FIX_RAX_IN_STUB};
 use crate::context as c;
 
 /// Which of an instruction's access records a trace probe leaves out.
@@ -71,14 +71,10 @@ impl Emitter {
             }
             Probe::Accesses { data, .. } => crate::probe::access_record(ins, data),
             Probe::AccessesFiltered { data, .. } => {
-                let rec = crate::probe::access_record(ins, data);
-                if let Some(rec) = rec {
-                    if let Some((mem, n)) = self.inline_filter_operands(rec) {
-                        self.filtered_call(ip, rec, &mem[..n], flags_live)?;
-                        return Ok(());
-                    }
-                }
-                rec
+                return self.filtered_probe(ins, data, 0, flags_live);
+            }
+            Probe::AccessesFilteredOrBelowSp { data, depth, .. } => {
+                return self.filtered_probe(ins, data, depth, flags_live);
             }
             Probe::Pc { data, .. } => crate::probe::pc_record(ins, data),
         };
@@ -86,6 +82,26 @@ impl Emitter {
             self.clean_call(ip, rec);
         }
         Ok(()) // (no record: no memory access to report, or no memory for the record)
+    }
+
+    /// A filtered access probe (`below_sp`: see `filtered_call`): inline when every operand
+    /// can be addressed inline, else a clean call each time.
+    fn filtered_probe(
+        &mut self,
+        ins: &Instruction,
+        data: u64,
+        below_sp: u32,
+        flags_live: bool,
+    ) -> Result<(), TranslateError> {
+        let ip = ins.ip();
+        let Some(rec) = crate::probe::access_record(ins, data) else {
+            return Ok(()); // no memory access, or no memory for the record
+        };
+        match self.inline_filter_operands(rec) {
+            Some((mem, n)) => self.filtered_call(ip, rec, &mem[..n], below_sp, flags_live)?,
+            None => self.clean_call(ip, rec),
+        }
+        Ok(())
     }
 
     /// The operands of access record `rec` when the shadow map exists and every operand
@@ -342,8 +358,8 @@ impl Emitter {
                 } else {
                     [None; oxgrind_tool::instrument::HOT_RANGES]
                 };
-                let mut to_append = [0usize; 2];
-                let nj = self.shadow_checks(m, ip, &mut to_append)?;
+                let mut to_append = [0usize; 3];
+                let nj = self.shadow_checks(m, ip, 0, &mut to_append)?;
                 // jmp skip (rel32), patched below
                 self.buf.push(0xE9);
                 let skip = self.buf.len();
@@ -599,12 +615,21 @@ impl Emitter {
     }
 
     /// For each check of operand `m` against the shadow map (first granules, last byte),
-    /// emits `jne <to patch>`; returns how many, with the positions of their rel32s.
+    /// emits `jne <to patch>`; returns how many, with the positions of their rel32s. With
+    /// `below_sp` nonzero, the first check also tells whether the operand starts in
+    /// `[rsp - below_sp, rsp - RED_ZONE)`, on the same address (`below_sp` a multiple of
+    /// 8): `lea rax, [m + below_sp]; cmp rax, rsp; jae <above>`, then the shadow of
+    /// `rax - below_sp`. Only an address at or above `rsp - below_sp` (the stack, and what
+    /// lies above it) takes the out-of-line `<above>` (`AboveSp`: the compare with
+    /// `rsp - 128`, into the slow call); the heap, below the stacks, pays one compare.
+    /// A frame's local (`frame_local`), which mostly lies in the stack, has both compares
+    /// inline (`sub rax, rsp; cmp rax, below_sp - 128; jb <slow>; add rax, rsp`).
     fn shadow_checks(
         &mut self,
         m: &UsedMemory,
         ip: u64,
-        jumps: &mut [usize; 2],
+        below_sp: u32,
+        jumps: &mut [usize; 3],
     ) -> Result<usize, TranslateError> {
         let size = m.memory_size().size() as u64;
         // Shadow bytes covering the first granules (up to 8), then the last byte's.
@@ -616,31 +641,80 @@ impl Emitter {
         };
         let checks = [(0u64, first_width), (size.saturating_sub(1), 1)];
         let n = if size > 1 { 2 } else { 1 };
+        // The depth goes into the `lea`'s displacement, which must stay a disp32.
+        let below_sp = if below_sp > RED_ZONE as u32
+            && below_sp % 8 == 0
+            && i32::try_from(m.displacement() as i64 + below_sp as i64).is_ok()
+        {
+            below_sp
+        } else {
+            0
+        };
+        let mut nj = 0;
         for (k, (off, width)) in checks.iter().take(n).enumerate() {
-            self.effective_address(m, *off, ip)?;
+            let mut shadow_disp = 0i32;
+            if k == 0 && below_sp != 0 && frame_local(m) {
+                // A frame's local mostly lies above `rsp`: both compares inline.
+                self.effective_address(m, below_sp as u64, ip)?;
+                self.buf.extend_from_slice(&[0x48, 0x29, 0xE0]); // sub rax, rsp
+                self.buf.extend_from_slice(&[0x48, 0x3D]); // cmp rax, below_sp - 128
+                self.d32(below_sp - RED_ZONE as u32);
+                self.buf.extend_from_slice(&[0x0F, 0x82]); // jb <slow call>
+                jumps[nj] = self.buf.len();
+                nj += 1;
+                self.d32(0);
+                self.buf.extend_from_slice(&[0x48, 0x01, 0xE0]); // add rax, rsp
+                shadow_disp = -((below_sp / 8) as i32);
+            } else if k == 0 && below_sp != 0 {
+                self.effective_address(m, below_sp as u64, ip)?;
+                self.buf.extend_from_slice(&[0x48, 0x39, 0xE0]); // cmp rax, rsp
+                self.buf.extend_from_slice(&[0x0F, 0x83]); // jae <above>
+                let jump = self.buf.len();
+                self.d32(0);
+                self.above_sp.push(AboveSp {
+                    jump,
+                    resume: self.buf.len(),
+                    depth: below_sp,
+                    slow: self.slow.len(),
+                    ip,
+                });
+                shadow_disp = -((below_sp / 8) as i32);
+            } else {
+                self.effective_address(m, *off, ip)?;
+            }
             self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, 0x03]); // shr rax, 3
             self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]); // add rax, gs:[shadow]
             self.d32(c::OFF_SHADOW as u32);
+            // cmp <width> [rax (+ shadow_disp)], 0
+            let modrm = if shadow_disp == 0 { 0x38 } else { 0xB8 };
             match *width {
-                1 => self.buf.extend_from_slice(&[0x80, 0x38, 0x00]),
-                2 => self.buf.extend_from_slice(&[0x66, 0x83, 0x38, 0x00]),
-                4 => self.buf.extend_from_slice(&[0x83, 0x38, 0x00]),
-                _ => self.buf.extend_from_slice(&[0x48, 0x83, 0x38, 0x00]),
+                1 => self.buf.extend_from_slice(&[0x80, modrm]),
+                2 => self.buf.extend_from_slice(&[0x66, 0x83, modrm]),
+                4 => self.buf.extend_from_slice(&[0x83, modrm]),
+                _ => self.buf.extend_from_slice(&[0x48, 0x83, modrm]),
             }
+            if shadow_disp != 0 {
+                self.d32(shadow_disp as u32);
+            }
+            self.buf.push(0x00);
             self.buf.extend_from_slice(&[0x0F, 0x85]); // jne
-            jumps[k] = self.buf.len();
+            jumps[nj] = self.buf.len();
+            nj += 1;
             self.d32(0);
         }
-        Ok(n)
+        Ok(nj)
     }
 
     /// A filtered access probe: the shadow checks of every operand, and an out-of-line
-    /// clean call (`SlowCall`) when one finds a nonzero byte.
+    /// clean call (`SlowCall`) when one finds a nonzero byte. With `below_sp` nonzero, also
+    /// when an operand addressed through general registers (not `rsp`) starts in
+    /// `[rsp - below_sp, rsp - RED_ZONE)` (see `shadow_checks`).
     fn filtered_call(
         &mut self,
         ip: u64,
         rec: u64,
         mem: &[UsedMemory],
+        below_sp: u32,
         flags_live: bool,
     ) -> Result<(), TranslateError> {
         self.borrow_rax(ip, flags_live);
@@ -653,8 +727,9 @@ impl Emitter {
             ip,
         };
         for m in mem {
-            let mut j = [0usize; 2];
-            let n = self.shadow_checks(m, ip, &mut j)?;
+            let mut j = [0usize; 3];
+            let general = crate::describe::addressing(m) == Addressing::General;
+            let n = self.shadow_checks(m, ip, if general { below_sp } else { 0 }, &mut j)?;
             for &p in &j[..n] {
                 slow.jumps[slow.njumps] = p;
                 slow.njumps += 1;
@@ -712,8 +787,10 @@ impl Emitter {
     /// `rax` still in `STUB_RAX`, and returns to the end of its inline part.
     pub(super) fn finish_slow_calls(&mut self) {
         let slow = core::mem::take(&mut self.slow);
+        let mut placed = alloc::vec::Vec::with_capacity(slow.len());
         for s in &slow {
             let at = self.buf.len();
+            placed.push(at);
             for &j in &s.jumps[..s.njumps] {
                 let rel = at as i64 - (j as i64 + 4);
                 self.buf[j..j + 4].copy_from_slice(&(rel as i32).to_le_bytes());
@@ -729,6 +806,33 @@ impl Emitter {
             self.mov_imm64(0, s.rec);
             self.jmp_gs(c::OFF_PROBE_ENTRY);
         }
+        // The upper halves of the below-the-stack-pointer compares: `rax` = address +
+        // depth; `sub rax, rsp; cmp rax, depth - 128; jb <slow call>; add rax, rsp;
+        // jmp <resume>`.
+        for a in core::mem::take(&mut self.above_sp) {
+            let at = self.buf.len();
+            let rel = at as i64 - (a.jump as i64 + 4);
+            self.buf[a.jump..a.jump + 4].copy_from_slice(&(rel as i32).to_le_bytes());
+            self.push_map_at(at, a.ip, FIX_RAX_IN_STUB);
+            self.buf.extend_from_slice(&[0x48, 0x29, 0xE0]); // sub rax, rsp
+            self.buf.extend_from_slice(&[0x48, 0x3D]); // cmp rax, depth - 128
+            self.d32(a.depth - RED_ZONE as u32);
+            self.buf.extend_from_slice(&[0x0F, 0x82]); // jb <slow call>
+            let rel = placed[a.slow] as i64 - (self.buf.len() as i64 + 4);
+            self.d32(rel as i32 as u32);
+            self.buf.extend_from_slice(&[0x48, 0x01, 0xE0]); // add rax, rsp
+            self.buf.push(0xE9); // jmp <resume>
+            let rel = a.resume as i64 - (self.buf.len() as i64 + 4);
+            self.d32(rel as i32 as u32);
+        }
         self.unmark();
     }
+}
+
+/// Whether operand `m` has the form of a local of a frame with a frame pointer,
+/// `[rbp - d]` (unoptimised code's every local): where its address mostly lies (in the
+/// stack), for the layout of the below-the-stack-pointer compare; optimised code that uses
+/// `rbp` as a general register mostly indexes it or adds to it.
+fn frame_local(m: &UsedMemory) -> bool {
+    m.base() == Register::RBP && m.index() == Register::None && (m.displacement() as i64) < 0
 }
