@@ -251,6 +251,9 @@ impl Tool for Memcheck {
         stack trace(s) to keep for malloc'd/free'd areas       [alloc-and-free]
     --show-mismatched-frees=no|yes   show frees that don't match the allocator? [yes]
     --partial-loads-ok=no|yes        too hard to explain here; see manual [yes]
+    --undef-value-errors=no|yes      check for undefined value errors [no]
+    --track-origins=no|yes           show origins of undefined values? [no]
+                                     (yes implies --undef-value-errors=yes)
 
   (Invalid reads and writes are checked for heap blocks, below the stack pointer
   and for unmapped memory; undefined values only with --undef-value-errors=yes.)
