@@ -443,7 +443,8 @@ pub fn guest_regs_in_tool_call() -> Option<oxgrind_tool::instrument::GuestRegs> 
 /// (symbolising: inflating and parsing debug sections) is many times slower there than
 /// natively. Under the engine, `f` runs as a clean call does: on the thread's engine stack
 /// (1 MiB), with the guest state saved, signals deferred until it returns, and
-/// [`guest_regs_in_tool_call`] answering with the caller's registers; its system calls are
+/// [`guest_regs_in_tool_call`] answering with the caller's registers as the call will return
+/// to it (pc at the return address: an unwinder starts in the caller); its system calls are
 /// not the program's (the engine does not see them), nor are the libc functions it calls
 /// (no probe, no redirection). Outside the engine, or already native (a tool call, the
 /// dispatcher), `f` is simply called. `f` must not call into the program, and must not

@@ -485,8 +485,17 @@ pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
         rip: rec.pc,
         rflags: ctx.gflags,
     };
-    let _lent = ToolRegsLent::new(ctx, &regs);
     if rec.kind == KIND_NATIVE {
+        // The caller's state as the gate's `ret` will leave it (its return address popped):
+        // an unwinder starts there, in a function with call-frame information, not in the
+        // gate (`Host` stack captures of a hook run natively).
+        let mut caller = regs;
+        let sp = ctx.gregs[c::RSP];
+        // SAFETY: the gate is reached only by `run_native`'s `call`, which has just pushed
+        // its return address at the guest's `rsp`: mapped and 8-byte readable.
+        caller.rip = unsafe { core::ptr::read_unaligned(sp as *const u64) };
+        caller.gpr[c::RSP] = sp + 8;
+        let _lent = ToolRegsLent::new(ctx, &caller);
         let (f, data) = (ctx.gregs[c::RSI], ctx.gregs[c::RDI]);
         // SAFETY: `crate::run_native` is the only caller of `oxg_run_native`, and passes a
         // function of this type in rsi and its argument in rdi.
@@ -496,6 +505,7 @@ pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
         unsafe { f(data as *mut u8) };
         return;
     }
+    let _lent = ToolRegsLent::new(ctx, &regs);
     let Some(cl) = client() else {
         // Without a tool only the engine's own requests are answered.
         if rec.kind == KIND_CLIENT_REQUEST {

@@ -221,7 +221,7 @@ fn record_alloc(
 ) {
     let addr = p as u64;
     match ev {
-        Some(ev) => {
+        Some(ev) => crate::host::native(|| {
             let stack = ev.stack(entry);
             BLOCKS.insert(
                 addr,
@@ -244,7 +244,7 @@ fn record_alloc(
             ev.uncount();
             ev.thread
                 .with_event_blocks(addr, 0, || ev.rt.tool.on_alloc(&HOST, &a));
-        }
+        }),
         None => {
             if state::runtime().is_some() || !state::settled() {
                 BLOCKS.insert(
@@ -399,23 +399,25 @@ fn deallocate(p: *mut c_void, func: AllocFn, entry: u64) {
     let ev = Event::enter(wrapper_cost(func));
     match (BLOCKS.remove(addr), &ev) {
         (Some(b), Some(ev)) if !b.internal => {
-            let f = Free {
-                addr,
-                size: b.size,
-                slop: slop(b.size),
-                alloc_stack: b.stack,
-                alloc_func: b.func,
-                func,
-                stack: if ev.rt.needs.free_stacks {
-                    ev.stack(entry)
-                } else {
-                    NO_STACK
-                },
-                tid: ev.tid(),
-            };
-            ev.uncount();
-            ev.thread
-                .with_event_blocks(0, addr, || ev.rt.tool.on_free(&HOST, &f));
+            crate::host::native(|| {
+                let f = Free {
+                    addr,
+                    size: b.size,
+                    slop: slop(b.size),
+                    alloc_stack: b.stack,
+                    alloc_func: b.func,
+                    func,
+                    stack: if ev.rt.needs.free_stacks {
+                        ev.stack(entry)
+                    } else {
+                        NO_STACK
+                    },
+                    tid: ev.tid(),
+                };
+                ev.uncount();
+                ev.thread
+                    .with_event_blocks(0, addr, || ev.rt.tool.on_free(&HOST, &f));
+            });
             ev.thread
                 .on_behalf_of_program(|| release_now(Some(ev.rt), addr, b.size));
         }
@@ -690,6 +692,23 @@ fn reallocate(p: *mut c_void, size: usize, func: AllocFn, entry: u64) -> *mut c_
         ev.keep_errno();
         return q;
     }
+    crate::host::native(|| realloc_event(&ev, entry, addr, q, size, old, func, moved));
+    q
+}
+
+/// The end of a successful `realloc` (run natively): the new block recorded, the tool told.
+#[allow(clippy::too_many_arguments)]
+fn realloc_event(
+    ev: &Event,
+    entry: u64,
+    addr: u64,
+    q: *mut c_void,
+    size: usize,
+    old: BlockInfo,
+    func: AllocFn,
+    moved: bool,
+) {
+    let rt = ev.rt;
     let stack = ev.stack(entry);
     let tid = ev.tid();
     let f = Free {
@@ -729,7 +748,6 @@ fn reallocate(p: *mut c_void, size: usize, func: AllocFn, entry: u64) -> *mut c_
     };
     ev.thread
         .with_event_blocks(q as u64, old_held, || rt.tool.on_realloc(&HOST, &f, &a));
-    q
 }
 
 #[no_mangle]

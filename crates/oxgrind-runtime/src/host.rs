@@ -238,17 +238,15 @@ fn new_symbolizer() -> oxgrind_symbols::Symbolizer {
     sym
 }
 
-/// Runs `f` on the symboliser, natively (`oxgrind_engine::run_native`): symbolising inflates
-/// and parses debug sections, many times slower as translated code (most of a short
-/// program's time under DHAT or Massif went there, at exit).
-fn with_symbolizer<R>(f: impl FnOnce(&mut oxgrind_symbols::Symbolizer) -> R) -> R {
+/// Runs `f` natively (`oxgrind_engine::run_native`) and returns its result: the runtime's
+/// own long work (symbolising, a heap event's stack capture and tool call) is many times
+/// slower as translated code.
+pub fn native<R>(f: impl FnOnce() -> R) -> R {
     let mut f = Some(f);
     let mut out = None;
     oxgrind_engine::run_native(&mut || {
-        let mut g = SYMBOLIZER.lock();
-        let sym = g.get_or_insert_with(new_symbolizer);
         if let Some(f) = f.take() {
-            out = Some(f(sym));
+            out = Some(f());
         }
     });
     match out {
@@ -256,6 +254,15 @@ fn with_symbolizer<R>(f: impl FnOnce(&mut oxgrind_symbols::Symbolizer) -> R) -> 
         // `run_native` returns only after calling the closure once.
         None => unreachable!("run_native returned without running its closure"),
     }
+}
+
+/// Runs `f` on the symboliser, natively (symbolising inflates and parses debug sections:
+/// most of a short program's time under DHAT or Massif went there, at exit, translated).
+fn with_symbolizer<R>(f: impl FnOnce(&mut oxgrind_symbols::Symbolizer) -> R) -> R {
+    native(|| {
+        let mut g = SYMBOLIZER.lock();
+        f(g.get_or_insert_with(new_symbolizer))
+    })
 }
 
 /// `--child-silent-after-fork=yes`: a forked child says nothing (until it execs, when a new

@@ -248,7 +248,19 @@ pub fn capture(table: &StackTable, entry: u64, depth: usize) -> StackId {
     );
     // SAFETY: MaybeUninit<u64> and u64 have the same layout; the unwinder only writes.
     let out = unsafe { &mut *(&mut buf[1..depth] as *mut [MaybeUninit<u64>] as *mut [u64]) };
-    let n = oxgrind_symbols_capture(out, range);
+    // Run natively on the engine stack (`host::native`), the walk starts from the program's
+    // registers where the hook called out of the code cache, not from here.
+    let n = match oxgrind_engine::guest_regs_in_tool_call() {
+        Some(r) => {
+            let regs = oxgrind_symbols::Regs {
+                pc: r.rip,
+                sp: r.gpr[4],
+                bp: r.gpr[5],
+            };
+            oxgrind_symbols::capture_from(regs, out, range)
+        }
+        None => oxgrind_symbols_capture(out, range),
+    };
     for ra in &mut out[..n] {
         *ra = ra.wrapping_sub(1);
     }

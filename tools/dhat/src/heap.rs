@@ -216,6 +216,7 @@ impl Shard {
 
     fn insert(&mut self, b: Block) {
         let addr = b.addr;
+        let end = b.addr + b.size;
         let slot = match self.free_slots.pop() {
             Some(s) => {
                 self.blocks[s as usize] = b;
@@ -227,12 +228,19 @@ impl Shard {
             }
         };
         self.by_addr.insert(addr, slot);
+        // A block just made is usually written next (a constructor, `memset`).
+        self.cache.copy_within(0..CACHED - 1, 1);
+        self.cache[0] = (addr, end, slot);
     }
 
     /// Takes the live block starting at `addr` out of the shard.
     fn remove(&mut self, addr: u64) -> Option<Block> {
         let slot = self.by_addr.remove(&addr)?;
-        self.cache = [(0, 0, 0); CACHED];
+        // Only this block leaves the cache: the others stay where they were.
+        if let Some(i) = self.cache.iter().position(|c| c.2 == slot && c.1 != 0) {
+            self.cache.copy_within(i + 1.., i);
+            self.cache[CACHED - 1] = (0, 0, 0);
+        }
         self.free_slots.push(slot);
         Some(core::mem::replace(
             &mut self.blocks[slot as usize],
