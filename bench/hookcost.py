@@ -58,6 +58,9 @@ def main():
     ap.add_argument("--lib", default=str(REPO / "target/release/liboxgrind_runtime.so"))
     ap.add_argument("configs", nargs="*", default=DEFAULT_CONFIGS)
     args = ap.parse_args()
+    # The programs run in a temporary directory: a relative path would not preload at all
+    # (ld.so ignores it with a warning) and every cost would read as zero.
+    args.lib = str(Path(args.lib).resolve())
     with tempfile.TemporaryDirectory(prefix="oxgrind-hookcost-") as work:
         prog = Path(work) / "alloc"
         subprocess.run(["gcc", "-O2", "-g", "-o", prog, BENCH / "workloads/alloc.c"], check=True)

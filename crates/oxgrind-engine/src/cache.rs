@@ -74,6 +74,16 @@ pub struct Stats {
     pub stale: u64,
 }
 
+/// `Config::on_translated` as a plain address (0: none), read at each translation.
+static ON_TRANSLATED: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+pub(crate) fn set_on_translated(hook: Option<fn(u64, u64, u64)>) {
+    ON_TRANSLATED.store(
+        hook.map_or(0, |f| f as usize),
+        core::sync::atomic::Ordering::Relaxed,
+    );
+}
+
 pub struct CodeCache {
     arenas: Vec<Arena>,
     blocks: PcMap<BlockRec>,
@@ -310,6 +320,12 @@ impl CodeCache {
         }
         self.blocks.insert(pc, rec);
         self.ordered.insert(pc, t.guest_len);
+        let hook = ON_TRANSLATED.load(core::sync::atomic::Ordering::Relaxed);
+        if hook != 0 {
+            // SAFETY: only `set_on_translated` stores here, and only a `fn(u64, u64, u64)`.
+            let hook: fn(u64, u64, u64) = unsafe { core::mem::transmute(hook) };
+            hook(pc, base, len);
+        }
         self.by_host.insert(
             base,
             HostBlock {

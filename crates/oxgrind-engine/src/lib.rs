@@ -187,6 +187,10 @@ pub struct Config {
     /// engine stack; `Some(v)` is the request's result. `RUNNING_ON_VALGRIND` is the
     /// engine's own (1).
     pub core_requests: Option<fn(&[u64; 6], &oxgrind_tool::instrument::GuestRegs) -> Option<u64>>,
+    /// Called after each block is translated, with the cache lock held: the guest pc, and
+    /// the host code's address and length (the runtime's perf map for profiling the code
+    /// cache). Must not run guest code nor translate.
+    pub on_translated: Option<fn(guest_pc: u64, host: u64, len: u64)>,
 }
 
 /// A guest system call the engine has just performed for the embedder (see
@@ -219,6 +223,7 @@ impl core::fmt::Debug for Config {
             .field("thread_state", &self.thread_state)
             .field("on_memory_syscall", &self.on_memory_syscall.is_some())
             .field("on_fd_syscall", &self.on_fd_syscall.is_some())
+            .field("on_translated", &self.on_translated.is_some())
             .finish()
     }
 }
@@ -243,6 +248,7 @@ impl Default for Config {
             origins: false,
             on_memory_syscall: None,
             on_fd_syscall: None,
+            on_translated: None,
             before_syscalls: false,
             core_requests: None,
         }
@@ -337,6 +343,7 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
         g.before_syscalls = config.before_syscalls && config.client.is_some();
         g.core_requests = config.core_requests;
     }
+    cache::set_on_translated(config.on_translated);
     *dispatch::CACHE.lock() = Some(cache::CodeCache::new(
         translate::Options {
             count: config.count_instructions,

@@ -215,6 +215,7 @@ pub fn finish(exit: Exit) {
     }
     // Trace records the threads have not handed over yet are part of the run.
     oxgrind_engine::flush_all_traces();
+    crate::perfmap::write();
     if !matches!(exit, Exit::Exec) {
         crate::trackfds::report();
     }

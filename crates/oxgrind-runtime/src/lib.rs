@@ -32,6 +32,7 @@ pub mod instrument;
 pub mod libc_api;
 pub mod limits;
 pub mod pages;
+pub mod perfmap;
 pub mod replace;
 pub mod requests;
 pub mod roots;
@@ -112,6 +113,7 @@ fn start_engine(needs: oxgrind_tool::Needs) {
         origins: needs.origins,
         before_syscalls: needs.before_syscalls,
         core_requests: Some(requests::answer),
+        on_translated: perfmap::hook(),
         ..Default::default()
     };
     // Testing knob: every instruction through definedness's interpreter, none through the

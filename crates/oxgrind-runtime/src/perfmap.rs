@@ -1,0 +1,63 @@
+//! `OXGRIND_PERF_MAP=1`: a perf map (`/tmp/perf-<pid>.map`) naming each code-cache block.
+//!
+//! Under a translating tool every instruction of the program runs from the code cache, which
+//! `perf report` shows as anonymous addresses: the time spent in the program's own code, in
+//! glibc's allocator, in inline instrumentation, could not be told apart. perf reads
+//! `/tmp/perf-<pid>.map` (`START SIZE NAME`, hexadecimal) when it reports, so the blocks are
+//! recorded as they are translated and written at exit, each named by the guest function it
+//! came from and its first instruction's address. Naming at translation would run the
+//! symboliser under the code cache's lock (and it may `dlopen`, whose `free` reaches the
+//! tool). An engine-development aid, off unless asked for.
+
+use oxgrind_sys::lock::SpinLock;
+use oxgrind_sys::raw;
+
+/// Guest pc, host address, host length of each block translated so far.
+static BLOCKS: SpinLock<Vec<(u64, u64, u64)>> = SpinLock::new(Vec::new());
+
+/// Blocks recorded at most: the table never grows, because growing copies with libc's
+/// `memcpy`, which runs from the code cache and may need a translation, whose hook would
+/// wait for this table's lock.
+const MAX_BLOCKS: usize = 1 << 20;
+
+/// The engine's `Config::on_translated` when the variable asks for a map.
+pub fn hook() -> Option<fn(u64, u64, u64)> {
+    if !crate::state::env_var("OXGRIND_PERF_MAP").is_some_and(|v| v == b"1") {
+        return None;
+    }
+    BLOCKS.lock().reserve_exact(MAX_BLOCKS);
+    Some(on_translated)
+}
+
+fn on_translated(guest_pc: u64, host: u64, len: u64) {
+    let mut blocks = BLOCKS.lock();
+    if blocks.len() < blocks.capacity() {
+        blocks.push((guest_pc, host, len));
+    }
+}
+
+/// Writes the map (at exit, before the tool's report: blocks translated later are missing).
+/// Natively: the exit path runs from the code cache, and translated code holding the table's
+/// lock would wait for itself at the next translation.
+pub fn write() {
+    oxgrind_engine::run_native(&mut write_natively);
+}
+
+fn write_natively() {
+    use oxgrind_tool::Host;
+    let blocks = core::mem::take(&mut *BLOCKS.lock());
+    if blocks.is_empty() {
+        return;
+    }
+    let mut text = String::new();
+    for (guest, host, len) in blocks {
+        let name = crate::host::HOST
+            .describe(guest)
+            .pop()
+            .and_then(|f| f.function)
+            .unwrap_or_default();
+        text.push_str(&format!("{host:x} {len:x} [oxg] {name}@0x{guest:x}\n"));
+    }
+    let path = format!("/tmp/perf-{}.map", raw::getpid());
+    let _ = oxgrind_tool::Host::write_file(&crate::host::HOST, &path, text.as_bytes());
+}
