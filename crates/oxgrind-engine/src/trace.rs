@@ -8,7 +8,7 @@
 //! it past its mark, when the tool asks (`Host::flush_trace`), when its thread exits, and
 //! before the tool's `fini`.
 
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{compiler_fence, AtomicBool, Ordering};
 
 use oxgrind_tool::instrument::TraceRecord;
 
@@ -78,8 +78,15 @@ pub(crate) fn push(ctx: &mut ThreadCtx, rec: TraceRecord) {
 
 /// Starts a hold on `ctx`'s buffer: records appended from now on are not the program's, and
 /// nothing is counted in the hot ranges (their ends wait in `hot_hi_held`).
+///
+/// The embedder's hold runs translated, so a probe of its own code may drain the buffer
+/// between any two of its steps (as a signal handler would run): the steps are ordered so
+/// that such a drain always finds a consistent state (`holders` counts the hold before the
+/// hold point is set, and a hold point of 0 is "not set yet", which a drain leaves alone).
 fn push_hold(ctx: &mut ThreadCtx) {
-    if ctx.trace_holders == 0 {
+    ctx.trace_holders += 1;
+    compiler_fence(Ordering::SeqCst);
+    if ctx.trace_holders == 1 {
         ctx.trace_hold = ctx.trace_ptr;
         for (h, held) in ctx.hot.iter_mut().zip(ctx.hot_hi_held.iter_mut()) {
             *held = h.hi;
@@ -87,26 +94,29 @@ fn push_hold(ctx: &mut ThreadCtx) {
         }
         crate::context::count_indexed_into_own(ctx, false);
     }
-    ctx.trace_holders += 1;
 }
 
 /// Ends a hold; with the last one, what was appended under the holds is dropped and the hot
 /// ranges count again.
+/// (Ordered for a drain between any two steps, as `push_hold`: the hold is counted until
+/// its records are dropped and its point cleared.)
 fn pop_hold(ctx: &mut ThreadCtx) {
     if ctx.trace_holders == 0 {
         return;
     }
-    ctx.trace_holders -= 1;
-    if ctx.trace_holders == 0 {
-        crate::context::count_indexed_into_own(ctx, true);
-        if ctx.trace_hold != 0 {
-            drop_to_hold(ctx);
-            ctx.trace_hold = 0;
-        }
-        for (h, held) in ctx.hot.iter_mut().zip(ctx.hot_hi_held.iter()) {
-            h.hi = *held;
-        }
+    if ctx.trace_holders > 1 {
+        ctx.trace_holders -= 1;
+        return;
     }
+    drop_to_hold(ctx);
+    for (h, held) in ctx.hot.iter_mut().zip(ctx.hot_hi_held.iter()) {
+        h.hi = *held;
+    }
+    compiler_fence(Ordering::SeqCst);
+    ctx.trace_hold = 0;
+    compiler_fence(Ordering::SeqCst);
+    ctx.trace_holders = 0;
+    crate::context::count_indexed_into_own(ctx, true);
 }
 
 /// Whether `ctx`'s hot ranges hold counts the tool has not seen.
@@ -182,6 +192,9 @@ pub fn forget_hot_range(lo: u64, hi: u64) {
 /// Drops the records appended since the hold began. The recent-lines table described
 /// them too (it must name only lines the tool sees): it starts empty again.
 fn drop_to_hold(ctx: &mut ThreadCtx) {
+    if ctx.trace_hold == 0 {
+        return; // the hold point is not set (yet, or any more): nothing is known to drop
+    }
     if ctx.trace_ptr != ctx.trace_hold {
         crate::recent_lines::clear(ctx);
     }
