@@ -693,10 +693,14 @@ fn finish_syms(mut all: Vec<(Sym, bool)>) -> Vec<Sym> {
             }
             j += 1;
         }
-        let mut sym = all[best].0.clone();
         // Aliases may disagree on size; a zero size says nothing.
-        sym.size = all[i..j].iter().map(|s| s.0.size).max().unwrap_or(0);
-        out.push(sym);
+        let size = all[i..j].iter().map(|s| s.0.size).max().unwrap_or(0);
+        // Moved out, not cloned: tens of thousands of names for libc and the runtime.
+        out.push(Sym {
+            addr: all[best].0.addr,
+            size,
+            name: std::mem::take(&mut all[best].0.name),
+        });
         i = j;
     }
     out
