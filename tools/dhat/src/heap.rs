@@ -518,13 +518,33 @@ impl Heap {
     /// The block starting at `addr` was freed (`die_block`); anything else is a bogus free
     /// and changes nothing. Returns whether a block was retired.
     pub fn free(&self, addr: u64, now: u64) -> bool {
-        let Some(i) = self.shard_holding(addr) else {
-            return false;
-        };
-        self.check_for_peak();
-        let mut s = self.shards[i].lock();
-        let Some(b) = s.remove(addr) else {
-            return false; // freed by another thread meanwhile
+        // Away from the peak (nearly always) the block is looked up and taken out under
+        // one lock; at the peak, `check_for_peak` must run first, and only for a real block.
+        let at_peak =
+            self.curr_bytes.load(Ordering::Acquire) == self.max_bytes.load(Ordering::Acquire);
+        let (mut s, b) = if at_peak {
+            let Some(i) = self.shard_holding(addr) else {
+                return false;
+            };
+            self.check_for_peak();
+            let mut s = self.shards[i].lock();
+            let Some(b) = s.remove(addr) else {
+                return false; // freed by another thread meanwhile
+            };
+            (s, b)
+        } else {
+            let mut found = None;
+            for i in [region_shard(addr), SHARDS] {
+                let mut s = self.shards[i].lock();
+                if let Some(b) = s.remove(addr) {
+                    found = Some((s, b));
+                    break;
+                }
+            }
+            let Some(found) = found else {
+                return false;
+            };
+            found
         };
         let size = b.size;
         let p = s.pp(b.pp);
