@@ -313,7 +313,7 @@ impl Shard {
     }
 
     /// Charges one access to the block containing its first byte: `None` if none here,
-    /// else whether that block keeps a histogram.
+    /// else whether that block may be a hot range ([`may_be_hot`]).
     #[inline]
     fn access(&mut self, a: &Access) -> Option<bool> {
         let slot = self.find(a.addr)?;
@@ -340,13 +340,20 @@ impl Shard {
             for c in &mut h[from..to] {
                 *c = c.saturating_add(times);
             }
-            return Some(true);
+            return Some(false);
         }
-        Some(false)
+        Some(may_be_hot(b.size))
     }
 }
 
-/// Blocks without a histogram that a batch of accesses hit last, `[start, end)`, most
+/// Whether accesses to a block of `size` bytes may be counted in a hot range: one too large
+/// for a histogram (not merely without one: a block shrunk by `realloc` has none, but the
+/// tool forgets hot ranges only for the large blocks it frees).
+pub fn may_be_hot(size: u64) -> bool {
+    size > HISTOGRAM_SIZE_LIMIT
+}
+
+/// Blocks too large for a histogram that a batch of accesses hit last, `[start, end)`, most
 /// recent first (`end == 0`: none): what a thread's hot ranges should count next.
 pub type HotBlocks = [(u64, u64); HOT_BLOCKS];
 /// As many as the engine gives each thread (`oxgrind_tool::instrument::HOT_RANGES`).
@@ -640,7 +647,7 @@ impl Heap {
     /// every time), then the region's shard, then the large blocks' shard; one lock is held
     /// at a time.
     ///
-    /// Returns the blocks without a histogram hit last ([`HotBlocks`]).
+    /// Returns the blocks too large for a histogram hit last ([`HotBlocks`]).
     pub fn access_all(&self, accesses: impl Iterator<Item = Access>) -> HotBlocks {
         let mut hot: HotBlocks = [(0, 0); HOT_BLOCKS];
         let lo = self.span_lo.load(Ordering::Acquire);
@@ -670,7 +677,7 @@ impl Heap {
                         &mut held.insert((i, self.shards[i].lock())).1
                     }
                 };
-                if let Some(histogram) = g.access(&a) {
+                if let Some(hot_candidate) = g.access(&a) {
                     let hit = (g.cache[0].0, g.cache[0].1, i);
                     if last[0] != hit {
                         let at = last.iter().position(|l| *l == hit).unwrap_or(CACHED - 1);
@@ -678,7 +685,7 @@ impl Heap {
                         last[0] = hit;
                     }
                     let range = (hit.0, hit.1);
-                    if !histogram && hot[0] != range {
+                    if hot_candidate && hot[0] != range {
                         let at = hot
                             .iter()
                             .position(|h| *h == range)
@@ -695,7 +702,7 @@ impl Heap {
 
     /// Bytes read and written by accesses whose first byte lies in `[lo, hi)`, counted by
     /// the engine in a thread's hot range: charged to the block that is exactly that range,
-    /// if it is still live and keeps no histogram (else another thread freed it while the
+    /// if it is still live and too large for a histogram (else another thread freed it while the
     /// range was being counted in, and the counts are dropped, as the records of an access
     /// to a freed block are).
     pub fn charge_range(&self, lo: u64, hi: u64, reads: u64, writes: u64) -> bool {
@@ -707,7 +714,7 @@ impl Heap {
             return false;
         };
         let b = &mut s.blocks[slot as usize];
-        if b.size != hi - lo || b.histo.is_some() {
+        if b.size != hi - lo || b.histo.is_some() || !may_be_hot(b.size) {
             return false;
         }
         b.reads += reads;

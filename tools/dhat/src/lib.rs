@@ -18,7 +18,7 @@
 //!   to a live block's granules. [`Tool::on_trace`] charges each batch of records to the
 //!   live block containing each first byte (a shard lock per run of records in one shard);
 //!   a thread's buffer is flushed before it frees or reallocates a block, so its accesses
-//!   count first. Accesses to the two blocks without a histogram a thread touched last
+//!   count first. Accesses to the two blocks too large for a histogram a thread touched last
 //!   (`Needs::hot_ranges`) make no record: the engine counts their bytes inline, and
 //!   [`Tool::on_trace_hot`] charges them with the batch and picks the next two;
 //! * at exit, [`Tool::fini`] folds the live blocks in, resolves frames and writes the file
@@ -163,7 +163,6 @@ pub struct Dhat {
     /// Descriptions of code addresses, filled as stacks are first seen; read at exit.
     descs: SpinLock<HashMap<Addr, Vec<Frame>>>,
     finished: AtomicBool,
-    heap_warmed: AtomicBool,
 }
 
 impl Default for Dhat {
@@ -183,7 +182,6 @@ impl Dhat {
             pp_table: PpTable::new(),
             descs: SpinLock::new(HashMap::new()),
             finished: AtomicBool::new(false),
-            heap_warmed: AtomicBool::new(false),
         }
     }
 
@@ -288,37 +286,11 @@ impl Dhat {
         }
     }
 
-    /// Works around a self-deadlock of the runtime's private heap under the engine: the
-    /// code that refills a size class runs with the class lock held, and if that code has
-    /// never run translated, the translator (which allocates) is entered with the lock
-    /// held; it spins forever if it needs the same class. DHAT allocates far more than
-    /// the other tools (a histogram per small block), so it met this in the first
-    /// seconds of `bench/build/alloc`. Making one refill happen early, translated, in the
-    /// 64 KiB class the translator never uses, translates that code safely; so do a few
-    /// large blocks (mappings of their own, noted and forgotten under the heap's region
-    /// lock).
-    /// Reported to the engine's owner; remove once the engine prewarms these paths.
-    fn warm_private_heap(&self) {
-        // A load first: a swap on every allocation would bounce the line between threads.
-        if self.heap_warmed.load(Ordering::Relaxed)
-            || self.heap_warmed.swap(true, Ordering::Relaxed)
-        {
-            return;
-        }
-        // 17 blocks of the 64 KiB class exceed the heap's 1 MiB chunk: at least one refill.
-        let blocks: Vec<Vec<u8>> = (0..17).map(|_| Vec::with_capacity(40_000)).collect();
-        drop(std::hint::black_box(blocks));
-        // Large blocks are mappings of their own, noted in the heap's region table under its
-        // lock; the scan for a free slot exits through different code as the table fills.
-        let large: Vec<Vec<u8>> = (0..24).map(|_| Vec::with_capacity(200_000)).collect();
-        drop(std::hint::black_box(large));
-    }
-
     /// A block is going away: no thread counts accesses in it inline any more (only blocks
-    /// without a histogram are ever hot ranges). The calling thread's counts were taken by
-    /// the flush before.
+    /// too large for a histogram are ever hot ranges). The calling thread's counts were taken
+    /// by the flush before.
     fn forget_hot(&self, host: &dyn Host, addr: Addr, size: u64) {
-        if size.max(1) > heap::HISTOGRAM_SIZE_LIMIT {
+        if heap::may_be_hot(size.max(1)) {
             host.forget_hot_range(addr, addr + size);
         }
     }
@@ -561,7 +533,6 @@ impl Tool for Dhat {
         if !self.heap_mode() {
             return;
         }
-        self.warm_private_heap();
         let Some(pp) = self.pp_of(host, ev.stack, true) else {
             return;
         };
