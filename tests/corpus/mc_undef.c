@@ -24,6 +24,15 @@ static void __attribute__((noinline)) print_undefined(void) {
     free(x);
 }
 
+static void __attribute__((noinline)) print_comparison(void) {
+    /* setcc of an undefined compare: bit 0 undefined, bits 7:1 defined. vfprintf's
+     * `test rax,rax; js` on the argument is then undefined for Memcheck (VEX leaves a
+     * 64-bit LOGIC + S to its flags helper: PCast of the whole value). */
+    int *x = malloc(sizeof(int));
+    printf("%d\n", *x > 3);
+    free(x);
+}
+
 static void __attribute__((noinline)) write_stack(void) {
     char buf[16];
     buf[0] = 'a';
@@ -104,6 +113,7 @@ int main(int argc, char **argv) {
     int r = 0;
     if (!strcmp(c, "branch")) r = branch_on_local();
     else if (!strcmp(c, "printf")) print_undefined();
+    else if (!strcmp(c, "printf-compare")) print_comparison();
     else if (!strcmp(c, "write-stack")) write_stack();
     else if (!strcmp(c, "write-heap")) write_heap();
     else if (!strcmp(c, "deref")) r = deref_local();

@@ -12,7 +12,8 @@
 //!   everything else, from the exact result shadow (defined as soon as the result has a
 //!   defined 1 bit).
 //! * SF is the V bit of the result's sign bit (VEX specialises `S` after `sub`, `add` and the
-//!   logic operations to the sign bit of the result).
+//!   8, 16 and 32-bit logic operations to the sign bit of the result; after a 64-bit logic
+//!   operation it is PCast, see [`logic`]).
 //! * CF and OF after add and subtract are PCast of the operands: Memcheck's relational
 //!   compares (`<u`, `<s`, `<=`) are pessimistic, and `b`, `l`, `le`, `be` read these.
 //! * PF depends on the low byte of the result only: PCast of that byte.
@@ -127,9 +128,27 @@ pub(crate) fn sub(
     )
 }
 
-/// After `and`/`or`/`xor`/`test` (CF, OF and AF are defined zeros).
+/// After `and`/`or`/`xor`/`test`/`andn` (CF, OF and AF are zeros).
+///
+/// VEX specialises only some conditions after a LOGIC thunk (`guest_amd64_spechelper`):
+/// `z`/`nz` at every width (exact), `s`/`ns` at 8, 16 and 32 bits (the sign bit), and the
+/// signed relations `l` (64 bits) and `le` (32 bits) as `CmpLT`/`CmpLE` against 0, which
+/// Memcheck instruments as PCast of the result. Every other condition calls the
+/// flags helper, whose V bit is PCast of the thunk's result. So OF, read only by `o`, `l`,
+/// `le` and their negations, is PCast of the result (those conditions are pessimistic at
+/// every width), and SF is the sign bit below 64 bits but PCast at 64 (`test rax,rax; js`
+/// reads the helper). CF stays defined: `adc`/`sbb`/`setc` read VEX's specialised carry,
+/// a constant 0 after logic (`jb`/`jbe` after `test` are less pessimistic than Memcheck's
+/// helper: a missed report, never a false one).
 pub(crate) fn logic(r: u64, vr: u64, w: u32) -> FlagShadows {
-    FlagShadows(szp(r, vr, w))
+    let any = pcast(vr, w) != 0;
+    let sign = if w == 64 { any } else { vr & sign_bit(w) != 0 };
+    FlagShadows(
+        bit(sign, SF)
+            | bit(zero_test_undefined(r, vr, w), ZF)
+            | bit(vr & 0xff != 0, PF)
+            | bit(any, OF),
+    )
 }
 
 /// After `inc`/`dec`: like add/sub of a defined 1, but CF is kept.

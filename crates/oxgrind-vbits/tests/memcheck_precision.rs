@@ -165,6 +165,54 @@ fn test_reg_reg_then_jz_is_exact() {
     }
 }
 
+/// After a LOGIC thunk VEX specialises `s` below 64 bits to the result's sign bit, and
+/// sends `s` at 64 bits and the signed relations (`l`, `le`, `g`, `o`) at every width to
+/// PCast of the result (`CmpLT64S`/`CmpLE32S` against 0, or the flags helper). The
+/// printf of `x > 3` with an undefined `x` reaches `test rax,rax; js` in vfprintf with
+/// bit 0 undefined: Valgrind reports it.
+#[test]
+fn sign_and_signed_relations_after_test_are_as_memcheck() {
+    let js = asm(|a| a.js(0x1000u64));
+    let test64 = asm(|a| a.test(rax, rax));
+    let test32 = asm(|a| a.test(eax, eax));
+    let test8 = asm(|a| a.test(al, al));
+    for (a, qa, _, _) in samples() {
+        let q = mc_and(a, qa, a, qa);
+        assert_eq!(
+            branch_reports(&test64, &js, a, qa, a, qa),
+            q != 0,
+            "test rax; js"
+        );
+        assert_eq!(
+            branch_reports(&test32, &js, a, qa, a, qa),
+            q >> 31 & 1 != 0,
+            "test eax; js"
+        );
+        assert_eq!(
+            branch_reports(&test8, &js, a, qa, a, qa),
+            q >> 7 & 1 != 0,
+            "test al; js"
+        );
+        for jcc in [
+            asm(|a| a.jl(0x1000u64)),
+            asm(|a| a.jle(0x1000u64)),
+            asm(|a| a.jg(0x1000u64)),
+            asm(|a| a.jo(0x1000u64)),
+        ] {
+            assert_eq!(branch_reports(&test64, &jcc, a, qa, a, qa), q != 0);
+            assert_eq!(
+                branch_reports(&test32, &jcc, a, qa, a, qa),
+                q as u32 != 0,
+                "{}",
+                format(&jcc)
+            );
+        }
+    }
+    // The case itself: bit 0 undefined, the sign defined.
+    assert!(branch_reports(&test64, &js, 0, 1, 0, 1));
+    assert!(!branch_reports(&test32, &js, 0, 1, 0, 1));
+}
+
 #[test]
 fn relational_conditions_are_pessimistic_as_memcheck() {
     let cmp = asm(|a| a.cmp(rax, rbx));
