@@ -138,6 +138,9 @@ pub fn open_gate() {
 
 extern "C" fn before_fork() {
     close_gate();
+    // As oxgrind (a libc call that allocates must not wait at the gate just closed).
+    let _inside = Entered::try_enter();
+    crate::host::load_symbols_before_fork();
 }
 
 extern "C" fn after_fork_parent() {

@@ -154,6 +154,12 @@ impl StackTable {
         StackId(id)
     }
 
+    /// How many stacks have ids (ids are dense from 0; a stack being interned may not be
+    /// published yet: [`StackTable::frames`] is then empty).
+    pub fn count(&self) -> u32 {
+        self.next.load(Ordering::Acquire)
+    }
+
     /// The frames of `id` (empty for an id not yet published).
     pub fn frames(&self, id: StackId) -> &'static [u64] {
         let (ci, slot) = ((id.0 >> CHUNK_BITS) as usize, id.0 as usize & (CHUNK - 1));

@@ -259,6 +259,20 @@ impl Symbolizer {
         found
     }
 
+    /// Loads now (symbol tables, debug information) every object one of `ips` lies in, so
+    /// that a process forked later finds them loaded.
+    pub fn load_objects_of(&mut self, ips: impl Iterator<Item = u64>) {
+        let mut last = usize::MAX;
+        for ip in ips {
+            if let Some(idx) = self.entry_of(ip) {
+                if idx != last && self.entries[idx].loaded.is_none() {
+                    self.loaded(idx);
+                }
+                last = idx;
+            }
+        }
+    }
+
     /// The objects this symbolizer knows.
     pub fn modules(&self) -> impl Iterator<Item = &Module> {
         self.entries.iter().map(|e| &e.module)
