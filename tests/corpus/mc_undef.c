@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <fcntl.h>
+#include <valgrind/memcheck.h>
 
 /* The garbage bytes go to /dev/null: they differ between the tools. */
 static int sink(void) { return open("/dev/null", O_WRONLY); }
@@ -91,6 +92,43 @@ static int __attribute__((noinline)) index_with_undefined(void) {
     return v;
 }
 
+/* VALGRIND_CHECK_MEM_IS_DEFINED: the first undefined byte of a heap block and of a stack
+ * buffer; a fully written range gives nothing. */
+static void __attribute__((noinline)) check_requests(void) {
+    char *p = malloc(16);
+    memset(p, 1, 6);
+    VALGRIND_CHECK_MEM_IS_DEFINED(p, 16);
+    memset(p, 1, 16);
+    VALGRIND_CHECK_MEM_IS_DEFINED(p, 16);
+    free(p);
+    char buf[16];
+    buf[0] = 1;
+    VALGRIND_CHECK_MEM_IS_DEFINED(buf, 16);
+}
+
+/* Undefined sizes given to the allocator: Memcheck's replacements branch on them. Each
+ * size is loaded right before its call (a volatile read): a value kept in a callee-saved
+ * register across an allocator call is taken as defined after it (our runtime's code runs
+ * without V bits; docs/differences-from-valgrind.md). */
+static void __attribute__((noinline)) alloc_sizes(void) {
+    size_t *cell = malloc(sizeof *cell);
+    volatile size_t *garbage = cell;
+    char *volatile keep;
+    char *a = malloc(*garbage & 15);
+    keep = a;
+    free(a);
+    char *b = calloc(1, *garbage & 7);
+    keep = b;
+    free(b);
+    char *c = malloc(8);
+    keep = c;
+    c = realloc(c, *garbage & 31);
+    keep = c;
+    free(c);
+    free(cell);
+    (void)keep;
+}
+
 static int __attribute__((noinline)) clean(void) {
     char buf[64];
     int n = 0;
@@ -114,6 +152,8 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "branch")) r = branch_on_local();
     else if (!strcmp(c, "printf")) print_undefined();
     else if (!strcmp(c, "printf-compare")) print_comparison();
+    else if (!strcmp(c, "check-requests")) check_requests();
+    else if (!strcmp(c, "alloc-sizes")) alloc_sizes();
     else if (!strcmp(c, "write-stack")) write_stack();
     else if (!strcmp(c, "write-heap")) write_heap();
     else if (!strcmp(c, "deref")) r = deref_local();

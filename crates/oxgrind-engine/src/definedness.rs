@@ -665,6 +665,37 @@ fn catch_up(ctx: &mut ThreadCtx, t: &mut ThreadShadow, pc: u64) {
     }
 }
 
+/// Whether integer argument `index` (System V: rdi, rsi, rdx, rcx, r8, r9) of the call the
+/// program just made into the runtime (an allocator hook, entered natively: no step ran
+/// since the program's `call`) holds undefined bits. Memcheck's allocator replacements
+/// branch on their arguments (`TRIGGER_MEMCHECK_ERROR_IF_UNDEFINED`), and so report an
+/// undefined size as a conditional jump inside `malloc`. The shadow file is the one of the
+/// program's last step (the `call`, or the PLT's `jmp`): the runtime's code on the way
+/// (its entry block, the C++ shim's `operator new`) is not stepped and passes the
+/// arguments on unchanged; the hooks' own nested calls are not checked (the runtime
+/// refuses events inside events). False when tracking is off or a signal handler was
+/// entered since the last step.
+pub fn argument_undefined(index: usize) -> bool {
+    // Register numbers in encoding order (the shadow file's): rdi, rsi, rdx, rcx, r8, r9.
+    const ARGS: [usize; 6] = [7, 6, 2, 1, 8, 9];
+    if !enabled() {
+        return false;
+    }
+    let Some(&reg) = ARGS.get(index) else {
+        return false;
+    };
+    let Some(ctx) = crate::current_context() else {
+        return false;
+    };
+    // SAFETY: the calling thread's own live context, which only this thread touches; the
+    // hook runs between two guest instructions.
+    let ctx = unsafe { &mut *ctx };
+    if ctx.vbits == 0 || ctx.vbits_signal != 0 {
+        return false;
+    }
+    thread(ctx).regs.gpr[reg] != 0
+}
+
 /// The runtime is about to call the program's code from its own (glibc's allocator, on the
 /// program's behalf): its frames between the program's last `rsp` and here become defined
 /// now (the called code may read them: arguments, results it writes through pointers

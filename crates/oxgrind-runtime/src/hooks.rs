@@ -209,6 +209,28 @@ fn fishy(v: u64) -> bool {
     (v as i64) < 0
 }
 
+/// Memcheck's `TRIGGER_MEMCHECK_ERROR_IF_UNDEFINED`: with definedness tracked, an argument
+/// (`args`: its index among the integer arguments, and its name) holding undefined bits
+/// at the program's call is reported, once per call, as Memcheck's replacement reports
+/// the branch it makes on it. Never a reason to refuse the call. Called first thing in
+/// the hook, and `entry` only after the shadows are read: finding the entry the first
+/// time may run the program's code (a symbol lookup), whose first step takes every
+/// register as defined.
+fn check_arguments(entry: impl FnOnce() -> u64, func: AllocFn, args: &[(usize, &'static str)]) {
+    if !oxgrind_engine::definedness::enabled() {
+        return;
+    }
+    let Some(&(_, arg)) = args
+        .iter()
+        .find(|(i, _)| oxgrind_engine::definedness::argument_undefined(*i))
+    else {
+        return;
+    };
+    if let Some(ev) = Event::enter(0) {
+        ev.misuse(entry(), Misuse::UndefinedArgument { func, arg });
+    }
+}
+
 /// Records a new block; `p` is non-null.
 #[inline]
 fn record_alloc(
@@ -523,6 +545,7 @@ fn new_entry(which: usize) -> u64 {
 
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+    check_arguments(|| entry!(malloc), AllocFn::Malloc, &[(0, "size")]);
     allocate(size as u64, AllocFn::Malloc, entry!(malloc), |rt| {
         base_alloc(rt, size)
     })
@@ -530,6 +553,7 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
 
 #[no_mangle]
 pub unsafe extern "C" fn free(p: *mut c_void) {
+    check_arguments(|| entry!(free), AllocFn::Free, &[(0, "ptr")]);
     deallocate(p, AllocFn::Free, entry!(free))
 }
 
@@ -540,6 +564,11 @@ pub unsafe extern "C" fn cfree(p: *mut c_void) {
 
 #[no_mangle]
 pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+    check_arguments(
+        || entry!(calloc),
+        AllocFn::Calloc,
+        &[(0, "nmemb"), (1, "size")],
+    );
     let entry = entry!(calloc);
     // Cost 0: `allocate` below counts the call.
     if let Some(ev) = Event::enter(0) {
@@ -752,6 +781,11 @@ fn realloc_event(
 
 #[no_mangle]
 pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    check_arguments(
+        || entry!(realloc),
+        AllocFn::Realloc,
+        &[(0, "ptr"), (1, "size")],
+    );
     reallocate(p, size, AllocFn::Realloc, entry!(realloc))
 }
 
@@ -922,6 +956,8 @@ pub unsafe extern "C" fn oxgrind_new(
     } else {
         AllocFn::New
     };
+    // The shim's code is the runtime's: the shadow registers are still the program's call's.
+    check_arguments(|| new_entry(which as usize), func, &[(0, "size")]);
     allocate_aligned(
         size as u64,
         align as u64,

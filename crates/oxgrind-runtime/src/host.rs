@@ -374,6 +374,17 @@ impl RuntimeHost {
                 oxgrind_symbols::capture_with_cfas(&mut ras, &mut cfas, crate::stacks::self_text())
             }
         };
+        // The function the registers stop in (frame #0) owns [sp, cfas[0]).
+        if let Some(r) = guest {
+            let end = if n > 0 { cfas[0] } else { stack_top };
+            if r.sp <= addr && addr < end {
+                let frame = with_symbolizer(|sym| {
+                    let start = sym.function_start(r.pc)?;
+                    sym.describe(start).pop()
+                })?;
+                return Some((0, frame));
+            }
+        }
         // The function ras[k] returns into owns [cfas[k], cfas[k + 1]).
         let k = (0..n).find(|&k| {
             let end = if k + 1 < n { cfas[k + 1] } else { stack_top };

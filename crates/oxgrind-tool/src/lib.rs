@@ -277,6 +277,11 @@ pub enum Misuse {
         arg: &'static str,
         value: u64,
     },
+    /// With [`Needs::definedness`]: an argument of an allocation function (`arg`: its
+    /// name, e.g. "size") holds undefined bits at the call. Memcheck's replacement
+    /// branches on it, reporting "Conditional jump or move depends on uninitialised
+    /// value(s)" at the function.
+    UndefinedArgument { func: AllocFn, arg: &'static str },
     /// An alignment that is not a power of two (or not a multiple of `sizeof(void*)` for
     /// `posix_memalign`).
     BadAlignment { func: AllocFn, align: u64 },

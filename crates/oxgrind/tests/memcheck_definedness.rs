@@ -3,7 +3,9 @@
 //! give the same report (normalised as in `memcheck_vs_valgrind.rs`): a branch on an
 //! uninitialised local, printf of an uninitialised int, write() of uninitialised stack and
 //! heap bytes, an address computed from an uninitialised value, malloc'd memory read
-//! before it is written (with calloc and realloc keeping what is defined), and a clean run.
+//! before it is written (with calloc and realloc keeping what is defined), the setcc of an
+//! undefined compare printed, `VALGRIND_CHECK_MEM_IS_DEFINED` on heap and stack bytes,
+//! undefined sizes given to malloc, calloc and realloc, and a clean run.
 //! Without the option (our default for now), none of them is reported.
 
 mod common;
@@ -14,6 +16,8 @@ const CASES: &[(&str, &str)] = &[
     ("branch", "1 errors from 1 contexts"),
     ("printf", "4 errors from 4 contexts"),
     ("printf-compare", "4 errors from 4 contexts"),
+    ("check-requests", "2 errors from 2 contexts"),
+    ("alloc-sizes", "3 errors from 3 contexts"),
     ("write-stack", "1 errors from 1 contexts"),
     ("write-heap", "1 errors from 1 contexts"),
     ("heap", "2 errors from 2 contexts"),
@@ -27,7 +31,11 @@ fn program(opt: &str) -> std::path::PathBuf {
 }
 
 /// The cases also compared at -O2 (the others' code differs too little to matter).
-const CASES_O2: &[(&str, &str)] = &[("printf-compare", "4 errors from 4 contexts")];
+const CASES_O2: &[(&str, &str)] = &[
+    ("printf-compare", "4 errors from 4 contexts"),
+    ("check-requests", "2 errors from 2 contexts"),
+    ("alloc-sizes", "3 errors from 3 contexts"),
+];
 
 #[test]
 fn uninitialised_values_are_reported_as_valgrind_reports_them() {

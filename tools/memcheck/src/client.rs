@@ -3,18 +3,19 @@
 //! buffers it wants guarded) and asks it to check a range.
 //!
 //! Handled: `VALGRIND_MAKE_MEM_NOACCESS`, `_UNDEFINED`, `_DEFINED`, `_DEFINED_IF_ADDRESSABLE`
-//! (the last three make memory addressable: we track no definedness);
+//! (the last three make memory addressable, and with `--undef-value-errors=yes` set its V bits);
 //! `VALGRIND_CHECK_MEM_IS_ADDRESSABLE` / `_IS_DEFINED` (an unaddressable byte is reported as
 //! Valgrind reports it, "Unaddressable byte(s) found during client check request", and its
-//! address returned); `VALGRIND_COUNT_ERRORS`; and a custom allocator's
+//! address returned; with `--undef-value-errors=yes` an undefined byte before it too,
+//! "Uninitialised byte(s) found during client check request"); `VALGRIND_COUNT_ERRORS`; and a custom allocator's
 //! `VALGRIND_MALLOCLIKE_BLOCK` / `FREELIKE_BLOCK` / `RESIZEINPLACE_BLOCK`: its blocks are
 //! counted in HEAP SUMMARY, described, checked (redzones, use after free, invalid free) and
 //! leak-checked as heap blocks (one inside a `malloc`ed block hides that block from the
 //! leak search, as in Valgrind). Results are Valgrind's (`-1` for `MAKE_MEM_*`). The mempool family is
 //! `mempool.rs`. `VALGRIND_DO_LEAK_CHECK` and its `ADDED`, `CHANGED` and `QUICK` forms run
 //! a leak search now (`leak_report.rs`); `VALGRIND_COUNT_LEAKS` / `COUNT_LEAK_BLOCKS` write
-//! the last search's totals into the program's variables. Not yet: `CREATE_BLOCK`, the
-//! V-bit requests: the program gets the native default (0), as for any request a tool does
+//! the last search's totals into the program's variables. Not yet: `CREATE_BLOCK`,
+//! `GET_VBITS`/`SET_VBITS`: the program gets the native default (0), as for any request a tool does
 //! not answer. `RUNNING_ON_VALGRIND`, `PRINTF` and the `STACK_*` requests are the core's
 //! (the engine and the runtime's `requests.rs`), for every tool.
 
@@ -53,6 +54,8 @@ const DONE: u64 = u64::MAX;
 
 /// Valgrind's words for an unaddressable byte found by a check request.
 const UNADDRESSABLE_IN_CHECK: &str = "Unaddressable byte(s) found during client check request";
+/// ... and for an undefined byte found by `VALGRIND_CHECK_MEM_IS_DEFINED`.
+const UNDEFINED_IN_CHECK: &str = "Uninitialised byte(s) found during client check request";
 
 impl Memcheck {
     /// Answers client request `args` (code, then its arguments) made by the program at
@@ -85,12 +88,24 @@ impl Memcheck {
                 if base == 0 {
                     return Some(0);
                 }
-                match shadow::first_unaddressable(base, addr, len) {
-                    Some(bad) => {
-                        self.report_check_request(host, bad, regs);
+                let unaddressable = shadow::first_unaddressable(base, addr, len);
+                // Memcheck walks the range once: the first bad byte, unaddressable or
+                // undefined, decides the one error and the address returned.
+                let undefined = if args[0] == CHECK_MEM_IS_DEFINED && self.opts.undef_value_errors {
+                    host.first_undefined(addr, unaddressable.map_or(len, |u| u - addr))
+                } else {
+                    None
+                };
+                match (undefined, unaddressable) {
+                    (Some(bad), _) => {
+                        self.report_check_request(host, bad, false, regs);
                         Some(bad)
                     }
-                    None => Some(0),
+                    (None, Some(bad)) => {
+                        self.report_check_request(host, bad, true, regs);
+                        Some(bad)
+                    }
+                    (None, None) => Some(0),
                 }
             }
             COUNT_ERRORS => Some(self.lock().errors.errs_found as u64),
@@ -266,19 +281,43 @@ impl Memcheck {
     }
 
     /// "Unaddressable byte(s) found during client check request" at the request's stack.
-    fn report_check_request(&self, host: &dyn Host, bad: Addr, regs: &GuestRegs) {
+    fn report_check_request(&self, host: &dyn Host, bad: Addr, addr_err: bool, regs: &GuestRegs) {
         let (tid, thread) = self.calling_thread(host);
-        let stack = host.stack_at(regs, self.opts.core.num_callers);
+        // Valgrind's stack of the request starts after its `xchg rbx, rbx` (3 bytes): at
+        // -O2 the next instruction may be on the next line.
+        let after = GuestRegs {
+            rip: regs.rip + 3,
+            ..*regs
+        };
+        let stack = host.stack_at(&after, self.opts.core.num_callers);
+        let origin = if !addr_err && self.opts.track_origins {
+            host.origin_of_memory(bad)
+        } else {
+            None
+        };
         self.report_at(
             host,
-            KeyKind::User,
+            KeyKind::User { addr_err },
             stack,
             false,
             tid,
             "ClientCheck",
-            &|| UNADDRESSABLE_IN_CHECK.to_string(),
+            &|| {
+                if addr_err {
+                    UNADDRESSABLE_IN_CHECK
+                } else {
+                    UNDEFINED_IN_CHECK
+                }
+                .to_string()
+            },
             WhatQuirk::None,
-            &|freed| self.describe_addr(host, freed, bad, thread),
+            &|freed| {
+                let mut aux = self.describe_addr(host, freed, bad, thread);
+                if let Some(o) = origin {
+                    aux.extend(self.origin_aux(host, o));
+                }
+                aux
+            },
         );
     }
 }

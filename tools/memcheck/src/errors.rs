@@ -34,9 +34,12 @@ pub enum KeyKind {
     Addr {
         size: u32,
     },
-    /// A client check request (`VALGRIND_CHECK_MEM_IS_ADDRESSABLE`) found an unaddressable
-    /// byte.
-    User,
+    /// A client check request (`VALGRIND_CHECK_MEM_IS_ADDRESSABLE` / `_IS_DEFINED`) found an
+    /// unaddressable byte (`addr_err`) or an undefined one: two contexts, as Memcheck's
+    /// `isAddrErr` makes them, of one suppression kind.
+    User {
+        addr_err: bool,
+    },
     /// Conditional jump or move depends on uninitialised value(s).
     Cond,
     /// Use of uninitialised value of size `size`.
@@ -76,7 +79,7 @@ impl KeyKind {
             KeyKind::Overlap { .. } => ErrorClass::Overlap,
             KeyKind::BadAlign => ErrorClass::Newer("BadAlign"),
             KeyKind::Addr { size } => ErrorClass::Addr(*size),
-            KeyKind::User => ErrorClass::User,
+            KeyKind::User { .. } => ErrorClass::User,
             KeyKind::IllegalMempool => ErrorClass::Mempool,
             KeyKind::Cond => ErrorClass::Cond,
             KeyKind::Value { size } => ErrorClass::Value(*size),
@@ -233,7 +236,10 @@ impl ErrorManager {
     pub fn record(&mut self, out: &mut Output, key: ErrorKey, render: &mut dyn FnMut() -> Shown) {
         if matches!(
             key.kind,
-            KeyKind::Cond | KeyKind::Value { .. } | KeyKind::Param { .. }
+            KeyKind::Cond
+                | KeyKind::Value { .. }
+                | KeyKind::Param { .. }
+                | KeyKind::User { addr_err: false }
         ) {
             // Memcheck's `any_value_errors`, suppressed ones included.
             self.any_value_errors = true;

@@ -162,6 +162,21 @@ impl Memcheck {
                     &|_| Vec::new(),
                 )
             }
+            Misuse::UndefinedArgument { .. } => {
+                if !self.opts.undef_value_errors {
+                    return;
+                }
+                self.report(
+                    host,
+                    KeyKind::Cond,
+                    ev.stack,
+                    ev.tid,
+                    "UninitCondition",
+                    &|| "Conditional jump or move depends on uninitialised value(s)".to_string(),
+                    WhatQuirk::None,
+                    &|_| Vec::new(),
+                )
+            }
             Misuse::BadAlignment { func, align } => {
                 let why = match func {
                     AllocFn::PosixMemalign => {

@@ -254,6 +254,9 @@ impl Tool for Memcheck {
     --undef-value-errors=no|yes      check for undefined value errors [no]
     --track-origins=no|yes           show origins of undefined values? [no]
                                      (yes implies --undef-value-errors=yes)
+    --expensive-definedness-checks=no|auto|yes
+                                     accepted; the rules are always as precise as
+                                     Memcheck's =yes (add, sub, ==, != exact)
 
   (Invalid reads and writes are checked for heap blocks, below the stack pointer
   and for unmapped memory; undefined values only with --undef-value-errors=yes.)
