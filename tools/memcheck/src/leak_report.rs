@@ -135,9 +135,13 @@ impl Memcheck {
             let shadow = shadow::base_if_ready();
             let shadow = (shadow, shadow + shadow::SHADOW_SPAN * (shadow != 0) as u64);
             let real = self.probing.load(Ordering::Relaxed);
+            // Exited threads' stacks below where they last were (see `gone_threads`).
+            let dead = self.gone.dead_ranges(host);
             search.run(&mut |sink| {
                 for r in roots {
-                    for (start, end) in outside(r.start, r.end, shadow) {
+                    let parts = crate::gone_threads::live_parts(r, &dead);
+                    let parts = parts.into_iter().flat_map(|(s, e)| outside(s, e, shadow));
+                    for (start, end) in parts {
                         if real {
                             mem.read_root_words(start, end, &mut |_, w| sink(w));
                         } else {

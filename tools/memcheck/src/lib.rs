@@ -47,6 +47,7 @@ pub mod errors;
 mod events;
 mod fatal;
 pub mod freed;
+mod gone_threads;
 pub mod leak;
 mod leak_report;
 mod mempool;
@@ -111,6 +112,8 @@ pub struct Memcheck {
     pools: SpinLock<mempool::Pools>,
     /// What the code at each pc that made a bad access is ([`PcClass`]), found once.
     pc_classes: SpinLock<Option<std::collections::HashMap<u64, PcClass>>>,
+    /// Where exited threads last were on their stacks: no leak roots below.
+    gone: gone_threads::GoneThreads,
 }
 
 pub(crate) struct State {
@@ -166,6 +169,7 @@ impl Memcheck {
             client_stacks: SpinLock::new(Vec::new()),
             pools: SpinLock::new(mempool::Pools::default()),
             pc_classes: SpinLock::new(None),
+            gone: gone_threads::GoneThreads::new(),
         }
     }
 
@@ -365,6 +369,7 @@ impl Tool for Memcheck {
     }
 
     fn before_syscall(&self, host: &dyn Host, nr: u64, args: &[u64; 6], regs: &GuestRegs) {
+        self.gone.before_syscall(host, nr, args, regs.rsp());
         self.syscall_event(host, nr, args, regs)
     }
 

@@ -128,32 +128,52 @@ fn unaddressable_from(host: &dyn Host, main_thread: bool, sp: u64, want: u64) ->
 }
 
 /// What the mapping holding `sp` is to the checks, from `/proc/self/maps`: the main
-/// thread's `[stack]`, a glibc thread stack (anonymous, read-write, right above its `---`
-/// guard page) on another thread, or another mapping.
+/// thread's `[stack]`, a glibc thread stack on another thread, or another mapping.
 fn classify_stack(host: &dyn Host, main_thread: bool, sp: u64) -> KnownStack {
     let Some(maps) = host.read_self_file(SelfFile::Maps) else {
         return KnownStack::None;
     };
+    match stack_mapping_at(&maps, sp) {
+        Some(StackMapping::Main { lo, hi }) if main_thread => KnownStack::Main { lo, hi },
+        Some(StackMapping::Thread { lo, hi }) if !main_thread => KnownStack::Thread {
+            lo,
+            hi,
+            floor: thread_stack_floor(host, lo, sp),
+        },
+        Some(StackMapping::Main { lo, hi } | StackMapping::Thread { lo, hi })
+        | Some(StackMapping::Other { lo, hi }) => KnownStack::Other { lo, hi },
+        None => KnownStack::None,
+    }
+}
+
+/// A mapping that holds a stack pointer, by what it is.
+pub(crate) enum StackMapping {
+    /// The main thread's stack (`[stack]`).
+    Main { lo: u64, hi: u64 },
+    /// A glibc thread stack: anonymous, read-write, right above its `---` guard page.
+    Thread { lo: u64, hi: u64 },
+    /// Anything else (a coroutine's stack on the heap, an alternate signal stack).
+    Other { lo: u64, hi: u64 },
+}
+
+/// The mapping holding `sp` in `maps` (the text of `/proc/self/maps`).
+pub(crate) fn stack_mapping_at(maps: &str, sp: u64) -> Option<StackMapping> {
     let mut below: Option<(u64, &str)> = None; // the previous mapping's end, permissions
     for m in maps.lines().map_while(map_line) {
         if m.lo <= sp && sp < m.hi {
             let (lo, hi) = (m.lo, m.hi);
             let guarded = below.is_some_and(|(end, p)| end == m.lo && p == "---");
-            return if main_thread && m.path == "[stack]" {
-                KnownStack::Main { lo, hi }
-            } else if !main_thread && m.perms == "rw-" && m.path.is_empty() && guarded {
-                KnownStack::Thread {
-                    lo,
-                    hi,
-                    floor: thread_stack_floor(host, lo, sp),
-                }
+            return Some(if m.path == "[stack]" {
+                StackMapping::Main { lo, hi }
+            } else if m.perms == "rw-" && m.path.is_empty() && guarded {
+                StackMapping::Thread { lo, hi }
             } else {
-                KnownStack::Other { lo, hi }
-            };
+                StackMapping::Other { lo, hi }
+            });
         }
         below = Some((m.hi, m.perms));
     }
-    KnownStack::None
+    None
 }
 
 /// Whether `sp` lies in the calling thread's alternate signal stack (a handler running
