@@ -440,6 +440,10 @@ impl Host for RuntimeHost {
         template::expand(t, raw::getpid(), seq, &getenv, cwd)
     }
 
+    fn track_fds_xml(&self) -> Option<String> {
+        crate::trackfds::take_xml()
+    }
+
     fn read_self_file(&self, file: oxgrind_tool::SelfFile) -> Option<String> {
         use oxgrind_sys::procself::{read_string, SelfFile};
         read_string(match file {

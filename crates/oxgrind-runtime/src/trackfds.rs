@@ -179,7 +179,13 @@ pub fn report() {
     let pid = crate::host::HOST.pid();
     let mut text = String::new();
     use oxgrind_formats::memcheck_text as t;
-    t::line(&mut text, pid, "");
+    // Under --xml=yes, Valgrind 3.19 writes the list to the log without the stacks, with
+    // no blank line before and one more after, and the stacks into the XML (`take_xml`).
+    let xml_on = rt.core.view.xml;
+    let mut xml = String::new();
+    if !xml_on {
+        t::line(&mut text, pid, "");
+    }
     t::line(
         &mut text,
         pid,
@@ -195,12 +201,28 @@ pub fn report() {
         }
         t::line(&mut text, pid, &headline(fd, target));
         match stack {
+            Some(stack) if xml_on => {
+                oxgrind_formats::memcheck_xml::stack(&mut xml, &crate::exit::core_frames(stack))
+            }
             Some(stack) => t::stack(&mut text, pid, &crate::exit::core_frames(stack)),
             None => t::line(&mut text, pid, "   <inherited from parent>"),
         }
         t::line(&mut text, pid, "");
     }
+    if xml_on {
+        t::line(&mut text, pid, "");
+        *XML.lock() = Some(xml);
+    }
     crate::host::HOST.log(&text);
+}
+
+/// Under `--xml=yes`, the stacks `report` wrote for the tool's XML stream.
+static XML: SpinLock<Option<String>> = SpinLock::new(None);
+
+/// The `<stack>` elements of the last `report` under `--xml=yes`
+/// (`Host::track_fds_xml`), once.
+pub fn take_xml() -> Option<String> {
+    XML.lock().take()
 }
 
 /// "Open file descriptor N: PATH", or the socket's form ("Open AF_INET socket N: local <->

@@ -434,6 +434,13 @@ pub trait Host {
     fn read_self_file(&self, _file: SelfFile) -> Option<String> {
         None
     }
+    /// Under `--xml=yes` with `--track-fds`, the `<stack>` elements of the descriptors open
+    /// at exit that the program opened (the core's, as Valgrind 3.19 writes them into the
+    /// XML right after the `FINISHED` status, before the tool's leak errors); handed out
+    /// once. `None` otherwise.
+    fn track_fds_xml(&self) -> Option<String> {
+        None
+    }
     /// Every live heap block (not the ones waiting in the freed-block queue).
     fn live_blocks(&self) -> Vec<LiveBlock>;
     /// Stops every other thread, hands `f` the root set (their stacks and registers, the

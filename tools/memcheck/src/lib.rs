@@ -436,6 +436,10 @@ impl Tool for Memcheck {
             self.start_xml(&mut st, host);
             st.xml.push('\n');
             xml::status(&mut st.xml, "FINISHED", host.elapsed_ms());
+            // --track-fds's stacks, which Valgrind writes here.
+            if let Some(stacks) = host.track_fds_xml() {
+                st.xml.push_str(&stacks);
+            }
         } else if self.opts.core.verbosity > 0 {
             text::line(&mut out.text, pid, "");
             let in_use: u64 = live.iter().map(|b| b.size).sum();
