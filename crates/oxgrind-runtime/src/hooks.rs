@@ -350,6 +350,27 @@ fn refuse(ev: Option<Event>) -> *mut c_void {
     core::ptr::null_mut()
 }
 
+/// Zeroes `len` bytes at `p` with one `rep stosb`: never a call to `memset` (under the
+/// engine that is the program's replacement, instrumented).
+///
+/// # Safety
+/// `[p, p + len)` must be writable memory the caller owns.
+#[inline]
+unsafe fn zero(p: *mut u8, len: usize) {
+    // SAFETY: the caller's contract: the range is ours to write. `rep stosb` writes rcx
+    // bytes of al at rdi upwards (the direction flag is clear at a call, by the ABI) and
+    // changes rdi and rcx only, declared.
+    unsafe {
+        core::arch::asm!(
+            "rep stosb",
+            inout("rdi") p => _,
+            inout("rcx") len => _,
+            in("al") 0u8,
+            options(nostack, preserves_flags)
+        );
+    }
+}
+
 /// The common path of every allocation function.
 #[inline]
 fn allocate(
@@ -602,7 +623,14 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
                 }
                 p
             } else if rz > 0 {
-                __libc_calloc(1, total.saturating_add(rz))
+                // glibc's calloc would clear the block with `memset`, which runs as the
+                // program's code (our checked replacement, a word loop with every store
+                // checked): one `rep stosb` here instead, and the tool marks the block.
+                let p = __libc_malloc(total.saturating_add(rz));
+                if !p.is_null() {
+                    zero(p as *mut u8, total);
+                }
+                p
             } else {
                 __libc_calloc(n, size)
             }
