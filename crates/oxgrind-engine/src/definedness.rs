@@ -692,7 +692,8 @@ fn catch_up(ctx: &mut ThreadCtx, t: &mut ThreadShadow, pc: u64) {
 /// program just made into the runtime (an allocator hook, entered natively: no step ran
 /// since the program's `call`) holds undefined bits. Memcheck's allocator replacements
 /// branch on their arguments (`TRIGGER_MEMCHECK_ERROR_IF_UNDEFINED`), and so report an
-/// undefined size as a conditional jump inside `malloc`. The shadow file is the one of the
+/// undefined size as a conditional jump inside `malloc` ([`argument_origin`]: where its
+/// undefined bits came from). The shadow file is the one of the
 /// program's last step (the `call`, or the PLT's `jmp`): the runtime's code on the way
 /// (its entry block, the C++ shim's `operator new`) is not stepped and passes the
 /// arguments on unchanged; the hooks' own nested calls are not checked (the runtime
@@ -717,6 +718,23 @@ pub fn argument_undefined(index: usize) -> bool {
         return false;
     }
     thread(ctx).regs.gpr[reg] != 0
+}
+
+/// With origins: where the undefined bits of integer argument `index` of the call the
+/// program just made into the runtime came from (see [`argument_undefined`]).
+pub fn argument_origin(index: usize) -> Option<oxgrind_tool::Origin> {
+    const ARGS: [usize; 6] = [7, 6, 2, 1, 8, 9];
+    if !origins::enabled() {
+        return None;
+    }
+    let reg = *ARGS.get(index)?;
+    let ctx = crate::current_context()?;
+    // SAFETY: as in `argument_undefined`.
+    let ctx = unsafe { &mut *ctx };
+    if ctx.vbits == 0 {
+        return None;
+    }
+    origins::decode(origins::gpr(&thread(ctx).reg_origins, reg))
 }
 
 /// The runtime is about to call the program's code from its own (glibc's allocator, on the

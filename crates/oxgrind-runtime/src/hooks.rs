@@ -226,8 +226,12 @@ fn check_arguments(entry: impl FnOnce() -> u64, func: AllocFn, args: &[(usize, &
     else {
         return;
     };
+    let origin = args
+        .iter()
+        .find(|(_, name)| *name == arg)
+        .and_then(|(i, _)| oxgrind_engine::definedness::argument_origin(*i));
     if let Some(ev) = Event::enter(0) {
-        ev.misuse(entry(), Misuse::UndefinedArgument { func, arg });
+        ev.misuse(entry(), Misuse::UndefinedArgument { func, arg, origin });
     }
 }
 

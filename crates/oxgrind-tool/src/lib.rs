@@ -280,8 +280,13 @@ pub enum Misuse {
     /// With [`Needs::definedness`]: an argument of an allocation function (`arg`: its
     /// name, e.g. "size") holds undefined bits at the call. Memcheck's replacement
     /// branches on it, reporting "Conditional jump or move depends on uninitialised
-    /// value(s)" at the function.
-    UndefinedArgument { func: AllocFn, arg: &'static str },
+    /// value(s)" at the function. `origin`: where its undefined bits came from (with
+    /// [`Needs::origins`], if known).
+    UndefinedArgument {
+        func: AllocFn,
+        arg: &'static str,
+        origin: Option<Origin>,
+    },
     /// An alignment that is not a power of two (or not a multiple of `sizeof(void*)` for
     /// `posix_memalign`).
     BadAlignment { func: AllocFn, align: u64 },

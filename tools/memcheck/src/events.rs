@@ -162,10 +162,11 @@ impl Memcheck {
                     &|_| Vec::new(),
                 )
             }
-            Misuse::UndefinedArgument { .. } => {
+            Misuse::UndefinedArgument { origin, .. } => {
                 if !self.opts.undef_value_errors {
                     return;
                 }
+                let origin = origin.filter(|_| self.opts.track_origins);
                 self.report(
                     host,
                     KeyKind::Cond,
@@ -174,7 +175,10 @@ impl Memcheck {
                     "UninitCondition",
                     &|| "Conditional jump or move depends on uninitialised value(s)".to_string(),
                     WhatQuirk::None,
-                    &|_| Vec::new(),
+                    &|_| match origin {
+                        Some(o) => self.origin_aux(host, o).to_vec(),
+                        None => Vec::new(),
+                    },
                 )
             }
             Misuse::BadAlignment { func, align } => {
