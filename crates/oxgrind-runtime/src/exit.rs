@@ -592,7 +592,13 @@ extern "C" fn on_fatal_signal(sig: c_int, info: *mut c_void, _ctx: *mut c_void) 
     if synchronous {
         finish(Exit::Signal(sig));
         set_default(sig);
-        return; // re-executes the faulting instruction under the default action
+        // The faulting instruction re-executes on return and dies then, with the fault's
+        // registers; but the report may have mapped something where it faulted (the
+        // symboliser's views of object files land in the hole a `munmap` just left), and
+        // then it would not fault again and the program would run on past its end. The
+        // signal sent here, pending until the handler returns, ends it either way.
+        let _ = raw::tgkill(raw::getpid(), raw::gettid(), sig);
+        return;
     }
     die_by(sig)
 }

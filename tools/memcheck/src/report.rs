@@ -274,6 +274,9 @@ impl Memcheck {
         let found_before = errors.errs_found;
         let class_kind = kind.clone();
         errors.record(&mut out, ErrorKey { kind, ips }, &mut || {
+            // The address first: symbolising the stack may map views of object files,
+            // which can land where the address lies (the hole a `munmap` just left).
+            let aux = aux(freed);
             let r = self.resolve_stack(host, stack, frame0_is_ours);
             let class_name = class_kind.class().supp_kind_name();
             let extra = match &class_kind {
@@ -291,7 +294,7 @@ impl Memcheck {
                 block: ErrorBlock {
                     what: what(),
                     stack: r.shown,
-                    aux: aux(freed),
+                    aux,
                 },
                 what_newline_quirk: quirk,
                 supp_frames: r.supp,
