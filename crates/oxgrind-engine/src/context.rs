@@ -147,6 +147,10 @@ pub struct ThreadCtx {
     /// How many holds are in force on this thread (the embedder's, and a drain's own while
     /// it hands the buffer to the tool).
     pub trace_holders: u64,
+    /// How many holds (`trace::hold`) are in force on this thread, with or without a trace
+    /// buffer: the embedder's own work is running, whose accesses are not the program's
+    /// (the slow half of a filtered access probe skips the tool call while it is non-zero).
+    pub own_work: u64,
     /// The guest registers of the tool call in flight on this thread (a `GuestRegs` on
     /// the engine stack; 0: none), lent for the call's length (`probe::ToolRegsLent`) so
     /// that the embedder describes the program's stack, not the engine's.
@@ -165,6 +169,11 @@ pub struct ThreadCtx {
     /// (inline); set to 1 when a signal handler is entered.
     pub vbits: u64,
     pub vbits_own_code: u64,
+    /// Set by a clean call made where the guest's vector registers are dead (the call to
+    /// `run_native`, a function call: the ABI leaves every vector and mask register to the
+    /// caller): the dispatcher then neither saves nor restores the XSAVE state, most of a
+    /// short clean call's cost, and clears it.
+    pub vectors_dead: u64,
     pub vbits_signal: u64,
     /// The primary table of the memory shadow (`definedness`), for the inline fast path
     /// (0 until the thread's first definedness step).
@@ -231,6 +240,8 @@ off!(OFF_PROBE_RCX, probe_rcx);
 off!(OFF_HOT, hot);
 off!(OFF_INDEXED_AT, indexed_at);
 off!(OFF_VBITS_OWN_CODE, vbits_own_code);
+off!(OFF_VECTORS_DEAD, vectors_dead);
+off!(OFF_OWN_WORK, own_work);
 off!(OFF_VBITS, vbits);
 off!(OFF_VBITS_SIGNAL, vbits_signal);
 off!(OFF_VBITS_PRIMARY, vbits_primary);
@@ -451,6 +462,7 @@ pub fn reuse_exited() -> Option<*mut ThreadCtx> {
         c.trace_draining.store(0, Ordering::Relaxed);
         c.trace_hold = 0;
         c.trace_holders = 0;
+        c.own_work = 0;
         crate::recent_lines::clear(c);
         c.hot = Default::default();
         c.hot_hi_held = [0; oxgrind_tool::instrument::HOT_RANGES];

@@ -325,17 +325,22 @@ pub fn flush_current() {
 /// The embedder's own code starts (`true`) or stops running on the calling thread: the
 /// records appended meanwhile (by the libc functions it calls, which run translated) are
 /// not the program's and are dropped when the hold ends, and a full buffer is emptied of
-/// them without calling the tool. Holds nest (each `true` needs its `false`).
+/// them without calling the tool; a filtered access probe whose inline check fails does not
+/// call the tool either (`ThreadCtx::own_work`: glibc's allocator, called by a hook, reads
+/// the chunk headers around the program's blocks, which a tool's shadow marks). Holds nest
+/// (each `true` needs its `false`).
 pub fn hold(on: bool) {
-    if !enabled() {
-        return;
-    }
     let Some(ctx) = crate::current_context() else {
         return;
     };
     // SAFETY: the calling thread's own live context; only this thread changes its holds.
     let ctx = unsafe { &mut *ctx };
-    if ctx.trace_base == 0 {
+    if on {
+        ctx.own_work += 1;
+    } else {
+        ctx.own_work = ctx.own_work.saturating_sub(1);
+    }
+    if !enabled() || ctx.trace_base == 0 {
         return;
     }
     if on {

@@ -47,6 +47,7 @@ impl Emitter {
             flags_live,
             back: 0,
             ip,
+            skipped_in_own_work: false,
         };
         if block_entry {
             self.catch_up_inline(&mut slow)?;

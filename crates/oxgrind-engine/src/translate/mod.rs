@@ -340,6 +340,11 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         // gate's `ret` runs translated.
         if let Some(rec) = crate::probe::native_call_record(pc, native_done) {
             e.mark(pc, 0);
+            // Reached by a call: the vector registers are the caller's to lose, and the
+            // dispatcher leaves them alone (mov qword gs:[vectors_dead], 1).
+            e.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
+            e.d32(c::OFF_VECTORS_DEAD as u32);
+            e.d32(1);
             e.clean_call(pc, rec);
             e.stub_jump(native_done);
             e.finish();
@@ -686,6 +691,8 @@ struct SlowCall {
     /// Where the call returns: the probed instruction, guest state exact.
     back: usize,
     ip: u64,
+    /// An access probe's call, which the embedder's own work skips (`ThreadCtx::own_work`).
+    skipped_in_own_work: bool,
 }
 
 /// The out-of-line half of a below-the-stack-pointer compare (`Emitter::shadow_checks`):

@@ -602,6 +602,7 @@ impl Emitter {
             flags_live,
             back,
             ip,
+            skipped_in_own_work: false,
         };
         slow.jumps[0] = jump;
         if rec != 0 {
@@ -725,6 +726,7 @@ impl Emitter {
             flags_live,
             back: 0,
             ip,
+            skipped_in_own_work: true,
         };
         for m in mem {
             let mut j = [0usize; 3];
@@ -796,6 +798,25 @@ impl Emitter {
                 self.buf[j..j + 4].copy_from_slice(&(rel as i32).to_le_bytes());
             }
             self.push_map_at(at, s.ip, FIX_RAX_IN_STUB);
+            if s.skipped_in_own_work {
+                // cmp qword gs:[own_work], 0; je call; (flags back) mov rax, guest rax;
+                // jmp back; call:
+                self.buf.extend_from_slice(&[0x65, 0x48, 0x83, 0x3C, 0x25]);
+                self.d32(c::OFF_OWN_WORK as u32);
+                self.buf.push(0);
+                self.buf.extend_from_slice(&[0x0F, 0x84]);
+                let call = self.buf.len();
+                self.d32(0);
+                if s.flags_live {
+                    self.restore_probe_flags();
+                }
+                self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
+                self.buf.push(0xE9);
+                let rel = s.back as i64 - (self.buf.len() as i64 + 4);
+                self.d32(rel as i32 as u32);
+                let rel = (self.buf.len() - (call + 4)) as u32;
+                self.buf[call..call + 4].copy_from_slice(&rel.to_le_bytes());
+            }
             if s.flags_live {
                 self.restore_probe_flags();
             }
