@@ -8,30 +8,13 @@
 //! never changed (`push`/`pop`-like instructions move it by constants), and flags the
 //! instruction always clears or sets are defined.
 
-use iced_x86::{InstructionInfoFactory, OpAccess, Register, RflagsBits};
+use iced_x86::{InstructionInfoFactory, OpAccess, Register};
 
 use crate::algebra::lanes::Vec512;
 use crate::algebra::mask;
 use crate::ctx::Ctx;
 use crate::state::{FlagShadows, Guest, Segment, ShadowMemory};
 use crate::ValueUse;
-
-/// iced-x86's flag bits and ours, pairwise.
-const FLAG_MAP: [(u32, u8); 6] = [
-    (RflagsBits::CF, FlagShadows::CF),
-    (RflagsBits::PF, FlagShadows::PF),
-    (RflagsBits::AF, FlagShadows::AF),
-    (RflagsBits::ZF, FlagShadows::ZF),
-    (RflagsBits::SF, FlagShadows::SF),
-    (RflagsBits::OF, FlagShadows::OF),
-];
-
-pub(crate) fn ours(iced_bits: u32) -> u8 {
-    FLAG_MAP
-        .iter()
-        .filter(|(i, _)| iced_bits & i != 0)
-        .fold(0, |acc, (_, o)| acc | o)
-}
 
 fn reads(access: OpAccess) -> bool {
     matches!(
@@ -69,7 +52,10 @@ pub(crate) fn rule<G: Guest, M: ShadowMemory>(
         undefined |= register_shadow_nonzero(cx, reg);
     }
     // Inputs: flags.
-    undefined |= cx.regs.flags.any(ours(insn.rflags_read()));
+    undefined |= cx
+        .regs
+        .flags
+        .any(FlagShadows::bits_of_iced(insn.rflags_read()));
     // Inputs: memory, with the address check of each access.
     for mem in info.used_memory() {
         let mut vaddr = 0u64;
@@ -163,8 +149,8 @@ pub(crate) fn rule<G: Guest, M: ShadowMemory>(
         }
     }
     // Outputs: flags.
-    let modified = ours(insn.rflags_modified());
-    let constant = ours(insn.rflags_cleared() | insn.rflags_set());
+    let modified = FlagShadows::bits_of_iced(insn.rflags_modified());
+    let constant = FlagShadows::bits_of_iced(insn.rflags_cleared() | insn.rflags_set());
     let mut f = cx.regs.flags.0 & !modified;
     if undefined {
         f |= modified & !constant;

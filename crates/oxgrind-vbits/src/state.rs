@@ -25,6 +25,24 @@ impl FlagShadows {
 
     pub const DEFINED: FlagShadows = FlagShadows(0);
 
+    /// The bits above of the flags named in iced-x86's `RflagsBits` mask `iced` (an
+    /// instruction's flags read, modified, set or cleared).
+    pub fn bits_of_iced(iced: u32) -> u8 {
+        use iced_x86::RflagsBits;
+        const PAIRS: [(u32, u8); 6] = [
+            (RflagsBits::CF, FlagShadows::CF),
+            (RflagsBits::PF, FlagShadows::PF),
+            (RflagsBits::AF, FlagShadows::AF),
+            (RflagsBits::ZF, FlagShadows::ZF),
+            (RflagsBits::SF, FlagShadows::SF),
+            (RflagsBits::OF, FlagShadows::OF),
+        ];
+        PAIRS
+            .iter()
+            .filter(|(i, _)| iced & i != 0)
+            .fold(0, |acc, (_, o)| acc | o)
+    }
+
     /// Is any flag of `which` undefined?
     #[inline]
     pub const fn any(self, which: u8) -> bool {

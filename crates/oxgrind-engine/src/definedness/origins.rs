@@ -25,7 +25,7 @@
 
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use iced_x86::{Instruction, OpAccess, Register, RflagsBits};
+use iced_x86::{Instruction, OpAccess, Register};
 use oxgrind_tool::Origin;
 use oxgrind_vbits::{FlagShadows, ShadowMemory, ShadowRegisters};
 
@@ -247,29 +247,14 @@ pub(crate) struct RegUse {
     flags_written: u8,
 }
 
-fn flag_bits(iced: u32) -> u8 {
-    const PAIRS: [(u32, u8); 6] = [
-        (RflagsBits::CF, FlagShadows::CF),
-        (RflagsBits::PF, FlagShadows::PF),
-        (RflagsBits::AF, FlagShadows::AF),
-        (RflagsBits::ZF, FlagShadows::ZF),
-        (RflagsBits::SF, FlagShadows::SF),
-        (RflagsBits::OF, FlagShadows::OF),
-    ];
-    PAIRS
-        .iter()
-        .filter(|(i, _)| iced & i != 0)
-        .fold(0, |acc, (_, f)| acc | f)
-}
-
 /// What `ins` reads and writes, for its step record (empty when origins are off).
 pub(crate) fn reg_use(ins: &Instruction) -> RegUse {
     let mut u = RegUse::default();
     if !enabled() {
         return u;
     }
-    u.flags_read = flag_bits(ins.rflags_read());
-    u.flags_written = flag_bits(ins.rflags_modified());
+    u.flags_read = FlagShadows::bits_of_iced(ins.rflags_read());
+    u.flags_written = FlagShadows::bits_of_iced(ins.rflags_modified());
     crate::probe::with_factory(|f| {
         let (mut nr, mut nw) = (0, 0);
         for r in f.info(ins).used_registers() {
