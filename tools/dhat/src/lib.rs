@@ -594,20 +594,7 @@ impl Tool for Dhat {
     }
 
     fn on_trace(&self, _host: &dyn Host, records: &[TraceRecord]) {
-        let accesses = records.iter().filter_map(|r| {
-            let kind = match r.kind() {
-                TraceKind::Block => return None,
-                TraceKind::Read => AccessKind::Read,
-                TraceKind::Write => AccessKind::Write,
-                TraceKind::Modify => AccessKind::Modify,
-            };
-            Some(Access {
-                addr: r.addr,
-                size: r.size as u32,
-                kind,
-                conditional: false,
-            })
-        });
+        let accesses = accesses_of(records);
         self.heap.access_all(accesses);
     }
 
@@ -626,20 +613,7 @@ impl Tool for Dhat {
                     .charge_range(h.lo, h.hi, h.read_bytes, h.write_bytes);
             }
         }
-        let accesses = records.iter().filter_map(|r| {
-            let kind = match r.kind() {
-                TraceKind::Block => return None,
-                TraceKind::Read => AccessKind::Read,
-                TraceKind::Write => AccessKind::Write,
-                TraceKind::Modify => AccessKind::Modify,
-            };
-            Some(Access {
-                addr: r.addr,
-                size: r.size as u32,
-                kind,
-                conditional: false,
-            })
-        });
+        let accesses = accesses_of(records);
         let recent = self.heap.access_all(accesses);
         // The blocks hit in this batch first, then the ranges still counting from before.
         let mut next = [(0u64, 0u64); HOT_RANGES];
@@ -697,4 +671,22 @@ impl Tool for Dhat {
             host.log(&self.summary(host, &totals, &path));
         }
     }
+}
+
+/// The memory accesses of a batch of trace records (block records carry none).
+fn accesses_of(records: &[TraceRecord]) -> impl Iterator<Item = Access> + '_ {
+    records.iter().filter_map(|r| {
+        let kind = match r.kind() {
+            TraceKind::Block => return None,
+            TraceKind::Read => AccessKind::Read,
+            TraceKind::Write => AccessKind::Write,
+            TraceKind::Modify => AccessKind::Modify,
+        };
+        Some(Access {
+            addr: r.addr,
+            size: r.size as u32,
+            kind,
+            conditional: false,
+        })
+    })
 }
