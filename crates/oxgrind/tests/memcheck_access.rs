@@ -174,32 +174,6 @@ fn generated_suppressions_name_addr_kinds_and_silence_the_errors() {
     assert_same_report(&debug_prefix(&ours), &debug_prefix(&theirs));
 }
 
-/// An XML report with what differs between any two runs removed (as in
-/// memcheck_vs_valgrind.rs).
-fn xml_normalized(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap();
-    let drop = [
-        "<pid>", "<ppid>", "<time>", "<unique>", "<obj>", "<exe>", "<arg>", "<line>", "<dir>",
-    ];
-    text.lines()
-        .filter(|l| !drop.iter().any(|d| l.trim_start().starts_with(d)))
-        .map(|l| {
-            let mut out = String::new();
-            let mut rest = l;
-            while let Some(i) = rest.find("0x") {
-                out.push_str(&rest[..i]);
-                let tail = &rest[i + 2..];
-                let n = tail.chars().take_while(|c| c.is_ascii_hexdigit()).count();
-                out.push_str("0xADDR");
-                rest = &tail[n..];
-            }
-            out.push_str(rest);
-            out
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 #[test]
 fn xml_has_invalid_read_and_write_kinds_as_valgrind_writes_them() {
     if !have_valgrind() {

@@ -582,33 +582,6 @@ fn death_by_signal_in_xml_has_valgrinds_structure() {
     assert_eq!(xml_structure(&ours), xml_structure(&theirs));
 }
 
-/// An XML report with what differs between any two runs removed: pids, times, unique ids,
-/// addresses, and the elements naming files and objects (our replacement functions live in
-/// another object than Valgrind's).
-fn xml_normalized(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap();
-    let drop = [
-        "<pid>", "<ppid>", "<time>", "<unique>", "<obj>", "<exe>", "<arg>", "<line>", "<dir>",
-    ];
-    text.lines()
-        .filter(|l| !drop.iter().any(|d| l.trim_start().starts_with(d)))
-        .map(|l| {
-            let mut out = String::new();
-            let mut rest = l;
-            while let Some(i) = rest.find("0x") {
-                out.push_str(&rest[..i]);
-                let tail = &rest[i + 2..];
-                let n = tail.chars().take_while(|c| c.is_ascii_hexdigit()).count();
-                out.push_str("0xADDR");
-                rest = &tail[n..];
-            }
-            out.push_str(rest);
-            out
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 #[test]
 fn xml_reports_equal_valgrinds_line_for_line() {
     if !have_valgrind() {

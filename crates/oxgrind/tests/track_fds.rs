@@ -89,32 +89,6 @@ fn no_report_without_the_option() {
     assert!(!stderr(&out).contains("FILE DESCRIPTORS"), "{out:?}");
 }
 
-/// The XML file with what differs from run to run or tool to tool taken out (pids, times,
-/// addresses, the objects' and the executable's paths, lines of the preamble).
-fn xml_normalized(path: &std::path::Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap();
-    let drop = [
-        "<pid>", "<ppid>", "<time>", "<unique>", "<obj>", "<exe>", "<arg>", "<line>", "<dir>",
-    ];
-    text.lines()
-        .filter(|l| !drop.iter().any(|d| l.trim_start().starts_with(d)))
-        .map(|l| {
-            let mut out = String::new();
-            let mut rest = l;
-            while let Some(i) = rest.find("0x") {
-                out.push_str(&rest[..i]);
-                let tail = &rest[i + 2..];
-                let n = tail.chars().take_while(|c| c.is_ascii_hexdigit()).count();
-                out.push_str("0xADDR");
-                rest = &tail[n..];
-            }
-            out.push_str(rest);
-            out
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 #[test]
 fn under_xml_the_stacks_go_into_the_xml_as_valgrind_writes_them() {
     // Valgrind 3.19: the list on the log without its stacks, each stack a <stack> in the

@@ -200,17 +200,7 @@ pub fn normalize_report(report: &str) -> String {
                     l.replace_range(..end + 4, "==PID==");
                 }
             }
-            // hex addresses
-            let mut out = String::new();
-            let mut rest = l.as_str();
-            while let Some(i) = rest.find("0x") {
-                out.push_str(&rest[..i]);
-                let tail = &rest[i + 2..];
-                let n = tail.chars().take_while(|c| c.is_ascii_hexdigit()).count();
-                out.push_str("0xADDR");
-                rest = &tail[n..];
-            }
-            out.push_str(rest);
+            let mut out = mask_addresses(&l);
             for preload in ["/usr/libexec/valgrind/vgpreload_memcheck-amd64-linux.so"] {
                 out = out.replace(preload, "PRELOAD");
             }
@@ -222,6 +212,36 @@ pub fn normalize_report(report: &str) -> String {
             // Valgrind has no clone3, so glibc falls back to clone under it.
             out.replace("clone3 (clone3.S:81)", "clone (clone.S:100)")
         })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `line` with every hexadecimal number (`0x...`) replaced by `0xADDR`.
+pub fn mask_addresses(line: &str) -> String {
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(i) = rest.find("0x") {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i + 2..];
+        let n = tail.chars().take_while(|c| c.is_ascii_hexdigit()).count();
+        out.push_str("0xADDR");
+        rest = &tail[n..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// An XML report with what differs between any two runs removed: pids, times, unique ids,
+/// addresses, and the elements naming files and objects (our replacement functions live in
+/// another object than Valgrind's).
+pub fn xml_normalized(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    let drop = [
+        "<pid>", "<ppid>", "<time>", "<unique>", "<obj>", "<exe>", "<arg>", "<line>", "<dir>",
+    ];
+    text.lines()
+        .filter(|l| !drop.iter().any(|d| l.trim_start().starts_with(d)))
+        .map(mask_addresses)
         .collect::<Vec<_>>()
         .join("\n")
 }
