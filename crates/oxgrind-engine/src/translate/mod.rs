@@ -346,16 +346,7 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
             e.d32(c::OFF_VECTORS_DEAD as u32);
             e.d32(1);
             e.clean_call(pc, rec);
-            e.stub_jump(native_done);
-            e.finish();
-            return Ok(Translation {
-                bytes: e.buf,
-                stubs: e.stubs,
-                kind: BlockKind::Normal,
-                insns: 0,
-                guest_len: native_done - pc,
-                pcmap: core::mem::take(&mut e.pcmap),
-            });
+            return Ok(e.jump_only(native_done, native_done - pc));
         }
     }
     let tool = if opts.instrument {
@@ -365,16 +356,7 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
     };
     if let Some(to) = tool.and_then(|c| c.embedder.redirect(pc)) {
         e.mark(pc, 0);
-        e.stub_jump(to);
-        e.finish();
-        return Ok(Translation {
-            bytes: e.buf,
-            stubs: e.stubs,
-            kind: BlockKind::Normal,
-            insns: 0,
-            guest_len: 1,
-            pcmap: core::mem::take(&mut e.pcmap),
-        });
+        return Ok(e.jump_only(to, 1));
     }
     let window = avail.min(MAX_INSNS * 15 + 16);
     // Everything is decoded and copied from one snapshot, which is also what an entry check
@@ -753,6 +735,21 @@ impl Emitter {
     }
 
     /// mov gs:[off], r64 (r < 8)
+    /// Ends a block of no guest instruction (a redirection, the `run_native` gate) with a
+    /// jump to `to`; `guest_len` is the guest range it stands for.
+    fn jump_only(mut self, to: u64, guest_len: u64) -> Translation {
+        self.stub_jump(to);
+        self.finish();
+        Translation {
+            bytes: self.buf,
+            stubs: self.stubs,
+            kind: BlockKind::Normal,
+            insns: 0,
+            guest_len,
+            pcmap: self.pcmap,
+        }
+    }
+
     fn store_gs(&mut self, reg: u8, off: usize) {
         let rex = if reg >= 8 { 0x4C } else { 0x48 };
         self.buf.extend_from_slice(&[0x65, rex, 0x89]);
