@@ -232,16 +232,13 @@ fn report_undefined_argument(
     func: AllocFn,
     args: &[(usize, &'static str)],
 ) {
-    let Some(&(_, arg)) = args
+    let Some(&(i, arg)) = args
         .iter()
         .find(|(i, _)| oxgrind_engine::definedness::argument_undefined(*i))
     else {
         return;
     };
-    let origin = args
-        .iter()
-        .find(|(_, name)| *name == arg)
-        .and_then(|(i, _)| oxgrind_engine::definedness::argument_origin(*i));
+    let origin = oxgrind_engine::definedness::argument_origin(i);
     if let Some(ev) = Event::enter(0) {
         ev.misuse(entry(), Misuse::UndefinedArgument { func, arg, origin });
     }
