@@ -670,7 +670,13 @@ unsafe impl GlobalAlloc for PrivateHeap {
         match Self::class_of(&layout) {
             None if in_reserve(p as usize) => {
                 // Carved from the reserve: its address space stays the reserve's (unmapping
-                // it would hand the program room it did not have); the bytes are not reused.
+                // it would hand the program room it did not have) and is not reused, but
+                // its pages go back to the kernel. A growing table (a `Vec` doubling, a hash
+                // map rehashing) frees its previous copy each time: kept resident, those
+                // copies were as large as the live table again.
+                // SAFETY: the block is page-aligned, whole pages of the reserve (an
+                // anonymous private mapping of ours), and the caller gave it up.
+                unsafe { raw::discard(p, round_pages(layout.size())) };
             }
             None => {
                 forget_region(p as usize);

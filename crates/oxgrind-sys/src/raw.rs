@@ -178,6 +178,21 @@ pub unsafe fn munmap(ptr: *mut u8, len: usize) {
     }
 }
 
+/// Gives the physical pages of `[ptr, ptr+len)` back to the kernel and keeps the address
+/// range mapped (`madvise(MADV_DONTNEED)`): the next touch of a page reads zeros.
+///
+/// # Safety
+/// `[ptr, ptr+len)` must be page-aligned memory of a private anonymous mapping oxgrind made,
+/// whose contents nothing needs any more.
+pub unsafe fn discard(ptr: *mut u8, len: usize) {
+    const SYS_MADVISE: usize = 28;
+    const MADV_DONTNEED: usize = 4;
+    // SAFETY: forwarded to the caller; madvise changes no mapping, only drops its pages.
+    unsafe {
+        syscall3(SYS_MADVISE, ptr as usize, len, MADV_DONTNEED);
+    }
+}
+
 /// Copies `buf.len()` bytes of this process's memory at `addr` into `buf` without ever
 /// faulting: the kernel reads them (`process_vm_readv` on ourselves) and stops at the first
 /// unmapped or unreadable page. Returns the bytes copied.
