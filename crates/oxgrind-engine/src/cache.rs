@@ -96,6 +96,11 @@ pub struct CodeCache {
     /// Every translation ever made, by host start: what a host pc means in guest terms
     /// (signal contexts). Kept after invalidation: a thread may still be running the code.
     by_host: BTreeMap<u64, HostBlock>,
+    /// The host-to-guest maps of all those translations, one after another (see
+    /// [`HostBlock`]).
+    maps: Vec<PackedMapEntry>,
+    /// Guest pcs too far from their block's start for [`PackedMapEntry`], by host pc.
+    far_guests: BTreeMap<u64, u64>,
     /// Guest pcs whose "translation" is a native jump (their page was unmapped then).
     native: PcMap<()>,
     opts: Options,
@@ -157,6 +162,10 @@ impl CodeCache {
             pending: PcMap::default(),
             links: PcMap::default(),
             by_host: BTreeMap::new(),
+            // Room for the maps of a few thousand blocks from the start: a large block of
+            // the heap, whose pages are touched only as the maps fill it.
+            maps: Vec::with_capacity(MAPS_INITIAL),
+            far_guests: BTreeMap::new(),
             native: PcMap::default(),
             opts,
             pages: crate::pages::Pages::default(),
@@ -309,13 +318,7 @@ impl CodeCache {
         };
         if !rec.cached {
             self.native.insert(pc, ());
-            self.by_host.insert(
-                base,
-                HostBlock {
-                    len: len as u32,
-                    map: Vec::new(),
-                },
-            );
+            self.insert_host_block(base, len, pc, &[]);
             return Ok(rec);
         }
         self.blocks.insert(pc, rec);
@@ -326,14 +329,7 @@ impl CodeCache {
             let hook: fn(u64, u64, u64) = unsafe { core::mem::transmute(hook) };
             hook(pc, base, len);
         }
-        self.by_host.insert(
-            base,
-            HostBlock {
-                len: len as u32,
-                // Kept as allocated (not shrunk to fit): see `translate::ALLOC_NOTE`.
-                map: t.pcmap,
-            },
-        );
+        self.insert_host_block(base, len, pc, &t.pcmap);
         for s in &t.stubs {
             target(s.target);
             let stub = base + s.offset as u64;
@@ -414,10 +410,78 @@ impl CodeCache {
     }
 }
 
-/// Guest meaning of one translation's host bytes.
+/// Guest meaning of one translation's host bytes: its map is
+/// `maps[map_start..map_start + map_len]`.
+///
+/// One shared array rather than a vector per block: the translator's map of a block has a
+/// few dozen entries, and a vector of its own per block, rounded up to the heap's size
+/// class, was the largest single item of the engine's memory (30 MiB of 512-byte vectors
+/// for python3's 60,000 blocks).
 struct HostBlock {
     len: u32,
-    map: Vec<translate::PcMapEntry>,
+    map_start: u32,
+    map_len: u32,
+    /// The guest pc the block was translated from: map entries are relative to it.
+    guest: u64,
+}
+
+/// A [`translate::PcMapEntry`] with its guest pc relative to the block's.
+#[derive(Clone, Copy)]
+struct PackedMapEntry {
+    host_off: u16,
+    fix: u16,
+    guest_delta: i32,
+}
+
+impl PackedMapEntry {
+    /// `translate::UNMAPPED`: host code with no guest equivalent.
+    const UNMAPPED: i32 = i32::MIN;
+    /// The guest pc is in `CodeCache::far_guests`.
+    const FAR: i32 = i32::MIN + 1;
+}
+
+/// Entries the shared map array is given room for at first (128 KiB).
+const MAPS_INITIAL: usize = 16 << 10;
+
+impl CodeCache {
+    /// Records the translation at host `base` (`len` bytes) of the guest block at `guest`,
+    /// with the translator's host-to-guest map.
+    fn insert_host_block(
+        &mut self,
+        base: u64,
+        len: u64,
+        guest: u64,
+        map: &[translate::PcMapEntry],
+    ) {
+        let map_start = self.maps.len() as u32;
+        for e in map {
+            let guest_delta = if e.guest == translate::UNMAPPED {
+                PackedMapEntry::UNMAPPED
+            } else {
+                match i32::try_from(e.guest.wrapping_sub(guest) as i64) {
+                    Ok(d) if d > PackedMapEntry::FAR => d,
+                    _ => {
+                        self.far_guests.insert(base + e.host_off as u64, e.guest);
+                        PackedMapEntry::FAR
+                    }
+                }
+            };
+            self.maps.push(PackedMapEntry {
+                host_off: e.host_off,
+                fix: e.fix,
+                guest_delta,
+            });
+        }
+        self.by_host.insert(
+            base,
+            HostBlock {
+                len: len as u32,
+                map_start,
+                map_len: map.len() as u32,
+                guest,
+            },
+        );
+    }
 }
 
 /// What a host pc inside the code cache stands for.
@@ -440,13 +504,16 @@ impl CodeCache {
             return None;
         }
         let off = host - start;
-        let i = hb.map.partition_point(|e| e.host_off as u64 <= off);
-        let e = hb.map.get(i.checked_sub(1)?)?;
-        if e.guest == translate::UNMAPPED {
-            return None;
-        }
+        let map = &self.maps[hb.map_start as usize..][..hb.map_len as usize];
+        let i = map.partition_point(|e| e.host_off as u64 <= off);
+        let e = map.get(i.checked_sub(1)?)?;
+        let pc = match e.guest_delta {
+            PackedMapEntry::UNMAPPED => return None,
+            PackedMapEntry::FAR => *self.far_guests.get(&(start + e.host_off as u64))?,
+            d => hb.guest.wrapping_add(d as i64 as u64),
+        };
         Some(GuestAt {
-            pc: e.guest,
+            pc,
             fix: e.fix,
             boundary: e.host_off as u64 == off,
         })
