@@ -1035,6 +1035,8 @@ pub(crate) const OFF_LAST_WRITES_RSP: usize = core::mem::offset_of!(ThreadShadow
 pub(crate) const OFF_LAST_CALL_OR_RET: usize =
     core::mem::offset_of!(ThreadShadow, last_call_or_ret);
 pub(crate) const OFF_VECTORS_STALE: usize = core::mem::offset_of!(ThreadShadow, vectors_stale);
+pub(crate) const OFF_SHADOW_VECTOR: usize =
+    core::mem::offset_of!(ThreadShadow, regs) + core::mem::offset_of!(ShadowRegisters, vector);
 const _: () = assert!(core::mem::size_of::<oxgrind_vbits::FlagShadows>() == 1);
 
 /// A general register the fast path zeroes the shadow of: encoding number and which bytes
@@ -1077,6 +1079,20 @@ pub(crate) struct FastForm {
     pub undefined: Option<(i32, i32)>,
     /// With origins on: the tag the bytes of [`FastForm::undefined`] take.
     pub origin: Option<StackOrigin>,
+    /// Vector registers read: the first `len` bytes of the shadow of `zmm<n>` must be zero
+    /// (unless the vector shadows are stale, i.e. all defined: `OFF_VECTORS_STALE`).
+    pub vec_reads: [Option<VecBytes>; 4],
+    /// Vector registers written: the first `len` bytes of their shadow become zero (a
+    /// legacy SSE write keeps the bytes above the xmm register, a VEX or EVEX one zeroes
+    /// them, so its shadow too).
+    pub vec_writes: [Option<VecBytes>; 2],
+}
+
+/// The first `len` bytes (a multiple of 8) of vector register `zmm<n>`'s shadow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct VecBytes {
+    pub n: u8,
+    pub len: u8,
 }
 
 /// The origin tag of the stack a fast form makes undefined (see `origins`).
@@ -1293,12 +1309,414 @@ fn fast_mnemonic(m: Mnemonic) -> bool {
     )
 }
 
+/// Vector instruction forms with an inline fast path: SSE and AVX moves, floating-point
+/// arithmetic, compares and conversions, and the integer lane operations compiled code
+/// and glibc use most, whose interpreter rules (PCast of the inputs, exact bitwise rules,
+/// data movement) give all defined outputs from all defined inputs. `movsd` and `cmpsd`
+/// are also string instructions: those are excluded by `fast_form`. Masked (EVEX `{k}`)
+/// forms take the slow path.
+fn fast_vector_mnemonic(m: Mnemonic) -> bool {
+    use Mnemonic as M;
+    matches!(
+        m,
+        M::Movaps
+            | M::Movapd
+            | M::Movups
+            | M::Movupd
+            | M::Movdqa
+            | M::Movdqu
+            | M::Movss
+            | M::Movsd
+            | M::Movd
+            | M::Movq
+            | M::Movlps
+            | M::Movlpd
+            | M::Movhps
+            | M::Movhpd
+            | M::Movhlps
+            | M::Movlhps
+            | M::Movddup
+            | M::Movshdup
+            | M::Movsldup
+            | M::Movntdq
+            | M::Movntps
+            | M::Movntpd
+            | M::Movnti
+            | M::Lddqu
+            | M::Addss
+            | M::Addsd
+            | M::Addps
+            | M::Addpd
+            | M::Subss
+            | M::Subsd
+            | M::Subps
+            | M::Subpd
+            | M::Mulss
+            | M::Mulsd
+            | M::Mulps
+            | M::Mulpd
+            | M::Divss
+            | M::Divsd
+            | M::Divps
+            | M::Divpd
+            | M::Minss
+            | M::Minsd
+            | M::Minps
+            | M::Minpd
+            | M::Maxss
+            | M::Maxsd
+            | M::Maxps
+            | M::Maxpd
+            | M::Sqrtss
+            | M::Sqrtsd
+            | M::Sqrtps
+            | M::Sqrtpd
+            | M::Andps
+            | M::Andpd
+            | M::Andnps
+            | M::Andnpd
+            | M::Orps
+            | M::Orpd
+            | M::Xorps
+            | M::Xorpd
+            | M::Ucomiss
+            | M::Ucomisd
+            | M::Comiss
+            | M::Comisd
+            | M::Cmpss
+            | M::Cmpsd
+            | M::Cmpps
+            | M::Cmppd
+            | M::Cvtsi2ss
+            | M::Cvtsi2sd
+            | M::Cvtss2sd
+            | M::Cvtsd2ss
+            | M::Cvttss2si
+            | M::Cvttsd2si
+            | M::Cvtss2si
+            | M::Cvtsd2si
+            | M::Cvtdq2pd
+            | M::Cvtdq2ps
+            | M::Cvtps2pd
+            | M::Cvtpd2ps
+            | M::Cvttpd2dq
+            | M::Cvttps2dq
+            | M::Cvtps2dq
+            | M::Cvtpd2dq
+            | M::Roundss
+            | M::Roundsd
+            | M::Roundps
+            | M::Roundpd
+            | M::Unpcklps
+            | M::Unpcklpd
+            | M::Unpckhps
+            | M::Unpckhpd
+            | M::Shufps
+            | M::Shufpd
+            | M::Blendps
+            | M::Blendpd
+            | M::Pxor
+            | M::Por
+            | M::Pand
+            | M::Pandn
+            | M::Paddb
+            | M::Paddw
+            | M::Paddd
+            | M::Paddq
+            | M::Psubb
+            | M::Psubw
+            | M::Psubd
+            | M::Psubq
+            | M::Paddusb
+            | M::Paddusw
+            | M::Psubusb
+            | M::Psubusw
+            | M::Pcmpeqb
+            | M::Pcmpeqw
+            | M::Pcmpeqd
+            | M::Pcmpeqq
+            | M::Pcmpgtb
+            | M::Pcmpgtw
+            | M::Pcmpgtd
+            | M::Pcmpgtq
+            | M::Pminub
+            | M::Pmaxub
+            | M::Pminsw
+            | M::Pmaxsw
+            | M::Pminud
+            | M::Pmaxud
+            | M::Pminsd
+            | M::Pmaxsd
+            | M::Pmullw
+            | M::Pmulld
+            | M::Pmuludq
+            | M::Pmulhw
+            | M::Pmulhuw
+            | M::Pmaddwd
+            | M::Psadbw
+            | M::Pavgb
+            | M::Pmovmskb
+            | M::Movmskps
+            | M::Movmskpd
+            | M::Pshufd
+            | M::Pshuflw
+            | M::Pshufhw
+            | M::Pshufb
+            | M::Palignr
+            | M::Pblendw
+            | M::Punpcklbw
+            | M::Punpcklwd
+            | M::Punpckldq
+            | M::Punpcklqdq
+            | M::Punpckhbw
+            | M::Punpckhwd
+            | M::Punpckhdq
+            | M::Punpckhqdq
+            | M::Packuswb
+            | M::Packsswb
+            | M::Packssdw
+            | M::Packusdw
+            | M::Pslldq
+            | M::Psrldq
+            | M::Psllw
+            | M::Pslld
+            | M::Psllq
+            | M::Psrlw
+            | M::Psrld
+            | M::Psrlq
+            | M::Psraw
+            | M::Psrad
+            | M::Pextrb
+            | M::Pextrw
+            | M::Pextrd
+            | M::Pextrq
+            | M::Pinsrb
+            | M::Pinsrw
+            | M::Pinsrd
+            | M::Pinsrq
+            | M::Pmovzxbw
+            | M::Pmovzxbd
+            | M::Pmovzxbq
+            | M::Pmovzxwd
+            | M::Pmovzxwq
+            | M::Pmovzxdq
+            | M::Pmovsxbw
+            | M::Pmovsxbd
+            | M::Pmovsxbq
+            | M::Pmovsxwd
+            | M::Pmovsxwq
+            | M::Pmovsxdq
+            | M::Ptest
+            | M::Vmovaps
+            | M::Vmovapd
+            | M::Vmovups
+            | M::Vmovupd
+            | M::Vmovdqa
+            | M::Vmovdqu
+            | M::Vmovdqa32
+            | M::Vmovdqa64
+            | M::Vmovdqu8
+            | M::Vmovdqu16
+            | M::Vmovdqu32
+            | M::Vmovdqu64
+            | M::Vmovss
+            | M::Vmovsd
+            | M::Vmovd
+            | M::Vmovq
+            | M::Vmovlps
+            | M::Vmovlpd
+            | M::Vmovhps
+            | M::Vmovhpd
+            | M::Vmovhlps
+            | M::Vmovlhps
+            | M::Vmovddup
+            | M::Vmovshdup
+            | M::Vmovsldup
+            | M::Vmovntdq
+            | M::Vmovntps
+            | M::Vmovntpd
+            | M::Vlddqu
+            | M::Vaddss
+            | M::Vaddsd
+            | M::Vaddps
+            | M::Vaddpd
+            | M::Vsubss
+            | M::Vsubsd
+            | M::Vsubps
+            | M::Vsubpd
+            | M::Vmulss
+            | M::Vmulsd
+            | M::Vmulps
+            | M::Vmulpd
+            | M::Vdivss
+            | M::Vdivsd
+            | M::Vdivps
+            | M::Vdivpd
+            | M::Vminss
+            | M::Vminsd
+            | M::Vminps
+            | M::Vminpd
+            | M::Vmaxss
+            | M::Vmaxsd
+            | M::Vmaxps
+            | M::Vmaxpd
+            | M::Vsqrtss
+            | M::Vsqrtsd
+            | M::Vsqrtps
+            | M::Vsqrtpd
+            | M::Vandps
+            | M::Vandpd
+            | M::Vandnps
+            | M::Vandnpd
+            | M::Vorps
+            | M::Vorpd
+            | M::Vxorps
+            | M::Vxorpd
+            | M::Vucomiss
+            | M::Vucomisd
+            | M::Vcomiss
+            | M::Vcomisd
+            | M::Vcvtsi2ss
+            | M::Vcvtsi2sd
+            | M::Vcvtss2sd
+            | M::Vcvtsd2ss
+            | M::Vcvttss2si
+            | M::Vcvttsd2si
+            | M::Vcvtss2si
+            | M::Vcvtsd2si
+            | M::Vcvtdq2pd
+            | M::Vcvtdq2ps
+            | M::Vcvtps2pd
+            | M::Vcvtpd2ps
+            | M::Vcvttpd2dq
+            | M::Vcvttps2dq
+            | M::Vcvtps2dq
+            | M::Vcvtpd2dq
+            | M::Vroundss
+            | M::Vroundsd
+            | M::Vroundps
+            | M::Vroundpd
+            | M::Vunpcklps
+            | M::Vunpcklpd
+            | M::Vunpckhps
+            | M::Vunpckhpd
+            | M::Vshufps
+            | M::Vshufpd
+            | M::Vfmadd132sd
+            | M::Vfmadd213sd
+            | M::Vfmadd231sd
+            | M::Vfmadd132pd
+            | M::Vfmadd213pd
+            | M::Vfmadd231pd
+            | M::Vfmadd132ss
+            | M::Vfmadd213ss
+            | M::Vfmadd231ss
+            | M::Vfmadd132ps
+            | M::Vfmadd213ps
+            | M::Vfmadd231ps
+            | M::Vfmsub132sd
+            | M::Vfmsub213sd
+            | M::Vfmsub231sd
+            | M::Vfnmadd132sd
+            | M::Vfnmadd213sd
+            | M::Vfnmadd231sd
+            | M::Vpxor
+            | M::Vpor
+            | M::Vpand
+            | M::Vpandn
+            | M::Vpxord
+            | M::Vpxorq
+            | M::Vpord
+            | M::Vporq
+            | M::Vpandd
+            | M::Vpandq
+            | M::Vpandnd
+            | M::Vpandnq
+            | M::Vpternlogd
+            | M::Vpternlogq
+            | M::Vpaddb
+            | M::Vpaddw
+            | M::Vpaddd
+            | M::Vpaddq
+            | M::Vpsubb
+            | M::Vpsubw
+            | M::Vpsubd
+            | M::Vpsubq
+            | M::Vpcmpeqb
+            | M::Vpcmpeqw
+            | M::Vpcmpeqd
+            | M::Vpcmpeqq
+            | M::Vpcmpgtb
+            | M::Vpcmpgtw
+            | M::Vpcmpgtd
+            | M::Vpcmpgtq
+            | M::Vpminub
+            | M::Vpmaxub
+            | M::Vpminud
+            | M::Vpmaxud
+            | M::Vpminsd
+            | M::Vpmaxsd
+            | M::Vpmovmskb
+            | M::Vmovmskps
+            | M::Vmovmskpd
+            | M::Vpshufd
+            | M::Vpshufb
+            | M::Vpalignr
+            | M::Vpblendd
+            | M::Vpblendvb
+            | M::Vpunpcklbw
+            | M::Vpunpcklwd
+            | M::Vpunpckldq
+            | M::Vpunpcklqdq
+            | M::Vpunpckhbw
+            | M::Vpunpckhwd
+            | M::Vpunpckhdq
+            | M::Vpunpckhqdq
+            | M::Vpackuswb
+            | M::Vpslldq
+            | M::Vpsrldq
+            | M::Vpsllq
+            | M::Vpsrlq
+            | M::Vpslld
+            | M::Vpsrld
+            | M::Vpbroadcastb
+            | M::Vpbroadcastw
+            | M::Vpbroadcastd
+            | M::Vpbroadcastq
+            | M::Vbroadcastss
+            | M::Vbroadcastsd
+            | M::Vinserti128
+            | M::Vinsertf128
+            | M::Vextracti128
+            | M::Vextractf128
+            | M::Vperm2i128
+            | M::Vperm2f128
+            | M::Vpermq
+            | M::Vpermd
+            | M::Vpextrb
+            | M::Vpextrw
+            | M::Vpextrd
+            | M::Vpextrq
+            | M::Vpinsrb
+            | M::Vpinsrw
+            | M::Vpinsrd
+            | M::Vpinsrq
+            | M::Vpmovzxbw
+            | M::Vpmovzxbd
+            | M::Vpmovzxwd
+            | M::Vpmovzxdq
+            | M::Vptest
+    )
+}
+
 /// The fast form of `ins`, if it has one.
 pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
     use iced_x86::OpAccess as A;
     let rsp_delta = inline_rsp_delta(ins);
     if !FAST_PATH.load(Ordering::Relaxed)
-        || !(fast_mnemonic(ins.mnemonic()) || rsp_delta.is_some())
+        || !(fast_mnemonic(ins.mnemonic())
+            || fast_vector_mnemonic(ins.mnemonic())
+            || rsp_delta.is_some())
         || (writes_rsp(ins) && rsp_delta.is_none())
         || ins.has_op_mask()
         || ins.is_string_instruction()
@@ -1315,6 +1733,8 @@ pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
         rsp_delta: rsp_delta.unwrap_or(0),
         undefined: rsp_delta.and_then(|d| undefined_by(ins, d)),
         origin: None,
+        vec_reads: [None; 4],
+        vec_writes: [None; 2],
     };
     if origins::enabled() && form.undefined.is_some() {
         // What the slow path would tag the new stack with: the red zone after a call or
@@ -1333,8 +1753,34 @@ pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
     let ok = crate::probe::with_factory(|f| {
         let info = f.info(ins);
         let mut nw = 0;
+        let (mut nvr, mut nvw) = (0, 0);
+        let vex_like = !matches!(ins.encoding(), iced_x86::EncodingKind::Legacy);
         for u in info.used_registers() {
             let r = u.register();
+            if r.is_xmm() || r.is_ymm() || r.is_zmm() {
+                let n = r.number() as u8;
+                if matches!(u.access(), A::Read | A::CondRead | A::ReadWrite) {
+                    if nvr == form.vec_reads.len() {
+                        return false;
+                    }
+                    let len = r.size() as u8;
+                    form.vec_reads[nvr] = Some(VecBytes { n, len });
+                    nvr += 1;
+                }
+                match u.access() {
+                    A::Write | A::ReadWrite => {
+                        if nvw == form.vec_writes.len() {
+                            return false;
+                        }
+                        let len = if vex_like { 64 } else { r.size() as u8 };
+                        form.vec_writes[nvw] = Some(VecBytes { n, len });
+                        nvw += 1;
+                    }
+                    A::Read | A::CondRead => {}
+                    _ => return false, // masked or conditional writes: the slow path
+                }
+                continue;
+            }
             if matches!(r, Register::ES | Register::CS | Register::SS | Register::DS) {
                 continue; // segment "registers" of plain memory operands
             }
@@ -1402,7 +1848,9 @@ pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
             if matches!(m.access(), A::None | A::NoMemAccess) || m.memory_size().size() == 0 {
                 continue; // lea: an address, no access
             }
-            if nm == form.mem.len() || !matches!(m.memory_size().size(), 1 | 2 | 4 | 8) {
+            if nm == form.mem.len()
+                || !matches!(m.memory_size().size(), 1 | 2 | 4 | 8 | 16 | 32 | 64)
+            {
                 return false;
             }
             form.mem[nm] = Some(*m);
@@ -1410,5 +1858,307 @@ pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
         }
         true
     });
-    ok.then_some(form)
+    (ok && slow_jumps(&form) <= MAX_FAST_JUMPS).then_some(form)
+}
+
+/// Most jumps to the slow call a fast form's inline code may have (the emitter's limit,
+/// less the state checks).
+const MAX_FAST_JUMPS: usize = 56;
+
+/// How many jumps to the slow call the inline code of `form` has (an upper bound): one
+/// per compare of 8 shadow bytes or of a register's shadow, two more per memory operand.
+fn slow_jumps(form: &FastForm) -> usize {
+    let gprs = form.reads.count_ones() as usize;
+    let vectors: usize = form
+        .vec_reads
+        .iter()
+        .flatten()
+        .map(|v| v.len as usize / 8)
+        .sum();
+    let mem: usize = form
+        .mem
+        .iter()
+        .flatten()
+        .map(|m| 2 + (m.memory_size().size() / 8).max(1))
+        .sum();
+    gprs + vectors + mem + 1
+}
+
+#[cfg(test)]
+mod tests {
+    //! The fast forms against the interpreter: for every instruction with a fast form, the
+    //! interpreter run on a state where only what the form checks is defined (every other
+    //! register byte, flag and opmask random) must report nothing, make every byte the form
+    //! zeroes defined, and change nothing else. Instructions come from a systematic walk of
+    //! the legacy 0F, 0F 38 and 0F 3A maps, VEX and EVEX opcode spaces, with register and
+    //! memory operands.
+    use super::*;
+    use iced_x86::{Decoder, DecoderOptions};
+    use oxgrind_vbits::FlagShadows;
+    use std::collections::BTreeSet;
+    use std::vec::Vec;
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    struct RandomGuest {
+        gpr: [u64; 16],
+        rflags: u64,
+        vector: [[u8; 64]; 32],
+        opmask: [u64; 8],
+        seed: u64,
+    }
+
+    impl Guest for RandomGuest {
+        fn gpr(&self, index: usize) -> u64 {
+            self.gpr[index]
+        }
+        fn rflags(&self) -> u64 {
+            self.rflags
+        }
+        fn vector(&self, index: usize) -> [u8; 64] {
+            self.vector[index]
+        }
+        fn opmask(&self, index: usize) -> u64 {
+            self.opmask[index]
+        }
+        fn segment_base(&self, _segment: Segment) -> u64 {
+            0
+        }
+        fn read_memory(&self, address: u64, out: &mut [u8]) -> bool {
+            for (i, b) in out.iter_mut().enumerate() {
+                *b = (address.wrapping_add(i as u64) ^ self.seed).wrapping_mul(0x9E37_79B9) as u8;
+            }
+            true
+        }
+    }
+
+    /// Memory whose shadow is all defined (what the fast form's memory checks require);
+    /// stores are kept.
+    #[derive(Default)]
+    struct DefinedMemory {
+        stored: Vec<(u64, Vec<u8>)>,
+    }
+
+    impl ShadowMemory for DefinedMemory {
+        fn load(&mut self, _address: u64, out: &mut [u8]) {
+            out.fill(0);
+        }
+        fn store(&mut self, address: u64, shadow: &[u8]) {
+            self.stored.push((address, shadow.to_vec()));
+        }
+    }
+
+    /// Encodings to try: legacy SSE maps with each mandatory prefix, VEX (3-byte form),
+    /// EVEX without masking, each with a register-register and two memory ModRMs and an
+    /// immediate byte.
+    fn encodings(rng: &mut Rng) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let modrms = [0xC1u8, 0xD3, 0x04, 0x48];
+        let tail = |v: &mut Vec<u8>, modrm: u8, rng: &mut Rng| {
+            v.push(modrm);
+            if modrm == 0x04 {
+                v.push(0x24); // [rsp]
+            }
+            if modrm == 0x48 {
+                v.push(0x10); // [rax+0x10]
+            }
+            v.push(rng.next() as u8); // imm8, if any
+        };
+        for prefix in [None, Some(0x66u8), Some(0xF2), Some(0xF3)] {
+            for map in [&[0x0Fu8][..], &[0x0F, 0x38], &[0x0F, 0x3A]] {
+                for rex in [None, Some(0x48u8), Some(0x4Du8)] {
+                    for op in 0..=255u8 {
+                        for &modrm in &modrms {
+                            let mut v = Vec::new();
+                            v.extend(prefix);
+                            v.extend(rex);
+                            v.extend_from_slice(map);
+                            v.push(op);
+                            tail(&mut v, modrm, rng);
+                            out.push(v);
+                        }
+                    }
+                }
+            }
+        }
+        for mmmmm in 1..=3u8 {
+            for w in 0..2u8 {
+                for l in 0..2u8 {
+                    for pp in 0..4u8 {
+                        for op in 0..=255u8 {
+                            for &modrm in &modrms {
+                                let vvvv =
+                                    (rng.next() & 15 & (rng.next() & 1).wrapping_neg()) as u8;
+                                let r = (rng.next() & 0xE0) as u8;
+                                let mut v = vec![0xC4, r | mmmmm];
+                                v.push((w << 7) | ((!vvvv & 15) << 3) | (l << 2) | pp);
+                                v.push(op);
+                                tail(&mut v, modrm, rng);
+                                out.push(v);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for mm in 1..=3u8 {
+            for w in 0..2u8 {
+                for ll in 0..3u8 {
+                    for pp in 0..4u8 {
+                        for op in 0..=255u8 {
+                            for &modrm in &modrms {
+                                let r = (rng.next() & 0xF0) as u8;
+                                let vvvv =
+                                    (rng.next() & 15 & (rng.next() & 1).wrapping_neg()) as u8;
+                                let vprime = (rng.next() & 8) as u8;
+                                let mut v = vec![0x62, r | mm];
+                                v.push((w << 7) | ((!vvvv & 15) << 3) | 4 | pp);
+                                v.push((ll << 5) | vprime); // z = 0, b = 0, aaa = 0
+                                v.push(op);
+                                tail(&mut v, modrm, rng);
+                                out.push(v);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn fast_forms_agree_with_the_interpreter() {
+        let mut rng = Rng(0x0123_4567_89ab_cdef);
+        let mut interp = Interpreter::new();
+        let mut covered = BTreeSet::new();
+        let mut failures = Vec::new();
+        for bytes in encodings(&mut rng) {
+            let mut decoder = Decoder::with_ip(64, &bytes, 0x40_0000, DecoderOptions::NONE);
+            let ins = decoder.decode();
+            if ins.is_invalid() {
+                continue;
+            }
+            let Some(form) = fast_form(&ins) else {
+                continue;
+            };
+            if form.rsp_delta != 0 || form.undefined.is_some() {
+                continue; // the stack rule is the engine's, not the interpreter's
+            }
+            if form
+                .vec_reads
+                .iter()
+                .chain(&form.vec_writes)
+                .all(Option::is_none)
+            {
+                continue; // integer forms
+            }
+            covered.insert(ins.mnemonic());
+            for _ in 0..6 {
+                let mut guest = RandomGuest {
+                    gpr: [0; 16],
+                    rflags: rng.next() & 0xcd5,
+                    vector: [[0; 64]; 32],
+                    opmask: [0; 8],
+                    seed: rng.next(),
+                };
+                let mut regs = ShadowRegisters::default();
+                for i in 0..16 {
+                    guest.gpr[i] = rng.next();
+                    regs.gpr[i] = rng.next() & rng.next();
+                }
+                for i in 0..32 {
+                    for b in 0..64 {
+                        guest.vector[i][b] = rng.next() as u8;
+                        regs.vector[i][b] = (rng.next() & rng.next()) as u8;
+                    }
+                }
+                for i in 0..8 {
+                    guest.opmask[i] = rng.next();
+                    regs.opmask[i] = rng.next() & rng.next();
+                }
+                regs.flags = FlagShadows((rng.next() & 0x3f) as u8);
+                // What the fast form checks is defined.
+                for n in 0..16 {
+                    if form.reads & (1 << n) != 0 {
+                        regs.gpr[n] = 0;
+                    }
+                }
+                if form.flags {
+                    regs.flags = FlagShadows::DEFINED;
+                }
+                for v in form.vec_reads.iter().flatten() {
+                    regs.vector[v.n as usize][..v.len as usize].fill(0);
+                }
+                // What the fast form would leave.
+                let mut expect = regs.clone();
+                for w in form.writes.iter().flatten() {
+                    match *w {
+                        Written::Qword(n) => expect.gpr[n as usize] = 0,
+                        Written::Word(n) => expect.gpr[n as usize] &= !0xffff,
+                        Written::Byte(n) => expect.gpr[n as usize] &= !0xff,
+                        Written::HighByte(n) => expect.gpr[n as usize] &= !0xff00,
+                    }
+                }
+                for v in form.vec_writes.iter().flatten() {
+                    expect.vector[v.n as usize][..v.len as usize].fill(0);
+                }
+                let mut mem = DefinedMemory::default();
+                let outcome = interp.step(&ins, &guest, &mut regs, &mut mem);
+                let stored_undefined = mem.stored.iter().any(|(_, s)| s.iter().any(|&b| b != 0));
+                let same = regs.gpr == expect.gpr
+                    && regs.vector == expect.vector
+                    && regs.opmask == expect.opmask
+                    && regs.x87 == expect.x87
+                    && (regs.flags == expect.flags || form.flags && regs.flags.0 == 0);
+                if !outcome.checks.is_empty() || stored_undefined || !same {
+                    failures.push(std::format!(
+                        "{:?} bytes {bytes:02x?}: checks {}, stored undefined {stored_undefined}, \
+                         gpr {}, vector {}, opmask {}, flags {:?} vs {:?}",
+                        ins.code(),
+                        outcome.checks.len(),
+                        regs.gpr == expect.gpr,
+                        regs.vector == expect.vector,
+                        regs.opmask == expect.opmask,
+                        regs.flags,
+                        expect.flags,
+                    ));
+                    break;
+                }
+            }
+        }
+        assert!(
+            failures.is_empty(),
+            "{} failures:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
+        let missing: Vec<_> = [
+            Mnemonic::Movsd,
+            Mnemonic::Addsd,
+            Mnemonic::Mulsd,
+            Mnemonic::Ucomisd,
+            Mnemonic::Cvtsi2sd,
+            Mnemonic::Cvttsd2si,
+            Mnemonic::Pxor,
+            Mnemonic::Movdqu,
+            Mnemonic::Vmovdqu,
+            Mnemonic::Vaddpd,
+            Mnemonic::Vfmadd231sd,
+            Mnemonic::Vpxorq,
+            Mnemonic::Pmovmskb,
+        ]
+        .into_iter()
+        .filter(|m| !covered.contains(m))
+        .collect();
+        assert!(missing.is_empty(), "not covered: {missing:?}");
+        std::eprintln!("{} vector mnemonics covered", covered.len());
+    }
 }

@@ -24,7 +24,7 @@ use super::{Emitter, SlowCall, TranslateError};
 use crate::context as c;
 use crate::definedness::{
     FastForm, StackOrigin, Written, OFF_LAST_CALL_OR_RET, OFF_LAST_RSP, OFF_LAST_WRITES_RSP,
-    OFF_NEED_STEP, OFF_SHADOW_FLAGS, OFF_SHADOW_GPR, OFF_VECTORS_STALE,
+    OFF_NEED_STEP, OFF_SHADOW_FLAGS, OFF_SHADOW_GPR, OFF_SHADOW_VECTOR, OFF_VECTORS_STALE,
 };
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
@@ -73,6 +73,25 @@ impl Emitter {
             self.buf.push(0x00);
             self.jcc_slow(0x85, &mut slow)?;
         }
+        if form.vec_reads.iter().any(Option::is_some) {
+            // Stale vector shadows are all defined: cmp byte [rax+stale], 0; jne done.
+            // Else cmp qword [rax+zmm_n+8i], 0; jne slow for each 8 bytes read.
+            self.buf.extend_from_slice(&[0x80, 0xB8]);
+            self.d32(OFF_VECTORS_STALE as u32);
+            self.buf.extend_from_slice(&[0x00, 0x0F, 0x85]);
+            let done = self.buf.len();
+            self.d32(0);
+            for v in form.vec_reads.iter().flatten() {
+                for i in 0..v.len as usize / 8 {
+                    self.buf.extend_from_slice(&[0x48, 0x83, 0xB8]);
+                    self.d32((OFF_SHADOW_VECTOR + 64 * v.n as usize + 8 * i) as u32);
+                    self.buf.push(0x00);
+                    self.jcc_slow(0x85, &mut slow)?;
+                }
+            }
+            let rel = (self.buf.len() - (done + 4)) as u32;
+            self.buf[done..done + 4].copy_from_slice(&rel.to_le_bytes());
+        }
         for m in form.mem.iter().flatten() {
             self.memory_shadow(m, ip, &mut slow)?;
         }
@@ -114,8 +133,16 @@ impl Emitter {
             self.d32(OFF_LAST_RSP as u32);
             self.d32(form.rsp_delta as u32);
         }
-        if form.writes.iter().any(Option::is_some) {
+        if form.writes.iter().any(Option::is_some) || form.vec_writes.iter().any(Option::is_some) {
             self.load_gs(0, c::OFF_VBITS);
+            // mov qword [rax+zmm_n+8i], 0 for each 8 bytes written
+            for v in form.vec_writes.iter().flatten() {
+                for i in 0..v.len as usize / 8 {
+                    self.buf.extend_from_slice(&[0x48, 0xC7, 0x80]);
+                    self.d32((OFF_SHADOW_VECTOR + 64 * v.n as usize + 8 * i) as u32);
+                    self.d32(0);
+                }
+            }
             for w in form.writes.iter().flatten() {
                 let (n, at) = match *w {
                     Written::Qword(n) | Written::Word(n) | Written::Byte(n) => (n, 0),
@@ -208,7 +235,7 @@ impl Emitter {
         Ok(())
     }
 
-    /// The inline part for memory operand `m` (1, 2, 4 or 8 bytes): within one 64 KiB
+    /// The inline part for memory operand `m` (1, 2, 4, 8, 16, 32 or 64 bytes): within one 64 KiB
     /// span (else slow), nothing to do when the span has no shadow chunk (all defined);
     /// otherwise a written-only operand's shadow bytes become zero (the value stored is
     /// defined once every check passes, and should one fail, the interpreter writes them
@@ -233,6 +260,26 @@ impl Emitter {
         self.store_gs(0, c::OFF_VBITS_TEMP);
         self.effective_address(m, 0, ip)?;
         self.add_offset_in_span();
+        let write_only = matches!(m.access(), iced_x86::OpAccess::Write);
+        if size > 8 {
+            // Vector operands: a qword at a time.
+            for i in 0..size / 8 {
+                if write_only {
+                    // mov qword [rax+8i], 0
+                    self.buf
+                        .extend_from_slice(&[0x48, 0xC7, 0x40, (8 * i) as u8]);
+                    self.d32(0);
+                } else {
+                    // cmp qword [rax+8i], 0; jne slow
+                    self.buf
+                        .extend_from_slice(&[0x48, 0x83, 0x78, (8 * i) as u8, 0x00]);
+                    self.jcc_slow(0x85, slow)?;
+                }
+            }
+            let rel = (self.buf.len() - (done + 4)) as u32;
+            self.buf[done..done + 4].copy_from_slice(&rel.to_le_bytes());
+            return Ok(());
+        }
         let prefix: &[u8] = match size {
             1 => &[],
             2 => &[0x66],
@@ -240,7 +287,7 @@ impl Emitter {
             _ => &[0x48],
         };
         self.buf.extend_from_slice(prefix);
-        if matches!(m.access(), iced_x86::OpAccess::Write) {
+        if write_only {
             // mov size [rax], 0
             if size == 1 {
                 self.buf.extend_from_slice(&[0xC6, 0x00, 0x00]);

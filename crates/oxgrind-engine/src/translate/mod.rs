@@ -658,9 +658,10 @@ struct Emitter {
     above_sp: Vec<AboveSp>,
 }
 
-/// Most conditional jumps to one out-of-line call (definedness's fast path: 4 state
-/// checks, 16 registers, the flags, two per end of two memory operands).
-const MAX_SLOW_JUMPS: usize = 32;
+/// Most conditional jumps to one out-of-line call (definedness's fast path: the state
+/// checks, the registers read, the flags, a compare per 8 shadow bytes of vector
+/// registers and memory operands; `definedness::fast_form` keeps within it).
+const MAX_SLOW_JUMPS: usize = 64;
 
 /// The out-of-line half of a filtered access probe (see `Emitter::filtered_call`) or of
 /// definedness's fast path (`definedness`).
