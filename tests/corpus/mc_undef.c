@@ -129,6 +129,36 @@ static void __attribute__((noinline)) alloc_sizes(void) {
     (void)keep;
 }
 
+/* Floating point on an uninitialised heap double (the SSE forms the inline fast path
+ * handles): arithmetic and a conversion carry it to a compare and a branch (reported);
+ * `xorps` of a register with itself, and a packed add whose undefined lane is not the
+ * one compared, make defined values (not reported). */
+static int __attribute__((noinline)) float_ops(void) {
+    double *d = malloc(2 * sizeof(double));
+    int n = 0;
+    d[1] = 1.5;
+    double x = d[0] * 2.0 + d[1];
+    if (x > 3.0)
+        n++;
+    int i = (int)d[0];
+    if (i == 7)
+        n++;
+    double z;
+    __asm__ volatile("movsd %1, %0\n\txorps %0, %0" : "=x"(z) : "m"(d[0]));
+    if (z > 0.5)
+        n++;
+    double lo;
+    __asm__ volatile("movupd %1, %0\n\t"
+                     "addpd %0, %0\n\t"
+                     "unpckhpd %0, %0"
+                     : "=x"(lo)
+                     : "m"(d[0]));
+    if (lo > 2.5)
+        n++;
+    free(d);
+    return n;
+}
+
 static int __attribute__((noinline)) clean(void) {
     char buf[64];
     int n = 0;
@@ -159,6 +189,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(c, "deref")) r = deref_local();
     else if (!strcmp(c, "heap")) r = heap_reads();
     else if (!strcmp(c, "index")) r = index_with_undefined();
+    else if (!strcmp(c, "float")) r = float_ops();
     else r = clean();
     /* r depends on garbage in some cases: not printed, only computed. */
     (void)r;

@@ -5,7 +5,9 @@
 //! heap bytes, an address computed from an uninitialised value, malloc'd memory read
 //! before it is written (with calloc and realloc keeping what is defined), the setcc of an
 //! undefined compare printed, `VALGRIND_CHECK_MEM_IS_DEFINED` on heap and stack bytes,
-//! undefined sizes given to malloc, calloc and realloc, and a clean run.
+//! undefined sizes given to malloc, calloc and realloc, floating point on an undefined
+//! double (SSE arithmetic, a conversion and compares reported; `xorps` of a register with
+//! itself and a packed add's other lane not), and a clean run.
 //! Without the option (our default for now), none of them is reported.
 
 mod common;
@@ -22,6 +24,7 @@ const CASES: &[(&str, &str)] = &[
     ("write-heap", "1 errors from 1 contexts"),
     ("heap", "2 errors from 2 contexts"),
     ("index", "1 errors from 1 contexts"),
+    ("float", "2 errors from 2 contexts"),
     ("deref", "0 errors from 0 contexts"),
     ("clean", "0 errors from 0 contexts"),
 ];
