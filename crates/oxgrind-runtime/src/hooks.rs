@@ -13,7 +13,7 @@
 //! `operator new` lives in `shim.c` (it must be able to throw) and calls [`oxgrind_new`].
 
 use core::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 use oxgrind_tool::{Alloc, AllocFn, Free, Misuse, MisuseEvent, StackId};
 
@@ -28,7 +28,46 @@ use crate::state::{self, Runtime, BLOCKS, FREED, STACKS};
 /// A stack id meaning "not captured" (the tool did not ask for free stacks).
 pub const NO_STACK: StackId = StackId(u32::MAX);
 
-extern "C" {}
+/// Set when every heap event runs natively from its start, glibc's allocator included
+/// ([`events_run_natively`]).
+static EVENTS_NATIVE: AtomicBool = AtomicBool::new(false);
+
+/// Whether a tool with these needs has its heap events run natively as a whole, glibc's
+/// allocator included, by one call out of the code cache (`host::native`) at the hook's
+/// start: the tool asks the engine only to count the program's instructions (Massif's
+/// `--time-unit=i`), so nothing of glibc's allocator or of our hook is the tool's to see
+/// (its instructions are left out of the count anyway: [`Uncounted`]). Translated, our hook's
+/// own code (entry, the re-entrancy flag, the fork gate, the block table) and glibc's cost
+/// about five times what they cost natively, most of Massif's time on an allocation loop.
+/// Not when the tool watches code (probes, definedness: glibc's accesses to its chunk
+/// headers are then tracked or dropped by the engine), system calls (`--pages-as-heap`:
+/// glibc's `mmap`s are the program's pages) or runs natively anyway (no engine).
+///
+/// Natively, glibc's allocator runs as the runtime's own work does: signals wait until the
+/// event ends, its system calls are not seen by the engine (its `munmap`s drop no
+/// translations, which is sound: heap pages are writable, and translations of writable
+/// pages check their code at every entry), and a heap that the program corrupted so badly
+/// that glibc aborts or faults in it ends the process without oxgrind's report (the engine
+/// reports an internal error), as Valgrind's own allocator crashes on such a heap
+/// (`docs/differences-from-valgrind.md`).
+pub fn events_run_natively(n: &oxgrind_tool::Needs) -> bool {
+    crate::wants_engine(n) && !(n.instrument || n.definedness || n.page_events || n.before_syscalls)
+}
+
+/// Decides [`events_run_natively`] once, before the engine starts.
+pub fn set_events_native(n: &oxgrind_tool::Needs) {
+    EVENTS_NATIVE.store(events_run_natively(n), Ordering::Relaxed);
+}
+
+/// Runs a hook's work `f`: natively as a whole when [`EVENTS_NATIVE`] says so, else here.
+#[inline(always)]
+fn event<R>(f: impl FnOnce() -> R) -> R {
+    if EVENTS_NATIVE.load(Ordering::Relaxed) {
+        crate::host::native(f)
+    } else {
+        f()
+    }
+}
 
 /// Being inside a hook on behalf of the program: holds the re-entrancy flag, the fork gate
 /// and the program's `errno`, restored on drop.
@@ -60,9 +99,11 @@ const NOT_COUNTING: u64 = u64::MAX;
 
 /// What one call of `func` adds to the count beyond the program's own instructions, as in
 /// Valgrind 3.19, less what our hook executes outside the span [`Uncounted`] covers (its
-/// prologue up to the reading, its epilogue after the drop: 62 to 109 instructions in the
-/// dev profile, measured the same way; calloc has two spans). Negative: the count is set
-/// below its value at the start.
+/// prologue up to the reading, its epilogue after the drop: 45 to 108 instructions in the
+/// dev profile, measured the same way; calloc has two spans). When the event runs natively
+/// ([`events_run_natively`]) that is the translated code up to the call out of the code
+/// cache and back from it (native code is never counted). Negative: the count is set below
+/// its value at the start.
 ///
 /// Valgrind's wrapper costs, measured with `valgrind --tool=massif` on loops of N calls
 /// (time between consecutive snapshots minus the loop's own instructions): malloc 32,
@@ -72,18 +113,18 @@ const NOT_COUNTING: u64 = u64::MAX;
 fn wrapper_cost(func: AllocFn) -> i64 {
     // (Valgrind's wrapper, what stays counted of ours with a cost of 0), dev profile.
     let (valgrind, ours) = match func {
-        AllocFn::Malloc => (32, 66),
-        AllocFn::Free => (25, 85),
-        AllocFn::Calloc => (50, 112),
-        AllocFn::Realloc => (34, 87),
-        AllocFn::ReallocArray => (40, 88),
-        AllocFn::Memalign => (42, 84),
-        AllocFn::PosixMemalign => (67, 109),
-        AllocFn::AlignedAlloc => (42, 93),
+        AllocFn::Malloc => (32, 62),
+        AllocFn::Free => (25, 64),
+        AllocFn::Calloc => (50, 45),
+        AllocFn::Realloc => (34, 54),
+        AllocFn::ReallocArray => (40, 53),
+        AllocFn::Memalign => (42, 72),
+        AllocFn::PosixMemalign => (67, 108),
+        AllocFn::AlignedAlloc => (42, 81),
         // Valgrind 3.19 aborts the program at pvalloc; counted as valloc.
-        AllocFn::Valloc | AllocFn::Pvalloc => (56, 62),
-        AllocFn::New | AllocFn::NewArray => (30, 85),
-        AllocFn::Delete | AllocFn::DeleteArray => (25, 82),
+        AllocFn::Valloc | AllocFn::Pvalloc => (56, 58),
+        AllocFn::New | AllocFn::NewArray => (30, 88),
+        AllocFn::Delete | AllocFn::DeleteArray => (25, 60),
     };
     valgrind - ours
 }
@@ -404,6 +445,17 @@ fn allocate_aligned(
     entry: u64,
     get: impl FnOnce(Option<&Runtime>) -> *mut c_void,
 ) -> *mut c_void {
+    event(|| allocate_aligned_here(size, align, func, entry, get))
+}
+
+#[inline]
+fn allocate_aligned_here(
+    size: u64,
+    align: u64,
+    func: AllocFn,
+    entry: u64,
+    get: impl FnOnce(Option<&Runtime>) -> *mut c_void,
+) -> *mut c_void {
     if state::passthrough() {
         return get(None);
     }
@@ -446,6 +498,11 @@ fn deallocate(p: *mut c_void, func: AllocFn, entry: u64) {
     if p.is_null() {
         return;
     }
+    event(|| deallocate_here(p, func, entry))
+}
+
+#[inline]
+fn deallocate_here(p: *mut c_void, func: AllocFn, entry: u64) {
     if state::passthrough() {
         // Blocks recorded before set-up decided on pass-through are glibc's too.
         // SAFETY: p came from glibc's allocator through us.
@@ -604,6 +661,10 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
         &[(0, "nmemb"), (1, "size")],
     );
     let entry = entry!(calloc);
+    event(|| calloc_here(n, size, entry))
+}
+
+fn calloc_here(n: usize, size: usize, entry: u64) -> *mut c_void {
     // Cost 0: `allocate` below counts the call.
     if let Some(ev) = Event::enter(0) {
         for (arg, v) in [("nmemb", n), ("size", size)] {
@@ -652,6 +713,10 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
 }
 
 fn reallocate(p: *mut c_void, size: usize, func: AllocFn, entry: u64) -> *mut c_void {
+    event(|| reallocate_here(p, size, func, entry))
+}
+
+fn reallocate_here(p: *mut c_void, size: usize, func: AllocFn, entry: u64) -> *mut c_void {
     if state::passthrough() {
         // SAFETY: p is null or came from glibc's allocator through us.
         return unsafe { __libc_realloc(p, size) };
@@ -851,6 +916,10 @@ fn aligned(align: usize, size: usize, func: AllocFn, entry: u64) -> *mut c_void 
 }
 
 fn bad_alignment(align: usize, func: AllocFn, entry: u64) {
+    event(|| bad_alignment_here(align, func, entry))
+}
+
+fn bad_alignment_here(align: usize, func: AllocFn, entry: u64) {
     if let Some(ev) = Event::enter(wrapper_cost(func)) {
         ev.misuse(
             entry,

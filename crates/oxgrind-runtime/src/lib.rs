@@ -71,6 +71,7 @@ extern "C" fn on_load() {
             trackfds::enable();
         }
         if wants_engine(&rt.needs) || trackfds::enabled() {
+            hooks::set_events_native(&rt.needs);
             start_engine(rt.needs);
         }
     }
