@@ -587,6 +587,10 @@ impl Host for RuntimeHost {
         oxgrind_engine::forget_hot_range(lo, hi)
     }
 
+    fn run_native(&self, f: &mut dyn FnMut()) {
+        oxgrind_engine::run_native(f)
+    }
+
     fn tid(&self) -> i32 {
         raw::gettid()
     }

@@ -123,6 +123,10 @@ struct Loaded {
     syms: Vec<Sym>,
     /// Data (object) symbols with a size, sorted by address, for "inside data symbol".
     data: Vec<Sym>,
+    /// Each unit's file table ([`unit_files`]) by unit index, built at its first frame:
+    /// glibc's units name hundreds of files, and rebuilding the table for every address
+    /// described was most of the symbolising of a short program's allocation stacks.
+    unit_files: HashMap<usize, Vec<UnitFile>>,
 }
 
 struct Entry {
@@ -295,6 +299,7 @@ impl Symbolizer {
                         dwarf: None,
                         syms: Vec::new(),
                         data: Vec::new(),
+                        unit_files: HashMap::new(),
                     }
                 }
             };
@@ -374,13 +379,20 @@ impl Symbolizer {
         let sym = sym_at(&loaded.syms, svma).map(|s| s.name.clone());
 
         let mut out: Vec<Frame> = Vec::new();
-        if let Some(dw) = loaded.dwarf.as_mut().filter(|_| !symbols_only) {
+        let Loaded {
+            dwarf,
+            unit_files: files_of,
+            ..
+        } = loaded;
+        if let Some(dw) = dwarf.as_mut().filter(|_| !symbols_only) {
             if let Some((unit_index, found)) = dw.frames(svma) {
                 let unit = dw.unit(unit_index);
-                let files = unit.map(unit_files).unwrap_or_default();
+                let files = files_of
+                    .entry(unit_index)
+                    .or_insert_with(|| unit.map(unit_files).unwrap_or_default());
                 let last = found.len().saturating_sub(1);
                 for (i, fr) in found.into_iter().enumerate() {
-                    let (file, dir, line) = split_location(&files, fr.file.as_deref(), fr.line);
+                    let (file, dir, line) = split_location(files, fr.file.as_deref(), fr.line);
                     // Valgrind names inlined calls by the DIE's DW_AT_name (unqualified in C++,
                     // with generic arguments in Rust), not by the linkage name.
                     let inlined_name = if i < last {
@@ -941,6 +953,7 @@ fn load(
         dwarf,
         syms: finish_syms(syms),
         data: finish_syms(data_syms),
+        unit_files: HashMap::new(),
     })
 }
 

@@ -495,6 +495,15 @@ pub trait Host {
     /// thread's counts should be flushed first, with [`Host::flush_trace`]). Another thread
     /// may still add an access it had begun to count: it arrives with the emptied range.
     fn forget_hot_range(&self, _lo: Addr, _hi: Addr) {}
+    /// Runs `f` now, natively: out of the code cache when the calling thread runs the tool
+    /// translated (its `fini`, reached from the program's exit), as a clean call would, on
+    /// the thread's engine stack (1 MiB) with signals deferred until `f` returns. For a
+    /// tool's own long work that sees nothing of the program (building and writing its
+    /// output): translated, every block of it is translated first and then runs slower.
+    /// `f` must not call into the program. The default simply calls `f`.
+    fn run_native(&self, f: &mut dyn FnMut()) {
+        f()
+    }
     /// Bytes the allocator really made usable from the start of live block `addr` (at least
     /// its size; glibc's `malloc_usable_size`, the runtime's redzone included), asked when a
     /// tool needs it rather than computed at every allocation. 0 when it cannot say.

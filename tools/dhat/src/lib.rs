@@ -640,7 +640,16 @@ impl Tool for Dhat {
         Some(0)
     }
 
+    /// Natively ([`Host::run_native`]): reached from the program's exit, the building and
+    /// writing of the file would run translated, most of a short program's time under DHAT.
     fn fini(&self, host: &dyn Host, exit: Exit) {
+        host.run_native(&mut || self.finish(host, exit));
+    }
+}
+
+impl Dhat {
+    /// [`Tool::fini`]'s work: the file, then the summary.
+    fn finish(&self, host: &dyn Host, exit: Exit) {
         let talk = !self.opts.quiet && !matches!(exit, Exit::Exec);
         if talk {
             host.log(&format!("=={}== \n", host.pid()));
