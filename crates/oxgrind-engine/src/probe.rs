@@ -372,6 +372,24 @@ pub(crate) fn inline_operands(rec: u64) -> Option<([UsedMemory; MAX_MEM], usize)
     ok.then_some((rec.mem, n))
 }
 
+/// The memory operand of trace record `rec`, with its element count, element size (1, 2,
+/// 4 or 8 bytes) and opmask register, when the instruction's one operand is EVEX-masked
+/// element by element by `k1`-`k7` ([`Lanes::Masked`]) and can be addressed inline: the
+/// trace probe then reads the mask inline (glibc's AVX-512 string functions' tails).
+pub(crate) fn inline_opmask_operand(rec: u64) -> Option<(UsedMemory, u8, u8, Register)> {
+    // SAFETY: records are written once at translation and never freed.
+    let r = unsafe { &*(rec as *const ProbeRec) };
+    let Lanes::Masked { elems, elem, mask } = r.lanes else {
+        return None;
+    };
+    let opmask = (Register::K1 as u32..=Register::K7 as u32).contains(&(mask as u32));
+    if r.nmem != 1 || !opmask || !matches!(elem, 1 | 2 | 4 | 8) || !elems.is_power_of_two() {
+        return None;
+    }
+    let (mem, _) = inline_operands(rec)?;
+    Some((mem[0], elems, elem, mask))
+}
+
 /// Makes the record for a pc probe on `ins`.
 pub(crate) fn pc_record(ins: &Instruction, data: u64) -> Option<u64> {
     plain_record(KIND_PC, ins, data)

@@ -417,6 +417,16 @@ impl ShadowMap {
         (addr >> 3..=last >> 3).all(|g| self.get(g << 3) == 0)
     }
 
+    /// Sets the shadow of `addr`'s granule to `v` (a relaxed atomic store; nothing for an
+    /// address without shadow): for a tool whose shadow bytes differ granule by granule.
+    #[inline]
+    pub fn set_granule(&self, addr: u64, v: u8) {
+        if addr < SHADOW_ADDRESS_LIMIT {
+            self.cell(addr)
+                .store(v, core::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     /// Sets the shadow of the granules `[lo, hi)` (both multiples of 8) to `v`. Bytes are
     /// written as relaxed atomics: a racing probe sees the old or the new state of a
     /// granule, never a torn one. Whole pages going back to 0 are discarded instead of

@@ -19,14 +19,18 @@
 //! totals are still exact and the peak is the one of the interleaving that ran.
 //!
 //! Where Valgrind keeps the live blocks in an interval tree with a three-entry cache, each
-//! shard keeps them in a slab indexed by a `BTreeMap` from start address, with a one-entry
-//! cache of the last block hit (most accesses in a row touch one block). Program points are
-//! numbered by the caller.
+//! shard keeps them in a slab indexed by a hash map from start address, and the block an
+//! access lies in is found from the shadow map DHAT marks live blocks in (the filter of its
+//! trace probes), without a search: each granule's shadow byte says how far back its block
+//! starts ([`mark_block`], [`block_start`]). A batch of accesses remembers the blocks it hit
+//! last (most accesses in a row touch one block). Program points are numbered by the
+//! caller.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use oxgrind_tool::instrument::{Access, AccessKind};
+use oxgrind_tool::instrument::{Access, AccessKind, ShadowMap};
 use oxgrind_tool::sync::{SpinGuard, SpinLock};
 
 /// Blocks up to this size keep a per-byte access histogram (`HISTOGRAM_SIZE_LIMIT`).
@@ -175,18 +179,39 @@ fn block_shard(addr: u64, size: u64) -> usize {
     }
 }
 
-/// Blocks a shard remembers as hit last (Valgrind's DHAT keeps three).
+/// Blocks a batch of accesses remembers as hit last (Valgrind's DHAT keeps three).
+/// Several: a loop reading one array and writing another alternates between two.
 const CACHED: usize = 4;
+
+/// Hashes a block's start address (a multiple of 16) with one multiplication: the keys
+/// are the program's addresses, not chosen against us, and SipHash cost more than the
+/// lookup it served.
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type ByAddr = HashMap<u64, u32, BuildHasherDefault<AddrHasher>>;
 
 /// Live blocks of some regions and the counters of the PPs they came from.
 #[derive(Debug, Default)]
 struct Shard {
     blocks: Vec<Block>,
     free_slots: Vec<u32>,
-    by_addr: BTreeMap<u64, u32>,
-    /// The blocks hit last, most recent first: (start, end, slot); `end == 0` when empty.
-    /// Several: a loop reading one array and writing another alternates between two.
-    cache: [(u64, u64, u32); CACHED],
+    /// Start address -> slot in `blocks`.
+    by_addr: ByAddr,
     pps: Vec<PpStats>,
     total_blocks: u64,
     total_bytes: u64,
@@ -216,7 +241,6 @@ impl Shard {
 
     fn insert(&mut self, b: Block) {
         let addr = b.addr;
-        let end = b.addr + b.size;
         let slot = match self.free_slots.pop() {
             Some(s) => {
                 self.blocks[s as usize] = b;
@@ -228,19 +252,11 @@ impl Shard {
             }
         };
         self.by_addr.insert(addr, slot);
-        // A block just made is usually written next (a constructor, `memset`).
-        self.cache.copy_within(0..CACHED - 1, 1);
-        self.cache[0] = (addr, end, slot);
     }
 
     /// Takes the live block starting at `addr` out of the shard.
     fn remove(&mut self, addr: u64) -> Option<Block> {
         let slot = self.by_addr.remove(&addr)?;
-        // Only this block leaves the cache: the others stay where they were.
-        if let Some(i) = self.cache.iter().position(|c| c.2 == slot && c.1 != 0) {
-            self.cache.copy_within(i + 1.., i);
-            self.cache[CACHED - 1] = (0, 0, 0);
-        }
         self.free_slots.push(slot);
         Some(core::mem::replace(
             &mut self.blocks[slot as usize],
@@ -288,36 +304,26 @@ impl Shard {
         }
     }
 
-    /// The live block containing `addr`, as a slab index.
+    /// Charges one access to the live block starting at `start` (the slot it had when last
+    /// hit, if known: checked, as another thread may have freed it since), if its first
+    /// byte lies in it: then the block's slot and end, and whether it may be a hot range
+    /// ([`may_be_hot`]).
     #[inline]
-    fn find(&mut self, addr: u64) -> Option<u32> {
-        if let Some(i) = self
-            .cache
-            .iter()
-            .position(|&(lo, hi, _)| lo <= addr && addr < hi)
-        {
-            let hit = self.cache[i];
-            self.cache.copy_within(0..i, 1);
-            self.cache[0] = hit;
-            return Some(hit.2);
-        }
-        let (_, &slot) = self.by_addr.range(..=addr).next_back()?;
-        let b = &self.blocks[slot as usize];
-        if addr < b.addr + b.size {
-            self.cache.copy_within(0..CACHED - 1, 1);
-            self.cache[0] = (b.addr, b.addr + b.size, slot);
-            Some(slot)
-        } else {
-            None
-        }
-    }
-
-    /// Charges one access to the block containing its first byte: `None` if none here,
-    /// else whether that block may be a hot range ([`may_be_hot`]).
-    #[inline]
-    fn access(&mut self, a: &Access) -> Option<bool> {
-        let slot = self.find(a.addr)?;
+    fn access_at(&mut self, start: u64, hint: Option<u32>, a: &Access) -> Option<(u32, u64, bool)> {
+        let hinted = hint.filter(|&s| {
+            self.blocks
+                .get(s as usize)
+                .is_some_and(|b| b.addr == start && b.size != 0)
+        });
+        let slot = match hinted {
+            Some(s) => s,
+            None => *self.by_addr.get(&start)?,
+        };
         let b = &mut self.blocks[slot as usize];
+        let end = b.addr + b.size;
+        if a.addr < b.addr || a.addr >= end {
+            return None;
+        }
         let size = a.size as u64;
         let times = match a.kind {
             AccessKind::Read => {
@@ -340,10 +346,61 @@ impl Shard {
             for c in &mut h[from..to] {
                 *c = c.saturating_add(times);
             }
-            return Some(false);
+            return Some((slot, end, false));
         }
-        Some(may_be_hot(b.size))
+        Some((slot, end, may_be_hot(b.size)))
     }
+}
+
+/// Granules whose shadow byte names the distance to their block's start exactly: the
+/// first 128 of each block.
+const EXACT_GRANULES: u64 = 128;
+
+/// Marks the granules of the live block `[addr, addr + size)` (a zero-byte block is one
+/// byte, as DHAT counts it) in DHAT's shadow map: granule `d` of the block (counted from
+/// its first) gets `d + 1` while `d < 128`, else `129 + (log2(d) - 7)`, which says that the
+/// start is at least `2^log2(d)` granules back. [`block_start`] reads it back in at most
+/// one step per doubling. Blocks are 16-byte aligned: two live blocks never share a
+/// granule. Any nonzero byte is "live" to the engine's filter.
+pub fn mark_block(shadow: &ShadowMap, addr: u64, size: u64) {
+    let lo = addr & !7;
+    let granules = (addr.saturating_add(size.max(1)).next_multiple_of(8) - lo) / 8;
+    for d in 0..granules.min(EXACT_GRANULES) {
+        shadow.set_granule(lo + 8 * d, d as u8 + 1);
+    }
+    let mut k = EXACT_GRANULES.trailing_zeros();
+    while 1u64 << k < granules {
+        let (from, to) = (1u64 << k, (1u64 << (k + 1)).min(granules));
+        let v = (EXACT_GRANULES as u32 + 1 + k - EXACT_GRANULES.trailing_zeros()) as u8;
+        shadow.set_granules(lo + 8 * from, lo + 8 * to, v);
+        k += 1;
+    }
+}
+
+/// Clears what [`mark_block`] marked.
+pub fn unmark_block(shadow: &ShadowMap, addr: u64, size: u64) {
+    let end = addr.saturating_add(size.max(1)).next_multiple_of(8);
+    shadow.set_granules(addr & !7, end, 0);
+}
+
+/// The start of the live block whose granule `addr` lies in, as [`mark_block`] wrote it
+/// (`None`: no block there). Read without a lock: a block being marked or cleared by
+/// another thread meanwhile may give a wrong start, which the caller's lookup of the block
+/// at that start then refutes.
+#[inline]
+pub fn block_start(shadow: &ShadowMap, addr: u64) -> Option<u64> {
+    let mut g = addr & !7;
+    for _ in 0..48 {
+        match shadow.get(g) {
+            0 => return None,
+            v if v as u64 <= EXACT_GRANULES => return g.checked_sub(8 * (v as u64 - 1)),
+            v => {
+                let k = v as u32 - EXACT_GRANULES as u32 - 1 + EXACT_GRANULES.trailing_zeros();
+                g = g.checked_sub(8u64.checked_shl(k)?)?;
+            }
+        }
+    }
+    None
 }
 
 /// Whether accesses to a block of `size` bytes may be counted in a hot range: one too large
@@ -486,16 +543,16 @@ impl Heap {
     }
 
     /// A block of `size` bytes at `addr` was allocated from `pp` at instruction `now`
-    /// (`new_block` + `intro_Block`). A block already recorded at `addr` (a missed free)
-    /// is retired first.
-    pub fn alloc(&self, addr: u64, size: u64, pp: u32, now: u64) {
+    /// (`new_block` + `intro_Block`), and is marked in `shadow` ([`mark_block`]). A block
+    /// already recorded at `addr` (a missed free) is retired first.
+    pub fn alloc(&self, shadow: Option<&ShadowMap>, addr: u64, size: u64, pp: u32, now: u64) {
         let size = size.max(1);
         self.cover(addr, size);
         let shard = &self.shards[block_shard(addr, size)];
         let mut s = shard.lock();
         if s.by_addr.contains_key(&addr) {
             drop(s);
-            self.free(addr, now);
+            self.free(shadow, addr, now);
             s = shard.lock();
         }
         let histo =
@@ -517,14 +574,17 @@ impl Heap {
         p.curr_blocks += 1;
         p.curr_bytes += size;
         drop(s);
+        if let Some(map) = shadow {
+            mark_block(map, addr, size);
+        }
         self.curr_blocks.fetch_add(1, Ordering::AcqRel);
         let curr = self.curr_bytes.fetch_add(size, Ordering::AcqRel) + size;
         self.maybe_new_max(curr, pp, now);
     }
 
-    /// The block starting at `addr` was freed (`die_block`); anything else is a bogus free
-    /// and changes nothing. Returns whether a block was retired.
-    pub fn free(&self, addr: u64, now: u64) -> bool {
+    /// The block starting at `addr` was freed (`die_block`) and leaves `shadow`; anything
+    /// else is a bogus free and changes nothing. Returns whether a block was retired.
+    pub fn free(&self, shadow: Option<&ShadowMap>, addr: u64, now: u64) -> bool {
         // Away from the peak (nearly always) the block is looked up and taken out under
         // one lock; at the peak, `check_for_peak` must run first, and only for a real block.
         let at_peak =
@@ -554,6 +614,9 @@ impl Heap {
             found
         };
         let size = b.size;
+        if let Some(map) = shadow {
+            unmark_block(map, addr, size);
+        }
         let p = s.pp(b.pp);
         p.curr_blocks -= 1;
         p.curr_bytes -= size;
@@ -574,8 +637,16 @@ impl Heap {
     /// `realloc` of the block at `old` to `new_size` bytes, now at `new_addr`
     /// (`renew_block`): one more allocation for the totals, the same PP, the copy counted
     /// as a read and a write of the bytes kept, the histogram dropped. `false` when `old`
-    /// is not a live block (the caller then ignores the new one, as DHAT does).
-    pub fn realloc(&self, old: u64, new_addr: u64, new_size: u64, now: u64) -> bool {
+    /// is not a live block (the caller then ignores the new one, as DHAT does). The
+    /// shadow marks move with the block.
+    pub fn realloc(
+        &self,
+        shadow: Option<&ShadowMap>,
+        old: u64,
+        new_addr: u64,
+        new_size: u64,
+        now: u64,
+    ) -> bool {
         let Some(i) = self.shard_holding(old) else {
             return false;
         };
@@ -601,6 +672,9 @@ impl Heap {
         b.reads += copied;
         b.writes += copied;
         let (pp, old_size) = (b.pp, b.size);
+        if let Some(map) = shadow {
+            unmark_block(map, old, old_size);
+        }
         let p = s.pp(pp);
         p.curr_blocks -= 1;
         p.curr_bytes -= old_size;
@@ -613,7 +687,7 @@ impl Heap {
         if t.by_addr.contains_key(&new_addr) {
             // The runtime reported a block there already: it cannot be live any more.
             drop(t);
-            self.free(new_addr, now);
+            self.free(shadow, new_addr, now);
             t = target.lock();
         }
         t.insert(b);
@@ -625,6 +699,9 @@ impl Heap {
         p.curr_blocks += 1;
         p.curr_bytes += new_size;
         drop(t);
+        if let Some(map) = shadow {
+            mark_block(map, new_addr, new_size);
+        }
         let curr = if new_size >= old_size {
             let d = new_size - old_size;
             self.curr_bytes.fetch_add(d, Ordering::AcqRel) + d
@@ -641,31 +718,39 @@ impl Heap {
     /// and a write, as in Valgrind's IR (a load then a store). A shard's lock is kept while
     /// consecutive accesses fall in it.
     ///
-    /// Addresses outside every block ever recorded are skipped at once. The shard of the
-    /// last block hit is tried first (a loop over a large block, which lives in the shard
-    /// of blocks larger than a region, would otherwise miss in its region's shard first
-    /// every time), then the region's shard, then the large blocks' shard; one lock is held
-    /// at a time.
+    /// Addresses outside every block ever recorded are skipped at once. The block is one
+    /// of those this batch hit last, or the one whose start `shadow` names ([`block_start`]),
+    /// looked up by its start in its region's shard, then in the large blocks' shard; one
+    /// lock is held at a time. Without a shadow map nothing is recorded.
     ///
     /// Returns the blocks too large for a histogram hit last ([`HotBlocks`]).
-    pub fn access_all(&self, accesses: impl Iterator<Item = Access>) -> HotBlocks {
+    pub fn access_all(
+        &self,
+        shadow: Option<&ShadowMap>,
+        accesses: impl Iterator<Item = Access>,
+    ) -> HotBlocks {
         let mut hot: HotBlocks = [(0, 0); HOT_BLOCKS];
+        let Some(shadow) = shadow else {
+            return hot;
+        };
         let lo = self.span_lo.load(Ordering::Acquire);
         let hi = self.span_hi.load(Ordering::Acquire);
         let mut held: Option<(usize, SpinGuard<'_, Shard>)> = None;
-        // The blocks hit last, `[start, end)`, and their shards, most recent first: only a
-        // hint (each shard's own cache is what is trusted).
-        let mut last = [(0u64, 0u64, 0usize); CACHED];
+        // The blocks hit last, `[start, end)`, their shards and slots, most recent first:
+        // only a hint (checked under the shard's lock).
+        let mut last = [(0u64, 0u64, 0usize, 0u32); CACHED];
         for a in accesses {
             if a.addr < lo || a.addr >= hi {
                 continue;
             }
-            let region = region_shard(a.addr);
-            let first = match last.iter().find(|l| l.0 <= a.addr && a.addr < l.1) {
-                Some(l) => l.2,
-                None => region,
+            let (start, first, slot) = match last.iter().find(|l| l.0 <= a.addr && a.addr < l.1) {
+                Some(l) => (l.0, l.2, Some(l.3)),
+                None => match block_start(shadow, a.addr) {
+                    Some(start) => (start, region_shard(start), None),
+                    None => continue,
+                },
             };
-            let candidates = [first, region, SHARDS];
+            let candidates = [first, region_shard(start), SHARDS];
             for (n, &i) in candidates.iter().enumerate() {
                 if candidates[..n].contains(&i) {
                     continue;
@@ -677,14 +762,15 @@ impl Heap {
                         &mut held.insert((i, self.shards[i].lock())).1
                     }
                 };
-                if let Some(hot_candidate) = g.access(&a) {
-                    let hit = (g.cache[0].0, g.cache[0].1, i);
+                let hint = (i == first).then_some(slot).flatten();
+                if let Some((slot, end, hot_candidate)) = g.access_at(start, hint, &a) {
+                    let hit = (start, end, i, slot);
                     if last[0] != hit {
                         let at = last.iter().position(|l| *l == hit).unwrap_or(CACHED - 1);
                         last.copy_within(0..at, 1);
                         last[0] = hit;
                     }
-                    let range = (hit.0, hit.1);
+                    let range = (start, end);
                     if hot_candidate && hot[0] != range {
                         let at = hot
                             .iter()
@@ -723,8 +809,8 @@ impl Heap {
     }
 
     /// One access (see [`Heap::access_all`]).
-    pub fn access(&self, a: &Access) {
-        self.access_all(std::iter::once(*a));
+    pub fn access(&self, shadow: Option<&ShadowMap>, a: &Access) {
+        self.access_all(shadow, std::iter::once(*a));
     }
 
     /// At exit (`dh_fini`): a last peak check, then every live block's lifetime (up to
@@ -742,7 +828,6 @@ impl Heap {
         for s in &mut shards {
             let slots: Vec<u32> = s.by_addr.values().copied().collect();
             s.by_addr.clear();
-            s.cache = [(0, 0, 0); CACHED];
             for slot in slots {
                 let b = core::mem::replace(&mut s.blocks[slot as usize], EMPTY_BLOCK);
                 s.retire(b, now);
@@ -793,6 +878,22 @@ impl Heap {
 mod tests {
     use super::*;
 
+    /// A shadow map of its own for each test (they run in parallel), for addresses below
+    /// 2^31: 256 MiB of zeroed memory, never touched beyond the pages used, stands in for
+    /// the core's reservation.
+    fn shadow() -> ShadowMap {
+        let v: Vec<u8> = vec![0; 1 << 28];
+        let mem = Box::leak(v.into_boxed_slice()).as_mut_ptr() as u64;
+        fn zero(start: u64, len: u64) {
+            // SAFETY: ShadowMap passes whole pages of the map, all inside the leaked
+            // 256 MiB for the tests' addresses.
+            unsafe { core::ptr::write_bytes(start as *mut u8, 0, len as usize) };
+        }
+        // SAFETY: the tests only use addresses below 2^31, whose shadow lies in the leaked,
+        // never freed 256 MiB at `mem`; `zero` only zeroes pages of it.
+        unsafe { ShadowMap::new(mem, zero) }
+    }
+
     fn acc(addr: u64, size: u32, kind: AccessKind) -> Access {
         Access {
             addr,
@@ -808,27 +909,28 @@ mod tests {
     fn reference_program_gives_valgrinds_counters() {
         use AccessKind::*;
         let s = Heap::new();
+        let m = &shadow();
         // PP 0: a 16-byte block, written once, each half read 4 and 1 times more.
-        s.alloc(0x1000, 16, 0, 144_000);
+        s.alloc(Some(m), 0x1000, 16, 0, 144_000);
         for i in 0..16 {
-            s.access(&acc(0x1000 + i, 1, Write));
+            s.access(Some(m), &acc(0x1000 + i, 1, Write));
         }
         for _ in 0..4 {
-            s.access(&acc(0x1000, 8, Read));
+            s.access(Some(m), &acc(0x1000, 8, Read));
         }
-        s.access(&acc(0x1008, 8, Read));
-        s.free(0x1000, 146_535);
+        s.access(Some(m), &acc(0x1008, 8, Read));
+        s.free(Some(m), 0x1000, 146_535);
         // PP 1: 2000 bytes written; PP 2: 100 bytes, 16 written, realloc'd to 200.
-        s.alloc(0x2000, 2000, 1, 144_646);
-        s.access(&acc(0x2000, 2000, Write));
-        s.alloc(0x3000, 100, 2, 145_000);
-        s.access(&acc(0x3000, 16, Write));
-        assert!(s.realloc(0x3000, 0x4000, 200, 147_679));
-        s.free(0x2000, 147_679);
-        s.free(0x4000, 147_700);
+        s.alloc(Some(m), 0x2000, 2000, 1, 144_646);
+        s.access(Some(m), &acc(0x2000, 2000, Write));
+        s.alloc(Some(m), 0x3000, 100, 2, 145_000);
+        s.access(Some(m), &acc(0x3000, 16, Write));
+        assert!(s.realloc(Some(m), 0x3000, 0x4000, 200, 147_679));
+        s.free(Some(m), 0x2000, 147_679);
+        s.free(Some(m), 0x4000, 147_700);
         // PP 3: 7 bytes, one byte written, never freed.
-        s.alloc(0x5000, 7, 3, 147_800);
-        s.access(&acc(0x5000, 1, Write));
+        s.alloc(Some(m), 0x5000, 7, 3, 147_800);
+        s.access(Some(m), &acc(0x5000, 1, Write));
         let r = s.finish(152_386).expect("no lock held");
 
         let t = r.totals;
@@ -866,11 +968,47 @@ mod tests {
     }
 
     #[test]
+    fn every_byte_of_a_marked_block_leads_back_to_its_start() {
+        let m = &shadow();
+        let mut addr = 0x100_0000u64;
+        for size in [
+            1u64,
+            8,
+            9,
+            16,
+            1023,
+            1024,
+            1025,
+            2048,
+            4095,
+            70_000,
+            3 << 20,
+        ] {
+            mark_block(m, addr, size);
+            for off in (0..size).step_by(7).chain([size - 1]) {
+                assert_eq!(
+                    block_start(m, addr + off),
+                    Some(addr),
+                    "size {size} off {off}"
+                );
+            }
+            // The granule after the block is not part of it; the tail of its last
+            // granule is (the caller checks the block's end).
+            let end = (addr + size).next_multiple_of(8);
+            assert_eq!(block_start(m, end), None, "size {size}");
+            unmark_block(m, addr, size);
+            assert_eq!(block_start(m, addr + size - 1), None, "size {size}");
+            addr = (end + 4096).next_multiple_of(16);
+        }
+    }
+
+    #[test]
     fn the_last_of_equal_peaks_is_the_one_recorded() {
         let s = Heap::new();
-        s.alloc(0x10, 8, 0, 10);
-        s.free(0x10, 20);
-        s.alloc(0x10, 8, 1, 30);
+        let m = &shadow();
+        s.alloc(Some(m), 0x10, 8, 0, 10);
+        s.free(Some(m), 0x10, 20);
+        s.alloc(Some(m), 0x10, 8, 1, 30);
         let r = s.finish(40).expect("no lock held");
         assert_eq!(r.totals.tgmax, 30);
         assert_eq!((r.pps[0].at_tgmax_bytes, r.pps[1].at_tgmax_bytes), (0, 8));
@@ -880,8 +1018,9 @@ mod tests {
     #[test]
     fn zero_byte_blocks_count_as_one_byte() {
         let s = Heap::new();
-        s.alloc(0x10, 0, 0, 1);
-        s.access(&acc(0x10, 4, AccessKind::Read));
+        let m = &shadow();
+        s.alloc(Some(m), 0x10, 0, 0, 1);
+        s.access(Some(m), &acc(0x10, 4, AccessKind::Read));
         let r = s.finish(2).expect("no lock held");
         assert_eq!(r.totals.total_bytes, 1);
         assert_eq!(r.pps[0].reads, 4);
@@ -891,12 +1030,13 @@ mod tests {
     #[test]
     fn accesses_outside_blocks_and_bogus_frees_change_nothing() {
         let s = Heap::new();
-        s.alloc(0x100, 16, 0, 1);
-        s.access(&acc(0xF8, 8, AccessKind::Read)); // starts before the block
-        s.access(&acc(0x110, 1, AccessKind::Write)); // one past the end
-        assert!(!s.free(0x108, 2), "interior pointer");
-        assert!(!s.realloc(0x500, 0x600, 4, 2));
-        s.access(&acc(0x10F, 8, AccessKind::Modify)); // last byte, clipped for the histogram
+        let m = &shadow();
+        s.alloc(Some(m), 0x100, 16, 0, 1);
+        s.access(Some(m), &acc(0xF8, 8, AccessKind::Read)); // starts before the block
+        s.access(Some(m), &acc(0x110, 1, AccessKind::Write)); // one past the end
+        assert!(!s.free(Some(m), 0x108, 2), "interior pointer");
+        assert!(!s.realloc(Some(m), 0x500, 0x600, 4, 2));
+        s.access(Some(m), &acc(0x10F, 8, AccessKind::Modify)); // last byte, clipped for the histogram
         let r = s.finish(3).expect("no lock held");
         assert_eq!((r.pps[0].reads, r.pps[0].writes), (8, 8));
         let mut h = vec![0u16; 16];
@@ -908,13 +1048,14 @@ mod tests {
     #[test]
     fn mixed_sizes_drop_the_histogram_and_large_blocks_never_have_one() {
         let s = Heap::new();
-        s.alloc(0x100, 8, 0, 1);
-        s.free(0x100, 2);
-        s.alloc(0x100, 9, 0, 3);
-        s.free(0x100, 4);
-        s.alloc(0x1000, HISTOGRAM_SIZE_LIMIT + 1, 1, 5);
-        s.free(0x1000, 6);
-        s.alloc(0x1000, HISTOGRAM_SIZE_LIMIT, 2, 7);
+        let m = &shadow();
+        s.alloc(Some(m), 0x100, 8, 0, 1);
+        s.free(Some(m), 0x100, 2);
+        s.alloc(Some(m), 0x100, 9, 0, 3);
+        s.free(Some(m), 0x100, 4);
+        s.alloc(Some(m), 0x1000, HISTOGRAM_SIZE_LIMIT + 1, 1, 5);
+        s.free(Some(m), 0x1000, 6);
+        s.alloc(Some(m), 0x1000, HISTOGRAM_SIZE_LIMIT, 2, 7);
         let r = s.finish(8).expect("no lock held");
         assert_eq!(r.pps[0].access_histogram(), None);
         assert_eq!(r.pps[1].access_histogram(), None);
@@ -924,14 +1065,15 @@ mod tests {
     #[test]
     fn counts_latch_at_65535_per_block_and_stay_capped_when_written() {
         let s = Heap::new();
-        s.alloc(0x100, 1, 0, 1);
+        let m = &shadow();
+        s.alloc(Some(m), 0x100, 1, 0, 1);
         for _ in 0..70_000 {
-            s.access(&acc(0x100, 1, AccessKind::Read));
+            s.access(Some(m), &acc(0x100, 1, AccessKind::Read));
         }
-        s.free(0x100, 2);
-        s.alloc(0x100, 1, 0, 3);
-        s.access(&acc(0x100, 1, AccessKind::Read));
-        s.free(0x100, 4);
+        s.free(Some(m), 0x100, 2);
+        s.alloc(Some(m), 0x100, 1, 0, 3);
+        s.access(Some(m), &acc(0x100, 1, AccessKind::Read));
+        s.free(Some(m), 0x100, 4);
         let r = s.finish(5).expect("no lock held");
         assert_eq!(r.pps[0].reads, 70_001);
         assert_eq!(r.pps[0].access_histogram(), Some(vec![0xFFFF]));
@@ -940,19 +1082,20 @@ mod tests {
     #[test]
     fn blocks_in_other_shards_and_across_regions_are_found_and_moved() {
         let s = Heap::new();
+        let m = &shadow();
         let big = 3 << REGION_SHIFT;
         // Straddles two regions: kept in the shard of large blocks.
         let edge = (7 << REGION_SHIFT) - 8;
-        s.alloc(0x10_0000_0000, 16, 0, 1);
-        s.alloc(edge, 16, 1, 2);
-        s.alloc(0x20_0000_0000, big, 2, 3);
-        s.access(&acc(edge + 12, 4, AccessKind::Write));
-        s.access(&acc(0x20_0000_0000 + big - 1, 1, AccessKind::Read));
+        s.alloc(Some(m), 0x1000_0000, 16, 0, 1);
+        s.alloc(Some(m), edge, 16, 1, 2);
+        s.alloc(Some(m), 0x2000_0000, big, 2, 3);
+        s.access(Some(m), &acc(edge + 12, 4, AccessKind::Write));
+        s.access(Some(m), &acc(0x2000_0000 + big - 1, 1, AccessKind::Read));
         // Moves from a region's shard to the large one and back.
-        assert!(s.realloc(0x10_0000_0000, 0x30_0000_0000, big, 4));
-        assert!(s.realloc(0x30_0000_0000, 0x10_0000_0008, 8, 5));
-        s.access(&acc(0x10_0000_0008, 8, AccessKind::Read));
-        assert!(s.free(edge, 6));
+        assert!(s.realloc(Some(m), 0x1000_0000, 0x3000_0000, big, 4));
+        assert!(s.realloc(Some(m), 0x3000_0000, 0x1000_0008, 8, 5));
+        s.access(Some(m), &acc(0x1000_0008, 8, AccessKind::Read));
+        assert!(s.free(Some(m), edge, 6));
         assert_eq!(s.live(), 2);
         let r = s.finish(7).expect("no lock held");
         assert_eq!((r.pps[1].writes, r.pps[2].reads), (4, 1));
@@ -965,16 +1108,17 @@ mod tests {
     #[test]
     fn threads_updating_at_once_keep_exact_totals() {
         let s = Heap::new();
+        let m = &shadow();
         std::thread::scope(|scope| {
             for t in 0..4u64 {
                 let s = &s;
                 scope.spawn(move || {
-                    let base = (t + 1) << 36;
+                    let base = (t + 1) << 26;
                     for i in 0..2000u64 {
                         let a = base + (i % 64) * 64;
-                        s.alloc(a, 32, t as u32, i);
-                        s.access(&acc(a, 8, AccessKind::Write));
-                        s.free(a, i + 1);
+                        s.alloc(Some(m), a, 32, t as u32, i);
+                        s.access(Some(m), &acc(a, 8, AccessKind::Write));
+                        s.free(Some(m), a, i + 1);
                     }
                 });
             }

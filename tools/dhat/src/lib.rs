@@ -275,17 +275,6 @@ impl Dhat {
         pp
     }
 
-    /// Marks (`true`) or unmarks the granules of the block at `addr` in the shadow map, so
-    /// the engine records exactly the accesses that may touch a live block. Blocks are
-    /// 16-byte aligned: two live blocks never share a granule. A zero-byte block is one
-    /// byte, as DHAT counts it.
-    fn mark(&self, host: &dyn Host, addr: Addr, size: u64, live: bool) {
-        if let Some(map) = host.shadow() {
-            let end = addr.saturating_add(size.max(1));
-            map.set_granules(addr & !7, end.next_multiple_of(8), live as u8);
-        }
-    }
-
     /// A block is going away: no thread counts accesses in it inline any more (only blocks
     /// too large for a histogram are ever hot ranges). The calling thread's counts were taken
     /// by the flush before.
@@ -536,8 +525,10 @@ impl Tool for Dhat {
         let Some(pp) = self.pp_of(host, ev.stack, true) else {
             return;
         };
-        self.heap.alloc(ev.addr, ev.size, pp, now(host));
-        self.mark(host, ev.addr, ev.size, true);
+        // Marked in the shadow map (see `heap::mark_block`): the engine records exactly the
+        // accesses that may touch a live block.
+        self.heap
+            .alloc(host.shadow().as_ref(), ev.addr, ev.size, pp, now(host));
     }
 
     fn on_free(&self, host: &dyn Host, ev: &Free) {
@@ -547,9 +538,8 @@ impl Tool for Dhat {
         // This thread's accesses to the block, still in its trace buffer, count first.
         host.flush_trace();
         self.forget_hot(host, ev.addr, ev.size);
-        self.mark(host, ev.addr, ev.size, false);
         let now = now(host);
-        self.heap.free(ev.addr, now);
+        self.heap.free(host.shadow().as_ref(), ev.addr, now);
     }
 
     fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
@@ -558,12 +548,10 @@ impl Tool for Dhat {
         }
         host.flush_trace();
         self.forget_hot(host, old.addr, old.size);
-        self.mark(host, old.addr, old.size, false);
         let now = now(host);
-        let tracked = self.heap.realloc(old.addr, new.addr, new.size, now);
-        if tracked {
-            self.mark(host, new.addr, new.size, true);
-        }
+        let shadow = host.shadow();
+        self.heap
+            .realloc(shadow.as_ref(), old.addr, new.addr, new.size, now);
     }
 
     fn on_fork_child(&self) {
@@ -593,9 +581,9 @@ impl Tool for Dhat {
         }
     }
 
-    fn on_trace(&self, _host: &dyn Host, records: &[TraceRecord]) {
+    fn on_trace(&self, host: &dyn Host, records: &[TraceRecord]) {
         let accesses = accesses_of(records);
-        self.heap.access_all(accesses);
+        self.heap.access_all(host.shadow().as_ref(), accesses);
     }
 
     /// The hot ranges' counts go to their blocks, the records to theirs (in any order:
@@ -603,7 +591,7 @@ impl Tool for Dhat {
     /// thread counts next in the large blocks it touched last (see [`Dhat::forget_hot`]).
     fn on_trace_hot(
         &self,
-        _host: &dyn Host,
+        host: &dyn Host,
         records: &[TraceRecord],
         hot: &mut [HotRange; HOT_RANGES],
     ) {
@@ -614,7 +602,7 @@ impl Tool for Dhat {
             }
         }
         let accesses = accesses_of(records);
-        let recent = self.heap.access_all(accesses);
+        let recent = self.heap.access_all(host.shadow().as_ref(), accesses);
         // The blocks hit in this batch first, then the ranges still counting from before.
         let mut next = [(0u64, 0u64); HOT_RANGES];
         let mut n = 0;

@@ -331,6 +331,12 @@ impl Emitter {
         let Some(rec) = crate::probe::trace_record(ins, tag, filtered) else {
             return Ok(()); // no memory access
         };
+        if filtered && recent.is_none() && crate::shadow::base() != 0 {
+            let opmask = crate::probe::inline_opmask_operand(rec).filter(|o| ea_encodable(&o.0));
+            if let Some(operand) = opmask {
+                return self.trace_opmask_access(ip, rec, operand, tag, flags_live);
+            }
+        }
         let masked_lanes = ins.has_op_mask() && filter != TraceFilter::RecentLines;
         let inline = if masked_lanes || (filtered && crate::shadow::base() == 0) {
             None
@@ -395,6 +401,122 @@ impl Emitter {
         if let Some(j) = skipped_out {
             self.patch_rel32(j);
         }
+        Ok(())
+    }
+
+    /// A shadow-filtered trace probe on an operand masked element by element by an opmask
+    /// register (`probe::inline_opmask_operand`), inline for the common mask, a run of
+    /// enabled elements from the first (glibc's AVX-512 string functions load and store
+    /// their tails so): when a granule of the whole operand is marked, one record of the
+    /// run's bytes, as the clean call would append; a mask of any other shape takes the
+    /// clean call. (The filter looks at the whole operand: a run whose own granules are
+    /// all unmarked may still be recorded, as an access outside every live block.)
+    ///
+    /// ```text
+    ///     shadow checks of the whole operand -> marked;  jmp done
+    /// marked:
+    ///     save rcx; kmov rax, k; [and eax, (1 << elems) - 1]
+    ///     lea rcx, [rax+1]; test rcx, rax; jnz other     (not a run from element 0)
+    ///     popcnt rax, rax; jz none; shl rax, log2(elem); or eax, kind << 16
+    ///     rcx = trace ptr; mov [rcx+12], eax; restore rcx
+    ///     rax = address; append it and the tag; jmp done
+    /// none:  restore rcx; jmp done
+    /// other: restore rcx; jmp <clean call>
+    /// done:  drain check, rax and flags back
+    /// ```
+    fn trace_opmask_access(
+        &mut self,
+        ip: u64,
+        rec: u64,
+        (m, elems, elem, mask): (UsedMemory, u8, u8, Register),
+        tag: u32,
+        flags_live: bool,
+    ) -> Result<(), TranslateError> {
+        let kind = match m.access() {
+            OpAccess::Read | OpAccess::CondRead => TraceKind::Read,
+            OpAccess::Write | OpAccess::CondWrite => TraceKind::Write,
+            _ => TraceKind::Modify,
+        };
+        self.borrow_rax(ip, flags_live);
+        let mut marked = [0usize; 3];
+        let nj = self.shadow_checks(&m, ip, 0, &mut marked)?;
+        self.buf.push(0xE9); // jmp done
+        let mut to_done = [self.buf.len(), 0, 0];
+        self.d32(0);
+        for &j in &marked[..nj] {
+            self.patch_rel32(j);
+        }
+        self.store_gs(1, c::OFF_PROBE_RCX);
+        let k = mask.number() as u8 & 7;
+        match elems {
+            // kmovw eax, k (AVX-512F); kmovd eax, k and kmovq rax, k (AVX-512BW, which
+            // byte and word elements, the only ones with more than 16, imply).
+            0..=16 => self.buf.extend_from_slice(&[0xC5, 0xF8, 0x93, 0xC0 | k]),
+            17..=32 => self.buf.extend_from_slice(&[0xC5, 0xFB, 0x93, 0xC0 | k]),
+            _ => self
+                .buf
+                .extend_from_slice(&[0xC4, 0xE1, 0xFB, 0x93, 0xC0 | k]),
+        }
+        if elems < 16 {
+            self.buf.push(0x25); // and eax, (1 << elems) - 1
+            self.d32((1u32 << elems) - 1);
+        }
+        self.buf.extend_from_slice(&[0x48, 0x8D, 0x48, 0x01]); // lea rcx, [rax+1]
+        self.buf.extend_from_slice(&[0x48, 0x85, 0xC1]); // test rcx, rax
+        self.buf.extend_from_slice(&[0x0F, 0x85]); // jnz other
+        let to_other = self.buf.len();
+        self.d32(0);
+        self.buf.extend_from_slice(&[0xF3, 0x48, 0x0F, 0xB8, 0xC0]); // popcnt rax, rax
+        self.buf.extend_from_slice(&[0x0F, 0x84]); // jz none
+        let to_none = self.buf.len();
+        self.d32(0);
+        if elem > 1 {
+            // shl rax, log2(elem)
+            self.buf
+                .extend_from_slice(&[0x48, 0xC1, 0xE0, elem.trailing_zeros() as u8]);
+        }
+        self.buf.push(0x0D); // or eax, kind << 16
+        self.d32((kind as u32) << 16);
+        self.load_gs(1, c::OFF_TRACE_PTR);
+        self.buf.extend_from_slice(&[0x89, 0x41, 0x0C]); // mov [rcx+12], eax
+        self.load_gs(1, c::OFF_PROBE_RCX);
+        self.effective_address(&m, 0, ip)?;
+        self.store_gs(1, c::OFF_PROBE_RCX);
+        self.load_gs(1, c::OFF_TRACE_PTR);
+        self.buf.extend_from_slice(&[0x48, 0x89, 0x01]); // mov [rcx], rax
+        self.buf.extend_from_slice(&[0xC7, 0x41, 0x08]); // mov dword [rcx+8], tag
+        self.d32(tag);
+        self.buf.extend_from_slice(&[0x48, 0x8D, 0x49, 0x10]); // lea rcx, [rcx+16]
+        self.store_gs(1, c::OFF_TRACE_PTR);
+        self.load_gs(1, c::OFF_PROBE_RCX);
+        self.buf.push(0xE9); // jmp done
+        to_done[1] = self.buf.len();
+        self.d32(0);
+        self.patch_rel32(to_none);
+        self.load_gs(1, c::OFF_PROBE_RCX);
+        self.buf.push(0xE9); // jmp done
+        to_done[2] = self.buf.len();
+        self.d32(0);
+        self.patch_rel32(to_other);
+        self.load_gs(1, c::OFF_PROBE_RCX);
+        self.buf.push(0xE9); // jmp <clean call>, placed with the slow calls
+        let to_call = self.buf.len();
+        self.d32(0);
+        for j in to_done {
+            self.patch_rel32(j);
+        }
+        self.drain_when_full(ip, flags_live);
+        let mut slow = SlowCall {
+            jumps: [0; super::MAX_SLOW_JUMPS],
+            njumps: 1,
+            rec,
+            flags_live,
+            back: self.buf.len(),
+            ip,
+            skipped_in_own_work: false,
+        };
+        slow.jumps[0] = to_call;
+        self.slow.push(slow);
         Ok(())
     }
 
