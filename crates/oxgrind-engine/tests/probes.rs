@@ -180,6 +180,29 @@ fn filtered_probes_of_masked_accesses_report_the_enabled_elements() {
     assert_masked_accesses_seen(&probe_report("probe_masked", "1"));
 }
 
+#[test]
+fn trace_records_of_masked_accesses_are_the_enabled_elements_filtered_or_not() {
+    if !has_avx512() {
+        eprintln!("skipped: the test function uses AVX-512 (F, BW, VL)");
+        return;
+    }
+    // Filtered, a mask that enables a run from the first element (the 5-byte store, the
+    // compare, the zero mask) is read inline, any other takes the clean call: the records
+    // are the same as unfiltered, and the same as the access calls see.
+    let src = include_str!("probe_masked.c.txt");
+    // (Trace probes take the sign-masked AVX accesses, `vmaskmovps`, `vpmaskmovd` and
+    // `maskmovdqu`, whole: one record each of 16, 32 and 16 bytes, where the access calls
+    // see the 2 runs of each.)
+    for filter in ["0", "1"] {
+        let line = probe_report_of("probe_masked", src, filter, true);
+        assert_eq!(tally(&line, "treads"), 14 - 1, "{line}");
+        assert_eq!(tally(&line, "twrites"), 12 - 2, "{line}");
+        assert_eq!(tally(&line, "tmodifies"), 0, "{line}");
+        let bytes = (3 + 4 + 16 + 8 * 4 + 4) + (5 + 32 + 32 + 3 * 4 + 3 * 4 + 64 + 16);
+        assert_eq!(tally(&line, "tbytes"), bytes, "{line}");
+    }
+}
+
 /// The trace records of the probe test function: the same accesses as the access calls
 /// see, one block record per block entry.
 fn assert_every_access_traced(line: &str) {
