@@ -483,6 +483,15 @@ impl ShadowMap {
 /// multiple of `slots` and whose lines are `1 << line_shift` bytes, lines of one set share
 /// a slot, so a line its slot names is the most recently used of its set, as far as this
 /// thread's accesses go: looking it up again hits and changes nothing.
+///
+/// With `Needs::recent_lines_two_ways` each slot names two lines, the last and the one
+/// before it (a line moves to the first place, the first to the second). An access to the
+/// second skips its record too: the two change places and the slot's swap bit flips. The
+/// next record that touches a line of that slot carries the bit ([`TraceRecord::swaps`])
+/// and clears it. For an LRU cache of at least two ways whose set count *equals* `slots`
+/// the two lines are the set's two most recently used, as far as this thread's accesses
+/// go: before looking a record's line up, the simulator swaps the set's first two ways
+/// where the record's bit says so, and sees exactly what every access would have done.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecentLines {
     pub line_shift: u8,
@@ -517,7 +526,8 @@ pub struct TraceRecord {
     /// Bytes accessed (0 for a block).
     pub size: u16,
     kind: u8,
-    _pad: u8,
+    /// Swap bits of the recent-lines table's second way (`Needs::recent_lines_two_ways`).
+    swaps: u8,
 }
 
 impl TraceRecord {
@@ -527,8 +537,22 @@ impl TraceRecord {
             tag,
             size,
             kind: kind as u8,
-            _pad: 0,
+            swaps: 0,
         }
+    }
+
+    /// The same record carrying swap bits ([`TraceRecord::swaps`]).
+    pub const fn with_swaps(mut self, swaps: u8) -> TraceRecord {
+        self.swaps = swaps;
+        self
+    }
+
+    /// With `Needs::recent_lines_two_ways`, for an access record: bit 0 (bit 1) says that
+    /// the slot of the first (second) line the access touches saw an odd number of skipped
+    /// accesses to its second line since that slot's previous record: the two lines it
+    /// names changed places that many times (see [`RecentLines`]). 0 otherwise.
+    pub fn swaps(&self) -> u8 {
+        self.swaps
     }
 
     pub fn kind(&self) -> TraceKind {

@@ -188,6 +188,9 @@ pub struct Needs {
     /// A per-thread recent-lines table ([`instrument::RecentLines`]) that every access record
     /// updates and [`instrument::Plan::trace_new_lines`] probes read (with `trace`).
     pub recent_lines: Option<instrument::RecentLines>,
+    /// Two lines per slot in the `recent_lines` table, the second one's accesses skipped
+    /// too and counted as swaps ([`instrument::RecentLines`], [`instrument::TraceRecord::swaps`]).
+    pub recent_lines_two_ways: bool,
     /// A code-lines table per thread for [`instrument::Plan::trace_block_new_lines`] (with
     /// `trace`).
     pub recent_code_lines: Option<instrument::RecentLines>,
