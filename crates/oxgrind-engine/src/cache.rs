@@ -295,6 +295,12 @@ impl CodeCache {
             opts.check = true;
             t = translate::translate(pc, base, opts).map_err(CacheError::Translate)?;
         }
+        // Probes can make a long block's translation too large (a recent-lines check of
+        // two ways is several hundred bytes per memory operand): fewer instructions then.
+        while t.bytes.len() as u64 > MAX_BLOCK && t.insns > 1 {
+            t = translate::translate_at_most(pc, base, opts, t.insns / 2)
+                .map_err(CacheError::Translate)?;
+        }
         if opts.check {
             self.stats.checked += 1;
         }

@@ -272,11 +272,21 @@ pub const RECENT_LINES_OFF: usize = SIGINFO_OFF + 65 * SIGINFO_SIZE;
 /// The same for the code-lines table.
 pub const RECENT_CODE_LINES_OFF: usize =
     RECENT_LINES_OFF + 8 * oxgrind_tool::instrument::MAX_RECENT_LINE_SLOTS as usize;
+/// The data table's second line per slot (`Needs::recent_lines_two_ways`):
+/// `gs:[RECENT_SECOND_LINES_OFF + slot * 8]`.
+pub const RECENT_SECOND_LINES_OFF: usize =
+    RECENT_CODE_LINES_OFF + 8 * oxgrind_tool::instrument::MAX_RECENT_LINE_SLOTS as usize;
+/// The data table's swap bit per slot, one byte each (`gs:[RECENT_SWAPS_OFF + slot]`),
+/// then [`RECENT_RECORD_SWAPS_OFF`].
+pub const RECENT_SWAPS_OFF: usize =
+    RECENT_SECOND_LINES_OFF + 8 * oxgrind_tool::instrument::MAX_RECENT_LINE_SLOTS as usize;
+/// The swap bits of the record being appended, gathered from its lines' slots.
+pub const RECENT_RECORD_SWAPS_OFF: usize =
+    RECENT_SWAPS_OFF + oxgrind_tool::instrument::MAX_RECENT_LINE_SLOTS as usize;
 /// Where the thread's indexed counters start (`Needs::indexed_counters`; translated code
 /// adds to `gs:[INDEXED_COUNTERS_OFF + index * 8]`): the mapping's last part, as long as
 /// the tool asked for.
-pub const INDEXED_COUNTERS_OFF: usize =
-    RECENT_CODE_LINES_OFF + 8 * oxgrind_tool::instrument::MAX_RECENT_LINE_SLOTS as usize;
+pub const INDEXED_COUNTERS_OFF: usize = RECENT_RECORD_SWAPS_OFF + 64;
 /// The context mapping without indexed counters.
 pub const CTX_SIZE: usize = INDEXED_COUNTERS_OFF;
 

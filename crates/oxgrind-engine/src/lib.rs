@@ -150,6 +150,8 @@ pub struct Config {
     /// A recent-lines table per thread (the tool's `Needs::recent_lines`; see
     /// [`oxgrind_tool::instrument::RecentLines`]), with `trace`.
     pub recent_lines: Option<oxgrind_tool::instrument::RecentLines>,
+    /// Two lines per slot in `recent_lines` (the tool's `Needs::recent_lines_two_ways`).
+    pub recent_lines_two_ways: bool,
     /// With `trace`: the filtered trace probes test each thread's hot ranges first and
     /// count accesses there inline (the tool's `Needs::hot_ranges`; see `trace`).
     pub hot_ranges: bool,
@@ -219,6 +221,7 @@ impl core::fmt::Debug for Config {
             .field("trace", &self.trace)
             .field("recent_lines", &self.recent_lines)
             .field("recent_code_lines", &self.recent_code_lines)
+            .field("recent_lines_two_ways", &self.recent_lines_two_ways)
             .field("indexed_counters", &self.indexed_counters)
             .field("thread_state", &self.thread_state)
             .field("on_memory_syscall", &self.on_memory_syscall.is_some())
@@ -242,6 +245,7 @@ impl Default for Config {
             recent_lines: None,
             hot_ranges: false,
             recent_code_lines: None,
+            recent_lines_two_ways: false,
             indexed_counters: 0,
             thread_state: 0,
             definedness: false,
@@ -367,10 +371,10 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
     if config.trace && config.client.is_some() {
         trace::enable();
         if let Some(r) = config.recent_lines {
-            recent_lines::configure(recent_lines::Table::Data, r);
+            recent_lines::configure(recent_lines::Table::Data, r, config.recent_lines_two_ways);
         }
         if let Some(r) = config.recent_code_lines {
-            recent_lines::configure(recent_lines::Table::Code, r);
+            recent_lines::configure(recent_lines::Table::Code, r, false);
         }
         if config.hot_ranges {
             trace::enable_hot();

@@ -568,8 +568,11 @@ pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
                     AccessKind::Modify => TraceKind::Modify,
                 };
                 let size = a.size.min(u16::MAX as u32) as u16;
-                crate::recent_lines::note(ctx, a.addr, a.size as u64);
-                crate::trace::push(ctx, TraceRecord::new(a.addr, rec.data as u32, size, kind));
+                let swaps = crate::recent_lines::note(ctx, a.addr, a.size as u64);
+                crate::trace::push(
+                    ctx,
+                    TraceRecord::new(a.addr, rec.data as u32, size, kind).with_swaps(swaps),
+                );
             }
         }
         KIND_TRACE_FULL => crate::trace::drain(ctx, false),

@@ -6,6 +6,11 @@
 //! The same for code: `trace_block_new_lines` probes leave a block record out when the
 //! code-lines table names every line of the block (an instruction cache's hits).
 //!
+//! With `Needs::recent_lines_two_ways` the data table names two lines per slot (the second
+//! at [`RECENT_SECOND_LINES_OFF`]) and keeps a swap bit per slot ([`RECENT_SWAPS_OFF`]):
+//! an access to the second line is skipped too, the two change places and the bit flips;
+//! the slot's next record carries the bit and clears it (`TraceRecord::swaps`).
+//!
 //! The tables live in the thread's context mapping at [`RECENT_LINES_OFF`] and
 //! [`RECENT_CODE_LINES_OFF`], where
 //! translated code reads and writes them as `gs:[RECENT_LINES_OFF + slot * 8]` (see
@@ -18,7 +23,9 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 use oxgrind_tool::instrument::{RecentLines, MAX_RECENT_LINE_SLOTS};
 
-use crate::context::{ThreadCtx, RECENT_CODE_LINES_OFF, RECENT_LINES_OFF};
+use crate::context::{
+    ThreadCtx, RECENT_CODE_LINES_OFF, RECENT_LINES_OFF, RECENT_SECOND_LINES_OFF, RECENT_SWAPS_OFF,
+};
 
 /// What a slot holds when it names no line (no access has its first byte at the last
 /// address, so no line number is all ones).
@@ -43,26 +50,44 @@ impl Table {
     }
 }
 
-/// Each table's geometry: `line_shift | slots << 8`, 0 when there is no table.
+/// Each table's geometry: `line_shift | slots << 8 | TWO_WAYS`, 0 when there is no table.
 static GEOMETRY: [AtomicU32; 2] = [AtomicU32::new(0), AtomicU32::new(0)];
+
+/// The geometry's bit for a table of two lines per slot.
+const TWO_WAYS: u32 = 1 << 24;
 
 /// Declares a table's geometry (before the first context is made). Slots are rounded down
 /// to a power of two within `MAX_RECENT_LINE_SLOTS`; a table of no slot, or lines wider
 /// than the address space, is no table.
-pub(crate) fn configure(which: Table, r: RecentLines) {
+/// `two_ways`: two lines per slot (the data table only, and only with two slots or more).
+pub(crate) fn configure(which: Table, r: RecentLines, two_ways: bool) {
     let slots = r.slots.min(MAX_RECENT_LINE_SLOTS);
     if slots == 0 || r.line_shift >= 64 {
         return;
     }
     let slots = 1u32 << (15 - slots.leading_zeros().min(15));
-    GEOMETRY[which as usize].store(u32::from(r.line_shift) | slots << 8, Ordering::Release);
+    let two = if two_ways && which == Table::Data && slots >= 2 {
+        TWO_WAYS
+    } else {
+        0
+    };
+    GEOMETRY[which as usize].store(
+        u32::from(r.line_shift) | slots << 8 | two,
+        Ordering::Release,
+    );
 }
 
 /// `(line_shift, slots)` when the tool declared the table.
 #[inline]
 pub(crate) fn geometry(which: Table) -> Option<(u32, u32)> {
     let g = GEOMETRY[which as usize].load(Ordering::Relaxed);
-    (g != 0).then_some((g & 0xff, g >> 8))
+    (g != 0).then_some((g & 0xff, (g & !TWO_WAYS) >> 8))
+}
+
+/// Whether the data table names two lines per slot.
+#[inline]
+pub(crate) fn two_ways() -> bool {
+    GEOMETRY[Table::Data as usize].load(Ordering::Relaxed) & TWO_WAYS != 0
 }
 
 /// Table `which` of `ctx` (its context mapping extends past the struct).
@@ -77,27 +102,133 @@ fn table(ctx: &mut ThreadCtx, which: Table) -> &mut [u64; MAX_RECENT_LINE_SLOTS 
     }
 }
 
-/// Empties `ctx`'s tables: no slot names a line.
+/// The data table's second lines and swap bits (with [`two_ways`]).
+fn second_ways(
+    ctx: &mut ThreadCtx,
+) -> (
+    &mut [u64; MAX_RECENT_LINE_SLOTS as usize],
+    &mut [u8; MAX_RECENT_LINE_SLOTS as usize],
+) {
+    // SAFETY: as `table`: both arrays lie below `CTX_SIZE` in the context mapping, apart
+    // from each other and from the first lines; the borrow of `ctx` keeps them unaliased.
+    unsafe {
+        let base = ctx as *mut ThreadCtx as *mut u8;
+        (
+            &mut *(base.add(RECENT_SECOND_LINES_OFF) as *mut [u64; MAX_RECENT_LINE_SLOTS as usize]),
+            &mut *(base.add(RECENT_SWAPS_OFF) as *mut [u8; MAX_RECENT_LINE_SLOTS as usize]),
+        )
+    }
+}
+
+/// Empties `ctx`'s tables: no slot names a line. (A swap bit not yet carried by a record is
+/// lost: the simulator may keep two lines of that set in the other order.)
 pub(crate) fn clear(ctx: &mut ThreadCtx) {
     for which in [Table::Data, Table::Code] {
         if let Some((_, slots)) = geometry(which) {
             table(ctx, which)[..slots as usize].fill(NO_LINE);
+            if which == Table::Data && two_ways() {
+                let (second, swaps) = second_ways(ctx);
+                second[..slots as usize].fill(NO_LINE);
+                swaps[..slots as usize].fill(0);
+            }
         }
     }
 }
 
-/// A record of an access of `size` bytes at `addr` was appended from Rust: its lines'
-/// slots in the data table name them, as the inline appends do.
+/// A record of an access of `size` bytes at `addr` is being appended from Rust: its
+/// lines' slots in the data table name them, as the inline appends do. Returns the
+/// record's swap bits (`TraceRecord::swaps`).
 #[inline]
-pub(crate) fn note(ctx: &mut ThreadCtx, addr: u64, size: u64) {
+pub(crate) fn note(ctx: &mut ThreadCtx, addr: u64, size: u64) -> u8 {
     let Some((shift, slots)) = geometry(Table::Data) else {
-        return;
+        return 0;
     };
     let clamped = size.clamp(1, 1 << shift);
     let first = addr >> shift;
     let last = addr.wrapping_add(clamped - 1) >> shift;
-    let t = table(ctx, Table::Data);
-    for line in [first, last] {
-        t[(line & u64::from(slots - 1)) as usize] = line;
+    if !two_ways() {
+        let t = table(ctx, Table::Data);
+        for line in [first, last] {
+            t[(line & u64::from(slots - 1)) as usize] = line;
+        }
+        return 0;
+    }
+    let mut bits = 0;
+    for (bit, line) in [first, last].into_iter().enumerate() {
+        let slot = (line & u64::from(slots - 1)) as usize;
+        let was_first = table(ctx, Table::Data)[slot];
+        let (second, swaps) = second_ways(ctx);
+        bits |= swaps[slot] << bit;
+        swaps[slot] = 0;
+        if was_first != line {
+            // Second line: the two change places; a new one: the first moves down.
+            second[slot] = was_first;
+            table(ctx, Table::Data)[slot] = line;
+        }
+    }
+    bits
+}
+
+/// One step of the inline code's update, for tests: an access to `line` in `slot`, skipped
+/// or recorded as the translated code decides. Returns `None` when skipped, else the
+/// record's swap bit.
+#[cfg(test)]
+fn model_access(first: &mut u64, second: &mut u64, swap: &mut u8, line: u64) -> Option<u8> {
+    if *first == line {
+        return None;
+    }
+    if *second == line {
+        *second = *first;
+        *first = line;
+        *swap ^= 1;
+        return None;
+    }
+    *second = *first;
+    *first = line;
+    Some(core::mem::take(swap))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The two-way table's contract against an LRU set: replaying only the records (with
+    /// their swap bits) gives the same hits, misses and order as every access.
+    #[test]
+    fn records_and_swap_bits_replay_an_lru_set_exactly() {
+        fn touch(set: &mut Vec<u64>, line: u64, assoc: usize) -> bool {
+            let hit = set.iter().position(|&t| t == line);
+            match hit {
+                Some(i) => {
+                    set.remove(i);
+                }
+                None => set.truncate(assoc - 1),
+            }
+            set.insert(0, line);
+            hit.is_none()
+        }
+        for assoc in [2usize, 3, 8] {
+            let (mut full, mut replay) = (vec![0u64; assoc], vec![0u64; assoc]);
+            let (mut first, mut second, mut swap) = (super::NO_LINE, super::NO_LINE, 0u8);
+            let (mut misses_full, mut misses_replay) = (0, 0);
+            let mut x: u64 = 0x2545F4914F6CDD1D;
+            for _ in 0..100_000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Mostly the two recent lines, sometimes others.
+                let line = 1 + x % (assoc as u64 + 3);
+                misses_full += u32::from(touch(&mut full, line, assoc));
+                if let Some(bit) = super::model_access(&mut first, &mut second, &mut swap, line) {
+                    if bit != 0 {
+                        replay.swap(0, 1);
+                    }
+                    misses_replay += u32::from(touch(&mut replay, line, assoc));
+                }
+            }
+            if swap != 0 {
+                replay.swap(0, 1);
+            }
+            assert_eq!(misses_full, misses_replay, "assoc {assoc}");
+            assert_eq!(full, replay, "assoc {assoc}");
+        }
     }
 }

@@ -106,6 +106,7 @@ fn start_engine(needs: oxgrind_tool::Needs) {
         },
         trace: needs.trace,
         recent_lines: needs.recent_lines,
+        recent_lines_two_ways: needs.recent_lines_two_ways,
         hot_ranges: needs.hot_ranges && needs.shadow.is_some(),
         recent_code_lines: needs.recent_code_lines,
         indexed_counters: needs.indexed_counters,

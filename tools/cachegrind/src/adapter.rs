@@ -533,6 +533,7 @@ pub fn consume(
             // A fixed instruction's access in a counted block: one D1 lookup.
             let id = r.tag & (ID_TAG_LOCKED - 1);
             let (addr, size) = (r.addr, r.size as u64);
+            sim.d1_swaps(addr, size, r.swaps());
             sim.d1_lookup(id, addr, size, kind == TraceKind::Write);
             if r.tag & ID_TAG_LOCKED != 0 && kind == TraceKind::Modify {
                 sim.d1_lookup(id, addr, size, false);
@@ -578,6 +579,7 @@ pub fn consume(
         fetch_to(sim, blk, st, i);
         st.accessed = true;
         let (addr, size) = (r.addr, r.size as u64);
+        sim.d1_swaps(addr, size, r.swaps());
         if ins.fixed.is_some() {
             // Counted per run; this access only looks D1 up.
             let write = kind == TraceKind::Write;

@@ -168,6 +168,17 @@ impl Cachegrind {
         })
     }
 
+    /// Whether the recent-lines table names D1's two most recently used lines per set
+    /// (`Needs::recent_lines_two_ways`): where a slot is a set (no more sets than slots,
+    /// at least two) and a set has a second way.
+    fn recent_lines_two_ways(&self) -> bool {
+        let (Some(c), Some(_)) = (self.chosen.as_ref(), self.recent_lines()) else {
+            return false;
+        };
+        let sets = c.d1.size / c.d1.line / c.d1.assoc;
+        c.d1.assoc >= 2 && (2..=u64::from(MAX_RECENT_LINE_SLOTS)).contains(&sets)
+    }
+
     /// (file, function, line) of a code address, as Cachegrind names them.
     fn locate(host: &dyn Host, pc: Addr) -> (String, String, u32) {
         let frames = host.describe(pc);
@@ -341,6 +352,7 @@ impl Tool for Cachegrind {
             ignores_heap: true,
             trace: true,
             recent_lines: self.recent_lines(),
+            recent_lines_two_ways: self.recent_lines_two_ways(),
             recent_code_lines: self.recent_code_lines(),
             indexed_counters: self.counted_blocks().0,
             ..Needs::default()

@@ -96,6 +96,16 @@ impl Cache {
         true
     }
 
+    /// Swaps the two most recently used lines of the set of line `block` (a thread's
+    /// recent-lines table skipped accesses that did so: `TraceRecord::swaps`).
+    #[inline(never)]
+    fn swap_first_two(&mut self, block: u64) {
+        let first = (block & self.sets_min_1) as usize * self.assoc;
+        if self.assoc >= 2 {
+            self.tags.swap(first, first + 1);
+        }
+    }
+
     /// One access of `size` bytes at `addr`: true if it misses. An access straddling two
     /// lines looks both up (both update the state) and misses if either does.
     #[inline(always)]
@@ -419,6 +429,25 @@ impl Simulator {
         if m1 {
             c[b] += 1;
             self.queue_ll(id, addr, size, d);
+        }
+    }
+
+    /// Before a data access of `size` bytes at `addr`: `swaps` (`TraceRecord::swaps`)
+    /// says which of its lines' sets had their two most recently used lines change places
+    /// since the thread's last record there (bit 0: the first line's, bit 1: the last's).
+    #[inline(always)]
+    pub fn d1_swaps(&mut self, addr: u64, size: u64, swaps: u8) {
+        if swaps == 0 || !self.cache_sim {
+            return;
+        }
+        let size = size.min(self.max_access);
+        let b1 = addr >> self.d1.line_bits;
+        let b2 = addr.wrapping_add(size.max(1) - 1) >> self.d1.line_bits;
+        if swaps & 1 != 0 {
+            self.d1.swap_first_two(b1);
+        }
+        if swaps & 2 != 0 && b2 != b1 {
+            self.d1.swap_first_two(b2);
         }
     }
 

@@ -316,6 +316,17 @@ pub const ALLOC_NOTE: () = ();
 
 /// Translates the block at guest `pc` for host address `base`.
 pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, TranslateError> {
+    translate_at_most(pc, base, opts, usize::MAX)
+}
+
+/// [`translate`], ending the block after at most `limit` instructions: for a translation
+/// whose probes made it larger than the cache's block size.
+pub fn translate_at_most(
+    pc: u64,
+    base: u64,
+    opts: Options,
+    limit: usize,
+) -> Result<Translation, TranslateError> {
     let avail = readable_len(pc);
     let mut e = Emitter {
         buf: Vec::with_capacity(512),
@@ -374,7 +385,8 @@ pub fn translate(pc: u64, base: u64, opts: Options) -> Result<Translation, Trans
         MAX_INSNS_DEFINEDNESS
     } else {
         MAX_INSNS
-    };
+    }
+    .min(limit.max(1));
     loop {
         if insns.len() >= max_insns {
             end = End::Limit(dec.ip());

@@ -388,7 +388,11 @@ impl Emitter {
                 }
             } else if let (Some(g), TraceFilter::RecentLines) = (recent, filter) {
                 let leave = (n == 1).then_some(flags_live);
-                skipped_out = self.append_unless_recent(m, g, tag, word, ip, leave)?;
+                skipped_out = if crate::recent_lines::two_ways() {
+                    self.append_unless_recent_two_ways(m, g, tag, word, ip, leave)?
+                } else {
+                    self.append_unless_recent(m, g, tag, word, ip, leave)?
+                };
             } else {
                 if let Some(g) = recent {
                     self.note_recent_lines(m, g, ip)?;
@@ -530,17 +534,190 @@ impl Emitter {
         ip: u64,
     ) -> Result<(), TranslateError> {
         let last = recent_clamp(m, g) - 1;
+        let two = crate::recent_lines::two_ways();
         self.effective_address(m, 0, ip)?;
         self.store_gs(1, c::OFF_PROBE_RCX);
-        self.store_recent_line(g);
+        if two {
+            self.record_address_two_ways(g, 0);
+        } else {
+            self.store_recent_line(g);
+        }
         if last > 0 {
             self.load_gs(1, c::OFF_PROBE_RCX);
             self.effective_address(m, last, ip)?;
             self.store_gs(1, c::OFF_PROBE_RCX);
-            self.store_recent_line(g);
+            if two {
+                self.record_address_two_ways(g, 1);
+            } else {
+                self.store_recent_line(g);
+            }
         }
         self.load_gs(1, c::OFF_PROBE_RCX);
         Ok(())
+    }
+
+    /// Two-way table: `rax` holds an address a record being appended touches, `rcx` is
+    /// borrowed: its line's slot is updated as a record's (see
+    /// [`Emitter::record_line_two_ways`]). Clobbers `rax`.
+    fn record_address_two_ways(&mut self, (shift, slots): (u32, u32), bit: u8) {
+        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, shift as u8]); // shr rax, shift
+        self.recent_slot_of_rax(slots);
+        self.record_line_two_ways(bit);
+    }
+
+    /// Two-way table: `rax` holds a line a record being appended touches, `rcx` its slot.
+    /// The slot's swap bit goes to bit `bit` of the record's swap byte (bit 0 starts it
+    /// afresh) and is cleared; the line becomes the slot's first unless it is already, the
+    /// first moving to second (which is also what an access to the second does: the two
+    /// change places). Clobbers `rax`.
+    ///
+    /// ```text
+    ///     cmp rax, gs:[FIRST + rcx*8]; je same
+    ///     xor rax, gs:[FIRST + rcx*8]; xor gs:[FIRST + rcx*8], rax    (first = line)
+    ///     xor rax, gs:[FIRST + rcx*8]; mov gs:[SECOND + rcx*8], rax   (second = old first)
+    /// same:
+    ///     movzx eax, byte gs:[SWAPS + rcx]; mov byte gs:[SWAPS + rcx], 0
+    ///     mov gs:[RECORD_SWAPS], al    | shl al, bit; or gs:[RECORD_SWAPS], al
+    /// ```
+    fn record_line_two_ways(&mut self, bit: u8) {
+        let first = c::RECENT_LINES_OFF as u32;
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]);
+        self.d32(first);
+        self.buf.extend_from_slice(&[0x0F, 0x84]); // je same
+        let same = self.buf.len();
+        self.d32(0);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x33, 0x04, 0xCD]); // xor rax, gs:[..]
+        self.d32(first);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x31, 0x04, 0xCD]); // xor gs:[..], rax
+        self.d32(first);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x33, 0x04, 0xCD]); // xor rax, gs:[..]
+        self.d32(first);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0xCD]); // mov gs:[SECOND..], rax
+        self.d32(c::RECENT_SECOND_LINES_OFF as u32);
+        self.patch_rel32(same);
+        self.buf.extend_from_slice(&[0x65, 0x0F, 0xB6, 0x04, 0x0D]); // movzx eax, byte gs:[SWAPS+rcx]
+        self.d32(c::RECENT_SWAPS_OFF as u32);
+        self.buf.extend_from_slice(&[0x65, 0xC6, 0x04, 0x0D]); // mov byte gs:[SWAPS+rcx], 0
+        self.d32(c::RECENT_SWAPS_OFF as u32);
+        self.buf.push(0);
+        if bit == 0 {
+            self.buf.extend_from_slice(&[0x65, 0x88, 0x04, 0x25]); // mov gs:[RECORD_SWAPS], al
+        } else {
+            self.buf.extend_from_slice(&[0xC0, 0xE0, bit]); // shl al, bit
+            self.buf.extend_from_slice(&[0x65, 0x08, 0x04, 0x25]); // or gs:[RECORD_SWAPS], al
+        }
+        self.d32(c::RECENT_RECORD_SWAPS_OFF as u32);
+    }
+
+    /// [`Emitter::append_unless_recent`] for a table of two lines per slot: an access to
+    /// the slot's second line is skipped too (the two change places, the swap bit flips);
+    /// a record updates its lines' slots as [`Emitter::record_line_two_ways`] says.
+    ///
+    /// ```text
+    ///     rax = address; save rcx
+    ///     lea rcx, [rax+last]; xor rcx, rax; shr rcx, shift; jnz straddles   (last > 0)
+    ///     shr rax, shift; mov ecx, eax; and ecx, slots-1
+    ///     cmp rax, gs:[FIRST + rcx*8]; jne second
+    ///     restore rcx; jmp done                          (the common case: skipped)
+    /// second:
+    ///     cmp rax, gs:[SECOND + rcx*8]; jne new
+    ///     swap first and second (three xors); xor byte gs:[SWAPS + rcx], 1
+    ///     restore rcx; jmp done                          (skipped)
+    /// new:
+    ///     record the line (bit 0); jmp append
+    /// straddles:
+    ///     restore rcx; record both lines (bits 0 and 1)
+    /// append:
+    ///     restore rcx; rax = address; append
+    /// done:
+    /// ```
+    fn append_unless_recent_two_ways(
+        &mut self,
+        m: &UsedMemory,
+        (shift, slots): (u32, u32),
+        tag: u32,
+        word: u32,
+        ip: u64,
+        leave: Option<bool>,
+    ) -> Result<Option<usize>, TranslateError> {
+        let last = recent_clamp(m, (shift, slots)) - 1;
+        self.effective_address(m, 0, ip)?;
+        self.store_gs(1, c::OFF_PROBE_RCX);
+        let mut straddles = None;
+        if last > 0 {
+            self.buf.extend_from_slice(&[0x48, 0x8D, 0x88]); // lea rcx, [rax+last]
+            self.d32(last as u32);
+            self.buf.extend_from_slice(&[0x48, 0x31, 0xC1]); // xor rcx, rax
+            self.buf.extend_from_slice(&[0x48, 0xC1, 0xE9, shift as u8]); // shr rcx, shift
+            self.buf.extend_from_slice(&[0x0F, 0x85]); // jnz straddles
+            straddles = Some(self.buf.len());
+            self.d32(0);
+        }
+        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, shift as u8]); // shr rax, shift
+        self.recent_slot_of_rax(slots);
+        let first = c::RECENT_LINES_OFF as u32;
+        let second = c::RECENT_SECOND_LINES_OFF as u32;
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, FIRST
+        self.d32(first);
+        self.buf.extend_from_slice(&[0x0F, 0x85]); // jne second
+        let to_second = self.buf.len();
+        self.d32(0);
+        self.load_gs(1, c::OFF_PROBE_RCX);
+        if let Some(flags_live) = leave {
+            self.return_rax(flags_live);
+        }
+        self.buf.push(0xE9); // jmp done (or out of the probe)
+        let done_first = self.buf.len();
+        self.d32(0);
+        self.patch_rel32(to_second);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, SECOND
+        self.d32(second);
+        self.buf.extend_from_slice(&[0x0F, 0x85]); // jne new
+        let to_new = self.buf.len();
+        self.d32(0);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x33, 0x04, 0xCD]); // xor rax, FIRST
+        self.d32(first);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x31, 0x04, 0xCD]); // xor FIRST, rax
+        self.d32(first);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x31, 0x04, 0xCD]); // xor SECOND, rax
+        self.d32(second);
+        self.buf.extend_from_slice(&[0x65, 0x80, 0x34, 0x0D]); // xor byte gs:[SWAPS+rcx], 1
+        self.d32(c::RECENT_SWAPS_OFF as u32);
+        self.buf.push(1);
+        self.load_gs(1, c::OFF_PROBE_RCX);
+        if let Some(flags_live) = leave {
+            self.return_rax(flags_live);
+        }
+        self.buf.push(0xE9); // jmp done (or out of the probe)
+        let done_second = self.buf.len();
+        self.d32(0);
+        self.patch_rel32(to_new);
+        self.record_line_two_ways(0);
+        let mut to_append = None;
+        if let Some(j) = straddles {
+            self.buf.push(0xE9); // jmp append
+            to_append = Some(self.buf.len());
+            self.d32(0);
+            self.patch_rel32(j);
+            self.load_gs(1, c::OFF_PROBE_RCX);
+            self.note_recent_lines(m, (shift, slots), ip)?;
+        }
+        if let Some(j) = to_append {
+            self.patch_rel32(j);
+        }
+        self.load_gs(1, c::OFF_PROBE_RCX);
+        self.effective_address(m, 0, ip)?;
+        self.append_access(tag, word);
+        if leave.is_some() {
+            // Both skipping paths leave the probe: the second jumps to the first's jump,
+            // whose rel32 the caller points at the probe's end.
+            let rel = (done_first as i64 - 1) - (done_second as i64 + 4);
+            self.buf[done_second..done_second + 4].copy_from_slice(&(rel as i32).to_le_bytes());
+            return Ok(Some(done_first));
+        }
+        self.patch_rel32(done_first);
+        self.patch_rel32(done_second);
+        Ok(None)
     }
 
     /// `rax` holds an address, `rcx` is borrowed: `shr rax, shift; mov ecx, eax;
@@ -698,6 +875,13 @@ impl Emitter {
         self.d32(tag);
         self.buf.extend_from_slice(&[0xC7, 0x41, 0x0C]); // mov dword [rcx+12], size|kind
         self.d32(size_kind);
+        if crate::recent_lines::two_ways() {
+            // The swap bits gathered from the record's lines (`record_line_two_ways`):
+            // mov al, gs:[RECORD_SWAPS]; mov [rcx+15], al (`rax` is not needed after).
+            self.buf.extend_from_slice(&[0x65, 0x8A, 0x04, 0x25]);
+            self.d32(c::RECENT_RECORD_SWAPS_OFF as u32);
+            self.buf.extend_from_slice(&[0x88, 0x41, 0x0F]);
+        }
         self.buf.extend_from_slice(&[0x48, 0x8D, 0x49, 0x10]); // lea rcx, [rcx+16]
         self.store_gs(1, c::OFF_TRACE_PTR);
         self.load_gs(1, c::OFF_PROBE_RCX);
