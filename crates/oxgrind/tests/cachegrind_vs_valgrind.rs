@@ -238,6 +238,29 @@ fn without_cache_simulation_only_instructions_and_branches_are_counted() {
     assert!(!ours.log.contains("I1  misses"));
 }
 
+/// Neither simulation: only instructions, counted inline per block run (no trace record).
+#[test]
+fn without_either_simulation_instructions_are_counted_as_valgrind_counts_them() {
+    if !have_valgrind() {
+        return;
+    }
+    let prog = build("cg_kernels.c", &["-g", "-O0", "-no-pie"]);
+    let dir = tempfile::tempdir().unwrap();
+    let opts = ["--cache-sim=no"];
+    let ours = cachegrind(
+        oxgrind().to_str().unwrap(),
+        &prog,
+        &["short"],
+        &opts,
+        dir.path(),
+    );
+    let theirs = cachegrind("valgrind", &prog, &["short"], &opts, dir.path());
+    assert_eq!(ours.file.events, ["Ir"]);
+    compare_functions(&ours.file, &theirs.file, "tests/corpus/cg_kernels.c");
+    let lines = summary_lines(&ours.log);
+    assert_eq!(labels(&lines), labels(&summary_lines(&theirs.log)));
+}
+
 #[test]
 fn threads_share_one_simulated_machine_and_count_their_own_work() {
     if !have_valgrind() {

@@ -301,6 +301,9 @@ pub struct Tracing {
     /// are not simulated: their outcomes need every entry's record). 0: every entry
     /// appends its record, which counts the run.
     pub counted_blocks: u32,
+    /// Block records at all (with the cache or the branch simulation). Without them a
+    /// counted block appends none, and nothing else is recorded: only Ir is counted.
+    pub block_records: bool,
 }
 
 /// Builds the block's [`BlockInfo`] and asks for its trace records. `register_instr` assigns
@@ -318,6 +321,7 @@ pub fn instrument(
         i1_line_bits,
         data_records,
         counted_blocks,
+        block_records,
     } = how;
     if block.is_empty() || block.len() > 1 << INSN_BITS {
         return false;
@@ -358,7 +362,9 @@ pub fn instrument(
     }
     if b < counted_blocks {
         plan.count_indexed(0, b, 1);
-        plan.trace_block_new_lines(b, code_len);
+        if block_records {
+            plan.trace_block_new_lines(b, code_len);
+        }
     } else {
         plan.trace_block(b);
     }
@@ -374,7 +380,7 @@ pub fn instrument(
                 tag
             };
             plan.trace_new_lines(i, tag);
-        } else if ins.rep_string() || (data_records && !ins.mem().is_empty()) {
+        } else if (ins.rep_string() && block_records) || (data_records && !ins.mem().is_empty()) {
             plan.trace_accesses(i, tag);
         }
     }

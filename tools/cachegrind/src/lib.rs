@@ -144,11 +144,19 @@ impl Cachegrind {
     /// limit of indexed counters), when block records are left out (see
     /// [`Cachegrind::recent_code_lines`]); the others count runs from their records.
     fn counted_blocks(&self) -> adapter::Counted {
-        adapter::Counted(if self.recent_code_lines().is_some() {
-            MAX_INDEXED_COUNTERS
-        } else {
-            0
-        })
+        adapter::Counted(
+            if self.recent_code_lines().is_some() || !self.block_records() {
+                MAX_INDEXED_COUNTERS
+            } else {
+                0
+            },
+        )
+    }
+
+    /// Whether blocks append records: not when only instructions are counted
+    /// (`--cache-sim=no` without `--branch-sim=yes`): every block's runs are counted inline.
+    fn block_records(&self) -> bool {
+        self.opts.cache_sim || self.opts.branch_sim
     }
 
     /// The recent-lines table that lets translated code skip the records of D1 hits that
@@ -388,6 +396,7 @@ impl Tool for Cachegrind {
                 i1_line_bits,
                 data_records: self.opts.cache_sim,
                 counted_blocks: self.counted_blocks().0,
+                block_records: self.block_records(),
             },
             &mut |pc| {
                 let mut pcs = self.pcs.lock();
