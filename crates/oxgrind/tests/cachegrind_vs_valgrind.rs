@@ -326,3 +326,33 @@ fn bad_cache_geometry_is_refused_before_the_program_runs() {
         stderr(&out)
     );
 }
+
+/// The configuration warnings (`--pid--` lines) are Valgrind's whether or not the caches are
+/// given: Valgrind 3.19 detects the host's caches, and warns about what it found (a third
+/// level used as LL, an LL set count it adjusts), before it replaces them with `--I1/--D1/--LL`.
+#[test]
+fn cache_warnings_are_valgrinds_with_and_without_given_caches() {
+    if !have_valgrind() {
+        return;
+    }
+    let prog = build("cg_kernels.c", &["-g", "-O0", "-no-pie"]);
+    let dir = tempfile::tempdir().unwrap();
+    let warnings = |log: &str| -> Vec<String> {
+        log.lines()
+            .filter(|l| l.starts_with("--"))
+            .map(|l| l.split_once("-- ").map_or(l, |(_, w)| w).to_string())
+            .collect()
+    };
+    let ox = oxgrind();
+    for opts in [&[][..], &["--LL=8388608,16,64"][..], &CACHES[..]] {
+        let ours = cachegrind(ox.to_str().unwrap(), &prog, &["short"], opts, dir.path());
+        let theirs = cachegrind("valgrind", &prog, &["short"], opts, dir.path());
+        assert_eq!(
+            warnings(&ours.log),
+            warnings(&theirs.log),
+            "{opts:?}\nours:\n{}\nValgrind's:\n{}",
+            ours.log,
+            theirs.log
+        );
+    }
+}
