@@ -523,7 +523,8 @@ pub struct TraceRecord {
     pub addr: u64,
     /// The tool's tag, given in the plan.
     pub tag: u32,
-    /// Bytes accessed (0 for a block).
+    /// Bytes accessed (0 for a block, but for the swap bits of
+    /// [`TraceRecord::code_swaps`]).
     pub size: u16,
     kind: u8,
     /// Swap bits of the recent-lines table's second way (`Needs::recent_lines_two_ways`).
@@ -553,6 +554,18 @@ impl TraceRecord {
     /// names changed places that many times (see [`RecentLines`]). 0 otherwise.
     pub fn swaps(&self) -> u8 {
         self.swaps
+    }
+
+    /// With `Needs::recent_code_lines_two_ways`, for a block record: bit `k` says that
+    /// the code-lines slot of the block's `k`-th line (from the line of its first byte)
+    /// saw an odd number of swaps since that slot's previous record, as
+    /// [`TraceRecord::swaps`] says for data. Kept in `size` (0 otherwise for a block).
+    pub fn code_swaps(&self) -> u16 {
+        if self.kind == TraceKind::Block as u8 {
+            self.size
+        } else {
+            0
+        }
     }
 
     pub fn kind(&self) -> TraceKind {

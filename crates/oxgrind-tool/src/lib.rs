@@ -194,6 +194,10 @@ pub struct Needs {
     /// A code-lines table per thread for [`instrument::Plan::trace_block_new_lines`] (with
     /// `trace`).
     pub recent_code_lines: Option<instrument::RecentLines>,
+    /// Two lines per slot in the `recent_code_lines` table, as `recent_lines_two_ways` for
+    /// data; a block record carries the swap bits of its lines
+    /// ([`instrument::TraceRecord::code_swaps`]).
+    pub recent_code_lines_two_ways: bool,
     /// Counters per thread for [`instrument::Plan::count_indexed`] (at most
     /// [`instrument::MAX_INDEXED_COUNTERS`]; reserved, and backed by memory only where
     /// used); [`Host::indexed_counter_totals`] sums them over all threads.
