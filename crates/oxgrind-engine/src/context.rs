@@ -280,13 +280,20 @@ pub const RECENT_SECOND_LINES_OFF: usize =
 /// then [`RECENT_RECORD_SWAPS_OFF`].
 pub const RECENT_SWAPS_OFF: usize =
     RECENT_SECOND_LINES_OFF + 8 * oxgrind_tool::instrument::MAX_RECENT_LINE_SLOTS as usize;
-/// The swap bits of the record being appended, gathered from its lines' slots.
+/// The swap bits of the record being appended, gathered from its lines' slots (a byte for
+/// a data record, two for a block record's code lines at `+ 8`).
 pub const RECENT_RECORD_SWAPS_OFF: usize =
     RECENT_SWAPS_OFF + oxgrind_tool::instrument::MAX_RECENT_LINE_SLOTS as usize;
+/// The code table's second lines and swap bits (`Needs::recent_code_lines_two_ways`), as
+/// the data table's.
+pub const RECENT_CODE_SECOND_LINES_OFF: usize = RECENT_RECORD_SWAPS_OFF + 64;
+pub const RECENT_CODE_SWAPS_OFF: usize =
+    RECENT_CODE_SECOND_LINES_OFF + 8 * oxgrind_tool::instrument::MAX_RECENT_LINE_SLOTS as usize;
 /// Where the thread's indexed counters start (`Needs::indexed_counters`; translated code
 /// adds to `gs:[INDEXED_COUNTERS_OFF + index * 8]`): the mapping's last part, as long as
 /// the tool asked for.
-pub const INDEXED_COUNTERS_OFF: usize = RECENT_RECORD_SWAPS_OFF + 64;
+pub const INDEXED_COUNTERS_OFF: usize =
+    RECENT_CODE_SWAPS_OFF + oxgrind_tool::instrument::MAX_RECENT_LINE_SLOTS as usize;
 /// The context mapping without indexed counters.
 pub const CTX_SIZE: usize = INDEXED_COUNTERS_OFF;
 

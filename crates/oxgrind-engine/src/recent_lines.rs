@@ -24,7 +24,8 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use oxgrind_tool::instrument::{RecentLines, MAX_RECENT_LINE_SLOTS};
 
 use crate::context::{
-    ThreadCtx, RECENT_CODE_LINES_OFF, RECENT_LINES_OFF, RECENT_SECOND_LINES_OFF, RECENT_SWAPS_OFF,
+    ThreadCtx, RECENT_CODE_LINES_OFF, RECENT_CODE_SECOND_LINES_OFF, RECENT_CODE_SWAPS_OFF,
+    RECENT_LINES_OFF, RECENT_SECOND_LINES_OFF, RECENT_SWAPS_OFF,
 };
 
 /// What a slot holds when it names no line (no access has its first byte at the last
@@ -48,6 +49,22 @@ impl Table {
             Table::Code => RECENT_CODE_LINES_OFF,
         }
     }
+
+    /// Where its second lines start (a table of two ways).
+    pub(crate) fn second_offset(self) -> usize {
+        match self {
+            Table::Data => RECENT_SECOND_LINES_OFF,
+            Table::Code => RECENT_CODE_SECOND_LINES_OFF,
+        }
+    }
+
+    /// Where its swap bytes start (a table of two ways).
+    pub(crate) fn swaps_offset(self) -> usize {
+        match self {
+            Table::Data => RECENT_SWAPS_OFF,
+            Table::Code => RECENT_CODE_SWAPS_OFF,
+        }
+    }
 }
 
 /// Each table's geometry: `line_shift | slots << 8 | TWO_WAYS`, 0 when there is no table.
@@ -59,18 +76,14 @@ const TWO_WAYS: u32 = 1 << 24;
 /// Declares a table's geometry (before the first context is made). Slots are rounded down
 /// to a power of two within `MAX_RECENT_LINE_SLOTS`; a table of no slot, or lines wider
 /// than the address space, is no table.
-/// `two_ways`: two lines per slot (the data table only, and only with two slots or more).
+/// `two_ways`: two lines per slot (only with two slots or more).
 pub(crate) fn configure(which: Table, r: RecentLines, two_ways: bool) {
     let slots = r.slots.min(MAX_RECENT_LINE_SLOTS);
     if slots == 0 || r.line_shift >= 64 {
         return;
     }
     let slots = 1u32 << (15 - slots.leading_zeros().min(15));
-    let two = if two_ways && which == Table::Data && slots >= 2 {
-        TWO_WAYS
-    } else {
-        0
-    };
+    let two = if two_ways && slots >= 2 { TWO_WAYS } else { 0 };
     GEOMETRY[which as usize].store(
         u32::from(r.line_shift) | slots << 8 | two,
         Ordering::Release,
@@ -87,7 +100,13 @@ pub(crate) fn geometry(which: Table) -> Option<(u32, u32)> {
 /// Whether the data table names two lines per slot.
 #[inline]
 pub(crate) fn two_ways() -> bool {
-    GEOMETRY[Table::Data as usize].load(Ordering::Relaxed) & TWO_WAYS != 0
+    table_two_ways(Table::Data)
+}
+
+/// Whether table `which` names two lines per slot.
+#[inline]
+pub(crate) fn table_two_ways(which: Table) -> bool {
+    GEOMETRY[which as usize].load(Ordering::Relaxed) & TWO_WAYS != 0
 }
 
 /// Table `which` of `ctx` (its context mapping extends past the struct).
@@ -109,13 +128,24 @@ fn second_ways(
     &mut [u64; MAX_RECENT_LINE_SLOTS as usize],
     &mut [u8; MAX_RECENT_LINE_SLOTS as usize],
 ) {
+    table_second_ways(ctx, Table::Data)
+}
+
+/// Table `which`'s second lines and swap bits (a table of two ways).
+fn table_second_ways(
+    ctx: &mut ThreadCtx,
+    which: Table,
+) -> (
+    &mut [u64; MAX_RECENT_LINE_SLOTS as usize],
+    &mut [u8; MAX_RECENT_LINE_SLOTS as usize],
+) {
     // SAFETY: as `table`: both arrays lie below `CTX_SIZE` in the context mapping, apart
     // from each other and from the first lines; the borrow of `ctx` keeps them unaliased.
     unsafe {
         let base = ctx as *mut ThreadCtx as *mut u8;
         (
-            &mut *(base.add(RECENT_SECOND_LINES_OFF) as *mut [u64; MAX_RECENT_LINE_SLOTS as usize]),
-            &mut *(base.add(RECENT_SWAPS_OFF) as *mut [u8; MAX_RECENT_LINE_SLOTS as usize]),
+            &mut *(base.add(which.second_offset()) as *mut [u64; MAX_RECENT_LINE_SLOTS as usize]),
+            &mut *(base.add(which.swaps_offset()) as *mut [u8; MAX_RECENT_LINE_SLOTS as usize]),
         )
     }
 }
@@ -126,8 +156,8 @@ pub(crate) fn clear(ctx: &mut ThreadCtx) {
     for which in [Table::Data, Table::Code] {
         if let Some((_, slots)) = geometry(which) {
             table(ctx, which)[..slots as usize].fill(NO_LINE);
-            if which == Table::Data && two_ways() {
-                let (second, swaps) = second_ways(ctx);
+            if table_two_ways(which) {
+                let (second, swaps) = table_second_ways(ctx, which);
                 second[..slots as usize].fill(NO_LINE);
                 swaps[..slots as usize].fill(0);
             }

@@ -446,6 +446,7 @@ fn start_block(
     st: &mut ThreadState,
     b: u32,
     counted: Counted,
+    code_swaps: u16,
 ) {
     let blk = match st.last {
         Some((last, blk)) if last == b => Some(blk),
@@ -460,6 +461,11 @@ fn start_block(
         st.next_lookup = u8::MAX;
         if b < counted.0 {
             // Its data records carry no block context (see `ID_TAG`): every fetch now.
+            if code_swaps != 0 {
+                if let Some(first) = blk.instrs.first() {
+                    sim.i1_swaps(first.pc, code_swaps);
+                }
+            }
             for l in &blk.lookups {
                 sim.fetch(l.id, l.pc, l.len as u64);
             }
@@ -548,7 +554,7 @@ pub fn consume(
         }
         if kind == TraceKind::Block {
             end_block(sim, st, Some(r.addr));
-            start_block(sim, blocks, st, r.tag, counted);
+            start_block(sim, blocks, st, r.tag, counted, r.code_swaps());
             continue;
         }
         let (b, i) = (
@@ -572,7 +578,7 @@ pub fn consume(
             _ => {
                 // Accesses without their block record (not made by the engine): start it.
                 end_block(sim, st, None);
-                start_block(sim, blocks, st, b, counted);
+                start_block(sim, blocks, st, b, counted, 0);
                 match st.block {
                     Some((_, blk)) => blk,
                     None => continue,

@@ -153,6 +153,16 @@ impl Cachegrind {
         )
     }
 
+    /// Whether the code-lines table names I1's two most recently used lines per set
+    /// (`Needs::recent_code_lines_two_ways`), under the data table's conditions.
+    fn recent_code_lines_two_ways(&self) -> bool {
+        let (Some(c), Some(_)) = (self.chosen.as_ref(), self.recent_code_lines()) else {
+            return false;
+        };
+        let sets = c.i1.size / c.i1.line / c.i1.assoc;
+        c.i1.assoc >= 2 && (2..=u64::from(MAX_RECENT_LINE_SLOTS)).contains(&sets)
+    }
+
     /// Whether blocks append records: not when only instructions are counted
     /// (`--cache-sim=no` without `--branch-sim=yes`): every block's runs are counted inline.
     fn block_records(&self) -> bool {
@@ -362,6 +372,7 @@ impl Tool for Cachegrind {
             recent_lines: self.recent_lines(),
             recent_lines_two_ways: self.recent_lines_two_ways(),
             recent_code_lines: self.recent_code_lines(),
+            recent_code_lines_two_ways: self.recent_code_lines_two_ways(),
             indexed_counters: self.counted_blocks().0,
             ..Needs::default()
         }

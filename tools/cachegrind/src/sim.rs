@@ -451,6 +451,23 @@ impl Simulator {
         }
     }
 
+    /// Before the fetches of a block whose code starts at `pc`: `swaps`
+    /// (`TraceRecord::code_swaps`) says which of its lines' I1 sets had their two most
+    /// recently used lines change places since the thread's last block record there (bit
+    /// `k`: the block's `k`-th line).
+    #[inline]
+    pub fn i1_swaps(&mut self, pc: u64, mut swaps: u16) {
+        if !self.cache_sim {
+            return;
+        }
+        let first = pc >> self.i1.line_bits;
+        while swaps != 0 {
+            let k = swaps.trailing_zeros();
+            self.i1.swap_first_two(first + u64::from(k));
+            swaps &= swaps - 1;
+        }
+    }
+
     /// The D1 lookup of a data access whose Dr or Dw is charged elsewhere
     /// ([`Simulator::charge_runs`]): only its misses are counted here.
     #[inline(always)]

@@ -247,6 +247,16 @@ impl Emitter {
         };
         let first = pc >> shift;
         let last = pc.wrapping_add(u64::from(len.max(1)) - 1) >> shift;
+        if crate::recent_lines::table_two_ways(Table::Code) {
+            return self.trace_block_new_lines_two_ways(
+                pc,
+                tag,
+                (first, last),
+                slots,
+                flags_live,
+                count,
+            );
+        }
         let slot_off =
             |line: u64| (Table::Code.offset() as u64 + 8 * (line & u64::from(slots - 1))) as u32;
         self.borrow_rax(pc, flags_live);
@@ -294,8 +304,144 @@ impl Emitter {
         }
     }
 
+    /// [`Emitter::trace_block_new_lines`] for a code-lines table of two lines per slot:
+    /// a line that is its slot's second is skipped too, the two changing places and the
+    /// slot's swap bit flipping; a record updates every line's slot as a data record does
+    /// (`record_line_two_ways`) and carries the swap bits in its `size` (bit `k` for the
+    /// block's `k`-th line; the engine's blocks span at most 16 lines).
+    ///
+    /// ```text
+    ///     (save rax, flags)
+    ///     mov rax, line; cmp gs:[FIRST+slot*8], rax; je next                       (each line)
+    ///     cmp gs:[SECOND+slot*8], rax; jne new
+    ///     mov rax, gs:[FIRST+slot*8]; mov gs:[SECOND+slot*8], rax
+    ///     mov rax, line; mov gs:[FIRST+slot*8], rax; xor byte gs:[SWAPS+slot], 1
+    /// next:
+    ///     (restore rax, flags); jmp done
+    /// new:
+    ///     mov word gs:[RECORD_SWAPS+8], 0
+    ///     mov rax, line; cmp gs:[FIRST+slot*8], rax; je same                      (each line)
+    ///     move the first to second, the line to first
+    /// same:
+    ///     movzx eax, byte gs:[SWAPS+slot]; mov byte gs:[SWAPS+slot], 0
+    ///     shl eax, k; or gs:[RECORD_SWAPS+8], ax
+    ///     append the record, its size from gs:[RECORD_SWAPS+8] (restores rax, flags)
+    /// done:
+    /// ```
+    fn trace_block_new_lines_two_ways(
+        &mut self,
+        pc: u64,
+        tag: u32,
+        (first, last): (u64, u64),
+        slots: u32,
+        flags_live: bool,
+        count: Option<(u32, u32)>,
+    ) {
+        use crate::recent_lines::Table;
+        let mask = u64::from(slots - 1);
+        let at = |base: usize, line: u64, width: u64| (base as u64 + width * (line & mask)) as u32;
+        let first_off = |line| at(Table::Code.offset(), line, 8);
+        let second_off = |line| at(Table::Code.second_offset(), line, 8);
+        let swaps_off = |line| at(Table::Code.swaps_offset(), line, 1);
+        let record_swaps = (c::RECENT_RECORD_SWAPS_OFF + 8) as u32;
+        self.borrow_rax(pc, flags_live);
+        if let Some((index, n)) = count {
+            // add qword [gs:[INDEXED_AT] + index*8], n (the flags are saved where live)
+            self.load_gs(0, c::OFF_INDEXED_AT);
+            self.buf.extend_from_slice(&[0x48, 0x81, 0x80]);
+            self.d32(index * 8);
+            self.d32(n);
+        }
+        let checked = last.wrapping_sub(first) < Self::MAX_CHECKED_CODE_LINES;
+        let mut new = [0usize; Self::MAX_CHECKED_CODE_LINES as usize];
+        let mut done = None;
+        if checked {
+            for (k, line) in (first..=last).enumerate() {
+                self.mov_imm64(0, line);
+                self.buf.extend_from_slice(&[0x65, 0x48, 0x39, 0x04, 0x25]); // cmp gs:[FIRST], rax
+                self.d32(first_off(line));
+                self.buf.extend_from_slice(&[0x0F, 0x84]); // je next
+                let next = self.buf.len();
+                self.d32(0);
+                self.buf.extend_from_slice(&[0x65, 0x48, 0x39, 0x04, 0x25]); // cmp gs:[SECOND], rax
+                self.d32(second_off(line));
+                self.buf.extend_from_slice(&[0x0F, 0x85]); // jne new
+                new[k] = self.buf.len();
+                self.d32(0);
+                self.load_gs(0, first_off(line) as usize);
+                self.store_gs(0, second_off(line) as usize);
+                self.mov_imm64(0, line);
+                self.store_gs(0, first_off(line) as usize);
+                self.buf.extend_from_slice(&[0x65, 0x80, 0x34, 0x25]); // xor byte gs:[SWAPS], 1
+                self.d32(swaps_off(line));
+                self.buf.push(1);
+                self.patch_rel32(next);
+            }
+            self.return_rax(flags_live);
+            self.buf.push(0xE9); // jmp done
+            done = Some(self.buf.len());
+            self.d32(0);
+            for &j in &new[..(last - first + 1) as usize] {
+                self.patch_rel32(j);
+            }
+        }
+        // mov word gs:[RECORD_SWAPS+8], 0
+        self.buf.extend_from_slice(&[0x66, 0x65, 0xC7, 0x04, 0x25]);
+        self.d32(record_swaps);
+        self.buf.extend_from_slice(&[0, 0]);
+        let mut line = first;
+        let mut k = 0u8;
+        loop {
+            self.mov_imm64(0, line);
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x39, 0x04, 0x25]); // cmp gs:[FIRST], rax
+            self.d32(first_off(line));
+            self.buf.extend_from_slice(&[0x0F, 0x84]); // je same
+            let same = self.buf.len();
+            self.d32(0);
+            self.load_gs(0, first_off(line) as usize);
+            self.store_gs(0, second_off(line) as usize);
+            self.mov_imm64(0, line);
+            self.store_gs(0, first_off(line) as usize);
+            self.patch_rel32(same);
+            if k < 16 {
+                self.buf.extend_from_slice(&[0x65, 0x0F, 0xB6, 0x04, 0x25]); // movzx eax, byte gs:[SWAPS]
+                self.d32(swaps_off(line));
+                self.buf.extend_from_slice(&[0x65, 0xC6, 0x04, 0x25]); // mov byte gs:[SWAPS], 0
+                self.d32(swaps_off(line));
+                self.buf.push(0);
+                if k > 0 {
+                    self.buf.extend_from_slice(&[0xC1, 0xE0, k]); // shl eax, k
+                }
+                self.buf.extend_from_slice(&[0x66, 0x65, 0x09, 0x04, 0x25]); // or gs:[RECORD_SWAPS], ax
+                self.d32(record_swaps);
+            }
+            if line == last {
+                break;
+            }
+            line = line.wrapping_add(1);
+            k = k.saturating_add(1);
+        }
+        self.write_block_record(pc, tag);
+        // mov gs:[PROBE_RCX], rcx; mov cx, gs:[RECORD_SWAPS+8]; mov [rax+12], cx; restore rcx
+        self.store_gs(1, c::OFF_PROBE_RCX);
+        self.buf.extend_from_slice(&[0x66, 0x65, 0x8B, 0x0C, 0x25]);
+        self.d32(record_swaps);
+        self.buf.extend_from_slice(&[0x66, 0x89, 0x48, 0x0C]);
+        self.load_gs(1, c::OFF_PROBE_RCX);
+        self.finish_block_record(pc, flags_live);
+        if let Some(j) = done {
+            self.patch_rel32(j);
+        }
+    }
+
     /// The body of [`Emitter::trace_block`], `rax` (and the flags) already borrowed.
     fn append_block(&mut self, pc: u64, tag: u32, flags_live: bool) {
+        self.write_block_record(pc, tag);
+        self.finish_block_record(pc, flags_live);
+    }
+
+    /// Writes a block record at the trace pointer, which it leaves in `rax`.
+    fn write_block_record(&mut self, pc: u64, tag: u32) {
         self.load_gs(0, c::OFF_TRACE_PTR);
         // mov dword [rax], lo; mov dword [rax+4], hi; mov dword [rax+8], tag;
         // mov dword [rax+12], 0 (size 0, kind Block)
@@ -307,6 +453,11 @@ impl Emitter {
         self.d32(tag);
         self.buf.extend_from_slice(&[0xC7, 0x40, 0x0C]);
         self.d32((TraceKind::Block as u32) << 16);
+    }
+
+    /// After [`Emitter::write_block_record`]: moves the trace pointer past the record and
+    /// checks it against the drain mark (gives back `rax` and the flags).
+    fn finish_block_record(&mut self, pc: u64, flags_live: bool) {
         self.buf.extend_from_slice(&[0x48, 0x8D, 0x40, 0x10]); // lea rax, [rax+16]
         self.store_gs(0, c::OFF_TRACE_PTR);
         self.drain_when_full(pc, flags_live);
