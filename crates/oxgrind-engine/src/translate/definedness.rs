@@ -56,13 +56,36 @@ impl Emitter {
         self.load_gs(0, c::OFF_VBITS);
         self.buf.extend_from_slice(&[0x48, 0x85, 0xC0]);
         self.jcc_slow(0x84, &mut slow)?;
-        // cmp qword [rax+off], 0; jne slow: the pending step, then each register read.
-        let gprs = (0..16u32)
-            .filter(|n| form.reads & (1 << n) != 0)
-            .map(|n| OFF_SHADOW_GPR + 8 * n as usize);
-        for off in core::iter::once(OFF_NEED_STEP).chain(gprs) {
-            self.buf.extend_from_slice(&[0x48, 0x83, 0xB8]);
-            self.d32(off as u32);
+        // cmp qword [rax+off], 0; jne slow: the pending step, then each register read, in
+        // the bytes it reads (cmp dword/word/byte [rax+off], 0).
+        self.buf.extend_from_slice(&[0x48, 0x83, 0xB8]);
+        self.d32(OFF_NEED_STEP as u32);
+        self.buf.push(0x00);
+        self.jcc_slow(0x85, &mut slow)?;
+        for n in (0..16usize).filter(|n| form.reads & (1 << n) != 0) {
+            let off = (OFF_SHADOW_GPR + 8 * n) as u32;
+            match form.read_bytes[n] {
+                0x01 => {
+                    self.buf.extend_from_slice(&[0x80, 0xB8]);
+                    self.d32(off);
+                }
+                0x02 => {
+                    self.buf.extend_from_slice(&[0x80, 0xB8]);
+                    self.d32(off + 1);
+                }
+                0x03 => {
+                    self.buf.extend_from_slice(&[0x66, 0x83, 0xB8]);
+                    self.d32(off);
+                }
+                0x04..=0x0f => {
+                    self.buf.extend_from_slice(&[0x83, 0xB8]);
+                    self.d32(off);
+                }
+                _ => {
+                    self.buf.extend_from_slice(&[0x48, 0x83, 0xB8]);
+                    self.d32(off);
+                }
+            }
             self.buf.push(0x00);
             self.jcc_slow(0x85, &mut slow)?;
         }
@@ -115,8 +138,14 @@ impl Emitter {
             // rax = the shadow of [rsp + off]; mov qword [rax + 8i], -1
             self.stack_chunk(off, len, ip, None)?;
             for i in 0..len / 8 {
-                self.buf
-                    .extend_from_slice(&[0x48, 0xC7, 0x40, (8 * i) as u8]);
+                if 8 * i < 0x80 {
+                    self.buf
+                        .extend_from_slice(&[0x48, 0xC7, 0x40, (8 * i) as u8]);
+                } else {
+                    // disp32
+                    self.buf.extend_from_slice(&[0x48, 0xC7, 0x80]);
+                    self.d32((8 * i) as u32);
+                }
                 self.d32(u32::MAX);
             }
             if let Some(origin) = form.origin {
