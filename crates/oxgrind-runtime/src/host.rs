@@ -235,6 +235,11 @@ fn new_symbolizer() -> oxgrind_symbols::Symbolizer {
     if let Some(dir) = state::runtime().and_then(|rt| rt.section_cache.as_deref()) {
         sym.set_section_cache(dir);
     }
+    // Our own frames (the allocator entry points every heap stack starts with) are named
+    // from the symbol table, as Valgrind names its preloaded replacements (`malloc (in
+    // .../vgpreload_dhat-amd64-linux.so)`): indexing this library's debug information
+    // and line tables for them was a third of a short program's report under DHAT.
+    sym.set_symbols_only(std::path::Path::new(&crate::stacks::self_path()));
     sym
 }
 

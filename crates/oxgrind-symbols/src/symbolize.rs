@@ -252,7 +252,8 @@ impl Symbolizer {
     /// Describes addresses in the object at `path` from its symbol table only, without
     /// file:line, as Valgrind shows its own preloaded replacements
     /// (`malloc (in /usr/libexec/valgrind/vgpreload_memcheck-amd64-linux.so)`): for the
-    /// runtime's interposed entry points. Returns whether such an object is known.
+    /// runtime's interposed entry points. Its debug information is then never read.
+    /// Returns whether such an object is known.
     pub fn set_symbols_only(&mut self, path: &Path) -> bool {
         let mut found = false;
         for e in self.entries.iter_mut().filter(|e| e.module.path == path) {
@@ -291,7 +292,9 @@ impl Symbolizer {
     fn loaded(&mut self, idx: usize) -> &mut Loaded {
         if self.entries[idx].loaded.is_none() {
             let path = self.entries[idx].module.path.clone();
-            let loaded = match load(&path, &self.debug_dirs, self.section_cache.as_deref()) {
+            let cache = self.section_cache.as_deref();
+            let symbols_only = self.entries[idx].symbols_only;
+            let loaded = match load(&path, &self.debug_dirs, cache, symbols_only) {
                 Ok(l) => l,
                 Err(e) => {
                     self.errors.push(e);
@@ -707,7 +710,10 @@ fn collect_syms(file: &object::File<'_>, out: &mut Vec<(Sym, bool)>) {
 }
 
 fn finish_syms(mut all: Vec<(Sym, bool)>) -> Vec<Sym> {
-    all.sort_by_key(|a| a.0.addr);
+    // Unstable: `prefer` picks the same name from a group in any order (it ties only on
+    // equal names), and a stable sort's scratch copy of libc's 11,000 symbols cost more
+    // than the sort.
+    all.sort_unstable_by_key(|a| a.0.addr);
     let mut out: Vec<Sym> = Vec::with_capacity(all.len());
     let mut i = 0;
     while i < all.len() {
@@ -896,10 +902,13 @@ fn altlink_path(file: &object::File<'_>, path: &Path, debug_dirs: &[PathBuf]) ->
     cands.into_iter().find(|p| p.is_file())
 }
 
+/// What the symboliser keeps of the object at `path`: its symbols and, unless it is
+/// described from its symbol table only (`symbols_only`), its debug information.
 fn load(
     path: &Path,
     debug_dirs: &[PathBuf],
     cache: Option<&Path>,
+    symbols_only: bool,
 ) -> Result<Loaded, SymbolizeError> {
     let data = mmap(path)?;
     let file = object::File::parse(&data[..]).map_err(|error| SymbolizeError::Elf {
@@ -928,6 +937,9 @@ fn load(
         sources.push((p.as_path(), m, f));
     }
     sources.push((path, &data, &file));
+    if symbols_only {
+        sources.clear();
+    }
     for (p, m, f) in sources {
         if !has_dwarf(f) {
             continue;
