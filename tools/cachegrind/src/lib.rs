@@ -11,7 +11,8 @@
 //! Threads run in parallel under oxgrind; Valgrind runs one at a time and all share one
 //! simulated machine. We keep that: one [`sim::Simulator`], behind a spin lock, fed by every
 //! thread a trace batch at a time (the program's threads only append records inline; no
-//! lock on their access path). Interleavings differ from Valgrind's (which switches
+//! lock on their access path); a batch that finds the simulator busy waits in a backlog
+//! instead of its thread (see [`Cachegrind::on_trace`]). Interleavings differ from Valgrind's (which switches
 //! threads every 100,000 blocks), so per-thread miss counts in a multi-threaded program can
 //! differ where threads share lines (see docs/differences-from-valgrind.md, Cachegrind).
 //!
@@ -22,8 +23,8 @@ pub mod adapter;
 pub mod config;
 pub mod sim;
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use oxgrind_formats::cachegrind::{self, CacheConfig, CachegrindFile, Record, Totals};
 use oxgrind_tool::instrument::{
@@ -40,6 +41,18 @@ struct Machine {
     sim: Simulator,
     threads: HashMap<i32, adapter::ThreadState>,
 }
+
+/// Trace batches handed over while another thread held the simulator (see
+/// [`Cachegrind::on_trace`]), in the order they came, with their threads.
+#[derive(Default)]
+struct Backlog {
+    batches: VecDeque<(i32, Vec<TraceRecord>)>,
+    /// Emptied buffers, for the next batches.
+    spare: Vec<Vec<TraceRecord>>,
+}
+
+/// Batches the backlog may hold (64 KiB each) before a thread waits for the simulator.
+const MAX_BACKLOG: usize = 64;
 
 /// Command-line options.
 #[derive(Clone, Debug)]
@@ -73,6 +86,9 @@ pub struct Cachegrind {
     chosen: Option<config::Chosen>,
     /// The simulated machine and where each thread is in its trace.
     sim: SpinLock<Option<Machine>>,
+    /// Batches waiting for the simulator, and how many (read without the lock).
+    backlog: SpinLock<Backlog>,
+    backlog_len: AtomicUsize,
     /// Every translated block, indexed by the tag of its trace records.
     blocks: adapter::BlockTable,
     /// The pc of each cost index, in index order (an instruction translated twice gets two).
@@ -113,6 +129,11 @@ impl Cachegrind {
             opts: Options::default(),
             chosen: None,
             sim: SpinLock::new(None),
+            backlog: SpinLock::new(Backlog {
+                batches: VecDeque::new(),
+                spare: Vec::new(),
+            }),
+            backlog_len: AtomicUsize::new(0),
             blocks: adapter::BlockTable::new(),
             pcs: SpinLock::new(Vec::new()),
             started: AtomicBool::new(false),
@@ -195,6 +216,40 @@ impl Cachegrind {
         };
         let sets = c.d1.size / c.d1.line / c.d1.assoc;
         c.d1.assoc >= 2 && (2..=u64::from(MAX_RECENT_LINE_SLOTS)).contains(&sets)
+    }
+
+    /// Thread `tid`'s records, in order, through the simulator.
+    fn feed(&self, m: &mut Machine, tid: i32, records: &[TraceRecord]) {
+        let st = m.threads.entry(tid).or_default();
+        adapter::consume(&mut m.sim, &self.blocks, self.counted_blocks(), st, records);
+    }
+
+    /// Runs the backlog's batches, oldest first (the simulator's lock held).
+    fn run_backlog(&self, m: &mut Machine) {
+        while self.backlog_len.load(Ordering::SeqCst) > 0 {
+            let Some((tid, batch)) = self.backlog.lock().batches.pop_front() else {
+                return;
+            };
+            self.backlog_len.fetch_sub(1, Ordering::SeqCst);
+            self.feed(m, tid, &batch);
+            self.backlog.lock().spare.push(batch);
+        }
+    }
+
+    /// Runs the backlog if the simulator is free, and again while batches are left: one
+    /// may have come just as the last holder let go.
+    fn help_backlog(&self) {
+        core::sync::atomic::fence(Ordering::SeqCst);
+        while self.backlog_len.load(Ordering::SeqCst) > 0 {
+            let Some(mut guard) = self.sim.try_lock() else {
+                return;
+            };
+            if let Some(m) = guard.as_mut() {
+                self.run_backlog(m);
+            }
+            drop(guard);
+            core::sync::atomic::fence(Ordering::SeqCst);
+        }
     }
 
     /// (file, function, line) of a code address, as Cachegrind names them.
@@ -427,16 +482,39 @@ impl Tool for Cachegrind {
         // Cachegrind handler, so it holds no guard of these locks.
         unsafe {
             self.sim.force_unlock();
+            self.backlog.force_unlock();
             self.pcs.force_unlock();
         }
     }
 
+    /// One simulator for every thread, as Valgrind's: a thread that finds it busy does
+    /// not wait (spinning, on a machine with fewer cores than threads, took the time of the
+    /// program's other threads) but leaves a copy of its batch in the backlog, which the
+    /// holder, or the next thread to take the simulator, runs first. A thread's batches are
+    /// therefore simulated in order, the backlog's before any newer one. Only when the
+    /// backlog is full does a thread wait.
     fn on_trace(&self, host: &dyn Host, records: &[TraceRecord]) {
         let tid = host.tid();
-        let mut guard = self.sim.lock();
+        let mut guard = match self.sim.try_lock() {
+            Some(g) => g,
+            None if self.backlog_len.load(Ordering::SeqCst) < MAX_BACKLOG => {
+                let mut b = self.backlog.lock();
+                let mut batch = b.spare.pop().unwrap_or_default();
+                batch.clear();
+                batch.extend_from_slice(records);
+                b.batches.push_back((tid, batch));
+                self.backlog_len.fetch_add(1, Ordering::SeqCst);
+                drop(b);
+                self.help_backlog();
+                return;
+            }
+            None => self.sim.lock(),
+        };
         let Some(m) = guard.as_mut() else { return };
-        let st = m.threads.entry(tid).or_default();
-        adapter::consume(&mut m.sim, &self.blocks, self.counted_blocks(), st, records);
+        self.run_backlog(m);
+        self.feed(m, tid, records);
+        drop(guard);
+        self.help_backlog();
     }
 
     fn fini(&self, host: &dyn Host, exit: Exit) {
@@ -447,6 +525,7 @@ impl Tool for Cachegrind {
         let costs = {
             let mut guard = self.sim.lock();
             let Some(m) = guard.as_mut() else { return };
+            self.run_backlog(m);
             // The instructions of each thread's last block ran (the process is ending
             // after them): fetch them; where they would have gone is unknown.
             for st in m.threads.values_mut() {
