@@ -410,11 +410,14 @@ pub fn may_be_hot(size: u64) -> bool {
     size > HISTOGRAM_SIZE_LIMIT
 }
 
-/// Blocks too large for a histogram that a batch of accesses hit last, `[start, end)`, most
-/// recent first (`end == 0`: none): what a thread's hot ranges should count next.
-pub type HotBlocks = [(u64, u64); HOT_BLOCKS];
-/// As many as the engine gives each thread (`oxgrind_tool::instrument::HOT_RANGES`).
-pub const HOT_BLOCKS: usize = oxgrind_tool::instrument::HOT_RANGES;
+/// Blocks too large for a histogram that a batch of accesses hit, `(start, end, bytes)`
+/// with the bytes those accesses named (twice for a read-modify-write, as a hot range
+/// counts them), the block first hit last first (`end == 0`: none): what a thread's hot
+/// ranges should count next are the busiest of them.
+pub type HotBlocks = [(u64, u64, u64); HOT_BLOCKS];
+/// How many large blocks of a batch are tallied ([`HotBlocks`]): a program may work in
+/// more large blocks at once than the engine has hot ranges for.
+pub const HOT_BLOCKS: usize = 8;
 
 /// The global maximum (`g_max_*`, `g_tgmax_instrs`) and each PP's own maximum, recorded
 /// when the heap reached it.
@@ -723,13 +726,13 @@ impl Heap {
     /// looked up by its start in its region's shard, then in the large blocks' shard; one
     /// lock is held at a time. Without a shadow map nothing is recorded.
     ///
-    /// Returns the blocks too large for a histogram hit last ([`HotBlocks`]).
+    /// Returns the blocks too large for a histogram it hit and how much ([`HotBlocks`]).
     pub fn access_all(
         &self,
         shadow: Option<&ShadowMap>,
         accesses: impl Iterator<Item = Access>,
     ) -> HotBlocks {
-        let mut hot: HotBlocks = [(0, 0); HOT_BLOCKS];
+        let mut hot: HotBlocks = [(0, 0, 0); HOT_BLOCKS];
         let Some(shadow) = shadow else {
             return hot;
         };
@@ -770,14 +773,15 @@ impl Heap {
                         last.copy_within(0..at, 1);
                         last[0] = hit;
                     }
-                    let range = (start, end);
-                    if hot_candidate && hot[0] != range {
-                        let at = hot
-                            .iter()
-                            .position(|h| *h == range)
-                            .unwrap_or(HOT_BLOCKS - 1);
-                        hot.copy_within(0..at, 1);
-                        hot[0] = range;
+                    if hot_candidate {
+                        let bytes = a.size as u64 * (1 + (a.kind == AccessKind::Modify) as u64);
+                        match hot.iter().position(|h| h.0 == start && h.1 == end) {
+                            Some(k) => hot[k].2 += bytes,
+                            None => {
+                                hot.copy_within(0..HOT_BLOCKS - 1, 1);
+                                hot[0] = (start, end, bytes);
+                            }
+                        }
                     }
                     break;
                 }

@@ -588,7 +588,7 @@ impl Tool for Dhat {
 
     /// The hot ranges' counts go to their blocks, the records to theirs (in any order:
     /// a block is freed only after its thread's counts and records were taken), and the
-    /// thread counts next in the large blocks it touched last (see [`Dhat::forget_hot`]).
+    /// thread counts next in the large blocks it used most (see [`Dhat::forget_hot`]).
     fn on_trace_hot(
         &self,
         host: &dyn Host,
@@ -602,18 +602,32 @@ impl Tool for Dhat {
             }
         }
         let accesses = accesses_of(records);
-        let recent = self.heap.access_all(host.shadow().as_ref(), accesses);
-        // The blocks hit in this batch first, then the ranges still counting from before.
-        let mut next = [(0u64, 0u64); HOT_RANGES];
+        let batch = self.heap.access_all(host.shadow().as_ref(), accesses);
+        // The busiest large blocks next: those of this batch's records and the ranges
+        // counting now, by the bytes their accesses named (on a tie, this batch's first,
+        // the block hit last first). A program working in more large blocks than there
+        // are ranges then has records only for its less used ones.
+        let mut cands = [(0u64, 0u64, 0u64); heap::HOT_BLOCKS + HOT_RANGES];
         let mut n = 0;
-        let kept = hot.iter().map(|h| (h.lo, h.hi));
-        for range in recent.into_iter().chain(kept) {
-            if n < HOT_RANGES && range.1 > range.0 && !next[..n].contains(&range) {
-                next[n] = range;
-                n += 1;
+        let counting = hot
+            .iter()
+            .map(|h| (h.lo, h.hi, h.read_bytes + h.write_bytes));
+        for (lo, hi, bytes) in batch.into_iter().chain(counting) {
+            if hi <= lo {
+                continue;
+            }
+            match cands[..n].iter().position(|c| c.0 == lo && c.1 == hi) {
+                Some(k) => cands[k].2 += bytes,
+                None => {
+                    cands[n] = (lo, hi, bytes);
+                    n += 1;
+                }
             }
         }
-        for (h, (lo, hi)) in hot.iter_mut().zip(next) {
+        // Stable: equal counts keep their order.
+        cands[..n].sort_by(|a, b| b.2.cmp(&a.2));
+        for (k, h) in hot.iter_mut().enumerate() {
+            let (lo, hi, _) = if k < n { cands[k] } else { (0, 0, 0) };
             h.lo = lo;
             h.hi = hi;
         }
