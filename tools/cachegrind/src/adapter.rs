@@ -146,18 +146,70 @@ pub struct Lookup {
     pub pc: u64,
 }
 
-/// A translated block, as its trace records refer to it (by index, in the tag).
+/// A block's I1 lookups: most blocks have few, kept in the block's first cache line (a
+/// block record of a large program finds its block cold: one host miss, not two).
 #[derive(Debug)]
+#[repr(C)]
+pub struct Lookups {
+    len: u8,
+    inline: [Lookup; INLINE_LOOKUPS],
+    more: Vec<Lookup>,
+}
+
+const INLINE_LOOKUPS: usize = 3;
+const _: () = assert!(core::mem::offset_of!(BlockInfo, lookups) + 8 + 16 * INLINE_LOOKUPS <= 64);
+
+impl Lookups {
+    fn new(all: Vec<Lookup>) -> Self {
+        let none = || Lookup {
+            insn: 0,
+            len: 0,
+            id: 0,
+            pc: 0,
+        };
+        if all.len() > INLINE_LOOKUPS {
+            return Lookups {
+                len: u8::MAX,
+                inline: core::array::from_fn(|_| none()),
+                more: all,
+            };
+        }
+        let len = all.len() as u8;
+        let mut it = all.into_iter();
+        Lookups {
+            len,
+            inline: core::array::from_fn(|_| it.next().unwrap_or_else(none)),
+            more: Vec::new(),
+        }
+    }
+}
+
+impl core::ops::Deref for Lookups {
+    type Target = [Lookup];
+    #[inline(always)]
+    fn deref(&self) -> &[Lookup] {
+        if self.len == u8::MAX {
+            &self.more
+        } else {
+            &self.inline[..self.len as usize]
+        }
+    }
+}
+
+/// A translated block, as its trace records refer to it (by index, in the tag). What a
+/// block record reads first (`max_id`, the lookups) comes first, in one cache line.
+#[derive(Debug)]
+#[repr(C, align(64))]
 pub struct BlockInfo {
-    pub instrs: Vec<Instr>,
-    /// The I1 lookups of a run through the block, in order.
-    pub lookups: Vec<Lookup>,
-    /// The locked read-modify-writes (indices), whose compare-and-swap restart is a
-    /// conditional branch at every run.
-    pub locked: Vec<u8>,
     /// The largest cost index of its instructions (the simulator's costs are grown to it
     /// once per entry, not at every event).
     pub max_id: u32,
+    /// The I1 lookups of a run through the block, in order.
+    pub lookups: Lookups,
+    pub instrs: Vec<Instr>,
+    /// The locked read-modify-writes (indices), whose compare-and-swap restart is a
+    /// conditional branch at every run.
+    pub locked: Vec<u8>,
 }
 
 impl BlockInfo {
@@ -182,7 +234,7 @@ impl BlockInfo {
         BlockInfo {
             max_id: instrs.iter().map(|i| i.id).max().unwrap_or(0),
             instrs,
-            lookups,
+            lookups: Lookups::new(lookups),
             locked,
         }
     }
@@ -466,7 +518,7 @@ fn start_block(
                     sim.i1_swaps(first.pc, code_swaps);
                 }
             }
-            for l in &blk.lookups {
+            for l in blk.lookups.iter() {
                 sim.fetch(l.id, l.pc, l.len as u64);
             }
             st.looked_up = blk.lookups.len();
