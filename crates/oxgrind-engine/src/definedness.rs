@@ -1091,6 +1091,24 @@ pub(crate) struct FastForm {
     /// legacy SSE write keeps the bytes above the xmm register, a VEX or EVEX one zeroes
     /// them, so its shadow too).
     pub vec_writes: [Option<VecBytes>; 2],
+    /// A load into a general register (`mov r64/r32, m`, `movzx`, `movsx`, `movsxd`)
+    /// whose loaded shadow is copied, not required to be zero: the memory operand's
+    /// shadow bytes become the register's, extended as the value is (origins off only:
+    /// with them on, an undefined load needs its tag, which the slow path gives).
+    pub load: Option<LoadCopy>,
+}
+
+/// How [`FastForm::load`] moves the loaded shadow into the register's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LoadCopy {
+    /// The destination's encoding number.
+    pub n: u8,
+    /// The bytes loaded (1, 2, 4 or 8).
+    pub size: u8,
+    /// Sign-extended (`movsx`, `movsxd`) to the destination's width, else zero-extended.
+    pub signed: bool,
+    /// The destination's width in bytes (4 or 8).
+    pub width: u8,
 }
 
 /// The first `len` bytes (a multiple of 8) of vector register `zmm<n>`'s shadow.
@@ -1743,6 +1761,7 @@ pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
         origin: None,
         vec_reads: [None; 4],
         vec_writes: [None; 2],
+        load: None,
     };
     if origins::enabled() && form.undefined.is_some() {
         // What the slow path would tag the new stack with: the red zone after a call or
@@ -1898,7 +1917,38 @@ pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
         }
         true
     });
+    if ok && !origins::enabled() {
+        form.load = load_copy(ins);
+    }
     (ok && slow_jumps(&form) <= MAX_FAST_JUMPS).then_some(form)
+}
+
+/// The [`LoadCopy`] of `ins`, if it is a plain load into a 32- or 64-bit general register.
+fn load_copy(ins: &Instruction) -> Option<LoadCopy> {
+    if ins.op_count() != 2
+        || ins.op0_kind() != OpKind::Register
+        || ins.op1_kind() != OpKind::Memory
+        || !ins.op0_register().is_gpr()
+    {
+        return None;
+    }
+    let width = ins.op0_register().size() as u8;
+    let size = ins.memory_size().size() as u8;
+    let signed = match ins.mnemonic() {
+        Mnemonic::Mov if size == width => false,
+        Mnemonic::Movzx if size < 4 => false,
+        Mnemonic::Movsx | Mnemonic::Movsxd if size < width => true,
+        _ => return None,
+    };
+    if !matches!(width, 4 | 8) || !matches!(size, 1 | 2 | 4 | 8) {
+        return None;
+    }
+    Some(LoadCopy {
+        n: ins.op0_register().full_register().number() as u8,
+        size,
+        signed,
+        width,
+    })
 }
 
 /// Most jumps to the slow call a fast form's inline code may have (the emitter's limit,
@@ -1982,14 +2032,28 @@ mod tests {
 
     /// Memory whose shadow is all defined (what the fast form's memory checks require);
     /// stores are kept.
+    /// With `undefined_seed` (a [`LoadCopy`] form), loads give random shadow bytes, kept
+    /// in `loaded`.
     #[derive(Default)]
     struct DefinedMemory {
         stored: Vec<(u64, Vec<u8>)>,
+        undefined_seed: Option<u64>,
+        loaded: Vec<u8>,
     }
 
     impl ShadowMemory for DefinedMemory {
-        fn load(&mut self, _address: u64, out: &mut [u8]) {
-            out.fill(0);
+        fn load(&mut self, address: u64, out: &mut [u8]) {
+            match self.undefined_seed {
+                None => out.fill(0),
+                Some(seed) => {
+                    for (i, b) in out.iter_mut().enumerate() {
+                        let x = (address.wrapping_add(i as u64) ^ seed)
+                            .wrapping_mul(0x2545_F491_4F6C_DD1D);
+                        *b = (x >> 56) as u8 & (x >> 40) as u8;
+                    }
+                    self.loaded.extend_from_slice(out);
+                }
+            }
         }
         fn store(&mut self, address: u64, shadow: &[u8]) {
             self.stored.push((address, shadow.to_vec()));
@@ -2083,6 +2147,7 @@ mod tests {
         let mut interp = Interpreter::new();
         let mut covered = BTreeSet::new();
         let mut failures = Vec::new();
+        let mut loads_checked = 0;
         for bytes in encodings(&mut rng) {
             let mut decoder = Decoder::with_ip(64, &bytes, 0x40_0000, DecoderOptions::NONE);
             let ins = decoder.decode();
@@ -2149,8 +2214,27 @@ mod tests {
                 for v in form.vec_writes.iter().flatten() {
                     expect.vector[v.n as usize][..v.len as usize].fill(0);
                 }
-                let mut mem = DefinedMemory::default();
+                let mut mem = DefinedMemory {
+                    undefined_seed: form.load.map(|_| rng.next()),
+                    ..DefinedMemory::default()
+                };
                 let outcome = interp.step(&ins, &guest, &mut regs, &mut mem);
+                if let Some(l) = form.load {
+                    // The loaded shadow, extended as the inline code extends it.
+                    let mut raw = [0u8; 8];
+                    let got = mem.loaded.len().min(l.size as usize);
+                    raw[..got].copy_from_slice(&mem.loaded[..got]);
+                    let mut v = u64::from_le_bytes(raw);
+                    let bits = 8 * l.size as u32;
+                    if l.signed && bits < 64 {
+                        v = (((v << (64 - bits)) as i64) >> (64 - bits)) as u64;
+                    }
+                    if l.width == 4 {
+                        v &= 0xffff_ffff;
+                    }
+                    expect.gpr[l.n as usize] = v;
+                    loads_checked += 1;
+                }
                 let stored_undefined = mem.stored.iter().any(|(_, s)| s.iter().any(|&b| b != 0));
                 let same = regs.gpr == expect.gpr
                     && regs.vector == expect.vector
@@ -2205,6 +2289,10 @@ mod tests {
         .filter(|m| !covered.contains(m))
         .collect();
         assert!(missing.is_empty(), "not covered: {missing:?}");
+        assert!(
+            loads_checked > 100,
+            "{loads_checked} loads with undefined shadow"
+        );
         std::eprintln!("{} mnemonics covered", covered.len());
     }
 }

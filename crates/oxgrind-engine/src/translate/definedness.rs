@@ -116,7 +116,7 @@ impl Emitter {
             self.buf[done..done + 4].copy_from_slice(&rel.to_le_bytes());
         }
         for m in form.mem.iter().flatten() {
-            self.memory_shadow(m, ip, &mut slow)?;
+            self.memory_shadow(m, form.load, ip, &mut slow)?;
         }
         // The stack bytes the instruction leaves undefined.
         let new_stack = form.undefined;
@@ -179,6 +179,16 @@ impl Emitter {
                 };
                 let off = (OFF_SHADOW_GPR + 8 * n as usize + at) as u32;
                 match w {
+                    Written::Qword(n) if form.load.is_some_and(|l| l.n == *n) => {
+                        // The loaded shadow (in gs:[temp2]) through a borrowed rcx:
+                        // mov gs:[saved_rcx], rcx; mov rcx, gs:[temp2];
+                        // mov [rax+off], rcx; mov rcx, gs:[saved_rcx]
+                        self.store_gs(1, c::OFF_VBITS_SAVED_RCX);
+                        self.load_gs(1, c::OFF_VBITS_TEMP2);
+                        self.buf.extend_from_slice(&[0x48, 0x89, 0x88]);
+                        self.d32(off);
+                        self.load_gs(1, c::OFF_VBITS_SAVED_RCX);
+                    }
                     Written::Qword(_) => {
                         // mov qword [rax+off], 0
                         self.buf.extend_from_slice(&[0x48, 0xC7, 0x80]);
@@ -269,9 +279,14 @@ impl Emitter {
     /// otherwise a written-only operand's shadow bytes become zero (the value stored is
     /// defined once every check passes, and should one fail, the interpreter writes them
     /// anew), and any other operand's must be zero (else slow).
+    ///
+    /// With `load` (the instruction is a load into a general register), a read operand's
+    /// shadow is not checked but loaded, extended as the value is, into `gs:[temp2]` (0
+    /// when the span has no chunk) for the register's shadow.
     fn memory_shadow(
         &mut self,
         m: &iced_x86::UsedMemory,
+        load: Option<crate::definedness::LoadCopy>,
         ip: u64,
         slow: &mut SlowCall,
     ) -> Result<(), TranslateError> {
@@ -290,6 +305,25 @@ impl Emitter {
         self.effective_address(m, 0, ip)?;
         self.add_offset_in_span();
         let write_only = matches!(m.access(), iced_x86::OpAccess::Write);
+        if let Some(l) = load.filter(|_| !write_only) {
+            let op: &[u8] = match (l.size, l.signed, l.width) {
+                (8, _, _) => &[0x48, 0x8B, 0x00],          // mov rax, [rax]
+                (4, false, _) => &[0x8B, 0x00],            // mov eax, [rax]
+                (4, true, _) => &[0x48, 0x63, 0x00],       // movsxd rax, dword [rax]
+                (1, false, _) => &[0x0F, 0xB6, 0x00],      // movzx eax, byte [rax]
+                (2, false, _) => &[0x0F, 0xB7, 0x00],      // movzx eax, word [rax]
+                (1, true, 4) => &[0x0F, 0xBE, 0x00],       // movsx eax, byte [rax]
+                (2, true, 4) => &[0x0F, 0xBF, 0x00],       // movsx eax, word [rax]
+                (1, true, _) => &[0x48, 0x0F, 0xBE, 0x00], // movsx rax, byte [rax]
+                _ => &[0x48, 0x0F, 0xBF, 0x00],            // movsx rax, word [rax]
+            };
+            self.buf.extend_from_slice(op);
+            // done: (rax = 0 when there is no chunk) mov gs:[temp2], rax
+            let rel = (self.buf.len() - (done + 4)) as u32;
+            self.buf[done..done + 4].copy_from_slice(&rel.to_le_bytes());
+            self.store_gs(0, c::OFF_VBITS_TEMP2);
+            return Ok(());
+        }
         if size > 8 {
             // Vector operands: a qword at a time.
             for i in 0..size / 8 {
