@@ -179,9 +179,10 @@ fn block_shard(addr: u64, size: u64) -> usize {
     }
 }
 
-/// Blocks a batch of accesses remembers as hit last (Valgrind's DHAT keeps three).
-/// Several: a loop reading one array and writing another alternates between two.
-const CACHED: usize = 4;
+/// Lines of 256 bytes for which a batch of accesses remembers the block it hit last
+/// (Valgrind's DHAT keeps the last three blocks): a loop reading one array and writing
+/// another alternates between two; a database walks many pages.
+const HINTS: usize = 64;
 
 /// Hashes a block's start address (a multiple of 16) with one multiplication: the keys
 /// are the program's addresses, not chosen against us, and SipHash cost more than the
@@ -739,15 +740,25 @@ impl Heap {
         let lo = self.span_lo.load(Ordering::Acquire);
         let hi = self.span_hi.load(Ordering::Acquire);
         let mut held: Option<(usize, SpinGuard<'_, Shard>)> = None;
-        // The blocks hit last, `[start, end)`, their shards and slots, most recent first:
-        // only a hint (checked under the shard's lock).
-        let mut last = [(0u64, 0u64, 0usize, 0u32); CACHED];
+        // The block hit last in each 256-byte line of [`HINTS`] (direct-mapped, `valid`
+        // saying which are filled): `[start, end)`, its shard and slot. Only a hint,
+        // checked under the shard's lock; a program working in many blocks at once (a
+        // database's pages) finds most of them here, without a shadow walk or a hash
+        // lookup.
+        // Not initialised: a flush before a free hands over a few records, and zeroing the
+        // table each time cost more than they did.
+        let mut hints = [core::mem::MaybeUninit::<(u64, u64, usize, u32)>::uninit(); HINTS];
+        let mut valid = 0u64;
+        let line = |addr: u64| (addr >> 8) as usize % HINTS;
         for a in accesses {
             if a.addr < lo || a.addr >= hi {
                 continue;
             }
-            let (start, first, slot) = match last.iter().find(|l| l.0 <= a.addr && a.addr < l.1) {
-                Some(l) => (l.0, l.2, Some(l.3)),
+            let l = line(a.addr);
+            // SAFETY: an entry is read only once written (its bit in `valid`).
+            let h = (valid & (1 << l) != 0).then(|| unsafe { hints[l].assume_init() });
+            let (start, first, slot) = match h.filter(|h| h.0 <= a.addr && a.addr < h.1) {
+                Some(h) => (h.0, h.2, Some(h.3)),
                 None => match block_start(shadow, a.addr) {
                     Some(start) => (start, region_shard(start), None),
                     None => continue,
@@ -767,12 +778,8 @@ impl Heap {
                 };
                 let hint = (i == first).then_some(slot).flatten();
                 if let Some((slot, end, hot_candidate)) = g.access_at(start, hint, &a) {
-                    let hit = (start, end, i, slot);
-                    if last[0] != hit {
-                        let at = last.iter().position(|l| *l == hit).unwrap_or(CACHED - 1);
-                        last.copy_within(0..at, 1);
-                        last[0] = hit;
-                    }
+                    hints[l].write((start, end, i, slot));
+                    valid |= 1 << l;
                     if hot_candidate {
                         let bytes = a.size as u64 * (1 + (a.kind == AccessKind::Modify) as u64);
                         match hot.iter().position(|h| h.0 == start && h.1 == end) {
