@@ -741,15 +741,42 @@ impl Heap {
         let hi = self.span_hi.load(Ordering::Acquire);
         let mut held: Option<(usize, SpinGuard<'_, Shard>)> = None;
         // The block hit last in each 256-byte line of [`HINTS`] (direct-mapped, `valid`
-        // saying which are filled): `[start, end)`, its shard and slot. Only a hint,
-        // checked under the shard's lock; a program working in many blocks at once (a
-        // database's pages) finds most of them here, without a shadow walk or a hash
-        // lookup.
+        // saying which are filled): `[start, end)`, its shard and slot, and whether it is
+        // too large for a histogram. Only a hint, checked under the shard's lock; a program
+        // working in many blocks at once (a database's pages) finds most of them here,
+        // without a shadow walk or a hash lookup.
         // Not initialised: a flush before a free hands over a few records, and zeroing the
         // table each time cost more than they did.
-        let mut hints = [core::mem::MaybeUninit::<(u64, u64, usize, u32)>::uninit(); HINTS];
+        let mut hints = [core::mem::MaybeUninit::<(u64, u64, usize, u32, bool)>::uninit(); HINTS];
         let mut valid = 0u64;
         let line = |addr: u64| (addr >> 8) as usize % HINTS;
+        // The large blocks hit (see [`HotBlocks`]), with the bytes read and written by the
+        // accesses not charged yet: after its first access in the batch, a large block's
+        // accesses (no histogram: only its totals) add up here and are charged once, as
+        // the engine's hot ranges are ([`Heap::charge_range`]).
+        let mut large = [(0u64, 0u64, 0u64, 0u64, 0u64); HOT_BLOCKS];
+        let pending = |large: &mut [(u64, u64, u64, u64, u64); HOT_BLOCKS],
+                       held: &mut Option<(usize, SpinGuard<'_, Shard>)>,
+                       (start, end): (u64, u64),
+                       bytes: u64,
+                       (r, w): (u64, u64)| {
+            match large.iter().position(|e| e.0 == start && e.1 == end) {
+                Some(k) => {
+                    large[k].2 += bytes;
+                    large[k].3 += r;
+                    large[k].4 += w;
+                }
+                None => {
+                    let out = large[HOT_BLOCKS - 1];
+                    if out.3 != 0 || out.4 != 0 {
+                        *held = None;
+                        self.charge_range(out.0, out.1, out.3, out.4);
+                    }
+                    large.copy_within(0..HOT_BLOCKS - 1, 1);
+                    large[0] = (start, end, bytes, r, w);
+                }
+            }
+        };
         for a in accesses {
             if a.addr < lo || a.addr >= hi {
                 continue;
@@ -757,7 +784,29 @@ impl Heap {
             let l = line(a.addr);
             // SAFETY: an entry is read only once written (its bit in `valid`).
             let h = (valid & (1 << l) != 0).then(|| unsafe { hints[l].assume_init() });
-            let (start, first, slot) = match h.filter(|h| h.0 <= a.addr && a.addr < h.1) {
+            let bytes = a.size as u64 * (1 + (a.kind == AccessKind::Modify) as u64);
+            let h = h.filter(|h| h.0 <= a.addr && a.addr < h.1);
+            // A large block this batch hit before: named by the line's hint, else found
+            // among them (a few large arrays are most of the accesses of some programs,
+            // and their shadow, as large, mostly misses the cache).
+            let hit_large = match h {
+                Some(h) => h.4.then_some((h.0, h.1)),
+                None => large
+                    .iter()
+                    .find(|e| e.0 <= a.addr && a.addr < e.1)
+                    .map(|e| (e.0, e.1)),
+            };
+            if let Some(range) = hit_large {
+                let size = a.size as u64;
+                let rw = match a.kind {
+                    AccessKind::Read => (size, 0),
+                    AccessKind::Write => (0, size),
+                    AccessKind::Modify => (size, size),
+                };
+                pending(&mut large, &mut held, range, bytes, rw);
+                continue;
+            }
+            let (start, first, slot) = match h {
                 Some(h) => (h.0, h.2, Some(h.3)),
                 None => match block_start(shadow, a.addr) {
                     Some(start) => (start, region_shard(start), None),
@@ -778,21 +827,21 @@ impl Heap {
                 };
                 let hint = (i == first).then_some(slot).flatten();
                 if let Some((slot, end, hot_candidate)) = g.access_at(start, hint, &a) {
-                    hints[l].write((start, end, i, slot));
+                    hints[l].write((start, end, i, slot, hot_candidate));
                     valid |= 1 << l;
                     if hot_candidate {
-                        let bytes = a.size as u64 * (1 + (a.kind == AccessKind::Modify) as u64);
-                        match hot.iter().position(|h| h.0 == start && h.1 == end) {
-                            Some(k) => hot[k].2 += bytes,
-                            None => {
-                                hot.copy_within(0..HOT_BLOCKS - 1, 1);
-                                hot[0] = (start, end, bytes);
-                            }
-                        }
+                        pending(&mut large, &mut held, (start, end), bytes, (0, 0));
                     }
                     break;
                 }
             }
+        }
+        drop(held);
+        for (k, e) in large.iter().enumerate() {
+            if e.3 != 0 || e.4 != 0 {
+                self.charge_range(e.0, e.1, e.3, e.4);
+            }
+            hot[k] = (e.0, e.1, e.2);
         }
         hot
     }
