@@ -722,10 +722,13 @@ impl Heap {
     /// and a write, as in Valgrind's IR (a load then a store). A shard's lock is kept while
     /// consecutive accesses fall in it.
     ///
-    /// Addresses outside every block ever recorded are skipped at once. The block is one
-    /// of those this batch hit last, or the one whose start `shadow` names ([`block_start`]),
-    /// looked up by its start in its region's shard, then in the large blocks' shard; one
-    /// lock is held at a time. Without a shadow map nothing is recorded.
+    /// Addresses outside every block ever recorded are skipped at once. The block is the
+    /// one this batch hit last in the access's 256-byte line, or a large block the batch
+    /// hit before (whose accesses are then added up and charged once, at the end, as
+    /// [`Heap::charge_range`] charges a hot range's), or the one whose start `shadow`
+    /// names ([`block_start`]), looked up by its start in its region's shard, then in the
+    /// large blocks' shard; one lock is held at a time. Without a shadow map nothing is
+    /// recorded.
     ///
     /// Returns the blocks too large for a histogram it hit and how much ([`HotBlocks`]).
     pub fn access_all(

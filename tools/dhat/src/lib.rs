@@ -18,9 +18,10 @@
 //!   to a live block's granules. [`Tool::on_trace`] charges each batch of records to the
 //!   live block containing each first byte (a shard lock per run of records in one shard);
 //!   a thread's buffer is flushed before it frees or reallocates a block, so its accesses
-//!   count first. Accesses to the two blocks too large for a histogram a thread touched last
-//!   (`Needs::hot_ranges`) make no record: the engine counts their bytes inline, and
-//!   [`Tool::on_trace_hot`] charges them with the batch and picks the next two;
+//!   count first. Accesses to the two blocks too large for a histogram a thread used most in
+//!   its last batch (`Needs::hot_ranges`) make no record: the engine counts their bytes
+//!   inline, and [`Tool::on_trace_hot`] charges them with the batch and picks the next two;
+//!   within a batch, a large block's records add up and are charged once;
 //! * at exit, [`Tool::fini`] folds the live blocks in, resolves frames and writes the file
 //!   and the summary.
 //!
