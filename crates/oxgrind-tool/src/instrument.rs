@@ -642,6 +642,12 @@ pub enum Probe {
         index: u32,
         n: u32,
     },
+    /// [`Plan::count_indexed_iterations`].
+    CountIndexedIterations {
+        at: u8,
+        index: u32,
+        n: u32,
+    },
     /// [`Plan::trace_block_new_lines`]; `len`: bytes of the block's code.
     TraceBlockNewLines {
         tag: u32,
@@ -660,7 +666,8 @@ impl Probe {
             | Probe::Pc { at, .. }
             | Probe::TraceAccesses { at, .. }
             | Probe::TraceNewLines { at, .. }
-            | Probe::CountIndexed { at, .. } => at as usize,
+            | Probe::CountIndexed { at, .. }
+            | Probe::CountIndexedIterations { at, .. } => at as usize,
             Probe::TraceBlock { .. } | Probe::TraceBlockNewLines { .. } => 0,
         }
     }
@@ -715,6 +722,17 @@ impl Plan {
     /// few counters do not reach.
     pub fn count_indexed(&mut self, insn: usize, index: u32, n: u32) -> bool {
         self.push_probe(Probe::CountIndexed {
+            at: insn as u8,
+            index,
+            n: n.min(i32::MAX as u32),
+        })
+    }
+
+    /// [`Plan::count_indexed`], but before a `rep` string instruction's iterations only
+    /// (not at its last entry, with `rcx == 0`, which makes no access); before any other
+    /// instruction the same as `count_indexed`.
+    pub fn count_indexed_iterations(&mut self, insn: usize, index: u32, n: u32) -> bool {
+        self.push_probe(Probe::CountIndexedIterations {
             at: insn as u8,
             index,
             n: n.min(i32::MAX as u32),
