@@ -368,6 +368,7 @@ pub fn instrument(
     how: Tracing,
     register_instr: &mut dyn FnMut(u64) -> u32,
     register_block: &mut dyn FnMut(BlockInfo) -> u32,
+    register_rep: &mut dyn FnMut(u32, (u8, u8)) -> Option<u32>,
 ) -> bool {
     let Tracing {
         i1_line_bits,
@@ -432,11 +433,37 @@ pub fn instrument(
                 tag
             };
             plan.trace_new_lines(i, tag);
+        } else if let Some((counter, id)) = rep_counted(ins, ids[i])
+            .filter(|_| data_records && b < counted_blocks)
+            .and_then(|(id, rw)| Some((register_rep(id, rw)?, id)))
+        {
+            // Its iterations counted inline: each iteration's accesses only look D1 up.
+            plan.count_indexed_iterations(i, counter, 1);
+            plan.trace_new_lines(i, ID_TAG | id);
         } else if (ins.rep_string() && block_records) || (data_records && !ins.mem().is_empty()) {
             plan.trace_accesses(i, tag);
         }
     }
     true
+}
+
+/// A `rep` string instruction whose every iteration makes the same loads and stores (a
+/// `movs`, `stos`, `lods`, `cmps` or `scas`): its cost index and (Dr, Dw) per iteration.
+/// Its iterations can then be counted inline and its records only look D1 up.
+fn rep_counted(ins: &Insn, id: u32) -> Option<(u32, (u8, u8))> {
+    let mem = ins.mem();
+    if !ins.rep_string()
+        || ins.locked
+        || id >= ID_TAG_LOCKED
+        || mem.is_empty()
+        || mem
+            .iter()
+            .any(|m| m.kind == AccessKind::Modify || m.addressing == Addressing::Vector)
+    {
+        return None;
+    }
+    let n = |k: AccessKind| mem.iter().filter(|m| m.kind == k).count() as u8;
+    Some((id, (n(AccessKind::Read), n(AccessKind::Write))))
 }
 
 /// Where one thread is in its trace: the block it is in, how far its I1 lookups went, and

@@ -54,6 +54,10 @@ struct Backlog {
 /// Batches the backlog may hold (64 KiB each) before a thread waits for the simulator.
 const MAX_BACKLOG: usize = 64;
 
+/// The indexed counters of `rep` iterations (after the blocks' runs).
+const REP_COUNTERS: u32 = 1 << 16;
+const REP_COUNTERS_FROM: u32 = MAX_INDEXED_COUNTERS - REP_COUNTERS;
+
 /// Command-line options.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -93,6 +97,9 @@ pub struct Cachegrind {
     blocks: adapter::BlockTable,
     /// The pc of each cost index, in index order (an instruction translated twice gets two).
     pcs: SpinLock<Vec<Addr>>,
+    /// The `rep` instructions whose iterations are counted inline: cost index and (Dr, Dw)
+    /// per iteration, by counter (from [`REP_COUNTERS_FROM`]).
+    reps: SpinLock<Vec<(u32, (u8, u8))>>,
     started: AtomicBool,
     finished: AtomicBool,
 }
@@ -136,6 +143,7 @@ impl Cachegrind {
             backlog_len: AtomicUsize::new(0),
             blocks: adapter::BlockTable::new(),
             pcs: SpinLock::new(Vec::new()),
+            reps: SpinLock::new(Vec::new()),
             started: AtomicBool::new(false),
             finished: AtomicBool::new(false),
         }
@@ -167,7 +175,7 @@ impl Cachegrind {
     fn counted_blocks(&self) -> adapter::Counted {
         adapter::Counted(
             if self.recent_code_lines().is_some() || !self.block_records() {
-                MAX_INDEXED_COUNTERS
+                REP_COUNTERS_FROM
             } else {
                 0
             },
@@ -428,7 +436,11 @@ impl Tool for Cachegrind {
             recent_lines_two_ways: self.recent_lines_two_ways(),
             recent_code_lines: self.recent_code_lines(),
             recent_code_lines_two_ways: self.recent_code_lines_two_ways(),
-            indexed_counters: self.counted_blocks().0,
+            indexed_counters: if self.counted_blocks().0 > 0 {
+                MAX_INDEXED_COUNTERS
+            } else {
+                0
+            },
             ..Needs::default()
         }
     }
@@ -470,6 +482,14 @@ impl Tool for Cachegrind {
                 (pcs.len() - 1) as u32
             },
             &mut |info| self.blocks.push(info),
+            &mut |id, per_iteration| {
+                let mut reps = self.reps.lock();
+                let k = reps.len() as u32;
+                (k < REP_COUNTERS).then(|| {
+                    reps.push((id, per_iteration));
+                    REP_COUNTERS_FROM + k
+                })
+            },
         );
     }
 
@@ -484,6 +504,7 @@ impl Tool for Cachegrind {
             self.sim.force_unlock();
             self.backlog.force_unlock();
             self.pcs.force_unlock();
+            self.reps.force_unlock();
         }
     }
 
@@ -532,9 +553,25 @@ impl Tool for Cachegrind {
                 adapter::end_block(&mut m.sim, st, None);
             }
             let counted = self.counted_blocks().0.min(self.blocks.len());
-            let mut inline_runs = vec![0; counted as usize];
+            let reps = self.reps.lock().clone();
+            let mut inline_runs = vec![
+                0;
+                if reps.is_empty() {
+                    counted as usize
+                } else {
+                    (REP_COUNTERS_FROM as usize) + reps.len()
+                }
+            ];
             host.indexed_counter_totals(&mut inline_runs);
-            adapter::charge_instructions(&mut m.sim, &self.blocks, &inline_runs);
+            adapter::charge_instructions(
+                &mut m.sim,
+                &self.blocks,
+                &inline_runs[..counted as usize],
+            );
+            for (k, &(id, per_iteration)) in reps.iter().enumerate() {
+                let iterations = inline_runs[REP_COUNTERS_FROM as usize + k];
+                m.sim.charge_iterations(id, iterations, per_iteration);
+            }
             m.sim.flush();
             m.sim.costs.clone()
         };

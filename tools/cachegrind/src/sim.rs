@@ -388,6 +388,17 @@ impl Simulator {
         }
     }
 
+    /// Charges instruction `id`, a `rep` string instruction, the Dr and Dw of `iterations`
+    /// iterations of `(reads, writes)` each (its Ir is charged per entry, as block runs).
+    pub fn charge_iterations(&mut self, id: u32, iterations: u64, (reads, writes): (u8, u8)) {
+        if !self.cache_sim || iterations == 0 {
+            return;
+        }
+        let c = self.slot(id);
+        c[DR] += iterations * u64::from(reads);
+        c[DW] += iterations * u64::from(writes);
+    }
+
     /// Whether branches are simulated (their outcomes are worth working out).
     #[inline(always)]
     pub fn branch_sim(&self) -> bool {

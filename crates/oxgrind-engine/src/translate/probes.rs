@@ -52,7 +52,8 @@ impl Emitter {
                 self.trace_block_new_lines(ip, tag, len, flags_live, None);
                 return Ok(());
             }
-            Probe::CountIndexed { index, n, .. } => {
+            Probe::CountIndexed { index, n, .. }
+            | Probe::CountIndexedIterations { index, n, .. } => {
                 if (index as usize) < c::indexed_counters() {
                     self.count_indexed(ip, index, n, flags_live);
                 }
