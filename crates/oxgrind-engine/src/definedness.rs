@@ -1245,6 +1245,8 @@ fn fast_mnemonic(m: Mnemonic) -> bool {
             | M::Shrd
             | M::Imul
             | M::Mul
+            | M::Div
+            | M::Idiv
             | M::Xchg
             | M::Xadd
             | M::Cmpxchg
@@ -2065,7 +2067,7 @@ mod tests {
     /// immediate byte.
     fn encodings(rng: &mut Rng) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
-        let modrms = [0xC1u8, 0xD3, 0x04, 0x48, 0xE5, 0x3C];
+        let modrms = [0xC1u8, 0xD3, 0x04, 0x48, 0xE5, 0x3C, 0xF1, 0x33];
         let tail = |v: &mut Vec<u8>, modrm: u8, rng: &mut Rng| {
             v.push(modrm);
             if modrm == 0x04 {
@@ -2284,6 +2286,8 @@ mod tests {
             Mnemonic::Setne,
             Mnemonic::Movzx,
             Mnemonic::Imul,
+            Mnemonic::Div,
+            Mnemonic::Idiv,
         ]
         .into_iter()
         .filter(|m| !covered.contains(m))
