@@ -52,6 +52,7 @@ extern "C" {
     pub fn oxg_native_gs_end();
     pub fn oxg_run_native(data: *mut u8, f: unsafe extern "C" fn(*mut u8));
     pub fn oxg_run_native_done();
+    pub fn oxg_native_gate();
 }
 
 /// Where translated code that reached [`oxg_run_native`] continues after the native call
@@ -409,6 +410,31 @@ core::arch::global_asm!(
     ".hidden oxg_run_native_done",
     "oxg_run_native_done:",
     "ret",
+    // The translation of `oxg_run_native` calls this, natively, on the engine stack (the
+    // guest's rsp saved in its slot, `in_engine` set): the guest registers of the call
+    // are saved for `guest_regs_in_tool_call`, then Rust makes the call and returns to
+    // the translation (see `translate::Emitter::native_gate_call`).
+    ".p2align 4",
+    ".globl oxg_native_gate",
+    ".hidden oxg_native_gate",
+    "oxg_native_gate:",
+    "mov gs:[{g_rax}], rax",
+    "mov gs:[{g_rcx}], rcx",
+    "mov gs:[{g_rdx}], rdx",
+    "mov gs:[{g_rbx}], rbx",
+    "mov gs:[{g_rbp}], rbp",
+    "mov gs:[{g_rsi}], rsi",
+    "mov gs:[{g_rdi}], rdi",
+    "mov gs:[{g_r8}], r8",
+    "mov gs:[{g_r9}], r9",
+    "mov gs:[{g_r10}], r10",
+    "mov gs:[{g_r11}], r11",
+    "mov gs:[{g_r12}], r12",
+    "mov gs:[{g_r13}], r13",
+    "mov gs:[{g_r14}], r14",
+    "mov gs:[{g_r15}], r15",
+    "mov rdi, gs:[0]",
+    "jmp {native_gate}",
     // ------------------------------------------------------------------ restorer
     // The `sa_restorer` of actions the engine installs on its own (SIGTRAP at the guest's
     // default): runs natively after the entry returned.
@@ -492,4 +518,5 @@ core::arch::global_asm!(
     nscratch = const c::SCRATCH_SLOTS,
     rust = sym crate::dispatch::dispatch,
     sigrust = sym crate::signals::on_signal,
+    native_gate = sym crate::probe::native_gate,
 );

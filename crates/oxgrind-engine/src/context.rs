@@ -242,6 +242,8 @@ off!(OFF_INDEXED_AT, indexed_at);
 off!(OFF_VBITS_OWN_CODE, vbits_own_code);
 off!(OFF_VECTORS_DEAD, vectors_dead);
 off!(OFF_OWN_WORK, own_work);
+off!(OFF_PENDING_CHILD, pending_child);
+off!(OFF_PENDING_SIGNALS, pending_signals);
 off!(OFF_VBITS, vbits);
 off!(OFF_VBITS_SIGNAL, vbits_signal);
 off!(OFF_VBITS_PRIMARY, vbits_primary);

@@ -475,9 +475,12 @@ pub(crate) struct ToolRegsLent {
 
 impl ToolRegsLent {
     pub(crate) fn new(ctx: &ThreadCtx, regs: &GuestRegs) -> ToolRegsLent {
-        let prev = ctx
-            .tool_regs
-            .swap(regs as *const GuestRegs as u64, Ordering::Relaxed);
+        // A load and a store, not a swap (a locked exchange, most of a short native call's
+        // cost): only this thread reads or writes its slot, and a nested loan (a signal
+        // between the two) restores what it found before this store runs.
+        let prev = ctx.tool_regs.load(Ordering::Relaxed);
+        ctx.tool_regs
+            .store(regs as *const GuestRegs as u64, Ordering::Relaxed);
         ToolRegsLent {
             slot: &ctx.tool_regs,
             prev,
@@ -493,6 +496,56 @@ impl Drop for ToolRegsLent {
     }
 }
 
+/// The guest registers of a call to the gate (`asm::oxg_run_native`) as the gate's `ret`
+/// will leave them (its return address popped): an unwinder starts there, in a function
+/// with call-frame information, not in the gate (`Host` stack captures of a hook run
+/// natively).
+fn gate_caller(mut regs: GuestRegs) -> GuestRegs {
+    let sp = regs.gpr[c::RSP];
+    // SAFETY: the gate is reached only by `run_native`'s `call`, which has just pushed
+    // its return address at the guest's `rsp`: mapped and 8-byte readable.
+    regs.rip = unsafe { core::ptr::read_unaligned(sp as *const u64) };
+    regs.gpr[c::RSP] = sp + 8;
+    regs
+}
+
+/// The call `crate::run_native` asked for, on the engine stack, with the registers of its
+/// caller ([`gate_caller`]) lent to the embedder.
+fn native_call(ctx: &ThreadCtx, caller: &GuestRegs) {
+    let _lent = ToolRegsLent::new(ctx, caller);
+    let (f, data) = (caller.gpr[c::RSI], caller.gpr[c::RDI]);
+    // SAFETY: `crate::run_native` is the only caller of `oxg_run_native`, and passes a
+    // function of this type in rsi and its argument in rdi.
+    let f: unsafe extern "C" fn(*mut u8) = unsafe { core::mem::transmute(f) };
+    // SAFETY: as `run_native` asked; the guest state is saved in the context, and this
+    // runs on the engine stack with signals deferred, as every clean call.
+    unsafe { f(data as *mut u8) };
+}
+
+/// The translation of `asm::oxg_run_native` calls this through `asm::oxg_native_gate`,
+/// which has just saved the guest's registers in the context: the native call without a
+/// dispatcher entry (`translate::Emitter::native_gate_call`).
+///
+/// # Safety
+/// Only from `oxg_native_gate`, with `ctx` the calling thread's context.
+pub(crate) unsafe extern "C" fn native_gate(ctx: *mut ThreadCtx) {
+    // SAFETY: the caller's contract.
+    let ctx = unsafe { &*ctx };
+    let mut regs = GuestRegs {
+        gpr: [0; 16],
+        rip: 0,
+        rflags: ctx.gflags,
+    };
+    // One register at a time: the routine has just stored them 8 bytes at a time, and a
+    // wider load spanning two of those stores cannot be forwarded from them (the copy
+    // stalled for most of the call's cost).
+    for (r, saved) in regs.gpr.iter_mut().zip(ctx.gregs.iter()) {
+        // SAFETY: a plain read of this thread's own context.
+        *r = unsafe { core::ptr::read_volatile(saved) };
+    }
+    native_call(ctx, &gate_caller(regs));
+}
+
 /// Runs the probe whose record the call site passed (from `dispatch`, with the guest
 /// state saved in `ctx` and its XSAVE area).
 pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
@@ -504,23 +557,7 @@ pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
         rflags: ctx.gflags,
     };
     if rec.kind == KIND_NATIVE {
-        // The caller's state as the gate's `ret` will leave it (its return address popped):
-        // an unwinder starts there, in a function with call-frame information, not in the
-        // gate (`Host` stack captures of a hook run natively).
-        let mut caller = regs;
-        let sp = ctx.gregs[c::RSP];
-        // SAFETY: the gate is reached only by `run_native`'s `call`, which has just pushed
-        // its return address at the guest's `rsp`: mapped and 8-byte readable.
-        caller.rip = unsafe { core::ptr::read_unaligned(sp as *const u64) };
-        caller.gpr[c::RSP] = sp + 8;
-        let _lent = ToolRegsLent::new(ctx, &caller);
-        let (f, data) = (ctx.gregs[c::RSI], ctx.gregs[c::RDI]);
-        // SAFETY: `crate::run_native` is the only caller of `oxg_run_native`, and passes a
-        // function of this type in rsi and its argument in rdi.
-        let f: unsafe extern "C" fn(*mut u8) = unsafe { core::mem::transmute(f) };
-        // SAFETY: as `run_native` asked; the guest state is saved in the context, and this
-        // runs on the engine stack with signals deferred, as every clean call.
-        unsafe { f(data as *mut u8) };
+        native_call(ctx, &gate_caller(regs));
         return;
     }
     let _lent = ToolRegsLent::new(ctx, &regs);

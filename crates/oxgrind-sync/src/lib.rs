@@ -45,6 +45,14 @@ impl<T> SpinLock<T> {
         }
     }
 
+    /// Whether the lock is held now (a relaxed read, which may be stale): lets a caller
+    /// that only offers to do work under the lock skip its `try_lock`, whose atomic
+    /// exchange takes the lock's cache line from the holder on every try.
+    #[inline]
+    pub fn is_locked(&self) -> bool {
+        self.locked.load(Ordering::Relaxed)
+    }
+
     #[inline]
     pub fn lock(&self) -> SpinGuard<'_, T> {
         if let Some(g) = self.try_lock() {

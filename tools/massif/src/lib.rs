@@ -221,6 +221,9 @@ impl Massif {
         }
         let st = if n >= log::LIMIT {
             Some(self.state.lock())
+        } else if self.state.is_locked() {
+            // Another thread is applying the logs; ours waits for the next offer.
+            None
         } else {
             self.state.try_lock()
         };

@@ -76,8 +76,13 @@ impl Event {
     }
 }
 
+/// One log, alone in its cache lines: threads have consecutive ids, so unpadded their logs'
+/// locks shared lines, and every append bounced a line between two cores.
+#[repr(align(128))]
+struct Slot(SpinLock<Vec<Event>>);
+
 pub(crate) struct Logs {
-    slots: [SpinLock<Vec<Event>>; SLOTS],
+    slots: [Slot; SLOTS],
     /// Bit `i` set: log `i` may hold events (set by the append that makes it non-empty), so
     /// applying the logs visits only those.
     busy: AtomicU64,
@@ -105,7 +110,7 @@ impl Pending {
 impl Logs {
     pub(crate) const fn new() -> Self {
         Logs {
-            slots: [const { SpinLock::new(Vec::new()) }; SLOTS],
+            slots: [const { Slot(SpinLock::new(Vec::new())) }; SLOTS],
             busy: AtomicU64::new(0),
         }
     }
@@ -114,7 +119,7 @@ impl Logs {
     #[inline]
     pub(crate) fn push(&self, tid: i32, ev: Event) -> usize {
         let i = tid as u32 as usize % SLOTS;
-        let mut log = self.slots[i].lock();
+        let mut log = self.slots[i].0.lock();
         if log.capacity() == 0 {
             log.reserve_exact(RESERVE);
         }
@@ -140,9 +145,9 @@ impl Logs {
             busy &= busy - 1;
             let p = &mut pending[i];
             let log = if spins == u64::MAX {
-                Some(self.slots[i].lock())
+                Some(self.slots[i].0.lock())
             } else {
-                self.slots[i].lock_bounded(spins)
+                self.slots[i].0.lock_bounded(spins)
             };
             let Some(mut log) = log else {
                 // Left for a later look.
@@ -172,7 +177,7 @@ impl Logs {
     pub(crate) unsafe fn force_unlock(&self) {
         for s in &self.slots {
             // SAFETY: forwarded to the caller.
-            unsafe { s.force_unlock() };
+            unsafe { s.0.force_unlock() };
         }
     }
 }

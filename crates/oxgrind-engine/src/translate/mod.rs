@@ -351,12 +351,7 @@ pub fn translate_at_most(
         // gate's `ret` runs translated.
         if let Some(rec) = crate::probe::native_call_record(pc, native_done) {
             e.mark(pc, 0);
-            // Reached by a call: the vector registers are the caller's to lose, and the
-            // dispatcher leaves them alone (mov qword gs:[vectors_dead], 1).
-            e.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
-            e.d32(c::OFF_VECTORS_DEAD as u32);
-            e.d32(1);
-            e.clean_call(pc, rec);
+            e.native_gate_call(pc, rec, native_done);
             return Ok(e.jump_only(native_done, native_done - pc));
         }
     }

@@ -135,6 +135,73 @@ impl Emitter {
         self.mark(ip, 0);
     }
 
+    /// The block at `asm::oxg_run_native` (`crate::run_native`, reached by a `call` from the
+    /// embedder's translated code): the call is made natively, on the engine stack, without
+    /// entering the dispatcher. At a function's entry the ABI leaves the flags, the
+    /// caller-saved registers and every vector register to the callee and guarantees the
+    /// direction flag clear, so the guest state needs no saving beyond `rsp` and the
+    /// general registers lent to the embedder (`asm::oxg_native_gate`); the dispatcher's
+    /// full entry (flags, XSAVE state) cost more than the call itself for a short one
+    /// (an allocator hook's event). `in_engine` defers signals meanwhile, as in a clean
+    /// call; one that arrived is delivered by a dispatcher entry at `done` (the `ret`
+    /// after the call). Right after a `fork` or during a `clone` the dispatcher has work
+    /// of its own first: then the call is the clean call `rec`.
+    pub(super) fn native_gate_call(&mut self, pc: u64, rec: u64, done: u64) {
+        // mov qword ptr gs:[in_engine], 1
+        self.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
+        self.d32(c::OFF_IN_ENGINE as u32);
+        self.d32(1);
+        let mut to_slow = [0usize; 2];
+        for (i, off) in [c::OFF_FORKED, c::OFF_PENDING_CHILD]
+            .into_iter()
+            .enumerate()
+        {
+            self.cmp_gs_zero(off);
+            self.buf.extend_from_slice(&[0x0F, 0x85]); // jne slow
+            to_slow[i] = self.buf.len();
+            self.d32(0);
+        }
+        self.store_gs(4, c::greg_off(c::RSP));
+        self.load_gs(4, c::OFF_ESTACK);
+        self.mov_imm64(0, crate::asm::oxg_native_gate as *const () as u64);
+        self.buf.extend_from_slice(&[0xFF, 0xD0]); // call rax
+        self.load_gs(4, c::greg_off(c::RSP));
+        // mov qword ptr gs:[in_engine], 0
+        self.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
+        self.d32(c::OFF_IN_ENGINE as u32);
+        self.d32(0);
+        self.cmp_gs_zero(c::OFF_PENDING_SIGNALS);
+        self.buf.extend_from_slice(&[0x0F, 0x84]); // je end
+        let to_end = self.buf.len();
+        self.d32(0);
+        // A signal arrived: enter the dispatcher to continue at `done`; it raises the
+        // signal on its way out.
+        self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+        self.mov_imm64(0, done);
+        self.jmp_gs(c::OFF_DISPATCH);
+        let slow = self.buf.len();
+        for at in to_slow {
+            let rel = (slow - (at + 4)) as u32;
+            self.buf[at..at + 4].copy_from_slice(&rel.to_le_bytes());
+        }
+        // The vector registers are the caller's to lose, and the dispatcher leaves them
+        // alone (mov qword gs:[vectors_dead], 1).
+        self.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
+        self.d32(c::OFF_VECTORS_DEAD as u32);
+        self.d32(1);
+        self.clean_call(pc, rec);
+        let end = self.buf.len();
+        let rel = (end - (to_end + 4)) as u32;
+        self.buf[to_end..to_end + 4].copy_from_slice(&rel.to_le_bytes());
+    }
+
+    /// cmp qword ptr gs:[off], 0
+    fn cmp_gs_zero(&mut self, off: usize) {
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x83, 0x3C, 0x25]);
+        self.d32(off as u32);
+        self.buf.push(0);
+    }
+
     /// Adds `n` to the thread's counter at context offset `off`: one `add` when the flags
     /// are dead, else a flag-free load/`lea`/store through `rax`. No lock: the counter is
     /// this thread's own.
