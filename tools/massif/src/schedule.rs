@@ -48,6 +48,9 @@ pub(crate) struct Scheduler {
     earliest_next: i64,
     since_detailed: u32,
     peak_total: u64,
+    /// What a total must exceed to be a new peak: `peak_total` plus `--peak-inaccuracy`
+    /// percent of it, computed when the peak changes rather than at every deallocation.
+    peak_bar: u64,
     /// Statistics (`--stats=yes` in Valgrind).
     pub cullings: u32,
 }
@@ -64,6 +67,7 @@ impl Scheduler {
             earliest_next: 0,
             since_detailed: 0,
             peak_total: 0,
+            peak_bar: 0,
             cullings: 0,
         }
     }
@@ -109,8 +113,7 @@ impl Scheduler {
     /// (checked before reading the clock, which most deallocations then need not do).
     #[inline]
     pub(crate) fn is_new_peak(&self, total: u64) -> bool {
-        let excess = (self.peak_total as f64 * self.peak_inaccuracy / 100.0) as u64;
-        total > self.peak_total.saturating_add(excess)
+        total > self.peak_bar
     }
 
     fn take(&mut self, kind: Kind, t: i64, detailed: bool, now: Totals<'_>) {
@@ -122,6 +125,8 @@ impl Scheduler {
                 }
             }
             self.peak_total = now.heap + now.extra + now.stacks;
+            let excess = (self.peak_total as f64 * self.peak_inaccuracy / 100.0) as u64;
+            self.peak_bar = self.peak_total.saturating_add(excess);
         }
         self.snaps.push(Snap {
             kind,
