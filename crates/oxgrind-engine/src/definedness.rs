@@ -1247,6 +1247,10 @@ fn fast_mnemonic(m: Mnemonic) -> bool {
             | M::Mul
             | M::Div
             | M::Idiv
+            | M::Fldcw
+            | M::Fnstcw
+            | M::Ldmxcsr
+            | M::Stmxcsr
             | M::Xchg
             | M::Xadd
             | M::Cmpxchg
@@ -2067,7 +2071,9 @@ mod tests {
     /// immediate byte.
     fn encodings(rng: &mut Rng) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
-        let modrms = [0xC1u8, 0xD3, 0x04, 0x48, 0xE5, 0x3C, 0xF1, 0x33];
+        let modrms = [
+            0xC1u8, 0xD3, 0x04, 0x48, 0xE5, 0x3C, 0xF1, 0x33, 0x28, 0x10, 0x18,
+        ];
         let tail = |v: &mut Vec<u8>, modrm: u8, rng: &mut Rng| {
             v.push(modrm);
             if modrm == 0x04 {
@@ -2288,6 +2294,10 @@ mod tests {
             Mnemonic::Imul,
             Mnemonic::Div,
             Mnemonic::Idiv,
+            Mnemonic::Fldcw,
+            Mnemonic::Fnstcw,
+            Mnemonic::Ldmxcsr,
+            Mnemonic::Stmxcsr,
         ]
         .into_iter()
         .filter(|m| !covered.contains(m))
