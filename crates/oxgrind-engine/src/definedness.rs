@@ -637,9 +637,9 @@ fn report(ctx: &ThreadCtx, cl: Client, pc: u64, what: &Undefined) {
 /// What happened on this thread since its last stepped instruction where no probe runs:
 /// the runtime's own code, a signal delivery, a system call's results.
 ///
-/// The fast path does the runtime's part inline when the runtime left no frames below the
-/// program's last `rsp` (a return into the program, not a call from the runtime into it):
-/// see `translate::definedness`.
+/// The fast path does the runtime's part inline when the runtime left nothing below the
+/// program's last `rsp` (a return into the program) or only the return address of its
+/// call into the program's code: see `translate::definedness`.
 fn catch_up(ctx: &mut ThreadCtx, t: &mut ThreadShadow, pc: u64) {
     if ctx.vbits_own_code | ctx.vbits_signal != 0 {
         if core::mem::take(&mut ctx.vbits_own_code) != 0 {
@@ -740,9 +740,11 @@ pub fn argument_origin(index: usize) -> Option<oxgrind_tool::Origin> {
 /// The runtime is about to call the program's code from its own (glibc's allocator, on the
 /// program's behalf): its frames between the program's last `rsp` and here become defined
 /// now (the called code may read them: arguments, results it writes through pointers
-/// there), and the stack rule starts afresh. So the called code's first step finds no
-/// runtime frames to mark, and the inline fast path does the rest of its catch-up instead
-/// of a slow step per call.
+/// there), and so does the stack below, down to [`RUNTIME_CALL_DEPTH`], where the
+/// runtime's calls on the way push their frames and return addresses; the stack rule
+/// starts afresh from there. So the called code's first step finds no runtime frames to
+/// mark, and the inline fast path does the rest of its catch-up instead of a slow step per
+/// call, and its `ret` finds its return address defined.
 pub fn entering_program_code() {
     if !enabled() {
         return;
@@ -762,13 +764,26 @@ pub fn entering_program_code() {
     unsafe {
         core::arch::asm!("mov {}, rsp", out(reg) rsp, options(nomem, nostack, preserves_flags))
     };
-    if t.last_rsp > rsp && t.last_rsp - rsp < (2 << 20) {
-        set(rsp, t.last_rsp - rsp, true);
-    }
-    t.last_rsp = 0;
+    // Also the stack the runtime's calls on the way to the program's code will use (the
+    // freed-block queue's release, a closure): its frames, written without probes, and the
+    // return address the program's code returns with, read by its `ret`. Code entered
+    // deeper than that takes the slow catch-up, which marks the rest.
+    let low = rsp.saturating_sub(RUNTIME_CALL_DEPTH);
+    let top = if t.last_rsp > rsp && t.last_rsp - rsp < (2 << 20) {
+        t.last_rsp
+    } else {
+        rsp
+    };
+    set(low, top - low, true);
+    t.last_rsp = low;
     t.last_writes_rsp = false;
     t.last_call_or_ret = false;
 }
+
+/// How far below `entering_program_code`'s own frame the runtime's frames may reach when
+/// it calls the program's code (glibc's `free` from the freed-block queue's release, a few
+/// frames down); deeper is correct, only slower (a slow catch-up).
+const RUNTIME_CALL_DEPTH: u64 = 1024;
 
 /// Memcheck's new-stack rule: a decrease of `rsp` by the previous instruction makes
 /// `[new - 128, old - 128)` undefined.

@@ -38,6 +38,7 @@ impl Emitter {
         form: &FastForm,
         flags_live: bool,
         block_entry: bool,
+        after_plain: bool,
     ) -> Result<(), TranslateError> {
         self.borrow_rax(ip, flags_live);
         let mut slow = SlowCall {
@@ -52,16 +53,22 @@ impl Emitter {
         if block_entry {
             self.catch_up_inline(&mut slow)?;
         }
-        // mov rax, gs:[vbits]; test rax, rax; jz slow
+        // mov rax, gs:[vbits]; test rax, rax; jz slow. The test only at the block's
+        // first stepped instruction: any step (fast or slow) leaves the state made.
         self.load_gs(0, c::OFF_VBITS);
-        self.buf.extend_from_slice(&[0x48, 0x85, 0xC0]);
-        self.jcc_slow(0x84, &mut slow)?;
-        // cmp qword [rax+off], 0; jne slow: the pending step, then each register read, in
-        // the bytes it reads (cmp dword/word/byte [rax+off], 0).
-        self.buf.extend_from_slice(&[0x48, 0x83, 0xB8]);
-        self.d32(OFF_NEED_STEP as u32);
-        self.buf.push(0x00);
-        self.jcc_slow(0x85, &mut slow)?;
+        if block_entry {
+            self.buf.extend_from_slice(&[0x48, 0x85, 0xC0]);
+            self.jcc_slow(0x84, &mut slow)?;
+        }
+        // cmp qword [rax+off], 0; jne slow: the pending step (none can be pending after a
+        // plain instruction of the block: `after_plain`), then each register read, in the
+        // bytes it reads (cmp dword/word/byte [rax+off], 0).
+        if !after_plain {
+            self.buf.extend_from_slice(&[0x48, 0x83, 0xB8]);
+            self.d32(OFF_NEED_STEP as u32);
+            self.buf.push(0x00);
+            self.jcc_slow(0x85, &mut slow)?;
+        }
         for n in (0..16usize).filter(|n| form.reads & (1 << n) != 0) {
             let off = (OFF_SHADOW_GPR + 8 * n) as u32;
             match form.read_bytes[n] {
@@ -221,9 +228,10 @@ impl Emitter {
     /// one. Only there, since the runtime's own code and signal handlers are entered and
     /// left by control transfers, which end blocks. A signal handler starting goes slow.
     /// After the runtime's own code, the inline part does `definedness::catch_up`'s work
-    /// when the runtime left no frames below the program's last `rsp` (it returned into
-    /// the program; else slow, to make those frames defined): every register's shadow
-    /// defined (the vectors' by the next slow step), and the stack rule's state reset.
+    /// when the runtime left nothing below the program's last `rsp` (it returned into the
+    /// program) or only the return address of its call into this code (made defined here;
+    /// more goes slow, to make those frames defined): every register's shadow defined
+    /// (the vectors' by the next slow step), and the stack rule's state reset.
     fn catch_up_inline(&mut self, slow: &mut SlowCall) -> Result<(), TranslateError> {
         // cmp qword gs:[signal], 0; jne slow
         self.buf.extend_from_slice(&[0x65, 0x48, 0x83, 0x3C, 0x25]);
@@ -241,10 +249,47 @@ impl Emitter {
         self.load_gs(0, c::OFF_VBITS);
         self.buf.extend_from_slice(&[0x48, 0x85, 0xC0]);
         self.jcc_slow(0x84, slow)?;
-        // cmp [rax+last_rsp], rsp; ja slow
+        // cmp [rax+last_rsp], rsp; jbe returned
         self.buf.extend_from_slice(&[0x48, 0x39, 0xA0]);
         self.d32(OFF_LAST_RSP as u32);
-        self.jcc_slow(0x87, slow)?;
+        self.buf.extend_from_slice(&[0x0F, 0x86]);
+        let returned = self.buf.len();
+        self.d32(0);
+        // The runtime's code calls the program's (glibc's allocator, a replaced string
+        // function): its frames between here and the last `rsp` become defined, as the
+        // slow catch-up makes them. Inline only when that is the return address its `call`
+        // pushed (the runtime calls again from the frame a call of it returned to, or
+        // from just below `entering_program_code`'s mark): its slot may still hold the V
+        // bits of an earlier frame, since the runtime's code runs without probes, and
+        // every `ret` to the runtime would take the slow path. Else slow.
+        // mov rax, [rax+last_rsp]; sub rax, rsp; cmp rax, 8; jne slow
+        self.buf.extend_from_slice(&[0x48, 0x8B, 0x80]);
+        self.d32(OFF_LAST_RSP as u32);
+        self.buf
+            .extend_from_slice(&[0x48, 0x29, 0xE0, 0x48, 0x83, 0xF8, 0x08]);
+        self.jcc_slow(0x85, slow)?;
+        // The slot within one span (else slow), nothing to do when it has no chunk.
+        self.lea_rsp(0, slow.ip)?;
+        self.within_one_span(8, slow)?;
+        self.lea_rsp(0, slow.ip)?;
+        self.span_index(Some(&mut *slow))?;
+        self.chunk_of_span();
+        // test rax, rax; jz reload
+        self.buf.extend_from_slice(&[0x48, 0x85, 0xC0]);
+        self.buf.extend_from_slice(&[0x0F, 0x84]);
+        let reload = self.buf.len();
+        self.d32(0);
+        self.store_gs(0, c::OFF_VBITS_TEMP);
+        self.lea_rsp(0, slow.ip)?;
+        self.add_offset_in_span();
+        // mov qword [rax], 0
+        self.buf.extend_from_slice(&[0x48, 0xC7, 0x00]);
+        self.d32(0);
+        let rel = (self.buf.len() - (reload + 4)) as u32;
+        self.buf[reload..reload + 4].copy_from_slice(&rel.to_le_bytes());
+        self.load_gs(0, c::OFF_VBITS);
+        let rel = (self.buf.len() - (returned + 4)) as u32;
+        self.buf[returned..returned + 4].copy_from_slice(&rel.to_le_bytes());
         // mov qword [rax+gpr+8i], 0 (16 times); mov byte [rax+flags], 0
         for i in 0..16u32 {
             self.buf.extend_from_slice(&[0x48, 0xC7, 0x80]);

@@ -498,6 +498,11 @@ pub fn translate_at_most(
     }
     // Whether no instruction of the block was stepped yet (`Emitter::catch_up_inline`).
     let mut block_entry = true;
+    // Whether the instruction before was stepped and cannot leave a slow step due: a fast
+    // form that does not move `rsp` (its slow step sets `need_step` to 0; see
+    // `definedness::step`).
+    let mut after_plain = false;
+    let mut continue_after_plain = false;
     for (i, d) in insns.iter().enumerate() {
         e.mark(d.ins.ip(), 0);
         if count_at == Some(i) {
@@ -506,18 +511,25 @@ pub fn translate_at_most(
         }
         if tool.is_some() && crate::definedness::enabled() {
             if let Some(rec) = crate::probe::definedness_record(&d.ins) {
-                match crate::definedness::fast_form(&d.ins) {
+                let form = crate::definedness::fast_form(&d.ins);
+                match &form {
                     Some(form) => e.definedness_fast(
                         d.ins.ip(),
                         rec,
-                        &form,
+                        form,
                         live & (1 << i) != 0,
                         block_entry,
+                        after_plain,
                     )?,
                     None => e.clean_call(d.ins.ip(), rec),
                 }
                 block_entry = false;
+                after_plain = form.is_some() && !crate::definedness::writes_rsp(&d.ins);
+                continue_after_plain = true;
             }
+        }
+        if !core::mem::take(&mut continue_after_plain) {
+            after_plain = false;
         }
         if let Some(p) = &plan {
             // A block's indexed count and its code-lines check share one borrow of `rax`
