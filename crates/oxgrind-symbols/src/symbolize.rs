@@ -455,12 +455,15 @@ fn split_name(raw: &str) -> (Option<String>, Option<String>) {
 }
 
 /// Demangles as Valgrind 3.19 prints: Itanium C++ names with libiberty's text (like
-/// `c++filt -i`, see [`crate::cxxabi`]), Rust names without their hash; anything else
+/// `c++filt -i`, see [`crate::cxxabi`]), Rust names without their hash (nor the
+/// `.llvm.<number>` suffix LLVM gives a local symbol it promotes); anything else
 /// unchanged.
 pub fn demangle(raw: &str) -> Cow<'_, str> {
-    if raw.starts_with("_R")
-        || (raw.starts_with("_ZN") && raw.contains("17h") && raw.ends_with('E'))
-    {
+    let legacy_rust = |name: &str| {
+        let name = name.split(".llvm.").next().unwrap_or(name);
+        name.starts_with("_ZN") && name.contains("17h") && name.ends_with('E')
+    };
+    if raw.starts_with("_R") || legacy_rust(raw) {
         if let Ok(d) = rustc_demangle::try_demangle(raw) {
             let s = format!("{d:#}");
             // A C++ name can look like a legacy Rust one; only trust a hash-bearing result.
@@ -1071,6 +1074,10 @@ mod tests {
         assert_eq!(
             demangle("_ZN5alloc5alloc5alloc17h0123456789abcdefE"),
             "alloc::alloc::alloc"
+        );
+        assert_eq!(
+            demangle("_ZN3std2rt10lang_start28_$u7b$$u7b$closure$u7d$$u7d$17hb1f3c8dc38f5e1f7E.llvm.11442580186506834492"),
+            "std::rt::lang_start::{{closure}}"
         );
         assert_eq!(demangle("malloc"), "malloc");
         assert_eq!(demangle("_Znwm"), "operator new(unsigned long)");

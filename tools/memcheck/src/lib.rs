@@ -255,15 +255,11 @@ impl Tool for Memcheck {
         stack trace(s) to keep for malloc'd/free'd areas       [alloc-and-free]
     --show-mismatched-frees=no|yes   show frees that don't match the allocator? [yes]
     --partial-loads-ok=no|yes        too hard to explain here; see manual [yes]
-    --undef-value-errors=no|yes      check for undefined value errors [no]
+    --undef-value-errors=no|yes      check for undefined value errors [yes]
     --track-origins=no|yes           show origins of undefined values? [no]
-                                     (yes implies --undef-value-errors=yes)
     --expensive-definedness-checks=no|auto|yes
                                      accepted; the rules are always as precise as
                                      Memcheck's =yes (add, sub, ==, != exact)
-
-  (Invalid reads and writes are checked for heap blocks, below the stack pointer
-  and for unmapped memory; undefined values only with --undef-value-errors=yes.)
 "
     }
 
@@ -336,7 +332,7 @@ impl Tool for Memcheck {
             shadow: Some(ShadowSpec::BYTE_PER_GRANULE),
             // VALGRIND_MAKE_MEM_NOACCESS, CHECK_MEM_IS_ADDRESSABLE, MALLOCLIKE_BLOCK, ...
             client_requests: true,
-            // V bits, only when asked for (`--undef-value-errors=yes`).
+            // V bits (`--undef-value-errors`, yes by default).
             definedness: self.opts.undef_value_errors,
             // Where undefined values came from (`--track-origins=yes`).
             origins: self.opts.undef_value_errors && self.opts.track_origins,

@@ -102,14 +102,11 @@ pub struct Options {
     /// `--partial-loads-ok` (yes in Valgrind 3.19): an aligned word or vector load that is
     /// partly addressable is not an error.
     pub partial_loads_ok: bool,
-    /// `--undef-value-errors=yes` given: track definedness and report uses of undefined
-    /// values. Off unless asked for (Valgrind's default is yes), until the real-program
-    /// corpus is free of false alarms with it (docs/differences-from-valgrind.md).
+    /// `--undef-value-errors` (yes unless given as no, as in Valgrind): track definedness
+    /// and report uses of undefined values.
     pub undef_value_errors: bool,
-    /// `--undef-value-errors` as given, if it was.
-    undef_value_errors_given: Option<bool>,
-    /// `--track-origins=yes`: say where undefined values came from (implies
-    /// `--undef-value-errors=yes` unless it was given as no, which Valgrind refuses).
+    /// `--track-origins=yes`: say where undefined values came from (refused with
+    /// `--undef-value-errors=no`, as by Valgrind).
     pub track_origins: bool,
     /// The core options that shape the report (verbosity, `--num-callers`, the error
     /// options...), as the core parsed them (`oxgrind_tool::CoreView`).
@@ -129,8 +126,7 @@ impl Default for Options {
             keep_stacks: KeepStacks::AllocAndFree,
             show_mismatched_frees: true,
             partial_loads_ok: true,
-            undef_value_errors: false,
-            undef_value_errors_given: None,
+            undef_value_errors: true,
             track_origins: false,
             core: oxgrind_tool::CoreView::default(),
         }
@@ -229,7 +225,6 @@ impl Options {
             ("--partial-loads-ok", Some(_)) => self.partial_loads_ok = yes_no(arg, v)?,
             ("--undef-value-errors", Some(_)) => {
                 self.undef_value_errors = yes_no(arg, v)?;
-                self.undef_value_errors_given = Some(self.undef_value_errors);
             }
             ("--track-origins", Some(_)) => self.track_origins = yes_no(arg, v)?,
             // Memcheck's =no instruments add, sub and ==/!= cheaply (more reports), =auto
@@ -272,13 +267,12 @@ impl Options {
             }
         }
         if self.track_origins {
-            if self.undef_value_errors_given == Some(false) {
+            if !self.undef_value_errors {
                 return Err(OptionError(
                     "Bad option: --undef-value-errors=no\n--track-origins=yes has no effect when --undef-value-errors=no."
                         .into(),
                 ));
             }
-            self.undef_value_errors = true;
         }
         if self.core.exit_on_first_error && self.core.error_exitcode == 0 {
             return Err(OptionError(
