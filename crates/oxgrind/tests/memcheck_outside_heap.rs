@@ -31,20 +31,6 @@ fn both(prog: &Path, args: &[&str], opts: &[&str]) -> Option<(String, String)> {
     ))
 }
 
-/// Our runtime library has a TLS segment (Valgrind's preload none): glibc gives each
-/// thread's DTV one 16-byte slot more. The allocated total is made Valgrind's.
-fn without_dtv_slot(ours: &str, theirs: &str) -> String {
-    let usage = |r: &str| {
-        r.lines()
-            .find(|l| l.contains("total heap usage:"))
-            .map(str::to_string)
-    };
-    match (usage(ours), usage(theirs)) {
-        (Some(o), Some(t)) => ours.replace(&o, &t),
-        _ => ours.to_string(),
-    }
-}
-
 #[test]
 fn accesses_below_the_stack_pointer_match_valgrind() {
     let prog = build("access_below_sp.c", &["-g", "-O0"]);
