@@ -19,8 +19,6 @@
 //! not answer. `RUNNING_ON_VALGRIND`, `PRINTF` and the `STACK_*` requests are the core's
 //! (the engine and the runtime's `requests.rs`), for every tool.
 
-use std::sync::atomic::Ordering;
-
 use oxgrind_formats::memcheck_xml::WhatQuirk;
 use oxgrind_tool::instrument::GuestRegs;
 use oxgrind_tool::{Addr, AllocFn, Host, LiveBlock, StackId};
@@ -217,8 +215,7 @@ impl Memcheck {
         regs: &GuestRegs,
     ) {
         let stack = self.client_stack(host, regs);
-        self.allocs.fetch_add(1, Ordering::Relaxed);
-        self.bytes_allocated.fetch_add(size, Ordering::Relaxed);
+        self.totals.alloc(size);
         self.client_blocks.lock().push(LiveBlock {
             addr,
             size,
@@ -236,7 +233,7 @@ impl Memcheck {
     /// and is remembered as freed; an address that is no custom block is an invalid free.
     fn freelike(&self, host: &dyn Host, base: u64, addr: Addr, rz: u64, regs: &GuestRegs) {
         let stack = self.client_stack(host, regs);
-        self.frees.fetch_add(1, Ordering::Relaxed);
+        self.totals.free();
         let block = {
             let mut blocks = self.client_blocks.lock();
             let i = blocks.iter().position(|b| b.addr == addr);

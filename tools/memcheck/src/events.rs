@@ -49,8 +49,7 @@ impl Memcheck {
         }
         self.ensure_started(host);
         self.definedness_alloc(host, ev);
-        self.allocs.fetch_add(1, Ordering::Relaxed);
-        self.bytes_allocated.fetch_add(ev.size, Ordering::Relaxed);
+        self.totals.alloc(ev.size);
         if self.probing.load(Ordering::Relaxed) {
             let (end, next_header) =
                 shadow::chunk_end(host.block_extent(ev.addr), ev.addr, ev.size);
@@ -67,7 +66,7 @@ impl Memcheck {
             return;
         }
         self.ensure_started(host);
-        self.frees.fetch_add(1, Ordering::Relaxed);
+        self.totals.free();
         if self.opts.show_mismatched_frees && ev.alloc_func.family() != ev.func.family() {
             let (addr, size, alloc_stack) = (ev.addr, ev.size, ev.alloc_stack);
             let keep_alloc = !matches!(
@@ -130,10 +129,9 @@ impl Memcheck {
                 // Memcheck counts the call before validating the pointer: an invalid free
                 // is one of the "frees" of HEAP SUMMARY, an invalid realloc also an alloc
                 // of the size it asked for.
-                self.frees.fetch_add(1, Ordering::Relaxed);
+                self.totals.free();
                 if matches!(func, AllocFn::Realloc | AllocFn::ReallocArray) {
-                    self.allocs.fetch_add(1, Ordering::Relaxed);
-                    self.bytes_allocated.fetch_add(size, Ordering::Relaxed);
+                    self.totals.alloc(size);
                 }
                 self.report(
                     host,

@@ -226,23 +226,6 @@ pub struct FreedBatches {
     batches: Box<[SpinLock<Batch>]>,
 }
 
-/// How many batches a [`FreedBatches`] has.
-const BATCHES: usize = 64;
-
-/// The calling thread's pointer (`fs:0` in the x86-64 TLS ABI: the thread control block
-/// points to itself), which tells threads apart without a thread-local access: from the
-/// runtime's shared library that is a call into the dynamic loader, costly under the engine.
-#[inline(always)]
-fn thread_pointer() -> u64 {
-    let v: u64;
-    // SAFETY: every thread of a process with glibc TLS has a thread control block at fs:0
-    // whose first word points to itself; the load has no other effect.
-    unsafe {
-        core::arch::asm!("mov {}, fs:[0]", out(reg) v, options(nostack, readonly, preserves_flags));
-    }
-    v
-}
-
 /// One thread's pending frees, oldest first.
 struct Batch {
     items: [Freed; BATCH],
@@ -265,7 +248,7 @@ impl FreedBatches {
     pub fn new(volume: u64) -> FreedBatches {
         FreedBatches {
             volume,
-            batches: (0..BATCHES)
+            batches: (0..crate::totals::SLOTS)
                 .map(|_| {
                     SpinLock::new(Batch {
                         items: [EMPTY; BATCH],
@@ -284,9 +267,7 @@ impl FreedBatches {
     }
 
     fn mine(&self) -> &SpinLock<Batch> {
-        // Thread control blocks are page-aligned and a few pages apart.
-        let tp = thread_pointer();
-        &self.batches[((tp >> 12) ^ (tp >> 20)) as usize % BATCHES]
+        &self.batches[crate::totals::thread_slot()]
     }
 
     /// Adds a free to the calling thread's batch; when the batch is full, hands all of it,

@@ -56,10 +56,11 @@ mod outside_heap;
 mod report;
 pub mod shadow;
 mod syscall;
+mod totals;
 
 pub use shadow::shadow_base;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 
 use oxgrind_formats::memcheck_text as text;
@@ -90,9 +91,8 @@ pub struct Memcheck {
     supp_texts: Vec<(String, String)>,
     /// The preamble was printed (by [`Memcheck::start`] or at the first event).
     started: AtomicBool,
-    allocs: AtomicU64,
-    frees: AtomicU64,
-    bytes_allocated: AtomicU64,
+    /// HEAP SUMMARY's allocs, frees and bytes allocated, counted per thread.
+    totals: totals::HeapTotals,
     state: Mutex<State>,
     /// Each thread's latest frees, on their way into `State::freed` and `State::shadow_q`.
     batches: FreedBatches,
@@ -160,9 +160,7 @@ impl Memcheck {
             opts,
             supp_texts: Vec::new(),
             started: AtomicBool::new(false),
-            allocs: AtomicU64::new(0),
-            frees: AtomicU64::new(0),
-            bytes_allocated: AtomicU64::new(0),
+            totals: totals::HeapTotals::default(),
             probing: AtomicBool::new(false),
             foreign: SpinLock::new(Vec::new()),
             client_blocks: SpinLock::new(Vec::new()),
@@ -439,14 +437,15 @@ impl Tool for Memcheck {
         } else if self.opts.core.verbosity > 0 {
             text::line(&mut out.text, pid, "");
             let in_use: u64 = live.iter().map(|b| b.size).sum();
+            let (allocs, frees, bytes) = self.totals.sum();
             text::heap_summary(
                 &mut out.text,
                 pid,
                 in_use,
                 live.len() as u64,
-                self.allocs.load(Ordering::Relaxed),
-                self.frees.load(Ordering::Relaxed),
-                self.bytes_allocated.load(Ordering::Relaxed),
+                allocs,
+                frees,
+                bytes,
             );
         }
         self.leak_check(host, &mut st, &mut out, &live);

@@ -10,8 +10,6 @@
 //! unaddressable and forgets them; `MEMPOOL_CHANGE` and `MOVE_MEMPOOL` only rename.
 //! A request naming no pool is "Illegal memory pool address".
 
-use std::sync::atomic::Ordering;
-
 use oxgrind_formats::memcheck_text as text;
 use oxgrind_formats::memcheck_xml::WhatQuirk;
 use oxgrind_tool::instrument::GuestRegs;
@@ -129,8 +127,7 @@ impl Memcheck {
                     self.illegal_mempool(host, anchor, regs);
                     return Some(0);
                 }
-                self.allocs.fetch_add(1, Ordering::Relaxed);
-                self.bytes_allocated.fetch_add(size, Ordering::Relaxed);
+                self.totals.alloc(size);
                 shadow::make_accessible(base, addr, size);
             }
             MEMPOOL_FREE => self.mempool_free(host, base, anchor, args[2], regs),
