@@ -1050,6 +1050,13 @@ pub(crate) const OFF_LAST_WRITES_RSP: usize = core::mem::offset_of!(ThreadShadow
 pub(crate) const OFF_LAST_CALL_OR_RET: usize =
     core::mem::offset_of!(ThreadShadow, last_call_or_ret);
 pub(crate) const OFF_VECTORS_STALE: usize = core::mem::offset_of!(ThreadShadow, vectors_stale);
+pub(crate) const OFF_REP_PC: usize = core::mem::offset_of!(ThreadShadow, rep_next.0);
+pub(crate) const OFF_REP_RCX: usize = core::mem::offset_of!(ThreadShadow, rep_next.1);
+
+/// Whether `ins` is a `rep` string instruction (`translate::definedness`'s inline re-entry).
+pub(crate) fn is_rep(ins: &Instruction) -> bool {
+    FAST_PATH.load(Ordering::Relaxed) && is_rep_string(ins)
+}
 pub(crate) const OFF_SHADOW_VECTOR: usize =
     core::mem::offset_of!(ThreadShadow, regs) + core::mem::offset_of!(ShadowRegisters, vector);
 const _: () = assert!(core::mem::size_of::<oxgrind_vbits::FlagShadows>() == 1);

@@ -24,7 +24,8 @@ use super::{Emitter, SlowCall, TranslateError};
 use crate::context as c;
 use crate::definedness::{
     FastForm, StackOrigin, Written, OFF_LAST_CALL_OR_RET, OFF_LAST_RSP, OFF_LAST_WRITES_RSP,
-    OFF_NEED_STEP, OFF_SHADOW_FLAGS, OFF_SHADOW_GPR, OFF_SHADOW_VECTOR, OFF_VECTORS_STALE,
+    OFF_NEED_STEP, OFF_REP_PC, OFF_REP_RCX, OFF_SHADOW_FLAGS, OFF_SHADOW_GPR, OFF_SHADOW_VECTOR,
+    OFF_VECTORS_STALE,
 };
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
@@ -217,6 +218,82 @@ impl Emitter {
                 }
             }
         }
+        self.return_rax(flags_live);
+        slow.back = self.buf.len();
+        self.mark(ip, 0);
+        self.slow.push(slow);
+        Ok(())
+    }
+
+    /// Before a `rep` string instruction: the engine enters it once per iteration, and the
+    /// interpreter did every iteration at the first entry (`definedness::step` returns at
+    /// once when `rep_next` is this pc and `rcx`). That re-entry is checked inline and
+    /// does what the step would: `rep_next`'s count goes down by one. Anything the step
+    /// would have more to do for (a signal handler started, the runtime's code ran, `rsp`
+    /// moved, another instruction or count) makes the clean call `rec`.
+    ///
+    /// ```text
+    ///     (save rax, flags)
+    ///     cmp qword gs:[signal], 0; jne slow; cmp qword gs:[own_code], 0; jne slow
+    ///     mov rax, pc; mov gs:[temp], rax; mov rax, gs:[vbits]; test rax, rax; jz slow
+    ///     cmp [rax+last_rsp], rsp; jne slow; cmp byte [rax+last_call_or_ret], 0; jne slow
+    ///     cmp [rax+rep_rcx], rcx; jne slow
+    ///     mov rax, [rax+rep_pc]; cmp rax, gs:[temp]; jne slow
+    ///     mov rax, gs:[vbits]; dec qword [rax+rep_rcx]
+    ///     (restore rax, flags)
+    /// ```
+    ///
+    /// with the out-of-line clean call after the block, as for the fast forms.
+    pub(super) fn definedness_rep(
+        &mut self,
+        ip: u64,
+        rec: u64,
+        flags_live: bool,
+    ) -> Result<(), TranslateError> {
+        self.borrow_rax(ip, flags_live);
+        let mut slow = SlowCall {
+            jumps: [0; super::MAX_SLOW_JUMPS],
+            njumps: 0,
+            rec,
+            flags_live,
+            back: 0,
+            ip,
+            skipped_in_own_work: false,
+        };
+        for off in [c::OFF_VBITS_SIGNAL, c::OFF_VBITS_OWN_CODE] {
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x83, 0x3C, 0x25]);
+            self.d32(off as u32);
+            self.buf.push(0x00);
+            self.jcc_slow(0x85, &mut slow)?;
+        }
+        self.mov_imm64(0, ip);
+        self.store_gs(0, c::OFF_VBITS_TEMP);
+        self.load_gs(0, c::OFF_VBITS);
+        self.buf.extend_from_slice(&[0x48, 0x85, 0xC0]);
+        self.jcc_slow(0x84, &mut slow)?;
+        // cmp [rax+last_rsp], rsp; jne slow
+        self.buf.extend_from_slice(&[0x48, 0x39, 0xA0]);
+        self.d32(OFF_LAST_RSP as u32);
+        self.jcc_slow(0x85, &mut slow)?;
+        // cmp byte [rax+last_call_or_ret], 0; jne slow (the red zone to mark)
+        self.buf.extend_from_slice(&[0x80, 0xB8]);
+        self.d32(OFF_LAST_CALL_OR_RET as u32);
+        self.buf.push(0x00);
+        self.jcc_slow(0x85, &mut slow)?;
+        // cmp [rax+rep_rcx], rcx; jne slow
+        self.buf.extend_from_slice(&[0x48, 0x39, 0x88]);
+        self.d32(OFF_REP_RCX as u32);
+        self.jcc_slow(0x85, &mut slow)?;
+        // mov rax, [rax+rep_pc]; cmp rax, gs:[temp]; jne slow
+        self.buf.extend_from_slice(&[0x48, 0x8B, 0x80]);
+        self.d32(OFF_REP_PC as u32);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0x25]);
+        self.d32(c::OFF_VBITS_TEMP as u32);
+        self.jcc_slow(0x85, &mut slow)?;
+        // mov rax, gs:[vbits]; dec qword [rax+rep_rcx]
+        self.load_gs(0, c::OFF_VBITS);
+        self.buf.extend_from_slice(&[0x48, 0xFF, 0x88]);
+        self.d32(OFF_REP_RCX as u32);
         self.return_rax(flags_live);
         slow.back = self.buf.len();
         self.mark(ip, 0);
