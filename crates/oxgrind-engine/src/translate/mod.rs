@@ -521,9 +521,6 @@ pub fn translate_at_most(
                         block_entry,
                         after_plain,
                     )?,
-                    None if crate::definedness::is_rep(&d.ins) => {
-                        e.definedness_rep(d.ins.ip(), rec, live & (1 << i) != 0)?
-                    }
                     None => e.clean_call(d.ins.ip(), rec),
                 }
                 block_entry = false;

@@ -103,7 +103,11 @@ pub(super) fn rep_block(
     e.mark(pc, 0);
     if tool.is_some() && crate::definedness::enabled() {
         if let Some(rec) = crate::probe::definedness_record(ins) {
-            e.clean_call(pc, rec);
+            if crate::definedness::is_rep(ins) {
+                e.definedness_rep(pc, rec, true)?;
+            } else {
+                e.clean_call(pc, rec);
+            }
         }
     }
     for r in plan.probes().iter().filter(|p| !every_entry(p)) {
