@@ -43,50 +43,8 @@ const CASES_O2: &[(&str, &str)] = &[
 
 #[test]
 fn uninitialised_values_are_reported_as_valgrind_reports_them() {
-    let (o0, o2) = (program("-O0"), program("-O2"));
-    let runs = CASES
-        .iter()
-        .map(|c| (&o0, c))
-        .chain(CASES_O2.iter().map(|c| (&o2, c)));
-    for (prog, (case, summary)) in runs {
-        let ours = run(Command::new(oxgrind())
-            .arg("--undef-value-errors=yes")
-            .arg(prog)
-            .arg(case));
-        let report = stderr(&ours);
-        assert!(
-            report.contains(&format!("ERROR SUMMARY: {summary}")),
-            "case {case}:\n{report}"
-        );
-        if !have_valgrind() {
-            continue;
-        }
-        let theirs = run(Command::new("valgrind").arg(prog).arg(case));
-        assert_eq!(
-            stdout(&ours),
-            stdout(&theirs),
-            "case {case}: program output differs"
-        );
-        let (ours, theirs) = (
-            normalize_report(&report),
-            normalize_report(&stderr(&theirs)),
-        );
-        if *case == "write-stack" {
-            // Valgrind describes the stack address ("is on thread 1's stack, in frame #1");
-            // our description of a stack address from a probe does not know the guest's
-            // stack yet. Everything but those lines must agree.
-            let strip = |r: &str| {
-                r.lines()
-                    .filter(|l| !l.contains("Address 0xADDR") && !l.contains("in frame #"))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            };
-            assert_same_report(&strip(&ours), &strip(&theirs));
-        } else {
-            eprintln!("case {case}");
-            assert_same_report(&ours, &theirs);
-        }
-    }
+    same_as_valgrind(&program("-O0"), CASES, "C -O0");
+    same_as_valgrind(&program("-O2"), CASES_O2, "C -O2");
 }
 
 /// The mixed program (`mc_undef_mixed.c`: partly initialised structs and bitfields through
