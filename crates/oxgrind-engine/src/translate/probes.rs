@@ -828,6 +828,34 @@ impl Emitter {
         self.d32(c::RECENT_RECORD_SWAPS_OFF as u32);
     }
 
+    /// The common start of the recent-lines checks: the access's address into rax (the
+    /// program's rcx saved), a jump to be patched for an access that straddles two lines
+    /// (its offset returned; none for a 1-byte access), then rax = the line and rcx = its
+    /// slot.
+    fn recent_line_and_slot(
+        &mut self,
+        m: &UsedMemory,
+        (shift, slots): (u32, u32),
+        ip: u64,
+    ) -> Result<Option<usize>, TranslateError> {
+        let last = recent_clamp(m, (shift, slots)) - 1;
+        self.effective_address(m, 0, ip)?;
+        self.store_gs(1, c::OFF_PROBE_RCX);
+        let mut straddles = None;
+        if last > 0 {
+            self.buf.extend_from_slice(&[0x48, 0x8D, 0x88]); // lea rcx, [rax+last]
+            self.d32(last as u32);
+            self.buf.extend_from_slice(&[0x48, 0x31, 0xC1]); // xor rcx, rax
+            self.buf.extend_from_slice(&[0x48, 0xC1, 0xE9, shift as u8]); // shr rcx, shift
+            self.buf.extend_from_slice(&[0x0F, 0x85]); // jnz straddles
+            straddles = Some(self.buf.len());
+            self.d32(0);
+        }
+        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, shift as u8]); // shr rax, shift
+        self.recent_slot_of_rax(slots);
+        Ok(straddles)
+    }
+
     /// [`Emitter::append_unless_recent`] for a table of two lines per slot: an access to
     /// the slot's second line is skipped too (the two change places, the swap bit flips);
     /// a record updates its lines' slots as [`Emitter::record_line_two_ways`] says.
@@ -859,21 +887,7 @@ impl Emitter {
         ip: u64,
         leave: Option<bool>,
     ) -> Result<Option<usize>, TranslateError> {
-        let last = recent_clamp(m, (shift, slots)) - 1;
-        self.effective_address(m, 0, ip)?;
-        self.store_gs(1, c::OFF_PROBE_RCX);
-        let mut straddles = None;
-        if last > 0 {
-            self.buf.extend_from_slice(&[0x48, 0x8D, 0x88]); // lea rcx, [rax+last]
-            self.d32(last as u32);
-            self.buf.extend_from_slice(&[0x48, 0x31, 0xC1]); // xor rcx, rax
-            self.buf.extend_from_slice(&[0x48, 0xC1, 0xE9, shift as u8]); // shr rcx, shift
-            self.buf.extend_from_slice(&[0x0F, 0x85]); // jnz straddles
-            straddles = Some(self.buf.len());
-            self.d32(0);
-        }
-        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, shift as u8]); // shr rax, shift
-        self.recent_slot_of_rax(slots);
+        let straddles = self.recent_line_and_slot(m, (shift, slots), ip)?;
         let first = c::RECENT_LINES_OFF as u32;
         let second = c::RECENT_SECOND_LINES_OFF as u32;
         self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, FIRST
@@ -982,21 +996,7 @@ impl Emitter {
         ip: u64,
         leave: Option<bool>,
     ) -> Result<Option<usize>, TranslateError> {
-        let last = recent_clamp(m, (shift, slots)) - 1;
-        self.effective_address(m, 0, ip)?;
-        self.store_gs(1, c::OFF_PROBE_RCX);
-        let mut straddles = None;
-        if last > 0 {
-            self.buf.extend_from_slice(&[0x48, 0x8D, 0x88]); // lea rcx, [rax+last]
-            self.d32(last as u32);
-            self.buf.extend_from_slice(&[0x48, 0x31, 0xC1]); // xor rcx, rax
-            self.buf.extend_from_slice(&[0x48, 0xC1, 0xE9, shift as u8]); // shr rcx, shift
-            self.buf.extend_from_slice(&[0x0F, 0x85]); // jnz straddles
-            straddles = Some(self.buf.len());
-            self.d32(0);
-        }
-        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, shift as u8]); // shr rax, shift
-        self.recent_slot_of_rax(slots);
+        let straddles = self.recent_line_and_slot(m, (shift, slots), ip)?;
         self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, gs:[..+rcx*8]
         self.d32(c::RECENT_LINES_OFF as u32);
         self.buf.extend_from_slice(&[0x0F, 0x85]); // jne new
