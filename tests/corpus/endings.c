@@ -1,6 +1,9 @@
 /* Ways a process can end, chosen by argv[1]; each allocates first so there is something
- * to report:  exit | _exit | abort | segv | wait-signal | fork | exec PROG ARGS... */
+ * to report:  exit | _exit | abort | segv | wait-signal | fork | exec PROG ARGS...
+ * | heap-abort | heap-segv (a heap smashed so that glibc's allocator itself aborts or
+ * faults: under Massif's default time unit that happens in glibc code oxgrind runs natively) */
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +25,32 @@ int main(int argc, char **argv) {
     if (!strcmp(how, "_exit")) { puts("_exit"); fflush(stdout); _exit(4); }
     if (!strcmp(how, "abort")) { fflush(stdout); abort(); }
     if (!strcmp(how, "segv")) { volatile int *p = (int *)16; return *p; }
+    if (!strcmp(how, "heap-abort")) {
+        /* Both chunk headers overwritten: free finds an impossible size and aborts
+         * ("munmap_chunk(): invalid pointer" or "free(): invalid size"). */
+        char *p = malloc(32), *q = malloc(32);
+        fflush(stdout);
+        memset(p - 16, 0xff, 64);
+        /* The stores are to memory freed next: without this, -O2 drops them as dead. */
+        __asm__ volatile("" : : "r"(p), "r"(q) : "memory");
+        free(q);
+        free(p);
+        return 0;
+    }
+    if (!strcmp(how, "heap-segv")) {
+        /* A freed chunk's tcache link (safe-linked: stored as next ^ (chunk >> 12)) made to
+         * point at an aligned unmapped address: the second malloc of its size reads it. */
+        uintptr_t *q = malloc(32), *p = malloc(32);
+        __asm__ volatile("" : : "r"(p), "r"(q) : "memory"); /* or -O2 drops q */
+        free(q);
+        free(p);
+        p[0] = ((uintptr_t)p >> 12) ^ (uintptr_t)0x100000000000ull;
+        __asm__ volatile("" : : "r"(p) : "memory");
+        fflush(stdout);
+        void *volatile a = malloc(32);
+        void *volatile b = malloc(32);
+        return a != b;
+    }
     if (!strcmp(how, "wait-signal")) {
         /* A server: keep allocating until a signal arrives. */
         puts("ready");

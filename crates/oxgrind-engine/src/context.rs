@@ -198,6 +198,9 @@ pub struct ThreadCtx {
     pub others: u64,
     pub others_at: u64,
     pub others_generation: u64,
+    /// Calls running natively for the embedder on this thread (`crate::run_native`): a fatal
+    /// signal there is the embedder's to report (`Config::on_fatal_in_native`).
+    pub native_calls: core::sync::atomic::AtomicU64,
     /// Next context in the global list of all contexts (for totals at exit).
     pub next: *mut ThreadCtx,
 }

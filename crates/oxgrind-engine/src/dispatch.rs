@@ -32,6 +32,7 @@ pub(crate) struct Global {
     pub report: bool,
     pub stats: bool,
     pub on_exit: Option<unsafe extern "C" fn(i32)>,
+    pub on_fatal_in_native: Option<unsafe extern "C" fn(i32, *const u8, *mut u8) -> bool>,
     pub on_memory_syscall: Option<fn(&crate::MemorySyscall)>,
     pub on_fd_syscall: Option<fn(&crate::MemorySyscall)>,
     /// The client's tool is told of each program system call before it runs.
@@ -46,6 +47,7 @@ pub(crate) static GLOBAL: SpinLock<Global> = SpinLock::new(Global {
     report: false,
     stats: false,
     on_exit: None,
+    on_fatal_in_native: None,
     on_memory_syscall: None,
     on_fd_syscall: None,
     before_syscalls: false,

@@ -142,6 +142,18 @@ pub struct Config {
     /// (the process is about to end; the argument is the exit status). Tools write their
     /// reports here.
     pub on_exit: Option<unsafe extern "C" fn(i32)>,
+    /// Called when a fatal signal arises in code running natively for the embedder
+    /// ([`run_native`]): a fault (signal 4, 5, 7, 8 or 11 from the kernel) or an `abort`
+    /// (SIGABRT the process sent itself), in the embedder's own work or in a library it
+    /// called natively (glibc's allocator on a heap the program corrupted). It cannot reach
+    /// the program's handler from there (that would run in the middle of the embedder's
+    /// call), and deferring it is no answer: a fault repeats, and `abort` resets the action
+    /// and raises again, uncaught. Arguments: the signal, the kernel's siginfo and ucontext
+    /// (the native code's registers). The embedder writes its report and ends the process;
+    /// returning `true` says the kernel's action is now the default one (a fault then
+    /// repeats and ends the process); `false` leaves a fault to the engine's internal
+    /// error and an abort deferred.
+    pub on_fatal_in_native: Option<unsafe extern "C" fn(i32, *const u8, *mut u8) -> bool>,
     /// The tool that instruments the program: asked about every block before it is
     /// translated, called by its probes (see [`probe`]).
     pub client: Option<probe::Client>,
@@ -246,6 +258,7 @@ impl Default for Config {
             out_fd: 2,
             far_code_cache: false,
             on_exit: None,
+            on_fatal_in_native: None,
             client: None,
             trace: false,
             recent_lines: None,
@@ -349,6 +362,7 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
         g.report = config.report_at_exit;
         g.stats = config.stats;
         g.on_exit = config.on_exit;
+        g.on_fatal_in_native = config.on_fatal_in_native;
         g.on_memory_syscall = config.on_memory_syscall;
         g.on_fd_syscall = config.on_fd_syscall;
         g.before_syscalls = config.before_syscalls && config.client.is_some();

@@ -513,6 +513,7 @@ fn gate_caller(mut regs: GuestRegs) -> GuestRegs {
 /// caller ([`gate_caller`]) lent to the embedder.
 fn native_call(ctx: &ThreadCtx, caller: &GuestRegs) {
     let _lent = ToolRegsLent::new(ctx, caller);
+    let _native = NativeCall::new(ctx);
     let (f, data) = (caller.gpr[c::RSI], caller.gpr[c::RDI]);
     // SAFETY: `crate::run_native` is the only caller of `oxg_run_native`, and passes a
     // function of this type in rsi and its argument in rdi.
@@ -520,6 +521,27 @@ fn native_call(ctx: &ThreadCtx, caller: &GuestRegs) {
     // SAFETY: as `run_native` asked; the guest state is saved in the context, and this
     // runs on the engine stack with signals deferred, as every clean call.
     unsafe { f(data as *mut u8) };
+}
+
+/// Counts a native call in flight on this thread (`ThreadCtx::native_calls`), for the
+/// signal entry: a fatal signal there goes to the embedder (`Config::on_fatal_in_native`).
+struct NativeCall<'a>(&'a ThreadCtx);
+
+impl<'a> NativeCall<'a> {
+    fn new(ctx: &'a ThreadCtx) -> Self {
+        // A load and a store, not a locked add: only this thread writes its own count (as
+        // `ToolRegsLent`), and a signal between the two restores what it found.
+        let n = ctx.native_calls.load(Ordering::Relaxed);
+        ctx.native_calls.store(n + 1, Ordering::Relaxed);
+        NativeCall(ctx)
+    }
+}
+
+impl Drop for NativeCall<'_> {
+    fn drop(&mut self) {
+        let n = self.0.native_calls.load(Ordering::Relaxed);
+        self.0.native_calls.store(n - 1, Ordering::Relaxed);
+    }
 }
 
 /// The translation of `asm::oxg_run_native` calls this through `asm::oxg_native_gate`,

@@ -194,7 +194,27 @@ pub(crate) unsafe extern "C" fn on_signal(sig: u64, info: *const u8, uc: *const 
         return 0;
     }
     if ctx.in_engine != 0 {
-        if matches!(sig, 4 | 5 | 7 | 8 | 11) && code > 0 {
+        let fault = matches!(sig, 4 | 5 | 7 | 8 | 11) && code > 0;
+        if ctx.native_calls.load(Ordering::Relaxed) != 0
+            && (fault || (sig == SIGABRT && unsafe { sent_by_own_process(info, code) }))
+        {
+            // Native code the embedder runs (its own work, or glibc's allocator on a heap
+            // the program smashed) faulted or aborted: neither can reach the program's
+            // handler from here, and a deferred abort would be raised again, uncaught, once
+            // glibc resets its action. The embedder reports and ends the process.
+            // SAFETY: written once before the engine takes over, only read afterwards; not
+            // locked, since the interrupted code may hold the lock.
+            let on_fatal = unsafe { crate::dispatch::GLOBAL.get_unchecked() }.on_fatal_in_native;
+            // SAFETY: the embedder's callback, with the kernel's arguments for this signal.
+            let taken = on_fatal.is_some_and(|f| unsafe { f(sig as i32, info, uc) });
+            if taken || !fault {
+                if !taken {
+                    defer(ctx, sig, info);
+                }
+                return 0;
+            }
+        }
+        if fault {
             // SAFETY: uc is the kernel's ucontext; the rip is gregs[REG_RIP=16] at 40.
             let rip = unsafe { core::ptr::read(uc.add(40 + 16 * 8) as *const u64) };
             let mut w = oxgrind_sys::fd::FdWriter::new(crate::dispatch::GLOBAL.lock().out_fd);
@@ -284,6 +304,18 @@ unsafe fn tell_memory_fault(
 }
 
 const SIGTRAP: usize = 5;
+const SIGABRT: usize = 6;
+
+/// Whether the signal came from this process (`kill`, `raise`, `abort`): si_code
+/// `SI_USER` (0) or `SI_TKILL` (-6) with si_pid (the i32 at offset 16) ours.
+///
+/// # Safety
+/// `info` must be the kernel's siginfo for the signal.
+unsafe fn sent_by_own_process(info: *const u8, code: i32) -> bool {
+    // SAFETY: the caller's contract: si_pid is within the 128-byte siginfo.
+    (code == 0 || code == -6)
+        && unsafe { core::ptr::read(info.add(16) as *const i32) } == raw::getpid() as i32
+}
 /// `gregs` index of the flags, and the trap flag in them.
 const REG_EFL: usize = 17;
 const EFLAGS_TF: u64 = 0x100;

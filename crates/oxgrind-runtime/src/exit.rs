@@ -603,6 +603,17 @@ extern "C" fn on_fatal_signal(sig: c_int, info: *mut c_void, _ctx: *mut c_void) 
     die_by(sig)
 }
 
+/// [`on_fatal_signal`] for a signal the engine caught in code running natively for us
+/// (`oxgrind_engine::Config::on_fatal_in_native`): glibc's allocator on a heap the program
+/// smashed, under Massif's native heap events; a fault in our own code is told apart there
+/// and said to be ours. Returns whether it was taken: a fault always is (its action is the
+/// default now, and it repeats to end the process); an abort raised inside our own code is
+/// left pending, as our own handler leaves it.
+pub unsafe extern "C" fn fatal_signal_natively(sig: c_int, info: *const u8, uc: *mut u8) -> bool {
+    on_fatal_signal(sig, info as *mut c_void, uc as *mut c_void);
+    matches!(sig, 4 | 5 | 7 | 8 | 11 | 31)
+}
+
 /// Writes the signal, the faulting address, the interrupted pc and its return addresses,
 /// then the executable mappings (to turn the addresses into places offline). Only raw
 /// system calls and a stack buffer: this runs after a fault inside oxgrind, where its

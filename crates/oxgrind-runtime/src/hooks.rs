@@ -47,9 +47,8 @@ static EVENTS_NATIVE: AtomicBool = AtomicBool::new(false);
 /// event ends, its system calls are not seen by the engine (its `munmap`s drop no
 /// translations, which is sound: heap pages are writable, and translations of writable
 /// pages check their code at every entry), and a heap that the program corrupted so badly
-/// that glibc aborts or faults in it ends the process without oxgrind's report (the engine
-/// reports an internal error), as Valgrind's own allocator crashes on such a heap
-/// (`docs/differences-from-valgrind.md`).
+/// that glibc aborts or faults in it is reported as the program's own fatal signal would be
+/// (`exit::fatal_signal_natively`, which the engine calls for a fatal signal in native code).
 pub fn events_run_natively(n: &oxgrind_tool::Needs) -> bool {
     crate::wants_engine(n) && !(n.instrument || n.definedness || n.page_events || n.before_syscalls)
 }

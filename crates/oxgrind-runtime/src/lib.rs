@@ -116,6 +116,7 @@ fn start_engine(needs: oxgrind_tool::Needs) {
         origins: needs.origins,
         before_syscalls: needs.before_syscalls,
         core_requests: Some(requests::answer),
+        on_fatal_in_native: Some(exit::fatal_signal_natively),
         on_translated: perfmap::hook(),
         ..Default::default()
     };

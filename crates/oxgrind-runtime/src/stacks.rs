@@ -281,7 +281,49 @@ pub fn capture(table: &StackTable, entry: u64, depth: usize) -> StackId {
 pub fn capture_at(table: &StackTable, gregs: *const u64, depth: usize) -> StackId {
     // SAFETY: the caller passes the 23 saved registers of the interrupted thread.
     let (pc, sp, bp) = unsafe { (*gregs.add(16), *gregs.add(15), *gregs.add(10)) };
-    capture_regs(table, pc, sp, bp, depth)
+    match oxgrind_engine::guest_regs_in_tool_call() {
+        Some(guest) => capture_native_then_guest(table, (pc, sp, bp), guest, depth),
+        None => capture_regs(table, pc, sp, bp, depth),
+    }
+}
+
+/// The stack of a thread stopped in code we run natively under the engine (glibc's
+/// allocator called from a hook, `host::native`): its native frames up to the first of
+/// ours, then the program's frames from where the hook left the code cache. Walked on
+/// from there, the native stack is the engine's own (its stack, then the code cache).
+fn capture_native_then_guest(
+    table: &StackTable,
+    (pc, sp, bp): (u64, u64, u64),
+    guest: oxgrind_tool::instrument::GuestRegs,
+    depth: usize,
+) -> StackId {
+    const MAX: usize = 256;
+    let mut buf = [0u64; MAX];
+    let depth = depth.clamp(1, MAX);
+    let own = (
+        SELF_TEXT_START.load(Ordering::Relaxed),
+        SELF_TEXT_END.load(Ordering::Relaxed),
+    );
+    let ours = |a: u64| own.0 <= a && a < own.1;
+    let n = oxgrind_symbols::capture_from(
+        oxgrind_symbols::Regs { pc, sp, bp },
+        &mut buf[..depth],
+        (0, 0),
+    );
+    for ra in buf.iter_mut().take(n).skip(1) {
+        *ra = ra.wrapping_sub(1);
+    }
+    let native = buf[..n].iter().position(|&a| ours(a)).unwrap_or(n);
+    let regs = oxgrind_symbols::Regs {
+        pc: guest.rip,
+        sp: guest.gpr[4],
+        bp: guest.gpr[5],
+    };
+    let m = oxgrind_symbols::capture_from(regs, &mut buf[native..depth], own);
+    for ra in &mut buf[native..native + m] {
+        *ra = ra.wrapping_sub(1);
+    }
+    table.intern(&buf[..(native + m).max(1)])
 }
 
 /// The stack of a thread stopped at `pc` with stack pointer `sp` and frame pointer `bp`

@@ -21,11 +21,23 @@ fn run_mode(
     Vec<(String, String)>,
     tempfile::TempDir,
 ) {
+    run_mode_in("B", mode)
+}
+
+/// [`run_mode`] with Massif's `--time-unit`.
+fn run_mode_in(
+    time_unit: &str,
+    mode: &[&str],
+) -> (
+    std::process::ExitStatus,
+    Vec<(String, String)>,
+    tempfile::TempDir,
+) {
     let dir = tempfile::tempdir().unwrap();
     let o = run(Command::new(oxgrind())
         .args([
             "--tool=massif",
-            "--time-unit=B",
+            &format!("--time-unit={time_unit}"),
             "--massif-out-file=massif.out.%p",
         ])
         .arg(endings())
@@ -94,6 +106,56 @@ fn segfault_writes_the_file_and_dies_by_sigsegv() {
     let (status, files, _d) = run_mode(&["segv"]);
     assert_eq!(status.signal(), Some(11), "status {status:?}");
     assert_measured(&files);
+}
+
+/// A heap so smashed that glibc's allocator aborts or faults in it, in every time unit: at
+/// `i` glibc's allocator runs natively out of the engine's code cache, where the signal
+/// reaches the engine, not the program (issue 11's "never loses the report"). The process
+/// still dies by the signal it dies by natively, the file is written, and the report's
+/// stack goes from glibc's frames to the program's.
+#[test]
+fn a_heap_glibc_aborts_or_faults_on_writes_the_file_in_every_time_unit() {
+    for unit in ["i", "B"] {
+        for (mode, sig) in [("heap-abort", 6), ("heap-segv", 11)] {
+            let native = run(Command::new(endings()).arg(mode));
+            assert_eq!(native.status.signal(), Some(sig), "{mode} natively");
+            let dir = tempfile::tempdir().unwrap();
+            let o = run(Command::new(oxgrind())
+                .args([
+                    "--tool=massif",
+                    &format!("--time-unit={unit}"),
+                    "--massif-out-file=massif.out.%p",
+                ])
+                .arg(endings())
+                .arg(mode)
+                .current_dir(dir.path()));
+            let err = stderr(&o);
+            assert_eq!(o.status.signal(), Some(sig), "{mode} at {unit}:\n{err}");
+            assert!(!err.contains("internal error"), "{mode} at {unit}:\n{err}");
+            assert_measured(&massif_files(dir.path()));
+            if sig == 11 {
+                // Valgrind's core prints a kernel-raised fault's stack: glibc's malloc,
+                // (our hook's `malloc` at B), then main: none of the engine's frames.
+                let stack: Vec<&str> = err
+                    .lines()
+                    .skip_while(|l| !l.contains("Process terminating"))
+                    .take_while(|l| {
+                        l.contains(" at ") || l.contains(" by ") || l.contains("Process")
+                    })
+                    .collect();
+                assert!(
+                    stack.iter().any(|l| l.contains(": main (endings.c:")),
+                    "{mode} at {unit}: {stack:#?}"
+                );
+                assert!(
+                    !stack
+                        .iter()
+                        .any(|l| l.contains("oxgrind_engine") || l.contains("???")),
+                    "{mode} at {unit}: {stack:#?}"
+                );
+            }
+        }
+    }
 }
 
 /// The server case: a long-running program stopped with Ctrl+C or SIGTERM.
