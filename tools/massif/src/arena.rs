@@ -48,20 +48,32 @@ const NIL: u32 = u32::MAX;
 /// A block of the replayed arena, as handed to the caller (a slot in the arena's table).
 pub(crate) type BlockId = u32;
 
+/// What the free-list operations read of a block: its place in its free list and its
+/// simulated address (the list search and `unlink`'s swizzle walk these, so they sit
+/// together, four to a cache line, apart from the rest of the block).
+///
 /// Valgrind keeps a block's size in its header and trailer and finds neighbours by address;
-/// here each block knows its neighbours in the superblock (`before`, `after`) and, while
-/// free, in its free list (`prev`, `next`), so no operation needs a lookup by address.
+/// here each block knows its neighbours in the superblock ([`Shape`]) and, while free, in its
+/// free list (`prev`, `next`), so no operation needs a lookup by address.
 #[derive(Copy, Clone, Debug)]
-struct Block {
+struct Link {
     /// Simulated address of the block (its payload is 16 bytes further).
     addr: u64,
-    bsz: u64,
-    free: bool,
-    sb: u32,
     prev: u32,
     next: u32,
+}
+
+/// The rest of a block.
+#[derive(Copy, Clone, Debug)]
+struct Shape {
+    bsz: u64,
+    sb: u32,
     before: u32,
     after: u32,
+    free: bool,
+    /// While free: the list it is linked in (`list_no` of its payload size), kept so that
+    /// unlinking it needs no size-class computation.
+    lno: u8,
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -76,12 +88,21 @@ struct Superblock {
 }
 
 /// The client arena of one Valgrind process, as far as block sizes go.
+///
+/// Block ids index `links` and `shapes` (always the same length): every id stored in a
+/// link, a shape, a list head or a superblock, and every id handed out, was returned by
+/// [`Arena::new_block`], and the tables never shrink, so an id other than [`NIL`] is always
+/// in bounds. The hot paths rely on that to read without bounds checks ([`Arena::l`]).
 pub(crate) struct Arena {
-    blocks: Vec<Block>,
+    links: Vec<Link>,
+    shapes: Vec<Shape>,
     spare_blocks: Vec<u32>,
     sbs: Vec<Superblock>,
     spare_sbs: Vec<u32>,
     freelist: [u32; N_LISTS],
+    /// Bit `l` set exactly when `freelist[l]` is not empty, so a search skips the empty
+    /// lists in one step (Valgrind visits them one by one; the result is the same).
+    nonempty: u128,
     deferred: Option<u32>,
     min_unsplittable: u64,
     /// Simulated mappings: start → length.
@@ -91,11 +112,13 @@ pub(crate) struct Arena {
 impl Default for Arena {
     fn default() -> Self {
         Arena {
-            blocks: Vec::new(),
+            links: Vec::new(),
+            shapes: Vec::new(),
             spare_blocks: Vec::new(),
             sbs: Vec::new(),
             spare_sbs: Vec::new(),
             freelist: [NIL; N_LISTS],
+            nonempty: 0,
             deferred: None,
             min_unsplittable: MIN_UNSPLITTABLE,
             mapped: BTreeMap::new(),
@@ -103,19 +126,20 @@ impl Default for Arena {
     }
 }
 
+/// Lower bounds (in 16-byte units) of lists 65..=111; list 64 starts at 64.
+const BOUNDS: [u64; 47] = [
+    67, 70, 74, 77, 81, 85, 90, 94, 99, 104, 109, 114, 120, 126, 133, 139, 153, 169, 185, 204, 224,
+    247, 272, 299, 329, 362, 398, 438, 482, 530, 583, 641, 770, 924, 1109, 1331, 1597, 1916, 2300,
+    2760, 3312, 3974, 4769, 5723, 6868, 8241, 9890,
+];
+
 /// Valgrind's size classes: 16-byte steps up to 1008 bytes, then geometric.
 fn list_no(psz: u64) -> usize {
     let n = psz / MIN_MALLOC;
     if n < 64 {
         return n as usize;
     }
-    // Lower bounds (in 16-byte units) of lists 65..=111; list 64 starts at 64.
-    const BOUNDS: [u64; 47] = [
-        67, 70, 74, 77, 81, 85, 90, 94, 99, 104, 109, 114, 120, 126, 133, 139, 153, 169, 185, 204,
-        224, 247, 272, 299, 329, 362, 398, 438, 482, 530, 583, 641, 770, 924, 1109, 1331, 1597,
-        1916, 2300, 2760, 3312, 3974, 4769, 5723, 6868, 8241, 9890,
-    ];
-    64 + BOUNDS.iter().take_while(|&&b| n >= b).count()
+    64 + BOUNDS.partition_point(|&b| n >= b)
 }
 
 fn align_req(n: u64) -> u64 {
@@ -124,14 +148,15 @@ fn align_req(n: u64) -> u64 {
 
 impl Arena {
     /// Usable bytes of a block.
+    #[inline]
     pub(crate) fn usable(&self, id: BlockId) -> u64 {
-        self.blocks[id as usize].bsz - OVERHEAD
+        self.s(id).bsz - OVERHEAD
     }
 
     /// Simulated payload address of a block.
     #[cfg(test)]
     fn payload(&self, id: BlockId) -> u64 {
-        self.blocks[id as usize].addr + OVERHEAD_LO
+        self.l(id).addr + OVERHEAD_LO
     }
 
     /// `VG_(cli_malloc)(align, size)`.
@@ -143,23 +168,50 @@ impl Arena {
         }
     }
 
-    fn b(&self, id: u32) -> &Block {
-        &self.blocks[id as usize]
+    #[inline]
+    fn l(&self, id: u32) -> &Link {
+        debug_assert!((id as usize) < self.links.len());
+        // SAFETY: `id` is a block id, in bounds (see the invariant on `Arena`).
+        unsafe { self.links.get_unchecked(id as usize) }
     }
 
-    fn bm(&mut self, id: u32) -> &mut Block {
-        &mut self.blocks[id as usize]
+    #[inline]
+    fn lm(&mut self, id: u32) -> &mut Link {
+        debug_assert!((id as usize) < self.links.len());
+        // SAFETY: as in `l`.
+        unsafe { self.links.get_unchecked_mut(id as usize) }
     }
 
-    fn new_block(&mut self, blk: Block) -> u32 {
+    #[inline]
+    fn s(&self, id: u32) -> &Shape {
+        debug_assert!((id as usize) < self.shapes.len());
+        // SAFETY: as in `l` (`shapes` has the length of `links`).
+        unsafe { self.shapes.get_unchecked(id as usize) }
+    }
+
+    #[inline]
+    fn sm(&mut self, id: u32) -> &mut Shape {
+        debug_assert!((id as usize) < self.shapes.len());
+        // SAFETY: as in `s`.
+        unsafe { self.shapes.get_unchecked_mut(id as usize) }
+    }
+
+    fn new_block(&mut self, addr: u64, shape: Shape) -> u32 {
+        let link = Link {
+            addr,
+            prev: NIL,
+            next: NIL,
+        };
         match self.spare_blocks.pop() {
             Some(id) => {
-                self.blocks[id as usize] = blk;
+                *self.lm(id) = link;
+                *self.sm(id) = shape;
                 id
             }
             None => {
-                self.blocks.push(blk);
-                (self.blocks.len() - 1) as u32
+                self.links.push(link);
+                self.shapes.push(shape);
+                (self.links.len() - 1) as u32
             }
         }
     }
@@ -169,29 +221,33 @@ impl Arena {
         let req_p = align_req(req);
         let req_b = req_p + OVERHEAD;
         let mut found = None;
-        'lists: for lno in list_no(req_p)..N_LISTS {
-            let head = self.freelist[lno];
-            if head == NIL {
-                continue;
+        let mut lno = list_no(req_p);
+        'lists: while lno < N_LISTS {
+            // The next list that is not empty (Valgrind skips the empty ones one by one).
+            let rest = self.nonempty >> lno;
+            if rest == 0 {
+                break;
             }
-            let mut b = head;
+            lno += rest.trailing_zeros() as usize;
+            let mut b = self.freelist[lno];
             let mut searched = 0;
             loop {
                 searched += 1;
                 if searched >= 100 && lno < N_LISTS - 1 {
                     // Valgrind moves the list's start one step along and tries the next list.
-                    self.freelist[lno] = self.b(self.freelist[lno]).next;
+                    self.freelist[lno] = self.l(self.freelist[lno]).next;
                     break;
                 }
-                if self.b(b).bsz >= req_b {
+                if self.s(b).bsz >= req_b {
                     found = Some((b, lno));
                     break 'lists;
                 }
-                b = self.b(b).next;
+                b = self.l(b).next;
                 if b == self.freelist[lno] {
                     break;
                 }
             }
+            lno += 1;
         }
         let mut new_sb_unsplittable = false;
         let (b, lno) = match found {
@@ -199,15 +255,15 @@ impl Arena {
             None => {
                 let (b, unsplittable) = self.new_superblock(req_b);
                 new_sb_unsplittable = unsplittable;
-                (b, list_no(self.b(b).bsz - OVERHEAD))
+                (b, self.s(b).lno as usize)
             }
         };
-        let bsz = self.b(b).bsz;
+        let bsz = self.s(b).bsz;
         let frag = bsz - req_b;
         self.unlink(b, lno);
-        self.bm(b).free = false;
+        self.sm(b).free = false;
         if frag >= MIN_USEFUL && !new_sb_unsplittable {
-            self.bm(b).bsz = req_b;
+            self.sm(b).bsz = req_b;
             let rest = self.split_after(b, frag);
             self.mk_free(rest);
         }
@@ -217,21 +273,23 @@ impl Arena {
     /// Carves a new block of `bsz` bytes off the end of `b` (whose size the caller has
     /// already reduced by as much); returns it, not on any free list.
     fn split_after(&mut self, b: u32, bsz: u64) -> u32 {
-        let blk = *self.b(b);
-        let id = self.new_block(Block {
-            addr: blk.addr + blk.bsz,
-            bsz,
-            free: false,
-            sb: blk.sb,
-            prev: NIL,
-            next: NIL,
-            before: b,
-            after: blk.after,
-        });
-        if blk.after != NIL {
-            self.bm(blk.after).before = id;
+        let addr = self.l(b).addr + self.s(b).bsz;
+        let shape = *self.s(b);
+        let id = self.new_block(
+            addr,
+            Shape {
+                bsz,
+                sb: shape.sb,
+                before: b,
+                after: shape.after,
+                free: false,
+                lno: 0,
+            },
+        );
+        if shape.after != NIL {
+            self.sm(shape.after).before = id;
         }
-        self.bm(b).after = id;
+        self.sm(b).after = id;
         id
     }
 
@@ -244,11 +302,11 @@ impl Arena {
         self.min_unsplittable = u64::MAX;
         let base = self.malloc(base_req);
         self.min_unsplittable = saved;
-        let base_b = self.b(base).addr;
+        let base_b = self.l(base).addr;
         let align_p = (base_b + 2 * OVERHEAD_LO + OVERHEAD_HI).next_multiple_of(align);
         let frag = align_p - OVERHEAD_LO - base_b;
-        let rest = self.b(base).bsz - frag;
-        self.bm(base).bsz = frag;
+        let rest = self.s(base).bsz - frag;
+        self.sm(base).bsz = frag;
         let aligned = self.split_after(base, rest);
         self.mk_free(base);
         aligned
@@ -256,7 +314,7 @@ impl Arena {
 
     /// `VG_(arena_free)`.
     pub(crate) fn free(&mut self, id: BlockId) {
-        let sb = self.b(id).sb;
+        let sb = self.s(id).sb;
         if self.sbs[sb as usize].unsplittable {
             self.spare_blocks.push(id);
             self.reclaim(sb);
@@ -267,16 +325,16 @@ impl Arena {
     }
 
     fn merge_with_free_neighbours(&mut self, mut b: u32) {
-        let after = self.b(b).after;
-        if after != NIL && self.b(after).free {
+        let after = self.s(b).after;
+        if after != NIL && self.s(after).free {
             self.absorb_next(b);
         }
-        let before = self.b(b).before;
-        if before != NIL && self.b(before).free {
+        let before = self.s(b).before;
+        if before != NIL && self.s(before).free {
             self.absorb_next(before);
             b = before;
         }
-        let blk = *self.b(b);
+        let blk = *self.s(b);
         if blk.before == NIL && blk.after == NIL {
             self.deferred_reclaim(Some(blk.sb));
         }
@@ -285,14 +343,15 @@ impl Arena {
     /// Merges the free block after free block `b` into it (both leave their lists; the
     /// result is linked as a new free block).
     fn absorb_next(&mut self, b: u32) {
-        let other = self.b(b).after;
-        self.unlink(b, list_no(self.b(b).bsz - OVERHEAD));
-        self.unlink(other, list_no(self.b(other).bsz - OVERHEAD));
-        let o = *self.b(other);
-        self.bm(b).bsz += o.bsz;
-        self.bm(b).after = o.after;
+        let other = self.s(b).after;
+        self.unlink(b, self.s(b).lno as usize);
+        self.unlink(other, self.s(other).lno as usize);
+        let o = *self.s(other);
+        let blk = self.sm(b);
+        blk.bsz += o.bsz;
+        blk.after = o.after;
         if o.after != NIL {
-            self.bm(o.after).before = b;
+            self.sm(o.after).before = b;
         }
         self.spare_blocks.push(other);
         self.mk_free(b);
@@ -307,9 +366,9 @@ impl Arena {
         if let Some(def) = self.deferred.filter(|&d| Some(d) != sb) {
             // Still fully free: its first block is free and is its only block.
             let first = self.first_block(def);
-            let blk = *self.b(first);
+            let blk = *self.s(first);
             if blk.free && blk.after == NIL {
-                self.unlink(first, list_no(blk.bsz - OVERHEAD));
+                self.unlink(first, blk.lno as usize);
                 self.spare_blocks.push(first);
                 self.reclaim(def);
                 self.deferred = None;
@@ -344,16 +403,17 @@ impl Arena {
                 (self.sbs.len() - 1) as u32
             }
         };
-        let b = self.new_block(Block {
-            addr: s.start,
-            bsz: s.n_payload,
-            free: false,
-            sb,
-            prev: NIL,
-            next: NIL,
-            before: NIL,
-            after: NIL,
-        });
+        let b = self.new_block(
+            s.start,
+            Shape {
+                bsz: s.n_payload,
+                sb,
+                before: NIL,
+                after: NIL,
+                free: false,
+                lno: 0,
+            },
+        );
         self.sbs[sb as usize].first = b;
         self.mk_free(b);
         (b, unsplittable)
@@ -380,19 +440,22 @@ impl Arena {
 
     /// `mkFreeBlock`: marks `b` free and links it in before its list's head.
     fn mk_free(&mut self, b: u32) {
-        let lno = list_no(self.b(b).bsz - OVERHEAD);
-        self.bm(b).free = true;
+        let lno = list_no(self.s(b).bsz - OVERHEAD);
+        let shape = self.sm(b);
+        shape.free = true;
+        shape.lno = lno as u8;
         let head = self.freelist[lno];
         if head == NIL {
-            let blk = self.bm(b);
+            let blk = self.lm(b);
             blk.prev = b;
             blk.next = b;
             self.freelist[lno] = b;
+            self.nonempty |= 1 << lno;
         } else {
-            let prev = self.b(head).prev;
-            self.bm(prev).next = b;
-            self.bm(head).prev = b;
-            let blk = self.bm(b);
+            let prev = self.l(head).prev;
+            self.lm(prev).next = b;
+            self.lm(head).prev = b;
+            let blk = self.lm(b);
             blk.next = head;
             blk.prev = prev;
         }
@@ -400,40 +463,44 @@ impl Arena {
 
     /// `unlinkBlock`, including its "swizzle" of the list head towards lower addresses.
     fn unlink(&mut self, b: u32, lno: usize) {
-        let blk = *self.b(b);
+        let blk = *self.l(b);
         if blk.prev == b {
             self.freelist[lno] = NIL;
+            self.nonempty &= !(1 << lno);
         } else {
             self.freelist[lno] = blk.prev;
-            self.bm(blk.prev).next = blk.next;
-            self.bm(blk.next).prev = blk.prev;
+            self.lm(blk.prev).next = blk.next;
+            self.lm(blk.next).prev = blk.prev;
             self.swizzle(lno);
         }
-        let blk = self.bm(b);
+        let blk = self.lm(b);
         blk.prev = NIL;
         blk.next = NIL;
     }
 
+    /// Valgrind's `swizzle`: the lowest-addressed of the head and its five neighbours on
+    /// either side becomes the head.
     fn swizzle(&mut self, lno: usize) {
         let head = self.freelist[lno];
-        if head == NIL {
-            return;
-        }
         let mut best = head;
+        let mut best_addr = self.l(head).addr;
         let (mut pn, mut pp) = (head, head);
         for _ in 0..5 {
-            pn = self.b(pn).next;
-            pp = self.b(pp).prev;
-            if self.b(pn).addr < self.b(best).addr {
+            let n = *self.l(pn);
+            let p = *self.l(pp);
+            pn = n.next;
+            pp = p.prev;
+            let (an, ap) = (self.l(pn).addr, self.l(pp).addr);
+            if an < best_addr {
                 best = pn;
+                best_addr = an;
             }
-            if self.b(pp).addr < self.b(best).addr {
+            if ap < best_addr {
                 best = pp;
+                best_addr = ap;
             }
         }
-        if best != head {
-            self.freelist[lno] = best;
-        }
+        self.freelist[lno] = best;
     }
 }
 

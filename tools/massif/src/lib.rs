@@ -15,10 +15,12 @@
 //!
 //! Cost on the program's allocator path: the event appended to its thread's log (module
 //! [`log`]: no process-wide lock per event; the logs are applied in batches), then, when
-//! applied, one hash lookup from the [`StackId`] to its EC, the replay of the allocation in Valgrind's allocator (module
-//! `arena`: a free-list search and a few table updates; on an allocation-heavy C++ workload
-//! about a third of Massif's time: 1.36 s against 0.89 s without it), a few additions, and a comparison with the time of the next
-//! snapshot. Classifying a stack never seen before (symbol lookups) happens outside the lock.
+//! applied, one table read from the [`StackId`] to its EC (stack ids are dense), the replay
+//! of the allocation in Valgrind's allocator (module `arena`: a free-list search and a few
+//! table updates, about 300 instructions per malloc/free pair), one insert or removal in the
+//! table of live blocks (module `chunks`), a few additions, and a comparison with the time of
+//! the next snapshot. Classifying a stack never seen before (symbol lookups) happens outside
+//! the lock.
 //!
 //! The runtime's block table gives each [`Free`] the stack of the call that last allocated or
 //! reallocated the block. Massif's own table (`chunks`, Valgrind's `HP_Chunk`s) holds what
@@ -53,6 +55,7 @@
 //! files Valgrind 3.19 wrote.
 
 mod arena;
+mod chunks;
 pub mod classify;
 mod clock;
 mod log;
@@ -87,7 +90,7 @@ pub(crate) type Clock = Option<i64>;
 /// Everything that changes while the program runs, behind one lock.
 struct State {
     /// Stack (as interned by the runtime) → EC, filled once per new stack.
-    by_stack: FxHashMap<StackId, EcId>,
+    by_stack: EcByStack,
     /// EC frames → id, so several raw stacks that filter to the same frames share an EC.
     ec_ids: FxHashMap<Box<[Addr]>, EcId>,
     ec_frames: Vec<Box<[Addr]>>,
@@ -111,23 +114,52 @@ struct State {
     pages: pages::Pages,
     /// Valgrind's allocator, replayed to know the usable size it would give each block.
     arena: arena::Arena,
-    /// Live blocks (real address) → where the replayed allocator put them and their slop
+    /// Live blocks (real address) → where the replayed allocator put them and their EC
     /// (Valgrind's `HP_Chunk`).
-    chunks: FxHashMap<Addr, Chunk>,
+    chunks: chunks::Chunks,
     /// Events taken from the threads' logs and not applied yet, one queue per log (see
     /// [`log`]): an event waits while another thread's event on its address is missing.
     pending: Vec<log::Pending>,
 }
 
-/// A live block as Valgrind's allocator would hold it.
-#[derive(Copy, Clone, Debug)]
-struct Chunk {
-    /// The block in the replayed arena.
-    sim: arena::BlockId,
-    slop: u64,
-    /// The EC of the stack that allocated it (the one its free names): kept here so that a
-    /// free needs no lookup from stack to EC.
-    ec: EcId,
+/// The EC of each stack id: the runtime numbers stacks densely from 0, so a table indexed
+/// by id (a map for ids past [`EcByStack::DENSE`], which a runtime never hands out).
+#[derive(Default)]
+struct EcByStack {
+    dense: Vec<EcId>,
+    sparse: FxHashMap<u32, EcId>,
+}
+
+impl EcByStack {
+    /// The runtime's own limit on distinct stacks.
+    const DENSE: u32 = 1 << 26;
+    /// A `dense` entry not filled yet.
+    const UNKNOWN: EcId = IGNORED - 1;
+
+    #[inline]
+    fn get(&self, stack: StackId) -> Option<EcId> {
+        if stack.0 < Self::DENSE {
+            match self.dense.get(stack.0 as usize) {
+                Some(&ec) if ec != Self::UNKNOWN => Some(ec),
+                _ => None,
+            }
+        } else {
+            self.sparse.get(&stack.0).copied()
+        }
+    }
+
+    fn insert(&mut self, stack: StackId, ec: EcId) {
+        let i = stack.0 as usize;
+        if stack.0 < Self::DENSE {
+            if i >= self.dense.len() {
+                self.dense
+                    .resize((i + 1).next_power_of_two(), Self::UNKNOWN);
+            }
+            self.dense[i] = ec;
+        } else {
+            self.sparse.insert(stack.0, ec);
+        }
+    }
 }
 
 /// The Massif tool. Create with [`Massif::new`], feed options, then hand to the runtime.
@@ -173,7 +205,7 @@ impl Massif {
         stack: StackId,
         keep_first: bool,
     ) -> (sync::SpinGuard<'a, State>, EcId) {
-        if let Some(&ec) = st.by_stack.get(&stack) {
+        if let Some(ec) = st.by_stack.get(stack) {
             return (st, ec);
         }
         drop(st);
@@ -198,7 +230,7 @@ impl Massif {
     /// [`Massif::ec_of`] with the lock held throughout (applying the logs: a new stack is
     /// classified by the thread applying them, while other threads keep logging).
     fn ec_of_locked(&self, host: &dyn Host, st: &mut State, stack: StackId) -> EcId {
-        if let Some(&ec) = st.by_stack.get(&stack) {
+        if let Some(ec) = st.by_stack.get(stack) {
             return ec;
         }
         let raw = host.stack(stack);
@@ -265,8 +297,8 @@ impl Massif {
             for i in 0..st.pending.len() {
                 while let Some(ev) = st.pending[i].front() {
                     let (live, free) = ev.needs();
-                    let ready = live.map_or(true, |a| st.chunks.contains_key(&a))
-                        && free.map_or(true, |a| !st.chunks.contains_key(&a));
+                    let ready = live.map_or(true, |a| st.chunks.contains(a))
+                        && free.map_or(true, |a| !st.chunks.contains(a));
                     if !ready {
                         break;
                     }
@@ -318,8 +350,8 @@ impl Massif {
     }
 
     fn apply_free(&self, host: &dyn Host, st: &mut State, ev: &Free, clock: Clock) {
-        let (slop, ec) = match st.arena_free(ev.addr) {
-            Some(c) => (c.slop, c.ec),
+        let (slop, ec) = match st.arena_free(ev.addr, ev.size) {
+            Some(found) => found,
             None => (ev.slop, self.ec_of_locked(host, st, ev.alloc_stack)),
         };
         if st.take_ignored(ev.addr, ec) {
@@ -639,7 +671,7 @@ impl Massif {
 impl State {
     fn new(opts: &Options) -> Self {
         State {
-            by_stack: FxHashMap::default(),
+            by_stack: EcByStack::default(),
             ec_ids: FxHashMap::default(),
             ec_frames: Vec::new(),
             ec_bytes: Vec::new(),
@@ -654,7 +686,7 @@ impl State {
             ignored_blocks: FxHashSet::default(),
             pages: pages::Pages::default(),
             arena: arena::Arena::default(),
-            chunks: FxHashMap::default(),
+            chunks: chunks::Chunks::default(),
             pending: (0..log::SLOTS).map(|_| Default::default()).collect(),
         }
     }
@@ -680,16 +712,17 @@ impl State {
     /// `VG_(cli_malloc)` for a new block at real address `addr`: its slop.
     fn arena_alloc(&mut self, addr: Addr, align: u64, size: u64, ec: EcId) -> u64 {
         let sim = self.arena.alloc(align, size);
-        let slop = self.arena.usable(sim).saturating_sub(size);
-        self.chunks.insert(addr, Chunk { sim, slop, ec });
-        slop
+        self.chunks.insert(addr, chunks::Chunk { sim, ec });
+        self.arena.usable(sim).saturating_sub(size)
     }
 
-    /// `VG_(cli_free)` of the block at `addr`: its chunk (`None` if we never saw it).
-    fn arena_free(&mut self, addr: Addr) -> Option<Chunk> {
-        let c = self.chunks.remove(&addr)?;
+    /// `VG_(cli_free)` of the block of `size` bytes at `addr`: its slop and EC (`None` if we
+    /// never saw it).
+    fn arena_free(&mut self, addr: Addr, size: u64) -> Option<(u64, EcId)> {
+        let c = self.chunks.remove(addr)?;
+        let slop = self.arena.usable(c.sim).saturating_sub(size);
         self.arena.free(c.sim);
-        Some(c)
+        Some((slop, c.ec))
     }
 
     /// Valgrind's `realloc_block`: the block stays where it is when the new size fits in
@@ -703,21 +736,25 @@ impl State {
         align: u64,
         new_ec: EcId,
     ) -> (u64, u64, Option<EcId>) {
-        match self.chunks.remove(&old.addr) {
-            Some(c) if new.size <= old.size + c.slop => {
-                let slop = c.slop + old.size - new.size;
-                let moved = Chunk {
+        match self.chunks.remove(old.addr) {
+            Some(c) if new.size <= self.arena.usable(c.sim) => {
+                let usable = self.arena.usable(c.sim);
+                let moved = chunks::Chunk {
                     sim: c.sim,
-                    slop,
                     ec: new_ec,
                 };
                 self.chunks.insert(new.addr, moved);
-                (c.slop, slop, Some(c.ec))
+                (
+                    usable.saturating_sub(old.size),
+                    usable - new.size,
+                    Some(c.ec),
+                )
             }
             Some(c) => {
+                let old_slop = self.arena.usable(c.sim).saturating_sub(old.size);
                 let slop = self.arena_alloc(new.addr, align, new.size, new_ec);
                 self.arena.free(c.sim);
-                (c.slop, slop, Some(c.ec))
+                (old_slop, slop, Some(c.ec))
             }
             None => (
                 old.slop,
