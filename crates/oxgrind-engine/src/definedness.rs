@@ -208,7 +208,12 @@ pub fn set(addr: u64, len: u64, defined: bool) {
         } else {
             chunk_for_write(a)
         };
-        if chunk != 0 {
+        if chunk != 0 && defined && n as u64 == CHUNK {
+            // A whole chunk's span defined (memory mapped or unmapped, a large block): its
+            // pages go back to the kernel, which reads them as zeros, all defined, again.
+            // The chunk stays the span's; only its memory is dropped.
+            release(chunk);
+        } else if chunk != 0 {
             // SAFETY: the chunk is CHUNK bytes of the pool; off + n <= CHUNK.
             unsafe {
                 fill(
@@ -219,6 +224,18 @@ pub fn set(addr: u64, len: u64, defined: bool) {
             };
         }
     });
+}
+
+/// Gives a chunk's pages back (`MADV_DONTNEED`: they read as zeros, all defined, and cost
+/// nothing until written again).
+fn release(chunk: u64) {
+    const SYS_MADVISE: usize = 28;
+    const MADV_DONTNEED: usize = 4;
+    // SAFETY: the chunk is CHUNK bytes of our private anonymous pool; dropping its pages
+    // only zeroes them, which is the state `set` was about to write.
+    unsafe {
+        oxgrind_sys::syscall::syscall3(SYS_MADVISE, chunk as usize, CHUNK as usize, MADV_DONTNEED)
+    };
 }
 
 /// Writes `len` bytes of `byte` at `p` with one `rep stosb`, never a call to `memset`:
