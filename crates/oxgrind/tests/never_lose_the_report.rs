@@ -21,15 +21,16 @@ fn run_mode(
     Vec<(String, String)>,
     tempfile::TempDir,
 ) {
-    run_mode_in("B", mode)
+    let (o, files, dir) = run_mode_in("B", mode);
+    (o.status, files, dir)
 }
 
-/// [`run_mode`] with Massif's `--time-unit`.
+/// [`run_mode`] with Massif's `--time-unit`, returning the whole output.
 fn run_mode_in(
     time_unit: &str,
     mode: &[&str],
 ) -> (
-    std::process::ExitStatus,
+    std::process::Output,
     Vec<(String, String)>,
     tempfile::TempDir,
 ) {
@@ -43,7 +44,8 @@ fn run_mode_in(
         .arg(endings())
         .args(mode)
         .current_dir(dir.path()));
-    (o.status, massif_files(dir.path()), dir)
+    let files = massif_files(dir.path());
+    (o, files, dir)
 }
 
 fn massif_files(dir: &std::path::Path) -> Vec<(String, String)> {
@@ -119,20 +121,11 @@ fn a_heap_glibc_aborts_or_faults_on_writes_the_file_in_every_time_unit() {
         for (mode, sig) in [("heap-abort", 6), ("heap-segv", 11)] {
             let native = run(Command::new(endings()).arg(mode));
             assert_eq!(native.status.signal(), Some(sig), "{mode} natively");
-            let dir = tempfile::tempdir().unwrap();
-            let o = run(Command::new(oxgrind())
-                .args([
-                    "--tool=massif",
-                    &format!("--time-unit={unit}"),
-                    "--massif-out-file=massif.out.%p",
-                ])
-                .arg(endings())
-                .arg(mode)
-                .current_dir(dir.path()));
+            let (o, files, _dir) = run_mode_in(unit, &[mode]);
             let err = stderr(&o);
             assert_eq!(o.status.signal(), Some(sig), "{mode} at {unit}:\n{err}");
             assert!(!err.contains("internal error"), "{mode} at {unit}:\n{err}");
-            assert_measured(&massif_files(dir.path()));
+            assert_measured(&files);
             if sig == 11 {
                 // Valgrind's core prints a kernel-raised fault's stack: glibc's malloc,
                 // (our hook's `malloc` at B), then main: none of the engine's frames.
