@@ -341,6 +341,7 @@ pub fn translate_at_most(
         pcmap: Vec::with_capacity(32),
         slow: Vec::new(),
         above_sp: Vec::new(),
+        recent_cold: Vec::new(),
     };
     if avail == 0 {
         return Ok(native_jump(pc));
@@ -675,6 +676,9 @@ struct Emitter {
     slow: Vec<SlowCall>,
     /// Out-of-line upper halves of below-the-stack-pointer compares, placed by `finish`.
     above_sp: Vec<AboveSp>,
+    /// Out-of-line rest of the recent-lines checks of one-operand instructions, placed by
+    /// `finish` (see `Emitter::append_unless_recent_two_ways`).
+    recent_cold: Vec<probes::RecentCold>,
 }
 
 /// Most conditional jumps to one out-of-line call (definedness's fast path: the state

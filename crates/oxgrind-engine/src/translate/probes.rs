@@ -25,6 +25,23 @@ enum TraceFilter {
     RecentLines,
 }
 
+/// The out-of-line part of an instruction's recent-lines check (see
+/// `Emitter::check_recent_two_ways`), placed by `Emitter::finish_recent_cold`.
+pub(super) struct RecentCold {
+    m: UsedMemory,
+    geometry: (u32, u32),
+    tag: u32,
+    word: u32,
+    ip: u64,
+    flags_live: bool,
+    /// Position of the rel32 of the inline `jne` taken when the first line differs.
+    to_second: usize,
+    /// Position of the rel32 of the inline `jnz` taken by an access straddling two lines.
+    straddles: Option<usize>,
+    /// Where the inline check ends: the instruction, guest state exact.
+    back: usize,
+}
+
 /// The bytes of operand `m` the recent-lines table considers: at most one line's.
 fn recent_clamp(m: &UsedMemory, (shift, _): (u32, u32)) -> u64 {
     (m.memory_size().size() as u64).clamp(1, 1 << shift)
@@ -606,6 +623,10 @@ impl Emitter {
                     self.buf[j..j + 4].copy_from_slice(&rel.to_le_bytes());
                 }
             } else if let (Some(g), TraceFilter::RecentLines) = (recent, filter) {
+                if n == 1 && crate::recent_lines::two_ways() {
+                    // The whole probe but its check is out of line: no drain check here.
+                    return self.check_recent_two_ways(m, g, tag, word, ip, flags_live);
+                }
                 let leave = (n == 1).then_some(flags_live);
                 skipped_out = if crate::recent_lines::two_ways() {
                     self.append_unless_recent_two_ways(m, g, tag, word, ip, leave)?
@@ -951,6 +972,136 @@ impl Emitter {
         self.patch_rel32(done_first);
         self.patch_rel32(done_second);
         Ok(None)
+    }
+
+    /// The recent-lines check of an instruction's only operand, for a table of two lines
+    /// per slot: inline only what an access to its slot's first line runs (most accesses),
+    /// which then falls through to the instruction; the rest, from the compare with the
+    /// second line to the record and the drain check (what
+    /// [`Emitter::append_unless_recent_two_ways`] emits), out of line after the block's
+    /// stubs ([`Emitter::finish_recent_cold`]), coming back to the instruction. The inline
+    /// part stays a few dozen bytes, straight, with no taken jump.
+    ///
+    /// ```text
+    ///     rax = address; save rcx
+    ///     lea rcx, [rax+last]; xor rcx, rax; shr rcx, shift; jnz <cold straddles>
+    ///     shr rax, shift; mov ecx, eax; and ecx, slots-1
+    ///     cmp rax, gs:[FIRST + rcx*8]; jne <cold second>
+    ///     restore rcx; (restore flags, rax)
+    /// back:
+    /// ```
+    fn check_recent_two_ways(
+        &mut self,
+        m: &UsedMemory,
+        geometry: (u32, u32),
+        tag: u32,
+        word: u32,
+        ip: u64,
+        flags_live: bool,
+    ) -> Result<(), TranslateError> {
+        // The out-of-line part forms the address of the operand's last byte too: encoded
+        // here first, where a failure can still refuse the translation.
+        let start = self.buf.len();
+        self.effective_address(m, recent_clamp(m, geometry) - 1, ip)?;
+        self.buf.truncate(start);
+        let straddles = self.recent_line_and_slot(m, geometry, ip)?;
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, FIRST
+        self.d32(c::RECENT_LINES_OFF as u32);
+        self.buf.extend_from_slice(&[0x0F, 0x85]); // jne <cold second>
+        let to_second = self.buf.len();
+        self.d32(0);
+        self.load_gs(1, c::OFF_PROBE_RCX);
+        self.return_rax(flags_live);
+        let back = self.buf.len();
+        self.mark(ip, 0);
+        self.recent_cold.push(RecentCold {
+            m: *m,
+            geometry,
+            tag,
+            word,
+            ip,
+            flags_live,
+            to_second,
+            straddles,
+            back,
+        });
+        Ok(())
+    }
+
+    /// Places the out-of-line parts of [`Emitter::check_recent_two_ways`] (before the slow
+    /// calls: their drain checks add some). Each enters with `rax` = the line and `rcx` =
+    /// its slot (the program's `rax`, flags and `rcx` saved), or at its straddle entry, and
+    /// leaves with the guest state exact, jumping back to its instruction.
+    ///
+    /// ```text
+    /// second:
+    ///     cmp rax, gs:[SECOND + rcx*8]; jne new
+    ///     swap first and second (three xors); xor byte gs:[SWAPS + rcx], 1
+    ///     restore rcx, (flags,) rax; jmp back            (skipped)
+    /// new:
+    ///     record the line (bit 0); jmp append
+    /// straddles:
+    ///     restore rcx; record both lines (bits 0 and 1)
+    /// append:
+    ///     restore rcx; rax = address; append; drain check (restores rax, flags); jmp back
+    /// ```
+    pub(super) fn finish_recent_cold(&mut self) {
+        let first = c::RECENT_LINES_OFF as u32;
+        let second = c::RECENT_SECOND_LINES_OFF as u32;
+        for d in core::mem::take(&mut self.recent_cold) {
+            let at = self.buf.len();
+            self.push_map_at(at, d.ip, FIX_RAX_IN_STUB);
+            self.patch_rel32(d.to_second);
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, SECOND
+            self.d32(second);
+            self.buf.extend_from_slice(&[0x0F, 0x85]); // jne new
+            let to_new = self.buf.len();
+            self.d32(0);
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x33, 0x04, 0xCD]); // xor rax, FIRST
+            self.d32(first);
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x31, 0x04, 0xCD]); // xor FIRST, rax
+            self.d32(first);
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x31, 0x04, 0xCD]); // xor SECOND, rax
+            self.d32(second);
+            self.buf.extend_from_slice(&[0x65, 0x80, 0x34, 0x0D]); // xor byte gs:[SWAPS+rcx], 1
+            self.d32(c::RECENT_SWAPS_OFF as u32);
+            self.buf.push(1);
+            self.load_gs(1, c::OFF_PROBE_RCX);
+            self.return_rax(d.flags_live);
+            self.jmp_to(d.back);
+            self.patch_rel32(to_new);
+            self.record_line_two_ways(0);
+            // Both addresses were encoded once by `check_recent_two_ways`: no error here.
+            let mut append = || -> Result<(), TranslateError> {
+                let mut to_append = None;
+                if let Some(j) = d.straddles {
+                    self.buf.push(0xE9); // jmp append
+                    to_append = Some(self.buf.len());
+                    self.d32(0);
+                    self.patch_rel32(j);
+                    self.load_gs(1, c::OFF_PROBE_RCX);
+                    self.note_recent_lines(&d.m, d.geometry, d.ip)?;
+                }
+                if let Some(j) = to_append {
+                    self.patch_rel32(j);
+                }
+                self.load_gs(1, c::OFF_PROBE_RCX);
+                self.effective_address(&d.m, 0, d.ip)?;
+                Ok(())
+            };
+            let _ = append();
+            self.append_access(d.tag, d.word);
+            self.drain_when_full(d.ip, d.flags_live);
+            self.jmp_to(d.back);
+        }
+        self.unmark();
+    }
+
+    /// `jmp` to offset `to` of the code (rel32).
+    fn jmp_to(&mut self, to: usize) {
+        self.buf.push(0xE9);
+        let rel = to as i64 - (self.buf.len() as i64 + 4);
+        self.d32(rel as i32 as u32);
     }
 
     /// `rax` holds an address, `rcx` is borrowed: `shr rax, shift; mov ecx, eax;
