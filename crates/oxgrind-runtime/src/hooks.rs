@@ -36,7 +36,10 @@ static EVENTS_NATIVE: AtomicBool = AtomicBool::new(false);
 /// allocator included, by one call out of the code cache (`host::native`) at the hook's
 /// start: the tool asks the engine only to count the program's instructions (Massif's
 /// `--time-unit=i`), so nothing of glibc's allocator or of our hook is the tool's to see
-/// (its instructions are left out of the count anyway: [`Uncounted`]). Translated, our hook's
+/// (its instructions are left out of the count anyway: [`Uncounted`]), or it instruments
+/// code but says the allocator's work is not the program's (`Needs::allocator_unseen`:
+/// DHAT, whose accesses inside a hook are dropped anyway and whose clock, as Valgrind's,
+/// counts none of the allocator's instructions). Translated, our hook's
 /// own code (entry, the re-entrancy flag, the fork gate, the block table) and glibc's cost
 /// about five times what they cost natively, most of Massif's time on an allocation loop.
 /// Not when the tool watches code (probes, definedness: glibc's accesses to its chunk
@@ -50,7 +53,9 @@ static EVENTS_NATIVE: AtomicBool = AtomicBool::new(false);
 /// that glibc aborts or faults in it is reported as the program's own fatal signal would be
 /// (`exit::fatal_signal_natively`, which the engine calls for a fatal signal in native code).
 pub fn events_run_natively(n: &oxgrind_tool::Needs) -> bool {
-    crate::wants_engine(n) && !(n.instrument || n.definedness || n.page_events || n.before_syscalls)
+    crate::wants_engine(n)
+        && !(n.instrument && !n.allocator_unseen)
+        && !(n.definedness || n.page_events || n.before_syscalls)
 }
 
 /// Decides [`events_run_natively`] once, before the engine starts.

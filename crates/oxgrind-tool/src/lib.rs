@@ -232,6 +232,16 @@ pub struct Needs {
     /// (DHAT: the last blocks without a histogram a thread touched, so a loop over a large
     /// array costs a compare and an add per access, not a record).
     pub hot_ranges: bool,
+    /// The allocator's own work on the program's behalf is not the program's, as under
+    /// Valgrind, whose replacement allocator runs on its host side: glibc's allocator,
+    /// called by the runtime's hooks, is then neither instrumented nor counted by the
+    /// tool's probes (DHAT's instruction clock, whose lifetimes would otherwise include
+    /// hundreds of glibc's instructions per call). The runtime runs such a heap event
+    /// natively as a whole, out of the code cache, unless the tool needs it translated for
+    /// another reason (`definedness`, `page_events`, `before_syscalls`). Without it, a tool
+    /// that instruments code sees glibc's allocator run as the program's code (Cachegrind,
+    /// whose counts include it, as Valgrind's Cachegrind does).
+    pub allocator_unseen: bool,
 }
 
 /// A use of undefined bits that Memcheck reports ([`Tool::on_undefined`]).
