@@ -58,8 +58,9 @@ pub const DH_VIEW: &str = "file:///usr/libexec/valgrind/dh_view.html";
 /// Guest instructions executed, counted by DHAT itself as Valgrind's DHAT does
 /// (`g_curr_instrs`): every translated block of the program adds its length when it starts.
 /// The runtime's own code is never offered for instrumentation, so its work (the
-/// allocator hooks, DHAT itself) is not counted; glibc's allocator, which runs for the
-/// program, is.
+/// allocator hooks, DHAT itself) is not counted, nor is glibc's allocator when a hook calls
+/// it (`Needs::allocator_unseen`: the event runs natively), as Valgrind's replacement
+/// allocator is not.
 const INSTRS: CounterId = CounterId(0);
 
 /// The instruction count now (the sum of the threads' counters).
@@ -503,6 +504,9 @@ impl Tool for Dhat {
             // Accesses to the last large blocks a thread touched counted inline.
             hot_ranges: heap,
             client_requests: self.opts.mode == Mode::AdHoc,
+            // glibc's allocator runs outside the program, as Valgrind's replacement does:
+            // not in the instruction clock (lifetimes as Valgrind's), and natively.
+            allocator_unseen: true,
             ..Needs::default()
         }
     }
