@@ -352,8 +352,15 @@ pub fn hold(on: bool) {
 
 /// Before the tool's report: the calling thread's records first, then those the other
 /// threads have not handed over (they are about to be killed by `exit_group`; a record
-/// they append meanwhile may be missed).
+/// they append meanwhile may be missed). Natively ([`crate::run_native`]): reached from
+/// the program's exit, the tool's work on the last records would otherwise run translated,
+/// slower, and counted by the tool's instruction counters as the program's instructions
+/// (DHAT's lifetimes of the blocks live at the end).
 pub fn flush_all() {
+    crate::run_native(&mut flush_all_here);
+}
+
+fn flush_all_here() {
     let Some(own) = crate::current_context() else {
         return;
     };
