@@ -52,7 +52,7 @@ impl Emitter {
             let rel = self.stubs[s].offset as i64 - (fix as i64 + 4);
             self.buf[fix..fix + 4].copy_from_slice(&(rel as i32).to_le_bytes());
         }
-        if !self.recent_cold.is_empty() {
+        if !self.recent_cold.is_empty() || !self.block_cold.is_empty() {
             self.finish_recent_cold();
         }
         if !self.slow.is_empty() {

@@ -342,6 +342,7 @@ pub fn translate_at_most(
         slow: Vec::new(),
         above_sp: Vec::new(),
         recent_cold: Vec::new(),
+        block_cold: Vec::new(),
     };
     if avail == 0 {
         return Ok(native_jump(pc));
@@ -679,6 +680,8 @@ struct Emitter {
     /// Out-of-line rest of the recent-lines checks of one-operand instructions, placed by
     /// `finish` (see `Emitter::append_unless_recent_two_ways`).
     recent_cold: Vec<probes::RecentCold>,
+    /// The same for blocks' code-lines checks (`Emitter::trace_block_new_lines_two_ways`).
+    block_cold: Vec<probes::BlockCold>,
 }
 
 /// Most conditional jumps to one out-of-line call (definedness's fast path: the state

@@ -42,6 +42,22 @@ pub(super) struct RecentCold {
     back: usize,
 }
 
+/// The out-of-line part of a block's two-way code-lines check (see
+/// `Emitter::trace_block_new_lines_two_ways`), placed by `Emitter::finish_recent_cold`.
+pub(super) struct BlockCold {
+    pc: u64,
+    tag: u32,
+    /// The first and last line of the block's code.
+    lines: (u64, u64),
+    slots: u32,
+    flags_live: bool,
+    /// Per line: the position of the rel32 of its inline `jne`, and where the inline
+    /// compares go on after it.
+    jumps: [(usize, usize); Emitter::MAX_CHECKED_CODE_LINES as usize],
+    /// Where the inline check ends: the block's first instruction, guest state exact.
+    back: usize,
+}
+
 /// The bytes of operand `m` the recent-lines table considers: at most one line's.
 fn recent_clamp(m: &UsedMemory, (shift, _): (u32, u32)) -> u64 {
     (m.memory_size().size() as u64).clamp(1, 1 << shift)
@@ -297,7 +313,7 @@ impl Emitter {
     }
 
     /// Most code lines a block's inline check compares; a longer block always appends.
-    const MAX_CHECKED_CODE_LINES: u64 = 4;
+    pub(super) const MAX_CHECKED_CODE_LINES: u64 = 4;
 
     /// A block record (`pc`, `tag`) unless the code-lines table names every line of the
     /// block's `len` bytes of code (see `recent_lines`); a record first makes the lines'
@@ -393,26 +409,27 @@ impl Emitter {
     /// a line that is its slot's second is skipped too, the two changing places and the
     /// slot's swap bit flipping; a record updates every line's slot as a data record does
     /// (`record_line_two_ways`) and carries the swap bits in its `size` (bit `k` for the
-    /// block's `k`-th line; the engine's blocks span at most 16 lines).
+    /// block's `k`-th line; the engine's blocks span at most 16 lines). Inline only the
+    /// compares with the first lines (a block entered again, most entries), which fall
+    /// through to the block; the rest out of line after the stubs
+    /// ([`Emitter::finish_recent_cold`]).
     ///
     /// ```text
     ///     (save rax, flags)
-    ///     mov rax, line; cmp gs:[FIRST+slot*8], rax; je next                       (each line)
+    ///     mov rax, line; cmp gs:[FIRST+slot*8], rax; jne <second k>; next k:       (each line)
+    ///     (restore rax, flags)
+    /// back:
+    ///
+    /// (out of line)
+    /// second k:                                                                   (each line)
     ///     cmp gs:[SECOND+slot*8], rax; jne new
     ///     mov rax, gs:[FIRST+slot*8]; mov gs:[SECOND+slot*8], rax
     ///     mov rax, line; mov gs:[FIRST+slot*8], rax; xor byte gs:[SWAPS+slot], 1
-    /// next:
-    ///     (restore rax, flags); jmp done
+    ///     jmp <next k>
     /// new:
-    ///     mov word gs:[RECORD_SWAPS+8], 0
-    ///     mov rax, line; cmp gs:[FIRST+slot*8], rax; je same                      (each line)
-    ///     move the first to second, the line to first
-    /// same:
-    ///     movzx eax, byte gs:[SWAPS+slot]; mov byte gs:[SWAPS+slot], 0
-    ///     shl eax, k; or gs:[RECORD_SWAPS+8], ax
-    ///     append the record, its size from gs:[RECORD_SWAPS+8] (restores rax, flags)
-    /// done:
+    ///     the record ([`Emitter::block_record_two_ways`]); jmp back
     /// ```
+    /// A block of more lines than are checked always appends its record, inline.
     fn trace_block_new_lines_two_ways(
         &mut self,
         pc: u64,
@@ -424,11 +441,7 @@ impl Emitter {
     ) {
         use crate::recent_lines::Table;
         let mask = u64::from(slots - 1);
-        let at = |base: usize, line: u64, width: u64| (base as u64 + width * (line & mask)) as u32;
-        let first_off = |line| at(Table::Code.offset(), line, 8);
-        let second_off = |line| at(Table::Code.second_offset(), line, 8);
-        let swaps_off = |line| at(Table::Code.swaps_offset(), line, 1);
-        let record_swaps = (c::RECENT_RECORD_SWAPS_OFF + 8) as u32;
+        let first_off = |line: u64| (Table::Code.offset() as u64 + 8 * (line & mask)) as u32;
         self.borrow_rax(pc, flags_live);
         if let Some((index, n)) = count {
             // add qword [gs:[INDEXED_AT] + index*8], n (the flags are saved where live)
@@ -437,39 +450,94 @@ impl Emitter {
             self.d32(index * 8);
             self.d32(n);
         }
-        let checked = last.wrapping_sub(first) < Self::MAX_CHECKED_CODE_LINES;
-        let mut new = [0usize; Self::MAX_CHECKED_CODE_LINES as usize];
-        let mut done = None;
-        if checked {
-            for (k, line) in (first..=last).enumerate() {
-                self.mov_imm64(0, line);
-                self.buf.extend_from_slice(&[0x65, 0x48, 0x39, 0x04, 0x25]); // cmp gs:[FIRST], rax
-                self.d32(first_off(line));
-                self.buf.extend_from_slice(&[0x0F, 0x84]); // je next
-                let next = self.buf.len();
-                self.d32(0);
-                self.buf.extend_from_slice(&[0x65, 0x48, 0x39, 0x04, 0x25]); // cmp gs:[SECOND], rax
-                self.d32(second_off(line));
-                self.buf.extend_from_slice(&[0x0F, 0x85]); // jne new
-                new[k] = self.buf.len();
-                self.d32(0);
-                self.load_gs(0, first_off(line) as usize);
-                self.store_gs(0, second_off(line) as usize);
-                self.mov_imm64(0, line);
-                self.store_gs(0, first_off(line) as usize);
-                self.buf.extend_from_slice(&[0x65, 0x80, 0x34, 0x25]); // xor byte gs:[SWAPS], 1
-                self.d32(swaps_off(line));
-                self.buf.push(1);
-                self.patch_rel32(next);
-            }
-            self.return_rax(flags_live);
-            self.buf.push(0xE9); // jmp done
-            done = Some(self.buf.len());
-            self.d32(0);
-            for &j in &new[..(last - first + 1) as usize] {
-                self.patch_rel32(j);
-            }
+        if last.wrapping_sub(first) >= Self::MAX_CHECKED_CODE_LINES {
+            self.block_record_two_ways(pc, tag, (first, last), slots, flags_live);
+            return;
         }
+        let mut jumps = [(0usize, 0usize); Self::MAX_CHECKED_CODE_LINES as usize];
+        for (k, line) in (first..=last).enumerate() {
+            self.mov_imm64(0, line);
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x39, 0x04, 0x25]); // cmp gs:[FIRST], rax
+            self.d32(first_off(line));
+            self.buf.extend_from_slice(&[0x0F, 0x85]); // jne <second k>
+            let j = self.buf.len();
+            self.d32(0);
+            jumps[k] = (j, self.buf.len());
+        }
+        self.return_rax(flags_live);
+        let back = self.buf.len();
+        self.mark(pc, 0);
+        self.block_cold.push(BlockCold {
+            pc,
+            tag,
+            lines: (first, last),
+            slots,
+            flags_live,
+            jumps,
+            back,
+        });
+    }
+
+    /// The out-of-line part of one [`Emitter::trace_block_new_lines_two_ways`].
+    fn block_cold_two_ways(&mut self, d: &BlockCold) {
+        use crate::recent_lines::Table;
+        let mask = u64::from(d.slots - 1);
+        let at = |base: usize, line: u64, width: u64| (base as u64 + width * (line & mask)) as u32;
+        let (first, last) = d.lines;
+        let mut new = [0usize; Self::MAX_CHECKED_CODE_LINES as usize];
+        for (k, line) in (first..=last).enumerate() {
+            let first_off = at(Table::Code.offset(), line, 8);
+            let second_off = at(Table::Code.second_offset(), line, 8);
+            self.patch_rel32(d.jumps[k].0);
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x39, 0x04, 0x25]); // cmp gs:[SECOND], rax
+            self.d32(second_off);
+            self.buf.extend_from_slice(&[0x0F, 0x85]); // jne new
+            new[k] = self.buf.len();
+            self.d32(0);
+            self.load_gs(0, first_off as usize);
+            self.store_gs(0, second_off as usize);
+            self.mov_imm64(0, line);
+            self.store_gs(0, first_off as usize);
+            self.buf.extend_from_slice(&[0x65, 0x80, 0x34, 0x25]); // xor byte gs:[SWAPS], 1
+            self.d32(at(Table::Code.swaps_offset(), line, 1));
+            self.buf.push(1);
+            self.jmp_to(d.jumps[k].1);
+        }
+        for &j in &new[..(last - first + 1) as usize] {
+            self.patch_rel32(j);
+        }
+        self.block_record_two_ways(d.pc, d.tag, d.lines, d.slots, d.flags_live);
+        self.jmp_to(d.back);
+    }
+
+    /// The record of a block whose code-lines check failed (two ways; `rax` and the flags
+    /// borrowed, given back by the drain check): every line's slot updated, the swap bits
+    /// gathered into the record's size.
+    ///
+    /// ```text
+    ///     mov word gs:[RECORD_SWAPS+8], 0
+    ///     mov rax, line; cmp gs:[FIRST+slot*8], rax; je same                      (each line)
+    ///     move the first to second, the line to first
+    /// same:
+    ///     movzx eax, byte gs:[SWAPS+slot]; mov byte gs:[SWAPS+slot], 0
+    ///     shl eax, k; or gs:[RECORD_SWAPS+8], ax
+    ///     append the record, its size from gs:[RECORD_SWAPS+8] (restores rax, flags)
+    /// ```
+    fn block_record_two_ways(
+        &mut self,
+        pc: u64,
+        tag: u32,
+        (first, last): (u64, u64),
+        slots: u32,
+        flags_live: bool,
+    ) {
+        use crate::recent_lines::Table;
+        let mask = u64::from(slots - 1);
+        let at = |base: usize, line: u64, width: u64| (base as u64 + width * (line & mask)) as u32;
+        let first_off = |line| at(Table::Code.offset(), line, 8);
+        let second_off = |line| at(Table::Code.second_offset(), line, 8);
+        let swaps_off = |line| at(Table::Code.swaps_offset(), line, 1);
+        let record_swaps = (c::RECENT_RECORD_SWAPS_OFF + 8) as u32;
         // mov word gs:[RECORD_SWAPS+8], 0
         self.buf.extend_from_slice(&[0x66, 0x65, 0xC7, 0x04, 0x25]);
         self.d32(record_swaps);
@@ -514,9 +582,6 @@ impl Emitter {
         self.buf.extend_from_slice(&[0x66, 0x89, 0x48, 0x0C]);
         self.load_gs(1, c::OFF_PROBE_RCX);
         self.finish_block_record(pc, flags_live);
-        if let Some(j) = done {
-            self.patch_rel32(j);
-        }
     }
 
     /// The body of [`Emitter::trace_block`], `rax` (and the flags) already borrowed.
@@ -1048,6 +1113,11 @@ impl Emitter {
     pub(super) fn finish_recent_cold(&mut self) {
         let first = c::RECENT_LINES_OFF as u32;
         let second = c::RECENT_SECOND_LINES_OFF as u32;
+        for d in core::mem::take(&mut self.block_cold) {
+            let at = self.buf.len();
+            self.push_map_at(at, d.pc, FIX_RAX_IN_STUB);
+            self.block_cold_two_ways(&d);
+        }
         for d in core::mem::take(&mut self.recent_cold) {
             let at = self.buf.len();
             self.push_map_at(at, d.ip, FIX_RAX_IN_STUB);
