@@ -596,7 +596,12 @@ fn note_fatal(sig: c_int, info: *const c_void, ctx: *const c_void) {
         (
             0,
             0,
-            crate::stacks::capture(&crate::state::STACKS, 0, depth),
+            crate::stacks::capture(
+                &crate::state::STACKS,
+                0,
+                crate::stacks::Caller::UNKNOWN,
+                depth,
+            ),
         )
     } else {
         // SAFETY: the kernel's siginfo_t (si_code at 8, si_addr at 16) and ucontext_t (general

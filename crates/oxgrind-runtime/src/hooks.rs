@@ -28,6 +28,36 @@ use crate::state::{self, Runtime, BLOCKS, FREED, STACKS};
 /// A stack id meaning "not captured" (the tool did not ask for free stacks).
 pub const NO_STACK: StackId = StackId(u32::MAX);
 
+/// Where the program called one of our allocation functions: the address of our entry
+/// point (frame 0 of the call's stack, see [`own_address`]) and, for the entry points that
+/// pass them on ([`malloc`], [`free`], [`calloc`], [`realloc`]), the program's registers at
+/// the call, where the stack walk starts ([`stacks::Caller`]).
+#[derive(Clone, Copy)]
+struct Entry {
+    addr: u64,
+    caller: stacks::Caller,
+}
+
+impl Entry {
+    /// An entry point whose caller's registers are not known: the walk starts in the hook
+    /// and drops our own frames.
+    #[inline]
+    fn at(addr: u64) -> Entry {
+        Entry {
+            addr,
+            caller: stacks::Caller::UNKNOWN,
+        }
+    }
+
+    #[inline]
+    fn called_from(self, sp: u64, bp: u64) -> Entry {
+        Entry {
+            caller: stacks::Caller { sp, bp },
+            ..self
+        }
+    }
+}
+
 /// Set when every heap event runs natively from its start, glibc's allocator included
 /// ([`events_run_natively`]).
 static EVENTS_NATIVE: AtomicBool = AtomicBool::new(false);
@@ -67,7 +97,8 @@ pub fn set_events_native(n: &oxgrind_tool::Needs) {
 #[inline(always)]
 fn event<R>(f: impl FnOnce() -> R) -> R {
     if EVENTS_NATIVE.load(Ordering::Relaxed) {
-        crate::host::native(f)
+        // Set only when the engine runs.
+        crate::host::native_from_cache(f)
     } else {
         f()
     }
@@ -107,7 +138,8 @@ const NOT_COUNTING: u64 = u64::MAX;
 /// dev profile, measured the same way; calloc has two spans). When the event runs natively
 /// ([`events_run_natively`]) that is the translated code up to the call out of the code
 /// cache and back from it (native code is never counted). Negative: the count is set below
-/// its value at the start.
+/// its value at the start. For the entry points that pass their caller's registers on
+/// (`pass_caller`), ours includes the entry's two moves and jump.
 ///
 /// Valgrind's wrapper costs, measured with `valgrind --tool=massif` on loops of N calls
 /// (time between consecutive snapshots minus the loop's own instructions): malloc 32,
@@ -117,18 +149,18 @@ const NOT_COUNTING: u64 = u64::MAX;
 fn wrapper_cost(func: AllocFn) -> i64 {
     // (Valgrind's wrapper, what stays counted of ours with a cost of 0), dev profile.
     let (valgrind, ours) = match func {
-        AllocFn::Malloc => (32, 62),
-        AllocFn::Free => (25, 64),
-        AllocFn::Calloc => (50, 45),
-        AllocFn::Realloc => (34, 54),
-        AllocFn::ReallocArray => (40, 53),
-        AllocFn::Memalign => (42, 72),
-        AllocFn::PosixMemalign => (67, 108),
-        AllocFn::AlignedAlloc => (42, 81),
+        AllocFn::Malloc => (32, 82),
+        AllocFn::Free => (25, 87),
+        AllocFn::Calloc => (50, 65),
+        AllocFn::Realloc => (34, 74),
+        AllocFn::ReallocArray => (40, 50),
+        AllocFn::Memalign => (42, 88),
+        AllocFn::PosixMemalign => (67, 121),
+        AllocFn::AlignedAlloc => (42, 94),
         // Valgrind 3.19 aborts the program at pvalloc; counted as valloc.
-        AllocFn::Valloc | AllocFn::Pvalloc => (56, 58),
-        AllocFn::New | AllocFn::NewArray => (30, 88),
-        AllocFn::Delete | AllocFn::DeleteArray => (25, 60),
+        AllocFn::Valloc | AllocFn::Pvalloc => (56, 73),
+        AllocFn::New | AllocFn::NewArray => (30, 102),
+        AllocFn::Delete | AllocFn::DeleteArray => (25, 74),
     };
     valgrind - ours
 }
@@ -214,15 +246,15 @@ impl Event {
     }
 
     #[inline]
-    fn stack(&self, entry: u64) -> StackId {
+    fn stack(&self, entry: Entry) -> StackId {
         let depth = self.rt.needs.stack_depth;
         if depth == 0 {
             return NO_STACK;
         }
-        stacks::capture(&STACKS, entry, depth)
+        stacks::capture(&STACKS, entry.addr, entry.caller, depth)
     }
 
-    fn misuse(&self, entry: u64, kind: Misuse) {
+    fn misuse(&self, entry: Entry, kind: Misuse) {
         let ev = MisuseEvent {
             kind,
             stack: self.stack(entry),
@@ -264,7 +296,7 @@ fn fishy(v: u64) -> bool {
 /// (inline): what it adds there is counted as the program's (Massif's `--time-unit=i`,
 /// [`wrapper_cost`]), and Valgrind's wrapper does no such work.
 #[inline(always)]
-fn check_arguments(entry: impl FnOnce() -> u64, func: AllocFn, args: &[(usize, &'static str)]) {
+fn check_arguments(entry: impl FnOnce() -> Entry, func: AllocFn, args: &[(usize, &'static str)]) {
     if oxgrind_engine::definedness::enabled() {
         report_undefined_argument(entry, func, args);
     }
@@ -273,7 +305,7 @@ fn check_arguments(entry: impl FnOnce() -> u64, func: AllocFn, args: &[(usize, &
 #[inline(never)]
 #[cold]
 fn report_undefined_argument(
-    entry: impl FnOnce() -> u64,
+    entry: impl FnOnce() -> Entry,
     func: AllocFn,
     args: &[(usize, &'static str)],
 ) {
@@ -297,7 +329,7 @@ fn record_alloc(
     size: u64,
     align: u64,
     func: AllocFn,
-    entry: u64,
+    entry: Entry,
 ) {
     let addr = p as u64;
     match ev {
@@ -434,7 +466,7 @@ unsafe fn zero(p: *mut u8, len: usize) {
 fn allocate(
     size: u64,
     func: AllocFn,
-    entry: u64,
+    entry: Entry,
     get: impl FnOnce(Option<&Runtime>) -> *mut c_void,
 ) -> *mut c_void {
     allocate_aligned(size, 0, func, entry, get)
@@ -446,7 +478,7 @@ fn allocate_aligned(
     size: u64,
     align: u64,
     func: AllocFn,
-    entry: u64,
+    entry: Entry,
     get: impl FnOnce(Option<&Runtime>) -> *mut c_void,
 ) -> *mut c_void {
     event(|| allocate_aligned_here(size, align, func, entry, get))
@@ -457,7 +489,7 @@ fn allocate_aligned_here(
     size: u64,
     align: u64,
     func: AllocFn,
-    entry: u64,
+    entry: Entry,
     get: impl FnOnce(Option<&Runtime>) -> *mut c_void,
 ) -> *mut c_void {
     if state::passthrough() {
@@ -498,7 +530,7 @@ fn allocate_aligned_here(
 
 /// The common path of every deallocation function.
 #[inline]
-fn deallocate(p: *mut c_void, func: AllocFn, entry: u64) {
+fn deallocate(p: *mut c_void, func: AllocFn, entry: Entry) {
     if p.is_null() {
         return;
     }
@@ -506,7 +538,7 @@ fn deallocate(p: *mut c_void, func: AllocFn, entry: u64) {
 }
 
 #[inline]
-fn deallocate_here(p: *mut c_void, func: AllocFn, entry: u64) {
+fn deallocate_here(p: *mut c_void, func: AllocFn, entry: Entry) {
     if state::passthrough() {
         // Blocks recorded before set-up decided on pass-through are glibc's too.
         // SAFETY: p came from glibc's allocator through us.
@@ -595,7 +627,7 @@ pub fn own_address(name: &[u8], fallback: u64) -> Option<u64> {
 macro_rules! entry {
     ($f:ident) => {{
         static ENTRY: AtomicU64 = AtomicU64::new(0);
-        match ENTRY.load(Ordering::Relaxed) {
+        Entry::at(match ENTRY.load(Ordering::Relaxed) {
             0 => {
                 let fallback = $f as *const () as usize as u64;
                 match own_address(concat!(stringify!($f), "\0").as_bytes(), fallback) {
@@ -607,7 +639,7 @@ macro_rules! entry {
                 }
             }
             a => a,
-        }
+        })
     }};
 }
 
@@ -638,18 +670,50 @@ fn new_entry(which: usize) -> u64 {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+/// Entry points that pass the program's registers at the call on to their implementation:
+/// `$name(args...)` becomes `$imp(args..., sp, bp)`, `sp` being the stack pointer at our
+/// entry (where the return address is) and `bp` the frame pointer, both still the caller's.
+/// The stack walk then starts in the caller ([`stacks::Caller`]) instead of walking the
+/// hook's own frames and dropping them (about a third of the capture's cost). `$sp` and
+/// `$bp` name the argument registers after the function's own.
+macro_rules! pass_caller {
+    ($(fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)? => $imp:ident($sp:literal, $bp:literal);)*) => {$(
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
+            // SAFETY: copies rsp and rbp into the two argument registers after the
+            // function's own and jumps: the implementation has the same arguments plus
+            // those two, and returns to our caller. Nothing else is touched.
+            core::arch::naked_asm!(
+                concat!("mov ", $sp, ", rsp"),
+                concat!("mov ", $bp, ", rbp"),
+                "jmp {}",
+                sym $imp
+            )
+        }
+    )*};
+}
+
+pass_caller! {
+    fn malloc(size: usize) -> *mut c_void => malloc_at("rsi", "rdx");
+    fn free(p: *mut c_void) => free_at("rsi", "rdx");
+    fn calloc(n: usize, size: usize) -> *mut c_void => calloc_at("rdx", "rcx");
+    fn realloc(p: *mut c_void, size: usize) -> *mut c_void => realloc_at("rdx", "rcx");
+}
+
+/// [`malloc`] with its caller's registers.
+unsafe extern "C" fn malloc_at(size: usize, sp: u64, bp: u64) -> *mut c_void {
     check_arguments(|| entry!(malloc), AllocFn::Malloc, &[(0, "size")]);
-    allocate(size as u64, AllocFn::Malloc, entry!(malloc), |rt| {
+    let entry = entry!(malloc).called_from(sp, bp);
+    allocate(size as u64, AllocFn::Malloc, entry, |rt| {
         base_alloc(rt, size)
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn free(p: *mut c_void) {
+/// [`free`] with its caller's registers.
+unsafe extern "C" fn free_at(p: *mut c_void, sp: u64, bp: u64) {
     check_arguments(|| entry!(free), AllocFn::Free, &[(0, "ptr")]);
-    deallocate(p, AllocFn::Free, entry!(free))
+    deallocate(p, AllocFn::Free, entry!(free).called_from(sp, bp))
 }
 
 #[no_mangle]
@@ -657,18 +721,18 @@ pub unsafe extern "C" fn cfree(p: *mut c_void) {
     deallocate(p, AllocFn::Free, entry!(cfree))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+/// [`calloc`] with its caller's registers.
+unsafe extern "C" fn calloc_at(n: usize, size: usize, sp: u64, bp: u64) -> *mut c_void {
     check_arguments(
         || entry!(calloc),
         AllocFn::Calloc,
         &[(0, "nmemb"), (1, "size")],
     );
-    let entry = entry!(calloc);
+    let entry = entry!(calloc).called_from(sp, bp);
     event(|| calloc_here(n, size, entry))
 }
 
-fn calloc_here(n: usize, size: usize, entry: u64) -> *mut c_void {
+fn calloc_here(n: usize, size: usize, entry: Entry) -> *mut c_void {
     // Cost 0: `allocate` below counts the call.
     if let Some(ev) = Event::enter(0) {
         for (arg, v) in [("nmemb", n), ("size", size)] {
@@ -716,11 +780,11 @@ fn calloc_here(n: usize, size: usize, entry: u64) -> *mut c_void {
     })
 }
 
-fn reallocate(p: *mut c_void, size: usize, func: AllocFn, entry: u64) -> *mut c_void {
+fn reallocate(p: *mut c_void, size: usize, func: AllocFn, entry: Entry) -> *mut c_void {
     event(|| reallocate_here(p, size, func, entry))
 }
 
-fn reallocate_here(p: *mut c_void, size: usize, func: AllocFn, entry: u64) -> *mut c_void {
+fn reallocate_here(p: *mut c_void, size: usize, func: AllocFn, entry: Entry) -> *mut c_void {
     if state::passthrough() {
         // SAFETY: p is null or came from glibc's allocator through us.
         return unsafe { __libc_realloc(p, size) };
@@ -839,7 +903,7 @@ fn reallocate_here(p: *mut c_void, size: usize, func: AllocFn, entry: u64) -> *m
 #[allow(clippy::too_many_arguments)]
 fn realloc_event(
     ev: &Event,
-    entry: u64,
+    entry: Entry,
     addr: u64,
     q: *mut c_void,
     size: usize,
@@ -889,14 +953,15 @@ fn realloc_event(
         .with_event_blocks(q as u64, old_held, || rt.tool.on_realloc(&HOST, &f, &a));
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+/// [`realloc`] with its caller's registers.
+unsafe extern "C" fn realloc_at(p: *mut c_void, size: usize, sp: u64, bp: u64) -> *mut c_void {
     check_arguments(
         || entry!(realloc),
         AllocFn::Realloc,
         &[(0, "ptr"), (1, "size")],
     );
-    reallocate(p, size, AllocFn::Realloc, entry!(realloc))
+    let entry = entry!(realloc).called_from(sp, bp);
+    reallocate(p, size, AllocFn::Realloc, entry)
 }
 
 #[no_mangle]
@@ -911,7 +976,7 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
     }
 }
 
-fn aligned(align: usize, size: usize, func: AllocFn, entry: u64) -> *mut c_void {
+fn aligned(align: usize, size: usize, func: AllocFn, entry: Entry) -> *mut c_void {
     allocate_aligned(size as u64, align as u64, func, entry, |rt| {
         let align = align.max(rt.map_or(16, |rt| rt.core.alignment as usize));
         // SAFETY: plain call into glibc's allocator (it rounds odd alignments up).
@@ -919,11 +984,11 @@ fn aligned(align: usize, size: usize, func: AllocFn, entry: u64) -> *mut c_void 
     })
 }
 
-fn bad_alignment(align: usize, func: AllocFn, entry: u64) {
+fn bad_alignment(align: usize, func: AllocFn, entry: Entry) {
     event(|| bad_alignment_here(align, func, entry))
 }
 
-fn bad_alignment_here(align: usize, func: AllocFn, entry: u64) {
+fn bad_alignment_here(align: usize, func: AllocFn, entry: Entry) {
     if let Some(ev) = Event::enter(wrapper_cost(func)) {
         ev.misuse(
             entry,
@@ -1071,12 +1136,16 @@ pub unsafe extern "C" fn oxgrind_new(
         AllocFn::New
     };
     // The shim's code is the runtime's: the shadow registers are still the program's call's.
-    check_arguments(|| new_entry(which as usize), func, &[(0, "size")]);
+    check_arguments(
+        || Entry::at(new_entry(which as usize)),
+        func,
+        &[(0, "size")],
+    );
     allocate_aligned(
         size as u64,
         align as u64,
         func,
-        new_entry(which as usize),
+        Entry::at(new_entry(which as usize)),
         |rt| {
             if align > 16 {
                 // SAFETY: plain call into glibc's allocator.

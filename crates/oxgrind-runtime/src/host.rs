@@ -243,10 +243,31 @@ fn new_symbolizer() -> oxgrind_symbols::Symbolizer {
     sym
 }
 
+/// Set just before the translation engine starts (`start_engine`). While it is clear no
+/// code runs translated, so [`native`] calls its closure directly: a heap event of a tool
+/// that runs the program natively (Massif with `--time-unit=B` or `ms`) skips the hand-off.
+static ENGINE_STARTED: AtomicBool = AtomicBool::new(false);
+
+/// See [`ENGINE_STARTED`].
+pub fn engine_starting() {
+    ENGINE_STARTED.store(true, Ordering::Release);
+}
+
 /// Runs `f` natively (`oxgrind_engine::run_native`) and returns its result: the runtime's
 /// own long work (symbolising, a heap event's stack capture and tool call) is many times
 /// slower as translated code.
+#[inline]
 pub fn native<R>(f: impl FnOnce() -> R) -> R {
+    if !ENGINE_STARTED.load(Ordering::Relaxed) {
+        return f();
+    }
+    native_from_cache(f)
+}
+
+/// [`native`] where the engine is known to have started: always through
+/// `oxgrind_engine::run_native`.
+#[inline(never)]
+pub fn native_from_cache<R>(f: impl FnOnce() -> R) -> R {
     let mut f = Some(f);
     let mut out = None;
     oxgrind_engine::run_native(&mut || {

@@ -86,6 +86,7 @@ pub fn wants_engine(n: &oxgrind_tool::Needs) -> bool {
 /// constructor, the program's constructors, `main` and its exit all run from the code cache.
 #[inline(never)]
 fn start_engine(needs: oxgrind_tool::Needs) {
+    host::engine_starting();
     let config = oxgrind_engine::Config {
         out_fd: 2,
         count_instructions: needs.count_instructions,

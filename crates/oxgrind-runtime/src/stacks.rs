@@ -96,7 +96,12 @@ impl StackTable {
     /// lock.
     #[inline]
     pub fn intern(&self, frames: &[u64]) -> StackId {
-        let h = hash_frames(frames);
+        self.intern_hashed(frames, hash_frames(frames))
+    }
+
+    /// [`StackTable::intern`] of frames whose [`hash_frames`] is `h`.
+    #[inline]
+    fn intern_hashed(&self, frames: &[u64], h: u64) -> StackId {
         let slot = &self.recent[(h as usize) % RECENT];
         let tag = h & !0xffff_ffff;
         let word = slot.load(Ordering::Relaxed);
@@ -238,10 +243,28 @@ pub fn self_path() -> String {
     SELF_PATH.lock().clone()
 }
 
+/// The program's registers where it called one of our entry points, read by the entry
+/// point itself before any code of ours ran (`hooks::pass_caller`): `sp` is the stack
+/// pointer at our entry (the return address is at `sp`), `bp` the caller's frame pointer.
+/// `sp == 0`: not known.
+#[derive(Clone, Copy, Debug)]
+pub struct Caller {
+    pub sp: u64,
+    pub bp: u64,
+}
+
+impl Caller {
+    pub const UNKNOWN: Caller = Caller { sp: 0, bp: 0 };
+}
+
 /// Captures the current call stack for an allocation made through `entry` (the address of
 /// the interposed function the program called), up to `depth` frames, and interns it.
+///
+/// The walk starts, best first: at `caller`, the program's registers at the call (no frame
+/// of ours is walked); at the program's registers where a translated hook called out of the
+/// code cache; else here, dropping every frame inside the runtime.
 #[inline]
-pub fn capture(table: &StackTable, entry: u64, depth: usize) -> StackId {
+pub fn capture(table: &StackTable, entry: u64, caller: Caller, depth: usize) -> StackId {
     const MAX: usize = 256;
     // Not zeroed: clearing 2 KiB per allocation was a tenth of Massif's time. Only the
     // prefix the unwinder writes is read.
@@ -254,25 +277,44 @@ pub fn capture(table: &StackTable, entry: u64, depth: usize) -> StackId {
     );
     // SAFETY: MaybeUninit<u64> and u64 have the same layout; the unwinder only writes.
     let out = unsafe { &mut *(&mut buf[1..depth] as *mut [MaybeUninit<u64>] as *mut [u64]) };
-    // Run natively on the engine stack (`host::native`), the walk starts from the program's
-    // registers where the hook called out of the code cache, not from here.
-    let n = match oxgrind_engine::guest_regs_in_tool_call() {
-        Some(r) => {
-            let regs = oxgrind_symbols::Regs {
-                pc: r.rip,
-                sp: r.gpr[4],
-                bp: r.gpr[5],
-            };
-            oxgrind_symbols::capture_from(regs, out, range)
+    let n = if caller.sp != 0 {
+        // SAFETY: `caller.sp` is the stack pointer at our entry point's first instruction,
+        // on the calling thread's stack, which is live below this frame: its word is the
+        // return address the call pushed.
+        let ra = unsafe { core::ptr::read(caller.sp as *const u64) };
+        let regs = oxgrind_symbols::Regs {
+            pc: ra,
+            sp: caller.sp.wrapping_add(8),
+            bp: caller.bp,
+        };
+        oxgrind_symbols::capture_from_call(regs, out, range)
+    } else {
+        // Run natively on the engine stack (`host::native`), the walk starts from the
+        // program's registers where the hook called out of the code cache, not from here.
+        match oxgrind_engine::guest_regs_in_tool_call() {
+            Some(r) => {
+                let regs = oxgrind_symbols::Regs {
+                    pc: r.rip,
+                    sp: r.gpr[4],
+                    bp: r.gpr[5],
+                };
+                oxgrind_symbols::capture_from(regs, out, range)
+            }
+            None => oxgrind_symbols_capture(out, range),
         }
-        None => oxgrind_symbols_capture(out, range),
     };
+    // Return addresses become addresses inside the call, hashed in the same pass.
+    let mut h = AddrHasher::default();
+    h.write_u64(entry);
     for ra in &mut out[..n] {
         *ra = ra.wrapping_sub(1);
+        h.write_u64(*ra);
     }
+    h.write_u64(1 + n as u64);
     // SAFETY: buf[0] and the n frames after it were written above.
     let frames = unsafe { &*(&buf[..1 + n] as *const [MaybeUninit<u64>] as *const [u64]) };
-    table.intern(frames)
+    debug_assert_eq!(h.finish(), hash_frames(frames));
+    table.intern_hashed(frames, h.finish())
 }
 
 /// The stack of an interrupted thread, from the general registers a signal handler finds in

@@ -224,7 +224,7 @@ pub extern "C" fn oxgrind_strings_overlap(
     let stack = if depth == 0 {
         crate::hooks::NO_STACK
     } else {
-        crate::stacks::capture(&STACKS, entry, depth)
+        crate::stacks::capture(&STACKS, entry, crate::stacks::Caller::UNKNOWN, depth)
     };
     let ev = MisuseEvent {
         kind: Misuse::Overlap {

@@ -89,6 +89,8 @@ const SPECIAL: u64 = 1 << 62;
 /// Common shape, bits 0..32: `cfa_off`; bits 32..48: `bp` offset from the CFA.
 const BASE_RBP: u64 = 1 << 48;
 const BP_AT_CFA: u64 = 1 << 49;
+/// [`Rule::End`] packed.
+const END: u64 = VALID | SPECIAL | 1;
 
 impl Rule {
     /// Packs the rule. The common shapes (`cfa = rsp|rbp + k`, `bp` same or saved at
@@ -110,7 +112,7 @@ impl Rule {
                 }
                 w
             }
-            Rule::End => VALID | SPECIAL | 1,
+            Rule::End => END,
             Rule::SigFrame => VALID | SPECIAL | 2,
             Rule::Cfa { base, cfa_off, bp } => {
                 let b = match base {
@@ -623,21 +625,29 @@ fn special_step(w: u64, regs: &mut Regs, stack: &mut Stack) -> Option<(u64, u64)
 /// thread that is still live.
 #[inline(always)]
 fn walk(regs: Regs, out: &mut [u64], skip: (u64, u64)) -> usize {
-    walk_recording(regs, out, &mut [], skip)
+    walk_recording(regs, regs.pc, out, &mut [], skip)
 }
 
 /// [`walk`], also writing into `cfas[i]` the canonical frame address of the frame whose
 /// return address is `out[i]` (the stack pointer of the caller at the call), when `cfas` is
-/// long enough. The caller's frame then spans `[cfas[i], cfas[i + 1])`.
+/// long enough. The caller's frame then spans `[cfas[i], cfas[i + 1])`. `key`: the address
+/// whose rule unwinds the first frame (`regs.pc`, or `regs.pc - 1` when it is a return
+/// address: the call, not what follows it, which may be another function).
 #[inline(always)]
-fn walk_recording(mut regs: Regs, out: &mut [u64], cfas: &mut [u64], skip: (u64, u64)) -> usize {
+fn walk_recording(
+    mut regs: Regs,
+    key: u64,
+    out: &mut [u64],
+    cfas: &mut [u64],
+    skip: (u64, u64),
+) -> usize {
     let Some((lo, hi)) = stack_bounds(regs.sp) else {
         return 0;
     };
     let mut stack = Stack { lo, hi };
     let mut n = 0;
     let mut skipping = true;
-    let mut key = regs.pc;
+    let mut key = key;
     // Hard bound on the walk, whatever the stack holds.
     for _ in 0..4096 {
         if n >= out.len() {
@@ -670,6 +680,9 @@ fn walk_recording(mut regs: Regs, out: &mut [u64], cfas: &mut [u64], skip: (u64,
             regs.sp = cfa;
             key = ra.wrapping_sub(1);
             ra
+        } else if w == END {
+            // The outermost frame, met once per capture: not worth the cold decoder.
+            break;
         } else {
             match special_step(w, &mut regs, &mut stack) {
                 Some((next, k)) => {
@@ -736,7 +749,8 @@ fn here() -> Regs {
 /// `[cfas[i], cfas[i + 1])`. For describing stack addresses ("in frame #2"); not hot.
 #[inline(never)]
 pub fn capture_with_cfas(out: &mut [u64], cfas: &mut [u64], skip_range: (u64, u64)) -> usize {
-    walk_recording(here(), out, cfas, skip_range)
+    let regs = here();
+    walk_recording(regs, regs.pc, out, cfas, skip_range)
 }
 
 /// Like [`capture_with_cfas`], from explicit registers (a program thread's registers
@@ -748,7 +762,7 @@ pub fn capture_with_cfas_from(
     cfas: &mut [u64],
     skip_range: (u64, u64),
 ) -> usize {
-    walk_recording(regs, out, cfas, skip_range)
+    walk_recording(regs, regs.pc, out, cfas, skip_range)
 }
 
 /// The bounds `[sp, high)` of the stack mapping `sp` lies in (the part in use by a thread
@@ -779,6 +793,25 @@ pub fn capture_from(regs: Regs, out: &mut [u64], skip_range: (u64, u64)) -> usiz
     }
     out[0] = regs.pc;
     1 + walk(regs, &mut out[1..], (0, 0))
+}
+
+/// Like [`capture_from`], for the registers of a caller right after its `call`: `regs.pc`
+/// is the return address (recorded first as is, unless inside `skip_range`), `regs.sp`
+/// the stack pointer after the return, `regs.bp` the frame pointer at the call. What an
+/// interposed function knows at its entry (`pc = *rsp`, `sp = rsp + 8`, `bp = rbp`): a walk
+/// from there never walks the interposer's own frames. The return address's frame is
+/// unwound by the rule of the call (`pc - 1`).
+#[inline]
+pub fn capture_from_call(regs: Regs, out: &mut [u64], skip_range: (u64, u64)) -> usize {
+    if out.is_empty() {
+        return 0;
+    }
+    let key = regs.pc.wrapping_sub(1);
+    if skip_range.0 <= regs.pc && regs.pc < skip_range.1 {
+        return walk_recording(regs, key, out, &mut [], skip_range);
+    }
+    out[0] = regs.pc;
+    1 + walk_recording(regs, key, &mut out[1..], &mut [], (0, 0))
 }
 
 /// The executable range `[start, end)` of the loaded object containing `addr`, e.g.
