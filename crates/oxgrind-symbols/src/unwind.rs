@@ -219,7 +219,8 @@ fn cache_get(key: u64) -> u64 {
     let s = slot_of(key);
     let check = s.check.load(Ordering::Relaxed);
     let rule = s.rule.load(Ordering::Relaxed);
-    if rule != 0 && check ^ rule == key {
+    // An empty slot (0, 0) matches only key 0 and then yields 0, a miss, as it should.
+    if check ^ rule == key {
         rule
     } else {
         0
@@ -556,15 +557,25 @@ pub struct Regs {
 struct Stack {
     lo: u64,
     hi: u64,
+    /// `hi - lo - 8` (0 for a mapping too small to hold a word): the last offset from `lo`
+    /// a word can be read at, computed once per walk rather than at every read.
+    last: u64,
 }
 
 impl Stack {
     #[inline(always)]
+    fn new(lo: u64, hi: u64) -> Stack {
+        Stack {
+            lo,
+            hi,
+            last: hi.saturating_sub(lo).saturating_sub(8),
+        }
+    }
+
+    #[inline(always)]
     fn read(&self, addr: u64) -> Option<u64> {
         // One unsigned compare covers both ends (hi - lo >= 8 for any real mapping).
-        if addr.wrapping_sub(self.lo) <= self.hi.saturating_sub(self.lo).saturating_sub(8)
-            && addr & 7 == 0
-        {
+        if addr.wrapping_sub(self.lo) <= self.last && addr & 7 == 0 {
             // SAFETY: [addr, addr+8) lies inside a readable mapping that holds the stack of
             // the running thread (or its signal stack), which cannot be unmapped while the
             // thread runs on it.
@@ -611,7 +622,7 @@ fn special_step(w: u64, regs: &mut Regs, stack: &mut Stack) -> Option<(u64, u64)
             // The interrupted code may run on another stack (sigaltstack).
             if !(stack.lo <= sp && sp < stack.hi) {
                 let (lo, hi) = stack_bounds_slow(sp)?;
-                *stack = Stack { lo, hi };
+                *stack = Stack::new(lo, hi);
             }
             *regs = Regs { pc, sp, bp };
             // The interrupted pc is not a return address: look it up as is.
@@ -644,7 +655,7 @@ fn walk_recording(
     let Some((lo, hi)) = stack_bounds(regs.sp) else {
         return 0;
     };
-    let mut stack = Stack { lo, hi };
+    let mut stack = Stack::new(lo, hi);
     let mut n = 0;
     let mut skipping = true;
     let mut key = key;
