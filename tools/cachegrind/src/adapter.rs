@@ -264,6 +264,13 @@ const MAX_BLOCKS: usize = 1 << (31 - INSN_BITS);
 const ID_TAG: u32 = 1 << 31;
 const ID_TAG_LOCKED: u32 = 1 << 30;
 
+/// The block records of counted blocks carry, in these tag bits above the block index, how
+/// many I1 lines their code spans beyond the first ([`LINES_UNKNOWN`]: too many to say).
+const LINES_SHIFT: u32 = 25;
+const LINES_UNKNOWN: u32 = 31;
+const _: () =
+    assert!(MAX_BLOCKS == 1 << LINES_SHIFT && (LINES_UNKNOWN << LINES_SHIFT) < ID_TAG_LOCKED);
+
 impl BlockTable {
     pub fn new() -> Self {
         BlockTable {
@@ -416,7 +423,12 @@ pub fn instrument(
     if b < counted_blocks {
         plan.count_indexed(0, b, 1);
         if block_records {
-            plan.trace_block_new_lines(b, code_len);
+            // The record says how many I1 lines the code spans (`LINES_SHIFT`): a run
+            // whose fetches all hit is simulated without the block's description.
+            let first = block[0].pc >> i1_line_bits;
+            let last = (block[0].pc + u64::from(code_len.max(1)) - 1) >> i1_line_bits;
+            let more = (last - first).min(u64::from(LINES_UNKNOWN)) as u32;
+            plan.trace_block_new_lines(b | more << LINES_SHIFT, code_len);
         }
     } else {
         plan.trace_block(b);
@@ -560,6 +572,66 @@ fn start_block(
     }
 }
 
+/// Enters counted block `b` (its record `r`, its code on `more + 1` I1 lines): as
+/// [`start_block`] with every fetch looked up, but line by line from the record, without the
+/// block's description unless a line misses. A run's lookups touch the block's lines in
+/// order, each first by the first lookup that reaches it (a lookup that starts on the line
+/// the one before it ended on finds that line most recently used: no change); a lookup
+/// misses when a line it is the first to touch misses, once even if both its lines do.
+/// The block becomes current again only if one of its access records needs it (see
+/// [`consume`]).
+#[inline(always)]
+fn fetch_lines(
+    sim: &mut Simulator,
+    blocks: &BlockTable,
+    st: &mut ThreadState,
+    r: &TraceRecord,
+    b: u32,
+    more: u32,
+) {
+    st.block = None;
+    let swaps = r.code_swaps();
+    if swaps != 0 {
+        sim.i1_swaps(r.addr, swaps);
+    }
+    let bits = sim.i1_line_bits();
+    let first = r.addr >> bits;
+    // The lookup charged last in this run (index into the block's lookups).
+    let mut charged = None;
+    for line in first..=first + u64::from(more) {
+        if sim.i1_line_is_miss(line) {
+            charge_line_miss(sim, blocks, b, line, bits, &mut charged);
+        }
+    }
+}
+
+/// I1 missed on `line` in a run of block `b`: the first of its lookups that reaches the
+/// line is charged the miss and its LL lookup, unless it was charged already (a lookup
+/// straddling two lines that both missed).
+#[inline(never)]
+fn charge_line_miss(
+    sim: &mut Simulator,
+    blocks: &BlockTable,
+    b: u32,
+    line: u64,
+    bits: u32,
+    charged: &mut Option<usize>,
+) {
+    let Some(blk) = blocks.get(b) else { return };
+    let Some(i) = blk
+        .lookups
+        .iter()
+        .position(|l| l.pc >> bits <= line && line <= (l.pc + u64::from(l.len.max(1)) - 1) >> bits)
+    else {
+        return;
+    };
+    if *charged != Some(i) {
+        *charged = Some(i);
+        let l = &blk.lookups[i];
+        sim.i1_miss(l.id, l.pc, u64::from(l.len));
+    }
+}
+
 /// The current block ends: its remaining instructions are fetched; `next`, the block
 /// entered after it (unknown at the end of the run), settles the branch that ended it.
 #[inline(always)]
@@ -633,7 +705,12 @@ pub fn consume(
         }
         if kind == TraceKind::Block {
             end_block(sim, st, Some(r.addr));
-            start_block(sim, blocks, st, r.tag, counted, r.code_swaps());
+            let (b, more) = (r.tag & (MAX_BLOCKS as u32 - 1), r.tag >> LINES_SHIFT);
+            if b < counted.0 && more < LINES_UNKNOWN && sim.cache_sim() {
+                fetch_lines(sim, blocks, st, r, b, more);
+            } else {
+                start_block(sim, blocks, st, b, counted, r.code_swaps());
+            }
             continue;
         }
         let (b, i) = (
@@ -736,6 +813,69 @@ mod tests {
         );
         let looked: Vec<u8> = b.lookups.iter().map(|l| l.insn).collect();
         assert_eq!(looked, vec![0, 1, 4]);
+    }
+
+    /// A counted block's record simulated line by line ([`fetch_lines`]) charges what its
+    /// lookups one by one ([`start_block`]) charge: same I1 and LL misses, same costs.
+    #[test]
+    fn counted_block_runs_fetched_line_by_line_count_as_lookup_by_lookup() {
+        use oxgrind_formats::cachegrind::CacheConfig;
+        let cfg = |size, assoc| CacheConfig {
+            size,
+            assoc,
+            line: 64,
+        };
+        let (i1, d1, ll) = (cfg(1024, 2), cfg(1024, 2), cfg(4096, 2));
+        let blocks = BlockTable::new();
+        let mut x: u64 = 0x9E3779B97F4A7C15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut id = 0;
+        let mut spans = Vec::new();
+        for k in 0..24u64 {
+            // Blocks of 1 to 40 instructions of 1 to 15 bytes (straddlers included), at
+            // addresses that share I1's sets.
+            let start = 0x40_0000 + k * 0x1a7 + (next() % 64);
+            let mut pc = start;
+            let instrs: Vec<Instr> = (0..1 + next() % 40)
+                .map(|_| {
+                    let len = 1 + (next() % 15) as u8;
+                    let i = Instr {
+                        id,
+                        pc,
+                        len,
+                        kind: Kind::Plain,
+                        locked_rmw: false,
+                        fixed: Some((0, 0)),
+                    };
+                    id += 1;
+                    pc += u64::from(len);
+                    i
+                })
+                .collect();
+            spans.push((start, ((pc - 1) >> 6) - (start >> 6)));
+            blocks.push(BlockInfo::new(instrs, 6, vec![]));
+        }
+        let counted = Counted(1 << 20);
+        let mut by_lookup = Simulator::new(&i1, &d1, &ll, true, false);
+        let mut by_line = Simulator::new(&i1, &d1, &ll, true, false);
+        let (mut st1, mut st2) = (ThreadState::default(), ThreadState::default());
+        for _ in 0..20_000 {
+            let b = (next() % 24) as u32;
+            let (pc, more) = spans[b as usize];
+            start_block(&mut by_lookup, &blocks, &mut st1, b, counted, 0);
+            let r = TraceRecord::new(pc, b | (more as u32) << LINES_SHIFT, 0, TraceKind::Block);
+            consume(&mut by_line, &blocks, counted, &mut st2, &[r]);
+        }
+        by_lookup.flush();
+        by_line.flush();
+        let misses: u64 = by_lookup.costs.iter().map(|c| c[crate::sim::I1MR]).sum();
+        assert!(misses > 1000, "the runs must miss I1: {misses}");
+        assert_eq!(by_lookup.costs, by_line.costs);
     }
 
     #[test]

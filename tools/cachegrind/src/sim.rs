@@ -414,6 +414,32 @@ impl Simulator {
         }
     }
 
+    /// Whether the cache simulation is on.
+    #[inline(always)]
+    pub fn cache_sim(&self) -> bool {
+        self.cache_sim
+    }
+
+    /// log2 of I1's line size.
+    #[inline(always)]
+    pub fn i1_line_bits(&self) -> u32 {
+        self.i1.line_bits
+    }
+
+    /// Looks I1 line `line` up (making it the most recently used of its set): true on a
+    /// miss, which the caller charges with [`Simulator::i1_miss`].
+    #[inline(always)]
+    pub fn i1_line_is_miss(&mut self, line: u64) -> bool {
+        self.i1.set_ref_is_miss(line)
+    }
+
+    /// Charges instruction `id`'s fetch (`len` bytes at `pc`) an I1 miss, and queues its
+    /// LL lookup.
+    pub fn i1_miss(&mut self, id: u32, pc: u64, len: u64) {
+        self.slot(id)[I1MR] += 1;
+        self.queue_ll(id, pc, len, Source::Instr);
+    }
+
     /// Instruction `id` (`len` bytes at `pc`) is fetched and executed once.
     #[inline]
     pub fn instr(&mut self, id: u32, pc: u64, len: u64) {
