@@ -113,9 +113,19 @@ impl ThreadState {
     /// See [`on_behalf_of_program`].
     #[inline]
     pub fn on_behalf_of_program<T>(&self, f: impl FnOnce() -> T) -> T {
+        self.on_behalf_of_program_from(false, f)
+    }
+
+    /// [`ThreadState::on_behalf_of_program`]; `native`: `f` runs natively (a heap event run
+    /// out of the code cache as a whole, `hooks::events_run_natively`), so none of the
+    /// program's code runs translated from here and its stack's V bits are left alone.
+    #[inline]
+    pub fn on_behalf_of_program_from<T>(&self, native: bool, f: impl FnOnce() -> T) -> T {
         let was = self.inside.replace(false);
         let was_alloc = self.in_allocator.replace(true);
-        oxgrind_engine::definedness::entering_program_code();
+        if !native {
+            oxgrind_engine::definedness::entering_program_code();
+        }
         let r = f();
         self.in_allocator.set(was_alloc);
         self.inside.set(was);

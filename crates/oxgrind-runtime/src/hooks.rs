@@ -65,27 +65,33 @@ static EVENTS_NATIVE: AtomicBool = AtomicBool::new(false);
 /// Whether a tool with these needs has its heap events run natively as a whole, glibc's
 /// allocator included, by one call out of the code cache (`host::native`) at the hook's
 /// start: the tool asks the engine only to count the program's instructions (Massif's
-/// `--time-unit=i`), so nothing of glibc's allocator or of our hook is the tool's to see
-/// (its instructions are left out of the count anyway: [`Uncounted`]), or it instruments
-/// code but says the allocator's work is not the program's (`Needs::allocator_unseen`:
-/// DHAT, whose accesses inside a hook are dropped anyway and whose clock, as Valgrind's,
-/// counts none of the allocator's instructions). Translated, our hook's
-/// own code (entry, the re-entrancy flag, the fork gate, the block table) and glibc's cost
-/// about five times what they cost natively, most of Massif's time on an allocation loop.
-/// Not when the tool watches code (probes, definedness: glibc's accesses to its chunk
-/// headers are then tracked or dropped by the engine), system calls (`--pages-as-heap`:
-/// glibc's `mmap`s are the program's pages) or runs natively anyway (no engine).
+/// `--time-unit=i`), or says the allocator's work is not the program's
+/// (`Needs::allocator_unseen`: DHAT, Memcheck), as Valgrind's tools never see its
+/// allocator, which runs on its host side. Then nothing of glibc's allocator or of our hook
+/// is the tool's to see: the engine's probes would drop their accesses anyway (the
+/// allocator's chunk headers are not the program's), Massif's and DHAT's clocks leave their
+/// instructions out ([`Uncounted`]), and Memcheck's V bits of a block are set by the event
+/// itself (malloc'd undefined, calloc'd defined, realloc's copied, freed defined) whatever
+/// glibc wrote into it. Translated, our hook's own code (entry, the re-entrancy flag, the
+/// fork gate, the block table) and glibc's cost about five times what they cost natively
+/// (most of Massif's time on an allocation loop), and under Memcheck with V bits glibc's
+/// code also ran the definedness instrumentation (a third of bench `alloc`'s time). Not
+/// when the tool watches system calls as pages (`--pages-as-heap`: glibc's `mmap`s are the
+/// program's pages), nor for a tool that instruments code and sees the allocator as the
+/// program's (Cachegrind), nor when it runs natively anyway (no engine).
 ///
 /// Natively, glibc's allocator runs as the runtime's own work does: signals wait until the
 /// event ends, its system calls are not seen by the engine (its `munmap`s drop no
 /// translations, which is sound: heap pages are writable, and translations of writable
-/// pages check their code at every entry), and a heap that the program corrupted so badly
-/// that glibc aborts or faults in it is reported as the program's own fatal signal would be
-/// (`exit::fatal_signal_natively`, which the engine calls for a fatal signal in native code).
+/// pages check their code at every entry; the memory it maps keeps the V bits it had,
+/// where the blocks the program gets are marked by their events), and a heap that the
+/// program corrupted so badly that glibc aborts or faults in it is reported as the
+/// program's own fatal signal would be (`exit::fatal_signal_natively`, which the engine
+/// calls for a fatal signal in native code).
 pub fn events_run_natively(n: &oxgrind_tool::Needs) -> bool {
     crate::wants_engine(n)
-        && !(n.instrument && !n.allocator_unseen)
-        && !(n.definedness || n.page_events || n.before_syscalls)
+        && !n.page_events
+        && (n.allocator_unseen || !(n.instrument || n.definedness || n.before_syscalls))
 }
 
 /// Decides [`events_run_natively`] once, before the engine starts.
@@ -102,6 +108,14 @@ fn event<R>(f: impl FnOnce() -> R) -> R {
     } else {
         f()
     }
+}
+
+/// Calls glibc's allocator (`f`) on the program's behalf from inside a hook (see
+/// `guard::on_behalf_of_program`); when the event runs natively nothing of the program's
+/// runs translated on the way.
+#[inline(always)]
+fn in_glibc<T>(thread: &crate::guard::ThreadState, f: impl FnOnce() -> T) -> T {
+    thread.on_behalf_of_program_from(EVENTS_NATIVE.load(Ordering::Relaxed), f)
 }
 
 /// Being inside a hook on behalf of the program: holds the re-entrancy flag, the fork gate
@@ -375,7 +389,7 @@ fn record_alloc(
 
 /// Gives a block back to glibc, through the freed-block queue when the tool wants one.
 fn release(rt: Option<&Runtime>, addr: u64, size: u64) {
-    crate::guard::on_behalf_of_program(|| release_now(rt, addr, size))
+    in_glibc(crate::guard::this_thread(), || release_now(rt, addr, size))
 }
 
 fn release_now(rt: Option<&Runtime>, addr: u64, size: u64) {
@@ -517,8 +531,8 @@ fn allocate_aligned_here(
     }
     let rt = ev.as_ref().map(|e| e.rt);
     let p = match &ev {
-        Some(ev) => ev.thread.on_behalf_of_program(|| get(rt)),
-        None => crate::guard::on_behalf_of_program(|| get(rt)),
+        Some(ev) => in_glibc(ev.thread, || get(rt)),
+        None => in_glibc(crate::guard::this_thread(), || get(rt)),
     };
     if !p.is_null() {
         record_alloc(ev.as_ref(), p, size, align, func, entry);
@@ -567,8 +581,7 @@ fn deallocate_here(p: *mut c_void, func: AllocFn, entry: Entry) {
                 ev.thread
                     .with_event_blocks(0, addr, || ev.rt.tool.on_free(&HOST, &f));
             });
-            ev.thread
-                .on_behalf_of_program(|| release_now(Some(ev.rt), addr, b.size));
+            in_glibc(ev.thread, || release_now(Some(ev.rt), addr, b.size));
         }
         (Some(_), _) => release(None, addr, 0),
         (None, Some(ev)) => ev.misuse(
@@ -870,7 +883,7 @@ fn reallocate_here(p: *mut c_void, size: usize, func: AllocFn, entry: Entry) -> 
     let rt = ev.rt;
     // With a freed-block queue the old block must stay unreleased for a while, so always move.
     let moved = rt.needs.freelist_vol > 0 || rt.needs.redzone > 0 || rt.core.alignment > 16;
-    let q = ev.thread.on_behalf_of_program(|| {
+    let q = in_glibc(ev.thread, || {
         if moved {
             let q = base_alloc(Some(rt), size);
             if !q.is_null() {

@@ -394,14 +394,19 @@ impl RuntimeHost {
     ) -> Option<(usize, Frame)> {
         const N: usize = 128;
         let (mut ras, mut cfas) = ([0u64; N], [0u64; N]);
+        let own = crate::stacks::self_text();
+        // Registers that stop in our own code: an allocator hook run natively as a whole
+        // (`hooks::events_run_natively`), whose frames are left out as they are below.
+        let in_own = guest.is_some_and(|r| own.0 <= r.pc && r.pc < own.1);
         let n = match guest {
-            Some(r) => oxgrind_symbols::capture_with_cfas_from(r, &mut ras, &mut cfas, (0, 0)),
-            None => {
-                oxgrind_symbols::capture_with_cfas(&mut ras, &mut cfas, crate::stacks::self_text())
+            Some(r) if in_own => {
+                oxgrind_symbols::capture_with_cfas_from(r, &mut ras, &mut cfas, own)
             }
+            Some(r) => oxgrind_symbols::capture_with_cfas_from(r, &mut ras, &mut cfas, (0, 0)),
+            None => oxgrind_symbols::capture_with_cfas(&mut ras, &mut cfas, own),
         };
         // The function the registers stop in (frame #0) owns [sp, cfas[0]).
-        if let Some(r) = guest {
+        if let Some(r) = guest.filter(|_| !in_own) {
             let end = if n > 0 { cfas[0] } else { stack_top };
             if r.sp <= addr && addr < end {
                 let frame = with_symbolizer(|sym| {

@@ -238,7 +238,9 @@ pub struct Needs {
     /// tool's probes (DHAT's instruction clock, whose lifetimes would otherwise include
     /// hundreds of glibc's instructions per call). The runtime runs such a heap event
     /// natively as a whole, out of the code cache, unless the tool needs it translated for
-    /// another reason (`definedness`, `page_events`, `before_syscalls`). Without it, a tool
+    /// another reason (`page_events`: glibc's `mmap`s are then the program's pages; a tool
+    /// tracking `definedness` sets the V bits of the event's blocks itself, glibc's writes
+    /// being unseen: Memcheck). Without it, a tool
     /// that instruments code sees glibc's allocator run as the program's code (Cachegrind,
     /// whose counts include it, as Valgrind's Cachegrind does).
     pub allocator_unseen: bool,

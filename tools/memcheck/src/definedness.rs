@@ -40,7 +40,7 @@ impl Memcheck {
     }
 
     /// `realloc`: the kept bytes keep their V bits (moved with the block), the new tail is
-    /// undefined.
+    /// undefined; a moved block's old bytes are freed ([`Memcheck::definedness_free`]).
     pub(crate) fn definedness_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
         if !self.opts.undef_value_errors {
             return;
@@ -48,6 +48,8 @@ impl Memcheck {
         let kept = old.size.min(new.size);
         if old.addr != new.addr {
             host.copy_definedness(old.addr, new.addr, kept);
+            // Both blocks are live chunks of glibc's here: they do not overlap.
+            host.set_definedness(old.addr, old.size, true);
         }
         self.make_undefined(
             host,
@@ -55,6 +57,22 @@ impl Memcheck {
             new.size - kept,
             Origin::Heap(new.stack),
         );
+    }
+
+    /// A freed block's V bits: defined. Reading freed memory is an invalid read, whose
+    /// value Memcheck takes as defined (`get_vbits8` of unaddressable bytes), so that one
+    /// error does not cascade. And it keeps every byte glibc's allocator manages defined:
+    /// glibc runs natively in a heap event (`hooks::events_run_natively`), so its writes of
+    /// its own bookkeeping into free chunks (tcache and bin links, the headers of split
+    /// chunks) leave the V bits as they were; where its code runs translated (a thread's
+    /// tcache emptied at its exit, `malloc_trim`, `mallinfo2`), it reads them back, and
+    /// the V bits the program's values left there would be false "uninitialised" errors.
+    /// A block is marked at its free, not when it leaves the freed-block queue: its V bits
+    /// are never read as the program's again either way, and its shadow is still warm.
+    pub(crate) fn definedness_free(&self, host: &dyn Host, addr: Addr, size: u64) {
+        if self.opts.undef_value_errors {
+            host.set_definedness(addr, size, true);
+        }
     }
 
     /// `VALGRIND_MAKE_MEM_DEFINED` / `_UNDEFINED` / `_DEFINED_IF_ADDRESSABLE`.

@@ -336,6 +336,10 @@ impl Tool for Memcheck {
             origins: self.opts.undef_value_errors && self.opts.track_origins,
             // Syscall param ... points to unaddressable byte(s).
             before_syscalls: true,
+            // glibc's allocator runs natively in a heap event, as Valgrind's own allocator
+            // runs outside the program: its chunk headers and links are not the program's
+            // accesses, and a block's V bits are set by the event (`definedness.rs`).
+            allocator_unseen: true,
             ..Needs::default()
         }
     }
@@ -353,7 +357,7 @@ impl Tool for Memcheck {
     }
 
     fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
-        self.free_event(host, old);
+        self.free_event_keeping_vbits(host, old);
         self.alloc_event(host, new);
         self.definedness_realloc(host, old, new);
     }
