@@ -30,8 +30,8 @@ pub const NO_STACK: StackId = StackId(u32::MAX);
 
 /// Where the program called one of our allocation functions: the address of our entry
 /// point (frame 0 of the call's stack, see [`own_address`]) and, for the entry points that
-/// pass them on ([`malloc`], [`free`], [`calloc`], [`realloc`]), the program's registers at
-/// the call, where the stack walk starts ([`stacks::Caller`]).
+/// pass them on ([`malloc`], [`free`], [`calloc`], [`realloc`], `operator new`), the
+/// program's registers at the call, where the stack walk starts ([`stacks::Caller`]).
 #[derive(Clone, Copy)]
 struct Entry {
     addr: u64,
@@ -173,7 +173,7 @@ fn wrapper_cost(func: AllocFn) -> i64 {
         AllocFn::AlignedAlloc => (42, 94),
         // Valgrind 3.19 aborts the program at pvalloc; counted as valloc.
         AllocFn::Valloc | AllocFn::Pvalloc => (56, 73),
-        AllocFn::New | AllocFn::NewArray => (30, 102),
+        AllocFn::New | AllocFn::NewArray => (30, 111),
         AllocFn::Delete | AllocFn::DeleteArray => (25, 74),
     };
     valgrind - ours
@@ -1133,7 +1133,8 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
 }
 
 /// `operator new` and friends, called from `shim.c`. `kind`: 1 = `new`, 2 = `new[]`;
-/// `which`: the entry point, an index into [`NEW_NAMES`].
+/// `which`: the entry point, an index into [`NEW_NAMES`]; `sp`, `bp`: the program's
+/// registers at its call ([`stacks::Caller`]), passed on by the entry point.
 /// Returns NULL on failure; the shim throws `std::bad_alloc` unless `nothrow`.
 #[no_mangle]
 pub unsafe extern "C" fn oxgrind_new(
@@ -1142,6 +1143,8 @@ pub unsafe extern "C" fn oxgrind_new(
     kind: c_int,
     _nothrow: c_int,
     which: c_int,
+    sp: u64,
+    bp: u64,
 ) -> *mut c_void {
     let func = if kind == 2 {
         AllocFn::NewArray
@@ -1158,7 +1161,7 @@ pub unsafe extern "C" fn oxgrind_new(
         size as u64,
         align as u64,
         func,
-        Entry::at(new_entry(which as usize)),
+        Entry::at(new_entry(which as usize)).called_from(sp, bp),
         |rt| {
             if align > 16 {
                 // SAFETY: plain call into glibc's allocator.

@@ -171,6 +171,7 @@ fn each_allocator_call_counts_what_valgrinds_wrapper_counts() {
         ("time_i_calls.c", &[][..]),
         // Five functions, sixty events: more snapshots than the default, none culled.
         ("time_i_aligned_calls.c", &["--max-snapshots=1000"][..]),
+        ("time_i_cxx_calls.cpp", &[][..]),
     ] {
         let prog = build_here(name);
         let Some((ours, theirs)) = both(&prog, opts) else {
