@@ -399,10 +399,10 @@ impl Massif {
         }
     }
 
-    fn apply_alloc(&self, host: &dyn Host, st: &mut State, ev: &log::NewBlock, clock: Clock) {
+    fn apply_alloc(&self, host: &dyn Host, st: &mut State, ev: &Alloc, clock: Clock) {
         let ec = self.ec_of_locked(host, st, ev.stack);
         // Valgrind allocates the block before it looks at the stack: ignored blocks too.
-        let slop = st.arena_alloc(ev.addr, ev.align, ev.size, ec);
+        let slop = st.arena_alloc(ev.addr, self.alignment_of(ev), ev.size, ec);
         if ec == IGNORED {
             st.ignored_blocks.insert(ev.addr);
             return;
@@ -415,7 +415,7 @@ impl Massif {
         self.normal_attempt(clock, st);
     }
 
-    fn apply_free(&self, host: &dyn Host, st: &mut State, ev: &log::OldBlock, clock: Clock) {
+    fn apply_free(&self, host: &dyn Host, st: &mut State, ev: &Free, clock: Clock) {
         let (slop, ec) = match st.arena_free(ev.addr, ev.size) {
             Some(found) => found,
             None => (ev.slop, self.ec_of_locked(host, st, ev.alloc_stack)),
@@ -437,8 +437,8 @@ impl Massif {
         &self,
         host: &dyn Host,
         st: &mut State,
-        old: &log::OldBlock,
-        new: &log::NewBlock,
+        old: &Free,
+        new: &Alloc,
         clock: Clock,
     ) {
         let new_ec = self.ec_of_locked(host, st, new.stack);
@@ -797,8 +797,8 @@ impl State {
     /// block's EC when it was seen (`new_ec`: the new block's).
     fn arena_realloc(
         &mut self,
-        old: &log::OldBlock,
-        new: &log::NewBlock,
+        old: &Free,
+        new: &Alloc,
         align: u64,
         new_ec: EcId,
     ) -> (u64, u64, Option<EcId>) {
@@ -828,16 +828,6 @@ impl State {
                 None,
             ),
         }
-    }
-}
-
-/// What Massif keeps of a free.
-fn old_block(ev: &Free) -> log::OldBlock {
-    log::OldBlock {
-        addr: ev.addr,
-        size: ev.size,
-        slop: ev.slop,
-        alloc_stack: ev.alloc_stack,
     }
 }
 
@@ -922,13 +912,7 @@ impl Tool for Massif {
         }
         let clock = self.read_clock(host);
         self.classifier.warm(host, ev.stack);
-        let block = log::NewBlock {
-            addr: ev.addr,
-            size: ev.size,
-            align: self.alignment_of(ev),
-            stack: ev.stack,
-        };
-        self.log_event(host, ev.tid, log::Event::Alloc(block, clock));
+        self.log_event(host, ev.tid, log::Event::Alloc(*ev, clock));
     }
 
     fn on_free(&self, host: &dyn Host, ev: &Free) {
@@ -936,7 +920,7 @@ impl Tool for Massif {
             return;
         }
         let clock = self.read_clock(host);
-        self.log_event(host, ev.tid, log::Event::Free(old_block(ev), clock));
+        self.log_event(host, ev.tid, log::Event::Free(*ev, clock));
     }
 
     fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
@@ -945,18 +929,7 @@ impl Tool for Massif {
         }
         let clock = self.read_clock(host);
         self.classifier.warm(host, new.stack);
-        let block = log::NewBlock {
-            addr: new.addr,
-            size: new.size,
-            // Valgrind's realloc asks for `--alignment`, whatever the block had.
-            align: self.opts.alignment,
-            stack: new.stack,
-        };
-        self.log_event(
-            host,
-            new.tid,
-            log::Event::Realloc(old_block(old), block, clock),
-        );
+        self.log_event(host, new.tid, log::Event::Realloc(*old, *new, clock));
     }
 
     fn on_map(&self, host: &dyn Host, ev: &Mapping) {

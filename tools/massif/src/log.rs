@@ -51,7 +51,7 @@
 
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
-use oxgrind_tool::{Addr, StackId};
+use oxgrind_tool::{Addr, Alloc, Free};
 
 use crate::sync::SpinLock;
 use crate::Clock;
@@ -63,35 +63,15 @@ pub(crate) const FLUSH: usize = 128;
 /// Room a shared log is given at first, and a pending batch at least.
 pub(crate) const RESERVE: usize = 512;
 /// Events a log holds at most: its thread then waits for the state lock (a ring's size; an
-/// event is at most 88 bytes, so 352 KiB per thread that allocates).
+/// event is at most 136 bytes, so 544 KiB per thread that allocates).
 pub(crate) const LIMIT: usize = 4096;
-
-/// A block as an allocation names it: what applying the event reads of the runtime's
-/// `Alloc` (logged events are written and read once each, so they carry nothing more).
-#[derive(Copy, Clone, Debug)]
-pub(crate) struct NewBlock {
-    pub addr: Addr,
-    pub size: u64,
-    /// The alignment Valgrind's allocator is asked for (`Massif::alignment_of`).
-    pub align: u64,
-    pub stack: StackId,
-}
-
-/// A block as a free names it (the runtime's `Free`, trimmed as [`NewBlock`]).
-#[derive(Copy, Clone, Debug)]
-pub(crate) struct OldBlock {
-    pub addr: Addr,
-    pub size: u64,
-    pub slop: u64,
-    pub alloc_stack: StackId,
-}
 
 /// A heap event as a thread recorded it, with its clock reading.
 #[derive(Copy, Clone, Debug)]
 pub(crate) enum Event {
-    Alloc(NewBlock, Clock),
-    Free(OldBlock, Clock),
-    Realloc(OldBlock, NewBlock, Clock),
+    Alloc(Alloc, Clock),
+    Free(Free, Clock),
+    Realloc(Free, Alloc, Clock),
 }
 
 impl Event {
