@@ -247,19 +247,7 @@ impl Massif {
     /// is due (module [`log`]).
     #[inline]
     fn log_event(&self, host: &dyn Host, tid: i32, ev: log::Event) {
-        let n = match self.logs.push(tid, ev) {
-            log::Pushed::Holds(n) => n,
-            log::Pushed::Full => {
-                // Applying the logs empties this thread's ring, which only it appends to.
-                let mut st = self.state.lock();
-                self.apply_logs(host, &mut st);
-                drop(st);
-                match self.logs.push(tid, ev) {
-                    log::Pushed::Holds(n) => n,
-                    log::Pushed::Full => unreachable!("a ring just emptied is full"),
-                }
-            }
-        };
+        let n = self.logs.push(tid, ev);
         if n < log::FLUSH {
             return;
         }
@@ -285,40 +273,14 @@ impl Massif {
     /// [`Massif::apply_logs`], leaving out a log whose lock stays taken for `spins` tries
     /// (see [`log::Logs::take_all_within`]).
     fn apply_logs_within(&self, host: &dyn Host, st: &mut State, spins: u64) {
-        // Each owned ring's events not applied yet, `[from, to)`, read in place.
-        let owned = self.logs.owned_rings();
-        let mut rings = [(0usize, 0usize); log::SLOTS];
-        let read_rings = |rings: &mut [(usize, usize); log::SLOTS]| {
-            let mut any = false;
-            let mut bits = owned;
-            while bits != 0 {
-                let i = bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                let (tail, head) = self.logs.ring_range(i);
-                if rings[i] == (0, 0) {
-                    rings[i].0 = tail;
-                }
-                any |= head != rings[i].1;
-                rings[i].1 = head;
-            }
-            any
-        };
-        let rings_any = read_rings(&mut rings);
-        let shared_any = self.logs.take_all_within(&mut st.pending, spins);
-        if !rings_any && !shared_any && st.pending.iter().all(|p| p.is_empty()) {
+        if !self.logs.take_all_within(&mut st.pending, spins)
+            && st.pending.iter().all(|p| p.is_empty())
+        {
             return;
         }
-        let sources = rings.iter().filter(|r| r.0 != r.1).count()
-            + st.pending.iter().filter(|p| !p.is_empty()).count();
-        if sources == 1 {
+        let mut busy = st.pending.iter().filter(|p| !p.is_empty());
+        if let (Some(_), None) = (busy.next(), busy.next()) {
             // One thread's events: its own order is the only one.
-            if let Some(i) = (0..log::SLOTS).find(|&i| rings[i].0 != rings[i].1) {
-                for pos in rings[i].0..rings[i].1 {
-                    self.apply(host, st, self.logs.ring_event(i, pos));
-                }
-                self.logs.ring_release(i, rings[i].1);
-                return;
-            }
             let i = st.pending.iter().position(|p| !p.is_empty()).unwrap_or(0);
             // Taken out while applied, so events are read in place rather than copied.
             let mut p = std::mem::take(&mut st.pending[i]);
@@ -330,32 +292,14 @@ impl Massif {
             st.pending[i] = p;
             return;
         }
-        let ready = |st: &State, ev: &log::Event| {
-            let (live, free) = ev.needs();
-            live.map_or(true, |a| st.chunks.contains(a))
-                && free.map_or(true, |a| !st.chunks.contains(a))
-        };
         loop {
             let mut progressed = false;
-            for i in 0..log::SLOTS {
-                let (mut pos, to) = rings[i];
-                while pos != to {
-                    let ev = self.logs.ring_event(i, pos);
-                    if !ready(st, ev) {
-                        break;
-                    }
-                    self.apply(host, st, ev);
-                    pos += 1;
-                    progressed = true;
-                }
-                if pos != rings[i].0 {
-                    rings[i].0 = pos;
-                    self.logs.ring_release(i, pos);
-                }
-            }
             for i in 0..st.pending.len() {
                 while let Some(ev) = st.pending[i].front() {
-                    if !ready(st, &ev) {
+                    let (live, free) = ev.needs();
+                    let ready = live.map_or(true, |a| st.chunks.contains(a))
+                        && free.map_or(true, |a| !st.chunks.contains(a));
+                    if !ready {
                         break;
                     }
                     st.pending[i].next += 1;
@@ -363,24 +307,14 @@ impl Massif {
                     progressed = true;
                 }
             }
-            let rings_empty = rings.iter().all(|r| r.0 == r.1);
-            if rings_empty && st.pending.iter().all(|p| p.is_empty()) {
+            if st.pending.iter().all(|p| p.is_empty()) {
                 return;
             }
-            if progressed {
-                continue;
-            }
-            let more_rings = read_rings(&mut rings);
-            if !more_rings && !self.logs.take_all_within(&mut st.pending, spins) {
+            if !progressed && !self.logs.take_all_within(&mut st.pending, spins) {
                 // Nothing anywhere supplies the missing event (a history the runtime should
                 // never give): apply the oldest waiting event of the first log as it is,
                 // as a lock per event would have.
-                if let Some(i) = (0..log::SLOTS).find(|&i| rings[i].0 != rings[i].1) {
-                    let pos = rings[i].0;
-                    self.apply(host, st, self.logs.ring_event(i, pos));
-                    rings[i].0 = pos + 1;
-                    self.logs.ring_release(i, pos + 1);
-                } else if let Some(p) = st.pending.iter_mut().find(|p| !p.is_empty()) {
+                if let Some(p) = st.pending.iter_mut().find(|p| !p.is_empty()) {
                     let ev = p.events[p.next];
                     p.next += 1;
                     self.apply(host, st, &ev);

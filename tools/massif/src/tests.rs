@@ -440,6 +440,6 @@ fn cross_thread_frees_and_reused_addresses_are_applied_in_causal_order() {
 
 #[test]
 fn a_logged_event_fits_the_size_the_log_limit_assumes() {
-    // log::LIMIT's memory bound (544 KiB per thread) counts 136 bytes per event.
+    // log::LIMIT's memory bound (about 1.1 MiB per thread) counts 136 bytes per event.
     assert!(std::mem::size_of::<crate::log::Event>() <= 136);
 }
