@@ -186,7 +186,7 @@ fn block_shard(addr: u64, size: u64) -> usize {
 /// Lines of 256 bytes for which a batch of accesses remembers the block it hit last
 /// (Valgrind's DHAT keeps the last three blocks): a loop reading one array and writing
 /// another alternates between two; a database walks many pages.
-const HINTS: usize = 64;
+const HINTS: usize = 256;
 
 /// Hashes a block's start address (a multiple of 16) with one multiplication: the keys
 /// are the program's addresses, not chosen against us, and SipHash cost more than the
@@ -774,7 +774,7 @@ impl Heap {
         // Not initialised: a flush before a free hands over a few records, and zeroing the
         // table each time cost more than they did.
         let mut hints = [core::mem::MaybeUninit::<(u64, u64, usize, u32, bool)>::uninit(); HINTS];
-        let mut valid = 0u64;
+        let mut valid = [0u64; HINTS / 64];
         let line = |addr: u64| (addr >> 8) as usize % HINTS;
         // The large blocks hit (see [`HotBlocks`]), with the bytes read and written by the
         // accesses not charged yet: after its first access in the batch, a large block's
@@ -809,7 +809,8 @@ impl Heap {
             }
             let l = line(a.addr);
             // SAFETY: an entry is read only once written (its bit in `valid`).
-            let h = (valid & (1 << l) != 0).then(|| unsafe { hints[l].assume_init() });
+            let h =
+                (valid[l / 64] & (1 << (l % 64)) != 0).then(|| unsafe { hints[l].assume_init() });
             let bytes = a.size as u64 * (1 + (a.kind == AccessKind::Modify) as u64);
             let h = h.filter(|h| h.0 <= a.addr && a.addr < h.1);
             // A large block this batch hit before: named by the line's hint, else found
@@ -817,6 +818,8 @@ impl Heap {
             // and their shadow, as large, mostly misses the cache).
             let hit_large = match h {
                 Some(h) => h.4.then_some((h.0, h.1)),
+                // (None yet while the first entry is empty: they fill from the front.)
+                None if large[0].1 == 0 => None,
                 None => large
                     .iter()
                     .find(|e| e.0 <= a.addr && a.addr < e.1)
@@ -854,7 +857,7 @@ impl Heap {
                 let hint = (i == first).then_some(slot).flatten();
                 if let Some((slot, end, hot_candidate)) = g.access_at(start, hint, &a) {
                     hints[l].write((start, end, i, slot, hot_candidate));
-                    valid |= 1 << l;
+                    valid[l / 64] |= 1 << (l % 64);
                     if hot_candidate {
                         pending(&mut large, &mut held, (start, end), bytes, (0, 0));
                     }
