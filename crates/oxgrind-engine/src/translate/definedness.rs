@@ -40,6 +40,7 @@ impl Emitter {
         flags_live: bool,
         block_entry: bool,
         after_plain: bool,
+        keep: bool,
     ) -> Result<(), TranslateError> {
         self.borrow_rax(ip, flags_live);
         let mut slow = SlowCall {
@@ -123,12 +124,16 @@ impl Emitter {
             let rel = (self.buf.len() - (done + 4)) as u32;
             self.buf[done..done + 4].copy_from_slice(&rel.to_le_bytes());
         }
+        // Whether `rax` still holds `gs:[vbits]`.
+        let mut rax_vbits = true;
         for m in form.mem.iter().flatten() {
             self.memory_shadow(m, form.load, ip, &mut slow)?;
+            rax_vbits = false;
         }
         // The stack bytes the instruction leaves undefined.
         let new_stack = form.undefined;
         if let Some((off, len)) = new_stack {
+            rax_vbits = false;
             self.stack_chunk(off, len, ip, Some(&mut slow))?;
             if form.origin.is_some() {
                 // Origins: the span's tag chunk must exist, and the bytes start on a
@@ -163,7 +168,10 @@ impl Emitter {
         if form.rsp_delta != 0 {
             // The thread's last rsp: mov rax, gs:[vbits]; mov [rax+last], rsp;
             // add qword [rax+last], delta
-            self.load_gs(0, c::OFF_VBITS);
+            if !rax_vbits {
+                self.load_gs(0, c::OFF_VBITS);
+                rax_vbits = true;
+            }
             self.buf.extend_from_slice(&[0x48, 0x89, 0xA0]);
             self.d32(OFF_LAST_RSP as u32);
             self.buf.extend_from_slice(&[0x48, 0x81, 0x80]);
@@ -171,7 +179,9 @@ impl Emitter {
             self.d32(form.rsp_delta as u32);
         }
         if form.writes.iter().any(Option::is_some) || form.vec_writes.iter().any(Option::is_some) {
-            self.load_gs(0, c::OFF_VBITS);
+            if !rax_vbits {
+                self.load_gs(0, c::OFF_VBITS);
+            }
             // mov qword [rax+zmm_n+8i], 0 for each 8 bytes written
             for v in form.vec_writes.iter().flatten() {
                 for i in 0..v.len as usize / 8 {
@@ -218,11 +228,35 @@ impl Emitter {
                 }
             }
         }
-        self.return_rax(flags_live);
-        slow.back = self.buf.len();
-        self.mark(ip, 0);
-        self.slow.push(slow);
+        if keep {
+            self.keep_borrow(slow, flags_live);
+        } else {
+            self.return_rax(flags_live);
+            slow.back = self.buf.len();
+            self.mark(ip, 0);
+            self.slow.push(slow);
+        }
         Ok(())
+    }
+
+    /// Ends an inline part with `rax` (and the flags, where `flags_live`) still borrowed,
+    /// its slow call `slow` returning through a thunk that borrows them again: the next
+    /// inline part of the same instruction (the tool's access check) takes the borrow over
+    /// (`Emitter::borrow_rax`), saving a return and a borrow back to back (two or, with
+    /// live flags, eight instructions). Whatever else comes next [`Emitter::settle`]s.
+    pub(super) fn keep_borrow(&mut self, mut slow: SlowCall, flags_live: bool) {
+        slow.back = self.buf.len();
+        self.reborrow.push(self.slow.len());
+        self.kept = Some((flags_live, slow.ip));
+        self.slow.push(slow);
+    }
+
+    /// Gives back a borrow [`Emitter::keep_borrow`] kept, if any.
+    pub(super) fn settle(&mut self) {
+        if let Some((flags_live, ip)) = self.kept.take() {
+            self.return_rax(flags_live);
+            self.mark(ip, 0);
+        }
     }
 
     /// Before a `rep` string instruction: the engine enters it once per iteration, and the

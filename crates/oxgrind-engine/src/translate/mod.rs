@@ -343,6 +343,8 @@ pub fn translate_at_most(
         above_sp: Vec::new(),
         recent_cold: Vec::new(),
         block_cold: Vec::new(),
+        kept: None,
+        reborrow: Vec::new(),
     };
     if avail == 0 {
         return Ok(native_jump(pc));
@@ -522,6 +524,7 @@ pub fn translate_at_most(
                         live & (1 << i) != 0,
                         block_entry,
                         after_plain,
+                        true,
                     )?,
                     None => e.clean_call(d.ins.ip(), rec),
                 }
@@ -544,6 +547,13 @@ pub fn translate_at_most(
             });
             let mut merged_skipped = false;
             for r in here() {
+                // A borrow the definedness inline part kept goes to the access check only.
+                if !matches!(
+                    r,
+                    Probe::AccessesFiltered { .. } | Probe::AccessesFilteredOrBelowSp { .. }
+                ) {
+                    e.settle();
+                }
                 match *r {
                     Probe::TraceBlockNewLines { tag, len } => {
                         let live = live & (1 << i) != 0;
@@ -558,6 +568,7 @@ pub fn translate_at_most(
                 }
             }
         }
+        e.settle();
         // Client requests: with a tool, in the program's code (never the embedder's own);
         // without one, the engine still answers RUNNING_ON_VALGRIND.
         if (tool.is_some() || !opts.instrument) && is_client_request_at(&insns, i) {
@@ -682,6 +693,15 @@ struct Emitter {
     recent_cold: Vec<probes::RecentCold>,
     /// The same for blocks' code-lines checks (`Emitter::trace_block_new_lines_two_ways`).
     block_cold: Vec<probes::BlockCold>,
+    /// `rax` (and the guest flags, when the flag is true) are still borrowed from the
+    /// inline part just emitted for the guest instruction at the pc (see
+    /// [`Emitter::keep_borrow`]): the next [`Emitter::borrow_rax`] with the same flags
+    /// takes them over instead of a return and a borrow back to back; anything else must
+    /// [`Emitter::settle`] first.
+    kept: Option<(bool, u64)>,
+    /// The slow calls (indices into `slow`) whose inline part kept its borrow: they return
+    /// through a thunk that borrows again (`finish_slow_calls`).
+    reborrow: Vec<usize>,
 }
 
 /// Most conditional jumps to one out-of-line call (definedness's fast path: the state

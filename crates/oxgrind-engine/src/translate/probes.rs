@@ -154,6 +154,7 @@ impl Emitter {
     /// A clean call with probe record `rec`: `mov gs:[STUB_RAX], rax; lea rax, [rip+back];
     /// mov gs:[PROBE_RET], rax; mov rax, rec; jmp gs:[probe_entry]; back:`.
     pub(super) fn clean_call(&mut self, ip: u64, rec: u64) {
+        self.settle();
         self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
         self.mark(ip, FIX_RAX_IN_STUB);
         self.buf.extend_from_slice(&[0x48, 0x8D, 0x05]);
@@ -283,7 +284,16 @@ impl Emitter {
     }
 
     /// Saves the guest `rax` (and the flags, where live) before inline probe work.
+    /// Takes over a borrow the inline part before kept (`Emitter::keep_borrow`) when it
+    /// saved the same flags.
     pub(super) fn borrow_rax(&mut self, ip: u64, flags_live: bool) {
+        if let Some((kept_flags, kept_ip)) = self.kept {
+            if kept_flags == flags_live && kept_ip == ip {
+                self.kept = None;
+                return;
+            }
+            self.settle();
+        }
         self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
         self.mark(ip, FIX_RAX_IN_STUB);
         if flags_live {
@@ -1535,8 +1545,12 @@ impl Emitter {
     /// `rax` still in `STUB_RAX`, and returns to the end of its inline part.
     pub(super) fn finish_slow_calls(&mut self) {
         let slow = core::mem::take(&mut self.slow);
+        let reborrow = core::mem::take(&mut self.reborrow);
         let mut placed = alloc::vec::Vec::with_capacity(slow.len());
-        for s in &slow {
+        for (index, s) in slow.iter().enumerate() {
+            // A kept borrow (`Emitter::keep_borrow`): the call returns to a thunk that
+            // borrows again, then continues with `rax` (and the flags) borrowed.
+            let kept = reborrow.contains(&index);
             let at = self.buf.len();
             placed.push(at);
             for &j in &s.jumps[..s.njumps] {
@@ -1544,7 +1558,15 @@ impl Emitter {
                 self.buf[j..j + 4].copy_from_slice(&(rel as i32).to_le_bytes());
             }
             self.push_map_at(at, s.ip, FIX_RAX_IN_STUB);
-            if s.skipped_in_own_work {
+            if s.skipped_in_own_work && kept {
+                // cmp qword gs:[own_work], 0; jne back (still borrowed)
+                self.buf.extend_from_slice(&[0x65, 0x48, 0x83, 0x3C, 0x25]);
+                self.d32(c::OFF_OWN_WORK as u32);
+                self.buf.push(0);
+                self.buf.extend_from_slice(&[0x0F, 0x85]);
+                let rel = s.back as i64 - (self.buf.len() as i64 + 4);
+                self.d32(rel as i32 as u32);
+            } else if s.skipped_in_own_work {
                 // cmp qword gs:[own_work], 0; je call; (flags back) mov rax, guest rax;
                 // jmp back; call:
                 self.buf.extend_from_slice(&[0x65, 0x48, 0x83, 0x3C, 0x25]);
@@ -1567,11 +1589,28 @@ impl Emitter {
                 self.restore_probe_flags();
             }
             self.buf.extend_from_slice(&[0x48, 0x8D, 0x05]); // lea rax, [rip+back]
+            let ret_disp = self.buf.len();
             let rel = s.back as i64 - (self.buf.len() as i64 + 4);
             self.d32(rel as i32 as u32);
             self.store_gs(0, c::scratch_off(c::S_PROBE_RET));
             self.mov_imm64(0, s.rec);
             self.jmp_gs(c::OFF_PROBE_ENTRY);
+            if kept {
+                // thunk: (guest state exact) borrow rax and the flags again; jmp back
+                let thunk = self.buf.len();
+                let rel = (thunk - (ret_disp + 4)) as u32;
+                self.buf[ret_disp..ret_disp + 4].copy_from_slice(&rel.to_le_bytes());
+                self.push_map_at(thunk, s.ip, 0);
+                self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+                self.push_map_at(self.buf.len(), s.ip, FIX_RAX_IN_STUB);
+                if s.flags_live {
+                    self.buf.extend_from_slice(&[0x9F, 0x0F, 0x90, 0xC0]); // lahf; seto al
+                    self.store_gs(0, c::scratch_off(c::S_PROBE_FLAGS));
+                }
+                self.buf.push(0xE9);
+                let rel = s.back as i64 - (self.buf.len() as i64 + 4);
+                self.d32(rel as i32 as u32);
+            }
         }
         // The upper halves of the below-the-stack-pointer compares: `rax` = address +
         // depth; `sub rax, rsp; cmp rax, depth - 128; jb <slow call>; add rax, rsp;
