@@ -186,6 +186,15 @@ pub struct ThreadCtx {
     /// borrowed (`translate::definedness`).
     pub vbits_temp2: u64,
     pub vbits_saved_rcx: u64,
+    /// Definedness: the shadow (V bits) of the general registers in encoding order, and
+    /// of the flags (an `oxgrind_vbits::FlagShadows` in the low byte). Here, not with the
+    /// rest of the thread's definedness state (`vbits`), so that the inline fast path
+    /// reaches each with one `gs:`-relative operand, without borrowing a register.
+    pub vbits_gpr: [u64; 16],
+    pub vbits_flags: u64,
+    /// Nonzero when the next instruction must take the definedness slow path (see
+    /// `definedness::step`).
+    pub vbits_need_step: u64,
     pub sig_ring: [[u64; SCRATCH_SLOTS]; SIG_RING],
     /// Per ring level: the pc the kernel put in the context, and the pc the guest handler
     /// was shown (the guest pc when the host pc could be mapped, else the same).
@@ -253,6 +262,11 @@ off!(OFF_VBITS_PRIMARY, vbits_primary);
 off!(OFF_VBITS_TEMP, vbits_temp);
 off!(OFF_VBITS_TEMP2, vbits_temp2);
 off!(OFF_VBITS_SAVED_RCX, vbits_saved_rcx);
+off!(OFF_VBITS_GPR, vbits_gpr);
+off!(OFF_VBITS_FLAGS, vbits_flags);
+off!(OFF_VBITS_NEED_STEP, vbits_need_step);
+// The inline catch-up zeroes the registers' and the flags' shadows as one run of qwords.
+const _: () = assert!(OFF_VBITS_FLAGS == OFF_VBITS_GPR + 16 * 8);
 
 /// Offset of scratch slot `i`.
 pub const fn scratch_off(i: usize) -> usize {

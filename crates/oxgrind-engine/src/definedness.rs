@@ -411,11 +411,6 @@ struct ThreadShadow {
     /// its pc and the `rcx` of its next iteration. The interpreter did all iterations at
     /// its first entry.
     rep_next: (u64, u64),
-    /// Nonzero when the next instruction must take the slow path whatever its form: the
-    /// last one stepped moved `rsp` (the stack rule compares `rsp` across one step), was
-    /// a `call`, `ret` or `rep` instruction, or a system call's results are pending. The
-    /// inline fast path reads it (`OFF_NEED_STEP`).
-    need_step: u64,
     /// The vector registers' shadows are all defined, not yet written so: the inline
     /// catch-up after the runtime's own code sets it (zeroing 2 KiB there would cost more
     /// than the step it saves); the next slow step does the zeroing.
@@ -437,13 +432,13 @@ fn thread(ctx: &mut ThreadCtx) -> &'static mut ThreadShadow {
             last_call_or_ret: false,
             pending: None,
             rep_next: (0, 0),
-            need_step: 1,
             vectors_stale: false,
             reg_origins: [0; origins::SLOTS],
             last_pc: 0,
         });
         ctx.vbits = Box::into_raw(t) as u64;
         ctx.vbits_primary = PRIMARY.load(Ordering::Acquire);
+        ctx.vbits_need_step = 1;
     }
     // SAFETY: `vbits` is this thread's own state, made above and never freed (a reused
     // context's is reset by `reuse`); only this thread touches it.
@@ -460,13 +455,29 @@ pub(crate) fn reuse(ctx: &mut ThreadCtx) {
         t.last_call_or_ret = false;
         t.pending = None;
         t.rep_next = (0, 0);
-        t.need_step = 1;
         t.vectors_stale = false;
         t.reg_origins = [0; origins::SLOTS];
         t.last_pc = 0;
     }
     ctx.vbits_own_code = 0;
     ctx.vbits_signal = 0;
+    ctx.vbits_gpr = [0; 16];
+    ctx.vbits_flags = 0;
+    ctx.vbits_need_step = 1;
+}
+
+/// The general registers' and the flags' shadows live in the thread context (for the
+/// inline fast path: `ThreadCtx::vbits_gpr`); the interpreter works on the thread's
+/// [`ShadowRegisters`]: copied in at the start of a slow step, out at its end.
+fn regs_in(ctx: &ThreadCtx, t: &mut ThreadShadow) {
+    t.regs.gpr = ctx.vbits_gpr;
+    t.regs.flags = oxgrind_vbits::FlagShadows(ctx.vbits_flags as u8);
+}
+
+/// See [`regs_in`].
+fn regs_out(ctx: &mut ThreadCtx, t: &ThreadShadow) {
+    ctx.vbits_gpr = t.regs.gpr;
+    ctx.vbits_flags = t.regs.flags.0 as u64;
 }
 
 /// A signal handler is about to run on this thread (from the signal entry).
@@ -573,9 +584,16 @@ fn is_rep_string(ins: &Instruction) -> bool {
 
 /// The slow path before guest instruction `rec.ins` at `pc` (a clean call).
 pub(crate) fn step(ctx: &mut ThreadCtx, rec: u64, pc: u64, cl: Client) {
+    let t = thread(ctx);
+    regs_in(ctx, t);
+    step_with(ctx, t, rec, pc, cl);
+}
+
+/// [`step`] with the thread's state, its registers' shadows copied in ([`regs_in`]);
+/// copies them out before any report.
+fn step_with(ctx: &mut ThreadCtx, t: &mut ThreadShadow, rec: u64, pc: u64, cl: Client) {
     // SAFETY: step records are written once at translation and never freed.
     let rec = unsafe { &*(rec as *const StepRec) };
-    let t = thread(ctx);
     if core::mem::take(&mut t.vectors_stale) {
         t.regs.vector = [[0; 64]; 32];
     }
@@ -593,12 +611,13 @@ pub(crate) fn step(ctx: &mut ThreadCtx, rec: u64, pc: u64, cl: Client) {
     t.last_pc = pc;
     t.last_writes_rsp = rec.writes_rsp;
     t.last_call_or_ret = rec.call_or_ret;
-    t.need_step = (rec.writes_rsp || rec.call_or_ret || is_rep_string(ins)) as u64;
+    ctx.vbits_need_step = (rec.writes_rsp || rec.call_or_ret || is_rep_string(ins)) as u64;
     if is_rep_string(ins) {
         let rcx = ctx.gregs[1];
         let again = t.rep_next == (pc, rcx);
         t.rep_next = (pc, rcx.wrapping_sub(1));
         if again {
+            regs_out(ctx, t);
             return;
         }
     } else {
@@ -628,6 +647,7 @@ pub(crate) fn step(ctx: &mut ThreadCtx, rec: u64, pc: u64, cl: Client) {
         let outcome = t.interp.step(ins, &guest, &mut t.regs, &mut ShadowMem);
         (outcome, 0, 0)
     };
+    regs_out(ctx, t);
     // A check's value is a register's (a condition's flags, an address's base and index)
     // when one read is undefined; else a loaded one's.
     ctx.vbits_origin = if regs_origin != 0 {
@@ -741,7 +761,7 @@ pub fn argument_undefined(index: usize) -> bool {
     if ctx.vbits == 0 || ctx.vbits_signal != 0 {
         return false;
     }
-    thread(ctx).regs.gpr[reg] != 0
+    ctx.vbits_gpr[reg] != 0
 }
 
 /// With origins: where the undefined bits of integer argument `index` of the call the
@@ -886,7 +906,9 @@ pub(crate) fn before_syscall(ctx: &mut ThreadCtx, pc: u64) {
         return;
     }
     let t = thread(ctx);
+    regs_in(ctx, t);
     catch_up(ctx, t, pc);
+    regs_out(ctx, t);
     let g = ctx.gregs;
     let nr = g[c::RAX];
     let args = ARG_REGS.map(|r| g[r]);
@@ -907,7 +929,7 @@ pub(crate) fn before_syscall(ctx: &mut ThreadCtx, pc: u64) {
         args,
         next_pc: pc + 2,
     });
-    t.need_step = 1;
+    ctx.vbits_need_step = 1;
     t.last_rsp = g[c::RSP];
     t.last_writes_rsp = false;
     t.last_call_or_ret = false;
@@ -1064,11 +1086,8 @@ pub fn set_fast_path(on: bool) {
 }
 
 /// Offsets in [`ThreadShadow`] (through `ctx.vbits`) the inline code reads and writes.
-pub(crate) const OFF_SHADOW_GPR: usize =
-    core::mem::offset_of!(ThreadShadow, regs) + core::mem::offset_of!(ShadowRegisters, gpr);
-pub(crate) const OFF_SHADOW_FLAGS: usize =
-    core::mem::offset_of!(ThreadShadow, regs) + core::mem::offset_of!(ShadowRegisters, flags);
-pub(crate) const OFF_NEED_STEP: usize = core::mem::offset_of!(ThreadShadow, need_step);
+/// (The general registers' and the flags' shadows, and whether a slow step is due, are in
+/// the thread context: `context::OFF_VBITS_GPR`, `OFF_VBITS_FLAGS`, `OFF_VBITS_NEED_STEP`.)
 pub(crate) const OFF_LAST_RSP: usize = core::mem::offset_of!(ThreadShadow, last_rsp);
 pub(crate) const OFF_LAST_WRITES_RSP: usize = core::mem::offset_of!(ThreadShadow, last_writes_rsp);
 pub(crate) const OFF_LAST_CALL_OR_RET: usize =

@@ -24,8 +24,7 @@ use super::{Emitter, SlowCall, TranslateError};
 use crate::context as c;
 use crate::definedness::{
     FastForm, StackOrigin, Written, OFF_LAST_CALL_OR_RET, OFF_LAST_RSP, OFF_LAST_WRITES_RSP,
-    OFF_NEED_STEP, OFF_REP_PC, OFF_REP_RCX, OFF_SHADOW_FLAGS, OFF_SHADOW_GPR, OFF_SHADOW_VECTOR,
-    OFF_VECTORS_STALE,
+    OFF_REP_PC, OFF_REP_RCX, OFF_SHADOW_VECTOR, OFF_VECTORS_STALE,
 };
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
@@ -42,7 +41,22 @@ impl Emitter {
         after_plain: bool,
         keep: bool,
     ) -> Result<(), TranslateError> {
-        self.borrow_rax(ip, flags_live);
+        // Register-only forms where the flags are dead borrow nothing: every check and write
+        // is one `gs:`-relative operand (the slow call saves `rax` first).
+        let vectors = form.vec_reads.iter().any(Option::is_some)
+            || form.vec_writes.iter().any(Option::is_some);
+        let borrow = block_entry
+            || flags_live
+            || vectors
+            || form.mem.iter().any(Option::is_some)
+            || form.undefined.is_some()
+            || form.rsp_delta != 0
+            || form.load.is_some();
+        if borrow {
+            self.borrow_rax(ip, flags_live);
+        } else {
+            self.settle();
+        }
         let mut slow = SlowCall {
             jumps: [0; super::MAX_SLOW_JUMPS],
             njumps: 0,
@@ -54,44 +68,42 @@ impl Emitter {
         };
         if block_entry {
             self.catch_up_inline(&mut slow)?;
-        }
-        // mov rax, gs:[vbits]; test rax, rax; jz slow. The test only at the block's
-        // first stepped instruction: any step (fast or slow) leaves the state made.
-        self.load_gs(0, c::OFF_VBITS);
-        if block_entry {
+            // mov rax, gs:[vbits]; test rax, rax; jz slow. Only at the block's first
+            // stepped instruction: any step (fast or slow) leaves the state made.
+            self.load_gs(0, c::OFF_VBITS);
             self.buf.extend_from_slice(&[0x48, 0x85, 0xC0]);
             self.jcc_slow(0x84, &mut slow)?;
         }
-        // cmp qword [rax+off], 0; jne slow: the pending step (none can be pending after a
-        // plain instruction of the block: `after_plain`), then each register read, in the
-        // bytes it reads (cmp dword/word/byte [rax+off], 0).
+        // cmp qword gs:[need_step], 0; jne slow: the pending step (none can be pending
+        // after a plain instruction of the block: `after_plain`), then each register read,
+        // in the bytes it reads (cmp dword/word/byte gs:[off], 0).
         if !after_plain {
-            self.buf.extend_from_slice(&[0x48, 0x83, 0xB8]);
-            self.d32(OFF_NEED_STEP as u32);
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x83, 0x3C, 0x25]);
+            self.d32(c::OFF_VBITS_NEED_STEP as u32);
             self.buf.push(0x00);
             self.jcc_slow(0x85, &mut slow)?;
         }
         for n in (0..16usize).filter(|n| form.reads & (1 << n) != 0) {
-            let off = (OFF_SHADOW_GPR + 8 * n) as u32;
+            let off = (c::OFF_VBITS_GPR + 8 * n) as u32;
             match form.read_bytes[n] {
                 0x01 => {
-                    self.buf.extend_from_slice(&[0x80, 0xB8]);
+                    self.buf.extend_from_slice(&[0x65, 0x80, 0x3C, 0x25]);
                     self.d32(off);
                 }
                 0x02 => {
-                    self.buf.extend_from_slice(&[0x80, 0xB8]);
+                    self.buf.extend_from_slice(&[0x65, 0x80, 0x3C, 0x25]);
                     self.d32(off + 1);
                 }
                 0x03 => {
-                    self.buf.extend_from_slice(&[0x66, 0x83, 0xB8]);
+                    self.buf.extend_from_slice(&[0x65, 0x66, 0x83, 0x3C, 0x25]);
                     self.d32(off);
                 }
                 0x04..=0x0f => {
-                    self.buf.extend_from_slice(&[0x83, 0xB8]);
+                    self.buf.extend_from_slice(&[0x65, 0x83, 0x3C, 0x25]);
                     self.d32(off);
                 }
                 _ => {
-                    self.buf.extend_from_slice(&[0x48, 0x83, 0xB8]);
+                    self.buf.extend_from_slice(&[0x65, 0x48, 0x83, 0x3C, 0x25]);
                     self.d32(off);
                 }
             }
@@ -99,11 +111,14 @@ impl Emitter {
             self.jcc_slow(0x85, &mut slow)?;
         }
         if form.flags {
-            // cmp byte [rax+flags], 0; jne slow
-            self.buf.extend_from_slice(&[0x80, 0xB8]);
-            self.d32(OFF_SHADOW_FLAGS as u32);
+            // cmp byte gs:[flags], 0; jne slow
+            self.buf.extend_from_slice(&[0x65, 0x80, 0x3C, 0x25]);
+            self.d32(c::OFF_VBITS_FLAGS as u32);
             self.buf.push(0x00);
             self.jcc_slow(0x85, &mut slow)?;
+        }
+        if vectors {
+            self.load_gs(0, c::OFF_VBITS);
         }
         if form.vec_reads.iter().any(Option::is_some) {
             // Stale vector shadows are all defined: cmp byte [rax+stale], 0; jne done.
@@ -124,11 +139,18 @@ impl Emitter {
             let rel = (self.buf.len() - (done + 4)) as u32;
             self.buf[done..done + 4].copy_from_slice(&rel.to_le_bytes());
         }
-        // Whether `rax` still holds `gs:[vbits]`.
-        let mut rax_vbits = true;
+        // Whether `rax` holds `gs:[vbits]`.
+        let mut rax_vbits = vectors;
+        // Whether `rax` holds a load's shadow (`memory_shadow`), for its register.
+        let mut rax_loaded = false;
         for m in form.mem.iter().flatten() {
-            self.memory_shadow(m, form.load, ip, &mut slow)?;
+            rax_loaded |= self.memory_shadow(m, form.load, ip, &mut slow)?;
             rax_vbits = false;
+        }
+        let vec_writes = form.vec_writes.iter().any(Option::is_some);
+        if rax_loaded && (form.undefined.is_some() || form.rsp_delta != 0 || vec_writes) {
+            // Kept for the register while `rax` does other work.
+            self.store_gs(0, c::OFF_VBITS_TEMP2);
         }
         // The stack bytes the instruction leaves undefined.
         let new_stack = form.undefined;
@@ -178,7 +200,7 @@ impl Emitter {
             self.d32(OFF_LAST_RSP as u32);
             self.d32(form.rsp_delta as u32);
         }
-        if form.writes.iter().any(Option::is_some) || form.vec_writes.iter().any(Option::is_some) {
+        if vec_writes {
             if !rax_vbits {
                 self.load_gs(0, c::OFF_VBITS);
             }
@@ -190,43 +212,51 @@ impl Emitter {
                     self.d32(0);
                 }
             }
-            for w in form.writes.iter().flatten() {
-                let (n, at) = match *w {
-                    Written::Qword(n) | Written::Word(n) | Written::Byte(n) => (n, 0),
-                    Written::HighByte(n) => (n, 1),
-                };
-                let off = (OFF_SHADOW_GPR + 8 * n as usize + at) as u32;
-                match w {
-                    Written::Qword(n) if form.load.is_some_and(|l| l.n == *n) => {
-                        // The loaded shadow (in gs:[temp2]) through a borrowed rcx:
-                        // mov gs:[saved_rcx], rcx; mov rcx, gs:[temp2];
-                        // mov [rax+off], rcx; mov rcx, gs:[saved_rcx]
-                        self.store_gs(1, c::OFF_VBITS_SAVED_RCX);
-                        self.load_gs(1, c::OFF_VBITS_TEMP2);
-                        self.buf.extend_from_slice(&[0x48, 0x89, 0x88]);
-                        self.d32(off);
-                        self.load_gs(1, c::OFF_VBITS_SAVED_RCX);
+        }
+        for w in form.writes.iter().flatten() {
+            let (n, at) = match *w {
+                Written::Qword(n) | Written::Word(n) | Written::Byte(n) => (n, 0),
+                Written::HighByte(n) => (n, 1),
+            };
+            let off = (c::OFF_VBITS_GPR + 8 * n as usize + at) as u32;
+            match w {
+                Written::Qword(n) if form.load.is_some_and(|l| l.n == *n) => {
+                    // The loaded shadow: (mov rax, gs:[temp2];) mov gs:[off], rax
+                    if !(rax_loaded
+                        && form.undefined.is_none()
+                        && form.rsp_delta == 0
+                        && !vec_writes)
+                    {
+                        self.load_gs(0, c::OFF_VBITS_TEMP2);
                     }
-                    Written::Qword(_) => {
-                        // mov qword [rax+off], 0
-                        self.buf.extend_from_slice(&[0x48, 0xC7, 0x80]);
-                        self.d32(off);
-                        self.d32(0);
-                    }
-                    Written::Word(_) => {
-                        // mov word [rax+off], 0
-                        self.buf.extend_from_slice(&[0x66, 0xC7, 0x80]);
-                        self.d32(off);
-                        self.buf.extend_from_slice(&[0, 0]);
-                    }
-                    Written::Byte(_) | Written::HighByte(_) => {
-                        // mov byte [rax+off], 0
-                        self.buf.extend_from_slice(&[0xC6, 0x80]);
-                        self.d32(off);
-                        self.buf.push(0);
-                    }
+                    self.store_gs(0, off as usize);
+                }
+                Written::Qword(_) => {
+                    // mov qword gs:[off], 0
+                    self.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
+                    self.d32(off);
+                    self.d32(0);
+                }
+                Written::Word(_) => {
+                    // mov word gs:[off], 0
+                    self.buf.extend_from_slice(&[0x65, 0x66, 0xC7, 0x04, 0x25]);
+                    self.d32(off);
+                    self.buf.extend_from_slice(&[0, 0]);
+                }
+                Written::Byte(_) | Written::HighByte(_) => {
+                    // mov byte gs:[off], 0
+                    self.buf.extend_from_slice(&[0x65, 0xC6, 0x04, 0x25]);
+                    self.d32(off);
+                    self.buf.push(0);
                 }
             }
+        }
+        if !borrow {
+            // Nothing borrowed: the slow call saves `rax` first.
+            slow.back = self.buf.len();
+            self.unborrowed.push(self.slow.len());
+            self.slow.push(slow);
+            return Ok(());
         }
         if keep {
             self.keep_borrow(slow, flags_live);
@@ -401,17 +431,16 @@ impl Emitter {
         self.load_gs(0, c::OFF_VBITS);
         let rel = (self.buf.len() - (returned + 4)) as u32;
         self.buf[returned..returned + 4].copy_from_slice(&rel.to_le_bytes());
-        // mov qword [rax+gpr+8i], 0 (16 times); mov byte [rax+flags], 0
-        for i in 0..16u32 {
-            self.buf.extend_from_slice(&[0x48, 0xC7, 0x80]);
-            self.d32(OFF_SHADOW_GPR as u32 + 8 * i);
+        // mov qword gs:[gpr+8i], 0 (16 times); mov qword gs:[flags], 0
+        for i in 0..17u32 {
+            self.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
+            self.d32(c::OFF_VBITS_GPR as u32 + 8 * i);
             self.d32(0);
         }
-        // mov byte [rax+off], v: the flags defined, the vectors stale, no rsp write or
-        // call/ret pending for the stack rule.
+        // mov byte [rax+off], v: the vectors stale, no rsp write or call/ret pending for
+        // the stack rule.
         for (off, v) in [
-            (OFF_SHADOW_FLAGS, 0u8),
-            (OFF_VECTORS_STALE, 1),
+            (OFF_VECTORS_STALE, 1u8),
             (OFF_LAST_WRITES_RSP, 0),
             (OFF_LAST_CALL_OR_RET, 0),
         ] {
@@ -437,15 +466,15 @@ impl Emitter {
     /// anew), and any other operand's must be zero (else slow).
     ///
     /// With `load` (the instruction is a load into a general register), a read operand's
-    /// shadow is not checked but loaded, extended as the value is, into `gs:[temp2]` (0
-    /// when the span has no chunk) for the register's shadow.
+    /// shadow is not checked but loaded, extended as the value is, into `rax` (0 when the
+    /// span has no chunk) for the register's shadow: then true.
     fn memory_shadow(
         &mut self,
         m: &iced_x86::UsedMemory,
         load: Option<crate::definedness::LoadCopy>,
         ip: u64,
         slow: &mut SlowCall,
-    ) -> Result<(), TranslateError> {
+    ) -> Result<bool, TranslateError> {
         let size = m.memory_size().size() as u32;
         self.effective_address(m, 0, ip)?;
         self.within_one_span(size, slow)?;
@@ -474,11 +503,10 @@ impl Emitter {
                 _ => &[0x48, 0x0F, 0xBF, 0x00],            // movsx rax, word [rax]
             };
             self.buf.extend_from_slice(op);
-            // done: (rax = 0 when there is no chunk) mov gs:[temp2], rax
+            // done: (rax = 0 when there is no chunk)
             let rel = (self.buf.len() - (done + 4)) as u32;
             self.buf[done..done + 4].copy_from_slice(&rel.to_le_bytes());
-            self.store_gs(0, c::OFF_VBITS_TEMP2);
-            return Ok(());
+            return Ok(true);
         }
         if size > 8 {
             // Vector operands: a qword at a time.
@@ -497,7 +525,7 @@ impl Emitter {
             }
             let rel = (self.buf.len() - (done + 4)) as u32;
             self.buf[done..done + 4].copy_from_slice(&rel.to_le_bytes());
-            return Ok(());
+            return Ok(false);
         }
         let prefix: &[u8] = match size {
             1 => &[],
@@ -529,7 +557,7 @@ impl Emitter {
         }
         let rel = (self.buf.len() - (done + 4)) as u32;
         self.buf[done..done + 4].copy_from_slice(&rel.to_le_bytes());
-        Ok(())
+        Ok(false)
     }
 
     /// `rax` = the origins' tag chunk of the span of `[rsp + off]` (0: none).

@@ -345,6 +345,7 @@ pub fn translate_at_most(
         block_cold: Vec::new(),
         kept: None,
         reborrow: Vec::new(),
+        unborrowed: Vec::new(),
     };
     if avail == 0 {
         return Ok(native_jump(pc));
@@ -702,6 +703,8 @@ struct Emitter {
     /// The slow calls (indices into `slow`) whose inline part kept its borrow: they return
     /// through a thunk that borrows again (`finish_slow_calls`).
     reborrow: Vec<usize>,
+    /// The slow calls whose inline part borrowed nothing: they save the guest `rax` first.
+    unborrowed: Vec<usize>,
 }
 
 /// Most conditional jumps to one out-of-line call (definedness's fast path: the state

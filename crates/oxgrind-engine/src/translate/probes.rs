@@ -1546,6 +1546,7 @@ impl Emitter {
     pub(super) fn finish_slow_calls(&mut self) {
         let slow = core::mem::take(&mut self.slow);
         let reborrow = core::mem::take(&mut self.reborrow);
+        let unborrowed = core::mem::take(&mut self.unborrowed);
         let mut placed = alloc::vec::Vec::with_capacity(slow.len());
         for (index, s) in slow.iter().enumerate() {
             // A kept borrow (`Emitter::keep_borrow`): the call returns to a thunk that
@@ -1557,7 +1558,12 @@ impl Emitter {
                 let rel = at as i64 - (j as i64 + 4);
                 self.buf[j..j + 4].copy_from_slice(&(rel as i32).to_le_bytes());
             }
-            self.push_map_at(at, s.ip, FIX_RAX_IN_STUB);
+            if unborrowed.contains(&index) {
+                // mov gs:[STUB_RAX], rax (the guest state is exact before)
+                self.push_map_at(at, s.ip, 0);
+                self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+            }
+            self.push_map_at(self.buf.len(), s.ip, FIX_RAX_IN_STUB);
             if s.skipped_in_own_work && kept {
                 // cmp qword gs:[own_work], 0; jne back (still borrowed)
                 self.buf.extend_from_slice(&[0x65, 0x48, 0x83, 0x3C, 0x25]);
