@@ -193,7 +193,8 @@ pub struct ThreadCtx {
     pub vbits_gpr: [u64; 16],
     pub vbits_flags: u64,
     /// Nonzero when the next instruction must take the definedness slow path (see
-    /// `definedness::step`).
+    /// `definedness::step`); also until the thread's first step (`vbits` is 0 until
+    /// then).
     pub vbits_need_step: u64,
     pub sig_ring: [[u64; SCRATCH_SLOTS]; SIG_RING],
     /// Per ring level: the pc the kernel put in the context, and the pc the guest handler
@@ -412,6 +413,9 @@ pub fn new_ctx(dispatch: u64) -> Option<*mut ThreadCtx> {
         (*ctx).smc_dispatch = crate::asm::oxg_smc_dispatch as *const () as u64;
         (*ctx).probe_entry = crate::asm::oxg_probe as *const () as u64;
         (*ctx).shadow = crate::shadow::base();
+        // Definedness: the thread's first instruction takes the slow step, which makes
+        // its state (`definedness::thread`).
+        (*ctx).vbits_need_step = 1;
         if !crate::thread_state::attach(&mut *ctx) || !crate::trace::attach(&mut *ctx) {
             return None; // (the mappings above are leaked: memory is exhausted anyway)
         }

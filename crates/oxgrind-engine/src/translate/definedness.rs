@@ -68,15 +68,12 @@ impl Emitter {
         };
         if block_entry {
             self.catch_up_inline(&mut slow)?;
-            // mov rax, gs:[vbits]; test rax, rax; jz slow. Only at the block's first
-            // stepped instruction: any step (fast or slow) leaves the state made.
-            self.load_gs(0, c::OFF_VBITS);
-            self.buf.extend_from_slice(&[0x48, 0x85, 0xC0]);
-            self.jcc_slow(0x84, &mut slow)?;
         }
         // cmp qword gs:[need_step], 0; jne slow: the pending step (none can be pending
         // after a plain instruction of the block: `after_plain`), then each register read,
-        // in the bytes it reads (cmp dword/word/byte gs:[off], 0).
+        // in the bytes it reads (cmp dword/word/byte gs:[off], 0). A step is pending until
+        // the thread's first, which makes its state (`ctx.vbits`) that the inline parts
+        // after it use.
         if !after_plain {
             self.buf.extend_from_slice(&[0x65, 0x48, 0x83, 0x3C, 0x25]);
             self.d32(c::OFF_VBITS_NEED_STEP as u32);
@@ -476,8 +473,11 @@ impl Emitter {
         slow: &mut SlowCall,
     ) -> Result<bool, TranslateError> {
         let size = m.memory_size().size() as u32;
-        self.effective_address(m, 0, ip)?;
-        self.within_one_span(size, slow)?;
+        if size > 1 {
+            // (A byte lies in one span.)
+            self.effective_address(m, 0, ip)?;
+            self.within_one_span(size, slow)?;
+        }
         self.effective_address(m, 0, ip)?;
         self.span_index(Some(&mut *slow))?;
         self.chunk_of_span();
