@@ -164,9 +164,27 @@ fn entry(addr: u64) -> Option<&'static AtomicU64> {
     Some(unsafe { &*p })
 }
 
+/// A primary entry holds its span's chunk minus the span's address (wrapping), 0 when the
+/// span has none: the inline fast path reaches an address's shadow byte as the address
+/// plus its entry, without masking the offset in the span out (`translate::definedness`).
+/// (A chunk handed out for the span of its own addresses would read as none: only the
+/// program writing into our reserved, not yet handed out pool could ask for that.)
+fn entry_value(chunk: u64, addr: u64) -> u64 {
+    chunk.wrapping_sub(addr & !(CHUNK - 1))
+}
+
+/// The chunk an entry's value `v` names for `addr` (see [`entry_value`]).
+fn chunk_from_entry(v: u64, addr: u64) -> u64 {
+    if v == 0 {
+        0
+    } else {
+        v.wrapping_add(addr & !(CHUNK - 1))
+    }
+}
+
 /// The chunk holding `addr`'s shadow, 0 when there is none (all defined).
 fn chunk_of(addr: u64) -> u64 {
-    entry(addr).map_or(0, |e| e.load(Ordering::Acquire))
+    entry(addr).map_or(0, |e| chunk_from_entry(e.load(Ordering::Acquire), addr))
 }
 
 /// The chunk holding `addr`'s shadow, made (all defined) if there is none yet; 0 when no
@@ -176,17 +194,18 @@ fn chunk_for_write(addr: u64) -> u64 {
     let Some(e) = entry(addr) else { return 0 };
     let cur = e.load(Ordering::Acquire);
     if cur != 0 {
-        return cur;
+        return chunk_from_entry(cur, addr);
     }
     let fresh = POOL_NEXT.fetch_add(CHUNK, Ordering::AcqRel);
     if fresh + CHUNK > POOL_END.load(Ordering::Acquire) {
         return 0;
     }
-    match e.compare_exchange(0, fresh, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => fresh,
+    let v = entry_value(fresh, addr);
+    match e.compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => chunk_from_entry(v, addr),
         // Another thread made it first; this chunk of the pool stays unused (never
         // touched, so it costs address space only).
-        Err(other) => other,
+        Err(other) => chunk_from_entry(other, addr),
     }
 }
 

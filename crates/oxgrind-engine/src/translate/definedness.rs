@@ -45,13 +45,16 @@ impl Emitter {
         // is one `gs:`-relative operand (the slow call saves `rax` first).
         let vectors = form.vec_reads.iter().any(Option::is_some)
             || form.vec_writes.iter().any(Option::is_some);
-        let borrow = block_entry
-            || flags_live
-            || vectors
-            || form.mem.iter().any(Option::is_some)
-            || form.undefined.is_some()
-            || form.rsp_delta != 0
-            || form.load.is_some();
+        let registers_only = !block_entry
+            && !vectors
+            && form.mem.iter().all(Option::is_none)
+            && form.undefined.is_none()
+            && form.rsp_delta == 0
+            && form.load.is_none();
+        if registers_only && flags_live {
+            return self.definedness_live_flags(ip, rec, form, after_plain);
+        }
+        let borrow = !registers_only || flags_live;
         if borrow {
             self.borrow_rax(ip, flags_live);
         } else {
@@ -263,6 +266,112 @@ impl Emitter {
             self.mark(ip, 0);
             self.slow.push(slow);
         }
+        Ok(())
+    }
+
+    /// The inline part of a register-only form where the guest flags are live (a `jcc`,
+    /// `setcc`, `cmovcc`, or an instruction between a compare and its branch): each check
+    /// loads the shadow bytes into a borrowed `rcx` and tests it with `jrcxz`, which leaves
+    /// the flags alone, so they need no saving.
+    ///
+    /// ```text
+    ///     mov gs:[saved_rcx], rcx
+    ///     mov(zx) rcx/ecx, gs:[shadow]; jrcxz ok; jmp slow; ok:    (each check)
+    ///     mov gs:[written], 0                                      (each register written)
+    ///     mov rcx, gs:[saved_rcx]
+    /// ```
+    ///
+    /// The slow call gives `rcx` back first (`finish_slow_calls`).
+    fn definedness_live_flags(
+        &mut self,
+        ip: u64,
+        rec: u64,
+        form: &FastForm,
+        after_plain: bool,
+    ) -> Result<(), TranslateError> {
+        self.settle();
+        let mut slow = SlowCall {
+            jumps: [0; super::MAX_SLOW_JUMPS],
+            njumps: 0,
+            rec,
+            flags_live: false,
+            back: 0,
+            ip,
+            skipped_in_own_work: false,
+        };
+        self.store_gs(1, c::OFF_VBITS_SAVED_RCX);
+        // (how many bytes to load, offset)
+        let mut checks: [(u8, usize); 18] = [(0, 0); 18];
+        let mut n = 0;
+        if !after_plain {
+            checks[n] = (8, c::OFF_VBITS_NEED_STEP);
+            n += 1;
+        }
+        for r in (0..16usize).filter(|r| form.reads & (1 << r) != 0) {
+            let off = c::OFF_VBITS_GPR + 8 * r;
+            checks[n] = match form.read_bytes[r] {
+                0x01 => (1, off),
+                0x02 => (1, off + 1),
+                0x03 => (2, off),
+                0x04..=0x0f => (4, off),
+                _ => (8, off),
+            };
+            n += 1;
+        }
+        if form.flags {
+            checks[n] = (1, c::OFF_VBITS_FLAGS);
+            n += 1;
+        }
+        for &(len, off) in &checks[..n] {
+            match len {
+                // movzx ecx, byte gs:[off]
+                1 => self.buf.extend_from_slice(&[0x65, 0x0F, 0xB6, 0x0C, 0x25]),
+                // movzx ecx, word gs:[off]
+                2 => self.buf.extend_from_slice(&[0x65, 0x0F, 0xB7, 0x0C, 0x25]),
+                // mov ecx, dword gs:[off]
+                4 => self.buf.extend_from_slice(&[0x65, 0x8B, 0x0C, 0x25]),
+                // mov rcx, gs:[off]
+                _ => self.buf.extend_from_slice(&[0x65, 0x48, 0x8B, 0x0C, 0x25]),
+            }
+            self.d32(off as u32);
+            // jrcxz ok; jmp slow; ok:
+            self.buf.extend_from_slice(&[0xE3, 0x05, 0xE9]);
+            if slow.njumps == slow.jumps.len() {
+                return Err(TranslateError::Encode { pc: ip });
+            }
+            slow.jumps[slow.njumps] = self.buf.len();
+            slow.njumps += 1;
+            self.d32(0);
+        }
+        for w in form.writes.iter().flatten() {
+            let (r, at) = match *w {
+                Written::Qword(r) | Written::Word(r) | Written::Byte(r) => (r, 0),
+                Written::HighByte(r) => (r, 1),
+            };
+            let off = (c::OFF_VBITS_GPR + 8 * r as usize + at) as u32;
+            match w {
+                Written::Qword(_) => {
+                    self.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
+                    self.d32(off);
+                    self.d32(0);
+                }
+                Written::Word(_) => {
+                    self.buf.extend_from_slice(&[0x65, 0x66, 0xC7, 0x04, 0x25]);
+                    self.d32(off);
+                    self.buf.extend_from_slice(&[0, 0]);
+                }
+                Written::Byte(_) | Written::HighByte(_) => {
+                    self.buf.extend_from_slice(&[0x65, 0xC6, 0x04, 0x25]);
+                    self.d32(off);
+                    self.buf.push(0);
+                }
+            }
+        }
+        self.load_gs(1, c::OFF_VBITS_SAVED_RCX);
+        slow.back = self.buf.len();
+        self.rcx_lent.push(self.slow.len());
+        self.unborrowed.push(self.slow.len());
+        self.slow.push(slow);
         Ok(())
     }
 
@@ -486,9 +595,11 @@ impl Emitter {
         self.buf.extend_from_slice(&[0x0F, 0x84]);
         let done = self.buf.len();
         self.d32(0);
-        self.store_gs(0, c::OFF_VBITS_TEMP);
-        self.effective_address(m, 0, ip)?;
-        self.add_offset_in_span();
+        if !self.shadow_of_operand(m, ip)? {
+            self.store_gs(0, c::OFF_VBITS_TEMP);
+            self.effective_address(m, 0, ip)?;
+            self.add_offset_in_span();
+        }
         let write_only = matches!(m.access(), iced_x86::OpAccess::Write);
         if let Some(l) = load.filter(|_| !write_only) {
             let op: &[u8] = match (l.size, l.signed, l.width) {
@@ -687,12 +798,52 @@ impl Emitter {
         self.buf.extend_from_slice(&[0x48, 0x8B, 0x00]);
     }
 
-    /// With `rax` an address and its chunk in `gs:[temp]`: `rax` = the address of its
-    /// shadow byte. `movzx eax, ax; add rax, gs:[temp]`
+    /// With `rax` an address and its span's primary entry in `gs:[temp]`: `rax` = the
+    /// address of its shadow byte (an entry is the chunk minus the span's address:
+    /// `definedness::entry_value`). `add rax, gs:[temp]`
     fn add_offset_in_span(&mut self) {
-        self.buf.extend_from_slice(&[0x0F, 0xB7, 0xC0]);
         self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]);
         self.d32(c::OFF_VBITS_TEMP as u32);
+    }
+
+    /// With `rax` the primary entry of operand `m`'s span: `rax` = the address of the
+    /// operand's shadow, `lea rax, [rax + reg + disp]`, when `m` is addressed by one
+    /// general register (not `rax`, whose guest value is in `STUB_RAX`) and a 32-bit
+    /// displacement, without a segment; else false and nothing emitted.
+    fn shadow_of_operand(
+        &mut self,
+        m: &iced_x86::UsedMemory,
+        ip: u64,
+    ) -> Result<bool, TranslateError> {
+        let gpr64 = |r: Register| r.is_gpr64() && r != Register::RAX;
+        let d = m.displacement() as i64;
+        if d != d as i32 as i64
+            || !matches!(
+                m.segment(),
+                Register::None | Register::DS | Register::SS | Register::ES | Register::CS
+            )
+        {
+            return Ok(false);
+        }
+        let (base, index, scale) = match (m.base(), m.index()) {
+            (Register::RSP, Register::None) => (Register::RSP, Register::RAX, 1),
+            (b, Register::None) if gpr64(b) => (Register::RAX, b, 1),
+            (Register::None, i) if gpr64(i) => (Register::RAX, i, m.scale()),
+            _ => return Ok(false),
+        };
+        let op = MemoryOperand::new(
+            base,
+            index,
+            scale,
+            d,
+            if d == 0 { 0 } else { 1 },
+            false,
+            Register::None,
+        );
+        let lea = Instruction::with2(Code::Lea_r64_m, Register::RAX, op)
+            .map_err(|_| TranslateError::Encode { pc: ip })?;
+        self.encode(&lea, ip)?;
+        Ok(true)
     }
 
     /// `lea rax, [rsp + off]`.

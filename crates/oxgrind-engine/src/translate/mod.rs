@@ -346,6 +346,7 @@ pub fn translate_at_most(
         kept: None,
         reborrow: Vec::new(),
         unborrowed: Vec::new(),
+        rcx_lent: Vec::new(),
     };
     if avail == 0 {
         return Ok(native_jump(pc));
@@ -705,6 +706,9 @@ struct Emitter {
     reborrow: Vec<usize>,
     /// The slow calls whose inline part borrowed nothing: they save the guest `rax` first.
     unborrowed: Vec<usize>,
+    /// The slow calls whose inline part had `rcx` borrowed (in `vbits_saved_rcx`): they
+    /// give it back first.
+    rcx_lent: Vec<usize>,
 }
 
 /// Most conditional jumps to one out-of-line call (definedness's fast path: the state

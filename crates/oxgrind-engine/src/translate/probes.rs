@@ -1547,6 +1547,7 @@ impl Emitter {
         let slow = core::mem::take(&mut self.slow);
         let reborrow = core::mem::take(&mut self.reborrow);
         let unborrowed = core::mem::take(&mut self.unborrowed);
+        let rcx_lent = core::mem::take(&mut self.rcx_lent);
         let mut placed = alloc::vec::Vec::with_capacity(slow.len());
         for (index, s) in slow.iter().enumerate() {
             // A kept borrow (`Emitter::keep_borrow`): the call returns to a thunk that
@@ -1558,9 +1559,13 @@ impl Emitter {
                 let rel = at as i64 - (j as i64 + 4);
                 self.buf[j..j + 4].copy_from_slice(&(rel as i32).to_le_bytes());
             }
+            if rcx_lent.contains(&index) {
+                // mov rcx, gs:[saved_rcx]
+                self.load_gs(1, c::OFF_VBITS_SAVED_RCX);
+            }
             if unborrowed.contains(&index) {
                 // mov gs:[STUB_RAX], rax (the guest state is exact before)
-                self.push_map_at(at, s.ip, 0);
+                self.push_map_at(self.buf.len(), s.ip, 0);
                 self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
             }
             self.push_map_at(self.buf.len(), s.ip, FIX_RAX_IN_STUB);
