@@ -1,23 +1,28 @@
 //! Definedness's inline fast path (Dr. Memory's design, `docs/definedness.md`): before an
 //! instruction with a fast form (`definedness::fast_form`), a few compares in the code
 //! cache stand in for the clean call into the interpreter when every input is defined,
-//! which is nearly always. The inline part borrows `rax` (and saves the flags where live,
-//! as the filtered probes do) and checks, each with a `jne` to the out-of-line slow call:
+//! which is nearly always. The general registers' and the flags' shadows are in the thread
+//! context (`gs:`-relative): a register-only form where the flags are dead borrows
+//! nothing, one where they are live tests each shadow in a borrowed `rcx` with `jrcxz`
+//! (`Emitter::definedness_live_flags`); anything else borrows `rax` (and saves the flags
+//! where live, as the filtered probes do, keeping the borrow for the tool's access check
+//! of the same instruction: `Emitter::keep_borrow`). It checks, each with a jump to the
+//! out-of-line slow call:
 //!
 //! * at a block's first stepped instruction, what happened since the program's last one:
 //!   a signal handler starts (`vbits_signal`: slow), or the runtime's own code ran
 //!   (`vbits_own_code`: its catch-up is done inline when it returned into the program);
-//! * the thread has its definedness state (`ctx.vbits`), and no slow step is due: the
-//!   last step asked for one (`need_step`: after a move of `rsp` the fast forms do not
-//!   handle, a `rep` instruction, a system call);
+//! * no slow step is due: the last step asked for one (`vbits_need_step`: after a move of
+//!   `rsp` the fast forms do not handle, a `rep` instruction, a system call; also until
+//!   the thread's first step, which makes its state, `ctx.vbits`);
 //! * the shadow of each general register read is zero, and the flags' shadow if the
 //!   instruction reads or writes a flag;
 //! * each memory operand lies in one 64 KiB span of the memory shadow, and its shadow
 //!   bytes are zero (or the span has no chunk: all defined); an address above the user
 //!   space goes slow. A written-only operand's shadow bytes are zeroed instead.
 //!
-//! Then it zeroes the shadow bytes of the registers written, gives back `rax` and the
-//! flags, and the instruction runs. The slow call runs the interpreter exactly as without
+//! Then it zeroes the shadow bytes of the registers written, gives back what it borrowed,
+//! and the instruction runs. The slow call runs the interpreter exactly as without
 //! the fast path and returns after the inline part.
 
 use super::{Emitter, SlowCall, TranslateError};
