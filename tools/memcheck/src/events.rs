@@ -243,16 +243,22 @@ impl Memcheck {
         }
     }
 
+    /// The program's blocks from its allocator: the runtime's list without
+    /// [`Memcheck::foreign`] ones. Takes only locks held inside allocator events (see
+    /// `search_heap`).
+    pub(crate) fn heap_blocks(&self, host: &dyn Host) -> Vec<LiveBlock> {
+        let mut live = host.live_blocks();
+        let f = self.foreign.lock();
+        if !f.is_empty() {
+            live.retain(|b| !f.contains(&b.addr));
+        }
+        live
+    }
+
     /// The program's live blocks: the runtime's list without [`Memcheck::foreign`] ones,
     /// With the blocks of the program's own allocators (client requests).
     pub(crate) fn program_blocks(&self, host: &dyn Host) -> Vec<LiveBlock> {
-        let mut live = host.live_blocks();
-        {
-            let f = self.foreign.lock();
-            if !f.is_empty() {
-                live.retain(|b| !f.contains(&b.addr));
-            }
-        }
+        let mut live = self.heap_blocks(host);
         live.extend(self.client_blocks.lock().iter().copied());
         live.extend(self.pools.lock().chunks().copied());
         live
