@@ -219,13 +219,9 @@ impl Emitter {
             }
         }
         for w in form.writes.iter().flatten() {
-            let (n, at) = match *w {
-                Written::Qword(n) | Written::Word(n) | Written::Byte(n) => (n, 0),
-                Written::HighByte(n) => (n, 1),
-            };
-            let off = (c::OFF_VBITS_GPR + 8 * n as usize + at) as u32;
             match w {
                 Written::Qword(n) if form.load.is_some_and(|l| l.n == *n) => {
+                    let off = written_shadow_off(*w);
                     // The loaded shadow: (mov rax, gs:[temp2];) mov gs:[off], rax
                     if !(rax_loaded
                         && form.undefined.is_none()
@@ -236,24 +232,7 @@ impl Emitter {
                     }
                     self.store_gs(0, off as usize);
                 }
-                Written::Qword(_) => {
-                    // mov qword gs:[off], 0
-                    self.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
-                    self.d32(off);
-                    self.d32(0);
-                }
-                Written::Word(_) => {
-                    // mov word gs:[off], 0
-                    self.buf.extend_from_slice(&[0x65, 0x66, 0xC7, 0x04, 0x25]);
-                    self.d32(off);
-                    self.buf.extend_from_slice(&[0, 0]);
-                }
-                Written::Byte(_) | Written::HighByte(_) => {
-                    // mov byte gs:[off], 0
-                    self.buf.extend_from_slice(&[0x65, 0xC6, 0x04, 0x25]);
-                    self.d32(off);
-                    self.buf.push(0);
-                }
+                _ => self.zero_written_shadow(*w),
             }
         }
         if !borrow {
@@ -272,6 +251,29 @@ impl Emitter {
             self.slow.push(slow);
         }
         Ok(())
+    }
+
+    /// Marks a register the fast form writes defined: zeroes the bytes of its shadow the
+    /// write covers (`mov qword/word/byte gs:[off], 0`).
+    fn zero_written_shadow(&mut self, w: Written) {
+        let off = written_shadow_off(w);
+        match w {
+            Written::Qword(_) => {
+                self.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
+                self.d32(off);
+                self.d32(0);
+            }
+            Written::Word(_) => {
+                self.buf.extend_from_slice(&[0x65, 0x66, 0xC7, 0x04, 0x25]);
+                self.d32(off);
+                self.buf.extend_from_slice(&[0, 0]);
+            }
+            Written::Byte(_) | Written::HighByte(_) => {
+                self.buf.extend_from_slice(&[0x65, 0xC6, 0x04, 0x25]);
+                self.d32(off);
+                self.buf.push(0);
+            }
+        }
     }
 
     /// The inline part of a register-only form where the guest flags are live (a `jcc`,
@@ -349,28 +351,7 @@ impl Emitter {
             self.d32(0);
         }
         for w in form.writes.iter().flatten() {
-            let (r, at) = match *w {
-                Written::Qword(r) | Written::Word(r) | Written::Byte(r) => (r, 0),
-                Written::HighByte(r) => (r, 1),
-            };
-            let off = (c::OFF_VBITS_GPR + 8 * r as usize + at) as u32;
-            match w {
-                Written::Qword(_) => {
-                    self.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
-                    self.d32(off);
-                    self.d32(0);
-                }
-                Written::Word(_) => {
-                    self.buf.extend_from_slice(&[0x65, 0x66, 0xC7, 0x04, 0x25]);
-                    self.d32(off);
-                    self.buf.extend_from_slice(&[0, 0]);
-                }
-                Written::Byte(_) | Written::HighByte(_) => {
-                    self.buf.extend_from_slice(&[0x65, 0xC6, 0x04, 0x25]);
-                    self.d32(off);
-                    self.buf.push(0);
-                }
-            }
+            self.zero_written_shadow(*w);
         }
         self.load_gs(1, c::OFF_VBITS_SAVED_RCX);
         slow.back = self.buf.len();
@@ -878,4 +859,13 @@ impl Emitter {
         self.d32(0);
         Ok(())
     }
+}
+
+/// Offset in the thread context of the first shadow byte a register write covers.
+fn written_shadow_off(w: Written) -> u32 {
+    let (n, at) = match w {
+        Written::Qword(n) | Written::Word(n) | Written::Byte(n) => (n, 0),
+        Written::HighByte(n) => (n, 1),
+    };
+    (c::OFF_VBITS_GPR + 8 * n as usize + at) as u32
 }

@@ -952,6 +952,31 @@ impl Emitter {
         Ok(straddles)
     }
 
+    /// The two-way check's second half (line in `rax`, slot in `rcx`): a hit in the slot's
+    /// second line swaps the two (`xor` swaps, and the slot's swap bit flips so the
+    /// simulator can replay the order), then gives `rcx` back; a miss jumps to the returned
+    /// rel32, to be patched to the record of a new line.
+    fn second_line_hit(&mut self) -> usize {
+        let first = c::RECENT_LINES_OFF as u32;
+        let second = c::RECENT_SECOND_LINES_OFF as u32;
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, SECOND
+        self.d32(second);
+        self.buf.extend_from_slice(&[0x0F, 0x85]); // jne new
+        let to_new = self.buf.len();
+        self.d32(0);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x33, 0x04, 0xCD]); // xor rax, FIRST
+        self.d32(first);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x31, 0x04, 0xCD]); // xor FIRST, rax
+        self.d32(first);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x31, 0x04, 0xCD]); // xor SECOND, rax
+        self.d32(second);
+        self.buf.extend_from_slice(&[0x65, 0x80, 0x34, 0x0D]); // xor byte gs:[SWAPS+rcx], 1
+        self.d32(c::RECENT_SWAPS_OFF as u32);
+        self.buf.push(1);
+        self.load_gs(1, c::OFF_PROBE_RCX);
+        to_new
+    }
+
     /// [`Emitter::append_unless_recent`] for a table of two lines per slot: an access to
     /// the slot's second line is skipped too (the two change places, the swap bit flips);
     /// a record updates its lines' slots as [`Emitter::record_line_two_ways`] says.
@@ -985,7 +1010,6 @@ impl Emitter {
     ) -> Result<Option<usize>, TranslateError> {
         let straddles = self.recent_line_and_slot(m, (shift, slots), ip)?;
         let first = c::RECENT_LINES_OFF as u32;
-        let second = c::RECENT_SECOND_LINES_OFF as u32;
         self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, FIRST
         self.d32(first);
         self.buf.extend_from_slice(&[0x0F, 0x85]); // jne second
@@ -999,21 +1023,7 @@ impl Emitter {
         let done_first = self.buf.len();
         self.d32(0);
         self.patch_rel32(to_second);
-        self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, SECOND
-        self.d32(second);
-        self.buf.extend_from_slice(&[0x0F, 0x85]); // jne new
-        let to_new = self.buf.len();
-        self.d32(0);
-        self.buf.extend_from_slice(&[0x65, 0x48, 0x33, 0x04, 0xCD]); // xor rax, FIRST
-        self.d32(first);
-        self.buf.extend_from_slice(&[0x65, 0x48, 0x31, 0x04, 0xCD]); // xor FIRST, rax
-        self.d32(first);
-        self.buf.extend_from_slice(&[0x65, 0x48, 0x31, 0x04, 0xCD]); // xor SECOND, rax
-        self.d32(second);
-        self.buf.extend_from_slice(&[0x65, 0x80, 0x34, 0x0D]); // xor byte gs:[SWAPS+rcx], 1
-        self.d32(c::RECENT_SWAPS_OFF as u32);
-        self.buf.push(1);
-        self.load_gs(1, c::OFF_PROBE_RCX);
+        let to_new = self.second_line_hit();
         if let Some(flags_live) = leave {
             self.return_rax(flags_live);
         }
@@ -1121,8 +1131,6 @@ impl Emitter {
     ///     restore rcx; rax = address; append; drain check (restores rax, flags); jmp back
     /// ```
     pub(super) fn finish_recent_cold(&mut self) {
-        let first = c::RECENT_LINES_OFF as u32;
-        let second = c::RECENT_SECOND_LINES_OFF as u32;
         for d in core::mem::take(&mut self.block_cold) {
             let at = self.buf.len();
             self.push_map_at(at, d.pc, FIX_RAX_IN_STUB);
@@ -1132,21 +1140,7 @@ impl Emitter {
             let at = self.buf.len();
             self.push_map_at(at, d.ip, FIX_RAX_IN_STUB);
             self.patch_rel32(d.to_second);
-            self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, SECOND
-            self.d32(second);
-            self.buf.extend_from_slice(&[0x0F, 0x85]); // jne new
-            let to_new = self.buf.len();
-            self.d32(0);
-            self.buf.extend_from_slice(&[0x65, 0x48, 0x33, 0x04, 0xCD]); // xor rax, FIRST
-            self.d32(first);
-            self.buf.extend_from_slice(&[0x65, 0x48, 0x31, 0x04, 0xCD]); // xor FIRST, rax
-            self.d32(first);
-            self.buf.extend_from_slice(&[0x65, 0x48, 0x31, 0x04, 0xCD]); // xor SECOND, rax
-            self.d32(second);
-            self.buf.extend_from_slice(&[0x65, 0x80, 0x34, 0x0D]); // xor byte gs:[SWAPS+rcx], 1
-            self.d32(c::RECENT_SWAPS_OFF as u32);
-            self.buf.push(1);
-            self.load_gs(1, c::OFF_PROBE_RCX);
+            let to_new = self.second_line_hit();
             self.return_rax(d.flags_live);
             self.jmp_to(d.back);
             self.patch_rel32(to_new);
