@@ -114,6 +114,7 @@ fn run_with_deadline(cmd: &mut Command) -> std::process::Output {
     extern "C" {
         fn kill(pid: i32, sig: i32) -> i32;
     }
+    with_default_interrupts(cmd);
     // Its own process group, so that a hang kills the forked children too: a child that
     // hangs holds the output pipes open, and reading them would wait for ever.
     let mut child = std::os::unix::process::CommandExt::process_group(cmd, 0)

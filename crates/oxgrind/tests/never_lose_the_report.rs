@@ -154,7 +154,7 @@ fn a_heap_glibc_aborts_or_faults_on_writes_the_file_in_every_time_unit() {
 /// The server case: a long-running program stopped with Ctrl+C or SIGTERM.
 fn stop_server_with(sig: i32) {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(oxgrind())
+    let mut child = with_default_interrupts(&mut Command::new(oxgrind()))
         .args([
             "--tool=massif",
             "--time-unit=B",

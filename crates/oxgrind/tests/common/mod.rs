@@ -134,6 +134,23 @@ pub fn have_valgrind() -> bool {
     ok
 }
 
+/// Starts `cmd` with SIGINT and SIGQUIT at their default action, whatever the suite
+/// inherited: a shell starts a background job (`cmd &` without job control, as CI runners
+/// and `nohup` do) with both ignored, and a test that interrupts its program needs them.
+pub fn with_default_interrupts(cmd: &mut Command) -> &mut Command {
+    extern "C" {
+        fn signal(sig: i32, handler: usize) -> usize;
+    }
+    // SAFETY: signal(2) is async-signal-safe, as pre_exec requires between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, || {
+            signal(2, 0);
+            signal(3, 0);
+            Ok(())
+        })
+    }
+}
+
 pub fn run(cmd: &mut Command) -> Output {
     cmd.output()
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
