@@ -65,15 +65,7 @@ impl Emitter {
         } else {
             self.settle();
         }
-        let mut slow = SlowCall {
-            jumps: [0; super::MAX_SLOW_JUMPS],
-            njumps: 0,
-            rec,
-            flags_live,
-            back: 0,
-            ip,
-            skipped_in_own_work: false,
-        };
+        let mut slow = SlowCall::new(ip, rec, flags_live, false);
         if block_entry {
             self.catch_up_inline(&mut slow)?;
         }
@@ -297,15 +289,7 @@ impl Emitter {
         after_plain: bool,
     ) -> Result<(), TranslateError> {
         self.settle();
-        let mut slow = SlowCall {
-            jumps: [0; super::MAX_SLOW_JUMPS],
-            njumps: 0,
-            rec,
-            flags_live: false,
-            back: 0,
-            ip,
-            skipped_in_own_work: false,
-        };
+        let mut slow = SlowCall::new(ip, rec, false, false);
         self.store_gs(1, c::OFF_VBITS_SAVED_RCX);
         // (how many bytes to load, offset)
         let mut checks: [(u8, usize); 18] = [(0, 0); 18];
@@ -343,11 +327,7 @@ impl Emitter {
             self.d32(off as u32);
             // jrcxz ok; jmp slow; ok:
             self.buf.extend_from_slice(&[0xE3, 0x05, 0xE9]);
-            if slow.njumps == slow.jumps.len() {
-                return Err(TranslateError::Encode { pc: ip });
-            }
-            slow.jumps[slow.njumps] = self.buf.len();
-            slow.njumps += 1;
+            slow.add_jump(self.buf.len())?;
             self.d32(0);
         }
         for w in form.writes.iter().flatten() {
@@ -407,15 +387,7 @@ impl Emitter {
         flags_live: bool,
     ) -> Result<(), TranslateError> {
         self.borrow_rax(ip, flags_live);
-        let mut slow = SlowCall {
-            jumps: [0; super::MAX_SLOW_JUMPS],
-            njumps: 0,
-            rec,
-            flags_live,
-            back: 0,
-            ip,
-            skipped_in_own_work: false,
-        };
+        let mut slow = SlowCall::new(ip, rec, flags_live, false);
         for off in [c::OFF_VBITS_SIGNAL, c::OFF_VBITS_OWN_CODE] {
             self.buf.extend_from_slice(&[0x65, 0x48, 0x83, 0x3C, 0x25]);
             self.d32(off as u32);
@@ -850,12 +822,8 @@ impl Emitter {
 
     /// `j<cc> slow` (rel32, opcode `0F cc`), recorded in `slow` for patching.
     fn jcc_slow(&mut self, cc: u8, slow: &mut SlowCall) -> Result<(), TranslateError> {
-        if slow.njumps == slow.jumps.len() {
-            return Err(TranslateError::Encode { pc: slow.ip });
-        }
         self.buf.extend_from_slice(&[0x0F, cc]);
-        slow.jumps[slow.njumps] = self.buf.len();
-        slow.njumps += 1;
+        slow.add_jump(self.buf.len())?;
         self.d32(0);
         Ok(())
     }

@@ -731,6 +731,41 @@ struct SlowCall {
     skipped_in_own_work: bool,
 }
 
+impl SlowCall {
+    /// The slow call of the instruction at `ip` (probe record `rec`), no jump to it yet.
+    fn new(ip: u64, rec: u64, flags_live: bool, skipped_in_own_work: bool) -> SlowCall {
+        SlowCall {
+            jumps: [0; MAX_SLOW_JUMPS],
+            njumps: 0,
+            rec,
+            flags_live,
+            back: 0,
+            ip,
+            skipped_in_own_work,
+        }
+    }
+
+    /// A slow call reached by one jump (rel32 at `jump`), returning to `back`.
+    fn one_jump(ip: u64, rec: u64, flags_live: bool, back: usize, jump: usize) -> SlowCall {
+        let mut slow = SlowCall::new(ip, rec, flags_live, false);
+        slow.back = back;
+        slow.jumps[0] = jump;
+        slow.njumps = 1;
+        slow
+    }
+
+    /// Records a jump to the call, its rel32 at `at`; an error when the call already has
+    /// [`MAX_SLOW_JUMPS`].
+    fn add_jump(&mut self, at: usize) -> Result<(), TranslateError> {
+        if self.njumps == self.jumps.len() {
+            return Err(TranslateError::Encode { pc: self.ip });
+        }
+        self.jumps[self.njumps] = at;
+        self.njumps += 1;
+        Ok(())
+    }
+}
+
 /// The out-of-line half of a below-the-stack-pointer compare (`Emitter::shadow_checks`):
 /// an operand at or above `rsp - depth` leaves the inline path for the check against
 /// `rsp - RED_ZONE`.

@@ -825,17 +825,9 @@ impl Emitter {
             self.patch_rel32(j);
         }
         self.drain_when_full(ip, flags_live);
-        let mut slow = SlowCall {
-            jumps: [0; super::MAX_SLOW_JUMPS],
-            njumps: 1,
-            rec,
-            flags_live,
-            back: self.buf.len(),
-            ip,
-            skipped_in_own_work: false,
-        };
-        slow.jumps[0] = to_call;
-        self.slow.push(slow);
+        let back = self.buf.len();
+        self.slow
+            .push(SlowCall::one_jump(ip, rec, flags_live, back, to_call));
         Ok(())
     }
 
@@ -1345,18 +1337,9 @@ impl Emitter {
         let back = self.buf.len();
         self.mark(ip, 0);
         let rec = crate::probe::trace_full_record_at(ip).unwrap_or(0);
-        let mut slow = SlowCall {
-            jumps: [0; super::MAX_SLOW_JUMPS],
-            njumps: 1,
-            rec,
-            flags_live,
-            back,
-            ip,
-            skipped_in_own_work: false,
-        };
-        slow.jumps[0] = jump;
         if rec != 0 {
-            self.slow.push(slow);
+            self.slow
+                .push(SlowCall::one_jump(ip, rec, flags_live, back, jump));
         } else {
             // No memory for the record: never leave (the buffer is then drained by the
             // next probe that has one, or at thread exit; appends past the mark use the
@@ -1469,22 +1452,13 @@ impl Emitter {
         flags_live: bool,
     ) -> Result<(), TranslateError> {
         self.borrow_rax(ip, flags_live);
-        let mut slow = SlowCall {
-            jumps: [0; super::MAX_SLOW_JUMPS],
-            njumps: 0,
-            rec,
-            flags_live,
-            back: 0,
-            ip,
-            skipped_in_own_work: true,
-        };
+        let mut slow = SlowCall::new(ip, rec, flags_live, true);
         for m in mem {
             let mut j = [0usize; 3];
             let general = crate::describe::addressing(m) == Addressing::General;
             let n = self.shadow_checks(m, ip, if general { below_sp } else { 0 }, &mut j)?;
             for &p in &j[..n] {
-                slow.jumps[slow.njumps] = p;
-                slow.njumps += 1;
+                slow.add_jump(p)?;
             }
         }
         self.return_rax(flags_live);
