@@ -3,7 +3,7 @@
 //! Every `free` must find its block (size, allocation stack, which family allocated it), and
 //! every `free` of an unknown address is an error to report rather than memory to hand to
 //! glibc. The table is split into shards by address so threads rarely meet on one lock;
-//! each shard is a small open-addressing table of its own ([`ShardTable`]).
+//! each shard is an address table of its own (`oxgrind_tool::addr_table`).
 //! Freed blocks may also wait in a bounded queue ([`FreedQueue`]) before glibc gets them
 //! back, so their addresses are not reused at once (Memcheck's `--freelist-vol`); threads
 //! feed it in batches, and glibc's `free` never runs under its lock.
@@ -13,6 +13,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use oxgrind_sys::lock::SpinLock;
+use oxgrind_tool::addr_table::AddrTable;
 use oxgrind_tool::{AllocFn, LiveBlock, StackId};
 
 /// A multiplicative hash: addresses are already well spread except in their low bits.
@@ -47,156 +48,26 @@ pub struct BlockInfo {
     pub internal: bool,
 }
 
+/// An empty entry's value in the shard tables (never read as a block).
+impl Default for BlockInfo {
+    fn default() -> Self {
+        BlockInfo {
+            size: 0,
+            stack: StackId(0),
+            func: AllocFn::Malloc,
+            internal: false,
+        }
+    }
+}
+
 const SHARDS: usize = 64;
-
-/// One shard's blocks: open addressing with linear probing over `(address, info)` slots,
-/// indexed by the high bits of the address times a constant (blocks are 16-byte aligned:
-/// the low bits say nothing), removal by shifting the following slots back (Knuth's
-/// algorithm R), so constant allocation and freeing leave no tombstones to rehash. A
-/// general-purpose hash map cost about 100 instructions per insert or remove here, a
-/// sixth of the heap path's cost per malloc/free pair under Massif's `--time-unit=B`.
-/// Address 0 marks a vacant slot (no block starts there).
-struct ShardTable {
-    slots: Vec<Slot>,
-    len: usize,
-    /// `64 - log2(slots.len())`.
-    shift: u32,
-}
-
-#[derive(Copy, Clone)]
-struct Slot {
-    addr: u64,
-    info: BlockInfo,
-}
-
-const VACANT: Slot = Slot {
-    addr: 0,
-    info: BlockInfo {
-        size: 0,
-        stack: StackId(0),
-        func: AllocFn::Malloc,
-        internal: false,
-    },
-};
-
-impl ShardTable {
-    const fn new() -> Self {
-        ShardTable {
-            slots: Vec::new(),
-            len: 0,
-            shift: 64,
-        }
-    }
-
-    #[inline]
-    fn home(&self, addr: u64) -> usize {
-        (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
-    }
-
-    #[inline]
-    fn find(&self, addr: u64) -> Option<usize> {
-        if self.len == 0 {
-            return None;
-        }
-        let mask = self.slots.len() - 1;
-        let mut i = self.home(addr);
-        loop {
-            match self.slots[i].addr {
-                a if a == addr => return Some(i),
-                0 => return None,
-                _ => i = (i + 1) & mask,
-            }
-        }
-    }
-
-    #[inline]
-    fn get(&self, addr: u64) -> Option<BlockInfo> {
-        self.find(addr).map(|i| self.slots[i].info)
-    }
-
-    /// Inserts or replaces; returns the replaced block.
-    #[inline]
-    fn insert(&mut self, addr: u64, info: BlockInfo) -> Option<BlockInfo> {
-        debug_assert!(addr != 0);
-        // At most 5/8 full: a miss probes about three slots.
-        if (self.len + 1) * 8 > self.slots.len() * 5 {
-            self.grow();
-        }
-        let mask = self.slots.len() - 1;
-        let mut i = self.home(addr);
-        loop {
-            let s = &mut self.slots[i];
-            if s.addr == 0 {
-                *s = Slot { addr, info };
-                self.len += 1;
-                return None;
-            }
-            if s.addr == addr {
-                return Some(core::mem::replace(&mut s.info, info));
-            }
-            i = (i + 1) & mask;
-        }
-    }
-
-    #[inline]
-    fn remove(&mut self, addr: u64) -> Option<BlockInfo> {
-        let mut gap = self.find(addr)?;
-        let info = self.slots[gap].info;
-        let mask = self.slots.len() - 1;
-        let mut j = gap;
-        loop {
-            j = (j + 1) & mask;
-            let a = self.slots[j].addr;
-            if a == 0 {
-                break;
-            }
-            // The entry at j may fill the gap unless its home lies cyclically in (gap, j]:
-            // it would then be found before the gap's position no more.
-            let h = self.home(a);
-            let home_after_gap = if gap <= j {
-                gap < h && h <= j
-            } else {
-                gap < h || h <= j
-            };
-            if !home_after_gap {
-                self.slots[gap] = self.slots[j];
-                gap = j;
-            }
-        }
-        self.slots[gap].addr = 0;
-        self.len -= 1;
-        Some(info)
-    }
-
-    #[cold]
-    fn grow(&mut self) {
-        let n = (self.slots.len() * 2).max(64);
-        let old = core::mem::replace(&mut self.slots, vec![VACANT; n]);
-        self.shift = 64 - n.trailing_zeros();
-        let mask = n - 1;
-        for s in old.into_iter().filter(|s| s.addr != 0) {
-            let mut i = self.home(s.addr);
-            while self.slots[i].addr != 0 {
-                i = (i + 1) & mask;
-            }
-            self.slots[i] = s;
-        }
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (u64, &BlockInfo)> {
-        self.slots
-            .iter()
-            .filter(|s| s.addr != 0)
-            .map(|s| (s.addr, &s.info))
-    }
-}
 
 /// One shard on cache lines of its own: a shard's lock word and table header are written
 /// by every insert and remove, and with shards packed side by side two threads working in
 /// different shards still fought over a shared line (128 bytes: the spatial prefetcher
 /// pulls lines in pairs).
 #[repr(align(128))]
-struct Shard(SpinLock<ShardTable>);
+struct Shard(SpinLock<AddrTable<BlockInfo>>);
 
 pub struct BlockTable {
     shards: [Shard; SHARDS],
@@ -216,7 +87,7 @@ fn shard_of(addr: u64) -> usize {
 
 impl BlockTable {
     pub const fn new() -> Self {
-        const EMPTY: Shard = Shard(SpinLock::new(ShardTable::new()));
+        const EMPTY: Shard = Shard(SpinLock::new(AddrTable::new()));
         BlockTable {
             shards: [EMPTY; SHARDS],
         }
@@ -250,7 +121,7 @@ impl BlockTable {
     pub fn live_blocks(&self) -> Vec<LiveBlock> {
         // Sized first: a list grown by doubling would need up to three times its size at
         // once, at exit, when memory may be short.
-        let count: usize = self.shards.iter().map(|s| s.0.lock().len).sum();
+        let count: usize = self.shards.iter().map(|s| s.0.lock().len()).sum();
         let mut out = Vec::with_capacity(count);
         for shard in &self.shards {
             let s = shard.0.lock();
@@ -446,7 +317,7 @@ mod tests {
 
     #[test]
     fn shard_table_finds_every_live_block_through_churn() {
-        let mut t = ShardTable::new();
+        let mut t = AddrTable::<BlockInfo>::new();
         let mut live = std::collections::BTreeMap::new();
         let info = |n: u64| BlockInfo {
             size: n,
@@ -469,7 +340,7 @@ mod tests {
             } else {
                 assert_eq!(t.remove(addr).map(|b| b.size), live.remove(&addr));
             }
-            assert_eq!(t.len, live.len());
+            assert_eq!(t.len(), live.len());
             if step % 9973 == 0 {
                 for (&a, &n) in &live {
                     assert_eq!(t.get(a).map(|b| b.size), Some(n));

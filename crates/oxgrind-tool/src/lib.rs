@@ -17,6 +17,7 @@ use alloc::vec::Vec;
 
 pub use oxgrind_formats::frame::Frame;
 
+pub mod addr_table;
 pub mod core_view;
 pub mod instrument;
 pub mod syscalls;

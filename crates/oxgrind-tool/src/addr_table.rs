@@ -1,0 +1,171 @@
+//! A table keyed by block address, for the per-event paths (as Valgrind's tools share
+//! `pub_tool_hashtable.h`): every allocation inserts an entry and every free removes one,
+//! in the runtime's live-block table and in tools' own block tables.
+//!
+//! A general-purpose hash map cost 100-180 instructions per malloc/free pair there, much of
+//! it rehashing the tombstones that constant insert/remove churn leaves behind. This is the
+//! simplest table that fits the job: open addressing with linear probing, a multiplicative
+//! hash of the address (blocks are 16-byte aligned, so the product's high bits index the
+//! table), at most half full (a miss probes about two entries), and removal by shifting the following entries back (Knuth's
+//! algorithm R), which leaves no tombstones. The last address of the address space marks an
+//! empty entry: no block starts there, and the table ignores it.
+
+use alloc::vec::Vec;
+
+use crate::Addr;
+
+/// The key of an empty entry.
+const EMPTY: Addr = Addr::MAX;
+
+#[derive(Copy, Clone)]
+struct Entry<V> {
+    addr: Addr,
+    value: V,
+}
+
+pub struct AddrTable<V> {
+    /// A power of two entries (none until the first insert).
+    entries: Vec<Entry<V>>,
+    len: usize,
+    /// `64 - log2(entries.len())`.
+    shift: u32,
+}
+
+impl<V: Copy + Default> Default for AddrTable<V> {
+    fn default() -> Self {
+        AddrTable::new()
+    }
+}
+
+impl<V: Copy + Default> AddrTable<V> {
+    pub const fn new() -> Self {
+        AddrTable {
+            entries: Vec::new(),
+            len: 0,
+            shift: 64,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    #[inline]
+    fn home(&self, addr: Addr) -> usize {
+        (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+    }
+
+    /// The index of `addr`'s entry, if it has one.
+    #[inline]
+    fn find(&self, addr: Addr) -> Option<usize> {
+        if self.len == 0 || addr == EMPTY {
+            return None;
+        }
+        let mask = self.entries.len() - 1;
+        let mut i = self.home(addr);
+        loop {
+            match self.entries[i].addr {
+                a if a == addr => return Some(i),
+                EMPTY => return None,
+                _ => i = (i + 1) & mask,
+            }
+        }
+    }
+
+    #[inline]
+    pub fn get(&self, addr: Addr) -> Option<V> {
+        self.find(addr).map(|i| self.entries[i].value)
+    }
+
+    #[inline]
+    pub fn contains(&self, addr: Addr) -> bool {
+        self.find(addr).is_some()
+    }
+
+    /// Adds or replaces the entry of `addr`; returns the replaced value.
+    #[inline]
+    pub fn insert(&mut self, addr: Addr, value: V) -> Option<V> {
+        if addr == EMPTY {
+            return None;
+        }
+        if (self.len + 1) * 2 > self.entries.len() {
+            self.grow();
+        }
+        let mask = self.entries.len() - 1;
+        let mut i = self.home(addr);
+        loop {
+            let e = &mut self.entries[i];
+            if e.addr == EMPTY {
+                *e = Entry { addr, value };
+                self.len += 1;
+                return None;
+            }
+            if e.addr == addr {
+                return Some(core::mem::replace(&mut e.value, value));
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Removes and returns the entry of `addr`.
+    #[inline]
+    pub fn remove(&mut self, addr: Addr) -> Option<V> {
+        let mut hole = self.find(addr)?;
+        let value = self.entries[hole].value;
+        let mask = self.entries.len() - 1;
+        let mut j = hole;
+        loop {
+            j = (j + 1) & mask;
+            let a = self.entries[j].addr;
+            if a == EMPTY {
+                break;
+            }
+            // The entry at j moves back into the hole unless its home lies cyclically in
+            // (hole, j]: it would then no longer be reachable from its home.
+            let h = self.home(a);
+            let stays = if hole <= j {
+                hole < h && h <= j
+            } else {
+                hole < h || h <= j
+            };
+            if !stays {
+                self.entries[hole] = self.entries[j];
+                hole = j;
+            }
+        }
+        self.entries[hole].addr = EMPTY;
+        self.len -= 1;
+        Some(value)
+    }
+
+    #[cold]
+    fn grow(&mut self) {
+        let n = (self.entries.len() * 2).max(64);
+        let vacant = Entry {
+            addr: EMPTY,
+            value: V::default(),
+        };
+        let old = core::mem::replace(&mut self.entries, alloc::vec![vacant; n]);
+        self.shift = 64 - n.trailing_zeros();
+        let mask = n - 1;
+        for e in old.into_iter().filter(|e| e.addr != EMPTY) {
+            let mut i = self.home(e.addr);
+            while self.entries[i].addr != EMPTY {
+                i = (i + 1) & mask;
+            }
+            self.entries[i] = e;
+        }
+    }
+
+    /// Every entry, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (Addr, &V)> {
+        self.entries
+            .iter()
+            .filter(|e| e.addr != EMPTY)
+            .map(|e| (e.addr, &e.value))
+    }
+}
