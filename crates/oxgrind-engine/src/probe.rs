@@ -41,7 +41,7 @@ pub trait Embedder: Sync {
     fn call(&self, probe: bool, f: &mut dyn FnMut());
     /// The function at `pc` is to be replaced by the code at the returned address (the
     /// caller's return address is kept: the replacement returns to it). Asked once per
-    /// translated block start.
+    /// translated block start, its own code's included.
     fn redirect(&self, _pc: u64) -> Option<u64> {
         None
     }

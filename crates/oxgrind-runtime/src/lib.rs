@@ -132,6 +132,9 @@ fn start_engine(needs: oxgrind_tool::Needs) {
     if needs.instrument && needs.check_overlaps {
         replace::prepare();
     }
+    if needs.instrument {
+        instrument::prepare_allocator_bypass();
+    }
     // SAFETY: called once, from our ELF constructor, on the main thread before any other
     // thread exists; our global allocator is the private heap and we link with -z now, as
     // start_from_constructor requires.

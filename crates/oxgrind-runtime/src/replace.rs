@@ -154,38 +154,40 @@ fn replacement_for(name: &str) -> Option<u64> {
     best.map(|(_, f)| f)
 }
 
-/// C++'s replaceable allocation functions, by mangled name, and ours. A program (or a
+/// C++'s replaceable allocation functions, by mangled name (each of which we define).
+pub(crate) const CXX_ALLOCATION_FUNCTIONS: [&str; 20] = [
+    "_Znwm",
+    "_Znam",
+    "_ZnwmRKSt9nothrow_t",
+    "_ZnamRKSt9nothrow_t",
+    "_ZnwmSt11align_val_t",
+    "_ZnamSt11align_val_t",
+    "_ZnwmSt11align_val_tRKSt9nothrow_t",
+    "_ZnamSt11align_val_tRKSt9nothrow_t",
+    "_ZdlPv",
+    "_ZdaPv",
+    "_ZdlPvm",
+    "_ZdaPvm",
+    "_ZdlPvSt11align_val_t",
+    "_ZdaPvSt11align_val_t",
+    "_ZdlPvmSt11align_val_t",
+    "_ZdaPvmSt11align_val_t",
+    "_ZdlPvRKSt9nothrow_t",
+    "_ZdaPvRKSt9nothrow_t",
+    "_ZdlPvSt11align_val_tRKSt9nothrow_t",
+    "_ZdaPvSt11align_val_tRKSt9nothrow_t",
+];
+
+/// Our definitions of [`CXX_ALLOCATION_FUNCTIONS`], by name. A program (or a
 /// library) may define its own `operator new`/`delete`; Valgrind replaces those too, so that
 /// every `new` is seen and `delete` is checked against it. Calls from the main executable
 /// to its own definition cannot be interposed (it comes first in the lookup scope), hence
 /// the redirection.
 fn operators() -> Vec<(&'static str, u64)> {
-    const NAMES: [&str; 20] = [
-        "_Znwm",
-        "_Znam",
-        "_ZnwmRKSt9nothrow_t",
-        "_ZnamRKSt9nothrow_t",
-        "_ZnwmSt11align_val_t",
-        "_ZnamSt11align_val_t",
-        "_ZnwmSt11align_val_tRKSt9nothrow_t",
-        "_ZnamSt11align_val_tRKSt9nothrow_t",
-        "_ZdlPv",
-        "_ZdaPv",
-        "_ZdlPvm",
-        "_ZdaPvm",
-        "_ZdlPvSt11align_val_t",
-        "_ZdaPvSt11align_val_t",
-        "_ZdlPvmSt11align_val_t",
-        "_ZdaPvmSt11align_val_t",
-        "_ZdlPvRKSt9nothrow_t",
-        "_ZdaPvRKSt9nothrow_t",
-        "_ZdlPvSt11align_val_tRKSt9nothrow_t",
-        "_ZdaPvSt11align_val_tRKSt9nothrow_t",
-    ];
     // Our definitions, looked up in our own object: `_Znwm as *const ()` would be the
     // program's when it defines one (exported symbols are preemptible), and redirect its
     // function to itself.
-    NAMES
+    CXX_ALLOCATION_FUNCTIONS
         .iter()
         .filter_map(|n| {
             let name = format!("{n}\0");

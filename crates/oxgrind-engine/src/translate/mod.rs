@@ -361,15 +361,17 @@ pub fn translate_at_most(
             return Ok(e.jump_only(native_done, native_done - pc));
         }
     }
-    let tool = if opts.instrument {
-        crate::probe::client().filter(|c| !c.embedder.is_own_code(pc))
+    let client = if opts.instrument {
+        crate::probe::client()
     } else {
         None
     };
-    if let Some(to) = tool.and_then(|c| c.embedder.redirect(pc)) {
+    // Asked of the embedder's own code too, which it may bypass.
+    if let Some(to) = client.and_then(|c| c.embedder.redirect(pc)) {
         e.mark(pc, 0);
         return Ok(e.jump_only(to, 1));
     }
+    let tool = client.filter(|c| !c.embedder.is_own_code(pc));
     let window = avail.min(MAX_INSNS * 15 + 16);
     // Everything is decoded and copied from one snapshot, which is also what an entry check
     // compares against: a write racing with the translation makes the check fail rather
