@@ -734,16 +734,25 @@ fn catch_up(ctx: &mut ThreadCtx, t: &mut ThreadShadow, pc: u64) {
         if core::mem::take(&mut ctx.vbits_own_code) != 0 {
             // The runtime's code ran since the last step: a call into it returned, or it
             // calls the program's code (ld.so's `__tls_get_addr`, a replaced string
-            // function). Every register may hold its values, which are defined (a
-            // callee-saved register the program left undefined is then taken as defined:
-            // a missed error, never a false one), and so are its frames on the stack,
-            // between the program's last `rsp` and this one.
-            t.regs.gpr = [0; 16];
+            // function). Every register may hold its values, which are defined, and so
+            // are its frames on the stack, between the program's last `rsp` and this one.
+            // Except, when it returned (nothing of it left below the program's last
+            // `rsp`), the callee-saved registers: the ABI has them hold the program's
+            // values again, whose V bits are still the last step's (Valgrind's allocator
+            // replacements keep them too). Should the runtime have called the program's
+            // code meanwhile, that code's steps started from all defined and left them so.
+            let rsp = ctx.gregs[c::RSP];
+            if returned_into_program(t.last_rsp, rsp) {
+                for r in CALLER_SAVED {
+                    t.regs.gpr[r] = 0;
+                }
+            } else {
+                t.regs.gpr = [0; 16];
+            }
             t.regs.flags = oxgrind_vbits::FlagShadows::DEFINED;
             for v in t.regs.vector.iter_mut() {
                 *v = [0; 64];
             }
-            let rsp = ctx.gregs[c::RSP];
             if t.last_rsp > rsp && t.last_rsp - rsp < (2 << 20) {
                 set(rsp, t.last_rsp - rsp, true);
             }
@@ -775,6 +784,18 @@ fn catch_up(ctx: &mut ThreadCtx, t: &mut ThreadShadow, pc: u64) {
             after_syscall(t, &p, ctx.gregs[c::RAX]);
         }
     }
+}
+
+/// The general registers (encoding order) a call may change under the System V ABI, and
+/// `rsp`, whose shadow is always defined: all but rbx, rbp and r12-r15.
+pub(crate) const CALLER_SAVED: [usize; 10] = [0, 1, 2, 4, 6, 7, 8, 9, 10, 11];
+
+/// Whether the runtime's code, run since the program's last step at `last_rsp`, returned
+/// into the program at `rsp` (it left nothing below the program's stack pointer) rather
+/// than called the program's code: the inline catch-up (`translate::definedness`) decides
+/// the same way. (A thread with no step yet, `last_rsp` 0, has all its shadows defined.)
+fn returned_into_program(last_rsp: u64, rsp: u64) -> bool {
+    last_rsp <= rsp
 }
 
 /// Whether integer argument `index` (System V: rdi, rsi, rdx, rcx, r8, r9) of the call the
@@ -864,6 +885,10 @@ pub fn entering_program_code() {
         rsp
     };
     set(low, top - low, true);
+    // The registers hold the runtime's values, all defined, callee-saved ones included
+    // (the catch-up would keep those, taking the program's code entered above `low` for
+    // a return into it).
+    ctx.vbits_gpr = [0; 16];
     t.last_rsp = low;
     t.last_writes_rsp = false;
     t.last_call_or_ret = false;

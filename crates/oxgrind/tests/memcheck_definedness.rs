@@ -7,7 +7,8 @@
 //! undefined compare printed, `VALGRIND_CHECK_MEM_IS_DEFINED` on heap and stack bytes,
 //! undefined sizes given to malloc, calloc and realloc, floating point on an undefined
 //! double (SSE arithmetic, a conversion and compares reported; `xorps` of a register with
-//! itself and a packed add's other lane not), and a clean run; then the same kinds as C++
+//! itself and a packed add's other lane not), an undefined value kept in a callee-saved
+//! register across allocator calls, and a clean run; then the same kinds as C++
 //! and Rust programs make them (`mc_undef_cxx.cpp`, `mc_undef_rust.rs`).
 //! Definedness is on by default, as in Valgrind; `--undef-value-errors=no` turns it off.
 
@@ -26,6 +27,7 @@ const CASES: &[(&str, &str)] = &[
     ("heap", "2 errors from 2 contexts"),
     ("index", "1 errors from 1 contexts"),
     ("float", "2 errors from 2 contexts"),
+    ("across-calls", "1 errors from 1 contexts"),
     ("deref", "0 errors from 0 contexts"),
     ("clean", "0 errors from 0 contexts"),
 ];
@@ -39,6 +41,7 @@ const CASES_O2: &[(&str, &str)] = &[
     ("printf-compare", "4 errors from 4 contexts"),
     ("check-requests", "2 errors from 2 contexts"),
     ("alloc-sizes", "3 errors from 3 contexts"),
+    ("across-calls", "1 errors from 1 contexts"),
 ];
 
 #[test]

@@ -28,8 +28,8 @@
 use super::{Emitter, SlowCall, TranslateError};
 use crate::context as c;
 use crate::definedness::{
-    FastForm, StackOrigin, Written, OFF_LAST_CALL_OR_RET, OFF_LAST_RSP, OFF_LAST_WRITES_RSP,
-    OFF_REP_PC, OFF_REP_RCX, OFF_SHADOW_VECTOR, OFF_VECTORS_STALE,
+    FastForm, StackOrigin, Written, CALLER_SAVED, OFF_LAST_CALL_OR_RET, OFF_LAST_RSP,
+    OFF_LAST_WRITES_RSP, OFF_REP_PC, OFF_REP_RCX, OFF_SHADOW_VECTOR, OFF_VECTORS_STALE,
 };
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
@@ -436,7 +436,8 @@ impl Emitter {
     /// when the runtime left nothing below the program's last `rsp` (it returned into the
     /// program) or only the return address of its call into this code (made defined here;
     /// more goes slow, to make those frames defined): every register's shadow defined
-    /// (the vectors' by the next slow step), and the stack rule's state reset.
+    /// (the vectors' by the next slow step) but, after a return into the program, the
+    /// callee-saved registers' (`definedness::catch_up`), and the stack rule's state reset.
     fn catch_up_inline(&mut self, slow: &mut SlowCall) -> Result<(), TranslateError> {
         // cmp qword gs:[signal], 0; jne slow
         self.buf.extend_from_slice(&[0x65, 0x48, 0x83, 0x3C, 0x25]);
@@ -493,12 +494,21 @@ impl Emitter {
         let rel = (self.buf.len() - (reload + 4)) as u32;
         self.buf[reload..reload + 4].copy_from_slice(&rel.to_le_bytes());
         self.load_gs(0, c::OFF_VBITS);
+        // mov qword gs:[gpr+8i], 0 for the callee-saved registers: they hold the runtime's
+        // values, defined.
+        for i in (0..16).filter(|r| !CALLER_SAVED.contains(r)) {
+            self.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
+            self.d32((c::OFF_VBITS_GPR + 8 * i) as u32);
+            self.d32(0);
+        }
         let rel = (self.buf.len() - (returned + 4)) as u32;
         self.buf[returned..returned + 4].copy_from_slice(&rel.to_le_bytes());
-        // mov qword gs:[gpr+8i], 0 (16 times); mov qword gs:[flags], 0
-        for i in 0..17u32 {
+        // mov qword gs:[gpr+8i], 0 for the registers a call may change (a return into the
+        // program keeps the callee-saved ones' shadows: `definedness::catch_up`); mov
+        // qword gs:[flags], 0 (the slot after the registers').
+        for i in CALLER_SAVED.into_iter().chain([16]) {
             self.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
-            self.d32(c::OFF_VBITS_GPR as u32 + 8 * i);
+            self.d32((c::OFF_VBITS_GPR + 8 * i) as u32);
             self.d32(0);
         }
         // mov byte [rax+off], v: the vectors stale, no rsp write or call/ret pending for
