@@ -44,6 +44,10 @@ use crate::context::{self as c, ThreadCtx};
 use crate::probe::Client;
 
 mod origins;
+mod residency;
+
+pub(crate) use residency::note_thread_created;
+pub use residency::{stats as residency_stats, undefined_file_fd};
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
@@ -75,6 +79,7 @@ pub fn enable() -> bool {
     PRIMARY.store(primary, Ordering::Release);
     POOL_NEXT.store(pool, Ordering::Release);
     POOL_END.store(pool + pool_bytes, Ordering::Release);
+    residency::init(pool, pool_bytes);
     ENABLED.store(true, Ordering::Release);
     true
 }
@@ -228,41 +233,50 @@ pub fn set(addr: u64, len: u64, defined: bool) {
         return;
     }
     let len = len.min(ADDR_LIMIT.saturating_sub(addr));
+    let mut filled_undefined = 0;
     pieces(addr, len, |a, off, _, n| {
         let chunk = if defined {
             chunk_of(a)
         } else {
             chunk_for_write(a)
         };
-        if chunk != 0 && defined && n as u64 == CHUNK {
-            // A whole chunk's span defined (memory mapped or unmapped, a large block): its
-            // pages go back to the kernel, which reads them as zeros, all defined, again.
-            // The chunk stays the span's; only its memory is dropped.
-            release(chunk);
-        } else if chunk != 0 {
-            // SAFETY: the chunk is CHUNK bytes of the pool; off + n <= CHUNK.
-            unsafe {
-                fill(
-                    (chunk as *mut u8).add(off),
-                    if defined { 0 } else { 0xff },
-                    n,
-                )
-            };
+        if chunk == 0 {
+            return;
         }
+        let p = chunk + off as u64;
+        if defined {
+            // Whole pages go back to the kernel, which reads them as zeros, all defined,
+            // again (`residency`); the chunk stays the span's.
+            let first = p.next_multiple_of(PAGE);
+            let last = (p + n as u64) & !(PAGE - 1);
+            if last >= first + RELEASE_MIN {
+                // SAFETY: [p, first) and [last, p + n) are parts of the chunk's CHUNK bytes.
+                unsafe {
+                    fill(p as *mut u8, 0, (first - p) as usize);
+                    fill(last as *mut u8, 0, (p + n as u64 - last) as usize);
+                }
+                residency::release_pages(first, last - first);
+                return;
+            }
+        } else if n as u64 == CHUNK && residency::map_undefined(chunk) {
+            // A whole span undefined (a large block): its chunk reads `0xff` from the
+            // undefined file, with no page of its own until the program touches it.
+            return;
+        }
+        if !defined {
+            filled_undefined += n as u64;
+        }
+        // SAFETY: the chunk is CHUNK bytes of the pool; off + n <= CHUNK.
+        unsafe { fill(p as *mut u8, if defined { 0 } else { 0xff }, n) };
     });
+    residency::note_mark(filled_undefined);
 }
 
-/// Gives a chunk's pages back (`MADV_DONTNEED`: they read as zeros, all defined, and cost
-/// nothing until written again).
-fn release(chunk: u64) {
-    const SYS_MADVISE: usize = 28;
-    const MADV_DONTNEED: usize = 4;
-    // SAFETY: the chunk is CHUNK bytes of our private anonymous pool; dropping its pages
-    // only zeroes them, which is the state `set` was about to write.
-    unsafe {
-        oxgrind_sys::syscall::syscall3(SYS_MADVISE, chunk as usize, CHUNK as usize, MADV_DONTNEED)
-    };
-}
+const PAGE: u64 = 4096;
+/// Ranges made defined give back their whole pages when they hold at least this many
+/// bytes of them; smaller ones are filled with zeros (a system call and a page fault on
+/// reuse cost more than clearing a page or two).
+const RELEASE_MIN: u64 = 4 * PAGE;
 
 /// Writes `len` bytes of `byte` at `p` with one `rep stosb`, never a call to `memset`:
 /// `set` also runs in the runtime's translated code (`entering_program_code`, before each

@@ -548,6 +548,7 @@ fn mprotect(ctx: &ThreadCtx, nr: u64) -> i64 {
 
 /// Sets up the context of a thread about to be created by `clone(CLONE_VM)`.
 fn prepare_clone(ctx: &mut ThreadCtx, next_pc: u64) -> Option<()> {
+    crate::definedness::note_thread_created();
     let child = match c::reuse_exited() {
         Some(p) => p,
         None => c::new_ctx(ctx.dispatch)?,

@@ -147,6 +147,10 @@ fn start_engine(needs: oxgrind_tool::Needs) {
             pages::engine_failed();
         }
     }
+    // The definedness shadow's file of undefined bytes is ours, like the log's descriptor.
+    if let Some(fd) = oxgrind_engine::definedness::undefined_file_fd() {
+        fds::register(fd);
+    }
 }
 
 /// Runs from `_dl_fini`, after the program's `atexit` handlers and static destructors.
