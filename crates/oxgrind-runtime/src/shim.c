@@ -48,6 +48,17 @@ __attribute__((visibility("hidden"))) void *oxg_unwind_block_addr(void) {
     return oxg_unwind_block;
 }
 
+/* The runtime's per-thread cache of recent allocation stacks (stacks.rs, WalkCache),
+ * looked at on every capture: initial-exec for the same reason. Zeroed when the thread
+ * starts (glibc clears it again for a thread that reuses a cached stack): every entry
+ * empty. */
+static __thread unsigned char oxg_walk_cache[7680]
+    __attribute__((tls_model("initial-exec"), aligned(64)));
+
+__attribute__((visibility("hidden"))) void *oxg_walk_cache_addr(void) {
+    return oxg_walk_cache;
+}
+
 /* The exported entry points are tiny Rust functions that jump here (exports.rs): a Rust
  * cdylib exports only what Rust defines. `which` names the entry point for frame 0 of the
  * stack, as an index into hooks::NEW_NAMES. */

@@ -277,6 +277,7 @@ pub fn capture(table: &StackTable, entry: u64, caller: Caller, depth: usize) -> 
     );
     // SAFETY: MaybeUninit<u64> and u64 have the same layout; the unwinder only writes.
     let out = unsafe { &mut *(&mut buf[1..depth] as *mut [MaybeUninit<u64>] as *mut [u64]) };
+    let mut recorder = None;
     let n = if caller.sp != 0 {
         // SAFETY: `caller.sp` is the stack pointer at our entry point's first instruction,
         // on the calling thread's stack, which is live below this frame: its word is the
@@ -287,7 +288,17 @@ pub fn capture(table: &StackTable, entry: u64, caller: Caller, depth: usize) -> 
             sp: caller.sp.wrapping_add(8),
             bp: caller.bp,
         };
-        oxgrind_symbols::capture_from_call(regs, out, range)
+        let key = WalkKey {
+            regs,
+            entry,
+            depth: depth as u64,
+            generation: oxgrind_symbols::rules_generation(),
+        };
+        if let Some(id) = walk_cache_lookup(&key) {
+            return id;
+        }
+        let r = recorder.insert(Recorder::new(key));
+        oxgrind_symbols::capture_from_call_logged(regs, out, range, r)
     } else {
         // Run natively on the engine stack (`host::native`), the walk starts from the
         // program's registers where the hook called out of the code cache, not from here.
@@ -314,7 +325,213 @@ pub fn capture(table: &StackTable, entry: u64, caller: Caller, depth: usize) -> 
     // SAFETY: buf[0] and the n frames after it were written above.
     let frames = unsafe { &*(&buf[..1 + n] as *const [MaybeUninit<u64>] as *const [u64]) };
     debug_assert_eq!(h.finish(), hash_frames(frames));
-    table.intern_hashed(frames, h.finish())
+    let id = table.intern_hashed(frames, h.finish());
+    if let Some(r) = &recorder {
+        r.keep(id);
+    }
+    id
+}
+
+// ---------------------------------------------------------------------------------------
+// The per-thread cache of recent walks.
+
+/// Reads a cached walk may hold (return addresses, and saved frame pointers that a rule
+/// used): walks that read more are not cached.
+const WALK_READS: usize = 20;
+/// Sets of the cache, each of [`WALK_WAYS`] entries, chosen by call site and stack pointer.
+const WALK_SETS: usize = 12;
+const WALK_WAYS: usize = 2;
+
+/// A walk made from a call into one of our entry points, and the stack it gave.
+///
+/// A program allocates again and again from the same call sites at the same depths (a
+/// loop's `malloc`), and most of a capture's cost was walking those same frames again. A
+/// walk is a function of its registers, the words it reads and the unwind rules
+/// (`oxgrind_symbols::WalkLog`): so when a call comes from the same return address and stack
+/// pointer (and frame pointer, if the walk used it), with the rules unchanged, and every
+/// word the walk read still holds the value it read, the walk would give the same frames,
+/// and its interned id is the answer. Checking is one load and compare per word read,
+/// where walking costs a rule lookup, a hash and a table compare per frame. Exact: a word
+/// that changed (a different caller at the same depth wrote its own return address there)
+/// makes it a miss.
+#[repr(C)]
+struct CachedWalk {
+    /// The return address at the call; 0: an empty entry (a call's is never 0).
+    pc: u64,
+    sp: u64,
+    bp: u64,
+    entry: u64,
+    depth: u64,
+    generation: u64,
+    id: u32,
+    reads: u8,
+    bp_used: bool,
+    /// In a set's first entry: which way was used last (the other is replaced).
+    recent_way: u8,
+    /// Each word read: its offset from `sp`, and the value read.
+    offset: [i32; WALK_READS],
+    value: [u64; WALK_READS],
+}
+
+type WalkCache = [[CachedWalk; WALK_WAYS]; WALK_SETS];
+
+const _: () = assert!(core::mem::size_of::<WalkCache>() <= 7680);
+const _: () = assert!(core::mem::align_of::<WalkCache>() <= 64);
+
+extern "C" {
+    /// This thread's block for [`WalkCache`]: 7,680 bytes, zeroed when the thread starts,
+    /// aligned to 64, initial-exec (`shim.c`).
+    fn oxg_walk_cache_addr() -> *mut u8;
+}
+
+/// What a cached walk must match besides its reads.
+#[derive(Clone, Copy)]
+struct WalkKey {
+    regs: oxgrind_symbols::Regs,
+    entry: u64,
+    depth: u64,
+    generation: u64,
+}
+
+/// The calling thread's set of entries for a walk from `regs`.
+///
+/// # Safety
+/// The reference must not outlive the calling code's use of it, nor overlap another one to
+/// the same thread's cache: only [`capture`] takes it, which never runs nested on a thread
+/// (its callers run inside an event, behind the hooks' re-entrancy flag, and signal handlers
+/// capture through [`capture_at`]).
+#[inline]
+unsafe fn walk_set(regs: &oxgrind_symbols::Regs) -> &'static mut [CachedWalk; WALK_WAYS] {
+    let h = (regs.pc ^ regs.sp.rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    // The high half scaled to [0, WALK_SETS): no division.
+    let i = (((h >> 32) * WALK_SETS as u64) >> 32) as usize;
+    // SAFETY: the block is this thread's, large and aligned enough (asserted above), and
+    // all-zero bytes are a valid WalkCache (empty entries); the caller's contract keeps the
+    // reference unique.
+    unsafe { &mut (*(oxg_walk_cache_addr() as *mut WalkCache))[i] }
+}
+
+/// The id of the stack a cached walk from `key` gave, if that walk would give it again.
+/// Both ways of the set may hold a walk from the same registers (one call site reached
+/// through two callers at the same depth); whichever's reads still hold is the answer.
+#[inline]
+fn walk_cache_lookup(key: &WalkKey) -> Option<StackId> {
+    // SAFETY: see `walk_set`; dropped before this returns.
+    let set = unsafe { walk_set(&key.regs) };
+    for way in 0..WALK_WAYS {
+        if set[way].pc == key.regs.pc && walk_holds(&set[way], key) {
+            set[0].recent_way = way as u8;
+            return Some(StackId(set[way].id));
+        }
+    }
+    None
+}
+
+/// Whether cached walk `e`, made from the return address of `key`, would be made again.
+#[inline]
+fn walk_holds(e: &CachedWalk, key: &WalkKey) -> bool {
+    if e.sp != key.regs.sp
+        || e.entry != key.entry
+        || e.depth != key.depth
+        || e.generation != key.generation
+        || (e.bp_used && e.bp != key.regs.bp)
+    {
+        return false;
+    }
+    let sp = key.regs.sp;
+    let n = (e.reads as usize).min(WALK_READS);
+    e.offset[..n]
+        .iter()
+        .zip(&e.value[..n])
+        .all(|(&off, &value)| {
+            let addr = sp.wrapping_add(off as i64 as u64);
+            // SAFETY: the walk read `addr` when this thread's stack pointer was `sp`, as now,
+            // inside the stack mapping that holds `sp` (its reads are bounds-checked, and a
+            // walk that crossed to another stack, through a signal frame, is not cached), and
+            // a thread's stack stays mapped while the thread runs on it: the unwinder's own
+            // per-thread bounds rest on the same (a stack pointer inside the bounds last seen
+            // is on that stack). 8-aligned, as the walk read it.
+            unsafe { core::ptr::read(addr as *const u64) == value }
+        })
+}
+
+/// Records a walk's reads as it goes (`oxgrind_symbols::WalkLog`), into a buffer of its own;
+/// [`Recorder::keep`] then stores the walk in the thread's cache if it can be reused.
+struct Recorder {
+    key: WalkKey,
+    offset: [i32; WALK_READS],
+    value: [MaybeUninit<u64>; WALK_READS],
+    reads: usize,
+    bp_used: bool,
+    repeatable: bool,
+}
+
+impl Recorder {
+    #[inline]
+    fn new(key: WalkKey) -> Recorder {
+        Recorder {
+            key,
+            offset: [0; WALK_READS],
+            value: [MaybeUninit::uninit(); WALK_READS],
+            reads: 0,
+            bp_used: false,
+            repeatable: true,
+        }
+    }
+
+    /// Stores the walk (whose stack was interned as `id`) in the thread's cache, if a hit
+    /// could be told from its reads, in place of the way of its set used less recently.
+    #[inline]
+    fn keep(&self, id: StackId) {
+        let n = self.reads;
+        if !self.repeatable || n > WALK_READS {
+            return;
+        }
+        // SAFETY: see `walk_set`; dropped before this returns.
+        let set = unsafe { walk_set(&self.key.regs) };
+        let way = 1 - (set[0].recent_way as usize & 1);
+        set[0].recent_way = way as u8;
+        let e = &mut set[way];
+        e.offset[..n].copy_from_slice(&self.offset[..n]);
+        for (v, r) in e.value[..n].iter_mut().zip(&self.value[..n]) {
+            // SAFETY: the first `reads` values were written by `read`.
+            *v = unsafe { r.assume_init() };
+        }
+        e.reads = n as u8;
+        e.bp_used = self.bp_used;
+        e.bp = self.key.regs.bp;
+        e.sp = self.key.regs.sp;
+        e.entry = self.key.entry;
+        e.depth = self.key.depth;
+        e.generation = self.key.generation;
+        e.id = id.0;
+        e.pc = self.key.regs.pc;
+    }
+}
+
+impl oxgrind_symbols::WalkLog for Recorder {
+    #[inline(always)]
+    fn read(&mut self, addr: u64, value: u64) {
+        let Ok(off) = i32::try_from(addr.wrapping_sub(self.key.regs.sp) as i64) else {
+            self.repeatable = false;
+            return;
+        };
+        if self.reads < WALK_READS {
+            self.offset[self.reads] = off;
+            self.value[self.reads] = MaybeUninit::new(value);
+        }
+        self.reads += 1;
+    }
+
+    #[inline(always)]
+    fn initial_bp_used(&mut self) {
+        self.bp_used = true;
+    }
+
+    #[inline(always)]
+    fn unrepeatable(&mut self) {
+        self.repeatable = false;
+    }
 }
 
 /// The stack of an interrupted thread, from the general registers a signal handler finds in

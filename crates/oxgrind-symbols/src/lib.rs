@@ -52,7 +52,7 @@ pub use below_main::{
 };
 pub use symbolize::{demangle, modules_from_maps, Module, SymbolizeError, Symbolizer};
 pub use unwind::{
-    after_fork_child, capture, capture_from, capture_from_call, capture_with_cfas,
-    capture_with_cfas_from, current_stack_bounds, invalidate, set_thread_slots, stack_bounds_at,
-    text_range_of, Regs, THREAD_SLOTS_BYTES,
+    after_fork_child, capture, capture_from, capture_from_call, capture_from_call_logged,
+    capture_with_cfas, capture_with_cfas_from, current_stack_bounds, invalidate, rules_generation,
+    set_thread_slots, stack_bounds_at, text_range_of, Regs, WalkLog, THREAD_SLOTS_BYTES,
 };

@@ -235,6 +235,7 @@ fn cache_put(key: u64, rule: Rule) {
 }
 
 fn cache_clear() {
+    RULES_GENERATION.fetch_add(1, Ordering::AcqRel);
     for s in CACHE.iter() {
         s.rule.store(0, Ordering::Relaxed);
         s.check.store(0, Ordering::Relaxed);
@@ -337,6 +338,8 @@ impl State {
     }
 
     fn refresh(&mut self) {
+        // The modules, hence the rules, may change: logged walks no longer hold.
+        RULES_GENERATION.fetch_add(1, Ordering::AcqRel);
         self.last_refresh_ns = oxgrind_sys::raw::monotonic_ns();
         let Some(text) = maps::read_self_maps() else {
             self.maps_readable = false;
@@ -636,7 +639,51 @@ fn special_step(w: u64, regs: &mut Regs, stack: &mut Stack) -> Option<(u64, u64)
 /// thread that is still live.
 #[inline(always)]
 fn walk(regs: Regs, out: &mut [u64], skip: (u64, u64)) -> usize {
-    walk_recording(regs, regs.pc, out, &mut [], skip)
+    walk_recording(regs, regs.pc, out, &mut [], skip, &mut NoLog)
+}
+
+/// What a walk tells a [`WalkLog`]: enough for its caller to know later, without walking,
+/// whether a walk from the same registers would give the same frames.
+///
+/// A walk is a function of its registers, the words it reads and the unwind rules: each
+/// step's rule depends on the pc only, and the next registers on the current ones and the
+/// words read at addresses computed from them. So when the registers are the same and every
+/// word the walk read still holds the value it read, walking again reads the same words at
+/// the same addresses and gives the same frames, for as long as the rules are the same
+/// ([`rules_generation`]). A walk whose result could change otherwise (a rule not found: the
+/// module may become known; a read refused as outside the stack; a signal frame, which may
+/// switch stacks) says [`WalkLog::unrepeatable`].
+pub trait WalkLog {
+    /// The walk read `value` at `addr` (a return address, or a saved frame pointer that a
+    /// rule then used), and its result depends on it.
+    fn read(&mut self, addr: u64, value: u64);
+    /// The walk used the frame pointer it was given (an rbp-based rule before any frame
+    /// restored rbp): the result depends on it.
+    fn initial_bp_used(&mut self);
+    /// The walk's result depends on more than its registers, its reads and the rules.
+    fn unrepeatable(&mut self);
+}
+
+/// No log: what the ordinary walks pass (every call inlines to nothing).
+struct NoLog;
+
+impl WalkLog for NoLog {
+    #[inline(always)]
+    fn read(&mut self, _: u64, _: u64) {}
+    #[inline(always)]
+    fn initial_bp_used(&mut self) {}
+    #[inline(always)]
+    fn unrepeatable(&mut self) {}
+}
+
+/// Changes whenever the unwind rules may have (the module list re-read, the rule cache
+/// cleared): a [`WalkLog`]'s record holds only while this stays the same.
+static RULES_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+/// See [`RULES_GENERATION`].
+#[inline]
+pub fn rules_generation() -> u64 {
+    RULES_GENERATION.load(Ordering::Acquire)
 }
 
 /// [`walk`], also writing into `cfas[i]` the canonical frame address of the frame whose
@@ -651,14 +698,22 @@ fn walk_recording(
     out: &mut [u64],
     cfas: &mut [u64],
     skip: (u64, u64),
+    log: &mut impl WalkLog,
 ) -> usize {
     let Some((lo, hi)) = stack_bounds(regs.sp) else {
+        log.unrepeatable();
         return 0;
     };
     let mut stack = Stack::new(lo, hi);
     let mut n = 0;
     let mut skipping = true;
     let mut key = key;
+    // Whether regs.bp is still the one the walk was given (see WalkLog::initial_bp_used).
+    let mut bp_given = true;
+    // Where regs.bp was restored from and the value, told to the log only when a rule uses
+    // it: a saved rbp is often a data register of the caller (code without frame pointers)
+    // and changes from call to call without changing the frames.
+    let mut bp_from = (0u64, 0u64);
     // Hard bound on the walk, whatever the stack holds.
     for _ in 0..4096 {
         if n >= out.len() {
@@ -668,23 +723,44 @@ fn walk_recording(
         if w == 0 {
             w = rule_slow(key);
             if w == 0 {
+                log.unrepeatable();
                 break;
             }
         }
         let next = if w & SPECIAL == 0 {
             // The common shapes, applied without decoding.
-            let base = if w & BASE_RBP != 0 { regs.bp } else { regs.sp };
+            let base = if w & BASE_RBP != 0 {
+                if bp_given {
+                    log.initial_bp_used();
+                } else {
+                    log.read(bp_from.0, bp_from.1);
+                }
+                regs.bp
+            } else {
+                regs.sp
+            };
             let cfa = base.wrapping_add(w as u32 as i32 as i64 as u64);
             if cfa <= regs.sp {
                 break;
             }
-            let Some(ra) = stack.read(cfa.wrapping_sub(8)) else {
+            let at = cfa.wrapping_sub(8);
+            let Some(ra) = stack.read(at) else {
+                log.unrepeatable();
                 break;
             };
+            log.read(at, ra);
             if w & BP_AT_CFA != 0 {
-                match stack.read(cfa.wrapping_add((w >> 32) as u16 as i16 as i64 as u64)) {
-                    Some(v) => regs.bp = v,
-                    None => break,
+                let at = cfa.wrapping_add((w >> 32) as u16 as i16 as i64 as u64);
+                match stack.read(at) {
+                    Some(v) => {
+                        bp_from = (at, v);
+                        regs.bp = v;
+                        bp_given = false;
+                    }
+                    None => {
+                        log.unrepeatable();
+                        break;
+                    }
                 }
             }
             regs.pc = ra;
@@ -695,6 +771,7 @@ fn walk_recording(
             // The outermost frame, met once per capture: not worth the cold decoder.
             break;
         } else {
+            log.unrepeatable();
             match special_step(w, &mut regs, &mut stack) {
                 Some((next, k)) => {
                     key = k;
@@ -761,7 +838,7 @@ fn here() -> Regs {
 #[inline(never)]
 pub fn capture_with_cfas(out: &mut [u64], cfas: &mut [u64], skip_range: (u64, u64)) -> usize {
     let regs = here();
-    walk_recording(regs, regs.pc, out, cfas, skip_range)
+    walk_recording(regs, regs.pc, out, cfas, skip_range, &mut NoLog)
 }
 
 /// Like [`capture_with_cfas`], from explicit registers (a program thread's registers
@@ -773,11 +850,12 @@ pub fn capture_with_cfas_from(
     cfas: &mut [u64],
     skip_range: (u64, u64),
 ) -> usize {
-    walk_recording(regs, regs.pc, out, cfas, skip_range)
+    walk_recording(regs, regs.pc, out, cfas, skip_range, &mut NoLog)
 }
 
 /// The bounds `[sp, high)` of the stack mapping `sp` lies in (the part in use by a thread
 /// whose stack pointer is `sp`).
+#[inline]
 pub fn stack_bounds_at(sp: u64) -> Option<(u64, u64)> {
     stack_bounds(sp).map(|(lo, hi)| (lo.max(sp), hi))
 }
@@ -819,10 +897,30 @@ pub fn capture_from_call(regs: Regs, out: &mut [u64], skip_range: (u64, u64)) ->
     }
     let key = regs.pc.wrapping_sub(1);
     if skip_range.0 <= regs.pc && regs.pc < skip_range.1 {
-        return walk_recording(regs, key, out, &mut [], skip_range);
+        return walk_recording(regs, key, out, &mut [], skip_range, &mut NoLog);
     }
     out[0] = regs.pc;
-    1 + walk_recording(regs, key, &mut out[1..], &mut [], (0, 0))
+    1 + walk_recording(regs, key, &mut out[1..], &mut [], (0, 0), &mut NoLog)
+}
+
+/// [`capture_from_call`], telling `log` what the walk read (see [`WalkLog`]), so that the
+/// caller can tell when the same call site's stack has not changed without walking it.
+#[inline]
+pub fn capture_from_call_logged(
+    regs: Regs,
+    out: &mut [u64],
+    skip_range: (u64, u64),
+    log: &mut impl WalkLog,
+) -> usize {
+    if out.is_empty() {
+        return 0;
+    }
+    let key = regs.pc.wrapping_sub(1);
+    if skip_range.0 <= regs.pc && regs.pc < skip_range.1 {
+        return walk_recording(regs, key, out, &mut [], skip_range, log);
+    }
+    out[0] = regs.pc;
+    1 + walk_recording(regs, key, &mut out[1..], &mut [], (0, 0), log)
 }
 
 /// The executable range `[start, end)` of the loaded object containing `addr`, e.g.

@@ -287,3 +287,21 @@ fn banners_are_valgrinds() {
         }
     }
 }
+
+#[test]
+fn one_call_site_reached_through_two_callers_keeps_both_stacks() {
+    // Every malloc comes from the same return address and stack pointer; only a word
+    // further up the stack (the caller's return address) differs. A stack reused for an
+    // unchanged walk must still tell the two apart (runtime stacks.rs, CachedWalk).
+    let prog = build("same_site_two_callers.c", &["-g", "-O2"]);
+    let Some((ours, theirs)) = massif_both(&prog, &["--time-unit=B", "--detailed-freq=1"], &[])
+    else {
+        return;
+    };
+    let tree = massif_peak_tree(&ours).expect("a peak snapshot");
+    assert!(
+        tree.contains("via_a") && tree.contains("via_b"),
+        "both callers in the peak tree:\n{tree}"
+    );
+    assert_same_massif(&ours, &theirs);
+}
