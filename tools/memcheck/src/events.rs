@@ -44,7 +44,9 @@ fn alloc_fn_name(f: AllocFn) -> &'static str {
 impl Memcheck {
     pub(crate) fn alloc_event(&self, host: &dyn Host, ev: &Alloc) {
         if in_probe() {
-            self.foreign.lock().push(ev.addr);
+            let mut f = self.foreign.lock();
+            f.push(ev.addr);
+            self.foreign_len.store(f.len(), Ordering::Release);
             return;
         }
         self.ensure_started(host);
@@ -116,15 +118,22 @@ impl Memcheck {
             chunk_end = shadow::chunk_end(host.block_extent(ev.addr), ev.addr, ev.size).0;
         }
         self.batches.push(Freed { block, chunk_end }, |batch| {
-            let mut st = self.lock();
-            absorb_freed(&mut st, batch);
+            let mut leaving = Leaving::default();
+            absorb_freed(&mut self.lock(), batch, &mut leaving);
+            // After the state lock: the leavers' shadow lines are cold (freed megabytes
+            // ago), and every thread's frees wait for that lock. Still before glibc may
+            // reuse them: the runtime's queue gives blocks back at twice this volume.
+            leaving.clear_all();
         });
         true
     }
 
     /// Moves every thread's pending frees into the queues: before describing an address.
     pub(crate) fn absorb_all_freed(&self, st: &mut State) {
-        self.batches.drain(|batch| absorb_freed(st, batch));
+        let mut leaving = Leaving::default();
+        self.batches
+            .drain(|batch| absorb_freed(st, batch, &mut leaving));
+        leaving.clear_all();
     }
 
     pub(crate) fn misuse_event(&self, host: &dyn Host, ev: &MisuseEvent) {
@@ -233,10 +242,16 @@ impl Memcheck {
 
     /// Whether `addr` is a block of ours allocated in a probe (it is forgotten).
     pub(crate) fn forget_foreign(&self, addr: Addr) -> bool {
+        // A foreign block's push happened before its free (whoever frees it got it after
+        // it was allocated), so a free of one sees a non-zero count.
+        if self.foreign_len.load(Ordering::Acquire) == 0 {
+            return false;
+        }
         let mut f = self.foreign.lock();
         match f.iter().position(|&a| a == addr) {
             Some(i) => {
                 f.swap_remove(i);
+                self.foreign_len.store(f.len(), Ordering::Release);
                 true
             }
             None => false,
@@ -267,18 +282,44 @@ impl Memcheck {
 
 /// Frees leaving a thread's batch, oldest first: into the freed-block queue, and into the
 /// shadow queue when their shadow is kept (`chunk_end` set), whose leavers become ordinary
-/// memory again.
-fn absorb_freed(st: &mut State, batch: &[Freed]) {
+/// memory again ([`Leaving`]).
+fn absorb_freed(st: &mut State, batch: &[Freed], leaving: &mut Leaving) {
     for f in batch {
         st.freed.push(f.block);
         if f.chunk_end != 0 {
-            let base = shadow_base();
             st.shadow_q.push(
                 f.block.addr,
                 f.block.size,
                 f.chunk_end,
-                &mut |a, size, end| shadow::clear_block(base, a, size, end),
+                &mut |a, size, end| leaving.add(a, size, end),
             );
         }
+    }
+}
+
+/// Blocks leaving the shadow queue, whose shadow is cleared once the state lock is given
+/// back ([`Leaving::clear_all`]); a leaver that finds the list full is cleared at once.
+#[derive(Default)]
+struct Leaving {
+    blocks: [(Addr, u64, Addr); 32],
+    len: usize,
+}
+
+impl Leaving {
+    fn add(&mut self, addr: Addr, size: u64, end: Addr) {
+        if self.len == self.blocks.len() {
+            shadow::clear_block(shadow_base(), addr, size, end);
+            return;
+        }
+        self.blocks[self.len] = (addr, size, end);
+        self.len += 1;
+    }
+
+    fn clear_all(&mut self) {
+        let base = shadow_base();
+        for &(a, size, end) in &self.blocks[..self.len] {
+            shadow::clear_block(base, a, size, end);
+        }
+        self.len = 0;
     }
 }
