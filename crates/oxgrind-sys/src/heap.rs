@@ -666,6 +666,23 @@ unsafe impl GlobalAlloc for PrivateHeap {
         p as *mut u8
     }
 
+    /// A large block is always new pages (carved from the reserve, which never hands
+    /// out the same address twice, or a new mapping): zero already. Writing the zeros
+    /// (the default) made every page of a large zeroed table resident at once, touched or
+    /// not (Cachegrind's LL tags: 63 MiB, most never looked up).
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if Self::class_of(&layout).is_none() {
+            return obtain(round_pages(layout.size()), layout.align());
+        }
+        // SAFETY: forwarded to the caller's contract.
+        let p = unsafe { self.alloc(layout) };
+        if !p.is_null() {
+            // SAFETY: `alloc` returned `layout.size()` writable bytes at p.
+            unsafe { ptr::write_bytes(p, 0, layout.size()) };
+        }
+        p
+    }
+
     unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
         match Self::class_of(&layout) {
             None if in_reserve(p as usize) => {
@@ -783,6 +800,27 @@ mod tests {
             let b = heap.alloc(big);
             core::ptr::write_bytes(b, 1, 1 << 20);
             heap.dealloc(b, big);
+        }
+    }
+
+    /// Zeroed blocks read zero, small (a recycled block is cleared) and large (new pages,
+    /// not written), even where a block written and freed was before.
+    #[test]
+    fn zeroed_blocks_are_zero_after_dirty_ones_are_freed() {
+        let heap = PrivateHeap::new();
+        for size in [100usize, 3 << 20] {
+            let layout = Layout::from_size_align(size, 8).unwrap();
+            // SAFETY: alloc/dealloc pairs with the same layout; each block has `size` bytes.
+            unsafe {
+                let dirty = heap.alloc(layout);
+                core::ptr::write_bytes(dirty, 0xCD, size);
+                heap.dealloc(dirty, layout);
+                let z = heap.alloc_zeroed(layout);
+                assert!(!z.is_null());
+                let bytes = core::slice::from_raw_parts(z, size);
+                assert!(bytes.iter().all(|&b| b == 0), "size {size}");
+                heap.dealloc(z, layout);
+            }
         }
     }
 }
