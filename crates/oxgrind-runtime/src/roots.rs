@@ -300,8 +300,7 @@ fn with_roots_gated(f: &mut dyn FnMut(&[RootRange]), request_sp: Option<u64>) {
     // Where this thread's program stack is now: in a call run natively from translated
     // code (the report at exit, a client request) we are on the engine's stack, and the
     // program's is where the guest's stack pointer was.
-    let here = oxgrind_engine::guest_regs_in_tool_call()
-        .map_or_else(current_sp, |regs| regs.rsp());
+    let here = oxgrind_engine::guest_regs_in_tool_call().map_or_else(current_sp, |regs| regs.rsp());
     let exit_sp = EXIT_SP.load(Ordering::Acquire) as u64;
     let same_stack = find(exit_sp)
         .zip(find(here))
