@@ -1118,6 +1118,7 @@ impl Emitter {
     /// new:
     ///     record the line (bit 0); jmp append
     /// straddles:
+    ///     both lines their slots' first: restore rcx, (flags,) rax; jmp back   (skipped)
     ///     restore rcx; record both lines (bits 0 and 1)
     /// append:
     ///     restore rcx; rax = address; append; drain check (restores rax, flags); jmp back
@@ -1145,6 +1146,7 @@ impl Emitter {
                     to_append = Some(self.buf.len());
                     self.d32(0);
                     self.patch_rel32(j);
+                    self.straddle_both_first(d.geometry, d.flags_live, d.back);
                     self.load_gs(1, c::OFF_PROBE_RCX);
                     self.note_recent_lines(&d.m, d.geometry, d.ip)?;
                 }
@@ -1161,6 +1163,41 @@ impl Emitter {
             self.jmp_to(d.back);
         }
         self.unmark();
+    }
+
+    /// The straddle entry of [`Emitter::finish_recent_cold`] (`rax` = the address, `rcx`
+    /// borrowed): when both lines the access touches are their slots' first, the access
+    /// is skipped as a one-line access to a first line is (each is its set's most recently
+    /// used line: the lookups change nothing), leaving for `back` with the guest state
+    /// exact; otherwise it falls through with `rcx` still borrowed, `rax` clobbered. (Both
+    /// lines in one slot, with a table of one slot, can never both be first: recorded.)
+    ///
+    /// ```text
+    ///     shr rax, shift; mov ecx, eax; and ecx, slots-1; cmp rax, gs:[FIRST + rcx*8]; jne record
+    ///     inc rax; mov ecx, eax; and ecx, slots-1; cmp rax, gs:[FIRST + rcx*8]; jne record
+    ///     restore rcx, (flags,) rax; jmp back
+    /// record:
+    /// ```
+    fn straddle_both_first(&mut self, (shift, slots): (u32, u32), flags_live: bool, back: usize) {
+        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, shift as u8]); // shr rax, shift
+        let mut to_record = [0usize; 2];
+        for (k, j) in to_record.iter_mut().enumerate() {
+            if k == 1 {
+                self.buf.extend_from_slice(&[0x48, 0xFF, 0xC0]); // inc rax: the next line
+            }
+            self.recent_slot_of_rax(slots);
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, FIRST
+            self.d32(c::RECENT_LINES_OFF as u32);
+            self.buf.extend_from_slice(&[0x0F, 0x85]); // jne record
+            *j = self.buf.len();
+            self.d32(0);
+        }
+        self.load_gs(1, c::OFF_PROBE_RCX);
+        self.return_rax(flags_live);
+        self.jmp_to(back);
+        for j in to_record {
+            self.patch_rel32(j);
+        }
     }
 
     /// `jmp` to offset `to` of the code (rel32).
