@@ -53,6 +53,8 @@ extern "C" {
     pub fn oxg_run_native(data: *mut u8, f: unsafe extern "C" fn(*mut u8));
     pub fn oxg_run_native_done();
     pub fn oxg_native_gate();
+    pub fn oxg_native_entry();
+    pub fn oxg_native_entry_gate();
 }
 
 /// Where translated code that reached [`oxg_run_native`] continues after the native call
@@ -62,6 +64,11 @@ pub(crate) fn run_native_pcs() -> (u64, u64) {
         oxg_run_native as *const () as u64,
         oxg_run_native_done as *const () as u64,
     )
+}
+
+/// The address of [`oxg_native_entry`] (see `crate::native_entry`).
+pub(crate) fn native_entry_pc() -> u64 {
+    oxg_native_entry as *const () as u64
 }
 
 /// Whether `pc` lies in the routines whose `gs:` operands address the engine's context on
@@ -435,6 +442,41 @@ core::arch::global_asm!(
     "mov gs:[{g_r15}], r15",
     "mov rdi, gs:[0]",
     "jmp {native_gate}",
+    // `crate::native_entry`: r11 = a function of up to six integer arguments, which are
+    // in rdi, rsi, rdx, rcx, r8, r9, and rsp at the program's
+    // return address (the embedder's entry point jumped here). Natively, a tail call.
+    // Translated, when the embedder asked for it (`crate::set_native_entries`), the
+    // translator replaces this block by the same call made natively on the engine stack
+    // (through `oxg_native_entry_gate`), whose result stays in rax, then continues at
+    // `oxg_run_native_done`: the `ret` to the program.
+    ".p2align 4",
+    ".globl oxg_native_entry",
+    ".hidden oxg_native_entry",
+    "oxg_native_entry:",
+    "jmp r11",
+    // As `oxg_native_gate`, for `oxg_native_entry`: the guest registers saved, then
+    // `probe::native_entry_gate` makes the call and returns its result in rax.
+    ".p2align 4",
+    ".globl oxg_native_entry_gate",
+    ".hidden oxg_native_entry_gate",
+    "oxg_native_entry_gate:",
+    "mov gs:[{g_rax}], rax",
+    "mov gs:[{g_rcx}], rcx",
+    "mov gs:[{g_rdx}], rdx",
+    "mov gs:[{g_rbx}], rbx",
+    "mov gs:[{g_rbp}], rbp",
+    "mov gs:[{g_rsi}], rsi",
+    "mov gs:[{g_rdi}], rdi",
+    "mov gs:[{g_r8}], r8",
+    "mov gs:[{g_r9}], r9",
+    "mov gs:[{g_r10}], r10",
+    "mov gs:[{g_r11}], r11",
+    "mov gs:[{g_r12}], r12",
+    "mov gs:[{g_r13}], r13",
+    "mov gs:[{g_r14}], r14",
+    "mov gs:[{g_r15}], r15",
+    "mov rdi, gs:[0]",
+    "jmp {native_entry_gate}",
     // ------------------------------------------------------------------ restorer
     // The `sa_restorer` of actions the engine installs on its own (SIGTRAP at the guest's
     // default): runs natively after the entry returned.
@@ -519,4 +561,5 @@ core::arch::global_asm!(
     rust = sym crate::dispatch::dispatch,
     sigrust = sym crate::signals::on_signal,
     native_gate = sym crate::probe::native_gate,
+    native_entry_gate = sym crate::probe::native_entry_gate,
 );

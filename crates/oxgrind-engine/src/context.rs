@@ -51,11 +51,15 @@ pub const S_PROBE_FLAGS: usize = 14;
 
 /// Guest register indices in [`ThreadCtx::gregs`] (hardware encoding order).
 pub const RAX: usize = 0;
+pub const RCX: usize = 1;
 pub const RDX: usize = 2;
 pub const RSP: usize = 4;
 pub const RSI: usize = 6;
 pub const RDI: usize = 7;
+pub const R8: usize = 8;
+pub const R9: usize = 9;
 pub const R10: usize = 10;
+pub const R11: usize = 11;
 
 #[repr(C)]
 pub struct ThreadCtx {

@@ -497,6 +497,37 @@ pub fn run_native(f: &mut dyn FnMut()) {
     unsafe { asm::oxg_run_native(&mut f as *mut &mut dyn FnMut() as *mut u8, call) }
 }
 
+/// An entry point of the embedder's whose whole work runs natively, out of the code cache,
+/// when the program calls it from translated code: the entry point puts a function of up
+/// to six integer arguments (`unsafe extern "C" fn(u64, u64, u64, u64, u64, u64) -> u64`)
+/// in `r11`, leaves its arguments in `rdi`, `rsi`, `rdx`, `rcx`, `r8`, `r9` and rsp where the
+/// program's call left it, and jumps here. Natively this is a tail call to the function;
+/// translated, once [`set_native_entries`] said so, the function is called natively as
+/// [`run_native`] calls (engine stack, signals deferred, [`guest_regs_in_tool_call`]
+/// answering with the program's registers as the call returns to it), its result is the
+/// guest's `rax`, and the program continues at its return address. No instruction of the
+/// function is counted or seen by the tool: the call costs the program the instructions
+/// of the entry point before the jump, and one `ret`.
+///
+/// Why: an allocator hook's own translated code (entry, closures, the hand-off to
+/// [`run_native`]) cost the program about 300 translated instructions per call before its
+/// work went native (Massif's `--time-unit=i` on an allocation loop: a fifth of its time).
+pub use asm::oxg_native_entry as native_entry;
+
+/// Whether translated code calls [`native_entry`]'s function natively.
+static NATIVE_ENTRIES: AtomicBool = AtomicBool::new(false);
+
+/// Makes [`native_entry`] run its function natively from translated code (`true`), or
+/// translate it as any code (`false`, the default: a tool that sees the embedder's
+/// allocator work as the program's). Set before the engine starts.
+pub fn set_native_entries(on: bool) {
+    NATIVE_ENTRIES.store(on, Ordering::Relaxed);
+}
+
+pub(crate) fn native_entries() -> bool {
+    NATIVE_ENTRIES.load(Ordering::Relaxed)
+}
+
 /// Sets the calling thread's instruction count (see [`thread_instructions`]).
 pub fn set_thread_instructions(v: u64) {
     if !RUNNING.load(Ordering::Acquire) {

@@ -85,6 +85,10 @@ const KIND_DEFINEDNESS: u32 = 6;
 /// The embedder's code asks to run a function natively (`crate::run_native`): the
 /// function is in the guest's `rsi`, its argument in `rdi`.
 const KIND_NATIVE: u32 = 7;
+/// The embedder's entry point jumped to `asm::oxg_native_entry` (`crate::native_entry`):
+/// the function is in the guest's `r11`, its arguments in `rdi`, `rsi`, `rdx`, `rcx`, `r8`,
+/// `r9`, its result goes to the guest's `rax`.
+const KIND_NATIVE_ENTRY: u32 = 8;
 
 /// What a probe call site passes to the dispatcher: everything needed to compute the
 /// accesses from the guest registers, decided at translation time. Records live in
@@ -417,8 +421,17 @@ pub(crate) fn client_request_record(ins: &Instruction) -> Option<u64> {
 /// Makes the record of the clean call that stands for the block at `asm::oxg_run_native`
 /// (`crate::run_native`), which continues at `next_ip`.
 pub(crate) fn native_call_record(pc: u64, next_ip: u64) -> Option<u64> {
+    native_record(KIND_NATIVE, pc, next_ip)
+}
+
+/// [`native_call_record`] for the block at `asm::oxg_native_entry` (`crate::native_entry`).
+pub(crate) fn native_entry_record(pc: u64, next_ip: u64) -> Option<u64> {
+    native_record(KIND_NATIVE_ENTRY, pc, next_ip)
+}
+
+fn native_record(kind: u32, pc: u64, next_ip: u64) -> Option<u64> {
     record(ProbeRec {
-        kind: KIND_NATIVE,
+        kind,
         nmem: 0,
         filtered: false,
         data: 0,
@@ -501,12 +514,20 @@ impl Drop for ToolRegsLent {
 /// with call-frame information, not in the gate (`Host` stack captures of a hook run
 /// natively).
 fn gate_caller(mut regs: GuestRegs) -> GuestRegs {
+    return_to_caller(&mut regs);
+    regs
+}
+
+/// [`gate_caller`] in place (the gates build the registers once).
+#[inline]
+fn return_to_caller(regs: &mut GuestRegs) {
     let sp = regs.gpr[c::RSP];
     // SAFETY: the gate is reached only by `run_native`'s `call`, which has just pushed
-    // its return address at the guest's `rsp`: mapped and 8-byte readable.
+    // its return address at the guest's `rsp`, or by a jump from an entry point of the
+    // embedder's that the program called (`crate::native_entry`): mapped and 8-byte
+    // readable either way.
     regs.rip = unsafe { core::ptr::read_unaligned(sp as *const u64) };
     regs.gpr[c::RSP] = sp + 8;
-    regs
 }
 
 /// The call `crate::run_native` asked for, on the engine stack, with the registers of its
@@ -565,7 +586,58 @@ pub(crate) unsafe extern "C" fn native_gate(ctx: *mut ThreadCtx) {
         // SAFETY: a plain read of this thread's own context.
         *r = unsafe { core::ptr::read_volatile(saved) };
     }
-    native_call(ctx, &gate_caller(regs));
+    return_to_caller(&mut regs);
+    native_call(ctx, &regs);
+}
+
+/// The call an embedder's entry point asked for by jumping to `asm::oxg_native_entry`
+/// (`crate::native_entry`), with `caller`, the registers of the program's call as
+/// [`gate_caller`] gives them (rsp was at the program's return address), lent to the
+/// embedder. Returns the function's result, the guest's `rax` after it.
+fn native_entry_call(ctx: &ThreadCtx, caller: &GuestRegs) -> u64 {
+    let _lent = ToolRegsLent::new(ctx, caller);
+    let _native = NativeCall::new(ctx);
+    let g = &caller.gpr;
+    // SAFETY: `asm::oxg_native_entry` is reached only by the embedder's entry points, which
+    // put a function of this type in r11 (`crate::native_entry`'s contract).
+    let f: unsafe extern "C" fn(u64, u64, u64, u64, u64, u64) -> u64 =
+        unsafe { core::mem::transmute(g[c::R11]) };
+    // SAFETY: as the embedder asked; the guest state is saved in the context, and this runs
+    // on the engine stack with signals deferred, as every clean call.
+    unsafe {
+        f(
+            g[c::RDI],
+            g[c::RSI],
+            g[c::RDX],
+            g[c::RCX],
+            g[c::R8],
+            g[c::R9],
+        )
+    }
+}
+
+/// As [`native_gate`], for the translation of `asm::oxg_native_entry` (through
+/// `asm::oxg_native_entry_gate`): the result is left in rax, which the translation keeps
+/// as the guest's.
+///
+/// # Safety
+/// Only from `oxg_native_entry_gate`, with `ctx` the calling thread's context.
+pub(crate) unsafe extern "C" fn native_entry_gate(ctx: *mut ThreadCtx) -> u64 {
+    // SAFETY: the caller's contract.
+    let ctx = unsafe { &*ctx };
+    let mut caller = GuestRegs {
+        gpr: [0; 16],
+        rip: 0,
+        rflags: ctx.gflags,
+    };
+    // One register at a time, as in `native_gate`; made [`gate_caller`]'s in place (a
+    // second copy of the registers was a third of the gate's cost).
+    for (r, saved) in caller.gpr.iter_mut().zip(ctx.gregs.iter()) {
+        // SAFETY: a plain read of this thread's own context.
+        *r = unsafe { core::ptr::read_volatile(saved) };
+    }
+    return_to_caller(&mut caller);
+    native_entry_call(ctx, &caller)
 }
 
 /// Runs the probe whose record the call site passed (from `dispatch`, with the guest
@@ -580,6 +652,10 @@ pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
     };
     if rec.kind == KIND_NATIVE {
         native_call(ctx, &gate_caller(regs));
+        return;
+    }
+    if rec.kind == KIND_NATIVE_ENTRY {
+        ctx.gregs[c::RAX] = native_entry_call(ctx, &gate_caller(regs));
         return;
     }
     let _lent = ToolRegsLent::new(ctx, &regs);

@@ -357,8 +357,20 @@ pub fn translate_at_most(
         // gate's `ret` runs translated.
         if let Some(rec) = crate::probe::native_call_record(pc, native_done) {
             e.mark(pc, 0);
-            e.native_gate_call(pc, rec, native_done);
+            let gate = crate::asm::oxg_native_gate as *const () as u64;
+            e.native_gate_call(pc, rec, native_done, gate);
             return Ok(e.jump_only(native_done, native_done - pc));
+        }
+    }
+    if pc == crate::asm::native_entry_pc() && crate::native_entries() {
+        // `crate::native_entry`: the embedder's function is called natively on the engine
+        // stack, its result kept in rax, then the `ret` after the gate returns to the
+        // program. The block stands for the one `jmp r11` it replaces.
+        if let Some(rec) = crate::probe::native_entry_record(pc, native_done) {
+            e.mark(pc, 0);
+            let gate = crate::asm::oxg_native_entry_gate as *const () as u64;
+            e.native_gate_call(pc, rec, native_done, gate);
+            return Ok(e.jump_only(native_done, 3));
         }
     }
     let client = if opts.instrument {

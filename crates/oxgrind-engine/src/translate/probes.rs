@@ -180,7 +180,11 @@ impl Emitter {
     /// call; one that arrived is delivered by a dispatcher entry at `done` (the `ret`
     /// after the call). Right after a `fork` or during a `clone` the dispatcher has work
     /// of its own first: then the call is the clean call `rec`.
-    pub(super) fn native_gate_call(&mut self, pc: u64, rec: u64, done: u64) {
+    ///
+    /// `gate`: the routine called natively, `asm::oxg_native_gate` (for `oxg_run_native`) or
+    /// `asm::oxg_native_entry_gate` (for `oxg_native_entry`, whose result the routine leaves
+    /// in rax: the guest's rax from there on, kept on every path below).
+    pub(super) fn native_gate_call(&mut self, pc: u64, rec: u64, done: u64, gate: u64) {
         // mov qword ptr gs:[in_engine], 1
         self.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
         self.d32(c::OFF_IN_ENGINE as u32);
@@ -197,7 +201,7 @@ impl Emitter {
         }
         self.store_gs(4, c::greg_off(c::RSP));
         self.load_gs(4, c::OFF_ESTACK);
-        self.mov_imm64(0, crate::asm::oxg_native_gate as *const () as u64);
+        self.mov_imm64(0, gate);
         self.buf.extend_from_slice(&[0xFF, 0xD0]); // call rax
         self.load_gs(4, c::greg_off(c::RSP));
         // mov qword ptr gs:[in_engine], 0
