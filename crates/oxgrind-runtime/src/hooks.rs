@@ -36,6 +36,9 @@ pub const NO_STACK: StackId = StackId(u32::MAX);
 struct Entry {
     addr: u64,
     caller: stacks::Caller,
+    /// Whether the call came through `oxgrind_engine::native_entry` (`pass_caller`): with
+    /// [`NATIVE_ENTRY`] set, none of our code but the entry point's was counted.
+    gated: bool,
 }
 
 impl Entry {
@@ -46,6 +49,16 @@ impl Entry {
         Entry {
             addr,
             caller: stacks::Caller::UNKNOWN,
+            gated: false,
+        }
+    }
+
+    /// The entry point of `pass_caller` the program called: its registers at the call.
+    #[inline]
+    fn gated_from(self, sp: u64, bp: u64) -> Entry {
+        Entry {
+            gated: true,
+            ..self.called_from(sp, bp)
         }
     }
 
@@ -94,9 +107,19 @@ pub fn events_run_natively(n: &oxgrind_tool::Needs) -> bool {
         && (n.allocator_unseen || !(n.instrument || n.definedness || n.before_syscalls))
 }
 
-/// Decides [`events_run_natively`] once, before the engine starts.
+/// Set when the entry points of `pass_caller` run natively from the program's translated
+/// call on (`oxgrind_engine::native_entry`): events run natively
+/// ([`events_run_natively`]) and no V bits are tracked (with them, the result's V bits
+/// would be left as the program's `rax` had them before the call).
+static NATIVE_ENTRY: AtomicBool = AtomicBool::new(false);
+
+/// Decides [`events_run_natively`] and [`NATIVE_ENTRY`] once, before the engine starts.
 pub fn set_events_native(n: &oxgrind_tool::Needs) {
-    EVENTS_NATIVE.store(events_run_natively(n), Ordering::Relaxed);
+    let native = events_run_natively(n);
+    EVENTS_NATIVE.store(native, Ordering::Relaxed);
+    let entry = native && !n.definedness;
+    NATIVE_ENTRY.store(entry, Ordering::Relaxed);
+    oxgrind_engine::set_native_entries(entry);
 }
 
 /// Runs a hook's work `f`: natively as a whole when [`EVENTS_NATIVE`] says so, else here.
@@ -107,6 +130,30 @@ fn event<R>(f: impl FnOnce() -> R) -> R {
         crate::host::native_from_cache(f)
     } else {
         f()
+    }
+}
+
+/// Runs the work `f` of an entry point of `pass_caller`: [`event`], unless the call already
+/// runs natively as a whole from the program's call on ([`NATIVE_ENTRY`]): then a second
+/// hand-off would only cost its closures.
+#[inline(always)]
+fn entry_event<R>(f: impl FnOnce() -> R) -> R {
+    if NATIVE_ENTRY.load(Ordering::Relaxed) {
+        f()
+    } else {
+        event(f)
+    }
+}
+
+/// Runs `f`, the part of a hook's work that is long and sees nothing of the program (stack
+/// capture, block table, the tool's handler), natively: [`crate::host::native`], unless the
+/// whole event already runs natively ([`EVENTS_NATIVE`]; every caller is inside [`event`]).
+#[inline(always)]
+fn natively<R>(f: impl FnOnce() -> R) -> R {
+    if EVENTS_NATIVE.load(Ordering::Relaxed) {
+        f()
+    } else {
+        crate::host::native(f)
     }
 }
 
@@ -160,13 +207,15 @@ const NOT_COUNTING: u64 = u64::MAX;
 /// free 25, calloc 50, realloc 34, new/new[] 30, delete/delete[] 25, memalign and
 /// aligned_alloc 42, posix_memalign 67, valloc 56, reallocarray 40.
 /// `crates/oxgrind/tests/massif_time_i.rs` checks the per-call totals against Valgrind's.
-fn wrapper_cost(func: AllocFn) -> i64 {
-    // (Valgrind's wrapper, what stays counted of ours with a cost of 0), dev profile.
+fn wrapper_cost(func: AllocFn, entry: &Entry) -> i64 {
+    // (Valgrind's wrapper, what stays counted of ours with a cost of 0), dev profile; the
+    // entry points of `pass_caller` when their calls are translated (two more than the
+    // measured numbers: the lea and the jump through `native_entry`).
     let (valgrind, ours) = match func {
-        AllocFn::Malloc => (32, 82),
-        AllocFn::Free => (25, 87),
-        AllocFn::Calloc => (50, 65),
-        AllocFn::Realloc => (34, 74),
+        AllocFn::Malloc => (32, 84),
+        AllocFn::Free => (25, 89),
+        AllocFn::Calloc => (50, 67),
+        AllocFn::Realloc => (34, 76),
         AllocFn::ReallocArray => (40, 50),
         AllocFn::Memalign => (42, 88),
         AllocFn::PosixMemalign => (67, 121),
@@ -174,8 +223,15 @@ fn wrapper_cost(func: AllocFn) -> i64 {
         // Valgrind 3.19 aborts the program at pvalloc; counted as valloc.
         AllocFn::Valloc | AllocFn::Pvalloc => (56, 73),
         AllocFn::New | AllocFn::NewArray => (30, 111),
-        AllocFn::Delete | AllocFn::DeleteArray => (25, 74),
+        // Through `pass_caller` as free is (74 before, when no delete passed its caller).
+        AllocFn::Delete | AllocFn::DeleteArray => (25, 89),
     };
+    if entry.gated && NATIVE_ENTRY.load(Ordering::Relaxed) {
+        // Run natively from the program's call on (`oxgrind_engine::native_entry`), in any
+        // profile: the entry point's four instructions (two moves, lea, jmp) and the `ret`
+        // after the native call are all that is translated, hence counted, of ours.
+        return valgrind - 5;
+    }
     valgrind - ours
 }
 
@@ -347,30 +403,33 @@ fn record_alloc(
 ) {
     let addr = p as u64;
     match ev {
-        Some(ev) => crate::host::native(|| {
-            let stack = ev.stack(entry);
-            BLOCKS.insert(
-                addr,
-                BlockInfo {
+        Some(ev) => natively(
+            #[inline(always)]
+            || {
+                let stack = ev.stack(entry);
+                BLOCKS.insert(
+                    addr,
+                    BlockInfo {
+                        size,
+                        stack,
+                        func,
+                        internal: false,
+                    },
+                );
+                let a = Alloc {
+                    addr,
                     size,
-                    stack,
+                    slop: slop(size),
+                    align,
                     func,
-                    internal: false,
-                },
-            );
-            let a = Alloc {
-                addr,
-                size,
-                slop: slop(size),
-                align,
-                func,
-                stack,
-                tid: ev.tid(),
-            };
-            ev.uncount();
-            ev.thread
-                .with_event_blocks(addr, 0, || ev.rt.tool.on_alloc(&HOST, &a));
-        }),
+                    stack,
+                    tid: ev.tid(),
+                };
+                ev.uncount();
+                ev.thread
+                    .with_event_blocks(addr, 0, || ev.rt.tool.on_alloc(&HOST, &a));
+            },
+        ),
         None => {
             if state::runtime().is_some() || !state::settled() {
                 BLOCKS.insert(
@@ -509,7 +568,7 @@ fn allocate_aligned_here(
     if state::passthrough() {
         return get(None);
     }
-    let mut ev = Event::enter(wrapper_cost(func));
+    let mut ev = Event::enter(wrapper_cost(func, &entry));
     if let Some(ev) = &ev {
         if fishy(size) {
             ev.misuse(
@@ -559,28 +618,31 @@ fn deallocate_here(p: *mut c_void, func: AllocFn, entry: Entry) {
         return unsafe { __libc_free(p) };
     }
     let addr = p as u64;
-    let ev = Event::enter(wrapper_cost(func));
+    let ev = Event::enter(wrapper_cost(func, &entry));
     match (BLOCKS.remove(addr), &ev) {
         (Some(b), Some(ev)) if !b.internal => {
-            crate::host::native(|| {
-                let f = Free {
-                    addr,
-                    size: b.size,
-                    slop: slop(b.size),
-                    alloc_stack: b.stack,
-                    alloc_func: b.func,
-                    func,
-                    stack: if ev.rt.needs.free_stacks {
-                        ev.stack(entry)
-                    } else {
-                        NO_STACK
-                    },
-                    tid: ev.tid(),
-                };
-                ev.uncount();
-                ev.thread
-                    .with_event_blocks(0, addr, || ev.rt.tool.on_free(&HOST, &f));
-            });
+            natively(
+                #[inline(always)]
+                || {
+                    let f = Free {
+                        addr,
+                        size: b.size,
+                        slop: slop(b.size),
+                        alloc_stack: b.stack,
+                        alloc_func: b.func,
+                        func,
+                        stack: if ev.rt.needs.free_stacks {
+                            ev.stack(entry)
+                        } else {
+                            NO_STACK
+                        },
+                        tid: ev.tid(),
+                    };
+                    ev.uncount();
+                    ev.thread
+                        .with_event_blocks(0, addr, || ev.rt.tool.on_free(&HOST, &f));
+                },
+            );
             in_glibc(ev.thread, || release_now(Some(ev.rt), addr, b.size));
         }
         (Some(_), _) => release(None, addr, 0),
@@ -688,7 +750,10 @@ fn new_entry(which: usize) -> u64 {
 /// entry (where the return address is) and `bp` the frame pointer, both still the caller's.
 /// The stack walk then starts in the caller ([`stacks::Caller`]) instead of walking the
 /// hook's own frames and dropping them (about a third of the capture's cost). `$sp` and
-/// `$bp` name the argument registers after the function's own.
+/// `$bp` name the argument registers after the function's own (at most six in all).
+/// The call goes through `oxgrind_engine::native_entry`: from translated code, when
+/// [`NATIVE_ENTRY`] is set, `$imp` then runs natively as a whole (see
+/// [`events_run_natively`]), with none of its own code translated on the way.
 macro_rules! pass_caller {
     ($(fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)? => $imp:ident($sp:literal, $bp:literal);)*) => {$(
         #[unsafe(naked)]
@@ -700,8 +765,10 @@ macro_rules! pass_caller {
             core::arch::naked_asm!(
                 concat!("mov ", $sp, ", rsp"),
                 concat!("mov ", $bp, ", rbp"),
-                "jmp {}",
-                sym $imp
+                "lea r11, [rip + {imp}]",
+                "jmp {entry}",
+                imp = sym $imp,
+                entry = sym oxgrind_engine::native_entry,
             )
         }
     )*};
@@ -717,16 +784,22 @@ pass_caller! {
 /// [`malloc`] with its caller's registers.
 unsafe extern "C" fn malloc_at(size: usize, sp: u64, bp: u64) -> *mut c_void {
     check_arguments(|| entry!(malloc), AllocFn::Malloc, &[(0, "size")]);
-    let entry = entry!(malloc).called_from(sp, bp);
-    allocate(size as u64, AllocFn::Malloc, entry, |rt| {
-        base_alloc(rt, size)
+    let entry = entry!(malloc).gated_from(sp, bp);
+    entry_event(|| {
+        allocate_aligned_here(size as u64, 0, AllocFn::Malloc, entry, |rt| {
+            base_alloc(rt, size)
+        })
     })
 }
 
 /// [`free`] with its caller's registers.
 unsafe extern "C" fn free_at(p: *mut c_void, sp: u64, bp: u64) {
     check_arguments(|| entry!(free), AllocFn::Free, &[(0, "ptr")]);
-    deallocate(p, AllocFn::Free, entry!(free).called_from(sp, bp))
+    if p.is_null() {
+        return;
+    }
+    let entry = entry!(free).gated_from(sp, bp);
+    entry_event(|| deallocate_here(p, AllocFn::Free, entry))
 }
 
 #[no_mangle]
@@ -741,8 +814,8 @@ unsafe extern "C" fn calloc_at(n: usize, size: usize, sp: u64, bp: u64) -> *mut 
         AllocFn::Calloc,
         &[(0, "nmemb"), (1, "size")],
     );
-    let entry = entry!(calloc).called_from(sp, bp);
-    event(|| calloc_here(n, size, entry))
+    let entry = entry!(calloc).gated_from(sp, bp);
+    entry_event(|| calloc_here(n, size, entry))
 }
 
 fn calloc_here(n: usize, size: usize, entry: Entry) -> *mut c_void {
@@ -766,7 +839,8 @@ fn calloc_here(n: usize, size: usize, entry: Entry) -> *mut c_void {
         // SAFETY: __libc_calloc detects the overflow itself and sets ENOMEM.
         return unsafe { __libc_calloc(n, size) };
     };
-    allocate(total as u64, AllocFn::Calloc, entry, |rt| {
+    // Already inside the event (`calloc_at`).
+    allocate_aligned_here(total as u64, 0, AllocFn::Calloc, entry, |rt| {
         let align = rt.map_or(16, |rt| rt.core.alignment as usize);
         // SAFETY: plain calls into glibc's allocator; memalign'd memory is zeroed by hand.
         unsafe {
@@ -805,7 +879,7 @@ fn reallocate_here(p: *mut c_void, size: usize, func: AllocFn, entry: Entry) -> 
     if p.is_null() {
         return allocate(size as u64, func, entry, |rt| base_alloc(rt, size));
     }
-    let ev = Event::enter(wrapper_cost(func));
+    let ev = Event::enter(wrapper_cost(func, &entry));
     if let Some(ev) = &ev {
         if fishy(size as u64) {
             ev.misuse(
@@ -908,7 +982,7 @@ fn reallocate_here(p: *mut c_void, size: usize, func: AllocFn, entry: Entry) -> 
         ev.keep_errno();
         return q;
     }
-    crate::host::native(|| realloc_event(&ev, entry, addr, q, size, old, func, moved));
+    natively(|| realloc_event(&ev, entry, addr, q, size, old, func, moved));
     q
 }
 
@@ -973,8 +1047,8 @@ unsafe extern "C" fn realloc_at(p: *mut c_void, size: usize, sp: u64, bp: u64) -
         AllocFn::Realloc,
         &[(0, "ptr"), (1, "size")],
     );
-    let entry = entry!(realloc).called_from(sp, bp);
-    reallocate(p, size, AllocFn::Realloc, entry)
+    let entry = entry!(realloc).gated_from(sp, bp);
+    entry_event(|| reallocate_here(p, size, AllocFn::Realloc, entry))
 }
 
 #[no_mangle]
@@ -1002,7 +1076,7 @@ fn bad_alignment(align: usize, func: AllocFn, entry: Entry) {
 }
 
 fn bad_alignment_here(align: usize, func: AllocFn, entry: Entry) {
-    if let Some(ev) = Event::enter(wrapper_cost(func)) {
+    if let Some(ev) = Event::enter(wrapper_cost(func, &entry)) {
         ev.misuse(
             entry,
             Misuse::BadAlignment {
@@ -1173,27 +1247,36 @@ pub unsafe extern "C" fn oxgrind_new(
     )
 }
 
+/// `operator delete` in all its forms: each entry point passes its caller's registers on
+/// (`pass_caller`) to its implementation `$imp`, which frees as `free` does.
 macro_rules! delete_fns {
-    ($($name:ident ( $($arg:ident : $ty:ty),* ) => $func:expr;)*) => {$(
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(p: *mut c_void $(, $arg: $ty)*) {
+    ($($name:ident ( $($arg:ident : $ty:ty),* ) => $imp:ident($sp:literal, $bp:literal), $func:expr;)*) => {$(
+        pass_caller! {
+            fn $name(p: *mut c_void $(, $arg: $ty)*) => $imp($sp, $bp);
+        }
+
+        unsafe extern "C" fn $imp(p: *mut c_void $(, $arg: $ty)*, sp: u64, bp: u64) {
             $(let _ = $arg;)*
-            deallocate(p, $func, entry!($name))
+            if p.is_null() {
+                return;
+            }
+            let entry = entry!($name).gated_from(sp, bp);
+            entry_event(|| deallocate_here(p, $func, entry))
         }
     )*};
 }
 
 delete_fns! {
-    _ZdlPv() => AllocFn::Delete;
-    _ZdaPv() => AllocFn::DeleteArray;
-    _ZdlPvm(size: usize) => AllocFn::Delete;
-    _ZdaPvm(size: usize) => AllocFn::DeleteArray;
-    _ZdlPvSt11align_val_t(align: usize) => AllocFn::Delete;
-    _ZdaPvSt11align_val_t(align: usize) => AllocFn::DeleteArray;
-    _ZdlPvmSt11align_val_t(size: usize, align: usize) => AllocFn::Delete;
-    _ZdaPvmSt11align_val_t(size: usize, align: usize) => AllocFn::DeleteArray;
-    _ZdlPvRKSt9nothrow_t(nt: *const c_void) => AllocFn::Delete;
-    _ZdaPvRKSt9nothrow_t(nt: *const c_void) => AllocFn::DeleteArray;
-    _ZdlPvSt11align_val_tRKSt9nothrow_t(align: usize, nt: *const c_void) => AllocFn::Delete;
-    _ZdaPvSt11align_val_tRKSt9nothrow_t(align: usize, nt: *const c_void) => AllocFn::DeleteArray;
+    _ZdlPv() => delete_at("rsi", "rdx"), AllocFn::Delete;
+    _ZdaPv() => delete_array_at("rsi", "rdx"), AllocFn::DeleteArray;
+    _ZdlPvm(size: usize) => delete_sized_at("rdx", "rcx"), AllocFn::Delete;
+    _ZdaPvm(size: usize) => delete_array_sized_at("rdx", "rcx"), AllocFn::DeleteArray;
+    _ZdlPvSt11align_val_t(align: usize) => delete_aligned_at("rdx", "rcx"), AllocFn::Delete;
+    _ZdaPvSt11align_val_t(align: usize) => delete_array_aligned_at("rdx", "rcx"), AllocFn::DeleteArray;
+    _ZdlPvmSt11align_val_t(size: usize, align: usize) => delete_sized_aligned_at("rcx", "r8"), AllocFn::Delete;
+    _ZdaPvmSt11align_val_t(size: usize, align: usize) => delete_array_sized_aligned_at("rcx", "r8"), AllocFn::DeleteArray;
+    _ZdlPvRKSt9nothrow_t(nt: *const c_void) => delete_nothrow_at("rdx", "rcx"), AllocFn::Delete;
+    _ZdaPvRKSt9nothrow_t(nt: *const c_void) => delete_array_nothrow_at("rdx", "rcx"), AllocFn::DeleteArray;
+    _ZdlPvSt11align_val_tRKSt9nothrow_t(align: usize, nt: *const c_void) => delete_aligned_nothrow_at("rcx", "r8"), AllocFn::Delete;
+    _ZdaPvSt11align_val_tRKSt9nothrow_t(align: usize, nt: *const c_void) => delete_array_aligned_nothrow_at("rcx", "r8"), AllocFn::DeleteArray;
 }
