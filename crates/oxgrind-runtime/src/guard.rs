@@ -123,7 +123,9 @@ impl ThreadState {
     pub fn on_behalf_of_program_from<T>(&self, native: bool, f: impl FnOnce() -> T) -> T {
         let was = self.inside.replace(false);
         let was_alloc = self.in_allocator.replace(true);
-        if !native {
+        // The flag is read here, inline: the call costs more than its work when
+        // definedness is not tracked (Massif's heap path makes two per malloc/free pair).
+        if !native && oxgrind_engine::definedness::enabled() {
             oxgrind_engine::definedness::entering_program_code();
         }
         let r = f();

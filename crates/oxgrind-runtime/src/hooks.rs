@@ -265,7 +265,7 @@ impl Drop for Uncounted {
 impl Event {
     /// `cost`: what the call should count as ([`wrapper_cost`]), 0 for an event that
     /// another one of the same call follows.
-    #[inline]
+    #[inline(always)]
     fn enter(cost: i64) -> Option<Event> {
         if !state::settled() {
             state::ensure_init();
