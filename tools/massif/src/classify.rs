@@ -101,6 +101,23 @@ impl StackSet {
         }
     }
 
+    /// Whether `id` is a member (always `true` past [`Self::MAX`]: never inserted there).
+    #[inline]
+    fn contains(&self, id: StackId) -> bool {
+        if id.0 >= Self::MAX {
+            return true;
+        }
+        let chunk = self.chunks[(id.0 >> Self::CHUNK_BITS) as usize].load(Ordering::Acquire);
+        if chunk.is_null() {
+            return false;
+        }
+        let bit = id.0 as usize & ((1 << Self::CHUNK_BITS) - 1);
+        // SAFETY: as in `insert`: a published chunk holds WORDS words and lives as long as
+        // the set; `bit / 64 < WORDS`.
+        let word = unsafe { &*chunk.add(bit / 64) };
+        word.load(Ordering::Relaxed) & (1u64 << (bit % 64)) != 0
+    }
+
     /// Adds `id`; whether it was not a member before (always `false` past [`Self::MAX`]).
     fn insert(&self, id: StackId) -> bool {
         if id.0 >= Self::MAX {
@@ -186,6 +203,16 @@ impl Classifier {
     /// its event is applied, so the results do not change.
     #[inline]
     pub(crate) fn warm(&self, host: &dyn Host, stack: StackId) {
+        // Every allocation comes here and almost all from stacks seen before: one bit read
+        // inline, the rest out of line.
+        if !self.warmed.contains(stack) {
+            self.warm_new(host, stack);
+        }
+    }
+
+    #[inline(never)]
+    #[cold]
+    fn warm_new(&self, host: &dyn Host, stack: StackId) {
         if self.warmed.insert(stack) {
             let raw = host.stack(stack);
             // Frame 0 is our replacement allocator (see `Massif::ec_of_locked`).
