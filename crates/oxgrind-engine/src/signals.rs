@@ -42,27 +42,16 @@ use core::fmt::Write;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use oxgrind_sys::raw;
-use oxgrind_sys::syscall::syscall4;
+use oxgrind_sys::raw::{KernelSigaction, SA_RESTORER, SA_SIGINFO};
 
 use crate::asm;
 use crate::context::{self as c, ThreadCtx};
 
 const NSIG: usize = 65;
-const SA_SIGINFO: u64 = 4;
-const SA_RESTORER: u64 = 0x0400_0000;
 
 /// The guest's handler and flags per signal (0 = not intercepted).
 static HANDLER: [AtomicU64; NSIG] = [const { AtomicU64::new(0) }; NSIG];
 static FLAGS: [AtomicU64; NSIG] = [const { AtomicU64::new(0) }; NSIG];
-
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct KSigaction {
-    handler: u64,
-    flags: u64,
-    restorer: u64,
-    mask: u64,
-}
 
 /// Performs the guest's `rt_sigaction` with our entry substituted; `None` to let the
 /// kernel handle the call unchanged (invalid arguments, SIGKILL/SIGSTOP).
@@ -79,7 +68,7 @@ pub(crate) fn emulate_sigaction(ctx: &ThreadCtx) -> Option<i64> {
         // The kernel answers EFAULT for bad pointers; the engine must not fault on them.
         let mut guard = crate::dispatch::CACHE.lock();
         if let Some(cache) = guard.as_mut() {
-            let size = core::mem::size_of::<KSigaction>() as u64;
+            let size = core::mem::size_of::<KernelSigaction>() as u64;
             if (act != 0 && !cache.pages.accessible(act, size, false))
                 || (oact != 0 && !cache.pages.accessible(oact, size, true))
             {
@@ -87,11 +76,11 @@ pub(crate) fn emulate_sigaction(ctx: &ThreadCtx) -> Option<i64> {
             }
         }
     }
-    let mut new = KSigaction::default();
+    let mut new = KernelSigaction::default();
     if act != 0 {
         // SAFETY: the guest passed `act` to the kernel, which would read it the same way;
         // it was checked readable above.
-        new = unsafe { core::ptr::read_unaligned(act as *const KSigaction) };
+        new = unsafe { core::ptr::read_unaligned(act as *const KernelSigaction) };
         if new.handler > 1 || sig == SIGTRAP {
             // Record first: the signal may arrive as soon as the kernel has the new action.
             // SIGTRAP stays ours even at the guest's default (see `install_trap_entry`).
@@ -105,21 +94,10 @@ pub(crate) fn emulate_sigaction(ctx: &ThreadCtx) -> Option<i64> {
             }
         }
     }
-    let mut old = KSigaction::default();
-    // SAFETY: both structures are valid kernel_sigaction buffers of sigsetsize 8.
-    let r = unsafe {
-        syscall4(
-            13,
-            sig,
-            if act != 0 {
-                &new as *const KSigaction as usize
-            } else {
-                0
-            },
-            &mut old as *mut KSigaction as usize,
-            8,
-        )
-    } as i64;
+    let mut old = KernelSigaction::default();
+    // SAFETY: the guest's action with our entry (a three-argument handler, SA_SIGINFO) and
+    // restorer substituted, or the guest's own SIG_DFL/SIG_IGN.
+    let r = unsafe { raw::rt_sigaction(sig, (act != 0).then_some(&new), Some(&mut old)) } as i64;
     if r != 0 {
         HANDLER[sig].store(prev_handler, Ordering::Release);
         FLAGS[sig].store(prev_flags, Ordering::Release);
@@ -134,7 +112,7 @@ pub(crate) fn emulate_sigaction(ctx: &ThreadCtx) -> Option<i64> {
             old.flags = prev_flags;
         }
         // SAFETY: the guest passed `oact` for the kernel to write this structure.
-        unsafe { core::ptr::write_unaligned(oact as *mut KSigaction, old) };
+        unsafe { core::ptr::write_unaligned(oact as *mut KernelSigaction, old) };
     }
     Some(0)
 }
@@ -147,9 +125,9 @@ pub(crate) fn adopt_installed_handlers() {
         if sig == 9 || sig == 19 {
             continue;
         }
-        let mut cur = KSigaction::default();
+        let mut cur = KernelSigaction::default();
         // SAFETY: querying only (act = NULL); `cur` is a valid kernel_sigaction buffer.
-        let r = unsafe { syscall4(13, sig, 0, &mut cur as *mut KSigaction as usize, 8) };
+        let r = unsafe { raw::rt_sigaction(sig, None, Some(&mut cur)) };
         if r != 0 || cur.handler <= 1 || cur.handler == asm::oxg_sig_entry as *const () as u64 {
             continue;
         }
@@ -159,7 +137,7 @@ pub(crate) fn adopt_installed_handlers() {
         new.handler = asm::oxg_sig_entry as *const () as u64;
         new.flags |= SA_SIGINFO;
         // SAFETY: installs a valid action for a catchable signal.
-        let r = unsafe { syscall4(13, sig, &new as *const KSigaction as usize, 0, 8) };
+        let r = unsafe { raw::rt_sigaction(sig, Some(&new), None) };
         if r != 0 {
             HANDLER[sig].store(0, Ordering::Release);
         }
@@ -437,11 +415,11 @@ fn default_trap(handler: u64, code: i32) {
     if handler == 1 && code <= 0 {
         return; // ignored, and sent by kill(): the kernel would have dropped it
     }
-    let dfl = KSigaction::default();
+    let dfl = KernelSigaction::default();
     // SAFETY: installs SIG_DFL for SIGTRAP; the re-sent signal is delivered once this
     // handler returns, and kills the process as the trap would have natively.
     unsafe {
-        syscall4(13, SIGTRAP, &dfl as *const KSigaction as usize, 0, 8);
+        raw::rt_sigaction(SIGTRAP, Some(&dfl), None);
     }
     let _ = raw::tgkill(raw::getpid(), raw::gettid(), SIGTRAP as i32);
 }
@@ -449,9 +427,9 @@ fn default_trap(handler: u64, code: i32) {
 /// Keeps `oxg_sig_entry` installed for `SIGTRAP` even when the guest has no handler: the
 /// engine single-steps with the trap flag (see `step`).
 pub(crate) fn install_trap_entry() {
-    let mut cur = KSigaction::default();
+    let mut cur = KernelSigaction::default();
     // SAFETY: querying only; `cur` is a valid kernel_sigaction buffer.
-    let r = unsafe { syscall4(13, SIGTRAP, 0, &mut cur as *mut KSigaction as usize, 8) };
+    let r = unsafe { raw::rt_sigaction(SIGTRAP, None, Some(&mut cur)) };
     if r != 0 || cur.handler > 1 {
         return; // a real handler: adopt_installed_handlers routes it
     }
@@ -462,7 +440,7 @@ pub(crate) fn install_trap_entry() {
     new.flags |= SA_SIGINFO | SA_RESTORER;
     new.restorer = asm::oxg_restorer as *const () as u64;
     // SAFETY: installs a valid action for SIGTRAP.
-    unsafe { syscall4(13, SIGTRAP, &new as *const KSigaction as usize, 0, 8) };
+    unsafe { raw::rt_sigaction(SIGTRAP, Some(&new), None) };
 }
 
 /// Offset of `uc_mcontext.gregs` in the kernel's `ucontext_t`, and of `REG_RIP` in it.

@@ -19,6 +19,9 @@ use core::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 
 use oxgrind_sys::raw;
+use oxgrind_sys::raw::{
+    KernelSigaction, SA_NODEFER, SA_ONSTACK, SA_RESTART, SA_RESTORER, SA_SIGINFO, SIG_DFL,
+};
 use oxgrind_sys::syscall::syscall4;
 use oxgrind_tool::Exit;
 
@@ -528,21 +531,6 @@ static OURS: [AtomicBool; NSIG] = [const { AtomicBool::new(false) }; NSIG];
 /// leaves (see `guard::Entered::drop`).
 static PENDING: AtomicI32 = AtomicI32::new(0);
 
-const SA_SIGINFO: u64 = 4;
-const SA_ONSTACK: u64 = 0x0800_0000;
-const SA_RESTORER: u64 = 0x0400_0000;
-const SA_RESTART: u64 = 0x1000_0000;
-const SIG_DFL: usize = 0;
-
-/// The kernel's `struct sigaction` on x86-64 (not glibc's, which orders fields differently).
-#[repr(C)]
-struct KernelSigaction {
-    handler: usize,
-    flags: u64,
-    restorer: usize,
-    mask: u64,
-}
-
 std::arch::global_asm!(
     ".globl oxgrind_sigreturn",
     ".type oxgrind_sigreturn,@function",
@@ -559,17 +547,16 @@ fn kernel_sigaction(
     act: Option<&KernelSigaction>,
     old: Option<&mut KernelSigaction>,
 ) -> isize {
-    let a = act.map_or(0, |a| a as *const _ as usize);
-    let o = old.map_or(0, |o| o as *mut _ as usize);
-    // SAFETY: the structs have the kernel's layout and outlive the call; sigsetsize is 8.
-    unsafe { syscall4(raw::SYS_RT_SIGACTION, sig as usize, a, o, 8) }
+    // SAFETY: every action this module installs is SIG_DFL or one of its own handlers,
+    // with the flags they are written for and `oxgrind_sigreturn` as the restorer.
+    unsafe { raw::rt_sigaction(sig as usize, act, old) }
 }
 
 fn set_default(sig: c_int) {
     let act = KernelSigaction {
         handler: SIG_DFL,
         flags: SA_RESTORER,
-        restorer: oxgrind_sigreturn as *const () as usize,
+        restorer: oxgrind_sigreturn as *const () as u64,
         mask: 0,
     };
     kernel_sigaction(sig, Some(&act), None);
@@ -858,11 +845,10 @@ fn end_out_of_memory() -> ! {
 /// our restorer, not blocking `sig` inside it (the handler may be re-entered), taking the
 /// signal from the program's view (our `sigaction` keeps it).
 pub fn set_handler_nodefer(sig: c_int, handler: usize) {
-    const SA_NODEFER: u64 = 0x4000_0000;
     let act = KernelSigaction {
-        handler,
+        handler: handler as u64,
         flags: SA_SIGINFO | SA_ONSTACK | SA_RESTORER | SA_RESTART | SA_NODEFER,
-        restorer: oxgrind_sigreturn as *const () as usize,
+        restorer: oxgrind_sigreturn as *const () as u64,
         mask: 0,
     };
     kernel_sigaction(sig, Some(&act), None);
@@ -871,12 +857,7 @@ pub fn set_handler_nodefer(sig: c_int, handler: usize) {
 
 fn install_signal_handlers() {
     for &sig in FATAL {
-        let mut old = KernelSigaction {
-            handler: 0,
-            flags: 0,
-            restorer: 0,
-            mask: 0,
-        };
+        let mut old = KernelSigaction::default();
         if kernel_sigaction(sig, None, Some(&mut old)) != 0 || old.handler != SIG_DFL {
             continue; // ignored or handled by someone already: not ours to take
         }
@@ -894,9 +875,9 @@ fn install_signal_handlers() {
 /// did with the program's small alternate stack anyway.
 fn take_for_report(sig: c_int) {
     let act = KernelSigaction {
-        handler: on_fatal_signal as *const () as usize,
+        handler: on_fatal_signal as *const () as u64,
         flags: SA_SIGINFO | SA_RESTORER | SA_RESTART,
-        restorer: oxgrind_sigreturn as *const () as usize,
+        restorer: oxgrind_sigreturn as *const () as u64,
         mask: 0,
     };
     if kernel_sigaction(sig, Some(&act), None) == 0 {
@@ -946,7 +927,10 @@ pub unsafe extern "C" fn sigaction(
         // and the report comes first, so ours takes it again (the program still sees
         // SIG_DFL).
         // SAFETY: act, when not null, points to the caller's struct.
-        if r == 0 && !act.is_null() && unsafe { (*act).handler } == SIG_DFL && FATAL.contains(&sig)
+        if r == 0
+            && !act.is_null()
+            && unsafe { (*act).handler } as u64 == SIG_DFL
+            && FATAL.contains(&sig)
         {
             take_for_report(sig);
         }
@@ -963,7 +947,7 @@ pub unsafe extern "C" fn sigaction(
         );
     }
     // SAFETY: act, when not null, points to the caller's struct.
-    if act.is_null() || unsafe { (*act).handler } == SIG_DFL {
+    if act.is_null() || unsafe { (*act).handler } as u64 == SIG_DFL {
         return 0; // still the default as far as the program knows; we keep reporting
     }
     OURS[sig as usize].store(false, Ordering::Release);

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use oxgrind_sys::lock::SpinLock;
 use oxgrind_sys::raw;
-use oxgrind_sys::syscall::syscall4;
+use oxgrind_sys::raw::KernelSigaction;
 use oxgrind_tool::{Addr, RootKind, RootRange};
 
 use crate::state::BLOCKS;
@@ -158,43 +158,27 @@ extern "C" fn on_stop(_sig: i32, _info: *mut core::ffi::c_void, ctx: *mut core::
     DEPARTED.fetch_add(1, Ordering::AcqRel);
 }
 
-#[repr(C)]
-struct KernelSigaction {
-    handler: usize,
-    flags: u64,
-    restorer: usize,
-    mask: u64,
-}
-
 extern "C" {
     fn oxgrind_sigreturn();
 }
 
+/// Installs the stop handler (`install`, the action it replaces saved in `old`), or puts
+/// `old` back.
 fn set_stop_handler(install: bool, old: &mut KernelSigaction) {
+    use raw::{SA_RESTART, SA_RESTORER, SA_SIGINFO};
     let act = KernelSigaction {
-        handler: on_stop as *const () as usize,
-        flags: 4 | 0x0400_0000 | 0x1000_0000, // SA_SIGINFO | SA_RESTORER | SA_RESTART
-        restorer: oxgrind_sigreturn as *const () as usize,
+        handler: on_stop as *const () as u64,
+        flags: SA_SIGINFO | SA_RESTORER | SA_RESTART,
+        restorer: oxgrind_sigreturn as *const () as u64,
         mask: !0,
     };
-    // SAFETY: kernel-layout structs valid for the call; sigsetsize 8.
+    // SAFETY: `on_stop` is a three-argument handler made for this signal (SA_SIGINFO), and
+    // `oxgrind_sigreturn` calls rt_sigreturn; `old` is the action found at install.
     unsafe {
         if install {
-            syscall4(
-                raw::SYS_RT_SIGACTION,
-                STOP_SIGNAL as usize,
-                &act as *const _ as usize,
-                old as *mut _ as usize,
-                8,
-            );
+            raw::rt_sigaction(STOP_SIGNAL as usize, Some(&act), Some(&mut *old));
         } else {
-            syscall4(
-                raw::SYS_RT_SIGACTION,
-                STOP_SIGNAL as usize,
-                old as *const _ as usize,
-                0,
-                8,
-            );
+            raw::rt_sigaction(STOP_SIGNAL as usize, Some(&*old), None);
         }
     }
 }
@@ -252,12 +236,7 @@ pub fn with_roots_from(sp: u64, f: &mut dyn FnMut(&[RootRange])) {
 fn with_roots_gated(f: &mut dyn FnMut(&[RootRange]), request_sp: Option<u64>) {
     let tids = other_threads();
     let pid = raw::getpid();
-    let mut old = KernelSigaction {
-        handler: 0,
-        flags: 0,
-        restorer: 0,
-        mask: 0,
-    };
+    let mut old = KernelSigaction::default();
     ARRIVED.store(0, Ordering::Release);
     DEPARTED.store(0, Ordering::Release);
     RELEASE.store(false, Ordering::Release);

@@ -113,6 +113,44 @@ pub fn tgkill(pid: i32, tid: i32, sig: i32) -> Result<usize, i32> {
     check(unsafe { syscall3(SYS_TGKILL, pid as usize, tid as usize, sig as usize) })
 }
 
+/// The kernel's `struct sigaction` on x86-64, as `rt_sigaction` takes it (not glibc's,
+/// which orders its fields differently).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KernelSigaction {
+    /// The handler's address, or `SIG_DFL` (0) or `SIG_IGN` (1).
+    pub handler: u64,
+    pub flags: u64,
+    pub restorer: u64,
+    pub mask: u64,
+}
+
+pub const SIG_DFL: u64 = 0;
+pub const SA_SIGINFO: u64 = 4;
+pub const SA_RESTORER: u64 = 0x0400_0000;
+pub const SA_ONSTACK: u64 = 0x0800_0000;
+pub const SA_RESTART: u64 = 0x1000_0000;
+pub const SA_NODEFER: u64 = 0x4000_0000;
+
+/// `rt_sigaction(sig, act, old)` with an 8-byte signal set: 0, or the kernel's negative
+/// errno (a bad signal number, SIGKILL or SIGSTOP).
+///
+/// # Safety
+/// A handler in `act` must be able to run as that signal's handler with `act`'s flags (a
+/// `SA_SIGINFO` one takes three arguments), and `act`'s restorer, with `SA_RESTORER`, must
+/// be a routine that calls `rt_sigreturn`.
+pub unsafe fn rt_sigaction(
+    sig: usize,
+    act: Option<&KernelSigaction>,
+    old: Option<&mut KernelSigaction>,
+) -> isize {
+    let a = act.map_or(0, |a| a as *const KernelSigaction as usize);
+    let o = old.map_or(0, |o| o as *mut KernelSigaction as usize);
+    // SAFETY: both structs have the kernel's layout and outlive the call; what the new
+    // action does is the caller's contract.
+    unsafe { syscall4(SYS_RT_SIGACTION, sig, a, o, 8) as isize }
+}
+
 /// Ends the whole process at once, running nothing.
 pub fn exit_group(code: i32) -> ! {
     // SAFETY: exit_group does not return.
