@@ -36,9 +36,10 @@ pub const NO_STACK: StackId = StackId(u32::MAX);
 struct Entry {
     addr: u64,
     caller: stacks::Caller,
-    /// Whether the call came through `oxgrind_engine::native_entry` (`pass_caller`): with
-    /// [`NATIVE_ENTRY`] set, none of our code but the entry point's was counted.
-    gated: bool,
+    /// The call came through `oxgrind_engine::native_entry` (`pass_caller`, `operator new`)
+    /// when non-zero: with [`NATIVE_ENTRY`] set, the instructions of ours that are counted
+    /// (translated) on the call's way in and out; none of the rest is.
+    gated: i64,
 }
 
 impl Entry {
@@ -49,15 +50,22 @@ impl Entry {
         Entry {
             addr,
             caller: stacks::Caller::UNKNOWN,
-            gated: false,
+            gated: 0,
         }
     }
 
     /// The entry point of `pass_caller` the program called: its registers at the call.
     #[inline]
     fn gated_from(self, sp: u64, bp: u64) -> Entry {
+        // The entry point's two moves, lea and jmp, and the `ret` after the native call.
+        self.gated_from_counting(sp, bp, 5)
+    }
+
+    /// [`Entry::gated_from`] for a way in that counts `counted` instructions of ours.
+    #[inline]
+    fn gated_from_counting(self, sp: u64, bp: u64, counted: i64) -> Entry {
         Entry {
-            gated: true,
+            gated: counted,
             ..self.called_from(sp, bp)
         }
     }
@@ -226,11 +234,10 @@ fn wrapper_cost(func: AllocFn, entry: &Entry) -> i64 {
         // Through `pass_caller` as free is (74 before, when no delete passed its caller).
         AllocFn::Delete | AllocFn::DeleteArray => (25, 89),
     };
-    if entry.gated && NATIVE_ENTRY.load(Ordering::Relaxed) {
-        // Run natively from the program's call on (`oxgrind_engine::native_entry`), in any
-        // profile: the entry point's four instructions (two moves, lea, jmp) and the `ret`
-        // after the native call are all that is translated, hence counted, of ours.
-        return valgrind - 5;
+    if entry.gated != 0 && NATIVE_ENTRY.load(Ordering::Relaxed) {
+        // Run natively from the program's call on (`oxgrind_engine::native_entry`): what
+        // the way in and out translates is all that is counted of ours, in any profile.
+        return valgrind - entry.gated;
     }
     valgrind - ours
 }
@@ -1206,21 +1213,27 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
     }
 }
 
-/// `operator new` and friends, called from `shim.c`. `kind`: 1 = `new`, 2 = `new[]`;
-/// `which`: the entry point, an index into [`NEW_NAMES`]; `sp`, `bp`: the program's
-/// registers at its call ([`stacks::Caller`]), passed on by the entry point.
-/// Returns NULL on failure; the shim throws `std::bad_alloc` unless `nothrow`.
-#[no_mangle]
-pub unsafe extern "C" fn oxgrind_new(
+/// What an `operator new` call counts of ours when it runs natively ([`NATIVE_ENTRY`]), by
+/// entry point ([`NEW_NAMES`]): the exported entry point (two moves, jmp), its function in
+/// `shim.c` as gcc -O2 compiles it (a call and the null test for the throwing forms, a tail
+/// call for the others), [`oxgrind_new_entry`] (lea, jmp) and the `ret` after the native
+/// call. `objdump -d` of the runtime shows them; a different compiler may need new numbers
+/// (`crates/oxgrind/tests/massif_time_i.rs` compares new and new[] with Valgrind).
+const NEW_COUNTED: [i64; 8] = [17, 17, 11, 11, 16, 16, 8, 8];
+
+/// `operator new` and friends, called from `shim.c` through [`oxgrind_new_entry`]:
+/// `which`, the entry point, an index into [`NEW_NAMES`] (odd: `new[]`); `sp`, `bp`: the
+/// program's registers at its call ([`stacks::Caller`]), passed on by the entry point.
+/// Returns NULL on failure; the shim throws `std::bad_alloc` for the throwing forms (in its
+/// own frame, translated: never through this one).
+unsafe extern "C" fn oxgrind_new(
     size: usize,
     align: usize,
-    kind: c_int,
-    _nothrow: c_int,
     which: c_int,
     sp: u64,
     bp: u64,
 ) -> *mut c_void {
-    let func = if kind == 2 {
+    let func = if which & 1 == 1 {
         AllocFn::NewArray
     } else {
         AllocFn::New
@@ -1231,19 +1244,39 @@ pub unsafe extern "C" fn oxgrind_new(
         func,
         &[(0, "size")],
     );
-    allocate_aligned(
-        size as u64,
-        align as u64,
-        func,
-        Entry::at(new_entry(which as usize)).called_from(sp, bp),
-        |rt| {
+    let counted = NEW_COUNTED[(which as usize).min(7)];
+    let entry = Entry::at(new_entry(which as usize)).gated_from_counting(sp, bp, counted);
+    entry_event(|| {
+        allocate_aligned_here(size as u64, align as u64, func, entry, |rt| {
             if align > 16 {
                 // SAFETY: plain call into glibc's allocator.
                 unsafe { __libc_memalign(align, size.saturating_add(redzone(rt))) }
             } else {
                 base_alloc(rt, size)
             }
-        },
+        })
+    })
+}
+
+/// How `shim.c` calls [`oxgrind_new`]: through `oxgrind_engine::native_entry`, so that with
+/// [`NATIVE_ENTRY`] set none of it runs translated (the shim's frame, which may throw, stays
+/// the program's).
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn oxgrind_new_entry(
+    size: usize,
+    align: usize,
+    which: c_int,
+    sp: u64,
+    bp: u64,
+) -> *mut c_void {
+    // SAFETY: leaves the five arguments where they are and jumps with `oxgrind_new`, which
+    // takes them, in r11 (`native_entry`'s contract); it returns to our caller.
+    core::arch::naked_asm!(
+        "lea r11, [rip + {imp}]",
+        "jmp {entry}",
+        imp = sym oxgrind_new,
+        entry = sym oxgrind_engine::native_entry,
     )
 }
 

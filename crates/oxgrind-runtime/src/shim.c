@@ -13,9 +13,11 @@
 #include <stdarg.h>
 #include <stdint.h>
 
-/* Implemented in Rust (hooks.rs). kind: 1 = new, 2 = new[]; nothrow: 0/1. */
-extern void *oxgrind_new(size_t size, size_t align, int kind, int nothrow, int which, uint64_t sp,
-                         uint64_t bp);
+/* Implemented in Rust (hooks.rs: oxgrind_new, reached through the translation engine's native
+ * entry so that none of it runs translated). which: the entry point, 0-7 as NEW_NAMES there
+ * (odd: new[]). */
+extern void *oxgrind_new_entry(size_t size, size_t align, int which, uint64_t sp, uint64_t bp)
+    __attribute__((visibility("hidden")));
 /* libstdc++'s thrower; weak so C programs, which never call operator new, load fine. */
 extern void _ZSt17__throw_bad_allocv(void) __attribute__((weak, noreturn));
 extern void abort(void) __attribute__((noreturn));
@@ -74,30 +76,30 @@ static void *must(void *p) {
 /* `sp` and `bp`: the program's stack and frame pointers at its call, passed on by the
  * exported entry point (exports.rs) so that the stack walk starts in the caller. */
 void *oxgrind_c_Znwm(size_t size, uint64_t sp, uint64_t bp) {
-    return must(oxgrind_new(size, 0, 1, 0, 0, sp, bp));
+    return must(oxgrind_new_entry(size, 0, 0, sp, bp));
 }
 void *oxgrind_c_Znam(size_t size, uint64_t sp, uint64_t bp) {
-    return must(oxgrind_new(size, 0, 2, 0, 1, sp, bp));
+    return must(oxgrind_new_entry(size, 0, 1, sp, bp));
 }
 void *oxgrind_c_ZnwmRKSt9nothrow_t(size_t size, const nothrow_t *nt, uint64_t sp, uint64_t bp) {
-    (void)nt; return oxgrind_new(size, 0, 1, 1, 2, sp, bp);
+    (void)nt; return oxgrind_new_entry(size, 0, 2, sp, bp);
 }
 void *oxgrind_c_ZnamRKSt9nothrow_t(size_t size, const nothrow_t *nt, uint64_t sp, uint64_t bp) {
-    (void)nt; return oxgrind_new(size, 0, 2, 1, 3, sp, bp);
+    (void)nt; return oxgrind_new_entry(size, 0, 3, sp, bp);
 }
 void *oxgrind_c_ZnwmSt11align_val_t(size_t size, size_t align, uint64_t sp, uint64_t bp) {
-    return must(oxgrind_new(size, align, 1, 0, 4, sp, bp));
+    return must(oxgrind_new_entry(size, align, 4, sp, bp));
 }
 void *oxgrind_c_ZnamSt11align_val_t(size_t size, size_t align, uint64_t sp, uint64_t bp) {
-    return must(oxgrind_new(size, align, 2, 0, 5, sp, bp));
+    return must(oxgrind_new_entry(size, align, 5, sp, bp));
 }
 void *oxgrind_c_ZnwmSt11align_val_tRKSt9nothrow_t(size_t size, size_t align, const nothrow_t *nt,
                                                   uint64_t sp, uint64_t bp) {
-    (void)nt; return oxgrind_new(size, align, 1, 1, 6, sp, bp);
+    (void)nt; return oxgrind_new_entry(size, align, 6, sp, bp);
 }
 void *oxgrind_c_ZnamSt11align_val_tRKSt9nothrow_t(size_t size, size_t align, const nothrow_t *nt,
                                                   uint64_t sp, uint64_t bp) {
-    (void)nt; return oxgrind_new(size, align, 2, 1, 7, sp, bp);
+    (void)nt; return oxgrind_new_entry(size, align, 7, sp, bp);
 }
 
 #define MAX_EXEC_ARGS 4096
