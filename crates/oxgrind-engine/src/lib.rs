@@ -500,14 +500,14 @@ pub fn run_native(f: &mut dyn FnMut()) {
 /// An entry point of the embedder's whose whole work runs natively, out of the code cache,
 /// when the program calls it from translated code: the entry point puts a function of up
 /// to six integer arguments (`unsafe extern "C" fn(u64, u64, u64, u64, u64, u64) -> u64`)
-/// in `r11`, leaves its arguments in `rdi`, `rsi`, `rdx`, `rcx`, `r8`, `r9` and rsp where the
-/// program's call left it, and jumps here. Natively this is a tail call to the function;
-/// translated, once [`set_native_entries`] said so, the function is called natively as
-/// [`run_native`] calls (engine stack, signals deferred, [`guest_regs_in_tool_call`]
-/// answering with the program's registers as the call returns to it), its result is the
-/// guest's `rax`, and the program continues at its return address. No instruction of the
-/// function is counted or seen by the tool: the call costs the program the instructions
-/// of the entry point before the jump, and one `ret`.
+/// in `r11`, leaves its arguments in `rdi`, `rsi`, `rdx`, `rcx`, `r8`, `r9` and `rsp` at its
+/// caller's return address (the entry point was called, it jumps here). Natively this is
+/// a tail call to the function; translated, once [`set_native_entries`] said so, the
+/// function is called natively as [`run_native`] calls (engine stack, signals deferred,
+/// [`guest_regs_in_tool_call`] answering with the caller's registers as the call returns
+/// to it), its result is the guest's `rax`, and the caller continues at its return
+/// address. No instruction of the function is counted or seen by the tool: the call costs
+/// the caller the instructions of the entry point before the jump, and one `ret`.
 ///
 /// Why: an allocator hook's own translated code (entry, closures, the hand-off to
 /// [`run_native`]) cost the program about 300 translated instructions per call before its
