@@ -266,30 +266,20 @@ impl Caller {
 #[inline]
 pub fn capture(table: &StackTable, entry: u64, caller: Caller, depth: usize) -> StackId {
     const MAX: usize = 256;
-    // Not zeroed: clearing 2 KiB per allocation was a tenth of Massif's time. Only the
-    // prefix the unwinder writes is read.
-    let mut buf = [MaybeUninit::<u64>::uninit(); MAX];
     let depth = depth.clamp(1, MAX);
-    buf[0] = MaybeUninit::new(entry);
-    let range = (
-        SELF_TEXT_START.load(Ordering::Relaxed),
-        SELF_TEXT_END.load(Ordering::Relaxed),
-    );
-    // SAFETY: MaybeUninit<u64> and u64 have the same layout; the unwinder only writes.
-    let out = unsafe { &mut *(&mut buf[1..depth] as *mut [MaybeUninit<u64>] as *mut [u64]) };
+    // A call from the program's registers: first the thread's cache of recent walks.
     let mut recorder = None;
-    let n = if caller.sp != 0 {
+    if caller.sp != 0 {
         // SAFETY: `caller.sp` is the stack pointer at our entry point's first instruction,
         // on the calling thread's stack, which is live below this frame: its word is the
         // return address the call pushed.
         let ra = unsafe { core::ptr::read(caller.sp as *const u64) };
-        let regs = oxgrind_symbols::Regs {
-            pc: ra,
-            sp: caller.sp.wrapping_add(8),
-            bp: caller.bp,
-        };
         let key = WalkKey {
-            regs,
+            regs: oxgrind_symbols::Regs {
+                pc: ra,
+                sp: caller.sp.wrapping_add(8),
+                bp: caller.bp,
+            },
             entry,
             depth: depth as u64,
             generation: oxgrind_symbols::rules_generation(),
@@ -297,7 +287,20 @@ pub fn capture(table: &StackTable, entry: u64, caller: Caller, depth: usize) -> 
         if let Some(id) = walk_cache_lookup(&key) {
             return id;
         }
-        let r = recorder.insert(Recorder::new(key));
+        recorder = Some(Recorder::new(key));
+    }
+    // Not zeroed: clearing 2 KiB per allocation was a tenth of Massif's time. Only the
+    // prefix the unwinder writes is read.
+    let mut buf = [MaybeUninit::<u64>::uninit(); MAX];
+    buf[0] = MaybeUninit::new(entry);
+    let range = (
+        SELF_TEXT_START.load(Ordering::Relaxed),
+        SELF_TEXT_END.load(Ordering::Relaxed),
+    );
+    // SAFETY: MaybeUninit<u64> and u64 have the same layout; the unwinder only writes.
+    let out = unsafe { &mut *(&mut buf[1..depth] as *mut [MaybeUninit<u64>] as *mut [u64]) };
+    let n = if let Some(r) = &mut recorder {
+        let regs = r.key.regs;
         oxgrind_symbols::capture_from_call_logged(regs, out, range, r)
     } else {
         // Run natively on the engine stack (`host::native`), the walk starts from the
@@ -440,19 +443,19 @@ fn walk_holds(e: &CachedWalk, key: &WalkKey) -> bool {
     }
     let sp = key.regs.sp;
     let n = (e.reads as usize).min(WALK_READS);
-    e.offset[..n]
-        .iter()
-        .zip(&e.value[..n])
-        .all(|(&off, &value)| {
-            let addr = sp.wrapping_add(off as i64 as u64);
-            // SAFETY: the walk read `addr` when this thread's stack pointer was `sp`, as now,
-            // inside the stack mapping that holds `sp` (its reads are bounds-checked, and a
-            // walk that crossed to another stack, through a signal frame, is not cached), and
-            // a thread's stack stays mapped while the thread runs on it: the unwinder's own
-            // per-thread bounds rest on the same (a stack pointer inside the bounds last seen
-            // is on that stack). 8-aligned, as the walk read it.
-            unsafe { core::ptr::read(addr as *const u64) == value }
-        })
+    for i in 0..n {
+        let addr = sp.wrapping_add(e.offset[i] as i64 as u64);
+        // SAFETY: the walk read `addr` when this thread's stack pointer was `sp`, as now,
+        // inside the stack mapping that holds `sp` (its reads are bounds-checked, and a
+        // walk that crossed to another stack, through a signal frame, is not cached), and
+        // a thread's stack stays mapped while the thread runs on it: the unwinder's own
+        // per-thread bounds rest on the same (a stack pointer inside the bounds last seen
+        // is on that stack). 8-aligned, as the walk read it.
+        if unsafe { core::ptr::read(addr as *const u64) } != e.value[i] {
+            return false;
+        }
+    }
+    true
 }
 
 /// Records a walk's reads as it goes (`oxgrind_symbols::WalkLog`), into a buffer of its own;
