@@ -28,6 +28,7 @@ const CASES: &[(&str, &str)] = &[
     ("index", "1 errors from 1 contexts"),
     ("float", "2 errors from 2 contexts"),
     ("across-calls", "1 errors from 1 contexts"),
+    ("large-blocks", "2 errors from 2 contexts"),
     ("deref", "0 errors from 0 contexts"),
     ("clean", "0 errors from 0 contexts"),
 ];
