@@ -1217,8 +1217,12 @@ pub(crate) struct FastForm {
     /// address's base and index all 8).
     pub read_bytes: [u8; 16],
     pub writes: [Option<Written>; 4],
-    /// The flags' shadow must be zero.
+    /// The flags' shadow must be zero (unless [`FastForm::flags_overwritten`]).
     pub flags: bool,
+    /// The instruction reads no flag and the interpreter's rule sets all six flags' V bits
+    /// from its operands alone (`add`, `sub`, `cmp`, `neg`, `and`, `or`, `xor`, `test`):
+    /// their shadow is not checked but written zero, as every operand is checked defined.
+    pub flags_overwritten: bool,
     pub mem: [Option<iced_x86::UsedMemory>; 2],
     /// For `push`, `pop`, `sub rsp, imm`, `add rsp, imm`, `call` and `ret`: how far `rsp`
     /// moves. The inline code then does the stack rule's work at once instead of at the
@@ -1910,6 +1914,7 @@ pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
         read_bytes: [0; 16],
         writes: [None; 4],
         flags: false,
+        flags_overwritten: false,
         mem: [None; 2],
         rsp_delta: rsp_delta.unwrap_or(0),
         undefined: rsp_delta.and_then(|d| undefined_by(ins, d)),
@@ -1932,6 +1937,18 @@ pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
     }
     const STATUS: u32 = 0x3f; // iced's OF SF ZF AF CF PF
     form.flags = (ins.rflags_read() | ins.rflags_modified()) & STATUS != 0;
+    form.flags_overwritten = ins.rflags_read() & STATUS == 0
+        && matches!(
+            ins.mnemonic(),
+            Mnemonic::Add
+                | Mnemonic::Sub
+                | Mnemonic::Cmp
+                | Mnemonic::Neg
+                | Mnemonic::And
+                | Mnemonic::Or
+                | Mnemonic::Xor
+                | Mnemonic::Test
+        );
     use Mnemonic as M;
     let is_shift = matches!(
         ins.mnemonic(),
@@ -2352,7 +2369,7 @@ mod tests {
                         }
                     }
                 }
-                if form.flags {
+                if form.flags && !form.flags_overwritten {
                     regs.flags = FlagShadows::DEFINED;
                 }
                 for v in form.vec_reads.iter().flatten() {
@@ -2370,6 +2387,9 @@ mod tests {
                 }
                 for v in form.vec_writes.iter().flatten() {
                     expect.vector[v.n as usize][..v.len as usize].fill(0);
+                }
+                if form.flags_overwritten {
+                    expect.flags = FlagShadows::DEFINED;
                 }
                 let mut mem = DefinedMemory {
                     undefined_seed: form.load.map(|_| rng.next()),

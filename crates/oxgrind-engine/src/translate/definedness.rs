@@ -107,7 +107,7 @@ impl Emitter {
             self.buf.push(0x00);
             self.jcc_slow(0x85, &mut slow)?;
         }
-        if form.flags {
+        if form.flags && !form.flags_overwritten {
             // cmp byte gs:[flags], 0; jne slow
             self.buf.extend_from_slice(&[0x65, 0x80, 0x3C, 0x25]);
             self.d32(c::OFF_VBITS_FLAGS as u32);
@@ -227,6 +227,9 @@ impl Emitter {
                 _ => self.zero_written_shadow(*w),
             }
         }
+        if form.flags_overwritten {
+            self.zero_flags_shadow();
+        }
         if !borrow {
             // Nothing borrowed: the slow call saves `rax` first.
             slow.back = self.buf.len();
@@ -243,6 +246,14 @@ impl Emitter {
             self.slow.push(slow);
         }
         Ok(())
+    }
+
+    /// Marks the flags defined, for a form that overwrites all of them
+    /// (`FastForm::flags_overwritten`): `mov byte gs:[flags], 0`.
+    fn zero_flags_shadow(&mut self) {
+        self.buf.extend_from_slice(&[0x65, 0xC6, 0x04, 0x25]);
+        self.d32(c::OFF_VBITS_FLAGS as u32);
+        self.buf.push(0);
     }
 
     /// Marks a register the fast form writes defined: zeroes the bytes of its shadow the
@@ -309,7 +320,7 @@ impl Emitter {
             };
             n += 1;
         }
-        if form.flags {
+        if form.flags && !form.flags_overwritten {
             checks[n] = (1, c::OFF_VBITS_FLAGS);
             n += 1;
         }
@@ -332,6 +343,9 @@ impl Emitter {
         }
         for w in form.writes.iter().flatten() {
             self.zero_written_shadow(*w);
+        }
+        if form.flags_overwritten {
+            self.zero_flags_shadow();
         }
         self.load_gs(1, c::OFF_VBITS_SAVED_RCX);
         slow.back = self.buf.len();
@@ -477,7 +491,6 @@ impl Emitter {
         // The slot within one span (else slow), nothing to do when it has no chunk.
         self.lea_rsp(0, slow.ip)?;
         self.within_one_span(8, slow)?;
-        self.lea_rsp(0, slow.ip)?;
         self.span_index(Some(&mut *slow))?;
         self.chunk_of_span();
         // test rax, rax; jz reload
@@ -485,9 +498,7 @@ impl Emitter {
         self.buf.extend_from_slice(&[0x0F, 0x84]);
         let reload = self.buf.len();
         self.d32(0);
-        self.store_gs(0, c::OFF_VBITS_TEMP);
-        self.lea_rsp(0, slow.ip)?;
-        self.add_offset_in_span();
+        self.lea_rsp_plus_rax(0, slow.ip)?;
         // mov qword [rax], 0
         self.buf.extend_from_slice(&[0x48, 0xC7, 0x00]);
         self.d32(0);
@@ -550,12 +561,11 @@ impl Emitter {
         slow: &mut SlowCall,
     ) -> Result<bool, TranslateError> {
         let size = m.memory_size().size() as u32;
+        self.effective_address(m, 0, ip)?;
         if size > 1 {
             // (A byte lies in one span.)
-            self.effective_address(m, 0, ip)?;
             self.within_one_span(size, slow)?;
         }
-        self.effective_address(m, 0, ip)?;
         self.span_index(Some(&mut *slow))?;
         self.chunk_of_span();
         // test rax, rax; jz done
@@ -717,11 +727,10 @@ impl Emitter {
         ip: u64,
         mut slow: Option<&mut SlowCall>,
     ) -> Result<(), TranslateError> {
+        self.lea_rsp(off, ip)?;
         if let Some(slow) = slow.as_deref_mut() {
-            self.lea_rsp(off, ip)?;
             self.within_one_span(len as u32, slow)?;
         }
-        self.lea_rsp(off, ip)?;
         self.span_index(slow.as_deref_mut())?;
         self.chunk_of_span();
         if let Some(slow) = slow {
@@ -730,19 +739,23 @@ impl Emitter {
             self.jcc_slow(0x84, slow)?;
             return Ok(());
         }
-        self.store_gs(0, c::OFF_VBITS_TEMP);
-        self.lea_rsp(off, ip)?;
-        self.add_offset_in_span();
-        Ok(())
+        self.lea_rsp_plus_rax(off, ip)
     }
 
     /// With `rax` an address: `len` bytes from it stay in one 64 KiB span of the memory
-    /// shadow, else slow. `movzx eax, ax; cmp eax, 0x10000 - len; ja slow`
+    /// shadow, else slow. `add ax, len - 1; jc slow`: the carry out of the low 16 bits is
+    /// the crossing, and without it the bits above stay those of the address, so its span
+    /// index follows (`span_index`) without computing the address again. (The 8-bit
+    /// immediate form: a 16-bit immediate would stall the decoder on its length prefix.)
     fn within_one_span(&mut self, len: u32, slow: &mut SlowCall) -> Result<(), TranslateError> {
-        self.buf.extend_from_slice(&[0x0F, 0xB7, 0xC0]);
-        self.buf.push(0x3D);
-        self.d32(0x1_0000 - len);
-        self.jcc_slow(0x87, slow)
+        let last = len - 1;
+        if last < 0x80 {
+            self.buf.extend_from_slice(&[0x66, 0x83, 0xC0, last as u8]);
+        } else {
+            self.buf.extend_from_slice(&[0x66, 0x05]);
+            self.buf.extend_from_slice(&(last as u16).to_le_bytes());
+        }
+        self.jcc_slow(0x82, slow)
     }
 
     /// With `rax` an address: `rax` = its span's index. `shr rax, 16`, then (when `slow`
@@ -775,9 +788,10 @@ impl Emitter {
     }
 
     /// With `rax` the primary entry of operand `m`'s span: `rax` = the address of the
-    /// operand's shadow, `lea rax, [rax + reg + disp]`, when `m` is addressed by one
-    /// general register (not `rax`, whose guest value is in `STUB_RAX`) and a 32-bit
-    /// displacement, without a segment; else false and nothing emitted.
+    /// operand's shadow, `lea rax, [rax + reg + disp]`, when `m` is addressed by one or
+    /// two general registers (not `rax`, whose guest value is in `STUB_RAX`; two take a
+    /// second `lea`) and a 32-bit displacement, without a segment; else false and nothing
+    /// emitted.
     fn shadow_of_operand(
         &mut self,
         m: &iced_x86::UsedMemory,
@@ -797,6 +811,14 @@ impl Emitter {
             (Register::RSP, Register::None) => (Register::RSP, Register::RAX, 1),
             (b, Register::None) if gpr64(b) => (Register::RAX, b, 1),
             (Register::None, i) if gpr64(i) => (Register::RAX, i, m.scale()),
+            (b, i) if gpr64(b) && gpr64(i) => {
+                // Two registers: lea rax, [b + rax], then the index and displacement below.
+                let op = MemoryOperand::new(b, Register::RAX, 1, 0, 0, false, Register::None);
+                let lea = Instruction::with2(Code::Lea_r64_m, Register::RAX, op)
+                    .map_err(|_| TranslateError::Encode { pc: ip })?;
+                self.encode(&lea, ip)?;
+                (Register::RAX, i, m.scale())
+            }
             _ => return Ok(false),
         };
         let op = MemoryOperand::new(
@@ -812,6 +834,23 @@ impl Emitter {
             .map_err(|_| TranslateError::Encode { pc: ip })?;
         self.encode(&lea, ip)?;
         Ok(true)
+    }
+
+    /// With `rax` the primary entry of the span of `[rsp + off]`: `rax` = the address of
+    /// its shadow. `lea rax, [rsp + rax + off]`
+    fn lea_rsp_plus_rax(&mut self, off: i32, ip: u64) -> Result<(), TranslateError> {
+        let op = MemoryOperand::new(
+            Register::RSP,
+            Register::RAX,
+            1,
+            off as i64,
+            if off == 0 { 0 } else { 1 },
+            false,
+            Register::None,
+        );
+        let lea = Instruction::with2(Code::Lea_r64_m, Register::RAX, op)
+            .map_err(|_| TranslateError::Encode { pc: ip })?;
+        self.encode(&lea, ip)
     }
 
     /// `lea rax, [rsp + off]`.
