@@ -69,15 +69,18 @@ static UNDEFINED_MAPPED: AtomicU64 = AtomicU64::new(0);
 const MAX_UNDEFINED_MAPPED: u64 = 16384;
 
 /// When to sweep: the process's resident memory (`/proc/self/statm`, read every
-/// [`CHECK_EVERY`] marks or [`CHECK_BYTES`] bytes made undefined) has grown by an eighth
-/// (at least [`MIN_GROWTH`]) since the last sweep. Shadow pages come back without any
-/// marking too (a store of a defined value into a dropped page faults a page of zeros in),
-/// so the marks only pace the checks; the sweeps' cost (reading the resident shadow: bench
-/// `sqlite3` makes a few dozen of about 5 ms) stays in proportion to the growth, and the
-/// peak within an eighth of what the last sweep left.
+/// [`CHECK_EVERY`] marks or [`CHECK_BYTES`] bytes made undefined) is an eighth (at least
+/// [`MIN_GROWTH`]) above where the last sweep began: a new high, since sweeps only begin
+/// at one. Shadow pages come back without any marking too (a store of a defined value
+/// into a dropped page faults a page of zeros in), so the marks only pace the checks; the
+/// sweeps' cost (reading the resident shadow: bench `sqlite3` makes a few dozen of about
+/// 5 ms) stays in proportion to the growth of the peak. Paced from what a sweep left
+/// instead, a program that frees and allocates again in a loop (bench `alloc`: freed
+/// blocks' shadow is zeros, dropped, then faulted in by the next blocks) swept again and
+/// again: system time for page faults and `madvise`, twice its CPU in all.
 static MARKS: AtomicU64 = AtomicU64::new(0);
 static UNDEFINED_SINCE_CHECK: AtomicU64 = AtomicU64::new(0);
-static RSS_AFTER_SWEEP: AtomicU64 = AtomicU64::new(0);
+static RSS_AT_LAST_SWEEP: AtomicU64 = AtomicU64::new(0);
 const CHECK_EVERY: u64 = 256;
 const CHECK_BYTES: u64 = 1 << 20;
 const MIN_GROWTH: u64 = 4 << 20;
@@ -275,12 +278,12 @@ pub(super) fn note_mark(undefined: u64) {
     }
     UNDEFINED_SINCE_CHECK.store(0, Ordering::Relaxed);
     let Some(rss) = resident_bytes() else { return };
-    let last = RSS_AFTER_SWEEP.load(Ordering::Relaxed);
+    let last = RSS_AT_LAST_SWEEP.load(Ordering::Relaxed);
     if rss < last + (last / 8).max(MIN_GROWTH) || SWEEPING.swap(true, Ordering::Acquire) {
         return;
     }
     sweep();
-    RSS_AFTER_SWEEP.store(resident_bytes().unwrap_or(rss), Ordering::Relaxed);
+    RSS_AT_LAST_SWEEP.store(rss, Ordering::Relaxed);
     SWEEPING.store(false, Ordering::Release);
 }
 
