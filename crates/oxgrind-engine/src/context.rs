@@ -386,7 +386,7 @@ pub const IBL_SHIFT: u32 = 20;
 pub fn ibl_index(pc: u64) -> usize {
     (pc.wrapping_mul(IBL_MUL as u64) >> IBL_SHIFT) as usize & (IBL_ENTRIES - 1)
 }
-const ENGINE_STACK: usize = 1 << 20;
+pub(crate) const ENGINE_STACK: usize = 1 << 20;
 
 /// Every context ever created (contexts are never unmapped; see `reuse_exited`).
 static ALL: AtomicPtr<ThreadCtx> = AtomicPtr::new(ptr::null_mut());

@@ -472,6 +472,34 @@ pub fn guest_regs_in_tool_call() -> Option<oxgrind_tool::instrument::GuestRegs> 
     }
 }
 
+/// The program's registers of the calling thread when it was interrupted (by a signal
+/// whose handler calls this) at stack pointer `sp` on its own engine stack: those of the
+/// tool call in progress ([`guest_regs_in_tool_call`]), or else those the engine saved in
+/// the context when it left the program's code (the dispatcher and the gates save every
+/// general register before switching stacks). `None` when `sp` is not on the engine
+/// stack: the interrupted registers are then the program's own (or the runtime's, on the
+/// program's stack).
+pub fn guest_regs_at_engine_sp(sp: u64) -> Option<oxgrind_tool::instrument::GuestRegs> {
+    let ctx = current_context()?;
+    // SAFETY: the context is this thread's and never unmapped; plain reads.
+    let (top, gregs, flags, pc) = unsafe {
+        (
+            (*ctx).estack + 64,
+            (*ctx).gregs,
+            (*ctx).gflags,
+            (*ctx).next_pc,
+        )
+    };
+    if !(top - context::ENGINE_STACK as u64..top).contains(&sp) {
+        return None;
+    }
+    guest_regs_in_tool_call().or(Some(oxgrind_tool::instrument::GuestRegs {
+        gpr: gregs,
+        rip: pc,
+        rflags: flags,
+    }))
+}
+
 /// Runs `f` natively, out of the code cache, and returns when it has.
 ///
 /// The embedder's own code runs translated when a program's thread calls it (an allocator

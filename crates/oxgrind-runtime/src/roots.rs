@@ -150,6 +150,19 @@ extern "C" fn on_stop(_sig: i32, _info: *mut core::ffi::c_void, ctx: *mut core::
             for (r, v) in slot.1.iter_mut().enumerate() {
                 *v = *gregs.add(r);
             }
+            // Stopped inside the engine (the dispatcher, a clean call, a hook run natively):
+            // the program's registers are the ones the engine saved. Its stack pointer on
+            // the engine stack would make the program's stack look like no thread's (scanned
+            // whole, dead frames included) and the engine stack's register copies roots.
+            if let Some(g) = oxgrind_engine::guest_regs_at_engine_sp(slot.1[15]) {
+                // ucontext's order: r8-r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip.
+                const FROM_GPR: [usize; 16] =
+                    [8, 9, 10, 11, 12, 13, 14, 15, 7, 6, 5, 3, 2, 0, 1, 4];
+                for (r, &from) in FROM_GPR.iter().enumerate() {
+                    slot.1[r] = g.gpr[from];
+                }
+                slot.1[16] = g.rip;
+            }
         }
     }
     while !RELEASE.load(Ordering::Acquire) {
