@@ -100,6 +100,30 @@ pub(crate) fn detect_xsaveopt() {
     XSAVEOPT.store((l.eax & 1) as u8, core::sync::atomic::Ordering::Relaxed);
 }
 
+/// The guest's general registers but rsp stored in their context slots: how a gate begins,
+/// on the guest's stack still (rsp has its own slot, saved by the caller's translation).
+macro_rules! save_guest_registers_but_rsp {
+    () => {
+        concat!(
+            "mov gs:[{g_rax}], rax\n",
+            "mov gs:[{g_rcx}], rcx\n",
+            "mov gs:[{g_rdx}], rdx\n",
+            "mov gs:[{g_rbx}], rbx\n",
+            "mov gs:[{g_rbp}], rbp\n",
+            "mov gs:[{g_rsi}], rsi\n",
+            "mov gs:[{g_rdi}], rdi\n",
+            "mov gs:[{g_r8}], r8\n",
+            "mov gs:[{g_r9}], r9\n",
+            "mov gs:[{g_r10}], r10\n",
+            "mov gs:[{g_r11}], r11\n",
+            "mov gs:[{g_r12}], r12\n",
+            "mov gs:[{g_r13}], r13\n",
+            "mov gs:[{g_r14}], r14\n",
+            "mov gs:[{g_r15}], r15\n",
+        )
+    };
+}
+
 core::arch::global_asm!(
     ".pushsection .text.oxg_engine,\"ax\",@progbits",
     // ------------------------------------------------------------------ dispatcher
@@ -425,21 +449,7 @@ core::arch::global_asm!(
     ".globl oxg_native_gate",
     ".hidden oxg_native_gate",
     "oxg_native_gate:",
-    "mov gs:[{g_rax}], rax",
-    "mov gs:[{g_rcx}], rcx",
-    "mov gs:[{g_rdx}], rdx",
-    "mov gs:[{g_rbx}], rbx",
-    "mov gs:[{g_rbp}], rbp",
-    "mov gs:[{g_rsi}], rsi",
-    "mov gs:[{g_rdi}], rdi",
-    "mov gs:[{g_r8}], r8",
-    "mov gs:[{g_r9}], r9",
-    "mov gs:[{g_r10}], r10",
-    "mov gs:[{g_r11}], r11",
-    "mov gs:[{g_r12}], r12",
-    "mov gs:[{g_r13}], r13",
-    "mov gs:[{g_r14}], r14",
-    "mov gs:[{g_r15}], r15",
+    save_guest_registers_but_rsp!(),
     "mov rdi, gs:[0]",
     "jmp {native_gate}",
     // `crate::native_entry`: r11 = a function of up to six integer arguments, which are
@@ -460,21 +470,7 @@ core::arch::global_asm!(
     ".globl oxg_native_entry_gate",
     ".hidden oxg_native_entry_gate",
     "oxg_native_entry_gate:",
-    "mov gs:[{g_rax}], rax",
-    "mov gs:[{g_rcx}], rcx",
-    "mov gs:[{g_rdx}], rdx",
-    "mov gs:[{g_rbx}], rbx",
-    "mov gs:[{g_rbp}], rbp",
-    "mov gs:[{g_rsi}], rsi",
-    "mov gs:[{g_rdi}], rdi",
-    "mov gs:[{g_r8}], r8",
-    "mov gs:[{g_r9}], r9",
-    "mov gs:[{g_r10}], r10",
-    "mov gs:[{g_r11}], r11",
-    "mov gs:[{g_r12}], r12",
-    "mov gs:[{g_r13}], r13",
-    "mov gs:[{g_r14}], r14",
-    "mov gs:[{g_r15}], r15",
+    save_guest_registers_but_rsp!(),
     "mov rdi, gs:[0]",
     "jmp {native_entry_gate}",
     // ------------------------------------------------------------------ restorer
