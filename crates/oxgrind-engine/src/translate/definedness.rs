@@ -31,7 +31,7 @@ use crate::definedness::{
     FastForm, StackOrigin, Written, CALLER_SAVED, OFF_LAST_CALL_OR_RET, OFF_LAST_RSP,
     OFF_LAST_WRITES_RSP, OFF_REP_PC, OFF_REP_RCX, OFF_SHADOW_VECTOR, OFF_VECTORS_STALE,
 };
-use iced_x86::{Code, Instruction, MemoryOperand, Register};
+use iced_x86::Register;
 
 impl Emitter {
     /// The fast path of `form` before the instruction at `ip`, falling back to the clean
@@ -813,60 +813,24 @@ impl Emitter {
             (Register::None, i) if gpr64(i) => (Register::RAX, i, m.scale()),
             (b, i) if gpr64(b) && gpr64(i) => {
                 // Two registers: lea rax, [b + rax], then the index and displacement below.
-                let op = MemoryOperand::new(b, Register::RAX, 1, 0, 0, false, Register::None);
-                let lea = Instruction::with2(Code::Lea_r64_m, Register::RAX, op)
-                    .map_err(|_| TranslateError::Encode { pc: ip })?;
-                self.encode(&lea, ip)?;
+                self.lea_rax(b, Register::RAX, 1, 0, ip)?;
                 (Register::RAX, i, m.scale())
             }
             _ => return Ok(false),
         };
-        let op = MemoryOperand::new(
-            base,
-            index,
-            scale,
-            d,
-            if d == 0 { 0 } else { 1 },
-            false,
-            Register::None,
-        );
-        let lea = Instruction::with2(Code::Lea_r64_m, Register::RAX, op)
-            .map_err(|_| TranslateError::Encode { pc: ip })?;
-        self.encode(&lea, ip)?;
+        self.lea_rax(base, index, scale, d, ip)?;
         Ok(true)
     }
 
     /// With `rax` the primary entry of the span of `[rsp + off]`: `rax` = the address of
     /// its shadow. `lea rax, [rsp + rax + off]`
     fn lea_rsp_plus_rax(&mut self, off: i32, ip: u64) -> Result<(), TranslateError> {
-        let op = MemoryOperand::new(
-            Register::RSP,
-            Register::RAX,
-            1,
-            off as i64,
-            if off == 0 { 0 } else { 1 },
-            false,
-            Register::None,
-        );
-        let lea = Instruction::with2(Code::Lea_r64_m, Register::RAX, op)
-            .map_err(|_| TranslateError::Encode { pc: ip })?;
-        self.encode(&lea, ip)
+        self.lea_rax(Register::RSP, Register::RAX, 1, off as i64, ip)
     }
 
     /// `lea rax, [rsp + off]`.
     fn lea_rsp(&mut self, off: i32, ip: u64) -> Result<(), TranslateError> {
-        let op = MemoryOperand::new(
-            Register::RSP,
-            Register::None,
-            1,
-            off as i64,
-            1,
-            false,
-            Register::None,
-        );
-        let lea = Instruction::with2(Code::Lea_r64_m, Register::RAX, op)
-            .map_err(|_| TranslateError::Encode { pc: ip })?;
-        self.encode(&lea, ip)
+        self.lea_rax(Register::RSP, Register::None, 1, off as i64, ip)
     }
 
     /// `j<cc> slow` (rel32, opcode `0F cc`), recorded in `slow` for patching.

@@ -9,7 +9,7 @@
 //! one is delivered at the next guest instruction boundary, so these borrowed registers are
 //! never seen by the program.
 
-use iced_x86::{Code, Instruction, MemoryOperand, OpAccess, Register, UsedMemory};
+use iced_x86::{Instruction, OpAccess, Register, UsedMemory};
 use oxgrind_tool::instrument::{Addressing, Probe, TraceKind, RED_ZONE};
 
 use super::{ea_encodable, AboveSp, Emitter, SlowCall, TranslateError, FIX_RAX_IN_STUB};
@@ -1524,19 +1524,7 @@ impl Emitter {
             if m.base() == Register::RAX || m.index() == Register::RAX {
                 self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
             }
-            let d = disp as i64;
-            let op = MemoryOperand::new(
-                m.base(),
-                m.index(),
-                m.scale(),
-                d,
-                if d == 0 { 0 } else { 1 },
-                false,
-                Register::None,
-            );
-            let lea = Instruction::with2(Code::Lea_r64_m, Register::RAX, op)
-                .map_err(|_| TranslateError::Encode { pc: ip })?;
-            self.encode(&lea, ip)?;
+            self.lea_rax(m.base(), m.index(), m.scale(), disp as i64, ip)?;
         }
         if m.segment() == Register::GS {
             self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]); // add rax, gs:[guest_gs]

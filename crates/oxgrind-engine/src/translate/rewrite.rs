@@ -179,6 +179,31 @@ impl Emitter {
         self.buf.extend_from_slice(&enc.take_buffer());
         Ok(())
     }
+
+    /// `lea rax, [base + index * scale + disp]` (the displacement as short as it allows),
+    /// for the guest instruction at `pc`: how the inline checks compute an address.
+    pub(super) fn lea_rax(
+        &mut self,
+        base: Register,
+        index: Register,
+        scale: u32,
+        disp: i64,
+        pc: u64,
+    ) -> Result<(), TranslateError> {
+        // iced: displacement size 1 = "as short as the value allows" (disp8 or disp32).
+        let op = iced_x86::MemoryOperand::new(
+            base,
+            index,
+            scale,
+            disp,
+            if disp == 0 { 0 } else { 1 },
+            false,
+            Register::None,
+        );
+        let lea = Instruction::with2(iced_x86::Code::Lea_r64_m, Register::RAX, op)
+            .map_err(|_| TranslateError::Encode { pc })?;
+        self.encode(&lea, pc)
+    }
 }
 
 /// Whether an inline address computation can be encoded for `m` (with the offset of its
