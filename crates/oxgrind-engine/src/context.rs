@@ -519,14 +519,7 @@ pub fn reuse_exited() -> Option<*mut ThreadCtx> {
         c.sig_depth = 0;
         c.stepping = 0;
         // Drop the old thread's IBL entries (and their memory): the pages read as zero.
-        const SYS_MADVISE: usize = 28;
-        const MADV_DONTNEED: usize = 4;
-        oxgrind_sys::syscall::syscall3(
-            SYS_MADVISE,
-            c.ibl_table as usize,
-            (IBL_ENTRIES + 1) * 16,
-            MADV_DONTNEED,
-        );
+        oxgrind_sys::raw::discard(c.ibl_table as *mut u8, (IBL_ENTRIES + 1) * 16);
     }
     Some(ctx)
 }

@@ -78,11 +78,7 @@ pub fn reserve(spec: ShadowSpec) -> Option<ShadowMap> {
 
 /// Gives whole pages of the map back to the kernel: they read as zero again.
 fn discard(start: u64, len: u64) {
-    const SYS_MADVISE: usize = 28;
-    const MADV_DONTNEED: usize = 4;
     // SAFETY: `ShadowMap` passes whole pages of our own reservation; dropping them only
     // zeroes shadow bytes, which is the state being written.
-    unsafe {
-        oxgrind_sys::syscall::syscall3(SYS_MADVISE, start as usize, len as usize, MADV_DONTNEED)
-    };
+    unsafe { oxgrind_sys::raw::discard(start as *mut u8, len as usize) };
 }

@@ -40,7 +40,9 @@ pub const O_CLOEXEC: usize = 0o2000000;
 
 pub const PROT_READ: usize = 1;
 pub const PROT_WRITE: usize = 2;
+pub const MAP_SHARED: usize = 1;
 pub const MAP_PRIVATE: usize = 2;
+pub const MAP_FIXED: usize = 0x10;
 pub const MAP_ANONYMOUS: usize = 0x20;
 pub const MAP_NORESERVE: usize = 0x4000;
 

@@ -26,6 +26,10 @@
 
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
+use oxgrind_sys::raw::{
+    MAP_ANONYMOUS, MAP_FIXED, MAP_NORESERVE, MAP_PRIVATE, MAP_SHARED, PROT_READ, PROT_WRITE,
+    SYS_MMAP,
+};
 use oxgrind_sys::syscall::{check, syscall2, syscall3, syscall6};
 
 use super::CHUNK;
@@ -33,18 +37,10 @@ use super::CHUNK;
 const PAGE: u64 = 4096;
 
 const SYS_FSTAT: usize = 5;
-const SYS_MMAP: usize = 9;
-const SYS_MADVISE: usize = 28;
 const SYS_MINCORE: usize = 27;
 const SYS_FTRUNCATE: usize = 77;
 const SYS_MEMFD_CREATE: usize = 319;
-const PROT_RW: usize = 0x1 | 0x2;
-const MAP_SHARED: usize = 0x01;
-const MAP_PRIVATE: usize = 0x02;
-const MAP_FIXED: usize = 0x10;
-const MAP_ANONYMOUS: usize = 0x20;
-const MAP_NORESERVE: usize = 0x4000;
-const MADV_DONTNEED: usize = 4;
+const PROT_RW: usize = PROT_READ | PROT_WRITE;
 
 /// The pool the chunks come from (`super::enable`), for chunk indices.
 static POOL_START: AtomicU64 = AtomicU64::new(0);
@@ -251,7 +247,7 @@ pub(super) fn release_pages(p: u64, len: u64) {
     }
     // SAFETY: the range is our private anonymous pool's: dropping its pages only zeroes
     // them, which is the state the caller was about to write.
-    unsafe { syscall3(SYS_MADVISE, p as usize, len as usize, MADV_DONTNEED) };
+    unsafe { oxgrind_sys::raw::discard(p as *mut u8, len as usize) };
 }
 
 /// The program made its first thread: no more sweeps (see the module comment).
