@@ -24,4 +24,7 @@ if [ ! -x "$consumers/bin/valgrind-ci" ] || ! "$consumers/bin/python" -c "import
 fi
 export OXGRIND_TEST_PYTHON="$(pwd)/$consumers/bin/python"
 cargo build --workspace --locked
+# The release build too (what scripts/setup.sh installs): tests/release_build.rs runs it.
+cargo build --release --locked -p oxgrind -p oxgrind-runtime
+export OXGRIND_TEST_RELEASE=1
 cargo test --workspace --locked

@@ -427,11 +427,23 @@ fn run_freeres() {
 /// destructors, and every library's destructors. Like Valgrind, we then flush the program's
 /// streams, run the freeres hooks, write the report and end the process with the program's
 /// status (or the tool's, for `--error-exitcode`).
-extern "C" fn last_exit_handler(status: c_int, _arg: *mut c_void) {
+#[unsafe(naked)]
+extern "C" fn last_exit_handler(status: c_int, arg: *mut c_void) {
+    // SAFETY: passes the stack pointer at entry (where glibc's return address is) as a
+    // third argument and jumps: `last_exit_handler_at` returns to glibc itself.
+    core::arch::naked_asm!(
+        "mov rdx, rsp",
+        "jmp {at}",
+        at = sym last_exit_handler_at,
+    )
+}
+
+/// [`last_exit_handler`] with the stack pointer at its entry.
+extern "C" fn last_exit_handler_at(status: c_int, _arg: *mut c_void, entry_sp: u64) {
     if state::runtime().is_none() {
         return;
     }
-    crate::roots::note_exit_sp();
+    crate::roots::note_exit_sp_at(entry_sp);
     if FINISHED.load(Ordering::Acquire) {
         return;
     }
@@ -453,12 +465,24 @@ pub fn at_normal_exit() {
     }
 }
 
+#[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn _exit(code: c_int) -> ! {
+    // SAFETY: passes the stack pointer at entry as a second argument and jumps;
+    // `exit_at` never returns.
+    core::arch::naked_asm!(
+        "mov rsi, rsp",
+        "jmp {at}",
+        at = sym exit_at,
+    )
+}
+
+/// [`_exit`] with the stack pointer at its entry.
+unsafe extern "C" fn exit_at(code: c_int, entry_sp: u64) -> ! {
     if raw::getpid() != OWNER_PID.load(Ordering::Acquire) {
         raw::exit_group(code); // a vfork child: nothing here is its own to report
     }
-    crate::roots::note_exit_sp();
+    crate::roots::note_exit_sp_at(entry_sp);
     finish(Exit::Normal(code));
     let code = status_override().unwrap_or(code);
     raw::exit_group(code)

@@ -217,7 +217,16 @@ fn other_threads() -> Vec<i32> {
 static EXIT_SP: AtomicUsize = AtomicUsize::new(0);
 
 pub fn note_exit_sp() {
-    EXIT_SP.store(current_sp() as usize, Ordering::Release);
+    note_exit_sp_at(current_sp());
+}
+
+/// [`note_exit_sp`] with the stack pointer at the entry of the function that ends the
+/// process (our exit handler, `_exit`): the depth at which Valgrind's program makes its
+/// `exit_group` system call, so the scan covers the slots Valgrind's covers and not the
+/// deeper ones, where our allocator hooks' translated frames left copies of block
+/// addresses that Valgrind's program never had.
+pub fn note_exit_sp_at(sp: u64) {
+    EXIT_SP.store(sp as usize, Ordering::Release);
 }
 
 #[inline(never)]
@@ -307,15 +316,15 @@ fn with_roots_gated(f: &mut dyn FnMut(&[RootRange]), request_sp: Option<u64>) {
                 r.start = r.start.max(sp);
             }
         }
-        None => stack_of(
-            raw::gettid(),
-            if exit_sp != 0 && same_stack {
-                exit_sp
-            } else {
-                here
-            },
-            &mut roots,
-        ),
+        // At exit, likewise from the stack pointer where the process began to end: below
+        // it, the red zone holds what our hooks' translated frames left there.
+        None if exit_sp != 0 && same_stack => {
+            stack_of(raw::gettid(), exit_sp, &mut roots);
+            if let Some(r) = roots.last_mut() {
+                r.start = r.start.max(exit_sp);
+            }
+        }
+        None => stack_of(raw::gettid(), here, &mut roots),
     }
     for (tid, regs) in &saved {
         stack_of(*tid, regs[15], &mut roots); // REG_RSP

@@ -19,44 +19,80 @@ pub fn repo_root() -> PathBuf {
 /// preloaded library, and a stale one makes tests fail for reasons that are not there.
 pub fn oxgrind() -> PathBuf {
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_oxgrind"));
-    let runtime = exe.parent().unwrap().join("liboxgrind_runtime.so");
-    let built = std::fs::metadata(&runtime).and_then(|m| m.modified()).unwrap_or_else(|_| {
-        panic!(
-            "{} is missing: build the workspace first (`cargo build --workspace`), as scripts/test.sh does",
-            runtime.display()
-        )
-    });
+    static CHECKED: std::sync::Once = std::sync::Once::new();
+    CHECKED.call_once(|| assert_runtime_fresh(&exe, "cargo build --workspace"));
+    exe
+}
+
+/// The release build's launcher (what scripts/setup.sh installs), when scripts/test.sh
+/// built it (`OXGRIND_TEST_RELEASE` set: then it must be there and fresh); `None` under a
+/// plain `cargo test`, which builds only the debug one.
+pub fn release_oxgrind() -> Option<PathBuf> {
+    let debug = PathBuf::from(env!("CARGO_BIN_EXE_oxgrind"));
+    let exe = debug.parent()?.parent()?.join("release/oxgrind");
+    if std::env::var_os("OXGRIND_TEST_RELEASE").is_none() && !exe.exists() {
+        eprintln!("no release build (scripts/test.sh makes one): skipped");
+        return None;
+    }
+    assert!(
+        exe.exists(),
+        "{} is missing: scripts/test.sh builds it",
+        exe.display()
+    );
     static CHECKED: std::sync::Once = std::sync::Once::new();
     CHECKED.call_once(|| {
-        let root = repo_root();
-        // The crates linked into the library: a change in any of them makes cargo relink it.
-        let linked = [
-            "crates/oxgrind-runtime/src",
-            "crates/oxgrind-engine/src",
-            "crates/oxgrind-symbols/src",
-            "crates/oxgrind-formats/src",
-            "crates/oxgrind-options/src",
-            "crates/oxgrind-tool/src",
-            "crates/oxgrind-sys/src",
-            "tools",
-        ];
-        let newest = linked
-            .iter()
-            .flat_map(|d| walk(&root.join(d)))
-            .filter(|p| p.components().all(|c| c.as_os_str() != "tests"))
-            .filter(|p| p.extension().is_some_and(|e| e == "rs" || e == "c" || e == "supp"))
-            .filter_map(|p| std::fs::metadata(&p).and_then(|m| m.modified()).ok().map(|t| (t, p)))
-            .max();
-        if let Some((t, p)) = newest {
-            assert!(
-                t <= built,
-                "{} is older than {}: rebuild it (`cargo build --workspace`, as scripts/test.sh does)",
-                runtime.display(),
-                p.display()
-            );
-        }
+        assert_runtime_fresh(&exe, "cargo build --release -p oxgrind -p oxgrind-runtime")
     });
-    exe
+    Some(exe)
+}
+
+/// Panics unless the runtime library beside the launcher `exe` was built after the newest
+/// source linked into it; `how` says how to rebuild.
+fn assert_runtime_fresh(exe: &Path, how: &str) {
+    let runtime = exe.parent().unwrap().join("liboxgrind_runtime.so");
+    let built = std::fs::metadata(&runtime)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| {
+            panic!(
+                "{} is missing: build it first (`{how}`, as scripts/test.sh does)",
+                runtime.display()
+            )
+        });
+    let root = repo_root();
+    // The crates linked into the library: a change in any of them makes cargo relink it.
+    let linked = [
+        "crates/oxgrind-runtime/src",
+        "crates/oxgrind-engine/src",
+        "crates/oxgrind-symbols/src",
+        "crates/oxgrind-formats/src",
+        "crates/oxgrind-options/src",
+        "crates/oxgrind-tool/src",
+        "crates/oxgrind-sys/src",
+        "tools",
+    ];
+    let newest = linked
+        .iter()
+        .flat_map(|d| walk(&root.join(d)))
+        .filter(|p| p.components().all(|c| c.as_os_str() != "tests"))
+        .filter(|p| {
+            p.extension()
+                .is_some_and(|e| e == "rs" || e == "c" || e == "supp")
+        })
+        .filter_map(|p| {
+            std::fs::metadata(&p)
+                .and_then(|m| m.modified())
+                .ok()
+                .map(|t| (t, p))
+        })
+        .max();
+    if let Some((t, p)) = newest {
+        assert!(
+            t <= built,
+            "{} is older than {}: rebuild it (`{how}`, as scripts/test.sh does)",
+            runtime.display(),
+            p.display()
+        );
+    }
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {
