@@ -193,7 +193,7 @@ fn page_mapped(page: u64) -> bool {
     if page != 0 && slot.load(Ordering::Relaxed) == page {
         return true;
     }
-    let mapped = page_mapped_syscall(page);
+    let mapped = page_mapped_syscall(page) && !page_unreadable(page);
     if mapped {
         slot.store(page, Ordering::Relaxed);
     }
@@ -214,6 +214,33 @@ fn page_mapped_syscall(page: u64) -> bool {
         )
     };
     r == 0
+}
+
+/// Whether a mapped page is known unreadable: a `PROT_NONE` page, which `mincore` reports as
+/// mapped, sits between the text and read-only segments of every shared object linked with
+/// a separate code segment; a block near the end of the text would otherwise copy past it
+/// and fault. Asked of the kernel by `process_vm_readv` on ourselves (one byte), which fails
+/// with `EFAULT` there; any other failure (the call filtered out) says nothing.
+fn page_unreadable(page: u64) -> bool {
+    const SYS_PROCESS_VM_READV: usize = 310;
+    const EFAULT: isize = 14;
+    let mut byte = 0u8;
+    let local = [&mut byte as *mut u8 as usize, 1];
+    let remote = [page as usize, 1];
+    // SAFETY: the kernel writes at most one byte to `byte` and reads the remote byte
+    // itself, failing with EFAULT instead of faulting.
+    let r = unsafe {
+        oxgrind_sys::syscall::syscall6(
+            SYS_PROCESS_VM_READV,
+            oxgrind_sys::raw::getpid() as usize,
+            local.as_ptr() as usize,
+            1,
+            remote.as_ptr() as usize,
+            1,
+            0,
+        )
+    };
+    r == -EFAULT
 }
 
 /// Up to 16 bytes of the snapshot `code` (taken at guest `base`) from guest `pc`.
