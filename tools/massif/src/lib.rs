@@ -117,9 +117,8 @@ struct State {
     /// Live blocks (real address) → where the replayed allocator put them and their EC
     /// (Valgrind's `HP_Chunk`).
     chunks: chunks::Chunks,
-    /// Events taken from the threads' logs and not applied yet, one queue per log (see
-    /// [`log`]): an event waits while another thread's event on its address is missing.
-    pending: Vec<log::Pending>,
+    /// Where applying stands in each thread's log (module [`log`]).
+    cursors: Vec<log::Cursor>,
 }
 
 /// The EC of each stack id: the runtime numbers stacks densely from 0, so a table indexed
@@ -247,7 +246,13 @@ impl Massif {
     /// is due (module [`log`]).
     #[inline]
     fn log_event(&self, host: &dyn Host, tid: i32, ev: log::Event) {
-        let n = self.logs.push(tid, ev);
+        let Some(n) = self.logs.push(tid, ev) else {
+            // No log left for this thread: its events are applied one by one, after all
+            // those logged before.
+            let mut st = self.state_now(host);
+            self.apply(host, &mut st, &ev);
+            return;
+        };
         if n < log::FLUSH {
             return;
         }
@@ -264,60 +269,105 @@ impl Massif {
         }
     }
 
-    /// Applies every thread's logged events to the state, in an order that keeps each
+    /// Applies every thread's published events to the state, in an order that keeps each
     /// thread's and each address's (module [`log`]).
     fn apply_logs(&self, host: &dyn Host, st: &mut State) {
-        self.apply_logs_within(host, st, u64::MAX)
-    }
-
-    /// [`Massif::apply_logs`], leaving out a log whose lock stays taken for `spins` tries
-    /// (see [`log::Logs::take_all_within`]).
-    fn apply_logs_within(&self, host: &dyn Host, st: &mut State, spins: u64) {
-        if !self.logs.take_all_within(&mut st.pending, spins)
-            && st.pending.iter().all(|p| p.is_empty())
-        {
+        let taken = self.logs.taken();
+        // Per log, the events to apply in this call: those published now (more are read
+        // only when the ones here wait for a missing event).
+        let mut end = [0u64; log::SLOTS];
+        let mut busy = 0u64;
+        let mut bits = taken;
+        while bits != 0 {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            end[i] = self.logs.available(i, &st.cursors[i]);
+            if end[i] != 0 {
+                busy |= 1 << i;
+            }
+        }
+        if busy == 0 {
             return;
         }
-        let mut busy = st.pending.iter().filter(|p| !p.is_empty());
-        if let (Some(_), None) = (busy.next(), busy.next()) {
+        if busy.count_ones() == 1 {
             // One thread's events: its own order is the only one.
-            let i = st.pending.iter().position(|p| !p.is_empty()).unwrap_or(0);
-            // Taken out while applied, so events are read in place rather than copied.
-            let mut p = std::mem::take(&mut st.pending[i]);
-            for ev in &p.events[p.next..] {
-                self.apply(host, st, ev);
+            let i = busy.trailing_zeros() as usize;
+            let mut cur = st.cursors[i];
+            for _ in 0..end[i] {
+                // SAFETY: under the state lock, with log `i`'s cursor, `end[i]` events
+                // available.
+                let ev = unsafe { self.logs.front(i, &mut cur) };
+                log::Logs::advance(&mut cur);
+                self.apply(host, st, &ev);
             }
-            p.events.clear();
-            p.next = 0;
-            st.pending[i] = p;
+            st.cursors[i] = cur;
+            self.logs.mark_applied(i, &cur);
             return;
         }
         loop {
             let mut progressed = false;
-            for i in 0..st.pending.len() {
-                while let Some(ev) = st.pending[i].front() {
+            let mut bits = busy;
+            while bits != 0 {
+                let i = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let mut cur = st.cursors[i];
+                while end[i] != 0 {
+                    // SAFETY: as above.
+                    let ev = unsafe { self.logs.front(i, &mut cur) };
                     let (live, free) = ev.needs();
                     let ready = live.map_or(true, |a| st.chunks.contains(a))
                         && free.map_or(true, |a| !st.chunks.contains(a));
                     if !ready {
                         break;
                     }
-                    st.pending[i].next += 1;
+                    log::Logs::advance(&mut cur);
+                    end[i] -= 1;
                     self.apply(host, st, &ev);
                     progressed = true;
                 }
+                st.cursors[i] = cur;
+                if end[i] == 0 {
+                    busy &= !(1 << i);
+                    self.logs.mark_applied(i, &cur);
+                }
             }
-            if st.pending.iter().all(|p| p.is_empty()) {
+            if busy == 0 {
                 return;
             }
-            if !progressed && !self.logs.take_all_within(&mut st.pending, spins) {
+            if progressed {
+                continue;
+            }
+            // Every log's next event waits for an event not read yet: read the counts again.
+            let mut more = false;
+            let mut bits = self.logs.taken();
+            while bits != 0 {
+                let i = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let now = self.logs.available(i, &st.cursors[i]);
+                if now > end[i] {
+                    end[i] = now;
+                    busy |= 1 << i;
+                    more = true;
+                }
+            }
+            if !more {
                 // Nothing anywhere supplies the missing event (a history the runtime should
                 // never give): apply the oldest waiting event of the first log as it is,
                 // as a lock per event would have.
-                if let Some(p) = st.pending.iter_mut().find(|p| !p.is_empty()) {
-                    let ev = p.events[p.next];
-                    p.next += 1;
-                    self.apply(host, st, &ev);
+                let i = busy.trailing_zeros() as usize;
+                let mut cur = st.cursors[i];
+                // SAFETY: as above (`busy` bit `i`: `end[i]` events available).
+                let ev = unsafe { self.logs.front(i, &mut cur) };
+                log::Logs::advance(&mut cur);
+                end[i] -= 1;
+                st.cursors[i] = cur;
+                self.apply(host, st, &ev);
+                if end[i] == 0 {
+                    busy &= !(1 << i);
+                    self.logs.mark_applied(i, &cur);
+                }
+                if busy == 0 {
+                    return;
                 }
             }
         }
@@ -596,7 +646,7 @@ impl Massif {
     /// use them again).
     fn build_file(&self, host: &dyn Host, take: bool) -> Option<MassifFile> {
         let mut st = self.state.lock_bounded(1 << 24)?;
-        self.apply_logs_within(host, &mut st, 1 << 20);
+        self.apply_logs(host, &mut st);
         self.start(&mut st);
         if st.sched.snaps.is_empty() {
             // --pages-as-heap=yes without a single mapping event: still one snapshot, as
@@ -687,7 +737,7 @@ impl State {
             pages: pages::Pages::default(),
             arena: arena::Arena::default(),
             chunks: chunks::Chunks::default(),
-            pending: (0..log::SLOTS).map(|_| Default::default()).collect(),
+            cursors: vec![log::Cursor::default(); log::SLOTS],
         }
     }
 
@@ -935,9 +985,9 @@ impl Tool for Massif {
         // Massif handler, so it holds no guard of these locks.
         unsafe {
             self.state.force_unlock();
-            self.logs.force_unlock();
             self.classifier.force_unlock();
         }
+        self.logs.retire_after_fork();
     }
 
     fn fini(&self, host: &dyn Host, exit: Exit) {

@@ -1,23 +1,30 @@
-//! Per-thread logs of heap events, so that no allocation takes the process-wide state lock.
+//! Per-thread logs of heap events, so that no allocation takes a lock or runs a locked
+//! instruction.
 //!
 //! Massif's state is one serial history: Valgrind's allocator replayed (module `arena`), the
 //! heap totals, the clock of `--time-unit=B` (bytes allocated and freed so far) and the
 //! snapshots taken along it. Valgrind builds it from one thread at a time, since it runs one
 //! thread at a time. Here threads run in parallel, so each event is first appended to a log
-//! of the thread's own (one of [`SLOTS`], chosen by thread id, each behind its own lock,
-//! which threads rarely share), and the logs are applied to the state in batches, under the
-//! state lock, by whichever thread fills its log (or by `fini`, or by an event that must see
-//! the state up to date). A thread offers to apply the logs at every event once its log
-//! holds [`FLUSH`] events, taking the state lock only if it is free, and waits for it only
-//! when its log holds [`LIMIT`] events.
+//! of the thread's own, and the logs are applied to the state in batches, under the state
+//! lock, by whichever thread's log holds [`FLUSH`] events while the lock is free (or by
+//! `fini`, or by an event that must see the state up to date).
 //!
-//! The limit is far above the flush mark on purpose. Applying is serial, and the thread doing
-//! it can be preempted while it holds the state lock (four program threads on two cores, or
-//! a busy machine): with a limit close to the flush mark every other thread soon filled its
-//! log and waited, spinning and yielding, for a thread that was not even running. With room
-//! for a few milliseconds of events, the others keep running the program meanwhile, and the
-//! next of them to log an event after the holder is done applies everything logged. A log
-//! grows past [`RESERVE`] only while another thread holds the state lock.
+//! A log has one writer, the thread that owns it, and one reader, whoever holds the state
+//! lock: a single-producer queue. The owner writes an event into its current chunk and
+//! publishes it by one release store of its count (a plain store on x86); the reader reads
+//! the count with an acquire load and the events below it in place. When a chunk is full the
+//! owner links a fresh one (the reader's last used chunk, handed back, or a new one), so a
+//! log never makes its owner wait: a log whose thread cannot get the state lock grows, and
+//! the next thread to find the lock free applies everything. Only a log holding [`LIMIT`]
+//! events unapplied (its thread ran on while the lock holder was preempted for long) makes
+//! its owner wait for the lock.
+//!
+//! A log is owned by a thread id: thread `t` takes the free log at `t % SLOTS`, or the next
+//! free one, with one compare-and-swap when it first logs an event, and then finds it at
+//! every event with one plain load. Thread ids are unique among live threads, so no two live
+//! threads write one log; a new thread given a dead thread's id continues its log. A thread
+//! that finds no free log (more than [`SLOTS`] threads have logged events) applies its
+//! events one at a time under the state lock.
 //!
 //! The order of application is a serialisation of the threads' histories, as Valgrind's
 //! scheduler makes one:
@@ -27,9 +34,10 @@
 //! * events of different threads on one address keep theirs: an allocation is applied only
 //!   once no live block holds its address (the free that gave the address back, on another
 //!   thread, comes first), a free or realloc only once its block is live. The runtime tells
-//!   the tool of a free before glibc gets the block back, so the event that must come first
-//!   is always already in some log: when no log's next event can be applied, the logs are
-//!   read again;
+//!   the tool of a free before glibc gets the block back, and the free's log count is
+//!   published before that, so the event that must come first is always already published
+//!   in some log (glibc's own locking orders the free before the allocation that reuses the
+//!   address): when no log's next event can be applied, the counts are read again;
 //! * events of different threads on different addresses interleave by batch, as threads
 //!   under Valgrind interleave by time slice.
 //!
@@ -40,22 +48,31 @@
 //! program's events are applied in their own order, so its output is the one a lock per event
 //! gave, Valgrind's.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
+use std::cell::UnsafeCell;
+use std::mem::MaybeUninit;
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, Ordering};
 
 use oxgrind_tool::{Addr, Alloc, Free};
 
-use crate::sync::SpinLock;
 use crate::Clock;
 
 /// Logs: threads are spread over them by thread id.
 pub(crate) const SLOTS: usize = 64;
 /// Events a log holds before its thread applies the logs, if the state lock is free.
-pub(crate) const FLUSH: usize = 128;
-/// Room a log is given at first, and a pending batch at least.
-pub(crate) const RESERVE: usize = 512;
-/// Events a log holds at most: its thread then waits for the state lock. An event is at most
-/// 136 bytes, so about 1.1 MiB per thread at worst.
-pub(crate) const LIMIT: usize = 8192;
+pub(crate) const FLUSH: u64 = 128;
+/// Events a log holds unapplied at most: its thread then waits for the state lock. An event
+/// is at most 136 bytes, so about 1.1 MiB per thread at worst.
+pub(crate) const LIMIT: u64 = 8192;
+/// Events per chunk of a log.
+const CHUNK: usize = 256;
+
+/// A log's owner when none: free for the taking.
+const NO_OWNER: i32 = 0;
+/// A log's owner in a forked child when it belonged to a thread of the parent: its events
+/// are still applied, but nobody writes to it again.
+const RETIRED: i32 = -1;
 
 /// A heap event as a thread recorded it, with its clock reading.
 #[derive(Copy, Clone, Debug)]
@@ -76,108 +93,289 @@ impl Event {
     }
 }
 
-/// One log, alone in its cache lines: threads have consecutive ids, so unpadded their logs'
-/// locks shared lines, and every append bounced a line between two cores.
-#[repr(align(128))]
-struct Slot(SpinLock<Vec<Event>>);
+/// A piece of a log: events in the order they were appended, then the next piece.
+struct Chunk {
+    events: [MaybeUninit<Event>; CHUNK],
+    /// Set by the owner (release) before it publishes the first event stored there.
+    next: AtomicPtr<Chunk>,
+}
+
+impl Chunk {
+    const LAYOUT: Layout = Layout::new::<Chunk>();
+
+    /// A chunk with no events and no successor, from the tool's own allocator.
+    fn new() -> *mut Chunk {
+        // SAFETY: the layout has a non-zero size.
+        let c = unsafe { alloc(Self::LAYOUT) } as *mut Chunk;
+        if c.is_null() {
+            handle_alloc_error(Self::LAYOUT);
+        }
+        // SAFETY: `c` is a fresh allocation for a `Chunk`; the events may stay uninitialised
+        // (`MaybeUninit`), `next` is initialised here before any read.
+        unsafe { std::ptr::addr_of_mut!((*c).next).write(AtomicPtr::new(null_mut())) };
+        c
+    }
+
+    /// # Safety
+    /// `c` came from [`Chunk::new`] and nothing refers to it any more.
+    unsafe fn delete(c: *mut Chunk) {
+        // SAFETY: forwarded to the caller; events need no drop (`Event` is `Copy`).
+        unsafe { dealloc(c as *mut u8, Self::LAYOUT) }
+    }
+}
+
+/// What only a log's owner touches.
+struct Writer {
+    /// The chunk being filled (null until the log is first taken).
+    chunk: *mut Chunk,
+    /// Events in `chunk`.
+    used: usize,
+    /// Events appended so far (the published count, as the owner knows it).
+    count: u64,
+    /// The applied count as last read: the owner rereads it only when the difference
+    /// says its log may be due.
+    applied_seen: u64,
+}
+
+/// Written by the log's owner at every event.
+#[repr(align(64))]
+struct OwnerLine {
+    /// The thread that writes this log ([`NO_OWNER`], [`RETIRED`], or a thread id).
+    owner: AtomicI32,
+    /// Events published (release store by the owner).
+    published: AtomicU64,
+    /// The log's first chunk, where the reader starts (set before the first publication).
+    first: AtomicPtr<Chunk>,
+    writer: UnsafeCell<Writer>,
+}
+
+/// Written by the reader, once per batch or chunk.
+#[repr(align(64))]
+struct ReaderLine {
+    /// Events applied (release store by the state lock's holder).
+    applied: AtomicU64,
+    /// A chunk the reader is done with, handed back for the owner's next one.
+    spare: AtomicPtr<Chunk>,
+}
+
+/// One log: the owner's and the reader's fields in cache lines of their own.
+struct Slot {
+    own: OwnerLine,
+    read: ReaderLine,
+}
 
 pub(crate) struct Logs {
     slots: [Slot; SLOTS],
-    /// Bit `i` set: log `i` may hold events (set by the append that makes it non-empty), so
-    /// applying the logs visits only those.
-    busy: AtomicU64,
+    /// Bit `i` set: log `i` was ever taken, so applying the logs visits only those.
+    taken: AtomicU64,
 }
 
-/// Events taken from one log and not applied yet: `events[next..]`.
-#[derive(Default)]
-pub(crate) struct Pending {
-    pub(crate) events: Vec<Event>,
-    pub(crate) next: usize,
+// SAFETY: a `Writer` is touched only by the thread owning its slot (see `Logs::push`); the
+// rest is atomics. Chunks are handed between threads with release/acquire pairs.
+unsafe impl Sync for Logs {}
+// SAFETY: as above; the raw pointers are to chunks owned by the logs.
+unsafe impl Send for Logs {}
+
+/// Where the reader is in one log (kept under the state lock).
+#[derive(Copy, Clone)]
+pub(crate) struct Cursor {
+    /// The chunk holding the next event to apply (null before the first).
+    chunk: *mut Chunk,
+    /// Events of `chunk` already applied.
+    used: usize,
+    /// Events of the log applied.
+    applied: u64,
 }
 
-impl Pending {
-    #[inline]
-    pub(crate) fn front(&self) -> Option<Event> {
-        self.events.get(self.next).copied()
+impl Default for Cursor {
+    fn default() -> Self {
+        Cursor {
+            chunk: null_mut(),
+            used: 0,
+            applied: 0,
+        }
     }
-
-    #[inline]
-    pub(crate) fn is_empty(&self) -> bool {
-        self.next >= self.events.len()
-    }
 }
+
+// SAFETY: a cursor is only used by the holder of the state lock it lives under.
+unsafe impl Send for Cursor {}
 
 impl Logs {
     pub(crate) const fn new() -> Self {
         Logs {
-            slots: [const { Slot(SpinLock::new(Vec::new())) }; SLOTS],
-            busy: AtomicU64::new(0),
-        }
-    }
-
-    /// Appends `ev` to the log of thread `tid`; returns how many events that log holds.
-    #[inline]
-    pub(crate) fn push(&self, tid: i32, ev: Event) -> usize {
-        let i = tid as u32 as usize % SLOTS;
-        let mut log = self.slots[i].0.lock();
-        if log.capacity() == 0 {
-            log.reserve_exact(RESERVE);
-        }
-        log.push(ev);
-        let n = log.len();
-        if n == 1 {
-            self.busy.fetch_or(1 << i, Ordering::Relaxed);
-        }
-        n
-    }
-
-    /// Moves every log's events behind the ones already pending for it (one [`Pending`] per
-    /// log), oldest first: by swapping vectors when nothing of that log is pending, so an
-    /// event is not copied again. Whether any event was taken. `spins`: `u64::MAX` waits
-    /// for each log's lock; a smaller number gives up on a log whose lock stays taken that
-    /// many tries (at the end, when a fatal signal may have stopped a thread in the middle
-    /// of an append).
-    pub(crate) fn take_all_within(&self, pending: &mut [Pending], spins: u64) -> bool {
-        let mut any = false;
-        let mut busy = self.busy.swap(0, Ordering::Relaxed);
-        while busy != 0 {
-            let i = busy.trailing_zeros() as usize;
-            busy &= busy - 1;
-            let p = &mut pending[i];
-            let log = if spins == u64::MAX {
-                Some(self.slots[i].0.lock())
-            } else {
-                self.slots[i].0.lock_bounded(spins)
-            };
-            let Some(mut log) = log else {
-                // Left for a later look.
-                self.busy.fetch_or(1 << i, Ordering::Relaxed);
-                continue;
-            };
-            if log.is_empty() {
-                continue;
-            }
-            any = true;
-            if p.is_empty() {
-                p.events.clear();
-                p.next = 0;
-                if p.events.capacity() < RESERVE {
-                    p.events.reserve_exact(RESERVE);
+            slots: [const {
+                Slot {
+                    own: OwnerLine {
+                        owner: AtomicI32::new(NO_OWNER),
+                        published: AtomicU64::new(0),
+                        first: AtomicPtr::new(null_mut()),
+                        writer: UnsafeCell::new(Writer {
+                            chunk: null_mut(),
+                            used: 0,
+                            count: 0,
+                            applied_seen: 0,
+                        }),
+                    },
+                    read: ReaderLine {
+                        applied: AtomicU64::new(0),
+                        spare: AtomicPtr::new(null_mut()),
+                    },
                 }
-                core::mem::swap(&mut p.events, &mut *log);
-            } else {
-                p.events.extend(log.drain(..));
-            }
+            }; SLOTS],
+            taken: AtomicU64::new(0),
         }
-        any
     }
 
+    /// The log of thread `tid`, taking a free one on its first event; `None` when every log
+    /// is taken.
+    #[inline]
+    fn log_of(&self, tid: i32) -> Option<usize> {
+        let home = tid as u32 as usize % SLOTS;
+        if tid > 0 && self.slots[home].own.owner.load(Ordering::Relaxed) == tid {
+            return Some(home);
+        }
+        self.take_log(tid, home)
+    }
+
+    #[cold]
+    fn take_log(&self, tid: i32, home: usize) -> Option<usize> {
+        if tid <= 0 {
+            return None;
+        }
+        for k in 0..SLOTS {
+            let i = (home + k) % SLOTS;
+            let own = &self.slots[i].own;
+            if own.owner.load(Ordering::Relaxed) == tid {
+                return Some(i);
+            }
+            if own.owner.load(Ordering::Relaxed) == NO_OWNER
+                && own
+                    .owner
+                    .compare_exchange(NO_OWNER, tid, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                // SAFETY: this thread now owns the log; nobody else touches its writer.
+                let w = unsafe { &mut *own.writer.get() };
+                if w.chunk.is_null() {
+                    w.chunk = Chunk::new();
+                    w.used = 0;
+                    own.first.store(w.chunk, Ordering::Release);
+                }
+                self.taken.fetch_or(1 << i, Ordering::Release);
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// Appends `ev` to the log of thread `tid` (the calling thread, never inside another
+    /// call of this on the same thread: the runtime does not re-enter a tool's handler on a
+    /// thread). Returns how many events that log may hold unapplied (at least the true
+    /// number when that is [`FLUSH`] or more), or `None` when the thread has no log.
+    #[inline]
+    pub(crate) fn push(&self, tid: i32, ev: Event) -> Option<u64> {
+        let slot = &self.slots[self.log_of(tid)?];
+        // SAFETY: the log is owned by `tid`, the calling thread: thread ids are unique among
+        // live threads, and the thread is not inside another `push` (above). So this is the
+        // only reference to the writer.
+        let w = unsafe { &mut *slot.own.writer.get() };
+        if w.used == CHUNK {
+            let next = match slot.read.spare.swap(null_mut(), Ordering::Acquire) {
+                c if c.is_null() => Chunk::new(),
+                c => {
+                    // SAFETY: the reader handed it back and never looks at it again.
+                    unsafe { (*c).next.store(null_mut(), Ordering::Relaxed) };
+                    c
+                }
+            };
+            // SAFETY: `w.chunk` is the log's last chunk, alive while the reader has not gone
+            // past it (it cannot: its `next` is set only now).
+            unsafe { (*w.chunk).next.store(next, Ordering::Release) };
+            w.chunk = next;
+            w.used = 0;
+        }
+        // SAFETY: `w.chunk` is this log's current chunk, `used < CHUNK`, and the slot is not
+        // yet published, so the reader does not read it.
+        unsafe { (*w.chunk).events[w.used].write(ev) };
+        w.used += 1;
+        w.count += 1;
+        slot.own.published.store(w.count, Ordering::Release);
+        let mut n = w.count - w.applied_seen;
+        if n >= FLUSH {
+            w.applied_seen = slot.read.applied.load(Ordering::Acquire);
+            n = w.count - w.applied_seen;
+        }
+        Some(n)
+    }
+
+    /// Logs ever taken (bit `i`: log `i`).
+    #[inline]
+    pub(crate) fn taken(&self) -> u64 {
+        self.taken.load(Ordering::Acquire)
+    }
+
+    /// Events published in log `i` and not yet applied past `cur`.
+    #[inline]
+    pub(crate) fn available(&self, i: usize, cur: &Cursor) -> u64 {
+        self.slots[i].own.published.load(Ordering::Acquire) - cur.applied
+    }
+
+    /// The next event of log `i` after `cur`.
+    ///
     /// # Safety
-    /// Only in a single-threaded child right after `fork`.
-    pub(crate) unsafe fn force_unlock(&self) {
+    /// Called by the holder of the state lock, under which every cursor of these logs
+    /// lives, with `cur` the cursor of log `i`, and only when [`Logs::available`] said at
+    /// least one event is there.
+    #[inline]
+    pub(crate) unsafe fn front(&self, i: usize, cur: &mut Cursor) -> Event {
+        let slot = &self.slots[i];
+        if cur.chunk.is_null() {
+            cur.chunk = slot.own.first.load(Ordering::Acquire);
+            cur.used = 0;
+        } else if cur.used == CHUNK {
+            // SAFETY: the event after this chunk's last is published, so the owner linked
+            // the next chunk before (release, paired here).
+            let next = unsafe { (*cur.chunk).next.load(Ordering::Acquire) };
+            let done = std::mem::replace(&mut cur.chunk, next);
+            cur.used = 0;
+            // The owner writes only to its current chunk, `next` or later: `done` is free.
+            let old = slot.read.spare.swap(done, Ordering::AcqRel);
+            if !old.is_null() {
+                // SAFETY: a spare the owner did not take is referred to by nobody else.
+                unsafe { Chunk::delete(old) };
+            }
+        }
+        // SAFETY: the event is published (the caller checked), so written before the release
+        // store of the count this thread's acquire load read.
+        unsafe { (*cur.chunk).events[cur.used].assume_init_read() }
+    }
+
+    /// Moves `cur` past the event [`Logs::front`] returned.
+    #[inline]
+    pub(crate) fn advance(cur: &mut Cursor) {
+        cur.used += 1;
+        cur.applied += 1;
+    }
+
+    /// Tells log `i`'s owner how far its events are applied.
+    #[inline]
+    pub(crate) fn mark_applied(&self, i: usize, cur: &Cursor) {
+        self.slots[i]
+            .read
+            .applied
+            .store(cur.applied, Ordering::Release);
+    }
+
+    /// In a forked child, no thread of the parent exists: their logs are applied as they
+    /// are, and written by nobody again (a child thread could be given one of their ids
+    /// once they end in the parent, and would continue a log left in the middle of an
+    /// append).
+    pub(crate) fn retire_after_fork(&self) {
         for s in &self.slots {
-            // SAFETY: forwarded to the caller.
-            unsafe { s.0.force_unlock() };
+            let o = s.own.owner.load(Ordering::Relaxed);
+            if o != NO_OWNER {
+                s.own.owner.store(RETIRED, Ordering::Relaxed);
+            }
         }
     }
 }

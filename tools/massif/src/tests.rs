@@ -54,7 +54,9 @@ fn free(a: &Alloc) -> Free {
         alloc_func: a.func,
         func: AllocFn::Free,
         stack: StackId(99),
-        tid: 1,
+        // Freed on the allocating thread unless a test says otherwise (a thread id names
+        // one live thread: its log is that thread's alone).
+        tid: a.tid,
     }
 }
 
@@ -435,7 +437,39 @@ fn cross_thread_frees_and_reused_addresses_are_applied_in_causal_order() {
     let st = m.state_now(&*h);
     assert_eq!(st.heap, 24, "only the last block is live");
     assert_eq!(st.chunks.len(), 1);
-    assert!(st.pending.iter().all(|p| p.is_empty()));
+    assert!((0..log::SLOTS).all(|i| m.logs.available(i, &st.cursors[i]) == 0));
+}
+
+/// More threads than logs: the ones left without a log apply their events one by one, and
+/// every event still counts once.
+#[test]
+fn threads_beyond_the_logs_apply_their_events_directly() {
+    let h = std::sync::Arc::new(host());
+    let m = std::sync::Arc::new(massif(&["--time-unit=B"]));
+    let n = log::SLOTS as u64 + 8;
+    let threads: Vec<_> = (0..n)
+        .map(|t| {
+            let (h, m) = (h.clone(), m.clone());
+            std::thread::spawn(move || {
+                let mut live = Vec::new();
+                for i in 0..300u64 {
+                    let mut a = alloc((t << 32) | (i * 16), 8, 8, 1);
+                    a.tid = 1000 + t as i32;
+                    m.on_alloc(&*h, &a);
+                    live.push(a);
+                }
+                for a in live.iter().take(100) {
+                    m.on_free(&*h, &free(a));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let st = m.state_now(&*h);
+    assert_eq!(st.heap, n * 200 * 8);
+    assert_eq!(st.chunks.len() as u64, n * 200);
 }
 
 #[test]
