@@ -376,17 +376,20 @@ impl Massif {
     #[inline]
     fn apply(&self, host: &dyn Host, st: &mut State, ev: &log::Event) {
         self.start(st);
-        match ev {
-            log::Event::Alloc(a, clock) => self.apply_alloc(host, st, a, *clock),
-            log::Event::Free(f, clock) => self.apply_free(host, st, f, *clock),
-            log::Event::Realloc(f, a, clock) => self.apply_realloc(host, st, f, a, *clock),
+        let clock = ev.clock();
+        match ev.kind() {
+            log::Kind::Alloc => self.apply_alloc(host, st, &ev.new_block(), clock),
+            log::Kind::Free => self.apply_free(host, st, &ev.old_block(), clock),
+            log::Kind::Realloc => {
+                self.apply_realloc(host, st, &ev.old_block(), &ev.new_block(), clock)
+            }
         }
     }
 
-    fn apply_alloc(&self, host: &dyn Host, st: &mut State, ev: &Alloc, clock: Clock) {
+    fn apply_alloc(&self, host: &dyn Host, st: &mut State, ev: &log::NewBlock, clock: Clock) {
         let ec = self.ec_of_locked(host, st, ev.stack);
         // Valgrind allocates the block before it looks at the stack: ignored blocks too.
-        let slop = st.arena_alloc(ev.addr, self.alignment_of(ev), ev.size, ec);
+        let slop = st.arena_alloc(ev.addr, ev.align, ev.size, ec);
         if ec == IGNORED {
             st.ignored_blocks.insert(ev.addr);
             return;
@@ -399,10 +402,10 @@ impl Massif {
         self.normal_attempt(clock, st);
     }
 
-    fn apply_free(&self, host: &dyn Host, st: &mut State, ev: &Free, clock: Clock) {
+    fn apply_free(&self, host: &dyn Host, st: &mut State, ev: &log::OldBlock, clock: Clock) {
         let (slop, ec) = match st.arena_free(ev.addr, ev.size) {
             Some(found) => found,
-            None => (ev.slop, self.ec_of_locked(host, st, ev.alloc_stack)),
+            None => (ev.slop, self.ec_of_locked(host, st, ev.stack)),
         };
         if st.take_ignored(ev.addr, ec) {
             return;
@@ -421,15 +424,15 @@ impl Massif {
         &self,
         host: &dyn Host,
         st: &mut State,
-        old: &Free,
-        new: &Alloc,
+        old: &log::OldBlock,
+        new: &log::NewBlock,
         clock: Clock,
     ) {
         let new_ec = self.ec_of_locked(host, st, new.stack);
         let (old_slop, new_slop, old_ec) = st.arena_realloc(old, new, self.opts.alignment, new_ec);
         let old_ec = match old_ec {
             Some(ec) => ec,
-            None => self.ec_of_locked(host, st, old.alloc_stack),
+            None => self.ec_of_locked(host, st, old.stack),
         };
         if st.take_ignored(old.addr, old_ec) {
             // The original allocation was ignored: so is the block, wherever it moves, and
@@ -781,8 +784,8 @@ impl State {
     /// block's EC when it was seen (`new_ec`: the new block's).
     fn arena_realloc(
         &mut self,
-        old: &Free,
-        new: &Alloc,
+        old: &log::OldBlock,
+        new: &log::NewBlock,
         align: u64,
         new_ec: EcId,
     ) -> (u64, u64, Option<EcId>) {
@@ -896,7 +899,11 @@ impl Tool for Massif {
         }
         let clock = self.read_clock(host);
         self.classifier.warm(host, ev.stack);
-        self.log_event(host, ev.tid, log::Event::Alloc(*ev, clock));
+        self.log_event(
+            host,
+            ev.tid,
+            log::Event::alloc(ev, self.alignment_of(ev), clock),
+        );
     }
 
     fn on_free(&self, host: &dyn Host, ev: &Free) {
@@ -904,7 +911,7 @@ impl Tool for Massif {
             return;
         }
         let clock = self.read_clock(host);
-        self.log_event(host, ev.tid, log::Event::Free(*ev, clock));
+        self.log_event(host, ev.tid, log::Event::free(ev, clock));
     }
 
     fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
@@ -913,7 +920,11 @@ impl Tool for Massif {
         }
         let clock = self.read_clock(host);
         self.classifier.warm(host, new.stack);
-        self.log_event(host, new.tid, log::Event::Realloc(*old, *new, clock));
+        self.log_event(
+            host,
+            new.tid,
+            log::Event::realloc(old, new, self.opts.alignment, clock),
+        );
     }
 
     fn on_map(&self, host: &dyn Host, ev: &Mapping) {

@@ -474,6 +474,6 @@ fn threads_beyond_the_logs_apply_their_events_directly() {
 
 #[test]
 fn a_logged_event_fits_the_size_the_log_limit_assumes() {
-    // log::LIMIT's memory bound (about 1.1 MiB per thread) counts 136 bytes per event.
-    assert!(std::mem::size_of::<crate::log::Event>() <= 136);
+    // log::LIMIT's memory bound (1 MiB per thread) counts 64 bytes per event.
+    assert_eq!(std::mem::size_of::<crate::log::Event>(), 64);
 }
