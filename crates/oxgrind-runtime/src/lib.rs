@@ -75,6 +75,8 @@ extern "C" fn on_load() {
             start_engine(rt.needs);
         }
     }
+    // The shadows, the heap's reserve and the code cache are reserved now.
+    limits::settle_after_setup();
 }
 
 /// Whether the tool's needs make the program run under the translation engine.

@@ -266,6 +266,65 @@ pub fn unmapped_outside_the_program_limit(bytes: usize) {
     }
 }
 
+/// Set while set-up holds the kernel's address-space limit lifted ([`lift_for_setup`]).
+static LIFTED_FOR_SETUP: AtomicBool = AtomicBool::new(false);
+
+/// Before set-up reserves oxgrind's address space (the shadows' reservations, the private
+/// heap's reserve, the code cache): a finite `RLIMIT_AS` the process started with (`ulimit
+/// -v`) becomes the program's virtual limit, as if the program had set it, and the kernel's
+/// is lifted (to the hard limit; past it, with CAP_SYS_RESOURCE) until
+/// [`settle_after_setup`] puts it at the program's plus ours. Without this the shadows'
+/// reservations failed under a limit Valgrind runs within (Memcheck's under `ulimit -v
+/// 2000000`: no definedness, no addressability checks), because they are large in address
+/// space though small in memory. Under a finite hard limit and no privilege to raise it
+/// (bash's `ulimit -v` sets both, unless given `-S`) they still fail, and say so: the
+/// inline checks index one table over the whole address space (16 GiB for definedness,
+/// 16 TiB for addressability), which no such limit leaves room for.
+pub fn lift_for_setup() {
+    let k = kernel_get(RLIMIT_AS);
+    // Under a finite hard limit we may not raise, nothing changes: the reservations fail
+    // as before (and, the kernel's soft limit being at the hard one, the private heap's
+    // mapping hooks could only take room away, `shift_ours` being clamped to it).
+    let may_raise = may_raise_hard_limits();
+    if k.cur == RLIM_INFINITY || (k.max != RLIM_INFINITY && !may_raise) {
+        return;
+    }
+    {
+        let mut v = VIRTUAL.lock();
+        if v[0].is_some() {
+            return;
+        }
+        v[0] = Some(k);
+    }
+    let unlimited = Rlimit {
+        cur: RLIM_INFINITY,
+        max: RLIM_INFINITY,
+    };
+    let to_hard = Rlimit {
+        cur: k.max,
+        max: k.max,
+    };
+    if !(may_raise && kernel_prlimit(RLIMIT_AS, Some(&unlimited), None).is_ok()) {
+        let _ = kernel_prlimit(RLIMIT_AS, Some(&to_hard), None);
+    }
+    RAISED.store(true, Ordering::Release);
+    LIFTED_FOR_SETUP.store(true, Ordering::Release);
+}
+
+/// Once set-up has made its reservations: the kernel's address-space limit becomes the
+/// program's plus the address space that is ours (see the module comment).
+pub fn settle_after_setup() {
+    if !LIFTED_FOR_SETUP.swap(false, Ordering::AcqRel) {
+        return;
+    }
+    let Some(program) = VIRTUAL.lock()[0] else {
+        return;
+    };
+    let k = kernel_get(RLIMIT_AS);
+    let cur = raised(program.cur, ours_now(), k.max);
+    let _ = kernel_prlimit(RLIMIT_AS, Some(&Rlimit { cur, max: k.max }), None);
+}
+
 /// Lifts the soft limits to the hard ones while the report is written (the program is done).
 pub fn lift_for_report() {
     if !RAISED.load(Ordering::Acquire) {

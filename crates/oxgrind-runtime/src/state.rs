@@ -105,6 +105,7 @@ pub fn ensure_init() {
         STATE.store(INERT, Ordering::Release);
         return;
     };
+    crate::limits::lift_for_setup();
     match set_up() {
         Some(rt) => {
             let rt = Box::leak(Box::new(rt));
@@ -122,6 +123,7 @@ pub fn ensure_init() {
             rt.tool.on_start(&crate::host::HOST);
         }
         None => {
+            crate::limits::settle_after_setup();
             PASSTHROUGH.store(true, Ordering::Relaxed);
             STATE.store(INERT, Ordering::Release)
         }
@@ -214,7 +216,15 @@ fn set_up() -> Option<Runtime> {
     crate::budget::configure(&parsed.core.budgets);
     if let Some(spec) = needs.shadow {
         // Before the first allocator event the tool sees: it marks blocks in the map.
-        crate::host::set_shadow(oxgrind_engine::shadow::reserve(spec));
+        let map = oxgrind_engine::shadow::reserve(spec);
+        if map.is_none() {
+            // Said, as the definedness shadow's failure is: the tool then checks nothing.
+            oxgrind_sys::fd::write_all(
+                2,
+                b"oxgrind: no memory for the addressability shadow; accesses are not checked\n",
+            );
+        }
+        crate::host::set_shadow(map);
     }
     Some(Runtime {
         core: parsed.core,

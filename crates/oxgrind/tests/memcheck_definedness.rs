@@ -106,6 +106,59 @@ fn definedness_is_on_by_default_and_off_with_no() {
     }
 }
 
+/// Started under an address-space limit Valgrind runs within (2 GB, `ulimit -v 2000000`),
+/// definedness and addressability are tracked as without it: the shadows' reservations
+/// (large in address space, small in memory) are made outside the program's limit, which
+/// the program still sees as it was set. Before, they failed: "no memory for the
+/// definedness shadow" and no addressability checks at all. A soft limit always (what an
+/// unprivileged process can go past); a hard one too when we may raise hard limits.
+#[test]
+fn an_address_space_limit_set_before_the_start_keeps_definedness() {
+    let prog = program("-O0");
+    let capable = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let caps = s.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+            u64::from_str_radix(caps.trim(), 16).ok()
+        })
+        .is_some_and(|caps| caps & (1 << 24) != 0); // CAP_SYS_RESOURCE
+    let mut limits = vec!["-S"];
+    if capable {
+        limits.push("");
+    }
+    for which in limits {
+        let under_limit = |args: &[&std::ffi::OsStr]| {
+            run(Command::new("sh")
+                .arg("-c")
+                .arg(format!(r#"ulimit {which} -v 2000000 && exec "$@""#))
+                .arg("sh")
+                .arg(oxgrind())
+                .args(args))
+        };
+        let o = under_limit(&[prog.as_os_str(), "branch".as_ref()]);
+        let err = stderr(&o);
+        assert!(!err.contains("no memory for"), "ulimit {which}: {err}");
+        assert!(
+            err.contains("Conditional jump or move depends on uninitialised value(s)")
+                && err.contains("ERROR SUMMARY: 1 errors from 1 contexts"),
+            "ulimit {which}: {err}"
+        );
+        // The program's view of its limit is the one it started with.
+        let o = under_limit(&[
+            "--undef-value-errors=no".as_ref(),
+            "/bin/sh".as_ref(),
+            "-c".as_ref(),
+            format!("ulimit {which} -v").as_ref(),
+        ]);
+        assert_eq!(
+            stdout(&o).trim(),
+            "2000000",
+            "ulimit {which}: {}",
+            stderr(&o)
+        );
+    }
+}
+
 /// Each case of `prog` under ours (default options) and Valgrind: the same output, the
 /// same report, and our summary line as `summary` says.
 fn same_as_valgrind(prog: &std::path::Path, cases: &[(&str, &str)], what: &str) {
