@@ -60,8 +60,11 @@ use crate::Clock;
 
 /// Logs: threads are spread over them by thread id.
 pub(crate) const SLOTS: usize = 64;
-/// Events a log holds before its thread applies the logs, if the state lock is free.
-pub(crate) const FLUSH: u64 = 128;
+/// Events a log holds before its thread applies the logs, if the state lock is free. Large
+/// batches keep the state (the replayed arena, the block table) in one core's cache for
+/// longer: each hand-over of the lock moves them to the other core. 4096 rather than 128
+/// cut Massif's CPU time on `churn` and `threads` by about 8% (paired runs).
+pub(crate) const FLUSH: u64 = 4096;
 /// Events a log holds unapplied at most: its thread then waits for the state lock. An event
 /// is 64 bytes, so 1 MiB per thread at worst.
 pub(crate) const LIMIT: u64 = 16384;
