@@ -109,9 +109,15 @@ fn flag_of(t: &guard::ThreadState) -> &'static AtomicBool {
     }
 }
 
+/// A gate flag on cache lines of its own: each event writes its thread's flag twice, and
+/// flags allocated one after the other shared a line, which then went from core to core at
+/// every event of threads allocating at once.
+#[repr(align(128))]
+struct PaddedFlag(AtomicBool);
+
 #[cold]
 fn register_flag(t: &guard::ThreadState) -> &'static AtomicBool {
-    let flag: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    let flag: &'static AtomicBool = &Box::leak(Box::new(PaddedFlag(AtomicBool::new(false)))).0;
     FLAGS.lock().push(flag);
     t.gate_flag.set(Some(flag));
     flag

@@ -3,11 +3,21 @@
 //! Using the program's `malloc` from inside our `malloc` hook would recurse, would perturb the
 //! very heap being measured, and would deadlock in a signal handler that interrupted `malloc`.
 //! This is a deliberately simple allocator: power-of-two size classes from 16 bytes to
-//! 64 KiB, carved from 1 MiB `mmap` chunks, one spin-locked free list per class; anything
-//! larger is its own mapping. A class-`c` object is carved at a multiple of `c` inside a chunk
-//! aligned to 64 KiB, so any alignment up to the class size holds without headers. Memory of
-//! small classes is recycled, never returned to the kernel: oxgrind's metadata grows with the
-//! program and is gone at exit anyway.
+//! 64 KiB; anything larger is its own mapping. Memory of small classes is recycled, never
+//! returned to the kernel: oxgrind's metadata grows with the program and is gone at exit
+//! anyway.
+//!
+//! **Arenas.** The tools allocate on the program's threads, at every heap event (DHAT a
+//! histogram per block, hash tables growing), so a free list per class for the whole
+//! process was a process-wide lock per allocation: on four allocating threads its lines went
+//! from core to core at every event, and objects of different threads shared cache lines.
+//! So each class has one free list and one bump region per arena ([`ARENAS`]), each behind
+//! its own lock; a thread keeps to its own arena ([`arena_of`]: threads get arenas in turn),
+//! and takes another only when its own is busy (a nested allocation, or two threads sharing
+//! one). A freed object joins the free list of the freeing thread's arena. Bump regions are
+//! 64 KiB slabs cut from 1 MiB `mmap` chunks under one more lock, taken once per slab. A
+//! class-`c` object is carved at a multiple of `c` inside a slab aligned to 64 KiB, so any
+//! alignment up to the class size holds without headers.
 //!
 //! **The reserve.** A program may lower its own limits (`setrlimit(RLIMIT_AS)`,
 //! `RLIMIT_DATA`) and then use every byte they leave, so a mapping we ask for later can
@@ -24,7 +34,7 @@
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr;
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use crate::raw;
 
@@ -33,7 +43,12 @@ const MAX_SHIFT: usize = 16; // 64 KiB
 const CLASSES: usize = MAX_SHIFT - MIN_SHIFT + 1;
 const CHUNK: usize = 1 << 20;
 const CHUNK_ALIGN: usize = 1 << MAX_SHIFT;
+/// What an arena's class takes from the shared chunk at a time: one object of the largest
+/// class, and aligned as it needs.
+const SLAB: usize = 1 << MAX_SHIFT;
 const PAGE: usize = 4096;
+/// Arenas of the small classes (see the module doc).
+pub const ARENAS: usize = 16;
 
 struct Class {
     free: *mut FreeNode,
@@ -57,7 +72,52 @@ unsafe impl Send for Class {}
 /// same class. Spinning there would wait for ever on itself; instead such a nested
 /// allocation gets a mapping of its own.
 pub struct PrivateHeap {
-    classes: [OwnedLock<Class>; CLASSES],
+    arenas: [Arena; ARENAS],
+    /// Where slabs are cut from: the current chunk, `bump..end`.
+    chunk: OwnedLock<(usize, usize)>,
+    /// The locks [`hold_for_fork`] took: per arena, a mask of classes.
+    held: [AtomicU32; ARENAS],
+    held_chunk: core::sync::atomic::AtomicBool,
+}
+
+/// One arena's classes, on cache lines of their own (128 bytes: the spatial prefetcher
+/// pulls lines in pairs).
+#[repr(align(128))]
+struct Arena([OwnedLock<Class>; CLASSES]);
+
+/// Identities of threads that have an arena (see [`arena_of`]): the thread's identity with
+/// its arena in the top byte (user-space addresses leave it zero); 0 is an empty slot.
+static ARENA_OF: [AtomicUsize; ARENA_IDS] = [const { AtomicUsize::new(0) }; ARENA_IDS];
+const ARENA_IDS: usize = 1024;
+/// Slots [`arena_of`] looks at before it falls back to a hash of the identity.
+const ARENA_PROBES: usize = 16;
+/// The next arena to give out.
+static NEXT_ARENA: AtomicUsize = AtomicUsize::new(0);
+
+/// The arena of thread `me` (a [`thread_identity`]): given in turn at its first allocation
+/// and remembered by identity, so that the first [`ARENAS`] threads never share one
+/// (a hash of the identity alone made two of four threads share one about a third of the
+/// time). One load of a line that is only written when a thread first allocates. When the
+/// table is full (thousands of threads came and went), a hash of the identity.
+#[inline]
+fn arena_of(me: usize) -> usize {
+    const SHIFT: u32 = 56;
+    let h = me.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+    for k in 0..ARENA_PROBES {
+        let slot = &ARENA_OF[(h + k) % ARENA_IDS];
+        let mut w = slot.load(Ordering::Acquire);
+        if w == 0 {
+            let a = NEXT_ARENA.fetch_add(1, Ordering::Relaxed) % ARENAS;
+            match slot.compare_exchange(0, me | a << SHIFT, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return a,
+                Err(now) => w = now,
+            }
+        }
+        if w & ((1 << SHIFT) - 1) == me {
+            return w >> SHIFT;
+        }
+    }
+    h % ARENAS
 }
 
 /// Identifies the calling thread cheaply: the x86-64 TLS ABI keeps the thread pointer at
@@ -149,23 +209,39 @@ impl<T> Drop for OwnedGuard<'_, T> {
 
 impl PrivateHeap {
     pub const fn new() -> Self {
+        #[allow(clippy::declare_interior_mutable_const)]
         const EMPTY: OwnedLock<Class> = OwnedLock::new(Class {
             free: ptr::null_mut(),
             bump: 0,
             end: 0,
         });
+        #[allow(clippy::declare_interior_mutable_const)]
+        const ARENA: Arena = Arena([EMPTY; CLASSES]);
         PrivateHeap {
-            classes: [EMPTY; CLASSES],
+            arenas: [ARENA; ARENAS],
+            chunk: OwnedLock::new((0, 0)),
+            held: [const { AtomicU32::new(0) }; ARENAS],
+            held_chunk: core::sync::atomic::AtomicBool::new(false),
         }
     }
 
-    /// Locks class `ci` for thread `me`; `None` when `me` holds it already (a nested call).
+    /// Locks class `ci` for thread `me` in its own arena, else in the first other one that
+    /// is free at once; when every arena is busy, waits for its own. `None` when `me` holds
+    /// its own arena's already and no other was free (a nested call).
+    #[inline]
     fn lock_class(&self, ci: usize, me: usize) -> Option<OwnedGuard<'_, Class>> {
-        self.classes[ci].lock(me)
-    }
-
-    fn unlock_class(&self, _ci: usize, g: OwnedGuard<'_, Class>) {
-        drop(g);
+        let home = arena_of(me);
+        for k in 0..ARENAS {
+            let lock = &self.arenas[(home + k) % ARENAS].0[ci];
+            if lock
+                .owner
+                .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return Some(OwnedGuard { lock });
+            }
+        }
+        self.arenas[home].0[ci].lock(me)
     }
 
     fn class_of(layout: &Layout) -> Option<usize> {
@@ -174,33 +250,79 @@ impl PrivateHeap {
         (shift <= MAX_SHIFT).then(|| shift - MIN_SHIFT)
     }
 
+    /// A fresh slab of [`SLAB`] bytes, aligned to it, for an arena's class (no class lock
+    /// is held: the chunk's `mmap` may run the engine, which may allocate).
+    fn slab(&self, me: usize) -> *mut u8 {
+        let Some(mut c) = self.chunk.lock(me) else {
+            // Nested inside this thread's own cutting of a slab: a mapping of its own.
+            return obtain(SLAB, SLAB);
+        };
+        if c.0 + SLAB > c.1 {
+            drop(c);
+            let chunk = obtain(CHUNK, CHUNK_ALIGN) as usize;
+            let Some(again) = self.chunk.lock(me) else {
+                return chunk as *mut u8; // nested after all: the chunk serves this slab
+            };
+            c = again;
+            // Another thread may have installed a chunk meanwhile; the rest of the current
+            // one is given up (a rare, bounded waste) and ours is cut from now on.
+            *c = (chunk, chunk + CHUNK);
+        }
+        let p = c.0;
+        c.0 += SLAB;
+        p as *mut u8
+    }
+
     /// Takes, all or nothing, every lock this heap has that another thread holds (see
-    /// [`hold_for_fork`]); returns the mask of the class locks taken, or `None` when one was
-    /// busy (nothing is kept then).
-    fn try_hold_all(&self, me: usize) -> Option<u32> {
-        let mut taken = 0u32;
-        for (i, c) in self.classes.iter().enumerate() {
-            match c
-                .owner
-                .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
-            {
-                Ok(_) => taken |= 1 << i,
-                Err(cur) if cur == me => {} // this thread's own outer frame holds it
-                Err(_) => {
-                    self.release(taken);
-                    return None;
+    /// [`hold_for_fork`]), noting which ones it took; `false` when one was busy (nothing is
+    /// kept then).
+    fn try_hold_all(&self, me: usize) -> bool {
+        let take = |lock: &AtomicUsize| -> Option<bool> {
+            match lock.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => Some(true),
+                Err(cur) if cur == me => Some(false), // this thread's own outer frame holds it
+                Err(_) => None,
+            }
+        };
+        for (a, arena) in self.arenas.iter().enumerate() {
+            let mut taken = 0u32;
+            for (i, c) in arena.0.iter().enumerate() {
+                match take(&c.owner) {
+                    Some(true) => taken |= 1 << i,
+                    Some(false) => {}
+                    None => {
+                        self.held[a].store(taken, Ordering::Relaxed);
+                        self.release_held();
+                        return false;
+                    }
+                }
+            }
+            self.held[a].store(taken, Ordering::Relaxed);
+        }
+        match take(&self.chunk.owner) {
+            Some(took) => self.held_chunk.store(took, Ordering::Relaxed),
+            None => {
+                self.release_held();
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Gives back what [`PrivateHeap::try_hold_all`] took.
+    fn release_held(&self) {
+        for (arena, held) in self.arenas.iter().zip(&self.held) {
+            let mask = held.swap(0, Ordering::Relaxed);
+            for (i, c) in arena.0.iter().enumerate() {
+                if mask & (1 << i) != 0 {
+                    // SAFETY: bit i says this thread took this class in `try_hold_all`.
+                    unsafe { c.force_unlock() };
                 }
             }
         }
-        Some(taken)
-    }
-
-    fn release(&self, mask: u32) {
-        for (i, c) in self.classes.iter().enumerate() {
-            if mask & (1 << i) != 0 {
-                // SAFETY: bit i says this thread took class i in `try_hold_all`.
-                unsafe { c.force_unlock() };
-            }
+        if self.held_chunk.swap(false, Ordering::Relaxed) {
+            // SAFETY: this thread took the chunk lock in `try_hold_all`.
+            unsafe { self.chunk.force_unlock() };
         }
     }
 }
@@ -277,9 +399,9 @@ pub unsafe fn force_unlock_regions() {
 /// The heap [`hold_for_fork`] takes: the embedder's `#[global_allocator]`.
 static FORK_HEAP: core::sync::atomic::AtomicPtr<PrivateHeap> =
     core::sync::atomic::AtomicPtr::new(ptr::null_mut());
-/// What [`hold_for_fork`] took: class mask in the low bits, bit 31 the region table.
-static FORK_HELD: AtomicUsize = AtomicUsize::new(0);
-const HELD_REGIONS: usize = 1 << 31;
+/// Whether [`hold_for_fork`] took the region table (the heap notes its own locks).
+static FORK_HELD_REGIONS: core::sync::atomic::AtomicBool =
+    core::sync::atomic::AtomicBool::new(false);
 
 /// Names the heap fork handling must hold: call once, with the `#[global_allocator]`.
 pub fn serve_forks(heap: &'static PrivateHeap) {
@@ -300,27 +422,22 @@ pub fn hold_for_fork() {
     // SAFETY: FORK_HEAP is null or the 'static heap given to `serve_forks`.
     let heap = unsafe { heap.as_ref() };
     loop {
-        let classes = match heap {
-            Some(h) => h.try_hold_all(me),
-            None => Some(0),
-        };
-        if let Some(mask) = classes {
-            let held = mask as usize;
+        if heap.is_none_or(|h| h.try_hold_all(me)) {
             match REGIONS
                 .owner
                 .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
             {
                 Ok(_) => {
-                    FORK_HELD.store(held | HELD_REGIONS, Ordering::Relaxed);
+                    FORK_HELD_REGIONS.store(true, Ordering::Relaxed);
                     return;
                 }
                 Err(cur) if cur == me => {
-                    FORK_HELD.store(held, Ordering::Relaxed);
+                    FORK_HELD_REGIONS.store(false, Ordering::Relaxed);
                     return;
                 }
                 Err(_) => {
                     if let Some(h) = heap {
-                        h.release(mask);
+                        h.release_held();
                     }
                 }
             }
@@ -335,13 +452,12 @@ pub fn hold_for_fork() {
 /// Only right after the `fork` that [`hold_for_fork`] prepared, on the thread that called it
 /// (in the parent, or in the child, which is that thread's copy), once per process.
 pub unsafe fn release_after_fork() {
-    let held = FORK_HELD.swap(0, Ordering::Relaxed);
     let heap = FORK_HEAP.load(Ordering::Acquire);
     // SAFETY: as in hold_for_fork.
     if let Some(h) = unsafe { heap.as_ref() } {
-        h.release(held as u32 & !(HELD_REGIONS as u32));
+        h.release_held();
     }
-    if held & HELD_REGIONS != 0 {
+    if FORK_HELD_REGIONS.swap(false, Ordering::Relaxed) {
         // SAFETY: this thread took the region table in hold_for_fork.
         unsafe { REGIONS.force_unlock() };
     }
@@ -642,27 +758,25 @@ unsafe impl GlobalAlloc for PrivateHeap {
             let node = c.free;
             // SAFETY: nodes on the free list are blocks of this class we handed out before.
             c.free = unsafe { (*node).next };
-            self.unlock_class(ci, c);
             return node as *mut u8;
         }
         if c.bump + size > c.end {
             // Never hold a class lock across the mmap: under the translation engine that
             // system call passes through the dispatcher, which may have to translate code
             // that allocates from this very class.
-            self.unlock_class(ci, c);
-            let chunk = obtain(CHUNK, CHUNK_ALIGN);
+            drop(c);
+            let slab = self.slab(me) as usize;
             let Some(again) = self.lock_class(ci, me) else {
-                return chunk; // nested after all: the chunk serves this one block
+                return slab as *mut u8; // nested after all: the slab serves this one block
             };
             c = again;
-            // Another thread may have installed a chunk meanwhile; the rest of the current
-            // one is given up (a rare, bounded waste) and ours becomes the bump region.
-            c.bump = chunk as usize;
-            c.end = chunk as usize + CHUNK;
+            // This arena (or the one taken instead, when this thread's was busy) may have
+            // a region already; the rest of it is given up (a rare, bounded waste).
+            c.bump = slab;
+            c.end = slab + SLAB;
         }
         let p = c.bump;
         c.bump += size;
-        self.unlock_class(ci, c);
         p as *mut u8
     }
 
@@ -710,7 +824,6 @@ unsafe impl GlobalAlloc for PrivateHeap {
                 // SAFETY: p is a block of this class being returned; we own it now.
                 unsafe { (*node).next = c.free };
                 c.free = node;
-                self.unlock_class(ci, c);
             }
         }
     }
