@@ -123,6 +123,21 @@ pub fn counter_total(id: oxgrind_tool::instrument::CounterId) -> u64 {
     context::counter_total(id.0 as usize)
 }
 
+/// [`counter_total`] as the calling thread sees it, for a clock read at every event: its own
+/// copy exactly, the other threads' as read a bounded number of its own counts ago
+/// (`context::counter_total_seen_by`). Successive readings on one thread never decrease;
+/// exact while no other thread runs (so with one thread, always).
+pub fn counter_total_seen(id: oxgrind_tool::instrument::CounterId) -> u64 {
+    if id.0 >= oxgrind_tool::instrument::MAX_COUNTERS {
+        return 0;
+    }
+    match current_context() {
+        // SAFETY: current_context is the calling thread's own context; the id is in range.
+        Some(ctx) => unsafe { context::counter_total_seen_by(ctx, id.0 as usize) },
+        None => context::counter_total(id.0 as usize),
+    }
+}
+
 /// What the engine should do; fixed at start.
 #[derive(Clone, Copy)]
 pub struct Config {

@@ -601,6 +601,10 @@ impl Host for RuntimeHost {
         oxgrind_engine::counter_total(id)
     }
 
+    fn counter_seen(&self, id: oxgrind_tool::instrument::CounterId) -> u64 {
+        oxgrind_engine::counter_total_seen(id)
+    }
+
     fn indexed_counter_totals(&self, totals: &mut [u64]) {
         oxgrind_engine::indexed_counter_totals(totals)
     }

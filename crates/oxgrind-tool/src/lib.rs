@@ -498,6 +498,14 @@ pub trait Host {
     fn counter(&self, _id: instrument::CounterId) -> u64 {
         0
     }
+    /// [`Host::counter`] as the calling thread sees it, cheap enough for a clock read at
+    /// every event: its own count exactly, the other threads' as read a bounded number of
+    /// its own counts ago (reading every thread's copy each time costs a cache miss per
+    /// thread). Successive readings on one thread never decrease; exact while no other
+    /// thread runs (with one thread, always). The default is [`Host::counter`].
+    fn counter_seen(&self, id: instrument::CounterId) -> u64 {
+        self.counter(id)
+    }
     /// Adds, for every thread (live and gone), its indexed counter `i`
     /// ([`Needs::indexed_counters`]) to `totals[i]`, for each `i` below `totals.len()`. Exact
     /// when the threads are stopped (at [`Tool::fini`]).

@@ -63,9 +63,16 @@ pub const DH_VIEW: &str = "file:///usr/libexec/valgrind/dh_view.html";
 /// allocator is not.
 const INSTRS: CounterId = CounterId(0);
 
-/// The instruction count now (the sum of the threads' counters).
+/// The instruction count at a heap event, as the calling thread sees it
+/// ([`Host::counter_seen`]: the other threads' counts may lag a little, as the order of
+/// events across threads is uncertain anyway; with one thread it is exact).
 #[inline]
 fn now(host: &dyn Host) -> u64 {
+    host.counter_seen(INSTRS)
+}
+
+/// The instruction count at exit: every thread's, exactly.
+fn total_instrs(host: &dyn Host) -> u64 {
     host.counter(INSTRS)
 }
 
@@ -331,7 +338,7 @@ impl Dhat {
     /// The file and the summary totals at exit. `None` when the state stayed locked (a
     /// fatal signal interrupted a thread inside a DHAT handler).
     fn build(&self, host: &dyn Host) -> Option<(DhatFile, heap::Totals)> {
-        let te = now(host);
+        let te = total_instrs(host);
         let summary = if self.heap_mode() {
             self.heap.finish(te)?
         } else {
