@@ -10,7 +10,8 @@
 //!   own), each behind its own spin lock, with the per-program-point counters of the blocks
 //!   it saw (added up at the end). Threads allocating from different regions (glibc gives
 //!   each thread its own arena) and charging accesses to them rarely meet;
-//! * the current heap size is two atomics; only an event that reaches the global maximum
+//! * the current heap size in bytes is one atomic (the number of blocks is counted by the
+//!   shards, and added up when needed); only an event that reaches the global maximum
 //!   (`curr >= max` on allocation, `curr == max` before a free: Valgrind's tests) takes the
 //!   peak lock and every shard's, to record the maximum consistently, as Valgrind does at
 //!   the same moments with the whole program stopped.
@@ -461,19 +462,39 @@ pub struct Summary {
     pub totals: Totals,
 }
 
+/// A value on cache lines of its own (128 bytes: the spatial prefetcher pulls lines in
+/// pairs), so that threads writing one of these do not slow the readers of another.
+#[repr(align(128))]
+#[derive(Default)]
+struct Padded<T>(T);
+
+impl<T> core::ops::Deref for Padded<T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// Everything DHAT knows in heap mode. See the module docs for how threads share it.
+///
+/// Laid out by how it is shared: each shard's lock and header, the heap's current size
+/// (written at every event), the lines read at every event or access batch (the maximum,
+/// the span), and the peak's lock each on lines of their own. Side by side, every event's
+/// write of the size made the other threads' next reading of the span or the maximum miss.
 pub struct Heap {
     /// [`SHARDS`] region shards, then the shard of blocks larger than a region.
-    shards: Vec<SpinLock<Shard>>,
-    peak: SpinLock<Peak>,
-    curr_bytes: AtomicU64,
-    curr_blocks: AtomicU64,
+    shards: Vec<Padded<SpinLock<Shard>>>,
+    peak: Padded<SpinLock<Peak>>,
+    /// The heap's current size in bytes, the one number every event writes. (The current
+    /// number of blocks is only needed at a peak and at exit, with every shard locked: it
+    /// is the sum of the shards' live blocks then.)
+    curr_bytes: Padded<AtomicU64>,
     /// Mirror of `peak.max_bytes`, for the lock-free test of each event.
-    max_bytes: AtomicU64,
+    max_bytes: Padded<AtomicU64>,
     /// `[lo, hi)` holds every block ever recorded (it only grows): most accesses (the
     /// stack, globals) fall outside, and are set aside without a lock or a lookup.
-    span_lo: AtomicU64,
-    span_hi: AtomicU64,
+    span: Padded<(AtomicU64, AtomicU64)>,
 }
 
 impl Default for Heap {
@@ -486,14 +507,12 @@ impl Heap {
     pub fn new() -> Self {
         Heap {
             shards: (0..=SHARDS)
-                .map(|_| SpinLock::new(Shard::default()))
+                .map(|_| Padded(SpinLock::new(Shard::default())))
                 .collect(),
-            peak: SpinLock::new(Peak::default()),
-            curr_bytes: AtomicU64::new(0),
-            curr_blocks: AtomicU64::new(0),
-            max_bytes: AtomicU64::new(0),
-            span_lo: AtomicU64::new(u64::MAX),
-            span_hi: AtomicU64::new(0),
+            peak: Padded(SpinLock::new(Peak::default())),
+            curr_bytes: Padded(AtomicU64::new(0)),
+            max_bytes: Padded(AtomicU64::new(0)),
+            span: Padded((AtomicU64::new(u64::MAX), AtomicU64::new(0))),
         }
     }
 
@@ -502,12 +521,13 @@ impl Heap {
     /// widens.
     #[inline]
     fn cover(&self, addr: u64, size: u64) {
-        if addr < self.span_lo.load(Ordering::Relaxed) {
-            self.span_lo.fetch_min(addr, Ordering::AcqRel);
+        let (lo, hi) = &*self.span;
+        if addr < lo.load(Ordering::Relaxed) {
+            lo.fetch_min(addr, Ordering::AcqRel);
         }
         let end = addr.saturating_add(size);
-        if end > self.span_hi.load(Ordering::Relaxed) {
-            self.span_hi.fetch_max(end, Ordering::AcqRel);
+        if end > hi.load(Ordering::Relaxed) {
+            hi.fetch_max(end, Ordering::AcqRel);
         }
     }
 
@@ -552,7 +572,7 @@ impl Heap {
             return;
         }
         peak.max_bytes = curr;
-        peak.max_blocks = self.curr_blocks.load(Ordering::Acquire);
+        peak.max_blocks = shards.iter().map(|s| s.by_addr.len() as u64).sum();
         peak.tgmax = now;
         self.max_bytes.store(curr, Ordering::Release);
         let (mut blocks, mut bytes) = (0, 0);
@@ -604,7 +624,6 @@ impl Heap {
         if let Some(map) = shadow {
             mark_block(map, addr, size);
         }
-        self.curr_blocks.fetch_add(1, Ordering::AcqRel);
         let curr = self.curr_bytes.fetch_add(size, Ordering::AcqRel) + size;
         self.maybe_new_max(curr, pp, now);
     }
@@ -649,7 +668,6 @@ impl Heap {
         p.curr_bytes -= size;
         s.retire(b, now);
         drop(s);
-        self.curr_blocks.fetch_sub(1, Ordering::AcqRel);
         self.curr_bytes.fetch_sub(size, Ordering::AcqRel);
         true
     }
@@ -763,8 +781,8 @@ impl Heap {
         let Some(shadow) = shadow else {
             return hot;
         };
-        let lo = self.span_lo.load(Ordering::Acquire);
-        let hi = self.span_hi.load(Ordering::Acquire);
+        let (lo, hi) = &*self.span;
+        let (lo, hi) = (lo.load(Ordering::Acquire), hi.load(Ordering::Acquire));
         let mut held: Option<(usize, SpinGuard<'_, Shard>)> = None;
         // The block hit last in each 256-byte line of [`HINTS`] (direct-mapped, `valid`
         // saying which are filled): `[start, end)`, its shard and slot, and whether it is
@@ -916,6 +934,7 @@ impl Heap {
         let mut out = Summary::default();
         for s in &mut shards {
             let slots: Vec<u32> = s.by_addr.values().copied().collect();
+            out.totals.curr_blocks += slots.len() as u64;
             s.by_addr.clear();
             for slot in slots {
                 let b = core::mem::replace(&mut s.blocks[slot as usize], EMPTY_BLOCK);
@@ -940,7 +959,6 @@ impl Heap {
             o.max_bytes = bytes;
         }
         let t = &mut out.totals;
-        t.curr_blocks = self.curr_blocks.load(Ordering::Acquire);
         t.curr_bytes = self.curr_bytes.load(Ordering::Acquire);
         t.max_blocks = peak.max_blocks;
         t.max_bytes = peak.max_bytes;
