@@ -25,10 +25,13 @@ fn main() {
         .compile("oxgrind_strings");
     // The replacements of glibc's string functions run instrumented on the program's behalf:
     // their loops must make exactly the accesses written (no vectorising, no merged stores,
-    // no calls to the functions they replace).
+    // no calls to the functions they replace). No frame pointer either (cc forces one with
+    // debug information): the engine's definedness fast path has no `leave`, so each return
+    // through one would be a slow step; the stack is unwound by the CFI.
     println!("cargo:rerun-if-changed=src/replace.c");
     cc::Build::new()
         .file("src/replace.c")
+        .force_frame_pointer(false)
         .flag("-fno-builtin")
         .flag("-fno-tree-loop-distribute-patterns")
         .flag("-fno-tree-vectorize")
