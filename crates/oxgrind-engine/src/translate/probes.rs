@@ -38,8 +38,23 @@ pub(super) struct RecentCold {
     to_second: usize,
     /// Position of the rel32 of the inline `jnz` taken by an access straddling two lines.
     straddles: Option<usize>,
+    /// What the inline check leaves in `rax` and `rcx` for the out-of-line part.
+    entry: ColdEntry,
     /// Where the inline check ends: the instruction, guest state exact.
     back: usize,
+}
+
+/// How an instruction's inline recent-lines check enters its out-of-line part.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ColdEntry {
+    /// `rax` = the line, `rcx` = its slot (borrowed); a straddling access at `straddles`.
+    LineAndSlot,
+    /// An operand at a constant address (`Emitter::check_recent_constant`): `rax` = the
+    /// line, `rcx` not borrowed; the slot is known.
+    Constant(u32),
+    /// `Emitter::check_recent_without_rcx`: `rax` clobbered, `rcx` not borrowed; the
+    /// out-of-line part starts over from the address.
+    Address,
 }
 
 /// The out-of-line part of a block's two-way code-lines check (see
@@ -1061,7 +1076,10 @@ impl Emitter {
     /// second line to the record and the drain check (what
     /// [`Emitter::append_unless_recent_two_ways`] emits), out of line after the block's
     /// stubs ([`Emitter::finish_recent_cold`]), coming back to the instruction. The inline
-    /// part stays a few dozen bytes, straight, with no taken jump.
+    /// part stays a few dozen bytes, straight, with no taken jump. Most operands take one
+    /// of two shorter forms, which leave `rcx` alone: a constant address's
+    /// ([`Emitter::check_recent_constant`]) and one in `rax` only
+    /// ([`Emitter::check_recent_without_rcx`]); the general form:
     ///
     /// ```text
     ///     rax = address; save rcx
@@ -1085,6 +1103,43 @@ impl Emitter {
         let start = self.buf.len();
         self.effective_address(m, recent_clamp(m, geometry) - 1, ip)?;
         self.buf.truncate(start);
+        if let Some(slot) = self.check_recent_constant(m, geometry) {
+            let to_second = self.buf.len() - 4;
+            self.return_rax(flags_live);
+            let back = self.buf.len();
+            self.mark(ip, 0);
+            self.recent_cold.push(RecentCold {
+                m: *m,
+                geometry,
+                tag,
+                word,
+                ip,
+                flags_live,
+                to_second,
+                straddles: None,
+                entry: ColdEntry::Constant(slot),
+                back,
+            });
+            return Ok(());
+        }
+        if let Some(to_second) = self.check_recent_without_rcx(m, geometry, ip)? {
+            self.return_rax(flags_live);
+            let back = self.buf.len();
+            self.mark(ip, 0);
+            self.recent_cold.push(RecentCold {
+                m: *m,
+                geometry,
+                tag,
+                word,
+                ip,
+                flags_live,
+                to_second,
+                straddles: None,
+                entry: ColdEntry::Address,
+                back,
+            });
+            return Ok(());
+        }
         let straddles = self.recent_line_and_slot(m, geometry, ip)?;
         self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, FIRST
         self.d32(c::RECENT_LINES_OFF as u32);
@@ -1104,15 +1159,110 @@ impl Emitter {
             flags_live,
             to_second,
             straddles,
+            entry: ColdEntry::LineAndSlot,
             back,
         });
         Ok(())
     }
 
+    /// The inline part of [`Emitter::check_recent_two_ways`] in `rax` alone, for an
+    /// operand addressed by general registers other than `rax` (no segment base): the slot
+    /// comes from the address's bits in place, and one unsigned compare of the address's
+    /// offset from the start of the slot's first line both checks that line and that the
+    /// access does not straddle into the next. No `rcx` to save and give back, one branch.
+    /// Returns the rel32 of the `ja` to the out-of-line part (entered with `rax`
+    /// clobbered, `rcx` not borrowed), or `None`, with nothing emitted, for an operand it
+    /// cannot take.
+    ///
+    /// ```text
+    ///     lea rax, [m]; and eax, (slots-1) << shift; shr eax, shift-3   (slot * 8)
+    ///     mov rax, gs:[FIRST + rax]; shl rax, shift; neg rax           (-first line's start)
+    ///     lea rax, [base + rax + disp]; (lea rax, [rax + index*scale])   (address - start)
+    ///     cmp rax, line - bytes; ja <cold>
+    /// ```
+    /// (A slot that names no line, all ones, starts at the last line of the address
+    /// space, where no access of the program can be.)
+    fn check_recent_without_rcx(
+        &mut self,
+        m: &UsedMemory,
+        (shift, slots): (u32, u32),
+        ip: u64,
+    ) -> Result<Option<usize>, TranslateError> {
+        let is_rax = |r: Register| r == Register::RAX;
+        let mask = u64::from(slots - 1) << shift;
+        // (A constant address, whose displacement is the whole address, is left to
+        // `check_recent_constant` or, straddling, to the general check.)
+        if is_rax(m.base())
+            || is_rax(m.index())
+            || (m.base() == Register::None && m.index() == Register::None)
+            || matches!(m.segment(), Register::FS | Register::GS)
+            || !(3..32).contains(&shift)
+            || mask > i32::MAX as u64
+        {
+            return Ok(None);
+        }
+        let room = (1u64 << shift) - recent_clamp(m, (shift, slots));
+        let disp = m.displacement() as i64;
+        self.effective_address(m, 0, ip)?;
+        self.buf.push(0x25); // and eax, mask
+        self.d32(mask as u32);
+        self.buf.extend_from_slice(&[0xC1, 0xE8, (shift - 3) as u8]); // shr eax, shift-3
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x8B, 0x80]); // mov rax, gs:[rax+FIRST]
+        self.d32(c::RECENT_LINES_OFF as u32);
+        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE0, shift as u8]); // shl rax, shift
+        self.buf.extend_from_slice(&[0x48, 0xF7, 0xD8]); // neg rax
+        match (m.base(), m.index()) {
+            (Register::None, index) => {
+                self.lea_rax(Register::RAX, index, m.scale(), disp, ip)?;
+            }
+            (base, Register::None) => self.lea_rax(base, Register::RAX, 1, disp, ip)?,
+            (base, index) => {
+                self.lea_rax(base, Register::RAX, 1, disp, ip)?;
+                self.lea_rax(Register::RAX, index, m.scale(), 0, ip)?;
+            }
+        }
+        self.buf.extend_from_slice(&[0x48, 0x3D]); // cmp rax, room
+        self.d32(room as u32);
+        self.buf.extend_from_slice(&[0x0F, 0x87]); // ja <cold>
+        let to_cold = self.buf.len();
+        self.d32(0);
+        Ok(Some(to_cold))
+    }
+
+    /// The inline part of [`Emitter::check_recent_two_ways`] for an operand at a constant
+    /// address (RIP-relative or absolute, no segment base) within one line: its line and
+    /// slot are known now, so the check is one compare of an immediate, without `rcx`.
+    /// Returns the slot, the code ending with the rel32 of the `jne` to the out-of-line
+    /// part (which enters it with `rax` = the line, `rcx` not yet borrowed); `None`, with
+    /// nothing emitted, for any other operand.
+    ///
+    /// ```text
+    ///     mov rax, line; cmp rax, gs:[FIRST + slot*8]; jne <cold second>
+    /// ```
+    fn check_recent_constant(&mut self, m: &UsedMemory, (shift, slots): (u32, u32)) -> Option<u32> {
+        let constant = m.base() == Register::None
+            && m.index() == Register::None
+            && !matches!(m.segment(), Register::FS | Register::GS);
+        let addr = m.displacement();
+        let line = addr >> shift;
+        let last = addr.wrapping_add(recent_clamp(m, (shift, slots)) - 1) >> shift;
+        if !constant || line != last {
+            return None;
+        }
+        let slot = (line & u64::from(slots - 1)) as u32;
+        self.mov_imm64(0, line);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0x25]); // cmp rax, gs:[disp32]
+        self.d32(c::RECENT_LINES_OFF as u32 + 8 * slot);
+        self.buf.extend_from_slice(&[0x0F, 0x85]); // jne <cold second>
+        self.d32(0);
+        Some(slot)
+    }
+
     /// Places the out-of-line parts of [`Emitter::check_recent_two_ways`] (before the slow
     /// calls: their drain checks add some). Each enters with `rax` = the line and `rcx` =
     /// its slot (the program's `rax`, flags and `rcx` saved), or at its straddle entry, and
-    /// leaves with the guest state exact, jumping back to its instruction.
+    /// leaves with the guest state exact, jumping back to its instruction. (An operand at
+    /// a constant address enters with `rcx` not yet borrowed: it is saved and set first.)
     ///
     /// ```text
     /// second:
@@ -1137,6 +1287,22 @@ impl Emitter {
             let at = self.buf.len();
             self.push_map_at(at, d.ip, FIX_RAX_IN_STUB);
             self.patch_rel32(d.to_second);
+            let mut straddles = d.straddles;
+            match d.entry {
+                ColdEntry::LineAndSlot => {}
+                ColdEntry::Constant(slot) => {
+                    self.store_gs(1, c::OFF_PROBE_RCX);
+                    self.buf.push(0xB9); // mov ecx, slot
+                    self.d32(slot);
+                }
+                ColdEntry::Address => {
+                    // Not (one line, the slot's first): a straddling access, or a line to
+                    // look for in the second way. Encoded once inline: no error here.
+                    straddles = self
+                        .recent_line_and_slot(&d.m, d.geometry, d.ip)
+                        .unwrap_or(None);
+                }
+            }
             let to_new = self.second_line_hit();
             self.return_rax(d.flags_live);
             self.jmp_to(d.back);
@@ -1145,7 +1311,7 @@ impl Emitter {
             // Both addresses were encoded once by `check_recent_two_ways`: no error here.
             let mut append = || -> Result<(), TranslateError> {
                 let mut to_append = None;
-                if let Some(j) = d.straddles {
+                if let Some(j) = straddles {
                     self.buf.push(0xE9); // jmp append
                     to_append = Some(self.buf.len());
                     self.d32(0);
