@@ -628,6 +628,27 @@ fn deallocate_here(p: *mut c_void, func: AllocFn, entry: Entry) {
     let ev = Event::enter(wrapper_cost(func, &entry));
     match (BLOCKS.remove(addr), &ev) {
         (Some(b), Some(ev)) if !b.internal => {
+            // The block joins the freed-block queue before the tool hears of the free, and
+            // the blocks leaving it go to glibc after: the queue's lock then comes before the
+            // tool's stores (Memcheck marks the block's cold shadow lines), which a locked
+            // instruction after them would wait for, and glibc's writes to the leavers'
+            // cold chunks come last. The block itself stays queued, unreleased, while the
+            // tool hears of it; without a queue it is released after the tool, as before.
+            let queued = ev.rt.needs.freelist_vol > 0;
+            let mut leavers = [0u64; 2];
+            let mut n = 0;
+            if queued {
+                FREED.push(addr, b.size, &mut |a| {
+                    if n < leavers.len() {
+                        leavers[n] = a;
+                        n += 1;
+                    } else {
+                        // SAFETY: `a` came from glibc's allocator and the program no
+                        // longer owns it.
+                        in_glibc(ev.thread, || unsafe { __libc_free(a as *mut c_void) })
+                    }
+                });
+            }
             natively(
                 #[inline(always)]
                 || {
@@ -650,7 +671,16 @@ fn deallocate_here(p: *mut c_void, func: AllocFn, entry: Entry) {
                         .with_event_blocks(0, addr, || ev.rt.tool.on_free(&HOST, &f));
                 },
             );
-            in_glibc(ev.thread, || release_now(Some(ev.rt), addr, b.size));
+            in_glibc(ev.thread, || {
+                if !queued {
+                    // SAFETY: as above, the program freed it and the tool has heard of it.
+                    unsafe { __libc_free(p) }
+                }
+                for &a in &leavers[..n] {
+                    // SAFETY: as above.
+                    unsafe { __libc_free(a as *mut c_void) }
+                }
+            });
         }
         (Some(_), _) => release(None, addr, 0),
         (None, Some(ev)) => ev.misuse(
