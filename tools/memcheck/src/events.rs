@@ -67,16 +67,24 @@ impl Memcheck {
     }
 
     pub(crate) fn free_event(&self, host: &dyn Host, ev: &Free) {
-        if self.free_event_keeping_vbits(host, ev) {
-            self.definedness_free(host, ev.addr, ev.size);
-        }
+        self.free_block(host, ev, true);
     }
 
-    /// [`Memcheck::free_event`] but for the block's V bits (`realloc` moves them first);
-    /// false if the block is not the program's.
-    pub(crate) fn free_event_keeping_vbits(&self, host: &dyn Host, ev: &Free) -> bool {
+    /// [`Memcheck::free_event`] but for the block's V bits (`realloc` moves them first).
+    pub(crate) fn free_event_keeping_vbits(&self, host: &dyn Host, ev: &Free) {
+        self.free_block(host, ev, false);
+    }
+
+    /// A free of the program's block: counted, checked, queued, its shadow marked (its V
+    /// bits made defined when `vbits_defined`).
+    ///
+    /// Locked instructions first (the counter, the thread's batch), the stores to the
+    /// block's shadow after them: those lines are cold (the block's memory was last marked
+    /// when allocated, often megabytes of frees ago), and a locked instruction waits until
+    /// every store before it is done. A full batch moves into the queues last.
+    fn free_block(&self, host: &dyn Host, ev: &Free, vbits_defined: bool) {
         if self.forget_foreign(ev.addr) || in_probe() {
-            return false;
+            return;
         }
         self.ensure_started(host);
         self.totals.free();
@@ -109,23 +117,30 @@ impl Memcheck {
             alloc_stack: ev.alloc_stack,
             free_stack: ev.stack,
         };
-        let mut chunk_end = 0;
-        if self.probing.load(Ordering::Relaxed) {
-            if self.batches.keeps_shadow(ev.size) {
-                shadow::mark_freed(shadow_base(), ev.addr, ev.size);
-            }
-            // Asked now: the allocator still holds the block while the tool hears of it.
-            chunk_end = shadow::chunk_end(host.block_extent(ev.addr), ev.addr, ev.size).0;
+        let probing = self.probing.load(Ordering::Relaxed);
+        // Asked now: the allocator still holds the block while the tool hears of it.
+        let chunk_end = if probing {
+            shadow::chunk_end(host.block_extent(ev.addr), ev.addr, ev.size).0
+        } else {
+            0
+        };
+        let full = self.batches.push(Freed { block, chunk_end });
+        // The block cannot leave the shadow queue before it is marked: it is still in this
+        // thread's batch, or in `full`, which joins the queue below.
+        if probing && self.batches.keeps_shadow(ev.size) {
+            shadow::mark_freed(shadow_base(), ev.addr, ev.size);
         }
-        self.batches.push(Freed { block, chunk_end }, |batch| {
+        if vbits_defined {
+            self.definedness_free(host, ev.addr, ev.size);
+        }
+        if let Some(full) = full {
             let mut leaving = Leaving::default();
-            absorb_freed(&mut self.lock(), batch, &mut leaving);
+            absorb_freed(&mut self.lock(), full.blocks(), &mut leaving);
             // After the state lock: the leavers' shadow lines are cold (freed megabytes
             // ago), and every thread's frees wait for that lock. Still before glibc may
             // reuse them: the runtime's queue gives blocks back at twice this volume.
             leaving.clear_all();
-        });
-        true
+        }
     }
 
     /// Moves every thread's pending frees into the queues: before describing an address.

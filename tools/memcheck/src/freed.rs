@@ -226,6 +226,19 @@ pub struct FreedBatches {
     batches: Box<[SpinLock<Batch>]>,
 }
 
+/// A batch [`FreedBatches::push`] took out, on its way into the queues.
+pub struct FullBatch {
+    items: [Freed; BATCH],
+    len: usize,
+}
+
+impl FullBatch {
+    /// Its frees, oldest first.
+    pub fn blocks(&self) -> &[Freed] {
+        &self.items[..self.len]
+    }
+}
+
 /// One thread's pending frees, oldest first.
 struct Batch {
     items: [Freed; BATCH],
@@ -270,9 +283,9 @@ impl FreedBatches {
         &self.batches[crate::totals::thread_slot()]
     }
 
-    /// Adds a free to the calling thread's batch; when the batch is full, hands all of it,
-    /// oldest first, to `flush` (which moves it into the queues), with no batch lock held.
-    pub fn push(&self, f: Freed, flush: impl FnOnce(&[Freed])) {
+    /// Adds a free to the calling thread's batch; when the batch is full, returns all of
+    /// it, oldest first, for the caller to move into the queues (with no batch lock held).
+    pub fn push(&self, f: Freed) -> Option<FullBatch> {
         let mine = self.mine();
         let mut b = mine.lock();
         let i = b.len;
@@ -280,15 +293,17 @@ impl FreedBatches {
         b.len += 1;
         b.bytes += f.block.size;
         if b.len < BATCH && b.bytes <= self.volume / 32 {
-            return;
+            return None;
         }
         let n = b.len;
-        let mut out = [EMPTY; BATCH];
-        out[..n].copy_from_slice(&b.items[..n]);
+        let mut out = FullBatch {
+            items: [EMPTY; BATCH],
+            len: n,
+        };
+        out.items[..n].copy_from_slice(&b.items[..n]);
         b.len = 0;
         b.bytes = 0;
-        drop(b);
-        flush(&out[..n]);
+        Some(out)
     }
 
     /// Hands every thread's pending frees to `f`, each thread's oldest first, and empties
@@ -325,9 +340,9 @@ mod batch_tests {
         let batches = FreedBatches::new(20_000_000);
         let mut seen = Vec::new();
         for i in 0..(BATCH as u64 + 3) {
-            batches.push(freed(0x1000 + i * 16), |b| {
-                seen.extend(b.iter().map(|f| f.block.addr))
-            });
+            if let Some(b) = batches.push(freed(0x1000 + i * 16)) {
+                seen.extend(b.blocks().iter().map(|f| f.block.addr))
+            }
         }
         assert_eq!(seen.len(), BATCH, "one full batch flushed");
         batches.drain(|b| seen.extend(b.iter().map(|f| f.block.addr)));
@@ -342,8 +357,8 @@ mod batch_tests {
     fn two_instances_on_one_thread_keep_separate_batches() {
         let a = FreedBatches::new(20_000_000);
         let b = FreedBatches::new(20_000_000);
-        a.push(freed(0x10), |_| panic!("not full"));
-        b.push(freed(0x20), |_| panic!("not full"));
+        assert!(a.push(freed(0x10)).is_none(), "not full");
+        assert!(b.push(freed(0x20)).is_none(), "not full");
         let mut from_a = Vec::new();
         a.drain(|x| from_a.extend(x.iter().map(|f| f.block.addr)));
         assert_eq!(from_a, [0x10]);
