@@ -6,7 +6,7 @@
 //! The program's threads update it at once, without a process-wide lock per event:
 //!
 //! * live blocks live in [`SHARDS`] shards chosen by address (blocks that fit in one
-//!   1 MiB region go to that region's shard, larger or straddling ones to a shard of their
+//!   64 MiB region go to that region's shard, larger or straddling ones to a shard of their
 //!   own), each behind its own spin lock, with the per-program-point counters of the blocks
 //!   it saw (added up at the end). Threads allocating from different regions (glibc gives
 //!   each thread its own arena) and charging accesses to them rarely meet;
@@ -163,14 +163,21 @@ pub struct Totals {
 
 /// Number of block shards (plus one for blocks that do not fit in one region).
 pub const SHARDS: usize = 32;
-/// Blocks inside one `1 << REGION_SHIFT` region are kept in that region's shard.
-const REGION_SHIFT: u32 = 20;
+/// Blocks inside one `1 << REGION_SHIFT` region are kept in that region's shard: 64 MiB,
+/// the size and alignment of glibc's per-thread heaps, so that the blocks of one thread's
+/// arena share a shard and threads meet on one only when one frees or touches what another
+/// allocated. (With 1 MiB regions hashed over the shards, a thread's heap spread over
+/// several shards and two threads' heaps met on some: their lock and table lines went from
+/// core to core.)
+const REGION_SHIFT: u32 = 26;
 
-/// The shard of an address's region (hashed: glibc's per-thread arenas are 64 MiB
-/// aligned, so the region number's low bits alone would put every arena in one shard).
+/// The shard of an address's region: neighbouring regions (the arenas glibc maps one after
+/// the other) in different shards, higher bits mixed in so that the main heap and the
+/// mappings land apart.
 #[inline]
 fn region_shard(addr: u64) -> usize {
-    ((addr >> REGION_SHIFT).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59) as usize % SHARDS
+    let region = addr >> REGION_SHIFT;
+    (region ^ (region >> 5) ^ (region >> 10)) as usize % SHARDS
 }
 
 /// The shard a block `[addr, addr + size)` is kept in.
