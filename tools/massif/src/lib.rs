@@ -168,6 +168,8 @@ pub struct Massif {
     state: SpinLock<State>,
     /// Heap events not yet applied to `state`, per thread (module [`log`]).
     logs: log::Logs,
+    /// Where a thread whose log is full sleeps until the logs are applied.
+    released: sync::Released,
     clock: clock::MsClock,
     finished: AtomicBool,
 }
@@ -185,6 +187,7 @@ impl Massif {
             classifier: Classifier::new(&[], &[], opts.depth, false),
             state: SpinLock::new(State::new(&opts)),
             logs: log::Logs::new(),
+            released: sync::Released::new(),
             opts,
             clock: clock::MsClock::new(),
             finished: AtomicBool::new(false),
@@ -257,7 +260,7 @@ impl Massif {
             return;
         }
         let st = if n >= log::LIMIT {
-            Some(self.state.lock())
+            Some(self.released.lock(&self.state))
         } else if self.state.is_locked() {
             // Another thread is applying the logs; ours waits for the next offer.
             None
@@ -266,6 +269,8 @@ impl Massif {
         };
         if let Some(mut st) = st {
             self.apply_logs(host, &mut st);
+            drop(st);
+            self.released.notify();
         }
     }
 

@@ -17,7 +17,7 @@
 //! log never makes its owner wait: a log whose thread cannot get the state lock grows, and
 //! the next thread to find the lock free applies everything. Only a log holding [`LIMIT`]
 //! events unapplied (its thread ran on while the lock holder was preempted for long) makes
-//! its owner wait for the lock.
+//! its owner wait for the lock, asleep in the kernel until the holder is done (`sync::Released`).
 //!
 //! A log is owned by a thread id: thread `t` takes the free log at `t % SLOTS`, or the next
 //! free one, with one compare-and-swap when it first logs an event, and then finds it at
