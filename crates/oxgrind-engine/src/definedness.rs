@@ -46,6 +46,7 @@ use crate::probe::Client;
 mod origins;
 mod residency;
 
+pub(crate) use origins::RegUse;
 pub(crate) use residency::note_thread_created;
 pub use residency::{stats as residency_stats, undefined_file_fd};
 
@@ -546,14 +547,20 @@ pub(crate) fn signal_delivered(ctx: &mut ThreadCtx) {
 
 // ---- the slow path ----
 
-/// What a step call site passes: the instruction, decoded once at translation.
-#[repr(C)]
-pub(crate) struct StepRec {
-    pub ins: Instruction,
+/// What a step call site passes: the instruction, decoded once at translation (its
+/// record is `probe::DefinednessRec`'s).
+pub(crate) struct StepRec<'a> {
+    pub ins: &'a Instruction,
     pub writes_rsp: bool,
     pub call_or_ret: bool,
-    /// The registers it reads and writes, for origins (empty when they are off).
-    pub regs: origins::RegUse,
+    /// The registers it reads and writes, for origins (`None` when they are off).
+    pub regs: Option<&'a origins::RegUse>,
+}
+
+/// Whether step records made now carry the registers their instruction uses: while
+/// origins are tracked.
+pub(crate) fn records_reg_use() -> bool {
+    origins::enabled()
 }
 
 /// The registers `ins` reads and writes, for its [`StepRec`].
@@ -642,7 +649,7 @@ fn is_rep_string(ins: &Instruction) -> bool {
 }
 
 /// The slow path before guest instruction `rec.ins` at `pc` (a clean call).
-pub(crate) fn step(ctx: &mut ThreadCtx, rec: u64, pc: u64, cl: Client) {
+pub(crate) fn step(ctx: &mut ThreadCtx, rec: &StepRec, pc: u64, cl: Client) {
     let t = thread(ctx);
     regs_in(ctx, t);
     step_with(ctx, t, rec, pc, cl);
@@ -650,14 +657,12 @@ pub(crate) fn step(ctx: &mut ThreadCtx, rec: u64, pc: u64, cl: Client) {
 
 /// [`step`] with the thread's state, its registers' shadows copied in ([`regs_in`]);
 /// copies them out before any report.
-fn step_with(ctx: &mut ThreadCtx, t: &mut ThreadShadow, rec: u64, pc: u64, cl: Client) {
-    // SAFETY: step records are written once at translation and never freed.
-    let rec = unsafe { &*(rec as *const StepRec) };
+fn step_with(ctx: &mut ThreadCtx, t: &mut ThreadShadow, rec: &StepRec, pc: u64, cl: Client) {
     if core::mem::take(&mut t.vectors_stale) {
         t.regs.vector = [[0; 64]; 32];
     }
     catch_up(ctx, t, pc);
-    let ins = &rec.ins;
+    let ins = rec.ins;
     let rsp = ctx.gregs[c::RSP];
     new_stack(t, rsp);
     if t.last_call_or_ret {
@@ -692,15 +697,14 @@ fn step_with(ctx: &mut ThreadCtx, t: &mut ThreadShadow, rec: u64, pc: u64, cl: C
         fs,
         pages: core::cell::RefCell::new(&mut t.pages),
     };
-    let tracking = origins::enabled();
-    let (outcome, regs_origin, origin) = if tracking {
-        let regs_origin = origins::registers_read(&rec.regs, &t.regs, &t.reg_origins);
+    let (outcome, regs_origin, origin) = if let Some(reg_use) = rec.regs {
+        let regs_origin = origins::registers_read(reg_use, &t.regs, &t.reg_origins);
         let mut mem = origins::TaggedMemory {
             inner: &mut ShadowMem,
             origin: regs_origin,
         };
         let outcome = t.interp.step(ins, &guest, &mut t.regs, &mut mem);
-        origins::registers_written(&rec.regs, &t.regs, &mut t.reg_origins, mem.origin);
+        origins::registers_written(reg_use, &t.regs, &mut t.reg_origins, mem.origin);
         (outcome, regs_origin, mem.origin)
     } else {
         let outcome = t.interp.step(ins, &guest, &mut t.regs, &mut ShadowMem);

@@ -442,33 +442,56 @@ fn native_record(kind: u32, pc: u64, next_ip: u64) -> Option<u64> {
     })
 }
 
-/// The record of a definedness step: the instruction's [`crate::definedness::StepRec`]
-/// after the two fields `run` reads first, at the offsets a [`ProbeRec`] has them (`kind`)
-/// or not at all: a fifth of the size a `ProbeRec` and a `StepRec` took apart (one per
-/// instruction of the program's code translated: 30 MB of bench `python3`'s peak RSS).
+/// The record of a definedness step (`definedness::StepRec`), with the two fields `run`
+/// reads first at the offsets a [`ProbeRec`] has them (`kind`) or not at all, and the
+/// flags in `kind`'s padding: one per instruction of the program's code translated (bench
+/// `python3`: 190,000, most of its records' 18 MB). With origins on, the instruction's
+/// registers (`definedness::reg_use`, 18 bytes that only origins read) follow it in the
+/// same allocation: 56 bytes without them (64 in the store), not 80.
 #[repr(C)]
 struct DefinednessRec {
     kind: u32,
+    writes_rsp: bool,
+    call_or_ret: bool,
+    /// The record is followed by the instruction's `origins::RegUse`.
+    has_reg_use: bool,
     pc: u64,
-    step: crate::definedness::StepRec,
+    ins: Instruction,
+}
+
+const _: () = assert!(core::mem::size_of::<DefinednessRec>() == 56);
+
+/// Where a [`DefinednessRec`] at `p` keeps its `RegUse` (when it has one).
+fn reg_use_at(p: u64) -> u64 {
+    let align = core::mem::align_of::<crate::definedness::RegUse>() as u64;
+    (p + core::mem::size_of::<DefinednessRec>() as u64).next_multiple_of(align)
 }
 
 /// Makes the record of the definedness step before `ins` (`definedness::step`).
 pub(crate) fn definedness_record(ins: &Instruction) -> Option<u64> {
-    let p = store_alloc(core::mem::size_of::<DefinednessRec>())? as *mut DefinednessRec;
-    // SAFETY: fresh, 16-byte aligned, large enough memory from the store.
+    let has_reg_use = crate::definedness::records_reg_use();
+    let size = if has_reg_use {
+        (reg_use_at(0) as usize) + core::mem::size_of::<crate::definedness::RegUse>()
+    } else {
+        core::mem::size_of::<DefinednessRec>()
+    };
+    let p = store_alloc(size)? as *mut DefinednessRec;
+    // SAFETY: fresh, 16-byte aligned memory from the store, `size` bytes: the record and,
+    // when it has one, its `RegUse` at `reg_use_at` (aligned for it, within `size`).
     unsafe {
         p.write(DefinednessRec {
             kind: KIND_DEFINEDNESS,
+            writes_rsp: crate::definedness::writes_rsp(ins),
+            call_or_ret: crate::definedness::is_call_or_ret(ins),
+            has_reg_use,
             pc: ins.ip(),
-            step: crate::definedness::StepRec {
-                ins: *ins,
-                writes_rsp: crate::definedness::writes_rsp(ins),
-                call_or_ret: crate::definedness::is_call_or_ret(ins),
-                regs: crate::definedness::reg_use(ins),
-            },
-        })
-    };
+            ins: *ins,
+        });
+        if has_reg_use {
+            (reg_use_at(p as u64) as *mut crate::definedness::RegUse)
+                .write(crate::definedness::reg_use(ins));
+        }
+    }
     Some(p as u64)
 }
 
@@ -662,6 +685,12 @@ pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
     if unsafe { *(rec as *const u32) } == KIND_DEFINEDNESS {
         // SAFETY: as above; the kind says which record this is.
         let d = unsafe { &*(rec as *const DefinednessRec) };
+        let regs_used = if d.has_reg_use {
+            // SAFETY: `has_reg_use` says a `RegUse` follows the record, written with it.
+            Some(unsafe { &*(reg_use_at(rec) as *const crate::definedness::RegUse) })
+        } else {
+            None
+        };
         let regs = GuestRegs {
             gpr: ctx.gregs,
             rip: d.pc,
@@ -669,7 +698,13 @@ pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
         };
         let _lent = ToolRegsLent::new(ctx, &regs);
         if let Some(cl) = client() {
-            crate::definedness::step(ctx, &d.step as *const _ as u64, d.pc, cl);
+            let step = crate::definedness::StepRec {
+                ins: &d.ins,
+                writes_rsp: d.writes_rsp,
+                call_or_ret: d.call_or_ret,
+                regs: regs_used,
+            };
+            crate::definedness::step(ctx, &step, d.pc, cl);
         }
         return;
     }
