@@ -740,7 +740,13 @@ impl State {
             last_time: 0,
             started: false,
             sched: Scheduler::new(opts.max_snapshots, opts.detailed_freq, opts.peak_inaccuracy)
-                .with_interval_floor(if opts.time_unit == TimeUnit::Ms { 1 } else { 0 }),
+                .with_interval_floor(match opts.time_unit {
+                    // See `Scheduler::with_interval_floor`. With `i`, threads' events
+                    // applied after a later reading of another thread's share its time
+                    // (times never go backwards), as events within one ms do.
+                    TimeUnit::Ms | TimeUnit::Instructions => 1,
+                    TimeUnit::Bytes => 0,
+                }),
             ignored_blocks: FxHashSet::default(),
             pages: pages::Pages::default(),
             arena: arena::Arena::default(),
