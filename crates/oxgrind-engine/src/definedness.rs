@@ -2099,8 +2099,19 @@ pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
     (ok && slow_jumps(&form) <= MAX_FAST_JUMPS).then_some(form)
 }
 
-/// The [`LoadCopy`] of `ins`, if it is a plain load into a 32- or 64-bit general register.
+/// The [`LoadCopy`] of `ins`, if it is a plain load into a 32- or 64-bit general register,
+/// or a `pop` into a 64-bit one (a load from `[rsp]`, which `inline_rsp_delta` then moves:
+/// a slot `sub rsp` left undefined is popped without a slow step, and without the one the
+/// next instruction would take for the stack rule).
 fn load_copy(ins: &Instruction) -> Option<LoadCopy> {
+    if ins.mnemonic() == Mnemonic::Pop {
+        return inline_rsp_delta(ins).map(|_| LoadCopy {
+            n: ins.op0_register().number() as u8,
+            size: 8,
+            signed: false,
+            width: 8,
+        });
+    }
     if ins.op_count() != 2
         || ins.op0_kind() != OpKind::Register
         || ins.op1_kind() != OpKind::Memory
