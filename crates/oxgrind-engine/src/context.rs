@@ -219,6 +219,8 @@ pub struct ThreadCtx {
     pub counter_others_at: u64,
     pub counter_others_generation: u64,
     pub counter_others_id: u64,
+    /// Readings since the last refresh (see [`counter_total_seen_by`]).
+    pub counter_others_reads: u64,
     /// Calls running natively for the embedder on this thread (`crate::run_native`): a fatal
     /// signal there is the embedder's to report (`Config::on_fatal_in_native`).
     pub native_calls: core::sync::atomic::AtomicU64,
@@ -598,10 +600,16 @@ pub unsafe fn total_count_seen_by(ctx: *mut ThreadCtx) -> u64 {
     }
 }
 
+/// Readings of [`counter_total_seen_by`] on one thread between two readings of the other
+/// threads' counts, whatever its own count did: a thread that runs few instructions between
+/// events (a loop of frees) still sees the others' progress.
+const OTHERS_REFRESH_READS: u64 = 256;
+
 /// The sum of the tool's counter `id` over every thread as thread `ctx` sees it, for a
 /// clock read at every allocator event (DHAT's lifetimes and t-gmax): its own copy exactly,
-/// the other threads' as read at most [`OTHERS_REFRESH`] of its own counts ago, or since a
-/// thread started or ended, as [`total_count_seen_by`] does for the instruction count. Each
+/// the other threads' as read at most [`OTHERS_REFRESH`] of its own counts or
+/// [`OTHERS_REFRESH_READS`] readings ago, or since a thread started or ended, as
+/// [`total_count_seen_by`] does for the instruction count. Each
 /// owner writes its copy at every block: reading all of them at every event
 /// ([`counter_total`]) cost a cache miss per thread and event, which on four allocating
 /// threads was a seventh of DHAT's time.
@@ -618,6 +626,7 @@ pub unsafe fn counter_total_seen_by(ctx: *mut ThreadCtx, id: usize) -> u64 {
         if c.counter_others_generation != generation
             || c.counter_others_id != id as u64
             || own.wrapping_sub(c.counter_others_at) >= OTHERS_REFRESH
+            || c.counter_others_reads >= OTHERS_REFRESH_READS
         {
             let mut others = 0u64;
             for_each(|p| {
@@ -630,7 +639,9 @@ pub unsafe fn counter_total_seen_by(ctx: *mut ThreadCtx, id: usize) -> u64 {
             c.counter_others_at = own;
             c.counter_others_generation = generation;
             c.counter_others_id = id as u64;
+            c.counter_others_reads = 0;
         }
+        c.counter_others_reads += 1;
         own.wrapping_add(c.counter_others)
     }
 }

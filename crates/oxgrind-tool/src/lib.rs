@@ -500,7 +500,7 @@ pub trait Host {
     }
     /// [`Host::counter`] as the calling thread sees it, cheap enough for a clock read at
     /// every event: its own count exactly, the other threads' as read a bounded number of
-    /// its own counts ago (reading every thread's copy each time costs a cache miss per
+    /// its own counts or readings ago (reading every thread's copy each time costs a cache miss per
     /// thread). Successive readings on one thread never decrease; exact while no other
     /// thread runs (with one thread, always). The default is [`Host::counter`].
     fn counter_seen(&self, id: instrument::CounterId) -> u64 {
