@@ -272,9 +272,32 @@ impl FreedQueue {
                 t.leaving_len -= 1;
                 n_now += 1;
             }
+            // This free's leavers and the next free's: glibc's `free` of each reads its
+            // chunk header and writes the first words of the block (its per-thread cache's
+            // links), lines last touched a whole budget of frees ago, so missed in every
+            // cache (a tenth of Memcheck's time on bench alloc in glibc's `free`); loaded
+            // meanwhile (the hook gives this free's leavers to glibc after the tool's work).
+            for &a in &now[..n_now] {
+                prefetch_chunk(a);
+            }
+            for k in 0..now.len().min(t.leaving_len) {
+                prefetch_chunk(t.leaving[(t.leaving_head + k) % LEAVING]);
+            }
         }
         for &a in &now[..n_now] {
             release(a);
+        }
+    }
+}
+
+/// Starts loading, for writing, the lines of glibc's chunk header before `block` and of
+/// the block's first words.
+#[inline(always)]
+fn prefetch_chunk(block: u64) {
+    for a in [block.wrapping_sub(16), block.wrapping_add(8)] {
+        // SAFETY: a prefetch never faults and changes nothing the program can see.
+        unsafe {
+            core::arch::asm!("prefetchw [{}]", in(reg) a, options(nostack, readonly, preserves_flags));
         }
     }
 }
