@@ -133,7 +133,16 @@ enum Lanes {
 }
 
 /// Bump allocator for probe records over chunks mapped for it (never the program's heap,
-/// and no size-class games with the embedder's heap).
+/// and no size-class games with the embedder's heap). Records are 8-byte aligned (their
+/// widest field is a `u64`), and so are their sizes here: a definedness step record of 56
+/// bytes takes 56, not 64.
+const STORE_ALIGN: usize = 8;
+const _: () = assert!(
+    core::mem::align_of::<ProbeRec>() <= STORE_ALIGN
+        && core::mem::align_of::<DefinednessRec>() <= STORE_ALIGN
+        && core::mem::align_of::<crate::definedness::RegUse>() <= STORE_ALIGN
+);
+
 struct Store {
     next: u64,
     end: u64,
@@ -143,7 +152,7 @@ static STORE: SpinLock<Store> = SpinLock::new(Store { next: 0, end: 0 });
 const STORE_CHUNK: usize = 1 << 20;
 
 fn store_alloc(size: usize) -> Option<*mut u8> {
-    let size = (size + 15) & !15;
+    let size = size.next_multiple_of(STORE_ALIGN);
     let mut s = STORE.lock();
     if s.next + size as u64 > s.end {
         let chunk = oxgrind_sys::raw::mmap_anon(STORE_CHUNK)? as u64;
@@ -447,7 +456,7 @@ fn native_record(kind: u32, pc: u64, next_ip: u64) -> Option<u64> {
 /// flags in `kind`'s padding: one per instruction of the program's code translated (bench
 /// `python3`: 190,000, most of its records' 18 MB). With origins on, the instruction's
 /// registers (`definedness::reg_use`, 18 bytes that only origins read) follow it in the
-/// same allocation: 56 bytes without them (64 in the store), not 80.
+/// same allocation: 56 bytes without them, not 80.
 #[repr(C)]
 struct DefinednessRec {
     kind: u32,
@@ -476,8 +485,9 @@ pub(crate) fn definedness_record(ins: &Instruction) -> Option<u64> {
         core::mem::size_of::<DefinednessRec>()
     };
     let p = store_alloc(size)? as *mut DefinednessRec;
-    // SAFETY: fresh, 16-byte aligned memory from the store, `size` bytes: the record and,
-    // when it has one, its `RegUse` at `reg_use_at` (aligned for it, within `size`).
+    // SAFETY: fresh memory from the store, aligned for it (`STORE_ALIGN`), `size` bytes:
+    // the record and, when it has one, its `RegUse` at `reg_use_at` (aligned for it,
+    // within `size`).
     unsafe {
         p.write(DefinednessRec {
             kind: KIND_DEFINEDNESS,
@@ -510,7 +520,7 @@ fn plain_record(kind: u32, ins: &Instruction, data: u64) -> Option<u64> {
 
 fn record(r: ProbeRec) -> Option<u64> {
     let p = store_alloc(core::mem::size_of::<ProbeRec>())? as *mut ProbeRec;
-    // SAFETY: fresh, 16-byte aligned, large enough memory from the store.
+    // SAFETY: fresh memory from the store, aligned for it (`STORE_ALIGN`), large enough.
     unsafe { p.write(r) };
     Some(p as u64)
 }
