@@ -70,6 +70,8 @@ pub(crate) const FLUSH: u64 = 4096;
 pub(crate) const LIMIT: u64 = 16384;
 /// Events per chunk of a log.
 const CHUNK: usize = 256;
+/// Chunks a log keeps for reuse: those of a batch ([`FLUSH`] events) and some slack.
+const SPARES: usize = FLUSH as usize / CHUNK + 8;
 
 /// A log's owner when none: free for the taking.
 const NO_OWNER: i32 = 0;
@@ -292,8 +294,33 @@ struct OwnerLine {
 struct ReaderLine {
     /// Events applied (release store by the state lock's holder).
     applied: AtomicU64,
-    /// A chunk the reader is done with, handed back for the owner's next one.
-    spare: AtomicPtr<Chunk>,
+    /// Chunks the reader is done with, handed back for the owner's next ones (null: none).
+    /// A chunk goes back to the thread that allocated it rather than to the allocator from
+    /// the reading thread: the runtime's private heap keeps a free list per thread, so
+    /// chunks freed by the reader were never reused by the owner, and on four threads
+    /// Massif's peak RSS went from 20 to 80 MiB.
+    spares: [AtomicPtr<Chunk>; SPARES],
+}
+
+impl ReaderLine {
+    /// A chunk handed back, for the log's owner (one atomic swap per chunk of 256 events).
+    fn take_spare(&self) -> Option<*mut Chunk> {
+        self.spares
+            .iter()
+            .filter(|s| !s.load(Ordering::Relaxed).is_null())
+            .map(|s| s.swap(null_mut(), Ordering::Acquire))
+            .find(|c| !c.is_null())
+    }
+
+    /// Hands `c` back to the log's owner; `false` when every place is taken (the caller
+    /// frees it).
+    fn give_spare(&self, c: *mut Chunk) -> bool {
+        self.spares.iter().any(|s| {
+            s.load(Ordering::Relaxed).is_null()
+                && s.compare_exchange(null_mut(), c, Ordering::Release, Ordering::Relaxed)
+                    .is_ok()
+        })
+    }
 }
 
 /// One log: the owner's and the reader's fields in cache lines of their own.
@@ -356,7 +383,7 @@ impl Logs {
                     },
                     read: ReaderLine {
                         applied: AtomicU64::new(0),
-                        spare: AtomicPtr::new(null_mut()),
+                        spares: [const { AtomicPtr::new(null_mut()) }; SPARES],
                     },
                 }
             }; SLOTS],
@@ -418,9 +445,9 @@ impl Logs {
         // only reference to the writer.
         let w = unsafe { &mut *slot.own.writer.get() };
         if w.used == CHUNK {
-            let next = match slot.read.spare.swap(null_mut(), Ordering::Acquire) {
-                c if c.is_null() => Chunk::new(),
-                c => {
+            let next = match slot.read.take_spare() {
+                None => Chunk::new(),
+                Some(c) => {
                     // SAFETY: the reader handed it back and never looks at it again.
                     unsafe { (*c).next.store(null_mut(), Ordering::Relaxed) };
                     c
@@ -477,10 +504,9 @@ impl Logs {
             let done = std::mem::replace(&mut cur.chunk, next);
             cur.used = 0;
             // The owner writes only to its current chunk, `next` or later: `done` is free.
-            let old = slot.read.spare.swap(done, Ordering::AcqRel);
-            if !old.is_null() {
-                // SAFETY: a spare the owner did not take is referred to by nobody else.
-                unsafe { Chunk::delete(old) };
+            if !slot.read.give_spare(done) {
+                // SAFETY: `done` is referred to by nobody else (above), and was not kept.
+                unsafe { Chunk::delete(done) };
             }
         }
         // SAFETY: the event is published (the caller checked), so written before the release
