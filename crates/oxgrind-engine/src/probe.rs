@@ -92,7 +92,9 @@ const KIND_NATIVE_ENTRY: u32 = 8;
 
 /// What a probe call site passes to the dispatcher: everything needed to compute the
 /// accesses from the guest registers, decided at translation time. Records live in
-/// [`STORE`] and are never freed (a thread may still be inside an invalidated block).
+/// [`STORE`] and are never freed (a thread may still be inside an invalidated block); each
+/// is followed there by its `nmem` memory operands ([`operands_of`]), no more: most
+/// instructions have one, and room for [`MAX_MEM`] made a record 112 bytes, not 64.
 #[repr(C)]
 pub(crate) struct ProbeRec {
     kind: u32,
@@ -104,7 +106,22 @@ pub(crate) struct ProbeRec {
     next_ip: u64,
     /// Which parts of the memory operand the instruction really touches.
     lanes: Lanes,
-    mem: [UsedMemory; MAX_MEM],
+}
+
+/// Where a stored [`ProbeRec`] at `p` keeps its memory operands.
+fn operands_at(p: u64) -> u64 {
+    let align = core::mem::align_of::<UsedMemory>() as u64;
+    (p + core::mem::size_of::<ProbeRec>() as u64).next_multiple_of(align)
+}
+
+/// The memory operands of the stored record at `rec`.
+fn operands_of(rec: u64) -> &'static [UsedMemory] {
+    // SAFETY: `record` wrote the record and its `nmem` operands after it, at
+    // `operands_at`; records are never freed.
+    unsafe {
+        let n = (*(rec as *const ProbeRec)).nmem as usize;
+        core::slice::from_raw_parts(operands_at(rec) as *const UsedMemory, n)
+    }
 }
 
 /// How an instruction's memory operand splits into the accesses it really makes, decided
@@ -141,6 +158,7 @@ const _: () = assert!(
     core::mem::align_of::<ProbeRec>() <= STORE_ALIGN
         && core::mem::align_of::<DefinednessRec>() <= STORE_ALIGN
         && core::mem::align_of::<crate::definedness::RegUse>() <= STORE_ALIGN
+        && core::mem::align_of::<UsedMemory>() <= STORE_ALIGN
 );
 
 struct Store {
@@ -241,16 +259,18 @@ fn access_record_of(ins: &Instruction, kind: u32, data: u64, filtered: bool) -> 
     if nmem == 0 {
         return None;
     }
-    record(ProbeRec {
-        kind,
-        nmem: nmem as u32,
-        filtered,
-        data,
-        pc: ins.ip(),
-        next_ip: ins.next_ip(),
-        lanes: lanes(ins, &mem[0]),
-        mem,
-    })
+    record(
+        ProbeRec {
+            kind,
+            nmem: nmem as u32,
+            filtered,
+            data,
+            pc: ins.ip(),
+            next_ip: ins.next_ip(),
+            lanes: lanes(ins, &mem[0]),
+        },
+        &mem[..nmem],
+    )
 }
 
 /// The [`Lanes`] of `ins`, whose (first) memory operand is `m`.
@@ -362,11 +382,10 @@ fn lanes(ins: &Instruction, m: &UsedMemory) -> Lanes {
 /// otherwise. (`fs:` operands are fine: the x86-64 TLS ABI keeps the thread pointer itself
 /// at `fs:0`; `gs:` ones use the guest's gs base the engine keeps.)
 pub(crate) fn inline_operands(rec: u64) -> Option<([UsedMemory; MAX_MEM], usize)> {
-    // SAFETY: records are written once at translation and never freed.
-    let rec = unsafe { &*(rec as *const ProbeRec) };
-    let n = rec.nmem as usize;
+    let ops = operands_of(rec);
+    let n = ops.len();
     let plain = |r: Register| r == Register::None || r.is_gpr64();
-    let ok = rec.mem[..n].iter().all(|m| {
+    let ok = ops.iter().all(|m| {
         matches!(
             m.segment(),
             Register::None
@@ -382,7 +401,9 @@ pub(crate) fn inline_operands(rec: u64) -> Option<([UsedMemory; MAX_MEM], usize)
             && plain(m.index())
             && m.memory_size().size() > 0
     });
-    ok.then_some((rec.mem, n))
+    let mut mem = [UsedMemory::default(); MAX_MEM];
+    mem[..n].copy_from_slice(ops);
+    ok.then_some((mem, n))
 }
 
 /// The memory operand of trace record `rec`, with its element count, element size (1, 2,
@@ -410,16 +431,18 @@ pub(crate) fn pc_record(ins: &Instruction, data: u64) -> Option<u64> {
 
 /// Makes the record of the drain call placed after the trace appends at guest `pc`.
 pub(crate) fn trace_full_record_at(pc: u64) -> Option<u64> {
-    record(ProbeRec {
-        kind: KIND_TRACE_FULL,
-        nmem: 0,
-        filtered: false,
-        data: 0,
-        pc,
-        next_ip: pc,
-        lanes: Lanes::Whole,
-        mem: [UsedMemory::default(); MAX_MEM],
-    })
+    record(
+        ProbeRec {
+            kind: KIND_TRACE_FULL,
+            nmem: 0,
+            filtered: false,
+            data: 0,
+            pc,
+            next_ip: pc,
+            lanes: Lanes::Whole,
+        },
+        &[],
+    )
 }
 
 /// Makes the record for the client request whose `xchg rbx, rbx` is `ins`.
@@ -439,16 +462,18 @@ pub(crate) fn native_entry_record(pc: u64, next_ip: u64) -> Option<u64> {
 }
 
 fn native_record(kind: u32, pc: u64, next_ip: u64) -> Option<u64> {
-    record(ProbeRec {
-        kind,
-        nmem: 0,
-        filtered: false,
-        data: 0,
-        pc,
-        next_ip,
-        lanes: Lanes::Whole,
-        mem: [UsedMemory::default(); MAX_MEM],
-    })
+    record(
+        ProbeRec {
+            kind,
+            nmem: 0,
+            filtered: false,
+            data: 0,
+            pc,
+            next_ip,
+            lanes: Lanes::Whole,
+        },
+        &[],
+    )
 }
 
 /// The record of a definedness step (`definedness::StepRec`), with the two fields `run`
@@ -506,22 +531,32 @@ pub(crate) fn definedness_record(ins: &Instruction) -> Option<u64> {
 }
 
 fn plain_record(kind: u32, ins: &Instruction, data: u64) -> Option<u64> {
-    record(ProbeRec {
-        kind,
-        nmem: 0,
-        filtered: false,
-        data,
-        pc: ins.ip(),
-        next_ip: ins.next_ip(),
-        lanes: Lanes::Whole,
-        mem: [UsedMemory::default(); MAX_MEM],
-    })
+    record(
+        ProbeRec {
+            kind,
+            nmem: 0,
+            filtered: false,
+            data,
+            pc: ins.ip(),
+            next_ip: ins.next_ip(),
+            lanes: Lanes::Whole,
+        },
+        &[],
+    )
 }
 
-fn record(r: ProbeRec) -> Option<u64> {
-    let p = store_alloc(core::mem::size_of::<ProbeRec>())? as *mut ProbeRec;
-    // SAFETY: fresh memory from the store, aligned for it (`STORE_ALIGN`), large enough.
-    unsafe { p.write(r) };
+/// Stores record `r` and its memory operands `mem` (`r.nmem` of them).
+fn record(r: ProbeRec, mem: &[UsedMemory]) -> Option<u64> {
+    debug_assert_eq!(r.nmem as usize, mem.len());
+    let size = operands_at(0) as usize + core::mem::size_of_val(mem);
+    let p = store_alloc(size)? as *mut ProbeRec;
+    // SAFETY: fresh memory from the store, aligned for both types (`STORE_ALIGN`), `size`
+    // bytes: the record, then its operands at `operands_at`.
+    unsafe {
+        p.write(r);
+        let ops = operands_at(p as u64) as *mut UsedMemory;
+        core::ptr::copy_nonoverlapping(mem.as_ptr(), ops, mem.len());
+    }
     Some(p as u64)
 }
 
@@ -718,6 +753,7 @@ pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
         }
         return;
     }
+    let ops = operands_of(rec);
     // SAFETY: as above: any other kind is a `ProbeRec`.
     let rec = unsafe { &*(rec as *const ProbeRec) };
     let regs = GuestRegs {
@@ -757,7 +793,7 @@ pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
             .call(true, &mut || cl.tool.on_pc(cl.host, &regs, rec.data)),
         KIND_ACCESSES => {
             let mut buf = buf();
-            let n = accesses(ctx, rec, &mut buf);
+            let n = accesses(ctx, rec, ops, &mut buf);
             if n > 0 {
                 cl.embedder.call(true, &mut || {
                     cl.tool.on_accesses(cl.host, &buf[..n], &regs, rec.data)
@@ -766,7 +802,7 @@ pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
         }
         KIND_TRACE => {
             let mut buf = buf();
-            let n = accesses(ctx, rec, &mut buf);
+            let n = accesses(ctx, rec, ops, &mut buf);
             let shadow = crate::shadow::base();
             for a in &buf[..n] {
                 if rec.filtered && (shadow == 0 || shadow_clear(shadow, a.addr, a.size)) {
@@ -826,7 +862,6 @@ pub(crate) fn memory_fault(
         pc,
         next_ip: ins.next_ip(),
         lanes: Lanes::Whole,
-        mem,
     };
     // The context's copy of the guest registers is the dispatcher's, rewritten at its next
     // entry; the addresses are computed from the fault's (put back afterwards all the same).
@@ -838,7 +873,7 @@ pub(crate) fn memory_fault(
         kind: AccessKind::Read,
         conditional: false,
     }; MAX_ACCESSES];
-    let n = accesses(ctx, &rec, &mut buf);
+    let n = accesses(ctx, &rec, &mem[..nmem], &mut buf);
     ctx.gregs = saved;
     let regs = GuestRegs {
         gpr,
@@ -931,7 +966,8 @@ fn client_request(ctx: &mut ThreadCtx, cl: Option<Client>, regs: &GuestRegs) {
     }
 }
 
-fn accesses(ctx: &mut ThreadCtx, rec: &ProbeRec, out: &mut [Access]) -> usize {
+/// The accesses of `rec`, whose memory operands are `mem`.
+fn accesses(ctx: &mut ThreadCtx, rec: &ProbeRec, mem: &[UsedMemory], out: &mut [Access]) -> usize {
     let mut n = 0;
     let mut push = |a: Access| {
         if n < out.len() {
@@ -939,7 +975,7 @@ fn accesses(ctx: &mut ThreadCtx, rec: &ProbeRec, out: &mut [Access]) -> usize {
             n += 1;
         }
     };
-    for (i, m) in rec.mem[..rec.nmem as usize].iter().enumerate() {
+    for (i, m) in mem.iter().enumerate() {
         let (kind, conditional) = match m.access() {
             OpAccess::Read => (AccessKind::Read, false),
             OpAccess::CondRead => (AccessKind::Read, true),
