@@ -70,8 +70,9 @@ pub(crate) const FLUSH: u64 = 4096;
 pub(crate) const LIMIT: u64 = 16384;
 /// Events per chunk of a log.
 const CHUNK: usize = 256;
-/// Chunks a log keeps for reuse: those of a batch ([`FLUSH`] events) and some slack.
-const SPARES: usize = FLUSH as usize / CHUNK + 8;
+/// Chunks a log keeps for reuse: as many as it can hold ([`LIMIT`] events) and some slack,
+/// so that its thread allocates chunks only while its log grows past its largest size so far.
+const SPARES: usize = LIMIT as usize / CHUNK + 8;
 
 /// A log's owner when none: free for the taking.
 const NO_OWNER: i32 = 0;
