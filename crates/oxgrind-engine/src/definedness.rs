@@ -1253,6 +1253,19 @@ pub(crate) struct FastForm {
     /// shadow bytes become the register's, extended as the value is (origins off only:
     /// with them on, an undefined load needs its tag, which the slow path gives).
     pub load: Option<LoadCopy>,
+    /// A store of a general register (`mov m, r`) whose shadow is copied, not required to
+    /// be zero: the register's shadow bytes become the memory operand's when its span has
+    /// a chunk (origins off only, as for [`FastForm::load`]).
+    pub store: Option<StoreCopy>,
+}
+
+/// How [`FastForm::store`] moves a register's shadow into memory's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StoreCopy {
+    /// The source's encoding number.
+    pub n: u8,
+    /// The bytes stored (1, 2, 4 or 8).
+    pub size: u8,
 }
 
 /// How [`FastForm::load`] moves the loaded shadow into the register's.
@@ -1926,6 +1939,7 @@ pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
         vec_reads: [None; 4],
         vec_writes: [None; 2],
         load: None,
+        store: None,
     };
     if origins::enabled() && form.undefined.is_some() {
         // What the slow path would tag the new stack with: the red zone after a call or
@@ -2095,6 +2109,12 @@ pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
     });
     if ok && !origins::enabled() {
         form.load = load_copy(ins);
+        form.store = store_copy(ins);
+        if let Some(st) = form.store {
+            // Its shadow is copied, not checked.
+            form.reads &= !(1 << st.n);
+            form.read_bytes[st.n as usize] = 0;
+        }
     }
     (ok && slow_jumps(&form) <= MAX_FAST_JUMPS).then_some(form)
 }
@@ -2135,6 +2155,37 @@ fn load_copy(ins: &Instruction) -> Option<LoadCopy> {
         size,
         signed,
         width,
+    })
+}
+
+/// The [`StoreCopy`] of `ins`, if it stores a general register (not `ah`..`bh`, and not one
+/// of its address's registers, which must be defined).
+fn store_copy(ins: &Instruction) -> Option<StoreCopy> {
+    if ins.mnemonic() != Mnemonic::Mov
+        || ins.op_count() != 2
+        || ins.op0_kind() != OpKind::Memory
+        || ins.op1_kind() != OpKind::Register
+        || !ins.op1_register().is_gpr()
+        || matches!(
+            ins.op1_register(),
+            Register::AH | Register::CH | Register::DH | Register::BH
+        )
+    {
+        return None;
+    }
+    let full = ins.op1_register().full_register();
+    let size = ins.op1_register().size() as u8;
+    if full == ins.memory_base().full_register()
+        || full == ins.memory_index().full_register()
+        || full == Register::RSP
+        || !matches!(size, 1 | 2 | 4 | 8)
+        || ins.memory_size().size() != size as usize
+    {
+        return None;
+    }
+    Some(StoreCopy {
+        n: full.number() as u8,
+        size,
     })
 }
 
@@ -2427,7 +2478,16 @@ mod tests {
                     expect.gpr[l.n as usize] = v;
                     loads_checked += 1;
                 }
-                let stored_undefined = mem.stored.iter().any(|(_, s)| s.iter().any(|&b| b != 0));
+                // A store copy leaves the register's shadow in memory; else all is defined.
+                let stored_undefined = match form.store {
+                    Some(st) => {
+                        let want = expect.gpr[st.n as usize].to_le_bytes();
+                        mem.stored
+                            .iter()
+                            .any(|(_, s)| s.as_slice() != &want[..st.size as usize])
+                    }
+                    None => mem.stored.iter().any(|(_, s)| s.iter().any(|&b| b != 0)),
+                };
                 let same = regs.gpr == expect.gpr
                     && regs.vector == expect.vector
                     && regs.opmask == expect.opmask

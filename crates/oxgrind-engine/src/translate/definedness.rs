@@ -19,7 +19,8 @@
 //!   instruction reads or writes a flag;
 //! * each memory operand lies in one 64 KiB span of the memory shadow, and its shadow
 //!   bytes are zero (or the span has no chunk: all defined); an address above the user
-//!   space goes slow. A written-only operand's shadow bytes are zeroed instead.
+//!   space goes slow. A written-only operand's shadow bytes are zeroed instead, or, for
+//!   a store copy (`mov m, r`), get the register's (`Emitter::store_copy`).
 //!
 //! Then it zeroes the shadow bytes of the registers written, gives back what it borrowed,
 //! and the instruction runs. The slow call runs the interpreter exactly as without
@@ -141,7 +142,7 @@ impl Emitter {
         // Whether `rax` holds a load's shadow (`memory_shadow`), for its register.
         let mut rax_loaded = false;
         for m in form.mem.iter().flatten() {
-            rax_loaded |= self.memory_shadow(m, form.load, ip, &mut slow)?;
+            rax_loaded |= self.memory_shadow(m, form.load, form.store, ip, &mut slow)?;
             rax_vbits = false;
         }
         let vec_writes = form.vec_writes.iter().any(Option::is_some);
@@ -557,6 +558,7 @@ impl Emitter {
         &mut self,
         m: &iced_x86::UsedMemory,
         load: Option<crate::definedness::LoadCopy>,
+        store: Option<crate::definedness::StoreCopy>,
         ip: u64,
         slow: &mut SlowCall,
     ) -> Result<bool, TranslateError> {
@@ -568,6 +570,9 @@ impl Emitter {
         }
         self.span_index(Some(&mut *slow))?;
         self.chunk_of_span();
+        if let Some(st) = store.filter(|_| matches!(m.access(), iced_x86::OpAccess::Write)) {
+            return self.store_copy(m, st, ip, slow);
+        }
         // test rax, rax; jz done
         self.buf.extend_from_slice(&[0x48, 0x85, 0xC0]);
         self.buf.extend_from_slice(&[0x0F, 0x84]);
@@ -644,6 +649,67 @@ impl Emitter {
             }
             self.jcc_slow(0x85, slow)?;
         }
+        let rel = (self.buf.len() - (done + 4)) as u32;
+        self.buf[done..done + 4].copy_from_slice(&rel.to_le_bytes());
+        Ok(false)
+    }
+
+    /// A store copy (`FastForm::store`), `rax` the chunk of the operand's span: without a
+    /// chunk (all defined) the register's shadow bytes must be zero, else the slow path
+    /// makes one; with one, they are copied into the operand's through a borrowed `rcx`.
+    ///
+    /// ```text
+    ///     test rax, rax; jnz chunk
+    ///     cmp size gs:[gpr n], 0; jne slow; jmp done
+    /// chunk:
+    ///     (rax = the operand's shadow)
+    ///     mov gs:[saved_rcx], rcx; mov rcx, gs:[gpr n]; mov size [rax], rcx
+    ///     mov rcx, gs:[saved_rcx]
+    /// done:
+    /// ```
+    fn store_copy(
+        &mut self,
+        m: &iced_x86::UsedMemory,
+        st: crate::definedness::StoreCopy,
+        ip: u64,
+        slow: &mut SlowCall,
+    ) -> Result<bool, TranslateError> {
+        let off = (c::OFF_VBITS_GPR + 8 * st.n as usize) as u32;
+        // test rax, rax; jnz chunk
+        self.buf.extend_from_slice(&[0x48, 0x85, 0xC0, 0x0F, 0x85]);
+        let chunk = self.buf.len();
+        self.d32(0);
+        let cmp: &[u8] = match st.size {
+            1 => &[0x65, 0x80, 0x3C, 0x25],
+            2 => &[0x65, 0x66, 0x83, 0x3C, 0x25],
+            4 => &[0x65, 0x83, 0x3C, 0x25],
+            _ => &[0x65, 0x48, 0x83, 0x3C, 0x25],
+        };
+        self.buf.extend_from_slice(cmp);
+        self.d32(off);
+        self.buf.push(0x00);
+        self.jcc_slow(0x85, slow)?;
+        // jmp done
+        self.buf.push(0xE9);
+        let done = self.buf.len();
+        self.d32(0);
+        let rel = (self.buf.len() - (chunk + 4)) as u32;
+        self.buf[chunk..chunk + 4].copy_from_slice(&rel.to_le_bytes());
+        if !self.shadow_of_operand(m, ip)? {
+            self.store_gs(0, c::OFF_VBITS_TEMP);
+            self.effective_address(m, 0, ip)?;
+            self.add_offset_in_span();
+        }
+        self.store_gs(1, c::OFF_VBITS_SAVED_RCX);
+        self.load_gs(1, off as usize);
+        let mov: &[u8] = match st.size {
+            1 => &[0x88, 0x08],       // mov [rax], cl
+            2 => &[0x66, 0x89, 0x08], // mov [rax], cx
+            4 => &[0x89, 0x08],       // mov [rax], ecx
+            _ => &[0x48, 0x89, 0x08], // mov [rax], rcx
+        };
+        self.buf.extend_from_slice(mov);
+        self.load_gs(1, c::OFF_VBITS_SAVED_RCX);
         let rel = (self.buf.len() - (done + 4)) as u32;
         self.buf[done..done + 4].copy_from_slice(&rel.to_le_bytes());
         Ok(false)
