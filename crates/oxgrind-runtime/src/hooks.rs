@@ -458,6 +458,54 @@ fn release(rt: Option<&Runtime>, addr: u64, size: u64) {
     in_glibc(crate::guard::this_thread(), || release_now(rt, addr, size))
 }
 
+/// The blocks a free sends out of the freed-block queue (or the freed block itself, with no
+/// queue), given to glibc only once the tool has heard of the event ([`Leavers::release`]):
+/// the tool asks for the freed block's chunk while it handles the event
+/// (`Host::block_extent`), and a block larger than `--freelist-vol` leaves the queue in the
+/// very push that queues it.
+struct Leavers {
+    blocks: [u64; 2],
+    n: usize,
+}
+
+impl Leavers {
+    /// Queues the freed block `(addr, size)`; the queue lets at most two blocks leave per
+    /// free (`FreedQueue::push`).
+    fn queue(ev: &Event, addr: u64, size: u64) -> Leavers {
+        let mut l = Leavers {
+            blocks: [0; 2],
+            n: 0,
+        };
+        if ev.rt.needs.freelist_vol == 0 {
+            l.blocks[0] = addr;
+            l.n = 1;
+            return l;
+        }
+        FREED.push(addr, size, &mut |a| {
+            if l.n < l.blocks.len() {
+                l.blocks[l.n] = a;
+                l.n += 1;
+            } else {
+                // Never with today's queue; a block other than this free's own, which
+                // the tool does not ask about.
+                // SAFETY: `a` came from glibc's allocator and the program no longer owns it.
+                in_glibc(ev.thread, || unsafe { __libc_free(a as *mut c_void) })
+            }
+        });
+        l
+    }
+
+    fn release(self, ev: &Event) {
+        in_glibc(ev.thread, || {
+            for &a in &self.blocks[..self.n] {
+                // SAFETY: `a` came from glibc's allocator, the program freed it and the
+                // tool has heard of it.
+                unsafe { __libc_free(a as *mut c_void) }
+            }
+        });
+    }
+}
+
 fn release_now(rt: Option<&Runtime>, addr: u64, size: u64) {
     let queued = rt.is_some_and(|rt| rt.needs.freelist_vol > 0);
     if queued {
@@ -634,21 +682,7 @@ fn deallocate_here(p: *mut c_void, func: AllocFn, entry: Entry) {
             // instruction after them would wait for, and glibc's writes to the leavers'
             // cold chunks come last. The block itself stays queued, unreleased, while the
             // tool hears of it; without a queue it is released after the tool, as before.
-            let queued = ev.rt.needs.freelist_vol > 0;
-            let mut leavers = [0u64; 2];
-            let mut n = 0;
-            if queued {
-                FREED.push(addr, b.size, &mut |a| {
-                    if n < leavers.len() {
-                        leavers[n] = a;
-                        n += 1;
-                    } else {
-                        // SAFETY: `a` came from glibc's allocator and the program no
-                        // longer owns it.
-                        in_glibc(ev.thread, || unsafe { __libc_free(a as *mut c_void) })
-                    }
-                });
-            }
+            let leavers = Leavers::queue(ev, addr, b.size);
             natively(
                 #[inline(always)]
                 || {
@@ -671,16 +705,7 @@ fn deallocate_here(p: *mut c_void, func: AllocFn, entry: Entry) {
                         .with_event_blocks(0, addr, || ev.rt.tool.on_free(&HOST, &f));
                 },
             );
-            in_glibc(ev.thread, || {
-                if !queued {
-                    // SAFETY: as above, the program freed it and the tool has heard of it.
-                    unsafe { __libc_free(p) }
-                }
-                for &a in &leavers[..n] {
-                    // SAFETY: as above.
-                    unsafe { __libc_free(a as *mut c_void) }
-                }
-            });
+            leavers.release(ev);
         }
         (Some(_), _) => release(None, addr, 0),
         (None, Some(ev)) => ev.misuse(
@@ -1006,7 +1031,6 @@ fn reallocate_here(p: *mut c_void, size: usize, func: AllocFn, entry: Entry) -> 
                         (old.size as usize).min(size),
                     )
                 };
-                release(Some(rt), addr, old.size);
             }
             q
         } else {
@@ -1019,7 +1043,13 @@ fn reallocate_here(p: *mut c_void, size: usize, func: AllocFn, entry: Entry) -> 
         ev.keep_errno();
         return q;
     }
+    // The old block, moved from, is freed as `free` frees: queued, and given back (it or
+    // the queue's leavers) only after the tool has heard of the event.
+    let leavers = moved.then(|| Leavers::queue(&ev, addr, old.size));
     natively(|| realloc_event(&ev, entry, addr, q, size, old, func, moved));
+    if let Some(l) = leavers {
+        l.release(&ev);
+    }
     q
 }
 

@@ -62,6 +62,22 @@ fn heap_errors_and_every_leak_kind_match_valgrind() {
 }
 
 #[test]
+fn reallocs_past_a_small_freed_block_queue_match_valgrind() {
+    let prog = build("mc_realloc_growth.c", &["-g", "-O0"]);
+    for vol in [
+        "--freelist-vol=0",
+        "--freelist-vol=1",
+        "--freelist-vol=1000",
+    ] {
+        let Some((ours, theirs)) = both(&prog, &["--leak-check=full", vol]) else {
+            return;
+        };
+        eprintln!("{vol}");
+        assert_same_report(&ours, &theirs);
+    }
+}
+
+#[test]
 fn mismatched_frees_and_cxx_leaks_match_valgrind() {
     let prog = build("mc_cxx.cpp", &["-g", "-O0"]);
     let Some((ours, theirs)) = both(&prog, &["--leak-check=full", "--show-leak-kinds=all"]) else {

@@ -48,6 +48,15 @@ impl Memcheck {
                 "Memcheck, a memory error detector",
                 "Copyright (C) 2002-2022, and GNU GPL'd, by Julian Seward et al.",
             ));
+            // Valgrind's check of the two freed-queue options, in its words.
+            let (vol, big) = (self.opts.freelist_vol, self.opts.freelist_big_blocks);
+            if big >= vol {
+                let pid = host.pid();
+                out.push_str(&format!(
+                    "=={pid}== Warning: --freelist-big-blocks value {big} has no effect\n\
+                     =={pid}== as it is >= to --freelist-vol value {vol}\n"
+                ));
+            }
         }
         out
     }
