@@ -1103,8 +1103,15 @@ impl Emitter {
         let start = self.buf.len();
         self.effective_address(m, recent_clamp(m, geometry) - 1, ip)?;
         self.buf.truncate(start);
-        if let Some(slot) = self.check_recent_constant(m, geometry) {
-            let to_second = self.buf.len() - 4;
+        // The two short forms end alike: rax back, and the out-of-line part queued with
+        // where its jump is and how it finds the line.
+        let short = match self.check_recent_constant(m, geometry) {
+            Some(slot) => Some((self.buf.len() - 4, ColdEntry::Constant(slot))),
+            None => self
+                .check_recent_without_rcx(m, geometry, ip)?
+                .map(|to_second| (to_second, ColdEntry::Address)),
+        };
+        if let Some((to_second, entry)) = short {
             self.return_rax(flags_live);
             let back = self.buf.len();
             self.mark(ip, 0);
@@ -1117,25 +1124,7 @@ impl Emitter {
                 flags_live,
                 to_second,
                 straddles: None,
-                entry: ColdEntry::Constant(slot),
-                back,
-            });
-            return Ok(());
-        }
-        if let Some(to_second) = self.check_recent_without_rcx(m, geometry, ip)? {
-            self.return_rax(flags_live);
-            let back = self.buf.len();
-            self.mark(ip, 0);
-            self.recent_cold.push(RecentCold {
-                m: *m,
-                geometry,
-                tag,
-                word,
-                ip,
-                flags_live,
-                to_second,
-                straddles: None,
-                entry: ColdEntry::Address,
+                entry,
                 back,
             });
             return Ok(());
