@@ -1103,39 +1103,27 @@ impl Emitter {
         let start = self.buf.len();
         self.effective_address(m, recent_clamp(m, geometry) - 1, ip)?;
         self.buf.truncate(start);
-        // The two short forms end alike: rax back, and the out-of-line part queued with
-        // where its jump is and how it finds the line.
+        // Every form ends alike: rax back, and the out-of-line part queued with where its
+        // jump is and how it finds the line.
         let short = match self.check_recent_constant(m, geometry) {
             Some(slot) => Some((self.buf.len() - 4, ColdEntry::Constant(slot))),
             None => self
                 .check_recent_without_rcx(m, geometry, ip)?
                 .map(|to_second| (to_second, ColdEntry::Address)),
         };
-        if let Some((to_second, entry)) = short {
-            self.return_rax(flags_live);
-            let back = self.buf.len();
-            self.mark(ip, 0);
-            self.recent_cold.push(RecentCold {
-                m: *m,
-                geometry,
-                tag,
-                word,
-                ip,
-                flags_live,
-                to_second,
-                straddles: None,
-                entry,
-                back,
-            });
-            return Ok(());
-        }
-        let straddles = self.recent_line_and_slot(m, geometry, ip)?;
-        self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, FIRST
-        self.d32(c::RECENT_LINES_OFF as u32);
-        self.buf.extend_from_slice(&[0x0F, 0x85]); // jne <cold second>
-        let to_second = self.buf.len();
-        self.d32(0);
-        self.load_gs(1, c::OFF_PROBE_RCX);
+        let (to_second, straddles, entry) = match short {
+            Some((to_second, entry)) => (to_second, None, entry),
+            None => {
+                let straddles = self.recent_line_and_slot(m, geometry, ip)?;
+                self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, FIRST
+                self.d32(c::RECENT_LINES_OFF as u32);
+                self.buf.extend_from_slice(&[0x0F, 0x85]); // jne <cold second>
+                let to_second = self.buf.len();
+                self.d32(0);
+                self.load_gs(1, c::OFF_PROBE_RCX);
+                (to_second, straddles, ColdEntry::LineAndSlot)
+            }
+        };
         self.return_rax(flags_live);
         let back = self.buf.len();
         self.mark(ip, 0);
@@ -1148,7 +1136,7 @@ impl Emitter {
             flags_live,
             to_second,
             straddles,
-            entry: ColdEntry::LineAndSlot,
+            entry,
             back,
         });
         Ok(())
