@@ -7,24 +7,8 @@ use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Runs `prog` under both tools with `opts`; compares stdout and exit status, returns the
-/// normalised reports.
 fn both(prog: &Path, opts: &[&str]) -> Option<(String, String)> {
-    if !have_valgrind() {
-        return None;
-    }
-    let ours = run(Command::new(oxgrind()).args(opts).arg(prog));
-    let theirs = run(Command::new("valgrind").args(opts).arg(prog));
-    assert_eq!(stdout(&ours), stdout(&theirs), "program output differs");
-    assert_eq!(
-        ours.status.code(),
-        theirs.status.code(),
-        "exit status differs ({opts:?})"
-    );
-    Some((
-        normalize_report(&stderr(&ours)),
-        normalize_report(&stderr(&theirs)),
-    ))
+    reports_beside_valgrind(prog, opts, &[])
 }
 
 fn heap_program() -> PathBuf {

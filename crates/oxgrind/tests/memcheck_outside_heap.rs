@@ -11,24 +11,8 @@ use common::*;
 use std::path::Path;
 use std::process::Command;
 
-/// Runs `prog args` under both tools with `opts`; compares stdout and exit status (a death
-/// by signal included), returns the normalised reports.
 fn both(prog: &Path, args: &[&str], opts: &[&str]) -> Option<(String, String)> {
-    if !have_valgrind() {
-        return None;
-    }
-    let ours = run(Command::new(oxgrind()).args(opts).arg(prog).args(args));
-    let theirs = run(Command::new("valgrind").args(opts).arg(prog).args(args));
-    assert_eq!(stdout(&ours), stdout(&theirs), "program output differs");
-    assert_eq!(
-        ours.status.code(),
-        theirs.status.code(),
-        "exit status differs ({args:?} {opts:?})"
-    );
-    Some((
-        normalize_report(&stderr(&ours)),
-        normalize_report(&stderr(&theirs)),
-    ))
+    reports_beside_valgrind(prog, opts, args)
 }
 
 #[test]

@@ -8,21 +8,9 @@ use common::*;
 use std::path::Path;
 use std::process::Command;
 
-/// Runs `prog` under both memchecks with `opts`; checks stdout and exit status are equal
-/// and returns both reports (stderr) as they are.
+/// Both reports (stderr) as they are ([`run_beside_valgrind`]).
 fn both_raw(prog: &Path, opts: &[&str]) -> Option<(String, String)> {
-    if !have_valgrind() {
-        return None;
-    }
-    let ours = run(Command::new(oxgrind()).args(opts).arg(prog));
-    let theirs = run(Command::new("valgrind").args(opts).arg(prog));
-    assert_eq!(stdout(&ours), stdout(&theirs), "program output differs");
-    assert_eq!(
-        ours.status.code(),
-        theirs.status.code(),
-        "exit status differs"
-    );
-    Some((stderr(&ours), stderr(&theirs)))
+    have_valgrind().then(|| run_beside_valgrind(&oxgrind(), prog, opts, &[]))
 }
 
 /// [`both_raw`], normalised.

@@ -12,24 +12,8 @@ fn both(prog: &Path, opts: &[&str]) -> Option<(String, String)> {
     both_args(prog, opts, &[])
 }
 
-/// Runs `prog args` under both tools with `opts`; compares stdout and exit status, returns
-/// the normalised reports.
 fn both_args(prog: &Path, opts: &[&str], args: &[&str]) -> Option<(String, String)> {
-    if !have_valgrind() {
-        return None;
-    }
-    let ours = run(Command::new(oxgrind()).args(opts).arg(prog).args(args));
-    let theirs = run(Command::new("valgrind").args(opts).arg(prog).args(args));
-    assert_eq!(stdout(&ours), stdout(&theirs), "program output differs");
-    assert_eq!(
-        ours.status.code(),
-        theirs.status.code(),
-        "exit status differs"
-    );
-    Some((
-        normalize_report(&stderr(&ours)),
-        normalize_report(&stderr(&theirs)),
-    ))
+    reports_beside_valgrind(prog, opts, args)
 }
 
 #[test]

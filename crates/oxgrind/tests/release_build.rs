@@ -6,25 +6,6 @@
 
 mod common;
 use common::*;
-use std::path::Path;
-use std::process::Command;
-
-/// The normalised Memcheck reports of `prog` under the release build and under Valgrind,
-/// after checking that the program's output and exit status are the same.
-fn both(oxgrind: &Path, prog: &Path, opts: &[&str]) -> (String, String) {
-    let ours = run(Command::new(oxgrind).args(opts).arg(prog));
-    let theirs = run(Command::new("valgrind").args(opts).arg(prog));
-    assert_eq!(stdout(&ours), stdout(&theirs), "program output differs");
-    assert_eq!(
-        ours.status.code(),
-        theirs.status.code(),
-        "exit status differs"
-    );
-    (
-        normalize_report(&stderr(&ours)),
-        normalize_report(&stderr(&theirs)),
-    )
-}
 
 #[test]
 fn release_build_reports_leaks_and_errors_as_valgrind() {
@@ -40,11 +21,9 @@ fn release_build_reports_leaks_and_errors_as_valgrind() {
         ("mc_heap.c", &["-g", "-O0", "-w"]),
     ] {
         let prog = build(name, flags);
-        let (ours, theirs) = both(
-            &oxgrind,
-            &prog,
-            &["--leak-check=full", "--show-leak-kinds=all"],
-        );
+        let opts = ["--leak-check=full", "--show-leak-kinds=all"];
+        let (ours, theirs) = run_beside_valgrind(&oxgrind, &prog, &opts, &[]);
+        let (ours, theirs) = (normalize_report(&ours), normalize_report(&theirs));
         eprintln!("{name} {flags:?}");
         assert_same_report(&ours, &theirs);
     }

@@ -155,6 +155,44 @@ pub fn build(name: &str, flags: &[&str]) -> PathBuf {
     out
 }
 
+/// Runs `prog args` with `opts` under the launcher `oxgrind` and under Valgrind; asserts
+/// that the program printed the same and ended the same (a death by signal included), and
+/// returns both reports (stderr) as they are.
+pub fn run_beside_valgrind(
+    oxgrind: &Path,
+    prog: &Path,
+    opts: &[&str],
+    args: &[&str],
+) -> (String, String) {
+    let ours = run(Command::new(oxgrind).args(opts).arg(prog).args(args));
+    let theirs = run(Command::new("valgrind").args(opts).arg(prog).args(args));
+    assert_eq!(
+        stdout(&ours),
+        stdout(&theirs),
+        "program output differs ({opts:?} {args:?})"
+    );
+    assert_eq!(
+        ours.status.code(),
+        theirs.status.code(),
+        "exit status differs ({opts:?} {args:?})"
+    );
+    (stderr(&ours), stderr(&theirs))
+}
+
+/// [`run_beside_valgrind`] with the launcher under test, the reports normalised
+/// ([`normalize_report`]); `None` without Valgrind.
+pub fn reports_beside_valgrind(
+    prog: &Path,
+    opts: &[&str],
+    args: &[&str],
+) -> Option<(String, String)> {
+    if !have_valgrind() {
+        return None;
+    }
+    let (ours, theirs) = run_beside_valgrind(&oxgrind(), prog, opts, args);
+    Some((normalize_report(&ours), normalize_report(&theirs)))
+}
+
 pub fn have_valgrind() -> bool {
     let ok = Command::new("valgrind")
         .arg("--version")
