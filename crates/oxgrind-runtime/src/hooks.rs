@@ -1097,12 +1097,9 @@ fn realloc_event(
         },
     );
     ev.uncount();
-    // The old block is still glibc's live chunk only while the freed-block queue holds it.
-    let old_held = if moved && rt.needs.freelist_vol > 0 {
-        addr
-    } else {
-        0
-    };
+    // A block moved from is still glibc's live chunk: `reallocate_here` gives it back (or
+    // queues it) only after this; one resized in place is gone.
+    let old_held = if moved { addr } else { 0 };
     ev.thread
         .with_event_blocks(q as u64, old_held, || rt.tool.on_realloc(&HOST, &f, &a));
 }
