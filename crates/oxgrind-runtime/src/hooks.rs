@@ -453,11 +453,6 @@ fn record_alloc(
     }
 }
 
-/// Gives a block back to glibc, through the freed-block queue when the tool wants one.
-fn release(rt: Option<&Runtime>, addr: u64, size: u64) {
-    in_glibc(crate::guard::this_thread(), || release_now(rt, addr, size))
-}
-
 /// The blocks a free sends out of the freed-block queue (or the freed block itself, with no
 /// queue), given to glibc only once the tool has heard of the event ([`Leavers::release`]):
 /// the tool asks for the freed block's chunk while it handles the event
@@ -503,19 +498,6 @@ impl Leavers {
                 unsafe { __libc_free(a as *mut c_void) }
             }
         });
-    }
-}
-
-fn release_now(rt: Option<&Runtime>, addr: u64, size: u64) {
-    let queued = rt.is_some_and(|rt| rt.needs.freelist_vol > 0);
-    if queued {
-        FREED.push(addr, size, &mut |a| {
-            // SAFETY: `a` came from glibc's allocator and the program no longer owns it.
-            unsafe { __libc_free(a as *mut c_void) }
-        });
-    } else {
-        // SAFETY: as above.
-        unsafe { __libc_free(addr as *mut c_void) }
     }
 }
 
@@ -707,7 +689,9 @@ fn deallocate_here(p: *mut c_void, func: AllocFn, entry: Entry) {
             );
             leavers.release(ev);
         }
-        (Some(_), _) => release(None, addr, 0),
+        // Ours (`internal`), or freed while no event may run: straight back to glibc.
+        // SAFETY: p came from glibc's allocator through us and is no longer used.
+        (Some(_), _) => in_glibc(crate::guard::this_thread(), || unsafe { __libc_free(p) }),
         (None, Some(ev)) => ev.misuse(
             entry,
             Misuse::InvalidFree {
