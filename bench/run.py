@@ -509,6 +509,52 @@ def paired(wres, ours_key, theirs_key, field):
     return statistics.median(ours[i][field] / theirs[i][field] for i in rounds)
 
 
+# Start-up: a short program that prints, under every tool. Not a workload (its native run
+# takes milliseconds, so only a ratio to the same suite's `--tool=none` means anything): it
+# shows what a tool adds before and after the program's own work (translating the code the
+# program reaches, the tool's report at exit), the cost a user pays on every short run.
+STARTUP_PROGRAMS = [
+    ("hello (C)", lambda: [BUILD / "trivial"]),
+    ("python3 -c print", lambda: [PYTHON, "-c", "print('hello')"]),
+]
+STARTUP_ROUNDS = 7
+
+
+def measure_startup(configs, timeout):
+    """Each round runs every program under every tool configuration of each suite, the
+    suite's `none` first; per (program, configuration) the median CPU time over the rounds
+    and the median over rounds of its ratio to `none`'s in the same round."""
+    tools = [c for c in configs if c.available and c.suite in ("valgrind", "oxgrind")
+             and c.tool in TOOLS]
+    out = {}
+    for name, argv in STARTUP_PROGRAMS:
+        argv = [str(a) for a in argv()]
+        log(f"== start-up: {' '.join(argv)}")
+        runs = {c.key: [] for c in tools}
+        for r in range(STARTUP_ROUNDS):
+            for c in sorted(tools, key=lambda c: (c.suite, c.tool != "none")):
+                res = run_once(c.prefix + argv, timeout)
+                runs[c.key].append(res)
+        rows = {}
+        for c in tools:
+            ok = [x for x in runs[c.key] if x["status"] == "ok"]
+            if len(ok) != STARTUP_ROUNDS:
+                bad = next(x for x in runs[c.key] if x["status"] != "ok")
+                rows[c.key] = {"status": bad["status"]}
+                continue
+            row = {"status": "ok", "cpu_s": statistics.median(x["cpu_s"] for x in ok),
+                   "wall_s": statistics.median(x["wall_s"] for x in ok)}
+            none = runs.get(f"{c.suite}:none")
+            if none and all(x["status"] == "ok" for x in none):
+                row["vs_none_cpu"] = statistics.median(
+                    x["cpu_s"] / max(n["cpu_s"], 1e-3) for x, n in zip(ok, none))
+            rows[c.key] = row
+            log(f"   {c.label:30} {row['cpu_s'] * 1000:7.1f} ms CPU"
+                + (f" {row['vs_none_cpu']:5.2f}x none" if "vs_none_cpu" in row else ""))
+        out[name] = {"argv": argv, "rows": rows}
+    return out
+
+
 def summarize(results, configs):
     """Medians per (workload, configuration), and ratios to the native medians."""
     summary = {}
@@ -875,6 +921,30 @@ def render_markdown(meta, summary, configs, workloads):
         if notes:
             w("")
 
+    if meta.get("startup"):
+        tools = [t for t in TOOLS if t != "none"]
+        w("## Start-up: a short program that prints\n")
+        w(f"CPU time (user+system, median of {STARTUP_ROUNDS} rounds) of a program that prints one "
+          "line and exits, and in parentheses its ratio to the same suite's `--tool=none` in the "
+          "same round (median over rounds): what each tool adds to every short run (translating "
+          "the code the program reaches, the tool's output at exit).\n")
+        w("| program | suite | none | " + " | ".join(tools) + " |")
+        w("|---|---|---:|" + "---:|" * len(tools))
+        for name, res in meta["startup"].items():
+            for suite in ("oxgrind", "valgrind"):
+                cells = []
+                for t in ["none"] + tools:
+                    row = res["rows"].get(f"{suite}:{t}")
+                    if row is None:
+                        cells.append("n/a")
+                    elif row["status"] != "ok":
+                        cells.append(row["status"])
+                    else:
+                        x = f" ({row['vs_none_cpu']:.2f}×)" if t != "none" and "vs_none_cpu" in row else ""
+                        cells.append(f"{row['cpu_s'] * 1000:.0f} ms{x}")
+                w(f"| {name} | {suite} | " + " | ".join(cells) + " |")
+        w("")
+
     w("## Method\n")
     w(f"""* **Configurations.** Each workload runs natively; under Valgrind's memcheck (`--leak-check=full`),
   massif, dhat, cachegrind (3.19's defaults, which include the cache simulation) and none; under the
@@ -967,6 +1037,9 @@ def main():
     ap.add_argument("--note", action="append", default=[], metavar="TEXT",
                     help="a sentence for the page's notes (repeatable), e.g. what a tool does not "
                     "do yet at this commit")
+    ap.add_argument("--startup", action=argparse.BooleanOptionalAction, default=None,
+                    help="also measure a short printing program's start-up under every tool "
+                    "(default: on, off with --only)")
     ap.add_argument("--json", help="where to write raw results (default bench/build/results-MODE.json)")
     ap.add_argument("--write-docs", nargs="?", const=str(REPO / "docs" / "benchmarks.md"),
                     metavar="PATH", help="write the results page (default docs/benchmarks.md)")
@@ -1027,6 +1100,7 @@ def main():
             "machine": machine,
             "build_commands": build_cmds,
             "notes": notes,
+            "startup": startup,
             "configs": {c.key: {"available": c.available, "why_not": c.why_not,
                                 "argv_prefix": c.prefix} for c in configs},
             "workloads": {k: {x: v[x] for x in ("size", "unit", "argv", "cpu_limit_s")} for k, v in results.items()},
@@ -1036,6 +1110,9 @@ def main():
         if args.write_docs and done:
             Path(args.write_docs).write_text(render_markdown(meta, summary, configs, done))
         return summary, elapsed, done
+
+    want_startup = args.startup if args.startup is not None else not args.only
+    startup = measure_startup(configs, timeout) if want_startup else None
 
     results = measure(workloads, configs, mode, runs, timeout,
                       after_each=lambda r: publish(r, final=False))
