@@ -8,12 +8,13 @@
 //! back, so their addresses are not reused at once (Memcheck's `--freelist-vol`); threads
 //! feed it in batches, and glibc's `free` never runs under its lock.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use oxgrind_sys::lock::SpinLock;
 use oxgrind_tool::addr_table::AddrTable;
+use oxgrind_tool::fifo::ChunkedFifo;
 use oxgrind_tool::{AllocFn, LiveBlock, StackId};
 
 /// A multiplicative hash: addresses are already well spread except in their low bits.
@@ -178,7 +179,9 @@ pub struct FreedQueue {
 }
 
 struct SharedQueue {
-    queue: VecDeque<(u64, u64)>,
+    /// (address, size), oldest first: in chunks, which cost what they hold (a `VecDeque`
+    /// takes up to twice that, and three times while it grows).
+    queue: ChunkedFifo<(u64, u64)>,
     bytes: u64,
 }
 
@@ -213,7 +216,7 @@ impl FreedQueue {
         });
         FreedQueue {
             shared: SpinLock::new(SharedQueue {
-                queue: VecDeque::new(),
+                queue: ChunkedFifo::new((0, 0)),
                 bytes: 0,
             }),
             budget: AtomicU64::new(0),
