@@ -41,7 +41,7 @@ impl Memcheck {
             .program_blocks(host)
             .into_iter()
             .find(|b| near(b.addr, b.size));
-        let bracketing = freed.bracketing(addr).copied();
+        let bracketing = freed.bracketing(addr);
         // A freed entry whose memory was handed out again (a custom allocator's block freed
         // inside its live pool, or memory glibc reused) is described as Memcheck describes
         // it: the live block, "recently re-allocated".

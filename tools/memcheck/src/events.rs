@@ -125,7 +125,7 @@ impl Memcheck {
             0
         };
         let full = self.batches.push(Freed { block, chunk_end });
-        // The block cannot leave the shadow queue before it is marked: it is still in this
+        // The block cannot leave the shadow window before it is marked: it is still in this
         // thread's batch, or in `full`, which joins the queue below.
         if probing && self.batches.keeps_shadow(ev.size) {
             shadow::mark_freed(shadow_base(), ev.addr, ev.size);
@@ -295,24 +295,17 @@ impl Memcheck {
     }
 }
 
-/// Frees leaving a thread's batch, oldest first: into the freed-block queue, and into the
-/// shadow queue when their shadow is kept (`chunk_end` set), whose leavers become ordinary
-/// memory again ([`Leaving`]).
+/// Frees leaving a thread's batch, oldest first, into the freed-block queue; the blocks
+/// leaving its shadow window become ordinary memory again ([`Leaving`]).
 fn absorb_freed(st: &mut State, batch: &[Freed], leaving: &mut Leaving) {
     for f in batch {
-        st.freed.push(f.block);
-        if f.chunk_end != 0 {
-            st.shadow_q.push(
-                f.block.addr,
-                f.block.size,
-                f.chunk_end,
-                &mut |a, size, end| leaving.add(a, size, end),
-            );
-        }
+        st.freed.push(f.block, f.chunk_end, &mut |a, size, end| {
+            leaving.add(a, size, end)
+        });
     }
 }
 
-/// Blocks leaving the shadow queue, whose shadow is cleared once the state lock is given
+/// Blocks leaving the shadow window, whose shadow is cleared once the state lock is given
 /// back ([`Leaving::clear_all`]); a leaver that finds the list full is cleared at once.
 #[derive(Default)]
 struct Leaving {

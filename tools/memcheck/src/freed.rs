@@ -5,11 +5,13 @@
 //! Valgrind keeps freed blocks unavailable for reuse until `--freelist-vol` bytes have
 //! been freed after them; blocks of at least `--freelist-big-blocks` bytes leave first. The
 //! runtime keeps the memory itself (`Needs::freelist_vol`); this queue mirrors its policy
-//! with the stacks, and is only searched when an error is being described. Threads feed it
-//! through batches of their own ([`FreedBatches`]), so a free takes no process-wide lock.
+//! with the stacks, is only searched when an error is being described, and also says when
+//! a freed block's shadow goes back to ordinary memory. Threads feed it through batches of
+//! their own ([`FreedBatches`]), so a free takes no process-wide lock.
 
 use std::collections::VecDeque;
 
+use oxgrind_tool::fifo::ChunkedFifo;
 use oxgrind_tool::sync::SpinLock;
 use oxgrind_tool::{Addr, StackId};
 
@@ -22,58 +24,190 @@ pub struct FreedBlock {
     pub free_stack: StackId,
 }
 
-/// Bounded FIFO of freed blocks, by volume.
-#[derive(Debug)]
-pub struct FreedQueue {
-    limit: u64,
-    big: u64,
-    volume: u64,
-    /// Small blocks, oldest first.
-    small: VecDeque<FreedBlock>,
-    /// Blocks of `big` bytes or more, oldest first; released before the small ones.
-    large: VecDeque<FreedBlock>,
-}
-
 /// Memcheck's redzone: an address this close to a block is described relative to it.
 pub const REDZONE: u64 = 16;
 
+/// Every freed block Memcheck remembers, in one FIFO of compact entries, read two ways:
+///
+/// * as the *description queue*, Valgrind's freed-block queue bounded by volume
+///   (`--freelist-vol`): when it holds too much, blocks of at least `--freelist-big-blocks`
+///   bytes leave first, then the oldest; only searched when an error is being described
+///   ([`FreedQueue::bracketing`]);
+/// * as the *shadow window*, which decides when a freed block's shadow goes back to
+///   ordinary memory (`release` of [`FreedQueue::push`]). The runtime keeps the memory
+///   itself (`Needs::freelist_vol`, plain FIFO), and the window keeps only half that
+///   volume, so it lets a block go (and clears its shadow) no later than the runtime does,
+///   even when the runtime queues a `realloc`'s old block before the tool hears of it: a
+///   stale "freed" mark on memory glibc hands out or unmaps again would be reported as an
+///   error in correct code, while clearing early only misses a use after free of a block
+///   freed long ago. Only blocks whose shadow was marked count (`chunk_end` given).
+///
+/// One entry serves both (they were two queues of 24-byte entries, each a `VecDeque` that
+/// doubles: up to four times the bytes of one), and entries live in [`ChunkedFifo`]s: the
+/// queue takes what it holds and a chunk, and never copies itself to grow.
+pub struct FreedQueue {
+    limit: u64,
+    big: u64,
+    shadow_budget: u64,
+    blocks: ChunkedFifo<FreedBlock>,
+    /// Each block's [`Tag`].
+    tags: ChunkedFifo<Tag>,
+    /// The sequence number of the first entry (frees are numbered from 0).
+    first: u64,
+    /// Entries from here on are described, except those [`DROPPED`].
+    desc_front: u64,
+    desc_bytes: u64,
+    described: usize,
+    /// Big blocks still described, by sequence number, oldest first.
+    big_seqs: VecDeque<u64>,
+    /// The oldest entry whose shadow may still be marked (or the end).
+    shadow_front: u64,
+    shadow_bytes: u64,
+}
+
+/// An entry's tag: what the queue knows of a block beyond the block itself.
+type Tag = u16;
+/// The block left the description queue out of order (a big one).
+const DROPPED: Tag = 1 << 15;
+/// The block's shadow is marked and waits in the shadow window.
+const SHADOW_KEPT: Tag = 1 << 14;
+/// The rest: how far the block's chunk ends beyond `addr + size` (see `shadow::chunk_end`:
+/// at most its redzone and two pages, well below this).
+const END_DELTA: Tag = SHADOW_KEPT - 1;
+
 impl FreedQueue {
+    /// `limit`: `--freelist-vol`; `big`: `--freelist-big-blocks`.
     pub fn new(limit: u64, big: u64) -> FreedQueue {
         FreedQueue {
             limit,
             big,
-            volume: 0,
-            small: VecDeque::new(),
-            large: VecDeque::new(),
+            shadow_budget: limit / 2,
+            blocks: ChunkedFifo::new(FreedBlock {
+                addr: 0,
+                size: 0,
+                alloc_stack: StackId(0),
+                free_stack: StackId(0),
+            }),
+            tags: ChunkedFifo::new(0),
+            first: 0,
+            desc_front: 0,
+            desc_bytes: 0,
+            described: 0,
+            big_seqs: VecDeque::new(),
+            shadow_front: 0,
+            shadow_bytes: 0,
         }
     }
 
-    pub fn push(&mut self, b: FreedBlock) {
-        if b.size >= self.big {
-            self.large.push_back(b);
-        } else {
-            self.small.push_back(b);
+    /// Whether a freed block of `size` bytes stays in the shadow window at all (larger
+    /// ones leave it at once: not worth marking).
+    pub fn keeps_shadow(&self, size: u64) -> bool {
+        size <= self.shadow_budget
+    }
+
+    fn next(&self) -> u64 {
+        self.first + self.blocks.len() as u64
+    }
+
+    fn at(&self, seq: u64) -> (&FreedBlock, Tag) {
+        let i = (seq - self.first) as usize;
+        (self.blocks.get(i), *self.tags.get(i))
+    }
+
+    /// Queues a block whose shadow is not Memcheck's to clear (a client request's, a memory
+    /// pool's chunk).
+    pub fn push_unmarked(&mut self, b: FreedBlock) {
+        self.push(b, 0, &mut |_, _, _| {
+            unreachable!("an unmarked block never makes a marked one leave")
+        });
+    }
+
+    /// Queues a freed block; `chunk_end`, when not 0, says its shadow was marked, up to
+    /// there (`shadow::chunk_end`). `release` gets every marked block that leaves the
+    /// shadow window, oldest first (the new one itself when it is too large to keep), as
+    /// (address, size, chunk end).
+    pub fn push(
+        &mut self,
+        b: FreedBlock,
+        chunk_end: Addr,
+        release: &mut impl FnMut(Addr, u64, Addr),
+    ) {
+        let mut tag = 0;
+        if chunk_end != 0 {
+            match chunk_end.checked_sub(b.addr.saturating_add(b.size)) {
+                Some(d) if d <= END_DELTA as u64 => tag = SHADOW_KEPT | d as Tag,
+                // Never from `shadow::chunk_end`; cleared now rather than kept wrong.
+                _ => release(b.addr, b.size, chunk_end),
+            }
         }
-        self.volume += b.size;
-        while self.volume > self.limit {
-            let Some(old) = self.large.pop_front().or_else(|| self.small.pop_front()) else {
-                break;
-            };
-            self.volume -= old.size;
+        let seq = self.next();
+        self.blocks.push_back(b);
+        self.tags.push_back(tag);
+        if b.size >= self.big {
+            self.big_seqs.push_back(seq);
+        }
+        self.desc_bytes += b.size;
+        self.described += 1;
+        if tag & SHADOW_KEPT != 0 {
+            self.shadow_bytes += b.size;
+        }
+        while self.desc_bytes > self.limit {
+            if let Some(s) = self.big_seqs.pop_front() {
+                let i = (s - self.first) as usize;
+                *self.tags.get_mut(i) |= DROPPED;
+                self.desc_bytes -= self.blocks.get(i).size;
+            } else {
+                // Every big block before it dropped: the front is the oldest small one.
+                self.skip_dropped();
+                self.desc_bytes -= self.at(self.desc_front).0.size;
+                self.desc_front += 1;
+            }
+            self.described -= 1;
+        }
+        self.skip_dropped();
+        while self.shadow_bytes > self.shadow_budget {
+            let (&old, t) = self.at(self.shadow_front);
+            self.shadow_front += 1;
+            if t & SHADOW_KEPT != 0 {
+                self.shadow_bytes -= old.size;
+                let end = old.addr + old.size + (t & END_DELTA) as u64;
+                release(old.addr, old.size, end);
+            }
+        }
+        while self.shadow_front < self.next() && self.at(self.shadow_front).1 & SHADOW_KEPT == 0 {
+            self.shadow_front += 1;
+        }
+        while self.first < self.desc_front.min(self.shadow_front) {
+            self.blocks.pop_front();
+            self.tags.pop_front();
+            self.first += 1;
+        }
+    }
+
+    fn skip_dropped(&mut self) {
+        while self.desc_front < self.next() && self.at(self.desc_front).1 & DROPPED != 0 {
+            self.desc_front += 1;
         }
     }
 
     /// A remembered block whose extent (plus redzones) contains `addr`, as Memcheck's
     /// `get_freed_block_bracketting` finds it: big blocks first, oldest first.
-    pub fn bracketing(&self, addr: Addr) -> Option<&FreedBlock> {
-        self.large.iter().chain(self.small.iter()).find(|b| {
+    pub fn bracketing(&self, addr: Addr) -> Option<FreedBlock> {
+        let near = |b: &FreedBlock| {
             addr >= b.addr.saturating_sub(REDZONE)
                 && addr < b.addr.saturating_add(b.size).saturating_add(REDZONE)
-        })
+        };
+        let big = self.big_seqs.iter().map(|&s| *self.at(s).0);
+        let small = (self.desc_front..self.next())
+            .map(|s| self.at(s))
+            .filter(|(b, t)| t & DROPPED == 0 && b.size < self.big)
+            .map(|(b, _)| *b);
+        big.chain(small).find(near)
     }
 
+    /// How many blocks the description queue holds.
     pub fn len(&self) -> usize {
-        self.small.len() + self.large.len()
+        self.described
     }
 
     pub fn is_empty(&self) -> bool {
@@ -97,7 +231,7 @@ mod tests {
     #[test]
     fn freed_block_is_found_from_inside_and_its_redzones() {
         let mut q = FreedQueue::new(1000, 100);
-        q.push(fb(0x1000, 10));
+        q.push_unmarked(fb(0x1000, 10));
         assert_eq!(q.bracketing(0x1000).map(|b| b.addr), Some(0x1000));
         assert_eq!(q.bracketing(0x1009).map(|b| b.addr), Some(0x1000));
         assert_eq!(q.bracketing(0x1000 - 16).map(|b| b.addr), Some(0x1000));
@@ -108,96 +242,135 @@ mod tests {
     #[test]
     fn oldest_blocks_leave_when_volume_exceeds_the_limit_big_ones_first() {
         let mut q = FreedQueue::new(100, 50);
-        q.push(fb(0x1000, 40));
-        q.push(fb(0x2000, 60)); // big
+        q.push_unmarked(fb(0x1000, 40));
+        q.push_unmarked(fb(0x2000, 60)); // big
         assert_eq!(q.len(), 2);
-        q.push(fb(0x3000, 10)); // 110 > 100: the big block goes first
+        q.push_unmarked(fb(0x3000, 10)); // 110 > 100: the big block goes first
         assert!(q.bracketing(0x2000).is_none());
         assert!(q.bracketing(0x1000).is_some());
-        q.push(fb(0x4000, 55)); // big again: 105 -> it leaves itself
+        q.push_unmarked(fb(0x4000, 55)); // big again: 105 -> it leaves itself
         assert!(q.bracketing(0x4000).is_none());
-        q.push(fb(0x5000, 45)); // 95 ok
-        q.push(fb(0x6000, 10)); // 105 -> the oldest small one leaves
+        q.push_unmarked(fb(0x5000, 45)); // 95 ok
+        q.push_unmarked(fb(0x6000, 10)); // 105 -> the oldest small one leaves
         assert!(q.bracketing(0x1000).is_none());
         assert_eq!(q.len(), 3);
     }
-}
-
-/// The runtime's own freed-block queue, mirrored to know when a freed block's memory goes
-/// back to glibc, so its shadow can be cleared first (see [`crate::shadow`]).
-///
-/// The runtime releases blocks oldest first once more than `--freelist-vol` bytes wait
-/// (plain FIFO, unlike [`FreedQueue`]'s big-blocks-first order). This mirror keeps only
-/// half that volume, so it lets a block go (and clears its shadow) no later than the
-/// runtime does, even when the runtime queues a `realloc`'s old block before the tool hears
-/// of it: a stale "freed" mark on memory glibc hands out or unmaps again would be reported
-/// as an error in correct code, while clearing early only misses a use after free of a
-/// block freed long ago.
-#[derive(Debug, Default)]
-pub struct ShadowQueue {
-    /// (address, size, end of its chunk: see `shadow::chunk_end`).
-    queue: VecDeque<(Addr, u64, Addr)>,
-    bytes: u64,
-    budget: u64,
-}
-
-impl ShadowQueue {
-    pub fn new(freelist_vol: u64) -> ShadowQueue {
-        ShadowQueue {
-            queue: VecDeque::new(),
-            bytes: 0,
-            budget: freelist_vol / 2,
-        }
-    }
-
-    /// Whether a freed block of `size` bytes stays in the queue at all (larger ones are
-    /// cleared at once and not worth marking).
-    pub fn keeps(&self, size: u64) -> bool {
-        size <= self.budget
-    }
-
-    /// Queues a freed block; `release` gets every block that leaves, oldest first (the new
-    /// one itself when it is too large to keep).
-    pub fn push(
-        &mut self,
-        addr: Addr,
-        size: u64,
-        end: Addr,
-        release: &mut impl FnMut(Addr, u64, Addr),
-    ) {
-        self.queue.push_back((addr, size, end));
-        self.bytes += size;
-        while self.bytes > self.budget {
-            let Some((a, s, e)) = self.queue.pop_front() else {
-                break;
-            };
-            self.bytes -= s;
-            release(a, s, e);
-        }
-    }
-}
-
-#[cfg(test)]
-mod shadow_queue_tests {
-    use super::*;
 
     #[test]
-    fn shadow_queue_releases_oldest_first_at_half_the_volume() {
-        let mut q = ShadowQueue::new(200);
-        let mut out = Vec::new();
-        q.push(0x1000, 60, 0, &mut |a, _, _| out.push(a));
-        q.push(0x2000, 30, 0, &mut |a, _, _| out.push(a));
-        assert!(out.is_empty());
-        q.push(0x3000, 20, 0, &mut |a, _, _| out.push(a)); // 110 > 100
-        assert_eq!(out, [0x1000]);
-        assert!(!q.keeps(101));
-        q.push(0x4000, 150, 0, &mut |a, _, _| out.push(a));
-        assert_eq!(out, [0x1000, 0x2000, 0x3000, 0x4000]);
+    fn big_blocks_are_searched_first_then_the_oldest() {
+        let mut q = FreedQueue::new(1000, 50);
+        q.push_unmarked(fb(0x1000, 16));
+        q.push_unmarked(fb(0x1000, 8));
+        q.push_unmarked(fb(0x1000, 64)); // big: found first
+        assert_eq!(q.bracketing(0x1004).map(|b| b.size), Some(64));
+        let mut q = FreedQueue::new(1000, 50);
+        q.push_unmarked(fb(0x1000, 16));
+        q.push_unmarked(fb(0x1000, 8));
+        assert_eq!(q.bracketing(0x1004).map(|b| b.size), Some(16), "oldest");
+    }
+
+    #[test]
+    fn shadow_window_releases_oldest_first_at_half_the_volume() {
+        let mut q = FreedQueue::new(200, 1000);
+        let out = std::cell::RefCell::new(Vec::new());
+        let mut rel = |a: u64, _: u64, e: u64| out.borrow_mut().push((a, e));
+        q.push(fb(0x1000, 60), 0x1000 + 80, &mut rel);
+        q.push(fb(0x2000, 30), 0x2000 + 48, &mut rel);
+        q.push_unmarked(fb(0x9000, 90)); // counts for the description, not the shadow
+        q.push(fb(0x3000, 20), 0x3000 + 32, &mut rel); // 110 > 100
+        assert_eq!(*out.borrow(), [(0x1000, 0x1000 + 80)]);
+        assert!(!q.keeps_shadow(101));
+        q.push(fb(0x4000, 150), 0x4000 + 160, &mut rel);
+        let out = out.into_inner();
+        assert_eq!(
+            out,
+            [
+                (0x1000, 0x1000 + 80),
+                (0x2000, 0x2000 + 48),
+                (0x3000, 0x3000 + 32),
+                (0x4000, 0x4000 + 160)
+            ]
+        );
+    }
+
+    /// The queue against the two plain queues it replaced, on a long random run across
+    /// many chunks: the same blocks described, found in the same order, and the same
+    /// shadow releases.
+    #[test]
+    fn one_ring_matches_two_plain_queues() {
+        let (limit, big) = (40_000u64, 3_000u64);
+        let mut q = FreedQueue::new(limit, big);
+        let (mut small, mut large) = (VecDeque::new(), VecDeque::<FreedBlock>::new());
+        let mut vol = 0u64;
+        let mut shadow = VecDeque::new();
+        let mut shadow_bytes = 0u64;
+        let (mut got, mut want) = (Vec::new(), Vec::new());
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for i in 0..60_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let size = match x % 100 {
+                0 => 2_000 + x % 30_000,
+                1..=30 => 1 + x % 16,
+                _ => 16 + (x >> 8) % 200,
+            };
+            let addr = 0x10_0000 + (x >> 20) % 5_000 * 16;
+            let b = FreedBlock {
+                addr,
+                size,
+                alloc_stack: StackId(i as u32),
+                free_stack: StackId(i as u32 + 1),
+            };
+            let marked = x & (1 << 40) != 0;
+            let end = if marked {
+                addr + size + (x >> 30) % 4000
+            } else {
+                0
+            };
+            q.push(b, end, &mut |a, s, e| got.push((a, s, e)));
+            // The two queues as they were.
+            if size >= big {
+                large.push_back(b);
+            } else {
+                small.push_back(b);
+            }
+            vol += size;
+            while vol > limit {
+                let Some(old) = large.pop_front().or_else(|| small.pop_front()) else {
+                    break;
+                };
+                vol -= old.size;
+            }
+            if marked {
+                shadow.push_back((addr, size, end));
+                shadow_bytes += size;
+                while shadow_bytes > limit / 2 {
+                    let Some(o) = shadow.pop_front() else { break };
+                    shadow_bytes -= o.1;
+                    want.push(o);
+                }
+            }
+            assert_eq!(got, want, "shadow releases at {i}");
+            assert_eq!(q.len(), small.len() + large.len(), "at {i}");
+            if i % 997 == 0 {
+                for probe in (0x10_0000 - 32..0x10_0000 + 5_000 * 16 + 400).step_by(40) {
+                    let plain = large.iter().chain(small.iter()).find(|b| {
+                        probe >= b.addr.saturating_sub(REDZONE) && probe < b.addr + b.size + REDZONE
+                    });
+                    assert_eq!(q.bracketing(probe), plain.copied(), "{probe:#x} at {i}");
+                }
+            }
+        }
+        assert!(
+            q.blocks.chunks_held() <= q.blocks.len() / oxgrind_tool::fifo::CHUNK + 3,
+            "no emptied chunk kept but the spare"
+        );
     }
 }
 
-/// A freed block on its way into the queues: the block, and the end of its chunk for the
-/// [`ShadowQueue`] (0 when the shadow is not kept).
+/// A freed block on its way into the queue: the block, and the end of its chunk for the
+/// shadow window (0 when its shadow is not marked).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Freed {
     pub block: FreedBlock,
@@ -207,13 +380,13 @@ pub struct Freed {
 /// Most frees a thread keeps before handing them to the shared queues ([`FreedBatches`]).
 ///
 /// Half the runtime's batch (`oxgrind-runtime`'s `blocks::BATCH`, 32, and a sixteenth of
-/// `--freelist-vol`), so that a block reaches the [`ShadowQueue`] before the runtime's queue
+/// `--freelist-vol`), so that a block reaches the shadow window before the runtime's queue
 /// even when the two counts drift by a few events (frees the tool does not see, the order of
 /// a `realloc`'s two halves): its shadow is then cleared before glibc may reuse its memory.
 pub const BATCH: usize = 16;
 
 /// Each thread's recent frees, before they join the queues that Memcheck keeps under its
-/// state lock ([`FreedQueue`], [`ShadowQueue`]): that lock is taken once per [`BATCH`]
+/// state lock ([`FreedQueue`]): that lock is taken once per [`BATCH`]
 /// frees instead of once per free, and threads freeing at once do not meet on it.
 ///
 /// Blocks in a batch are still "recently freed": whoever describes an address first moves
@@ -223,8 +396,14 @@ pub struct FreedBatches {
     volume: u64,
     /// Threads are spread over the batches by their thread pointer, so a thread always
     /// uses the same one (its frees keep their order) and threads rarely share one.
-    batches: Box<[SpinLock<Batch>]>,
+    batches: Box<[OwnLines]>,
 }
+
+/// A batch on cache lines of its own: its lock, length and byte count are written at every
+/// free, and packed side by side two threads' batches shared a line (128 bytes: the
+/// spatial prefetcher pulls lines in pairs).
+#[repr(align(128))]
+struct OwnLines(SpinLock<Batch>);
 
 /// A batch [`FreedBatches::push`] took out, on its way into the queues.
 pub struct FullBatch {
@@ -263,24 +442,24 @@ impl FreedBatches {
             volume,
             batches: (0..crate::totals::SLOTS)
                 .map(|_| {
-                    SpinLock::new(Batch {
+                    OwnLines(SpinLock::new(Batch {
                         items: [EMPTY; BATCH],
                         len: 0,
                         bytes: 0,
-                    })
+                    }))
                 })
                 .collect(),
         }
     }
 
     /// Whether a freed block of `size` bytes is marked in the shadow at all: the
-    /// [`ShadowQueue`]'s own test ([`ShadowQueue::keeps`]), answered without its lock.
+    /// queue's own test ([`FreedQueue::keeps_shadow`]), answered without its lock.
     pub fn keeps_shadow(&self, size: u64) -> bool {
         size <= self.volume / 2
     }
 
     fn mine(&self) -> &SpinLock<Batch> {
-        &self.batches[crate::totals::thread_slot()]
+        &self.batches[crate::totals::thread_slot()].0
     }
 
     /// Adds a free to the calling thread's batch; when the batch is full, returns all of
@@ -310,7 +489,7 @@ impl FreedBatches {
     /// the batches: before an address is described.
     pub fn drain(&self, mut f: impl FnMut(&[Freed])) {
         for t in self.batches.iter() {
-            let mut b = t.lock();
+            let mut b = t.0.lock();
             let n = b.len;
             f(&b.items[..n]);
             b.len = 0;

@@ -72,7 +72,7 @@ use oxgrind_tool::{
 
 use access::PcClass;
 use errors::{ErrorManager, Output};
-use freed::{FreedBatches, FreedQueue, ShadowQueue};
+use freed::{FreedBatches, FreedQueue};
 use options::Options;
 use oxgrind_tool::instrument::{Access, GuestRegs, Insn, Plan, ShadowSpec};
 use oxgrind_tool::sync::SpinLock;
@@ -94,7 +94,7 @@ pub struct Memcheck {
     /// HEAP SUMMARY's allocs, frees and bytes allocated, counted per thread.
     totals: totals::HeapTotals,
     state: Mutex<State>,
-    /// Each thread's latest frees, on their way into `State::freed` and `State::shadow_q`.
+    /// Each thread's latest frees, on their way into `State::freed`.
     batches: FreedBatches,
     /// The engine asked for probes: the shadow is kept from then on. Before, no one reads
     /// it, and events may come from a host that is no real process (tests).
@@ -122,9 +122,9 @@ pub struct Memcheck {
 
 pub(crate) struct State {
     errors: ErrorManager,
+    /// Recently freed blocks: for descriptions, and when their shadow goes back to
+    /// addressable.
     freed: FreedQueue,
-    /// When freed blocks' shadow goes back to addressable.
-    shadow_q: ShadowQueue,
     xml: String,
     xml_started: bool,
     finished: bool,
@@ -152,7 +152,6 @@ impl Memcheck {
             state: Mutex::new(State {
                 errors: ErrorManager::new(rep),
                 freed: FreedQueue::new(opts.freelist_vol, opts.freelist_big_blocks),
-                shadow_q: ShadowQueue::new(opts.freelist_vol),
                 xml: String::new(),
                 leaked: None,
                 last_leak: Default::default(),
@@ -290,7 +289,6 @@ impl Tool for Memcheck {
             let st = self.state_mut();
             st.errors = ErrorManager::new(rep);
             st.freed = FreedQueue::new(vol, big);
-            st.shadow_q = ShadowQueue::new(vol);
         }
         self.batches = FreedBatches::new(vol);
         let fatal = |e: SuppParseError| OptionError(e.fatal_lines().join("\n"));
