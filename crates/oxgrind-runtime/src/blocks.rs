@@ -47,7 +47,13 @@ pub struct BlockInfo {
     pub func: AllocFn,
     /// Allocated by oxgrind itself through libc: not the program's, never reported.
     pub internal: bool,
+    /// The tool's number for the block (`Tool::block_word`), handed back when it is freed.
+    /// 32 bits, so that an entry stays 32 bytes, two to a cache line.
+    pub tool_word: u32,
 }
+
+// An entry of a shard table (address and `BlockInfo`) is 32 bytes.
+const _: () = assert!(core::mem::size_of::<BlockInfo>() == 24);
 
 /// An empty entry's value in the shard tables (never read as a block).
 impl Default for BlockInfo {
@@ -57,6 +63,7 @@ impl Default for BlockInfo {
             stack: StackId(0),
             func: AllocFn::Malloc,
             internal: false,
+            tool_word: 0,
         }
     }
 }
@@ -350,6 +357,7 @@ mod tests {
             stack: StackId(n as u32),
             func: AllocFn::Malloc,
             internal: false,
+            tool_word: n as u32,
         };
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for step in 0..200_000u64 {

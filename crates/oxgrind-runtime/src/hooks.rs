@@ -414,16 +414,7 @@ fn record_alloc(
             #[inline(always)]
             || {
                 let stack = ev.stack(entry);
-                BLOCKS.insert(
-                    addr,
-                    BlockInfo {
-                        size,
-                        stack,
-                        func,
-                        internal: false,
-                    },
-                );
-                let a = Alloc {
+                let mut a = Alloc {
                     addr,
                     size,
                     slop: slop(size),
@@ -431,7 +422,19 @@ fn record_alloc(
                     func,
                     stack,
                     tid: ev.tid(),
+                    tool_word: 0,
                 };
+                a.tool_word = ev.rt.tool.block_word(&HOST, &a);
+                BLOCKS.insert(
+                    addr,
+                    BlockInfo {
+                        size,
+                        stack,
+                        func,
+                        internal: false,
+                        tool_word: a.tool_word,
+                    },
+                );
                 ev.uncount();
                 ev.thread
                     .with_event_blocks(addr, 0, || ev.rt.tool.on_alloc(&HOST, &a));
@@ -446,6 +449,7 @@ fn record_alloc(
                         stack: NO_STACK,
                         func,
                         internal: true,
+                        tool_word: 0,
                     },
                 );
             }
@@ -681,6 +685,7 @@ fn deallocate_here(p: *mut c_void, func: AllocFn, entry: Entry) {
                             NO_STACK
                         },
                         tid: ev.tid(),
+                        tool_word: b.tool_word,
                     };
                     ev.uncount();
                     ev.thread
@@ -964,6 +969,7 @@ fn reallocate_here(p: *mut c_void, size: usize, func: AllocFn, entry: Entry) -> 
                     stack: NO_STACK,
                     func,
                     internal: true,
+                    tool_word: 0,
                 },
             );
         } else if q.is_null() {
@@ -1061,8 +1067,9 @@ fn realloc_event(
         func,
         stack,
         tid,
+        tool_word: old.tool_word,
     };
-    let a = Alloc {
+    let mut a = Alloc {
         addr: q as u64,
         size: size as u64,
         slop: slop(size as u64),
@@ -1070,7 +1077,9 @@ fn realloc_event(
         func,
         stack,
         tid,
+        tool_word: 0,
     };
+    a.tool_word = rt.tool.block_word(&HOST, &a);
     BLOCKS.insert(
         q as u64,
         BlockInfo {
@@ -1078,6 +1087,7 @@ fn realloc_event(
             stack,
             func,
             internal: false,
+            tool_word: a.tool_word,
         },
     );
     ev.uncount();

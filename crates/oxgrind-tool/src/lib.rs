@@ -107,6 +107,9 @@ pub struct Alloc {
     pub func: AllocFn,
     pub stack: StackId,
     pub tid: i32,
+    /// The tool's own number for this block, as [`Tool::block_word`] gave it (0 from a tool
+    /// without one).
+    pub tool_word: u32,
 }
 
 /// How the allocator holds a live block beyond its size ([`Host::block_extent`]).
@@ -134,6 +137,9 @@ pub struct Free {
     /// Stack of the call that freed it.
     pub stack: StackId,
     pub tid: i32,
+    /// The number [`Tool::block_word`] gave the block when it was allocated (0 for a block
+    /// the tool gave none).
+    pub tool_word: u32,
 }
 
 /// How the program is ending, for [`Tool::fini`].
@@ -617,6 +623,17 @@ pub trait Tool: Send + Sync {
     /// The program is about to run (before its constructors and `main`): Memcheck prints its
     /// preamble here.
     fn on_start(&self, _host: &dyn Host) {}
+    /// A number of the tool's own for the block `ev` (its `tool_word` still 0), which the
+    /// runtime keeps with the block in its live-block table and hands back as
+    /// [`Alloc::tool_word`] in the event that follows (`on_alloc`, or `on_realloc`'s new
+    /// block) and as [`Free::tool_word`] when the block is freed or reallocated: so a tool
+    /// that keeps something per block (Massif: where its replayed allocator put it) finds
+    /// it without a table of its own keyed by address, whose lookup per event would repeat
+    /// the runtime's. Called on the allocating thread, just before the block is recorded,
+    /// once per block; not for blocks the tool never hears of (the runtime's own).
+    fn block_word(&self, _host: &dyn Host, _ev: &Alloc) -> u32 {
+        0
+    }
     fn on_alloc(&self, _host: &dyn Host, _ev: &Alloc) {}
     fn on_free(&self, _host: &dyn Host, _ev: &Free) {}
     /// A block moved or resized by `realloc`. By default a free then an alloc.

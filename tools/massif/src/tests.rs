@@ -42,6 +42,7 @@ fn alloc(addr: Addr, size: u64, slop: u64, stack: u32) -> Alloc {
         func: AllocFn::Malloc,
         stack: StackId(stack),
         tid: 1,
+        tool_word: 0,
     }
 }
 
@@ -57,6 +58,7 @@ fn free(a: &Alloc) -> Free {
         // Freed on the allocating thread unless a test says otherwise (a thread id names
         // one live thread: its log is that thread's alone).
         tid: a.tid,
+        tool_word: a.tool_word,
     }
 }
 

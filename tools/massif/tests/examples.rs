@@ -132,10 +132,11 @@ fn slop(n: u64) -> u64 {
     n.next_multiple_of(16) - n
 }
 
-/// A tiny heap: address → (size, allocating stack).
+/// A tiny heap: address → (size, allocating stack, the tool's word for the block), as the
+/// runtime's block table keeps them.
 struct Heap {
     next: Addr,
-    live: HashMap<Addr, (u64, StackId)>,
+    live: HashMap<Addr, (u64, StackId, u32)>,
 }
 
 impl Heap {
@@ -148,23 +149,23 @@ impl Heap {
     fn malloc(&mut self, m: &Massif, h: &ScriptHost, size: u64, stack: StackId) -> Addr {
         let addr = self.next;
         self.next += size.next_multiple_of(16) + 16;
-        self.live.insert(addr, (size, stack));
-        m.on_alloc(
-            h,
-            &Alloc {
-                addr,
-                size,
-                slop: slop(size),
-                align: 0,
-                func: AllocFn::Malloc,
-                stack,
-                tid: 1,
-            },
-        );
+        let mut ev = Alloc {
+            addr,
+            size,
+            slop: slop(size),
+            align: 0,
+            func: AllocFn::Malloc,
+            stack,
+            tid: 1,
+            tool_word: 0,
+        };
+        ev.tool_word = m.block_word(h, &ev);
+        self.live.insert(addr, (size, stack, ev.tool_word));
+        m.on_alloc(h, &ev);
         addr
     }
     fn free_ev(&self, addr: Addr, func: AllocFn, free_stack: StackId) -> Free {
-        let (size, alloc_stack) = self.live[&addr];
+        let (size, alloc_stack, tool_word) = self.live[&addr];
         Free {
             addr,
             size,
@@ -174,6 +175,7 @@ impl Heap {
             func,
             stack: free_stack,
             tid: 1,
+            tool_word,
         }
     }
     fn free(&mut self, m: &Massif, h: &ScriptHost, addr: Addr, free_stack: StackId) {
@@ -196,8 +198,7 @@ impl Heap {
         let new_addr = self.next;
         self.next += size.next_multiple_of(16) + 16;
         self.live.remove(&addr);
-        self.live.insert(new_addr, (size, stack));
-        let new = Alloc {
+        let mut new = Alloc {
             addr: new_addr,
             size,
             slop: slop(size),
@@ -205,7 +206,10 @@ impl Heap {
             func: AllocFn::Realloc,
             stack,
             tid: 1,
+            tool_word: 0,
         };
+        new.tool_word = m.block_word(h, &new);
+        self.live.insert(new_addr, (size, stack, new.tool_word));
         m.on_realloc(h, &old, &new);
         new_addr
     }

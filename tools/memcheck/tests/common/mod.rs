@@ -145,6 +145,7 @@ impl Program<'_> {
             func,
             stack,
             tid: 1,
+            tool_word: 0,
         };
         self.tool.on_alloc(self.host, &ev);
     }
@@ -165,6 +166,7 @@ impl Program<'_> {
                     func,
                     stack,
                     tid: 1,
+                    tool_word: 0,
                 };
                 self.tool.on_free(self.host, &ev);
                 self.host.live.borrow_mut().remove(&addr);
