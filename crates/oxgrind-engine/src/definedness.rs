@@ -648,6 +648,16 @@ fn is_rep_string(ins: &Instruction) -> bool {
     ins.is_string_instruction() && (ins.has_rep_prefix() || ins.has_repne_prefix())
 }
 
+/// Whether a `rep` string instruction ends on a condition as well as on `rcx` (`cmps`,
+/// `scas`).
+fn may_stop_early(ins: &Instruction) -> bool {
+    use Mnemonic as M;
+    matches!(
+        ins.mnemonic(),
+        M::Cmpsb | M::Cmpsw | M::Cmpsd | M::Cmpsq | M::Scasb | M::Scasw | M::Scasd | M::Scasq
+    )
+}
+
 /// The slow path before guest instruction `rec.ins` at `pc` (a clean call).
 pub(crate) fn step(ctx: &mut ThreadCtx, rec: &StepRec, pc: u64, cl: Client) {
     let t = thread(ctx);
@@ -675,7 +685,12 @@ fn step_with(ctx: &mut ThreadCtx, t: &mut ThreadShadow, rec: &StepRec, pc: u64, 
     t.last_pc = pc;
     t.last_writes_rsp = rec.writes_rsp;
     t.last_call_or_ret = rec.call_or_ret;
-    ctx.vbits_need_step = (rec.writes_rsp || rec.call_or_ret || is_rep_string(ins)) as u64;
+    // After a `rep` that may stop early (`repe`/`repne` `cmps`/`scas`), `rep_next` may keep
+    // a count a later run of it could meet: the next step resets it. Another `rep` always
+    // runs down to `rcx` 0, where the engine makes no step (`translate::special`), so the
+    // instruction after it need not be slow.
+    ctx.vbits_need_step =
+        (rec.writes_rsp || rec.call_or_ret || is_rep_string(ins) && may_stop_early(ins)) as u64;
     if is_rep_string(ins) {
         let rcx = ctx.gregs[1];
         let again = t.rep_next == (pc, rcx);
