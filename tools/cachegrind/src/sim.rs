@@ -24,12 +24,20 @@
 use oxgrind_formats::cachegrind::CacheConfig;
 
 /// One set-associative cache.
+///
+/// Each set's most recently used tag is kept apart from its other tags, in an array of
+/// its own: most lookups that reach the simulator hit it (nearly all of LL's: an L1 miss is
+/// usually a line LL just gave), and those read one word of a dense array (8 bytes a set:
+/// 2 MiB for a 256 Ki-set LL, within the host's L2) instead of the first line of a set
+/// that spans several host lines (30 tags of a 503 MB LL: 63 MB of tags in all).
 pub struct Cache {
     assoc: usize,
     sets_min_1: u64,
     line_bits: u32,
-    /// `sets * assoc` tags; each set's slice is ordered most recently used first.
-    tags: Vec<u64>,
+    /// Each set's most recently used tag.
+    mru: Vec<u64>,
+    /// Each set's other `assoc - 1` tags, most recently used first.
+    rest: Vec<u64>,
 }
 
 impl Cache {
@@ -40,7 +48,8 @@ impl Cache {
             assoc: config.assoc as usize,
             sets_min_1: sets - 1,
             line_bits: config.line.trailing_zeros(),
-            tags: vec![0; (sets * config.assoc) as usize],
+            mru: vec![0; sets as usize],
+            rest: vec![0; (sets * (config.assoc - 1)) as usize],
         }
     }
 
@@ -48,19 +57,13 @@ impl Cache {
         self.line_bits
     }
 
-    /// Asks the host to bring the tags of the set `addr` maps to into its caches: a hint,
-    /// it changes no state.
+    /// Asks the host to bring the most recently used tag of the set `addr` maps to into
+    /// its caches (the one a lookup reads first, and usually the only one): a hint, it
+    /// changes no state.
     #[inline(always)]
     fn prefetch(&self, addr: u64) {
         let set = ((addr >> self.line_bits) & self.sets_min_1) as usize;
-        let first = set * self.assoc;
-        let ways = &self.tags[first..first + self.assoc];
-        // One hint per host line the set's tags span (64-byte lines).
-        let mut at = 0;
-        while at < ways.len() {
-            prefetch_read(&ways[at]);
-            at += 8;
-        }
+        prefetch_read(&self.mru[set]);
     }
 
     /// Looks `block` up in its set, making it the most recently used; true on a miss (the
@@ -69,23 +72,23 @@ impl Cache {
     #[inline(always)]
     fn set_ref_is_miss(&mut self, block: u64) -> bool {
         let set = (block & self.sets_min_1) as usize;
-        let first = set * self.assoc;
-        // `first` is below `sets * assoc`, the length of `tags`.
-        if self.tags[first] == block {
+        // `set` is at most `sets_min_1`, below the length of `mru`.
+        if self.mru[set] == block {
             return false;
         }
-        self.reorder(first, block)
+        self.reorder(set, block)
     }
 
-    /// The rest of a lookup: `block` is not the most recently used line of the set at
-    /// `first`: moves it (or, on a miss, the block replacing the least recently used) to
-    /// the front.
+    /// The rest of a lookup: `block` is not the most recently used line of `set`: makes
+    /// it so, moving the tags before it (or, on a miss, all of them: the least recently
+    /// used one leaves) one place down.
     #[inline(never)]
-    fn reorder(&mut self, first: usize, block: u64) -> bool {
-        let ways = &mut self.tags[first..first + self.assoc];
+    fn reorder(&mut self, set: usize, block: u64) -> bool {
+        let others = self.assoc - 1;
+        let mut carry = core::mem::replace(&mut self.mru[set], block);
+        let ways = &mut self.rest[set * others..(set + 1) * others];
         // One pass: shift each tag down until `block` is found (a hit) or the last way is
-        // overwritten (a miss: the least recently used tag leaves).
-        let mut carry = block;
+        // overwritten (a miss).
         for t in ways.iter_mut() {
             let was = core::mem::replace(t, carry);
             if was == block {
@@ -100,9 +103,10 @@ impl Cache {
     /// recent-lines table skipped accesses that did so: `TraceRecord::swaps`).
     #[inline(never)]
     fn swap_first_two(&mut self, block: u64) {
-        let first = (block & self.sets_min_1) as usize * self.assoc;
-        if self.assoc >= 2 {
-            self.tags.swap(first, first + 1);
+        let set = (block & self.sets_min_1) as usize;
+        let others = self.assoc - 1;
+        if others > 0 {
+            core::mem::swap(&mut self.mru[set], &mut self.rest[set * others]);
         }
     }
 
