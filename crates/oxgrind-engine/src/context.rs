@@ -299,34 +299,60 @@ pub const XSAVE_SIZE: usize = 0x3000;
 /// number), so that its re-raise carries the original one.
 pub const SIGINFO_OFF: usize = XSAVE_OFF + XSAVE_SIZE;
 pub const SIGINFO_SIZE: usize = 128;
+/// The first offset at or after `after` whose low 12 bits are `low`: where a recent-lines
+/// array starts. Translated code stores to one array and soon loads from another (a
+/// second-way hit swaps the data table's two lines; a record updates a slot, then the
+/// next block's code lines are compared), and the processor takes a load whose address
+/// equals an earlier store's in its low 12 bits for dependent on it until the store's
+/// address is known ("4K aliasing"): arrays at a multiple of 4 KiB from each other made
+/// every slot's entries alias. With each array at its own low bits, apart from each other
+/// and from the hot fields of the context's first page (scratch slots, trace pointer),
+/// no two entries alias for up to 64 slots (an L1 cache of 64 sets, the common size).
+const fn recent_array_at(after: usize, low: usize) -> usize {
+    let page = after & !0xfff;
+    if page + low >= after {
+        page + low
+    } else {
+        page + 0x1000 + low
+    }
+}
+
+const RECENT_MAX: usize = oxgrind_tool::instrument::MAX_RECENT_LINE_SLOTS as usize;
+
+// The fields the trace probes store to lie below the first array's low bits.
+const _: () = assert!(
+    OFF_TRACE_PTR < 0x400
+        && OFF_TRACE_END < 0x400
+        && OFF_PROBE_RCX < 0x400
+        && OFF_INDEXED_AT < 0x400
+);
+
 /// Where the thread's recent-lines table starts (see `recent_lines`): one line number per
 /// slot, addressed by translated code as `gs:[RECENT_LINES_OFF + slot * 8]`.
-pub const RECENT_LINES_OFF: usize = SIGINFO_OFF + 65 * SIGINFO_SIZE;
-/// The same for the code-lines table.
-pub const RECENT_CODE_LINES_OFF: usize =
-    RECENT_LINES_OFF + 8 * oxgrind_tool::instrument::MAX_RECENT_LINE_SLOTS as usize;
+pub const RECENT_LINES_OFF: usize = recent_array_at(SIGINFO_OFF + 65 * SIGINFO_SIZE, 0x400);
 /// The data table's second line per slot (`Needs::recent_lines_two_ways`):
 /// `gs:[RECENT_SECOND_LINES_OFF + slot * 8]`.
 pub const RECENT_SECOND_LINES_OFF: usize =
-    RECENT_CODE_LINES_OFF + 8 * oxgrind_tool::instrument::MAX_RECENT_LINE_SLOTS as usize;
-/// The data table's swap bit per slot, one byte each (`gs:[RECENT_SWAPS_OFF + slot]`),
-/// then [`RECENT_RECORD_SWAPS_OFF`].
-pub const RECENT_SWAPS_OFF: usize =
-    RECENT_SECOND_LINES_OFF + 8 * oxgrind_tool::instrument::MAX_RECENT_LINE_SLOTS as usize;
-/// The swap bits of the record being appended, gathered from its lines' slots (a byte for
-/// a data record, two for a block record's code lines at `+ 8`).
-pub const RECENT_RECORD_SWAPS_OFF: usize =
-    RECENT_SWAPS_OFF + oxgrind_tool::instrument::MAX_RECENT_LINE_SLOTS as usize;
+    recent_array_at(RECENT_LINES_OFF + 8 * RECENT_MAX, 0x600);
+/// The same for the code-lines table.
+pub const RECENT_CODE_LINES_OFF: usize =
+    recent_array_at(RECENT_SECOND_LINES_OFF + 8 * RECENT_MAX, 0x800);
 /// The code table's second lines and swap bits (`Needs::recent_code_lines_two_ways`), as
 /// the data table's.
-pub const RECENT_CODE_SECOND_LINES_OFF: usize = RECENT_RECORD_SWAPS_OFF + 64;
-pub const RECENT_CODE_SWAPS_OFF: usize =
-    RECENT_CODE_SECOND_LINES_OFF + 8 * oxgrind_tool::instrument::MAX_RECENT_LINE_SLOTS as usize;
+pub const RECENT_CODE_SECOND_LINES_OFF: usize =
+    recent_array_at(RECENT_CODE_LINES_OFF + 8 * RECENT_MAX, 0xa00);
+/// The data table's swap bit per slot, one byte each (`gs:[RECENT_SWAPS_OFF + slot]`).
+pub const RECENT_SWAPS_OFF: usize =
+    recent_array_at(RECENT_CODE_SECOND_LINES_OFF + 8 * RECENT_MAX, 0xc00);
+/// The swap bits of the record being appended, gathered from its lines' slots (a byte for
+/// a data record, two for a block record's code lines at `+ 8`).
+pub const RECENT_RECORD_SWAPS_OFF: usize = recent_array_at(RECENT_SWAPS_OFF + RECENT_MAX, 0xe00);
+/// The code table's swap bits, as the data table's.
+pub const RECENT_CODE_SWAPS_OFF: usize = recent_array_at(RECENT_RECORD_SWAPS_OFF + 64, 0xf00);
 /// Where the thread's indexed counters start (`Needs::indexed_counters`; translated code
 /// adds to `gs:[INDEXED_COUNTERS_OFF + index * 8]`): the mapping's last part, as long as
 /// the tool asked for.
-pub const INDEXED_COUNTERS_OFF: usize =
-    RECENT_CODE_SWAPS_OFF + oxgrind_tool::instrument::MAX_RECENT_LINE_SLOTS as usize;
+pub const INDEXED_COUNTERS_OFF: usize = RECENT_CODE_SWAPS_OFF + RECENT_MAX;
 /// The context mapping without indexed counters.
 pub const CTX_SIZE: usize = INDEXED_COUNTERS_OFF;
 
