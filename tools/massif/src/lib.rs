@@ -17,17 +17,18 @@
 //! [`log`]: no process-wide lock per event; the logs are applied in batches), then, when
 //! applied, one table read from the [`StackId`] to its EC (stack ids are dense), the replay
 //! of the allocation in Valgrind's allocator (module `arena`: a free-list search and a few
-//! table updates, about 300 instructions per malloc/free pair), one insert or removal in the
-//! table of live blocks (module `chunks`), a few additions, and a comparison with the time of
-//! the next snapshot. Classifying a stack never seen before (symbol lookups) happens outside
+//! table updates, about 300 instructions per malloc/free pair), the block's record written or
+//! read (module `records`, found by the number the runtime keeps with the block), a few
+//! additions, and a comparison with the time of the next snapshot. Classifying a stack never seen before (symbol lookups) happens outside
 //! the lock.
 //!
 //! The runtime's block table gives each [`Free`] the stack of the call that last allocated or
-//! reallocated the block. Massif's own table (`chunks`, Valgrind's `HP_Chunk`s) holds what
-//! only Valgrind's allocator knows: each block's slop. Module `arena` replays that allocator
+//! reallocated the block, and the number Massif gave it ([`Tool::block_word`]), which names
+//! its record (module `records`, Valgrind's `HP_Chunk`s): what only Valgrind's allocator
+//! knows, each block's place in it, hence its slop. Module `arena` replays that allocator
 //! on every event, so the usable sizes, hence the extra heap and `--time-unit=B` clock, are
 //! Valgrind's, and realloc follows Valgrind's rule (in place while the new size fits in the
-//! usable size). Ignored blocks (`--ignore-fn`) are kept in a set; pages with
+//! usable size). Ignored blocks (`--ignore-fn`) are marked in their records; pages with
 //! `--pages-as-heap=yes` as ranges.
 //!
 //! What differs from Valgrind (see also `docs/differences-from-valgrind.md`):
@@ -55,12 +56,12 @@
 //! files Valgrind 3.19 wrote.
 
 mod arena;
-mod chunks;
 pub mod classify;
 mod clock;
 mod log;
 pub mod options;
 mod pages;
+mod records;
 mod schedule;
 mod stacks;
 mod sync;
@@ -74,7 +75,7 @@ use oxgrind_formats::massif::{
 use oxgrind_tool::{Addr, Alloc, Exit, Free, Host, Mapping, Needs, OptionError, StackId, Tool};
 use schedule::{Kind, Scheduler, Totals};
 use std::sync::atomic::{AtomicBool, Ordering};
-use sync::{FxHashMap, FxHashSet, SpinLock};
+use sync::{FxHashMap, SpinLock};
 
 /// Page size for `--pages-as-heap=yes`.
 const PAGE: u64 = 4096;
@@ -106,17 +107,13 @@ struct State {
     last_time: i64,
     started: bool,
     sched: Scheduler,
-    /// Live blocks whose allocation was ignored but whose current stack might not be (a
-    /// realloc of an ignored block stays ignored, as in Valgrind). Empty unless some stack
-    /// was ignored.
-    ignored_blocks: FxHashSet<Addr>,
     /// `--pages-as-heap=yes`: the mapped ranges and their ECs.
     pages: pages::Pages,
     /// Valgrind's allocator, replayed to know the usable size it would give each block.
     arena: arena::Arena,
-    /// Live blocks (real address) → where the replayed allocator put them and their EC
-    /// (Valgrind's `HP_Chunk`).
-    chunks: chunks::Chunks,
+    /// Blocks whose allocation is applied and whose free is not (each has a record, module
+    /// [`records`]).
+    live_blocks: u64,
     /// Where applying stands in each thread's log (module [`log`]).
     cursors: Vec<log::Cursor>,
 }
@@ -168,6 +165,9 @@ pub struct Massif {
     state: SpinLock<State>,
     /// Heap events not yet applied to `state`, per thread (module [`log`]).
     logs: log::Logs,
+    /// What Massif knows of each live block (Valgrind's `HP_Chunk`), by the number the
+    /// runtime keeps with the block. Read and written under the `state` lock.
+    records: records::Records,
     /// Where a thread whose log is full sleeps until the logs are applied.
     released: sync::Released,
     clock: clock::MsClock,
@@ -187,6 +187,7 @@ impl Massif {
             classifier: Classifier::new(&[], &[], opts.depth, false),
             state: SpinLock::new(State::new(&opts)),
             logs: log::Logs::new(),
+            records: records::Records::new(),
             released: sync::Released::new(),
             opts,
             clock: clock::MsClock::new(),
@@ -319,10 +320,9 @@ impl Massif {
                 while end[i] != 0 {
                     // SAFETY: as above.
                     let ev = unsafe { self.logs.front(i, &mut cur) };
-                    let (live, free) = ev.needs();
-                    let ready = live.map_or(true, |a| st.chunks.contains(a))
-                        && free.map_or(true, |a| !st.chunks.contains(a));
-                    if !ready {
+                    let live = ev.needs_live();
+                    // SAFETY: under the state lock; the number came in a published event.
+                    if live != 0 && !unsafe { self.records.is_live(live) } {
                         break;
                     }
                     log::Logs::advance(&mut cur);
@@ -394,9 +394,9 @@ impl Massif {
     fn apply_alloc(&self, host: &dyn Host, st: &mut State, ev: &log::NewBlock, clock: Clock) {
         let ec = self.ec_of_locked(host, st, ev.stack);
         // Valgrind allocates the block before it looks at the stack: ignored blocks too.
-        let slop = st.arena_alloc(ev.addr, ev.align, ev.size, ec);
+        let (sim, slop) = st.arena_alloc(ev.align, ev.size);
+        self.keep_record(st, ev.word, sim, ec, ec == IGNORED);
         if ec == IGNORED {
-            st.ignored_blocks.insert(ev.addr);
             return;
         }
         let extra = self.opts.heap_admin + slop;
@@ -408,11 +408,15 @@ impl Massif {
     }
 
     fn apply_free(&self, host: &dyn Host, st: &mut State, ev: &log::OldBlock, clock: Clock) {
-        let (slop, ec) = match st.arena_free(ev.addr, ev.size) {
-            Some(found) => found,
-            None => (ev.slop, self.ec_of_locked(host, st, ev.stack)),
+        let (slop, ec, ignored) = match self.drop_record(st, ev.word) {
+            Some(r) => {
+                let slop = st.arena.usable(r.sim).saturating_sub(ev.size);
+                st.arena.free(r.sim);
+                (slop, r.ec, r.ignored)
+            }
+            None => (ev.slop, self.ec_of_locked(host, st, ev.stack), false),
         };
-        if st.take_ignored(ev.addr, ec) {
+        if ignored || ec == IGNORED {
             return;
         }
         self.peak_attempt(clock, st);
@@ -434,12 +438,16 @@ impl Massif {
         clock: Clock,
     ) {
         let new_ec = self.ec_of_locked(host, st, new.stack);
-        let (old_slop, new_slop, old_ec) = st.arena_realloc(old, new, self.opts.alignment, new_ec);
-        let old_ec = match old_ec {
-            Some(ec) => ec,
-            None => self.ec_of_locked(host, st, old.stack),
+        let old_rec = self.drop_record(st, old.word);
+        let (old_slop, new_sim, new_slop) =
+            st.arena_realloc(old, old_rec, new, self.opts.alignment);
+        let (old_ec, old_ignored) = match old_rec {
+            Some(r) => (r.ec, r.ignored),
+            None => (self.ec_of_locked(host, st, old.stack), false),
         };
-        if st.take_ignored(old.addr, old_ec) {
+        let ignored = old_ignored || old_ec == IGNORED;
+        self.keep_record(st, new.word, new_sim, new_ec, ignored || new_ec == IGNORED);
+        if ignored {
             // The original allocation was ignored: so is the block, wherever it moves, and
             // the heap totals do not change. Valgrind 3.19 still adds the new size to the
             // realloc site's context (its XTree is updated before the check) and never takes
@@ -447,7 +455,6 @@ impl Massif {
             if new_ec != IGNORED {
                 st.ec_bytes[new_ec as usize] += new.size;
             }
-            st.ignored_blocks.insert(new.addr);
             return;
         }
         if new.size < old.size {
@@ -455,9 +462,9 @@ impl Massif {
             self.peak_attempt(clock, st);
         }
         if new_ec == IGNORED {
-            // Valgrind 3.19 marks the block ignored from now on but leaves its old bytes
-            // counted (they are never subtracted): kept as is for identical numbers.
-            st.ignored_blocks.insert(new.addr);
+            // Valgrind 3.19 marks the block ignored from now on (its record says so) but
+            // leaves its old bytes counted (they are never subtracted): kept as is for
+            // identical numbers.
             return;
         }
         let o = &mut st.ec_bytes[old_ec as usize];
@@ -469,6 +476,29 @@ impl Massif {
         st.extra = (st.extra as i128 + d_extra).max(0) as u64;
         st.total_bytes_time += (d_heap + d_extra).unsigned_abs() as u64;
         self.normal_attempt(clock, st);
+    }
+
+    /// Writes the record of the block numbered `word` (none for 0: a block the runtime gave
+    /// no number). Under the state lock (`st`).
+    #[inline]
+    fn keep_record(&self, st: &mut State, word: u32, sim: arena::BlockId, ec: EcId, ignored: bool) {
+        if word != 0 {
+            st.live_blocks += 1;
+        }
+        // SAFETY: under the state lock (`st`); `word` came in a published event.
+        unsafe { self.records.set(word, records::Record { sim, ec, ignored }) };
+    }
+
+    /// The record of the block numbered `word`, freed or reallocated now; the number goes
+    /// back for another block. `None` for a block never numbered. Under the state lock.
+    #[inline]
+    fn drop_record(&self, st: &mut State, word: u32) -> Option<records::Record> {
+        // SAFETY: as in `keep_record`; the block's free is being applied.
+        let r = unsafe { self.records.release(word) };
+        if r.is_some() {
+            st.live_blocks -= 1;
+        }
+        r
     }
 
     /// The state lock, with every logged event applied: for events that are not logged
@@ -747,10 +777,9 @@ impl State {
                     TimeUnit::Ms | TimeUnit::Instructions => 1,
                     TimeUnit::Bytes => 0,
                 }),
-            ignored_blocks: FxHashSet::default(),
             pages: pages::Pages::default(),
             arena: arena::Arena::default(),
-            chunks: chunks::Chunks::default(),
+            live_blocks: 0,
             cursors: vec![log::Cursor::default(); log::SLOTS],
         }
     }
@@ -767,64 +796,38 @@ impl State {
         id
     }
 
-    /// Whether the block being freed or reallocated was ignored when allocated.
-    fn take_ignored(&mut self, addr: Addr, ec: EcId) -> bool {
-        let in_set = !self.ignored_blocks.is_empty() && self.ignored_blocks.remove(&addr);
-        in_set || ec == IGNORED
-    }
-
-    /// `VG_(cli_malloc)` for a new block at real address `addr`: its slop.
-    fn arena_alloc(&mut self, addr: Addr, align: u64, size: u64, ec: EcId) -> u64 {
+    /// `VG_(cli_malloc)` for a new block: its block in the replayed arena and its slop.
+    fn arena_alloc(&mut self, align: u64, size: u64) -> (arena::BlockId, u64) {
         let sim = self.arena.alloc(align, size);
-        self.chunks.insert(addr, chunks::Chunk { sim, ec });
-        self.arena.usable(sim).saturating_sub(size)
+        (sim, self.arena.usable(sim).saturating_sub(size))
     }
 
-    /// `VG_(cli_free)` of the block of `size` bytes at `addr`: its slop and EC (`None` if we
-    /// never saw it).
-    fn arena_free(&mut self, addr: Addr, size: u64) -> Option<(u64, EcId)> {
-        let c = self.chunks.remove(addr)?;
-        let slop = self.arena.usable(c.sim).saturating_sub(size);
-        self.arena.free(c.sim);
-        Some((slop, c.ec))
-    }
-
-    /// Valgrind's `realloc_block`: the block stays where it is when the new size fits in
-    /// the old usable size (the slop grows by what the request shrank), else a new block
-    /// is allocated and the old one freed. Returns the old and the new slop, and the old
-    /// block's EC when it was seen (`new_ec`: the new block's).
+    /// Valgrind's `realloc_block` for `old` (whose record is `rec`, if it was seen): the
+    /// block stays where it is when the new size fits in the old usable size (the slop grows
+    /// by what the request shrank), else a new block is allocated and the old one freed.
+    /// Returns the old slop, the new block in the arena and the new slop.
     fn arena_realloc(
         &mut self,
         old: &log::OldBlock,
+        rec: Option<records::Record>,
         new: &log::NewBlock,
         align: u64,
-        new_ec: EcId,
-    ) -> (u64, u64, Option<EcId>) {
-        match self.chunks.remove(old.addr) {
+    ) -> (u64, arena::BlockId, u64) {
+        match rec {
             Some(c) if new.size <= self.arena.usable(c.sim) => {
                 let usable = self.arena.usable(c.sim);
-                let moved = chunks::Chunk {
-                    sim: c.sim,
-                    ec: new_ec,
-                };
-                self.chunks.insert(new.addr, moved);
-                (
-                    usable.saturating_sub(old.size),
-                    usable - new.size,
-                    Some(c.ec),
-                )
+                (usable.saturating_sub(old.size), c.sim, usable - new.size)
             }
             Some(c) => {
                 let old_slop = self.arena.usable(c.sim).saturating_sub(old.size);
-                let slop = self.arena_alloc(new.addr, align, new.size, new_ec);
+                let (sim, slop) = self.arena_alloc(align, new.size);
                 self.arena.free(c.sim);
-                (old_slop, slop, Some(c.ec))
+                (old_slop, sim, slop)
             }
-            None => (
-                old.slop,
-                self.arena_alloc(new.addr, align, new.size, new_ec),
-                None,
-            ),
+            None => {
+                let (sim, slop) = self.arena_alloc(align, new.size);
+                (old.slop, sim, slop)
+            }
         }
     }
 }
@@ -901,6 +904,23 @@ impl Tool for Massif {
             instrument: self.opts.stacks,
             // No free stacks, no freed-block queue, nothing else Memcheck-like.
             ..Needs::default()
+        }
+    }
+
+    fn block_word(&self, _host: &dyn Host, ev: &Alloc) -> u32 {
+        if !self.heap_events() {
+            return 0;
+        }
+        match self.logs.log_of(ev.tid) {
+            // SAFETY: the calling thread owns log `i` (thread ids are unique among live
+            // threads), and the runtime does not re-enter a tool's handler on a thread.
+            Some(i) => unsafe { self.records.take(i) },
+            None => {
+                // Without a log, under the state lock (as its events are applied).
+                let _st = self.state.lock();
+                // SAFETY: the state lock's holder owns the shared space.
+                unsafe { self.records.take(records::SHARED) }
+            }
         }
     }
 

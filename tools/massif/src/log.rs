@@ -31,15 +31,16 @@
 //!
 //! * each thread's events keep their order (one log holds them in the order they were
 //!   appended);
-//! * events of different threads on one address keep theirs: an allocation is applied only
-//!   once no live block holds its address (the free that gave the address back, on another
-//!   thread, comes first), a free or realloc only once its block is live. The runtime tells
-//!   the tool of a free before glibc gets the block back, and the free's log count is
-//!   published before that, so the event that must come first is always already published
-//!   in some log (glibc's own locking orders the free before the allocation that reuses the
-//!   address): when no log's next event can be applied, the counts are read again;
-//! * events of different threads on different addresses interleave by batch, as threads
-//!   under Valgrind interleave by time slice.
+//! * events of different threads on one block keep theirs: a free or realloc is applied only
+//!   once the block's allocation is (its record says so, module `records`). The allocation's
+//!   event was published before the allocating call returned, so before any thread could
+//!   free the block: when no log's next event can be applied, the counts are read again;
+//! * an allocation never waits: blocks are told apart by their records, not by address, so
+//!   one that reuses the address of a block another thread freed may be applied before that
+//!   free (both are then live at that point of the serialisation, as if the free came a
+//!   little later);
+//! * otherwise events of different threads interleave by batch, as threads under Valgrind
+//!   interleave by time slice.
 //!
 //! So the snapshots are consistent: each is the state after a prefix of that serialisation,
 //! every block in it allocated and not yet freed in it, its totals the sums of its blocks.
@@ -54,7 +55,7 @@ use std::mem::MaybeUninit;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, Ordering};
 
-use oxgrind_tool::{Addr, Alloc, Free, StackId};
+use oxgrind_tool::{Alloc, Free, StackId};
 
 use crate::Clock;
 
@@ -83,7 +84,8 @@ const RETIRED: i32 = -1;
 /// The block an allocation or realloc gives the program, as Massif needs it.
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct NewBlock {
-    pub addr: Addr,
+    /// Its record's number (module `records`; 0: none).
+    pub word: u32,
     pub size: u64,
     /// The alignment Valgrind's allocator is asked for (`Massif::alignment_of`).
     pub align: u64,
@@ -93,7 +95,8 @@ pub(crate) struct NewBlock {
 /// The block a free or realloc gives back, as Massif needs it.
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct OldBlock {
-    pub addr: Addr,
+    /// Its record's number (module `records`; 0: a block Massif never numbered).
+    pub word: u32,
     pub size: u64,
     /// The runtime's slop, for a block Massif never saw allocated.
     pub slop: u64,
@@ -116,13 +119,13 @@ pub(crate) enum Kind {
 #[derive(Copy, Clone, Debug)]
 #[repr(C, align(64))]
 pub(crate) struct Event {
-    new_addr: Addr,
     new_size: u64,
-    old_addr: Addr,
     old_size: u64,
     old_slop: u64,
     /// The clock reading, or [`Event::NO_CLOCK`].
     clock: i64,
+    new_word: u32,
+    old_word: u32,
     new_stack: u32,
     old_stack: u32,
     /// `log2` of [`NewBlock::align`].
@@ -139,14 +142,14 @@ impl Event {
 
     fn set_new(&mut self, new: &Alloc, align: u64) {
         debug_assert!(align.is_power_of_two());
-        self.new_addr = new.addr;
+        self.new_word = new.tool_word;
         self.new_size = new.size;
         self.new_stack = new.stack.0;
         self.new_align_log2 = align.trailing_zeros() as u8;
     }
 
     fn set_old(&mut self, old: &Free) {
-        self.old_addr = old.addr;
+        self.old_word = old.tool_word;
         self.old_size = old.size;
         self.old_slop = old.slop;
         self.old_stack = old.alloc_stack.0;
@@ -154,9 +157,9 @@ impl Event {
 
     fn empty(kind: Kind, clock: Clock) -> Self {
         Event {
-            new_addr: 0,
+            new_word: 0,
             new_size: 0,
-            old_addr: 0,
+            old_word: 0,
             old_size: 0,
             old_slop: 0,
             clock: Self::clock_word(clock),
@@ -203,7 +206,7 @@ impl Event {
     #[inline]
     pub(crate) fn new_block(&self) -> NewBlock {
         NewBlock {
-            addr: self.new_addr,
+            word: self.new_word,
             size: self.new_size,
             align: 1 << self.new_align_log2,
             stack: StackId(self.new_stack),
@@ -214,22 +217,19 @@ impl Event {
     #[inline]
     pub(crate) fn old_block(&self) -> OldBlock {
         OldBlock {
-            addr: self.old_addr,
+            word: self.old_word,
             size: self.old_size,
             slop: self.old_slop,
             stack: StackId(self.old_stack),
         }
     }
 
-    /// The block it needs live (`Some`), and the address it needs not live.
-    pub(crate) fn needs(&self) -> (Option<Addr>, Option<Addr>) {
+    /// The record number of the block whose allocation must be applied first (0: none).
+    #[inline]
+    pub(crate) fn needs_live(&self) -> u32 {
         match self.kind {
-            Kind::Alloc => (None, Some(self.new_addr)),
-            Kind::Free => (Some(self.old_addr), None),
-            Kind::Realloc => (
-                Some(self.old_addr),
-                (self.new_addr != self.old_addr).then_some(self.new_addr),
-            ),
+            Kind::Alloc => 0,
+            Kind::Free | Kind::Realloc => self.old_word,
         }
     }
 }
@@ -395,7 +395,7 @@ impl Logs {
     /// The log of thread `tid`, taking a free one on its first event; `None` when every log
     /// is taken.
     #[inline]
-    fn log_of(&self, tid: i32) -> Option<usize> {
+    pub(crate) fn log_of(&self, tid: i32) -> Option<usize> {
         let home = tid as u32 as usize % SLOTS;
         if tid > 0 && self.slots[home].own.owner.load(Ordering::Relaxed) == tid {
             return Some(home);

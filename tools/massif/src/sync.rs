@@ -159,7 +159,6 @@ impl Hasher for FxHasher {
 
 pub(crate) type FxBuild = BuildHasherDefault<FxHasher>;
 pub(crate) type FxHashMap<K, V> = std::collections::HashMap<K, V, FxBuild>;
-pub(crate) type FxHashSet<K> = std::collections::HashSet<K, FxBuild>;
 
 #[cfg(test)]
 mod tests {

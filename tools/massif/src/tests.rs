@@ -62,6 +62,28 @@ fn free(a: &Alloc) -> Free {
     }
 }
 
+/// What the runtime does around the tool's handlers: numbers each new block
+/// ([`Tool::block_word`]) and keeps the number with the block, for its free.
+trait AsRuntime {
+    /// `a` allocated: numbered, then told; returns it as the runtime keeps it.
+    fn alloc_ev(&self, h: &dyn Host, a: Alloc) -> Alloc;
+    /// `old` reallocated to `new`: `new` numbered, then told.
+    fn realloc_ev(&self, h: &dyn Host, old: &Free, new: Alloc) -> Alloc;
+}
+
+impl AsRuntime for Massif {
+    fn alloc_ev(&self, h: &dyn Host, mut a: Alloc) -> Alloc {
+        a.tool_word = self.block_word(h, &a);
+        self.on_alloc(h, &a);
+        a
+    }
+    fn realloc_ev(&self, h: &dyn Host, old: &Free, mut new: Alloc) -> Alloc {
+        new.tool_word = self.block_word(h, &new);
+        self.on_realloc(h, old, &new);
+        new
+    }
+}
+
 fn totals(m: &Massif, h: &dyn Host) -> (u64, u64) {
     let st = m.state_now(h);
     (st.heap, st.extra)
@@ -81,11 +103,11 @@ fn snaps(m: &Massif, h: &FakeHost) -> Vec<(i64, u64, u64, SnapshotKind)> {
 fn heap_admin_and_slop_are_counted_as_extra_heap() {
     let h = host();
     let m = massif(&[]);
-    m.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
-    m.on_alloc(&h, &alloc(0xb0, 16, 0, 1));
+    m.alloc_ev(&h, alloc(0xa0, 10, 6, 1));
+    m.alloc_ev(&h, alloc(0xb0, 16, 0, 1));
     assert_eq!(totals(&m, &h), (26, 14 + 8));
     let m0 = massif(&["--heap-admin=0"]);
-    m0.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
+    m0.alloc_ev(&h, alloc(0xa0, 10, 6, 1));
     assert_eq!(totals(&m0, &h), (10, 6));
 }
 
@@ -94,14 +116,14 @@ fn time_unit_b_adds_the_absolute_change_of_each_event() {
     let h = host();
     let m = massif(&["--time-unit=B"]);
     let a = alloc(0xa0, 100, 12, 1);
-    m.on_alloc(&h, &a); // +100 +12 +8 = 120
+    let a = m.alloc_ev(&h, a); // +100 +12 +8 = 120
     let grown = Alloc {
         size: 150,
         stack: StackId(3),
         ..a
     };
     // Valgrind moves the block: 160 usable, slop 10: |+50 - 2| = 48 -> 168.
-    m.on_realloc(&h, &free(&a), &grown);
+    let grown = m.realloc_ev(&h, &free(&a), grown);
     m.on_free(&h, &free(&grown)); // 150 + 10 + 8 = 168 -> 336
     let times: Vec<i64> = snaps(&m, &h).iter().map(|s| s.0).collect();
     // startup 0, alloc 120, realloc 168, peak before the free 168, free 336.
@@ -115,12 +137,12 @@ fn realloc_within_the_usable_size_moves_bytes_from_heap_to_slop() {
     let h = host();
     let m = massif(&["--time-unit=B", "--heap-admin=0"]);
     let a = alloc(0xa0, 100, 12, 1);
-    m.on_alloc(&h, &a); // usable 112
+    let a = m.alloc_ev(&h, a); // usable 112
     let shrunk = Alloc { size: 20, ..a };
-    m.on_realloc(&h, &free(&a), &shrunk);
+    let shrunk = m.realloc_ev(&h, &free(&a), shrunk);
     assert_eq!(totals(&m, &h), (20, 92), "slop 12 + 80 given back");
     let regrown = Alloc { size: 112, ..a };
-    m.on_realloc(&h, &free(&shrunk), &regrown);
+    let _ = m.realloc_ev(&h, &free(&shrunk), regrown);
     assert_eq!(totals(&m, &h), (112, 0), "grown in place");
     let times: Vec<i64> = snaps(&m, &h).iter().map(|s| s.0).collect();
     // Neither realloc changes heap + extra: the clock stays at the allocation's 112.
@@ -133,8 +155,8 @@ fn a_free_first_records_the_peak_then_the_decrease() {
     let m = massif(&["--time-unit=B"]);
     let a = alloc(0xa0, 1000, 8, 1);
     let b = alloc(0xb0, 10, 6, 2);
-    m.on_alloc(&h, &a);
-    m.on_alloc(&h, &b);
+    let a = m.alloc_ev(&h, a);
+    let b = m.alloc_ev(&h, b);
     m.on_free(&h, &free(&b));
     m.on_free(&h, &free(&a));
     let s = snaps(&m, &h);
@@ -157,7 +179,7 @@ fn realloc_moves_the_bytes_to_the_realloc_site() {
     let h = host();
     let m = massif(&["--detailed-freq=1", "--time-unit=B"]);
     let a = alloc(0xa0, 100, 12, 1);
-    m.on_alloc(&h, &a);
+    let a = m.alloc_ev(&h, a);
     let grown = Alloc {
         addr: 0xc0,
         size: 300,
@@ -165,7 +187,7 @@ fn realloc_moves_the_bytes_to_the_realloc_site() {
         stack: StackId(3),
         ..a
     };
-    m.on_realloc(&h, &free(&a), &grown);
+    let _ = m.realloc_ev(&h, &free(&a), grown);
     let file = m.massif_file(&h).unwrap();
     let last = file.snapshots.last().unwrap().tree.as_ref().unwrap();
     assert_eq!(
@@ -182,7 +204,7 @@ fn ignore_fn_allocations_and_their_frees_and_reallocs_are_not_counted() {
     let h = host();
     let m = massif(&["--ignore-fn=noisy", "--time-unit=B"]);
     let a = alloc(0xa0, 100, 12, 4);
-    m.on_alloc(&h, &a);
+    let a = m.alloc_ev(&h, a);
     assert_eq!(totals(&m, &h), (0, 0));
     // A realloc from a counted site keeps the block ignored (Valgrind keeps its old EC).
     let moved = Alloc {
@@ -192,7 +214,7 @@ fn ignore_fn_allocations_and_their_frees_and_reallocs_are_not_counted() {
         stack: StackId(3),
         ..a
     };
-    m.on_realloc(&h, &free(&a), &moved);
+    let moved = m.realloc_ev(&h, &free(&a), moved);
     assert_eq!(totals(&m, &h), (0, 0));
     m.on_free(
         &h,
@@ -212,8 +234,8 @@ fn stacks_that_filter_to_the_same_frames_share_one_context() {
     h.stack(10, &[MALLOC, 0x10, 0x30]);
     h.stack(11, &[REALLOC, 0x10, 0x30]);
     let m = massif(&[]);
-    m.on_alloc(&h, &alloc(0xa0, 10, 6, 10));
-    m.on_alloc(&h, &alloc(0xb0, 20, 12, 11));
+    m.alloc_ev(&h, alloc(0xa0, 10, 6, 10));
+    m.alloc_ev(&h, alloc(0xb0, 20, 12, 11));
     let st = m.state_now(&h);
     assert_eq!(st.ec_frames.len(), 1);
     assert_eq!(st.ec_bytes, [30]);
@@ -223,12 +245,12 @@ fn stacks_that_filter_to_the_same_frames_share_one_context() {
 fn a_known_stack_is_not_described_again() {
     let h = host();
     let m = massif(&[]);
-    m.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
+    m.alloc_ev(&h, alloc(0xa0, 10, 6, 1));
     // Applied (and its stack classified) now rather than with the thread's next batch.
     drop(m.state_now(&h));
     let calls = *h.describe_calls.lock().unwrap();
     for i in 0..100 {
-        m.on_alloc(&h, &alloc(0x100 + i * 16, 10, 6, 1));
+        m.alloc_ev(&h, alloc(0x100 + i * 16, 10, 6, 1));
     }
     assert_eq!(*h.describe_calls.lock().unwrap(), calls);
 }
@@ -262,7 +284,7 @@ fn pages_as_heap_counts_whole_pages_and_keeps_frame_zero() {
     );
     assert_eq!(totals(&m, &h), (2 * 4096, 0));
     // Heap events are not Massif's business in this mode.
-    m.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
+    m.alloc_ev(&h, alloc(0xa0, 10, 6, 1));
     assert_eq!(totals(&m, &h), (2 * 4096, 0));
 
     let file = m.massif_file(&h).unwrap();
@@ -290,7 +312,7 @@ fn fini_writes_the_file_once_at_the_expanded_path() {
     assert!(!m.parse_option("--alignment=64").unwrap(), "a core option");
     m.parse_option("--massif-out-file=ms.%p").unwrap();
     m.post_options().unwrap();
-    m.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
+    m.alloc_ev(&h, alloc(0xa0, 10, 6, 1));
     m.fini(&h, Exit::Normal(0));
     m.fini(&h, Exit::Normal(0));
     let w = h.written.lock().unwrap();
@@ -322,7 +344,7 @@ fn a_program_without_heap_events_still_gets_the_startup_snapshot() {
 fn heap_no_ignores_heap_events() {
     let h = host();
     let m = massif(&["--heap=no"]);
-    m.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
+    m.alloc_ev(&h, alloc(0xa0, 10, 6, 1));
     assert_eq!(totals(&m, &h), (0, 0));
     assert_eq!(
         snaps(&m, &h),
@@ -336,9 +358,9 @@ fn milliseconds_come_from_the_host_and_never_go_backwards() {
     let h = host();
     let m = massif(&["--time-unit=ms"]);
     *h.now_ms.lock().unwrap() = 5;
-    m.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
+    m.alloc_ev(&h, alloc(0xa0, 10, 6, 1));
     *h.now_ms.lock().unwrap() = 3;
-    m.on_alloc(&h, &alloc(0xb0, 10, 6, 1));
+    m.alloc_ev(&h, alloc(0xb0, 10, 6, 1));
     let times: Vec<i64> = snaps(&m, &h).iter().map(|s| s.0).collect();
     assert_eq!(times, [0, 5, 5], "startup at program start, then the clock");
 }
@@ -348,9 +370,9 @@ fn instruction_times_come_from_the_host_count() {
     let h = host();
     let m = massif(&["--time-unit=i"]);
     *h.instructions.lock().unwrap() = 120_000;
-    m.on_alloc(&h, &alloc(0xa0, 10, 6, 1));
+    m.alloc_ev(&h, alloc(0xa0, 10, 6, 1));
     *h.instructions.lock().unwrap() = 2_120_000;
-    m.on_alloc(&h, &alloc(0xb0, 10, 6, 1));
+    m.alloc_ev(&h, alloc(0xb0, 10, 6, 1));
     let times: Vec<i64> = snaps(&m, &h).iter().map(|s| s.0).collect();
     assert_eq!(times, [0, 120_000, 2_120_000]);
     assert!(m.massif_file(&h).unwrap().time_unit.eq("i"));
@@ -379,7 +401,7 @@ fn events_from_many_threads_balance_out() {
                 for i in 0..2000u64 {
                     let mut a = alloc((t << 32) | (i * 16), 1 + i % 50, 7, 1 + (i % 2) as u32);
                     a.tid = 1 + t as i32;
-                    m.on_alloc(&*h, &a);
+                    let a = m.alloc_ev(&*h, a);
                     m.on_free(&*h, &free(&a));
                 }
             })
@@ -402,8 +424,8 @@ fn pages_as_heap_without_mapping_events_still_writes_one_snapshot() {
 }
 
 /// Blocks freed on another thread than the one that allocated them, their addresses reused
-/// at once (as glibc does): each thread's log is applied in its order and each address's
-/// events in theirs, so every free finds its block and every allocation a free address.
+/// at once (as glibc does): each thread's log is applied in its order and each block's free
+/// after its allocation, so every free finds its block.
 #[test]
 fn cross_thread_frees_and_reused_addresses_are_applied_in_causal_order() {
     use std::sync::mpsc;
@@ -427,18 +449,18 @@ fn cross_thread_frees_and_reused_addresses_are_applied_in_causal_order() {
         // The same two addresses again and again: each is live on one thread, then free.
         let mut a = alloc(0x1000 + (i % 2) * 0x100, 10 + i % 7, 6, 1);
         a.tid = 1;
-        m.on_alloc(&*h, &a);
+        let a = m.alloc_ev(&*h, a);
         to_freer.send(a).unwrap();
         allocator_hears.recv().unwrap();
     }
     let mut last = alloc(0x1000, 24, 8, 1);
     last.tid = 1;
-    m.on_alloc(&*h, &last);
+    m.alloc_ev(&*h, last);
     drop(to_freer);
     freer.join().unwrap();
     let st = m.state_now(&*h);
     assert_eq!(st.heap, 24, "only the last block is live");
-    assert_eq!(st.chunks.len(), 1);
+    assert_eq!(st.live_blocks, 1);
     assert!((0..log::SLOTS).all(|i| m.logs.available(i, &st.cursors[i]) == 0));
 }
 
@@ -457,7 +479,7 @@ fn threads_beyond_the_logs_apply_their_events_directly() {
                 for i in 0..300u64 {
                     let mut a = alloc((t << 32) | (i * 16), 8, 8, 1);
                     a.tid = 1000 + t as i32;
-                    m.on_alloc(&*h, &a);
+                    let a = m.alloc_ev(&*h, a);
                     live.push(a);
                 }
                 for a in live.iter().take(100) {
@@ -471,7 +493,7 @@ fn threads_beyond_the_logs_apply_their_events_directly() {
     }
     let st = m.state_now(&*h);
     assert_eq!(st.heap, n * 200 * 8);
-    assert_eq!(st.chunks.len() as u64, n * 200);
+    assert_eq!(st.live_blocks, n * 200);
 }
 
 #[test]
