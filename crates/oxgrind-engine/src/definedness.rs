@@ -1272,6 +1272,27 @@ pub(crate) struct FastForm {
     /// be zero: the register's shadow bytes become the memory operand's when its span has
     /// a chunk (origins off only, as for [`FastForm::load`]).
     pub store: Option<StoreCopy>,
+    /// A whole-register vector move between memory and an `xmm` or `ymm` register
+    /// (`movdqu`, `movups`, `vmovdqa`...) whose shadow is copied, not required to be zero
+    /// (origins off only, as for [`FastForm::load`]): a partly initialised struct copied
+    /// through a vector register (sqlite3's `Mem` copies) is no slow step. The register's
+    /// shadow is then neither in [`FastForm::vec_reads`] nor in [`FastForm::vec_writes`]:
+    /// `translate::definedness` writes it.
+    pub vec_copy: Option<VecCopy>,
+}
+
+/// How [`FastForm::vec_copy`] moves shadow between memory and a vector register.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct VecCopy {
+    /// The register's number (`xmm<n>`/`ymm<n>`).
+    pub n: u8,
+    /// The bytes moved (16 or 32).
+    pub size: u8,
+    /// A load (memory to register), else a store.
+    pub load: bool,
+    /// The register bytes a load writes: `size`, or 64 when the encoding (VEX, EVEX) zeroes
+    /// the bytes above.
+    pub written: u8,
 }
 
 /// How [`FastForm::store`] moves a register's shadow into memory's.
@@ -1955,6 +1976,7 @@ pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
         vec_writes: [None; 2],
         load: None,
         store: None,
+        vec_copy: None,
     };
     if origins::enabled() && form.undefined.is_some() {
         // What the slow path would tag the new stack with: the red zone after a call or
@@ -2130,6 +2152,15 @@ pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
             form.reads &= !(1 << st.n);
             form.read_bytes[st.n as usize] = 0;
         }
+        form.vec_copy = vec_copy(ins);
+        if let Some(vc) = form.vec_copy {
+            // Its shadow is copied, not checked nor zeroed.
+            for v in form.vec_reads.iter_mut().chain(form.vec_writes.iter_mut()) {
+                if v.is_some_and(|v| v.n == vc.n) {
+                    *v = None;
+                }
+            }
+        }
     }
     (ok && slow_jumps(&form) <= MAX_FAST_JUMPS).then_some(form)
 }
@@ -2204,6 +2235,66 @@ fn store_copy(ins: &Instruction) -> Option<StoreCopy> {
     })
 }
 
+/// The [`VecCopy`] of `ins`, if it is a whole-register move of 16 or 32 bytes between an
+/// `xmm`/`ymm` register and memory, without masking or broadcast (whose interpreter rule
+/// copies the shadow bytes as they are: `oxgrind_vbits`'s whole-register moves).
+fn vec_copy(ins: &Instruction) -> Option<VecCopy> {
+    use Mnemonic as M;
+    if !matches!(
+        ins.mnemonic(),
+        M::Movdqa
+            | M::Movdqu
+            | M::Movaps
+            | M::Movups
+            | M::Movapd
+            | M::Movupd
+            | M::Lddqu
+            | M::Movntdq
+            | M::Movntps
+            | M::Movntpd
+            | M::Vmovdqa
+            | M::Vmovdqu
+            | M::Vmovdqa32
+            | M::Vmovdqa64
+            | M::Vmovdqu8
+            | M::Vmovdqu16
+            | M::Vmovdqu32
+            | M::Vmovdqu64
+            | M::Vmovaps
+            | M::Vmovups
+            | M::Vmovapd
+            | M::Vmovupd
+            | M::Vlddqu
+            | M::Vmovntdq
+            | M::Vmovntps
+            | M::Vmovntpd
+    ) || ins.op_count() != 2
+        || ins.has_op_mask()
+        || ins.is_broadcast()
+    {
+        return None;
+    }
+    let (reg, load) = match (ins.op0_kind(), ins.op1_kind()) {
+        (OpKind::Register, OpKind::Memory) => (ins.op0_register(), true),
+        (OpKind::Memory, OpKind::Register) => (ins.op1_register(), false),
+        _ => return None,
+    };
+    let size = reg.size();
+    if !(reg.is_xmm() || reg.is_ymm())
+        || !matches!(size, 16 | 32)
+        || ins.memory_size().size() != size
+    {
+        return None;
+    }
+    let vex_like = !matches!(ins.encoding(), iced_x86::EncodingKind::Legacy);
+    Some(VecCopy {
+        n: reg.number() as u8,
+        size: size as u8,
+        load,
+        written: if vex_like { 64 } else { size as u8 },
+    })
+}
+
 /// Most jumps to the slow call a fast form's inline code may have (the emitter's limit,
 /// less the state checks).
 const MAX_FAST_JUMPS: usize = 56;
@@ -2224,7 +2315,12 @@ fn slow_jumps(form: &FastForm) -> usize {
         .flatten()
         .map(|m| 2 + (m.memory_size().size() / 8).max(1))
         .sum();
-    gprs + vectors + mem + 1
+    // A vector store copy checks the register's shadow when the span has no chunk.
+    let copied = form
+        .vec_copy
+        .filter(|v| !v.load)
+        .map_or(0, |v| v.size as usize / 8);
+    gprs + vectors + mem + copied + 1
 }
 
 #[cfg(test)]
@@ -2403,6 +2499,7 @@ mod tests {
         let mut covered = BTreeSet::new();
         let mut failures = Vec::new();
         let mut loads_checked = 0;
+        let mut vector_copies = 0;
         for bytes in encodings(&mut rng) {
             let mut decoder = Decoder::with_ip(64, &bytes, 0x40_0000, DecoderOptions::NONE);
             let ins = decoder.decode();
@@ -2473,7 +2570,8 @@ mod tests {
                     expect.flags = FlagShadows::DEFINED;
                 }
                 let mut mem = DefinedMemory {
-                    undefined_seed: form.load.map(|_| rng.next()),
+                    undefined_seed: (form.load.is_some() || form.vec_copy.is_some_and(|v| v.load))
+                        .then(|| rng.next()),
                     ..DefinedMemory::default()
                 };
                 let outcome = interp.step(&ins, &guest, &mut regs, &mut mem);
@@ -2493,15 +2591,29 @@ mod tests {
                     expect.gpr[l.n as usize] = v;
                     loads_checked += 1;
                 }
+                if let Some(vc) = form.vec_copy.filter(|v| v.load) {
+                    // The loaded shadow as it is, zeros above it up to what the write covers.
+                    let reg = &mut expect.vector[vc.n as usize];
+                    reg[..vc.written as usize].fill(0);
+                    let got = mem.loaded.len().min(vc.size as usize);
+                    reg[..got].copy_from_slice(&mem.loaded[..got]);
+                    loads_checked += 1;
+                    vector_copies += 1;
+                }
                 // A store copy leaves the register's shadow in memory; else all is defined.
-                let stored_undefined = match form.store {
-                    Some(st) => {
+                let stored_undefined = match (form.store, form.vec_copy.filter(|v| !v.load)) {
+                    (Some(st), _) => {
                         let want = expect.gpr[st.n as usize].to_le_bytes();
                         mem.stored
                             .iter()
                             .any(|(_, s)| s.as_slice() != &want[..st.size as usize])
                     }
-                    None => mem.stored.iter().any(|(_, s)| s.iter().any(|&b| b != 0)),
+                    (None, Some(vc)) => {
+                        vector_copies += 1;
+                        let want = &expect.vector[vc.n as usize][..vc.size as usize];
+                        mem.stored.iter().any(|(_, s)| s.as_slice() != want)
+                    }
+                    (None, None) => mem.stored.iter().any(|(_, s)| s.iter().any(|&b| b != 0)),
                 };
                 let same = regs.gpr == expect.gpr
                     && regs.vector == expect.vector
@@ -2565,6 +2677,10 @@ mod tests {
         assert!(
             loads_checked > 100,
             "{loads_checked} loads with undefined shadow"
+        );
+        assert!(
+            vector_copies > 100,
+            "{vector_copies} vector loads and stores of undefined shadow"
         );
         std::eprintln!("{} mnemonics covered", covered.len());
     }

@@ -142,7 +142,7 @@ impl Emitter {
         // Whether `rax` holds a load's shadow (`memory_shadow`), for its register.
         let mut rax_loaded = false;
         for m in form.mem.iter().flatten() {
-            rax_loaded |= self.memory_shadow(m, form.load, form.store, ip, &mut slow)?;
+            rax_loaded |= self.memory_shadow(m, form, ip, &mut slow)?;
             rax_vbits = false;
         }
         let vec_writes = form.vec_writes.iter().any(Option::is_some);
@@ -557,11 +557,11 @@ impl Emitter {
     fn memory_shadow(
         &mut self,
         m: &iced_x86::UsedMemory,
-        load: Option<crate::definedness::LoadCopy>,
-        store: Option<crate::definedness::StoreCopy>,
+        form: &FastForm,
         ip: u64,
         slow: &mut SlowCall,
     ) -> Result<bool, TranslateError> {
+        let (load, store) = (form.load, form.store);
         let size = m.memory_size().size() as u32;
         self.effective_address(m, 0, ip)?;
         if size > 1 {
@@ -572,6 +572,9 @@ impl Emitter {
         self.chunk_of_span();
         if let Some(st) = store.filter(|_| matches!(m.access(), iced_x86::OpAccess::Write)) {
             return self.store_copy(m, st, ip, slow);
+        }
+        if let Some(vc) = form.vec_copy {
+            return self.vector_copy(m, vc, ip, slow);
         }
         // test rax, rax; jz done
         self.buf.extend_from_slice(&[0x48, 0x85, 0xC0]);
@@ -713,6 +716,170 @@ impl Emitter {
         let rel = (self.buf.len() - (done + 4)) as u32;
         self.buf[done..done + 4].copy_from_slice(&rel.to_le_bytes());
         Ok(false)
+    }
+
+    /// A vector copy (`FastForm::vec_copy`), `rax` the primary entry of the operand's
+    /// span. A load copies the operand's shadow into the register's (zeros without a
+    /// chunk), then zeroes the register's bytes above it that a VEX or EVEX write zeroes;
+    /// a store copies the register's shadow into the operand's when the span has a chunk,
+    /// else the register's shadow must be zero (or the slow path makes a chunk). Stale
+    /// vector shadows (`OFF_VECTORS_STALE`: all defined, their bytes not yet cleared) are
+    /// read as zeros; a load of undefined bytes into one goes slow, which clears them.
+    ///
+    /// ```text
+    /// load:   test rax, rax; jz zero
+    ///         (rax = the operand's shadow)
+    ///         mov gs:[saved_rcx], rcx; mov gs:[temp2], rdx; mov rcx, gs:[vbits]
+    ///         cmp byte [rcx+stale], 0; jne stale
+    ///         mov rdx, [rax+8i]; mov [rcx+zmm_n+8i], rdx              (each qword loaded)
+    ///         mov qword [rcx+zmm_n+8i], 0                            (each one above)
+    ///         mov rcx, gs:[saved_rcx]; mov rdx, gs:[temp2]; jmp done
+    /// stale:  mov rcx, gs:[saved_rcx]; mov rdx, gs:[temp2]
+    ///         cmp qword [rax+8i], 0; jne slow                        (each qword loaded)
+    /// zero:   mov rax, gs:[vbits]; mov qword [rax+zmm_n+8i], 0      (each qword written)
+    /// done:
+    ///
+    /// store:  test rax, rax; jnz chunk
+    ///         mov rax, gs:[vbits]; cmp byte [rax+stale], 0; jne done
+    ///         cmp qword [rax+zmm_n+8i], 0; jne slow; ...; jmp done
+    /// chunk:  (rax = the operand's shadow)
+    ///         mov gs:[saved_rcx], rcx; mov gs:[temp2], rdx; mov rcx, gs:[vbits]
+    ///         cmp byte [rcx+stale], 0; jne stale
+    ///         mov rdx, [rcx+zmm_n+8i]; mov [rax+8i], rdx; ...; jmp back
+    /// stale:  mov qword [rax+8i], 0; ...
+    /// back:   mov rcx, gs:[saved_rcx]; mov rdx, gs:[temp2]
+    /// done:
+    /// ```
+    fn vector_copy(
+        &mut self,
+        m: &iced_x86::UsedMemory,
+        vc: crate::definedness::VecCopy,
+        ip: u64,
+        slow: &mut SlowCall,
+    ) -> Result<bool, TranslateError> {
+        let reg = |i: usize| (OFF_SHADOW_VECTOR + 64 * vc.n as usize + 8 * i) as u32;
+        let qwords = vc.size as usize / 8;
+        // jz/jnz rel32 to patch later: the position of its displacement.
+        let jump = |e: &mut Self, cc: u8| {
+            e.buf.extend_from_slice(&[0x0F, cc]);
+            let at = e.buf.len();
+            e.d32(0);
+            at
+        };
+        let jmp = |e: &mut Self| {
+            e.buf.push(0xE9);
+            let at = e.buf.len();
+            e.d32(0);
+            at
+        };
+        let patch = |e: &mut Self, at: usize| {
+            let rel = (e.buf.len() - (at + 4)) as u32;
+            e.buf[at..at + 4].copy_from_slice(&rel.to_le_bytes());
+        };
+        let borrow = |e: &mut Self| {
+            e.store_gs(1, c::OFF_VBITS_SAVED_RCX);
+            e.store_gs(2, c::OFF_VBITS_TEMP2);
+            e.load_gs(1, c::OFF_VBITS);
+            // cmp byte [rcx+stale], 0
+            e.buf.extend_from_slice(&[0x80, 0xB9]);
+            e.d32(OFF_VECTORS_STALE as u32);
+            e.buf.push(0x00);
+        };
+        let give_back = |e: &mut Self| {
+            e.load_gs(1, c::OFF_VBITS_SAVED_RCX);
+            e.load_gs(2, c::OFF_VBITS_TEMP2);
+        };
+        // test rax, rax
+        self.buf.extend_from_slice(&[0x48, 0x85, 0xC0]);
+        if vc.load {
+            let zero = jump(self, 0x84);
+            self.operand_shadow(m, ip)?;
+            borrow(self);
+            let stale = jump(self, 0x85);
+            for i in 0..qwords {
+                // mov rdx, [rax+8i]; mov [rcx+zmm_n+8i], rdx
+                self.buf
+                    .extend_from_slice(&[0x48, 0x8B, 0x50, (8 * i) as u8]);
+                self.buf.extend_from_slice(&[0x48, 0x89, 0x91]);
+                self.d32(reg(i));
+            }
+            for i in qwords..vc.written as usize / 8 {
+                // mov qword [rcx+zmm_n+8i], 0
+                self.buf.extend_from_slice(&[0x48, 0xC7, 0x81]);
+                self.d32(reg(i));
+                self.d32(0);
+            }
+            give_back(self);
+            let done = jmp(self);
+            patch(self, stale);
+            give_back(self);
+            for i in 0..qwords {
+                // cmp qword [rax+8i], 0; jne slow
+                self.buf
+                    .extend_from_slice(&[0x48, 0x83, 0x78, (8 * i) as u8, 0x00]);
+                self.jcc_slow(0x85, slow)?;
+            }
+            patch(self, zero);
+            self.load_gs(0, c::OFF_VBITS);
+            for i in 0..vc.written as usize / 8 {
+                // mov qword [rax+zmm_n+8i], 0
+                self.buf.extend_from_slice(&[0x48, 0xC7, 0x80]);
+                self.d32(reg(i));
+                self.d32(0);
+            }
+            patch(self, done);
+            return Ok(false);
+        }
+        let chunk = jump(self, 0x85);
+        self.load_gs(0, c::OFF_VBITS);
+        // cmp byte [rax+stale], 0; jne done
+        self.buf.extend_from_slice(&[0x80, 0xB8]);
+        self.d32(OFF_VECTORS_STALE as u32);
+        self.buf.push(0x00);
+        let done_stale = jump(self, 0x85);
+        for i in 0..qwords {
+            // cmp qword [rax+zmm_n+8i], 0; jne slow
+            self.buf.extend_from_slice(&[0x48, 0x83, 0xB8]);
+            self.d32(reg(i));
+            self.buf.push(0x00);
+            self.jcc_slow(0x85, slow)?;
+        }
+        let done = jmp(self);
+        patch(self, chunk);
+        self.operand_shadow(m, ip)?;
+        borrow(self);
+        let stale = jump(self, 0x85);
+        for i in 0..qwords {
+            // mov rdx, [rcx+zmm_n+8i]; mov [rax+8i], rdx
+            self.buf.extend_from_slice(&[0x48, 0x8B, 0x91]);
+            self.d32(reg(i));
+            self.buf
+                .extend_from_slice(&[0x48, 0x89, 0x50, (8 * i) as u8]);
+        }
+        let back = jmp(self);
+        patch(self, stale);
+        for i in 0..qwords {
+            // mov qword [rax+8i], 0
+            self.buf
+                .extend_from_slice(&[0x48, 0xC7, 0x40, (8 * i) as u8]);
+            self.d32(0);
+        }
+        patch(self, back);
+        give_back(self);
+        patch(self, done);
+        patch(self, done_stale);
+        Ok(false)
+    }
+
+    /// With `rax` the primary entry of operand `m`'s span: `rax` = the address of the
+    /// operand's shadow.
+    fn operand_shadow(&mut self, m: &iced_x86::UsedMemory, ip: u64) -> Result<(), TranslateError> {
+        if !self.shadow_of_operand(m, ip)? {
+            self.store_gs(0, c::OFF_VBITS_TEMP);
+            self.effective_address(m, 0, ip)?;
+            self.add_offset_in_span();
+        }
+        Ok(())
     }
 
     /// `rax` = the origins' tag chunk of the span of `[rsp + off]` (0: none).
