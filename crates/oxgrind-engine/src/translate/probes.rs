@@ -73,6 +73,11 @@ pub(super) struct BlockCold {
     back: usize,
 }
 
+/// Whether operand `m` is addressed by `rcx` (which the out-of-line record borrows).
+fn uses_rcx(m: &UsedMemory) -> bool {
+    m.base() == Register::RCX || m.index() == Register::RCX
+}
+
 /// The bytes of operand `m` the recent-lines table considers: at most one line's.
 fn recent_clamp(m: &UsedMemory, (shift, _): (u32, u32)) -> u64 {
     (m.memory_size().size() as u64).clamp(1, 1 << shift)
@@ -1284,32 +1289,105 @@ impl Emitter {
             self.return_rax(d.flags_live);
             self.jmp_to(d.back);
             self.patch_rel32(to_new);
-            self.record_line_two_ways(0);
             // Both addresses were encoded once by `check_recent_two_ways`: no error here.
             let mut append = || -> Result<(), TranslateError> {
                 let mut to_append = None;
+                if !uses_rcx(&d.m) {
+                    self.record_new_line(&d)?;
+                } else {
+                    self.record_line_two_ways(0);
+                    if straddles.is_some() {
+                        self.buf.push(0xE9); // jmp append
+                        to_append = Some(self.buf.len());
+                        self.d32(0);
+                    }
+                }
                 if let Some(j) = straddles {
-                    self.buf.push(0xE9); // jmp append
-                    to_append = Some(self.buf.len());
-                    self.d32(0);
                     self.patch_rel32(j);
                     self.straddle_both_first(d.geometry, d.flags_live, d.back);
                     self.load_gs(1, c::OFF_PROBE_RCX);
                     self.note_recent_lines(&d.m, d.geometry, d.ip)?;
+                } else if !uses_rcx(&d.m) {
+                    return Ok(());
                 }
                 if let Some(j) = to_append {
                     self.patch_rel32(j);
                 }
                 self.load_gs(1, c::OFF_PROBE_RCX);
                 self.effective_address(&d.m, 0, d.ip)?;
+                self.append_access(d.tag, d.word);
+                self.drain_when_full(d.ip, d.flags_live);
+                self.jmp_to(d.back);
                 Ok(())
             };
             let _ = append();
-            self.append_access(d.tag, d.word);
-            self.drain_when_full(d.ip, d.flags_live);
-            self.jmp_to(d.back);
         }
         self.unmark();
+    }
+
+    /// The out-of-line record of an access within one line that neither way of its slot
+    /// names (`rax` = the line, `rcx` = its slot, borrowed; an operand not addressed by
+    /// `rcx`): the line becomes the slot's first, the first its second, and the record,
+    /// its swap bit from the slot's (then cleared), is written whole from `rcx` = the
+    /// trace pointer; the drain check, the guest state given back and the jump to the
+    /// instruction follow. (What `record_line_two_ways`, `append_access` and
+    /// `drain_when_full` do for any access, without the compare with the first line the
+    /// inline check made, nor the second save and restore of `rcx`.)
+    ///
+    /// ```text
+    ///     xor rax, gs:[FIRST + rcx*8]; xor gs:[FIRST + rcx*8], rax
+    ///     xor rax, gs:[FIRST + rcx*8]; mov gs:[SECOND + rcx*8], rax
+    ///     movzx eax, byte gs:[SWAPS + rcx]; mov byte gs:[SWAPS + rcx], 0
+    ///     shl eax, 24; or eax, size | kind << 16
+    ///     mov rcx, gs:[TRACE_PTR]; mov [rcx+12], eax; mov dword [rcx+8], tag
+    ///     rax = address; mov [rcx], rax; lea rcx, [rcx+16]; mov gs:[TRACE_PTR], rcx
+    ///     cmp rcx, gs:[TRACE_END]; restore rcx; jae <drain>
+    ///     (restore flags,) rax; jmp back
+    /// ```
+    fn record_new_line(&mut self, d: &RecentCold) -> Result<(), TranslateError> {
+        let first = c::RECENT_LINES_OFF as u32;
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x33, 0x04, 0xCD]); // xor rax, FIRST
+        self.d32(first);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x31, 0x04, 0xCD]); // xor FIRST, rax
+        self.d32(first);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x33, 0x04, 0xCD]); // xor rax, FIRST
+        self.d32(first);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0xCD]); // mov SECOND, rax
+        self.d32(c::RECENT_SECOND_LINES_OFF as u32);
+        self.buf.extend_from_slice(&[0x65, 0x0F, 0xB6, 0x04, 0x0D]); // movzx eax, byte SWAPS
+        self.d32(c::RECENT_SWAPS_OFF as u32);
+        self.buf.extend_from_slice(&[0x65, 0xC6, 0x04, 0x0D]); // mov byte SWAPS, 0
+        self.d32(c::RECENT_SWAPS_OFF as u32);
+        self.buf.push(0);
+        self.buf.extend_from_slice(&[0xC1, 0xE0, 24]); // shl eax, 24
+        self.buf.push(0x0D); // or eax, size | kind << 16
+        self.d32(d.word);
+        self.load_gs(1, c::OFF_TRACE_PTR);
+        self.buf.extend_from_slice(&[0x89, 0x41, 0x0C]); // mov [rcx+12], eax
+        self.buf.extend_from_slice(&[0xC7, 0x41, 0x08]); // mov dword [rcx+8], tag
+        self.d32(d.tag);
+        self.effective_address(&d.m, 0, d.ip)?;
+        self.buf.extend_from_slice(&[0x48, 0x89, 0x01]); // mov [rcx], rax
+        self.buf.extend_from_slice(&[0x48, 0x8D, 0x49, 0x10]); // lea rcx, [rcx+16]
+        self.store_gs(1, c::OFF_TRACE_PTR);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x0C, 0x25]); // cmp rcx, gs:[TRACE_END]
+        self.d32(c::OFF_TRACE_END as u32);
+        self.load_gs(1, c::OFF_PROBE_RCX);
+        self.buf.extend_from_slice(&[0x0F, 0x83]); // jae <drain>
+        let jump = self.buf.len();
+        self.d32(0);
+        self.return_rax(d.flags_live);
+        self.mark(d.ip, 0);
+        let rec = crate::probe::trace_full_record_at(d.ip).unwrap_or(0);
+        if rec != 0 {
+            self.slow
+                .push(SlowCall::one_jump(d.ip, rec, d.flags_live, d.back, jump));
+        } else {
+            // No memory for the record: never leave (as `drain_when_full`).
+            self.buf[jump..jump + 4].copy_from_slice(&0u32.to_le_bytes());
+        }
+        self.jmp_to(d.back);
+        Ok(())
     }
 
     /// The straddle entry of [`Emitter::finish_recent_cold`] (`rax` = the address, `rcx`
