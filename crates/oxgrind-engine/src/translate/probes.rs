@@ -73,6 +73,18 @@ pub(super) struct BlockCold {
     back: usize,
 }
 
+/// How [`Emitter::second_line_hit`] forms the accessed line again, `rax` having been
+/// used for the swap.
+enum LineAgain {
+    /// It is known at translation (an operand at a constant address).
+    Line(u64),
+    /// From operand `m`'s address (not addressed by `rcx`, which holds the slot), shifted
+    /// right by the line shift.
+    Address(UsedMemory, u32),
+    /// Not at all: the swap is made with `xor`s of the line in `rax`.
+    No,
+}
+
 /// Whether operand `m` is addressed by `rcx` (which the out-of-line record borrows).
 fn uses_rcx(m: &UsedMemory) -> bool {
     m.base() == Register::RCX || m.index() == Register::RCX
@@ -969,10 +981,13 @@ impl Emitter {
     }
 
     /// The two-way check's second half (line in `rax`, slot in `rcx`): a hit in the slot's
-    /// second line swaps the two (`xor` swaps, and the slot's swap bit flips so the
-    /// simulator can replay the order), then gives `rcx` back; a miss jumps to the returned
-    /// rel32, to be patched to the record of a new line.
-    fn second_line_hit(&mut self) -> usize {
+    /// second line swaps the two (and the slot's swap bit flips so the simulator can
+    /// replay the order), then gives `rcx` back; a miss jumps to the returned rel32, to be
+    /// patched to the record of a new line. `line_again`: how to form the line once more
+    /// (see [`LineAgain`]), so that the swap is plain loads and stores: the next access to
+    /// the slot, often the other line's (two arrays walked together), then waits for no
+    /// read-modify-write of the line it compares; without, three `xor`s swap in place.
+    fn second_line_hit(&mut self, line_again: LineAgain) -> usize {
         let first = c::RECENT_LINES_OFF as u32;
         let second = c::RECENT_SECOND_LINES_OFF as u32;
         self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, SECOND
@@ -980,12 +995,38 @@ impl Emitter {
         self.buf.extend_from_slice(&[0x0F, 0x85]); // jne new
         let to_new = self.buf.len();
         self.d32(0);
-        self.buf.extend_from_slice(&[0x65, 0x48, 0x33, 0x04, 0xCD]); // xor rax, FIRST
-        self.d32(first);
-        self.buf.extend_from_slice(&[0x65, 0x48, 0x31, 0x04, 0xCD]); // xor FIRST, rax
-        self.d32(first);
-        self.buf.extend_from_slice(&[0x65, 0x48, 0x31, 0x04, 0xCD]); // xor SECOND, rax
-        self.d32(second);
+        let formed = match line_again {
+            LineAgain::Line(line) => {
+                self.buf.extend_from_slice(&[0x65, 0x48, 0x8B, 0x04, 0xCD]); // mov rax, FIRST
+                self.d32(first);
+                self.buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0xCD]); // mov SECOND, rax
+                self.d32(second);
+                self.mov_imm64(0, line);
+                true
+            }
+            LineAgain::Address(m, shift) => {
+                self.buf.extend_from_slice(&[0x65, 0x48, 0x8B, 0x04, 0xCD]); // mov rax, FIRST
+                self.d32(first);
+                self.buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0xCD]); // mov SECOND, rax
+                self.d32(second);
+                // Encoded before by the inline check: cannot fail here.
+                let _ = self.effective_address(&m, 0, 0);
+                self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, shift as u8]); // shr rax, shift
+                true
+            }
+            LineAgain::No => false,
+        };
+        if formed {
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0xCD]); // mov FIRST, rax
+            self.d32(first);
+        } else {
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x33, 0x04, 0xCD]); // xor rax, FIRST
+            self.d32(first);
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x31, 0x04, 0xCD]); // xor FIRST, rax
+            self.d32(first);
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x31, 0x04, 0xCD]); // xor SECOND, rax
+            self.d32(second);
+        }
         self.buf.extend_from_slice(&[0x65, 0x80, 0x34, 0x0D]); // xor byte gs:[SWAPS+rcx], 1
         self.d32(c::RECENT_SWAPS_OFF as u32);
         self.buf.push(1);
@@ -1039,7 +1080,7 @@ impl Emitter {
         let done_first = self.buf.len();
         self.d32(0);
         self.patch_rel32(to_second);
-        let to_new = self.second_line_hit();
+        let to_new = self.second_line_hit(LineAgain::No);
         if let Some(flags_live) = leave {
             self.return_rax(flags_live);
         }
@@ -1285,7 +1326,12 @@ impl Emitter {
                         .unwrap_or(None);
                 }
             }
-            let to_new = self.second_line_hit();
+            let line_again = match d.entry {
+                ColdEntry::Constant(_) => LineAgain::Line(d.m.displacement() >> d.geometry.0),
+                _ if !uses_rcx(&d.m) => LineAgain::Address(d.m, d.geometry.0),
+                _ => LineAgain::No,
+            };
+            let to_new = self.second_line_hit(line_again);
             self.return_rax(d.flags_live);
             self.jmp_to(d.back);
             self.patch_rel32(to_new);
@@ -1327,7 +1373,9 @@ impl Emitter {
 
     /// The out-of-line record of an access within one line that neither way of its slot
     /// names (`rax` = the line, `rcx` = its slot, borrowed; an operand not addressed by
-    /// `rcx`): the line becomes the slot's first, the first its second, and the record,
+    /// `rcx`): the line becomes the slot's first (formed again from the address, so that
+    /// the update is plain loads and stores, as in `second_line_hit`), the first its
+    /// second, and the record,
     /// its swap bit from the slot's (then cleared), is written whole from `rcx` = the
     /// trace pointer; the drain check, the guest state given back and the jump to the
     /// instruction follow. (What `record_line_two_ways`, `append_access` and
@@ -1335,8 +1383,8 @@ impl Emitter {
     /// inline check made, nor the second save and restore of `rcx`.)
     ///
     /// ```text
-    ///     xor rax, gs:[FIRST + rcx*8]; xor gs:[FIRST + rcx*8], rax
-    ///     xor rax, gs:[FIRST + rcx*8]; mov gs:[SECOND + rcx*8], rax
+    ///     mov rax, gs:[FIRST + rcx*8]; mov gs:[SECOND + rcx*8], rax
+    ///     rax = the line again (address >> shift); mov gs:[FIRST + rcx*8], rax
     ///     movzx eax, byte gs:[SWAPS + rcx]; mov byte gs:[SWAPS + rcx], 0
     ///     shl eax, 24; or eax, size | kind << 16
     ///     mov rcx, gs:[TRACE_PTR]; mov [rcx+12], eax; mov dword [rcx+8], tag
@@ -1346,14 +1394,21 @@ impl Emitter {
     /// ```
     fn record_new_line(&mut self, d: &RecentCold) -> Result<(), TranslateError> {
         let first = c::RECENT_LINES_OFF as u32;
-        self.buf.extend_from_slice(&[0x65, 0x48, 0x33, 0x04, 0xCD]); // xor rax, FIRST
-        self.d32(first);
-        self.buf.extend_from_slice(&[0x65, 0x48, 0x31, 0x04, 0xCD]); // xor FIRST, rax
-        self.d32(first);
-        self.buf.extend_from_slice(&[0x65, 0x48, 0x33, 0x04, 0xCD]); // xor rax, FIRST
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x8B, 0x04, 0xCD]); // mov rax, FIRST
         self.d32(first);
         self.buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0xCD]); // mov SECOND, rax
         self.d32(c::RECENT_SECOND_LINES_OFF as u32);
+        match d.entry {
+            ColdEntry::Constant(_) => self.mov_imm64(0, d.m.displacement() >> d.geometry.0),
+            _ => {
+                self.effective_address(&d.m, 0, d.ip)?;
+                self.buf
+                    .extend_from_slice(&[0x48, 0xC1, 0xE8, d.geometry.0 as u8]);
+                // shr rax, shift
+            }
+        }
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0xCD]); // mov FIRST, rax
+        self.d32(first);
         self.buf.extend_from_slice(&[0x65, 0x0F, 0xB6, 0x04, 0x0D]); // movzx eax, byte SWAPS
         self.d32(c::RECENT_SWAPS_OFF as u32);
         self.buf.extend_from_slice(&[0x65, 0xC6, 0x04, 0x0D]); // mov byte SWAPS, 0
