@@ -4,10 +4,11 @@
 //!
 //! A general-purpose hash map cost 100-180 instructions per malloc/free pair there, much of
 //! it rehashing the tombstones that constant insert/remove churn leaves behind. This is the
-//! simplest table that fits the job: open addressing with linear probing, a multiplicative
-//! hash of the address (blocks are 16-byte aligned, so the product's high bits index the
-//! table), at most half full (a miss probes about two entries), and removal by shifting the following entries back (Knuth's
-//! algorithm R), which leaves no tombstones. The last address of the address space marks an
+//! simplest table that fits the job: open addressing with linear probing, an entry's home
+//! slot a multiplicative hash of its address's 4 KiB page (the product's high bits) plus the
+//! address's 16-byte granule in the page, at most half full (a miss probes about two
+//! entries), and removal by shifting the following entries back (Knuth's algorithm R), which
+//! leaves no tombstones. The last address of the address space marks an
 //! empty entry: no block starts there, and the table ignores it.
 
 use alloc::vec::Vec;
@@ -54,9 +55,17 @@ impl<V: Copy + Default> AddrTable<V> {
         self.len == 0
     }
 
+    /// The blocks of one page have their homes side by side, a page's 256 granules spread
+    /// over 8 KiB of entries at a place the page's hash chooses: an allocator hands out
+    /// neighbouring addresses close in time (a run of blocks carved in turn, a freed block
+    /// reused), so consecutive events meet lines of the table already in the cache, where a
+    /// hash of the whole address gave each its own line (bench `containers`, whose tables
+    /// outgrow the cache, about 4% less CPU time under Massif, `alloc` and `threads` 6-9%;
+    /// hookcost: instructions unchanged).
     #[inline]
     fn home(&self, addr: Addr) -> usize {
-        (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+        let page = ((addr >> 12).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize;
+        (page + ((addr >> 4) & 0xff) as usize) & (self.entries.len() - 1)
     }
 
     /// The index of `addr`'s entry, if it has one.
