@@ -636,6 +636,11 @@ pub trait Tool: Send + Sync {
     }
     fn on_alloc(&self, _host: &dyn Host, _ev: &Alloc) {}
     fn on_free(&self, _host: &dyn Host, _ev: &Free) {}
+    /// With [`Needs::freelist_vol`]: a freed block (address and size as its free gave them)
+    /// leaves the freed-block queue, just before glibc's allocator gets it back, after the
+    /// tool heard of the free; [`Host::block_extent`] still answers for it. Memcheck makes
+    /// its shadow ordinary memory again here. Not called without a queue.
+    fn on_release(&self, _host: &dyn Host, _addr: Addr, _size: u64) {}
     /// A block moved or resized by `realloc`. By default a free then an alloc.
     fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
         self.on_free(host, old);
