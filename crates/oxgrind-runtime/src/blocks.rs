@@ -206,7 +206,8 @@ struct Batch {
     blocks: [(u64, u64); BATCH],
     len: usize,
     bytes: u64,
-    leaving: [u64; LEAVING],
+    /// (address, size).
+    leaving: [(u64, u64); LEAVING],
     leaving_head: usize,
     leaving_len: usize,
 }
@@ -217,7 +218,7 @@ impl FreedQueue {
             blocks: [(0, 0); BATCH],
             len: 0,
             bytes: 0,
-            leaving: [0; LEAVING],
+            leaving: [(0, 0); LEAVING],
             leaving_head: 0,
             leaving_len: 0,
         });
@@ -236,17 +237,17 @@ impl FreedQueue {
     }
 
     /// Queues the freed block `(addr, size)`; `release` gets the blocks that must now
-    /// really go back to glibc, called with no lock held.
-    pub fn push(&self, addr: u64, size: u64, release: &mut impl FnMut(u64)) {
+    /// really go back to glibc, as (address, size), called with no lock held.
+    pub fn push(&self, addr: u64, size: u64, release: &mut impl FnMut(u64, u64)) {
         let budget = self.budget.load(Ordering::Relaxed);
         if budget == 0 {
-            release(addr);
+            release(addr, size);
             return;
         }
         // Thread control blocks are page-aligned and a few pages apart.
         let tp = crate::guard::thread_pointer();
         let which = ((tp >> 12) ^ (tp >> 20)) as usize % BATCHES;
-        let mut now = [0u64; 2];
+        let mut now = [(0u64, 0u64); 2];
         let mut n_now = 0;
         {
             let mut t = self.batches[which].lock();
@@ -271,7 +272,7 @@ impl FreedQueue {
                     };
                     shared.bytes -= s;
                     let slot = (t.leaving_head + t.leaving_len) % LEAVING;
-                    t.leaving[slot] = a;
+                    t.leaving[slot] = (a, s);
                     t.leaving_len += 1;
                 }
             }
@@ -287,15 +288,15 @@ impl FreedQueue {
             // links), lines last touched a whole budget of frees ago, so missed in every
             // cache (a tenth of Memcheck's time on bench alloc in glibc's `free`); loaded
             // meanwhile (the hook gives this free's leavers to glibc after the tool's work).
-            for &a in &now[..n_now] {
+            for &(a, _) in &now[..n_now] {
                 prefetch_chunk(a);
             }
             for k in 0..now.len().min(t.leaving_len) {
-                prefetch_chunk(t.leaving[(t.leaving_head + k) % LEAVING]);
+                prefetch_chunk(t.leaving[(t.leaving_head + k) % LEAVING].0);
             }
         }
-        for &a in &now[..n_now] {
-            release(a);
+        for &(a, s) in &now[..n_now] {
+            release(a, s);
         }
     }
 }
@@ -328,7 +329,7 @@ mod tests {
         q.set_budget(1600); // batches of at most 100 bytes or BATCH blocks
         let mut released = Vec::new();
         for i in 0..200u64 {
-            q.push(0x1000 + i * 16, 10, &mut |a| released.push(a));
+            q.push(0x1000 + i * 16, 10, &mut |a, _| released.push(a));
             // Never more released than the budget allows: what stays is at least the
             // budget's worth of the most recent frees (or all of them).
             let kept = (i + 1) - released.len() as u64;
@@ -388,7 +389,7 @@ mod tests {
     fn without_a_budget_every_block_goes_back_at_once() {
         let q = FreedQueue::new();
         let mut released = Vec::new();
-        q.push(0x2000, 8, &mut |a| released.push(a));
+        q.push(0x2000, 8, &mut |a, _| released.push(a));
         assert_eq!(released, [0x2000]);
     }
 }

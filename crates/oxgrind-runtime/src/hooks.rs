@@ -461,9 +461,11 @@ fn record_alloc(
 /// queue), given to glibc only once the tool has heard of the event ([`Leavers::release`]):
 /// the tool asks for the freed block's chunk while it handles the event
 /// (`Host::block_extent`), and a block larger than `--freelist-vol` leaves the queue in the
-/// very push that queues it.
+/// very push that queues it. With a queue the tool hears of each leaver first
+/// (`Tool::on_release`).
 struct Leavers {
-    blocks: [u64; 2],
+    /// (address, size).
+    blocks: [(u64, u64); 2],
     n: usize,
 }
 
@@ -472,21 +474,22 @@ impl Leavers {
     /// free (`FreedQueue::push`).
     fn queue(ev: &Event, addr: u64, size: u64) -> Leavers {
         let mut l = Leavers {
-            blocks: [0; 2],
+            blocks: [(0, 0); 2],
             n: 0,
         };
         if ev.rt.needs.freelist_vol == 0 {
-            l.blocks[0] = addr;
+            l.blocks[0] = (addr, size);
             l.n = 1;
             return l;
         }
-        FREED.push(addr, size, &mut |a| {
+        FREED.push(addr, size, &mut |a, s| {
             if l.n < l.blocks.len() {
-                l.blocks[l.n] = a;
+                l.blocks[l.n] = (a, s);
                 l.n += 1;
             } else {
                 // Never with today's queue; a block other than this free's own, which
                 // the tool does not ask about.
+                released_to_tool(ev, a, s);
                 // SAFETY: `a` came from glibc's allocator and the program no longer owns it.
                 in_glibc(ev.thread, || unsafe { __libc_free(a as *mut c_void) })
             }
@@ -495,14 +498,29 @@ impl Leavers {
     }
 
     fn release(self, ev: &Event) {
+        if ev.rt.needs.freelist_vol > 0 {
+            for &(a, s) in &self.blocks[..self.n] {
+                released_to_tool(ev, a, s);
+            }
+        }
         in_glibc(ev.thread, || {
-            for &a in &self.blocks[..self.n] {
+            for &(a, _) in &self.blocks[..self.n] {
                 // SAFETY: `a` came from glibc's allocator, the program freed it and the
                 // tool has heard of it.
                 unsafe { __libc_free(a as *mut c_void) }
             }
         });
     }
+}
+
+/// A block leaves the freed-block queue: the tool hears of it (`Tool::on_release`) while
+/// glibc's allocator still holds it, natively as the rest of the event's tool work.
+#[inline]
+fn released_to_tool(ev: &Event, addr: u64, size: u64) {
+    natively(|| {
+        ev.thread
+            .with_event_blocks(0, addr, || ev.rt.tool.on_release(&HOST, addr, size))
+    });
 }
 
 /// Extra bytes to allocate after a block of the program's (see `Needs::redzone`).
