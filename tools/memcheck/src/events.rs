@@ -14,7 +14,7 @@ use oxgrind_tool::{Addr, Alloc, AllocFn, Free, Host, LiveBlock, Misuse, MisuseEv
 
 use crate::access::in_probe;
 use crate::errors::KeyKind;
-use crate::freed::{Freed, FreedBlock};
+use crate::freed::FreedBlock;
 use crate::options::KeepStacks;
 use crate::report::thread_number;
 use crate::shadow::{self, shadow_base};
@@ -117,38 +117,36 @@ impl Memcheck {
             alloc_stack: ev.alloc_stack,
             free_stack: ev.stack,
         };
-        let probing = self.probing.load(Ordering::Relaxed);
-        // Asked now: the allocator still holds the block while the tool hears of it.
-        let chunk_end = if probing {
-            shadow::chunk_end(host.block_extent(ev.addr), ev.addr, ev.size).0
-        } else {
-            0
-        };
-        let full = self.batches.push(Freed { block, chunk_end });
-        // The block cannot leave the shadow window before it is marked: it is still in this
-        // thread's batch, or in `full`, which joins the queue below.
-        if probing && self.batches.keeps_shadow(ev.size) {
+        let full = self.batches.push(block);
+        // Marked until the runtime gives the block back to glibc ([`Memcheck::release_event`]),
+        // after this event; one larger than the whole queue goes at once, unmarked.
+        if self.probing.load(Ordering::Relaxed) && ev.size <= self.opts.freelist_vol {
             shadow::mark_freed(shadow_base(), ev.addr, ev.size);
         }
         if vbits_defined {
             self.definedness_free(host, ev.addr, ev.size);
         }
         if let Some(full) = full {
-            let mut leaving = Leaving::default();
-            absorb_freed(&mut self.lock(), full.blocks(), &mut leaving);
-            // After the state lock: the leavers' shadow lines are cold (freed megabytes
-            // ago), and every thread's frees wait for that lock. Still before glibc may
-            // reuse them: the runtime's queue gives blocks back at twice this volume.
-            leaving.clear_all();
+            absorb_freed(&mut self.lock(), full.blocks());
         }
     }
 
-    /// Moves every thread's pending frees into the queues: before describing an address.
+    /// A freed block leaves the runtime's queue, glibc's allocator gets it back next: its
+    /// whole extent, redzones and slack included, is ordinary memory again. The runtime's
+    /// queue is the only one that decides when (Memcheck's own only describes).
+    pub(crate) fn release_event(&self, host: &dyn Host, addr: Addr, size: u64) {
+        if !self.probing.load(Ordering::Relaxed) {
+            return;
+        }
+        // Whether or not this block was marked (one freed before the probes started, or
+        // allocated in a probe): clearing a block glibc is about to own is always right.
+        let (end, _) = shadow::chunk_end(host.block_extent(addr), addr, size);
+        shadow::clear_block(shadow_base(), addr, size, end);
+    }
+
+    /// Moves every thread's pending frees into the queue: before describing an address.
     pub(crate) fn absorb_all_freed(&self, st: &mut State) {
-        let mut leaving = Leaving::default();
-        self.batches
-            .drain(|batch| absorb_freed(st, batch, &mut leaving));
-        leaving.clear_all();
+        self.batches.drain(|batch| absorb_freed(st, batch));
     }
 
     pub(crate) fn misuse_event(&self, host: &dyn Host, ev: &MisuseEvent) {
@@ -295,39 +293,9 @@ impl Memcheck {
     }
 }
 
-/// Frees leaving a thread's batch, oldest first, into the freed-block queue; the blocks
-/// leaving its shadow window become ordinary memory again ([`Leaving`]).
-fn absorb_freed(st: &mut State, batch: &[Freed], leaving: &mut Leaving) {
-    for f in batch {
-        st.freed.push(f.block, f.chunk_end, &mut |a, size, end| {
-            leaving.add(a, size, end)
-        });
-    }
-}
-
-/// Blocks leaving the shadow window, whose shadow is cleared once the state lock is given
-/// back ([`Leaving::clear_all`]); a leaver that finds the list full is cleared at once.
-#[derive(Default)]
-struct Leaving {
-    blocks: [(Addr, u64, Addr); 32],
-    len: usize,
-}
-
-impl Leaving {
-    fn add(&mut self, addr: Addr, size: u64, end: Addr) {
-        if self.len == self.blocks.len() {
-            shadow::clear_block(shadow_base(), addr, size, end);
-            return;
-        }
-        self.blocks[self.len] = (addr, size, end);
-        self.len += 1;
-    }
-
-    fn clear_all(&mut self) {
-        let base = shadow_base();
-        for &(a, size, end) in &self.blocks[..self.len] {
-            shadow::clear_block(base, a, size, end);
-        }
-        self.len = 0;
+/// Frees leaving a thread's batch, oldest first, into the freed-block queue.
+fn absorb_freed(st: &mut State, batch: &[FreedBlock]) {
+    for &b in batch {
+        st.freed.push(b);
     }
 }

@@ -359,6 +359,10 @@ impl Tool for Memcheck {
         self.free_event(host, ev)
     }
 
+    fn on_release(&self, host: &dyn Host, addr: Addr, size: u64) {
+        self.release_event(host, addr, size)
+    }
+
     fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
         self.free_event_keeping_vbits(host, old);
         self.alloc_event(host, new);

@@ -13,7 +13,7 @@
 //! (glibc's chunk header), the right one the 16 bytes the runtime adds after it
 //! (`Needs::redzone`), rounded up to a granule; a freed block's bytes stay [`FREED`] while
 //! it waits in the freed-block queue, and the whole extent goes back to 0 when the block
-//! leaves the queue's shadow window (see `freed::FreedQueue`).
+//! leaves the runtime's queue (`Tool::on_release`, just before glibc gets it back).
 //!
 //! Writers are the allocator events (blocks are 16-byte aligned, so two live blocks never
 //! share a granule); readers are the probes. Bytes are accessed as `AtomicU8` with relaxed
