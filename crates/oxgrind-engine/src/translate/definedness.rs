@@ -141,17 +141,24 @@ impl Emitter {
         let mut rax_vbits = vectors;
         // Whether `rax` holds a load's shadow (`memory_shadow`), for its register.
         let mut rax_loaded = false;
-        for m in form.mem.iter().flatten() {
-            rax_loaded |= self.memory_shadow(m, form, ip, &mut slow)?;
+        // The stack bytes the instruction leaves undefined: with its stack operand at once
+        // when it can, else after its memory operands.
+        let mut new_stack = form.undefined;
+        if let Some(plan) = stack_at_once(form) {
+            self.stack_at_once(plan, ip, &mut slow)?;
             rax_vbits = false;
+            new_stack = None;
+        } else {
+            for m in form.mem.iter().flatten() {
+                rax_loaded |= self.memory_shadow(m, form, ip, &mut slow)?;
+                rax_vbits = false;
+            }
         }
         let vec_writes = form.vec_writes.iter().any(Option::is_some);
         if rax_loaded && (form.undefined.is_some() || form.rsp_delta != 0 || vec_writes) {
             // Kept for the register while `rax` does other work.
             self.store_gs(0, c::OFF_VBITS_TEMP2);
         }
-        // The stack bytes the instruction leaves undefined.
-        let new_stack = form.undefined;
         if let Some((off, len)) = new_stack {
             rax_vbits = false;
             self.stack_chunk(off, len, ip, Some(&mut slow))?;
@@ -213,6 +220,7 @@ impl Emitter {
         }
         for w in form.writes.iter().flatten() {
             match w {
+                _ if checked_zero(form, *w) => {}
                 Written::Qword(n) if form.load.is_some_and(|l| l.n == *n) => {
                     let off = written_shadow_off(*w);
                     // The loaded shadow: (mov rax, gs:[temp2];) mov gs:[off], rax
@@ -342,7 +350,12 @@ impl Emitter {
             slow.add_jump(self.buf.len())?;
             self.d32(0);
         }
-        for w in form.writes.iter().flatten() {
+        for w in form
+            .writes
+            .iter()
+            .flatten()
+            .filter(|w| !checked_zero(form, **w))
+        {
             self.zero_written_shadow(*w);
         }
         if form.flags_overwritten {
@@ -882,6 +895,79 @@ impl Emitter {
         Ok(())
     }
 
+    /// The stack rule's new undefined bytes and the instruction's own stack operand
+    /// (`push`, `call`: the slot written; `ret`: the return address read) with one span
+    /// check and one chunk lookup (see [`stack_at_once`]): both lie in one span with a
+    /// chunk, else slow.
+    ///
+    /// ```text
+    ///     lea rax, [rsp+lo]; add ax, hi-lo-1; jc slow; shr rax, 16; cmp rax, max; ja slow
+    ///     shl rax, 3; add rax, gs:[primary]; mov rax, [rax]; test rax, rax; jz slow
+    ///     lea rax, [rsp+rax]                      (the shadow of [rsp])
+    ///     cmp size [rax+d], 0; jne slow           (a read operand), or
+    ///     mov size [rax+d], 0                     (a written one)
+    ///     mov qword [rax+off+8i], -1              (each new undefined qword)
+    /// ```
+    fn stack_at_once(
+        &mut self,
+        plan: StackAtOnce,
+        ip: u64,
+        slow: &mut SlowCall,
+    ) -> Result<(), TranslateError> {
+        let (off, len) = plan.undefined;
+        let (lo, hi) = match plan.operand {
+            Some((d, size, _)) => (off.min(d), (off + len).max(d + size as i32)),
+            None => (off, off + len),
+        };
+        self.lea_rsp(lo, ip)?;
+        self.within_one_span((hi - lo) as u32, slow)?;
+        self.span_index(Some(&mut *slow))?;
+        self.chunk_of_span();
+        // test rax, rax; jz slow
+        self.buf.extend_from_slice(&[0x48, 0x85, 0xC0]);
+        self.jcc_slow(0x84, slow)?;
+        self.lea_rsp_plus_rax(0, ip)?;
+        if let Some((d, size, read)) = plan.operand {
+            let prefix: &[u8] = match size {
+                2 => &[0x66],
+                8 => &[0x48],
+                _ => &[],
+            };
+            self.buf.extend_from_slice(prefix);
+            if read {
+                // cmp size [rax+d], 0; jne slow
+                self.buf.extend_from_slice(if size == 1 {
+                    &[0x80, 0xB8]
+                } else {
+                    &[0x83, 0xB8]
+                });
+                self.d32(d as u32);
+                self.buf.push(0x00);
+                self.jcc_slow(0x85, slow)?;
+            } else {
+                // mov size [rax+d], 0
+                self.buf.extend_from_slice(if size == 1 {
+                    &[0xC6, 0x80]
+                } else {
+                    &[0xC7, 0x80]
+                });
+                self.d32(d as u32);
+                match size {
+                    1 => self.buf.push(0),
+                    2 => self.buf.extend_from_slice(&[0, 0]),
+                    _ => self.d32(0),
+                }
+            }
+        }
+        for i in 0..len / 8 {
+            // mov qword [rax+off+8i], -1
+            self.buf.extend_from_slice(&[0x48, 0xC7, 0x80]);
+            self.d32((off + 8 * i) as u32);
+            self.d32(u32::MAX);
+        }
+        Ok(())
+    }
+
     /// `rax` = the origins' tag chunk of the span of `[rsp + off]` (0: none).
     /// `lea rax, [rsp+off]; shr rax, 16; shl rax, 3; mov gs:[temp], rax;
     /// mov rax, primary; add rax, gs:[temp]; mov rax, [rax]`
@@ -1073,6 +1159,64 @@ impl Emitter {
         self.d32(0);
         Ok(())
     }
+}
+
+/// What [`Emitter::stack_at_once`] does: the stack bytes a form leaves undefined and its
+/// operand on the stack, if any: `(displacement from rsp, size, read)`.
+#[derive(Clone, Copy)]
+struct StackAtOnce {
+    undefined: (i32, i32),
+    operand: Option<(i32, u8, bool)>,
+}
+
+/// The [`StackAtOnce`] of `form`: a form that leaves stack bytes undefined (`push`, `call`,
+/// `ret`, `sub rsp`), without origins (whose tags need the span's tag chunk too), with no
+/// memory operand but one of 1 to 8 bytes at `[rsp + d]`, read or written (not a load copy,
+/// whose shadow goes to a register).
+fn stack_at_once(form: &FastForm) -> Option<StackAtOnce> {
+    let undefined = form.undefined?;
+    if form.origin.is_some() || form.load.is_some() || form.store.is_some() {
+        return None;
+    }
+    let mut operand = None;
+    for m in form.mem.iter().flatten() {
+        let d = m.displacement() as i64;
+        let size = m.memory_size().size();
+        if operand.is_some()
+            || m.base() != Register::RSP
+            || m.index() != Register::None
+            || !matches!(
+                m.segment(),
+                Register::None | Register::DS | Register::SS | Register::ES | Register::CS
+            )
+            || !(-4096..4096).contains(&d)
+            || !matches!(size, 1 | 2 | 4 | 8)
+        {
+            return None;
+        }
+        let read = match m.access() {
+            iced_x86::OpAccess::Write => false,
+            iced_x86::OpAccess::Read => true,
+            _ => return None,
+        };
+        operand = Some((d as i32, size as u8, read));
+    }
+    Some(StackAtOnce { undefined, operand })
+}
+
+/// Whether the inline checks of `form` leave written register `w`'s shadow bytes zero
+/// already: every byte the write covers is checked as read (`add rax, rbx`, the `rsp` of
+/// `push`), and no load copy writes it. Its zeroing is then left out.
+fn checked_zero(form: &FastForm, w: Written) -> bool {
+    let (n, bytes) = match w {
+        Written::Qword(n) => (n, 0xff),
+        Written::Word(n) => (n, 0x03),
+        Written::Byte(n) => (n, 0x01),
+        Written::HighByte(n) => (n, 0x02),
+    };
+    form.reads & (1 << n) != 0
+        && form.read_bytes[n as usize] & bytes == bytes
+        && !form.load.is_some_and(|l| l.n == n)
 }
 
 /// Offset in the thread context of the first shadow byte a register write covers.
