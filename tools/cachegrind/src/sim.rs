@@ -30,26 +30,62 @@ use oxgrind_formats::cachegrind::CacheConfig;
 /// usually a line LL just gave), and those read one word of a dense array (8 bytes a set:
 /// 2 MiB for a 256 Ki-set LL, within the host's L2) instead of the first line of a set
 /// that spans several host lines (30 tags of a 503 MB LL: 63 MB of tags in all).
+///
+/// The other tags of a set are padded to a multiple of four with [`NO_BLOCK`], so that a
+/// lookup past the most recently used tag can compare and move them four at a time
+/// ([`Cache::reorder_avx2`]): where the line is in the set varies from one lookup to the
+/// next (the records that reach the simulator are mostly of a set's third line and of
+/// misses), and a loop that stops where it finds the line mispredicts its exit at most
+/// of them.
 pub struct Cache {
     assoc: usize,
     sets_min_1: u64,
     line_bits: u32,
     /// Each set's most recently used tag.
     mru: Vec<u64>,
-    /// Each set's other `assoc - 1` tags, most recently used first.
+    /// Each set's other `assoc - 1` tags, most recently used first, then [`NO_BLOCK`] up to
+    /// `stride` words.
     rest: Vec<u64>,
+    /// Words of `rest` per set: `assoc - 1` rounded up to a multiple of 4.
+    stride: usize,
+    /// Lookups past the most recently used tag take [`Cache::reorder_avx2`]: the host has
+    /// AVX2, and the sets have other tags, at most 64 (one bit each in a word).
+    avx2: bool,
 }
+
+/// The padding of a set's tags: no line has this block number (`addr >> line_bits` with
+/// lines of at least 2 bytes is below it).
+const NO_BLOCK: u64 = u64::MAX;
 
 impl Cache {
     /// `config` must have been validated (`crate::config::check`).
     pub fn new(config: &CacheConfig) -> Cache {
-        let sets = config.size / config.line / config.assoc;
+        #[cfg(target_arch = "x86_64")]
+        let avx2 = std::is_x86_feature_detected!("avx2");
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx2 = false;
+        Cache::with_avx2(config, avx2)
+    }
+
+    /// As [`Cache::new`], with AVX2 used or not (`avx2` only if the host has it).
+    fn with_avx2(config: &CacheConfig, avx2: bool) -> Cache {
+        let sets = (config.size / config.line / config.assoc) as usize;
+        let others = config.assoc as usize - 1;
+        let stride = others.div_ceil(4) * 4;
+        let mut rest = vec![0; sets * stride];
+        if stride > others {
+            for set in rest.chunks_exact_mut(stride) {
+                set[others..].fill(NO_BLOCK);
+            }
+        }
         Cache {
             assoc: config.assoc as usize,
-            sets_min_1: sets - 1,
+            sets_min_1: sets as u64 - 1,
             line_bits: config.line.trailing_zeros(),
-            mru: vec![0; sets as usize],
-            rest: vec![0; (sets * (config.assoc - 1)) as usize],
+            mru: vec![0; sets],
+            rest,
+            stride,
+            avx2: avx2 && others > 0 && stride <= 64,
         }
     }
 
@@ -66,6 +102,25 @@ impl Cache {
         prefetch_read(&self.mru[set]);
     }
 
+    /// When the line at `addr` is not (now) its set's most recently used, asks the host to
+    /// bring the set's other tags into its caches too, as a lookup of it will read them
+    /// (unless the lookups before it change the set meanwhile): a hint, it changes no state.
+    #[inline(always)]
+    fn prefetch_rest(&self, addr: u64) {
+        let block = addr >> self.line_bits;
+        let set = (block & self.sets_min_1) as usize;
+        if self.mru[set] == block {
+            return;
+        }
+        let ways = &self.rest[set * self.stride..(set + 1) * self.stride];
+        // One hint per host line the tags span (64-byte lines).
+        let mut at = 0;
+        while at < ways.len() {
+            prefetch_read(&ways[at]);
+            at += 8;
+        }
+    }
+
     /// Looks `block` up in its set, making it the most recently used; true on a miss (the
     /// least recently used tag is evicted). The common case, the set's most recently used
     /// line again (which changes nothing), is inline; the rest is not.
@@ -76,6 +131,18 @@ impl Cache {
         if self.mru[set] == block {
             return false;
         }
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2 {
+            // SAFETY: `avx2` is only set when the host has AVX2 (`Cache::new`); `GROUPS`,
+            // when not 0, is `stride / 4`.
+            return unsafe {
+                match self.stride {
+                    8 => self.reorder_avx2::<2>(set, block),
+                    12 => self.reorder_avx2::<3>(set, block),
+                    _ => self.reorder_avx2::<0>(set, block),
+                }
+            };
+        }
         self.reorder(set, block)
     }
 
@@ -84,9 +151,8 @@ impl Cache {
     /// used one leaves) one place down.
     #[inline(never)]
     fn reorder(&mut self, set: usize, block: u64) -> bool {
-        let others = self.assoc - 1;
         let mut carry = core::mem::replace(&mut self.mru[set], block);
-        let ways = &mut self.rest[set * others..(set + 1) * others];
+        let ways = &mut self.rest[set * self.stride..][..self.assoc - 1];
         // One pass: shift each tag down until `block` is found (a hit) or the last way is
         // overwritten (a miss).
         for t in ways.iter_mut() {
@@ -99,15 +165,92 @@ impl Cache {
         true
     }
 
+    /// [`Cache::reorder`] without a branch on where `block` is: its place among the
+    /// set's other tags (the last one's on a miss) comes from comparing them all, four at a
+    /// time; then every group of four is rewritten, each tag up to that place replaced by
+    /// the one before it (the first by the old most recently used tag).
+    ///
+    /// `GROUPS`: the groups of four tags a set has (`stride / 4`, 0: read it), fixed for
+    /// the usual L1 geometries (8- and 12-way) so that the loops over them are unrolled.
+    ///
+    /// # Safety
+    /// The host must have AVX2, and the sets must have other tags, at most 64 words of them
+    /// with the padding; `GROUPS` is 0 or `stride / 4`.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(never)]
+    #[target_feature(enable = "avx2")]
+    unsafe fn reorder_avx2<const GROUPS: usize>(&mut self, set: usize, block: u64) -> bool {
+        use core::arch::x86_64::*;
+        let carry = core::mem::replace(&mut self.mru[set], block);
+        let groups = if GROUPS == 0 { self.stride / 4 } else { GROUPS };
+        let ways = &mut self.rest[set * self.stride..(set + 1) * self.stride];
+        let at = ways.as_mut_ptr() as *mut __m256i;
+        let wanted = _mm256_set1_epi64x(block as i64);
+        let mut found: u64 = 0;
+        for g in 0..groups {
+            // SAFETY: group `g` is the set's words 4g..4g+4, within `ways` (stride = 4 *
+            // groups); unaligned loads and stores are allowed anywhere in it.
+            let tags = unsafe { _mm256_loadu_si256(at.add(g)) };
+            let same = _mm256_castsi256_pd(_mm256_cmpeq_epi64(tags, wanted));
+            found |= (_mm256_movemask_pd(same) as u64) << (4 * g);
+        }
+        // The padding never matches, so the first match is a real tag; without one the
+        // last real tag is the one that leaves.
+        let place = (found | 1 << (self.assoc - 2)).trailing_zeros();
+        let place = _mm256_set1_epi64x(i64::from(place));
+        // Lane 3 of the group before the first: the old most recently used tag.
+        let mut before = _mm256_set1_epi64x(carry as i64);
+        let mut index = _mm256_setr_epi64x(0, 1, 2, 3);
+        for g in 0..groups {
+            // SAFETY: as above.
+            let tags = unsafe { _mm256_loadu_si256(at.add(g)) };
+            // [before[3], tags[0], tags[1], tags[2]]: each tag's predecessor.
+            let halves = _mm256_permute2x128_si256::<0x21>(before, tags);
+            let shifted = _mm256_alignr_epi8::<8>(tags, halves);
+            let keep = _mm256_cmpgt_epi64(index, place);
+            // SAFETY: as above.
+            unsafe { _mm256_storeu_si256(at.add(g), _mm256_blendv_epi8(shifted, tags, keep)) };
+            before = tags;
+            index = _mm256_add_epi64(index, _mm256_set1_epi64x(4));
+        }
+        found == 0
+    }
+
     /// Swaps the two most recently used lines of the set of line `block` (a thread's
     /// recent-lines table skipped accesses that did so: `TraceRecord::swaps`).
     #[inline(never)]
     fn swap_first_two(&mut self, block: u64) {
         let set = (block & self.sets_min_1) as usize;
-        let others = self.assoc - 1;
-        if others > 0 {
-            core::mem::swap(&mut self.mru[set], &mut self.rest[set * others]);
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2 {
+            // SAFETY: `avx2` is only set when the host has AVX2 (`Cache::new`).
+            unsafe { self.swap_first_two_avx2(set) };
+            return;
         }
+        if self.assoc > 1 {
+            core::mem::swap(&mut self.mru[set], &mut self.rest[set * self.stride]);
+        }
+    }
+
+    /// [`Cache::swap_first_two`] where lookups take [`Cache::reorder_avx2`]: the set's
+    /// first group of other tags is read and written whole, as that lookup reads it (a
+    /// store of one word of it, still in the host's store buffer, cannot be forwarded to
+    /// the group's load: the lookup that follows a swap in the same set would wait for it).
+    ///
+    /// # Safety
+    /// As [`Cache::reorder_avx2`].
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn swap_first_two_avx2(&mut self, set: usize) {
+        use core::arch::x86_64::*;
+        let ways = &mut self.rest[set * self.stride..(set + 1) * self.stride];
+        let at = ways.as_mut_ptr() as *mut __m256i;
+        // SAFETY: the set has at least one group of four words (`stride` >= 4).
+        let first = unsafe { _mm256_loadu_si256(at) };
+        let mru = _mm256_set1_epi64x(self.mru[set] as i64);
+        self.mru[set] = _mm256_extract_epi64::<0>(first) as u64;
+        // SAFETY: as above.
+        unsafe { _mm256_storeu_si256(at, _mm256_blend_epi32::<0b11>(first, mru)) };
     }
 
     /// One access of `size` bytes at `addr`: true if it misses. An access straddling two
@@ -161,14 +304,19 @@ struct LlRef {
 
 /// L1 misses queued for LL, in program order (see the module's comment).
 struct LlQueue {
-    refs: Vec<LlRef>,
+    /// [`LL_QUEUE`] entries, the first `len` queued.
+    refs: Box<[LlRef]>,
+    len: usize,
 }
 
 /// Misses queued before LL is looked up: enough that the prefetches run well ahead, few
 /// enough that the queue stays in the host's L1.
 const LL_QUEUE: usize = 256;
-/// How many misses ahead the LL set is prefetched.
-const LL_PREFETCH_AHEAD: usize = 8;
+/// How many misses ahead the most recently used tag of the LL set is prefetched.
+const LL_PREFETCH_AHEAD: usize = 16;
+/// How many misses ahead the other tags of the LL set are prefetched, when the most
+/// recently used one (by then in the host's caches) is another line's.
+const LL_PREFETCH_REST_AHEAD: usize = 8;
 
 /// Valgrind's conditional-branch predictor: 2^14 two-bit saturating counters indexed by 7
 /// bits of global taken history and the low 7 bits of the branch address (x86 uses them
@@ -294,7 +442,17 @@ impl Simulator {
             costs: Vec::new(),
             block_runs: Vec::new(),
             ll_queue: LlQueue {
-                refs: Vec::with_capacity(LL_QUEUE),
+                refs: vec![
+                    LlRef {
+                        addr: 0,
+                        size: 0,
+                        id: 0,
+                        column: Source::Read,
+                    };
+                    LL_QUEUE
+                ]
+                .into_boxed_slice(),
+                len: 0,
             },
         }
     }
@@ -303,13 +461,24 @@ impl Simulator {
     /// charges `column` on a miss, joins the queue.
     #[inline(always)]
     fn queue_ll(&mut self, id: u32, addr: u64, size: u64, column: Source) {
-        self.ll_queue.refs.push(LlRef {
+        self.queue_ll_if(true, id, addr, size, column);
+    }
+
+    /// [`Simulator::queue_ll`] if `miss`, without a branch on it (whether a data access
+    /// misses D1 is not predictable): the entry is written either way, and counted only on
+    /// a miss.
+    #[inline(always)]
+    fn queue_ll_if(&mut self, miss: bool, id: u32, addr: u64, size: u64, column: Source) {
+        let q = &mut self.ll_queue;
+        // `len` stays below `LL_QUEUE`, the length of `refs`: the queue is run when full.
+        q.refs[q.len] = LlRef {
             addr,
             size: size as u32,
             id,
             column,
-        });
-        if self.ll_queue.refs.len() >= LL_QUEUE {
+        };
+        q.len += usize::from(miss);
+        if q.len >= LL_QUEUE {
             self.flush();
         }
     }
@@ -318,21 +487,28 @@ impl Simulator {
     /// before [`Simulator::costs`] is read.
     #[inline(never)]
     pub fn flush(&mut self) {
-        let mut refs = core::mem::take(&mut self.ll_queue.refs);
+        let queue = core::mem::take(&mut self.ll_queue.refs);
+        let refs = &queue[..self.ll_queue.len];
         for r in refs.iter().take(LL_PREFETCH_AHEAD) {
             self.ll.prefetch(r.addr);
+        }
+        for r in refs.iter().take(LL_PREFETCH_REST_AHEAD) {
+            self.ll.prefetch_rest(r.addr);
         }
         for i in 0..refs.len() {
             if let Some(ahead) = refs.get(i + LL_PREFETCH_AHEAD) {
                 self.ll.prefetch(ahead.addr);
+            }
+            if let Some(ahead) = refs.get(i + LL_PREFETCH_REST_AHEAD) {
+                self.ll.prefetch_rest(ahead.addr);
             }
             let r = refs[i];
             if self.ll.ref_is_miss(r.addr, r.size as u64) {
                 self.slot(r.id)[r.column as usize] += 1;
             }
         }
-        refs.clear();
-        self.ll_queue.refs = refs;
+        self.ll_queue.len = 0;
+        self.ll_queue.refs = queue;
     }
 
     #[inline(always)]
@@ -467,10 +643,8 @@ impl Simulator {
             (DR, D1MR, Source::Read)
         };
         c[a] += 1;
-        if m1 {
-            c[b] += 1;
-            self.queue_ll(id, addr, size, d);
-        }
+        c[b] += u64::from(m1);
+        self.queue_ll_if(m1, id, addr, size, d);
     }
 
     /// Before a data access of `size` bytes at `addr`: `swaps` (`TraceRecord::swaps`)
@@ -517,15 +691,15 @@ impl Simulator {
             return;
         }
         let size = size.min(self.max_access);
-        if self.d1.ref_is_miss(addr, size) {
-            let (b, d) = if write {
-                (D1MW, Source::Write)
-            } else {
-                (D1MR, Source::Read)
-            };
-            self.slot(id)[b] += 1;
-            self.queue_ll(id, addr, size, d);
-        }
+        let miss = self.d1.ref_is_miss(addr, size);
+        let (b, d) = if write {
+            (D1MW, Source::Write)
+        } else {
+            (D1MR, Source::Read)
+        };
+        // Without a branch on the miss (see `queue_ll_if`).
+        self.slot(id)[b] += u64::from(miss);
+        self.queue_ll_if(miss, id, addr, size, d);
     }
 
     /// A conditional branch of instruction `id` at `pc` went `taken` or not.
@@ -598,10 +772,34 @@ mod tests {
 
     #[test]
     fn cache_matches_a_naive_lru_on_a_pseudo_random_stream() {
-        for cfg in [
+        #[cfg(target_arch = "x86_64")]
+        let avx2 = [false, std::is_x86_feature_detected!("avx2")];
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx2 = [false, false];
+        for (cfg, avx2) in [
             CacheConfig {
                 size: 1024,
                 assoc: 4,
+                line: 64,
+            },
+            CacheConfig {
+                size: 3 * 16 * 64,
+                assoc: 3,
+                line: 64,
+            },
+            CacheConfig {
+                size: 12 * 8 * 64,
+                assoc: 12,
+                line: 64,
+            },
+            CacheConfig {
+                size: 30 * 4 * 64,
+                assoc: 30,
+                line: 64,
+            },
+            CacheConfig {
+                size: 128 * 64,
+                assoc: 128,
                 line: 64,
             },
             CacheConfig {
@@ -614,8 +812,11 @@ mod tests {
                 assoc: 64,
                 line: 64,
             },
-        ] {
-            let mut fast = Cache::new(&cfg);
+        ]
+        .into_iter()
+        .flat_map(|cfg| avx2.map(|a| (cfg, a)))
+        {
+            let mut fast = Cache::with_avx2(&cfg, avx2);
             let mut slow = NaiveLru::new(&cfg);
             let mut x: u64 = 0x2545F4914F6CDD1D;
             let mut misses = 0;
@@ -629,11 +830,52 @@ mod tests {
                 assert_eq!(
                     m,
                     slow.access(addr, size),
-                    "{cfg:?} addr {addr:#x} size {size}"
+                    "{cfg:?} avx2 {avx2} addr {addr:#x} size {size}"
                 );
                 misses += u64::from(m);
             }
             assert!(misses > 1000, "the stream must exercise evictions");
+        }
+    }
+
+    /// Swaps of the two most recently used lines, between lookups, as a list would do them,
+    /// with and without AVX2 (whose lookups and swaps move groups of four tags).
+    #[test]
+    fn swaps_of_the_first_two_lines_match_a_naive_lru() {
+        #[cfg(target_arch = "x86_64")]
+        let avx2 = [false, std::is_x86_feature_detected!("avx2")];
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx2 = [false, false];
+        for assoc in [2, 5, 12] {
+            let cfg = CacheConfig {
+                size: assoc * 4 * 64,
+                assoc,
+                line: 64,
+            };
+            for avx2 in avx2 {
+                let mut fast = Cache::with_avx2(&cfg, avx2);
+                let mut slow = NaiveLru::new(&cfg);
+                let mut x: u64 = 0x9E3779B97F4A7C15;
+                let mut swaps = 0;
+                for _ in 0..100_000 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let block = (x >> 20) % (assoc * 4 * 3);
+                    if x % 4 == 0 {
+                        fast.swap_first_two(block);
+                        slow.sets[(block % 4) as usize].swap(0, 1);
+                        swaps += 1;
+                    } else {
+                        assert_eq!(
+                            fast.ref_is_miss(block * 64, 8),
+                            slow.access(block * 64, 8),
+                            "assoc {assoc} avx2 {avx2} block {block}"
+                        );
+                    }
+                }
+                assert!(swaps > 10_000);
+            }
         }
     }
 
