@@ -31,20 +31,20 @@ use oxgrind_formats::cachegrind::CacheConfig;
 /// 2 MiB for a 256 Ki-set LL, within the host's L2) instead of the first line of a set
 /// that spans several host lines (30 tags of a 503 MB LL: 63 MB of tags in all).
 ///
-/// The other tags of a set are padded to a multiple of four with [`NO_BLOCK`], so that a
-/// lookup past the most recently used tag can compare and move them four at a time
+/// The other tags of a set are padded to a multiple of four words, so that a lookup past the most recently used tag can compare and move them four at a time
 /// ([`Cache::reorder_avx2`]): where the line is in the set varies from one lookup to the
 /// next (the records that reach the simulator are mostly of a set's third line and of
 /// misses), and a loop that stops where it finds the line mispredicts its exit at most
-/// of them.
+/// of them. The padding is never written (zero, as the tags start), so the arrays stay
+/// untouched pages until the program's lines reach their sets.
 pub struct Cache {
     assoc: usize,
     sets_min_1: u64,
     line_bits: u32,
     /// Each set's most recently used tag.
     mru: Vec<u64>,
-    /// Each set's other `assoc - 1` tags, most recently used first, then [`NO_BLOCK`] up to
-    /// `stride` words.
+    /// Each set's other `assoc - 1` tags, most recently used first, then padding up to
+    /// `stride` words (ignored).
     rest: Vec<u64>,
     /// Words of `rest` per set: `assoc - 1` rounded up to a multiple of 4.
     stride: usize,
@@ -52,10 +52,6 @@ pub struct Cache {
     /// AVX2, and the sets have other tags, at most 64 (one bit each in a word).
     avx2: bool,
 }
-
-/// The padding of a set's tags: no line has this block number (`addr >> line_bits` with
-/// lines of at least 2 bytes is below it).
-const NO_BLOCK: u64 = u64::MAX;
 
 impl Cache {
     /// `config` must have been validated (`crate::config::check`).
@@ -72,18 +68,12 @@ impl Cache {
         let sets = (config.size / config.line / config.assoc) as usize;
         let others = config.assoc as usize - 1;
         let stride = others.div_ceil(4) * 4;
-        let mut rest = vec![0; sets * stride];
-        if stride > others {
-            for set in rest.chunks_exact_mut(stride) {
-                set[others..].fill(NO_BLOCK);
-            }
-        }
         Cache {
             assoc: config.assoc as usize,
             sets_min_1: sets as u64 - 1,
             line_bits: config.line.trailing_zeros(),
             mru: vec![0; sets],
-            rest,
+            rest: vec![0; sets * stride],
             stride,
             avx2: avx2 && others > 0 && stride <= 64,
         }
@@ -194,9 +184,12 @@ impl Cache {
             let same = _mm256_castsi256_pd(_mm256_cmpeq_epi64(tags, wanted));
             found |= (_mm256_movemask_pd(same) as u64) << (4 * g);
         }
-        // The padding never matches, so the first match is a real tag; without one the
-        // last real tag is the one that leaves.
-        let place = (found | 1 << (self.assoc - 2)).trailing_zeros();
+        // The first match among the real tags (the padding's bits cleared: it may equal
+        // `block`); without one the last real tag is the one that leaves. The padding stays
+        // as it is below: its lanes come after `place`.
+        let others = self.assoc - 1;
+        found &= u64::MAX >> (64 - others);
+        let place = (found | 1 << (others - 1)).trailing_zeros();
         let place = _mm256_set1_epi64x(i64::from(place));
         // Lane 3 of the group before the first: the old most recently used tag.
         let mut before = _mm256_set1_epi64x(carry as i64);
