@@ -129,6 +129,7 @@ impl Cache {
                 match self.stride {
                     8 => self.reorder_avx2::<2>(set, block),
                     12 => self.reorder_avx2::<3>(set, block),
+                    16 => self.reorder_avx2::<4>(set, block),
                     _ => self.reorder_avx2::<0>(set, block),
                 }
             };
@@ -161,7 +162,7 @@ impl Cache {
     /// the one before it (the first by the old most recently used tag).
     ///
     /// `GROUPS`: the groups of four tags a set has (`stride / 4`, 0: read it), fixed for
-    /// the usual L1 geometries (8- and 12-way) so that the loops over them are unrolled.
+    /// the usual L1 geometries (8-, 12- and 16-way) so that the loops over them are unrolled.
     ///
     /// # Safety
     /// The host must have AVX2, and the sets must have other tags, at most 64 words of them
