@@ -43,9 +43,11 @@ use oxgrind_vbits::{Check, Guest, Interpreter, Segment, ShadowMemory, ShadowRegi
 use crate::context::{self as c, ThreadCtx};
 use crate::probe::Client;
 
+mod layout;
 mod origins;
 mod residency;
 
+pub(crate) use layout::MEMORY_BYTES_PER_SHADOW_BYTE;
 pub(crate) use origins::RegUse;
 pub(crate) use residency::note_thread_created;
 pub use residency::{stats as residency_stats, undefined_file_fd};
@@ -120,11 +122,10 @@ pub fn undefined_origin() -> Option<oxgrind_tool::Origin> {
 
 // ---- the shadow of memory ----
 
-const CHUNK_BITS: u32 = 16;
-const CHUNK: u64 = 1 << CHUNK_BITS;
+use layout::{chunk_from_entry, entry_value, SPAN, SPAN_BITS};
 /// User addresses are below 2^47; the kernel's (vsyscall) are taken as defined.
 const ADDR_LIMIT: u64 = 1 << 47;
-const PRIMARY_BYTES: u64 = (ADDR_LIMIT >> CHUNK_BITS) * 8;
+const PRIMARY_BYTES: u64 = (ADDR_LIMIT >> SPAN_BITS) * 8;
 /// Right after the tool's A-bit map (placed at 2^44, 2^44 bytes long): low in the address
 /// space, so the program's own mappings land where they would natively.
 const PRIMARY_HINT: u64 = 1 << 45;
@@ -164,28 +165,10 @@ fn entry(addr: u64) -> Option<&'static AtomicU64> {
     if primary == 0 || addr >= ADDR_LIMIT {
         return None;
     }
-    let p = (primary + (addr >> CHUNK_BITS) * 8) as *const AtomicU64;
+    let p = (primary + (addr >> SPAN_BITS) * 8) as *const AtomicU64;
     // SAFETY: the primary covers every address below ADDR_LIMIT, is never unmapped, and
     // its words are only accessed atomically.
     Some(unsafe { &*p })
-}
-
-/// A primary entry holds its span's chunk minus the span's address (wrapping), 0 when the
-/// span has none: the inline fast path reaches an address's shadow byte as the address
-/// plus its entry, without masking the offset in the span out (`translate::definedness`).
-/// (A chunk handed out for the span of its own addresses would read as none: only the
-/// program writing into our reserved, not yet handed out pool could ask for that.)
-fn entry_value(chunk: u64, addr: u64) -> u64 {
-    chunk.wrapping_sub(addr & !(CHUNK - 1))
-}
-
-/// The chunk an entry's value `v` names for `addr` (see [`entry_value`]).
-fn chunk_from_entry(v: u64, addr: u64) -> u64 {
-    if v == 0 {
-        0
-    } else {
-        v.wrapping_add(addr & !(CHUNK - 1))
-    }
 }
 
 /// The chunk holding `addr`'s shadow, 0 when there is none (all defined).
@@ -202,10 +185,9 @@ fn chunk_for_write(addr: u64) -> u64 {
     if cur != 0 {
         return chunk_from_entry(cur, addr);
     }
-    let fresh = POOL_NEXT.fetch_add(CHUNK, Ordering::AcqRel);
-    if fresh + CHUNK > POOL_END.load(Ordering::Acquire) {
+    let Some(fresh) = layout::new_chunk(&POOL_NEXT, POOL_END.load(Ordering::Acquire)) else {
         return 0;
-    }
+    };
     let v = entry_value(fresh, addr);
     match e.compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => chunk_from_entry(v, addr),
@@ -221,8 +203,8 @@ fn pieces(addr: u64, len: u64, mut f: impl FnMut(u64, usize, usize, usize)) {
     let mut done = 0u64;
     while done < len {
         let a = addr.wrapping_add(done);
-        let in_chunk = (a & (CHUNK - 1)) as usize;
-        let n = (CHUNK - in_chunk as u64).min(len - done);
+        let in_chunk = (a & (SPAN - 1)) as usize;
+        let n = (SPAN - in_chunk as u64).min(len - done);
         f(a, in_chunk, done as usize, n as usize);
         done += n;
     }
@@ -244,31 +226,35 @@ pub fn set(addr: u64, len: u64, defined: bool) {
         if chunk == 0 {
             return;
         }
-        let p = chunk + off as u64;
         if defined {
             // Whole pages go back to the kernel, which reads them as zeros, all defined,
             // again (`residency`); the chunk stays the span's.
-            let first = p.next_multiple_of(PAGE);
-            let last = (p + n as u64) & !(PAGE - 1);
+            let (start, end) = layout::covered(off, n);
+            let first = (chunk + start as u64).next_multiple_of(PAGE);
+            let last = (chunk + end as u64) & !(PAGE - 1);
             if last >= first + RELEASE_MIN {
-                // SAFETY: [p, first) and [last, p + n) are parts of the chunk's CHUNK bytes.
+                let first_off = layout::span_offset((first - chunk) as usize);
+                let last_off = layout::span_offset((last - chunk) as usize);
+                // SAFETY: the chunk is one of the pool's; both pieces lie in [off, off + n),
+                // within the span.
                 unsafe {
-                    fill(p as *mut u8, 0, (first - p) as usize);
-                    fill(last as *mut u8, 0, (p + n as u64 - last) as usize);
+                    layout::fill(chunk, off, first_off - off, true);
+                    layout::fill(chunk, last_off, off + n - last_off, true);
                 }
                 residency::release_pages(first, last - first);
                 return;
             }
-        } else if n as u64 == CHUNK && residency::map_undefined(chunk) {
+        } else if n as u64 == SPAN && residency::map_undefined(chunk) {
             // A whole span undefined (a large block): its chunk reads `0xff` from the
             // undefined file, with no page of its own until the program touches it.
             return;
         }
         if !defined {
-            filled_undefined += n as u64;
+            let (start, end) = layout::covered(off, n);
+            filled_undefined += (end - start) as u64;
         }
-        // SAFETY: the chunk is CHUNK bytes of the pool; off + n <= CHUNK.
-        unsafe { fill(p as *mut u8, if defined { 0 } else { 0xff }, n) };
+        // SAFETY: the chunk is one of the pool's; off + n <= SPAN.
+        unsafe { layout::fill(chunk, off, n, defined) };
     });
     residency::note_mark(filled_undefined);
 }
@@ -345,9 +331,8 @@ pub fn first_undefined(addr: u64, len: u64) -> Option<u64> {
             if chunk == 0 {
                 return;
             }
-            // SAFETY: the chunk is CHUNK bytes of the pool; off + n <= CHUNK.
-            let bytes = unsafe { core::slice::from_raw_parts((chunk as *const u8).add(off), n) };
-            if let Some(i) = bytes.iter().position(|&b| b != 0) {
+            // SAFETY: the chunk is one of the pool's; off + n <= SPAN.
+            if let Some(i) = unsafe { layout::first_undefined(chunk, off, n) } {
                 found = Some(a + i as u64);
             }
         },
@@ -385,9 +370,8 @@ impl ShadowMemory for ShadowMem {
             if chunk == 0 {
                 dst.fill(0);
             } else {
-                // SAFETY: the chunk is CHUNK bytes of the pool; off + n <= CHUNK.
-                let src = unsafe { core::slice::from_raw_parts((chunk as *const u8).add(off), n) };
-                dst.copy_from_slice(src);
+                // SAFETY: the chunk is one of the pool's; off + n <= SPAN.
+                unsafe { layout::load(chunk, off, dst) };
             }
         });
     }
@@ -395,16 +379,14 @@ impl ShadowMemory for ShadowMem {
     fn store(&mut self, address: u64, shadow: &[u8]) {
         pieces(address, shadow.len() as u64, |a, off, at, n| {
             let src = &shadow[at..at + n];
-            let chunk = if src.iter().all(|&b| b == 0) {
+            let chunk = if layout::all_defined(src) {
                 chunk_of(a)
             } else {
                 chunk_for_write(a)
             };
             if chunk != 0 {
-                // SAFETY: the chunk is CHUNK bytes of the pool; off + n <= CHUNK.
-                let dst =
-                    unsafe { core::slice::from_raw_parts_mut((chunk as *mut u8).add(off), n) };
-                dst.copy_from_slice(src);
+                // SAFETY: the chunk is one of the pool's; off + n <= SPAN.
+                unsafe { layout::store(chunk, off, src) };
             }
         });
     }

@@ -29,7 +29,7 @@ use iced_x86::{Instruction, OpAccess, Register};
 use oxgrind_tool::Origin;
 use oxgrind_vbits::{FlagShadows, ShadowMemory, ShadowRegisters};
 
-use super::{pieces, reserve, ADDR_LIMIT, CHUNK, CHUNK_BITS, PRIMARY_BYTES};
+use super::{pieces, reserve, ADDR_LIMIT, PRIMARY_BYTES, SPAN, SPAN_BITS};
 
 static ON: AtomicBool = AtomicBool::new(false);
 
@@ -75,7 +75,7 @@ pub(crate) fn stack(pc: u64) -> Otag {
 /// Bytes of memory per tag.
 const GRANULE: u64 = 4;
 /// Bytes of tags per 64 KiB chunk of memory.
-const TAG_CHUNK: u64 = CHUNK / GRANULE * 8;
+const TAG_CHUNK: u64 = SPAN / GRANULE * 8;
 /// Most tag memory the chunks can take (address space only: `MAP_NORESERVE`).
 const POOL_BYTES: u64 = 1 << 38;
 
@@ -116,7 +116,7 @@ fn chunk(addr: u64, make: bool) -> u64 {
     }
     // SAFETY: the primary covers every address below ADDR_LIMIT, is never unmapped, and
     // its words are only accessed atomically.
-    let e = unsafe { &*((primary + (addr >> CHUNK_BITS) * 8) as *const AtomicU64) };
+    let e = unsafe { &*((primary + (addr >> SPAN_BITS) * 8) as *const AtomicU64) };
     let cur = e.load(Ordering::Acquire);
     if cur != 0 || !make {
         return cur;
@@ -145,7 +145,7 @@ pub(crate) fn set_memory(addr: u64, len: u64, tag: Otag) {
         }
         let first = off as u64 / GRANULE;
         let last = (off + n - 1) as u64 / GRANULE;
-        // SAFETY: a tag chunk holds CHUNK / GRANULE words; last < CHUNK / GRANULE.
+        // SAFETY: a tag chunk holds SPAN / GRANULE words; last < SPAN / GRANULE.
         let tags = unsafe {
             core::slice::from_raw_parts_mut(
                 (c as *mut u64).add(first as usize),
@@ -162,8 +162,8 @@ pub(crate) fn memory(addr: u64) -> Otag {
     if c == 0 {
         return 0;
     }
-    let i = (addr & (CHUNK - 1)) / GRANULE;
-    // SAFETY: i < CHUNK / GRANULE, within the tag chunk.
+    let i = (addr & (SPAN - 1)) / GRANULE;
+    // SAFETY: i < SPAN / GRANULE, within the tag chunk.
     unsafe { *(c as *const u64).add(i as usize) }
 }
 

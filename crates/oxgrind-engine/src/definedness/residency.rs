@@ -32,7 +32,7 @@ use oxgrind_sys::raw::{
 };
 use oxgrind_sys::syscall::{check, syscall2, syscall3, syscall6};
 
-use super::CHUNK;
+use super::layout::{CHUNK_BYTES, UNDEFINED_FILL};
 
 const PAGE: u64 = 4096;
 
@@ -54,10 +54,10 @@ static FILE_BACKED: AtomicU64 = AtomicU64::new(0);
 /// before each use in case the descriptor was replaced anyway.
 static UNDEFINED_FD: AtomicI32 = AtomicI32::new(-1);
 static UNDEFINED_INODE: AtomicU64 = AtomicU64::new(0);
-/// The file holds 16 chunks' worth, mapped at offset `(chunk index % 16) * CHUNK`, so that
+/// The file holds 16 chunks' worth, mapped at offset `(chunk index % 16) * CHUNK_BYTES`, so that
 /// neighbouring chunks made undefined together form one mapping (the kernel merges them)
 /// rather than one each.
-const UNDEFINED_FILE: u64 = 16 * CHUNK;
+const UNDEFINED_FILE: u64 = 16 * CHUNK_BYTES;
 /// Chunks mapped from the file so far, and the most we map: each costs the kernel a mapping
 /// entry at worst (`vm.max_map_count` is 65530 by default, and the program needs its own);
 /// beyond, undefined spans are filled as before.
@@ -91,7 +91,7 @@ static SWEPT_PAGES: AtomicU64 = AtomicU64::new(0);
 /// Sets up the bookkeeping for the pool `[pool, pool + len)`, and the undefined file when
 /// the kernel can make one (without it, undefined spans are filled).
 pub(super) fn init(pool: u64, len: u64) {
-    let bitmap_bytes = (len / CHUNK).div_ceil(8).next_multiple_of(PAGE);
+    let bitmap_bytes = (len / CHUNK_BYTES).div_ceil(8).next_multiple_of(PAGE);
     if let Some(bitmap) = super::reserve(bitmap_bytes, 0) {
         FILE_BACKED.store(bitmap, Ordering::Release);
         POOL_START.store(pool, Ordering::Release);
@@ -133,7 +133,7 @@ fn make_undefined_file() {
         .ok()?;
         // SAFETY: the mapping is UNDEFINED_FILE bytes, ours, writable; unmapped right after.
         unsafe {
-            super::fill(p as *mut u8, 0xff, UNDEFINED_FILE as usize);
+            super::fill(p as *mut u8, UNDEFINED_FILL, UNDEFINED_FILE as usize);
             oxgrind_sys::raw::munmap(p as *mut u8, UNDEFINED_FILE as usize);
         }
         inode(fd)
@@ -163,12 +163,12 @@ fn inode(fd: i32) -> Option<u64> {
 }
 
 fn chunk_index(chunk: u64) -> u64 {
-    (chunk - POOL_START.load(Ordering::Relaxed)) / CHUNK
+    (chunk - POOL_START.load(Ordering::Relaxed)) / CHUNK_BYTES
 }
 
 fn bitmap_word(index: u64) -> &'static AtomicU64 {
     let p = FILE_BACKED.load(Ordering::Relaxed) + index / 64 * 8;
-    // SAFETY: `init` reserved a bit per chunk of the pool (index < pool / CHUNK); the words
+    // SAFETY: `init` reserved a bit per chunk of the pool (index < pool / CHUNK_BYTES); the words
     // are only accessed atomically.
     unsafe { &*(p as *const AtomicU64) }
 }
@@ -205,18 +205,18 @@ pub(super) fn map_undefined(chunk: u64) -> bool {
         bitmap_word(i).fetch_or(1 << (i % 64), Ordering::AcqRel);
         UNDEFINED_MAPPED.fetch_add(1, Ordering::Relaxed);
     }
-    // SAFETY: the chunk is CHUNK bytes of our pool; a fixed private mapping of our file
+    // SAFETY: the chunk is CHUNK_BYTES bytes of our pool; a fixed private mapping of our file
     // replaces its pages (as filling them with 0xff would) and nothing else. Faults on it
     // from other threads wait for the mapping to be complete (the kernel's mmap lock).
     let r = unsafe {
         syscall6(
             SYS_MMAP,
             chunk as usize,
-            CHUNK as usize,
+            CHUNK_BYTES as usize,
             PROT_RW,
             MAP_PRIVATE | MAP_FIXED | MAP_NORESERVE,
             fd as usize,
-            ((i % (UNDEFINED_FILE / CHUNK)) * CHUNK) as usize,
+            ((i % (UNDEFINED_FILE / CHUNK_BYTES)) * CHUNK_BYTES) as usize,
         )
     };
     check(r).ok() == Some(chunk as usize)
@@ -306,7 +306,7 @@ fn resident_bytes() -> Option<u64> {
 /// bytes of resident shadow kept. Chunks mapped from the undefined file are left alone
 /// (their untouched pages would be read in from the file, as `0xff`, only to be kept).
 fn sweep() -> u64 {
-    const BATCH: u64 = 16 * CHUNK;
+    const BATCH: u64 = 16 * CHUNK_BYTES;
     let start = POOL_START.load(Ordering::Relaxed);
     let end = super::POOL_NEXT
         .load(Ordering::Acquire)
@@ -338,7 +338,7 @@ fn sweep() -> u64 {
         let mut skip = false;
         for (k, &state) in resident[..(n / PAGE) as usize].iter().enumerate() {
             let page = at + k as u64 * PAGE;
-            if (page - start) % CHUNK == 0 {
+            if (page - start) % CHUNK_BYTES == 0 {
                 drop_run(run.take(), page);
                 skip = file_backed(page);
             }

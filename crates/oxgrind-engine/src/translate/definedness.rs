@@ -34,6 +34,12 @@ use crate::definedness::{
 };
 use iced_x86::Register;
 
+// The memory shadow's address arithmetic and the byte forms below (`memory_shadow`,
+// `store_copy`, `stack_chunk`, the new stack's marking) are the inline half of the
+// layout's rule (`definedness::layout`): an address's shadow byte is the address plus its
+// span's primary entry, one byte per byte.
+const _: () = assert!(crate::definedness::MEMORY_BYTES_PER_SHADOW_BYTE == 1);
+
 impl Emitter {
     /// The fast path of `form` before the instruction at `ip`, falling back to the clean
     /// call with definedness step record `rec`.
@@ -1100,7 +1106,7 @@ impl Emitter {
 
     /// With `rax` an address and its span's primary entry in `gs:[temp]`: `rax` = the
     /// address of its shadow byte (an entry is the chunk minus the span's address:
-    /// `definedness::entry_value`). `add rax, gs:[temp]`
+    /// `definedness::layout::entry_value`). `add rax, gs:[temp]`
     fn add_offset_in_span(&mut self) {
         self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]);
         self.d32(c::OFF_VBITS_TEMP as u32);

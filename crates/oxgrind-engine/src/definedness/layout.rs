@@ -1,0 +1,119 @@
+//! How the V bits of memory are laid out in a span's shadow chunk: the one place for the
+//! rule. Everything in Rust that reads or writes a chunk's bytes goes through here (the
+//! interpreter's loads and stores, `set`, `first_undefined`, `copy`, the residency module's
+//! undefined file and page release), and the primary entry's meaning, which the inline
+//! forms' address arithmetic depends on, is here too. The other half of the rule is the
+//! inline forms' code (`translate::definedness`: `memory_shadow`, `store_copy`,
+//! `stack_chunk` and the new stack's marking), which asserts [`MEMORY_BYTES_PER_SHADOW_BYTE`]
+//! at compile time, so that a change of encoding here cannot build without them.
+//!
+//! The encoding today: one shadow byte per byte of memory, bit i for bit i of the byte (1 =
+//! undefined). Whatever the encoding, two things hold and the rest of the engine relies on
+//! them: a shadow of all zero bytes is all defined (so a chunk's untouched pages, and pages
+//! given back to the kernel, read as defined), and a shadow of all `0xff` bytes is all
+//! undefined (the residency module's undefined file). The compact encoding this is meant to
+//! make room for (2 bits per byte, `docs/definedness.md`, "Memory cost") keeps both.
+
+use core::sync::atomic::Ordering;
+
+/// A span: the memory one chunk shadows, and one primary entry's worth.
+pub(super) const SPAN_BITS: u32 = 16;
+pub(super) const SPAN: u64 = 1 << SPAN_BITS;
+/// How many bytes of memory one byte of shadow covers.
+pub(crate) const MEMORY_BYTES_PER_SHADOW_BYTE: u64 = 1;
+/// The bytes of shadow a span's chunk takes (the pool's unit).
+pub(super) const CHUNK_BYTES: u64 = SPAN / MEMORY_BYTES_PER_SHADOW_BYTE;
+/// A shadow byte of an all-undefined stretch.
+pub(super) const UNDEFINED_FILL: u8 = 0xff;
+const _: () = assert!(
+    MEMORY_BYTES_PER_SHADOW_BYTE == 1,
+    "the functions below read a byte per byte"
+);
+
+/// A primary entry holds its span's chunk minus the span's address (wrapping), 0 when the
+/// span has none: the inline fast path reaches an address's shadow byte as the address
+/// plus its entry, without masking the offset in the span out (`translate::definedness`).
+/// (A chunk handed out for the span of its own addresses would read as none: only the
+/// program writing into our reserved, not yet handed out pool could ask for that.)
+pub(super) fn entry_value(chunk: u64, addr: u64) -> u64 {
+    chunk.wrapping_sub(addr & !(SPAN - 1))
+}
+
+/// The chunk an entry's value `v` names for `addr` (see [`entry_value`]).
+pub(super) fn chunk_from_entry(v: u64, addr: u64) -> u64 {
+    if v == 0 {
+        0
+    } else {
+        v.wrapping_add(addr & !(SPAN - 1))
+    }
+}
+
+/// The shadow bytes, as offsets in the chunk, that hold the V bits of span offsets
+/// `[off, off + n)` and of no other byte: what `set` may fill whole or give back to the
+/// kernel.
+pub(super) fn covered(off: usize, n: usize) -> (usize, usize) {
+    (off, off + n)
+}
+
+/// The span offset of the first byte whose V bits a chunk offset holds (the inverse of
+/// [`covered`] at its ends).
+pub(super) fn span_offset(shadow_off: usize) -> usize {
+    shadow_off
+}
+
+/// Marks span offsets `[off, off + n)` of `chunk` defined or undefined.
+///
+/// # Safety
+/// `chunk` is a chunk of the pool (`CHUNK_BYTES` writable bytes); `off + n <= SPAN`.
+pub(super) unsafe fn fill(chunk: u64, off: usize, n: usize, defined: bool) {
+    let (first, last) = covered(off, n);
+    let byte = if defined { 0 } else { UNDEFINED_FILL };
+    // SAFETY: the caller's contract; [first, last) lies in the chunk.
+    unsafe { super::fill((chunk + first as u64) as *mut u8, byte, last - first) };
+}
+
+/// Reads the V bits of span offsets `[off, off + out.len())` of `chunk` into `out`, one
+/// byte per byte (the interpreter's `ShadowMemory` form).
+///
+/// # Safety
+/// As [`fill`], with `n = out.len()`.
+pub(super) unsafe fn load(chunk: u64, off: usize, out: &mut [u8]) {
+    // SAFETY: the caller's contract.
+    let src = unsafe { core::slice::from_raw_parts((chunk as *const u8).add(off), out.len()) };
+    out.copy_from_slice(src);
+}
+
+/// Writes the V bits `shadow` (one byte per byte) at span offsets `[off, off +
+/// shadow.len())` of `chunk`.
+///
+/// # Safety
+/// As [`fill`], with `n = shadow.len()`.
+pub(super) unsafe fn store(chunk: u64, off: usize, shadow: &[u8]) {
+    // SAFETY: the caller's contract.
+    let dst = unsafe { core::slice::from_raw_parts_mut((chunk as *mut u8).add(off), shadow.len()) };
+    dst.copy_from_slice(shadow);
+}
+
+/// The first span offset in `[off, off + n)` of `chunk` with an undefined bit, as an index
+/// from `off`.
+///
+/// # Safety
+/// As [`fill`].
+pub(super) unsafe fn first_undefined(chunk: u64, off: usize, n: usize) -> Option<usize> {
+    // SAFETY: the caller's contract.
+    let bytes = unsafe { core::slice::from_raw_parts((chunk as *const u8).add(off), n) };
+    bytes.iter().position(|&b| b != 0)
+}
+
+/// Whether the V bits `shadow` (one byte per byte) are all defined: a store of them needs
+/// no chunk where there is none.
+pub(super) fn all_defined(shadow: &[u8]) -> bool {
+    shadow.iter().all(|&b| b == 0)
+}
+
+/// A fresh chunk from the pool `[next, end)` (its pages untouched: all defined), or
+/// `None` when the pool is used up.
+pub(super) fn new_chunk(next: &core::sync::atomic::AtomicU64, end: u64) -> Option<u64> {
+    let fresh = next.fetch_add(CHUNK_BYTES, Ordering::AcqRel);
+    (fresh + CHUNK_BYTES <= end).then_some(fresh)
+}
