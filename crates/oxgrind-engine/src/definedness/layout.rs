@@ -3,9 +3,9 @@
 //! interpreter's loads and stores, `set`, `first_undefined`, `copy`, the residency module's
 //! undefined file and page release), and the primary entry's meaning, which the inline
 //! forms' address arithmetic depends on, is here too. The other half of the rule is the
-//! inline forms' code (`translate::definedness`: `memory_shadow`, `store_copy`,
-//! `stack_chunk` and the new stack's marking), which asserts [`MEMORY_BYTES_PER_SHADOW_BYTE`]
-//! at compile time, so that a change of encoding here cannot build without them.
+//! inline forms' code (`translate::definedness`: checks, zeroing, load and store copies,
+//! the new stack's marking), which asserts [`MEMORY_BYTES_PER_SHADOW_BYTE`] at compile
+//! time, so that a change of encoding here cannot build without them.
 //!
 //! The encoding today: one shadow byte per byte of memory, bit i for bit i of the byte (1 =
 //! undefined). Whatever the encoding, two things hold and the rest of the engine relies on

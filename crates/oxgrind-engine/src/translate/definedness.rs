@@ -34,8 +34,8 @@ use crate::definedness::{
 };
 use iced_x86::Register;
 
-// The memory shadow's address arithmetic and the byte forms below (`memory_shadow`,
-// `store_copy`, `stack_chunk`, the new stack's marking) are the inline half of the
+// Every form below that reaches memory's shadow (checks, zeroing, load and store copies of
+// general and vector registers, the new stack's marking) is the inline half of the
 // layout's rule (`definedness::layout`): an address's shadow byte is the address plus its
 // span's primary entry, one byte per byte.
 const _: () = assert!(crate::definedness::MEMORY_BYTES_PER_SHADOW_BYTE == 1);
