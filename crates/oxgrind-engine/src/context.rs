@@ -344,8 +344,8 @@ pub const RECENT_CODE_SECOND_LINES_OFF: usize =
 /// The data table's swap bit per slot, one byte each (`gs:[RECENT_SWAPS_OFF + slot]`).
 pub const RECENT_SWAPS_OFF: usize =
     recent_array_at(RECENT_CODE_SECOND_LINES_OFF + 8 * RECENT_MAX, 0xc00);
-/// The swap bits of the record being appended, gathered from its lines' slots (a byte for
-/// a data record, two for a block record's code lines at `+ 8`).
+/// The swap bits of the data record being appended, gathered from its lines' slots (a
+/// byte).
 pub const RECENT_RECORD_SWAPS_OFF: usize = recent_array_at(RECENT_SWAPS_OFF + RECENT_MAX, 0xe00);
 /// The code table's swap bits, as the data table's.
 pub const RECENT_CODE_SWAPS_OFF: usize = recent_array_at(RECENT_RECORD_SWAPS_OFF + 64, 0xf00);

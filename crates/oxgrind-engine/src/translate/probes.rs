@@ -561,13 +561,14 @@ impl Emitter {
     /// gathered into the record's size.
     ///
     /// ```text
-    ///     mov word gs:[RECORD_SWAPS+8], 0
+    ///     save rcx; xor ecx, ecx
     ///     mov rax, line; cmp gs:[FIRST+slot*8], rax; je same                      (each line)
     ///     move the first to second, the line to first
     /// same:
     ///     movzx eax, byte gs:[SWAPS+slot]; mov byte gs:[SWAPS+slot], 0
-    ///     shl eax, k; or gs:[RECORD_SWAPS+8], ax
-    ///     append the record, its size from gs:[RECORD_SWAPS+8] (restores rax, flags)
+    ///     shl eax, k; or ecx, eax
+    ///     write the record, its size ecx; restore rcx
+    ///     move the trace pointer on; drain check (restores rax, flags)
     /// ```
     fn block_record_two_ways(
         &mut self,
@@ -583,11 +584,9 @@ impl Emitter {
         let first_off = |line| at(Table::Code.offset(), line, 8);
         let second_off = |line| at(Table::Code.second_offset(), line, 8);
         let swaps_off = |line| at(Table::Code.swaps_offset(), line, 1);
-        let record_swaps = (c::RECENT_RECORD_SWAPS_OFF + 8) as u32;
-        // mov word gs:[RECORD_SWAPS+8], 0
-        self.buf.extend_from_slice(&[0x66, 0x65, 0xC7, 0x04, 0x25]);
-        self.d32(record_swaps);
-        self.buf.extend_from_slice(&[0, 0]);
+        // The swap bits gather in ecx: mov gs:[PROBE_RCX], rcx; xor ecx, ecx
+        self.store_gs(1, c::OFF_PROBE_RCX);
+        self.buf.extend_from_slice(&[0x31, 0xC9]);
         let mut line = first;
         let mut k = 0u8;
         loop {
@@ -611,8 +610,7 @@ impl Emitter {
                 if k > 0 {
                     self.buf.extend_from_slice(&[0xC1, 0xE0, k]); // shl eax, k
                 }
-                self.buf.extend_from_slice(&[0x66, 0x65, 0x09, 0x04, 0x25]); // or gs:[RECORD_SWAPS], ax
-                self.d32(record_swaps);
+                self.buf.extend_from_slice(&[0x09, 0xC1]); // or ecx, eax
             }
             if line == last {
                 break;
@@ -620,12 +618,17 @@ impl Emitter {
             line = line.wrapping_add(1);
             k = k.saturating_add(1);
         }
-        self.write_block_record(pc, tag);
-        // mov gs:[PROBE_RCX], rcx; mov cx, gs:[RECORD_SWAPS+8]; mov [rax+12], cx; restore rcx
-        self.store_gs(1, c::OFF_PROBE_RCX);
-        self.buf.extend_from_slice(&[0x66, 0x65, 0x8B, 0x0C, 0x25]);
-        self.d32(record_swaps);
-        self.buf.extend_from_slice(&[0x66, 0x89, 0x48, 0x0C]);
+        // The record, its last dword the swap bits (size) and the kind; rcx given back.
+        self.load_gs(0, c::OFF_TRACE_PTR);
+        self.buf.extend_from_slice(&[0xC7, 0x00]); // mov dword [rax], pc lo
+        self.d32(pc as u32);
+        self.buf.extend_from_slice(&[0xC7, 0x40, 0x04]); // mov dword [rax+4], pc hi
+        self.d32((pc >> 32) as u32);
+        self.buf.extend_from_slice(&[0xC7, 0x40, 0x08]); // mov dword [rax+8], tag
+        self.d32(tag);
+        self.buf.extend_from_slice(&[0x81, 0xC9]); // or ecx, kind << 16
+        self.d32((TraceKind::Block as u32) << 16);
+        self.buf.extend_from_slice(&[0x89, 0x48, 0x0C]); // mov [rax+12], ecx
         self.load_gs(1, c::OFF_PROBE_RCX);
         self.finish_block_record(pc, flags_live);
     }
