@@ -2219,38 +2219,10 @@ fn store_copy(ins: &Instruction) -> Option<StoreCopy> {
 
 /// The [`VecCopy`] of `ins`, if it is a whole-register move of 16 or 32 bytes between an
 /// `xmm`/`ymm` register and memory, without masking or broadcast (whose interpreter rule
-/// copies the shadow bytes as they are: `oxgrind_vbits`'s whole-register moves).
+/// copies the shadow bytes as they are: `oxgrind_vbits::is_whole_register_move`).
 fn vec_copy(ins: &Instruction) -> Option<VecCopy> {
-    use Mnemonic as M;
-    if !matches!(
-        ins.mnemonic(),
-        M::Movdqa
-            | M::Movdqu
-            | M::Movaps
-            | M::Movups
-            | M::Movapd
-            | M::Movupd
-            | M::Lddqu
-            | M::Movntdq
-            | M::Movntps
-            | M::Movntpd
-            | M::Vmovdqa
-            | M::Vmovdqu
-            | M::Vmovdqa32
-            | M::Vmovdqa64
-            | M::Vmovdqu8
-            | M::Vmovdqu16
-            | M::Vmovdqu32
-            | M::Vmovdqu64
-            | M::Vmovaps
-            | M::Vmovups
-            | M::Vmovapd
-            | M::Vmovupd
-            | M::Vlddqu
-            | M::Vmovntdq
-            | M::Vmovntps
-            | M::Vmovntpd
-    ) || ins.op_count() != 2
+    if !oxgrind_vbits::is_whole_register_move(ins.mnemonic())
+        || ins.op_count() != 2
         || ins.has_op_mask()
         || ins.is_broadcast()
     {

@@ -43,6 +43,7 @@ mod xsave;
 
 pub use flags::{condition_holds, condition_undefined};
 pub use state::{FlagShadows, Guest, Segment, ShadowMemory, ShadowRegisters};
+pub use vector::is_whole_register_move;
 
 use iced_x86::{Instruction, InstructionInfoFactory};
 

@@ -23,6 +23,44 @@ use crate::state::{FlagShadows, Guest, ShadowMemory};
 use crate::{Check, ValueUse};
 
 /// Applies the vector rule for the instruction in `cx` if this module has one.
+/// The moves whose rule copies a whole vector register's shadow bytes as they are (to or
+/// from memory, or between registers): one list for the interpreter and for the engine's
+/// inline copy of the same moves.
+pub fn is_whole_register_move(m: Mnemonic) -> bool {
+    use Mnemonic::*;
+    matches!(
+        m,
+        Movdqa
+            | Movdqu
+            | Movaps
+            | Movups
+            | Movapd
+            | Movupd
+            | Vmovdqa
+            | Vmovdqu
+            | Vmovdqa32
+            | Vmovdqa64
+            | Vmovdqu8
+            | Vmovdqu16
+            | Vmovdqu32
+            | Vmovdqu64
+            | Vmovaps
+            | Vmovups
+            | Vmovapd
+            | Vmovupd
+            | Movntdq
+            | Movntps
+            | Movntpd
+            | Vmovntdq
+            | Vmovntps
+            | Vmovntpd
+            | Lddqu
+            | Vlddqu
+            | Movntdqa
+            | Vmovntdqa
+    )
+}
+
 pub(crate) fn rule<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
     if cx.insn.is_string_instruction() {
         return false;
@@ -36,10 +74,7 @@ pub(crate) fn rule<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
     let m = cx.insn.mnemonic();
     match m {
         // ----- whole-register moves -----
-        Movdqa | Movdqu | Movaps | Movups | Movapd | Movupd | Vmovdqa | Vmovdqu | Vmovdqa32
-        | Vmovdqa64 | Vmovdqu8 | Vmovdqu16 | Vmovdqu32 | Vmovdqu64 | Vmovaps | Vmovups
-        | Vmovapd | Vmovupd | Movntdq | Movntps | Movntpd | Vmovntdq | Vmovntps | Vmovntpd
-        | Lddqu | Vlddqu | Movntdqa | Vmovntdqa => {
+        _ if is_whole_register_move(m) => {
             let (_, s, bytes) = cx.read_vec(1);
             let bytes = dst_bytes(cx, bytes);
             cx.write_vec(0, &s, bytes, move_lane(m));
