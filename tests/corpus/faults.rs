@@ -55,6 +55,13 @@ fn main() {
             }
         });
     }
+    // Every thread past its start before any mode runs: a thread still starting holds the
+    // standard library's thread-info lock, and a fork at that instant left the child
+    // waiting on it for ever in `process::exit` (natively too; seen under oxgrind, where a
+    // thread's start takes longer).
+    while STARTED.load(Ordering::Acquire) < 3 {
+        std::thread::yield_now();
+    }
     println!("mode {how}");
     std::io::stdout().flush().unwrap();
     // SAFETY (every block below): plain libc calls with valid arguments.
