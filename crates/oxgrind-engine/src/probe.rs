@@ -830,9 +830,32 @@ pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {
 /// Tells the tool that the guest instruction at `pc` made a memory access the CPU refused
 /// (`Tool::on_memory_fault`): its accesses are computed from `gpr` and `rflags`, the
 /// guest's registers at the fault (the signal context, already in guest terms). Called
-/// from the signal entry with signals deferred; the tool runs on the engine stack, which is
-/// free while the thread runs translated code (every dispatcher entry starts at its top).
+/// from the signal entry with signals deferred.
+///
+/// All of it (the decoding, the accesses' table, the tool) runs on the engine stack, which
+/// is free while the thread runs translated code (every dispatcher entry starts at its
+/// top): the signal entry may be on the program's alternate stack, which is small (Rust's
+/// is 8 KiB a thread, of which the kernel's frame with the AVX-512 state takes about 3),
+/// and a fault reported from there overflowed it: the process died of a second SIGSEGV
+/// without its report.
 pub(crate) fn memory_fault(
+    ctx: &mut ThreadCtx,
+    fault: &oxgrind_tool::MemoryFault,
+    pc: u64,
+    gpr: [u64; 16],
+    rflags: u64,
+) {
+    let top = ctx.estack;
+    let mut call = || memory_fault_here(ctx, fault, pc, gpr, rflags);
+    // SAFETY: `estack` is the top of this thread's engine stack, unused while the thread
+    // runs translated code (the fault stopped it there: faults inside the engine never get
+    // here), and at least a page below the context's guard.
+    unsafe { call_on_stack(top, &mut call) };
+}
+
+/// [`memory_fault`]'s work, on the engine stack.
+#[inline(never)]
+fn memory_fault_here(
     ctx: &mut ThreadCtx,
     fault: &oxgrind_tool::MemoryFault,
     pc: u64,
@@ -881,15 +904,9 @@ pub(crate) fn memory_fault(
         rflags,
     };
     let _lent = ToolRegsLent::new(ctx, &regs);
-    let mut call = || {
-        cl.embedder.call(true, &mut || {
-            cl.tool.on_memory_fault(cl.host, fault, &buf[..n], &regs)
-        })
-    };
-    // SAFETY: `estack` is the top of this thread's engine stack, unused while the thread
-    // runs translated code (the fault stopped it there: faults inside the engine never get
-    // here), and at least a page below the context's guard.
-    unsafe { call_on_stack(ctx.estack, &mut call) };
+    cl.embedder.call(true, &mut || {
+        cl.tool.on_memory_fault(cl.host, fault, &buf[..n], &regs)
+    });
 }
 
 /// Runs `f` on the stack whose top is `top` (16-byte aligned here), then returns to the

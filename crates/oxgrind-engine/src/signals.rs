@@ -195,13 +195,7 @@ pub(crate) unsafe extern "C" fn on_signal(sig: u64, info: *const u8, uc: *const 
         if fault {
             // SAFETY: uc is the kernel's ucontext; the rip is gregs[REG_RIP=16] at 40.
             let rip = unsafe { core::ptr::read(uc.add(40 + 16 * 8) as *const u64) };
-            let mut w = oxgrind_sys::fd::FdWriter::new(crate::dispatch::GLOBAL.lock().out_fd);
-            let _ = writeln!(
-                w,
-                "oxgrind-engine: internal error: signal {sig} at {rip:#x} inside the engine"
-            );
-            w.flush();
-            raw::exit_group(128 + sig as i32);
+            fault_inside_engine(sig, rip);
         }
         defer(ctx, sig, info);
         return 0;
@@ -244,6 +238,21 @@ pub(crate) unsafe extern "C" fn on_signal(sig: u64, info: *const u8, uc: *const 
     ctx.sig_depth += 1;
     crate::definedness::signal_delivered(ctx);
     handler
+}
+
+/// A synchronous fault in the engine's own code: an engine bug, said in one line, and the
+/// end. Out of line and cold: its writer's 4 KiB buffer must not be in `on_signal`'s frame,
+/// which may be on the program's small alternate stack.
+#[cold]
+#[inline(never)]
+fn fault_inside_engine(sig: usize, rip: u64) -> ! {
+    let mut w = oxgrind_sys::fd::FdWriter::new(crate::dispatch::GLOBAL.lock().out_fd);
+    let _ = writeln!(
+        w,
+        "oxgrind-engine: internal error: signal {sig} at {rip:#x} inside the engine"
+    );
+    w.flush();
+    raw::exit_group(128 + sig as i32)
 }
 
 /// A guest instruction's access faulted: the tool hears of it before the program's handler
