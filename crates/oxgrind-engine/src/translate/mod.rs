@@ -368,6 +368,7 @@ pub fn translate_at_most(
         pcmap: Vec::with_capacity(32),
         slow: Vec::new(),
         above_sp: Vec::new(),
+        exact_a: Vec::new(),
         recent_cold: Vec::new(),
         block_cold: Vec::new(),
         kept: None,
@@ -731,6 +732,9 @@ struct Emitter {
     slow: Vec<SlowCall>,
     /// Out-of-line upper halves of below-the-stack-pointer compares, placed by `finish`.
     above_sp: Vec<AboveSp>,
+    /// Out-of-line exact addressability checks behind the one wide inline compare,
+    /// placed by `finish`.
+    exact_a: Vec<ExactA>,
     /// Out-of-line rest of the recent-lines checks of one-operand instructions, placed by
     /// `finish` (see `Emitter::append_unless_recent_two_ways`).
     recent_cold: Vec<probes::RecentCold>,
@@ -816,6 +820,24 @@ struct AboveSp {
     /// Where the inline path continues (`rax` = the operand's address + `depth` again).
     resume: usize,
     depth: u32,
+    /// The filtered probe's slow call (index into `Emitter::slow`).
+    slow: usize,
+    ip: u64,
+}
+
+/// The out-of-line exact half of a filtered probe's addressability check
+/// (`Emitter::shadow_checks`): the inline part compares, in one read, every granule an
+/// operand of its size could touch from where it starts (up to 7 granules more than it
+/// does); when one of them is not 0, this compares the granules it does touch (its first
+/// and its last byte's), each into the slow call, and goes back.
+struct ExactA {
+    /// Position of the rel32 of the inline `jne`.
+    jump: usize,
+    /// Where the inline path continues.
+    resume: usize,
+    m: iced_x86::UsedMemory,
+    /// Shadow bytes from the first byte's granule to compare (1 for up to 8 bytes).
+    first_width: u8,
     /// The filtered probe's slow call (index into `Emitter::slow`).
     slow: usize,
     ip: u64,

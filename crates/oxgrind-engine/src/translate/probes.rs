@@ -12,7 +12,7 @@
 use iced_x86::{Instruction, OpAccess, Register, UsedMemory};
 use oxgrind_tool::instrument::{Addressing, Probe, TraceKind, RED_ZONE};
 
-use super::{ea_encodable, AboveSp, Emitter, SlowCall, TranslateError, FIX_RAX_IN_STUB};
+use super::{ea_encodable, AboveSp, Emitter, ExactA, SlowCall, TranslateError, FIX_RAX_IN_STUB};
 use crate::context as c;
 
 /// Which of an instruction's access records a trace probe leaves out.
@@ -1694,7 +1694,18 @@ impl Emitter {
             _ => 8,
         };
         let checks = [(0u64, first_width), (size.saturating_sub(1), 1)];
-        let n = if size > 1 { 2 } else { 1 };
+        // An operand of 2 to 56 bytes touches at most `(size + 14) / 8` granules from its
+        // first: one compare of that many shadow bytes (rounded up to 2, 4 or 8) stands for
+        // both, and only when it finds a nonzero byte, which may lie past the operand (the
+        // next block's redzone after a block's last word), do the two exact compares run,
+        // out of line (`ExactA`).
+        let wide: Option<u8> = match size {
+            2..=8 => Some(2),
+            9..=24 => Some(4),
+            25..=56 => Some(8),
+            _ => None,
+        };
+        let n = if size > 1 && wide.is_none() { 2 } else { 1 };
         // The depth goes into the `lea`'s displacement, which must stay a disp32.
         let below_sp = if below_sp > RED_ZONE as u32
             && below_sp % 8 == 0
@@ -1741,7 +1752,8 @@ impl Emitter {
             self.d32(c::OFF_SHADOW as u32);
             // cmp <width> [rax (+ shadow_disp)], 0
             let modrm = if shadow_disp == 0 { 0x38 } else { 0xB8 };
-            match *width {
+            let width = wide.unwrap_or(*width);
+            match width {
                 1 => self.buf.extend_from_slice(&[0x80, modrm]),
                 2 => self.buf.extend_from_slice(&[0x66, 0x83, modrm]),
                 4 => self.buf.extend_from_slice(&[0x83, modrm]),
@@ -1752,6 +1764,20 @@ impl Emitter {
             }
             self.buf.push(0x00);
             self.buf.extend_from_slice(&[0x0F, 0x85]); // jne
+            if wide.is_some() {
+                // jne <exact>
+                let jump = self.buf.len();
+                self.d32(0);
+                self.exact_a.push(ExactA {
+                    jump,
+                    resume: self.buf.len(),
+                    m: *m,
+                    first_width,
+                    slow: self.slow.len(),
+                    ip,
+                });
+                continue;
+            }
             jumps[nj] = self.buf.len();
             nj += 1;
             self.d32(0);
@@ -1918,7 +1944,48 @@ impl Emitter {
             let rel = a.resume as i64 - (self.buf.len() as i64 + 4);
             self.d32(rel as i32 as u32);
         }
+        // The exact halves of the wide addressability compares.
+        for x in core::mem::take(&mut self.exact_a) {
+            let at = self.buf.len();
+            let rel = at as i64 - (x.jump as i64 + 4);
+            self.buf[x.jump..x.jump + 4].copy_from_slice(&(rel as i32).to_le_bytes());
+            self.push_map_at(at, x.ip, FIX_RAX_IN_STUB);
+            let slow_at = placed[x.slow];
+            if self.exact_a_checks(&x, slow_at).is_err() {
+                // (The inline part encoded the same addresses, so this cannot happen; were
+                // it to, the slow call's check is the exact one.)
+                self.buf.truncate(at);
+                self.jmp_to(slow_at);
+                continue;
+            }
+            self.jmp_to(x.resume);
+        }
         self.unmark();
+    }
+}
+
+impl Emitter {
+    /// The compares of an [`ExactA`]: the shadow of the operand's first granules and of its
+    /// last byte's, each `jne` to the slow call at `slow_at`.
+    fn exact_a_checks(&mut self, x: &ExactA, slow_at: usize) -> Result<(), TranslateError> {
+        let last = x.m.memory_size().size() as u64 - 1;
+        for (off, width) in [(0u64, x.first_width), (last, 1)] {
+            self.effective_address(&x.m, off, x.ip)?;
+            self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, 0x03]); // shr rax, 3
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]); // add rax, gs:[shadow]
+            self.d32(c::OFF_SHADOW as u32);
+            match width {
+                1 => self.buf.extend_from_slice(&[0x80, 0x38]), // cmp byte [rax], 0
+                2 => self.buf.extend_from_slice(&[0x66, 0x83, 0x38]), // cmp word [rax], 0
+                4 => self.buf.extend_from_slice(&[0x83, 0x38]), // cmp dword [rax], 0
+                _ => self.buf.extend_from_slice(&[0x48, 0x83, 0x38]), // cmp qword [rax], 0
+            }
+            self.buf.push(0x00);
+            self.buf.extend_from_slice(&[0x0F, 0x85]); // jne <slow call>
+            let rel = slow_at as i64 - (self.buf.len() as i64 + 4);
+            self.d32(rel as i32 as u32);
+        }
+        Ok(())
     }
 }
 
