@@ -356,32 +356,55 @@ impl Shard {
         if a.addr < b.addr || a.addr >= end {
             return None;
         }
-        let size = a.size as u64;
-        let times = match a.kind {
-            AccessKind::Read => {
-                b.reads += size;
-                1
-            }
-            AccessKind::Write => {
-                b.writes += size;
-                1
-            }
-            AccessKind::Modify => {
-                b.reads += size;
-                b.writes += size;
-                2
-            }
-        };
-        if let Some(h) = &mut b.histo {
-            let from = (a.addr - b.addr) as usize;
-            let to = (from + a.size as usize).min(h.len());
-            for c in &mut h[from..to] {
-                *c = c.saturating_add(times);
-            }
-            return Some((slot, end, false));
-        }
-        Some((slot, end, may_be_hot(b.size)))
+        let counted = charge(b, a);
+        Some((slot, end, !counted && may_be_hot(b.size)))
     }
+
+    /// [`Shard::access_at`] for a block of this shard that the batch hit before in the
+    /// access's line (`start` at `slot`, and `start <= a.addr`): no hash lookup. `false`
+    /// when the slot holds no block starting there any more, or one that ends before the
+    /// access (freed or resized by another thread since); the caller then looks it up.
+    #[inline(always)]
+    fn access_hinted(&mut self, slot: u32, start: u64, a: &Access) -> bool {
+        match self.blocks.get_mut(slot as usize) {
+            Some(b) if b.addr == start && a.addr < b.addr + b.size => {
+                charge(b, a);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Counts access `a`, whose first byte lies in `b`, in `b`'s totals and histogram.
+/// Returns whether `b` has a histogram.
+#[inline(always)]
+fn charge(b: &mut Block, a: &Access) -> bool {
+    let size = a.size as u64;
+    let times = match a.kind {
+        AccessKind::Read => {
+            b.reads += size;
+            1
+        }
+        AccessKind::Write => {
+            b.writes += size;
+            1
+        }
+        AccessKind::Modify => {
+            b.reads += size;
+            b.writes += size;
+            2
+        }
+    };
+    let Some(h) = &mut b.histo else {
+        return false;
+    };
+    let from = (a.addr - b.addr) as usize;
+    let to = (from + a.size as usize).min(h.len());
+    for c in &mut h[from..to] {
+        *c = c.saturating_add(times);
+    }
+    true
 }
 
 /// Granules whose shadow byte names the distance to their block's start exactly: the
@@ -838,6 +861,13 @@ impl Heap {
                 (valid[l / 64] & (1 << (l % 64)) != 0).then(|| unsafe { hints[l].assume_init() });
             let bytes = a.size as u64 * (1 + (a.kind == AccessKind::Modify) as u64);
             let h = h.filter(|h| h.0 <= a.addr && a.addr < h.1);
+            // Most records of a batch hit a block with a histogram (the large ones are
+            // mostly counted in hot ranges) that the line's hint names, in the shard held.
+            if let (Some(h), Some((j, g))) = (h, &mut held) {
+                if !h.4 && *j == h.2 && g.access_hinted(h.3, h.0, &a) {
+                    continue;
+                }
+            }
             // A large block this batch hit before: named by the line's hint, else found
             // among them (a few large arrays are most of the accesses of some programs,
             // and their shadow, as large, mostly misses the cache).
