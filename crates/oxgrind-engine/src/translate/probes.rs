@@ -715,7 +715,7 @@ impl Emitter {
                     [None; oxgrind_tool::instrument::HOT_RANGES]
                 };
                 let mut to_append = [0usize; 3];
-                let nj = self.shadow_checks(m, ip, 0, &mut to_append)?;
+                let nj = self.shadow_checks(m, ip, 0, &mut to_append, false)?;
                 // jmp skip (rel32), patched below
                 self.buf.push(0xE9);
                 let skip = self.buf.len();
@@ -797,7 +797,7 @@ impl Emitter {
         };
         self.borrow_rax(ip, flags_live);
         let mut marked = [0usize; 3];
-        let nj = self.shadow_checks(&m, ip, 0, &mut marked)?;
+        let nj = self.shadow_checks(&m, ip, 0, &mut marked, false)?;
         self.buf.push(0xE9); // jmp done
         let mut to_done = [self.buf.len(), 0, 0];
         self.d32(0);
@@ -1678,12 +1678,17 @@ impl Emitter {
     /// `rsp - 128`, into the slow call); the heap, below the stacks, pays one compare.
     /// A frame's local (`frame_local`), which mostly lies in the stack, has both compares
     /// inline (`sub rax, rsp; cmp rax, below_sp - 128; jb <slow>; add rax, rsp`).
+    /// `slow_follows`: the caller pushes its `SlowCall` next (`filtered_call`), which a
+    /// wide compare's exact half (`ExactA`) jumps to; a trace probe's checks jump to its
+    /// inline record instead, so they never take the wide form (whose nonzero branch
+    /// would leave for another probe's slow call, and the record would be lost).
     fn shadow_checks(
         &mut self,
         m: &UsedMemory,
         ip: u64,
         below_sp: u32,
         jumps: &mut [usize; 3],
+        slow_follows: bool,
     ) -> Result<usize, TranslateError> {
         let size = m.memory_size().size() as u64;
         // Shadow bytes covering the first granules (up to 8), then the last byte's.
@@ -1700,6 +1705,7 @@ impl Emitter {
         // next block's redzone after a block's last word), do the two exact compares run,
         // out of line (`ExactA`).
         let wide: Option<u8> = match size {
+            _ if !slow_follows => None,
             2..=8 => Some(2),
             9..=24 => Some(4),
             25..=56 => Some(8),
@@ -1802,7 +1808,7 @@ impl Emitter {
         for m in mem {
             let mut j = [0usize; 3];
             let general = crate::describe::addressing(m) == Addressing::General;
-            let n = self.shadow_checks(m, ip, if general { below_sp } else { 0 }, &mut j)?;
+            let n = self.shadow_checks(m, ip, if general { below_sp } else { 0 }, &mut j, true)?;
             for &p in &j[..n] {
                 slow.add_jump(p)?;
             }
