@@ -19,9 +19,7 @@ use core::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 
 use oxgrind_sys::raw;
-use oxgrind_sys::raw::{
-    KernelSigaction, SA_NODEFER, SA_ONSTACK, SA_RESTART, SA_RESTORER, SA_SIGINFO, SIG_DFL,
-};
+use oxgrind_sys::raw::{KernelSigaction, SA_NODEFER, SA_RESTART, SA_RESTORER, SA_SIGINFO, SIG_DFL};
 use oxgrind_sys::syscall::syscall4;
 use oxgrind_tool::Exit;
 
@@ -874,10 +872,17 @@ fn end_out_of_memory() -> ! {
 /// Installs `handler` (an `extern "C" fn(c_int, *mut c_void, *mut c_void)`) for `sig` with
 /// our restorer, not blocking `sig` inside it (the handler may be re-entered), taking the
 /// signal from the program's view (our `sigaction` keeps it).
+///
+/// The handler runs on the stack the thread is on, never on the program's alternate
+/// stack (as `take_for_report`'s): the one user, the `--pages-as-heap` system-call trap,
+/// records the mapping with its stack, deeper than a Rust thread's 8 KiB alternate stack
+/// holds beside the kernel's frame (on AMD EPYC every Rust program died of SIGSEGV at its
+/// first trapped `mmap` after the standard library set that stack up). A trap comes from
+/// a system call the thread makes, so its own stack has room as it would for a call.
 pub fn set_handler_nodefer(sig: c_int, handler: usize) {
     let act = KernelSigaction {
         handler: handler as u64,
-        flags: SA_SIGINFO | SA_ONSTACK | SA_RESTORER | SA_RESTART | SA_NODEFER,
+        flags: SA_SIGINFO | SA_RESTORER | SA_RESTART | SA_NODEFER,
         restorer: oxgrind_sigreturn as *const () as u64,
         mask: 0,
     };
