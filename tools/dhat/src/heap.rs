@@ -871,23 +871,32 @@ impl Heap {
             // A large block this batch hit before: named by the line's hint, else found
             // among them (a few large arrays are most of the accesses of some programs,
             // and their shadow, as large, mostly misses the cache).
+            // (Empty entries, `(0, 0)`, contain no address; found by the search, the entry
+            // is added to in place.)
             let hit_large = match h {
-                Some(h) => h.4.then_some((h.0, h.1)),
+                Some(h) => h.4.then_some(((h.0, h.1), None)),
                 // (None yet while the first entry is empty: they fill from the front.)
                 None if large[0].1 == 0 => None,
                 None => large
                     .iter()
-                    .find(|e| e.0 <= a.addr && a.addr < e.1)
-                    .map(|e| (e.0, e.1)),
+                    .position(|e| e.0 <= a.addr && a.addr < e.1)
+                    .map(|k| ((large[k].0, large[k].1), Some(k))),
             };
-            if let Some(range) = hit_large {
+            if let Some((range, k)) = hit_large {
                 let size = a.size as u64;
-                let rw = match a.kind {
+                let (r, w) = match a.kind {
                     AccessKind::Read => (size, 0),
                     AccessKind::Write => (0, size),
                     AccessKind::Modify => (size, size),
                 };
-                pending(&mut large, &mut held, range, bytes, rw);
+                match k {
+                    Some(k) => {
+                        large[k].2 += bytes;
+                        large[k].3 += r;
+                        large[k].4 += w;
+                    }
+                    None => pending(&mut large, &mut held, range, bytes, (r, w)),
+                }
                 continue;
             }
             let (start, first, slot) = match h {
