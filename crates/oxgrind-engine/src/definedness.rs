@@ -282,13 +282,27 @@ unsafe fn fill(p: *mut u8, byte: u8, len: usize) {
     if len <= SHORT {
         let (mut at, end) = (p as usize, p as usize + len);
         // SAFETY: every store below is inside `[p, p + len)` (the caller's contract); the
-        // word stores are at 8-aligned addresses.
+        // word stores are at 8-aligned addresses, the 16-byte ones at 16-aligned ones (SSE2
+        // is part of x86-64).
         unsafe {
             while at < end && at & 7 != 0 {
                 core::ptr::write_volatile(at as *mut u8, byte);
                 at += 1;
             }
             let word = u64::from_ne_bytes([byte; 8]);
+            // Sixteen bytes per store once 16-aligned (a heap block's shadow is: blocks
+            // are, and so are chunks), two per turn: a block of 150 bytes took 19 word
+            // stores and their loop, half of the allocator events' V-bit marking.
+            if end - at >= 32 && at & 8 != 0 {
+                core::ptr::write_volatile(at as *mut u64, word);
+                at += 8;
+            }
+            let wide = core::arch::x86_64::_mm_set1_epi8(byte as i8);
+            while end - at >= 32 {
+                core::ptr::write_volatile(at as *mut core::arch::x86_64::__m128i, wide);
+                core::ptr::write_volatile((at + 16) as *mut core::arch::x86_64::__m128i, wide);
+                at += 32;
+            }
             while end - at >= 8 {
                 core::ptr::write_volatile(at as *mut u64, word);
                 at += 8;

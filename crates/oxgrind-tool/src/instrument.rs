@@ -473,6 +473,44 @@ impl ShadowMap {
         }
     }
 
+    /// Sets the shadow of the granules from `lo` (a multiple of 8) on to `bytes`, one byte
+    /// per granule: as [`ShadowMap::set_granules`] for a run of different values (a heap
+    /// block's redzones, bytes and tail in one pass), a word per store where the shadow is
+    /// word-aligned. Granules at or above [`SHADOW_ADDRESS_LIMIT`] are left alone.
+    #[inline]
+    pub fn store_granules(&self, lo: u64, bytes: &[u8]) {
+        let limit = SHADOW_ADDRESS_LIMIT >> 3;
+        let first = lo >> 3;
+        if first >= limit {
+            return;
+        }
+        let bytes = &bytes[..bytes.len().min((limit - first) as usize)];
+        let mut s = self.base + first;
+        let mut i = 0;
+        while i < bytes.len() && s & 7 != 0 {
+            self.cell_at(s)
+                .store(bytes[i], core::sync::atomic::Ordering::Relaxed);
+            s += 1;
+            i += 1;
+        }
+        while bytes.len() - i >= 8 {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&bytes[i..i + 8]);
+            // SAFETY: as in `set_granules`: `s` is 8-aligned, and `[s, s + 8)` lies in the
+            // reservation (below `base + limit`).
+            unsafe { &*(s as *const core::sync::atomic::AtomicU64) }
+                .store(u64::from_ne_bytes(w), core::sync::atomic::Ordering::Relaxed);
+            s += 8;
+            i += 8;
+        }
+        while i < bytes.len() {
+            self.cell_at(s)
+                .store(bytes[i], core::sync::atomic::Ordering::Relaxed);
+            s += 1;
+            i += 1;
+        }
+    }
+
     #[inline]
     fn cell_at(&self, shadow_addr: u64) -> &'static core::sync::atomic::AtomicU8 {
         // SAFETY: `set_granules` only passes addresses in [base + lo/8, base + hi/8) with

@@ -220,6 +220,11 @@ pub fn mark_alloc(base: u64, p: u64, size: u64, end: u64) {
     if base == 0 || p < REDZONE || end.max(redzone_end(p, size)) > ADDRESS_LIMIT {
         return;
     }
+    let end = end.max(redzone_end(p, size));
+    if end - (p - REDZONE) <= 8 * SMALL_EXTENT_SHADOW as u64 {
+        mark_small_alloc(base, p, size, end);
+        return;
+    }
     set(base, p - REDZONE, p, LEFT_REDZONE);
     let whole = p + (size & !7);
     set(base, p, whole, 0);
@@ -228,7 +233,31 @@ pub fn mark_alloc(base: u64, p: u64, size: u64, end: u64) {
         cell(base, whole).store((size & 7) as u8, Ordering::Relaxed);
         rz += 8;
     }
-    set(base, rz, end.max(redzone_end(p, size)), RIGHT_REDZONE);
+    set(base, rz, end, RIGHT_REDZONE);
+}
+
+/// Shadow bytes of the extents [`mark_small_alloc`] writes: 512 bytes of memory.
+const SMALL_EXTENT_SHADOW: usize = 64;
+
+/// [`mark_alloc`] of an extent of at most [`SMALL_EXTENT_SHADOW`] shadow bytes (`end -
+/// (p - REDZONE)` at most 512, `end` a multiple of 8), in one pass: the bytes are composed
+/// in a buffer, then stored a word at a time where the shadow is word-aligned. Four
+/// passes of `set_granules` (left redzone, block, tail, right redzone), each with its
+/// byte loops to word alignment and back, were 250 of the 4,700 instructions Memcheck
+/// added per malloc/free pair of bench `alloc` (hookcost).
+fn mark_small_alloc(base: u64, p: u64, size: u64, end: u64) {
+    let Some(map) = map_at(base) else { return };
+    let lo = p - REDZONE;
+    let n = ((end - lo) >> 3) as usize;
+    let mut buf = [RIGHT_REDZONE; SMALL_EXTENT_SHADOW];
+    let left = (REDZONE >> 3) as usize;
+    buf[..left].fill(LEFT_REDZONE);
+    let whole = (size >> 3) as usize;
+    buf[left..left + whole].fill(0);
+    if size & 7 != 0 {
+        buf[left + whole] = (size & 7) as u8;
+    }
+    map.store_granules(lo, &buf[..n]);
 }
 
 /// A block given back: its bytes become unaddressable while it waits in the queue.
@@ -394,6 +423,42 @@ mod tests {
                 bad_outside_header: 3
             }
         );
+    }
+
+    #[test]
+    fn every_small_block_is_marked_granule_by_granule_as_its_extent_says() {
+        // Against the rule, granule by granule: left redzone, whole granules, the tail's
+        // count, right redzone to the extent's end; the granules around stay untouched.
+        let b = base();
+        let region = 0x7200_0000u64;
+        for size in 0..=300u64 {
+            for slack in [0u64, 8, 24, 200] {
+                let p = region + 64 + size * 1024 + (slack & 16);
+                let end = redzone_end(p, size) + slack;
+                set(b, p - 64, end + 64, 0x11);
+                mark_alloc(b, p, size, end);
+                for g in ((p - 64)..(end + 64)).step_by(8) {
+                    let want = if g < p - REDZONE || g >= end {
+                        0x11
+                    } else if g < p {
+                        LEFT_REDZONE
+                    } else if g + 8 <= p + size {
+                        0
+                    } else if g < p + size {
+                        (p + size - g) as u8
+                    } else {
+                        RIGHT_REDZONE
+                    };
+                    assert_eq!(
+                        get(b, g),
+                        want,
+                        "size {size} slack {slack} at {}",
+                        g as i64 - p as i64
+                    );
+                }
+                set(b, p - 64, end + 64, 0);
+            }
+        }
     }
 
     #[test]
