@@ -47,6 +47,11 @@ pub struct FreedQueue {
     len: usize,
     /// Big blocks still in the queue, by sequence number, oldest first.
     big_seqs: VecDeque<u64>,
+    /// Entries marked dropped not yet let go from the front: while none is, the front is
+    /// never a dropped one, and [`FreedQueue::drop_front_dropped`] has nothing to look at
+    /// (its look at the front of two queues was 40 of the instructions Memcheck adds per
+    /// malloc/free pair of bench alloc, whose blocks are all small).
+    dropped_held: usize,
 }
 
 impl FreedQueue {
@@ -66,6 +71,7 @@ impl FreedQueue {
             bytes: 0,
             len: 0,
             big_seqs: VecDeque::new(),
+            dropped_held: 0,
         }
     }
 
@@ -82,6 +88,7 @@ impl FreedQueue {
             if let Some(s) = self.big_seqs.pop_front() {
                 let i = (s - self.first) as usize;
                 *self.dropped.get_mut(i) = true;
+                self.dropped_held += 1;
                 self.bytes -= self.blocks.get(i).size;
             } else {
                 // Every big block before it dropped: the first one not dropped is the
@@ -98,11 +105,13 @@ impl FreedQueue {
     }
 
     /// Lets the entries of blocks that already left go from the front.
+    #[inline]
     fn drop_front_dropped(&mut self) {
-        while !self.dropped.is_empty() && *self.dropped.get(0) {
+        while self.dropped_held > 0 && !self.dropped.is_empty() && *self.dropped.get(0) {
             self.blocks.pop_front();
             self.dropped.pop_front();
             self.first += 1;
+            self.dropped_held -= 1;
         }
     }
 
