@@ -431,6 +431,7 @@ impl ShadowMap {
     /// written as relaxed atomics: a racing probe sees the old or the new state of a
     /// granule, never a torn one. Whole pages going back to 0 are discarded instead of
     /// written (a freed 1 GiB block has 128 MiB of shadow).
+    #[inline]
     pub fn set_granules(&self, lo: u64, hi: u64, v: u8) {
         const PAGE: u64 = 4096;
         let hi = hi.min(SHADOW_ADDRESS_LIMIT);
