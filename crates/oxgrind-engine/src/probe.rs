@@ -1234,11 +1234,13 @@ pub(crate) fn fs_base(ctx: &mut ThreadCtx) -> u64 {
 /// Per-instruction liveness of the arithmetic flags: bit `i` of the result is set when
 /// some flag may be read after instruction `i` starts, before being overwritten (flags are
 /// taken as live wherever the block is left).
-pub(crate) fn flags_live_before(insns: &[&Instruction]) -> u64 {
+pub(crate) fn flags_live_before<'a>(
+    insns: impl DoubleEndedIterator<Item = &'a Instruction> + ExactSizeIterator,
+) -> u64 {
     const STATUS: u32 = 0x3f;
     let mut live = STATUS;
     let mut out = 0u64;
-    for (i, ins) in insns.iter().enumerate().rev() {
+    for (i, ins) in insns.enumerate().rev() {
         if !matches!(ins.flow_control(), iced_x86::FlowControl::Next) {
             live = STATUS;
         }

@@ -41,10 +41,10 @@ pub(super) fn rep_block(
     opts: Options,
     tool: Option<Client>,
 ) -> Result<Translation, TranslateError> {
-    let plan = match tool {
-        Some(t) => plan_for(t, pc, core::slice::from_ref(ins)),
-        None => Plan::new(1),
-    };
+    let mut plan = Plan::new(1);
+    if let Some(t) = tool {
+        plan_for(t, pc, core::iter::once(ins), &mut plan);
+    }
     e.mark(pc, 0);
     if opts.check {
         e.smc_check(pc, ins.len(), false);
