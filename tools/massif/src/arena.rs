@@ -153,6 +153,42 @@ impl Arena {
         self.s(id).bsz - OVERHEAD
     }
 
+    /// Starts loading what freeing block `id` reads first: its link and shape (a hint; an
+    /// id that is no longer a block only loads the wrong line, one out of range nothing).
+    #[inline]
+    pub(crate) fn prefetch_block(&self, id: BlockId) {
+        if let (Some(l), Some(s)) = (self.links.get(id as usize), self.shapes.get(id as usize)) {
+            crate::records::prefetch(l);
+            crate::records::prefetch(s);
+        }
+    }
+
+    /// Starts loading what a free of block `id` reads next: the shapes and links of its
+    /// neighbours in its superblock, which it merges with when they are free. Reads `id`'s
+    /// shape, so best after [`Arena::prefetch_block`] had time to load it.
+    #[inline]
+    pub(crate) fn prefetch_neighbours(&self, id: BlockId) {
+        if let Some(s) = self.shapes.get(id as usize) {
+            for n in [s.before, s.after] {
+                if n != NIL {
+                    self.prefetch_block(n);
+                }
+            }
+        }
+    }
+
+    /// Starts loading the block a `malloc` of `size` bytes would look at first: the head of
+    /// the first free list not empty from its size class on (a hint: the lists may change
+    /// before that allocation is replayed).
+    #[inline]
+    pub(crate) fn prefetch_fit(&self, size: u64) {
+        let lno = list_no(align_req(size));
+        let rest = self.nonempty.checked_shr(lno as u32).unwrap_or(0);
+        if rest != 0 {
+            self.prefetch_block(self.freelist[lno + rest.trailing_zeros() as usize]);
+        }
+    }
+
     /// Simulated payload address of a block.
     #[cfg(test)]
     fn payload(&self, id: BlockId) -> u64 {
