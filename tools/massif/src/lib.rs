@@ -85,7 +85,9 @@ type EcId = u32;
 const IGNORED: EcId = u32::MAX;
 
 /// How many events ahead of the one being applied [`Massif::prefetch_ahead`] starts loading
-/// a block's record, its place in the replayed arena, and its neighbours there.
+/// a later event itself (written by its thread, maybe on the other core), a block's record,
+/// its place in the replayed arena, and its neighbours there.
+const AHEAD_EVENT: usize = 24;
 const AHEAD_RECORD: usize = 12;
 const AHEAD_BLOCK: usize = 6;
 const AHEAD_NEIGHBOURS: usize = 3;
@@ -402,7 +404,8 @@ impl Massif {
     }
 
     /// Starts loading, while the event [`log::Logs::front`] just returned is applied, what
-    /// later events of the same log will read first: the records of the blocks they free
+    /// later events of the same log will read first: the events themselves
+    /// ([`AHEAD_EVENT`]), the records of the blocks they free
     /// or allocate ([`AHEAD_RECORD`] events ahead), then, from a freed block's record, its
     /// place in the replayed arena, or the free-list head an allocation will search
     /// ([`AHEAD_BLOCK`]), then the freed block's neighbours, which the free merges with
@@ -419,6 +422,9 @@ impl Massif {
         // SAFETY (the peeks): forwarded, each only when that many events follow. (The record
         // reads): under the state lock; the numbers came in published events.
         unsafe {
+            if after >= AHEAD_EVENT as u64 {
+                log::Logs::prefetch(cur, AHEAD_EVENT);
+            }
             if after >= AHEAD_RECORD as u64 {
                 if let Some(e) = log::Logs::peek(cur, AHEAD_RECORD) {
                     self.records.prefetch(e.needs_live());

@@ -552,6 +552,22 @@ impl Logs {
         Some(unsafe { (*cur.chunk).events[at].assume_init_ref() })
     }
 
+    /// Starts loading the event `ahead` places after the one [`Logs::front`] last returned
+    /// for `cur`, if it lies in the same chunk, without reading it: another thread wrote it,
+    /// so its line is in that thread's core's cache until asked for.
+    ///
+    /// # Safety
+    /// As for [`Logs::peek`].
+    #[inline]
+    pub(crate) unsafe fn prefetch(cur: &Cursor, ahead: usize) {
+        let at = cur.used + ahead;
+        if !cur.chunk.is_null() && at < CHUNK {
+            // SAFETY: the chunk stays alive while the cursor is in it (as in `peek`); only
+            // the address is taken.
+            crate::records::prefetch(unsafe { &(*cur.chunk).events[at] });
+        }
+    }
+
     /// Moves `cur` past the event [`Logs::front`] returned.
     #[inline]
     pub(crate) fn advance(cur: &mut Cursor) {
