@@ -132,6 +132,10 @@ pub struct ThreadCtx {
     /// tool's own work) each `hi` is 0, so nothing is counted, and waits in `hot_hi_held`.
     pub hot: [oxgrind_tool::instrument::HotRange; oxgrind_tool::instrument::HOT_RANGES],
     pub hot_hi_held: [u64; oxgrind_tool::instrument::HOT_RANGES],
+    /// What the probes test the hot ranges by (`trace::sync_hot_tests`, after every change
+    /// of `hot`'s bounds): per range, the step from the previous range's start to its own
+    /// and its live length, so that one `sub` and one unsigned compare test a range.
+    pub hot_tests: [crate::trace::HotTest; oxgrind_tool::instrument::HOT_RANGES],
     /// Where this thread's indexed counters are added to: its own (at
     /// `INDEXED_COUNTERS_OFF` in this mapping), or, while a trace hold is in force (the
     /// embedder's or the tool's own work runs translated), a scratch array that is never
@@ -264,6 +268,7 @@ off!(OFF_TRACE_PTR, trace_ptr);
 off!(OFF_TRACE_END, trace_end);
 off!(OFF_PROBE_RCX, probe_rcx);
 off!(OFF_HOT, hot);
+off!(OFF_HOT_TESTS, hot_tests);
 off!(OFF_INDEXED_AT, indexed_at);
 off!(OFF_VBITS_OWN_CODE, vbits_own_code);
 off!(OFF_VECTORS_DEAD, vectors_dead);
@@ -545,6 +550,7 @@ pub fn reuse_exited() -> Option<*mut ThreadCtx> {
         crate::recent_lines::clear(c);
         c.hot = Default::default();
         c.hot_hi_held = [0; oxgrind_tool::instrument::HOT_RANGES];
+        c.hot_tests = Default::default();
         count_indexed_into_own(c, true);
         crate::thread_state::renew(c);
         c.fs_base = 0;

@@ -76,6 +76,27 @@ pub(crate) fn push(ctx: &mut ThreadCtx, rec: TraceRecord) {
     ctx.trace_ptr += RECORD as u64;
 }
 
+/// How the probes test one hot range (`ThreadCtx::hot_tests`): with `rax` holding the
+/// previous range's `rax - lo` (the address, for the first range), `sub rax, step` gives
+/// `address - lo` of this one, and the access lies in the range when that is below `len`
+/// (unsigned: an address below `lo` wraps to a large number). An empty range has `len` 0.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HotTest {
+    pub step: u64,
+    pub len: u64,
+}
+
+/// Recomputes `ctx.hot_tests` from `ctx.hot` (each `hi`, 0 under a hold, as it is now).
+fn sync_hot_tests(ctx: &mut ThreadCtx) {
+    let mut prev = 0u64;
+    for (t, h) in ctx.hot_tests.iter_mut().zip(ctx.hot.iter()) {
+        t.step = h.lo.wrapping_sub(prev);
+        t.len = h.hi.saturating_sub(h.lo);
+        prev = h.lo;
+    }
+}
+
 /// Starts a hold on `ctx`'s buffer: records appended from now on are not the program's, and
 /// nothing is counted in the hot ranges (their ends wait in `hot_hi_held`).
 ///
@@ -92,6 +113,7 @@ fn push_hold(ctx: &mut ThreadCtx) {
             *held = h.hi;
             h.hi = 0;
         }
+        sync_hot_tests(ctx);
         crate::context::count_indexed_into_own(ctx, false);
     }
 }
@@ -112,6 +134,7 @@ fn pop_hold(ctx: &mut ThreadCtx) {
     for (h, held) in ctx.hot.iter_mut().zip(ctx.hot_hi_held.iter()) {
         h.hi = *held;
     }
+    sync_hot_tests(ctx);
     compiler_fence(Ordering::SeqCst);
     ctx.trace_hold = 0;
     compiler_fence(Ordering::SeqCst);
@@ -158,6 +181,8 @@ fn deliver(ctx: &mut ThreadCtx, records: &[TraceRecord]) {
         live.read_bytes = 0;
         live.write_bytes = 0;
     }
+    // (Under the drain's hold: every `hi` is 0, so only the steps change.)
+    sync_hot_tests(ctx);
 }
 
 /// No thread counts in `[lo, hi)` any more (`Host::forget_hot_range`): the overlapping hot
@@ -182,6 +207,7 @@ pub fn forget_hot_range(lo: u64, hi: u64) {
                     .max(held.read_volatile());
                 if start < hi && lo < end {
                     core::ptr::addr_of_mut!((*h).hi).write_volatile(0);
+                    core::ptr::addr_of_mut!((*p).hot_tests[r].len).write_volatile(0);
                     held.write_volatile(0);
                 }
             }

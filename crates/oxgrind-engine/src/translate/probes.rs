@@ -700,6 +700,11 @@ impl Emitter {
         self.borrow_rax(ip, flags_live);
         // A lone operand skipped leaves the probe at once: no record, no drain check.
         let mut skipped_out = None;
+        // The rel32s of a lone filtered operand's paths that append nothing (not in the
+        // shadow map, or counted in a hot range): aimed past the drain check, as the trace
+        // pointer did not move.
+        let mut appended_nothing: [Option<usize>; oxgrind_tool::instrument::HOT_RANGES + 1] =
+            [None; oxgrind_tool::instrument::HOT_RANGES + 1];
         for m in &mem[..n] {
             let kind = match m.access() {
                 OpAccess::Read | OpAccess::CondRead => TraceKind::Read,
@@ -730,11 +735,14 @@ impl Emitter {
                 }
                 self.effective_address(m, 0, ip)?;
                 self.append_access(tag, word);
-                let rel = (self.buf.len() - (skip + 4)) as u32;
-                self.buf[skip..skip + 4].copy_from_slice(&rel.to_le_bytes());
-                for j in counted.into_iter().flatten() {
-                    let rel = (self.buf.len() - (j + 4)) as u32;
-                    self.buf[j..j + 4].copy_from_slice(&rel.to_le_bytes());
+                if n == 1 {
+                    appended_nothing[0] = Some(skip);
+                    appended_nothing[1..].copy_from_slice(&counted);
+                } else {
+                    self.patch_rel32(skip);
+                    for j in counted.into_iter().flatten() {
+                        self.patch_rel32(j);
+                    }
                 }
             } else if let (Some(g), TraceFilter::RecentLines) = (recent, filter) {
                 if n == 1 && crate::recent_lines::two_ways() {
@@ -755,7 +763,11 @@ impl Emitter {
                 self.append_access(tag, word);
             }
         }
-        self.drain_when_full(ip, flags_live);
+        let give_back = self.drain_when_full(ip, flags_live);
+        for j in appended_nothing.into_iter().flatten() {
+            let rel = give_back as i64 - (j as i64 + 4);
+            self.buf[j..j + 4].copy_from_slice(&(rel as i32).to_le_bytes());
+        }
         if let Some(j) = skipped_out {
             self.patch_rel32(j);
         }
@@ -1576,10 +1588,12 @@ impl Emitter {
 
     /// The thread's hot ranges (`Needs::hot_ranges`), tested before the shadow map: when
     /// the first byte of operand `m` lies in one, its size is added to that range's read
-    /// or write bytes (both for a read-modify-write) and the record is skipped. Per range:
-    /// `cmp rax, gs:[lo]; jb next; cmp rax, gs:[hi]; jae next; add gs:[bytes], size;
-    /// jmp <done>`. Returns the positions of the `jmp <done>` rel32s, for the caller to aim
-    /// past the record. The flags are the guest's no longer (`borrow_rax` saved them).
+    /// or write bytes (both for a read-modify-write) and the record is skipped. Per range
+    /// (`trace::HotTest`): `sub rax, gs:[step]; cmp rax, gs:[len]; jae next;
+    /// add gs:[bytes], size; jmp <done>`: one branch per range missed, where testing both
+    /// bounds took two. Returns the positions of the `jmp <done>` rel32s, for the caller
+    /// to aim past the record. `rax` is left clobbered (the shadow checks compute the
+    /// address again); the flags are the guest's no longer (`borrow_rax` saved them).
     fn hot_range_counts(
         &mut self,
         m: &UsedMemory,
@@ -1590,16 +1604,17 @@ impl Emitter {
         let mut done = [None; oxgrind_tool::instrument::HOT_RANGES];
         self.effective_address(m, 0, ip)?;
         let size = m.memory_size().size() as u32;
+        const TEST: usize = core::mem::size_of::<crate::trace::HotTest>();
         for (r, slot) in done.iter_mut().enumerate() {
             let base = c::OFF_HOT + r * RANGE;
-            let mut next = [0usize; 2];
-            for (k, (off, jcc)) in [(0, 0x72u8), (8, 0x73u8)].into_iter().enumerate() {
-                // cmp rax, gs:[base+off]; jb/jae next (rel8)
-                self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0x25]);
-                self.d32((base + off) as u32);
-                self.buf.extend_from_slice(&[jcc, 0]);
-                next[k] = self.buf.len() - 1;
-            }
+            let test = c::OFF_HOT_TESTS + r * TEST;
+            // sub rax, gs:[step]; cmp rax, gs:[len]; jae next (rel8)
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x2B, 0x04, 0x25]);
+            self.d32(test as u32);
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0x25]);
+            self.d32((test + 8) as u32);
+            self.buf.extend_from_slice(&[0x73, 0]);
+            let next = self.buf.len() - 1;
             let counts: &[usize] = match kind {
                 TraceKind::Read => &[16],
                 TraceKind::Write => &[24],
@@ -1614,9 +1629,7 @@ impl Emitter {
             self.buf.push(0xE9);
             *slot = Some(self.buf.len());
             self.d32(0);
-            for j in next {
-                self.buf[j] = (self.buf.len() - (j + 1)) as u8;
-            }
+            self.buf[next] = (self.buf.len() - (next + 1)) as u8;
         }
         Ok(done)
     }
@@ -1645,7 +1658,9 @@ impl Emitter {
 
     /// Ends an inline trace probe: gives back `rax` and the flags, after a check of the
     /// trace pointer against the drain mark that leaves for an out-of-line drain call.
-    fn drain_when_full(&mut self, ip: u64, flags_live: bool) {
+    /// Returns where `rax` and the flags are given back, past the check: where a path
+    /// that appended nothing may jump to.
+    fn drain_when_full(&mut self, ip: u64, flags_live: bool) -> usize {
         self.load_gs(0, c::OFF_TRACE_PTR);
         // cmp rax, gs:[TRACE_END]; jae slow
         self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0x25]);
@@ -1653,6 +1668,7 @@ impl Emitter {
         self.buf.extend_from_slice(&[0x0F, 0x83]);
         let jump = self.buf.len();
         self.d32(0);
+        let give_back = self.buf.len();
         self.return_rax(flags_live);
         let back = self.buf.len();
         self.mark(ip, 0);
@@ -1666,6 +1682,7 @@ impl Emitter {
             // slack, and the drain mark leaves room for one instruction's records only).
             self.buf[jump..jump + 4].copy_from_slice(&0u32.to_le_bytes());
         }
+        give_back
     }
 
     /// For each check of operand `m` against the shadow map (first granules, last byte),
