@@ -667,6 +667,15 @@ fn rotate_through_carry<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemon
     }
     let n = ((c.v & cmask) as u32) % (w + 1);
     if n == 0 {
+        if c.v & cmask != 0 {
+            // A whole turn (8- and 16-bit forms, counts of 9 or 17 and their multiples):
+            // the value and CF come back unchanged, but the CPU still writes OF, which is
+            // architecturally undefined for counts other than 1: AMD computes it from the
+            // result's top bit and CF (Intel leaves it), so it is only as defined as they.
+            if vcf != 0 || pcast(a.s, w) != 0 {
+                cx.regs.flags.0 |= FlagShadows::OF;
+            }
+        }
         return true;
     }
     let wide = (vcf << w) | a.s as u128;
