@@ -86,6 +86,30 @@ fn a_mixed_program_is_reported_as_valgrind_reports_it() {
     }
 }
 
+/// A compare's zeroing of the flags' shadow is left out when a later compare of the same
+/// block overwrites them (`translate`: `flags_zero_dead`): an undefined compare before a
+/// flag-free move still reaches the branch, a defined compare after it still clears it.
+#[test]
+fn flags_overwritten_twice_in_a_block_are_reported_as_valgrind_reports_them() {
+    for opt in ["-O0", "-O2"] {
+        let prog = build("mc_undef_flags.c", &["-g", opt, "-w"]);
+        let ours = run(Command::new(oxgrind()).arg(&prog));
+        let report = stderr(&ours);
+        assert!(
+            report.contains("ERROR SUMMARY: 2 errors from 2 contexts"),
+            "{opt}:\n{report}"
+        );
+        if !have_valgrind() {
+            continue;
+        }
+        let theirs = run(Command::new("valgrind").arg(&prog));
+        assert_same_report(
+            &normalize_report(&report),
+            &normalize_report(&stderr(&theirs)),
+        );
+    }
+}
+
 #[test]
 fn definedness_is_on_by_default_and_off_with_no() {
     let prog = program("-O0");

@@ -52,6 +52,7 @@ impl Emitter {
         block_entry: bool,
         after_plain: bool,
         keep: bool,
+        flags_zero_dead: bool,
     ) -> Result<(), TranslateError> {
         // Register-only forms where the flags are dead borrow nothing: every check and write
         // is one `gs:`-relative operand (the slow call saves `rax` first).
@@ -64,7 +65,7 @@ impl Emitter {
             && form.rsp_delta == 0
             && form.load.is_none();
         if registers_only && flags_live {
-            return self.definedness_live_flags(ip, rec, form, after_plain);
+            return self.definedness_live_flags(ip, rec, form, after_plain, flags_zero_dead);
         }
         let borrow = !registers_only || flags_live;
         if borrow {
@@ -242,7 +243,7 @@ impl Emitter {
                 _ => self.zero_written_shadow(*w),
             }
         }
-        if form.flags_overwritten {
+        if form.flags_overwritten && !flags_zero_dead {
             self.zero_flags_shadow();
         }
         if !borrow {
@@ -264,7 +265,8 @@ impl Emitter {
     }
 
     /// Marks the flags defined, for a form that overwrites all of them
-    /// (`FastForm::flags_overwritten`): `mov byte gs:[flags], 0`.
+    /// (`FastForm::flags_overwritten`): `mov byte gs:[flags], 0`. (Left out where a later
+    /// instruction of the block overwrites them again: `flags_zero_dead`.)
     fn zero_flags_shadow(&mut self) {
         self.buf.extend_from_slice(&[0x65, 0xC6, 0x04, 0x25]);
         self.d32(c::OFF_VBITS_FLAGS as u32);
@@ -313,6 +315,7 @@ impl Emitter {
         rec: u64,
         form: &FastForm,
         after_plain: bool,
+        flags_zero_dead: bool,
     ) -> Result<(), TranslateError> {
         self.settle();
         let mut slow = SlowCall::new(ip, rec, false, false);
@@ -364,7 +367,7 @@ impl Emitter {
         {
             self.zero_written_shadow(*w);
         }
-        if form.flags_overwritten {
+        if form.flags_overwritten && !flags_zero_dead {
             self.zero_flags_shadow();
         }
         self.load_gs(1, c::OFF_VBITS_SAVED_RCX);

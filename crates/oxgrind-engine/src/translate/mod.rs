@@ -550,6 +550,29 @@ pub fn translate_at_most(
     // `definedness::step`).
     let mut after_plain = false;
     let mut continue_after_plain = false;
+    // The instructions whose zeroing of the flags' shadow (`FastForm::flags_overwritten`)
+    // is dead: the next instruction of the block that touches a flag overwrites them all
+    // too, and every one in between has a fast form that touches none. Nothing reads the
+    // shadow in between (a slow step of such a form leaves it as it is, a signal handler
+    // starts with defined flags), and the overwriting one writes it whichever way it goes:
+    // zero on its fast path, its operands' on its slow one. (Not put off to a later
+    // instruction instead: had this one gone slow, the interpreter's shadow would be lost.)
+    let mut flags_zero_dead = 0u64;
+    if tool.is_some() && crate::definedness::enabled() {
+        let mut overwritten_next = false;
+        for (i, d) in insns.iter().enumerate().rev() {
+            match crate::definedness::fast_form(&d.ins) {
+                Some(f) if f.flags_overwritten => {
+                    if overwritten_next {
+                        flags_zero_dead |= 1 << i;
+                    }
+                    overwritten_next = true;
+                }
+                Some(f) if !f.flags => {}
+                _ => overwritten_next = false,
+            }
+        }
+    }
     for (i, d) in insns.iter().enumerate() {
         e.mark(d.ins.ip(), 0);
         if count_at == Some(i) {
@@ -568,6 +591,7 @@ pub fn translate_at_most(
                         block_entry,
                         after_plain,
                         true,
+                        flags_zero_dead & (1 << i) != 0,
                     )?,
                     None => e.clean_call(d.ins.ip(), rec),
                 }
