@@ -43,7 +43,25 @@ thread_local! {
     static IN_PROBE: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
 }
 
+/// Probe slow paths in progress, over all threads: while there is none, no thread is in
+/// one, and [`in_probe`] need not look at its thread's flag. A thread-local variable of
+/// this library (a shared object) is reached through a call to the loader's
+/// `__tls_get_addr`; every allocation and free asks (about 45 instructions per
+/// malloc/free pair of bench alloc), and slow paths are rare.
+static PROBES_IN_PROGRESS: core::sync::atomic::AtomicUsize =
+    core::sync::atomic::AtomicUsize::new(0);
+
+#[inline]
 pub(crate) fn in_probe() -> bool {
+    // A thread's own increment is seen by its own later load, whatever the ordering.
+    PROBES_IN_PROGRESS.load(core::sync::atomic::Ordering::Relaxed) != 0 && this_thread_in_probe()
+}
+
+/// The thread's flag, out of line: inlined, the compiler computes the variable's address
+/// (the call to `__tls_get_addr`) before the test that makes it unneeded.
+#[inline(never)]
+#[cold]
+fn this_thread_in_probe() -> bool {
     IN_PROBE.with(|f| f.get())
 }
 
@@ -51,6 +69,7 @@ struct ProbeScope;
 
 impl ProbeScope {
     pub(crate) fn enter() -> ProbeScope {
+        PROBES_IN_PROGRESS.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
         IN_PROBE.with(|f| f.set(true));
         ProbeScope
     }
@@ -59,6 +78,7 @@ impl ProbeScope {
 impl Drop for ProbeScope {
     fn drop(&mut self) {
         IN_PROBE.with(|f| f.set(false));
+        PROBES_IN_PROGRESS.fetch_sub(1, core::sync::atomic::Ordering::Relaxed);
     }
 }
 
