@@ -203,7 +203,8 @@ pub(crate) fn with_factory<R>(f: impl FnOnce(&mut InstructionInfoFactory) -> R) 
 fn used_memory(ins: &Instruction, out: &mut [UsedMemory; MAX_MEM]) -> usize {
     let mut guard = FACTORY.lock();
     let f = guard.get_or_insert_with(InstructionInfoFactory::new);
-    let info = f.info(ins);
+    // Memory only: iced's register usage is half its work.
+    let info = f.info_options(ins, iced_x86::InstructionInfoOptions::NO_REGISTER_USAGE);
     // iced describes a `rep`-prefixed string operand as a conditional access of unknown
     // size (the count may be 0); a probe runs per iteration, where it is one element.
     let rep_string =
