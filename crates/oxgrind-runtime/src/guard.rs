@@ -87,8 +87,11 @@ impl ThreadState {
             self.inside.set(true);
             // What our code does from here on (its calls into libc run translated) is
             // not the program's: the engine drops its trace records.
-            oxgrind_engine::hold_trace(true);
-            Some(Entered(self))
+            let held = HOLDS_TRACE.load(Ordering::Relaxed);
+            if held {
+                oxgrind_engine::hold_trace(true);
+            }
+            Some(Entered(self, held))
         }
     }
 
@@ -185,8 +188,22 @@ pub fn forget_tid() {
     this_thread().tid.set(0);
 }
 
-/// Proof that this thread was not inside the runtime and now is, until dropped.
-pub struct Entered(&'static ThreadState);
+/// Whether the runtime's own work is held from the engine's trace (`oxgrind_engine::hold_trace`)
+/// while this thread is inside it. Only a tool with trace buffers (`Needs::trace`: the held
+/// records are dropped) or filtered probes (`Needs::shadow`: their slow calls skip held work)
+/// has anything the hold changes; for the others (Massif, the tools without the engine) it
+/// was two calls into the engine per event, four per malloc/free pair, changing nothing.
+static HOLDS_TRACE: AtomicBool = AtomicBool::new(false);
+
+/// Decides [`HOLDS_TRACE`] from the tool's needs, once, before the engine starts (an
+/// [`Entered`] already alive keeps what it found: it releases only a hold it took).
+pub fn set_holds_trace(n: &oxgrind_tool::Needs) {
+    HOLDS_TRACE.store(n.trace || n.shadow.is_some(), Ordering::Relaxed);
+}
+
+/// Proof that this thread was not inside the runtime and now is, until dropped; the flag
+/// says whether it holds the engine's trace ([`HOLDS_TRACE`]).
+pub struct Entered(&'static ThreadState, bool);
 
 impl Entered {
     #[inline]
@@ -198,7 +215,9 @@ impl Entered {
 impl Drop for Entered {
     #[inline]
     fn drop(&mut self) {
-        oxgrind_engine::hold_trace(false);
+        if self.1 {
+            oxgrind_engine::hold_trace(false);
+        }
         self.0.inside.set(false);
         crate::exit::run_pending_signal();
     }

@@ -72,6 +72,7 @@ extern "C" fn on_load() {
         }
         if wants_engine(&rt.needs) || trackfds::enabled() {
             hooks::set_events_native(&rt.needs);
+            guard::set_holds_trace(&rt.needs);
             start_engine(rt.needs);
         }
     }
