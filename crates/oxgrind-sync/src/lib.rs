@@ -176,7 +176,7 @@ impl<T> Drop for SpinGuard<'_, T> {
         let state = &self.lock.state;
         if state.load(Ordering::Relaxed) == HELD_WITH_SLEEPERS {
             state.store(FREE, Ordering::Release);
-            futex_wake_one(state);
+            futex_wake(state, 1);
         } else {
             state.store(FREE, Ordering::Release);
         }
@@ -203,11 +203,14 @@ const SYS_FUTEX: usize = 202;
 const FUTEX_WAIT_PRIVATE: usize = 128;
 const FUTEX_WAKE_PRIVATE: usize = 128 | 1;
 
-/// Sleeps while `word` holds `expected`, for at most `ns` nanoseconds (or until woken, or a
-/// signal). Every outcome sends the caller back to look at the word, so errors are ignored.
+/// `futex(FUTEX_WAIT_PRIVATE)`: sleeps while `word` holds `expected`, for at most `ns`
+/// nanoseconds (or until woken, or a signal), made directly (no libc: no `errno`, nothing of
+/// the program's). Every outcome sends the caller back to look at the word, so errors are
+/// ignored. The one place the workspace waits on a word (the lock below, Massif's snapshot
+/// gate).
 #[cold]
-fn futex_wait(word: &AtomicU32, expected: u32, ns: i64) {
-    let timeout: [i64; 2] = [0, ns];
+pub fn futex_wait(word: &AtomicU32, expected: u32, ns: i64) {
+    let timeout: [i64; 2] = [ns / 1_000_000_000, ns % 1_000_000_000];
     // SAFETY: futex(FUTEX_WAIT_PRIVATE) reads the aligned word and the timespec, both live
     // for the call, and writes nothing of ours; the kernel clobbers rcx and r11 (declared)
     // and returns in rax.
@@ -226,9 +229,10 @@ fn futex_wait(word: &AtomicU32, expected: u32, ns: i64) {
     }
 }
 
-/// Wakes one thread asleep on `word`, if any.
+/// `futex(FUTEX_WAKE_PRIVATE)`: wakes up to `count` threads asleep on `word`
+/// ([`futex_wait`]), if any.
 #[cold]
-fn futex_wake_one(word: &AtomicU32) {
+pub fn futex_wake(word: &AtomicU32, count: u32) {
     // SAFETY: futex(FUTEX_WAKE_PRIVATE) only looks the word's address up in the kernel's
     // wait queues; the kernel clobbers rcx and r11 (declared) and returns in rax.
     unsafe {
@@ -237,7 +241,7 @@ fn futex_wake_one(word: &AtomicU32) {
             inlateout("rax") SYS_FUTEX => _,
             in("rdi") word.as_ptr(),
             in("rsi") FUTEX_WAKE_PRIVATE,
-            in("rdx") 1usize,
+            in("rdx") count.min(i32::MAX as u32) as usize,
             lateout("rcx") _,
             lateout("r11") _,
             options(nostack)

@@ -29,7 +29,7 @@ pub use core_view::{CoreView, GenSuppressions};
 /// inside the program's allocator, in a forked child and in signal handlers (see
 /// the `oxgrind-sync` crate).
 pub mod sync {
-    pub use oxgrind_sync::{SpinGuard, SpinLock};
+    pub use oxgrind_sync::{futex_wait, futex_wake, SpinGuard, SpinLock};
 }
 
 /// The process's own `/proc/self` files a tool may read while the program runs

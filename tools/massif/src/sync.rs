@@ -15,6 +15,7 @@
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use oxgrind_tool::sync::{futex_wait, futex_wake};
 pub(crate) use oxgrind_tool::sync::{SpinGuard, SpinLock};
 
 /// Tells threads waiting for a [`SpinLock`] that its holder let it go, so that they sleep in
@@ -64,51 +65,8 @@ impl Released {
     pub(crate) fn notify(&self) {
         if self.sleepers.load(Ordering::SeqCst) != 0 {
             self.epoch.fetch_add(1, Ordering::SeqCst);
-            futex_wake_all(&self.epoch);
+            futex_wake(&self.epoch, u32::MAX);
         }
-    }
-}
-
-const SYS_FUTEX: usize = 202;
-const FUTEX_WAIT_PRIVATE: usize = 128;
-const FUTEX_WAKE_PRIVATE: usize = 129;
-
-/// `futex(FUTEX_WAIT_PRIVATE)` for at most `ns` nanoseconds, made directly (no libc: no
-/// `errno`, nothing of the program's). Returns on a wake, a timeout, a signal, or at once
-/// when `word` no longer holds `seen`; the caller looks again in every case.
-fn futex_wait(word: &AtomicU32, seen: u32, ns: i64) {
-    let timeout = [ns / 1_000_000_000, ns % 1_000_000_000];
-    // SAFETY: the kernel reads the futex word (a live `AtomicU32`) and the timespec (a live
-    // local) and writes nothing; it clobbers rcx and r11 (declared) and returns in rax.
-    unsafe {
-        core::arch::asm!(
-            "syscall",
-            inlateout("rax") SYS_FUTEX => _,
-            in("rdi") word.as_ptr(),
-            in("rsi") FUTEX_WAIT_PRIVATE,
-            in("rdx") seen as usize,
-            in("r10") timeout.as_ptr(),
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack)
-        );
-    }
-}
-
-/// `futex(FUTEX_WAKE_PRIVATE)` of every thread waiting on `word`.
-fn futex_wake_all(word: &AtomicU32) {
-    // SAFETY: as in `futex_wait`; a wake reads no memory but the word's address.
-    unsafe {
-        core::arch::asm!(
-            "syscall",
-            inlateout("rax") SYS_FUTEX => _,
-            in("rdi") word.as_ptr(),
-            in("rsi") FUTEX_WAKE_PRIVATE,
-            in("rdx") i32::MAX as usize,
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack)
-        );
     }
 }
 
