@@ -212,6 +212,22 @@ struct Batch {
     leaving_len: usize,
 }
 
+impl Batch {
+    /// Moves the queue's oldest blocks into this batch's ring while the queue is over
+    /// `budget` and the ring has room: they leave in order, never before their turn.
+    fn take_over_budget(&mut self, shared: &mut SharedQueue, budget: u64) {
+        while shared.bytes > budget && self.leaving_len < LEAVING {
+            let Some((a, s)) = shared.queue.pop_front() else {
+                break;
+            };
+            shared.bytes -= s;
+            let slot = (self.leaving_head + self.leaving_len) % LEAVING;
+            self.leaving[slot] = (a, s);
+            self.leaving_len += 1;
+        }
+    }
+}
+
 impl FreedQueue {
     pub const fn new() -> Self {
         const EMPTY: SpinLock<Batch> = SpinLock::new(Batch {
@@ -268,15 +284,7 @@ impl FreedQueue {
                 t.bytes = 0;
                 // Blocks that do not fit in the ring stay queued (over budget) until this
                 // or another batch's next turn: a little later, never earlier.
-                while shared.bytes > budget && t.leaving_len < LEAVING {
-                    let Some((a, s)) = shared.queue.pop_front() else {
-                        break;
-                    };
-                    shared.bytes -= s;
-                    let slot = (t.leaving_head + t.leaving_len) % LEAVING;
-                    t.leaving[slot] = (a, s);
-                    t.leaving_len += 1;
-                }
+                t.take_over_budget(&mut shared, budget);
                 behind = shared.bytes > budget;
             }
             // Two per free: the ring empties faster than batches fill it.
@@ -321,15 +329,7 @@ impl FreedQueue {
                     t.leaving_head = (t.leaving_head + 1) % LEAVING;
                     t.leaving_len -= 1;
                 }
-                while shared.bytes > budget && t.leaving_len < LEAVING {
-                    let Some((a, s)) = shared.queue.pop_front() else {
-                        break;
-                    };
-                    shared.bytes -= s;
-                    let slot = (t.leaving_head + t.leaving_len) % LEAVING;
-                    t.leaving[slot] = (a, s);
-                    t.leaving_len += 1;
-                }
+                t.take_over_budget(&mut shared, budget);
                 behind = shared.bytes > budget;
             }
             for &(a, s) in &out[..n] {
