@@ -197,20 +197,25 @@ impl Emitter {
             self.buf.extend_from_slice(lea.bytes());
             return Ok(());
         }
-        // iced: displacement size 1 = "as short as the value allows" (disp8 or disp32).
-        let op = iced_x86::MemoryOperand::new(
-            base,
-            index,
-            scale,
-            disp,
-            if disp == 0 { 0 } else { 1 },
-            false,
-            Register::None,
-        );
-        let lea = Instruction::with2(iced_x86::Code::Lea_r64_m, Register::RAX, op)
-            .map_err(|_| TranslateError::Encode { pc })?;
+        let lea = lea_rax_by_iced(base, index, scale, disp).ok_or(TranslateError::Encode { pc })?;
         self.encode(&lea, pc)
     }
+}
+
+/// `lea rax, [base + index * scale + disp]` as iced builds it: the forms
+/// [`lea_rax_bytes`] does not encode by hand, and that function's test oracle.
+fn lea_rax_by_iced(base: Register, index: Register, scale: u32, disp: i64) -> Option<Instruction> {
+    // iced: displacement size 1 = "as short as the value allows" (disp8 or disp32).
+    let op = iced_x86::MemoryOperand::new(
+        base,
+        index,
+        scale,
+        disp,
+        if disp == 0 { 0 } else { 1 },
+        false,
+        Register::None,
+    );
+    Instruction::with2(iced_x86::Code::Lea_r64_m, Register::RAX, op).ok()
 }
 
 /// An encoded `lea rax, [...]`: at most REX, opcode, ModRM, SIB and a disp32.
@@ -356,16 +361,7 @@ mod tests {
                             );
                             continue;
                         };
-                        let op = iced_x86::MemoryOperand::new(
-                            base,
-                            index,
-                            scale,
-                            disp,
-                            if disp == 0 { 0 } else { 1 },
-                            false,
-                            None,
-                        );
-                        let lea = Instruction::with2(iced_x86::Code::Lea_r64_m, RAX, op).unwrap();
+                        let lea = lea_rax_by_iced(base, index, scale, disp).unwrap();
                         let mut enc = Encoder::new(64);
                         enc.encode(&lea, 0x1000).unwrap();
                         assert_eq!(
