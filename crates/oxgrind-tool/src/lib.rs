@@ -25,6 +25,25 @@ pub mod syscalls;
 
 pub use core_view::{CoreView, GenSuppressions};
 
+/// Hints to the CPU a tool's hot loops give (one place for the intrinsic and its reasoning).
+pub mod hint {
+    /// Starts loading the cache line of `*p` for reading: a hint, never faults, changes
+    /// nothing visible.
+    #[inline(always)]
+    pub fn prefetch_read<T>(p: &T) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch never faults and writes nothing; `p` is a valid reference anyway.
+        unsafe {
+            core::arch::x86_64::_mm_prefetch(
+                p as *const T as *const i8,
+                core::arch::x86_64::_MM_HINT_T0,
+            );
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = p;
+    }
+}
+
 /// Locks a tool may hold in its event handlers: a spin lock that needs no libc, so it works
 /// inside the program's allocator, in a forked child and in signal handlers (see
 /// the `oxgrind-sync` crate).

@@ -89,7 +89,7 @@ impl Cache {
     #[inline(always)]
     fn prefetch(&self, addr: u64) {
         let set = ((addr >> self.line_bits) & self.sets_min_1) as usize;
-        prefetch_read(&self.mru[set]);
+        oxgrind_tool::hint::prefetch_read(&self.mru[set]);
     }
 
     /// When the line at `addr` is not (now) its set's most recently used, asks the host to
@@ -106,7 +106,7 @@ impl Cache {
         // One hint per host line the tags span (64-byte lines).
         let mut at = 0;
         while at < ways.len() {
-            prefetch_read(&ways[at]);
+            oxgrind_tool::hint::prefetch_read(&ways[at]);
             at += 8;
         }
     }
@@ -264,21 +264,6 @@ impl Cache {
             m1 || m2
         }
     }
-}
-
-/// A hint that `*p` is about to be read; no effect on the program's state.
-#[inline(always)]
-fn prefetch_read<T>(p: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch never faults and writes nothing; `p` is a valid reference anyway.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch(
-            p as *const T as *const i8,
-            core::arch::x86_64::_MM_HINT_T0,
-        );
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 /// Which LL miss column a queued L1 miss charges.

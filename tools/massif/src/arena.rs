@@ -158,8 +158,8 @@ impl Arena {
     #[inline]
     pub(crate) fn prefetch_block(&self, id: BlockId) {
         if let (Some(l), Some(s)) = (self.links.get(id as usize), self.shapes.get(id as usize)) {
-            crate::records::prefetch(l);
-            crate::records::prefetch(s);
+            oxgrind_tool::hint::prefetch_read(l);
+            oxgrind_tool::hint::prefetch_read(s);
         }
     }
 

@@ -564,7 +564,7 @@ impl Logs {
         if !cur.chunk.is_null() && at < CHUNK {
             // SAFETY: the chunk stays alive while the cursor is in it (as in `peek`); only
             // the address is taken.
-            crate::records::prefetch(unsafe { &(*cur.chunk).events[at] });
+            oxgrind_tool::hint::prefetch_read(unsafe { &(*cur.chunk).events[at] });
         }
     }
 

@@ -213,7 +213,7 @@ impl Records {
     pub(crate) unsafe fn prefetch(&self, n: u32) {
         if n != 0 {
             // SAFETY: forwarded.
-            prefetch(unsafe { self.cell(n) });
+            oxgrind_tool::hint::prefetch_read(unsafe { self.cell(n) });
         }
     }
 
@@ -359,19 +359,4 @@ mod tests {
             assert_eq!(again.len(), RING + 100, "no number handed out twice");
         }
     }
-}
-
-/// Starts loading the cache line of `p` (a hint: never faults, changes nothing visible).
-#[inline(always)]
-pub(crate) fn prefetch<T>(p: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch never faults and writes nothing; `p` is a valid reference anyway.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch(
-            p as *const T as *const i8,
-            core::arch::x86_64::_MM_HINT_T0,
-        );
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
