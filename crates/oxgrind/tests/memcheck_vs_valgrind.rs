@@ -70,6 +70,23 @@ fn mismatched_frees_and_cxx_leaks_match_valgrind() {
     assert_same_report(&ours, &theirs);
 }
 
+/// The first errors of the run are invalid accesses in C++ functions: their reports, written
+/// from the access probes' slow path, demangle names with libstdc++'s `__cxa_demangle`
+/// (malloc, free, and `dlsym` on first use). Those are oxgrind's allocations, not the
+/// program's: HEAP SUMMARY, the leak check and the errors must be Valgrind's.
+#[test]
+fn invalid_accesses_in_cxx_code_match_valgrind() {
+    let prog = build("mc_cxx_access.cpp", &["-g", "-O0"]);
+    let Some((ours, theirs)) = both(&prog, &["--leak-check=full", "--show-leak-kinds=all"]) else {
+        return;
+    };
+    assert!(
+        ours.contains("shapes::Grid::read_past_end() const"),
+        "frames demangled:\n{ours}"
+    );
+    assert_same_report(&ours, &theirs);
+}
+
 #[test]
 fn leaks_from_threads_and_exit_from_a_thread_match_valgrind() {
     let prog = build("mc_threads.c", &["-g", "-O0"]);

@@ -34,54 +34,6 @@ pub(crate) enum PcClass {
     LibcAllocator,
 }
 
-thread_local! {
-    /// This thread is in the slow path of a probe. The runtime does not mark the thread as
-    /// inside oxgrind there (it does in allocator hooks), so what we call that allocates
-    /// (the symbolizer's `__cxa_demangle`, `dlsym`) reaches the allocator hooks as if the
-    /// program had called it, and would re-enter the tool while it holds its state lock.
-    /// Those events are not the program's: ignored.
-    static IN_PROBE: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
-}
-
-/// Probe slow paths in progress, over all threads: while there is none, no thread is in
-/// one, and [`in_probe`] need not look at its thread's flag. A thread-local variable of
-/// this library (a shared object) is reached through a call to the loader's
-/// `__tls_get_addr`; every allocation and free asks (about 45 instructions per
-/// malloc/free pair of bench alloc), and slow paths are rare.
-static PROBES_IN_PROGRESS: core::sync::atomic::AtomicUsize =
-    core::sync::atomic::AtomicUsize::new(0);
-
-#[inline]
-pub(crate) fn in_probe() -> bool {
-    // A thread's own increment is seen by its own later load, whatever the ordering.
-    PROBES_IN_PROGRESS.load(core::sync::atomic::Ordering::Relaxed) != 0 && this_thread_in_probe()
-}
-
-/// The thread's flag, out of line: inlined, the compiler computes the variable's address
-/// (the call to `__tls_get_addr`) before the test that makes it unneeded.
-#[inline(never)]
-#[cold]
-fn this_thread_in_probe() -> bool {
-    IN_PROBE.with(|f| f.get())
-}
-
-struct ProbeScope;
-
-impl ProbeScope {
-    pub(crate) fn enter() -> ProbeScope {
-        PROBES_IN_PROGRESS.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-        IN_PROBE.with(|f| f.set(true));
-        ProbeScope
-    }
-}
-
-impl Drop for ProbeScope {
-    fn drop(&mut self) {
-        IN_PROBE.with(|f| f.set(false));
-        PROBES_IN_PROGRESS.fetch_sub(1, core::sync::atomic::Ordering::Relaxed);
-    }
-}
-
 /// How far past the end of its data a glibc string function may read (four 32-byte
 /// vectors: the unrolled AVX2 loops).
 const STRING_OVERREAD: u64 = 128;
@@ -246,12 +198,10 @@ impl Memcheck {
         }
         for a in accesses {
             if !shadow::all_addressable(base, a.addr, a.size) {
-                let _probe = ProbeScope::enter();
                 self.check_access(host, base, a, regs);
             }
         }
         if data & BELOW_SP_COVERED == 0 {
-            let _probe = ProbeScope::enter();
             self.below_sp_event(host, accesses, regs, DEAD_FRAME_DEPTH as u64);
         }
     }

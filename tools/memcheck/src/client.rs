@@ -165,7 +165,7 @@ impl Memcheck {
         let (_, tid) = self.calling_thread(host);
         // Searched before the state lock is taken (see `search_heap`), with the blocks live
         // once the other threads are stopped.
-        let found = self.search_heap(host, &mut || self.heap_blocks(host), Some(sp));
+        let found = self.search_heap(host, &mut || host.live_blocks(), Some(sp));
         let mut st = self.lock();
         if st.finished {
             return;

@@ -3,8 +3,9 @@
 //! and the misuse the runtime detected (invalid free, fishy sizes, bad alignment, overlap)
 //! turned into errors.
 //!
-//! Blocks allocated by our own work in a probe's slow path are not the program's
-//! ([`Memcheck::forget_foreign`]): they are never counted, reported or leak-checked.
+//! Only the program's allocations reach here: what oxgrind's own work allocates through
+//! glibc (`__cxa_demangle` in a report, `dlsym`), the tool's probe slow paths included, runs
+//! inside the runtime (`guard::Entered`), where the hooks pass it to glibc untracked.
 
 use std::sync::atomic::Ordering;
 
@@ -12,7 +13,6 @@ use oxgrind_formats::memcheck_text::{self as text, Aux};
 use oxgrind_formats::memcheck_xml::WhatQuirk;
 use oxgrind_tool::{Addr, Alloc, AllocFn, Free, Host, LiveBlock, Misuse, MisuseEvent};
 
-use crate::access::in_probe;
 use crate::errors::KeyKind;
 use crate::freed::FreedBlock;
 use crate::options::KeepStacks;
@@ -43,12 +43,6 @@ fn alloc_fn_name(f: AllocFn) -> &'static str {
 
 impl Memcheck {
     pub(crate) fn alloc_event(&self, host: &dyn Host, ev: &Alloc) {
-        if in_probe() {
-            let mut f = self.foreign.lock();
-            f.push(ev.addr);
-            self.foreign_len.store(f.len(), Ordering::Release);
-            return;
-        }
         self.ensure_started(host);
         // Counted before the shadows are written: the counters' locked adds wait for every
         // store before them, and the shadows' lines of a block just out of the freed-block
@@ -83,9 +77,6 @@ impl Memcheck {
     /// when allocated, often megabytes of frees ago), and a locked instruction waits until
     /// every store before it is done. A full batch moves into the queues last.
     fn free_block(&self, host: &dyn Host, ev: &Free, vbits_defined: bool) {
-        if self.forget_foreign(ev.addr) || in_probe() {
-            return;
-        }
         self.ensure_started(host);
         self.totals.free();
         if self.opts.show_mismatched_frees && ev.alloc_func.family() != ev.func.family() {
@@ -150,9 +141,6 @@ impl Memcheck {
     }
 
     pub(crate) fn misuse_event(&self, host: &dyn Host, ev: &MisuseEvent) {
-        if in_probe() {
-            return;
-        }
         self.ensure_started(host);
         match ev.kind {
             Misuse::InvalidFree { addr, func, size } => {
@@ -253,40 +241,11 @@ impl Memcheck {
         }
     }
 
-    /// Whether `addr` is a block of ours allocated in a probe (it is forgotten).
-    pub(crate) fn forget_foreign(&self, addr: Addr) -> bool {
-        // A foreign block's push happened before its free (whoever frees it got it after
-        // it was allocated), so a free of one sees a non-zero count.
-        if self.foreign_len.load(Ordering::Acquire) == 0 {
-            return false;
-        }
-        let mut f = self.foreign.lock();
-        match f.iter().position(|&a| a == addr) {
-            Some(i) => {
-                f.swap_remove(i);
-                self.foreign_len.store(f.len(), Ordering::Release);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// The program's blocks from its allocator: the runtime's list without
-    /// [`Memcheck::foreign`] ones. Takes only locks held inside allocator events (see
-    /// `search_heap`).
-    pub(crate) fn heap_blocks(&self, host: &dyn Host) -> Vec<LiveBlock> {
-        let mut live = host.live_blocks();
-        let f = self.foreign.lock();
-        if !f.is_empty() {
-            live.retain(|b| !f.contains(&b.addr));
-        }
-        live
-    }
-
-    /// The program's live blocks: the runtime's list without [`Memcheck::foreign`] ones,
-    /// With the blocks of the program's own allocators (client requests).
+    /// The program's live blocks: the runtime's list (which holds only the program's: what
+    /// oxgrind allocates through the hooks, inside the runtime, glibc serves untracked), with
+    /// the blocks of the program's own allocators (client requests).
     pub(crate) fn program_blocks(&self, host: &dyn Host) -> Vec<LiveBlock> {
-        let mut live = self.heap_blocks(host);
+        let mut live = host.live_blocks();
         live.extend(self.client_blocks.lock().iter().copied());
         live.extend(self.pools.lock().chunks().copied());
         live

@@ -99,13 +99,6 @@ pub struct Memcheck {
     /// The engine asked for probes: the shadow is kept from then on. Before, no one reads
     /// it, and events may come from a host that is no real process (tests).
     probing: AtomicBool,
-    /// Blocks allocated by our own work in a probe's slow path (see `IN_PROBE`), which the
-    /// runtime took for the program's: never counted, reported or leak-checked.
-    foreign: SpinLock<Vec<Addr>>,
-    /// How many blocks `foreign` holds, written under its lock: every `free` asks whether
-    /// its block is one, and nearly always none is, so one load answers instead of taking
-    /// that process-wide lock.
-    foreign_len: core::sync::atomic::AtomicUsize,
     /// Blocks of the program's own allocators, announced by client requests
     /// (`VALGRIND_MALLOCLIKE_BLOCK`): reported, described and leak-checked as heap blocks.
     client_blocks: SpinLock<Vec<LiveBlock>>,
@@ -165,8 +158,6 @@ impl Memcheck {
             started: AtomicBool::new(false),
             totals: totals::HeapTotals::default(),
             probing: AtomicBool::new(false),
-            foreign: SpinLock::new(Vec::new()),
-            foreign_len: core::sync::atomic::AtomicUsize::new(0),
             client_blocks: SpinLock::new(Vec::new()),
             client_stacks: SpinLock::new(Vec::new()),
             pools: SpinLock::new(mempool::Pools::default()),
