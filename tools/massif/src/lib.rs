@@ -599,11 +599,18 @@ impl Massif {
     }
 
     /// The time of a snapshot taken now. Threads read the clock before queueing for the
-    /// lock, so a later reading can arrive first: times are kept from going backwards.
+    /// lock, so a later reading can arrive first: times are kept from going backwards, and
+    /// the scheduler is told that its times are the order of application, not readings
+    /// (`Scheduler::times_serialised`). One thread's readings never go backwards.
+    #[inline]
     fn now(clock: Clock, st: &mut State) -> i64 {
         let t = clock.unwrap_or(st.total_bytes_time as i64);
-        st.last_time = st.last_time.max(t);
-        st.last_time
+        if t < st.last_time {
+            st.sched.times_serialised();
+            return st.last_time;
+        }
+        st.last_time = t;
+        t
     }
 
     /// Valgrind's "startup" attempt, once, before the first event is applied.
