@@ -680,36 +680,48 @@ fn deallocate_here(p: *mut c_void, func: AllocFn, entry: Entry) {
     let ev = Event::enter(wrapper_cost(func, &entry));
     match (BLOCKS.remove(addr), &ev) {
         (Some(b), Some(ev)) if !b.internal => {
+            let tell_tool = || {
+                natively(
+                    #[inline(always)]
+                    || {
+                        let f = Free {
+                            addr,
+                            size: b.size,
+                            slop: slop(b.size),
+                            alloc_stack: b.stack,
+                            alloc_func: b.func,
+                            func,
+                            stack: if ev.rt.needs.free_stacks {
+                                ev.stack(entry)
+                            } else {
+                                NO_STACK
+                            },
+                            tid: ev.tid(),
+                            tool_word: b.tool_word,
+                        };
+                        ev.uncount();
+                        ev.thread
+                            .with_event_blocks(0, addr, || ev.rt.tool.on_free(&HOST, &f));
+                    },
+                )
+            };
+            if ev.rt.needs.freelist_vol == 0 {
+                // No queue (Massif, DHAT): the block goes to glibc once the tool has heard
+                // of it, without the leavers' list (about 50 instructions per free).
+                tell_tool();
+                // SAFETY: p came from glibc's allocator, the program freed it and the tool
+                // has heard of it.
+                in_glibc(ev.thread, || unsafe { __libc_free(p) });
+                return;
+            }
             // The block joins the freed-block queue before the tool hears of the free, and
             // the blocks leaving it go to glibc after: the queue's lock then comes before the
             // tool's stores (Memcheck marks the block's cold shadow lines), which a locked
             // instruction after them would wait for, and glibc's writes to the leavers'
             // cold chunks come last. The block itself stays queued, unreleased, while the
-            // tool hears of it; without a queue it is released after the tool, as before.
+            // tool hears of it.
             let leavers = Leavers::queue(ev, addr, b.size);
-            natively(
-                #[inline(always)]
-                || {
-                    let f = Free {
-                        addr,
-                        size: b.size,
-                        slop: slop(b.size),
-                        alloc_stack: b.stack,
-                        alloc_func: b.func,
-                        func,
-                        stack: if ev.rt.needs.free_stacks {
-                            ev.stack(entry)
-                        } else {
-                            NO_STACK
-                        },
-                        tid: ev.tid(),
-                        tool_word: b.tool_word,
-                    };
-                    ev.uncount();
-                    ev.thread
-                        .with_event_blocks(0, addr, || ev.rt.tool.on_free(&HOST, &f));
-                },
-            );
+            tell_tool();
             leavers.release(ev);
         }
         // Ours (`internal`), or freed while no event may run: straight back to glibc.
