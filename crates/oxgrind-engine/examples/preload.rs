@@ -149,7 +149,7 @@ mod probe_test {
                 plan.count(i, INSNS, 1);
                 if self.trace {
                     if self.filter {
-                        plan.trace_accesses_filtered(i, i as u32);
+                        plan.trace_accesses_filtered(i, 0);
                     } else {
                         plan.trace_accesses(i, i as u32);
                     }

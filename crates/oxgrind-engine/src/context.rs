@@ -141,6 +141,9 @@ pub struct ThreadCtx {
     /// embedder's or the tool's own work runs translated), a scratch array that is never
     /// read, so that only the program's work is counted.
     pub indexed_at: u64,
+    /// The shared routines of the shadow-filtered trace probe (`trace_checks`), called as
+    /// `call gs:[trace_checks + 8 * k]`; the same in every context.
+    pub trace_checks: [u64; crate::trace_checks::COUNT],
     // ---- touched by Rust only ----
     /// The guest's fs base, read lazily for `fs:` operands at probes (0: not read yet);
     /// forgotten when the guest sets it with `arch_prctl`.
@@ -270,6 +273,7 @@ off!(OFF_PROBE_RCX, probe_rcx);
 off!(OFF_HOT, hot);
 off!(OFF_HOT_TESTS, hot_tests);
 off!(OFF_INDEXED_AT, indexed_at);
+off!(OFF_TRACE_CHECKS, trace_checks);
 off!(OFF_VBITS_OWN_CODE, vbits_own_code);
 off!(OFF_VECTORS_DEAD, vectors_dead);
 off!(OFF_OWN_WORK, own_work);

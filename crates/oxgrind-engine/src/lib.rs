@@ -99,6 +99,7 @@ pub mod shadow;
 mod signals;
 mod thread_state;
 mod trace;
+mod trace_checks;
 pub mod translate;
 
 use core::sync::atomic::{AtomicBool, Ordering};

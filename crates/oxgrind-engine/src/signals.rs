@@ -353,12 +353,12 @@ unsafe fn set_trap_flag(uc: *mut u8, on: bool) {
 
 /// For a host pc of engine code in the cache: whether it is exactly between two guest
 /// instructions (`Some(true)`) or inside engine code (`Some(false)`). `None` for pcs
-/// outside the cache and its lookup routine.
+/// outside the cache, its lookup routine and the filtered trace probe's routines.
 fn between_guest_instructions(host: u64) -> Option<bool> {
     let ibl2 = asm::oxg_ibl2 as *const () as u64..asm::oxg_ibl2_end as *const () as u64;
     let guard = crate::dispatch::CACHE.lock();
     let cache = guard.as_ref()?;
-    if !cache.in_cache(host) && !ibl2.contains(&host) {
+    if !cache.in_cache(host) && !ibl2.contains(&host) && !crate::trace_checks::contains(host) {
         return None;
     }
     Some(matches!(cache.guest_at(host), Some(g) if g.boundary && g.fix == 0))

@@ -58,6 +58,7 @@ pub(crate) fn attach(ctx: &mut ThreadCtx) -> bool {
     ctx.trace_base = buf as u64;
     ctx.trace_ptr = buf as u64;
     ctx.trace_end = buf as u64 + ((CAPACITY - SLACK) * RECORD) as u64;
+    crate::trace_checks::attach(ctx);
     true
 }
 

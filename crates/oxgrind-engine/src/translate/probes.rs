@@ -697,6 +697,23 @@ impl Emitter {
             self.clean_call(ip, rec);
             return Ok(());
         };
+        if filtered && recent.is_none() && tag == 0 && crate::trace_checks::ready() {
+            let routines = mem[..n].iter().map(|m| {
+                let size = m.memory_size().size() as u32;
+                crate::trace_checks::index(size, crate::trace_checks::kind_of(m), flags_live)
+            });
+            let mut k = [0usize; crate::probe::MAX_MEM];
+            if routines
+                .zip(k.iter_mut())
+                .all(|(r, slot)| r.map(|r| *slot = r).is_some())
+            {
+                self.settle();
+                for (m, &k) in mem[..n].iter().zip(k.iter()) {
+                    self.trace_check_call(m, k, ip)?;
+                }
+                return Ok(());
+            }
+        }
         self.borrow_rax(ip, flags_live);
         // A lone operand skipped leaves the probe at once: no record, no drain check.
         let mut skipped_out = None;
@@ -771,6 +788,30 @@ impl Emitter {
         if let Some(j) = skipped_out {
             self.patch_rel32(j);
         }
+        Ok(())
+    }
+
+    /// The filtered trace probe of operand `m` as a call of shared routine `k`
+    /// (`trace_checks`): `mov gs:[STUB_RAX], rax; lea rax, [m]; lea rsp, [rsp-128];
+    /// call gs:[trace_checks + 8k]`, the return address beyond the guest's red zone. The
+    /// routine gives back `rax`, `rsp` and the flags; a drain returns to the same place,
+    /// where the guest state is exact.
+    fn trace_check_call(
+        &mut self,
+        m: &UsedMemory,
+        k: usize,
+        ip: u64,
+    ) -> Result<(), TranslateError> {
+        self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+        self.mark(ip, FIX_RAX_IN_STUB);
+        self.effective_address(m, 0, ip)?;
+        let skip = crate::trace_checks::RED_ZONE_SKIP;
+        // lea rsp, [rsp - 128]; call gs:[trace_checks + 8k]
+        self.buf
+            .extend_from_slice(&[0x48, 0x8D, 0x64, 0x24, skip.wrapping_neg()]);
+        self.buf.extend_from_slice(&[0x65, 0xFF, 0x14, 0x25]);
+        self.d32((c::OFF_TRACE_CHECKS + 8 * k) as u32);
+        self.mark(ip, 0);
         Ok(())
     }
 
