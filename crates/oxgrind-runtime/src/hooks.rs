@@ -900,19 +900,22 @@ unsafe extern "C" fn calloc_at(n: usize, size: usize, sp: u64, bp: u64) -> *mut 
 }
 
 fn calloc_here(n: usize, size: usize, entry: Entry) -> *mut c_void {
-    // Cost 0: `allocate` below counts the call.
-    if let Some(ev) = Event::enter(0) {
-        for (arg, v) in [("nmemb", n), ("size", size)] {
-            if fishy(v as u64) {
-                ev.misuse(
-                    entry,
-                    Misuse::FishyValue {
-                        func: AllocFn::Calloc,
-                        arg,
-                        value: v as u64,
-                    },
-                );
-                return core::ptr::null_mut();
+    // An event of its own only for a fishy argument (rare): its set-up and end cost about
+    // as much as the rest of the hook. Cost 0: `allocate` below counts the call.
+    if fishy(n as u64) || fishy(size as u64) {
+        if let Some(ev) = Event::enter(0) {
+            for (arg, v) in [("nmemb", n), ("size", size)] {
+                if fishy(v as u64) {
+                    ev.misuse(
+                        entry,
+                        Misuse::FishyValue {
+                            func: AllocFn::Calloc,
+                            arg,
+                            value: v as u64,
+                        },
+                    );
+                    return core::ptr::null_mut();
+                }
             }
         }
     }
