@@ -266,13 +266,15 @@ impl Cache {
     }
 }
 
-/// Which LL miss column a queued L1 miss charges.
+/// Which cache a queued L1 miss missed: the L1 miss column it charges (I1mr, D1mr,
+/// D1mw) and, where LL misses too, the LL column one after it (ILmr, DLmr, DLmw).
 #[derive(Clone, Copy)]
 enum Source {
-    Instr = ILMR as isize,
-    Read = DLMR as isize,
-    Write = DLMW as isize,
+    Instr = I1MR as isize,
+    Read = D1MR as isize,
+    Write = D1MW as isize,
 }
+const _: () = assert!(ILMR == I1MR + 1 && DLMR == D1MR + 1 && DLMW == D1MW + 1);
 
 /// An L1 miss waiting for its LL lookup.
 #[derive(Clone, Copy)]
@@ -283,7 +285,11 @@ struct LlRef {
     column: Source,
 }
 
-/// L1 misses queued for LL, in program order (see the module's comment).
+/// L1 misses queued for LL, in program order (see the module's comment). Their L1 misses
+/// are charged with their LL lookups, not when they happen: an instruction's costs (a
+/// slot of 104 bytes among hundreds of thousands in a large program) are then written
+/// only for misses, a few at a time with the slots prefetched ahead, instead of at every
+/// lookup that reaches the simulator (most of them hits), each a likely host cache miss.
 struct LlQueue {
     /// [`LL_QUEUE`] entries, the first `len` queued.
     refs: Box<[LlRef]>,
@@ -298,6 +304,8 @@ const LL_PREFETCH_AHEAD: usize = 16;
 /// How many misses ahead the other tags of the LL set are prefetched, when the most
 /// recently used one (by then in the host's caches) is another line's.
 const LL_PREFETCH_REST_AHEAD: usize = 8;
+/// How many misses ahead the costs of the missing instruction are prefetched.
+const COSTS_PREFETCH_AHEAD: usize = 8;
 
 /// Valgrind's conditional-branch predictor: 2^14 two-bit saturating counters indexed by 7
 /// bits of global taken history and the low 7 bits of the branch address (x86 uses them
@@ -394,7 +402,7 @@ pub struct Simulator {
     branch_sim: bool,
     /// Accesses larger than this are clamped to it (Valgrind: the smallest line size).
     max_access: u64,
-    /// Costs by instruction id (see `crate::adapter::Instr`); the LL misses are complete
+    /// Costs by instruction id (see `crate::adapter::Instr`); the L1 and LL misses are complete
     /// only after [`Simulator::flush`].
     pub costs: Vec<Costs>,
     /// How many times each block (the adapter's numbering) ran: its instructions' Ir.
@@ -464,8 +472,8 @@ impl Simulator {
         }
     }
 
-    /// Looks every queued L1 miss up in LL, in order, and charges the LL misses. Must run
-    /// before [`Simulator::costs`] is read.
+    /// Charges every queued L1 miss and looks it up in LL, in order, charging the LL
+    /// misses. Must run before [`Simulator::costs`] is read.
     #[inline(never)]
     pub fn flush(&mut self) {
         let queue = core::mem::take(&mut self.ll_queue.refs);
@@ -476,6 +484,9 @@ impl Simulator {
         for r in refs.iter().take(LL_PREFETCH_REST_AHEAD) {
             self.ll.prefetch_rest(r.addr);
         }
+        for r in refs.iter().take(COSTS_PREFETCH_AHEAD) {
+            self.prefetch_costs(r);
+        }
         for i in 0..refs.len() {
             if let Some(ahead) = refs.get(i + LL_PREFETCH_AHEAD) {
                 self.ll.prefetch(ahead.addr);
@@ -483,13 +494,25 @@ impl Simulator {
             if let Some(ahead) = refs.get(i + LL_PREFETCH_REST_AHEAD) {
                 self.ll.prefetch_rest(ahead.addr);
             }
-            let r = refs[i];
-            if self.ll.ref_is_miss(r.addr, r.size as u64) {
-                self.slot(r.id)[r.column as usize] += 1;
+            if let Some(ahead) = refs.get(i + COSTS_PREFETCH_AHEAD) {
+                self.prefetch_costs(ahead);
             }
+            let r = refs[i];
+            let ll_miss = self.ll.ref_is_miss(r.addr, r.size as u64);
+            let c = self.slot(r.id);
+            c[r.column as usize] += 1;
+            c[r.column as usize + 1] += u64::from(ll_miss);
         }
         self.ll_queue.len = 0;
         self.ll_queue.refs = queue;
+    }
+
+    /// Asks the host to bring the costs a queued miss charges into its caches: a hint.
+    #[inline(always)]
+    fn prefetch_costs(&self, r: &LlRef) {
+        if let Some(c) = self.costs.get(r.id as usize) {
+            oxgrind_tool::hint::prefetch_read(&c[r.column as usize]);
+        }
     }
 
     #[inline(always)]
@@ -570,7 +593,6 @@ impl Simulator {
     #[inline(always)]
     pub fn fetch(&mut self, id: u32, pc: u64, len: u64) {
         if self.cache_sim && self.i1.ref_is_miss(pc, len) {
-            self.slot(id)[I1MR] += 1;
             self.queue_ll(id, pc, len, Source::Instr);
         }
     }
@@ -597,7 +619,6 @@ impl Simulator {
     /// Charges instruction `id`'s fetch (`len` bytes at `pc`) an I1 miss, and queues its
     /// LL lookup.
     pub fn i1_miss(&mut self, id: u32, pc: u64, len: u64) {
-        self.slot(id)[I1MR] += 1;
         self.queue_ll(id, pc, len, Source::Instr);
     }
 
@@ -617,14 +638,12 @@ impl Simulator {
         }
         let size = size.min(self.max_access);
         let m1 = self.d1.ref_is_miss(addr, size);
-        let c = self.slot(id);
-        let (a, b, d) = if write {
-            (DW, D1MW, Source::Write)
+        let (a, d) = if write {
+            (DW, Source::Write)
         } else {
-            (DR, D1MR, Source::Read)
+            (DR, Source::Read)
         };
-        c[a] += 1;
-        c[b] += u64::from(m1);
+        self.slot(id)[a] += 1;
         self.queue_ll_if(m1, id, addr, size, d);
     }
 
@@ -665,7 +684,8 @@ impl Simulator {
     }
 
     /// The D1 lookup of a data access whose Dr or Dw is charged elsewhere
-    /// ([`Simulator::charge_runs`]): only its misses are counted here.
+    /// ([`Simulator::charge_runs`]): only its misses are counted here (when its LL lookup
+    /// is made: the instruction's costs are not touched now).
     #[inline(always)]
     pub fn d1_lookup(&mut self, id: u32, addr: u64, size: u64, write: bool) {
         if !self.cache_sim {
@@ -673,13 +693,8 @@ impl Simulator {
         }
         let size = size.min(self.max_access);
         let miss = self.d1.ref_is_miss(addr, size);
-        let (b, d) = if write {
-            (D1MW, Source::Write)
-        } else {
-            (D1MR, Source::Read)
-        };
+        let d = if write { Source::Write } else { Source::Read };
         // Without a branch on the miss (see `queue_ll_if`).
-        self.slot(id)[b] += u64::from(miss);
         self.queue_ll_if(miss, id, addr, size, d);
     }
 
