@@ -337,3 +337,91 @@ fn routine(
     a.bytes(&[0x65, 0xFF, 0x24, 0x25]); // jmp gs:[probe_entry]
     a.d32(c::OFF_PROBE_ENTRY as u32);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic};
+
+    /// Every routine decodes whole; each branch lands on one of its own instructions; it
+    /// leaves only by `ret 128` (one per path that appends nothing or a record below the
+    /// mark) or by the drain's `jmp gs:[probe_entry]`; and its pushes and pops balance
+    /// on every way out (checked by walking each path).
+    #[test]
+    fn every_routine_is_well_formed_and_leaves_with_its_stack_balanced() {
+        for &size in &SIZES {
+            for kind in [TraceKind::Read, TraceKind::Write, TraceKind::Modify] {
+                for flags in [false, true] {
+                    for hot in [false, true] {
+                        let mut code = alloc::vec::Vec::new();
+                        routine(&mut code, size, kind, flags, hot, 0x1234_5678);
+                        check(&code, size, flags, hot);
+                    }
+                }
+            }
+        }
+    }
+
+    fn check(code: &[u8], size: u32, flags: bool, hot: bool) {
+        let base = 0x10_0000u64;
+        let mut d = Decoder::with_ip(64, code, base, DecoderOptions::NONE);
+        let mut ins = alloc::vec::Vec::new();
+        while d.can_decode() {
+            let i = d.decode();
+            assert!(!i.is_invalid(), "size {size}: invalid at {:#x}", i.ip());
+            ins.push(i);
+        }
+        let at = |ip: u64| ins.iter().position(|i| i.ip() == ip);
+        let rets = ins
+            .iter()
+            .filter(|i| i.mnemonic() == Mnemonic::Ret && i.immediate16() == RED_ZONE_SKIP as u16)
+            .count();
+        // done, one per hot range.
+        let want = 1 + if hot { HOT_RANGES } else { 0 };
+        assert_eq!(rets, want, "size {size} flags {flags} hot {hot}");
+        // Walk every path from the entry with its stack depth (pushes minus pops).
+        let mut seen = alloc::vec![None; ins.len()];
+        let mut todo = alloc::vec![(0usize, 0i32)];
+        let mut exits = 0;
+        while let Some((mut k, mut depth)) = todo.pop() {
+            loop {
+                if let Some(d) = seen[k] {
+                    assert_eq!(d, depth, "size {size}: two depths at {:#x}", ins[k].ip());
+                    break;
+                }
+                seen[k] = Some(depth);
+                let i = &ins[k];
+                match i.mnemonic() {
+                    Mnemonic::Push => depth += 1,
+                    Mnemonic::Pop => depth -= 1,
+                    _ => {}
+                }
+                match i.flow_control() {
+                    FlowControl::Return => {
+                        assert_eq!(depth, 0, "size {size}: ret with pushes left");
+                        exits += 1;
+                        break;
+                    }
+                    FlowControl::IndirectBranch => {
+                        // The drain: the return address popped too.
+                        assert_eq!(depth, -1, "size {size}: drain with a wrong stack");
+                        exits += 1;
+                        break;
+                    }
+                    FlowControl::UnconditionalBranch => {
+                        k = at(i.near_branch_target()).expect("a jump into the routine");
+                    }
+                    FlowControl::ConditionalBranch => {
+                        let t = at(i.near_branch_target()).expect("a branch into the routine");
+                        todo.push((t, depth));
+                        k += 1;
+                    }
+                    _ => k += 1,
+                }
+                assert!(k < ins.len(), "size {size}: runs off the end");
+            }
+        }
+        assert!(exits > want, "size {size}: every exit reached");
+        assert!(seen.iter().all(|s| s.is_some()), "size {size}: dead code");
+    }
+}
