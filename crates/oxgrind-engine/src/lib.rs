@@ -223,6 +223,12 @@ pub struct Config {
     /// the host code's address and length (the runtime's perf map for profiling the code
     /// cache). Must not run guest code nor translate.
     pub on_translated: Option<fn(guest_pc: u64, host: u64, len: u64)>,
+    /// With no `client`: functions the embedder replaces all the same (asked once per
+    /// translated block start, as `probe::Embedder::redirect` is with a client). The runtime
+    /// sends its allocator entry points straight to glibc's when the tool wants no
+    /// allocator events (`--tool=none`), as `Embedder::redirect` does for an instrumenting
+    /// tool that wants none (Cachegrind).
+    pub redirect: Option<fn(pc: u64) -> Option<u64>>,
 }
 
 /// A guest system call the engine has just performed for the embedder (see
@@ -291,6 +297,7 @@ impl Default for Config {
             on_translated: None,
             before_syscalls: false,
             core_requests: None,
+            redirect: None,
         }
     }
 }
@@ -394,6 +401,9 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
         config.far_code_cache,
     ));
     probe::set_client(config.client);
+    if config.client.is_none() {
+        translate::set_plain_redirect(config.redirect);
+    }
     if config.definedness && config.client.is_some() && !definedness::enable() {
         let mut w = oxgrind_sys::fd::FdWriter::new(out_fd);
         let _ = core::fmt::Write::write_str(

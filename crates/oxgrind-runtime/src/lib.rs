@@ -122,6 +122,8 @@ fn start_engine(needs: oxgrind_tool::Needs) {
         core_requests: Some(requests::answer),
         on_fatal_in_native: Some(exit::fatal_signal_natively),
         on_translated: perfmap::hook(),
+        // Without a client to ask, the allocator bypass is the only redirection.
+        redirect: Some(instrument::allocator_redirect),
         ..Default::default()
     };
     // Testing knob: every instruction through definedness's interpreter, none through the
@@ -135,7 +137,7 @@ fn start_engine(needs: oxgrind_tool::Needs) {
     if needs.instrument && needs.check_overlaps {
         replace::prepare();
     }
-    if needs.instrument {
+    if needs.instrument || needs.ignores_heap {
         instrument::prepare_allocator_bypass();
     }
     // SAFETY: called once, from our ELF constructor, on the main thread before any other

@@ -160,6 +160,30 @@ pub struct Options {
     pub instrument: bool,
 }
 
+/// `Config::redirect` as a plain address (0: none): the embedder's replacements when
+/// there is no client to ask.
+static PLAIN_REDIRECT: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+/// Sets `Config::redirect`, once before the engine starts.
+pub(crate) fn set_plain_redirect(hook: Option<fn(u64) -> Option<u64>>) {
+    PLAIN_REDIRECT.store(
+        hook.map_or(0, |f| f as usize),
+        core::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// Where `Config::redirect` sends a block starting at `pc`, if anywhere.
+fn plain_redirect(pc: u64) -> Option<u64> {
+    match PLAIN_REDIRECT.load(core::sync::atomic::Ordering::Relaxed) {
+        0 => None,
+        f => {
+            // SAFETY: the only non-zero value stored is a `fn(u64) -> Option<u64>`.
+            let f: fn(u64) -> Option<u64> = unsafe { core::mem::transmute(f) };
+            f(pc)
+        }
+    }
+}
+
 /// Readable length from `pc`: to the end of its page, plus the next page if it is mapped.
 /// `0` if `pc`'s own page is not mapped.
 fn readable_len(pc: u64) -> usize {
@@ -407,7 +431,11 @@ pub fn translate_at_most(
         None
     };
     // Asked of the embedder's own code too, which it may bypass.
-    if let Some(to) = client.and_then(|c| c.embedder.redirect(pc)) {
+    let redirect = match client {
+        Some(c) => c.embedder.redirect(pc),
+        None => plain_redirect(pc),
+    };
+    if let Some(to) = redirect {
         e.mark(pc, 0);
         return Ok(e.jump_only(to, 1));
     }
