@@ -14,9 +14,9 @@
 //! * `oxg_attach`: takes over the calling thread: the guest continues at the caller's
 //!   return address, with the caller's registers and `rax = 0`.
 //! * `oxg_ibl2`: second probe and miss path of the indirect-branch lookup whose first probe
-//!   translated code inlines at every indirect exit (multiplicative hash, two probes, so
-//!   that two hot targets sharing a slot do not evict each other); the arithmetic flags
-//!   are saved with `lahf`/`seto` (no stack use); a miss enters the dispatcher.
+//!   translated code inlines at every indirect exit (the target's low 16 bits, two probes,
+//!   so that two hot targets sharing a slot do not evict each other); no flag is changed
+//!   and the stack is not used; a miss enters the dispatcher.
 //! * `oxg_clone_tramp`: executes a guest `clone` whose child shares the address space and
 //!   moves the child onto its own context before it runs any translated code.
 //! * `oxg_fork_tramp`: executes a `fork`-like system call and flags the child.
@@ -235,30 +235,26 @@ core::arch::global_asm!(
     "jmp oxg_dispatch_core",
     // ------------------------------------------------------------------ IBL
     // Second probe and miss path of the lookup that translated code inlines at each
-    // indirect exit (see translate.rs): rax = first slot, rcx = guest target, guest rcx and
-    // flags saved, guest rax in STUB_RAX.
+    // indirect exit (see translate/branches.rs): rax = guest target, guest rcx in IBL_RCX,
+    // guest rax in STUB_RAX, the flags the guest's (nothing here changes them). The second
+    // probe is the slot after the first: the key array's next word.
     ".p2align 4",
     ".globl oxg_ibl2",
     ".hidden oxg_ibl2",
     "oxg_ibl2:",
-    "add rax, 16",
-    "cmp rcx, [rax]",
-    "jne 2f",
-    "mov rax, [rax + 8]",
-    "mov gs:[{host_target}], rax",
-    "mov rax, gs:[{ibl_flags}]",
-    "add al, 0x7f",
-    "sahf",
+    "movzx ecx, ax",
+    "mov rcx, gs:[rcx * 8 + {ibl_keys} + 8]",
+    "lea rcx, [rcx + rax]",
+    "jrcxz 2f",
+    "mov rcx, gs:[{ibl_rcx}]",
+    "jmp oxg_dispatch",
+    "2:",
+    "movzx ecx, ax",
+    "mov rcx, gs:[rcx * 8 + {ibl_hosts} + 8]",
+    "mov gs:[{host_target}], rcx",
     "mov rcx, gs:[{ibl_rcx}]",
     "mov rax, gs:[{stub_rax}]",
     "jmp qword ptr gs:[{host_target}]",
-    "2:",
-    "mov rax, gs:[{ibl_flags}]",
-    "add al, 0x7f",
-    "sahf",
-    "mov rax, rcx",
-    "mov rcx, gs:[{ibl_rcx}]",
-    "jmp oxg_dispatch",
     ".globl oxg_ibl2_end",
     ".hidden oxg_ibl2_end",
     "oxg_ibl2_end:",
@@ -507,7 +503,8 @@ core::arch::global_asm!(
     next_pc = const c::OFF_NEXT_PC,
     stub_rax = const c::scratch_off(c::S_STUB_RAX),
     ibl_rcx = const c::scratch_off(c::S_IBL_RCX),
-    ibl_flags = const c::scratch_off(c::S_IBL_FLAGS),
+    ibl_keys = const c::IBL_KEYS_OFF,
+    ibl_hosts = const c::IBL_HOSTS_OFF,
     host_target = const c::scratch_off(c::S_HOST_TARGET),
     raise_target = const c::scratch_off(c::S_RAISE_TARGET),
     t0 = const c::scratch_off(c::S_T0),

@@ -70,7 +70,8 @@ pub struct ThreadCtx {
     pub dispatch: u64,
     /// Host address of the IBL's second probe / miss path (`oxg_ibl2`).
     pub ibl2: u64,
-    /// This thread's IBL table: `IBL_ENTRIES` pairs (guest pc, host pc).
+    /// This thread's IBL table: its keys array, in this mapping at [`IBL_KEYS_OFF`]
+    /// (the host pcs follow at [`IBL_HOSTS_OFF`]).
     pub ibl_table: u64,
     /// Top of this thread's private engine stack.
     pub estack: u64,
@@ -242,7 +243,6 @@ macro_rules! off {
 }
 off!(OFF_SCRATCH, scratch);
 off!(OFF_DISPATCH, dispatch);
-off!(OFF_IBL_TABLE, ibl_table);
 off!(OFF_IBL2, ibl2);
 off!(OFF_ESTACK, estack);
 off!(OFF_IN_ENGINE, in_engine);
@@ -358,10 +358,20 @@ pub const RECENT_SWAPS_OFF: usize =
 pub const RECENT_RECORD_SWAPS_OFF: usize = recent_array_at(RECENT_SWAPS_OFF + RECENT_MAX, 0xe00);
 /// The code table's swap bits, as the data table's.
 pub const RECENT_CODE_SWAPS_OFF: usize = recent_array_at(RECENT_RECORD_SWAPS_OFF + 64, 0xf00);
+/// The thread's IBL table, in two arrays of `IBL_ENTRIES + 1` words (the last slot's second
+/// probe is one more) at fixed offsets of the context, so that translated code reads slot
+/// `i` as `gs:[IBL_KEYS_OFF + i * 8]` and `gs:[IBL_HOSTS_OFF + i * 8]` with the slot number
+/// as the only register: a key is the guest pc *negated* (0 in an empty slot), the host
+/// pc beside it. The lookup then needs no flags: `lea rcx, [rcx + rax]` of the negated key
+/// and the target is 0 exactly on a hit, which `jrcxz` tests (see `translate::branches`).
+pub const IBL_KEYS_OFF: usize = (RECENT_CODE_SWAPS_OFF + RECENT_MAX + 0xfff) & !0xfff;
+pub const IBL_HOSTS_OFF: usize = IBL_KEYS_OFF + IBL_ARRAY_BYTES;
+/// Bytes of one IBL array, rounded to pages.
+const IBL_ARRAY_BYTES: usize = ((IBL_ENTRIES + 1) * 8 + 0xfff) & !0xfff;
 /// Where the thread's indexed counters start (`Needs::indexed_counters`; translated code
 /// adds to `gs:[INDEXED_COUNTERS_OFF + index * 8]`): the mapping's last part, as long as
 /// the tool asked for.
-pub const INDEXED_COUNTERS_OFF: usize = RECENT_CODE_SWAPS_OFF + RECENT_MAX;
+pub const INDEXED_COUNTERS_OFF: usize = IBL_HOSTS_OFF + IBL_ARRAY_BYTES;
 /// The context mapping without indexed counters.
 pub const CTX_SIZE: usize = INDEXED_COUNTERS_OFF;
 
@@ -419,16 +429,18 @@ pub fn siginfo_slot(ctx: *mut ThreadCtx, sig: usize) -> *mut u8 {
 
 const _: () = assert!(core::mem::size_of::<ThreadCtx>() <= XSAVE_OFF);
 
-/// IBL table geometry: 64 Ki entries of 16 bytes (plus one, for the second probe of the
-/// last slot), indexed by `((pc * IBL_MUL) >> IBL_SHIFT) & (IBL_ENTRIES - 1)`.
+/// IBL table geometry: 64 Ki slots (plus one, for the second probe of the last slot; see
+/// [`IBL_KEYS_OFF`]), indexed by the guest pc's low 16 bits: one `movzx`, which leaves the
+/// flags alone (a multiplicative hash needed the guest's flags saved and restored around
+/// it, `lahf`/`seto`/`sahf`, most of the lookup's instructions). Code addresses spread
+/// evenly over their low bits; two hot targets 64 KiB apart at the same offset share a
+/// slot, and the second probe keeps both.
 pub const IBL_BITS: u32 = 16;
 pub const IBL_ENTRIES: usize = 1 << IBL_BITS;
-pub const IBL_MUL: u32 = 0x5bd1_e995;
-pub const IBL_SHIFT: u32 = 20;
 
 /// The first IBL slot for guest `pc` (the lookup also tries the next one).
 pub fn ibl_index(pc: u64) -> usize {
-    (pc.wrapping_mul(IBL_MUL as u64) >> IBL_SHIFT) as usize & (IBL_ENTRIES - 1)
+    pc as usize & (IBL_ENTRIES - 1)
 }
 pub(crate) const ENGINE_STACK: usize = 1 << 20;
 
@@ -445,7 +457,6 @@ pub fn new_ctx(dispatch: u64) -> Option<*mut ThreadCtx> {
     }
     let page = raw::mmap_anon(size)?;
     let stack = raw::mmap_anon(ENGINE_STACK)?;
-    let table = raw::mmap_anon((IBL_ENTRIES + 1) * 16)?;
     // The context and the engine stack hold copies of the guest's registers (also after the
     // thread is gone): not roots of the program's heap.
     oxgrind_sys::heap::note_private_mapping(page as usize, size);
@@ -469,7 +480,7 @@ pub fn new_ctx(dispatch: u64) -> Option<*mut ThreadCtx> {
         }
         crate::recent_lines::clear(&mut *ctx);
         count_indexed_into_own(&mut *ctx, true);
-        (*ctx).ibl_table = table as u64;
+        (*ctx).ibl_table = ctx as u64 + IBL_KEYS_OFF as u64;
         (*ctx).estack = stack as u64 + ENGINE_STACK as u64 - 64;
         let mut head = ALL.load(Ordering::Acquire);
         loop {
@@ -564,7 +575,7 @@ pub fn reuse_exited() -> Option<*mut ThreadCtx> {
         c.sig_depth = 0;
         c.stepping = 0;
         // Drop the old thread's IBL entries (and their memory): the pages read as zero.
-        oxgrind_sys::raw::discard(c.ibl_table as *mut u8, (IBL_ENTRIES + 1) * 16);
+        oxgrind_sys::raw::discard(c.ibl_table as *mut u8, 2 * IBL_ARRAY_BYTES);
     }
     Some(ctx)
 }
@@ -731,10 +742,10 @@ pub fn purge_ibl(start: u64, end: u64) {
         // SAFETY: contexts and their tables are never freed; each entry's key is written
         // with one aligned store, so the owner thread sees the old key or 0.
         unsafe {
-            let table = (*p).ibl_table as *mut u64;
+            let keys = (*p).ibl_table as *mut u64;
             for i in 0..=IBL_ENTRIES {
-                let k = table.add(2 * i);
-                let key = ptr::read_volatile(k);
+                let k = keys.add(i);
+                let key = ptr::read_volatile(k).wrapping_neg();
                 if key >= start && key < end {
                     ptr::write_volatile(k, 0);
                 }

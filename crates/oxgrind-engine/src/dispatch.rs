@@ -162,30 +162,32 @@ fn block_for(pc: u64) -> BlockRec {
 }
 
 fn ibl_insert(ctx: &ThreadCtx, pc: u64, host: u64) {
-    let base = (ctx.ibl_table as *mut u64).wrapping_add(c::ibl_index(pc) * 2);
-    // SAFETY: the table has IBL_ENTRIES + 1 16-byte entries and belongs to this thread; only
-    // this thread's IBL reads it. The key is written last so a half-written entry (signal
-    // in between) never matches.
+    let keys = (ctx.ibl_table as *mut u64).wrapping_add(c::ibl_index(pc));
+    let hosts = keys.wrapping_byte_add(c::IBL_HOSTS_OFF - c::IBL_KEYS_OFF);
+    let key = pc.wrapping_neg();
+    // SAFETY: the arrays have IBL_ENTRIES + 1 words and belong to this thread; only this
+    // thread's IBL reads them. A key is written last so a half-written entry (signal in
+    // between) never matches; keys are stored negated (see `IBL_KEYS_OFF`).
     unsafe {
         let (k0, k1) = (
-            core::ptr::read_volatile(base),
-            core::ptr::read_volatile(base.add(2)),
+            core::ptr::read_volatile(keys),
+            core::ptr::read_volatile(keys.add(1)),
         );
-        let slot = if k0 == 0 || k0 == pc {
-            base
-        } else if k1 == 0 || k1 == pc {
-            base.add(2)
+        let slot = if k0 == 0 || k0 == key {
+            0
+        } else if k1 == 0 || k1 == key {
+            1
         } else {
             // Both taken: the older entry moves to the second probe, the new one goes first.
-            let v0 = core::ptr::read_volatile(base.add(1));
-            core::ptr::write_volatile(base.add(2), 0);
-            core::ptr::write_volatile(base.add(3), v0);
-            core::ptr::write_volatile(base.add(2), k0);
-            base
+            let h0 = core::ptr::read_volatile(hosts);
+            core::ptr::write_volatile(keys.add(1), 0);
+            core::ptr::write_volatile(hosts.add(1), h0);
+            core::ptr::write_volatile(keys.add(1), k0);
+            0
         };
-        core::ptr::write_volatile(slot, 0);
-        core::ptr::write_volatile(slot.add(1), host);
-        core::ptr::write_volatile(slot, pc);
+        core::ptr::write_volatile(keys.add(slot), 0);
+        core::ptr::write_volatile(hosts.add(slot), host);
+        core::ptr::write_volatile(keys.add(slot), key);
     }
 }
 

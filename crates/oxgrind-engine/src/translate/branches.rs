@@ -25,10 +25,20 @@ impl Emitter {
     }
 
     pub(super) fn stub_jump_existing(&mut self, s: usize) {
+        self.align_rel32(1);
         self.buf.push(0xE9);
         let fix = self.buf.len();
         self.d32(0);
         self.fixups.push((fix, s));
+    }
+
+    /// Pads with `nop`s so that the rel32 of a jump whose opcode takes `opcode_len` bytes,
+    /// emitted next, lies 4-byte aligned: linking may then aim it at the stub's target
+    /// directly, in one atomic store (see [`link_stub`]).
+    pub(super) fn align_rel32(&mut self, opcode_len: usize) {
+        const NOPS: [&[u8]; 4] = [&[], &[0x90], &[0x66, 0x90], &[0x0F, 0x1F, 0x00]];
+        let pad = (4 - (self.here() as usize + opcode_len) % 4) % 4;
+        self.buf.extend_from_slice(NOPS[pad]);
     }
 
     /// Lays out the stubs after the code and resolves the jumps to them.
@@ -49,8 +59,17 @@ impl Emitter {
             emit_stub(&mut self.buf, target);
         }
         for &(fix, s) in &self.fixups {
-            let rel = self.stubs[s].offset as i64 - (fix as i64 + 4);
+            let stub = self.stubs[s].offset;
+            let rel = stub as i64 - (fix as i64 + 4);
             self.buf[fix..fix + 4].copy_from_slice(&(rel as i32).to_le_bytes());
+            // The stub's first jump whose rel32 one aligned store can change is linked
+            // straight to the target with the stub (`link_stub`): a taken branch then
+            // makes one jump, not two.
+            let at = stub + STUB_BODY_JUMP;
+            if (self.base as usize + fix) % 4 == 0 && self.buf[at..at + 4] == [0; 4] {
+                let back = fix as i64 - stub as i64;
+                self.buf[at..at + 4].copy_from_slice(&(back as i32).to_le_bytes());
+            }
         }
         if !self.recent_cold.is_empty() || !self.block_cold.is_empty() {
             self.finish_recent_cold();
@@ -89,35 +108,45 @@ impl Emitter {
 
     /// The first probe of the indirect-branch lookup, inlined at each indirect exit so that
     /// every site has its own final `jmp` (and branch-predictor entry); the second probe and
-    /// the miss path are shared (`oxg_ibl2`). Protocol: rax = guest
-    /// target, guest rax in STUB_RAX; flags saved with lahf/seto, no stack use.
+    /// the miss path are shared (`oxg_ibl2`). Protocol: rax = guest target, guest rax in
+    /// STUB_RAX, guest rcx in IBL_RCX from here on. No flag is touched and nothing is
+    /// stored on the stack: the slot is the target's low 16 bits (`movzx`), its key the
+    /// negated guest pc, so the sum of key and target is 0 exactly on a hit (`jrcxz`). The
+    /// lookup with a multiplicative hash and a `cmp` saved and restored the flags around
+    /// it (`lahf`/`seto`/`sahf`) and was twice as many instructions.
     pub(super) fn inline_ibl(&mut self) {
         self.store_gs(1, c::scratch_off(c::S_IBL_RCX)); // mov gs:[ibl_rcx], rcx
-        self.buf.extend_from_slice(&[0x48, 0x89, 0xC1]); // mov rcx, rax
-        self.buf.extend_from_slice(&[0x9F, 0x0F, 0x90, 0xC0]); // lahf; seto al
-        self.store_gs(0, c::scratch_off(c::S_IBL_FLAGS));
-        self.buf.extend_from_slice(&[0x48, 0x69, 0xC1]); // imul rax, rcx, K
-        self.d32(c::IBL_MUL);
-        self.buf
-            .extend_from_slice(&[0x48, 0xC1, 0xE8, c::IBL_SHIFT as u8]); // shr rax, S
-        self.buf.push(0x25); // and eax, mask
-        self.d32((c::IBL_ENTRIES - 1) as u32);
-        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE0, 0x04]); // shl rax, 4
-        self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]); // add rax, gs:[table]
-        self.d32(c::OFF_IBL_TABLE as u32);
-        self.buf.extend_from_slice(&[0x48, 0x3B, 0x08]); // cmp rcx, [rax]
-        self.buf.extend_from_slice(&[0x75, 0x00]); // jne miss
-        let jne = self.buf.len();
-        self.buf.extend_from_slice(&[0x48, 0x8B, 0x40, 0x08]); // mov rax, [rax+8]
-        self.store_gs(0, c::scratch_off(c::S_HOST_TARGET));
-        self.load_gs(0, c::scratch_off(c::S_IBL_FLAGS));
-        self.buf.extend_from_slice(&[0x04, 0x7F, 0x9E]); // add al, 0x7f; sahf
+        ibl_probe(&mut self.buf, c::IBL_KEYS_OFF);
+        // jrcxz hit; jmp gs:[ibl2]; hit:
+        self.buf.extend_from_slice(&[0xE3, 8]);
+        self.jmp_gs(c::OFF_IBL2);
+        ibl_hit(&mut self.buf, c::IBL_HOSTS_OFF);
         self.load_gs(1, c::scratch_off(c::S_IBL_RCX));
         self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
         self.jmp_gs(c::scratch_off(c::S_HOST_TARGET));
-        let rel = self.buf.len() - jne;
-        self.buf[jne - 1] = rel as u8;
-        self.jmp_gs(c::OFF_IBL2);
+    }
+
+    /// An embedder's entry point's `jmp` to `asm::oxg_native_entry` (`crate::native_entry`):
+    /// the native call that block makes, and the `ret` after it at `done`, emitted here,
+    /// in the entry point's own block. Each entry point (the runtime's `malloc`, `free`,
+    /// ...) then returns to the program through an indirect jump of its own, which the
+    /// branch predictor learns per entry point; through the one shared block, every
+    /// return of every allocator call took the same jump, whose target changed at nearly
+    /// every call. The instructions counted are those of the shared path: none for the
+    /// gate, one for the `ret` (`hooks::wrapper_cost` in the runtime relies on it).
+    fn native_entry_here(&mut self, entry: u64, rec: u64, done: u64) {
+        self.mark(entry, 0);
+        let gate = crate::asm::oxg_native_entry_gate as *const () as u64;
+        self.native_gate_call(entry, rec, done, gate);
+        self.mark(done, 0);
+        if self.count {
+            self.count_prologue(1, false);
+        }
+        self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+        self.mark(done, FIX_RAX_IN_STUB);
+        self.buf.push(0x58); // pop rax
+        self.unmark();
+        self.inline_ibl();
     }
 
     /// `mov rax, <operand 0 of ins>` for an indirect jump or call.
@@ -170,12 +199,21 @@ impl Emitter {
         self.mark(ip, 0);
         match ins.flow_control() {
             FlowControl::UnconditionalBranch => {
-                self.stub_jump(ins.near_branch_target());
+                let target = ins.near_branch_target();
+                if target == crate::asm::native_entry_pc() && crate::native_entries() {
+                    let (_, done) = crate::asm::run_native_pcs();
+                    if let Some(rec) = crate::probe::native_entry_record(target, done) {
+                        self.native_entry_here(target, rec, done);
+                        return Ok(());
+                    }
+                }
+                self.stub_jump(target);
             }
             FlowControl::ConditionalBranch => {
                 let target = ins.near_branch_target();
                 if ins.is_jcc_short_or_near() {
                     let cc = ins.condition_code() as u8 - 1;
+                    self.align_rel32(2);
                     self.buf.extend_from_slice(&[0x0F, 0x80 + cc]);
                     let fix = self.buf.len();
                     self.d32(0);
@@ -244,9 +282,36 @@ impl Emitter {
     }
 }
 
+/// `movzx ecx, ax; mov rcx, gs:[keys + rcx*8]; lea rcx, [rcx + rax]`: rcx is 0 when the
+/// slot of guest target `rax` in the key array at context offset `keys` holds it. The
+/// first probe reads `IBL_KEYS_OFF`, the second (`oxg_ibl2`) the next slot.
+pub(super) fn ibl_probe(buf: &mut Vec<u8>, keys: usize) {
+    buf.extend_from_slice(&[0x0F, 0xB7, 0xC8]); // movzx ecx, ax
+    buf.extend_from_slice(&[0x65, 0x48, 0x8B, 0x0C, 0xCD]); // mov rcx, gs:[rcx*8 + keys]
+    buf.extend_from_slice(&(keys as u32).to_le_bytes());
+    buf.extend_from_slice(&[0x48, 0x8D, 0x0C, 0x01]); // lea rcx, [rcx + rax]
+}
+
+/// `movzx ecx, ax; mov rcx, gs:[hosts + rcx*8]; mov gs:[HOST_TARGET], rcx`: the host pc of
+/// the slot [`ibl_probe`] found.
+pub(super) fn ibl_hit(buf: &mut Vec<u8>, hosts: usize) {
+    buf.extend_from_slice(&[0x0F, 0xB7, 0xC8]); // movzx ecx, ax
+    buf.extend_from_slice(&[0x65, 0x48, 0x8B, 0x0C, 0xCD]); // mov rcx, gs:[rcx*8 + hosts]
+    buf.extend_from_slice(&(hosts as u32).to_le_bytes());
+    // mov gs:[HOST_TARGET], rcx
+    buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x0C, 0x25]);
+    buf.extend_from_slice(&(c::scratch_off(c::S_HOST_TARGET) as u32).to_le_bytes());
+}
+
+/// Where an exit stub keeps, as an `i32` relative to its start, the rel32 of a jump of its
+/// block that goes to it (4-byte aligned; 0: none), which linking aims at the target too.
+/// Never executed: it lies after the stub's last instruction.
+pub const STUB_BODY_JUMP: usize = 28;
+
 /// An exit stub: `mov gs:[STUB_RAX], rax; mov rax, target; jmp gs:[DISPATCH]`, padded to
-/// [`STUB_FAR_SLOT`], then an 8-byte slot for a far link. Linking rewrites its first 8
-/// bytes in one aligned store (stubs are 8-byte aligned).
+/// [`STUB_FAR_SLOT`] (the padding holds [`STUB_BODY_JUMP`]), then an 8-byte slot for a far
+/// link. Linking rewrites its first 8 bytes in one aligned store (stubs are 8-byte
+/// aligned).
 pub(super) fn emit_stub(buf: &mut Vec<u8>, target: u64) {
     let start = buf.len();
     buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0x25]);
@@ -255,9 +320,11 @@ pub(super) fn emit_stub(buf: &mut Vec<u8>, target: u64) {
     buf.extend_from_slice(&target.to_le_bytes());
     buf.extend_from_slice(&[0x65, 0xFF, 0x24, 0x25]);
     buf.extend_from_slice(&(c::OFF_DISPATCH as u32).to_le_bytes());
-    while buf.len() - start < STUB_FAR_SLOT {
+    while buf.len() - start < STUB_BODY_JUMP {
         buf.push(0xCC);
     }
+    buf.extend_from_slice(&[0; 4]);
+    debug_assert_eq!(buf.len() - start, STUB_FAR_SLOT);
     buf.extend_from_slice(&0u64.to_le_bytes());
     debug_assert_eq!(buf.len() - start, STUB_SIZE);
 }
@@ -267,6 +334,8 @@ pub(super) fn emit_stub(buf: &mut Vec<u8>, target: u64) {
 /// # Safety
 /// `stub` must be an exit stub in a writable code-cache arena.
 pub unsafe fn unlink_stub(stub: u64) {
+    // SAFETY: the caller guarantees a stub; its body jump (if any) lies in the same block.
+    unsafe { aim_body_jump(stub, stub) };
     let mut first = [0u8; 8];
     first[..5].copy_from_slice(&[0x65, 0x48, 0x89, 0x04, 0x25]);
     first[5..].copy_from_slice(&(c::scratch_off(c::S_STUB_RAX) as u32).to_le_bytes()[..3]);
@@ -297,6 +366,28 @@ pub unsafe fn link_stub(stub: u64, to: u64) {
         }
         // One aligned 8-byte store: a thread running the stub sees the old or new bytes.
         core::ptr::write_volatile(p, u64::from_le_bytes(new));
+        aim_body_jump(stub, to);
+    }
+}
+
+/// Aims the jump of the stub's block that goes to the stub ([`STUB_BODY_JUMP`]) at `to`
+/// (the stub itself when unlinking), when it has one and `to` is within its reach.
+///
+/// # Safety
+/// `stub` must be an exit stub in a writable code-cache arena.
+unsafe fn aim_body_jump(stub: u64, to: u64) {
+    // SAFETY: the caller guarantees a stub, STUB_SIZE bytes; the word is 4-byte aligned.
+    let back = unsafe { core::ptr::read_volatile((stub + STUB_BODY_JUMP as u64) as *const i32) };
+    if back == 0 {
+        return;
+    }
+    let at = stub.wrapping_add(back as i64 as u64);
+    let rel = to as i64 - (at as i64 + 4);
+    if rel == rel as i32 as i64 {
+        // SAFETY: `at` is the 4-byte aligned rel32 of a jump in the same translation (the
+        // translator recorded it); one aligned store, so a thread running the jump sees
+        // the old target (the stub, which leads to the same place) or the new one.
+        unsafe { core::ptr::write_volatile(at as *mut i32, rel as i32) };
     }
 }
 

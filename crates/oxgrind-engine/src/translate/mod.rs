@@ -382,6 +382,7 @@ pub fn translate_at_most(
     let mut e = Emitter {
         buf: Vec::with_capacity(512),
         base,
+        count: opts.count,
         stubs: Vec::new(),
         fixups: Vec::new(),
         guest: Vec::new(),
@@ -808,6 +809,8 @@ fn flags_dead_at_entry(insns: &[Decoded]) -> bool {
 struct Emitter {
     buf: Vec<u8>,
     base: u64,
+    /// Instructions are counted (`Options::count`).
+    count: bool,
     /// Stubs by index; offsets are filled in by `finish`.
     stubs: Vec<Stub>,
     /// (position of a rel32 in buf, stub index) to patch once stubs are placed.
@@ -1250,7 +1253,7 @@ mod tests {
         // The IBL after the pop stands for no guest instruction.
         let ibl = insns
             .iter()
-            .find(|i| i.mnemonic() == Mnemonic::Lahf)
+            .find(|i| i.mnemonic() == Mnemonic::Movzx)
             .unwrap();
         assert_eq!(at(ibl.ip()).guest, UNMAPPED);
     }
