@@ -234,6 +234,12 @@ pub struct ThreadCtx {
     pub native_calls: core::sync::atomic::AtomicU64,
     /// Next context in the global list of all contexts (for totals at exit).
     pub next: *mut ThreadCtx,
+    /// The program's last system call as the dispatcher sent it to run: its `syscall`'s
+    /// pc, its number and `lent_fd::loans()` just before, for one that comes back with
+    /// `EMFILE` (`dispatch::emfile_returned`).
+    pub call_pc: u64,
+    pub call_nr: u64,
+    pub call_loans: u64,
 }
 
 macro_rules! off {

@@ -239,6 +239,13 @@ pub(crate) unsafe extern "C" fn dispatch(ctx: *mut ThreadCtx) -> u64 {
                 }
                 break b.host;
             }
+            BlockKind::Syscall if emfile_returned(ctx, pc) => {
+                // Performed again (its block is run anew), or failed for good: on to the
+                // instruction after it, the syscall block's count already taken.
+                if ctx.gregs[c::RAX] as i64 == oxgrind_sys::lent_fd::EMFILE_RESULT {
+                    pc += 2;
+                }
+            }
             BlockKind::Syscall => match {
                 if crate::definedness::enabled() {
                     crate::definedness::before_syscall(ctx, pc);
@@ -247,6 +254,9 @@ pub(crate) unsafe extern "C" fn dispatch(ctx: *mut ThreadCtx) -> u64 {
                 if unsafe { GLOBAL.get_unchecked().before_syscalls } {
                     tool_before_syscall(ctx, pc);
                 }
+                ctx.call_pc = pc;
+                ctx.call_nr = ctx.gregs[c::RAX];
+                ctx.call_loans = oxgrind_sys::lent_fd::loans();
                 pre_syscall(ctx, pc, b.host)
             } {
                 Action::Run(h) => break h,
@@ -260,6 +270,25 @@ pub(crate) unsafe extern "C" fn dispatch(ctx: *mut ThreadCtx) -> u64 {
         }
     };
     signals::maybe_raise(ctx, host)
+}
+
+/// Whether the dispatcher is entered at the `syscall` at `pc` because that very call just
+/// failed with `EMFILE` (its block's exit for that result leads back to its own pc, see
+/// `translate::special::syscall_block`). If oxgrind held one of the program's descriptor
+/// slots during the call (`oxgrind_sys::lent_fd`), the failure is ours: the call is set up
+/// to run again, with its number back in `rax`, once the slot is returned; otherwise the
+/// program's table really is full and `rax` keeps `-EMFILE`. A program's own `syscall` with
+/// `-24` in `rax` at the pc of its previous call would read as this: no such call exists.
+fn emfile_returned(ctx: &mut ThreadCtx, pc: u64) -> bool {
+    if ctx.gregs[c::RAX] as i64 != oxgrind_sys::lent_fd::EMFILE_RESULT || ctx.call_pc != pc {
+        return false;
+    }
+    ctx.call_pc = 0;
+    if oxgrind_sys::lent_fd::lent_since(ctx.call_loans) {
+        oxgrind_sys::lent_fd::wait_returned();
+        ctx.gregs[c::RAX] = ctx.call_nr;
+    }
+    true
 }
 
 /// Tells the tool of the program's system call at `pc` before anything runs it
@@ -411,18 +440,28 @@ fn performed_syscall(ctx: &mut ThreadCtx, pc: u64, hook: Option<fn(&crate::Memor
         SYS_MUNMAP | SYS_MREMAP => invalidate(args[0], args[1]),
         _ => {}
     }
-    // SAFETY: the guest's own system call with its own arguments; the kernel validates them.
-    let result = unsafe {
-        oxgrind_sys::syscall::syscall6(
-            nr as usize,
-            args[0] as usize,
-            args[1] as usize,
-            args[2] as usize,
-            args[3] as usize,
-            args[4] as usize,
-            args[5] as usize,
-        )
-    } as i64;
+    let result = loop {
+        let loans = oxgrind_sys::lent_fd::loans();
+        // SAFETY: the guest's own system call with its own arguments; the kernel validates
+        // them.
+        let result = unsafe {
+            oxgrind_sys::syscall::syscall6(
+                nr as usize,
+                args[0] as usize,
+                args[1] as usize,
+                args[2] as usize,
+                args[3] as usize,
+                args[4] as usize,
+                args[5] as usize,
+            )
+        } as i64;
+        // A full descriptor table because oxgrind held a slot: as `emfile_returned`.
+        if result != oxgrind_sys::lent_fd::EMFILE_RESULT || !oxgrind_sys::lent_fd::lent_since(loans)
+        {
+            break result;
+        }
+        oxgrind_sys::lent_fd::wait_returned();
+    };
     ctx.gregs[c::RAX] = result as u64;
     if let Some(hook) = hook {
         hook(&crate::MemorySyscall {

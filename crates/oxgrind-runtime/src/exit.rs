@@ -748,6 +748,7 @@ fn describe_internal_fault(sig: c_int, info: *const c_void, ctx: *const c_void) 
     line.text(b"\n");
     line.flush(2);
     // The executable mappings, for the offsets of those addresses.
+    let _lent = oxgrind_sys::lent_fd::Lent::take();
     let Ok(fd) = raw::open(b"/proc/self/maps\0", 0, 0) else {
         return;
     };

@@ -67,6 +67,8 @@ const FD_FLOOR: i32 = 900;
 fn create_file(path: &str) -> Result<i32, i32> {
     let mut c = path.as_bytes().to_vec();
     c.push(0);
+    // Until the descriptor is moved up, it holds one of the program's slots.
+    let _lent = oxgrind_sys::lent_fd::Lent::take();
     let fd = raw::open(
         &c,
         raw::O_WRONLY | raw::O_CREAT | raw::O_TRUNC | raw::O_CLOEXEC,

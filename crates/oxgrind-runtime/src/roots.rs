@@ -199,6 +199,8 @@ fn set_stop_handler(install: bool, old: &mut KernelSigaction) {
 fn other_threads() -> Vec<i32> {
     let me = raw::gettid();
     let mut tids = Vec::new();
+    // The directory's descriptor holds one of the program's slots while it is read.
+    let _lent = oxgrind_sys::lent_fd::Lent::take();
     if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
         for e in dir.flatten() {
             if let Some(t) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) {

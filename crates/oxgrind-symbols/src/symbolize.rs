@@ -154,6 +154,9 @@ pub struct Symbolizer {
 }
 
 fn mmap(path: &Path) -> Result<Arc<memmap2::Mmap>, SymbolizeError> {
+    // The descriptor holds one of the program's slots until it is closed (`file` is
+    // dropped before `_lent`).
+    let _lent = oxgrind_sys::lent_fd::Lent::take();
     let file = File::open(path).map_err(|error| SymbolizeError::Io {
         path: path.into(),
         error,
@@ -798,6 +801,7 @@ fn store_section(dir: &Path, name: &str, bytes: &[u8]) {
     use std::io::Write;
     let name = name.trim_start_matches('.');
     let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
+    let _lent = oxgrind_sys::lent_fd::Lent::take();
     let written = std::fs::create_dir_all(dir).is_ok()
         && File::create(&tmp)
             .and_then(|mut f| f.write_all(bytes))

@@ -10,6 +10,7 @@
 //! * [`syscall`] issues system calls with inline assembly ([`raw`] lists the numbers used);
 //! * [`fd`] writes to file descriptors oxgrind owns, with `core::fmt` formatting;
 //! * [`lock`] is a spin lock that works before threads, TLS or futexes are set up;
+//! * [`lent_fd`] marks the moments oxgrind holds one of the program's descriptor slots;
 //! * [`procself`] reads `/proc/self` files through descriptors kept out of the program's way;
 //! * [`heap`] is the runtime's own allocator (`#[global_allocator]` of the runtime), built
 //!   on `mmap`, so oxgrind's data never lives in the program's heap.
@@ -21,6 +22,7 @@ extern crate alloc;
 
 pub mod fd;
 pub mod heap;
+pub mod lent_fd;
 /// The spin lock lives in its own crate (`oxgrind-sync`) so that the tool contract can offer
 /// it without depending on this one.
 pub use oxgrind_sync as lock;

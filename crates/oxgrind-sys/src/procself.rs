@@ -27,23 +27,31 @@ pub enum SelfFile {
     Stat,
     /// `/proc/self/limits`: the soft limits as text.
     Limits,
+    /// `/proc/self/statm`: the resident size (the definedness shadow's sweeps).
+    Statm,
 }
 
 impl SelfFile {
-    const ALL: [SelfFile; 3] = [SelfFile::Maps, SelfFile::Stat, SelfFile::Limits];
+    const ALL: [SelfFile; 4] = [
+        SelfFile::Maps,
+        SelfFile::Stat,
+        SelfFile::Limits,
+        SelfFile::Statm,
+    ];
 
     fn path(self) -> &'static [u8] {
         match self {
             SelfFile::Maps => b"/proc/self/maps\0",
             SelfFile::Stat => b"/proc/self/stat\0",
             SelfFile::Limits => b"/proc/self/limits\0",
+            SelfFile::Statm => b"/proc/self/statm\0",
         }
     }
 }
 
 /// Per file: the kept descriptor in the low 32 bits and the pid that opened it in the high
 /// ones; 0 when none is kept.
-static KEPT: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
+static KEPT: [AtomicU64; SelfFile::ALL.len()] = [const { AtomicU64::new(0) }; SelfFile::ALL.len()];
 
 const SYS_PREAD64: usize = 17;
 
@@ -84,6 +92,8 @@ pub fn for_each_chunk(file: SelfFile, buf: &mut [u8], f: &mut dyn FnMut(&[u8])) 
     let i = SelfFile::ALL.iter().position(|&x| x == file).unwrap_or(0);
     let kept = KEPT[i].load(Ordering::Acquire);
     let mine = kept != 0 && (kept >> 32) as u32 == raw::getpid() as u32;
+    // Opened for this read only: the slot is the program's, lent until the close below.
+    let lent = (!mine).then(crate::lent_fd::Lent::take);
     let fd = if mine {
         kept as u32 as i32
     } else {
@@ -118,6 +128,7 @@ pub fn for_each_chunk(file: SelfFile, buf: &mut [u8], f: &mut dyn FnMut(&[u8])) 
     if !mine {
         let _ = raw::close(fd);
     }
+    drop(lent);
     true
 }
 

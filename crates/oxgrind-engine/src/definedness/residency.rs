@@ -285,12 +285,22 @@ pub(super) fn note_mark(undefined: u64) {
 
 /// The process's resident memory, from `/proc/self/statm` (its second field, in pages).
 fn resident_bytes() -> Option<u64> {
-    const O_RDONLY_CLOEXEC: usize = 0o2000000;
-    let fd = oxgrind_sys::raw::open(b"/proc/self/statm\0", O_RDONLY_CLOEXEC, 0).ok()?;
     let mut buf = [0u8; 128];
-    let n = oxgrind_sys::raw::read(fd, &mut buf);
-    let _ = oxgrind_sys::raw::close(fd);
-    let text = &buf[..n.ok()?];
+    let mut chunk = [0u8; 128];
+    let mut n = 0;
+    let read = oxgrind_sys::procself::for_each_chunk(
+        oxgrind_sys::procself::SelfFile::Statm,
+        &mut chunk,
+        &mut |bytes| {
+            let k = bytes.len().min(buf.len() - n);
+            buf[n..n + k].copy_from_slice(&bytes[..k]);
+            n += k;
+        },
+    );
+    if !read {
+        return None;
+    }
+    let text = &buf[..n];
     let field = text.split(|&b| b == b' ').nth(1)?;
     let mut pages = 0u64;
     for &d in field {

@@ -1133,6 +1133,8 @@ mod tests {
         assert_eq!(s.kind, BlockKind::Syscall);
         assert_eq!(&s.bytes[..2], &[0x0F, 0x05]);
         assert_eq!(s.stubs[0].target, pc + 7);
+        // EMFILE comes back to the call itself (`dispatch::emfile_returned`).
+        assert_eq!(s.stubs[1].target, pc + 5);
     }
 
     #[test]

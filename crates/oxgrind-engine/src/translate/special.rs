@@ -20,7 +20,15 @@ pub(super) fn syscall_block(e: &mut Emitter, ins: &Instruction, opts: Options) -
     // itself: that must read as the guest instruction, not engine code.
     e.mark(ins.ip(), 0);
     e.buf.extend_from_slice(&[0x0F, 0x05]);
+    // A call that failed with EMFILE goes back to the dispatcher at its own pc (a syscall
+    // block is never linked to), which performs it again if oxgrind held one of the
+    // program's descriptor slots meanwhile (`dispatch::emfile_returned`). The test leaves
+    // the guest flags alone: `lea rcx, [rax + 24]; jrcxz`, rcx being the register `syscall`
+    // clobbers.
+    e.buf
+        .extend_from_slice(&[0x48, 0x8D, 0x48, 0x18, 0xE3, 0x05]);
     e.stub_jump(ins.next_ip());
+    e.stub_jump(ins.ip());
     e.finish();
     Translation {
         bytes: core::mem::take(&mut e.buf),
