@@ -18,6 +18,13 @@ use crate::Addr;
 /// The key of an empty entry.
 const EMPTY: Addr = Addr::MAX;
 
+/// [`AddrTable::home`] in a table of `1 << (64 - shift)` entries (see there).
+#[inline(always)]
+fn home_in(shift: u32, addr: Addr) -> usize {
+    let page = ((addr >> 12).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> shift) as usize;
+    (page + ((addr >> 4) & 0xff) as usize) & ((usize::MAX) >> shift)
+}
+
 #[derive(Copy, Clone)]
 struct Entry<V> {
     addr: Addr,
@@ -64,8 +71,45 @@ impl<V: Copy + Default> AddrTable<V> {
     /// hookcost: instructions unchanged).
     #[inline]
     fn home(&self, addr: Addr) -> usize {
-        let page = ((addr >> 12).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize;
-        (page + ((addr >> 4) & 0xff) as usize) & (self.entries.len() - 1)
+        home_in(self.shift, addr)
+    }
+
+    /// The table's entries and size in one word, for [`AddrTable::prefetch_home`] by a
+    /// thread that does not hold the table (0 while it has no entries). It changes only
+    /// when the table grows.
+    #[inline]
+    pub fn layout(&self) -> u64 {
+        if self.entries.is_empty() {
+            return 0;
+        }
+        // User-space addresses have 47 bits; `shift` is at most 63.
+        ((self.entries.as_ptr() as u64) << 7) | self.shift as u64
+    }
+
+    /// The address of `addr`'s home entry in a table laid out as `layout` (not 0) says.
+    #[inline(always)]
+    fn home_address(layout: u64, addr: Addr) -> u64 {
+        let shift = (layout & 0x7f) as u32;
+        (layout >> 7).wrapping_add((home_in(shift, addr) * core::mem::size_of::<Entry<V>>()) as u64)
+    }
+
+    /// Starts loading the entry where `addr` is looked for first, in a table whose
+    /// [`AddrTable::layout`] was `layout` when last seen: a hint that reads nothing. A
+    /// stale layout (the table grew since, its old entries freed) only loads a line that
+    /// is not needed; a prefetch never faults, whatever the address.
+    #[inline(always)]
+    pub fn prefetch_home(layout: u64, addr: Addr) {
+        if layout == 0 {
+            return;
+        }
+        let slot = Self::home_address(layout, addr);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch never faults and writes nothing, whatever the address.
+        unsafe {
+            core::arch::x86_64::_mm_prefetch(slot as *const i8, core::arch::x86_64::_MM_HINT_T0);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = slot;
     }
 
     /// The index of `addr`'s entry, if it has one.
@@ -195,5 +239,36 @@ impl<V: Copy + Default> AddrTable<V> {
             .iter()
             .filter(|e| e.addr != EMPTY)
             .map(|e| (e.addr, &e.value))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The entry a prefetch loads is the one a lookup of the address reads first, in tables
+    /// of several sizes.
+    #[test]
+    fn layout_gives_the_home_entry_of_an_address() {
+        let mut t = AddrTable::<u64>::new();
+        assert_eq!(t.layout(), 0);
+        for (n, addr) in [0x5555_0000_1230u64, 0x7f00_dead_bee0, 0x10]
+            .into_iter()
+            .enumerate()
+        {
+            t = AddrTable::new();
+            // Grow to a few sizes first (the shift is part of the layout).
+            for k in 0..(n as u64 * 40) {
+                t.insert(0x9000_0000 + k * 0x10_0000, k);
+            }
+            t.insert(addr, 7);
+            let layout = t.layout();
+            assert_ne!(layout, 0);
+            assert_eq!(
+                AddrTable::<u64>::home_address(layout, addr),
+                t.entries.as_ptr() as u64
+                    + (t.home(addr) * core::mem::size_of::<Entry<u64>>()) as u64
+            );
+        }
     }
 }
