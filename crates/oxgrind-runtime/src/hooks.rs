@@ -23,7 +23,7 @@ use crate::guard::{Entered, ThreadState};
 use crate::host::HOST;
 use crate::libc_api::*;
 use crate::stacks;
-use crate::state::{self, Runtime, BLOCKS, FREED, STACKS};
+use crate::state::{self, Runtime, BLOCKS, STACKS};
 
 /// A stack id meaning "not captured" (the tool did not ask for free stacks).
 pub const NO_STACK: StackId = StackId(u32::MAX);
@@ -462,69 +462,37 @@ fn record_alloc(
     }
 }
 
-/// The blocks a free sends out of the freed-block queue (or the freed block itself, with no
-/// queue), given to glibc only once the tool has heard of the event ([`Leavers::release`]):
-/// the tool asks for the freed block's chunk while it handles the event
-/// (`Host::block_extent`), and a block larger than `--freelist-vol` leaves the queue in the
-/// very push that queues it. With a queue the tool hears of each leaver first
-/// (`Tool::on_release`).
-struct Leavers {
-    /// (address, size).
-    blocks: [(u64, u64); 2],
-    n: usize,
-}
+/// What a free gives back to glibc once the tool has heard of it: the freed block itself,
+/// unless the tool keeps freed blocks (`Needs::freelist_vol`: Memcheck's queue gives each
+/// back through `Host::release_freed`). Given back after the tool's handler, which may ask
+/// for the block's chunk (`Host::block_extent`).
+struct Leavers(Option<u64>);
 
 impl Leavers {
-    /// Queues the freed block `(addr, size)`; the queue lets at most two blocks leave per
-    /// free (`FreedQueue::push`).
-    fn queue(ev: &Event, addr: u64, size: u64) -> Leavers {
-        let mut l = Leavers {
-            blocks: [(0, 0); 2],
-            n: 0,
-        };
-        if ev.rt.needs.freelist_vol == 0 {
-            l.blocks[0] = (addr, size);
-            l.n = 1;
-            return l;
-        }
-        FREED.push(addr, size, &mut |a, s| {
-            if l.n < l.blocks.len() {
-                l.blocks[l.n] = (a, s);
-                l.n += 1;
-            } else {
-                // Never with today's queue; a block other than this free's own, which
-                // the tool does not ask about.
-                released_to_tool(ev, a, s);
-                // SAFETY: `a` came from glibc's allocator and the program no longer owns it.
-                in_glibc(ev.thread, || unsafe { __libc_free(a as *mut c_void) })
-            }
-        });
-        l
+    #[inline]
+    fn queue(ev: &Event, addr: u64) -> Leavers {
+        Leavers((ev.rt.needs.freelist_vol == 0).then_some(addr))
     }
 
+    #[inline]
     fn release(self, ev: &Event) {
-        if ev.rt.needs.freelist_vol > 0 {
-            for &(a, s) in &self.blocks[..self.n] {
-                released_to_tool(ev, a, s);
-            }
+        if let Some(a) = self.0 {
+            // SAFETY: `a` came from glibc's allocator, the program freed it and the tool
+            // has heard of it.
+            in_glibc(ev.thread, || unsafe { __libc_free(a as *mut c_void) });
         }
-        in_glibc(ev.thread, || {
-            for &(a, _) in &self.blocks[..self.n] {
-                // SAFETY: `a` came from glibc's allocator, the program freed it and the
-                // tool has heard of it.
-                unsafe { __libc_free(a as *mut c_void) }
-            }
-        });
     }
 }
 
-/// A block leaves the freed-block queue: the tool hears of it (`Tool::on_release`) while
-/// glibc's allocator still holds it, natively as the rest of the event's tool work.
-#[inline]
-fn released_to_tool(ev: &Event, addr: u64, size: u64) {
-    natively(|| {
-        ev.thread
-            .with_event_blocks(0, addr, || ev.rt.tool.on_release(&HOST, addr, size))
+/// `Host::release_freed`: the tool gives back a freed block it kept. Natively, as the
+/// rest of the tool's work in an event.
+pub(crate) fn release_kept(addr: u64, before: &mut dyn FnMut(Option<oxgrind_tool::BlockExtent>)) {
+    // SAFETY: the tool kept this block of the program's, freed, from glibc (it never went
+    // back): still glibc's chunk, given back once only (the contract of release_freed).
+    before(Some(unsafe { glibc_extent(addr) }));
+    // SAFETY: as above; the tool is done with it.
+    in_glibc(crate::guard::this_thread(), || unsafe {
+        __libc_free(addr as *mut c_void)
     });
 }
 
@@ -685,49 +653,37 @@ fn deallocate_here(p: *mut c_void, func: AllocFn, entry: Entry) {
     let ev = Event::enter(wrapper_cost(func, &entry));
     match (BLOCKS.remove(addr), &ev) {
         (Some(b), Some(ev)) if !b.internal => {
-            let tell_tool = || {
-                natively(
-                    #[inline(always)]
-                    || {
-                        let f = Free {
-                            addr,
-                            size: b.size,
-                            slop: slop(b.size),
-                            alloc_stack: b.stack,
-                            alloc_func: b.func,
-                            func,
-                            stack: if ev.rt.needs.free_stacks {
-                                ev.stack(entry)
-                            } else {
-                                NO_STACK
-                            },
-                            tid: ev.tid(),
-                            tool_word: b.tool_word,
-                        };
-                        ev.uncount();
-                        ev.thread
-                            .with_event_blocks(0, addr, || ev.rt.tool.on_free(&HOST, &f));
-                    },
-                )
-            };
+            natively(
+                #[inline(always)]
+                || {
+                    let f = Free {
+                        addr,
+                        size: b.size,
+                        slop: slop(b.size),
+                        alloc_stack: b.stack,
+                        alloc_func: b.func,
+                        func,
+                        stack: if ev.rt.needs.free_stacks {
+                            ev.stack(entry)
+                        } else {
+                            NO_STACK
+                        },
+                        tid: ev.tid(),
+                        tool_word: b.tool_word,
+                    };
+                    ev.uncount();
+                    ev.thread
+                        .with_event_blocks(0, addr, || ev.rt.tool.on_free(&HOST, &f));
+                },
+            );
             if ev.rt.needs.freelist_vol == 0 {
                 // No queue (Massif, DHAT): the block goes to glibc once the tool has heard
-                // of it, without the leavers' list (about 50 instructions per free).
-                tell_tool();
+                // of it. Otherwise the tool keeps it (Memcheck's freed-block queue) and gives
+                // it back through `Host::release_freed`.
                 // SAFETY: p came from glibc's allocator, the program freed it and the tool
                 // has heard of it.
                 in_glibc(ev.thread, || unsafe { __libc_free(p) });
-                return;
             }
-            // The block joins the freed-block queue before the tool hears of the free, and
-            // the blocks leaving it go to glibc after: the queue's lock then comes before the
-            // tool's stores (Memcheck marks the block's cold shadow lines), which a locked
-            // instruction after them would wait for, and glibc's writes to the leavers'
-            // cold chunks come last. The block itself stays queued, unreleased, while the
-            // tool hears of it.
-            let leavers = Leavers::queue(ev, addr, b.size);
-            tell_tool();
-            leavers.release(ev);
         }
         // Ours (`internal`), or freed while no event may run: straight back to glibc.
         // SAFETY: p came from glibc's allocator through us and is no longer used.
@@ -1071,9 +1027,9 @@ fn reallocate_here(p: *mut c_void, size: usize, func: AllocFn, entry: Entry) -> 
         ev.keep_errno();
         return q;
     }
-    // The old block, moved from, is freed as `free` frees: queued, and given back (it or
-    // the queue's leavers) only after the tool has heard of the event.
-    let leavers = moved.then(|| Leavers::queue(&ev, addr, old.size));
+    // The old block, moved from, is freed as `free` frees: kept by the tool, or given back
+    // only after the tool has heard of the event.
+    let leavers = moved.then(|| Leavers::queue(&ev, addr));
     natively(|| realloc_event(&ev, entry, addr, q, size, old, func, moved));
     if let Some(l) = leavers {
         l.release(&ev);

@@ -655,6 +655,10 @@ impl Host for RuntimeHost {
         Some(unsafe { crate::hooks::glibc_extent(addr) })
     }
 
+    fn release_freed(&self, addr: Addr, before: &mut dyn FnMut(Option<oxgrind_tool::BlockExtent>)) {
+        crate::hooks::release_kept(addr, before)
+    }
+
     fn with_thread_state(&self, f: &mut dyn FnMut(&mut [u8])) -> bool {
         oxgrind_engine::with_thread_state(f)
     }

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 use oxgrind_options::{self as opts, Action, CoreOptions};
 use oxgrind_tool::{Needs, Tool};
 
-use crate::blocks::{BlockTable, FreedQueue};
+use crate::blocks::BlockTable;
 use crate::guard::Entered;
 use crate::libc_api;
 use crate::stacks::StackTable;
@@ -70,7 +70,6 @@ static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(core::ptr::null_mut());
 
 pub static BLOCKS: BlockTable = BlockTable::new();
 pub static STACKS: StackTable = StackTable::new();
-pub static FREED: FreedQueue = FreedQueue::new();
 
 /// The runtime, if this image is being measured.
 #[inline]
@@ -212,7 +211,6 @@ fn set_up() -> Option<Runtime> {
     }
     crate::stacks::find_self_text();
     let needs = parsed.tool.needs();
-    FREED.set_budget(needs.freelist_vol);
     crate::budget::configure(&parsed.core.budgets);
     if let Some(spec) = needs.shadow {
         // Before the first allocator event the tool sees: it marks blocks in the map.

@@ -42,6 +42,19 @@ pub mod hint {
         #[cfg(not(target_arch = "x86_64"))]
         let _ = p;
     }
+
+    /// Starts loading, for writing, the cache line at address `addr`, which need not be
+    /// mapped: a hint, never faults, changes nothing visible.
+    #[inline(always)]
+    pub fn prefetch_write_at(addr: u64) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch never faults (whatever the address) and writes nothing.
+        unsafe {
+            core::arch::asm!("prefetchw [{}]", in(reg) addr, options(nostack, readonly, preserves_flags));
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = addr;
+    }
 }
 
 /// Locks a tool may hold in its event handlers: a spin lock that needs no libc, so it works
@@ -179,8 +192,11 @@ pub struct Needs {
     pub stack_depth: usize,
     /// Whether the tool wants to see the stack of `free` calls.
     pub free_stacks: bool,
-    /// Bytes of freed blocks the runtime keeps unreleased (Memcheck's `--freelist-vol`), so
-    /// a freed address is not handed out again soon and can still be described.
+    /// Nonzero: the tool keeps the program's freed blocks from the allocator (Memcheck's
+    /// `--freelist-vol`, whose queue decides when each goes back), so a freed address is not
+    /// handed out again soon and can still be described. The runtime then never gives a
+    /// freed block of the program back by itself: the tool does, through
+    /// [`Host::release_freed`]. 0: each goes back once the tool has heard of its free.
     pub freelist_vol: u64,
     /// Deliver [`Tool::on_map`] / [`Tool::on_unmap`] (Massif's `--pages-as-heap=yes`).
     pub page_events: bool,
@@ -571,6 +587,14 @@ pub trait Host {
     fn block_extent(&self, _addr: Addr) -> Option<BlockExtent> {
         None
     }
+    /// With [`Needs::freelist_vol`]: gives the program's freed block `addr`, which the tool
+    /// kept, back to the allocator. `before` runs first, with the block's extent (as
+    /// [`Host::block_extent`] gives it for a live block), while the allocator cannot hand
+    /// the memory out again (Memcheck makes the block's shadow ordinary memory there).
+    /// Only from [`Tool::on_free`] or [`Tool::on_realloc`], once per block kept.
+    fn release_freed(&self, _addr: Addr, before: &mut dyn FnMut(Option<BlockExtent>)) {
+        before(None)
+    }
     /// The calling thread's id (`gettid`).
     fn tid(&self) -> i32 {
         0
@@ -655,11 +679,6 @@ pub trait Tool: Send + Sync {
     }
     fn on_alloc(&self, _host: &dyn Host, _ev: &Alloc) {}
     fn on_free(&self, _host: &dyn Host, _ev: &Free) {}
-    /// With [`Needs::freelist_vol`]: a freed block (address and size as its free gave them)
-    /// leaves the freed-block queue, just before glibc's allocator gets it back, after the
-    /// tool heard of the free; [`Host::block_extent`] still answers for it. Memcheck makes
-    /// its shadow ordinary memory again here. Not called without a queue.
-    fn on_release(&self, _host: &dyn Host, _addr: Addr, _size: u64) {}
     /// A block moved or resized by `realloc`. By default a free then an alloc.
     fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
         self.on_free(host, old);

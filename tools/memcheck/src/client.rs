@@ -249,6 +249,7 @@ impl Memcheck {
             size: b.size,
             alloc_stack: b.stack,
             free_stack: stack,
+            kept: false,
         });
     }
 

@@ -3,10 +3,12 @@
 //! `Address 0x... is 0 bytes inside a block of size 10 free'd` with both stacks.
 //!
 //! Valgrind keeps freed blocks unavailable for reuse until `--freelist-vol` bytes have
-//! been freed after them; blocks of at least `--freelist-big-blocks` bytes leave first. The
-//! runtime keeps the memory itself (`Needs::freelist_vol`); this queue mirrors its policy
-//! with the stacks, and is only searched when an error is being described. Threads feed it
-//! through batches of their own ([`FreedBatches`]), so a free takes no process-wide lock.
+//! been freed after them; blocks of at least `--freelist-big-blocks` bytes leave first.
+//! This queue is the only one: the runtime keeps the program's freed blocks from glibc
+//! while Memcheck asks it to (`Needs::freelist_vol`), and a block leaving the queue goes
+//! back through `Host::release_freed` (a few frees later, never earlier). Threads feed it
+//! through batches of their own ([`FreedBatches`]), so a free takes no process-wide lock,
+//! and give the blocks that left back from there, two per free.
 
 use std::collections::VecDeque;
 
@@ -21,6 +23,9 @@ pub struct FreedBlock {
     pub size: u64,
     pub alloc_stack: StackId,
     pub free_stack: StackId,
+    /// A block of the program's heap that the runtime keeps from glibc for us: given back
+    /// when it leaves the queue. Not a client request's or a memory pool's block.
+    pub kept: bool,
 }
 
 /// Memcheck's redzone: an address this close to a block is described relative to it.
@@ -33,22 +38,28 @@ pub const REDZONE: u64 = 16;
 /// One FIFO of every block in the order of their frees, in [`ChunkedFifo`]s (its memory
 /// follows what it holds; a `VecDeque` takes up to twice that and copies itself to grow);
 /// a big block that leaves before its turn is marked dropped in place, and the small
-/// ones leave from the front. A freed block's shadow is not this queue's business: it
-/// lasts while the runtime holds the memory (`Tool::on_release`).
+/// ones leave from the front. A block that left is no longer described at once, but
+/// stays until taken out to be given back ([`FreedQueue::take_leaver`]): the entries before
+/// `vfirst` and the big ones in `due_big`.
 pub struct FreedQueue {
     limit: u64,
     big: u64,
     blocks: ChunkedFifo<FreedBlock>,
     /// Whether each block left the queue out of order (a big one).
     dropped: ChunkedFifo<bool>,
-    /// The sequence number of the first entry (frees are numbered from 0).
+    /// The sequence number of the first entry held (frees are numbered from 0).
     first: u64,
+    /// The sequence number of the first entry still in the queue (as Valgrind's): those
+    /// before it left and wait to be given back.
+    vfirst: u64,
+    /// Big blocks of the heap ([`FreedBlock::kept`]) that left out of order, to give back.
+    due_big: VecDeque<FreedBlock>,
     bytes: u64,
     len: usize,
     /// Big blocks still in the queue, by sequence number, oldest first.
     big_seqs: VecDeque<u64>,
     /// Entries marked dropped not yet let go from the front: while none is, the front is
-    /// never a dropped one, and [`FreedQueue::drop_front_dropped`] has nothing to look at
+    /// never a dropped one, and [`FreedQueue::skip_dropped`] has nothing to look at
     /// (its look at the front of two queues was 40 of the instructions Memcheck adds per
     /// malloc/free pair of bench alloc, whose blocks are all small).
     dropped_held: usize,
@@ -65,9 +76,12 @@ impl FreedQueue {
                 size: 0,
                 alloc_stack: StackId(0),
                 free_stack: StackId(0),
+                kept: false,
             }),
             dropped: ChunkedFifo::new(false),
             first: 0,
+            vfirst: 0,
+            due_big: VecDeque::new(),
             bytes: 0,
             len: 0,
             big_seqs: VecDeque::new(),
@@ -89,30 +103,71 @@ impl FreedQueue {
                 let i = (s - self.first) as usize;
                 *self.dropped.get_mut(i) = true;
                 self.dropped_held += 1;
-                self.bytes -= self.blocks.get(i).size;
+                let gone = *self.blocks.get(i);
+                self.bytes -= gone.size;
+                if gone.kept {
+                    self.due_big.push_back(gone);
+                }
             } else {
                 // Every big block before it dropped: the first one not dropped is the
                 // oldest small one.
-                self.drop_front_dropped();
-                let old = self.blocks.pop_front();
-                self.dropped.pop_front();
-                self.first += 1;
-                self.bytes -= old.map_or(0, |b| b.size);
+                self.skip_dropped();
+                let i = (self.vfirst - self.first) as usize;
+                self.bytes -= self.blocks.get(i).size;
+                self.vfirst += 1;
             }
             self.len -= 1;
         }
-        self.drop_front_dropped();
+        self.skip_dropped();
     }
 
-    /// Lets the entries of blocks that already left go from the front.
+    /// Moves the queue's front past the entries of big blocks that already left (letting
+    /// them go when nothing before them waits to be given back).
     #[inline]
-    fn drop_front_dropped(&mut self) {
-        while self.dropped_held > 0 && !self.dropped.is_empty() && *self.dropped.get(0) {
-            self.blocks.pop_front();
-            self.dropped.pop_front();
-            self.first += 1;
-            self.dropped_held -= 1;
+    fn skip_dropped(&mut self) {
+        if self.dropped_held == 0 {
+            return;
         }
+        loop {
+            let i = (self.vfirst - self.first) as usize;
+            if i >= self.dropped.len() || !*self.dropped.get(i) {
+                break;
+            }
+            self.vfirst += 1;
+            if i == 0 {
+                self.blocks.pop_front();
+                self.dropped.pop_front();
+                self.first += 1;
+                self.dropped_held -= 1;
+                if self.dropped_held == 0 {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// The next block of the heap that left the queue and is not given back yet, oldest
+    /// (or big) first; its entry is let go.
+    pub fn take_leaver(&mut self) -> Option<FreedBlock> {
+        if let Some(b) = self.due_big.pop_front() {
+            return Some(b);
+        }
+        while self.first < self.vfirst {
+            let b = self.blocks.pop_front()?;
+            let dropped = self.dropped.pop_front().unwrap_or(false);
+            self.first += 1;
+            if dropped {
+                self.dropped_held -= 1;
+            } else if b.kept {
+                return Some(b);
+            }
+        }
+        None
+    }
+
+    /// Whether [`FreedQueue::take_leaver`] has a block to give.
+    pub fn has_leavers(&self) -> bool {
+        !self.due_big.is_empty() || self.first < self.vfirst
     }
 
     /// A remembered block whose extent (plus redzones) contains `addr`, as Memcheck's
@@ -130,6 +185,7 @@ impl FreedQueue {
             .blocks
             .iter()
             .zip(self.dropped.iter())
+            .skip((self.vfirst - self.first) as usize)
             .filter(|(b, &d)| !d && b.size < self.big)
             .map(|(b, _)| *b);
         big.chain(small).find(near)
@@ -155,6 +211,7 @@ mod tests {
             size,
             alloc_stack: StackId(1),
             free_stack: StackId(2),
+            kept: true,
         }
     }
 
@@ -207,6 +264,7 @@ mod tests {
         let mut q = FreedQueue::new(limit, big);
         let (mut small, mut large) = (VecDeque::new(), VecDeque::<FreedBlock>::new());
         let mut vol = 0u64;
+        let mut taken = 0usize;
         let mut x = 0x2545_f491_4f6c_dd1du64;
         for i in 0..60_000u64 {
             x ^= x << 13;
@@ -223,6 +281,7 @@ mod tests {
                 size,
                 alloc_stack: StackId(i as u32),
                 free_stack: StackId(i as u32 + 1),
+                kept: true,
             };
             q.push(b);
             // The two queues as they were.
@@ -239,6 +298,17 @@ mod tests {
                 vol -= old.size;
             }
             assert_eq!(q.len(), small.len() + large.len(), "at {i}");
+            // What left is given back once, and only what left.
+            while let Some(l) = q.take_leaver() {
+                taken += 1;
+                assert!(
+                    !small
+                        .iter()
+                        .chain(large.iter())
+                        .any(|p| p.alloc_stack == l.alloc_stack),
+                    "{l:?} given back while still queued, at {i}"
+                );
+            }
             if i % 997 == 0 {
                 for probe in (0x10_0000 - 32..0x10_0000 + 5_000 * 16 + 400).step_by(40) {
                     let plain = large.iter().chain(small.iter()).find(|b| {
@@ -248,6 +318,7 @@ mod tests {
                 }
             }
         }
+        assert_eq!(taken + q.len(), 60_000, "every block queued or given back");
         assert!(
             q.blocks.chunks_held() <= q.blocks.len() / oxgrind_tool::fifo::CHUNK + 3,
             "no emptied chunk kept but the spare"
@@ -293,11 +364,25 @@ impl FullBatch {
     }
 }
 
-/// One thread's pending frees, oldest first.
+/// Most blocks that left the queue a batch holds before they go back to glibc.
+pub const LEAVING: usize = 4 * BATCH;
+
+/// Blocks given back per free (the ring empties faster than batches fill it).
+pub const GIVEN_PER_FREE: usize = 2;
+
+/// One thread's pending frees, oldest first, and the blocks that left the queue on their
+/// way back to glibc (a ring, oldest first): given back one or two per free rather than a
+/// batch at once, which would overflow glibc's per-thread cache (7 chunks per size) into
+/// its slower bins, which touch the heads of neighbouring chunks (costly here, whose
+/// shadow marks them).
 struct Batch {
     items: [FreedBlock; BATCH],
     len: usize,
     bytes: u64,
+    /// (address, size).
+    leaving: [(u64, u64); LEAVING],
+    leaving_head: usize,
+    leaving_len: usize,
 }
 
 const EMPTY: FreedBlock = FreedBlock {
@@ -305,7 +390,34 @@ const EMPTY: FreedBlock = FreedBlock {
     size: 0,
     alloc_stack: StackId(0),
     free_stack: StackId(0),
+    kept: false,
 };
+
+impl Batch {
+    /// Moves blocks that left `queue` into the ring while it has room; whether some are
+    /// left over.
+    fn take_leavers(&mut self, queue: &mut FreedQueue) -> bool {
+        while self.leaving_len < LEAVING {
+            let Some(b) = queue.take_leaver() else {
+                return false;
+            };
+            let slot = (self.leaving_head + self.leaving_len) % LEAVING;
+            self.leaving[slot] = (b.addr, b.size);
+            self.leaving_len += 1;
+        }
+        queue.has_leavers()
+    }
+
+    fn pop_leaver(&mut self) -> Option<(u64, u64)> {
+        if self.leaving_len == 0 {
+            return None;
+        }
+        let b = self.leaving[self.leaving_head];
+        self.leaving_head = (self.leaving_head + 1) % LEAVING;
+        self.leaving_len -= 1;
+        Some(b)
+    }
+}
 
 impl FreedBatches {
     /// `volume`: `--freelist-vol`, which bounds the bytes a batch holds.
@@ -318,6 +430,9 @@ impl FreedBatches {
                         items: [EMPTY; BATCH],
                         len: 0,
                         bytes: 0,
+                        leaving: [(0, 0); LEAVING],
+                        leaving_head: 0,
+                        leaving_len: 0,
                     }))
                 })
                 .collect(),
@@ -330,9 +445,18 @@ impl FreedBatches {
 
     /// Adds a free to the calling thread's batch; when the batch is full, returns all of
     /// it, oldest first, for the caller to move into the queues (with no batch lock held).
+    /// Starts loading the chunks of the blocks this free will give back
+    /// ([`FreedBatches::give_back`]): glibc's `free` of each reads its chunk header and
+    /// writes the block's first words, lines last touched a whole `--freelist-vol` of
+    /// frees ago (a tenth of Memcheck's time on bench alloc was glibc's `free` missing them).
     pub fn push(&self, f: FreedBlock) -> Option<FullBatch> {
         let mine = self.mine();
         let mut b = mine.lock();
+        for k in 0..GIVEN_PER_FREE.min(b.leaving_len) {
+            let a = b.leaving[(b.leaving_head + k) % LEAVING].0;
+            oxgrind_tool::hint::prefetch_write_at(a.wrapping_sub(16));
+            oxgrind_tool::hint::prefetch_write_at(a.wrapping_add(8));
+        }
         let i = b.len;
         b.items[i] = f;
         b.len += 1;
@@ -349,6 +473,40 @@ impl FreedBatches {
         b.len = 0;
         b.bytes = 0;
         Some(out)
+    }
+
+    /// Moves a full batch into `queue` (the caller holds its lock), and the blocks that
+    /// left it into the calling thread's ring; whether more left than the ring holds.
+    pub fn absorb(&self, queue: &mut FreedQueue, full: &FullBatch) -> bool {
+        for &b in full.blocks() {
+            queue.push(b);
+        }
+        self.mine().lock().take_leavers(queue)
+    }
+
+    /// Gives back (`give`: address, size; called with no lock held) the oldest blocks of
+    /// the calling thread's ring, [`GIVEN_PER_FREE`] of them; with `all`, the whole ring.
+    pub fn give_back(&self, all: bool, give: &mut impl FnMut(u64, u64)) {
+        let mut out = [(0u64, 0u64); LEAVING];
+        let mut n = 0;
+        {
+            let mut b = self.mine().lock();
+            let most = if all { LEAVING } else { GIVEN_PER_FREE };
+            while n < most {
+                let Some(l) = b.pop_leaver() else { break };
+                out[n] = l;
+                n += 1;
+            }
+        }
+        for &(a, s) in &out[..n] {
+            give(a, s);
+        }
+    }
+
+    /// Refills the calling thread's ring from `queue` (the caller holds its lock): when
+    /// more blocks left than a ring holds; whether some are still left over.
+    pub fn refill(&self, queue: &mut FreedQueue) -> bool {
+        self.mine().lock().take_leavers(queue)
     }
 
     /// Hands every thread's pending frees to `f`, each thread's oldest first, and empties
@@ -374,7 +532,93 @@ mod batch_tests {
             size: 8,
             alloc_stack: StackId(1),
             free_stack: StackId(2),
+            kept: true,
         }
+    }
+
+    /// Memcheck's free path on one thread (`events.rs`): push, absorb a full batch, catch
+    /// up when behind, give back two per free. Returns the blocks given back, in order.
+    fn run_frees(limit: u64, sizes: &[u64], mut check: impl FnMut(usize, u64, u64)) -> Vec<u64> {
+        let mut q = FreedQueue::new(limit, 1_000_000);
+        let batches = FreedBatches::new(limit);
+        let mut given = Vec::new();
+        let (mut pushed, mut back) = (0u64, 0u64);
+        for (i, &size) in sizes.iter().enumerate() {
+            let addr = 0x10_0000 + i as u64 * 0x2000;
+            let full = batches.push(FreedBlock {
+                size,
+                ..freed(addr)
+            });
+            pushed += size;
+            let mut give = |a: u64, s: u64| {
+                given.push(a);
+                back += s;
+            };
+            if let Some(full) = full {
+                if batches.absorb(&mut q, &full) {
+                    loop {
+                        batches.give_back(true, &mut give);
+                        if !batches.refill(&mut q) {
+                            break;
+                        }
+                    }
+                }
+            }
+            batches.give_back(false, &mut give);
+            // A block given back is never one the queue still describes.
+            for &a in given.iter().rev().take(2) {
+                assert!(
+                    q.bracketing(a).is_none(),
+                    "{a:#x} given back while queued, at {i}"
+                );
+            }
+            check(i, pushed, pushed - back);
+        }
+        given
+    }
+
+    #[test]
+    fn blocks_that_left_the_queue_go_back_oldest_first_two_per_free_never_early() {
+        let limit = 1600;
+        let sizes = vec![10u64; 2000];
+        let given = run_frees(limit, &sizes, |i, pushed, held| {
+            // Never more given back than the queue let go: it holds the budget's worth of
+            // the latest frees (or all of them).
+            assert!(held >= limit.min(pushed), "given back too early at {i}");
+            // And no more than a batch and a ring of leavers late.
+            assert!(
+                held <= limit + (BATCH + LEAVING) as u64 * 10,
+                "held {held} at {i}"
+            );
+        });
+        let expected: Vec<u64> = (0..given.len() as u64)
+            .map(|i| 0x10_0000 + i * 0x2000)
+            .collect();
+        assert_eq!(given, expected, "oldest first, each once");
+    }
+
+    #[test]
+    fn large_frees_after_many_small_ones_keep_the_held_memory_near_the_volume() {
+        let limit = 1_000_000;
+        // 40,000 blocks of 32 bytes (the queue full of 31,250 small blocks), then 3,000
+        // of 4 KiB: two going back per free would have let the held memory grow to 12 MB.
+        let sizes: Vec<u64> = (0..43_000)
+            .map(|i| if i < 40_000 { 32 } else { 4096 })
+            .collect();
+        let given = run_frees(limit, &sizes, |i, pushed, held| {
+            assert!(
+                held + 4096 >= limit.min(pushed),
+                "given back too early at {i}"
+            );
+            assert!(
+                held <= limit + limit / 32 + 4096 + LEAVING as u64 * 4096,
+                "held {held} at {i}"
+            );
+        });
+        let expected: Vec<u64> = (0..given.len() as u64)
+            .map(|i| 0x10_0000 + i * 0x2000)
+            .collect();
+        assert_eq!(given, expected, "oldest first, each once");
     }
 
     #[test]

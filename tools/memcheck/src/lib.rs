@@ -115,8 +115,8 @@ pub struct Memcheck {
 
 pub(crate) struct State {
     errors: ErrorManager,
-    /// Recently freed blocks: for descriptions, and when their shadow goes back to
-    /// addressable.
+    /// Recently freed blocks: for descriptions, and which of them go back to glibc when
+    /// (the only freed-block queue: the runtime keeps the memory while we hold it).
     freed: FreedQueue,
     xml: String,
     xml_started: bool,
@@ -347,17 +347,15 @@ impl Tool for Memcheck {
     }
 
     fn on_free(&self, host: &dyn Host, ev: &Free) {
-        self.free_event(host, ev)
-    }
-
-    fn on_release(&self, host: &dyn Host, addr: Addr, size: u64) {
-        self.release_event(host, addr, size)
+        self.free_event(host, ev);
+        self.give_back_freed(host);
     }
 
     fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
         self.free_event_keeping_vbits(host, old);
         self.alloc_event(host, new);
         self.definedness_realloc(host, old, new);
+        self.give_back_freed(host);
     }
 
     fn on_undefined(&self, host: &dyn Host, regs: &GuestRegs, what: &oxgrind_tool::Undefined) {

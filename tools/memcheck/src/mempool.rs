@@ -200,6 +200,7 @@ impl Memcheck {
             size: c.size,
             alloc_stack: c.stack,
             free_stack,
+            kept: false,
         });
     }
 
