@@ -48,6 +48,9 @@ struct Arena {
     start: u64,
     end: u64,
     bump: u64,
+    /// Definedness's catch-up routine for the arena's blocks (0: none, see
+    /// `translate::catch_up_routine`).
+    catch_up: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -226,9 +229,38 @@ impl CodeCache {
             start,
             end: start + ARENA_SIZE,
             bump: start,
+            catch_up: 0,
         });
         self.stats.arenas += 1;
-        Ok(self.arenas.len() - 1)
+        let ai = self.arenas.len() - 1;
+        self.place_catch_up_routine(ai);
+        Ok(ai)
+    }
+
+    /// Puts definedness's catch-up routine at the start of new arena `ai`, for its blocks
+    /// to share (a few hundred bytes each otherwise). A routine that cannot be made leaves
+    /// them doing the work inline.
+    fn place_catch_up_routine(&mut self, ai: usize) {
+        if !(self.opts.instrument && crate::definedness::enabled()) {
+            return;
+        }
+        let base = self.arenas[ai].bump;
+        let Ok(code) = translate::catch_up_routine(base) else {
+            return;
+        };
+        // SAFETY: the arena is new, RWX, owned by the cache, and far larger than the
+        // routine.
+        unsafe { core::ptr::copy_nonoverlapping(code.as_ptr(), base as *mut u8, code.len()) };
+        let len = code.len() as u64;
+        self.arenas[ai].bump = base + len;
+        self.arenas[ai].catch_up = base;
+        // Engine code: no guest pc (`guest_at` is `None`), inside the cache.
+        let unmapped = translate::PcMapEntry {
+            host_off: 0,
+            fix: 0,
+            guest: translate::UNMAPPED,
+        };
+        self.insert_host_block(base, len, translate::UNMAPPED, &[unmapped]);
     }
 
     /// The block for `pc`, translating it if needed.
@@ -279,6 +311,7 @@ impl CodeCache {
     ) -> Result<BlockRec, CacheError> {
         let ai = self.arena_for(pc)?;
         let base = self.arenas[ai].bump;
+        translate::set_catch_up_routine(self.arenas[ai].catch_up);
         // Code from a page the program can write is checked at each entry; a block that only
         // runs into such a page (its last instructions) is translated again with the check.
         let mut opts = self.opts;

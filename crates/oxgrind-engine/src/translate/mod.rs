@@ -48,6 +48,7 @@ mod smc;
 mod special;
 
 pub use branches::{link_stub, native_jump, unlink_stub};
+pub(crate) use definedness::{catch_up_routine, set_catch_up_routine};
 use rewrite::{ea_encodable, gs_rewritable};
 use smc::Check;
 use special::{rep_block, syscall_block};
@@ -379,28 +380,7 @@ pub fn translate_at_most(
     limit: usize,
 ) -> Result<Translation, TranslateError> {
     let avail = readable_len(pc);
-    let mut e = Emitter {
-        buf: Vec::with_capacity(512),
-        base,
-        count: opts.count,
-        stubs: Vec::new(),
-        fixups: Vec::new(),
-        guest: Vec::new(),
-        guest_pc: pc,
-        check: None,
-        // Sized like `buf` (see `ALLOC_NOTE`): engine allocations during a translation
-        // stay in the heap size classes the translator has always used.
-        pcmap: Vec::with_capacity(32),
-        slow: Vec::new(),
-        above_sp: Vec::new(),
-        exact_a: Vec::new(),
-        recent_cold: Vec::new(),
-        block_cold: Vec::new(),
-        kept: None,
-        reborrow: Vec::new(),
-        unborrowed: Vec::new(),
-        rcx_lent: Vec::new(),
-    };
+    let mut e = Emitter::new(pc, base, opts.count);
     if avail == 0 {
         return Ok(native_jump(pc));
     }
@@ -942,6 +922,33 @@ fn gs_modrm(reg: u8) -> [u8; 2] {
 }
 
 impl Emitter {
+    /// An emitter for code placed at host address `base`, translating from guest `pc`
+    /// (`count`: [`Options::count`]).
+    fn new(pc: u64, base: u64, count: bool) -> Emitter {
+        Emitter {
+            buf: Vec::with_capacity(512),
+            base,
+            count,
+            stubs: Vec::new(),
+            fixups: Vec::new(),
+            guest: Vec::new(),
+            guest_pc: pc,
+            check: None,
+            // Sized like `buf` (see `ALLOC_NOTE`): engine allocations during a translation
+            // stay in the heap size classes the translator has always used.
+            pcmap: Vec::with_capacity(32),
+            slow: Vec::new(),
+            above_sp: Vec::new(),
+            exact_a: Vec::new(),
+            recent_cold: Vec::new(),
+            block_cold: Vec::new(),
+            kept: None,
+            reborrow: Vec::new(),
+            unborrowed: Vec::new(),
+            rcx_lent: Vec::new(),
+        }
+    }
+
     fn here(&self) -> u64 {
         self.base + self.buf.len() as u64
     }
