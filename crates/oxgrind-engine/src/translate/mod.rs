@@ -626,18 +626,34 @@ pub fn translate_at_most(
                 _ => None,
             });
             let mut merged_skipped = false;
+            // The code-lines check keeps its borrow for a recent-lines access check after it.
+            let access_check = here().any(|r| matches!(r, Probe::TraceNewLines { .. }));
+            let mut block_checked = false;
             for r in here() {
-                // A borrow the definedness inline part kept goes to the access check only.
-                if !matches!(
-                    r,
-                    Probe::AccessesFiltered { .. } | Probe::AccessesFilteredOrBelowSp { .. }
-                ) {
+                // A borrow the definedness inline part kept goes to the access check only;
+                // the code-lines check's, to the recent-lines check after it.
+                let takes_kept = match r {
+                    Probe::AccessesFiltered { .. } | Probe::AccessesFilteredOrBelowSp { .. } => {
+                        true
+                    }
+                    Probe::TraceNewLines { .. } => block_checked,
+                    _ => false,
+                };
+                if !takes_kept {
                     e.settle();
                 }
                 match *r {
                     Probe::TraceBlockNewLines { tag, len } => {
                         let live = live & (1 << i) != 0;
-                        e.trace_block_new_lines(d.ins.ip(), tag, len, live, merged_count);
+                        e.trace_block_new_lines(
+                            d.ins.ip(),
+                            tag,
+                            len,
+                            live,
+                            merged_count,
+                            access_check,
+                        );
+                        block_checked = true;
                     }
                     Probe::CountIndexed { index, n, .. }
                         if !merged_skipped && merged_count == Some((index, n)) =>

@@ -69,8 +69,13 @@ pub(super) struct BlockCold {
     /// Per line: the position of the rel32 of its inline `jne`, and where the inline
     /// compares go on after it.
     jumps: [(usize, usize); Emitter::MAX_CHECKED_CODE_LINES as usize],
-    /// Where the inline check ends: the block's first instruction, guest state exact.
+    /// Where the inline check ends: the block's first instruction, guest state exact,
+    /// or, when `kept`, with `rax` (and the flags) still borrowed for the instruction's
+    /// access check (`Emitter::keep_borrow`'s state).
     back: usize,
+    /// The inline check kept its borrow: the out-of-line record borrows again after its
+    /// drain check, before going back.
+    kept: bool,
 }
 
 /// How [`Emitter::second_line_hit`] forms the accessed line again, `rax` having been
@@ -114,7 +119,7 @@ impl Emitter {
                 return Ok(());
             }
             Probe::TraceBlockNewLines { tag, len } => {
-                self.trace_block_new_lines(ip, tag, len, flags_live, None);
+                self.trace_block_new_lines(ip, tag, len, flags_live, None, false);
                 return Ok(());
             }
             Probe::CountIndexed { index, n, .. }
@@ -375,7 +380,9 @@ impl Emitter {
     /// done:
     /// ```
     /// `count`: an indexed counter `(index, n)` to add to first (a `CountIndexed` probe of the
-    /// same instruction, sharing the borrow).
+    /// same instruction, sharing the borrow). `keep`: a recent-lines access check of the
+    /// same instruction follows, which may take the borrow over (two-way table only; see
+    /// [`Emitter::trace_block_new_lines_two_ways`]).
     pub(super) fn trace_block_new_lines(
         &mut self,
         pc: u64,
@@ -383,6 +390,7 @@ impl Emitter {
         len: u32,
         flags_live: bool,
         count: Option<(u32, u32)>,
+        keep: bool,
     ) {
         use crate::recent_lines::Table;
         let count = count.filter(|&(index, _)| (index as usize) < c::indexed_counters());
@@ -402,6 +410,7 @@ impl Emitter {
                 slots,
                 flags_live,
                 count,
+                keep,
             );
         }
         let slot_off =
@@ -476,6 +485,14 @@ impl Emitter {
     ///     the record ([`Emitter::block_record_two_ways`]); jmp back
     /// ```
     /// A block of more lines than are checked always appends its record, inline.
+    ///
+    /// With `keep` (the instruction's recent-lines access check follows), the inline
+    /// compares end with `rax` and the flags still borrowed (`self.kept`), so that the
+    /// access check's [`Emitter::borrow_rax`] takes them over: no return and borrow back
+    /// to back (two instructions, eight with live flags) on every entry of the block. The
+    /// out-of-line record gives them back in its drain check (a drain's call needs the
+    /// guest state exact) and borrows them again before going back.
+    #[allow(clippy::too_many_arguments)]
     fn trace_block_new_lines_two_ways(
         &mut self,
         pc: u64,
@@ -484,6 +501,7 @@ impl Emitter {
         slots: u32,
         flags_live: bool,
         count: Option<(u32, u32)>,
+        keep: bool,
     ) {
         use crate::recent_lines::Table;
         let mask = u64::from(slots - 1);
@@ -510,9 +528,15 @@ impl Emitter {
             self.d32(0);
             jumps[k] = (j, self.buf.len());
         }
-        self.return_rax(flags_live);
-        let back = self.buf.len();
-        self.mark(pc, 0);
+        let back;
+        if keep {
+            back = self.buf.len();
+            self.kept = Some((flags_live, pc));
+        } else {
+            self.return_rax(flags_live);
+            back = self.buf.len();
+            self.mark(pc, 0);
+        }
         self.block_cold.push(BlockCold {
             pc,
             tag,
@@ -521,6 +545,7 @@ impl Emitter {
             flags_live,
             jumps,
             back,
+            kept: keep,
         });
     }
 
@@ -553,6 +578,16 @@ impl Emitter {
             self.patch_rel32(j);
         }
         self.block_record_two_ways(d.pc, d.tag, d.lines, d.slots, d.flags_live);
+        if d.kept {
+            // Borrowed again (the guest state is exact after the drain check), as the
+            // inline compares left them for the access check.
+            self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+            self.mark(d.pc, FIX_RAX_IN_STUB);
+            if d.flags_live {
+                self.buf.extend_from_slice(&[0x9F, 0x0F, 0x90, 0xC0]); // lahf; seto al
+                self.store_gs(0, c::scratch_off(c::S_PROBE_FLAGS));
+            }
+        }
         self.jmp_to(d.back);
     }
 
