@@ -432,6 +432,32 @@ impl Emitter {
         self.slow.push(slow);
     }
 
+    /// After the inline parts of the guest instruction at `ip`, before its copy: a borrow
+    /// of `rax` alone (the flags given back) that those parts kept stays over the copy when
+    /// the block allows it (`Emitter::carry`, set where the instruction neither reads nor
+    /// writes `rax` and is copied as it is: [`borrow_may_carry_over`]), so that the next
+    /// instruction's inline part takes it over instead of a return and a borrow back to back
+    /// (`mov rax, gs:[stub]` before the copy, `mov gs:[stub], rax` after it: two of the
+    /// twenty-odd host instructions around a guest one with a memory operand). The copy is
+    /// mapped with the guest `rax` in the stub, so a fault in it shows the guest's. Anything
+    /// else gives the borrow back here.
+    pub(super) fn carry_borrow(&mut self, ip: u64) {
+        match (self.carry, self.kept) {
+            (Some(_), Some((false, k))) if k == ip => self.mark(ip, super::FIX_RAX_IN_STUB),
+            _ => self.settle(),
+        }
+    }
+
+    /// After the copy of the guest instruction at `ip`: a borrow [`Emitter::carry_borrow`]
+    /// carried over it is now kept for the next instruction.
+    pub(super) fn carried_over(&mut self, ip: u64) {
+        if let (Some(next), Some((false, k))) = (self.carry.take(), self.kept) {
+            if k == ip {
+                self.kept = Some((false, next));
+            }
+        }
+    }
+
     /// Gives back a borrow [`Emitter::keep_borrow`] kept, if any.
     pub(super) fn settle(&mut self) {
         if let Some((flags_live, ip)) = self.kept.take() {
@@ -1256,6 +1282,31 @@ struct StackAtOnce {
 /// `ret`, `sub rsp`), without origins (whose tags need the span's tag chunk too), with no
 /// memory operand but one of 1 to 8 bytes at `[rsp + d]`, read or written (not a load copy,
 /// whose shadow goes to a register).
+/// Whether a borrow of `rax` may stay over the copy of `ins` (`Emitter::carry_borrow`):
+/// the instruction neither reads nor writes any part of `rax`, explicitly or implicitly
+/// (`mul`, `cmpxchg`, `cpuid`, string instructions...), and is copied byte for byte (no
+/// `gs:` operand, whose rewrite borrows, and no `rip`-relative one, whose far rewrite may
+/// take `rax` as its free register).
+pub(super) fn borrow_may_carry_over(ins: &iced_x86::Instruction) -> bool {
+    use iced_x86::{Code, OpKind};
+    if matches!(
+        ins.code(),
+        Code::Rdgsbase_r64 | Code::Rdgsbase_r32 | Code::Wrgsbase_r64 | Code::Wrgsbase_r32
+    ) || ins.is_ip_rel_memory_operand()
+        || ((0..ins.op_count()).any(|i| ins.op_kind(i) == OpKind::Memory)
+            && ins.memory_segment() == Register::GS)
+    {
+        return false;
+    }
+    crate::probe::with_factory(|f| {
+        let info = f.info_options(ins, iced_x86::InstructionInfoOptions::NO_MEMORY_USAGE);
+        !info
+            .used_registers()
+            .iter()
+            .any(|r| r.register().full_register() == Register::RAX)
+    })
+}
+
 fn stack_at_once(form: &FastForm) -> Option<StackAtOnce> {
     let undefined = form.undefined?;
     if form.origin.is_some() || form.load.is_some() || form.store.is_some() {

@@ -583,8 +583,18 @@ pub fn translate_at_most(
         }
     }
     for (i, d) in insns.iter().enumerate() {
-        e.mark(d.ins.ip(), 0);
+        // (A borrow of `rax` carried over the instruction before: the guest's is in the stub.)
+        let fix = if e.kept.is_some() { FIX_RAX_IN_STUB } else { 0 };
+        e.mark(d.ins.ip(), fix);
+        e.carry = (tool.is_some()
+            && crate::definedness::enabled()
+            && i + 1 < n
+            && count_at != Some(i + 1)
+            && !is_client_request_at(&insns, i))
+        .then(|| insns[i + 1].ins.ip())
+        .filter(|_| definedness::borrow_may_carry_over(&d.ins));
         if count_at == Some(i) {
+            e.settle();
             e.count_prologue(n as u32, true);
             e.mark(d.ins.ip(), 0);
         }
@@ -664,7 +674,7 @@ pub fn translate_at_most(
                 }
             }
         }
-        e.settle();
+        e.carry_borrow(d.ins.ip());
         // Client requests: with a tool, in the program's code (never the embedder's own);
         // without one, the engine still answers RUNNING_ON_VALGRIND.
         if (tool.is_some() || !opts.instrument) && is_client_request_at(&insns, i) {
@@ -678,7 +688,9 @@ pub fn translate_at_most(
         } else {
             e.copy(d)?;
         }
+        e.carried_over(d.ins.ip());
     }
+    e.settle();
     match end {
         End::Before(next) | End::Limit(next) => {
             e.mark(next, 0);
@@ -835,6 +847,10 @@ struct Emitter {
     /// takes them over instead of a return and a borrow back to back; anything else must
     /// [`Emitter::settle`] first.
     kept: Option<(bool, u64)>,
+    /// While the inline parts of a guest instruction are emitted: the next instruction's
+    /// pc when a borrow of `rax` alone may be carried over this one's copy to the next
+    /// one's inline part (`Emitter::carry_borrow`), else `None`.
+    carry: Option<u64>,
     /// The slow calls (indices into `slow`) whose inline part kept its borrow: they return
     /// through a thunk that borrows again (`finish_slow_calls`).
     reborrow: Vec<usize>,
@@ -959,6 +975,7 @@ impl Emitter {
             recent_cold: Vec::new(),
             block_cold: Vec::new(),
             kept: None,
+            carry: None,
             reborrow: Vec::new(),
             unborrowed: Vec::new(),
             rcx_lent: Vec::new(),

@@ -1906,6 +1906,11 @@ impl Emitter {
                 slow.add_jump(p)?;
             }
         }
+        if !flags_live && self.carry.is_some() {
+            // (Carried over the instruction's copy: `Emitter::carry_borrow`.)
+            self.keep_borrow(slow, false);
+            return Ok(());
+        }
         self.return_rax(flags_live);
         slow.back = self.buf.len();
         self.mark(ip, 0);
