@@ -14,7 +14,7 @@ use oxgrind_formats::memcheck_xml::WhatQuirk;
 use oxgrind_tool::{Addr, Alloc, AllocFn, Free, Host, LiveBlock, Misuse, MisuseEvent};
 
 use crate::errors::KeyKind;
-use crate::freed::FreedBlock;
+use crate::freed::{FreedBlock, Giving};
 use crate::options::KeepStacks;
 use crate::report::thread_number;
 use crate::shadow::{self, shadow_base};
@@ -60,13 +60,15 @@ impl Memcheck {
         }
     }
 
-    pub(crate) fn free_event(&self, host: &dyn Host, ev: &Free) {
-        self.free_block(host, ev, true);
+    /// A free; what it gives back to glibc, for the end of the event
+    /// ([`Memcheck::give_back`]).
+    pub(crate) fn free_event(&self, host: &dyn Host, ev: &Free) -> Giving {
+        self.free_block(host, ev, true)
     }
 
     /// [`Memcheck::free_event`] but for the block's V bits (`realloc` moves them first).
-    pub(crate) fn free_event_keeping_vbits(&self, host: &dyn Host, ev: &Free) {
-        self.free_block(host, ev, false);
+    pub(crate) fn free_event_keeping_vbits(&self, host: &dyn Host, ev: &Free) -> Giving {
+        self.free_block(host, ev, false)
     }
 
     /// A free of the program's block: counted, checked, queued, its shadow marked (its V
@@ -76,7 +78,7 @@ impl Memcheck {
     /// block's shadow after them: those lines are cold (the block's memory was last marked
     /// when allocated, often megabytes of frees ago), and a locked instruction waits until
     /// every store before it is done. A full batch moves into the queues last.
-    fn free_block(&self, host: &dyn Host, ev: &Free, vbits_defined: bool) {
+    fn free_block(&self, host: &dyn Host, ev: &Free, vbits_defined: bool) -> Giving {
         self.ensure_started(host);
         self.totals.free();
         if self.opts.show_mismatched_frees && ev.alloc_func.family() != ev.func.family() {
@@ -109,9 +111,10 @@ impl Memcheck {
             free_stack: ev.stack,
             kept: self.opts.freelist_vol > 0,
         };
-        let full = self.batches.push(block);
+        let mut giving = Giving::default();
+        let full = self.batches.push(block, &mut giving);
         // Marked until the block leaves the queue and goes back to glibc
-        // ([`Memcheck::give_back_freed`]); one larger than the whole queue leaves at once,
+        // ([`Memcheck::give_back`]); one larger than the whole queue leaves at once,
         // unmarked.
         if self.probing.load(Ordering::Relaxed) && ev.size <= self.opts.freelist_vol {
             shadow::mark_freed(shadow_base(), ev.addr, ev.size);
@@ -120,31 +123,33 @@ impl Memcheck {
             self.definedness_free(host, ev.addr, ev.size);
         }
         if let Some(full) = full {
-            let behind = self.batches.absorb(&mut self.lock().freed, &full);
-            if behind {
-                self.catch_up_freed(host);
-            }
+            giving.behind = self
+                .batches
+                .absorb(&mut self.lock().freed, &full, &mut giving);
         }
+        giving
     }
 
     /// The end of a free's handling (after `realloc` copied the old block's V bits): the
-    /// oldest blocks that left the freed-block queue go back to glibc, two per free.
-    pub(crate) fn give_back_freed(&self, host: &dyn Host) {
-        if self.opts.freelist_vol > 0 {
-            self.batches
-                .give_back(false, &mut |a, s| self.release_block(host, a, s));
+    /// blocks [`Memcheck::free_event`] took from the thread's ring go back to glibc.
+    pub(crate) fn give_back(&self, host: &dyn Host, giving: Giving) {
+        for &(a, s) in giving.blocks() {
+            self.release_block(host, a, s);
+        }
+        if giving.behind {
+            self.catch_up_freed(host);
         }
     }
 
     /// More blocks left the queue than the thread's ring holds (large frees after many
-    /// small ones): they all go back now, a ring at a time, so that the memory held stays
-    /// near `--freelist-vol` (bench sqlite3: 4 KiB pages freed behind 70,000 small blocks
-    /// held 80 MB for a 2 MB budget when they left two per free).
+    /// small ones): they all go back now, oldest first, a ring at a time, so that the
+    /// memory held stays near `--freelist-vol` (bench sqlite3: 4 KiB pages freed behind
+    /// 70,000 small blocks held 80 MB for a 2 MB budget when they left two per free).
     #[cold]
     fn catch_up_freed(&self, host: &dyn Host) {
         loop {
             self.batches
-                .give_back(true, &mut |a, s| self.release_block(host, a, s));
+                .give_all(&mut |a, s| self.release_block(host, a, s));
             if !self.batches.refill(&mut self.lock().freed) {
                 break;
             }

@@ -370,6 +370,29 @@ pub const LEAVING: usize = 4 * BATCH;
 /// Blocks given back per free (the ring empties faster than batches fill it).
 pub const GIVEN_PER_FREE: usize = 2;
 
+/// The blocks a free gives back to glibc at its end (address, size), oldest first.
+#[derive(Default)]
+pub struct Giving {
+    items: [(u64, u64); GIVEN_PER_FREE],
+    n: usize,
+    /// More blocks left the queue than the thread's ring holds: all go back now.
+    pub behind: bool,
+}
+
+impl Giving {
+    pub fn blocks(&self) -> &[(u64, u64)] {
+        &self.items[..self.n]
+    }
+}
+
+/// Starts loading, for writing, glibc's chunk header before `block` and the block's first
+/// words, which its `free` reads and writes.
+#[inline(always)]
+fn prefetch_chunk(block: u64) {
+    oxgrind_tool::hint::prefetch_write_at(block.wrapping_sub(16));
+    oxgrind_tool::hint::prefetch_write_at(block.wrapping_add(8));
+}
+
 /// One thread's pending frees, oldest first, and the blocks that left the queue on their
 /// way back to glibc (a ring, oldest first): given back one or two per free rather than a
 /// batch at once, which would overflow glibc's per-thread cache (7 chunks per size) into
@@ -408,6 +431,18 @@ impl Batch {
         queue.has_leavers()
     }
 
+    /// Tops `giving` up to [`GIVEN_PER_FREE`] blocks from the ring, oldest first, and
+    /// starts loading their chunks.
+    #[inline]
+    fn give_into(&mut self, giving: &mut Giving) {
+        while giving.n < GIVEN_PER_FREE {
+            let Some(l) = self.pop_leaver() else { break };
+            prefetch_chunk(l.0);
+            giving.items[giving.n] = l;
+            giving.n += 1;
+        }
+    }
+
     fn pop_leaver(&mut self) -> Option<(u64, u64)> {
         if self.leaving_len == 0 {
             return None;
@@ -443,19 +478,21 @@ impl FreedBatches {
         &self.batches[crate::totals::thread_slot()].0
     }
 
-    /// Adds a free to the calling thread's batch; when the batch is full, returns all of
-    /// it, oldest first, for the caller to move into the queues (with no batch lock held).
-    /// Starts loading the chunks of the blocks this free will give back
-    /// ([`FreedBatches::give_back`]): glibc's `free` of each reads its chunk header and
-    /// writes the block's first words, lines last touched a whole `--freelist-vol` of
-    /// frees ago (a tenth of Memcheck's time on bench alloc was glibc's `free` missing them).
-    pub fn push(&self, f: FreedBlock) -> Option<FullBatch> {
+    /// Adds a free to the calling thread's batch, and takes the oldest blocks of its ring
+    /// into `giving` (up to [`GIVEN_PER_FREE`]), which the free gives back at its end; when
+    /// the batch is full, returns all of it, oldest first, for the caller to move into the
+    /// queues (with no batch lock held).
+    ///
+    /// Starts loading the chunks of the blocks this free and the next give back: glibc's
+    /// `free` of each reads its chunk header and writes the block's first words, lines last
+    /// touched a whole `--freelist-vol` of frees ago (a tenth of Memcheck's time on bench
+    /// alloc was glibc's `free` missing them).
+    pub fn push(&self, f: FreedBlock, giving: &mut Giving) -> Option<FullBatch> {
         let mine = self.mine();
         let mut b = mine.lock();
+        b.give_into(giving);
         for k in 0..GIVEN_PER_FREE.min(b.leaving_len) {
-            let a = b.leaving[(b.leaving_head + k) % LEAVING].0;
-            oxgrind_tool::hint::prefetch_write_at(a.wrapping_sub(16));
-            oxgrind_tool::hint::prefetch_write_at(a.wrapping_add(8));
+            prefetch_chunk(b.leaving[(b.leaving_head + k) % LEAVING].0);
         }
         let i = b.len;
         b.items[i] = f;
@@ -475,25 +512,28 @@ impl FreedBatches {
         Some(out)
     }
 
-    /// Moves a full batch into `queue` (the caller holds its lock), and the blocks that
-    /// left it into the calling thread's ring; whether more left than the ring holds.
-    pub fn absorb(&self, queue: &mut FreedQueue, full: &FullBatch) -> bool {
+    /// Moves a full batch into `queue` (the caller holds its lock), the blocks that left
+    /// it into the calling thread's ring, and tops `giving` up from there (a block larger
+    /// than the queue leaves in the very free that queued it); whether more left than the
+    /// ring holds.
+    pub fn absorb(&self, queue: &mut FreedQueue, full: &FullBatch, giving: &mut Giving) -> bool {
         for &b in full.blocks() {
             queue.push(b);
         }
-        self.mine().lock().take_leavers(queue)
+        let mut b = self.mine().lock();
+        let behind = b.take_leavers(queue);
+        b.give_into(giving);
+        behind
     }
 
-    /// Gives back (`give`: address, size; called with no lock held) the oldest blocks of
-    /// the calling thread's ring, [`GIVEN_PER_FREE`] of them; with `all`, the whole ring.
-    pub fn give_back(&self, all: bool, give: &mut impl FnMut(u64, u64)) {
+    /// Takes every block of the calling thread's ring out, oldest first, for `give`
+    /// (address, size; called with no lock held).
+    pub fn give_all(&self, give: &mut impl FnMut(u64, u64)) {
         let mut out = [(0u64, 0u64); LEAVING];
         let mut n = 0;
         {
             let mut b = self.mine().lock();
-            let most = if all { LEAVING } else { GIVEN_PER_FREE };
-            while n < most {
-                let Some(l) = b.pop_leaver() else { break };
+            while let Some(l) = b.pop_leaver() {
                 out[n] = l;
                 n += 1;
             }
@@ -545,26 +585,30 @@ mod batch_tests {
         let (mut pushed, mut back) = (0u64, 0u64);
         for (i, &size) in sizes.iter().enumerate() {
             let addr = 0x10_0000 + i as u64 * 0x2000;
-            let full = batches.push(FreedBlock {
-                size,
-                ..freed(addr)
-            });
+            let mut giving = Giving::default();
+            let full = batches.push(
+                FreedBlock {
+                    size,
+                    ..freed(addr)
+                },
+                &mut giving,
+            );
             pushed += size;
             let mut give = |a: u64, s: u64| {
                 given.push(a);
                 back += s;
             };
             if let Some(full) = full {
-                if batches.absorb(&mut q, &full) {
-                    loop {
-                        batches.give_back(true, &mut give);
-                        if !batches.refill(&mut q) {
-                            break;
-                        }
-                    }
-                }
+                giving.behind = batches.absorb(&mut q, &full, &mut giving);
             }
-            batches.give_back(false, &mut give);
+            for &(a, s) in giving.blocks() {
+                give(a, s);
+            }
+            let mut behind = giving.behind;
+            while behind {
+                batches.give_all(&mut give);
+                behind = batches.refill(&mut q);
+            }
             // A block given back is never one the queue still describes.
             for &a in given.iter().rev().take(2) {
                 assert!(
@@ -626,7 +670,7 @@ mod batch_tests {
         let batches = FreedBatches::new(20_000_000);
         let mut seen = Vec::new();
         for i in 0..(BATCH as u64 + 3) {
-            if let Some(b) = batches.push(freed(0x1000 + i * 16)) {
+            if let Some(b) = batches.push(freed(0x1000 + i * 16), &mut Giving::default()) {
                 seen.extend(b.blocks().iter().map(|f| f.addr))
             }
         }
@@ -643,8 +687,14 @@ mod batch_tests {
     fn two_instances_on_one_thread_keep_separate_batches() {
         let a = FreedBatches::new(20_000_000);
         let b = FreedBatches::new(20_000_000);
-        assert!(a.push(freed(0x10)).is_none(), "not full");
-        assert!(b.push(freed(0x20)).is_none(), "not full");
+        assert!(
+            a.push(freed(0x10), &mut Giving::default()).is_none(),
+            "not full"
+        );
+        assert!(
+            b.push(freed(0x20), &mut Giving::default()).is_none(),
+            "not full"
+        );
         let mut from_a = Vec::new();
         a.drain(|x| from_a.extend(x.iter().map(|f| f.addr)));
         assert_eq!(from_a, [0x10]);

@@ -347,15 +347,15 @@ impl Tool for Memcheck {
     }
 
     fn on_free(&self, host: &dyn Host, ev: &Free) {
-        self.free_event(host, ev);
-        self.give_back_freed(host);
+        let giving = self.free_event(host, ev);
+        self.give_back(host, giving);
     }
 
     fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
-        self.free_event_keeping_vbits(host, old);
+        let giving = self.free_event_keeping_vbits(host, old);
         self.alloc_event(host, new);
         self.definedness_realloc(host, old, new);
-        self.give_back_freed(host);
+        self.give_back(host, giving);
     }
 
     fn on_undefined(&self, host: &dyn Host, regs: &GuestRegs, what: &oxgrind_tool::Undefined) {
