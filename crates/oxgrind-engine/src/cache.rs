@@ -51,6 +51,9 @@ struct Arena {
     /// Definedness's catch-up routine for the arena's blocks (0: none, see
     /// `translate::catch_up_routine`).
     catch_up: u64,
+    /// The shared halves of its blocks' slow calls (0: none, see
+    /// `translate::slow_call_tails`).
+    slow_tails: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -230,6 +233,7 @@ impl CodeCache {
             end: start + ARENA_SIZE,
             bump: start,
             catch_up: 0,
+            slow_tails: 0,
         });
         self.stats.arenas += 1;
         let ai = self.arenas.len() - 1;
@@ -260,6 +264,15 @@ impl CodeCache {
             fix: 0,
             guest: translate::UNMAPPED,
         };
+        self.insert_host_block(base, len, translate::UNMAPPED, &[unmapped]);
+        // The slow calls' shared tails after it, likewise engine code.
+        let base = self.arenas[ai].bump;
+        let code = translate::slow_call_tails(base);
+        // SAFETY: as above; the routine and the tails take a few hundred bytes.
+        unsafe { core::ptr::copy_nonoverlapping(code.as_ptr(), base as *mut u8, code.len()) };
+        let len = code.len() as u64;
+        self.arenas[ai].bump = base + len;
+        self.arenas[ai].slow_tails = base;
         self.insert_host_block(base, len, translate::UNMAPPED, &[unmapped]);
     }
 
@@ -312,6 +325,7 @@ impl CodeCache {
         let ai = self.arena_for(pc)?;
         let base = self.arenas[ai].bump;
         translate::set_catch_up_routine(self.arenas[ai].catch_up);
+        translate::set_slow_tails(self.arenas[ai].slow_tails);
         // Code from a page the program can write is checked at each entry; a block that only
         // runs into such a page (its last instructions) is translated again with the check.
         let mut opts = self.opts;

@@ -49,6 +49,7 @@ mod special;
 
 pub use branches::{link_stub, native_jump, unlink_stub};
 pub(crate) use definedness::{catch_up_routine, set_catch_up_routine};
+pub(crate) use probes::{set_slow_tails, slow_call_tails};
 use rewrite::{ea_encodable, gs_rewritable};
 use smc::Check;
 use special::{rep_block, syscall_block};

@@ -1955,6 +1955,7 @@ impl Emitter {
         let unborrowed = core::mem::take(&mut self.unborrowed);
         let rcx_lent = core::mem::take(&mut self.rcx_lent);
         let mut placed = alloc::vec::Vec::with_capacity(slow.len());
+        let tails = SLOW_TAILS.load(core::sync::atomic::Ordering::Relaxed);
         for (index, s) in slow.iter().enumerate() {
             // A kept borrow (`Emitter::keep_borrow`): the call returns to a thunk that
             // borrows again, then continues with `rax` (and the flags) borrowed.
@@ -1965,7 +1966,19 @@ impl Emitter {
                 let rel = at as i64 - (j as i64 + 4);
                 self.buf[j..j + 4].copy_from_slice(&(rel as i32).to_le_bytes());
             }
-            if rcx_lent.contains(&index) {
+            let lent = rcx_lent.contains(&index);
+            if tails != 0 && !(kept && s.skipped_in_own_work) {
+                let variant = tail_variant(lent, s.flags_live, s.skipped_in_own_work);
+                let entry = tails + (variant * SLOW_TAIL_ROOM) as u64;
+                let store = if unborrowed.contains(&index) { 9 } else { 0 };
+                let jmp_end = self.here() + store + 7 + 5;
+                let rel = (entry as i64).wrapping_sub(jmp_end as i64);
+                if rel == rel as i32 as i64 {
+                    self.shared_slow_tail(s, kept, store != 0, rel as i32);
+                    continue;
+                }
+            }
+            if lent {
                 // mov rcx, gs:[saved_rcx]
                 self.load_gs(1, c::OFF_VBITS_SAVED_RCX);
             }
@@ -2068,7 +2081,112 @@ impl Emitter {
     }
 }
 
+/// Host address of the code-cache arena's shared slow-call tails (`slow_call_tails`) for
+/// the block being translated; 0: none, each slow call is whole in its block. Set by the
+/// code cache, under its lock, before each translation.
+static SLOW_TAILS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// Bytes from one variant's shared tail to the next (`slow_call_tails`).
+const SLOW_TAIL_ROOM: usize = 128;
+
+/// Says which shared slow-call tails (0: none) the next translations may jump to.
+pub(crate) fn set_slow_tails(at: u64) {
+    SLOW_TAILS.store(at, core::sync::atomic::Ordering::Relaxed);
+}
+
+/// Which shared tail a slow call takes: what it gives back first (`rcx`, the flags) and
+/// whether the embedder's own work skips it.
+fn tail_variant(rcx_lent: bool, flags_live: bool, skipped_in_own_work: bool) -> usize {
+    rcx_lent as usize | (flags_live as usize) << 1 | (skipped_in_own_work as usize) << 2
+}
+
+/// The shared halves of slow calls, one per [`tail_variant`], [`SLOW_TAIL_ROOM`] bytes
+/// apart, for code placed at host address `base` (one copy per code-cache arena). A slow
+/// call keeps in its block only what differs from one to the next (`shared_slow_tail`):
+///
+/// ```text
+/// (unborrowed) mov gs:[STUB_RAX], rax
+/// lea rax, [rip+rec]; jmp tail[variant]; rec: dq record; ret: (thunk or) jmp back
+/// ```
+///
+/// and the tail does the rest of what `finish_slow_calls` emits for each call: gives
+/// `rcx` back, sets the return to `ret` (just after the record), restores the flags,
+/// skips the call in the embedder's own work (to `ret`, guest `rax` back), and enters the
+/// probe with the record. Engine code with no guest pc, as a block's out-of-line part is.
+pub(crate) fn slow_call_tails(base: u64) -> alloc::vec::Vec<u8> {
+    let mut e = Emitter::new(0, base, false);
+    e.unmark();
+    for variant in 0..8 {
+        let start = variant * SLOW_TAIL_ROOM;
+        while e.buf.len() < start {
+            e.buf.push(0xCC);
+        }
+        if variant & 1 != 0 {
+            // mov rcx, gs:[saved_rcx]
+            e.load_gs(1, c::OFF_VBITS_SAVED_RCX);
+        }
+        // lea rax, [rax+8]; mov gs:[probe_ret], rax: the return, past the record.
+        e.buf.extend_from_slice(&[0x48, 0x8D, 0x40, 0x08]);
+        e.store_gs(0, c::scratch_off(c::S_PROBE_RET));
+        if variant & 4 != 0 {
+            // cmp qword gs:[own_work], 0; je call; (flags back) mov rax, guest rax;
+            // jmp gs:[probe_ret]; call:
+            e.buf.extend_from_slice(&[0x65, 0x48, 0x83, 0x3C, 0x25]);
+            e.d32(c::OFF_OWN_WORK as u32);
+            e.buf.push(0);
+            e.buf.extend_from_slice(&[0x74, 0x00]);
+            let call = e.buf.len();
+            if variant & 2 != 0 {
+                e.restore_probe_flags();
+            }
+            e.load_gs(0, c::scratch_off(c::S_STUB_RAX));
+            e.jmp_gs(c::scratch_off(c::S_PROBE_RET));
+            e.buf[call - 1] = (e.buf.len() - call) as u8;
+        }
+        if variant & 2 != 0 {
+            e.restore_probe_flags();
+        }
+        // mov rax, gs:[probe_ret]; mov rax, [rax-8]; jmp gs:[probe_entry]
+        e.load_gs(0, c::scratch_off(c::S_PROBE_RET));
+        e.buf.extend_from_slice(&[0x48, 0x8B, 0x40, 0xF8]);
+        e.jmp_gs(c::OFF_PROBE_ENTRY);
+        assert!(e.buf.len() <= start + SLOW_TAIL_ROOM);
+    }
+    while e.buf.len() % 16 != 0 {
+        e.buf.push(0xCC);
+    }
+    e.buf
+}
+
 impl Emitter {
+    /// The in-block half of slow call `s` whose shared tail is `rel` from the end of its
+    /// `jmp` (see [`slow_call_tails`]); `store`: it saves the guest `rax` first.
+    fn shared_slow_tail(&mut self, s: &SlowCall, kept: bool, store: bool, rel: i32) {
+        if store {
+            // mov gs:[STUB_RAX], rax (the guest state is exact before)
+            self.push_map_at(self.buf.len(), s.ip, 0);
+            self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+        }
+        self.push_map_at(self.buf.len(), s.ip, FIX_RAX_IN_STUB);
+        // lea rax, [rip+rec]; jmp tail; rec: dq record
+        self.buf.extend_from_slice(&[0x48, 0x8D, 0x05, 5, 0, 0, 0]);
+        self.buf.push(0xE9);
+        self.d32(rel as u32);
+        self.buf.extend_from_slice(&s.rec.to_le_bytes());
+        // ret: the call returns here, guest state exact.
+        self.push_map_at(self.buf.len(), s.ip, 0);
+        if kept {
+            // thunk: borrow rax and the flags again; jmp back
+            self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+            self.push_map_at(self.buf.len(), s.ip, FIX_RAX_IN_STUB);
+            if s.flags_live {
+                self.buf.extend_from_slice(&[0x9F, 0x0F, 0x90, 0xC0]); // lahf; seto al
+                self.store_gs(0, c::scratch_off(c::S_PROBE_FLAGS));
+            }
+        }
+        self.jmp_to(s.back);
+    }
+
     /// The compares of an [`ExactA`]: the shadow of the operand's first granules and of its
     /// last byte's, each `jne` to the slow call at `slow_at`.
     fn exact_a_checks(&mut self, x: &ExactA, slow_at: usize) -> Result<(), TranslateError> {
@@ -2099,4 +2217,62 @@ impl Emitter {
 /// `rbp` as a general register mostly indexes it or adds to it.
 fn frame_local(m: &UsedMemory) -> bool {
     m.base() == Register::RBP && m.index() == Register::None && (m.displacement() as i64) < 0
+}
+
+#[cfg(test)]
+mod shared_tail_tests {
+    use super::*;
+    use iced_x86::{Decoder, DecoderOptions, FlowControl, Register};
+
+    /// Each variant of the shared slow-call tails fits its room, gives back what it says
+    /// it gives back, and leaves only by `jmp gs:[probe_entry]` (the call) or, when the
+    /// embedder's own work skips it, `jmp gs:[probe_ret]` (the return past the record).
+    #[test]
+    fn shared_tails_leave_by_the_probe_entry_or_the_return() {
+        let base = 0x7000_0000_0000u64;
+        let code = slow_call_tails(base);
+        assert!(code.len() <= 8 * SLOW_TAIL_ROOM + 16);
+        for variant in 0..8usize {
+            let start = variant * SLOW_TAIL_ROOM;
+            let end = (start + SLOW_TAIL_ROOM).min(code.len());
+            let at = base + start as u64;
+            let dec = Decoder::with_ip(64, &code[start..end], at, DecoderOptions::NONE);
+            let mut exits = alloc::vec::Vec::new();
+            let mut gives_rcx = false;
+            let mut restores_flags = 0;
+            for ins in dec {
+                if ins.flow_control() == FlowControl::IndirectBranch {
+                    assert_eq!(ins.segment_prefix(), Register::GS);
+                    exits.push(ins.memory_displacement64() as usize);
+                    if exits.last() == Some(&c::OFF_PROBE_ENTRY) {
+                        break;
+                    }
+                }
+                if ins.op0_register() == Register::RCX {
+                    gives_rcx = true;
+                }
+                if ins.mnemonic() == iced_x86::Mnemonic::Sahf {
+                    restores_flags += 1;
+                }
+                if ins.flow_control() == FlowControl::ConditionalBranch {
+                    let t = ins.near_branch_target();
+                    assert!(t > ins.ip() && t < at + SLOW_TAIL_ROOM as u64);
+                }
+            }
+            let own_work = variant & 4 != 0;
+            let ret = c::scratch_off(c::S_PROBE_RET);
+            if own_work {
+                assert_eq!(exits, [ret, c::OFF_PROBE_ENTRY], "variant {variant}");
+            } else {
+                assert_eq!(exits, [c::OFF_PROBE_ENTRY], "variant {variant}");
+            }
+            assert_eq!(gives_rcx, variant & 1 != 0, "variant {variant}");
+            let flags = if variant & 2 != 0 {
+                1 + own_work as usize
+            } else {
+                0
+            };
+            assert_eq!(restores_flags, flags, "variant {variant}");
+        }
+    }
 }
