@@ -30,8 +30,8 @@ pub const NO_STACK: StackId = StackId(u32::MAX);
 
 /// Where the program called one of our allocation functions: the address of our entry
 /// point (frame 0 of the call's stack, see [`own_address`]) and, for the entry points that
-/// pass them on ([`malloc`], [`free`], [`calloc`], [`realloc`], `operator new`), the
-/// program's registers at the call, where the stack walk starts ([`stacks::Caller`]).
+/// pass them on ([`malloc`], [`free`], [`calloc`], [`realloc`], the aligned allocation
+/// functions, `operator new`, `operator delete`), the program's registers at the call, where the stack walk starts ([`stacks::Caller`]).
 #[derive(Clone, Copy)]
 struct Entry {
     addr: u64,
@@ -40,6 +40,9 @@ struct Entry {
     /// when non-zero: with [`NATIVE_ENTRY`] set, the instructions of ours that are counted
     /// (translated) on the call's way in and out; none of the rest is.
     gated: i64,
+    /// What Valgrind's wrapper counts on this call's way beyond the function's own cost
+    /// ([`wrapper_cost`]): non-zero only for `reallocarray` of a null pointer.
+    extra_cost: i64,
 }
 
 impl Entry {
@@ -51,6 +54,7 @@ impl Entry {
             addr,
             caller: stacks::Caller::UNKNOWN,
             gated: 0,
+            extra_cost: 0,
         }
     }
 
@@ -208,12 +212,16 @@ const NOT_COUNTING: u64 = u64::MAX;
 /// ([`events_run_natively`]) that is the translated code up to the call out of the code
 /// cache and back from it (native code is never counted). Negative: the count is set below
 /// its value at the start. For the entry points that pass their caller's registers on
-/// (`pass_caller`), ours includes the entry's two moves and jump.
+/// (`pass_caller`), ours includes the entry's two moves and jump. Every allocation function
+/// but `cfree` passes its caller on, so with [`NATIVE_ENTRY`] (always, under Massif's
+/// default `--time-unit=i`) the count does not depend on how long the hook's translated
+/// code is, which differs between build profiles (posix_memalign: 11 instructions).
 ///
 /// Valgrind's wrapper costs, measured with `valgrind --tool=massif` on loops of N calls
 /// (time between consecutive snapshots minus the loop's own instructions): malloc 32,
 /// free 25, calloc 50, realloc 34, new/new[] 30, delete/delete[] 25, memalign and
-/// aligned_alloc 42, posix_memalign 67, valloc 56, reallocarray 40.
+/// aligned_alloc 42, posix_memalign 67, valloc 56, reallocarray 40 (54 of a null pointer,
+/// [`Entry::extra_cost`]).
 /// `crates/oxgrind/tests/massif_time_i.rs` checks the per-call totals against Valgrind's.
 fn wrapper_cost(func: AllocFn, entry: &Entry) -> i64 {
     // (Valgrind's wrapper, what stays counted of ours with a cost of 0), dev profile; the
@@ -237,9 +245,9 @@ fn wrapper_cost(func: AllocFn, entry: &Entry) -> i64 {
     if entry.gated != 0 && NATIVE_ENTRY.load(Ordering::Relaxed) {
         // Run natively from the program's call on (`oxgrind_engine::native_entry`): what
         // the way in and out translates is all that is counted of ours, in any profile.
-        return valgrind - entry.gated;
+        return valgrind + entry.extra_cost - entry.gated;
     }
-    valgrind - ours
+    valgrind + entry.extra_cost - ours
 }
 
 impl Uncounted {
@@ -912,16 +920,21 @@ fn calloc_here(n: usize, size: usize, entry: Entry) -> *mut c_void {
     })
 }
 
-fn reallocate(p: *mut c_void, size: usize, func: AllocFn, entry: Entry) -> *mut c_void {
-    event(|| reallocate_here(p, size, func, entry))
-}
-
 fn reallocate_here(p: *mut c_void, size: usize, func: AllocFn, entry: Entry) -> *mut c_void {
     if state::passthrough() {
         // SAFETY: p is null or came from glibc's allocator through us.
         return unsafe { __libc_realloc(p, size) };
     }
     if p.is_null() {
+        let entry = match func {
+            // Valgrind 3.19 counts reallocarray of a null pointer 14 instructions more than
+            // of a block (measured as in `wrapper_cost`: 54 and 40); realloc's are equal.
+            AllocFn::ReallocArray => Entry {
+                extra_cost: 14,
+                ..entry
+            },
+            _ => entry,
+        };
         return allocate(size as u64, func, entry, |rt| base_alloc(rt, size));
     }
     let ev = Event::enter(wrapper_cost(func, &entry));
@@ -1103,10 +1116,24 @@ unsafe extern "C" fn realloc_at(p: *mut c_void, size: usize, sp: u64, bp: u64) -
     entry_event(|| reallocate_here(p, size, AllocFn::Realloc, entry))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
+pass_caller! {
+    fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void
+        => reallocarray_at("rcx", "r8");
+}
+
+/// [`reallocarray`] with its caller's registers.
+unsafe extern "C" fn reallocarray_at(
+    p: *mut c_void,
+    n: usize,
+    size: usize,
+    sp: u64,
+    bp: u64,
+) -> *mut c_void {
     match n.checked_mul(size) {
-        Some(total) => reallocate(p, total, AllocFn::ReallocArray, entry!(reallocarray)),
+        Some(total) => {
+            let entry = entry!(reallocarray).gated_from(sp, bp);
+            entry_event(|| reallocate_here(p, total, AllocFn::ReallocArray, entry))
+        }
         None => {
             // SAFETY: errno slot of this thread.
             unsafe { *crate::guard::errno_slot() = 12 }; // ENOMEM
@@ -1115,16 +1142,14 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
     }
 }
 
-fn aligned(align: usize, size: usize, func: AllocFn, entry: Entry) -> *mut c_void {
-    allocate_aligned(size as u64, align as u64, func, entry, |rt| {
+/// The common path of the functions given an alignment, inside the call's event
+/// ([`entry_event`]).
+fn aligned_here(align: usize, size: usize, func: AllocFn, entry: Entry) -> *mut c_void {
+    allocate_aligned_here(size as u64, align as u64, func, entry, |rt| {
         let align = align.max(rt.map_or(16, |rt| rt.core.alignment as usize));
         // SAFETY: plain call into glibc's allocator (it rounds odd alignments up).
         unsafe { __libc_memalign(align, size.saturating_add(redzone(rt))) }
     })
-}
-
-fn bad_alignment(align: usize, func: AllocFn, entry: Entry) {
-    event(|| bad_alignment_here(align, func, entry))
 }
 
 fn bad_alignment_here(align: usize, func: AllocFn, entry: Entry) {
@@ -1139,60 +1164,87 @@ fn bad_alignment_here(align: usize, func: AllocFn, entry: Entry) {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
-    aligned(align, size, AllocFn::Memalign, entry!(memalign))
+// The aligned and page-aligned allocation functions pass their caller's registers on as
+// malloc does (`pass_caller`): under Massif's `--time-unit=i` what a call counts of ours
+// is then the entry's few instructions in any build profile (`Entry::gated`), not the
+// translated hook, whose length differs between the dev and release profiles.
+pass_caller! {
+    fn memalign(align: usize, size: usize) -> *mut c_void => memalign_at("rdx", "rcx");
+    fn aligned_alloc(align: usize, size: usize) -> *mut c_void => aligned_alloc_at("rdx", "rcx");
+    fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int
+        => posix_memalign_at("rcx", "r8");
+    fn valloc(size: usize) -> *mut c_void => valloc_at("rsi", "rdx");
+    fn pvalloc(size: usize) -> *mut c_void => pvalloc_at("rsi", "rdx");
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
-    let entry = entry!(aligned_alloc);
-    if !align.is_power_of_two() {
-        bad_alignment(align, AllocFn::AlignedAlloc, entry);
-        // SAFETY: errno slot of this thread.
-        unsafe { *crate::guard::errno_slot() = 22 }; // EINVAL
-        return core::ptr::null_mut();
-    }
-    aligned(align, size, AllocFn::AlignedAlloc, entry)
+/// [`memalign`] with its caller's registers.
+unsafe extern "C" fn memalign_at(align: usize, size: usize, sp: u64, bp: u64) -> *mut c_void {
+    let entry = entry!(memalign).gated_from(sp, bp);
+    entry_event(|| aligned_here(align, size, AllocFn::Memalign, entry))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
-    let entry = entry!(posix_memalign);
-    if !align.is_power_of_two() || align % core::mem::size_of::<usize>() != 0 {
-        bad_alignment(align, AllocFn::PosixMemalign, entry);
-        return 22; // EINVAL
-    }
-    let p = aligned(align, size, AllocFn::PosixMemalign, entry);
-    if p.is_null() {
-        return 12; // ENOMEM
-    }
-    // SAFETY: the caller passes a valid out-pointer, as posix_memalign requires.
-    unsafe { *out = p };
-    // Written by our code, which runs without definedness steps.
-    oxgrind_engine::definedness::set(out as u64, 8, true);
-    0
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
-    // SAFETY: plain call into glibc's allocator.
-    allocate(size as u64, AllocFn::Valloc, entry!(valloc), |_| unsafe {
-        __libc_valloc(size)
+/// [`aligned_alloc`] with its caller's registers.
+unsafe extern "C" fn aligned_alloc_at(align: usize, size: usize, sp: u64, bp: u64) -> *mut c_void {
+    let entry = entry!(aligned_alloc).gated_from(sp, bp);
+    entry_event(|| {
+        if !align.is_power_of_two() {
+            bad_alignment_here(align, AllocFn::AlignedAlloc, entry);
+            // SAFETY: errno slot of this thread.
+            unsafe { *crate::guard::errno_slot() = 22 }; // EINVAL
+            return core::ptr::null_mut();
+        }
+        aligned_here(align, size, AllocFn::AlignedAlloc, entry)
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
+/// [`posix_memalign`] with its caller's registers.
+unsafe extern "C" fn posix_memalign_at(
+    out: *mut *mut c_void,
+    align: usize,
+    size: usize,
+    sp: u64,
+    bp: u64,
+) -> c_int {
+    let entry = entry!(posix_memalign).gated_from(sp, bp);
+    entry_event(|| {
+        if !align.is_power_of_two() || align % core::mem::size_of::<usize>() != 0 {
+            bad_alignment_here(align, AllocFn::PosixMemalign, entry);
+            return 22; // EINVAL
+        }
+        let p = aligned_here(align, size, AllocFn::PosixMemalign, entry);
+        if p.is_null() {
+            return 12; // ENOMEM
+        }
+        // SAFETY: the caller passes a valid out-pointer, as posix_memalign requires.
+        unsafe { *out = p };
+        // Written by our code, which runs without definedness steps.
+        oxgrind_engine::definedness::set(out as u64, 8, true);
+        0
+    })
+}
+
+/// [`valloc`] with its caller's registers.
+unsafe extern "C" fn valloc_at(size: usize, sp: u64, bp: u64) -> *mut c_void {
+    let entry = entry!(valloc).gated_from(sp, bp);
+    entry_event(|| {
+        // SAFETY: plain call into glibc's allocator.
+        allocate_aligned_here(size as u64, 0, AllocFn::Valloc, entry, |_| unsafe {
+            __libc_valloc(size)
+        })
+    })
+}
+
+/// [`pvalloc`] with its caller's registers.
+unsafe extern "C" fn pvalloc_at(size: usize, sp: u64, bp: u64) -> *mut c_void {
     // pvalloc rounds the request up to whole pages; the block is that big.
     let rounded = size.max(1).next_multiple_of(4096);
-    // SAFETY: plain call into glibc's allocator.
-    allocate(
-        rounded as u64,
-        AllocFn::Pvalloc,
-        entry!(pvalloc),
-        |_| unsafe { __libc_pvalloc(size) },
-    )
+    let entry = entry!(pvalloc).gated_from(sp, bp);
+    entry_event(|| {
+        // SAFETY: plain call into glibc's allocator.
+        allocate_aligned_here(rounded as u64, 0, AllocFn::Pvalloc, entry, |_| unsafe {
+            __libc_pvalloc(size)
+        })
+    })
 }
 
 /// glibc's own `malloc_usable_size` of a live block (`Host::usable_size`): the bytes its
