@@ -169,7 +169,7 @@ fn loop_of_known_length_between_two_mallocs_takes_valgrinds_time() {
 fn each_allocator_call_counts_what_valgrinds_wrapper_counts() {
     for (name, opts) in [
         ("time_i_calls.c", &[][..]),
-        // Five functions, sixty events: more snapshots than the default, none culled.
+        // Eleven loops, sixty-six events: more snapshots than the default, none culled.
         ("time_i_aligned_calls.c", &["--max-snapshots=1000"][..]),
         ("time_i_cxx_calls.cpp", &[][..]),
     ] {
