@@ -1174,8 +1174,27 @@ mod tests {
         assert_eq!(s.kind, BlockKind::Syscall);
         assert_eq!(&s.bytes[..2], &[0x0F, 0x05]);
         assert_eq!(s.stubs[0].target, pc + 7);
-        // EMFILE comes back to the call itself (`dispatch::emfile_returned`).
+        // EMFILE comes back to the call itself (`dispatch::emfile_returned`): the jrcxz
+        // after the call lands on the jump to that stub, whatever padding aligns the jumps.
         assert_eq!(s.stubs[1].target, pc + 5);
+        let host = 0x10_0000u64;
+        let mut d = Decoder::with_ip(64, &s.bytes, host, DecoderOptions::NONE);
+        let insns: Vec<Instruction> = (0..8).map(|_| d.decode()).collect();
+        let jrcxz = insns
+            .iter()
+            .find(|i| i.mnemonic() == Mnemonic::Jrcxz)
+            .unwrap();
+        let at = insns
+            .iter()
+            .position(|i| i.ip() == jrcxz.near_branch_target())
+            .expect("jrcxz lands on an instruction boundary");
+        let landed = insns[at..]
+            .iter()
+            .find(|i| i.mnemonic() != Mnemonic::Nop)
+            .unwrap();
+        assert_eq!(landed.mnemonic(), Mnemonic::Jmp);
+        let stub = s.stubs[1].offset as u64 + host;
+        assert_eq!(landed.near_branch_target(), stub, "to the EMFILE stub");
     }
 
     #[test]

@@ -26,8 +26,11 @@ pub(super) fn syscall_block(e: &mut Emitter, ins: &Instruction, opts: Options) -
     // the guest flags alone: `lea rcx, [rax + 24]; jrcxz`, rcx being the register `syscall`
     // clobbers.
     e.buf
-        .extend_from_slice(&[0x48, 0x8D, 0x48, 0x18, 0xE3, 0x05]);
+        .extend_from_slice(&[0x48, 0x8D, 0x48, 0x18, 0xE3, 0x00]);
+    let over = e.buf.len();
     e.stub_jump(ins.next_ip());
+    // Over the fall-through's jump, alignment padding included (`align_rel32`).
+    e.buf[over - 1] = (e.buf.len() - over) as u8;
     e.stub_jump(ins.ip());
     e.finish();
     Translation {
