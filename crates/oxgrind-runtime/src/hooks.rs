@@ -31,7 +31,8 @@ pub const NO_STACK: StackId = StackId(u32::MAX);
 /// Where the program called one of our allocation functions: the address of our entry
 /// point (frame 0 of the call's stack, see [`own_address`]) and, for the entry points that
 /// pass them on ([`malloc`], [`free`], [`calloc`], [`realloc`], the aligned allocation
-/// functions, `operator new`, `operator delete`), the program's registers at the call, where the stack walk starts ([`stacks::Caller`]).
+/// functions, `operator new`, `operator delete`), the program's registers at the call,
+/// where the stack walk starts ([`stacks::Caller`]).
 #[derive(Clone, Copy)]
 struct Entry {
     addr: u64,
@@ -474,12 +475,13 @@ fn record_alloc(
 /// unless the tool keeps freed blocks (`Needs::freelist_vol`: Memcheck's queue gives each
 /// back through `Host::release_freed`). Given back after the tool's handler, which may ask
 /// for the block's chunk (`Host::block_extent`).
-struct Leavers(Option<u64>);
+struct GiveBack(Option<u64>);
 
-impl Leavers {
+impl GiveBack {
+    /// Decided before the tool hears of the free of `addr`, applied after it (`release`).
     #[inline]
-    fn queue(ev: &Event, addr: u64) -> Leavers {
-        Leavers((ev.rt.needs.freelist_vol == 0).then_some(addr))
+    fn after_tool(ev: &Event, addr: u64) -> GiveBack {
+        GiveBack((ev.rt.needs.freelist_vol == 0).then_some(addr))
     }
 
     #[inline]
@@ -661,6 +663,7 @@ fn deallocate_here(p: *mut c_void, func: AllocFn, entry: Entry) {
     let ev = Event::enter(wrapper_cost(func, &entry));
     match (BLOCKS.remove(addr), &ev) {
         (Some(b), Some(ev)) if !b.internal => {
+            let give_back = GiveBack::after_tool(ev, addr);
             natively(
                 #[inline(always)]
                 || {
@@ -684,14 +687,7 @@ fn deallocate_here(p: *mut c_void, func: AllocFn, entry: Entry) {
                         .with_event_blocks(0, addr, || ev.rt.tool.on_free(&HOST, &f));
                 },
             );
-            if ev.rt.needs.freelist_vol == 0 {
-                // No queue (Massif, DHAT): the block goes to glibc once the tool has heard
-                // of it. Otherwise the tool keeps it (Memcheck's freed-block queue) and gives
-                // it back through `Host::release_freed`.
-                // SAFETY: p came from glibc's allocator, the program freed it and the tool
-                // has heard of it.
-                in_glibc(ev.thread, || unsafe { __libc_free(p) });
-            }
+            give_back.release(ev);
         }
         // Ours (`internal`), or freed while no event may run: straight back to glibc.
         // SAFETY: p came from glibc's allocator through us and is no longer used.
@@ -1042,10 +1038,10 @@ fn reallocate_here(p: *mut c_void, size: usize, func: AllocFn, entry: Entry) -> 
     }
     // The old block, moved from, is freed as `free` frees: kept by the tool, or given back
     // only after the tool has heard of the event.
-    let leavers = moved.then(|| Leavers::queue(&ev, addr));
+    let give_back = moved.then(|| GiveBack::after_tool(&ev, addr));
     natively(|| realloc_event(&ev, entry, addr, q, size, old, func, moved));
-    if let Some(l) = leavers {
-        l.release(&ev);
+    if let Some(g) = give_back {
+        g.release(&ev);
     }
     q
 }

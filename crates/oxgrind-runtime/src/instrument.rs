@@ -124,16 +124,12 @@ pub fn prepare_allocator_bypass() {
     BYPASS.store(Box::into_raw(Box::new(table)), Ordering::Release);
 }
 
-/// The engine's `Config::redirect` (used when there is no client: `--tool=none`): the
-/// allocator bypass alone. A passthrough hook run translated cost `--tool=none` about as
-/// much again as glibc's allocator beneath it (the way into and out of the native hook,
-/// its return through the shared indirect-branch lookup): bench `alloc` 2.2x native CPU.
-pub fn allocator_redirect(pc: u64) -> Option<u64> {
-    allocator_bypass(pc)
-}
-
-/// Where the allocator bypass sends a call to `pc`, if it is one of our entry points.
-fn allocator_bypass(pc: u64) -> Option<u64> {
+/// Where the allocator bypass sends a call to `pc`, if it is one of our entry points. Also
+/// the engine's `Config::redirect` when there is no client (`--tool=none`): a passthrough
+/// hook run translated cost `--tool=none` about as much again as glibc's allocator beneath
+/// it (the way into and out of the native hook, its return through the shared
+/// indirect-branch lookup): bench `alloc` 2.2x native CPU.
+pub fn allocator_bypass(pc: u64) -> Option<u64> {
     let t = BYPASS.load(Ordering::Acquire);
     if t.is_null() {
         return None;

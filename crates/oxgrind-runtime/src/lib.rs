@@ -123,7 +123,7 @@ fn start_engine(needs: oxgrind_tool::Needs) {
         on_fatal_in_native: Some(exit::fatal_signal_natively),
         on_translated: perfmap::hook(),
         // Without a client to ask, the allocator bypass is the only redirection.
-        redirect: Some(instrument::allocator_redirect),
+        redirect: Some(instrument::allocator_bypass),
         ..Default::default()
     };
     // Testing knob: every instruction through definedness's interpreter, none through the
