@@ -284,8 +284,7 @@ fn emfile_returned(ctx: &mut ThreadCtx, pc: u64) -> bool {
         return false;
     }
     ctx.call_pc = 0;
-    if oxgrind_sys::lent_fd::lent_since(ctx.call_loans) {
-        oxgrind_sys::lent_fd::wait_returned();
+    if oxgrind_sys::lent_fd::retry_emfile(ctx.gregs[c::RAX] as i64, ctx.call_loans) {
         ctx.gregs[c::RAX] = ctx.call_nr;
     }
     true
@@ -456,11 +455,9 @@ fn performed_syscall(ctx: &mut ThreadCtx, pc: u64, hook: Option<fn(&crate::Memor
             )
         } as i64;
         // A full descriptor table because oxgrind held a slot: as `emfile_returned`.
-        if result != oxgrind_sys::lent_fd::EMFILE_RESULT || !oxgrind_sys::lent_fd::lent_since(loans)
-        {
+        if !oxgrind_sys::lent_fd::retry_emfile(result, loans) {
             break result;
         }
-        oxgrind_sys::lent_fd::wait_returned();
     };
     ctx.gregs[c::RAX] = result as u64;
     if let Some(hook) = hook {

@@ -11,8 +11,8 @@
 //!
 //! So every such open runs inside a [`Lent`] guard, and the engine, which sees each system
 //! call of the program and its result, performs again a call that failed with `EMFILE` while
-//! a slot was lent or after one was lent during the call ([`lent_since`]), once the slot is
-//! back ([`wait_returned`]). A call that fails with `EMFILE` has done nothing, so doing it
+//! a slot was lent or after one was lent during the call, once the slot is back
+//! ([`retry_emfile`]). A call that fails with `EMFILE` has done nothing, so doing it
 //! again is what the program would have seen had oxgrind not been there. The cost is one
 //! atomic load per system call, and the wait only on that rare failure.
 
@@ -45,23 +45,25 @@ impl Drop for Lent {
     }
 }
 
-/// What to compare [`lent_since`] with: read before a program's system call.
+/// What to hand [`retry_emfile`]: read before a program's system call.
 #[inline]
 pub fn loans() -> u64 {
     LOANS.load(Ordering::SeqCst)
 }
 
-/// Whether a slot may have been in oxgrind's hands at some point since `loans()` returned
-/// `before`: a slot lent now, or one lent (and maybe returned) meanwhile.
-pub fn lent_since(before: u64) -> bool {
-    LENT.load(Ordering::SeqCst) != 0 || LOANS.load(Ordering::SeqCst) != before
-}
-
-/// Waits until no slot is lent (an `open`, a `mmap` and a `close` away, on another thread).
-pub fn wait_returned() {
-    while LENT.load(Ordering::SeqCst) != 0 {
-        raw::sched_yield();
+/// Whether a program's system call that returned `result`, with `loans()` read as `before`
+/// just before it, must be performed again: it failed with `EMFILE` while a slot was in
+/// oxgrind's hands (lent now, or lent and maybe returned meanwhile). Then this waits until
+/// no slot is lent (an `open`, a `mmap` and a `close` away, on another thread) first.
+pub fn retry_emfile(result: i64, before: u64) -> bool {
+    let ours = result == EMFILE_RESULT
+        && (LENT.load(Ordering::SeqCst) != 0 || LOANS.load(Ordering::SeqCst) != before);
+    if ours {
+        while LENT.load(Ordering::SeqCst) != 0 {
+            raw::sched_yield();
+        }
     }
+    ours
 }
 
 /// `-EMFILE`, as a system call returns it.

@@ -335,6 +335,12 @@ impl Emitter {
             }
             self.settle();
         }
+        self.borrow_again(ip, flags_live);
+    }
+
+    /// The stores of a borrow, whatever was kept: `rax` (and the flags, when live) to their
+    /// scratch slots, the guest state at `ip` from here on with `rax` in its slot.
+    pub(super) fn borrow_again(&mut self, ip: u64, flags_live: bool) {
         self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
         self.mark(ip, FIX_RAX_IN_STUB);
         if flags_live {
@@ -581,12 +587,7 @@ impl Emitter {
         if d.kept {
             // Borrowed again (the guest state is exact after the drain check), as the
             // inline compares left them for the access check.
-            self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
-            self.mark(d.pc, FIX_RAX_IN_STUB);
-            if d.flags_live {
-                self.buf.extend_from_slice(&[0x9F, 0x0F, 0x90, 0xC0]); // lahf; seto al
-                self.store_gs(0, c::scratch_off(c::S_PROBE_FLAGS));
-            }
+            self.borrow_again(d.pc, d.flags_live);
         }
         self.jmp_to(d.back);
     }
@@ -2031,12 +2032,7 @@ impl Emitter {
                 let rel = (thunk - (ret_disp + 4)) as u32;
                 self.buf[ret_disp..ret_disp + 4].copy_from_slice(&rel.to_le_bytes());
                 self.push_map_at(thunk, s.ip, 0);
-                self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
-                self.push_map_at(self.buf.len(), s.ip, FIX_RAX_IN_STUB);
-                if s.flags_live {
-                    self.buf.extend_from_slice(&[0x9F, 0x0F, 0x90, 0xC0]); // lahf; seto al
-                    self.store_gs(0, c::scratch_off(c::S_PROBE_FLAGS));
-                }
+                self.borrow_again(s.ip, s.flags_live);
                 self.buf.push(0xE9);
                 let rel = s.back as i64 - (self.buf.len() as i64 + 4);
                 self.d32(rel as i32 as u32);
@@ -2177,12 +2173,7 @@ impl Emitter {
         self.push_map_at(self.buf.len(), s.ip, 0);
         if kept {
             // thunk: borrow rax and the flags again; jmp back
-            self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
-            self.push_map_at(self.buf.len(), s.ip, FIX_RAX_IN_STUB);
-            if s.flags_live {
-                self.buf.extend_from_slice(&[0x9F, 0x0F, 0x90, 0xC0]); // lahf; seto al
-                self.store_gs(0, c::scratch_off(c::S_PROBE_FLAGS));
-            }
+            self.borrow_again(s.ip, s.flags_live);
         }
         self.jmp_to(s.back);
     }
