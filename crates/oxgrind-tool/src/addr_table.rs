@@ -102,14 +102,7 @@ impl<V: Copy + Default> AddrTable<V> {
         if layout == 0 {
             return;
         }
-        let slot = Self::home_address(layout, addr);
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch never faults and writes nothing, whatever the address.
-        unsafe {
-            core::arch::x86_64::_mm_prefetch(slot as *const i8, core::arch::x86_64::_MM_HINT_T0);
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = slot;
+        crate::hint::prefetch_read_at(Self::home_address(layout, addr));
     }
 
     /// The index of `addr`'s entry, if it has one.

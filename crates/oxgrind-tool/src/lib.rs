@@ -31,16 +31,20 @@ pub mod hint {
     /// nothing visible.
     #[inline(always)]
     pub fn prefetch_read<T>(p: &T) {
+        prefetch_read_at(p as *const T as u64)
+    }
+
+    /// Starts loading, for reading, the cache line at address `addr`, which need not be
+    /// mapped: a hint, never faults, changes nothing visible.
+    #[inline(always)]
+    pub fn prefetch_read_at(addr: u64) {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch never faults and writes nothing; `p` is a valid reference anyway.
+        // SAFETY: a prefetch never faults (whatever the address) and writes nothing.
         unsafe {
-            core::arch::x86_64::_mm_prefetch(
-                p as *const T as *const i8,
-                core::arch::x86_64::_MM_HINT_T0,
-            );
+            core::arch::x86_64::_mm_prefetch(addr as *const i8, core::arch::x86_64::_MM_HINT_T0);
         }
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = p;
+        let _ = addr;
     }
 
     /// Starts loading, for writing, the cache line at address `addr`, which need not be

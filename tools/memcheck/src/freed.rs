@@ -372,6 +372,7 @@ pub const GIVEN_PER_FREE: usize = 2;
 
 /// The blocks a free gives back to glibc at its end (address, size), oldest first.
 #[derive(Default)]
+#[must_use = "blocks not given back stay out of glibc's hands for good"]
 pub struct Giving {
     items: [(u64, u64); GIVEN_PER_FREE],
     n: usize,
@@ -577,8 +578,9 @@ mod batch_tests {
     }
 
     /// Memcheck's free path on one thread (`events.rs`): push, absorb a full batch, catch
-    /// up when behind, give back two per free. Returns the blocks given back, in order.
-    fn run_frees(limit: u64, sizes: &[u64], mut check: impl FnMut(usize, u64, u64)) -> Vec<u64> {
+    /// up when behind, give back two per free. Checks that the blocks go back oldest first,
+    /// each once.
+    fn run_frees(limit: u64, sizes: &[u64], mut check: impl FnMut(usize, u64, u64)) {
         let mut q = FreedQueue::new(limit, 1_000_000);
         let batches = FreedBatches::new(limit);
         let mut given = Vec::new();
@@ -618,14 +620,17 @@ mod batch_tests {
             }
             check(i, pushed, pushed - back);
         }
-        given
+        let expected: Vec<u64> = (0..given.len() as u64)
+            .map(|i| 0x10_0000 + i * 0x2000)
+            .collect();
+        assert_eq!(given, expected, "oldest first, each once");
     }
 
     #[test]
     fn blocks_that_left_the_queue_go_back_oldest_first_two_per_free_never_early() {
         let limit = 1600;
         let sizes = vec![10u64; 2000];
-        let given = run_frees(limit, &sizes, |i, pushed, held| {
+        run_frees(limit, &sizes, |i, pushed, held| {
             // Never more given back than the queue let go: it holds the budget's worth of
             // the latest frees (or all of them).
             assert!(held >= limit.min(pushed), "given back too early at {i}");
@@ -635,10 +640,6 @@ mod batch_tests {
                 "held {held} at {i}"
             );
         });
-        let expected: Vec<u64> = (0..given.len() as u64)
-            .map(|i| 0x10_0000 + i * 0x2000)
-            .collect();
-        assert_eq!(given, expected, "oldest first, each once");
     }
 
     #[test]
@@ -649,7 +650,7 @@ mod batch_tests {
         let sizes: Vec<u64> = (0..43_000)
             .map(|i| if i < 40_000 { 32 } else { 4096 })
             .collect();
-        let given = run_frees(limit, &sizes, |i, pushed, held| {
+        run_frees(limit, &sizes, |i, pushed, held| {
             assert!(
                 held + 4096 >= limit.min(pushed),
                 "given back too early at {i}"
@@ -659,10 +660,6 @@ mod batch_tests {
                 "held {held} at {i}"
             );
         });
-        let expected: Vec<u64> = (0..given.len() as u64)
-            .map(|i| 0x10_0000 + i * 0x2000)
-            .collect();
-        assert_eq!(given, expected, "oldest first, each once");
     }
 
     #[test]
