@@ -35,6 +35,7 @@
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use alloc::boxed::Box;
+use alloc::vec::Vec;
 use iced_x86::{Instruction, Mnemonic, OpKind, Register};
 use oxgrind_tool::instrument::GuestRegs;
 use oxgrind_tool::Undefined;
@@ -416,6 +417,28 @@ struct Pending {
     next_pc: u64,
 }
 
+/// What a signal handler's return (`rt_sigreturn`) gives back to the point it interrupted,
+/// as Valgrind keeps the shadow registers in its signal frame: that point's register shadows
+/// and origins (the handler's code changed them; the kernel restores the registers
+/// themselves), and the system call whose results were still to be applied there (a call
+/// the handler interrupted, or one that returned just before it: the handler's own calls,
+/// its `rt_sigreturn` included, take [`ThreadShadow::pending`] meanwhile).
+struct Interrupted {
+    regs: ShadowRegisters,
+    vectors_stale: bool,
+    reg_origins: [origins::Otag; origins::SLOTS],
+    pending: Option<Pending>,
+}
+
+/// Handlers nested deeper than this on one thread are rare; past it the oldest interrupted
+/// point is forgotten (a handler left by `longjmp` never returns, and its entry must not
+/// grow the stack for good). Its return then restores a newer point's state: at worst
+/// defined bits where the kernel wrote nothing, a missed error rather than a false one.
+const MAX_INTERRUPTED: usize = 8;
+
+/// `rt_sigreturn`'s number.
+const RT_SIGRETURN: u64 = 15;
+
 /// Pages this thread found readable, so that the interpreter's reads of guest memory (the
 /// values of memory operands) are plain loads instead of a `process_vm_readv` each. Any
 /// `munmap`, `mremap`, `mprotect` or fixed `mmap` of the program empties every thread's
@@ -463,6 +486,8 @@ struct ThreadShadow {
     /// the new `rsp` is undefined).
     last_call_or_ret: bool,
     pending: Option<Pending>,
+    /// The points the running signal handlers interrupted, innermost last.
+    interrupted: Vec<Interrupted>,
     /// A `rep` instruction being iterated (the engine re-enters it once per iteration):
     /// its pc and the `rcx` of its next iteration. The interpreter did all iterations at
     /// its first entry.
@@ -487,6 +512,7 @@ fn thread(ctx: &mut ThreadCtx) -> &'static mut ThreadShadow {
             last_writes_rsp: false,
             last_call_or_ret: false,
             pending: None,
+            interrupted: Vec::new(),
             rep_next: (0, 0),
             vectors_stale: false,
             reg_origins: [0; origins::SLOTS],
@@ -510,6 +536,7 @@ pub(crate) fn reuse(ctx: &mut ThreadCtx) {
         t.last_writes_rsp = false;
         t.last_call_or_ret = false;
         t.pending = None;
+        t.interrupted.clear();
         t.rep_next = (0, 0);
         t.vectors_stale = false;
         t.reg_origins = [0; origins::SLOTS];
@@ -793,6 +820,15 @@ fn catch_up(ctx: &mut ThreadCtx, t: &mut ThreadShadow, pc: u64) {
             // A handler starts: its arguments and the frame the kernel wrote are defined
             // (the frame: siginfo, ucontext and the saved vector state, within a page or
             // two above the new rsp; capped at the interrupted red zone).
+            if t.interrupted.len() == MAX_INTERRUPTED {
+                t.interrupted.remove(0);
+            }
+            t.interrupted.push(Interrupted {
+                regs: t.regs.clone(),
+                vectors_stale: t.vectors_stale,
+                reg_origins: t.reg_origins,
+                pending: t.pending.take(),
+            });
             let rsp = ctx.gregs[c::RSP];
             for r in [0usize, 2, 6, 7] {
                 t.regs.gpr[r] = 0;
@@ -1007,9 +1043,18 @@ pub(crate) fn before_syscall(ctx: &mut ThreadCtx, pc: u64) {
     let t = thread(ctx);
     regs_in(ctx, t);
     catch_up(ctx, t, pc);
+    let interrupted = if nr == RT_SIGRETURN {
+        t.interrupted.pop()
+    } else {
+        None
+    };
+    if let Some(i) = &interrupted {
+        t.regs = i.regs.clone();
+        t.vectors_stale = i.vectors_stale;
+        t.reg_origins = i.reg_origins;
+    }
     regs_out(ctx, t);
     let g = ctx.gregs;
-    let nr = g[c::RAX];
     let args = ARG_REGS.map(|r| g[r]);
     // Valgrind's order: the scalar arguments, then the memory the kernel reads.
     if let Some((_, params)) = SYSCALLS.iter().find(|(n, _)| *n == nr) {
@@ -1023,11 +1068,16 @@ pub(crate) fn before_syscall(ctx: &mut ThreadCtx, pc: u64) {
     // The memory the kernel reads is the tool's to check (`Tool::before_syscall`, asking
     // `Host::first_undefined`): Memcheck weighs its first undefined byte against its first
     // unaddressable one, and reports one error for the range, as Valgrind does.
-    t.pending = Some(Pending {
-        nr,
-        args,
-        next_pc: pc + 2,
-    });
+    t.pending = match interrupted {
+        // The handler returns: the interrupted point's call, if any, is the one whose
+        // results are due (at its next instruction, or anew if it restarts).
+        Some(i) => i.pending,
+        None => Some(Pending {
+            nr,
+            args,
+            next_pc: pc + 2,
+        }),
+    };
     ctx.vbits_need_step = 1;
     t.last_rsp = g[c::RSP];
     t.last_writes_rsp = false;

@@ -331,3 +331,35 @@ fn a_fault_after_an_inline_checked_load_shows_the_programs_rax_to_its_handler() 
         &normalize_report(&stderr(&theirs)),
     );
 }
+
+/// A signal handler's return restores the interrupted point's register shadows, and a
+/// system call the handler interrupted (or that returned just before it) still has what
+/// the kernel wrote marked defined (`mc_signal_shadows.c`: kill() to self with a handler
+/// that leaves an undefined rax; wait3() and read() while SIGCHLD handlers run, as dash's
+/// job control does). Clean, under Valgrind and under oxgrind, at -O0 and -O2, in the
+/// parent and in every forked child.
+#[test]
+fn a_signal_handler_leaves_the_interrupted_points_definedness_alone() {
+    for opt in ["-O0", "-O2"] {
+        let prog = build("mc_signal_shadows.c", &["-g", opt]);
+        let ours = run(Command::new(oxgrind()).arg(&prog));
+        assert_eq!(stdout(&ours), "ok\n", "{opt}: {}", stderr(&ours));
+        let report = stderr(&ours);
+        let summaries: Vec<&str> = report
+            .lines()
+            .filter(|l| l.contains("ERROR SUMMARY:"))
+            .collect();
+        assert_eq!(summaries.len(), 7, "{opt}: parent and 6 children: {report}");
+        for s in summaries {
+            assert!(
+                s.contains("ERROR SUMMARY: 0 errors from 0 contexts"),
+                "{opt}: {report}"
+            );
+        }
+        if have_valgrind() {
+            let theirs = run(Command::new("valgrind").arg(&prog));
+            assert_eq!(stdout(&theirs), "ok\n");
+            assert!(!stderr(&theirs).contains("Conditional jump"));
+        }
+    }
+}
