@@ -19,14 +19,15 @@ use std::sync::Mutex;
 /// glibc's AVX2 code paths on a CPU with AVX-512.
 const AVX2_PATHS: &str = "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW";
 
-/// Errors counted in a Memcheck report's `ERROR SUMMARY` line.
+/// Errors counted in a Memcheck report's `ERROR SUMMARY` lines: one per process, forked
+/// children (a shell's pipeline) print their own.
 fn error_count(report: &str) -> Option<u64> {
-    let line = report
-        .lines()
-        .rev()
-        .find(|l| l.contains("ERROR SUMMARY: "))?;
-    let n = line.split("ERROR SUMMARY: ").nth(1)?.split(' ').next()?;
-    n.replace(',', "").parse().ok()
+    let mut total = None;
+    for line in report.lines().filter(|l| l.contains("ERROR SUMMARY: ")) {
+        let n = line.split("ERROR SUMMARY: ").nth(1)?.split(' ').next()?;
+        *total.get_or_insert(0) += n.replace(',', "").parse::<u64>().ok()?;
+    }
+    total
 }
 
 /// A program to run: a name for messages, and its command line.
@@ -154,7 +155,15 @@ fn corpus(dir: &Path) -> Vec<Case> {
                 "x=$(echo hello | tr a-z A-Z); for i in 1 2 3; do y=\"$y$i$x\"; done; echo ${#y}",
             ],
         ),
-        case("dash", &["/bin/sh", "-c", "a=1; while [ $a -lt 50 ]; do a=$((a+1)); done; echo $a"]),
+        // Forks: a pipeline and a command substitution (wait3 under its SIGCHLD handler).
+        case(
+            "dash",
+            &[
+                "/bin/sh",
+                "-c",
+                "a=1; while [ $a -lt 50 ]; do a=$((a+1)); done; b=$(echo $a | cat); echo $b",
+            ],
+        ),
         case("sed", &["/bin/sed", "-e", "s/1/one/g;s/9$/nine/", &nums]),
         case("awk", &["/usr/bin/awk", "{ s += $1; t[$1 % 7]++ } END { print s, length(t) }", &nums]),
         case("grep", &["/bin/grep", "-c", "-E", "^1.*9$", &nums]),
