@@ -50,6 +50,7 @@ extern "C" {
     pub fn oxg_ctx_get() -> *mut c::ThreadCtx;
     pub fn oxg_native_gs_begin();
     pub fn oxg_native_gs_end();
+    pub fn oxg_count_routines_end();
     pub fn oxg_run_native(data: *mut u8, f: unsafe extern "C" fn(*mut u8));
     pub fn oxg_run_native_done();
     pub fn oxg_native_gate();
@@ -76,6 +77,15 @@ pub(crate) fn native_entry_pc() -> u64 {
 /// code, where every other `gs:` operand is the guest's and is rewritten.
 pub(crate) fn native_gs(pc: u64) -> bool {
     (oxg_native_gs_begin as *const () as u64..oxg_native_gs_end as *const () as u64).contains(&pc)
+}
+
+/// Whether `pc` lies in `oxg_count_get`/`oxg_count_set`, which the translator does not
+/// count: they are the engine's, and what they sum must not depend on how many words
+/// there are (`context::COUNT_LANES`). (Before the count had several words they were two
+/// instructions each and counted; `hooks::wrapper_cost` in the runtime says so.)
+pub(crate) fn count_routine(pc: u64) -> bool {
+    (oxg_native_gs_begin as *const () as u64..oxg_count_routines_end as *const () as u64)
+        .contains(&pc)
 }
 
 /// The XSAVE components the dispatcher saves and restores: x87, SSE, AVX, MPX, opmask and
@@ -406,14 +416,34 @@ core::arch::global_asm!(
     "oxg_native_gs_begin:",
     ".globl oxg_count_get",
     ".hidden oxg_count_get",
+    // The count is spread over `context::COUNT_LANES` (8) words; the sum is the count.
+    // Translated, these two routines count nothing (`count_routine`).
     "oxg_count_get:",
     "mov rax, gs:[{count}]",
+    "add rax, gs:[{count} + 8]",
+    "add rax, gs:[{count} + 16]",
+    "add rax, gs:[{count} + 24]",
+    "add rax, gs:[{count} + 32]",
+    "add rax, gs:[{count} + 40]",
+    "add rax, gs:[{count} + 48]",
+    "add rax, gs:[{count} + 56]",
     "ret",
+    // Sets the sum: the first word takes what the others do not hold.
     ".globl oxg_count_set",
     ".hidden oxg_count_set",
     "oxg_count_set:",
+    "sub rdi, gs:[{count} + 8]",
+    "sub rdi, gs:[{count} + 16]",
+    "sub rdi, gs:[{count} + 24]",
+    "sub rdi, gs:[{count} + 32]",
+    "sub rdi, gs:[{count} + 40]",
+    "sub rdi, gs:[{count} + 48]",
+    "sub rdi, gs:[{count} + 56]",
     "mov gs:[{count}], rdi",
     "ret",
+    ".globl oxg_count_routines_end",
+    ".hidden oxg_count_routines_end",
+    "oxg_count_routines_end:",
     // The calling thread's own context (its first field is its address).
     ".globl oxg_ctx_get",
     ".hidden oxg_ctx_get",

@@ -80,8 +80,10 @@ pub struct ThreadCtx {
     pub in_engine: u64,
     /// Guest pc the dispatcher is asked to continue at.
     pub next_pc: u64,
-    /// Guest instructions executed by this thread (counting mode).
+    /// Guest instructions executed by this thread (counting mode): the sum of `count` and
+    /// `count_lanes` (see [`COUNT_LANES`]). The dispatcher's own counts go to `count`.
     pub count: u64,
+    pub count_lanes: [u64; COUNT_LANES - 1],
     /// Clone hand-shake: the child's context, read by the child before it switches `%gs`.
     pub clone_child: u64,
     /// Guest pc after the `clone` system call.
@@ -254,6 +256,8 @@ off!(OFF_ESTACK, estack);
 off!(OFF_IN_ENGINE, in_engine);
 off!(OFF_NEXT_PC, next_pc);
 off!(OFF_COUNT, count);
+// A block's lane is `OFF_COUNT + 8 * lane` (`count_lane_off`).
+const _: () = assert!(offset_of!(ThreadCtx, count_lanes) == OFF_COUNT + 8);
 off!(OFF_CLONE_CHILD, clone_child);
 off!(OFF_CLONE_NEXT_PC, clone_next_pc);
 off!(OFF_STARTED, started);
@@ -296,6 +300,38 @@ off!(OFF_VBITS_FLAGS, vbits_flags);
 off!(OFF_VBITS_NEED_STEP, vbits_need_step);
 // The inline catch-up zeroes the registers' and the flags' shadows as one run of qwords.
 const _: () = assert!(OFF_VBITS_FLAGS == OFF_VBITS_GPR + 16 * 8);
+
+/// Words the instruction count is spread over. Each translated block adds its count to one
+/// of them, chosen by its guest address (`count_lane_off`): with a single word, every block
+/// entry's `add gs:[count], n` waited for the block before's (a store-to-load dependency
+/// through one memory word, about 5 cycles on this AMD host), which bounded short blocks
+/// of a hot loop to that pace; with the blocks of a loop on different words, their adds
+/// overlap. Readers sum the words ([`count_of`], `asm::oxg_count_get`).
+pub const COUNT_LANES: usize = 8;
+
+/// The offset of the count word a block starting at guest `pc` adds to.
+pub fn count_lane_off(pc: u64) -> usize {
+    let lane = (pc ^ (pc >> 4) ^ (pc >> 8)) as usize % COUNT_LANES;
+    OFF_COUNT + 8 * lane
+}
+
+/// The instructions counted by the thread of context `p` (the sum of its count words).
+///
+/// # Safety
+/// `p` points to a live context (contexts are never freed). Its owner may be adding to
+/// the words meanwhile: each aligned u64 load is whole on x86-64, so a reading by another
+/// thread is at worst a little behind, as a single word's was.
+pub unsafe fn count_of(p: *const ThreadCtx) -> u64 {
+    // SAFETY: the caller's promise; volatile because translated code writes the words
+    // behind the compiler's back.
+    unsafe {
+        let mut sum = ptr::read_volatile(&(*p).count);
+        for i in 0..COUNT_LANES - 1 {
+            sum = sum.wrapping_add(ptr::read_volatile(&(*p).count_lanes[i]));
+        }
+        sum
+    }
+}
 
 /// Offset of scratch slot `i`.
 pub const fn scratch_off(i: usize) -> usize {
@@ -632,7 +668,7 @@ pub unsafe fn total_count_seen_by(ctx: *mut ThreadCtx) -> u64 {
     // SAFETY: the caller's own context: only this thread writes the `others*` fields, and
     // its count only by its own translated code, which is not running now.
     unsafe {
-        let own = ptr::read_volatile(&(*ctx).count);
+        let own = count_of(ctx);
         let generation = GENERATION.load(Ordering::Acquire);
         let c = &mut *ctx;
         if c.others_generation != generation || own.wrapping_sub(c.others_at) >= OTHERS_REFRESH {
@@ -641,7 +677,7 @@ pub unsafe fn total_count_seen_by(ctx: *mut ThreadCtx) -> u64 {
             while !p.is_null() {
                 if p != ctx {
                     // Contexts are never freed; see `total_count`.
-                    others = others.wrapping_add(ptr::read_volatile(&(*p).count));
+                    others = others.wrapping_add(count_of(p));
                 }
                 p = (*p).next;
             }
@@ -707,7 +743,7 @@ pub fn total_count() -> u64 {
         // SAFETY: contexts are never freed; `count` may be updated concurrently by its
         // thread, and a torn read of a u64 cannot happen on x86-64 aligned loads.
         unsafe {
-            sum = sum.wrapping_add(ptr::read_volatile(&(*p).count));
+            sum = sum.wrapping_add(count_of(p));
             p = (*p).next;
         }
     }

@@ -1057,19 +1057,25 @@ impl Emitter {
         self.d32(off as u32);
     }
 
+    /// Adds the block's `n` instructions to the thread's count, to the word its guest
+    /// address picks (`context::count_lane_off`).
     fn count_prologue(&mut self, n: u32, flags_dead: bool) {
+        if crate::asm::count_routine(self.guest_pc) {
+            return;
+        }
+        let off = c::count_lane_off(self.guest_pc);
         if flags_dead {
             // add qword ptr gs:[count], n
             self.buf.extend_from_slice(&[0x65, 0x48, 0x81, 0x04, 0x25]);
-            self.d32(c::OFF_COUNT as u32);
+            self.d32(off as u32);
             self.d32(n);
         } else {
             // Flag-free: mov/lea only.
             self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
-            self.load_gs(0, c::OFF_COUNT);
+            self.load_gs(0, off);
             self.buf.extend_from_slice(&[0x48, 0x8D, 0x80]);
             self.d32(n);
-            self.store_gs(0, c::OFF_COUNT);
+            self.store_gs(0, off);
             self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
         }
     }
@@ -1241,6 +1247,11 @@ mod tests {
         assert_eq!(insns[1].mnemonic(), Mnemonic::Add);
         assert_eq!(insns[1].segment_prefix(), Register::GS);
         assert_eq!(insns[1].immediate32(), 3);
+        assert_eq!(
+            insns[1].memory_displacement64(),
+            c::count_lane_off(pc) as u64,
+            "the word the block's address picks"
+        );
         assert_eq!(insns[2].mnemonic(), Mnemonic::Cmp);
     }
 
