@@ -1080,6 +1080,17 @@ impl Emitter {
         }
     }
 
+    /// Adds `rcx + 1` to the count word at `off`, flag-free (a `rep` instruction run
+    /// whole: see `special::rep_block`).
+    fn count_rep(&mut self, off: usize) {
+        self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+        self.load_gs(0, off);
+        // lea rax, [rax + rcx + 1]
+        self.buf.extend_from_slice(&[0x48, 0x8D, 0x44, 0x08, 0x01]);
+        self.store_gs(0, off);
+        self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
+    }
+
     /// mov r64, imm64
     fn mov_imm64(&mut self, reg: u8, v: u64) {
         let rex = if reg >= 8 { 0x49 } else { 0x48 };
@@ -1204,8 +1215,8 @@ mod tests {
     }
 
     #[test]
-    fn counting_mode_turns_rep_stosb_into_a_self_loop_counted_per_iteration() {
-        let (_buf, pc) = guest(&[0xF3, 0xAA, 0xC3]); // rep stosb; ret
+    fn counting_mode_turns_repe_cmpsb_into_a_self_loop_counted_per_iteration() {
+        let (_buf, pc) = guest(&[0xF3, 0xA6, 0xC3]); // repe cmpsb; ret
         let t = translate(
             pc,
             pc + 0x1000,
@@ -1218,13 +1229,49 @@ mod tests {
         .unwrap();
         let insns = decode_all(&t.bytes, pc + 0x1000);
         assert!(insns.iter().any(|i| i.mnemonic() == Mnemonic::Jrcxz));
+        let cmps = insns
+            .iter()
+            .find(|i| i.mnemonic() == Mnemonic::Cmpsb)
+            .unwrap();
+        assert!(!cmps.has_repe_prefix());
+        let targets: Vec<u64> = t.stubs.iter().map(|s| s.target).collect();
+        assert!(targets.contains(&pc) && targets.contains(&(pc + 2)));
+    }
+
+    #[test]
+    fn counting_mode_runs_rep_stosb_whole_counting_rcx_plus_one() {
+        let (_buf, pc) = guest(&[0xF3, 0xAA, 0xC3]); // rep stosb; ret
+        let t = translate(
+            pc,
+            pc + 0x1000,
+            Options {
+                count: true,
+                check: false,
+                instrument: false,
+            },
+        )
+        .unwrap();
+        let insns = decode_all(&t.bytes, pc + 0x1000);
+        let lea = insns
+            .iter()
+            .find(|i| i.mnemonic() == Mnemonic::Lea)
+            .unwrap();
+        assert_eq!(
+            (
+                lea.memory_base(),
+                lea.memory_index(),
+                lea.memory_displacement64()
+            ),
+            (Register::RAX, Register::RCX, 1)
+        );
         let stos = insns
             .iter()
             .find(|i| i.mnemonic() == Mnemonic::Stosb)
             .unwrap();
-        assert!(!stos.has_rep_prefix());
+        assert!(stos.has_rep_prefix());
+        assert!(!insns.iter().any(|i| i.mnemonic() == Mnemonic::Jrcxz));
         let targets: Vec<u64> = t.stubs.iter().map(|s| s.target).collect();
-        assert!(targets.contains(&pc) && targets.contains(&(pc + 2)));
+        assert_eq!(targets, [pc + 2]);
     }
 
     #[test]
