@@ -147,6 +147,18 @@ impl BlockTable {
         self.shards[shard_of(addr)].table.lock().get(addr)
     }
 
+    /// Gives the block at `addr` another allocating function and allocation stack (see
+    /// `replace::prepare`: blocks made before the engine started through a program's own
+    /// `operator new`). Nothing if there is no such block.
+    pub fn reattribute(&self, addr: u64, func: AllocFn, stack: StackId) {
+        let mut t = self.shards[shard_of(addr)].table.lock();
+        if let Some(mut b) = t.get(addr) {
+            b.func = func;
+            b.stack = stack;
+            t.insert(addr, b);
+        }
+    }
+
     /// Every block of the program (not oxgrind's internal ones).
     pub fn live_blocks(&self) -> Vec<LiveBlock> {
         // Sized first: a list grown by doubling would need up to three times its size at

@@ -21,6 +21,8 @@
 
 use std::sync::atomic::{AtomicPtr, Ordering};
 
+use oxgrind_tool::AllocFn;
+
 extern "C" {
     fn oxgrind_replace_strlen();
     fn oxgrind_replace_strnlen();
@@ -219,6 +221,8 @@ pub fn prepare() {
     let mut table = Vec::new();
     let ours = crate::stacks::self_path();
     let operators = operators();
+    // The objects' own `operator new`s: (start, end, family, our replacement).
+    let mut news: Vec<(u64, u64, AllocFn, u64)> = Vec::new();
     for m in oxgrind_symbols::modules_from_maps(&maps) {
         if !replaced_object(&m.path) {
             // Elsewhere (the program, libstdc++, its other libraries) only its own
@@ -229,7 +233,11 @@ pub fn prepare() {
             for s in oxgrind_symbols::symbolize::function_symbols(&m.path) {
                 let name = s.name.split('@').next().unwrap_or(&s.name);
                 if let Some(&(_, to)) = operators.iter().find(|(n, _)| *n == name) {
-                    table.push((s.addr.wrapping_add(m.bias), to));
+                    let addr = s.addr.wrapping_add(m.bias);
+                    table.push((addr, to));
+                    if let Some(family) = new_family(name).filter(|_| s.size > 0) {
+                        news.push((addr, addr + s.size, family, to));
+                    }
                 }
             }
             continue;
@@ -246,6 +254,58 @@ pub fn prepare() {
     table.sort_unstable();
     table.dedup_by_key(|e| e.0);
     TABLE.store(Box::into_raw(Box::new(table)), Ordering::Release);
+    if !news.is_empty() {
+        reattribute_early_blocks(&news);
+    }
+}
+
+/// Whether `name` (one of [`CXX_ALLOCATION_FUNCTIONS`]) allocates, and for which family.
+fn new_family(name: &str) -> Option<AllocFn> {
+    if name.starts_with("_Znw") {
+        Some(AllocFn::New)
+    } else if name.starts_with("_Zna") {
+        Some(AllocFn::NewArray)
+    } else {
+        None
+    }
+}
+
+/// The blocks the program got before the engine started through its own `operator new`
+/// (whose call to `malloc` reached ours: the `new` itself is redirected only from now on)
+/// become what Valgrind, which replaces that `new` from the first instruction, made them:
+/// blocks of the `new` family, allocated at our `operator new` by the caller of the
+/// program's. Otherwise their `delete`, redirected to ours, is a false "Mismatched free".
+/// Other libraries' constructors run before ours (nothing depends on a preloaded library):
+/// gdb's `operator new` serves libsource-highlight's static constructors that way.
+///
+/// `news`: the program's own `operator new`s, (start, end, family, our replacement). A
+/// `new[]` that tail-calls the program's `new` (gdb's does) leaves no frame of its own:
+/// its blocks become `new` blocks, and their `delete[]` a mismatch Valgrind would not
+/// report (docs/differences-from-valgrind.md).
+fn reattribute_early_blocks(news: &[(u64, u64, AllocFn, u64)]) {
+    let (own_lo, own_hi) = crate::stacks::self_text();
+    let table = &crate::state::STACKS;
+    for block in crate::state::BLOCKS.live_blocks() {
+        if block.func.family() != oxgrind_tool::Family::Malloc {
+            continue;
+        }
+        let frames = table.frames(block.stack);
+        // Frame 0 is our `malloc`; the first frame outside our library is its caller.
+        let Some(i) = frames.iter().position(|&pc| !(own_lo <= pc && pc < own_hi)) else {
+            continue;
+        };
+        let caller = frames[i];
+        let Some(&(_, _, family, ours)) = news
+            .iter()
+            .find(|&&(lo, hi, _, _)| lo < caller && caller <= hi)
+        else {
+            continue;
+        };
+        let mut shown = Vec::with_capacity(frames.len() - i);
+        shown.push(ours);
+        shown.extend_from_slice(&frames[i + 1..]);
+        crate::state::BLOCKS.reattribute(block.addr, family, table.intern(&shown));
+    }
 }
 
 /// The replacement of the function starting at `pc`, if it is one we replace.

@@ -982,6 +982,8 @@ pub struct FunctionSymbol {
     pub name: String,
     /// Link-time address (add the module's load bias).
     pub addr: u64,
+    /// Bytes, as the symbol table gives them (0: unknown).
+    pub size: u64,
     /// An IFUNC: `addr` is the resolver that picks the implementation, not a function to
     /// replace.
     pub ifunc: bool,
@@ -1018,6 +1020,7 @@ pub fn function_symbols(path: &Path) -> Vec<FunctionSymbol> {
             out.push(FunctionSymbol {
                 name: name.to_string(),
                 addr: s.address(),
+                size: s.size(),
                 ifunc,
             });
         }

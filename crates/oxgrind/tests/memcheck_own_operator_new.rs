@@ -23,3 +23,62 @@ fn a_programs_own_operator_new_is_replaced_as_valgrind_does() {
         &normalize_report(&stderr(&theirs)),
     );
 }
+
+/// A library's static constructor allocates through the program's own `operator new` and
+/// `new[]` before our constructor runs (ld.so runs a preloaded library's after those of the
+/// libraries nothing makes it a dependency of), so those calls reach our `malloc`; the
+/// library's destructor deletes them at exit, through the redirected `delete`. Valgrind,
+/// replacing the program's `new` from the first instruction, reports nothing: neither may
+/// we (before, each such block was a "Mismatched free() / delete / delete []": gdb's
+/// libsource-highlight gave 88).
+#[test]
+fn blocks_a_librarys_constructor_got_from_the_programs_own_new_are_new_blocks() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("early-new");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lib = dir.join("libmc_early_new.so");
+    let prog = dir.join("mc_early_new");
+    let gxx = |args: &[&std::ffi::OsStr]| {
+        let status = Command::new("g++").args(args).status().expect("g++");
+        assert!(status.success(), "g++ {args:?}");
+    };
+    let src = corpus_source("mc_early_new_lib.cpp");
+    gxx(&[
+        "-g".as_ref(),
+        "-O2".as_ref(),
+        "-shared".as_ref(),
+        "-fPIC".as_ref(),
+        "-o".as_ref(),
+        lib.as_os_str(),
+        src.as_os_str(),
+    ]);
+    let src = corpus_source("mc_early_new_main.cpp");
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let libdir = format!("-L{}", dir.display());
+    gxx(&[
+        "-g".as_ref(),
+        "-O0".as_ref(),
+        "-o".as_ref(),
+        prog.as_os_str(),
+        src.as_os_str(),
+        libdir.as_ref(),
+        "-lmc_early_new".as_ref(),
+        rpath.as_ref(),
+    ]);
+    let opts = ["--leak-check=full"];
+    let ours = run(Command::new(oxgrind()).args(opts).arg(&prog));
+    assert_eq!(stdout(&ours), "sum 210\n");
+    assert!(
+        stderr(&ours).contains("ERROR SUMMARY: 0 errors from 0 contexts"),
+        "{}",
+        stderr(&ours)
+    );
+    if !have_valgrind() {
+        return;
+    }
+    let theirs = run(Command::new("valgrind").args(opts).arg(&prog));
+    assert_eq!(stdout(&theirs), "sum 210\n");
+    assert_same_report(
+        &normalize_report(&stderr(&ours)),
+        &normalize_report(&stderr(&theirs)),
+    );
+}
