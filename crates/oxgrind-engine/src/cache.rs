@@ -672,6 +672,7 @@ mod tests {
                 count: false,
                 check: false,
                 instrument: false,
+                syscall_returns: false,
             },
             false,
         );

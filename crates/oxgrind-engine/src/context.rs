@@ -31,7 +31,7 @@ use oxgrind_sys::lock::SpinLock;
 use oxgrind_sys::raw;
 
 /// Number of scratch slots saved across a translated signal handler.
-pub const SCRATCH_SLOTS: usize = 15;
+pub const SCRATCH_SLOTS: usize = 18;
 /// Depth of the per-thread stack of saved scratch groups (nested translated handlers; a
 /// handler that `siglongjmp`s away leaves its level behind, so the stack wraps).
 pub const SIG_RING: usize = 8;
@@ -48,6 +48,15 @@ pub const S_T0: usize = 6; // ..S_T0+6: registers saved around the re-raise syst
 pub const S_PROBE_RET: usize = 13;
 /// The guest flags (`lahf`/`seto` form) while a counter probe runs.
 pub const S_PROBE_FLAGS: usize = 14;
+/// The program's system call in flight, as the dispatcher sent its `syscall` block to
+/// run: its number and `lent_fd::loans()` just before. Read when the call comes back to
+/// the dispatcher (`dispatch::syscall_returned`); scratch, so that a handler of a signal
+/// that interrupts the call, whose own calls set them too, leaves them as they were.
+pub const S_CALL_NR: usize = 15;
+pub const S_CALL_LOANS: usize = 16;
+/// Set to 1 by a `syscall` block right after the call, on its way back to the
+/// dispatcher at its own pc (`translate::special::syscall_block`); cleared there.
+pub const S_CALL_RETURNED: usize = 17;
 
 /// Guest register indices in [`ThreadCtx::gregs`] (hardware encoding order).
 pub const RAX: usize = 0;
@@ -236,12 +245,6 @@ pub struct ThreadCtx {
     pub native_calls: core::sync::atomic::AtomicU64,
     /// Next context in the global list of all contexts (for totals at exit).
     pub next: *mut ThreadCtx,
-    /// The program's last system call as the dispatcher sent it to run: its `syscall`'s
-    /// pc, its number and `lent_fd::loans()` just before, for one that comes back with
-    /// `EMFILE` (`dispatch::emfile_returned`).
-    pub call_pc: u64,
-    pub call_nr: u64,
-    pub call_loans: u64,
 }
 
 macro_rules! off {

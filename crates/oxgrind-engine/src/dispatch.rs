@@ -230,6 +230,14 @@ pub(crate) unsafe extern "C" fn dispatch(ctx: *mut ThreadCtx) -> u64 {
             cache.drop_stale(pc);
         }
     }
+    if ctx.scratch[c::S_CALL_RETURNED] != 0 {
+        ctx.scratch[c::S_CALL_RETURNED] = 0;
+        match syscall_returned(ctx, pc) {
+            // Performed again: its block is run anew.
+            Some(again) => return signals::maybe_raise(ctx, again),
+            None => pc += 2,
+        }
+    }
     let host = loop {
         let b = block_for(pc);
         match b.kind {
@@ -239,13 +247,6 @@ pub(crate) unsafe extern "C" fn dispatch(ctx: *mut ThreadCtx) -> u64 {
                 }
                 break b.host;
             }
-            BlockKind::Syscall if emfile_returned(ctx, pc) => {
-                // Performed again (its block is run anew), or failed for good: on to the
-                // instruction after it, the syscall block's count already taken.
-                if ctx.gregs[c::RAX] as i64 == oxgrind_sys::lent_fd::EMFILE_RESULT {
-                    pc += 2;
-                }
-            }
             BlockKind::Syscall => match {
                 if crate::definedness::enabled() {
                     crate::definedness::before_syscall(ctx, pc);
@@ -254,12 +255,15 @@ pub(crate) unsafe extern "C" fn dispatch(ctx: *mut ThreadCtx) -> u64 {
                 if unsafe { GLOBAL.get_unchecked().before_syscalls } {
                     tool_before_syscall(ctx, pc);
                 }
-                ctx.call_pc = pc;
-                ctx.call_nr = ctx.gregs[c::RAX];
-                ctx.call_loans = oxgrind_sys::lent_fd::loans();
                 pre_syscall(ctx, pc, b.host)
             } {
-                Action::Run(h) => break h,
+                Action::Run(h) => {
+                    if h == b.host {
+                        ctx.scratch[c::S_CALL_NR] = ctx.gregs[c::RAX];
+                        ctx.scratch[c::S_CALL_LOANS] = oxgrind_sys::lent_fd::loans();
+                    }
+                    break h;
+                }
                 Action::Emulated => {
                     if GLOBAL.lock().count {
                         ctx.count += 1;
@@ -272,22 +276,58 @@ pub(crate) unsafe extern "C" fn dispatch(ctx: *mut ThreadCtx) -> u64 {
     signals::maybe_raise(ctx, host)
 }
 
-/// Whether the dispatcher is entered at the `syscall` at `pc` because that very call just
-/// failed with `EMFILE` (its block's exit for that result leads back to its own pc, see
-/// `translate::special::syscall_block`). If oxgrind held one of the program's descriptor
-/// slots during the call (`oxgrind_sys::lent_fd`), the failure is ours: the call is set up
-/// to run again, with its number back in `rax`, once the slot is returned; otherwise the
-/// program's table really is full and `rax` keeps `-EMFILE`. A program's own `syscall` with
-/// `-24` in `rax` at the pc of its previous call would read as this: no such call exists.
-fn emfile_returned(ctx: &mut ThreadCtx, pc: u64) -> bool {
-    if ctx.gregs[c::RAX] as i64 != oxgrind_sys::lent_fd::EMFILE_RESULT || ctx.call_pc != pc {
-        return false;
+/// The program's system call at `pc`, which its `syscall` block has just made, is back
+/// (see `translate::special::syscall_block`) with its result in `rax`: every call when
+/// `Config::on_fd_syscall` is set, which hears here what a descriptor call did, else one
+/// that failed with `EMFILE`. If oxgrind held one of the program's descriptor slots during
+/// the call (`oxgrind_sys::lent_fd`), that failure is ours: the call is set up to run
+/// again once the slot is returned, with its number back in `rax`, and its block's host
+/// address is returned. `None`: the program goes on after the call.
+fn syscall_returned(ctx: &mut ThreadCtx, pc: u64) -> Option<u64> {
+    let (nr, result) = (ctx.scratch[c::S_CALL_NR], ctx.gregs[c::RAX] as i64);
+    if oxgrind_sys::lent_fd::retry_emfile(result, ctx.scratch[c::S_CALL_LOANS]) {
+        ctx.gregs[c::RAX] = nr;
+        ctx.scratch[c::S_CALL_LOANS] = oxgrind_sys::lent_fd::loans();
+        return Some(block_for(pc).host);
     }
-    ctx.call_pc = 0;
-    if oxgrind_sys::lent_fd::retry_emfile(ctx.gregs[c::RAX] as i64, ctx.call_loans) {
-        ctx.gregs[c::RAX] = ctx.call_nr;
+    // SAFETY: GLOBAL is written once before takeover and only read afterwards.
+    let hook = unsafe { GLOBAL.get_unchecked() }.on_fd_syscall;
+    if let (Some(hook), true) = (hook, is_fd_syscall(nr)) {
+        // The arguments are still in their registers: the kernel keeps all but rax, rcx
+        // and r11. The registers are shown as they were at the call.
+        let g = &ctx.gregs;
+        let args = [
+            g[c::RDI],
+            g[c::RSI],
+            g[c::RDX],
+            g[c::R10],
+            g[c::R8],
+            g[c::R9],
+        ];
+        let mut gpr = ctx.gregs;
+        gpr[c::RAX] = nr;
+        hook(&crate::MemorySyscall {
+            nr,
+            args,
+            result,
+            regs: oxgrind_tool::instrument::GuestRegs {
+                gpr,
+                rip: pc,
+                rflags: ctx.gflags,
+            },
+        });
     }
-    true
+    None
+}
+
+/// The system calls that create or close descriptors (`Config::on_fd_syscall`): open,
+/// close, pipe, dup, dup2, socket, socketpair, accept, fcntl, creat, openat, accept4,
+/// dup3, pipe2, close_range, openat2.
+fn is_fd_syscall(nr: u64) -> bool {
+    matches!(
+        nr,
+        2 | 3 | 22 | 32 | 33 | 41 | 43 | 53 | 72 | 85 | 257 | 288 | 292 | 293 | 436 | 437
+    )
 }
 
 /// Tells the tool of the program's system call at `pc` before anything runs it
@@ -378,16 +418,9 @@ fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
             if GLOBAL.lock().on_memory_syscall.is_some() =>
         {
             let hook = GLOBAL.lock().on_memory_syscall;
-            performed_syscall(ctx, pc, hook);
-            Action::Emulated
-        }
-        // open, close, pipe, dup, dup2, socket, socketpair, accept, fcntl, creat, openat,
-        // accept4, dup3, pipe2, close_range, openat2.
-        2 | 3 | 22 | 32 | 33 | 41 | 43 | 53 | 72 | 85 | 257 | 288 | 292 | 293 | 436 | 437
-            if GLOBAL.lock().on_fd_syscall.is_some() =>
-        {
-            let hook = GLOBAL.lock().on_fd_syscall;
-            performed_syscall(ctx, pc, hook);
+            if let Some(hook) = hook {
+                performed_memory_syscall(ctx, pc, hook);
+            }
             Action::Emulated
         }
         // mmap(MAP_FIXED) replaces whatever was mapped there, code included.
@@ -417,18 +450,22 @@ fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
     }
 }
 
-/// Performs a guest system call here and tells the embedder what it did (`hook`): a
-/// `mmap`, `munmap`, `mremap` or `brk` (`Config::on_memory_syscall`), dropping the
-/// translations of what it unmaps or replaces first, or one that creates or closes file
-/// descriptors (`Config::on_fd_syscall`). The memory calls cannot be interrupted by a signal
-/// (no `EINTR`); the descriptor calls that can block (accept, open of a FIFO) keep the
-/// guest's `SA_RESTART` choice, the engine installing the guest's flags. Running them from
-/// the dispatcher changes nothing the guest can see but `rcx` and `r11`, which the `syscall`
-/// instruction clobbers anyway.
-fn performed_syscall(ctx: &mut ThreadCtx, pc: u64, hook: Option<fn(&crate::MemorySyscall)>) {
+/// Performs a guest `mmap`, `munmap`, `mremap` or `brk` here, dropping the translations of
+/// what it unmaps or replaces first, and tells the embedder what it did
+/// (`Config::on_memory_syscall`). These calls cannot be interrupted by a signal (no `EINTR`,
+/// no restart) nor fail with `EMFILE`. Running them from the dispatcher changes nothing the
+/// guest can see but `rcx` and `r11`, which the `syscall` instruction clobbers anyway.
+fn performed_memory_syscall(ctx: &mut ThreadCtx, pc: u64, hook: fn(&crate::MemorySyscall)) {
     let g = &ctx.gregs;
     let nr = g[c::RAX];
-    let args = [g[c::RDI], g[c::RSI], g[c::RDX], g[c::R10], g[8], g[9]];
+    let args = [
+        g[c::RDI],
+        g[c::RSI],
+        g[c::RDX],
+        g[c::R10],
+        g[c::R8],
+        g[c::R9],
+    ];
     let regs = oxgrind_tool::instrument::GuestRegs {
         gpr: ctx.gregs,
         rip: pc,
@@ -439,35 +476,26 @@ fn performed_syscall(ctx: &mut ThreadCtx, pc: u64, hook: Option<fn(&crate::Memor
         SYS_MUNMAP | SYS_MREMAP => invalidate(args[0], args[1]),
         _ => {}
     }
-    let result = loop {
-        let loans = oxgrind_sys::lent_fd::loans();
-        // SAFETY: the guest's own system call with its own arguments; the kernel validates
-        // them.
-        let result = unsafe {
-            oxgrind_sys::syscall::syscall6(
-                nr as usize,
-                args[0] as usize,
-                args[1] as usize,
-                args[2] as usize,
-                args[3] as usize,
-                args[4] as usize,
-                args[5] as usize,
-            )
-        } as i64;
-        // A full descriptor table because oxgrind held a slot: as `emfile_returned`.
-        if !oxgrind_sys::lent_fd::retry_emfile(result, loans) {
-            break result;
-        }
-    };
+    // SAFETY: the guest's own system call with its own arguments; the kernel validates
+    // them.
+    let result = unsafe {
+        oxgrind_sys::syscall::syscall6(
+            nr as usize,
+            args[0] as usize,
+            args[1] as usize,
+            args[2] as usize,
+            args[3] as usize,
+            args[4] as usize,
+            args[5] as usize,
+        )
+    } as i64;
     ctx.gregs[c::RAX] = result as u64;
-    if let Some(hook) = hook {
-        hook(&crate::MemorySyscall {
-            nr,
-            args,
-            result,
-            regs,
-        });
-    }
+    hook(&crate::MemorySyscall {
+        nr,
+        args,
+        result,
+        regs,
+    });
 }
 
 /// `ThreadCtx::forked` while a fork is in flight: the parent keeps [`FORKING`], the child's

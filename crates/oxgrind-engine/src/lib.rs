@@ -204,11 +204,12 @@ pub struct Config {
     pub on_memory_syscall: Option<fn(&MemorySyscall)>,
     /// Called like `on_memory_syscall`, after each guest system call that creates or closes
     /// file descriptors (open, openat, openat2, creat, socket, socketpair, accept, accept4,
-    /// pipe, pipe2, dup, dup2, dup3, fcntl, close, close_range), which the engine then
-    /// performs itself from the dispatcher: `--track-fds`, which needs the descriptor a call
-    /// returned and the stack that made it. A call that blocks (accept, open of a FIFO)
-    /// blocks there; a signal arriving meanwhile is delivered when it returns, as for any
-    /// emulated call (with `SA_RESTART` the call restarts, without it it fails with EINTR).
+    /// pipe, pipe2, dup, dup2, dup3, fcntl, close, close_range): `--track-fds`, which needs
+    /// the descriptor a call returned and the stack that made it. The call itself runs in
+    /// the code cache as any other: with this set, every `syscall` block comes back to the
+    /// dispatcher with its result (`translate::Options::syscall_returns`), so a call that
+    /// blocks (accept, open of a FIFO) can be interrupted by a signal whose handler runs,
+    /// the call restarting (`SA_RESTART`) or failing with EINTR as natively.
     pub on_fd_syscall: Option<fn(&MemorySyscall)>,
     /// Call the client's `Tool::before_syscall` before each of the program's system calls
     /// (the tool's `Needs::before_syscalls`), from the same place in the dispatcher as the
@@ -231,7 +232,7 @@ pub struct Config {
     pub redirect: Option<fn(pc: u64) -> Option<u64>>,
 }
 
-/// A guest system call the engine has just performed for the embedder (see
+/// A guest system call the engine has just performed, or seen come back, for the embedder (see
 /// [`Config::on_memory_syscall`] and [`Config::on_fd_syscall`]).
 #[derive(Clone, Copy, Debug)]
 pub struct MemorySyscall {
@@ -397,6 +398,7 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
             count: config.count_instructions,
             check: false,
             instrument: config.client.is_some(),
+            syscall_returns: config.on_fd_syscall.is_some(),
         },
         config.far_code_cache,
     ));

@@ -4,10 +4,10 @@
 //!
 //! The descriptor a call creates is only known once the call has returned, and calls made
 //! inside libc (`fopen`, `opendir`, `socket` from `getaddrinfo`) never go through the PLT,
-//! so interposing the libc wrappers would miss them. The translation engine performs the
-//! program's descriptor system calls itself and tells us each result with the guest's
-//! registers (`oxgrind_engine::Config::on_fd_syscall`): the opening stack is captured
-//! there. `--track-fds` therefore runs the program under the engine whatever the tool.
+//! so interposing the libc wrappers would miss them. The translation engine sees each of
+//! the program's descriptor system calls come back and tells us its result with the
+//! guest's registers (`oxgrind_engine::Config::on_fd_syscall`): the opening stack is
+//! captured there. `--track-fds` therefore runs the program under the engine whatever the tool.
 //!
 //! What is open at exit is read from `/proc/self/fd`, the kernel's own answer, so a
 //! descriptor we did not see created (inherited, or closed on exec) is never missed: it is
@@ -49,7 +49,7 @@ pub fn enabled() -> bool {
     ON.load(Ordering::Acquire)
 }
 
-/// A descriptor system call the engine has just performed for the program.
+/// A descriptor system call of the program's that has just come back (the engine tells).
 pub fn on_engine_syscall(call: &oxgrind_engine::MemorySyscall) {
     if (-4095..0).contains(&call.result) || guard::inside() {
         return; // failed, or ours through a libc call

@@ -111,52 +111,7 @@ fn run_in(dir: &Path, argv: &[String], prefix: &[String]) -> Outcome {
 const DEADLINE: std::time::Duration = std::time::Duration::from_secs(240);
 
 fn run_with_deadline(cmd: &mut Command) -> std::process::Output {
-    extern "C" {
-        fn kill(pid: i32, sig: i32) -> i32;
-    }
-    with_default_interrupts(cmd);
-    // Its own process group, so that a hang kills the forked children too: a child that
-    // hangs holds the output pipes open, and reading them would wait for ever.
-    let mut child = std::os::unix::process::CommandExt::process_group(cmd, 0)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    // Read both pipes on their own threads so a chatty program cannot block on a full pipe.
-    let mut out_pipe = child.stdout.take().unwrap();
-    let mut err_pipe = child.stderr.take().unwrap();
-    let out = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        std::io::Read::read_to_end(&mut out_pipe, &mut v).ok();
-        v
-    });
-    let err = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        std::io::Read::read_to_end(&mut err_pipe, &mut v).ok();
-        v
-    });
-    let start = std::time::Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > DEADLINE {
-            // SAFETY: kill(2) of the process group made above (its id is the child's).
-            unsafe { kill(-(child.id() as i32), 9) };
-            let s = child.wait().unwrap();
-            let mut stderr = err.join().unwrap();
-            stderr.extend_from_slice(format!("\n[killed after {DEADLINE:?}: hung]\n").as_bytes());
-            return std::process::Output {
-                status: s,
-                stdout: out.join().unwrap(),
-                stderr,
-            };
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    std::process::Output {
-        status,
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
-    }
+    common::run_with_deadline(cmd, DEADLINE)
 }
 
 /// The signal the mode ends with, if any.

@@ -5,7 +5,9 @@
 //! accept4 on loopback and a forked child, which inherits them). The
 //! whole report, "FILE DESCRIPTORS: N open (M std) at exit." and each descriptor's block
 //! with its opening stack, must be Valgrind 3.19's, for `yes` and `all`, under Memcheck and
-//! under a tool that does not translate by itself (none).
+//! under a tool that does not translate by itself (none). And a descriptor call that blocks
+//! until a signal interrupts it (`tests/corpus/fd_signals.c`) restarts or fails with EINTR
+//! as natively.
 
 mod common;
 use common::*;
@@ -132,4 +134,79 @@ fn under_xml_the_stacks_go_into_the_xml_as_valgrind_writes_them() {
         assert_eq!(ours_log, theirs_log, "{case}: the log");
         assert_eq!(ours_xml, theirs_xml, "{case}: the XML");
     }
+}
+
+/// A descriptor call that blocks until a signal comes (`tests/corpus/fd_signals.c`: the
+/// open of a FIFO without a writer, an accept without a client, a read of an empty pipe,
+/// each under a repeating SIGALRM) is interrupted as natively: with `SA_RESTART` the
+/// handler runs (and makes the call able to complete) and the call restarts; without, it
+/// fails with EINTR. The program prints and ends as it does natively, and the report is
+/// Valgrind's. Under `--track-fds` the engine once performed these calls itself, from the
+/// dispatcher, where the signal could not reach the handler: with `SA_RESTART` the program
+/// hung for ever; hence the deadline.
+#[test]
+fn a_blocking_descriptor_call_is_interrupted_by_a_signal_as_natively() {
+    let prog = build("fd_signals.c", &["-g", "-O0", "-w"]);
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let deadline = std::time::Duration::from_secs(120);
+    let valgrind = have_valgrind();
+    let mut failures = Vec::new();
+    for mode in ["restart", "eintr"] {
+        let native = run_with_deadline(
+            Command::new(&prog)
+                .arg(mode)
+                .arg(&fifo)
+                .stdin(Stdio::null()),
+            deadline,
+        );
+        assert_eq!(
+            native.status.code(),
+            Some(if mode == "restart" { 0 } else { 5 })
+        );
+        for tool in ["none", "memcheck"] {
+            let run_under = |launcher: std::path::PathBuf| {
+                run_with_deadline(
+                    Command::new(launcher)
+                        .arg(format!("--tool={tool}"))
+                        .arg("--track-fds=yes")
+                        .arg(&prog)
+                        .arg(mode)
+                        .arg(&fifo)
+                        .stdin(Stdio::null()),
+                    deadline,
+                )
+            };
+            let ours = run_under(oxgrind());
+            if stdout(&ours) != stdout(&native) || ours.status.code() != native.status.code() {
+                failures.push(format!(
+                    "--- {tool} {mode}: ours {:?}\n{}{}--- native {:?}\n{}",
+                    ours.status,
+                    stdout(&ours),
+                    stderr(&ours),
+                    native.status,
+                    stdout(&native)
+                ));
+                continue;
+            }
+            if !valgrind {
+                continue;
+            }
+            let theirs = run_under("valgrind".into());
+            let (ours, theirs) = (
+                without_ports(&normalize_report(&stderr(&ours))),
+                without_ports(&normalize_report(&stderr(&theirs))),
+            );
+            assert!(
+                theirs.contains("FILE DESCRIPTORS: "),
+                "{mode}: Valgrind says\n{theirs}"
+            );
+            if ours != theirs {
+                failures.push(format!(
+                    "--- {tool} {mode}: ours\n{ours}\n--- valgrind\n{theirs}"
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -160,6 +160,10 @@ pub struct Options {
     pub check: bool,
     /// Ask the tool (`crate::probe::Client`) for probes (and redirections).
     pub instrument: bool,
+    /// Every system call comes back to the dispatcher with its result
+    /// (`dispatch::syscall_returned`), for `Config::on_fd_syscall`; otherwise only one
+    /// that failed with `EMFILE` does.
+    pub syscall_returns: bool,
 }
 
 /// `Config::redirect` as a plain address (0: none): the embedder's replacements when
@@ -1125,6 +1129,7 @@ mod tests {
         count: false,
         check: false,
         instrument: false,
+        syscall_returns: false,
     };
 
     #[test]
@@ -1191,12 +1196,13 @@ mod tests {
         assert_eq!(s.kind, BlockKind::Syscall);
         assert_eq!(&s.bytes[..2], &[0x0F, 0x05]);
         assert_eq!(s.stubs[0].target, pc + 7);
-        // EMFILE comes back to the call itself (`dispatch::emfile_returned`): the jrcxz
-        // after the call lands on the jump to that stub, whatever padding aligns the jumps.
+        // EMFILE comes back to the call itself (`dispatch::syscall_returned`): the jrcxz
+        // after the call lands on the store that says so, then the jump to that stub,
+        // whatever padding aligns the jumps.
         assert_eq!(s.stubs[1].target, pc + 5);
         let host = 0x10_0000u64;
         let mut d = Decoder::with_ip(64, &s.bytes, host, DecoderOptions::NONE);
-        let insns: Vec<Instruction> = (0..8).map(|_| d.decode()).collect();
+        let insns: Vec<Instruction> = (0..10).map(|_| d.decode()).collect();
         let jrcxz = insns
             .iter()
             .find(|i| i.mnemonic() == Mnemonic::Jrcxz)
@@ -1205,13 +1211,63 @@ mod tests {
             .iter()
             .position(|i| i.ip() == jrcxz.near_branch_target())
             .expect("jrcxz lands on an instruction boundary");
-        let landed = insns[at..]
+        assert_returns_to(&insns[at..], host + s.stubs[1].offset as u64);
+        assert_way_back_is_no_guest_boundary(&s, 1);
+    }
+
+    /// `insns` begin with the store of `S_CALL_RETURNED` and a jump to `stub`.
+    fn assert_returns_to(insns: &[Instruction], stub: u64) {
+        assert_eq!(insns[0].mnemonic(), Mnemonic::Mov);
+        assert_eq!(insns[0].segment_prefix(), Register::GS);
+        assert_eq!(
+            insns[0].memory_displacement64(),
+            c::scratch_off(c::S_CALL_RETURNED) as u64
+        );
+        assert_eq!(insns[0].immediate32(), 1);
+        let jump = insns[1..]
             .iter()
             .find(|i| i.mnemonic() != Mnemonic::Nop)
             .unwrap();
-        assert_eq!(landed.mnemonic(), Mnemonic::Jmp);
-        let stub = s.stubs[1].offset as u64 + host;
-        assert_eq!(landed.near_branch_target(), stub, "to the EMFILE stub");
+        assert_eq!(jump.mnemonic(), Mnemonic::Jmp);
+        assert_eq!(
+            jump.near_branch_target(),
+            stub,
+            "to the stub back to the call"
+        );
+    }
+
+    /// A signal that ends the call is stepped on into the dispatcher: the stub back to
+    /// the call maps to no guest pc.
+    fn assert_way_back_is_no_guest_boundary(t: &Translation, stub: usize) {
+        let off = t.stubs[stub].offset;
+        let within: Vec<_> = t
+            .pcmap
+            .iter()
+            .filter(|m| (off..off + STUB_SIZE).contains(&(m.host_off as usize)))
+            .collect();
+        assert!(!within.is_empty());
+        assert!(within.iter().all(|m| m.guest == UNMAPPED), "{within:?}");
+    }
+
+    #[test]
+    fn with_syscall_returns_every_call_comes_back_to_the_dispatcher() {
+        // syscall; ret
+        let (_buf, pc) = guest(&[0x0F, 0x05, 0xC3]);
+        let opts = Options {
+            syscall_returns: true,
+            ..OPTS
+        };
+        let s = translate(pc, pc + 0x2000, opts).unwrap();
+        assert_eq!(s.kind, BlockKind::Syscall);
+        // No way on to the next instruction but through the dispatcher.
+        assert_eq!(s.stubs.len(), 1);
+        assert_eq!(s.stubs[0].target, pc);
+        let host = 0x10_0000u64;
+        let mut d = Decoder::with_ip(64, &s.bytes, host, DecoderOptions::NONE);
+        let insns: Vec<Instruction> = (0..6).map(|_| d.decode()).collect();
+        assert_eq!(insns[0].mnemonic(), Mnemonic::Syscall);
+        assert_returns_to(&insns[1..], host + s.stubs[0].offset as u64);
+        assert_way_back_is_no_guest_boundary(&s, 0);
     }
 
     #[test]
@@ -1224,6 +1280,7 @@ mod tests {
                 count: true,
                 check: false,
                 instrument: false,
+                syscall_returns: false,
             },
         )
         .unwrap();
@@ -1248,6 +1305,7 @@ mod tests {
                 count: true,
                 check: false,
                 instrument: false,
+                syscall_returns: false,
             },
         )
         .unwrap();
@@ -1286,6 +1344,7 @@ mod tests {
                 count: true,
                 check: false,
                 instrument: false,
+                syscall_returns: false,
             },
         )
         .unwrap();
@@ -1313,6 +1372,7 @@ mod tests {
             count: false,
             check: true,
             instrument: false,
+            syscall_returns: false,
         };
         let t = translate(pc, pc + 0x1000, opts).unwrap();
         let insns = decode_all(&t.bytes, pc + 0x1000);

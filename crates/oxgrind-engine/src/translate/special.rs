@@ -20,19 +20,41 @@ pub(super) fn syscall_block(e: &mut Emitter, ins: &Instruction, opts: Options) -
     // itself: that must read as the guest instruction, not engine code.
     e.mark(ins.ip(), 0);
     e.buf.extend_from_slice(&[0x0F, 0x05]);
-    // A call that failed with EMFILE goes back to the dispatcher at its own pc (a syscall
-    // block is never linked to), which performs it again if oxgrind held one of the
-    // program's descriptor slots meanwhile (`dispatch::emfile_returned`). The test leaves
-    // the guest flags alone: `lea rcx, [rax + 24]; jrcxz`, rcx being the register `syscall`
-    // clobbers.
-    e.buf
-        .extend_from_slice(&[0x48, 0x8D, 0x48, 0x18, 0xE3, 0x00]);
-    let over = e.buf.len();
-    e.stub_jump(ins.next_ip());
-    // Over the fall-through's jump, alignment padding included (`align_rel32`).
-    e.buf[over - 1] = (e.buf.len() - over) as u8;
-    e.stub_jump(ins.ip());
+    // The call comes back to the dispatcher at its own pc (a syscall block is never linked
+    // to), which hears its result (`dispatch::syscall_returned`): every call when the
+    // embedder wants the descriptor calls' results (`Options::syscall_returns`), else one
+    // that failed with EMFILE, which the dispatcher performs again if oxgrind held one of
+    // the program's descriptor slots meanwhile. Running the call here rather than in the
+    // dispatcher keeps it the signal machinery's: a signal interrupts it and the guest's
+    // handler runs, the call restarting or failing with EINTR as SA_RESTART says.
+    if !opts.syscall_returns {
+        // The EMFILE test leaves the guest flags alone: `lea rcx, [rax + 24]; jrcxz`, rcx
+        // being the register `syscall` clobbers.
+        e.buf
+            .extend_from_slice(&[0x48, 0x8D, 0x48, 0x18, 0xE3, 0x00]);
+        let over = e.buf.len();
+        e.stub_jump(ins.next_ip());
+        // Over the fall-through's jump, alignment padding included (`align_rel32`).
+        e.buf[over - 1] = (e.buf.len() - over) as u8;
+    }
+    // mov qword gs:[S_CALL_RETURNED], 1 (no flags): what tells the dispatcher, entered at
+    // this pc, that the call has been made rather than is to be made.
+    e.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
+    e.d32(c::scratch_off(c::S_CALL_RETURNED) as u32);
+    e.d32(1);
+    let back = e.new_stub(ins.ip());
+    e.stub_jump_existing(back);
     e.finish();
+    // The way back is engine code, no guest instruction boundary: an asynchronous signal
+    // that ends the call (EINTR) is stepped on into the dispatcher, which hears the result
+    // first and then delivers the signal at the instruction after the call.
+    let stub = e.stubs[back].offset;
+    for m in e.pcmap.iter_mut() {
+        if (stub..stub + STUB_FAR_SLOT).contains(&(m.host_off as usize)) {
+            m.guest = UNMAPPED;
+            m.fix = 0;
+        }
+    }
     Translation {
         bytes: core::mem::take(&mut e.buf),
         stubs: core::mem::take(&mut e.stubs),

@@ -225,6 +225,61 @@ pub fn with_default_interrupts(cmd: &mut Command) -> &mut Command {
     }
 }
 
+/// Runs `cmd` (SIGINT and SIGQUIT at their default, [`with_default_interrupts`]) with its
+/// output captured; a run still going after `deadline` is killed, with its whole process
+/// group, and "[killed after ...: hung]" is added to its stderr: a hung case must fail, not
+/// hang the suite.
+pub fn run_with_deadline(cmd: &mut Command, deadline: std::time::Duration) -> Output {
+    extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    with_default_interrupts(cmd);
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    // Its own process group, so that a hang kills the forked children too: a child that
+    // hangs holds the output pipes open, and reading them would wait for ever.
+    let mut child = std::os::unix::process::CommandExt::process_group(cmd, 0)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    // Read both pipes on their own threads so a chatty program cannot block on a full pipe.
+    let mut out_pipe = child.stdout.take().unwrap();
+    let mut err_pipe = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut out_pipe, &mut v).ok();
+        v
+    });
+    let err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut err_pipe, &mut v).ok();
+        v
+    });
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > deadline {
+            // SAFETY: kill(2) of the process group made above (its id is the child's).
+            unsafe { kill(-(child.id() as i32), 9) };
+            let s = child.wait().unwrap();
+            let mut stderr = err.join().unwrap();
+            stderr.extend_from_slice(format!("\n[killed after {deadline:?}: hung]\n").as_bytes());
+            return Output {
+                status: s,
+                stdout: out.join().unwrap(),
+                stderr,
+            };
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
+}
+
 pub fn run(cmd: &mut Command) -> Output {
     cmd.output()
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
