@@ -26,6 +26,7 @@ use std::sync::Arc;
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 use oxgrind_formats::frame::Frame;
+use oxgrind_sys::mapfile::MappedFile;
 
 use crate::below_main::{fn_name_kind, FnNameKind, BELOW_MAIN};
 use crate::dwarf::LazyDwarf;
@@ -38,7 +39,7 @@ pub(crate) type Reader = gimli::EndianReader<gimli::RunTimeEndian, Bytes>;
 /// section.
 #[derive(Clone, Debug)]
 pub(crate) enum Bytes {
-    Mapped(Arc<memmap2::Mmap>, usize, usize),
+    Mapped(Arc<MappedFile>, usize, usize),
     Owned(Arc<[u8]>),
     /// A decompressed section, kept in the vector it was inflated into (copying it into an
     /// `Arc<[u8]>` would briefly hold it twice: for glibc's debug info, 5.5 MiB more peak).
@@ -153,21 +154,26 @@ pub struct Symbolizer {
     pub errors: Vec<SymbolizeError>,
 }
 
-fn mmap(path: &Path) -> Result<Arc<memmap2::Mmap>, SymbolizeError> {
-    // The descriptor holds one of the program's slots until it is closed (`file` is
-    // dropped before `_lent`).
-    let _lent = oxgrind_sys::lent_fd::Lent::take();
-    let file = File::open(path).map_err(|error| SymbolizeError::Io {
-        path: path.into(),
-        error,
-    })?;
-    // SAFETY: the mapping is private and read-only; a file truncated under us would fault,
-    // a risk every symbolizer reading mapped objects takes (addr2line's Loader does too).
-    unsafe { memmap2::Mmap::map(&file) }
-        .map(Arc::new)
-        .map_err(|error| SymbolizeError::Io {
+/// The whole file at `path`, mapped read-only; mapped all the same when the program holds
+/// every descriptor its limit allows (`MappedFile::open`), so that a report written while
+/// it runs names its frames.
+fn mmap(path: &Path) -> Result<Arc<MappedFile>, SymbolizeError> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut name = path.as_os_str().as_bytes().to_vec();
+    name.push(0);
+    if name[..name.len() - 1].contains(&0) {
+        return Err(SymbolizeError::Io {
             path: path.into(),
-            error,
+            error: std::io::Error::from_raw_os_error(22), // EINVAL
+        });
+    }
+    // The descriptor holds one of the program's slots until it is closed, inside `open`.
+    let _lent = oxgrind_sys::lent_fd::Lent::take();
+    MappedFile::open(&name)
+        .map(Arc::new)
+        .map_err(|errno| SymbolizeError::Io {
+            path: path.into(),
+            error: std::io::Error::from_raw_os_error(errno),
         })
 }
 
@@ -813,7 +819,7 @@ fn store_section(dir: &Path, name: &str, bytes: &[u8]) {
 }
 
 fn dwarf_of(
-    data: &Arc<memmap2::Mmap>,
+    data: &Arc<MappedFile>,
     file: &object::File<'_>,
     path: &Path,
     cache: Option<&Path>,
@@ -858,16 +864,7 @@ fn dwarf_of(
                             // The compressed bytes are not read again: their pages leave our
                             // resident set now rather than add to its peak while the next
                             // sections inflate (4 MiB for Debian 12's glibc debug file).
-                            // SAFETY: the mapping is private and never written, so dropping
-                            // its pages loses nothing: a later read faults them in from the
-                            // file again.
-                            let _ = unsafe {
-                                data.unchecked_advise_range(
-                                    memmap2::UncheckedAdvice::DontNeed,
-                                    r.offset as usize,
-                                    r.compressed_size as usize,
-                                )
-                            };
+                            data.dont_need(r.offset as usize, r.compressed_size as usize);
                             Bytes::Inflated(Arc::new(v))
                         }
                         Ok(Cow::Borrowed(d)) => Bytes::Owned(Arc::from(d)),
@@ -937,7 +934,7 @@ fn load(
     let debug_file = debug_map
         .as_ref()
         .and_then(|(p, m)| object::File::parse(&m[..]).ok().map(|f| (p, f)));
-    let mut sources: Vec<(&Path, &Arc<memmap2::Mmap>, &object::File<'_>)> = Vec::new();
+    let mut sources: Vec<(&Path, &Arc<MappedFile>, &object::File<'_>)> = Vec::new();
     if let (Some((p, f)), Some((_, m))) = (&debug_file, &debug_map) {
         collect_syms(f, &mut syms);
         collect_data_syms(f, &mut data_syms);

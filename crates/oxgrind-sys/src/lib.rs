@@ -11,6 +11,7 @@
 //! * [`fd`] writes to file descriptors oxgrind owns, with `core::fmt` formatting;
 //! * [`lock`] is a spin lock that works before threads, TLS or futexes are set up;
 //! * [`lent_fd`] marks the moments oxgrind holds one of the program's descriptor slots;
+//! * [`mapfile`] maps files read-only, even when the program holds every descriptor;
 //! * [`procself`] reads `/proc/self` files through descriptors kept out of the program's way;
 //! * [`heap`] is the runtime's own allocator (`#[global_allocator]` of the runtime), built
 //!   on `mmap`, so oxgrind's data never lives in the program's heap.
@@ -23,6 +24,7 @@ extern crate alloc;
 pub mod fd;
 pub mod heap;
 pub mod lent_fd;
+pub mod mapfile;
 /// The spin lock lives in its own crate (`oxgrind-sync`) so that the tool contract can offer
 /// it without depending on this one.
 pub use oxgrind_sync as lock;
