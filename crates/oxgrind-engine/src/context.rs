@@ -79,9 +79,6 @@ pub struct ThreadCtx {
     pub dispatch: u64,
     /// Host address of the IBL's second probe / miss path (`oxg_ibl2`).
     pub ibl2: u64,
-    /// This thread's IBL table: its keys array, in this mapping at [`IBL_KEYS_OFF`]
-    /// (the host pcs follow at [`IBL_HOSTS_OFF`]).
-    pub ibl_table: u64,
     /// Top of this thread's private engine stack.
     pub estack: u64,
     /// Non-zero while the thread runs engine code (dispatcher or signal entry): signals
@@ -411,6 +408,15 @@ pub const RECENT_CODE_SWAPS_OFF: usize = recent_array_at(RECENT_RECORD_SWAPS_OFF
 /// and the target is 0 exactly on a hit, which `jrcxz` tests (see `translate::branches`).
 pub const IBL_KEYS_OFF: usize = (RECENT_CODE_SWAPS_OFF + RECENT_MAX + 0xfff) & !0xfff;
 pub const IBL_HOSTS_OFF: usize = IBL_KEYS_OFF + IBL_ARRAY_BYTES;
+
+/// The keys array of the IBL table of the thread whose context is `ctx` (its host pcs
+/// follow at [`IBL_HOSTS_OFF`]).
+pub fn ibl_keys(ctx: *const ThreadCtx) -> *mut u64 {
+    ctx.cast::<u8>()
+        .wrapping_add(IBL_KEYS_OFF)
+        .cast_mut()
+        .cast()
+}
 /// Bytes of one IBL array, rounded to pages.
 const IBL_ARRAY_BYTES: usize = ((IBL_ENTRIES + 1) * 8 + 0xfff) & !0xfff;
 /// Where the thread's indexed counters start (`Needs::indexed_counters`; translated code
@@ -525,7 +531,6 @@ pub fn new_ctx(dispatch: u64) -> Option<*mut ThreadCtx> {
         }
         crate::recent_lines::clear(&mut *ctx);
         count_indexed_into_own(&mut *ctx, true);
-        (*ctx).ibl_table = ctx as u64 + IBL_KEYS_OFF as u64;
         (*ctx).estack = stack as u64 + ENGINE_STACK as u64 - 64;
         let mut head = ALL.load(Ordering::Acquire);
         loop {
@@ -620,7 +625,7 @@ pub fn reuse_exited() -> Option<*mut ThreadCtx> {
         c.sig_depth = 0;
         c.stepping = 0;
         // Drop the old thread's IBL entries (and their memory): the pages read as zero.
-        oxgrind_sys::raw::discard(c.ibl_table as *mut u8, 2 * IBL_ARRAY_BYTES);
+        oxgrind_sys::raw::discard(ibl_keys(c).cast(), 2 * IBL_ARRAY_BYTES);
     }
     Some(ctx)
 }
@@ -787,7 +792,7 @@ pub fn purge_ibl(start: u64, end: u64) {
         // SAFETY: contexts and their tables are never freed; each entry's key is written
         // with one aligned store, so the owner thread sees the old key or 0.
         unsafe {
-            let keys = (*p).ibl_table as *mut u64;
+            let keys = ibl_keys(p);
             for i in 0..=IBL_ENTRIES {
                 let k = keys.add(i);
                 let key = ptr::read_volatile(k).wrapping_neg();

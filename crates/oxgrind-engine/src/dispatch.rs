@@ -162,7 +162,7 @@ fn block_for(pc: u64) -> BlockRec {
 }
 
 fn ibl_insert(ctx: &ThreadCtx, pc: u64, host: u64) {
-    let keys = (ctx.ibl_table as *mut u64).wrapping_add(c::ibl_index(pc));
+    let keys = c::ibl_keys(ctx).wrapping_add(c::ibl_index(pc));
     let hosts = keys.wrapping_byte_add(c::IBL_HOSTS_OFF - c::IBL_KEYS_OFF);
     let key = pc.wrapping_neg();
     // SAFETY: the arrays have IBL_ENTRIES + 1 words and belong to this thread; only this

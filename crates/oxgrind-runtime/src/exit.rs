@@ -635,7 +635,7 @@ fn note_fatal(sig: c_int, info: *const c_void, ctx: *const c_void) {
         unsafe {
             let code = *((info as *const u8).add(8) as *const i32);
             let addr = *((info as *const u8).add(16) as *const u64);
-            let gregs = (ctx as *const u8).add(40) as *const u64;
+            let gregs = &*((ctx as *const u8).add(40) as *const [u64; 23]);
             (
                 code,
                 addr,

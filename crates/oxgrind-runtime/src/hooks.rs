@@ -1248,7 +1248,10 @@ unsafe extern "C" fn pvalloc_at(size: usize, sp: u64, bp: u64) -> *mut c_void {
 
 /// glibc's own `malloc_usable_size` of a live block (`Host::usable_size`): the bytes its
 /// chunk really gives, the runtime's redzone included. Looked up once.
-pub fn glibc_usable_size(p: *mut c_void) -> u64 {
+///
+/// # Safety
+/// `p` must be a live block of glibc's allocator (glibc reads its chunk header).
+pub unsafe fn glibc_usable_size(p: *mut c_void) -> u64 {
     type F = unsafe extern "C" fn(*mut c_void) -> usize;
     static GLIBC: core::sync::atomic::AtomicPtr<c_void> =
         core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
@@ -1261,7 +1264,7 @@ pub fn glibc_usable_size(p: *mut c_void) -> u64 {
         GLIBC.store(f, core::sync::atomic::Ordering::Relaxed);
     }
     // SAFETY: dlsym found glibc's malloc_usable_size, whose signature is F, and `p` is a
-    // live block glibc's allocator returned.
+    // live block glibc's allocator returned (the caller's contract).
     unsafe { core::mem::transmute::<*mut c_void, F>(f)(p) as u64 }
 }
 

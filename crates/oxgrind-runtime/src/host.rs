@@ -644,7 +644,9 @@ impl Host for RuntimeHost {
         if !self.holds_chunk(addr) {
             return 0;
         }
-        crate::hooks::glibc_usable_size(addr as *mut core::ffi::c_void)
+        // SAFETY: a live block of glibc's (`holds_chunk`): the program's, or the one whose
+        // event is being handled on this thread.
+        unsafe { crate::hooks::glibc_usable_size(addr as *mut core::ffi::c_void) }
     }
 
     fn block_extent(&self, addr: Addr) -> Option<oxgrind_tool::BlockExtent> {

@@ -540,9 +540,8 @@ impl oxgrind_symbols::WalkLog for Recorder {
 /// The stack of an interrupted thread, from the general registers a signal handler finds in
 /// its `ucontext` (`gregs`: the 23 saved registers): frame 0 is the interrupted instruction
 /// itself, then return addresses minus one, as [`capture`] gives them.
-pub fn capture_at(table: &StackTable, gregs: *const u64, depth: usize) -> StackId {
-    // SAFETY: the caller passes the 23 saved registers of the interrupted thread.
-    let (pc, sp, bp) = unsafe { (*gregs.add(16), *gregs.add(15), *gregs.add(10)) };
+pub fn capture_at(table: &StackTable, gregs: &[u64; 23], depth: usize) -> StackId {
+    let (pc, sp, bp) = (gregs[16], gregs[15], gregs[10]);
     match oxgrind_engine::guest_regs_in_tool_call() {
         Some(guest) => capture_native_then_guest(table, (pc, sp, bp), guest, depth),
         None => capture_regs(table, pc, sp, bp, depth),

@@ -200,12 +200,9 @@ impl Emitter {
         match ins.flow_control() {
             FlowControl::UnconditionalBranch => {
                 let target = ins.near_branch_target();
-                if target == crate::asm::native_entry_pc() && crate::native_entries() {
-                    let (_, done) = crate::asm::run_native_pcs();
-                    if let Some(rec) = crate::probe::native_entry_record(target, done) {
-                        self.native_entry_here(target, rec, done);
-                        return Ok(());
-                    }
+                if let Some((rec, done)) = native_entry_at(target) {
+                    self.native_entry_here(target, rec, done);
+                    return Ok(());
                 }
                 self.stub_jump(target);
             }

@@ -150,6 +150,17 @@ fn note_far_rewrite() {
     FAR_REWRITES.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
 }
 
+/// When `pc` is `asm::oxg_native_entry` (`crate::native_entry`) and native entries are in
+/// use: the probe record of its native call and the pc of the gate's `ret` after it. Asked
+/// for a block that starts there and for a `jmp` to it (`Emitter::native_entry_here`).
+fn native_entry_at(pc: u64) -> Option<(u64, u64)> {
+    if pc != crate::asm::native_entry_pc() || !crate::native_entries() {
+        return None;
+    }
+    let (_, done) = crate::asm::run_native_pcs();
+    crate::probe::native_entry_record(pc, done).map(|rec| (rec, done))
+}
+
 /// Options that shape translations.
 #[derive(Clone, Copy, Debug)]
 pub struct Options {
@@ -400,16 +411,14 @@ pub fn translate_at_most(
             return Ok(e.jump_only(native_done, native_done - pc));
         }
     }
-    if pc == crate::asm::native_entry_pc() && crate::native_entries() {
+    if let Some((rec, done)) = native_entry_at(pc) {
         // `crate::native_entry`: the embedder's function is called natively on the engine
         // stack, its result kept in rax, then the `ret` after the gate returns to the
         // program. The block stands for the one `jmp r11` it replaces.
-        if let Some(rec) = crate::probe::native_entry_record(pc, native_done) {
-            e.mark(pc, 0);
-            let gate = crate::asm::oxg_native_entry_gate as *const () as u64;
-            e.native_gate_call(pc, rec, native_done, gate);
-            return Ok(e.jump_only(native_done, 3));
-        }
+        e.mark(pc, 0);
+        let gate = crate::asm::oxg_native_entry_gate as *const () as u64;
+        e.native_gate_call(pc, rec, done, gate);
+        return Ok(e.jump_only(done, 3));
     }
     let client = if opts.instrument {
         crate::probe::client()
