@@ -1090,136 +1090,28 @@ fn after_syscall(t: &mut ThreadShadow, p: &Pending, result: u64) {
     for r in [0usize, 1, 11] {
         t.regs.gpr[r] = 0;
     }
-    let ret = result as i64;
-    if ret < 0 && ret > -4096 {
-        return;
-    }
     let a = p.args;
-    let ret = ret as u64;
     // (buffer, length) pairs the kernel wrote.
     let wrote = |addr: u64, len: u64| {
         if addr != 0 && len > 0 {
             set(addr, len.min(1 << 36), true);
         }
     };
-    let read_u32 = |addr: u64| -> u64 {
-        let mut b = [0u8; 4];
-        if addr != 0 && oxgrind_sys::raw::read_own_memory(addr, &mut b) == 4 {
-            u32::from_le_bytes(b) as u64
-        } else {
-            0
-        }
-    };
-    match p.nr {
-        // read, pread64, getdents, getdents64, getrandom
-        0 | 17 | 78 | 217 => wrote(a[1], ret),
-        318 => wrote(a[0], ret),
-        // getcwd(buf, size): the path and its NUL
-        79 => wrote(a[0], ret),
-        // capget(header, data): Valgrind's POST writes one __user_cap_data_struct
-        125 => {
-            if a[1] != 0 {
-                wrote(a[1], 12);
-            }
-        }
-        89 => wrote(a[1], ret),
-        267 => wrote(a[2], ret),
-        // readv, preadv: the iovecs, in order, up to the bytes read
-        19 | 295 => {
-            let mut left = ret;
-            for i in 0..a[2].min(1024) {
-                if left == 0 {
-                    break;
-                }
-                let mut iov = [0u8; 16];
-                if oxgrind_sys::raw::read_own_memory(a[1] + 16 * i, &mut iov) != 16 {
-                    break;
-                }
-                let base = u64::from_le_bytes(iov[..8].try_into().unwrap_or([0; 8]));
-                let len = u64::from_le_bytes(iov[8..].try_into().unwrap_or([0; 8]));
-                let n = len.min(left);
-                wrote(base, n);
-                left -= n;
-            }
-        }
-        // recvfrom(fd, buf, len, flags, src_addr, addrlen)
-        45 => {
-            wrote(a[1], ret);
-            if a[5] != 0 {
-                wrote(a[5], 4);
-                wrote(a[4], read_u32(a[5]));
-            }
-        }
-        // stat, fstat, lstat: struct stat; newfstatat: its third argument
-        4..=6 => wrote(a[1], 144),
-        262 => wrote(a[2], 144),
-        // statx: struct statx
-        332 => wrote(a[4], 256),
-        // rt_sigaction: the kernel's struct sigaction; rt_sigprocmask: the old set
-        13 => wrote(a[2], 32),
-        14 => wrote(a[2], a[3]),
-        // pipe, pipe2, socketpair
-        22 | 293 => wrote(a[0], 8),
-        53 => wrote(a[3], 8),
-        // poll: revents
-        7 => wrote(a[0], a[1].saturating_mul(8)),
-        // uname, sysinfo, getrusage, getrlimit, prlimit64, times
-        63 => wrote(a[0], 390),
-        99 => wrote(a[0], 112),
-        98 => wrote(a[1], 144),
-        97 => wrote(a[1], 16),
-        302 => wrote(a[3], 16),
-        100 => wrote(a[0], 32),
-        // clock_gettime, clock_getres, gettimeofday, time, nanosleep's remainder
-        228 | 229 => wrote(a[1], 16),
-        96 => {
-            wrote(a[0], 16);
-            wrote(a[1], 8);
-        }
-        201 => wrote(a[0], 8),
-        35 => wrote(a[1], 16),
-        // wait4: status, rusage
-        61 => {
-            wrote(a[1], 4);
-            wrote(a[3], 144);
-        }
-        // epoll_wait, epoll_pwait: events
-        232 | 281 => wrote(a[1], ret.saturating_mul(12)),
-        // getsockname, getpeername, accept, accept4: the address and its length
-        51 | 52 | 43 | 288 => {
-            if a[2] != 0 {
-                wrote(a[2], 4);
-                wrote(a[1], read_u32(a[2]));
-            }
-        }
-        // getsockopt: the value and its length
-        55 => {
-            if a[4] != 0 {
-                wrote(a[4], 4);
-                wrote(a[3], read_u32(a[4]));
-            }
-        }
-        // sched_getaffinity
-        204 => wrote(a[2], ret),
-        // ioctl: TCGETS (kernel termios), TIOCGWINSZ, FIONREAD, TIOCGPGRP
-        16 => match a[1] {
-            0x5401 => wrote(a[2], 36),
-            0x5413 => wrote(a[2], 8),
-            0x541B | 0x540F => wrote(a[2], 4),
+    if !oxgrind_tool::syscalls::failed(result) {
+        match p.nr {
+            // mmap, mremap: the new mapping; munmap: forgotten (no buffer the kernel
+            // fills: the shared table has no place for them).
+            9 => wrote(result, a[1]),
+            25 => wrote(result, a[2]),
+            11 => wrote(a[0], a[1]),
             _ => {}
-        },
-        // mmap, mremap: the new mapping; munmap: forgotten
-        9 => wrote(ret, a[1]),
-        25 => wrote(ret, a[2]),
-        11 => wrote(a[0], a[1]),
-        // Anything else the shared table says the kernel writes (its whole length: more
-        // than the kernel may have written, so a missed error at worst, never a false one).
-        _ => oxgrind_tool::syscalls::for_each_range(p.nr, &a, &mut read_guest, &mut |r| {
-            if r.dir == oxgrind_tool::syscalls::Dir::Write {
-                wrote(r.addr, r.len);
-            }
-        }),
+        }
     }
+    // What the shared table says the kernel wrote (Valgrind's POST_MEM_WRITEs; a failed
+    // call writes nothing, except an interrupted sleep's remainder).
+    oxgrind_tool::syscalls::for_each_written(p.nr, &a, result, &mut read_guest, &mut |r| {
+        wrote(r.addr, r.len)
+    });
 }
 
 // ---- the inline fast path ----
