@@ -18,16 +18,29 @@
 //! a range whose description cannot be read is reported as far as it is known and its
 //! dependants are skipped, as Valgrind does.
 //!
+//! After the call, [`for_each_written`] gives what the kernel wrote (Valgrind's
+//! `POST_MEM_WRITE`s: the whole struct, or as many bytes as the call returned, read from
+//! the memory as the call left it), which the definedness engine marks defined: a call
+//! missing here leaves its output undefined, and the program's branch on it is a false
+//! alarm (`find`'s `fstatfs` buffer gave 3000).
+//!
 //! Covered: the calls real programs make (read/write family, `readv`/`writev`,
-//! `pread64`/`pwrite64`, `preadv`/`pwritev`, send/recv family with `sendmsg`/`recvmsg`,
-//! `open`/`openat`, the stat family, `getdents64`, `poll`/`ppoll`/`select`/`pselect6`,
-//! `epoll_wait`/`epoll_pwait`/`epoll_ctl`, `futex`, the clock and sleep calls,
-//! `gettimeofday`, `ioctl`'s `TCGETS`/`TIOCGWINSZ`/`FIONREAD`, `getrandom`, `uname`,
-//! `rt_sigaction`, `rt_sigprocmask`, `pipe`/`pipe2`, `socketpair`, `getsockname`,
-//! `getpeername`, `connect`, `bind`, `accept`/`accept4`). The names are Valgrind 3.19's as it
-//! prints them on x86-64 (glibc's `stat` is `newfstatat`, which Valgrind calls `fstatat`;
-//! the socket calls keep their `socketcall.` prefix).
-
+//! `pread64`/`pwrite64`, `preadv`/`pwritev`, `process_vm_readv`, send/recv family with
+//! `sendmsg`/`recvmsg`/`sendmmsg`/`recvmmsg`, `getsockopt`, `open`/`openat`, the stat and
+//! statfs families, `getdents`/`getdents64`, `readlink`/`readlinkat`, `getcwd`, the xattr
+//! gets and lists, `poll`/`ppoll`/`select`/`pselect6`, `epoll_wait`/`epoll_pwait`/
+//! `epoll_ctl`, `futex`, the clock, sleep and timer calls (itimers, timerfd, POSIX timers),
+//! `gettimeofday`, `time`, `times`, `getrusage`, `getrlimit`/`prlimit64`, `sysinfo`, `uname`,
+//! `wait4`/`waitid`, `ioctl` (the terminal requests Valgrind names, else the `_IOC`
+//! encoding), `fcntl`'s locks, `prctl`'s and `arch_prctl`'s gets, `clone`/`clone3`'s thread
+//! ids, `getrandom`, `rt_sigaction`, `rt_sigprocmask`, `rt_sigpending`, `rt_sigtimedwait`,
+//! `sigaltstack`, the id calls (`getresuid`, `getgroups`, `capget`), the scheduler's gets,
+//! `getcpu`, `mincore`, `get_robust_list`, `sendfile`/`splice`/`copy_file_range`, SysV IPC
+//! (`msgrcv`, `semctl`/`shmctl` `IPC_STAT`), `mq_timedreceive`, `name_to_handle_at`,
+//! `pipe`/`pipe2`, `socketpair`, `getsockname`, `getpeername`, `connect`, `bind`,
+//! `accept`/`accept4`). The names are Valgrind 3.19's as it prints them on x86-64 (glibc's
+//! `stat` is `newfstatat`, which Valgrind calls `fstatat`; the socket calls keep their
+//! `socketcall.` prefix; a struct Valgrind checks field by field is described so).
 
 use core::fmt;
 
