@@ -445,7 +445,11 @@ pub const SYSCALLS: &[Syscall] = &[
             opt(2, "setitimer(&ovalue->it_value)", W, Len::Fixed(8)).at(24),
         ],
     ),
-    call(40, "sendfile", &[opt(2, "sendfile(offset)", W, Len::Fixed(8))]),
+    call(
+        40,
+        "sendfile",
+        &[opt(2, "sendfile(offset)", W, Len::Fixed(8))],
+    ),
     shaped(
         42,
         "connect",
@@ -559,7 +563,11 @@ pub const SYSCALLS: &[Syscall] = &[
         ],
     ),
     shaped(72, "fcntl", &[], Shape::Fcntl),
-    call(78, "getdents", &[p(1, "getdents(dirp)", W, Len::Arg(2)).res()]),
+    call(
+        78,
+        "getdents",
+        &[p(1, "getdents(dirp)", W, Len::Arg(2)).res()],
+    ),
     call(79, "getcwd", &[p(0, "getcwd(buf)", W, Len::Arg(1)).res()]),
     call(
         89,
@@ -577,7 +585,11 @@ pub const SYSCALLS: &[Syscall] = &[
             opt(1, "gettimeofday(tz)", W, Len::Fixed(8)),
         ],
     ),
-    call(97, "getrlimit", &[p(1, "getrlimit(rlim)", W, Len::Fixed(16))]),
+    call(
+        97,
+        "getrlimit",
+        &[p(1, "getrlimit(rlim)", W, Len::Fixed(16))],
+    ),
     call(
         98,
         "getrusage",
@@ -651,7 +663,11 @@ pub const SYSCALLS: &[Syscall] = &[
             p(1, "statfs(buf)", W, Len::Fixed(STATFS)),
         ],
     ),
-    call(138, "fstatfs", &[p(1, "fstatfs(buf)", W, Len::Fixed(STATFS))]),
+    call(
+        138,
+        "fstatfs",
+        &[p(1, "fstatfs(buf)", W, Len::Fixed(STATFS))],
+    ),
     call(
         143,
         "sched_getparam",
@@ -660,7 +676,12 @@ pub const SYSCALLS: &[Syscall] = &[
     call(
         148,
         "sched_rr_get_interval",
-        &[p(1, "sched_rr_get_interval(timespec)", W, Len::Fixed(TIMESPEC))],
+        &[p(
+            1,
+            "sched_rr_get_interval(timespec)",
+            W,
+            Len::Fixed(TIMESPEC),
+        )],
     ),
     shaped(157, "prctl", &[], Shape::Prctl),
     shaped(158, "arch_prctl", &[], Shape::ArchPrctl),
@@ -853,7 +874,12 @@ pub const SYSCALLS: &[Syscall] = &[
     call(
         287,
         "timerfd_gettime",
-        &[p(1, "timerfd_gettime(curr_value)", W, Len::Fixed(ITIMERSPEC))],
+        &[p(
+            1,
+            "timerfd_gettime(curr_value)",
+            W,
+            Len::Fixed(ITIMERSPEC),
+        )],
     ),
     shaped(
         288,
@@ -887,12 +913,7 @@ pub const SYSCALLS: &[Syscall] = &[
             dir: R,
         },
     ),
-    shaped(
-        299,
-        "recvmmsg",
-        &[],
-        Shape::Mmsg { send: false },
-    ),
+    shaped(299, "recvmmsg", &[], Shape::Mmsg { send: false }),
     call(
         302,
         "prlimit64",
@@ -1110,8 +1131,7 @@ fn shape(w: &mut Walk, shape: Shape, args: &[u64; 6]) {
             }
             let mut left = res;
             for i in 0..count {
-                let (Some(base), Some(len)) =
-                    (w.r.u64(vec + 16 * i), w.r.u64(vec + 16 * i + 8))
+                let (Some(base), Some(len)) = (w.r.u64(vec + 16 * i), w.r.u64(vec + 16 * i + 8))
                 else {
                     break;
                 };
@@ -1194,8 +1214,7 @@ fn shape(w: &mut Walk, shape: Shape, args: &[u64; 6]) {
                 w.pre("rt_sigaction(act->sa_mask)", R, act + 24, 8);
                 w.pre("rt_sigaction(act->sa_flags)", R, act + 8, 8);
                 const SA_RESTORER: u64 = 0x0400_0000;
-                if w.after.is_none() && w.r.u64(act + 8).is_some_and(|fl| fl & SA_RESTORER != 0)
-                {
+                if w.after.is_none() && w.r.u64(act + 8).is_some_and(|fl| fl & SA_RESTORER != 0) {
                     w.pre("rt_sigaction(act->sa_restorer)", R, act + 16, 8);
                 }
             }
@@ -1251,8 +1270,7 @@ fn shape(w: &mut Walk, shape: Shape, args: &[u64; 6]) {
             let lock = args[2];
             match args[1] as u32 {
                 // struct flock: l_type 0, l_whence 2, l_start 8, l_len 16, l_pid 24.
-                cmd @ (F_GETLK | F_SETLK | F_SETLKW | F_OFD_GETLK | F_OFD_SETLK
-                | F_OFD_SETLKW) => {
+                cmd @ (F_GETLK | F_SETLK | F_SETLKW | F_OFD_GETLK | F_OFD_SETLK | F_OFD_SETLKW) => {
                     w.pre("fcntl(lock->l_type)", R, lock, 2);
                     w.pre("fcntl(lock->l_whence)", R, lock + 2, 2);
                     w.pre("fcntl(lock->l_start)", R, lock + 8, 8);
@@ -1927,8 +1945,14 @@ mod tests {
             ]
         );
         let post = written(299, [3, 0x6000, 1, 0, 0, 0], 1, mem);
-        assert_eq!(post[1], ("recvmsg(mmsg[0].msg_hdr.msg_iov[0])".to_string(), 0x8000, 5));
-        assert_eq!(post[2], ("recvmmsg(mmsg[0].msg_len)".to_string(), 0x6038, 4));
+        assert_eq!(
+            post[1],
+            ("recvmsg(mmsg[0].msg_hdr.msg_iov[0])".to_string(), 0x8000, 5)
+        );
+        assert_eq!(
+            post[2],
+            ("recvmmsg(mmsg[0].msg_len)".to_string(), 0x6038, 4)
+        );
     }
 
     #[test]

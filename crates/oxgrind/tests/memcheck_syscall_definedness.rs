@@ -85,7 +85,8 @@ fn what_the_kernel_writes_is_defined_as_in_valgrind() {
     let summaries = err.matches("ERROR SUMMARY: ").count();
     assert_eq!(summaries, 3, "{err}");
     assert_eq!(
-        err.matches("ERROR SUMMARY: 0 errors from 0 contexts").count(),
+        err.matches("ERROR SUMMARY: 0 errors from 0 contexts")
+            .count(),
         summaries,
         "{err}"
     );
@@ -93,7 +94,9 @@ fn what_the_kernel_writes_is_defined_as_in_valgrind() {
         let theirs = run(Command::new("valgrind").arg("--leak-check=no").arg(&prog));
         let theirs = stderr(&theirs);
         assert_eq!(
-            theirs.matches("ERROR SUMMARY: 0 errors from 0 contexts").count(),
+            theirs
+                .matches("ERROR SUMMARY: 0 errors from 0 contexts")
+                .count(),
             3,
             "{theirs}"
         );
@@ -140,7 +143,10 @@ fn unaddressable_output_buffers_are_reported_as_in_valgrind() {
         );
         for name in names {
             let headline = format!("Syscall param {name} points to unaddressable byte(s)");
-            assert!(theirs.contains(&headline), "{case}: Valgrind says\n{theirs}");
+            assert!(
+                theirs.contains(&headline),
+                "{case}: Valgrind says\n{theirs}"
+            );
         }
         if ours != theirs {
             failures.push(format!("--- {case}: ours\n{ours}\n--- valgrind\n{theirs}"));
