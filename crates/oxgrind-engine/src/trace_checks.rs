@@ -52,8 +52,11 @@ use crate::context::{self as c, ThreadCtx};
 
 /// Operand sizes with routines (1 to 64 bytes, powers of two).
 const SIZES: [u32; 7] = [1, 2, 4, 8, 16, 32, 64];
-/// Routines: per size, per kind (read, write, modify), flags dead or live.
-pub const COUNT: usize = SIZES.len() * 3 * 2;
+/// Full routines: per size, per kind (read, write, modify), flags dead or live.
+const FULL: usize = SIZES.len() * 3 * 2;
+/// Routines, the full ones first, then per size and kind the flags-dead routine without
+/// the hot-range tests, for call sites that made them inline ([`index_past_hot`]).
+pub const COUNT: usize = FULL + SIZES.len() * 3;
 
 /// What a call site moves `rsp` down by before its call: the guest's red zone, which the
 /// return address must not overwrite (`ret 128` gives it back).
@@ -76,6 +79,13 @@ pub(crate) fn index(size: u32, kind: TraceKind, flags_live: bool) -> Option<usiz
         TraceKind::Block => return None,
     };
     Some((s * 3 + k) * 2 + flags_live as usize)
+}
+
+/// The flags-dead routine of an operand of `size` bytes and kind `kind` that starts at the
+/// shadow checks: for a call site that tested the hot ranges itself.
+pub(crate) fn index_past_hot(size: u32, kind: TraceKind) -> Option<usize> {
+    let full = index(size, kind, false)?;
+    Some(FULL + full / 2)
 }
 
 /// The trace kind of operand `m`, as the inline probe records it.
@@ -136,6 +146,11 @@ fn make() -> bool {
                 at[(s * 3 + k) * 2 + flags as usize] = code.len();
                 routine(&mut code, size, kind, flags, hot, full);
             }
+            while code.len() % 16 != 0 {
+                code.push(0xCC);
+            }
+            at[FULL + s * 3 + k] = code.len();
+            routine(&mut code, size, kind, false, false, full);
         }
     }
     let len = code.len().next_multiple_of(4096);

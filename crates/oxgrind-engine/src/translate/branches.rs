@@ -71,6 +71,9 @@ impl Emitter {
                 self.buf[at..at + 4].copy_from_slice(&(back as i32).to_le_bytes());
             }
         }
+        if !self.trace_cold.is_empty() {
+            self.finish_trace_cold();
+        }
         if !self.recent_cold.is_empty() || !self.block_cold.is_empty() {
             self.finish_recent_cold();
         }

@@ -855,6 +855,9 @@ struct Emitter {
     recent_cold: Vec<probes::RecentCold>,
     /// The same for blocks' code-lines checks (`Emitter::trace_block_new_lines_two_ways`).
     block_cold: Vec<probes::BlockCold>,
+    /// Out-of-line parts of filtered trace probes with inline tests
+    /// (`Emitter::trace_check_inline`), placed by `finish`.
+    trace_cold: Vec<probes::TraceCold>,
     /// `rax` (and the guest flags, when the flag is true) are still borrowed from the
     /// inline part just emitted for the guest instruction at the pc (see
     /// [`Emitter::keep_borrow`]): the next [`Emitter::borrow_rax`] with the same flags
@@ -988,6 +991,7 @@ impl Emitter {
             exact_a: Vec::new(),
             recent_cold: Vec::new(),
             block_cold: Vec::new(),
+            trace_cold: Vec::new(),
             kept: None,
             carry: None,
             reborrow: Vec::new(),
