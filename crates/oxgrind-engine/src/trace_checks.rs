@@ -52,10 +52,10 @@ use crate::context::{self as c, ThreadCtx};
 
 /// Operand sizes with routines (1 to 64 bytes, powers of two).
 const SIZES: [u32; 7] = [1, 2, 4, 8, 16, 32, 64];
-/// Full routines: per size, per kind (read, write, modify), flags dead or live.
+/// Whole probes: per size, per kind (read, write, modify), flags dead or live.
 const FULL: usize = SIZES.len() * 3 * 2;
-/// Routines, the full ones first, then per size and kind the flags-dead routine without
-/// the hot-range tests, for call sites that made them inline ([`index_past_hot`]).
+/// Routines, the whole probes first, then per size and kind the flags-dead routine that
+/// only appends, for call sites that test inline ([`index_append`]).
 pub const COUNT: usize = FULL + SIZES.len() * 3;
 
 /// What a call site moves `rsp` down by before its call: the guest's red zone, which the
@@ -81,9 +81,10 @@ pub(crate) fn index(size: u32, kind: TraceKind, flags_live: bool) -> Option<usiz
     Some((s * 3 + k) * 2 + flags_live as usize)
 }
 
-/// The flags-dead routine of an operand of `size` bytes and kind `kind` that starts at the
-/// shadow checks: for a call site that tested the hot ranges itself.
-pub(crate) fn index_past_hot(size: u32, kind: TraceKind) -> Option<usize> {
+/// The flags-dead routine of an operand of `size` bytes and kind `kind` that appends its
+/// record and tests nothing: for a call site that tested the hot ranges and the shadow
+/// map itself.
+pub(crate) fn index_append(size: u32, kind: TraceKind) -> Option<usize> {
     let full = index(size, kind, false)?;
     Some(FULL + full / 2)
 }
@@ -144,13 +145,13 @@ fn make() -> bool {
                     code.push(0xCC);
                 }
                 at[(s * 3 + k) * 2 + flags as usize] = code.len();
-                routine(&mut code, size, kind, flags, hot, full);
+                routine(&mut code, size, kind, flags, Tests::All, hot, full);
             }
             while code.len() % 16 != 0 {
                 code.push(0xCC);
             }
             at[FULL + s * 3 + k] = code.len();
-            routine(&mut code, size, kind, false, false, full);
+            routine(&mut code, size, kind, false, Tests::None, hot, full);
         }
     }
     let len = code.len().next_multiple_of(4096);
@@ -225,34 +226,48 @@ impl Code<'_> {
     }
 }
 
+/// What a routine tests before it appends a record.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Tests {
+    /// The hot ranges (when the tool has them), then the shadow map: a whole probe.
+    All,
+    /// None: the call site tested both inline (`Emitter::trace_check_inline`) and calls
+    /// only when the access is to be recorded.
+    None,
+}
+
 /// One routine: `rax` = the operand's address, `rsp` 128 bytes below the guest's and the
 /// return address there, the guest `rax` in `STUB_RAX`, every other register the guest's.
 /// Its own pushes go below the return address (beyond the red zone, as the call).
 /// The paths that append nothing (a hot range's access, an unmarked granule) use no other
-/// register.
+/// register. An access is recorded when the granule of its first byte is marked: DHAT
+/// charges an access to the block that holds its first byte (Valgrind's
+/// `find_Block_containing(addr)`), so the other granules' marks decide nothing.
 ///
 /// ```text
 ///     [push rax; lahf; seto al; push rax; mov rax, [rsp+8]]      (flags live)
 ///     [per hot range: sub rax, gs:[step]; cmp rax, gs:[len]; jb hot_r
 ///      add rax, gs:[hot[last].lo]]                  (the address again: the steps add up)
 ///     push rcx; mov rcx, rax
-///     shadow of the first granules (1-8 bytes), then of the last byte: jne append
+///     [shr rax, 3; add rax, gs:[shadow]; cmp byte [rax], 0; jne append
 ///     pop rcx
 /// done:
 ///     [pop rax; add al, 0x7f; sahf; pop rax]; mov rax, gs:[STUB_RAX]; ret 128
 /// hot_r:
-///     add gs:[hot_r.read_bytes / write_bytes], size; as done
+///     add gs:[hot_r.read_bytes / write_bytes], size; as done]          (`Tests::All`)
 /// append:
 ///     record (rcx, tag 0, size | kind << 16) at gs:[trace_ptr], advanced; pop rcx;
 ///     below gs:[trace_end]: jmp done
 ///     else: the flags back; pop rax (return address); PROBE_RET = it;
 ///     lea rsp, [rsp + 128]; rax = the drain's record; jmp gs:[probe_entry]
+/// [done: as above]                                                    (`Tests::None`)
 /// ```
 fn routine(
     out: &mut alloc::vec::Vec<u8>,
     size: u32,
     kind: TraceKind,
     flags: bool,
+    tests: Tests,
     hot: bool,
     full: u64,
 ) {
@@ -261,6 +276,7 @@ fn routine(
     const CMP: u8 = 0x3B;
     const ADD: u8 = 0x03;
     const RANGE: usize = core::mem::size_of::<oxgrind_tool::instrument::HotRange>();
+    let hot = hot && tests == Tests::All;
     let mut a = Code(out);
     if flags {
         // push rax; lahf; seto al; push rax; mov rax, [rsp+8]
@@ -280,34 +296,17 @@ fn routine(
         a.gs_op(ADD, 0, c::OFF_HOT + (HOT_RANGES - 1) * RANGE);
     }
     a.bytes(&[0x51, 0x48, 0x89, 0xC1]); // push rcx; mov rcx, rax
-                                        // As `Emitter::shadow_checks` (without the wide compare): the shadow bytes of the
-                                        // first granules (one per 8 bytes, up to 8), then the last byte's.
-    let first_width: u8 = match size {
-        0..=8 => 1,
-        9..=16 => 2,
-        17..=32 => 4,
-        _ => 8,
-    };
-    let mut to_append = [0usize; 2];
-    let checks = if size > 1 { 2 } else { 1 };
-    for (k, j) in to_append.iter_mut().take(checks).enumerate() {
-        if k == 1 {
-            a.bytes(&[0x48, 0x8D, 0x81]); // lea rax, [rcx + size - 1]
-            a.d32(size - 1);
-        }
+    let mut done = None;
+    let mut to_append = None;
+    if tests == Tests::All {
         a.bytes(&[0x48, 0xC1, 0xE8, 0x03]); // shr rax, 3
         a.gs_op(ADD, 0, c::OFF_SHADOW);
-        match if k == 0 { first_width } else { 1 } {
-            1 => a.bytes(&[0x80, 0x38, 0x00]),       // cmp byte [rax], 0
-            2 => a.bytes(&[0x66, 0x83, 0x38, 0x00]), // cmp word [rax], 0
-            4 => a.bytes(&[0x83, 0x38, 0x00]),       // cmp dword [rax], 0
-            _ => a.bytes(&[0x48, 0x83, 0x38, 0x00]), // cmp qword [rax], 0
-        }
-        *j = a.jump(&[0x0F, 0x85]);
+        a.bytes(&[0x80, 0x38, 0x00]); // cmp byte [rax], 0
+        to_append = Some(a.jump(&[0x0F, 0x85]));
+        a.bytes(&[0x59]); // pop rcx
+        done = Some(a.0.len());
+        a.done(flags);
     }
-    a.bytes(&[0x59]); // pop rcx
-    let done = a.0.len();
-    a.done(flags);
     if hot {
         let counts: &[usize] = match kind {
             TraceKind::Read => &[16],
@@ -325,7 +324,7 @@ fn routine(
             a.done(flags);
         }
     }
-    for &j in &to_append[..checks] {
+    if let Some(j) = to_append {
         a.land(j);
     }
     a.gs_op(MOV, 0, c::OFF_TRACE_PTR);
@@ -339,8 +338,10 @@ fn routine(
     a.gs_op(CMP, 0, c::OFF_TRACE_END);
     a.bytes(&[0x59]); // pop rcx (the flags stay)
     let not_full = a.jump(&[0x0F, 0x82]);
-    let rel = done as i64 - a.0.len() as i64;
-    a.0[not_full..not_full + 4].copy_from_slice(&(rel as i32).to_le_bytes());
+    if let Some(done) = done {
+        let rel = done as i64 - a.0.len() as i64;
+        a.0[not_full..not_full + 4].copy_from_slice(&(rel as i32).to_le_bytes());
+    }
     // Full: the clean call, from the call site's end, with the guest's registers.
     a.flags_back(flags);
     a.bytes(&[0x58]); // pop rax (the return address)
@@ -351,6 +352,10 @@ fn routine(
     a.bytes(&full.to_le_bytes());
     a.bytes(&[0x65, 0xFF, 0x24, 0x25]); // jmp gs:[probe_entry]
     a.d32(c::OFF_PROBE_ENTRY as u32);
+    if done.is_none() {
+        a.land(not_full);
+        a.done(flags);
+    }
 }
 
 #[cfg(test)]
@@ -368,9 +373,11 @@ mod tests {
             for kind in [TraceKind::Read, TraceKind::Write, TraceKind::Modify] {
                 for flags in [false, true] {
                     for hot in [false, true] {
-                        let mut code = alloc::vec::Vec::new();
-                        routine(&mut code, size, kind, flags, hot, 0x1234_5678);
-                        check(&code, size, flags, hot);
+                        for tests in [Tests::All, Tests::None] {
+                            let mut code = alloc::vec::Vec::new();
+                            routine(&mut code, size, kind, flags, tests, hot, 0x1234_5678);
+                            check(&code, size, flags, hot && tests == Tests::All);
+                        }
                     }
                 }
             }

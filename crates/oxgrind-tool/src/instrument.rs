@@ -14,7 +14,7 @@
 //! | [`Plan::trace_block`] | one [`TraceRecord`] appended inline to the thread's trace buffer | ~6 instructions |
 //! | [`Plan::trace_block_new_lines`] | the same, only when a line of the block's code is not named in the thread's code-lines table | an inline check per line; a record when not named |
 //! | [`Plan::trace_accesses`] | one record per memory access the instruction makes | ~10 instructions per access |
-//! | [`Plan::trace_accesses_filtered`] | the same, only for accesses whose granules are marked in the tool's shadow map | an inline shadow check; a record when marked |
+//! | [`Plan::trace_accesses_filtered`] | the same, only for accesses whose first byte's granule is marked in the tool's shadow map | an inline shadow check; a record when marked |
 //! | [`Plan::trace_new_lines`] | the same, only for accesses to a line the thread's [`RecentLines`] table does not name | an inline table check; a record when not named |
 //! | [`Plan::accesses_filtered`] | a clean call with the accesses, only when a granule is marked | an inline shadow check; a clean call when marked |
 //! | [`Plan::accesses`] | a clean call, [`Tool::on_accesses`](crate::Tool::on_accesses), with every access | a clean call (~0.2-0.5 µs) |
@@ -866,8 +866,9 @@ impl Plan {
         })
     }
 
-    /// Like [`Plan::trace_accesses`], for accesses whose granules are marked in the tool's
-    /// shadow map only (`Needs::shadow` and `Needs::trace`).
+    /// Like [`Plan::trace_accesses`], for accesses whose first byte lies in a granule marked
+    /// in the tool's shadow map (`Needs::shadow` and `Needs::trace`); an access whose other
+    /// granules only are marked may be recorded or not.
     pub fn trace_accesses_filtered(&mut self, insn: usize, tag: u32) -> bool {
         self.push_probe(Probe::TraceAccesses {
             at: insn as u8,

@@ -25,37 +25,16 @@ enum TraceFilter {
     RecentLines,
 }
 
-/// How many shadow bytes from an operand's first granule one compare reads so that it
-/// covers every granule an operand of `size` bytes may touch (`(size + 14) / 8` of them,
-/// rounded up to 1, 2, 4 or 8 bytes): a nonzero byte may lie past the operand (the
-/// out-of-line routine then checks exactly). `None`: more than 8 granules (64 bytes).
-fn shadow_cover(size: u32) -> Option<u8> {
-    match size {
-        0..=1 => Some(1),
-        2..=8 => Some(2),
-        9..=24 => Some(4),
-        25..=56 => Some(8),
-        _ => None,
-    }
-}
-
-/// The out-of-line part of a filtered trace probe whose hot-range tests and shadow
-/// compare are inline (`Emitter::trace_check_inline`), placed by
+/// The out-of-line part of a filtered trace probe whose tests are inline
+/// (`Emitter::trace_check_inline`): the hot ranges' counts, placed by
 /// `Emitter::finish_trace_cold`.
 pub(super) struct TraceCold {
-    m: UsedMemory,
     ip: u64,
-    /// The `trace_checks` routine to call (past the hot-range tests).
-    routine: usize,
     size: u32,
     kind: TraceKind,
     /// Per hot range, the position of the rel32 of its inline `jb`.
     to_count: [Option<usize>; oxgrind_tool::instrument::HOT_RANGES],
-    /// The position of the rel32 of the shadow compare's `jne`.
-    to_call: usize,
-    /// Where the guest `rax` is given back inline, and where the probe ends (guest state
-    /// exact).
-    back: usize,
+    /// Where the probe ends (guest state exact).
     after: usize,
 }
 
@@ -781,10 +760,9 @@ impl Emitter {
                 for (m, &k) in mem[..n].iter().zip(k.iter()) {
                     let size = m.memory_size().size() as u32;
                     let kind = crate::trace_checks::kind_of(m);
-                    let past_hot = crate::trace_checks::index_past_hot(size, kind);
-                    match (past_hot, shadow_cover(size)) {
-                        (Some(past_hot), Some(width)) if !flags_live => {
-                            self.trace_check_inline(m, past_hot, kind, width, ip)?
+                    match crate::trace_checks::index_append(size, kind) {
+                        Some(append) if !flags_live => {
+                            self.trace_check_inline(m, append, kind, ip)?
                         }
                         _ => self.trace_check_call(m, k, ip)?,
                     }
@@ -893,41 +871,41 @@ impl Emitter {
         Ok(())
     }
 
-    /// The filtered trace probe of operand `m` where the flags are dead, with what discards
-    /// most accesses inline: the hot-range tests (an access counted there makes no record)
-    /// and one compare of the shadow bytes that may cover the operand ([`shadow_cover`]);
-    /// only an access that may be recorded calls routine `k` (`trace_checks`, the one that
-    /// starts at its exact shadow checks), out of line. The cheap outcomes stay in the
-    /// block: a call and its return per access (every access of a loop over a hot block)
-    /// made `compute` under DHAT 1.6 times as slow as this.
+    /// The filtered trace probe of operand `m` where the flags are dead, with its tests
+    /// inline: the hot ranges (an access counted there makes no record) and the shadow byte
+    /// of the first byte's granule (what decides a record, see `trace_checks::routine`);
+    /// only an access to be recorded calls routine `k` (`trace_checks`, one that only
+    /// appends). The cheap outcomes stay in the block: a call and its return per access
+    /// (every access of a loop over a hot block) made `compute` under DHAT 1.6 times as
+    /// slow as this.
     ///
     /// ```text
     ///     mov gs:[STUB_RAX], rax; lea rax, [m]
     ///     [per hot range: sub rax, gs:[step]; cmp rax, gs:[len]; jb <count r>
     ///      add rax, gs:[hot[last].lo]]                    (the address again)
-    ///     shr rax, 3; add rax, gs:[shadow]; cmp <1-8 bytes> [rax], 0; jne <call>
-    /// back:
-    ///     mov rax, gs:[STUB_RAX]
+    ///     shr rax, 3; add rax, gs:[shadow]; cmp byte [rax], 0; jne record
+    ///     mov rax, gs:[STUB_RAX]; jmp after
+    /// record:
+    ///     lea rax, [m]; lea rsp, [rsp - 128]; call gs:[trace_checks + 8k]
     /// after:
-    /// (out of line, `finish_trace_cold`)
-    /// <count r>: add gs:[hot[r].read_bytes / write_bytes], size; jmp back
-    /// <call>:    lea rax, [m]; lea rsp, [rsp - 128]; call gs:[trace_checks + 8k]; jmp after
+    /// (out of line, after the stubs: `finish_trace_cold`)
+    /// <count r>:
+    ///     add gs:[hot[r].read_bytes / write_bytes], size; mov rax, gs:[STUB_RAX]; jmp after
     /// ```
     fn trace_check_inline(
         &mut self,
         m: &UsedMemory,
         k: usize,
         kind: TraceKind,
-        width: u8,
         ip: u64,
     ) -> Result<(), TranslateError> {
         const RANGE: usize = core::mem::size_of::<oxgrind_tool::instrument::HotRange>();
         const TEST: usize = core::mem::size_of::<crate::trace::HotTest>();
-        let size = m.memory_size().size() as u32;
+        const RANGES: usize = oxgrind_tool::instrument::HOT_RANGES;
         self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
         self.mark(ip, FIX_RAX_IN_STUB);
         self.effective_address(m, 0, ip)?;
-        let mut to_count = [None; oxgrind_tool::instrument::HOT_RANGES];
+        let mut to_count = [None; RANGES];
         if crate::trace::hot_enabled() {
             for (r, j) in to_count.iter_mut().enumerate() {
                 let test = c::OFF_HOT_TESTS + r * TEST;
@@ -942,44 +920,48 @@ impl Emitter {
             }
             // add rax, gs:[hot[last].lo] (`trace::sync_hot_tests`: the steps add up to it)
             self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]);
-            self.d32((c::OFF_HOT + (oxgrind_tool::instrument::HOT_RANGES - 1) * RANGE) as u32);
+            self.d32((c::OFF_HOT + (RANGES - 1) * RANGE) as u32);
         }
         self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, 0x03]); // shr rax, 3
         self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]); // add rax, gs:[shadow]
         self.d32(c::OFF_SHADOW as u32);
-        match width {
-            1 => self.buf.extend_from_slice(&[0x80, 0x38, 0x00]), // cmp byte [rax], 0
-            2 => self.buf.extend_from_slice(&[0x66, 0x83, 0x38, 0x00]), // cmp word [rax], 0
-            4 => self.buf.extend_from_slice(&[0x83, 0x38, 0x00]), // cmp dword [rax], 0
-            _ => self.buf.extend_from_slice(&[0x48, 0x83, 0x38, 0x00]), // cmp qword [rax], 0
-        }
-        self.buf.extend_from_slice(&[0x0F, 0x85]); // jne <call>
-        let to_call = self.buf.len();
-        self.d32(0);
-        let back = self.buf.len();
+        self.buf.extend_from_slice(&[0x80, 0x38, 0x00]); // cmp byte [rax], 0
+        self.buf.extend_from_slice(&[0x75, 0x00]); // jne record (rel8)
+        let to_record = self.buf.len() - 1;
         self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
+        self.mark(ip, 0);
+        self.buf.extend_from_slice(&[0xEB, 0x00]); // jmp after (rel8)
+        let to_after = self.buf.len() - 1;
+        self.buf[to_record] = (self.buf.len() - (to_record + 1)) as u8;
+        self.mark(ip, FIX_RAX_IN_STUB);
+        self.effective_address(m, 0, ip)?;
+        let skip = crate::trace_checks::RED_ZONE_SKIP;
+        // lea rsp, [rsp - 128]; call gs:[trace_checks + 8k]
+        self.buf
+            .extend_from_slice(&[0x48, 0x8D, 0x64, 0x24, skip.wrapping_neg()]);
+        self.buf.extend_from_slice(&[0x65, 0xFF, 0x14, 0x25]);
+        self.d32((c::OFF_TRACE_CHECKS + 8 * k) as u32);
+        // The routine's return (or its drain's) is at the instruction, state exact.
+        self.buf[to_after] = (self.buf.len() - (to_after + 1)) as u8;
         let after = self.buf.len();
         self.mark(ip, 0);
-        self.trace_cold.push(TraceCold {
-            m: *m,
-            ip,
-            routine: k,
-            size,
-            kind,
-            to_count,
-            to_call,
-            back,
-            after,
-        });
+        if to_count.iter().any(Option::is_some) {
+            self.trace_cold.push(TraceCold {
+                ip,
+                size: m.memory_size().size() as u32,
+                kind,
+                to_count,
+                after,
+            });
+        }
         Ok(())
     }
 
-    /// Places the out-of-line parts of [`Emitter::trace_check_inline`] (after the stubs).
+    /// Places the out-of-line parts of [`Emitter::trace_check_inline`] (after the stubs):
+    /// the hot ranges' counts.
     pub(super) fn finish_trace_cold(&mut self) {
         const RANGE: usize = core::mem::size_of::<oxgrind_tool::instrument::HotRange>();
         for t in core::mem::take(&mut self.trace_cold) {
-            let at = self.buf.len();
-            self.push_map_at(at, t.ip, FIX_RAX_IN_STUB);
             let counts: &[usize] = match t.kind {
                 TraceKind::Read => &[16],
                 TraceKind::Write => &[24],
@@ -987,6 +969,8 @@ impl Emitter {
             };
             for (r, j) in t.to_count.iter().enumerate() {
                 let Some(j) = *j else { continue };
+                let at = self.buf.len();
+                self.push_map_at(at, t.ip, FIX_RAX_IN_STUB);
                 self.patch_rel32(j);
                 for &off in counts {
                     // add qword ptr gs:[hot[r] + off], size
@@ -994,20 +978,10 @@ impl Emitter {
                     self.d32((c::OFF_HOT + r * RANGE + off) as u32);
                     self.d32(t.size);
                 }
-                self.jmp_to(t.back);
+                self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
+                self.mark(t.ip, 0);
+                self.jmp_to(t.after);
             }
-            self.patch_rel32(t.to_call);
-            // Encoded once inline: no error here.
-            let _ = self.effective_address(&t.m, 0, t.ip);
-            let skip = crate::trace_checks::RED_ZONE_SKIP;
-            // lea rsp, [rsp - 128]; call gs:[trace_checks + 8k]
-            self.buf
-                .extend_from_slice(&[0x48, 0x8D, 0x64, 0x24, skip.wrapping_neg()]);
-            self.buf.extend_from_slice(&[0x65, 0xFF, 0x14, 0x25]);
-            self.d32((c::OFF_TRACE_CHECKS + 8 * t.routine) as u32);
-            // The routine's return (or its drain's) is at the instruction, state exact.
-            self.mark(t.ip, 0);
-            self.jmp_to(t.after);
         }
         self.unmark();
     }
