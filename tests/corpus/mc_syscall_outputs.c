@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
+#include <sys/timex.h>
 #include <sys/timerfd.h>
 #include <sys/times.h>
 #include <sys/uio.h>
@@ -117,6 +118,8 @@ static void files(void) {
         use(fh, 8 + fh->bytes);
         use(mnt, sizeof *mnt);
     }
+    struct timespec times[2] = {{1, 0}, {0, UTIME_OMIT}};
+    utimensat(AT_FDCWD, path, times, 0);
     close(f);
     unlink(path);
     free(sf), free(d), free(link), free(cwd), free(list), free(off), free(fh), free(mnt);
@@ -176,6 +179,25 @@ static void ids_and_limits(void) {
     attr[0] = 56; /* Valgrind reads attr->size */
     if (syscall(SYS_sched_getattr, 0, attr, 56, 0) == 0)
         use(attr, attr[0]);
+    struct timex *tx = fresh(sizeof *tx);
+    tx->modes = 0; /* a query: allowed to anyone */
+    if (adjtimex(tx) >= 0)
+        use(tx, sizeof *tx);
+    int *policy = fresh(sizeof *policy);
+    unsigned long *nodes = fresh(8 * sizeof *nodes);
+    if (syscall(SYS_get_mempolicy, policy, nodes, 64 * 8 + 1, NULL, 0) == 0) {
+        use(policy, sizeof *policy);
+        use(nodes, 8 * sizeof *nodes);
+    }
+    char *klog = fresh(64);
+    long kn = syscall(SYS_syslog, 3 /* READ_ALL */, klog, 64);
+    if (kn > 0)
+        use(klog, kn);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        sched_setaffinity(0, sizeof set, &set);
+    free(tx), free(policy), free(nodes), free(klog);
     free(u), free(g), free(groups), free(caps), free(rl), free(ru), free(t), free(name);
     free(pdeath), free(fsbase), free(cpu), free(head), free(len), free(sp), free(rr), free(attr);
 }

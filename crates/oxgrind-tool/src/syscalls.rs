@@ -263,6 +263,12 @@ pub enum Shape {
     SchedGetattr,
     /// `name_to_handle_at`: the handle's `handle_bytes`, then the handle, then `mnt_id`.
     NameToHandle,
+    /// `syslog` (`klogctl`): the buffer its read actions fill.
+    Syslog,
+    /// `get_mempolicy`: the policy, and the node mask of `maxnode` bits (as Valgrind sizes it).
+    GetMempolicy,
+    /// `utimensat`: the path, and the two timespecs' fields Valgrind reads.
+    Utimensat,
     /// `semctl`: `IPC_STAT`'s and `IPC_SET`'s `struct semid64_ds`.
     Semctl,
     /// `shmctl`: `IPC_STAT`'s and `IPC_SET`'s `struct shmid64_ds`.
@@ -597,6 +603,7 @@ pub const SYSCALLS: &[Syscall] = &[
     ),
     call(99, "sysinfo", &[p(0, "sysinfo(info)", W, Len::Fixed(112))]),
     call(100, "times", &[opt(0, "times(buf)", W, Len::Fixed(32))]),
+    shaped(103, "syslog", &[], Shape::Syslog),
     call(
         115,
         "getgroups",
@@ -685,6 +692,15 @@ pub const SYSCALLS: &[Syscall] = &[
     ),
     shaped(157, "prctl", &[], Shape::Prctl),
     shaped(158, "arch_prctl", &[], Shape::ArchPrctl),
+    // struct timex: 208 bytes. Valgrind also reads the fields `modes` says are set.
+    call(
+        159,
+        "adjtimex",
+        &[
+            p(0, "adjtimex(timex->modes)", R, Len::Fixed(4)),
+            p(0, "adjtimex(timex)", W, Len::Fixed(208)),
+        ],
+    ),
     call(
         191,
         "getxattr",
@@ -735,6 +751,11 @@ pub const SYSCALLS: &[Syscall] = &[
     call(201, "time", &[opt(0, "time(t)", W, Len::Fixed(8))]),
     shaped(202, "futex", &[], Shape::Futex),
     call(
+        203,
+        "sched_setaffinity",
+        &[p(2, "sched_setaffinity(mask)", R, Len::Arg(1))],
+    ),
+    call(
         204,
         "sched_getaffinity",
         &[p(2, "sched_getaffinity(mask)", W, Len::Arg(1))],
@@ -783,6 +804,7 @@ pub const SYSCALLS: &[Syscall] = &[
         &[p(1, "epoll_wait(events)", W, Len::ArgTimes(2, 12)).res_times(12)],
     ),
     shaped(233, "epoll_ctl", &[], Shape::EpollCtl),
+    shaped(239, "get_mempolicy", &[], Shape::GetMempolicy),
     call(
         243,
         "mq_timedreceive",
@@ -855,6 +877,7 @@ pub const SYSCALLS: &[Syscall] = &[
             opt(3, "splice(off_out)", R, Len::Fixed(8)),
         ],
     ),
+    shaped(280, "utimensat", &[], Shape::Utimensat),
     call(
         281,
         "epoll_pwait",
@@ -927,6 +950,15 @@ pub const SYSCALLS: &[Syscall] = &[
         "name_to_handle_at",
         &[p(1, "name_to_handle_at(name)", R, Len::String)],
         Shape::NameToHandle,
+    ),
+    // Valgrind names the written struct as adjtimex's.
+    call(
+        305,
+        "clock_adjtime",
+        &[
+            p(1, "clock_adjtime(timex->modes)", R, Len::Fixed(4)),
+            p(1, "adjtimex(timex)", W, Len::Fixed(208)),
+        ],
     ),
     shaped(307, "sendmmsg", &[], Shape::Mmsg { send: true }),
     // struct getcpu_cache: 128 bytes.
@@ -1376,6 +1408,47 @@ fn shape(w: &mut Walk, shape: Shape, args: &[u64; 6]) {
                 w.both("name_to_handle_at(handle)", fh, 8 + bytes as u64);
             }
             w.both("name_to_handle_at(mnt_id)", args[3], 4);
+        }
+        Shape::Syslog => {
+            // SYSLOG_ACTION_READ, READ_ALL, READ_CLEAR: the whole length, as Valgrind.
+            if matches!(args[0], 2..=4) {
+                w.both("syslog(bufp)", args[1], args[2] as u32 as u64);
+            }
+        }
+        Shape::GetMempolicy => {
+            if args[0] != 0 {
+                w.both("get_mempolicy(policy)", args[0], 4);
+            }
+            if args[1] != 0 {
+                let bits = args[2].wrapping_sub(1);
+                let len = bits.div_ceil(64).saturating_mul(64) / 8;
+                w.both("get_mempolicy(nodemask)", args[1], len.min(1 << 20));
+            }
+        }
+        Shape::Utimensat => {
+            const UTIME_NOW: u64 = (1 << 30) - 1;
+            const UTIME_OMIT: u64 = (1 << 30) - 2;
+            if args[1] != 0 && w.after.is_none() {
+                let name = ParamName::plain("utimensat(filename)");
+                let s = w.r.string(name, args[1]);
+                (w.f)(&s);
+            }
+            let times = args[2];
+            if times != 0 {
+                w.pre("utimensat(times[0].tv_nsec)", R, times + 8, 8);
+                w.pre("utimensat(times[1].tv_nsec)", R, times + 24, 8);
+                if w.after.is_none() {
+                    let (n0, n1) = (w.r.u64(times + 8), w.r.u64(times + 24));
+                    if let (Some(n0), Some(n1)) = (n0, n1) {
+                        if n0 != UTIME_NOW && n0 != UTIME_OMIT {
+                            w.pre("utimensat(times[0].tv_sec)", R, times, 8);
+                        }
+                        if n1 != UTIME_NOW && n1 != UTIME_OMIT {
+                            w.pre("utimensat(times[1].tv_sec)", R, times + 16, 8);
+                        }
+                    }
+                }
+            }
         }
         Shape::Semctl => {
             // semctl(semid, semnum, cmd, arg): arg is a union passed by value, its `buf`.
