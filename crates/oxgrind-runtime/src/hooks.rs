@@ -695,14 +695,26 @@ fn deallocate_here(p: *mut c_void, func: AllocFn, entry: Entry) {
         // Ours (`internal`), or freed while no event may run: straight back to glibc.
         // SAFETY: p came from glibc's allocator through us and is no longer used.
         (Some(_), _) => in_glibc(crate::guard::this_thread(), || unsafe { __libc_free(p) }),
-        (None, Some(ev)) => ev.misuse(
-            entry,
-            Misuse::InvalidFree {
-                addr,
-                func,
-                size: 0,
-            },
-        ),
+        (None, Some(ev)) => {
+            if let Some(f) = crate::replace::early_original(addr, releasing_name(func)) {
+                type F = unsafe extern "C" fn(*mut c_void);
+                // SAFETY: `f` is the object's own `free`/`operator delete` (one argument),
+                // and `p` a block its allocator made before the engine started
+                // (`replace::early_original`): its own release, run natively as it would
+                // have run without us.
+                return in_glibc(ev.thread, || unsafe {
+                    core::mem::transmute::<u64, F>(f)(p)
+                });
+            }
+            ev.misuse(
+                entry,
+                Misuse::InvalidFree {
+                    addr,
+                    func,
+                    size: 0,
+                },
+            )
+        }
         (None, None) => {
             // Not measured, or oxgrind's own libc call freeing what it allocated before
             // set-up: trust it, as glibc would.
@@ -711,6 +723,16 @@ fn deallocate_here(p: *mut c_void, func: AllocFn, entry: Entry) {
                 unsafe { __libc_free(p) }
             }
         }
+    }
+}
+
+/// The one-argument function of an object's own allocator that releases what `func`
+/// releases (`replace::early_original`).
+fn releasing_name(func: AllocFn) -> &'static str {
+    match func.family() {
+        oxgrind_tool::Family::New => "_ZdlPv",
+        oxgrind_tool::Family::NewArray => "_ZdaPv",
+        oxgrind_tool::Family::Malloc => "free",
     }
 }
 
@@ -986,6 +1008,17 @@ fn reallocate_here(p: *mut c_void, size: usize, func: AllocFn, entry: Entry) -> 
         return q;
     };
     let Some(old) = old else {
+        if let Some(f) = crate::replace::early_original(addr, "realloc") {
+            type F = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
+            // SAFETY: `f` is the object's own `realloc` and `p` a block its allocator made
+            // before the engine started (`replace::early_original`); the block stays that
+            // allocator's, unseen, as every block it made then.
+            let q = in_glibc(ev.thread, || unsafe {
+                core::mem::transmute::<u64, F>(f)(p, size)
+            });
+            ev.keep_errno();
+            return q;
+        }
         ev.misuse(
             entry,
             Misuse::InvalidFree {
@@ -1299,7 +1332,14 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
     let tracked = !state::passthrough() && state::runtime().is_some();
     match BLOCKS.get(p as u64) {
         Some(b) if !b.internal => b.size as usize,
-        None if tracked => 0,
+        None if tracked => match crate::replace::early_original(p as u64, "malloc_usable_size") {
+            // SAFETY: the object's own `malloc_usable_size`, of a block its allocator made
+            // before the engine started (`replace::early_original`).
+            Some(f) => unsafe {
+                core::mem::transmute::<u64, unsafe extern "C" fn(*mut c_void) -> usize>(f)(p)
+            },
+            None => 0,
+        },
         _ => {
             type F = unsafe extern "C" fn(*mut c_void) -> usize;
             let f = next_symbol(b"malloc_usable_size\0");

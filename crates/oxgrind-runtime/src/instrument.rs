@@ -78,7 +78,7 @@ pub fn client() -> Option<Client> {
 
 /// Our allocator entry points, by name (NUL-terminated), besides C++'s operators
 /// (`replace::CXX_ALLOCATION_FUNCTIONS`).
-const C_ALLOCATION_FUNCTIONS: [&[u8]; 11] = [
+pub(crate) const C_ALLOCATION_FUNCTIONS: [&[u8]; 11] = [
     b"malloc\0",
     b"free\0",
     b"calloc\0",

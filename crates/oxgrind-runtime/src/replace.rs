@@ -16,8 +16,9 @@
 //! tool instruments ([`contains`]): their accesses are the program's, so an overrun in
 //! `strlen` is reported inside `strlen`, with the access Valgrind's replacement makes.
 //! Active for tools that check the string functions (`Needs::check_overlaps`: Memcheck).
-//! The same table sends the program's own `operator new`/`delete` definitions to ours, as
-//! Valgrind replaces them ([`operators`]).
+//! The same table sends the program's own `operator new`/`delete` and `malloc` family
+//! definitions to ours, as Valgrind replaces them ([`own_allocator_replacements`]); what
+//! those allocators made before we started goes back to them ([`early_original`]).
 
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -180,23 +181,76 @@ pub(crate) const CXX_ALLOCATION_FUNCTIONS: [&str; 20] = [
     "_ZdaPvSt11align_val_tRKSt9nothrow_t",
 ];
 
-/// Our definitions of [`CXX_ALLOCATION_FUNCTIONS`], by name. A program (or a
-/// library) may define its own `operator new`/`delete`; Valgrind replaces those too, so that
-/// every `new` is seen and `delete` is checked against it. Calls from the main executable
-/// to its own definition cannot be interposed (it comes first in the lookup scope), hence
-/// the redirection.
-fn operators() -> Vec<(&'static str, u64)> {
+/// Our definitions of the allocation functions Valgrind replaces in every object but the
+/// dynamic loader (its `somalloc` synonym, `m_redir.c`): C++'s operators
+/// ([`CXX_ALLOCATION_FUNCTIONS`]) and the malloc family, by name. A program (or a library)
+/// may define its own `operator new`/`delete`, or its own `malloc` (rustc links jemalloc
+/// into its executable); Valgrind replaces those too, so that every block is seen and its
+/// release checked against its allocation. Calls from the main executable to its own
+/// definition cannot be interposed (it comes first in the lookup scope), hence the
+/// redirection.
+fn own_allocator_replacements() -> Vec<(&'static str, u64)> {
     // Our definitions, looked up in our own object: `_Znwm as *const ()` would be the
     // program's when it defines one (exported symbols are preemptible), and redirect its
     // function to itself.
+    const USABLE_SIZE: &[u8] = b"malloc_usable_size\0";
+    let c_names = crate::instrument::C_ALLOCATION_FUNCTIONS
+        .iter()
+        .copied()
+        .chain(core::iter::once(USABLE_SIZE))
+        .filter_map(|n| core::str::from_utf8(&n[..n.len() - 1]).ok());
     CXX_ALLOCATION_FUNCTIONS
         .iter()
+        .copied()
+        .chain(c_names)
         .filter_map(|n| {
             let name = format!("{n}\0");
             let a = crate::hooks::own_address(name.as_bytes(), 0)?;
-            (a != 0).then_some((*n, a))
+            (a != 0).then_some((n, a))
         })
         .collect()
+}
+
+/// The functions of an object's own allocator that can be given a block that allocator
+/// made before the engine started ([`early_original`]).
+const RELEASING: [&str; 5] = ["free", "realloc", "malloc_usable_size", "_ZdlPv", "_ZdaPv"];
+
+/// What an object's own allocator (one defining its own `free`) may have made before the
+/// engine started: the writable memory mapped then (glibc's `[heap]` and the stack
+/// excepted: blocks there are glibc's or not blocks), and the own definitions of
+/// [`RELEASING`] (0 when two objects define the same name: the block's owner is unknown).
+struct Early {
+    mappings: Vec<(u64, u64)>,
+    originals: [u64; RELEASING.len()],
+}
+
+static EARLY: AtomicPtr<Early> = AtomicPtr::new(core::ptr::null_mut());
+
+/// The original function named `name` (one of [`RELEASING`]) of the object whose own
+/// allocator may have made block `addr` before the engine started, if there is exactly
+/// one such object, some object has its own `free`, and `addr` was in memory mapped then. Other libraries' constructors
+/// run before ours (nothing depends on a preloaded library): rustc's libLLVM fills its
+/// option maps with its own `operator new` (rustc's jemalloc `malloc`) then, and deletes
+/// them at exit through the `operator delete` we redirect to ours. Such a pointer, which
+/// we never saw, is that allocator's block: it goes back to it, natively, unreported.
+pub fn early_original(addr: u64, name: &str) -> Option<u64> {
+    let e = EARLY.load(Ordering::Acquire);
+    if e.is_null() {
+        return None;
+    }
+    // SAFETY: built once in `prepare`, leaked, never changed.
+    let e = unsafe { &*e };
+    let original = |name: &str| {
+        let i = RELEASING.iter().position(|n| *n == name)?;
+        Some(e.originals[i]).filter(|&f| f != 0)
+    };
+    // An object with its own `free` but not its own `operator delete`: the C++ runtime's
+    // `delete` gave its blocks back to that `free`.
+    let f = original(name)
+        .or_else(|| name.starts_with("_Zd").then(|| original("free")).flatten())
+        .unwrap_or(0);
+    let early = e.mappings.iter().any(|&(lo, hi)| lo <= addr && addr < hi);
+    (f != 0 && early).then_some(f)
 }
 
 /// The redirection table: (guest address, replacement), sorted by address.
@@ -206,6 +260,20 @@ static TABLE: AtomicPtr<Vec<(u64, u64)>> = AtomicPtr::new(core::ptr::null_mut())
 fn replaced_object(path: &std::path::Path) -> bool {
     let file = path.file_name().and_then(|f| f.to_str()).unwrap_or("");
     file.starts_with("libc.so") || file.starts_with("ld-linux")
+}
+
+/// Whether `path` is the C++ runtime (libstdc++, libc++), whose `operator delete` calls
+/// `free`.
+fn cxx_runtime(path: &std::path::Path) -> bool {
+    let file = path.file_name().and_then(|f| f.to_str()).unwrap_or("");
+    file.starts_with("libstdc++.so") || file.starts_with("libc++.so")
+}
+
+/// Whether `path` is glibc's `libc_malloc_debug`, whose `malloc` & co. wrap glibc's (as
+/// ours do) and are not replaced.
+fn glibc_malloc_debug(path: &std::path::Path) -> bool {
+    let file = path.file_name().and_then(|f| f.to_str()).unwrap_or("");
+    file.starts_with("libc_malloc_debug")
 }
 
 /// Builds the redirection table from the objects loaded now. Call once, before the engine
@@ -220,14 +288,15 @@ pub fn prepare() {
     };
     let mut table = Vec::new();
     let ours = crate::stacks::self_path();
-    let operators = operators();
+    let operators = own_allocator_replacements();
+    let mut originals = [0u64; RELEASING.len()];
     // The objects' own `operator new`s: (start, end, family, our replacement).
     let mut news: Vec<(u64, u64, AllocFn, u64)> = Vec::new();
     for m in oxgrind_symbols::modules_from_maps(&maps) {
         if !replaced_object(&m.path) {
             // Elsewhere (the program, libstdc++, its other libraries) only its own
             // `operator new` and `delete`, never our library's.
-            if m.path.to_str() == Some(ours.as_str()) {
+            if m.path.to_str() == Some(ours.as_str()) || glibc_malloc_debug(&m.path) {
                 continue;
             }
             for s in oxgrind_symbols::symbolize::function_symbols(&m.path) {
@@ -235,6 +304,16 @@ pub fn prepare() {
                 if let Some(&(_, to)) = operators.iter().find(|(n, _)| *n == name) {
                     let addr = s.addr.wrapping_add(m.bias);
                     table.push((addr, to));
+                    // The C++ runtime's `operator delete` is `free`, whichever it reaches.
+                    let runtime = cxx_runtime(&m.path);
+                    if let Some(i) = RELEASING.iter().position(|n| *n == name && !runtime) {
+                        // A second object's definition: whose block it is is unknown.
+                        originals[i] = if originals[i] == 0 || originals[i] == addr {
+                            addr
+                        } else {
+                            u64::MAX
+                        };
+                    }
                     if let Some(family) = new_family(name).filter(|_| s.size > 0) {
                         news.push((addr, addr + s.size, family, to));
                     }
@@ -254,6 +333,24 @@ pub fn prepare() {
     table.sort_unstable();
     table.dedup_by_key(|e| e.0);
     TABLE.store(Box::into_raw(Box::new(table)), Ordering::Release);
+    // Only with an own `free`: an own `operator delete` alone gives its blocks to the
+    // `free` the program reaches, ours (whose `malloc` saw their allocation), so a pointer
+    // we never saw is the program's bug there.
+    if !matches!(originals[0], 0 | u64::MAX) {
+        let mappings = oxgrind_symbols::maps::parse_maps(&maps)
+            .into_iter()
+            .filter(|m| m.writable && m.path != b"[heap]" && !m.path.starts_with(b"[stack"))
+            .map(|m| (m.start, m.end))
+            .collect();
+        let originals = originals.map(|f| if f == u64::MAX { 0 } else { f });
+        EARLY.store(
+            Box::into_raw(Box::new(Early {
+                mappings,
+                originals,
+            })),
+            Ordering::Release,
+        );
+    }
     if !news.is_empty() {
         reattribute_early_blocks(&news);
     }

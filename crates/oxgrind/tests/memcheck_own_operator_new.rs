@@ -82,3 +82,78 @@ fn blocks_a_librarys_constructor_got_from_the_programs_own_new_are_new_blocks() 
         &normalize_report(&stderr(&theirs)),
     );
 }
+
+/// A program with its own `malloc`, `calloc`, `realloc` and `free` (rustc links jemalloc
+/// into its executable) has them replaced, as Valgrind's `somalloc` synonym replaces every
+/// object's: from main on they never run ("calls 0"), the overrun and the leak are
+/// Valgrind's report. A library's constructor allocates through them before our
+/// constructor runs; its destructor's `realloc` and `free` of those blocks, which we never
+/// saw, go back to the program's allocator unreported (before: "Invalid free"). Valgrind
+/// saw those 5 blocks (and their realloc's and free's) from the first instruction: its
+/// "total heap usage" counts them, ours does not.
+#[test]
+fn a_programs_own_malloc_is_replaced_and_its_early_blocks_go_back_to_it() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("early-malloc");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lib = dir.join("libmc_early_malloc.so");
+    let prog = dir.join("mc_own_malloc");
+    let gcc = |args: &[&std::ffi::OsStr]| {
+        let status = Command::new("gcc").args(args).status().expect("gcc");
+        assert!(status.success(), "gcc {args:?}");
+    };
+    let src = corpus_source("mc_early_malloc_lib.c");
+    gcc(&[
+        "-g".as_ref(),
+        "-O0".as_ref(),
+        "-shared".as_ref(),
+        "-fPIC".as_ref(),
+        "-o".as_ref(),
+        lib.as_os_str(),
+        src.as_os_str(),
+    ]);
+    let src = corpus_source("mc_own_malloc.c");
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let libdir = format!("-L{}", dir.display());
+    gcc(&[
+        "-g".as_ref(),
+        "-O0".as_ref(),
+        "-o".as_ref(),
+        prog.as_os_str(),
+        src.as_os_str(),
+        libdir.as_ref(),
+        "-lmc_early_malloc".as_ref(),
+        rpath.as_ref(),
+    ]);
+    let native = run(&mut Command::new(&prog));
+    assert_eq!(stdout(&native), "sum 10 calls 6\n");
+    let opts = ["--leak-check=full"];
+    let ours = run(Command::new(oxgrind()).args(opts).arg(&prog));
+    assert_eq!(stdout(&ours), "sum 10 calls 0\n");
+    let report = stderr(&ours);
+    assert!(
+        report.contains("ERROR SUMMARY: 2 errors from 2 contexts"),
+        "{report}"
+    );
+    assert!(
+        report.contains("total heap usage: 5 allocs, 4 frees, 4,193 bytes allocated"),
+        "{report}"
+    );
+    if !have_valgrind() {
+        return;
+    }
+    let theirs = run(Command::new("valgrind").args(opts).arg(&prog));
+    assert_eq!(stdout(&theirs), "sum 10 calls 0\n");
+    assert!(
+        stderr(&theirs).contains("total heap usage: 10 allocs, 9 frees, 4,349 bytes allocated"),
+        "{}",
+        stderr(&theirs)
+    );
+    let without_usage = |r: &str| {
+        normalize_report(r)
+            .lines()
+            .filter(|l| !l.contains("total heap usage"))
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
+    };
+    assert_same_report(&without_usage(&report), &without_usage(&stderr(&theirs)));
+}
