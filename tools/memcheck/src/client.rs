@@ -244,12 +244,11 @@ impl Memcheck {
             return;
         };
         shadow::make_noaccess(base, addr.saturating_sub(rz), b.size + 2 * rz);
-        self.lock().freed.push(FreedBlock {
+        self.lock().freed.push_unkept(FreedBlock {
             addr,
             size: b.size,
             alloc_stack: b.stack,
             free_stack: stack,
-            kept: false,
         });
     }
 

@@ -109,7 +109,6 @@ impl Memcheck {
             size: ev.size,
             alloc_stack: ev.alloc_stack,
             free_stack: ev.stack,
-            kept: self.opts.freelist_vol > 0,
         };
         let mut giving = Giving::default();
         let full = self.batches.push(block, &mut giving);

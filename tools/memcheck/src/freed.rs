@@ -23,10 +23,18 @@ pub struct FreedBlock {
     pub size: u64,
     pub alloc_stack: StackId,
     pub free_stack: StackId,
-    /// A block of the program's heap that the runtime keeps from glibc for us: given back
-    /// when it leaves the queue. Not a client request's or a memory pool's block.
-    pub kept: bool,
 }
+
+// Whether the runtime keeps a queued block from glibc for us is the queue's to know
+// ([`FreedQueue::push`] or [`FreedQueue::push_unkept`]): a batch of frees is copied at
+// every 16th free, and an entry that said so itself was 32 bytes.
+const _: () = assert!(core::mem::size_of::<FreedBlock>() == 24);
+
+/// [`FreedQueue`]'s flags of an entry: it left out of order (a big one).
+const DROPPED: u8 = 1;
+/// [`FreedQueue`]'s flags of an entry: a client request's or a memory pool's block, which
+/// no one keeps from glibc for us (nothing to give back when it leaves).
+const UNKEPT: u8 = 2;
 
 /// Memcheck's redzone: an address this close to a block is described relative to it.
 pub const REDZONE: u64 = 16;
@@ -45,14 +53,14 @@ pub struct FreedQueue {
     limit: u64,
     big: u64,
     blocks: ChunkedFifo<FreedBlock>,
-    /// Whether each block left the queue out of order (a big one).
-    dropped: ChunkedFifo<bool>,
+    /// Each block's flags: [`DROPPED`], [`UNKEPT`].
+    flags: ChunkedFifo<u8>,
     /// The sequence number of the first entry held (frees are numbered from 0).
     first: u64,
     /// The sequence number of the first entry still in the queue (as Valgrind's): those
     /// before it left and wait to be given back.
     vfirst: u64,
-    /// Big blocks of the heap ([`FreedBlock::kept`]) that left out of order, to give back.
+    /// Big blocks of the heap (not [`UNKEPT`]) that left out of order, to give back.
     due_big: VecDeque<FreedBlock>,
     bytes: u64,
     len: usize,
@@ -76,9 +84,8 @@ impl FreedQueue {
                 size: 0,
                 alloc_stack: StackId(0),
                 free_stack: StackId(0),
-                kept: false,
             }),
-            dropped: ChunkedFifo::new(false),
+            flags: ChunkedFifo::new(0),
             first: 0,
             vfirst: 0,
             due_big: VecDeque::new(),
@@ -89,10 +96,22 @@ impl FreedQueue {
         }
     }
 
+    /// A free of the program's heap: with a limit, the runtime keeps the block from glibc
+    /// until it leaves ([`FreedQueue::take_leaver`]); without one, the runtime gave it back
+    /// already.
     pub fn push(&mut self, b: FreedBlock) {
+        self.push_flagged(b, if self.limit > 0 { 0 } else { UNKEPT });
+    }
+
+    /// A client request's or a memory pool's freed block: remembered, never given back.
+    pub fn push_unkept(&mut self, b: FreedBlock) {
+        self.push_flagged(b, UNKEPT);
+    }
+
+    fn push_flagged(&mut self, b: FreedBlock, flags: u8) {
         let seq = self.first + self.blocks.len() as u64;
         self.blocks.push_back(b);
-        self.dropped.push_back(false);
+        self.flags.push_back(flags);
         if b.size >= self.big {
             self.big_seqs.push_back(seq);
         }
@@ -101,11 +120,13 @@ impl FreedQueue {
         while self.bytes > self.limit {
             if let Some(s) = self.big_seqs.pop_front() {
                 let i = (s - self.first) as usize;
-                *self.dropped.get_mut(i) = true;
+                let flags = self.flags.get_mut(i);
+                *flags |= DROPPED;
+                let kept = *flags & UNKEPT == 0;
                 self.dropped_held += 1;
                 let gone = *self.blocks.get(i);
                 self.bytes -= gone.size;
-                if gone.kept {
+                if kept {
                     self.due_big.push_back(gone);
                 }
             } else {
@@ -130,13 +151,13 @@ impl FreedQueue {
         }
         loop {
             let i = (self.vfirst - self.first) as usize;
-            if i >= self.dropped.len() || !*self.dropped.get(i) {
+            if i >= self.flags.len() || *self.flags.get(i) & DROPPED == 0 {
                 break;
             }
             self.vfirst += 1;
             if i == 0 {
                 self.blocks.pop_front();
-                self.dropped.pop_front();
+                self.flags.pop_front();
                 self.first += 1;
                 self.dropped_held -= 1;
                 if self.dropped_held == 0 {
@@ -154,11 +175,11 @@ impl FreedQueue {
         }
         while self.first < self.vfirst {
             let b = self.blocks.pop_front()?;
-            let dropped = self.dropped.pop_front().unwrap_or(false);
+            let flags = self.flags.pop_front().unwrap_or(0);
             self.first += 1;
-            if dropped {
+            if flags & DROPPED != 0 {
                 self.dropped_held -= 1;
-            } else if b.kept {
+            } else if flags & UNKEPT == 0 {
                 return Some(b);
             }
         }
@@ -184,9 +205,9 @@ impl FreedQueue {
         let small = self
             .blocks
             .iter()
-            .zip(self.dropped.iter())
+            .zip(self.flags.iter())
             .skip((self.vfirst - self.first) as usize)
-            .filter(|(b, &d)| !d && b.size < self.big)
+            .filter(|(b, &f)| f & DROPPED == 0 && b.size < self.big)
             .map(|(b, _)| *b);
         big.chain(small).find(near)
     }
@@ -211,7 +232,6 @@ mod tests {
             size,
             alloc_stack: StackId(1),
             free_stack: StackId(2),
-            kept: true,
         }
     }
 
@@ -241,6 +261,33 @@ mod tests {
         q.push(fb(0x6000, 10)); // 105 -> the oldest small one leaves
         assert!(q.bracketing(0x1000).is_none());
         assert_eq!(q.len(), 3);
+    }
+
+    /// Client requests' and pools' blocks leave as heap blocks do, big ones first, but no
+    /// one kept them from glibc: only the heap's are given back.
+    #[test]
+    fn only_heap_blocks_are_given_back_when_they_leave() {
+        let mut q = FreedQueue::new(100, 50);
+        q.push(fb(0x1000, 40));
+        q.push_unkept(fb(0x2000, 40));
+        q.push_unkept(fb(0x3000, 60)); // big: leaves at once (140 > 100), not given back
+        assert!(q.bracketing(0x3000).is_none());
+        assert_eq!(q.take_leaver(), None);
+        q.push(fb(0x4000, 60)); // big, 140: leaves itself, given back
+        q.push(fb(0x5000, 30)); // 110: the oldest small one leaves (the heap's)
+        q.push(fb(0x6000, 30)); // 100: fits
+        q.push(fb(0x7000, 10)); // 110: the unkept small one leaves
+        let given: Vec<u64> = core::iter::from_fn(|| q.take_leaver())
+            .map(|b| b.addr)
+            .collect();
+        assert_eq!(given, [0x4000, 0x1000]);
+        assert!(q.bracketing(0x2000).is_none());
+        assert_eq!(q.len(), 3);
+        // Without a limit the runtime keeps nothing: a heap block is not given back either.
+        let mut q = FreedQueue::new(0, 50);
+        q.push(fb(0x1000, 40));
+        assert_eq!(q.take_leaver(), None);
+        assert!(q.is_empty());
     }
 
     #[test]
@@ -281,7 +328,6 @@ mod tests {
                 size,
                 alloc_stack: StackId(i as u32),
                 free_stack: StackId(i as u32 + 1),
-                kept: true,
             };
             q.push(b);
             // The two queues as they were.
@@ -414,7 +460,6 @@ const EMPTY: FreedBlock = FreedBlock {
     size: 0,
     alloc_stack: StackId(0),
     free_stack: StackId(0),
-    kept: false,
 };
 
 impl Batch {
@@ -432,15 +477,23 @@ impl Batch {
         queue.has_leavers()
     }
 
-    /// Tops `giving` up to [`GIVEN_PER_FREE`] blocks from the ring, oldest first, and
-    /// starts loading their chunks.
+    /// Tops `giving` up to [`GIVEN_PER_FREE`] blocks from the ring, oldest first; the
+    /// caller starts loading their chunks if the previous free's look-ahead did not
+    /// ([`FreedBatches::push`]).
     #[inline]
     fn give_into(&mut self, giving: &mut Giving) {
         while giving.n < GIVEN_PER_FREE {
             let Some(l) = self.pop_leaver() else { break };
-            prefetch_chunk(l.0);
             giving.items[giving.n] = l;
             giving.n += 1;
+        }
+    }
+
+    /// Starts loading the chunks of the blocks the next free gives back.
+    #[inline]
+    fn look_ahead(&self) {
+        for k in 0..GIVEN_PER_FREE.min(self.leaving_len) {
+            prefetch_chunk(self.leaving[(self.leaving_head + k) % LEAVING].0);
         }
     }
 
@@ -484,17 +537,16 @@ impl FreedBatches {
     /// the batch is full, returns all of it, oldest first, for the caller to move into the
     /// queues (with no batch lock held).
     ///
-    /// Starts loading the chunks of the blocks this free and the next give back: glibc's
-    /// `free` of each reads its chunk header and writes the block's first words, lines last
-    /// touched a whole `--freelist-vol` of frees ago (a tenth of Memcheck's time on bench
-    /// alloc was glibc's `free` missing them).
+    /// Starts loading the chunks of the blocks the next free gives back: glibc's `free` of
+    /// each reads its chunk header and writes the block's first words, lines last touched a
+    /// whole `--freelist-vol` of frees ago (a tenth of Memcheck's time on bench alloc was
+    /// glibc's `free` missing them). This free's were loaded so by the free before (or by
+    /// [`FreedBatches::absorb`], which refilled the ring).
     pub fn push(&self, f: FreedBlock, giving: &mut Giving) -> Option<FullBatch> {
         let mine = self.mine();
         let mut b = mine.lock();
         b.give_into(giving);
-        for k in 0..GIVEN_PER_FREE.min(b.leaving_len) {
-            prefetch_chunk(b.leaving[(b.leaving_head + k) % LEAVING].0);
-        }
+        b.look_ahead();
         let i = b.len;
         b.items[i] = f;
         b.len += 1;
@@ -523,7 +575,16 @@ impl FreedBatches {
         }
         let mut b = self.mine().lock();
         let behind = b.take_leavers(queue);
+        let had = giving.n;
         b.give_into(giving);
+        if had < giving.n {
+            // Taken from the ring just refilled, which was empty at the push's look-ahead:
+            // these, and the next free's.
+            for &(a, _) in &giving.items[had..giving.n] {
+                prefetch_chunk(a);
+            }
+            b.look_ahead();
+        }
         behind
     }
 
@@ -573,7 +634,6 @@ mod batch_tests {
             size: 8,
             alloc_stack: StackId(1),
             free_stack: StackId(2),
-            kept: true,
         }
     }
 
