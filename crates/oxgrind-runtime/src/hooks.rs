@@ -497,6 +497,33 @@ impl GiveBack {
     }
 }
 
+/// Whole pages of a freed block the tool keeps ([`GiveBack`]) are given back to the kernel
+/// once at least this many bytes of them lie inside it.
+const DISCARD_MIN: u64 = 16 << 10;
+
+/// The program freed block `addr` of `size` bytes, which the tool keeps from glibc for a
+/// while (`Needs::freelist_vol`: Memcheck's freed-block queue, 20 MB by default): its
+/// contents are no one's any more, so the whole pages inside it go back to the kernel now
+/// rather than when glibc reuses them. Called before the tool hears of the free (a tool may
+/// give the block back to glibc from its handler, and then it is glibc's). Valgrind keeps
+/// its freed blocks' memory resident; a program that reads one after freeing it (an
+/// invalid read, reported either way) reads zeros there instead of the old bytes.
+#[inline]
+fn discard_kept(ev: &Event, addr: u64, size: u64) {
+    if ev.rt.needs.freelist_vol == 0 || size < DISCARD_MIN {
+        return;
+    }
+    let lo = addr.next_multiple_of(4096);
+    let hi = (addr + size) & !4095;
+    if hi > lo && hi - lo >= DISCARD_MIN {
+        // SAFETY: `[lo, hi)` is whole pages inside a block the program freed and glibc
+        // still counts as allocated (the tool keeps it): glibc's own bookkeeping (the chunk
+        // headers before and after) lies outside, and nothing reads the block's bytes again
+        // before it is reused, when zeros are as good as any.
+        unsafe { oxgrind_sys::raw::discard(lo as *mut u8, (hi - lo) as usize) };
+    }
+}
+
 /// `Host::release_freed`: the tool gives back a freed block it kept. Natively, as the
 /// rest of the tool's work in an event.
 pub(crate) fn release_kept(addr: u64, before: &mut dyn FnMut(Option<oxgrind_tool::BlockExtent>)) {
@@ -667,6 +694,7 @@ fn deallocate_here(p: *mut c_void, func: AllocFn, entry: Entry) {
     match (BLOCKS.remove(addr), &ev) {
         (Some(b), Some(ev)) if !b.internal => {
             let give_back = GiveBack::after_tool(ev, addr);
+            discard_kept(ev, addr, b.size);
             natively(
                 #[inline(always)]
                 || {
@@ -1075,6 +1103,9 @@ fn reallocate_here(p: *mut c_void, size: usize, func: AllocFn, entry: Entry) -> 
     // The old block, moved from, is freed as `free` frees: kept by the tool, or given back
     // only after the tool has heard of the event.
     let give_back = moved.then(|| GiveBack::after_tool(&ev, addr));
+    if moved {
+        discard_kept(&ev, addr, old.size);
+    }
     natively(|| realloc_event(&ev, entry, addr, q, size, old, func, moved));
     if let Some(g) = give_back {
         g.release(&ev);
