@@ -143,12 +143,18 @@ impl FreedQueue {
     }
 
     /// Moves the queue's front past the entries of big blocks that already left (letting
-    /// them go when nothing before them waits to be given back).
-    #[inline]
+    /// them go when nothing before them waits to be given back). The test of the common
+    /// case (no big block let go) is inline where it is called, twice per queued free; the
+    /// walk is out of line (a call for the test alone was 34 instructions per pair).
+    #[inline(always)]
     fn skip_dropped(&mut self) {
-        if self.dropped_held == 0 {
-            return;
+        if self.dropped_held != 0 {
+            self.skip_dropped_walk();
         }
+    }
+
+    #[inline(never)]
+    fn skip_dropped_walk(&mut self) {
         loop {
             let i = (self.vfirst - self.first) as usize;
             if i >= self.flags.len() || *self.flags.get(i) & DROPPED == 0 {
