@@ -216,6 +216,12 @@ pub struct ThreadCtx {
     /// `definedness::step`); also until the thread's first step (`vbits` is 0 until
     /// then).
     pub vbits_need_step: u64,
+    /// Definedness: the addresses of primary entries that a block's memory operands with
+    /// the same base register share (`translate::definedness::SpanShare`), 0 when the
+    /// operand that leads the sharing went slow. Written and read inside one block only;
+    /// a guest `rt_sigreturn`, which may resume in the middle of a block after a handler
+    /// ran translated code (or changed a register), clears them (`signals`).
+    pub vbits_span: [u64; 2],
     pub sig_ring: [[u64; SCRATCH_SLOTS]; SIG_RING],
     /// Per ring level: the pc the kernel put in the context, and the pc the guest handler
     /// was shown (the guest pc when the host pc could be mapped, else the same).
@@ -298,6 +304,7 @@ off!(OFF_VBITS_SAVED_RCX, vbits_saved_rcx);
 off!(OFF_VBITS_GPR, vbits_gpr);
 off!(OFF_VBITS_FLAGS, vbits_flags);
 off!(OFF_VBITS_NEED_STEP, vbits_need_step);
+off!(OFF_VBITS_SPAN, vbits_span);
 // The inline catch-up zeroes the registers' and the flags' shadows as one run of qwords.
 const _: () = assert!(OFF_VBITS_FLAGS == OFF_VBITS_GPR + 16 * 8);
 

@@ -553,6 +553,10 @@ unsafe fn show_guest_context(
 /// re-enters the dispatcher at the guest pc); changed by the handler, it is a guest
 /// address, reached through the dispatcher (`oxg_resume`).
 pub(crate) fn sigreturn_tramp(ctx: &mut ThreadCtx) -> u64 {
+    // The shared span lookups of the block the thread may go back into were made for
+    // registers the handler could have changed, and its own blocks used the same slots:
+    // the operands that follow a leader there take the slow path once instead.
+    ctx.vbits_span = [0; 2];
     if ctx.sig_depth == 0 {
         ctx.sigret_src = 0;
     } else {

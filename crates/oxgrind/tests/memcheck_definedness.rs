@@ -110,6 +110,32 @@ fn flags_overwritten_twice_in_a_block_are_reported_as_valgrind_reports_them() {
     }
 }
 
+/// Operands with one base register share a span lookup (`translate::definedness`,
+/// `span_shares`): an undefined field read by a later operand of the sharing, a store of an
+/// undefined value by the first one into memory without V bits (its slow step makes the
+/// chunk the later ones must see), and a base register written in between are each
+/// reported, as by Valgrind.
+#[test]
+fn operands_sharing_a_span_lookup_are_reported_as_valgrind_reports_them() {
+    for opt in ["-O0", "-O2"] {
+        let prog = build("mc_span_share.c", &["-g", opt, "-w"]);
+        let ours = run(Command::new(oxgrind()).arg(&prog));
+        let report = stderr(&ours);
+        assert!(
+            report.contains("ERROR SUMMARY: 3 errors from 3 contexts"),
+            "{opt}:\n{report}"
+        );
+        if !have_valgrind() {
+            continue;
+        }
+        let theirs = run(Command::new("valgrind").arg(&prog));
+        assert_same_report(
+            &normalize_report(&report),
+            &normalize_report(&stderr(&theirs)),
+        );
+    }
+}
+
 #[test]
 fn definedness_is_on_by_default_and_off_with_no() {
     let prog = program("-O0");

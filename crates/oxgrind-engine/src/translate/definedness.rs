@@ -22,6 +22,12 @@
 //!   space goes slow. A written-only operand's shadow bytes are zeroed instead, or, for
 //!   a store copy (`mov m, r`), get the register's (`Emitter::store_copy`).
 //!
+//! Operands of a block addressed by the same base register at nearby displacements, with
+//! the register unwritten in between, share one span check and primary lookup
+//! ([`span_shares`]): the first checks that the span of all of them is one and keeps the
+//! address of its primary entry in `gs:[vbits_span]`; the later ones read the entry from
+//! there.
+//!
 //! Then it zeroes the shadow bytes of the registers written, gives back what it borrowed,
 //! and the instruction runs. The slow call runs the interpreter exactly as without
 //! the fast path and returns after the inline part.
@@ -95,6 +101,7 @@ impl Emitter {
         after_plain: bool,
         keep: bool,
         flags_zero_dead: bool,
+        shares: [SpanShare; 2],
     ) -> Result<(), TranslateError> {
         // Register-only forms where the flags are dead borrow nothing: every check and write
         // is one `gs:`-relative operand (the slow call saves `rax` first).
@@ -116,6 +123,15 @@ impl Emitter {
             self.settle();
         }
         let mut slow = SlowCall::new(ip, rec, flags_live, false);
+        // A sharing this instruction leads starts from "none" (mov qword gs:[span], 0)
+        // before anything can go slow: the operands that follow it then go slow too.
+        for share in shares {
+            if let SpanShare::Lead { slot, .. } = share {
+                self.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
+                self.d32(span_slot_off(slot));
+                self.d32(0);
+            }
+        }
         if block_entry {
             self.catch_up_inline(&mut slow)?;
         }
@@ -198,8 +214,9 @@ impl Emitter {
             rax_vbits = false;
             new_stack = None;
         } else {
-            for m in form.mem.iter().flatten() {
-                rax_loaded |= self.memory_shadow(m, form, ip, &mut slow)?;
+            for (m, share) in form.mem.iter().zip(shares) {
+                let Some(m) = m else { continue };
+                rax_loaded |= self.memory_shadow(m, form, ip, &mut slow, share)?;
                 rax_vbits = false;
             }
         }
@@ -682,16 +699,41 @@ impl Emitter {
         form: &FastForm,
         ip: u64,
         slow: &mut SlowCall,
+        share: SpanShare,
     ) -> Result<bool, TranslateError> {
         let (load, store) = (form.load, form.store);
         let size = m.memory_size().size() as u32;
-        self.effective_address(m, 0, ip)?;
-        if size > 1 {
-            // (A byte lies in one span.)
-            self.within_one_span(size, slow)?;
+        match share {
+            SpanShare::Own => {
+                self.effective_address(m, 0, ip)?;
+                if size > 1 {
+                    // (A byte lies in one span.)
+                    self.within_one_span(size, slow)?;
+                }
+                self.span_index(Some(&mut *slow))?;
+                self.chunk_of_span();
+            }
+            SpanShare::Lead { slot, lo, hi } => {
+                // The span of [base + lo, base + hi), which holds every operand of the
+                // sharing: lea rax, [base + lo]; (the span checks); shl rax, 3;
+                // add rax, gs:[primary]; mov gs:[span], rax; mov rax, [rax]
+                self.lea_rax(m.base(), Register::None, 1, lo as i64, ip)?;
+                if hi - lo > 1 {
+                    self.within_one_span((hi - lo) as u32, slow)?;
+                }
+                self.span_index(Some(&mut *slow))?;
+                self.primary_entry_of_span();
+                self.store_gs(0, span_slot_off(slot) as usize);
+                self.buf.extend_from_slice(&[0x48, 0x8B, 0x00]);
+            }
+            SpanShare::Follow { slot } => {
+                // mov rax, gs:[span]; test rax, rax; jz slow; mov rax, [rax]
+                self.load_gs(0, span_slot_off(slot) as usize);
+                self.buf.extend_from_slice(&[0x48, 0x85, 0xC0]);
+                self.jcc_slow(0x84, slow)?;
+                self.buf.extend_from_slice(&[0x48, 0x8B, 0x00]);
+            }
         }
-        self.span_index(Some(&mut *slow))?;
-        self.chunk_of_span();
         if let Some(st) = store.filter(|_| matches!(m.access(), iced_x86::OpAccess::Write)) {
             return self.store_copy(m, st, ip, slow);
         }
@@ -1201,10 +1243,16 @@ impl Emitter {
     /// With `rax` a span index: `rax` = its shadow chunk (0: none, all defined).
     /// `shl rax, 3; add rax, gs:[primary]; mov rax, [rax]`
     fn chunk_of_span(&mut self) {
+        self.primary_entry_of_span();
+        self.buf.extend_from_slice(&[0x48, 0x8B, 0x00]);
+    }
+
+    /// With `rax` a span index: `rax` = the address of its primary entry.
+    /// `shl rax, 3; add rax, gs:[primary]`
+    fn primary_entry_of_span(&mut self) {
         self.buf.extend_from_slice(&[0x48, 0xC1, 0xE0, 0x03]);
         self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]);
         self.d32(c::OFF_VBITS_PRIMARY as u32);
-        self.buf.extend_from_slice(&[0x48, 0x8B, 0x00]);
     }
 
     /// With `rax` an address and its span's primary entry in `gs:[temp]`: `rax` = the
@@ -1268,6 +1316,204 @@ impl Emitter {
         self.d32(0);
         Ok(())
     }
+}
+
+/// How a memory operand's V-bit lookup (`Emitter::memory_shadow`) finds its span's
+/// primary entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub(super) enum SpanShare {
+    /// From its own address: span check, index, lookup.
+    #[default]
+    Own,
+    /// From `[base + lo, base + hi)`, which holds its own bytes and those of the operands
+    /// that follow it: one span check for all, and the entry's address kept in slot
+    /// `slot` of `gs:[vbits_span]` (0 there when this instruction went slow first).
+    Lead { slot: u8, lo: i32, hi: i32 },
+    /// From slot `slot` (slow when 0), filled by an earlier operand of the block with the
+    /// same base register, not written since, whose range holds this operand's bytes.
+    Follow { slot: u8 },
+}
+
+/// Slots of `gs:[vbits_span]`: sharings of a block in flight at once.
+const SPAN_SLOTS: usize = 2;
+
+/// The widest range one sharing covers: nearby fields of one structure or frame. (Wider,
+/// and the one check would more often find the range crossing a span where each operand
+/// alone does not; then all of them go slow.)
+const SPAN_SHARE_RANGE: i64 = 64;
+
+fn span_slot_off(slot: u8) -> u32 {
+    (c::OFF_VBITS_SPAN + 8 * slot as usize) as u32
+}
+
+/// Which memory operands of a block share their span lookup ([`SpanShare`]), into
+/// `shares` (one entry per instruction, by operand of its fast form; `form(i)`: instruction
+/// `i`'s fast form when its definedness part is one, `breaks(i)`: a client request).
+/// Operands addressed as `[base + disp]` (a general register other than `rax`, whose guest
+/// value the inline code keeps elsewhere) are grouped by base register, from the first to
+/// the last before an instruction that writes any part of it (or a client request), while
+/// all of them fit in [`SPAN_SHARE_RANGE`] bytes; a group of two or more shares, when one
+/// of [`SPAN_SLOTS`] slots is free from its first instruction to its last. The block runs
+/// straight through (an exit ends it); a signal handler that comes back into its middle
+/// clears the slots. No heap allocation: see `translate::ALLOC_NOTE`.
+pub(super) fn span_shares(
+    insns: &[&iced_x86::Instruction],
+    form: impl Fn(usize) -> Option<FastForm>,
+    breaks: impl Fn(usize) -> bool,
+    shares: &mut [[SpanShare; 2]],
+) {
+    #[derive(Clone, Copy)]
+    struct Group {
+        base: Register,
+        lo: i64,
+        hi: i64,
+        /// Its first member (instruction, operand), which leads, and its last instruction.
+        first: (usize, usize),
+        last: usize,
+        members: u32,
+        open: bool,
+    }
+    const MAX_GROUPS: usize = 32;
+    let none = Group {
+        base: Register::None,
+        lo: 0,
+        hi: 0,
+        first: (0, 0),
+        last: 0,
+        members: 0,
+        open: false,
+    };
+    let mut groups = [none; MAX_GROUPS];
+    let mut ngroups = 0;
+    // The group of each operand (`u8::MAX`: none).
+    let mut member_of = [[u8::MAX; 2]; super::MAX_INSNS];
+    for (i, ins) in insns.iter().enumerate().take(super::MAX_INSNS) {
+        if let Some(form) = form(i).filter(|f| stack_at_once(f).is_none()) {
+            for (k, m) in form.mem.iter().enumerate() {
+                let Some((base, lo, hi)) = m.as_ref().and_then(shareable) else {
+                    continue;
+                };
+                let open = groups[..ngroups]
+                    .iter()
+                    .position(|g| g.open && g.base == base);
+                if let Some(g) = open.map(|j| &mut groups[j]) {
+                    if g.hi.max(hi) - g.lo.min(lo) <= SPAN_SHARE_RANGE {
+                        g.lo = g.lo.min(lo);
+                        g.hi = g.hi.max(hi);
+                        g.last = i;
+                        g.members += 1;
+                        member_of[i][k] = open.unwrap_or(0) as u8;
+                        continue;
+                    }
+                    g.open = false;
+                }
+                if ngroups == MAX_GROUPS {
+                    continue;
+                }
+                groups[ngroups] = Group {
+                    base,
+                    lo,
+                    hi,
+                    first: (i, k),
+                    last: i,
+                    members: 1,
+                    open: true,
+                };
+                member_of[i][k] = ngroups as u8;
+                ngroups += 1;
+            }
+        }
+        if !groups[..ngroups].iter().any(|g| g.open) {
+            continue;
+        }
+        if breaks(i) {
+            groups[..ngroups].iter_mut().for_each(|g| g.open = false);
+            continue;
+        }
+        // The general registers the instruction writes, any part of them.
+        let written = crate::probe::with_factory(|f| {
+            let info = f.info_options(ins, iced_x86::InstructionInfoOptions::NO_MEMORY_USAGE);
+            info.used_registers()
+                .iter()
+                .filter(|r| {
+                    !matches!(
+                        r.access(),
+                        iced_x86::OpAccess::Read | iced_x86::OpAccess::CondRead
+                    )
+                })
+                .fold(0u32, |w, r| {
+                    let full = r.register().full_register();
+                    if full.is_gpr64() {
+                        w | 1 << (full as u32 - Register::RAX as u32)
+                    } else {
+                        w
+                    }
+                })
+        });
+        for g in groups[..ngroups].iter_mut().filter(|g| g.open) {
+            if written & (1 << (g.base as u32 - Register::RAX as u32)) != 0 {
+                g.open = false;
+            }
+        }
+    }
+    // Each slot's last instruction in use: a group takes a slot free before its first
+    // instruction (whose inline part clears it first thing). Groups were made in the
+    // order of their first instructions.
+    let mut busy_until: [Option<usize>; SPAN_SLOTS] = [None; SPAN_SLOTS];
+    let mut slot_of = [u8::MAX; MAX_GROUPS];
+    for (j, g) in groups[..ngroups].iter().enumerate() {
+        if g.members < 2 {
+            continue;
+        }
+        let Some(slot) = (0..SPAN_SLOTS).find(|&s| busy_until[s].is_none_or(|end| end < g.first.0))
+        else {
+            continue;
+        };
+        busy_until[slot] = Some(g.last);
+        slot_of[j] = slot as u8;
+    }
+    for (i, row) in shares
+        .iter_mut()
+        .enumerate()
+        .take(insns.len().min(super::MAX_INSNS))
+    {
+        for (k, share) in row.iter_mut().enumerate() {
+            let j = member_of[i][k] as usize;
+            *share = match groups.get(j) {
+                Some(g) if j < ngroups && slot_of[j] != u8::MAX => {
+                    let slot = slot_of[j];
+                    if g.first == (i, k) {
+                        SpanShare::Lead {
+                            slot,
+                            lo: g.lo as i32,
+                            hi: g.hi as i32,
+                        }
+                    } else {
+                        SpanShare::Follow { slot }
+                    }
+                }
+                _ => SpanShare::Own,
+            };
+        }
+    }
+}
+
+/// An operand that may share its span lookup: `[base + disp]`, the base a 64-bit general
+/// register but `rax`, no index, no `fs`/`gs`; its base and byte range from it.
+fn shareable(m: &iced_x86::UsedMemory) -> Option<(Register, i64, i64)> {
+    let base = m.base();
+    let d = m.displacement() as i64;
+    let size = m.memory_size().size() as i64;
+    (base.is_gpr64()
+        && base != Register::RAX
+        && m.index() == Register::None
+        && matches!(
+            m.segment(),
+            Register::None | Register::DS | Register::SS | Register::ES | Register::CS
+        )
+        && (-(1 << 30)..(1 << 30)).contains(&d)
+        && (1..=SPAN_SHARE_RANGE).contains(&size))
+    .then_some((base, d, d + size))
 }
 
 /// What [`Emitter::stack_at_once`] does: the stack bytes a form leaves undefined and its

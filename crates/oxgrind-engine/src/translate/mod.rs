@@ -596,6 +596,24 @@ pub fn translate_at_most(
             }
         }
     }
+    // Memory operands that share one span lookup (`definedness::span_shares`).
+    let mut span_shares = [[definedness::SpanShare::Own; 2]; MAX_INSNS];
+    if tool.is_some() && crate::definedness::enabled() && n > 0 {
+        let mut ins = [&insns[0].ins; MAX_INSNS];
+        for (slot, d) in ins.iter_mut().zip(&insns) {
+            *slot = &d.ins;
+        }
+        definedness::span_shares(
+            &ins[..n.min(MAX_INSNS)],
+            |i| crate::definedness::fast_form(&insns[i].ins),
+            |i| is_client_request_at(&insns, i),
+            &mut span_shares,
+        );
+    }
+    // Which slots of `span_shares` a leading operand filled in this block: one whose
+    // instruction got no definedness record (the store is full) leaves its followers on
+    // their own lookups.
+    let mut span_led = [false; 2];
     for (i, d) in insns.iter().enumerate() {
         // (A borrow of `rax` carried over the instruction before: the guest's is in the stub.)
         let fix = if e.kept.is_some() { FIX_RAX_IN_STUB } else { 0 };
@@ -613,7 +631,20 @@ pub fn translate_at_most(
             e.mark(d.ins.ip(), 0);
         }
         if tool.is_some() && crate::definedness::enabled() {
-            if let Some(rec) = crate::probe::definedness_record(&d.ins) {
+            let rec = crate::probe::definedness_record(&d.ins);
+            let mut shares = span_shares.get(i).copied().unwrap_or_default();
+            for share in &mut shares {
+                match *share {
+                    definedness::SpanShare::Lead { slot, .. } => {
+                        span_led[slot as usize] = rec.is_some()
+                    }
+                    definedness::SpanShare::Follow { slot } if !span_led[slot as usize] => {
+                        *share = definedness::SpanShare::Own
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(rec) = rec {
                 let form = crate::definedness::fast_form(&d.ins);
                 match &form {
                     Some(form) => e.definedness_fast(
@@ -625,6 +656,7 @@ pub fn translate_at_most(
                         after_plain,
                         true,
                         flags_zero_dead & (1 << i) != 0,
+                        shares,
                     )?,
                     None => e.clean_call(d.ins.ip(), rec),
                 }
