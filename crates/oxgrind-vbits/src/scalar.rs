@@ -418,9 +418,18 @@ fn lea<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>) -> bool {
     }
     if index != Register::None && index.is_gpr() {
         let i = cx.read_reg(index);
-        let sh = insn.memory_index_scale().trailing_zeros();
-        let (iv, is) = (shl(i.v, sh), shl(i.s, sh));
-        s = algebra::add(v, s, iv, is, 0, 0, 64);
+        if index == base && insn.memory_index_scale() == 1 {
+            // `[x + x*1]` is `x << 1` plus the displacement, as VEX's folding makes it
+            // (Add(t,t) ==> Shl(t,1)): the doubled value's lowest bit is defined, and an
+            // undefined top bit of x leaves no trace (gcc's cc1 doubles bit-field words so).
+            let d = insn.memory_displacement64();
+            let (xv, xs) = (shl(i.v, 1), shl(i.s, 1));
+            s = algebra::add(d, 0, xv, xs, 0, 0, 64);
+        } else {
+            let sh = insn.memory_index_scale().trailing_zeros();
+            let (iv, is) = (shl(i.v, sh), shl(i.s, sh));
+            s = algebra::add(v, s, iv, is, 0, 0, 64);
+        }
     }
     let w = cx.width(0);
     let addr_w = if base.size() == 4 || index.size() == 4 {
@@ -480,6 +489,16 @@ fn alu<G: Guest, M: ShadowMemory>(cx: &mut Ctx<G, M>, m: Mnemonic) -> bool {
     let cf = cx.guest.rflags() & 1;
     let vcf = cx.regs.flags.any(FlagShadows::CF) as u64;
     match m {
+        Add | Adc if same => {
+            // `add r,r` is `r << 1` (plus the carry): VEX folds Add(t,t) to Shl(t,1), whose
+            // V bits are the operand's shifted, not an addition's.
+            let (c, vc) = if m == Adc { (cf, vcf) } else { (0, 0) };
+            let (x, vx) = ((a.v << 1) & mask(w), (a.s << 1) & mask(w));
+            let r = x.wrapping_add(c) & mask(w);
+            let vr = algebra::add(x, vx, 0, 0, c, vc, w);
+            cx.write(0, vr);
+            cx.regs.flags = flags::add(a.s, b.s, vc, r, vr, w);
+        }
         Add | Adc => {
             let (c, vc) = if m == Adc { (cf, vcf) } else { (0, 0) };
             let r = a.v.wrapping_add(b.v).wrapping_add(c) & mask(w);

@@ -389,3 +389,28 @@ fn a_signal_handler_leaves_the_interrupted_points_definedness_alone() {
         }
     }
 }
+
+/// `x + x` is `x << 1`, as VEX folds it (`mc_undef_doubling.c`: `lea (r,r,1)` and `add r,r`
+/// of a word whose top bit is undefined give a defined sign; with bit 30 undefined, an
+/// error): gcc's cc1 compiling a small file gave 552 errors from 197 contexts here against
+/// Valgrind's 62 from 20 before this rule. The same report as Valgrind's at -O0 and -O2.
+#[test]
+fn doubling_a_value_shifts_its_v_bits_as_valgrind_does() {
+    for opt in ["-O0", "-O2"] {
+        let prog = build("mc_undef_doubling.c", &["-g", opt]);
+        let ours = run(Command::new(oxgrind()).arg(&prog));
+        assert_eq!(stdout(&ours), "lea: negative\nadd: negative\n", "{opt}");
+        assert!(
+            stderr(&ours).contains("ERROR SUMMARY: 2 errors from 2 contexts"),
+            "{opt}: {}",
+            stderr(&ours)
+        );
+        if have_valgrind() {
+            let theirs = run(Command::new("valgrind").arg(&prog));
+            assert_same_report(
+                &normalize_report(&stderr(&ours)),
+                &normalize_report(&stderr(&theirs)),
+            );
+        }
+    }
+}
