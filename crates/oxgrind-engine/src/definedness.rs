@@ -830,12 +830,25 @@ fn catch_up(ctx: &mut ThreadCtx, t: &mut ThreadShadow, pc: u64) {
                 pending: t.pending.take(),
             });
             let rsp = ctx.gregs[c::RSP];
+            // The interrupted stack pointer, from the frame's ucontext (the kernel's `rdx`,
+            // our entry installs every handler with SA_SIGINFO): not the last step's, which
+            // is a previous handler's when this signal was pending at its `rt_sigreturn`
+            // (the new frame then lies where that one was, and nothing was marked: dash's
+            // second SIGCHLD returned through an undefined return address).
+            let mut interrupted = [0u8; 8];
+            let at = ctx.gregs[2]
+                .wrapping_add((crate::signals::UC_GREGS + 8 * crate::signals::REG_RSP) as u64);
+            let interrupted_rsp = if oxgrind_sys::raw::read_own_memory(at, &mut interrupted) == 8 {
+                u64::from_le_bytes(interrupted)
+            } else {
+                t.last_rsp
+            };
             for r in [0usize, 2, 6, 7] {
                 t.regs.gpr[r] = 0;
             }
             let mut end = rsp + 8192;
-            if t.last_rsp > rsp {
-                end = end.min(t.last_rsp - 128);
+            if interrupted_rsp > rsp {
+                end = end.min(interrupted_rsp - 128);
             }
             set(rsp, end.saturating_sub(rsp), true);
             t.last_rsp = rsp;

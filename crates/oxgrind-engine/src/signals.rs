@@ -453,8 +453,10 @@ pub(crate) fn install_trap_entry() {
 }
 
 /// Offset of `uc_mcontext.gregs` in the kernel's `ucontext_t`, and of `REG_RIP` in it.
-const UC_GREGS: usize = 40;
+pub(crate) const UC_GREGS: usize = 40;
 const REG_RIP: usize = 16;
+/// `REG_RSP` in `uc_mcontext.gregs`.
+pub(crate) const REG_RSP: usize = 15;
 /// `gregs` index of each hardware register number (rax, rcx, rdx, rbx, rsp, rbp, rsi,
 /// rdi, r8..r15).
 const GREG_OF: [usize; 16] = [13, 14, 12, 11, 15, 10, 9, 8, 0, 1, 2, 3, 4, 5, 6, 7];
