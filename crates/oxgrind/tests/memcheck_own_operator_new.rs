@@ -33,37 +33,11 @@ fn a_programs_own_operator_new_is_replaced_as_valgrind_does() {
 /// libsource-highlight gave 88).
 #[test]
 fn blocks_a_librarys_constructor_got_from_the_programs_own_new_are_new_blocks() {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("early-new");
-    std::fs::create_dir_all(&dir).unwrap();
-    let lib = dir.join("libmc_early_new.so");
-    let prog = dir.join("mc_early_new");
-    let gxx = |args: &[&std::ffi::OsStr]| {
-        let status = Command::new("g++").args(args).status().expect("g++");
-        assert!(status.success(), "g++ {args:?}");
-    };
-    let src = corpus_source("mc_early_new_lib.cpp");
-    gxx(&[
-        "-g".as_ref(),
-        "-O2".as_ref(),
-        "-shared".as_ref(),
-        "-fPIC".as_ref(),
-        "-o".as_ref(),
-        lib.as_os_str(),
-        src.as_os_str(),
-    ]);
-    let src = corpus_source("mc_early_new_main.cpp");
-    let rpath = format!("-Wl,-rpath,{}", dir.display());
-    let libdir = format!("-L{}", dir.display());
-    gxx(&[
-        "-g".as_ref(),
-        "-O0".as_ref(),
-        "-o".as_ref(),
-        prog.as_os_str(),
-        src.as_os_str(),
-        libdir.as_ref(),
-        "-lmc_early_new".as_ref(),
-        rpath.as_ref(),
-    ]);
+    let prog = build_with_library(
+        "g++",
+        ("mc_early_new_lib.cpp", "-O2", "mc_early_new"),
+        ("mc_early_new_main.cpp", "-O0"),
+    );
     let opts = ["--leak-check=full"];
     let ours = run(Command::new(oxgrind()).args(opts).arg(&prog));
     assert_eq!(stdout(&ours), "sum 210\n");
@@ -93,37 +67,11 @@ fn blocks_a_librarys_constructor_got_from_the_programs_own_new_are_new_blocks() 
 /// "total heap usage" counts them, ours does not.
 #[test]
 fn a_programs_own_malloc_is_replaced_and_its_early_blocks_go_back_to_it() {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("early-malloc");
-    std::fs::create_dir_all(&dir).unwrap();
-    let lib = dir.join("libmc_early_malloc.so");
-    let prog = dir.join("mc_own_malloc");
-    let gcc = |args: &[&std::ffi::OsStr]| {
-        let status = Command::new("gcc").args(args).status().expect("gcc");
-        assert!(status.success(), "gcc {args:?}");
-    };
-    let src = corpus_source("mc_early_malloc_lib.c");
-    gcc(&[
-        "-g".as_ref(),
-        "-O0".as_ref(),
-        "-shared".as_ref(),
-        "-fPIC".as_ref(),
-        "-o".as_ref(),
-        lib.as_os_str(),
-        src.as_os_str(),
-    ]);
-    let src = corpus_source("mc_own_malloc.c");
-    let rpath = format!("-Wl,-rpath,{}", dir.display());
-    let libdir = format!("-L{}", dir.display());
-    gcc(&[
-        "-g".as_ref(),
-        "-O0".as_ref(),
-        "-o".as_ref(),
-        prog.as_os_str(),
-        src.as_os_str(),
-        libdir.as_ref(),
-        "-lmc_early_malloc".as_ref(),
-        rpath.as_ref(),
-    ]);
+    let prog = build_with_library(
+        "gcc",
+        ("mc_early_malloc_lib.c", "-O0", "mc_early_malloc"),
+        ("mc_own_malloc.c", "-O0"),
+    );
     let native = run(&mut Command::new(&prog));
     assert_eq!(stdout(&native), "sum 10 calls 6\n");
     let opts = ["--leak-check=full"];
@@ -156,4 +104,47 @@ fn a_programs_own_malloc_is_replaced_and_its_early_blocks_go_back_to_it() {
             .collect::<String>()
     };
     assert_same_report(&without_usage(&report), &without_usage(&stderr(&theirs)));
+}
+
+/// Builds a shared library (`lib`: corpus source, optimisation, name `lib<name>.so`) and a
+/// program (`main`: corpus source, optimisation) linked with it (found through its rpath),
+/// with `compiler`, in a directory of their own; returns the program.
+fn build_with_library(
+    compiler: &str,
+    lib: (&str, &str, &str),
+    main: (&str, &str),
+) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(lib.2);
+    std::fs::create_dir_all(&dir).unwrap();
+    let compile = |args: &[&std::ffi::OsStr]| {
+        let status = Command::new(compiler).args(args).status().expect(compiler);
+        assert!(status.success(), "{compiler} {args:?}");
+    };
+    let so = dir.join(format!("lib{}.so", lib.2));
+    let src = corpus_source(lib.0);
+    compile(&[
+        "-g".as_ref(),
+        lib.1.as_ref(),
+        "-shared".as_ref(),
+        "-fPIC".as_ref(),
+        "-o".as_ref(),
+        so.as_os_str(),
+        src.as_os_str(),
+    ]);
+    let prog = dir.join(main.0.split('.').next().unwrap());
+    let src = corpus_source(main.0);
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let libdir = format!("-L{}", dir.display());
+    let link = format!("-l{}", lib.2);
+    compile(&[
+        "-g".as_ref(),
+        main.1.as_ref(),
+        "-o".as_ref(),
+        prog.as_os_str(),
+        src.as_os_str(),
+        libdir.as_ref(),
+        link.as_ref(),
+        rpath.as_ref(),
+    ]);
+    prog
 }
