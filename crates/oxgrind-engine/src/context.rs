@@ -70,6 +70,14 @@ pub const R9: usize = 9;
 pub const R10: usize = 10;
 pub const R11: usize = 11;
 
+/// A system call's argument registers, in order (rdi, rsi, rdx, r10, r8, r9).
+pub const SYSCALL_ARGS: [usize; 6] = [RDI, RSI, RDX, R10, R8, R9];
+
+/// The arguments of the system call the guest registers `gregs` make.
+pub fn syscall_args(gregs: &[u64; 16]) -> [u64; 6] {
+    SYSCALL_ARGS.map(|r| gregs[r])
+}
+
 #[repr(C)]
 pub struct ThreadCtx {
     /// Address of this context (so `mov rdi, gs:[0]` yields a pointer).

@@ -1034,9 +1034,6 @@ fn read_guest(addr: u64, out: &mut [u8]) -> usize {
     oxgrind_sys::raw::read_own_memory(addr, out)
 }
 
-/// Argument registers in order: rdi, rsi, rdx, r10, r8, r9.
-const ARG_REGS: [usize; 6] = [7, 6, 2, 10, 8, 9];
-
 /// Before a `syscall` instruction of the program's code at `pc` (from the dispatcher):
 /// checks its arguments, and notes it so that its results are applied at the next
 /// instruction.
@@ -1068,12 +1065,12 @@ pub(crate) fn before_syscall(ctx: &mut ThreadCtx, pc: u64) {
     }
     regs_out(ctx, t);
     let g = ctx.gregs;
-    let args = ARG_REGS.map(|r| g[r]);
+    let args = c::syscall_args(&g);
     // Valgrind's order: the scalar arguments, then the memory the kernel reads.
     if let Some((_, params)) = SYSCALLS.iter().find(|(n, _)| *n == nr) {
         for (i, name) in params.iter().enumerate() {
-            if t.regs.gpr[ARG_REGS[i]] != 0 {
-                ctx.vbits_origin = origins::gpr(&t.reg_origins, ARG_REGS[i]);
+            if t.regs.gpr[c::SYSCALL_ARGS[i]] != 0 {
+                ctx.vbits_origin = origins::gpr(&t.reg_origins, c::SYSCALL_ARGS[i]);
                 report(ctx, cl, pc, &Undefined::SyscallArg { param: name });
             }
         }

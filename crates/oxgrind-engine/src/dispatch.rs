@@ -296,14 +296,7 @@ fn syscall_returned(ctx: &mut ThreadCtx, pc: u64) -> Option<u64> {
         // The arguments are still in their registers: the kernel keeps all but rax, rcx
         // and r11. The registers are shown as they were at the call.
         let g = &ctx.gregs;
-        let args = [
-            g[c::RDI],
-            g[c::RSI],
-            g[c::RDX],
-            g[c::R10],
-            g[c::R8],
-            g[c::R9],
-        ];
+        let args = c::syscall_args(g);
         let mut gpr = ctx.gregs;
         gpr[c::RAX] = nr;
         hook(&crate::MemorySyscall {
@@ -342,7 +335,7 @@ fn tool_before_syscall(ctx: &mut ThreadCtx, pc: u64) {
     }
     let g = &ctx.gregs;
     let nr = g[c::RAX];
-    let args = [g[c::RDI], g[c::RSI], g[c::RDX], g[c::R10], g[8], g[9]];
+    let args = c::syscall_args(g);
     let regs = oxgrind_tool::instrument::GuestRegs {
         gpr: ctx.gregs,
         rip: pc,
@@ -458,14 +451,7 @@ fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
 fn performed_memory_syscall(ctx: &mut ThreadCtx, pc: u64, hook: fn(&crate::MemorySyscall)) {
     let g = &ctx.gregs;
     let nr = g[c::RAX];
-    let args = [
-        g[c::RDI],
-        g[c::RSI],
-        g[c::RDX],
-        g[c::R10],
-        g[c::R8],
-        g[c::R9],
-    ];
+    let args = c::syscall_args(g);
     let regs = oxgrind_tool::instrument::GuestRegs {
         gpr: ctx.gregs,
         rip: pc,

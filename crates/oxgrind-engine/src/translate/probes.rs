@@ -859,15 +859,26 @@ impl Emitter {
         ip: u64,
     ) -> Result<(), TranslateError> {
         self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+        self.trace_routine_call(m, k, ip)?;
+        self.mark(ip, 0);
+        Ok(())
+    }
+
+    /// The call of `trace_checks` routine `k` with `rax` (already saved) holding operand
+    /// `m`'s address: `lea rax, [m]; lea rsp, [rsp - 128]; call gs:[trace_checks + 8k]`.
+    fn trace_routine_call(
+        &mut self,
+        m: &UsedMemory,
+        k: usize,
+        ip: u64,
+    ) -> Result<(), TranslateError> {
         self.mark(ip, FIX_RAX_IN_STUB);
         self.effective_address(m, 0, ip)?;
         let skip = crate::trace_checks::RED_ZONE_SKIP;
-        // lea rsp, [rsp - 128]; call gs:[trace_checks + 8k]
         self.buf
             .extend_from_slice(&[0x48, 0x8D, 0x64, 0x24, skip.wrapping_neg()]);
         self.buf.extend_from_slice(&[0x65, 0xFF, 0x14, 0x25]);
         self.d32((c::OFF_TRACE_CHECKS + 8 * k) as u32);
-        self.mark(ip, 0);
         Ok(())
     }
 
@@ -933,14 +944,7 @@ impl Emitter {
         self.buf.extend_from_slice(&[0xEB, 0x00]); // jmp after (rel8)
         let to_after = self.buf.len() - 1;
         self.buf[to_record] = (self.buf.len() - (to_record + 1)) as u8;
-        self.mark(ip, FIX_RAX_IN_STUB);
-        self.effective_address(m, 0, ip)?;
-        let skip = crate::trace_checks::RED_ZONE_SKIP;
-        // lea rsp, [rsp - 128]; call gs:[trace_checks + 8k]
-        self.buf
-            .extend_from_slice(&[0x48, 0x8D, 0x64, 0x24, skip.wrapping_neg()]);
-        self.buf.extend_from_slice(&[0x65, 0xFF, 0x14, 0x25]);
-        self.d32((c::OFF_TRACE_CHECKS + 8 * k) as u32);
+        self.trace_routine_call(m, k, ip)?;
         // The routine's return (or its drain's) is at the instruction, state exact.
         self.buf[to_after] = (self.buf.len() - (to_after + 1)) as u8;
         let after = self.buf.len();

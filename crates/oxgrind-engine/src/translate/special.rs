@@ -108,19 +108,7 @@ pub(super) fn rep_block(
         if opts.count {
             e.count_prologue(1, false);
         }
-        e.mark(pc, 0);
-        e.buf.extend_from_slice(raw);
-        e.unmark();
-        e.stub_jump(ins.next_ip());
-        e.finish();
-        return Ok(Translation {
-            bytes: core::mem::take(&mut e.buf),
-            stubs: core::mem::take(&mut e.stubs),
-            kind: BlockKind::Normal,
-            insns: 1,
-            guest_len: ins.len() as u64,
-            pcmap: core::mem::take(&mut e.pcmap),
-        });
+        return Ok(whole_instruction(e, ins, pc, raw));
     }
     if tool.is_none() && opts.count && unconditional_rep(ins) {
         // Only counted: the instruction runs natively, whole, and counts what its
@@ -130,19 +118,7 @@ pub(super) fn rep_block(
         // A signal taken in the middle resumes at the instruction, which counts what is
         // left once more: the count differs from Valgrind's only then.
         e.count_rep(c::count_lane_off(pc));
-        e.mark(pc, 0);
-        e.buf.extend_from_slice(raw);
-        e.unmark();
-        e.stub_jump(ins.next_ip());
-        e.finish();
-        return Ok(Translation {
-            bytes: core::mem::take(&mut e.buf),
-            stubs: core::mem::take(&mut e.stubs),
-            kind: BlockKind::Normal,
-            insns: 1,
-            guest_len: ins.len() as u64,
-            pcmap: core::mem::take(&mut e.pcmap),
-        });
+        return Ok(whole_instruction(e, ins, pc, raw));
     }
     counts(e)?;
     if opts.count {
@@ -234,4 +210,22 @@ fn unconditional_rep(ins: &Instruction) -> bool {
                 | Mnemonic::Lodsd
                 | Mnemonic::Lodsq
         )
+}
+
+/// The rest of a `rep` block that runs the instruction `raw` at `pc` whole, as it is (its
+/// prologue emitted), and goes on to the next one.
+fn whole_instruction(e: &mut Emitter, ins: &Instruction, pc: u64, raw: &[u8]) -> Translation {
+    e.mark(pc, 0);
+    e.buf.extend_from_slice(raw);
+    e.unmark();
+    e.stub_jump(ins.next_ip());
+    e.finish();
+    Translation {
+        bytes: core::mem::take(&mut e.buf),
+        stubs: core::mem::take(&mut e.stubs),
+        kind: BlockKind::Normal,
+        insns: 1,
+        guest_len: ins.len() as u64,
+        pcmap: core::mem::take(&mut e.pcmap),
+    }
 }
