@@ -9,9 +9,7 @@ use std::ffi::OsString;
 use std::fs;
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{anyhow, bail, Context, Result};
 use oxgrind_options::{self as opts, Action, LogDest};
@@ -82,29 +80,108 @@ pub fn main(args: &[String]) -> Result<()> {
         preload.push(existing);
     }
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let mut cmd = Command::new(&resolved);
-    cmd.arg0(prog)
-        .args(&program[1..])
-        .env("LD_PRELOAD", preload)
-        .env(
-            opts::ENV_NAME,
-            opts::Handoff {
-                state: opts::STATE_FRESH.into(),
-                cwd: cwd.to_string_lossy().into_owned(),
-                options: parsed.options.clone(),
-                command: program.clone(),
-            }
-            .encode(),
-        );
+    let handoff = opts::Handoff {
+        state: opts::STATE_FRESH.into(),
+        cwd: cwd.to_string_lossy().into_owned(),
+        options: parsed.options.clone(),
+        command: program.clone(),
+    }
+    .encode();
+    let mut ours: Vec<(&str, OsString)> = vec![
+        ("LD_PRELOAD", preload),
+        (opts::ENV_NAME, OsString::from(handoff)),
+    ];
     if parsed.core.tool == "memcheck" {
         // As Valgrind's memcheck does: libstdc++'s pool allocators then use plain new/delete,
         // so their blocks are tracked one by one instead of hidden in pools.
-        cmd.env("GLIBCXX_FORCE_NEW", "1")
-            .env("GLIBCPP_FORCE_NEW", "1");
+        ours.push(("GLIBCXX_FORCE_NEW", "1".into()));
+        ours.push(("GLIBCPP_FORCE_NEW", "1".into()));
     }
+    let env = environment_with(std::env::vars_os(), &ours);
     // exec only returns on failure.
-    let err = cmd.exec();
+    let err = exec_with_environment(&resolved, prog, &program[1..], &env);
     Err(anyhow!("{prog}: cannot execute: {err}"))
+}
+
+/// The program's environment: ours, in the order we were given it, with each of `ours`
+/// replacing the variable of its name where it stands or, if absent, appended.
+///
+/// The order matters because a program sees it (`env` prints it, shells and interpreters
+/// copy it in order): `std::process::Command` would hand the program a sorted environment
+/// as soon as one variable is set, so `oxgrind env` would not print what `env` prints.
+fn environment_with(
+    given: impl Iterator<Item = (OsString, OsString)>,
+    ours: &[(&str, OsString)],
+) -> Vec<OsString> {
+    let mut placed = vec![false; ours.len()];
+    let mut out: Vec<OsString> = given
+        .map(|(name, value)| {
+            let value = match ours.iter().position(|(n, _)| name == *n) {
+                Some(i) => {
+                    placed[i] = true;
+                    ours[i].1.clone()
+                }
+                None => value,
+            };
+            entry(&name, &value)
+        })
+        .collect();
+    for (i, (name, value)) in ours.iter().enumerate() {
+        if !placed[i] {
+            out.push(entry(name.as_ref(), value));
+        }
+    }
+    out
+}
+
+fn entry(name: &std::ffi::OsStr, value: &std::ffi::OsStr) -> OsString {
+    let mut e = OsString::from(name);
+    e.push("=");
+    e.push(value);
+    e
+}
+
+/// `execve` of `path` with `arg0`, `args` and exactly `env`; returns only on failure.
+fn exec_with_environment(
+    path: &Path,
+    arg0: &str,
+    args: &[String],
+    env: &[OsString],
+) -> std::io::Error {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |b: &[u8]| {
+        CString::new(b).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+    };
+    let build = || -> std::io::Result<(CString, Vec<CString>, Vec<CString>)> {
+        let path = c(path.as_os_str().as_bytes())?;
+        let argv = std::iter::once(arg0)
+            .chain(args.iter().map(String::as_str))
+            .map(|a| c(a.as_bytes()))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let envp = env
+            .iter()
+            .map(|e| c(e.as_bytes()))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok((path, argv, envp))
+    };
+    let (path, argv, envp) = match build() {
+        Ok(v) => v,
+        Err(e) => return e,
+    };
+    let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    argv_ptrs.push(std::ptr::null());
+    let mut envp_ptrs: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).collect();
+    envp_ptrs.push(std::ptr::null());
+    // Rust's start-up ignores SIGPIPE and an ignored signal stays ignored across exec: put
+    // back the default, or `oxgrind prog | head` would leave prog writing to a closed pipe
+    // instead of ending as it does natively.
+    // SAFETY: setting a signal's disposition to SIG_DFL has no memory-safety precondition.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    // SAFETY: every pointer is to a NUL-terminated string owned by `argv`/`envp`, alive until
+    // after the call, and both arrays end in a null pointer as execve requires.
+    unsafe { libc::execve(path.as_ptr(), argv_ptrs.as_ptr(), envp_ptrs.as_ptr()) };
+    std::io::Error::last_os_error()
 }
 
 /// Options from Valgrind's start-up files and environment variable, whitespace-separated.

@@ -285,3 +285,37 @@ fn real_programs_run_unchanged_under_the_translation_engine() {
         assert!(stderr(&e).contains("Process terminating with default action of signal 11"));
     }
 }
+
+/// The program gets its environment in the order it was given, without our variables:
+/// `env` prints the same lines as natively. (The environment is set by `env -i`, not by
+/// `Command`, which would sort it and hide a launcher that sorts.)
+#[test]
+fn the_environment_reaches_the_program_in_its_order() {
+    let Some(env) = system("/usr/bin/env") else {
+        return;
+    };
+    let given = ["ZETA=1", "ALPHA=2", "MIDDLE=3"];
+    let run = |under: &[&str], tool_args: &[&str]| {
+        let out = Command::new(&env)
+            .arg("-i")
+            .args(given)
+            .args(under)
+            .args(tool_args)
+            .arg(&env)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let native = run(&[], &[]);
+    assert_eq!(native, "ZETA=1\nALPHA=2\nMIDDLE=3\n");
+    let ox = oxgrind();
+    let ox = ox.to_str().unwrap();
+    for tool in [
+        &["--tool=none"][..],
+        &["--tool=massif", "--massif-out-file=/dev/null"],
+        &["--tool=dhat", "--dhat-out-file=/dev/null"],
+    ] {
+        assert_eq!(run(&[ox, "-q"], tool), native, "{tool:?}");
+    }
+}
