@@ -47,6 +47,7 @@ extern "C" {
     pub fn oxg_restorer();
     pub fn oxg_count_get() -> u64;
     pub fn oxg_count_set(v: u64);
+    pub fn oxg_count_add(delta: u64);
     pub fn oxg_ctx_get() -> *mut c::ThreadCtx;
     pub fn oxg_native_gs_begin();
     pub fn oxg_native_gs_end();
@@ -73,13 +74,13 @@ pub(crate) fn native_entry_pc() -> u64 {
 }
 
 /// Whether `pc` lies in the routines whose `gs:` operands address the engine's context on
-/// purpose (`oxg_count_get`/`oxg_count_set`): the embedder calls them from translated
+/// purpose (`oxg_count_get`/`_set`/`_add`): the embedder calls them from translated
 /// code, where every other `gs:` operand is the guest's and is rewritten.
 pub(crate) fn native_gs(pc: u64) -> bool {
     (oxg_native_gs_begin as *const () as u64..oxg_native_gs_end as *const () as u64).contains(&pc)
 }
 
-/// Whether `pc` lies in `oxg_count_get`/`oxg_count_set`, which the translator does not
+/// Whether `pc` lies in `oxg_count_get`/`_set`/`_add`, which the translator does not
 /// count: they are the engine's, and what they sum must not depend on how many words
 /// there are (`context::COUNT_LANES`). (Before the count had several words they were two
 /// instructions each and counted; `hooks::wrapper_cost` in the runtime says so.)
@@ -440,6 +441,13 @@ core::arch::global_asm!(
     "sub rdi, gs:[{count} + 48]",
     "sub rdi, gs:[{count} + 56]",
     "mov gs:[{count}], rdi",
+    "ret",
+    // Adds rdi (two's complement: a negative amount subtracts) to the sum, in the first
+    // word: one instruction where a read and a set would be two sums of eight words.
+    ".globl oxg_count_add",
+    ".hidden oxg_count_add",
+    "oxg_count_add:",
+    "add gs:[{count}], rdi",
     "ret",
     ".globl oxg_count_routines_end",
     ".hidden oxg_count_routines_end",

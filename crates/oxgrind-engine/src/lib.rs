@@ -455,9 +455,6 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
 /// on every thread of the process runs under the engine with `%gs` at its context.
 static RUNNING: AtomicBool = AtomicBool::new(false);
 
-/// Guest instructions the calling thread has executed (counting mode; 0 when the engine is
-/// not running). With [`set_thread_instructions`], lets the embedder leave its own work
-/// (an allocator hook, say) out of the program's count.
 /// The engine's own copy of its output descriptor (duplicated at or above 700 at start), which
 /// is not the program's (`--track-fds` leaves it out); `None` before the engine starts or if
 /// it could not duplicate.
@@ -466,6 +463,9 @@ pub fn own_fd() -> Option<i32> {
     (fd >= 700).then_some(fd)
 }
 
+/// Guest instructions the calling thread has executed (counting mode; 0 when the engine is
+/// not running). With [`set_thread_instructions`], lets the embedder leave its own work
+/// (an allocator hook, say) out of the program's count.
 pub fn thread_instructions() -> u64 {
     if !RUNNING.load(Ordering::Acquire) {
         return 0;
@@ -591,4 +591,16 @@ pub fn set_thread_instructions(v: u64) {
     }
     // SAFETY: as in thread_instructions; only this thread writes its own counter.
     unsafe { asm::oxg_count_set(v) }
+}
+
+/// Adds `delta` (negative: subtracts) to the calling thread's instruction count: what
+/// [`thread_instructions`] then [`set_thread_instructions`] do around work that counts
+/// nothing (run natively), without their two sums over the count's words.
+pub fn add_thread_instructions(delta: i64) {
+    if !RUNNING.load(Ordering::Acquire) {
+        return;
+    }
+    // SAFETY: as in thread_instructions; only this thread writes its own counter. The sum
+    // wraps, as the count's words do.
+    unsafe { asm::oxg_count_add(delta as u64) }
 }

@@ -200,7 +200,8 @@ struct Event {
 /// call counts the same few dozen instructions whatever the allocator does. Here the count
 /// is read when the hook starts and set back to that plus [`wrapper_cost`] before the tool
 /// hears of the event (Massif reads the count then, as the snapshot time) and when the
-/// hook ends.
+/// hook ends; when the whole event runs natively, where nothing is counted, the cost is
+/// added once instead ([`Uncounted::entered`]).
 struct Uncounted(u64);
 
 /// [`Uncounted`] when the engine does not count instructions.
@@ -257,11 +258,26 @@ fn wrapper_cost(func: AllocFn, entry: &Entry) -> i64 {
 impl Uncounted {
     #[inline]
     fn start(rt: &Runtime, cost: i64) -> Uncounted {
-        if !rt.needs.count_instructions {
+        if !rt.needs.count_instructions || EVENTS_NATIVE.load(Ordering::Relaxed) {
+            // Run natively, the event counts nothing of its own: see `Uncounted::entered`.
             return Uncounted(NOT_COUNTING);
         }
         let now = oxgrind_engine::thread_instructions();
         Uncounted(now.saturating_add_signed(cost).min(NOT_COUNTING - 1))
+    }
+
+    /// Once the event is entered (not a call from inside the runtime): when events run
+    /// natively ([`EVENTS_NATIVE`], every caller of `Event::enter` then runs inside
+    /// [`event`] or [`entry_event`]), nothing from the start to the end is counted, so the
+    /// call's cost is added to the count once, here, before the tool hears of the event:
+    /// the same count as the reading at the start and the two settings to it plus the cost,
+    /// without their three sums of the count's words (about 70 instructions per malloc/free
+    /// pair).
+    #[inline]
+    fn entered(rt: &Runtime, cost: i64) {
+        if cost != 0 && rt.needs.count_instructions && EVENTS_NATIVE.load(Ordering::Relaxed) {
+            oxgrind_engine::add_thread_instructions(cost);
+        }
     }
 
     /// Sets the thread's count to what it was at the start plus the call's cost. One
@@ -301,6 +317,7 @@ impl Event {
             core::mem::forget(uncounted);
             return None;
         };
+        Uncounted::entered(rt, cost);
         let gate = EventGate::enter_for(thread);
         crate::pages::deliver_queued();
         // SAFETY: this thread's errno slot.
