@@ -77,10 +77,36 @@ struct Segment([UnsafeCell<Packed>; SEG]);
 struct SpaceMem {
     segments: [AtomicPtr<Segment>; SEGS],
     ring: [AtomicU32; RING],
+    /// The owner's end of the ring.
+    taker: TakerEnd,
+    /// The state lock holder's end of the ring.
+    giver: GiverEnd,
+}
+
+/// A ring's end that its space's owner reads and writes at every number it takes, in a
+/// cache line of its own: when the two ends shared a line, each take and each release
+/// moved it between the owner's core and the core applying the logs (a thread of
+/// `threads` frees blocks other threads allocated, and whichever thread finds the state
+/// lock free applies everybody's events).
+#[repr(align(64))]
+struct TakerEnd {
     /// Numbers the owner has taken out of the ring (written by the owner).
     head: AtomicU64,
+    /// `GiverEnd::tail` as the owner last read it (the owner's alone): numbers below it are
+    /// in the ring, so the owner reads the giver's line again only once it has taken them.
+    tail_seen: UnsafeCell<u64>,
+}
+
+/// A ring's end that the state lock's holder writes at every number it gives back, in a
+/// cache line of its own (see [`TakerEnd`]).
+#[repr(align(64))]
+struct GiverEnd {
     /// Numbers put into the ring (written by the state lock's holder).
     tail: AtomicU64,
+    /// `TakerEnd::head` as the state lock's holder last read it (under the state lock):
+    /// at most the true head, so the room it gives is at most the true room; read again
+    /// only when that room is used up.
+    head_seen: UnsafeCell<u64>,
     /// Numbers given back while the ring was full (under the state lock).
     overflow: UnsafeCell<Vec<u32>>,
 }
@@ -95,9 +121,10 @@ pub(crate) struct Records {
     spaces: [Space; SPACES],
 }
 
-// SAFETY: a space's `fresh`, ring head and segment allocation are touched only by its owner
-// (the thread owning the log of that index, or the state lock's holder for `SHARED`: see
-// `take`); records, ring tails and overflow lists only under the state lock; the rest is
+// SAFETY: a space's `fresh`, ring head and tail seen and segment allocation are touched
+// only by its owner (the thread owning the log of that index, or the state lock's holder
+// for `SHARED`: see `take`); records, ring tails, heads seen and overflow lists only under
+// the state lock; the rest is
 // atomics, and memory is handed between threads with release/acquire pairs.
 unsafe impl Sync for Records {}
 // SAFETY: as above; the raw pointers are to memory the records own.
@@ -130,10 +157,16 @@ impl Records {
         }
         // SAFETY: published above or before, never freed.
         let m = unsafe { &*mem };
-        let head = m.head.load(Ordering::Relaxed);
-        if head != m.tail.load(Ordering::Acquire) {
+        let head = m.taker.head.load(Ordering::Relaxed);
+        // SAFETY: the owner's alone, and the caller owns the space (above).
+        let tail_seen = unsafe { &mut *m.taker.tail_seen.get() };
+        if head == *tail_seen {
+            // Acquire: the numbers below the tail were written before it (release).
+            *tail_seen = m.giver.tail.load(Ordering::Acquire);
+        }
+        if head != *tail_seen {
             let n = m.ring[head as usize % RING].load(Ordering::Relaxed);
-            m.head.store(head + 1, Ordering::Release);
+            m.taker.head.store(head + 1, Ordering::Release);
             return n;
         }
         // SAFETY: the caller owns the space (above).
@@ -167,7 +200,7 @@ impl Records {
             if p.is_null() {
                 std::alloc::handle_alloc_error(layout);
             }
-            std::ptr::addr_of_mut!((*p).overflow).write(UnsafeCell::new(Vec::new()));
+            std::ptr::addr_of_mut!((*p).giver.overflow).write(UnsafeCell::new(Vec::new()));
             p
         }
     }
@@ -253,10 +286,16 @@ impl Records {
         let space = &self.spaces[(n >> INDEX_BITS) as usize];
         // SAFETY: published before `n` was handed out (as in `cell`).
         let m = unsafe { &*space.mem.load(Ordering::Acquire) };
-        // SAFETY: under the state lock.
-        let overflow = unsafe { &mut *m.overflow.get() };
-        let tail = m.tail.load(Ordering::Relaxed);
-        let room = RING as u64 - (tail - m.head.load(Ordering::Acquire));
+        // SAFETY (both): under the state lock.
+        let overflow = unsafe { &mut *m.giver.overflow.get() };
+        let head_seen = unsafe { &mut *m.giver.head_seen.get() };
+        let tail = m.giver.tail.load(Ordering::Relaxed);
+        let mut room = RING as u64 - (tail - *head_seen);
+        if room == 0 {
+            // Acquire: the owner read the slots below its head before it released them.
+            *head_seen = m.taker.head.load(Ordering::Acquire);
+            room = RING as u64 - (tail - *head_seen);
+        }
         if room == 0 {
             overflow.push(n);
             return r;
@@ -269,7 +308,7 @@ impl Records {
             t += 1;
         }
         m.ring[t as usize % RING].store(n, Ordering::Relaxed);
-        m.tail.store(t + 1, Ordering::Release);
+        m.giver.tail.store(t + 1, Ordering::Release);
         r
     }
 }
@@ -290,7 +329,7 @@ impl Drop for Records {
                         std::alloc::dealloc(p as *mut u8, std::alloc::Layout::new::<Segment>());
                     }
                 }
-                std::ptr::drop_in_place((*mem).overflow.get());
+                std::ptr::drop_in_place((*mem).giver.overflow.get());
                 std::alloc::dealloc(mem as *mut u8, std::alloc::Layout::new::<SpaceMem>());
             }
         }
