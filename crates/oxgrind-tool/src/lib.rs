@@ -19,7 +19,6 @@ pub use oxgrind_formats::frame::Frame;
 
 pub mod addr_table;
 pub mod core_view;
-pub mod fifo;
 pub mod instrument;
 pub mod syscalls;
 

@@ -244,7 +244,7 @@ impl Memcheck {
             return;
         };
         shadow::make_noaccess(base, addr.saturating_sub(rz), b.size + 2 * rz);
-        self.lock().freed.push_unkept(FreedBlock {
+        self.lock().freed.push_unkept(&FreedBlock {
             addr,
             size: b.size,
             alloc_stack: b.stack,

@@ -289,7 +289,7 @@ impl Memcheck {
 
 /// Frees leaving a thread's batch, oldest first, into the freed-block queue.
 fn absorb_freed(st: &mut State, batch: &[FreedBlock]) {
-    for &b in batch {
+    for b in batch {
         st.freed.push(b);
     }
 }

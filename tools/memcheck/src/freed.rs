@@ -12,7 +12,6 @@
 
 use std::collections::VecDeque;
 
-use oxgrind_tool::fifo::ChunkedFifo;
 use oxgrind_tool::sync::SpinLock;
 use oxgrind_tool::{Addr, StackId};
 
@@ -25,9 +24,7 @@ pub struct FreedBlock {
     pub free_stack: StackId,
 }
 
-// Whether the runtime keeps a queued block from glibc for us is the queue's to know
-// ([`FreedQueue::push`] or [`FreedQueue::push_unkept`]): a batch of frees is copied at
-// every 16th free, and an entry that said so itself was 32 bytes.
+// A batch of frees is copied at every 16th free: an entry that carried more was slower.
 const _: () = assert!(core::mem::size_of::<FreedBlock>() == 24);
 
 /// [`FreedQueue`]'s flags of an entry: it left out of order (a big one).
@@ -39,27 +36,196 @@ const UNKEPT: u8 = 2;
 /// Memcheck's redzone: an address this close to a block is described relative to it.
 pub const REDZONE: u64 = 16;
 
+/// Where an [`Entry`]'s flags start in its size word.
+const FLAGS_SHIFT: u32 = 56;
+/// The largest size an entry holds: larger ones (a client request's nonsense) are held as
+/// this, which is still larger than any `--freelist-vol`, so they leave at once all the same.
+const MAX_SIZE: u64 = (1 << FLAGS_SHIFT) - 1;
+
+/// A queued block as the queue holds it: a [`FreedBlock`] with the queue's flags
+/// ([`DROPPED`], [`UNKEPT`]) in the top byte of its size, so that the queue is one stream
+/// of 24-byte entries (it was a stream of blocks and one of flag bytes, each indexed
+/// through a `VecDeque` of chunks: 270 instructions per malloc/free pair of bench alloc).
+#[derive(Copy, Clone)]
+struct Entry {
+    addr: Addr,
+    size_flags: u64,
+    alloc_stack: StackId,
+    free_stack: StackId,
+}
+
+const _: () = assert!(core::mem::size_of::<Entry>() == 24);
+
+impl Entry {
+    #[inline(always)]
+    fn new(b: &FreedBlock, flags: u8) -> Entry {
+        Entry {
+            addr: b.addr,
+            size_flags: b.size.min(MAX_SIZE) | u64::from(flags) << FLAGS_SHIFT,
+            alloc_stack: b.alloc_stack,
+            free_stack: b.free_stack,
+        }
+    }
+
+    #[inline(always)]
+    fn size(&self) -> u64 {
+        self.size_flags & MAX_SIZE
+    }
+
+    #[inline(always)]
+    fn flags(&self) -> u8 {
+        (self.size_flags >> FLAGS_SHIFT) as u8
+    }
+
+    #[inline(always)]
+    fn block(&self) -> FreedBlock {
+        FreedBlock {
+            addr: self.addr,
+            size: self.size(),
+            alloc_stack: self.alloc_stack,
+            free_stack: self.free_stack,
+        }
+    }
+}
+
+/// log2 of the entries in a chunk of [`Chunks`].
+const CHUNK_SHIFT: u32 = 12;
+/// Entries in a chunk of [`Chunks`] (96 KiB).
+pub const CHUNK: usize = 1 << CHUNK_SHIFT;
+
+/// The queue's entries by sequence number, in chunks of [`CHUNK`] entries: sequence
+/// number `s` is entry `s % CHUNK` of the chunk in table slot `(s / CHUNK) % table.len()`.
+/// An entry is found with two loads and no division or bounds test, never moves, and the
+/// memory follows what the queue holds (a chunk at a time, one emptied chunk kept for the
+/// next): a ring of entries would double to grow, copying itself while the old one is
+/// still held, at the moment of peak memory.
+struct Chunks {
+    /// Its length is a power of two; a slot no chunk is in holds an empty slice.
+    table: Vec<Box<[Entry]>>,
+    spare: Option<Box<[Entry]>>,
+}
+
+impl Chunks {
+    fn new() -> Chunks {
+        Chunks {
+            table: vec![Box::default()],
+            spare: None,
+        }
+    }
+
+    #[inline(always)]
+    fn slot(&self, seq: u64) -> usize {
+        (seq >> CHUNK_SHIFT) as usize & (self.table.len() - 1)
+    }
+
+    /// Entry `seq`, whose chunk is held ([`Chunks::open`], not yet [`Chunks::close`]d).
+    #[inline(always)]
+    fn get(&self, seq: u64) -> &Entry {
+        let slot = self.slot(seq);
+        debug_assert_eq!(
+            self.table[slot].len(),
+            CHUNK,
+            "entry {seq}'s chunk is not held"
+        );
+        // SAFETY: `slot` is masked to the table's length (a power of two, at least 1), and
+        // the caller's chunk is held, so it has CHUNK entries, more than the masked index.
+        unsafe {
+            self.table
+                .get_unchecked(slot)
+                .get_unchecked(seq as usize & (CHUNK - 1))
+        }
+    }
+
+    /// [`Chunks::get`], to write.
+    #[inline(always)]
+    fn get_mut(&mut self, seq: u64) -> &mut Entry {
+        let slot = self.slot(seq);
+        debug_assert_eq!(
+            self.table[slot].len(),
+            CHUNK,
+            "entry {seq}'s chunk is not held"
+        );
+        // SAFETY: as in `get`.
+        unsafe {
+            self.table
+                .get_unchecked_mut(slot)
+                .get_unchecked_mut(seq as usize & (CHUNK - 1))
+        }
+    }
+
+    /// Holds the chunk that starts at `seq` while the queue holds entries from `first`
+    /// on (their chunks are held), doubling the table when they would share a slot.
+    #[cold]
+    #[inline(never)]
+    fn open(&mut self, seq: u64, first: u64) {
+        debug_assert!(seq.is_multiple_of(CHUNK as u64) && first <= seq);
+        let (lo, hi) = (first >> CHUNK_SHIFT, seq >> CHUNK_SHIFT);
+        let needed = (hi - lo + 1) as usize;
+        if needed > self.table.len() {
+            let mut table: Vec<Box<[Entry]>> =
+                (0..needed.next_power_of_two().max(2 * self.table.len()))
+                    .map(|_| Box::default())
+                    .collect();
+            let mask = table.len() - 1;
+            for c in lo..hi {
+                let old = self.slot(c << CHUNK_SHIFT);
+                table[c as usize & mask] = core::mem::take(&mut self.table[old]);
+            }
+            self.table = table;
+        }
+        let slot = self.slot(seq);
+        debug_assert!(self.table[slot].is_empty(), "chunk slot {slot} still held");
+        self.table[slot] = self.spare.take().unwrap_or_else(|| {
+            let fill = Entry::new(
+                &FreedBlock {
+                    addr: 0,
+                    size: 0,
+                    alloc_stack: StackId(0),
+                    free_stack: StackId(0),
+                },
+                0,
+            );
+            vec![fill; CHUNK].into_boxed_slice()
+        });
+    }
+
+    /// Lets go of the chunk that ends just before `seq` (the queue's first entry moved
+    /// past it): kept as the spare, the spare before it freed.
+    #[cold]
+    #[inline(never)]
+    fn close(&mut self, seq: u64) {
+        let slot = self.slot(seq - 1);
+        self.spare = Some(core::mem::take(&mut self.table[slot]));
+    }
+
+    /// Chunks held, the spare included: what the queue costs, in [`CHUNK`]s.
+    #[cfg(test)]
+    fn chunks_held(&self) -> usize {
+        self.table.iter().filter(|c| !c.is_empty()).count() + usize::from(self.spare.is_some())
+    }
+}
+
 /// Valgrind's freed-block queue, bounded by volume (`--freelist-vol`): when it holds too
 /// much, blocks of at least `--freelist-big-blocks` bytes leave first, then the oldest.
 /// Only searched when an error is being described ([`FreedQueue::bracketing`]).
 ///
-/// One FIFO of every block in the order of their frees, in [`ChunkedFifo`]s (its memory
-/// follows what it holds; a `VecDeque` takes up to twice that and copies itself to grow);
-/// a big block that leaves before its turn is marked dropped in place, and the small
-/// ones leave from the front. A block that left is no longer described at once, but
-/// stays until taken out to be given back ([`FreedQueue::take_leaver`]): the entries before
-/// `vfirst` and the big ones in `due_big`.
+/// One stream of every block in the order of their frees ([`Chunks`], numbered from 0); a
+/// big block that leaves before its turn is marked dropped in place, and the small ones
+/// leave from the front. A block that left is no longer described at once, but stays until
+/// taken out to be given back ([`FreedQueue::take_leaver`]): the entries before `vfirst`
+/// and the big ones in `due_big`. The common case, a small block pushed and the oldest
+/// small one leaving, is a few instructions inline; big blocks take calls.
 pub struct FreedQueue {
     limit: u64,
     big: u64,
-    blocks: ChunkedFifo<FreedBlock>,
-    /// Each block's flags: [`DROPPED`], [`UNKEPT`].
-    flags: ChunkedFifo<u8>,
-    /// The sequence number of the first entry held (frees are numbered from 0).
+    entries: Chunks,
+    /// The sequence number of the first entry held.
     first: u64,
     /// The sequence number of the first entry still in the queue (as Valgrind's): those
     /// before it left and wait to be given back.
     vfirst: u64,
+    /// The sequence number the next free gets.
+    end: u64,
     /// Big blocks of the heap (not [`UNKEPT`]) that left out of order, to give back.
     due_big: VecDeque<FreedBlock>,
     bytes: u64,
@@ -67,9 +233,7 @@ pub struct FreedQueue {
     /// Big blocks still in the queue, by sequence number, oldest first.
     big_seqs: VecDeque<u64>,
     /// Entries marked dropped not yet let go from the front: while none is, the front is
-    /// never a dropped one, and [`FreedQueue::skip_dropped`] has nothing to look at
-    /// (its look at the front of two queues was 40 of the instructions Memcheck adds per
-    /// malloc/free pair of bench alloc, whose blocks are all small).
+    /// never a dropped one, and [`FreedQueue::skip_dropped`] has nothing to look at.
     dropped_held: usize,
 }
 
@@ -79,15 +243,10 @@ impl FreedQueue {
         FreedQueue {
             limit,
             big,
-            blocks: ChunkedFifo::new(FreedBlock {
-                addr: 0,
-                size: 0,
-                alloc_stack: StackId(0),
-                free_stack: StackId(0),
-            }),
-            flags: ChunkedFifo::new(0),
+            entries: Chunks::new(),
             first: 0,
             vfirst: 0,
+            end: 0,
             due_big: VecDeque::new(),
             bytes: 0,
             len: 0,
@@ -99,42 +258,39 @@ impl FreedQueue {
     /// A free of the program's heap: with a limit, the runtime keeps the block from glibc
     /// until it leaves ([`FreedQueue::take_leaver`]); without one, the runtime gave it back
     /// already.
-    pub fn push(&mut self, b: FreedBlock) {
+    #[inline]
+    pub fn push(&mut self, b: &FreedBlock) {
         self.push_flagged(b, if self.limit > 0 { 0 } else { UNKEPT });
     }
 
     /// A client request's or a memory pool's freed block: remembered, never given back.
-    pub fn push_unkept(&mut self, b: FreedBlock) {
+    pub fn push_unkept(&mut self, b: &FreedBlock) {
         self.push_flagged(b, UNKEPT);
     }
 
-    fn push_flagged(&mut self, b: FreedBlock, flags: u8) {
-        let seq = self.first + self.blocks.len() as u64;
-        self.blocks.push_back(b);
-        self.flags.push_back(flags);
-        if b.size >= self.big {
+    #[inline(always)]
+    fn push_flagged(&mut self, b: &FreedBlock, flags: u8) {
+        let seq = self.end;
+        if seq as usize & (CHUNK - 1) == 0 {
+            self.entries.open(seq, self.first);
+        }
+        let e = Entry::new(b, flags);
+        *self.entries.get_mut(seq) = e;
+        self.end = seq + 1;
+        let size = e.size();
+        if size >= self.big {
             self.big_seqs.push_back(seq);
         }
-        self.bytes += b.size;
+        self.bytes += size;
         self.len += 1;
         while self.bytes > self.limit {
-            if let Some(s) = self.big_seqs.pop_front() {
-                let i = (s - self.first) as usize;
-                let flags = self.flags.get_mut(i);
-                *flags |= DROPPED;
-                let kept = *flags & UNKEPT == 0;
-                self.dropped_held += 1;
-                let gone = *self.blocks.get(i);
-                self.bytes -= gone.size;
-                if kept {
-                    self.due_big.push_back(gone);
-                }
+            if !self.big_seqs.is_empty() {
+                self.drop_big();
             } else {
                 // Every big block before it dropped: the first one not dropped is the
                 // oldest small one.
                 self.skip_dropped();
-                let i = (self.vfirst - self.first) as usize;
-                self.bytes -= self.blocks.get(i).size;
+                self.bytes -= self.entries.get(self.vfirst).size();
                 self.vfirst += 1;
             }
             self.len -= 1;
@@ -142,10 +298,25 @@ impl FreedQueue {
         self.skip_dropped();
     }
 
+    /// The oldest big block in the queue leaves it, out of order.
+    #[inline(never)]
+    fn drop_big(&mut self) {
+        let Some(s) = self.big_seqs.pop_front() else {
+            return;
+        };
+        let e = self.entries.get_mut(s);
+        e.size_flags |= u64::from(DROPPED) << FLAGS_SHIFT;
+        let gone = *e;
+        self.dropped_held += 1;
+        self.bytes -= gone.size();
+        if gone.flags() & UNKEPT == 0 {
+            self.due_big.push_back(gone.block());
+        }
+    }
+
     /// Moves the queue's front past the entries of big blocks that already left (letting
     /// them go when nothing before them waits to be given back). The test of the common
-    /// case (no big block let go) is inline where it is called, twice per queued free; the
-    /// walk is out of line (a call for the test alone was 34 instructions per pair).
+    /// case (no big block let go) is inline where it is called; the walk is out of line.
     #[inline(always)]
     fn skip_dropped(&mut self) {
         if self.dropped_held != 0 {
@@ -155,16 +326,11 @@ impl FreedQueue {
 
     #[inline(never)]
     fn skip_dropped_walk(&mut self) {
-        loop {
-            let i = (self.vfirst - self.first) as usize;
-            if i >= self.flags.len() || *self.flags.get(i) & DROPPED == 0 {
-                break;
-            }
+        while self.vfirst < self.end && self.entries.get(self.vfirst).flags() & DROPPED != 0 {
+            let at_front = self.vfirst == self.first;
             self.vfirst += 1;
-            if i == 0 {
-                self.blocks.pop_front();
-                self.flags.pop_front();
-                self.first += 1;
+            if at_front {
+                self.let_go_first();
                 self.dropped_held -= 1;
                 if self.dropped_held == 0 {
                     break;
@@ -173,20 +339,31 @@ impl FreedQueue {
         }
     }
 
+    /// The first entry held is let go.
+    #[inline(always)]
+    fn let_go_first(&mut self) {
+        self.first += 1;
+        if self.first as usize & (CHUNK - 1) == 0 {
+            self.entries.close(self.first);
+        }
+    }
+
     /// The next block of the heap that left the queue and is not given back yet, oldest
     /// (or big) first; its entry is let go.
+    #[inline]
     pub fn take_leaver(&mut self) -> Option<FreedBlock> {
-        if let Some(b) = self.due_big.pop_front() {
-            return Some(b);
+        if !self.due_big.is_empty() {
+            return self.due_big.pop_front();
         }
         while self.first < self.vfirst {
-            let b = self.blocks.pop_front()?;
-            let flags = self.flags.pop_front().unwrap_or(0);
-            self.first += 1;
+            let e = *self.entries.get(self.first);
+            self.let_go_first();
+            let flags = e.flags();
+            if flags == 0 {
+                return Some(e.block());
+            }
             if flags & DROPPED != 0 {
                 self.dropped_held -= 1;
-            } else if flags & UNKEPT == 0 {
-                return Some(b);
             }
         }
         None
@@ -204,17 +381,11 @@ impl FreedQueue {
             addr >= b.addr.saturating_sub(REDZONE)
                 && addr < b.addr.saturating_add(b.size).saturating_add(REDZONE)
         };
-        let big = self
-            .big_seqs
-            .iter()
-            .map(|&s| *self.blocks.get((s - self.first) as usize));
-        let small = self
-            .blocks
-            .iter()
-            .zip(self.flags.iter())
-            .skip((self.vfirst - self.first) as usize)
-            .filter(|(b, &f)| f & DROPPED == 0 && b.size < self.big)
-            .map(|(b, _)| *b);
+        let big = self.big_seqs.iter().map(|&s| self.entries.get(s).block());
+        let small = (self.vfirst..self.end)
+            .map(|s| self.entries.get(s))
+            .filter(|e| e.flags() & DROPPED == 0 && e.size() < self.big)
+            .map(Entry::block);
         big.chain(small).find(near)
     }
 
@@ -244,7 +415,7 @@ mod tests {
     #[test]
     fn freed_block_is_found_from_inside_and_its_redzones() {
         let mut q = FreedQueue::new(1000, 100);
-        q.push(fb(0x1000, 10));
+        q.push(&fb(0x1000, 10));
         assert_eq!(q.bracketing(0x1000).map(|b| b.addr), Some(0x1000));
         assert_eq!(q.bracketing(0x1009).map(|b| b.addr), Some(0x1000));
         assert_eq!(q.bracketing(0x1000 - 16).map(|b| b.addr), Some(0x1000));
@@ -255,16 +426,16 @@ mod tests {
     #[test]
     fn oldest_blocks_leave_when_volume_exceeds_the_limit_big_ones_first() {
         let mut q = FreedQueue::new(100, 50);
-        q.push(fb(0x1000, 40));
-        q.push(fb(0x2000, 60)); // big
+        q.push(&fb(0x1000, 40));
+        q.push(&fb(0x2000, 60)); // big
         assert_eq!(q.len(), 2);
-        q.push(fb(0x3000, 10)); // 110 > 100: the big block goes first
+        q.push(&fb(0x3000, 10)); // 110 > 100: the big block goes first
         assert!(q.bracketing(0x2000).is_none());
         assert!(q.bracketing(0x1000).is_some());
-        q.push(fb(0x4000, 55)); // big again: 105 -> it leaves itself
+        q.push(&fb(0x4000, 55)); // big again: 105 -> it leaves itself
         assert!(q.bracketing(0x4000).is_none());
-        q.push(fb(0x5000, 45)); // 95 ok
-        q.push(fb(0x6000, 10)); // 105 -> the oldest small one leaves
+        q.push(&fb(0x5000, 45)); // 95 ok
+        q.push(&fb(0x6000, 10)); // 105 -> the oldest small one leaves
         assert!(q.bracketing(0x1000).is_none());
         assert_eq!(q.len(), 3);
     }
@@ -274,15 +445,15 @@ mod tests {
     #[test]
     fn only_heap_blocks_are_given_back_when_they_leave() {
         let mut q = FreedQueue::new(100, 50);
-        q.push(fb(0x1000, 40));
-        q.push_unkept(fb(0x2000, 40));
-        q.push_unkept(fb(0x3000, 60)); // big: leaves at once (140 > 100), not given back
+        q.push(&fb(0x1000, 40));
+        q.push_unkept(&fb(0x2000, 40));
+        q.push_unkept(&fb(0x3000, 60)); // big: leaves at once (140 > 100), not given back
         assert!(q.bracketing(0x3000).is_none());
         assert_eq!(q.take_leaver(), None);
-        q.push(fb(0x4000, 60)); // big, 140: leaves itself, given back
-        q.push(fb(0x5000, 30)); // 110: the oldest small one leaves (the heap's)
-        q.push(fb(0x6000, 30)); // 100: fits
-        q.push(fb(0x7000, 10)); // 110: the unkept small one leaves
+        q.push(&fb(0x4000, 60)); // big, 140: leaves itself, given back
+        q.push(&fb(0x5000, 30)); // 110: the oldest small one leaves (the heap's)
+        q.push(&fb(0x6000, 30)); // 100: fits
+        q.push(&fb(0x7000, 10)); // 110: the unkept small one leaves
         let given: Vec<u64> = core::iter::from_fn(|| q.take_leaver())
             .map(|b| b.addr)
             .collect();
@@ -291,7 +462,7 @@ mod tests {
         assert_eq!(q.len(), 3);
         // Without a limit the runtime keeps nothing: a heap block is not given back either.
         let mut q = FreedQueue::new(0, 50);
-        q.push(fb(0x1000, 40));
+        q.push(&fb(0x1000, 40));
         assert_eq!(q.take_leaver(), None);
         assert!(q.is_empty());
     }
@@ -299,35 +470,35 @@ mod tests {
     #[test]
     fn big_blocks_are_searched_first_then_the_oldest() {
         let mut q = FreedQueue::new(1000, 50);
-        q.push(fb(0x1000, 16));
-        q.push(fb(0x1000, 8));
-        q.push(fb(0x1000, 64)); // big: found first
+        q.push(&fb(0x1000, 16));
+        q.push(&fb(0x1000, 8));
+        q.push(&fb(0x1000, 64)); // big: found first
         assert_eq!(q.bracketing(0x1004).map(|b| b.size), Some(64));
         let mut q = FreedQueue::new(1000, 50);
-        q.push(fb(0x1000, 16));
-        q.push(fb(0x1000, 8));
+        q.push(&fb(0x1000, 16));
+        q.push(&fb(0x1000, 8));
         assert_eq!(q.bracketing(0x1004).map(|b| b.size), Some(16), "oldest");
     }
 
-    /// The queue against the two plain queues (small and big blocks) it replaced, on a
-    /// long random run across many chunks: the same blocks, found in the same order.
-    #[test]
-    fn one_fifo_matches_two_plain_queues() {
-        let (limit, big) = (40_000u64, 3_000u64);
+    /// The queue against the two plain queues (small and big blocks) Valgrind keeps, on
+    /// `n` frees of sizes `size(i, random)`: the same blocks, found in the same order; what
+    /// left is given back once, and only what left.
+    fn matches_two_plain_queues(
+        limit: u64,
+        big: u64,
+        n: u64,
+        size: impl Fn(u64, u64) -> u64,
+    ) -> FreedQueue {
         let mut q = FreedQueue::new(limit, big);
         let (mut small, mut large) = (VecDeque::new(), VecDeque::<FreedBlock>::new());
         let mut vol = 0u64;
-        let mut taken = 0usize;
+        let mut taken = 0u64;
         let mut x = 0x2545_f491_4f6c_dd1du64;
-        for i in 0..60_000u64 {
+        for i in 0..n {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let size = match x % 100 {
-                0 => 2_000 + x % 30_000,
-                1..=30 => 1 + x % 16,
-                _ => 16 + (x >> 8) % 200,
-            };
+            let size = size(i, x);
             let addr = 0x10_0000 + (x >> 20) % 5_000 * 16;
             let b = FreedBlock {
                 addr,
@@ -335,7 +506,7 @@ mod tests {
                 alloc_stack: StackId(i as u32),
                 free_stack: StackId(i as u32 + 1),
             };
-            q.push(b);
+            q.push(&b);
             // The two queues as they were.
             if size >= big {
                 large.push_back(b);
@@ -350,7 +521,6 @@ mod tests {
                 vol -= old.size;
             }
             assert_eq!(q.len(), small.len() + large.len(), "at {i}");
-            // What left is given back once, and only what left.
             while let Some(l) = q.take_leaver() {
                 taken += 1;
                 assert!(
@@ -369,11 +539,47 @@ mod tests {
                     assert_eq!(q.bracketing(probe), plain.copied(), "{probe:#x} at {i}");
                 }
             }
+            assert!(
+                q.entries.chunks_held() <= (q.end - q.first) as usize / CHUNK + 3,
+                "no emptied chunk kept but the spare, at {i}"
+            );
         }
-        assert_eq!(taken + q.len(), 60_000, "every block queued or given back");
+        assert_eq!(
+            taken + q.len() as u64,
+            n,
+            "every block queued or given back"
+        );
+        q
+    }
+
+    #[test]
+    fn one_stream_matches_two_plain_queues() {
+        let _ = matches_two_plain_queues(40_000, 3_000, 60_000, |_, x| match x % 100 {
+            0 => 2_000 + x % 30_000,
+            1..=30 => 1 + x % 16,
+            _ => 16 + (x >> 8) % 200,
+        });
+    }
+
+    /// The queue grows across many chunks while its front is in the middle of the chunk
+    /// table (empty blocks add no volume: Valgrind keeps them all), then shrinks back.
+    #[test]
+    fn the_chunk_table_grows_and_shrinks_with_its_front_anywhere() {
+        let q = matches_two_plain_queues(40_000, 3_000, 70_000, |i, x| match i {
+            0..=20_000 => 16 + (x >> 8) % 200,
+            20_001..=45_000 => {
+                if x % 500 == 0 {
+                    3_000 + x % 5_000
+                } else {
+                    0
+                }
+            }
+            _ => 1_000 + (x >> 8) % 200,
+        });
         assert!(
-            q.blocks.chunks_held() <= q.blocks.len() / oxgrind_tool::fifo::CHUNK + 3,
-            "no emptied chunk kept but the spare"
+            q.entries.table.len() >= 8,
+            "grown to {}",
+            q.entries.table.len()
         );
     }
 }
@@ -576,7 +782,7 @@ impl FreedBatches {
     /// than the queue leaves in the very free that queued it); whether more left than the
     /// ring holds.
     pub fn absorb(&self, queue: &mut FreedQueue, full: &FullBatch, giving: &mut Giving) -> bool {
-        for &b in full.blocks() {
+        for b in full.blocks() {
             queue.push(b);
         }
         let mut b = self.mine().lock();

@@ -195,7 +195,7 @@ impl Memcheck {
     /// A chunk given back: unaddressable with its redzones, remembered as freed.
     fn retire_chunk(&self, base: u64, c: &LiveBlock, rz: u64, free_stack: oxgrind_tool::StackId) {
         shadow::make_noaccess(base, c.addr.saturating_sub(rz), c.size + 2 * rz);
-        self.lock().freed.push_unkept(FreedBlock {
+        self.lock().freed.push_unkept(&FreedBlock {
             addr: c.addr,
             size: c.size,
             alloc_stack: c.stack,
