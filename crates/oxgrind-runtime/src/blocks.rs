@@ -44,14 +44,11 @@ pub struct BlockInfo {
     /// Allocated by oxgrind itself through libc: not the program's, never reported.
     pub internal: bool,
     /// The tool's number for the block (`Tool::block_word`), handed back when it is freed.
-    /// 32 bits, so that an entry stays 32 bytes, two to a cache line.
+    /// 32 bits, so that a packed entry is 16 bytes (`Packed`).
     pub tool_word: u32,
 }
 
-// An entry of a shard table (address and `BlockInfo`) is 32 bytes.
-const _: () = assert!(core::mem::size_of::<BlockInfo>() == 24);
-
-/// An empty entry's value in the shard tables (never read as a block).
+/// An empty entry's value in the overflow tables (never read as a block).
 impl Default for BlockInfo {
     fn default() -> Self {
         BlockInfo {
@@ -64,6 +61,331 @@ impl Default for BlockInfo {
     }
 }
 
+/// Every `AllocFn`, at the index of its discriminant (a packed entry holds the index; 16
+/// entries, the last two never used, so that a 4-bit index needs no bounds check).
+const FUNCS: [AllocFn; 16] = [
+    AllocFn::Malloc,
+    AllocFn::Calloc,
+    AllocFn::Realloc,
+    AllocFn::ReallocArray,
+    AllocFn::Memalign,
+    AllocFn::PosixMemalign,
+    AllocFn::AlignedAlloc,
+    AllocFn::Valloc,
+    AllocFn::Pvalloc,
+    AllocFn::New,
+    AllocFn::NewArray,
+    AllocFn::Free,
+    AllocFn::Delete,
+    AllocFn::DeleteArray,
+    AllocFn::Malloc,
+    AllocFn::Malloc,
+];
+
+const _: () = {
+    let mut i = 0;
+    while i < 14 {
+        assert!(FUNCS[i] as usize == i);
+        i += 1;
+    }
+};
+
+/// A live block in a shard's table, 16 bytes (four to a cache line; the table's lines are
+/// what a free misses on, see [`ShardTable`]):
+/// `key`: the address divided by 16 in bits 21..64, `internal` in bit 20, the allocating
+/// function's index in `FUNCS` in bits 16..20, the size in bits 0..16 (`SIZE_BIG`: the
+/// size is in the shard's overflow table); 0 for an empty entry.
+/// `ids`: the allocation stack in bits 0..32, the tool's word in bits 32..64.
+#[derive(Copy, Clone)]
+struct Packed {
+    key: u64,
+    ids: u64,
+}
+
+const EMPTY_KEY: u64 = 0;
+const SIZE_BIG: u64 = 0xffff;
+const FUNC_SHIFT: u32 = 16;
+const INTERNAL_BIT: u64 = 1 << 20;
+/// The bits of `key` below the address.
+const KEY_INFO: u64 = (1 << 21) - 1;
+
+/// Whether a block at `addr` can have a packed entry: 16-byte aligned (glibc's blocks all
+/// are), not 0, below 2^47 (user space). Others (none expected) live in the overflow table.
+#[inline(always)]
+fn packs(addr: u64) -> bool {
+    addr & 15 == 0 && addr != 0 && addr < 1 << 47
+}
+
+/// The address part of a packed key (`addr` packs).
+#[inline(always)]
+fn key_of(addr: u64) -> u64 {
+    addr << 17
+}
+
+#[inline(always)]
+fn pack(addr: u64, b: &BlockInfo) -> Packed {
+    Packed {
+        key: key_of(addr)
+            | ((b.internal as u64) << 20)
+            | ((b.func as u64) << FUNC_SHIFT)
+            | b.size.min(SIZE_BIG),
+        ids: b.stack.0 as u64 | ((b.tool_word as u64) << 32),
+    }
+}
+
+/// The block of a packed entry; `big_size` gives the size of one whose size is `SIZE_BIG`.
+#[inline(always)]
+fn unpack(e: Packed, big_size: impl FnOnce() -> u64) -> BlockInfo {
+    let small = e.key & SIZE_BIG;
+    BlockInfo {
+        size: if small == SIZE_BIG { big_size() } else { small },
+        stack: StackId(e.ids as u32),
+        func: FUNCS[((e.key >> FUNC_SHIFT) & 15) as usize],
+        internal: e.key & INTERNAL_BIT != 0,
+        tool_word: (e.ids >> 32) as u32,
+    }
+}
+
+/// The home slot of `addr` in a table of `1 << (64 - shift)` entries: a multiplicative hash
+/// of its 4 KiB page plus its 32-byte unit in the page (glibc's blocks lie at least 32
+/// bytes apart), so that the blocks of one page, which an allocator hands out close in
+/// time, have their entries side by side on a few lines (as `oxgrind_tool::addr_table`).
+#[inline(always)]
+fn home_in(shift: u32, addr: u64) -> usize {
+    let page = ((addr >> 12).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> shift) as usize;
+    (page + ((addr >> 5) & 0x7f) as usize) & (usize::MAX >> shift)
+}
+
+/// One shard's live blocks. Open addressing with linear probing and removal by shifting
+/// back (Knuth's algorithm R, as `oxgrind_tool::addr_table`, whose general table this was
+/// until session 15), over 16-byte packed entries, at most half full while it has at most
+/// `SPARSE_MAX` entries and three quarters full beyond. Why packed: the first probe of a free's removal missed the cache (bench `alloc`,
+/// 4,096 live blocks: 512 KiB of 32-byte entries, a quarter full; 70% of
+/// `BlockTable::remove`'s samples, 11% of the whole run's under Massif): the table shares
+/// the cache with the program's heap and the tool's shadows, and its size decides how much
+/// of it stays there (16-byte entries, and three quarters full at most instead of half:
+/// `alloc`'s table 128 KiB instead of 512, 4-7% less CPU time under Memcheck in paired
+/// runs; with 16-byte entries kept half full, about 5% more than at three quarters). A
+/// small table stays in the cache anyway, and there the longer probes of a fuller one cost
+/// (bench `threads`, 1,024 live blocks per shard: 4-8% slower under Massif at three
+/// quarters). Blocks of 64 KiB or more keep their size in `overflow` (the packed
+/// entry says so); a block whose address does not pack is there alone.
+struct ShardTable {
+    /// A power of two entries (none until the first insert).
+    entries: Vec<Packed>,
+    len: usize,
+    /// `64 - log2(entries.len())`.
+    shift: u32,
+    overflow: AddrTable<BlockInfo>,
+}
+
+/// The size (in entries, 64 KiB) up to which a table is kept at most half full.
+const SPARSE_MAX: usize = 4096;
+
+impl ShardTable {
+    const fn new() -> Self {
+        ShardTable {
+            entries: Vec::new(),
+            len: 0,
+            shift: 64,
+            overflow: AddrTable::new(),
+        }
+    }
+
+    /// How many blocks the table holds, or a few more (big blocks are counted twice).
+    fn len_at_most(&self) -> usize {
+        self.len + self.overflow.len()
+    }
+
+    /// As `AddrTable::layout`: the entries and their count in one word, for
+    /// [`ShardTable::prefetch_home`] without the lock (0 while there are none).
+    #[inline]
+    fn layout(&self) -> u64 {
+        if self.entries.is_empty() {
+            return 0;
+        }
+        // User-space addresses have 47 bits; `shift` is at most 63.
+        ((self.entries.as_ptr() as u64) << 7) | self.shift as u64
+    }
+
+    #[inline(always)]
+    fn prefetch_home(layout: u64, addr: u64) {
+        if layout == 0 {
+            return;
+        }
+        let shift = (layout & 0x7f) as u32;
+        let at = (layout >> 7).wrapping_add((home_in(shift, addr) * size_of::<Packed>()) as u64);
+        oxgrind_tool::hint::prefetch_read_at(at);
+    }
+
+    /// Entry `i`, a slot index (a home, or masked by `entries.len() - 1`) of a table that
+    /// has entries: in bounds. Unchecked: the probe loops run on every event.
+    #[inline(always)]
+    fn at(&self, i: usize) -> Packed {
+        debug_assert!(i < self.entries.len());
+        // SAFETY: `i` is a slot index (above), so `i < entries.len()`.
+        unsafe { *self.entries.get_unchecked(i) }
+    }
+
+    #[inline(always)]
+    fn set(&mut self, i: usize, e: Packed) {
+        debug_assert!(i < self.entries.len());
+        // SAFETY: as in `at`.
+        unsafe { *self.entries.get_unchecked_mut(i) = e }
+    }
+
+    /// The slot of the packed entry of `addr` (which packs), if it has one.
+    #[inline(always)]
+    fn find(&self, addr: u64) -> Option<usize> {
+        if self.len == 0 {
+            return None;
+        }
+        let mask = self.entries.len() - 1;
+        let want = key_of(addr);
+        let mut i = home_in(self.shift, addr);
+        loop {
+            let key = self.at(i).key;
+            if key & !KEY_INFO == want {
+                return Some(i);
+            }
+            if key == EMPTY_KEY {
+                return None;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// The block of the entry at slot `i`, which belongs to `addr`.
+    #[inline(always)]
+    fn block_at(&self, i: usize, addr: u64) -> BlockInfo {
+        unpack(self.at(i), || self.overflow.get(addr).map_or(0, |b| b.size))
+    }
+
+    #[inline]
+    fn get(&self, addr: u64) -> Option<BlockInfo> {
+        if !packs(addr) {
+            return self.overflow.get(addr);
+        }
+        self.find(addr).map(|i| self.block_at(i, addr))
+    }
+
+    /// Adds or replaces the block at `addr`; returns the one replaced.
+    #[inline]
+    fn insert(&mut self, addr: u64, info: BlockInfo) -> Option<BlockInfo> {
+        if !packs(addr) {
+            return self.overflow.insert(addr, info);
+        }
+        let e = pack(addr, &info);
+        let big = info.size >= SIZE_BIG;
+        let n = self.entries.len();
+        let full = if n > SPARSE_MAX { n / 4 * 3 } else { n / 2 };
+        if self.len + 1 > full {
+            self.grow();
+        }
+        let mask = self.entries.len() - 1;
+        let mut i = home_in(self.shift, addr);
+        loop {
+            let key = self.at(i).key;
+            if key == EMPTY_KEY {
+                self.set(i, e);
+                self.len += 1;
+                if big {
+                    self.overflow.insert(addr, info);
+                }
+                return None;
+            }
+            if key & !KEY_INFO == e.key & !KEY_INFO {
+                let old = unpack(self.at(i), || {
+                    self.overflow.remove(addr).map_or(0, |b| b.size)
+                });
+                self.set(i, e);
+                if big {
+                    self.overflow.insert(addr, info);
+                }
+                return Some(old);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Removes and returns the block at `addr`.
+    #[inline]
+    fn remove(&mut self, addr: u64) -> Option<BlockInfo> {
+        if !packs(addr) {
+            return self.overflow.remove(addr);
+        }
+        let mut hole = self.find(addr)?;
+        let block = unpack(self.at(hole), || {
+            self.overflow.remove(addr).map_or(0, |b| b.size)
+        });
+        let mask = self.entries.len() - 1;
+        let mut j = hole;
+        loop {
+            j = (j + 1) & mask;
+            let e = self.at(j);
+            if e.key == EMPTY_KEY {
+                break;
+            }
+            // The entry at j moves back into the hole unless its home lies cyclically in
+            // (hole, j]: it would then no longer be reachable from its home.
+            let h = home_in(self.shift, (e.key >> 21) << 4);
+            let stays = if hole <= j {
+                hole < h && h <= j
+            } else {
+                hole < h || h <= j
+            };
+            if !stays {
+                self.set(hole, e);
+                hole = j;
+            }
+        }
+        self.set(
+            hole,
+            Packed {
+                key: EMPTY_KEY,
+                ids: 0,
+            },
+        );
+        self.len -= 1;
+        Some(block)
+    }
+
+    #[cold]
+    fn grow(&mut self) {
+        let n = (self.entries.len() * 2).max(64);
+        let vacant = Packed {
+            key: EMPTY_KEY,
+            ids: 0,
+        };
+        let old = core::mem::replace(&mut self.entries, vec![vacant; n]);
+        self.shift = 64 - n.trailing_zeros();
+        let mask = n - 1;
+        for e in old.into_iter().filter(|e| e.key != EMPTY_KEY) {
+            let mut i = home_in(self.shift, (e.key >> 21) << 4);
+            while self.entries[i].key != EMPTY_KEY {
+                i = (i + 1) & mask;
+            }
+            self.entries[i] = e;
+        }
+    }
+
+    /// Every block, in no particular order.
+    fn for_each(&self, mut f: impl FnMut(u64, BlockInfo)) {
+        for e in self.entries.iter().filter(|e| e.key != EMPTY_KEY) {
+            let addr = (e.key >> 21) << 4;
+            f(
+                addr,
+                unpack(*e, || self.overflow.get(addr).map_or(0, |b| b.size)),
+            );
+        }
+        for (addr, b) in self.overflow.iter() {
+            if !packs(addr) {
+                f(addr, *b);
+            }
+        }
+    }
+}
+
 const SHARDS: usize = 64;
 
 /// One shard on cache lines of its own: a shard's lock word and table header are written
@@ -72,8 +394,8 @@ const SHARDS: usize = 64;
 /// pulls lines in pairs).
 #[repr(align(128))]
 struct Shard {
-    table: SpinLock<AddrTable<BlockInfo>>,
-    /// The table's `AddrTable::layout`, stored under the lock when it changes and read
+    table: SpinLock<ShardTable>,
+    /// The table's `ShardTable::layout`, stored under the lock when it changes and read
     /// without it by [`BlockTable::prefetch`].
     layout: AtomicU64,
 }
@@ -97,7 +419,7 @@ fn shard_of(addr: u64) -> usize {
 impl BlockTable {
     pub const fn new() -> Self {
         const EMPTY: Shard = Shard {
-            table: SpinLock::new(AddrTable::new()),
+            table: SpinLock::new(ShardTable::new()),
             layout: AtomicU64::new(0),
         };
         BlockTable {
@@ -111,7 +433,7 @@ impl BlockTable {
     #[inline(always)]
     pub fn prefetch(&self, addr: u64) {
         let layout = self.shards[shard_of(addr)].layout.load(Ordering::Relaxed);
-        AddrTable::<BlockInfo>::prefetch_home(layout, addr);
+        ShardTable::prefetch_home(layout, addr);
     }
 
     #[inline]
@@ -163,20 +485,23 @@ impl BlockTable {
     pub fn live_blocks(&self) -> Vec<LiveBlock> {
         // Sized first: a list grown by doubling would need up to three times its size at
         // once, at exit, when memory may be short.
-        let count: usize = self.shards.iter().map(|s| s.table.lock().len()).sum();
+        let count: usize = self
+            .shards
+            .iter()
+            .map(|s| s.table.lock().len_at_most())
+            .sum();
         let mut out = Vec::with_capacity(count);
         for shard in &self.shards {
-            let s = shard.table.lock();
-            out.extend(
-                s.iter()
-                    .filter(|(_, b)| !b.internal)
-                    .map(|(addr, b)| LiveBlock {
+            shard.table.lock().for_each(|addr, b| {
+                if !b.internal {
+                    out.push(LiveBlock {
                         addr,
                         size: b.size,
                         func: b.func,
                         stack: b.stack,
-                    }),
-            );
+                    });
+                }
+            });
         }
         out
     }
@@ -203,39 +528,91 @@ impl Default for BlockTable {
 mod tests {
     use super::*;
 
+    fn same(a: &BlockInfo, b: &BlockInfo) -> bool {
+        a.size == b.size
+            && a.stack == b.stack
+            && a.func == b.func
+            && a.internal == b.internal
+            && a.tool_word == b.tool_word
+    }
+
+    /// Every field of every block comes back as it went in, through inserts, replacements
+    /// and removals: small and big sizes (the overflow table), every allocating function,
+    /// addresses that do not pack, clustered addresses (long probe runs, many collisions).
     #[test]
     fn shard_table_finds_every_live_block_through_churn() {
-        let mut t = AddrTable::<BlockInfo>::new();
+        let mut t = ShardTable::new();
         let mut live = std::collections::BTreeMap::new();
-        let info = |n: u64| BlockInfo {
-            size: n,
-            stack: StackId(n as u32),
-            func: AllocFn::Malloc,
-            internal: false,
-            tool_word: n as u32,
+        let info = |n: u64, x: u64| BlockInfo {
+            size: match x % 7 {
+                0 => SIZE_BIG + (x >> 20) % 3 - 1,
+                1 => x >> 24,
+                _ => n % 300,
+            },
+            stack: StackId((x >> 8) as u32),
+            func: FUNCS[(x >> 3) as usize % FUNCS.len()],
+            internal: x & (1 << 50) != 0,
+            tool_word: (x >> 30) as u32,
         };
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for step in 0..200_000u64 {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            // Few distinct addresses (clustered, 16-aligned): long probe runs, many collisions.
-            let addr = 0x5555_0000_0000 + (x % 3000) * 16;
+            let addr = match (x >> 60) % 16 {
+                // Not 16-byte aligned, 0, above user space: not packed.
+                0 => 0x5555_0000_0008 + (x % 64) * 16,
+                1 => 0,
+                2 => (1 << 47) + (x % 64) * 16,
+                // Few distinct addresses, 16-aligned.
+                _ => 0x5555_0000_0000 + (x % 3000) * 16,
+            };
             if x & (1 << 40) != 0 {
-                assert_eq!(
-                    t.insert(addr, info(step)).map(|b| b.size),
-                    live.insert(addr, step)
-                );
-            } else {
-                assert_eq!(t.remove(addr).map(|b| b.size), live.remove(&addr));
-            }
-            assert_eq!(t.len(), live.len());
-            if step % 9973 == 0 {
-                for (&a, &n) in &live {
-                    assert_eq!(t.get(a).map(|b| b.size), Some(n));
+                let b = info(step, x);
+                let old = t.insert(addr, b);
+                match (old, live.insert(addr, b)) {
+                    (None, None) => {}
+                    (Some(a), Some(b)) => assert!(same(&a, &b)),
+                    _ => panic!("insert at {addr:#x}"),
                 }
-                assert_eq!(t.iter().count(), live.len());
+            } else {
+                match (t.remove(addr), live.remove(&addr)) {
+                    (None, None) => {}
+                    (Some(a), Some(b)) => assert!(same(&a, &b)),
+                    _ => panic!("remove at {addr:#x}"),
+                }
+            }
+            assert!(t.len_at_most() >= live.len());
+            if step % 9973 == 0 {
+                for (&a, b) in &live {
+                    assert!(same(&t.get(a).unwrap(), b));
+                }
+                let mut seen = std::collections::BTreeMap::new();
+                t.for_each(|a, b| assert!(seen.insert(a, b).is_none()));
+                assert_eq!(seen.len(), live.len());
+                for (a, b) in &seen {
+                    assert!(same(b, &live[a]));
+                }
             }
         }
+    }
+
+    /// The entry a prefetch loads is the one a lookup of the address reads first.
+    #[test]
+    fn layout_gives_the_home_entry_of_an_address() {
+        let mut t = ShardTable::new();
+        assert_eq!(t.layout(), 0);
+        for k in 0..1000u64 {
+            t.insert(0x9000_0000 + k * 0x1230, BlockInfo::default());
+        }
+        let layout = t.layout();
+        let addr = 0x7f00_dead_bee0;
+        let shift = (layout & 0x7f) as u32;
+        assert_eq!(shift, t.shift);
+        assert_eq!(layout >> 7, t.entries.as_ptr() as u64);
+        assert_eq!(home_in(shift, addr), {
+            t.insert(addr, BlockInfo::default());
+            t.find(addr).unwrap()
+        });
     }
 }
