@@ -17,6 +17,7 @@
 #include <sys/mman.h>
 #include <sys/msg.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/sem.h>
@@ -30,6 +31,7 @@
 #include <sys/timerfd.h>
 #include <sys/times.h>
 #include <sys/uio.h>
+#include <sys/user.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -276,6 +278,52 @@ static void children(void) {
     free(si), free(status), free(ru);
 }
 
+/* A child stopped under our ptrace, as a debugger's tracee is. */
+static pid_t traced_child(void) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        ptrace(PTRACE_TRACEME, 0, 0, 0);
+        raise(SIGSTOP);
+        _exit(5);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    return pid;
+}
+
+/* What a debugger reads of its tracee (gdb: registers, siginfo, words of its memory). */
+static void debugger(void) {
+    pid_t pid = traced_child();
+    struct user_regs_struct *regs = fresh(sizeof *regs);
+    if (ptrace(PTRACE_GETREGS, pid, 0, regs) == 0) {
+        use(regs, sizeof *regs);
+        /* The peeked word, written by the kernel into the caller's `data`. */
+        long *word = fresh(sizeof *word);
+        if (syscall(SYS_ptrace, PTRACE_PEEKDATA, pid, regs->rsp, word) == 0)
+            use(word, sizeof *word);
+        free(word);
+    }
+    struct user_fpregs_struct *fp = fresh(sizeof *fp);
+    if (ptrace(PTRACE_GETFPREGS, pid, 0, fp) == 0)
+        use(fp, sizeof *fp);
+    siginfo_t *si = fresh(sizeof *si);
+    if (ptrace(PTRACE_GETSIGINFO, pid, 0, si) == 0)
+        use(si, sizeof *si);
+    unsigned long *msg = fresh(sizeof *msg);
+    if (ptrace(PTRACE_GETEVENTMSG, pid, 0, msg) == 0)
+        use(msg, sizeof *msg);
+    /* A register set bigger than the kernel's: iov_len comes back as what it wrote. */
+    struct iovec *iov = fresh(sizeof *iov);
+    iov->iov_base = fresh(1024);
+    iov->iov_len = 1024;
+    if (ptrace(PTRACE_GETREGSET, pid, 1 /* NT_PRSTATUS */, iov) == 0)
+        use(iov->iov_base, iov->iov_len);
+    ptrace(PTRACE_CONT, pid, 0, 0);
+    int status;
+    waitpid(pid, &status, 0);
+    free(regs), free(fp), free(si), free(msg), free(iov->iov_base), free(iov);
+}
+
 static void memory(void) {
     long page = sysconf(_SC_PAGESIZE);
     char *m = mmap(NULL, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -452,6 +500,11 @@ int main(int argc, char **argv) {
         int r = open("/dev/urandom", O_RDONLY);
         ioctl(r, RNDGETENTCNT, freed(sizeof(int)));
         close(r);
+    } else if (!strcmp(c, "ptrace")) {
+        pid_t pid = traced_child();
+        ptrace(PTRACE_GETREGS, pid, 0, freed(sizeof(struct user_regs_struct)));
+        ptrace(PTRACE_CONT, pid, 0, 0);
+        waitpid(pid, 0, 0);
     } else if (!strcmp(c, "getitimer")) {
         getitimer(ITIMER_REAL, freed(sizeof(struct itimerval)));
     } else {
@@ -459,6 +512,7 @@ int main(int argc, char **argv) {
         ids_and_limits();
         timers_and_signals();
         children();
+        debugger();
         memory();
         sockets();
         ioctls();

@@ -273,6 +273,9 @@ pub enum Shape {
     Semctl,
     /// `shmctl`: `IPC_STAT`'s and `IPC_SET`'s `struct shmid64_ds`.
     Shmctl,
+    /// `ptrace`: what its request reads or writes in the caller's memory (the peeked
+    /// word, registers, siginfo, an `iovec`'s register set); never the tracee's.
+    Ptrace,
 }
 
 /// A system call's pointer arguments.
@@ -603,6 +606,7 @@ pub const SYSCALLS: &[Syscall] = &[
     ),
     call(99, "sysinfo", &[p(0, "sysinfo(info)", W, Len::Fixed(112))]),
     call(100, "times", &[opt(0, "times(buf)", W, Len::Fixed(32))]),
+    shaped(101, "ptrace", &[], Shape::Ptrace),
     shaped(103, "syslog", &[], Shape::Syslog),
     call(
         115,
@@ -1472,6 +1476,64 @@ fn shape(w: &mut Walk, shape: Shape, args: &[u64; 6]) {
                 _ => {}
             }
         }
+        Shape::Ptrace => ptrace(w, args[0], args[3]),
+    }
+}
+
+/// `ptrace(request, pid, addr, data)` as Valgrind's amd64 wrapper: `data` points into the
+/// caller's memory (`addr` is the tracee's, never checked). glibc's `PTRACE_PEEK*` wrapper
+/// passes its own word as `data`, which the kernel fills: a debugger's every read of its
+/// tracee (gdb: the registers, the breakpoint's siginfo) was undefined without this.
+fn ptrace(w: &mut Walk, request: u64, data: Addr) {
+    // struct user_regs_struct, user_fpregs_struct, siginfo_t, user_desc.
+    const USER_REGS: u64 = 27 * 8;
+    const USER_FPREGS: u64 = 512;
+    const SIGINFO: u64 = 128;
+    const USER_DESC: u64 = 16;
+    match request {
+        // PTRACE_PEEKTEXT, PEEKDATA, PEEKUSR
+        1..=3 => w.both("ptrace(peek)", data, 8),
+        12 => w.both("ptrace(getregs)", data, USER_REGS),
+        13 => w.pre("ptrace(setregs)", R, data, USER_REGS),
+        14 => w.both("ptrace(getfpregs)", data, USER_FPREGS),
+        15 => w.pre("ptrace(setfpregs)", R, data, USER_FPREGS),
+        25 => w.both("ptrace(get_thread_area)", data, USER_DESC),
+        26 => w.pre("ptrace(set_thread_area)", R, data, USER_DESC),
+        // PTRACE_GETEVENTMSG
+        0x4201 => w.both("ptrace(geteventmsg)", data, 8),
+        // PTRACE_GETSIGINFO, SETSIGINFO
+        0x4202 => w.both("ptrace(getsiginfo)", data, SIGINFO),
+        0x4203 => w.pre("ptrace(setsiginfo)", R, data, SIGINFO),
+        // PTRACE_GETREGSET, SETREGSET: `data` is an iovec; after the call its length is the
+        // one the kernel wrote back, and that many bytes are marked (as Valgrind, which
+        // reads `iov_len` again in its POST).
+        0x4204 | 0x4205 => {
+            let get = request == 0x4204;
+            let (base_name, len_name, buf_name) = if get {
+                (
+                    "ptrace(getregset iovec->iov_base)",
+                    "ptrace(getregset iovec->iov_len)",
+                    "ptrace(getregset *(iovec->iov_base))",
+                )
+            } else {
+                (
+                    "ptrace(setregset iovec->iov_base)",
+                    "ptrace(setregset iovec->iov_len)",
+                    "ptrace(setregset *(iovec->iov_base))",
+                )
+            };
+            w.pre(base_name, R, data, 8);
+            w.pre(len_name, R, data + 8, 8);
+            let (Some(base), Some(len)) = (w.r.u64(data), w.r.u64(data + 8)) else {
+                return;
+            };
+            if get {
+                w.both(buf_name, base, len);
+            } else {
+                w.pre(buf_name, R, base, len);
+            }
+        }
+        _ => {}
     }
 }
 
