@@ -13,6 +13,18 @@ fn main() {
         .flag("-fvisibility=default")
         .opt_level(2)
         .compile("oxgrind_shim");
+    // Runs while the loader relocates us, before any object is initialised (init_order.c):
+    // no call may leave the file (no loop turned into memset/memcpy) and no stack-protector
+    // canary (it lives in TLS).
+    println!("cargo:rerun-if-changed=src/init_order.c");
+    cc::Build::new()
+        .file("src/init_order.c")
+        .flag("-fno-builtin")
+        .flag("-fno-tree-loop-distribute-patterns")
+        .flag("-fno-stack-protector")
+        .flag("-fvisibility=hidden")
+        .opt_level(2)
+        .compile("oxgrind_init_order");
     // The string functions must never become calls to themselves: no builtins, and no
     // turning a copy loop into a memcpy/memmove call.
     println!("cargo:rerun-if-changed=src/strings.c");

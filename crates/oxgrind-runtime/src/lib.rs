@@ -28,6 +28,7 @@ pub mod fds;
 pub mod guard;
 pub mod hooks;
 pub mod host;
+pub mod init_order;
 pub mod instrument;
 pub mod libc_api;
 pub mod limits;
@@ -44,9 +45,11 @@ pub mod trackfds;
 #[global_allocator]
 static HEAP: oxgrind_sys::heap::PrivateHeap = oxgrind_sys::heap::PrivateHeap::new();
 
-/// Our constructor: runs before the program's own constructors and `main` (a preloaded
-/// library is initialised right after libc). Initialising here rather than lazily keeps the
-/// first `malloc` of the program cheap and installs the exit and signal handling early.
+/// Our constructor: runs before the program's own constructors and `main`, and, moved there
+/// by [`init_order`], before every other library's but our own dependencies' (libc,
+/// libgcc_s, the loader), so the engine sees their constructors' allocations. Initialising
+/// here rather than lazily keeps the first `malloc` of the program cheap and installs the
+/// exit and signal handling early.
 #[used]
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = on_load;
@@ -69,6 +72,16 @@ extern "C" fn on_load() {
         // --track-fds learns each descriptor's opening stack from the engine (trackfds.rs).
         if rt.core.track_fds != oxgrind_options::TrackFds::No {
             trackfds::enable();
+        }
+        if rt.core.view.verbosity > 0 && init_order::others_initialised_first() {
+            oxgrind_sys::fd::write_all(
+                2,
+                format!(
+                    "oxgrind: other libraries' constructors ran before ours ({:?}): their allocations are not seen\n",
+                    init_order::result()
+                )
+                .as_bytes(),
+            );
         }
         if wants_engine(&rt.needs) || trackfds::enabled() {
             hooks::set_events_native(&rt.needs);

@@ -60,13 +60,13 @@ fn blocks_a_librarys_constructor_got_from_the_programs_own_new_are_new_blocks() 
 /// A program with its own `malloc`, `calloc`, `realloc` and `free` (rustc links jemalloc
 /// into its executable) has them replaced, as Valgrind's `somalloc` synonym replaces every
 /// object's: from main on they never run ("calls 0"), the overrun and the leak are
-/// Valgrind's report. A library's constructor allocates through them before our
-/// constructor runs; its destructor's `realloc` and `free` of those blocks, which we never
-/// saw, go back to the program's allocator unreported (before: "Invalid free"). Valgrind
-/// saw those 5 blocks (and their realloc's and free's) from the first instruction: its
-/// "total heap usage" counts them, ours does not.
+/// Valgrind's report. A library's constructor allocates through them: our constructor runs
+/// before that library's (`init_order.c`), so the engine sees those 5 blocks, and their
+/// destructor's `realloc`s and `free`s, as Valgrind, which starts before the loader, does:
+/// the same "total heap usage" (before session 15: 5 allocs, 4 frees, 4,193 bytes, the
+/// early blocks unseen and handed back to the program's allocator at their free).
 #[test]
-fn a_programs_own_malloc_is_replaced_and_its_early_blocks_go_back_to_it() {
+fn a_programs_own_malloc_is_replaced_and_a_librarys_constructor_blocks_are_seen() {
     let prog = build_with_library(
         "gcc",
         ("mc_early_malloc_lib.c", "-O0", "mc_early_malloc"),
@@ -83,7 +83,7 @@ fn a_programs_own_malloc_is_replaced_and_its_early_blocks_go_back_to_it() {
         "{report}"
     );
     assert!(
-        report.contains("total heap usage: 5 allocs, 4 frees, 4,193 bytes allocated"),
+        report.contains("total heap usage: 10 allocs, 9 frees, 4,349 bytes allocated"),
         "{report}"
     );
     if !have_valgrind() {
@@ -96,14 +96,10 @@ fn a_programs_own_malloc_is_replaced_and_its_early_blocks_go_back_to_it() {
         "{}",
         stderr(&theirs)
     );
-    let without_usage = |r: &str| {
-        normalize_report(r)
-            .lines()
-            .filter(|l| !l.contains("total heap usage"))
-            .map(|l| format!("{l}\n"))
-            .collect::<String>()
-    };
-    assert_same_report(&without_usage(&report), &without_usage(&stderr(&theirs)));
+    assert_same_report(
+        &normalize_report(&report),
+        &normalize_report(&stderr(&theirs)),
+    );
 }
 
 /// Builds a shared library (`lib`: corpus source, optimisation, name `lib<name>.so`) and a
@@ -147,4 +143,53 @@ fn build_with_library(
         rpath.as_ref(),
     ]);
     prog
+}
+
+/// rustc: its executable's jemalloc is the program's malloc, and libLLVM (its own
+/// `operator new`/`delete`) allocates in static constructors, which ld.so runs before a
+/// preloaded library's unless we move ours first (`init_order.c`). Valgrind, which starts
+/// before ld.so, reports 4 mismatched `delete[]`s made in those constructors and counts
+/// 762 allocations; so must we (before: no error, 339 allocations). The bytes are not
+/// compared: two blocks are larger with us (docs/differences-from-valgrind.md).
+#[test]
+fn rustc_version_counts_the_allocations_of_libllvms_constructors_as_valgrind_does() {
+    let Some(rustc) = Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| std::path::Path::new(stdout(&o).trim()).join("bin/rustc"))
+        .filter(|p| p.exists())
+    else {
+        return;
+    };
+    if !have_valgrind() {
+        return;
+    }
+    // The summary lines whose counts must agree: errors and contexts, allocations and frees.
+    let counts = |report: &str| {
+        report
+            .lines()
+            .filter_map(|l| {
+                let l = l.split_once("== ").map_or(l, |(_, rest)| rest).trim();
+                if l.starts_with("ERROR SUMMARY:") {
+                    Some(l.to_string())
+                } else {
+                    l.strip_prefix("total heap usage: ")
+                        .map(|u| u.split(" frees").next().unwrap().to_string())
+                }
+            })
+            .chain(report.matches("Mismatched free()").map(str::to_string))
+            .collect::<Vec<_>>()
+    };
+    let ours = run(Command::new(oxgrind()).arg(&rustc).arg("--version"));
+    let theirs = run(Command::new("valgrind").arg(&rustc).arg("--version"));
+    assert_eq!(stdout(&ours), stdout(&theirs));
+    let (ours, theirs) = (stderr(&ours), stderr(&theirs));
+    assert_eq!(
+        counts(&ours),
+        counts(&theirs),
+        "ours:\n{ours}\nValgrind's:\n{theirs}"
+    );
+    assert!(counts(&ours).len() > 2, "{ours}");
 }
