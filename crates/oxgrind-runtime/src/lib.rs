@@ -61,7 +61,8 @@ static FINI: extern "C" fn() = on_unload;
 extern "C" fn on_load() {
     state::ensure_init();
     // Not during set-up: when the program's first `malloc` comes before this constructor
-    // (libstdc++'s emergency pool), set-up runs from that call, and `dlopen`ing ourselves
+    // (libstdc++'s emergency pool, when `init_order` could not put us first, or a
+    // constructor of libc's), set-up runs from that call, and `dlopen`ing ourselves
     // there would run this constructor nested, before the runtime is active: the engine
     // would never start (the dynamic loader does not call a constructor twice).
     if state::runtime().is_some() {

@@ -228,9 +228,10 @@ static EARLY: AtomicPtr<Early> = AtomicPtr::new(core::ptr::null_mut());
 
 /// The original function named `name` (one of [`RELEASING`]) of the object whose own
 /// allocator may have made block `addr` before the engine started, if there is exactly
-/// one such object, some object has its own `free`, and `addr` was in memory mapped then. Other libraries' constructors
-/// run before ours (nothing depends on a preloaded library): rustc's libLLVM fills its
-/// option maps with its own `operator new` (rustc's jemalloc `malloc`) then, and deletes
+/// one such object, some object has its own `free`, and `addr` was in memory mapped then.
+/// Other libraries' constructors run before ours when the loader's order could not be
+/// changed (`init_order.c`; normally ours runs first): rustc's libLLVM then fills its
+/// option maps with its own `operator new` (rustc's jemalloc `malloc`) unseen, and deletes
 /// them at exit through the `operator delete` we redirect to ours. Such a pointer, which
 /// we never saw, is that allocator's block: it goes back to it, natively, unreported.
 pub fn early_original(addr: u64, name: &str) -> Option<u64> {
