@@ -113,7 +113,8 @@ const KEY_INFO: u64 = (1 << 21) - 1;
 /// are), not 0, below 2^47 (user space). Others (none expected) live in the overflow table.
 #[inline(always)]
 fn packs(addr: u64) -> bool {
-    addr & 15 == 0 && addr != 0 && addr < 1 << 47
+    // One compare for the range [16, 2^47): 0 wraps to the top.
+    addr & 15 == 0 && addr.wrapping_sub(16) < (1 << 47) - 16
 }
 
 /// The address part of a packed key (`addr` packs).
@@ -176,6 +177,8 @@ struct ShardTable {
     len: usize,
     /// `64 - log2(entries.len())`.
     shift: u32,
+    /// The number of packed entries at which the table grows (see `SPARSE_MAX`).
+    grow_at: usize,
     overflow: AddrTable<BlockInfo>,
 }
 
@@ -188,6 +191,7 @@ impl ShardTable {
             entries: Vec::new(),
             len: 0,
             shift: 64,
+            grow_at: 0,
             overflow: AddrTable::new(),
         }
     }
@@ -269,17 +273,16 @@ impl ShardTable {
         self.find(addr).map(|i| self.block_at(i, addr))
     }
 
-    /// Adds or replaces the block at `addr`; returns the one replaced.
-    #[inline]
+    /// Adds or replaces the block at `addr`; returns the one replaced. Inlined into its
+    /// callers, as `remove`: each has one on the per-event path.
+    #[inline(always)]
     fn insert(&mut self, addr: u64, info: BlockInfo) -> Option<BlockInfo> {
         if !packs(addr) {
             return self.overflow.insert(addr, info);
         }
         let e = pack(addr, &info);
         let big = info.size >= SIZE_BIG;
-        let n = self.entries.len();
-        let full = if n > SPARSE_MAX { n / 4 * 3 } else { n / 2 };
-        if self.len + 1 > full {
+        if self.len >= self.grow_at {
             self.grow();
         }
         let mask = self.entries.len() - 1;
@@ -309,7 +312,7 @@ impl ShardTable {
     }
 
     /// Removes and returns the block at `addr`.
-    #[inline]
+    #[inline(always)]
     fn remove(&mut self, addr: u64) -> Option<BlockInfo> {
         if !packs(addr) {
             return self.overflow.remove(addr);
@@ -359,6 +362,7 @@ impl ShardTable {
         };
         let old = core::mem::replace(&mut self.entries, vec![vacant; n]);
         self.shift = 64 - n.trailing_zeros();
+        self.grow_at = if n > SPARSE_MAX { n / 4 * 3 } else { n / 2 };
         let mask = n - 1;
         for e in old.into_iter().filter(|e| e.key != EMPTY_KEY) {
             let mut i = home_in(self.shift, (e.key >> 21) << 4);
