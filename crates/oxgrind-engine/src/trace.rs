@@ -288,6 +288,11 @@ pub(crate) fn drain(ctx: &mut ThreadCtx, asked: bool) {
         if ctx.trace_ptr != end {
             crate::recent_lines::clear(ctx);
         }
+        // The delivered records are the tool's now: the buffer is emptied here, not by the
+        // hold's end below, which would take them for dropped ones and empty the
+        // recent-lines tables at every drain (losing the swap bits they keep, so that the
+        // simulator kept lines in another order, and recording every slot's lines again).
+        ctx.trace_ptr = ctx.trace_base;
         ctx.trace_hold = ctx.trace_base;
         pop_hold(ctx);
     } else if ctx.trace_holders != 0 {
