@@ -211,6 +211,36 @@ fn pieces(addr: u64, len: u64, mut f: impl FnMut(u64, usize, usize, usize)) {
     }
 }
 
+/// Most cache lines of V bits [`prefetch_for_write`] starts loading for one range: a
+/// large block's are not worth the fill buffers (and its whole pages go back to the kernel).
+const PREFETCH_LINES: u64 = 16;
+
+/// Starts loading, for writing, the V bits of `[addr, addr + len)` (at most their first
+/// [`PREFETCH_LINES`] lines) where they have a chunk: a hint, which changes nothing
+/// visible. For a freed block going back to glibc (Memcheck): the next `malloc` of its
+/// chunk marks them undefined, and they were last written at its free, a whole freed-block
+/// queue before (a miss to memory per line, on the `malloc`'s path).
+pub fn prefetch_for_write(addr: u64, len: u64) {
+    if !enabled() {
+        return;
+    }
+    let len = len.min(ADDR_LIMIT.saturating_sub(addr));
+    let mut lines = PREFETCH_LINES;
+    pieces(addr, len, |a, off, _, n| {
+        let chunk = chunk_of(a);
+        if chunk == 0 {
+            return;
+        }
+        let (start, end) = layout::covered(off, n);
+        let (mut line, end) = ((chunk + start as u64) & !63, chunk + end as u64);
+        while line < end && lines > 0 {
+            oxgrind_tool::hint::prefetch_write_at(line);
+            line += 64;
+            lines -= 1;
+        }
+    });
+}
+
 /// Marks `[addr, addr + len)` defined or undefined.
 pub fn set(addr: u64, len: u64, defined: bool) {
     if !enabled() {

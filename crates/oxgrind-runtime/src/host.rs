@@ -673,6 +673,10 @@ impl Host for RuntimeHost {
         oxgrind_engine::definedness::set(addr, len, defined)
     }
 
+    fn prefetch_definedness(&self, addr: Addr, len: u64) {
+        oxgrind_engine::definedness::prefetch_for_write(addr, len)
+    }
+
     fn copy_definedness(&self, src: Addr, dst: Addr, len: u64) {
         oxgrind_engine::definedness::copy(src, dst, len)
     }

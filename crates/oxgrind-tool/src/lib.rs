@@ -616,6 +616,10 @@ pub trait Host {
     /// (Memcheck's `make_mem_defined` / `make_mem_undefined`: a calloc'd block, a malloc'd
     /// one).
     fn set_definedness(&self, _addr: Addr, _len: u64, _defined: bool) {}
+    /// With [`Needs::definedness`]: starts loading, for writing, the shadow that holds the
+    /// definedness of `[addr, addr + len)` (a hint: nothing visible changes), ahead of a
+    /// [`Host::set_definedness`] there.
+    fn prefetch_definedness(&self, _addr: Addr, _len: u64) {}
     /// With [`Needs::definedness`]: copies the definedness of `len` bytes from `src` to
     /// `dst` (`realloc` moving a block).
     fn copy_definedness(&self, _src: Addr, _dst: Addr, _len: u64) {}

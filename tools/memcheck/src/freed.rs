@@ -389,6 +389,16 @@ impl FreedQueue {
         big.chain(small).find(near)
     }
 
+    /// The blocks in the queue, in the order of their frees.
+    #[cfg(test)]
+    fn blocks(&self) -> Vec<FreedBlock> {
+        (self.vfirst..self.end)
+            .map(|s| self.entries.get(s))
+            .filter(|e| e.flags() & DROPPED == 0)
+            .map(Entry::block)
+            .collect()
+    }
+
     /// How many blocks the queue holds.
     pub fn len(&self) -> usize {
         self.len
@@ -609,17 +619,17 @@ pub struct FreedBatches {
 #[repr(align(128))]
 struct OwnLines(SpinLock<Batch>);
 
-/// A batch [`FreedBatches::push`] took out, on its way into the queues.
-pub struct FullBatch {
-    items: [FreedBlock; BATCH],
-    len: usize,
-}
-
-impl FullBatch {
-    /// Its frees, oldest first.
-    pub fn blocks(&self) -> &[FreedBlock] {
-        &self.items[..self.len]
-    }
+/// What [`FreedBatches::push`] did with a free.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Pushed {
+    /// Batched.
+    Room,
+    /// Batched, and the batch is full: the caller moves it into the queue
+    /// ([`FreedBatches::absorb`]).
+    Full,
+    /// Not batched: another thread on the same batch filled it and has not moved it into the
+    /// queue yet. The caller moves it ([`FreedBatches::absorb`]) and pushes again.
+    NoRoom,
 }
 
 /// Most blocks that left the queue a batch holds before they go back to glibc.
@@ -745,47 +755,48 @@ impl FreedBatches {
     }
 
     /// Adds a free to the calling thread's batch, and takes the oldest blocks of its ring
-    /// into `giving` (up to [`GIVEN_PER_FREE`]), which the free gives back at its end; when
-    /// the batch is full, returns all of it, oldest first, for the caller to move into the
-    /// queues (with no batch lock held).
+    /// into `giving` (up to [`GIVEN_PER_FREE`]), which the free gives back at its end; says
+    /// whether the batch is full, for the caller to move into the queue
+    /// ([`FreedBatches::absorb`], with no batch lock held: the queue's lock comes first).
     ///
     /// Starts loading the chunks of the blocks the next free gives back: glibc's `free` of
     /// each reads its chunk header and writes the block's first words, lines last touched a
     /// whole `--freelist-vol` of frees ago (a tenth of Memcheck's time on bench alloc was
     /// glibc's `free` missing them). This free's were loaded so by the free before (or by
     /// [`FreedBatches::absorb`], which refilled the ring).
-    pub fn push(&self, f: FreedBlock, giving: &mut Giving) -> Option<FullBatch> {
-        let mine = self.mine();
-        let mut b = mine.lock();
+    #[inline]
+    pub fn push(&self, f: &FreedBlock, giving: &mut Giving) -> Pushed {
+        let mut b = self.mine().lock();
+        let i = b.len;
+        if i == BATCH {
+            return Pushed::NoRoom;
+        }
         b.give_into(giving);
         b.look_ahead();
-        let i = b.len;
-        b.items[i] = f;
-        b.len += 1;
+        b.items[i] = *f;
+        b.len = i + 1;
         b.bytes += f.size;
-        if b.len < BATCH && b.bytes <= self.volume / 32 {
-            return None;
+        if i + 1 < BATCH && b.bytes <= self.volume / 32 {
+            Pushed::Room
+        } else {
+            Pushed::Full
         }
-        let n = b.len;
-        let mut out = FullBatch {
-            items: [EMPTY; BATCH],
-            len: n,
-        };
-        out.items[..n].copy_from_slice(&b.items[..n]);
-        b.len = 0;
-        b.bytes = 0;
-        Some(out)
     }
 
-    /// Moves a full batch into `queue` (the caller holds its lock), the blocks that left
-    /// it into the calling thread's ring, and tops `giving` up from there (a block larger
-    /// than the queue leaves in the very free that queued it); whether more left than the
-    /// ring holds.
-    pub fn absorb(&self, queue: &mut FreedQueue, full: &FullBatch, giving: &mut Giving) -> bool {
-        for b in full.blocks() {
-            queue.push(b);
+    /// Moves the calling thread's batch into `queue` (the caller holds its lock), the
+    /// blocks that left it into the thread's ring, and tops `giving` up from there (a block
+    /// larger than the queue leaves in the very free that queued it); whether more left
+    /// than the ring holds. The batch is read where it is, under its lock taken after the
+    /// queue's (as [`FreedBatches::drain`] takes them): a batch copied out under its lock
+    /// alone was a 400-byte copy per batch.
+    pub fn absorb(&self, queue: &mut FreedQueue, giving: &mut Giving) -> bool {
+        let mut guard = self.mine().lock();
+        let b = &mut *guard;
+        for f in &b.items[..b.len] {
+            queue.push(f);
         }
-        let mut b = self.mine().lock();
+        b.len = 0;
+        b.bytes = 0;
         let behind = b.take_leavers(queue);
         let had = giving.n;
         b.give_into(giving);
@@ -860,20 +871,25 @@ mod batch_tests {
         for (i, &size) in sizes.iter().enumerate() {
             let addr = 0x10_0000 + i as u64 * 0x2000;
             let mut giving = Giving::default();
-            let full = batches.push(
-                FreedBlock {
+            let outcome = batches.push(
+                &FreedBlock {
                     size,
                     ..freed(addr)
                 },
                 &mut giving,
+            );
+            assert_ne!(
+                outcome,
+                Pushed::NoRoom,
+                "one thread never finds its batch full"
             );
             pushed += size;
             let mut give = |a: u64, s: u64| {
                 given.push(a);
                 back += s;
             };
-            if let Some(full) = full {
-                giving.behind = batches.absorb(&mut q, &full, &mut giving);
+            if outcome == Pushed::Full {
+                giving.behind = batches.absorb(&mut q, &mut giving);
             }
             for &(a, s) in giving.blocks() {
                 give(a, s);
@@ -937,33 +953,52 @@ mod batch_tests {
     #[test]
     fn a_threads_frees_reach_the_queue_in_order_by_batch_or_drain() {
         let batches = FreedBatches::new(20_000_000);
-        let mut seen = Vec::new();
+        let mut q = FreedQueue::new(20_000_000, 1_000_000);
         for i in 0..(BATCH as u64 + 3) {
-            if let Some(b) = batches.push(freed(0x1000 + i * 16), &mut Giving::default()) {
-                seen.extend(b.blocks().iter().map(|f| f.addr))
+            let mut giving = Giving::default();
+            if batches.push(&freed(0x1000 + i * 16), &mut giving) == Pushed::Full {
+                assert!(!batches.absorb(&mut q, &mut giving));
             }
         }
-        assert_eq!(seen.len(), BATCH, "one full batch flushed");
-        batches.drain(|b| seen.extend(b.iter().map(|f| f.addr)));
+        assert_eq!(q.len(), BATCH, "one full batch moved");
+        batches.drain(|b| b.iter().for_each(|f| q.push(f)));
         let expected: Vec<u64> = (0..(BATCH as u64 + 3)).map(|i| 0x1000 + i * 16).collect();
-        assert_eq!(seen, expected);
+        assert_eq!(
+            q.blocks().iter().map(|f| f.addr).collect::<Vec<_>>(),
+            expected
+        );
         let mut again = Vec::new();
         batches.drain(|b| again.extend_from_slice(b));
         assert!(again.is_empty(), "drained batches are empty");
+    }
+
+    /// Two threads on one batch: one filled it and has not moved it yet when the other
+    /// frees; that free is refused, not lost, and goes in after the batch moved.
+    #[test]
+    fn a_free_into_a_full_batch_waits_for_it_to_move() {
+        let batches = FreedBatches::new(20_000_000);
+        let mut q = FreedQueue::new(20_000_000, 1_000_000);
+        let mut giving = Giving::default();
+        for i in 0..BATCH as u64 {
+            let full = batches.push(&freed(0x1000 + i * 16), &mut giving) == Pushed::Full;
+            assert_eq!(full, i + 1 == BATCH as u64);
+        }
+        let late = freed(0x9000);
+        assert_eq!(batches.push(&late, &mut giving), Pushed::NoRoom);
+        let _ = batches.absorb(&mut q, &mut giving);
+        assert_eq!(batches.push(&late, &mut giving), Pushed::Room);
+        batches.drain(|b| b.iter().for_each(|f| q.push(f)));
+        let addrs: Vec<u64> = q.blocks().iter().map(|f| f.addr).collect();
+        assert_eq!(addrs.len(), BATCH + 1);
+        assert_eq!(addrs.last(), Some(&0x9000));
     }
 
     #[test]
     fn two_instances_on_one_thread_keep_separate_batches() {
         let a = FreedBatches::new(20_000_000);
         let b = FreedBatches::new(20_000_000);
-        assert!(
-            a.push(freed(0x10), &mut Giving::default()).is_none(),
-            "not full"
-        );
-        assert!(
-            b.push(freed(0x20), &mut Giving::default()).is_none(),
-            "not full"
-        );
+        assert_eq!(a.push(&freed(0x10), &mut Giving::default()), Pushed::Room);
+        assert_eq!(b.push(&freed(0x20), &mut Giving::default()), Pushed::Room);
         let mut from_a = Vec::new();
         a.drain(|x| from_a.extend(x.iter().map(|f| f.addr)));
         assert_eq!(from_a, [0x10]);
