@@ -164,6 +164,48 @@ fn corpus(dir: &Path) -> Vec<Case> {
                 "a=1; while [ $a -lt 50 ]; do a=$((a+1)); done; b=$(echo $a | cat); echo $b",
             ],
         ),
+        // Modules with their own XS code: Storable's freeze/thaw, POSIX, a regex over
+        // UTF-8 text.
+        case(
+            "perl modules",
+            &[
+                "/usr/bin/perl",
+                "-MData::Dumper",
+                "-MStorable=freeze,thaw",
+                "-MPOSIX=floor,strftime",
+                "-e",
+                "use utf8; binmode STDOUT, ':utf8'; $Data::Dumper::Sortkeys = 1; \
+                 my $s = Dumper(thaw(freeze({a => [1..50], b => {x => 'ünï'}}))); \
+                 my @w = ('Grüße, Ωmega straße' =~ /(\\w+)/g); \
+                 print length($s), ' ', scalar(@w), ' ', floor(3.7), strftime(' %Y', gmtime(0)), qq(\\n)",
+            ],
+        ),
+        case(
+            "python3 zlib decimal blake2",
+            &[
+                "/usr/bin/python3",
+                "-c",
+                "import zlib, hashlib, decimal, re\n\
+                 d = zlib.compress(b'hello world' * 500); print(len(d), zlib.decompress(d)[:5])\n\
+                 print(hashlib.blake2b(b'z').hexdigest()[:8], hashlib.sha512(b'y').hexdigest()[:8])\n\
+                 decimal.getcontext().prec = 50; print(decimal.Decimal(1) / decimal.Decimal(7))\n\
+                 print(re.findall(r'\\w+', 'héllo wörld ñ'))",
+            ],
+        ),
+        // A trap run by kill, a coprocess, a job waited for, read -t timing out.
+        case(
+            "bash traps coproc jobs",
+            &[
+                "/bin/bash",
+                "-c",
+                "a=(x y z); a+=(w); declare -A m; m[k]=v; trap 'echo trapped' USR1; kill -USR1 $$; \
+                 read -t 0.05 line < /dev/zero; echo ${#a[@]} ${m[k]} $?; \
+                 coproc C { read l; echo got $l; }; echo ping >&${C[1]}; read r <&${C[0]}; echo $r; wait; \
+                 sleep 0.01 & wait $!; [[ abc =~ b(c) ]] && echo ${BASH_REMATCH[1]}",
+            ],
+        ),
+        // A tracer: ptrace's register and siginfo reads of every child it follows.
+        case("strace -f", &["/usr/bin/strace", "-f", "-o", "/dev/null", "/bin/ls", "/"]),
         case("sed", &["/bin/sed", "-e", "s/1/one/g;s/9$/nine/", &nums]),
         case("awk", &["/usr/bin/awk", "{ s += $1; t[$1 % 7]++ } END { print s, length(t) }", &nums]),
         case("grep", &["/bin/grep", "-c", "-E", "^1.*9$", &nums]),
