@@ -536,6 +536,7 @@ fn release_after_fork() {
 /// abandoned (its code stays valid and mapped) for a fresh one. Every thread's trace
 /// records are the parent's, already its to report.
 fn after_fork_child() {
+    crate::signals::own_handler_table();
     // SAFETY: the child has a single thread, this one, which holds no engine lock here.
     unsafe {
         if GLOBAL.try_lock().is_none() {

@@ -39,7 +39,7 @@
 //! had to be fixed up.
 
 use core::fmt::Write;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 use oxgrind_sys::raw;
 use oxgrind_sys::raw::{KernelSigaction, SA_RESTORER, SA_SIGINFO};
@@ -53,13 +53,32 @@ const NSIG: usize = 65;
 static HANDLER: [AtomicU64; NSIG] = [const { AtomicU64::new(0) }; NSIG];
 static FLAGS: [AtomicU64; NSIG] = [const { AtomicU64::new(0) }; NSIG];
 
+/// The process whose handlers [`HANDLER`] and [`FLAGS`] hold: set when the engine starts
+/// and in a forked child. A child made by `vfork` (or `clone(CLONE_VM)` without
+/// `CLONE_THREAD`, as `posix_spawn` does) shares this memory, tables included, but has
+/// dispositions of its own: what it sets (gdb's and posix_spawn's children put every
+/// handler back to the default before they exec) must not become the parent's.
+static TABLE_PID: AtomicI32 = AtomicI32::new(0);
+
+/// Records the calling process as the owner of the handler table (engine start, and the
+/// child of a fork, which has a copy of the table of its own).
+pub(crate) fn own_handler_table() {
+    TABLE_PID.store(raw::getpid(), Ordering::Release);
+}
+
 /// Performs the guest's `rt_sigaction` with our entry substituted; `None` to let the
-/// kernel handle the call unchanged (invalid arguments, SIGKILL/SIGSTOP).
+/// kernel handle the call unchanged (invalid arguments, SIGKILL/SIGSTOP, a process that
+/// shares our memory but not our dispositions: see [`TABLE_PID`]).
 pub(crate) fn emulate_sigaction(ctx: &ThreadCtx) -> Option<i64> {
     let sig = ctx.gregs[c::RDI] as usize;
     let act = ctx.gregs[c::RSI];
     let oact = ctx.gregs[c::RDX];
     if sig == 0 || sig >= NSIG || sig == 9 || sig == 19 || ctx.gregs[c::R10] != 8 {
+        return None;
+    }
+    if raw::getpid() != TABLE_PID.load(Ordering::Acquire) {
+        // A vfork-like child: the kernel sets its own disposition; a handler it installs
+        // runs natively there (it is about to exec or exit), and the parent's table stays.
         return None;
     }
     let prev_handler = HANDLER[sig].load(Ordering::Acquire);
@@ -121,6 +140,7 @@ pub(crate) fn emulate_sigaction(ctx: &ThreadCtx) -> Option<i64> {
 /// an earlier preloaded library) through `oxg_sig_entry` too, so they run translated like
 /// handlers installed later.
 pub(crate) fn adopt_installed_handlers() {
+    own_handler_table();
     for sig in 1..NSIG {
         if sig == 9 || sig == 19 {
             continue;

@@ -319,3 +319,13 @@ fn the_environment_reaches_the_program_in_its_order() {
         assert_eq!(run(&[ox, "-q"], tool), native, "{tool:?}");
     }
 }
+
+/// A vfork or posix_spawn child shares our memory and puts handlers back to the default
+/// before it execs (gdb's inferiors, posix_spawn's SETSIGDEF): the parent's own handler
+/// still runs afterwards, as natively (gdb hung waiting for a SIGCHLD its handler never got).
+#[test]
+fn a_vfork_childs_signal_dispositions_stay_its_own() {
+    let prog = build("vfork_child_dispositions.c", &["-O2"]);
+    same_as_native_under_the_engine(&prog, &[], None);
+    same_as_native(&prog, &[], None);
+}
