@@ -102,6 +102,14 @@ struct Packed {
     ids: u64,
 }
 
+impl Packed {
+    /// An empty slot.
+    const VACANT: Packed = Packed {
+        key: EMPTY_KEY,
+        ids: 0,
+    };
+}
+
 const EMPTY_KEY: u64 = 0;
 const SIZE_BIG: u64 = 0xffff;
 const FUNC_SHIFT: u32 = 16;
@@ -127,7 +135,7 @@ fn key_of(addr: u64) -> u64 {
 fn pack(addr: u64, b: &BlockInfo) -> Packed {
     Packed {
         key: key_of(addr)
-            | ((b.internal as u64) << 20)
+            | if b.internal { INTERNAL_BIT } else { 0 }
             | ((b.func as u64) << FUNC_SHIFT)
             | b.size.min(SIZE_BIG),
         ids: b.stack.0 as u64 | ((b.tool_word as u64) << 32),
@@ -342,13 +350,7 @@ impl ShardTable {
                 hole = j;
             }
         }
-        self.set(
-            hole,
-            Packed {
-                key: EMPTY_KEY,
-                ids: 0,
-            },
-        );
+        self.set(hole, Packed::VACANT);
         self.len -= 1;
         Some(block)
     }
@@ -356,11 +358,7 @@ impl ShardTable {
     #[cold]
     fn grow(&mut self) {
         let n = (self.entries.len() * 2).max(64);
-        let vacant = Packed {
-            key: EMPTY_KEY,
-            ids: 0,
-        };
-        let old = core::mem::replace(&mut self.entries, vec![vacant; n]);
+        let old = core::mem::replace(&mut self.entries, vec![Packed::VACANT; n]);
         self.shift = 64 - n.trailing_zeros();
         self.grow_at = if n > SPARSE_MAX { n / 4 * 3 } else { n / 2 };
         let mask = n - 1;

@@ -118,39 +118,34 @@ impl Chunks {
         (seq >> CHUNK_SHIFT) as usize & (self.table.len() - 1)
     }
 
-    /// Entry `seq`, whose chunk is held ([`Chunks::open`], not yet [`Chunks::close`]d).
+    /// Where entry `seq` is: its chunk's slot and its index in the chunk, whose length
+    /// (CHUNK, the chunk being held: [`Chunks::open`], not yet [`Chunks::close`]d) bounds it.
     #[inline(always)]
-    fn get(&self, seq: u64) -> &Entry {
+    fn place(&self, seq: u64) -> (usize, usize) {
         let slot = self.slot(seq);
         debug_assert_eq!(
             self.table[slot].len(),
             CHUNK,
             "entry {seq}'s chunk is not held"
         );
+        (slot, seq as usize & (CHUNK - 1))
+    }
+
+    /// Entry `seq`, whose chunk is held.
+    #[inline(always)]
+    fn get(&self, seq: u64) -> &Entry {
+        let (slot, i) = self.place(seq);
         // SAFETY: `slot` is masked to the table's length (a power of two, at least 1), and
         // the caller's chunk is held, so it has CHUNK entries, more than the masked index.
-        unsafe {
-            self.table
-                .get_unchecked(slot)
-                .get_unchecked(seq as usize & (CHUNK - 1))
-        }
+        unsafe { self.table.get_unchecked(slot).get_unchecked(i) }
     }
 
     /// [`Chunks::get`], to write.
     #[inline(always)]
     fn get_mut(&mut self, seq: u64) -> &mut Entry {
-        let slot = self.slot(seq);
-        debug_assert_eq!(
-            self.table[slot].len(),
-            CHUNK,
-            "entry {seq}'s chunk is not held"
-        );
+        let (slot, i) = self.place(seq);
         // SAFETY: as in `get`.
-        unsafe {
-            self.table
-                .get_unchecked_mut(slot)
-                .get_unchecked_mut(seq as usize & (CHUNK - 1))
-        }
+        unsafe { self.table.get_unchecked_mut(slot).get_unchecked_mut(i) }
     }
 
     /// Holds the chunk that starts at `seq` while the queue holds entries from `first`

@@ -55,14 +55,7 @@ pub(super) fn syscall_block(e: &mut Emitter, ins: &Instruction, opts: Options) -
             m.fix = 0;
         }
     }
-    Translation {
-        bytes: core::mem::take(&mut e.buf),
-        stubs: core::mem::take(&mut e.stubs),
-        kind: BlockKind::Syscall,
-        insns: 1,
-        guest_len: ins.len() as u64,
-        pcmap: core::mem::take(&mut e.pcmap),
-    }
+    one_instruction(e, ins, BlockKind::Syscall)
 }
 
 /// One iteration of a `rep` string instruction, looping on itself through its own exit stub,
@@ -181,14 +174,7 @@ pub(super) fn rep_block(
         e.stub_jump(pc);
     }
     e.finish();
-    Ok(Translation {
-        bytes: core::mem::take(&mut e.buf),
-        stubs: core::mem::take(&mut e.stubs),
-        kind: BlockKind::Normal,
-        insns: 1,
-        guest_len: ins.len() as u64,
-        pcmap: core::mem::take(&mut e.pcmap),
-    })
+    Ok(one_instruction(e, ins, BlockKind::Normal))
 }
 
 /// A `rep` string instruction whose iterations are exactly `rcx` (no `repe`/`repne`
@@ -220,10 +206,15 @@ fn whole_instruction(e: &mut Emitter, ins: &Instruction, pc: u64, raw: &[u8]) ->
     e.unmark();
     e.stub_jump(ins.next_ip());
     e.finish();
+    one_instruction(e, ins, BlockKind::Normal)
+}
+
+/// The translation of the one guest instruction `ins` that `e` has emitted.
+fn one_instruction(e: &mut Emitter, ins: &Instruction, kind: BlockKind) -> Translation {
     Translation {
         bytes: core::mem::take(&mut e.buf),
         stubs: core::mem::take(&mut e.stubs),
-        kind: BlockKind::Normal,
+        kind,
         insns: 1,
         guest_len: ins.len() as u64,
         pcmap: core::mem::take(&mut e.pcmap),
