@@ -1258,6 +1258,20 @@ mod tests {
             .expect("jrcxz lands on an instruction boundary");
         assert_returns_to(&insns[at..], host + s.stubs[1].offset as u64);
         assert_way_back_is_no_guest_boundary(&s, 1);
+        assert_call_returns_at_the_next_instruction(&s, pc + 7);
+    }
+
+    /// The host pc right after the `syscall` stands for the guest instruction after it (a
+    /// boundary, no fix-ups): a signal that ends the call is delivered there at once, with
+    /// the mask the call had (`special::syscall_block`).
+    fn assert_call_returns_at_the_next_instruction(t: &Translation, next: u64) {
+        let after = t.bytes.windows(2).position(|w| w == [0x0F, 0x05]).unwrap() + 2;
+        let e = t
+            .pcmap
+            .iter()
+            .find(|m| m.host_off as usize == after)
+            .unwrap_or_else(|| panic!("no entry at {after}: {:?}", t.pcmap));
+        assert_eq!((e.guest, e.fix), (next, 0), "{:?}", t.pcmap);
     }
 
     /// `insns` begin with the store of `S_CALL_RETURNED` and a jump to `stub`.
@@ -1313,6 +1327,7 @@ mod tests {
         assert_eq!(insns[0].mnemonic(), Mnemonic::Syscall);
         assert_returns_to(&insns[1..], host + s.stubs[0].offset as u64);
         assert_way_back_is_no_guest_boundary(&s, 0);
+        assert_call_returns_at_the_next_instruction(&s, pc + 2);
     }
 
     #[test]

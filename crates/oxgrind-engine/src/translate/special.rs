@@ -20,6 +20,15 @@ pub(super) fn syscall_block(e: &mut Emitter, ins: &Instruction, opts: Options) -
     // itself: that must read as the guest instruction, not engine code.
     e.mark(ins.ip(), 0);
     e.buf.extend_from_slice(&[0x0F, 0x05]);
+    // Right after the call, before any engine code has run, the guest state is whole: that
+    // of the next instruction, the result in `rax`. A signal that ends the call (EINTR) or
+    // arrives as it returns is delivered here, at once, as the kernel delivers it natively:
+    // with the mask in force during the call. pselect, ppoll, epoll_pwait and sigsuspend
+    // unblock a signal for the call only; deferred to the dispatcher, the signal would be
+    // raised again under the program's usual mask, which blocks it: pending, never handled,
+    // and ending the next such wait at once (gpg-agent spun so for ever). A call that comes
+    // back to the dispatcher (below) is heard there once the handler has returned.
+    e.mark(ins.next_ip(), 0);
     // The call comes back to the dispatcher at its own pc (a syscall block is never linked
     // to), which hears its result (`dispatch::syscall_returned`): every call when the
     // embedder wants the descriptor calls' results (`Options::syscall_returns`), else one
@@ -46,8 +55,8 @@ pub(super) fn syscall_block(e: &mut Emitter, ins: &Instruction, opts: Options) -
     e.stub_jump_existing(back);
     e.finish();
     // The way back is engine code, no guest instruction boundary: an asynchronous signal
-    // that ends the call (EINTR) is stepped on into the dispatcher, which hears the result
-    // first and then delivers the signal at the instruction after the call.
+    // that arrives there is stepped on into the dispatcher, which hears the result first and
+    // then delivers the signal at the instruction after the call.
     let stub = e.stubs[back].offset;
     for m in e.pcmap.iter_mut() {
         if (stub..stub + STUB_FAR_SLOT).contains(&(m.host_off as usize)) {
