@@ -121,9 +121,12 @@ pub(crate) enum Kind {
 pub(crate) struct Event {
     new_size: u64,
     old_size: u64,
-    old_slop: u64,
     /// The clock reading, or [`Event::NO_CLOCK`].
     clock: i64,
+    /// Not beside `old_size`: `Free`'s `size` and `slop` are, and the two were copied in one
+    /// 16-byte load of what the runtime had just stored in two 8-byte halves (a failed
+    /// store-to-load forward: half of `on_free`'s time on the heap path, bench `alloc`).
+    old_slop: u64,
     new_word: u32,
     old_word: u32,
     new_stack: u32,
