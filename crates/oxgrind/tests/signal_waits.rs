@@ -5,7 +5,9 @@
 //! come idles. The engine used to defer such a signal (it arrives right after the `syscall`
 //! instruction, in engine code) and raise it again once the usual mask, which blocks it, was
 //! back: the handler never ran, and every later wait failed at once, a busy loop for ever
-//! (gpg-agent, daemonised by gpg, at 50% CPU). Checked natively against each tool's run,
+//! (gpg-agent, daemonised by gpg, at 50% CPU). Real-time signals queued while blocked and
+//! unblocked by one `sigprocmask` all arrive as that call returns: deferred, they were
+//! merged (one of five lost). Checked natively against each tool's run,
 //! with `--track-fds=yes` too (every system call then comes back to the dispatcher).
 //! Valgrind runs the handler with the usual mask instead of the wait's (it prints
 //! `usr2_open_in_handler=0`), so native is the reference here.
