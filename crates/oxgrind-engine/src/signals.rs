@@ -16,6 +16,11 @@
 //!   `sigreturn_tramp`, which puts the scratch slots back right before the kernel
 //!   restores the interrupted registers. `siglongjmp` out of a handler is an ordinary
 //!   indirect jump and stays in the code cache.
+//! * A signal that ends a system call arrives right after the block's `syscall`, which the
+//!   pc map makes a boundary (`translate::special::syscall_block`): it is delivered there,
+//!   under the mask the call had. Held back instead, a signal that pselect, ppoll,
+//!   epoll_pwait or sigsuspend unblock for the call only would be raised again under the
+//!   program's usual mask, which blocks it.
 //! * When a signal arrives while the thread is inside the engine (dispatcher, translation),
 //!   it is recorded with its `siginfo` and re-raised with `rt_tgsigqueueinfo` (same
 //!   `siginfo`) right after the dispatcher has put the guest registers back
