@@ -220,6 +220,15 @@ pub(crate) unsafe extern "C" fn dispatch(ctx: *mut ThreadCtx) -> u64 {
     if ctx.probe_rec != 0 {
         let rec = ctx.probe_rec;
         ctx.probe_rec = 0;
+        crate::census::probe(rec, {
+            if ctx.vbits_need_step != 0 {
+                crate::census::STEP_DUE
+            } else if ctx.vbits_own_code | ctx.vbits_signal != 0 {
+                crate::census::STEP_CATCH_UP
+            } else {
+                crate::census::STEP_OTHER
+            }
+        });
         crate::probe::run(ctx, rec);
         return signals::maybe_raise(ctx, ctx.scratch[c::S_PROBE_RET]);
     }
@@ -239,6 +248,7 @@ pub(crate) unsafe extern "C" fn dispatch(ctx: *mut ThreadCtx) -> u64 {
         }
     }
     let host = loop {
+        crate::census::lookup(pc);
         let b = block_for(pc);
         match b.kind {
             BlockKind::Normal => {

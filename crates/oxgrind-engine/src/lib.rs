@@ -88,6 +88,7 @@ extern crate alloc;
 
 mod asm;
 mod cache;
+pub mod census;
 mod context;
 pub mod definedness;
 mod describe;

@@ -723,6 +723,38 @@ pub(crate) unsafe extern "C" fn native_entry_gate(ctx: *mut ThreadCtx) -> u64 {
     native_entry_call(ctx, &caller)
 }
 
+/// What a stored probe record is, for the census (`crate::census`).
+pub(crate) enum RecordKind {
+    /// A definedness step: the guest pc and instruction.
+    Definedness(u64, &'static Instruction),
+    /// Any other probe: its pc and kind's name.
+    Other(u64, &'static str),
+}
+
+/// Names the record at `rec` (a `ProbeRec` or a `DefinednessRec` from [`STORE`]).
+pub(crate) fn describe_record(rec: u64) -> RecordKind {
+    // SAFETY: as in `run`: every record starts with its kind, is written once and never
+    // freed; the kind says which it is.
+    unsafe {
+        if *(rec as *const u32) == KIND_DEFINEDNESS {
+            let d = &*(rec as *const DefinednessRec);
+            return RecordKind::Definedness(d.pc, &d.ins);
+        }
+        let r = &*(rec as *const ProbeRec);
+        let name = match r.kind {
+            KIND_ACCESSES => "accesses",
+            KIND_PC => "pc",
+            KIND_TRACE => "trace",
+            KIND_TRACE_FULL => "trace full",
+            KIND_CLIENT_REQUEST => "client request",
+            KIND_NATIVE => "native call",
+            KIND_NATIVE_ENTRY => "native entry",
+            _ => "unknown",
+        };
+        RecordKind::Other(r.pc, name)
+    }
+}
+
 /// Runs the probe whose record the call site passed (from `dispatch`, with the guest
 /// state saved in `ctx` and its XSAVE area).
 pub(crate) fn run(ctx: &mut ThreadCtx, rec: u64) {

@@ -145,6 +145,9 @@ fn start_engine(needs: oxgrind_tool::Needs) {
     if state::env_var("OXGRIND_DEFINEDNESS_SLOW_ONLY").is_some_and(|v| v == b"1") {
         oxgrind_engine::definedness::set_fast_path(false);
     }
+    // Engine development: count the dispatcher's entries by instruction form and site,
+    // written at exit to `<value>.<pid>` (`oxgrind_engine::census`).
+    perfmap::start_census();
     if needs.page_events {
         pages::before_engine();
     }

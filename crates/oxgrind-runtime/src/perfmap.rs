@@ -8,6 +8,9 @@
 //! came from and its first instruction's address. Naming at translation would run the
 //! symboliser under the code cache's lock (and it may `dlopen`, whose `free` reaches the
 //! tool). An engine-development aid, off unless asked for.
+//!
+//! The engine's census of dispatcher entries (`OXGRIND_CENSUS=<prefix>`, another
+//! development aid) is written at the same moment, for the same reasons.
 
 use oxgrind_sys::lock::SpinLock;
 use oxgrind_sys::raw;
@@ -41,6 +44,7 @@ fn on_translated(guest_pc: u64, host: u64, len: u64) {
 /// lock would wait for itself at the next translation.
 pub fn write() {
     oxgrind_engine::run_native(&mut write_natively);
+    oxgrind_engine::run_native(&mut write_census);
 }
 
 fn write_natively() {
@@ -59,5 +63,52 @@ fn write_natively() {
         text.push_str(&format!("{host:x} {len:x} [oxg] {name}@0x{guest:x}\n"));
     }
     let path = format!("/tmp/perf-{}.map", raw::getpid());
+    let _ = oxgrind_tool::Host::write_file(&crate::host::HOST, &path, text.as_bytes());
+}
+
+/// Where the census goes (`OXGRIND_CENSUS`, read at start: the program may change its
+/// environment), `None` when off.
+static CENSUS_PREFIX: SpinLock<Option<String>> = SpinLock::new(None);
+
+/// Turns the engine's census on when `OXGRIND_CENSUS` asks for it (before the engine starts).
+pub fn start_census() {
+    if let Some(v) = crate::state::env_var("OXGRIND_CENSUS").filter(|v| !v.is_empty()) {
+        *CENSUS_PREFIX.lock() = Some(String::from_utf8_lossy(v).into_owned());
+        oxgrind_engine::census::enable();
+    }
+}
+
+/// Writes the engine's census of dispatcher entries to `<prefix>.<pid>`, natively for the
+/// same reason as the map.
+fn write_census() {
+    let Some(prefix) = CENSUS_PREFIX.lock().clone() else {
+        return;
+    };
+    let Some(text) = oxgrind_engine::census::report() else {
+        return;
+    };
+    // Sites are named by the function (and object) their pc lies in.
+    use oxgrind_tool::Host;
+    let mut named = String::with_capacity(text.len() * 2);
+    for line in text.lines() {
+        named.push_str(line);
+        let pc = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|w| w.strip_prefix("0x"))
+            .and_then(|h| u64::from_str_radix(h, 16).ok());
+        if let Some(frame) = pc.and_then(|pc| crate::host::HOST.describe(pc).pop()) {
+            named.push_str(&format!(
+                "  {} {}:{} ({})",
+                frame.function.unwrap_or_default(),
+                frame.file.unwrap_or_default(),
+                frame.line,
+                frame.object.unwrap_or_default()
+            ));
+        }
+        named.push('\n');
+    }
+    let text = named;
+    let path = format!("{prefix}.{}", raw::getpid());
     let _ = oxgrind_tool::Host::write_file(&crate::host::HOST, &path, text.as_bytes());
 }
