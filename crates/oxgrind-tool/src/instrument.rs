@@ -808,8 +808,11 @@ impl Plan {
     }
 
     /// Like [`Plan::accesses`], but the call is made only when a granule an access touches
-    /// has a nonzero byte in the tool's shadow map (`Needs::shadow`); operands the inline
-    /// check cannot compute (gathers, 32-bit addressing) always call.
+    /// has a nonzero byte in the tool's shadow map (`Needs::shadow`), read in ASan's
+    /// encoding: a granule's byte `k` in 1..=7 means its first `k` bytes are unmarked, so
+    /// an access within them makes no call (any other nonzero byte marks the whole
+    /// granule); operands the inline check cannot compute (gathers, 32-bit addressing)
+    /// always call.
     pub fn accesses_filtered(&mut self, insn: usize, data: u64) -> bool {
         self.push_probe(Probe::AccessesFiltered {
             at: insn as u8,

@@ -982,16 +982,14 @@ struct AboveSp {
 /// The out-of-line exact half of a filtered probe's addressability check
 /// (`Emitter::shadow_checks`): the inline part compares, in one read, every granule an
 /// operand of its size could touch from where it starts (up to 7 granules more than it
-/// does); when one of them is not 0, this compares the granules it does touch (its first
-/// and its last byte's), each into the slow call, and goes back.
+/// does); when one of them is not 0, this checks the granules it does touch, in ASan's
+/// encoding (`Emitter::exact_a_checks`), each into the slow call, and goes back.
 struct ExactA {
     /// Position of the rel32 of the inline `jne`.
     jump: usize,
     /// Where the inline path continues.
     resume: usize,
     m: iced_x86::UsedMemory,
-    /// Shadow bytes from the first byte's granule to compare (1 for up to 8 bytes).
-    first_width: u8,
     /// The filtered probe's slow call (index into `Emitter::slow`).
     slow: usize,
     ip: u64,
