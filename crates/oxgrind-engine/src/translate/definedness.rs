@@ -502,14 +502,34 @@ impl Emitter {
     /// ```
     ///
     /// with the out-of-line clean call after the block, as for the fast forms.
+    ///
+    /// With `iteration` (`definedness::rep_iteration_form`: a `rep stos`), an entry that is
+    /// not such a re-entry (the first of each run of the instruction) takes the fast form
+    /// of one iteration instead of the clean call: every entry of a run whose inputs are
+    /// defined is then inline. `rep_next` is left as it is there: it names this pc only
+    /// while a run the step started goes on (its count follows `rcx` down to 0, where no
+    /// entry checks it), so a run of fast entries never meets a stale one.
     pub(super) fn definedness_rep(
         &mut self,
         ip: u64,
         rec: u64,
         flags_live: bool,
+        iteration: Option<&FastForm>,
     ) -> Result<(), TranslateError> {
         self.borrow_rax(ip, flags_live);
         let mut slow = SlowCall::new(ip, rec, flags_live, false);
+        // Where a failed re-entry check goes: the clean call, or the iteration's fast form.
+        let mut to_fast: alloc::vec::Vec<usize> = alloc::vec::Vec::new();
+        let mut not_again = |e: &mut Emitter, cc: u8, slow: &mut SlowCall| {
+            if iteration.is_some() {
+                e.buf.extend_from_slice(&[0x0F, cc]);
+                to_fast.push(e.buf.len());
+                e.d32(0);
+                Ok(())
+            } else {
+                e.jcc_slow(cc, slow)
+            }
+        };
         for off in [c::OFF_VBITS_SIGNAL, c::OFF_VBITS_OWN_CODE] {
             self.buf.extend_from_slice(&[0x65, 0x48, 0x83, 0x3C, 0x25]);
             self.d32(off as u32);
@@ -520,26 +540,26 @@ impl Emitter {
         self.store_gs(0, c::OFF_VBITS_TEMP);
         self.load_gs(0, c::OFF_VBITS);
         self.buf.extend_from_slice(&[0x48, 0x85, 0xC0]);
-        self.jcc_slow(0x84, &mut slow)?;
+        not_again(self, 0x84, &mut slow)?;
         // cmp [rax+last_rsp], rsp; jne slow
         self.buf.extend_from_slice(&[0x48, 0x39, 0xA0]);
         self.d32(OFF_LAST_RSP as u32);
-        self.jcc_slow(0x85, &mut slow)?;
+        not_again(self, 0x85, &mut slow)?;
         // cmp byte [rax+last_call_or_ret], 0; jne slow (the red zone to mark)
         self.buf.extend_from_slice(&[0x80, 0xB8]);
         self.d32(OFF_LAST_CALL_OR_RET as u32);
         self.buf.push(0x00);
-        self.jcc_slow(0x85, &mut slow)?;
+        not_again(self, 0x85, &mut slow)?;
         // cmp [rax+rep_rcx], rcx; jne slow
         self.buf.extend_from_slice(&[0x48, 0x39, 0x88]);
         self.d32(OFF_REP_RCX as u32);
-        self.jcc_slow(0x85, &mut slow)?;
+        not_again(self, 0x85, &mut slow)?;
         // mov rax, [rax+rep_pc]; cmp rax, gs:[temp]; jne slow
         self.buf.extend_from_slice(&[0x48, 0x8B, 0x80]);
         self.d32(OFF_REP_PC as u32);
         self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0x25]);
         self.d32(c::OFF_VBITS_TEMP as u32);
-        self.jcc_slow(0x85, &mut slow)?;
+        not_again(self, 0x85, &mut slow)?;
         // mov rax, gs:[vbits]; dec qword [rax+rep_rcx]
         self.load_gs(0, c::OFF_VBITS);
         self.buf.extend_from_slice(&[0x48, 0xFF, 0x88]);
@@ -548,6 +568,35 @@ impl Emitter {
         slow.back = self.buf.len();
         self.mark(ip, 0);
         self.slow.push(slow);
+        let Some(form) = iteration else {
+            return Ok(());
+        };
+        // jmp <done>; fast: (give back rax and the flags) <the iteration's fast form>; done:
+        self.buf.push(0xE9);
+        let done = self.buf.len();
+        self.d32(0);
+        let fast = self.buf.len();
+        for at in to_fast {
+            let rel = (fast - (at + 4)) as u32;
+            self.buf[at..at + 4].copy_from_slice(&rel.to_le_bytes());
+        }
+        self.push_map_at(fast, ip, super::FIX_RAX_IN_STUB);
+        self.return_rax(flags_live);
+        self.mark(ip, 0);
+        self.definedness_fast(
+            ip,
+            rec,
+            form,
+            flags_live,
+            false,
+            false,
+            false,
+            false,
+            [SpanShare::Own; 2],
+        )?;
+        let rel = (self.buf.len() - (done + 4)) as u32;
+        self.buf[done..done + 4].copy_from_slice(&rel.to_le_bytes());
+        self.mark(ip, 0);
         Ok(())
     }
 

@@ -137,7 +137,8 @@ pub(super) fn rep_block(
     if tool.is_some() && crate::definedness::enabled() {
         if let Some(rec) = crate::probe::definedness_record(ins) {
             if crate::definedness::is_rep(ins) {
-                e.definedness_rep(pc, rec, true)?;
+                let iteration = crate::definedness::rep_iteration_form(ins);
+                e.definedness_rep(pc, rec, true, iteration.as_ref())?;
             } else {
                 e.clean_call(pc, rec);
             }
