@@ -690,6 +690,40 @@ pub fn consume(
     st: &mut ThreadState,
     records: &[TraceRecord],
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if sim.lookups_use_avx2() {
+        // SAFETY: the simulator's caches use AVX2 only when the host has it.
+        unsafe { consume_avx2(sim, blocks, counted, st, records) };
+        return;
+    }
+    consume_records(sim, blocks, counted, st, records);
+}
+
+/// [`consume`] compiled for AVX2, so that the caches' lookups past a set's most recently
+/// used line (`Cache::reorder_avx2`) are inlined into it rather than called.
+///
+/// # Safety
+/// The host must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn consume_avx2(
+    sim: &mut Simulator,
+    blocks: &BlockTable,
+    counted: Counted,
+    st: &mut ThreadState,
+    records: &[TraceRecord],
+) {
+    consume_records(sim, blocks, counted, st, records);
+}
+
+#[inline(always)]
+fn consume_records(
+    sim: &mut Simulator,
+    blocks: &BlockTable,
+    counted: Counted,
+    st: &mut ThreadState,
+    records: &[TraceRecord],
+) {
     for r in records {
         let kind = r.kind();
         if r.tag & ID_TAG != 0 && kind != TraceKind::Block {

@@ -168,7 +168,7 @@ impl Cache {
     /// The host must have AVX2, and the sets must have other tags, at most 64 words of them
     /// with the padding; `GROUPS` is 0 or `stride / 4`.
     #[cfg(target_arch = "x86_64")]
-    #[inline(never)]
+    #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn reorder_avx2<const GROUPS: usize>(&mut self, set: usize, block: u64) -> bool {
         use core::arch::x86_64::*;
@@ -595,6 +595,12 @@ impl Simulator {
         if self.cache_sim && self.i1.ref_is_miss(pc, len) {
             self.queue_ll(id, pc, len, Source::Instr);
         }
+    }
+
+    /// Whether the caches' lookups use AVX2 (so the host has it).
+    #[inline(always)]
+    pub fn lookups_use_avx2(&self) -> bool {
+        self.i1.avx2 && self.d1.avx2
     }
 
     /// Whether the cache simulation is on.
