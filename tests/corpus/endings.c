@@ -1,5 +1,6 @@
 /* Ways a process can end, chosen by argv[1]; each allocates first so there is something
- * to report:  exit | _exit | abort | segv | wait-signal | fork | exec PROG ARGS...
+ * to report:  exit | _exit | exit_group (the system call itself, no exit handlers) | abort
+ * | segv | wait-signal | fork | exec PROG ARGS...
  * | heap-abort | heap-segv (a heap smashed so that glibc's allocator itself aborts or
  * faults: under Massif's default time unit that happens in glibc code oxgrind runs natively) */
 #include <signal.h>
@@ -7,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +25,7 @@ int main(int argc, char **argv) {
     if (!keep[63]) return 1;
     if (!strcmp(how, "exit")) { puts("exit"); return 3; }
     if (!strcmp(how, "_exit")) { puts("_exit"); fflush(stdout); _exit(4); }
+    if (!strcmp(how, "exit_group")) { puts("exit_group"); fflush(stdout); syscall(SYS_exit_group, 5); }
     if (!strcmp(how, "abort")) { fflush(stdout); abort(); }
     if (!strcmp(how, "segv")) { volatile int *p = (int *)16; return *p; }
     if (!strcmp(how, "heap-abort")) {

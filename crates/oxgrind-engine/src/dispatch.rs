@@ -366,6 +366,15 @@ fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
             Action::Run(host)
         }
         SYS_EXIT_GROUP => {
+            // The embedder's report sees the program as it makes the call: its leak
+            // check scans this thread's stack from here and its registers, as Valgrind's
+            // does at this moment.
+            let regs = oxgrind_tool::instrument::GuestRegs {
+                gpr: ctx.gregs,
+                rip: pc,
+                rflags: ctx.gflags,
+            };
+            let _lent = crate::probe::ToolRegsLent::new(ctx, &regs);
             report_exit(ctx.gregs[c::RDI] as i32);
             Action::Run(host)
         }
@@ -653,7 +662,10 @@ fn clone_handshake(ctx: &mut ThreadCtx) {
 
 /// Writes the engine's exit report (once) and calls the embedder's exit hook.
 fn report_exit(status: i32) {
-    if EXIT_REPORTED.swap(1, Ordering::AcqRel) != 0 {
+    // Once per process: a vfork child shares this memory with its parent, and its exit
+    // must not take the parent's report.
+    let pid = raw::getpid() as u64;
+    if EXIT_REPORTED.swap(pid, Ordering::AcqRel) == pid {
         return;
     }
     let (count, stats, on_exit) = {

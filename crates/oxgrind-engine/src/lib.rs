@@ -157,7 +157,9 @@ pub struct Config {
     pub far_code_cache: bool,
     /// Called once, on the engine stack, just before the guest's `exit_group` executes
     /// (the process is about to end; the argument is the exit status). Tools write their
-    /// reports here.
+    /// reports here. When the program made the call, [`guest_regs_in_tool_call`] answers
+    /// with its registers at the `syscall` instruction. The hook may end the process itself
+    /// (with another status); if it returns, the program's call goes ahead.
     pub on_exit: Option<unsafe extern "C" fn(i32)>,
     /// Called when a fatal signal arises in code running natively for the embedder
     /// ([`run_native`]): a fault (signal 4, 5, 7, 8 or 11 from the kernel) or an `abort`

@@ -392,10 +392,16 @@ fn status_override() -> Option<i32> {
 /// process).
 static EXIT_HANDLER: AtomicBool = AtomicBool::new(false);
 
+/// Set when [`run_freeres`] ran: once per process.
+static FREERES_RUN: AtomicBool = AtomicBool::new(false);
+
 /// Runs glibc's and libstdc++'s "free everything" hooks, as Valgrind does at exit
 /// (`--run-libc-freeres`, `--run-cxx-freeres`): memory they keep for the process's lifetime
 /// on purpose (stdio buffers, locale data, the C++ emergency pool) is then not reported.
 fn run_freeres() {
+    if FREERES_RUN.swap(true, Ordering::AcqRel) {
+        return;
+    }
     // Look both up first, as oxgrind and natively (dlsym may allocate an error string, and
     // its symbol search is not the program's work: counted, it would add about 1,600
     // instructions to the clock of DHAT's blocks live at exit); then call them as the
@@ -457,6 +463,45 @@ extern "C" fn last_exit_handler_at(status: c_int, _arg: *mut c_void, entry_sp: u
     }
     // SAFETY: fflush(NULL) flushes every open stream; we are at exit, in the program's thread.
     unsafe { libc_api::fflush(core::ptr::null_mut()) };
+    run_freeres();
+    if REPORT_AT_EXIT_GROUP.load(Ordering::Acquire) {
+        // The rest of glibc's exit runs as the program's, up to its exit_group, where the
+        // report is written (at_exit_group).
+        return;
+    }
+    finish(Exit::Normal(status));
+    raw::exit_group(status_override().unwrap_or(status));
+}
+
+/// Set once the translation engine runs the program: it then sees the program's
+/// `exit_group` and calls [`at_exit_group`] there.
+static REPORT_AT_EXIT_GROUP: AtomicBool = AtomicBool::new(false);
+
+/// The engine runs the program from now on (called once, from our constructor).
+pub fn report_at_exit_group() {
+    REPORT_AT_EXIT_GROUP.store(true, Ordering::Release);
+}
+
+/// The engine's exit hook: the program is making its `exit_group` system call. Valgrind
+/// writes its report at this moment, and its leak check scans the stack from the stack
+/// pointer here: by now the rest of glibc's exit (after the last exit handler: stdio's
+/// clean-up, `_exit`) has overwritten slots of dead frames that the program's code left
+/// block addresses in, such as main's temporaries below `__run_exit_handlers`' frame.
+/// Scanned from inside our exit handler, one such slot kept a block reachable that
+/// Valgrind reports lost. Also the only report of a program that calls `exit_group`
+/// itself (`syscall(SYS_exit_group, n)`), skipping its exit handlers.
+pub unsafe extern "C" fn at_exit_group(status: c_int) {
+    if state::runtime().is_none() || FINISHED.load(Ordering::Acquire) {
+        return; // the call goes ahead (after _exit's or a fatal signal's report)
+    }
+    if raw::getpid() != OWNER_PID.load(Ordering::Acquire) {
+        return; // a vfork child: nothing here is its own to report
+    }
+    if let Some(regs) = oxgrind_engine::guest_regs_in_tool_call() {
+        crate::roots::note_exit_sp_at(regs.rsp());
+    }
+    // Skipped exit handlers (the program's own call) skip none of this, as with Valgrind;
+    // here glibc's clean-up runs natively, on the engine's stack.
     run_freeres();
     finish(Exit::Normal(status));
     raw::exit_group(status_override().unwrap_or(status));

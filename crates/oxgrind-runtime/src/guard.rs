@@ -65,6 +65,13 @@ pub fn this_thread() -> &'static ThreadState {
     unsafe { &*(oxg_thread_block_addr() as *const ThreadState) }
 }
 
+/// The calling thread's [`ThreadState`] block, as `[start, end)`: not a root of the
+/// program's heap (it holds the blocks of the event in progress).
+pub fn thread_block_range() -> (u64, u64) {
+    let start = this_thread() as *const ThreadState as u64;
+    (start, start + core::mem::size_of::<ThreadState>() as u64)
+}
+
 impl ThreadState {
     /// The thread's kernel thread id.
     #[inline]

@@ -134,6 +134,7 @@ fn start_engine(needs: oxgrind_tool::Needs) {
         origins: needs.origins,
         before_syscalls: needs.before_syscalls,
         core_requests: Some(requests::answer),
+        on_exit: Some(exit::at_exit_group),
         on_fatal_in_native: Some(exit::fatal_signal_natively),
         on_translated: perfmap::hook(),
         // Without a client to ask, the allocator bypass is the only redirection.
@@ -160,7 +161,11 @@ fn start_engine(needs: oxgrind_tool::Needs) {
     // SAFETY: called once, from our ELF constructor, on the main thread before any other
     // thread exists; our global allocator is the private heap and we link with -z now, as
     // start_from_constructor requires.
-    if let Err(e) = unsafe { oxgrind_engine::start_from_constructor(config) } {
+    let started = unsafe { oxgrind_engine::start_from_constructor(config) };
+    if started.is_ok() {
+        exit::report_at_exit_group();
+    }
+    if let Err(e) = started {
         oxgrind_sys::fd::write_all(
             2,
             format!("oxgrind: the translation engine could not start ({e:?}); the program runs natively\n").as_bytes(),

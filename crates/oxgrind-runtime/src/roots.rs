@@ -137,6 +137,24 @@ static DEPARTED: AtomicUsize = AtomicUsize::new(0);
 static RELEASE: AtomicBool = AtomicBool::new(false);
 /// Registers saved by stopped threads: (tid, regs), written by their handlers.
 static mut SAVED: [(i32, [u64; NREGS]); MAX_THREADS] = [(0, [0; NREGS]); MAX_THREADS];
+/// Where each stopped thread's runtime blocks are ([`own_thread_memory`]), beside `SAVED`.
+static mut SAVED_OWN: [OwnThreadMemory; MAX_THREADS] = [[(0, 0); 2]; MAX_THREADS];
+
+/// The runtime's per-thread blocks of a thread, as `[start, end)` ranges.
+type OwnThreadMemory = [(u64, u64); 2];
+
+/// The calling thread's runtime blocks: static TLS of our library, which lives in the
+/// program's memory (the main thread's in the loader's allocation, another thread's at the
+/// top of its stack). The cache of recent stack walks holds the frame pointers and stack
+/// words the walks read: at -O1 and above `rbp` is an ordinary register, and a block
+/// address it held at an allocation kept that block "reachable" for ever (a block
+/// Valgrind reports definitely lost, mc_cxx_access.cpp at -O1).
+fn own_thread_memory() -> OwnThreadMemory {
+    [
+        crate::stacks::walk_cache_range(),
+        crate::guard::thread_block_range(),
+    ]
+}
 
 extern "C" fn on_stop(_sig: i32, _info: *mut core::ffi::c_void, ctx: *mut core::ffi::c_void) {
     let i = ARRIVED.fetch_add(1, Ordering::AcqRel);
@@ -145,6 +163,7 @@ extern "C" fn on_stop(_sig: i32, _info: *mut core::ffi::c_void, ctx: *mut core::
         // SAFETY: the kernel passes a valid ucontext_t; slot i is this thread's alone.
         unsafe {
             let gregs = (ctx as *const u8).add(40) as *const u64;
+            *core::ptr::addr_of_mut!(SAVED_OWN[i]) = own_thread_memory();
             let slot = &mut *core::ptr::addr_of_mut!(SAVED[i]);
             slot.0 = raw::gettid();
             for (r, v) in slot.1.iter_mut().enumerate() {
@@ -331,6 +350,20 @@ fn with_roots_gated(f: &mut dyn FnMut(&[RootRange]), request_sp: Option<u64>) {
     for (tid, regs) in &saved {
         stack_of(*tid, regs[15], &mut roots); // REG_RSP
     }
+    // At the exit_group the engine saw, this thread's own registers, as Valgrind scans
+    // every thread's.
+    let exit_regs: Option<[u64; 16]> = request_sp
+        .is_none()
+        .then(oxgrind_engine::guest_regs_in_tool_call)
+        .flatten()
+        .map(|r| r.gpr);
+    if let Some(regs) = &exit_regs {
+        roots.push(RootRange {
+            start: regs.as_ptr() as u64,
+            end: regs.as_ptr() as u64 + 16 * 8,
+            kind: RootKind::Registers { tid: raw::gettid() },
+        });
+    }
     for (tid, regs) in &saved {
         roots.push(RootRange {
             start: regs.as_ptr() as u64,
@@ -379,6 +412,32 @@ fn with_roots_gated(f: &mut dyn FnMut(&[RootRange]), request_sp: Option<u64>) {
     }
     // A thread that never answered has no saved SP, so its stack mapping was not cut above:
     // it was offered whole as a writable mapping, which over-approximates but misses nothing.
+
+    // Our per-thread blocks, wherever they lie: not the program's.
+    let mut own: Vec<(u64, u64)> = own_thread_memory().to_vec();
+    // SAFETY: as for SAVED above (written before ARRIVED counted the thread).
+    own.extend((0..arrived).flat_map(|i| unsafe { *core::ptr::addr_of!(SAVED_OWN[i]) }));
+    own.retain(|&(s, e)| s < e);
+    let roots: Vec<RootRange> = roots
+        .into_iter()
+        .flat_map(|r| {
+            let holes: Vec<(u64, u64)> = own
+                .iter()
+                .filter(|&&(s, e)| s < r.end && r.start < e)
+                .copied()
+                .collect();
+            let parts = if holes.is_empty() {
+                vec![(r.start, r.end)]
+            } else {
+                complement(r.start, r.end, holes)
+            };
+            parts.into_iter().map(move |(start, end)| RootRange {
+                start,
+                end,
+                kind: r.kind,
+            })
+        })
+        .collect();
 
     f(&roots);
 

@@ -387,6 +387,14 @@ extern "C" {
     fn oxg_walk_cache_addr() -> *mut u8;
 }
 
+/// The calling thread's walk cache, as `[start, end)`: not a root of the program's heap
+/// (it holds copies of the frame pointers and stack words its walks read).
+pub fn walk_cache_range() -> (u64, u64) {
+    // SAFETY: only the address of this thread's block is taken.
+    let start = unsafe { oxg_walk_cache_addr() } as u64;
+    (start, start + core::mem::size_of::<WalkCache>() as u64)
+}
+
 /// What a cached walk must match besides its reads.
 #[derive(Clone, Copy)]
 struct WalkKey {

@@ -192,14 +192,17 @@ fn corpus(dir: &Path) -> Vec<Case> {
                  print(re.findall(r'\\w+', 'héllo wörld ñ'))",
             ],
         ),
-        // A trap run by kill, a coprocess, a job waited for, read -t timing out.
+        // A trap run by kill, a coprocess, a job waited for. (Not `read -t`: depending on
+        // when its alarm arrives, bash's read_builtin hands sigprocmask an uninitialised
+        // set, and Valgrind reported it in a loaded CI run though not in 7 runs by hand:
+        // not a clean program.)
         case(
             "bash traps coproc jobs",
             &[
                 "/bin/bash",
                 "-c",
                 "a=(x y z); a+=(w); declare -A m; m[k]=v; trap 'echo trapped' USR1; kill -USR1 $$; \
-                 read -t 0.05 line < /dev/zero; echo ${#a[@]} ${m[k]} $?; \
+                 echo ${#a[@]} ${m[k]} $?; \
                  coproc C { read l; echo got $l; }; echo ping >&${C[1]}; read r <&${C[0]}; echo $r; wait; \
                  sleep 0.01 & wait $!; [[ abc =~ b(c) ]] && echo ${BASH_REMATCH[1]}",
             ],

@@ -96,6 +96,33 @@ fn underscore_exit_writes_the_file() {
     assert_measured(&files);
 }
 
+/// A program that makes the exit_group system call itself runs none of glibc's exit code:
+/// the engine sees the call (Massif's default time unit, Memcheck), and the report is
+/// written there, as Valgrind writes it.
+#[test]
+fn an_exit_group_system_call_of_the_programs_own_writes_the_report() {
+    let (o, files, _d) = run_mode_in("i", &["exit_group"]);
+    assert_eq!(o.status.code(), Some(5), "{o:?}");
+    assert_measured(&files);
+    let o = run(Command::new(oxgrind())
+        .args(["--leak-check=full", "--error-exitcode=9"])
+        .arg(endings())
+        .arg("exit_group"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    // glibc's stdout buffer is freed by its clean-up hooks, which run here too (Valgrind's
+    // 65 allocs, 1 frees).
+    assert!(
+        err.contains("in use at exit: 65,536 bytes in 64 blocks")
+            && err.contains("total heap usage: 65 allocs, 1 frees"),
+        "{err}"
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(5),
+        "no error: the program's status\n{err}"
+    );
+}
+
 #[test]
 fn abort_writes_the_file_and_dies_by_sigabrt() {
     let (status, files, _d) = run_mode(&["abort"]);
