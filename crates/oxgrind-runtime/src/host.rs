@@ -39,6 +39,7 @@ pub fn after_fork_child() {
         SYMBOLIZER.force_unlock();
     }
     keep_proc_files();
+    create_log_file_now(false);
 }
 
 /// Keeps the `/proc/self` files oxgrind reads during the run open among our descriptors
@@ -123,6 +124,7 @@ pub fn keep_log_fd() {
     if let LogDest::Fd(fd) = rt.core.log {
         LOG_FD_COPY.store(keep_fd(fd, "log"), Ordering::Release);
     }
+    create_log_file_now(true);
     if let Some(LogDest::Fd(fd)) = rt.core.xml {
         XML_FD_COPY.store(keep_fd(fd, "XML"), Ordering::Release);
     }
@@ -145,6 +147,20 @@ fn keep_fd(fd: i32, what: &str) -> i32 {
     };
     crate::fds::register(copy);
     copy
+}
+
+/// Creates the `--log-file` now rather than at the first line logged, as Valgrind creates
+/// it when each process starts, and when a forked child starts if the name holds `%p`
+/// (`at_start`: this image's start; otherwise a fork): with `-q`, a process with nothing to
+/// report still leaves its empty file, which scripts look for (tmux's forked server left
+/// none). A child silenced by `--child-silent-after-fork` gets none, as with Valgrind.
+fn create_log_file_now(at_start: bool) {
+    let Some(rt) = state::runtime() else { return };
+    if let LogDest::File(t) = &rt.core.log {
+        if at_start || (t.contains("%p") && !SILENT.load(Ordering::Acquire)) {
+            let _ = log_fd();
+        }
+    }
 }
 
 fn log_fd() -> i32 {

@@ -558,6 +558,44 @@ fn log_file_templates_and_the_parent_pid_line() {
     );
 }
 
+/// With `-q --log-file=...%p`, every process leaves its file, empty when it has nothing to
+/// report, as Valgrind's do: the shell, its forked subshell, and the programs they exec.
+/// (Files were made at the first line logged: quiet processes left none.) With
+/// `--child-silent-after-fork=yes` the forked subshell makes none.
+#[test]
+fn quiet_log_files_exist_for_every_process_as_valgrinds() {
+    if !have_valgrind() {
+        return;
+    }
+    let script = "/bin/true; (/bin/true; exit 0); exit 0";
+    for silent in [false, true] {
+        let count = |tool: &std::path::Path| {
+            let dir = tempfile::tempdir().unwrap();
+            let mut c = Command::new(tool);
+            c.args(["-q", "--trace-children=yes", "--log-file=log.%p"]);
+            if silent {
+                c.arg("--child-silent-after-fork=yes");
+            }
+            let o = run(c.args(["/bin/sh", "-c", script]).current_dir(dir.path()));
+            assert!(o.status.success(), "{}", stderr(&o));
+            let sizes: Vec<u64> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .flatten()
+                .map(|e| e.metadata().unwrap().len())
+                .collect();
+            assert!(
+                sizes.iter().all(|&n| n == 0),
+                "quiet logs not empty: {sizes:?}"
+            );
+            sizes.len()
+        };
+        let ours = count(&oxgrind());
+        let theirs = count(std::path::Path::new("valgrind"));
+        assert_eq!(ours, theirs, "log files (silent children: {silent})");
+        assert!(ours >= 2, "{ours}");
+    }
+}
+
 /// The block from "Process terminating with default action of signal" to the heap summary.
 fn fatal_block(report: &str) -> String {
     let start = report
