@@ -230,6 +230,11 @@ pub struct ThreadCtx {
     /// a guest `rt_sigreturn`, which may resume in the middle of a block after a handler
     /// ran translated code (or changed a register), clears them (`signals`).
     pub vbits_span: [u64; 2],
+    /// Definedness: the guest pc whose step the interpreter already made, for a block that
+    /// left through a slow call's side exit (`translate::definedness::Proofs`): the block
+    /// at that pc makes the step again (`vbits_need_step` is 1 then), and
+    /// `definedness::step` skips it once. 0: none. The next step consumes it.
+    pub vbits_stepped_pc: u64,
     pub sig_ring: [[u64; SCRATCH_SLOTS]; SIG_RING],
     /// Per ring level: the pc the kernel put in the context, and the pc the guest handler
     /// was shown (the guest pc when the host pc could be mapped, else the same).
@@ -313,6 +318,7 @@ off!(OFF_VBITS_GPR, vbits_gpr);
 off!(OFF_VBITS_FLAGS, vbits_flags);
 off!(OFF_VBITS_NEED_STEP, vbits_need_step);
 off!(OFF_VBITS_SPAN, vbits_span);
+off!(OFF_VBITS_STEPPED_PC, vbits_stepped_pc);
 // The inline catch-up zeroes the registers' and the flags' shadows as one run of qwords.
 const _: () = assert!(OFF_VBITS_FLAGS == OFF_VBITS_GPR + 16 * 8);
 

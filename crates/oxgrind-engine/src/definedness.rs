@@ -454,6 +454,8 @@ struct Pending {
 /// the handler interrupted, or one that returned just before it: the handler's own calls,
 /// its `rt_sigreturn` included, take [`ThreadShadow::pending`] meanwhile).
 struct Interrupted {
+    /// `ThreadCtx::vbits_stepped_pc`: a side exit's step, made at the interrupted point.
+    stepped_pc: u64,
     regs: ShadowRegisters,
     vectors_stale: bool,
     reg_origins: [origins::Otag; origins::SLOTS],
@@ -577,6 +579,7 @@ pub(crate) fn reuse(ctx: &mut ThreadCtx) {
     ctx.vbits_gpr = [0; 16];
     ctx.vbits_flags = 0;
     ctx.vbits_need_step = 1;
+    ctx.vbits_stepped_pc = 0;
 }
 
 /// The general registers' and the flags' shadows live in the thread context (for the
@@ -718,6 +721,12 @@ pub(crate) fn step(ctx: &mut ThreadCtx, rec: &StepRec, pc: u64, cl: Client) {
     step_with(ctx, t, rec, pc, cl);
 }
 
+/// Whether the instruction after `rec`'s must take the slow path (`vbits_need_step`).
+fn need_step_after(rec: &StepRec) -> u64 {
+    let ins = rec.ins;
+    (rec.writes_rsp || rec.call_or_ret || is_rep_string(ins) && may_stop_early(ins)) as u64
+}
+
 /// [`step`] with the thread's state, its registers' shadows copied in ([`regs_in`]);
 /// copies them out before any report.
 fn step_with(ctx: &mut ThreadCtx, t: &mut ThreadShadow, rec: &StepRec, pc: u64, cl: Client) {
@@ -742,8 +751,17 @@ fn step_with(ctx: &mut ThreadCtx, t: &mut ThreadShadow, rec: &StepRec, pc: u64, 
     // a count a later run of it could meet: the next step resets it. Another `rep` always
     // runs down to `rcx` 0, where the engine makes no step (`translate::special`), so the
     // instruction after it need not be slow.
-    ctx.vbits_need_step =
-        (rec.writes_rsp || rec.call_or_ret || is_rep_string(ins) && may_stop_early(ins)) as u64;
+    ctx.vbits_need_step = need_step_after(rec);
+    // A block left through a slow call's side exit after this very step
+    // (`translate::definedness::Proofs`): the block it went to, which starts at the same
+    // instruction, makes the step again. Only what comes before the instruction is done
+    // again (nothing, unless a signal handler ran in between: its return's catch-up);
+    // the instruction was stepped. Any other step drops the mark (a signal handler's
+    // keeps it for the handler's return: `catch_up`).
+    if ctx.vbits_stepped_pc != 0 && core::mem::take(&mut ctx.vbits_stepped_pc) == pc {
+        regs_out(ctx, t);
+        return;
+    }
     if is_rep_string(ins) {
         let rcx = ctx.gregs[1];
         let again = t.rep_next == (pc, rcx);
@@ -854,6 +872,7 @@ fn catch_up(ctx: &mut ThreadCtx, t: &mut ThreadShadow, pc: u64) {
                 t.interrupted.remove(0);
             }
             t.interrupted.push(Interrupted {
+                stepped_pc: core::mem::take(&mut ctx.vbits_stepped_pc),
                 regs: t.regs.clone(),
                 vectors_stale: t.vectors_stale,
                 reg_origins: t.reg_origins,
@@ -1089,6 +1108,7 @@ pub(crate) fn before_syscall(ctx: &mut ThreadCtx, pc: u64) {
         None
     };
     if let Some(i) = &interrupted {
+        ctx.vbits_stepped_pc = i.stepped_pc;
         t.regs = i.regs.clone();
         t.vectors_stale = i.vectors_stale;
         t.reg_origins = i.reg_origins;

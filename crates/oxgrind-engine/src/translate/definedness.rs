@@ -102,6 +102,7 @@ impl Emitter {
         keep: bool,
         flags_zero_dead: bool,
         shares: [SpanShare; 2],
+        skip: Skip,
     ) -> Result<(), TranslateError> {
         // Register-only forms where the flags are dead borrow nothing: every check and write
         // is one `gs:`-relative operand (the slow call saves `rax` first).
@@ -114,7 +115,7 @@ impl Emitter {
             && form.rsp_delta == 0
             && form.load.is_none();
         if registers_only && flags_live {
-            return self.definedness_live_flags(ip, rec, form, after_plain, flags_zero_dead);
+            return self.definedness_live_flags(ip, rec, form, after_plain, flags_zero_dead, skip);
         }
         let borrow = !registers_only || flags_live;
         if borrow {
@@ -146,7 +147,7 @@ impl Emitter {
             self.buf.push(0x00);
             self.jcc_slow(0x85, &mut slow)?;
         }
-        for n in (0..16usize).filter(|n| form.reads & (1 << n) != 0) {
+        for n in (0..16usize).filter(|n| form.reads & !skip.regs & (1 << n) != 0) {
             let off = (c::OFF_VBITS_GPR + 8 * n) as u32;
             match form.read_bytes[n] {
                 0x01 => {
@@ -173,7 +174,7 @@ impl Emitter {
             self.buf.push(0x00);
             self.jcc_slow(0x85, &mut slow)?;
         }
-        if form.flags && !form.flags_overwritten {
+        if form.flags && !form.flags_overwritten && !skip.flags {
             // cmp byte gs:[flags], 0; jne slow
             self.buf.extend_from_slice(&[0x65, 0x80, 0x3C, 0x25]);
             self.d32(c::OFF_VBITS_FLAGS as u32);
@@ -306,6 +307,10 @@ impl Emitter {
             self.zero_flags_shadow();
         }
         if !borrow {
+            if slow.njumps == 0 {
+                // Every check left out (`Proofs`): no way to the slow call.
+                return Ok(());
+            }
             // Nothing borrowed: the slow call saves `rax` first.
             slow.back = self.buf.len();
             self.unborrowed.push(self.slow.len());
@@ -375,10 +380,10 @@ impl Emitter {
         form: &FastForm,
         after_plain: bool,
         flags_zero_dead: bool,
+        skip: Skip,
     ) -> Result<(), TranslateError> {
         self.settle();
         let mut slow = SlowCall::new(ip, rec, false, false);
-        self.store_gs(1, c::OFF_VBITS_SAVED_RCX);
         // (how many bytes to load, offset)
         let mut checks: [(u8, usize); 18] = [(0, 0); 18];
         let mut n = 0;
@@ -386,7 +391,7 @@ impl Emitter {
             checks[n] = (8, c::OFF_VBITS_NEED_STEP);
             n += 1;
         }
-        for r in (0..16usize).filter(|r| form.reads & (1 << r) != 0) {
+        for r in (0..16usize).filter(|r| form.reads & !skip.regs & (1 << r) != 0) {
             let off = c::OFF_VBITS_GPR + 8 * r;
             checks[n] = match form.read_bytes[r] {
                 0x01 => (1, off),
@@ -397,10 +402,27 @@ impl Emitter {
             };
             n += 1;
         }
-        if form.flags && !form.flags_overwritten {
+        if form.flags && !form.flags_overwritten && !skip.flags {
             checks[n] = (1, c::OFF_VBITS_FLAGS);
             n += 1;
         }
+        if n == 0 {
+            // Nothing left to check (all proven: `Proofs`): only the writes, which need
+            // no `rcx`, and no way to the slow call.
+            for w in form
+                .writes
+                .iter()
+                .flatten()
+                .filter(|w| !checked_zero(form, **w))
+            {
+                self.zero_written_shadow(*w);
+            }
+            if form.flags_overwritten && !flags_zero_dead {
+                self.zero_flags_shadow();
+            }
+            return Ok(());
+        }
+        self.store_gs(1, c::OFF_VBITS_SAVED_RCX);
         for &(len, off) in &checks[..n] {
             match len {
                 // movzx ecx, byte gs:[off]
@@ -593,6 +615,7 @@ impl Emitter {
             false,
             false,
             [SpanShare::Own; 2],
+            Skip::default(),
         )?;
         let rel = (self.buf.len() - (done + 4)) as u32;
         self.buf[done..done + 4].copy_from_slice(&rel.to_le_bytes());
@@ -1636,6 +1659,171 @@ fn stack_at_once(form: &FastForm) -> Option<StackAtOnce> {
 /// Whether the inline checks of `form` leave written register `w`'s shadow bytes zero
 /// already: every byte the write covers is checked as read (`add rax, rbx`, the `rsp` of
 /// `push`), and no load copy writes it. Its zeroing is then left out.
+/// Which of an instruction's inline checks its block already proved ([`Proofs`]): the
+/// general registers (bit n: register n in encoding order) and the flags.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Skip {
+    pub regs: u16,
+    pub flags: bool,
+}
+
+/// Block-level proofs of definedness: the shadow bytes of the general registers and the
+/// flags' shadow that an earlier instruction of the block checked or wrote zero on its
+/// fast path, not written since by anything that could make them undefined. A later
+/// check of proven bytes is left out ([`Skip`]).
+///
+/// A proof holds only where every fast path it relies on was taken: the interpreter
+/// leaves an undefined register undefined after reporting it (as Memcheck leaves the
+/// guest state's shadow), so after instruction k went slow a left-out check at m > k
+/// would miss the report (and let undefined bits pass as defined). So the slow call of
+/// each instruction from a proof's first to the one before its last use does not return
+/// into the block: it leaves through a side exit to its own pc ([`Proofs::exits`];
+/// `Emitter::exit_thunk`), marked as stepped (`ThreadCtx::vbits_stepped_pc`), and the
+/// block there (an ordinary one, which proves everything again) runs the rest of the
+/// instruction. Slow steps are rare (well under 1% of the steps on the bench workloads
+/// that have many proofs), and each exit costs one more (empty) slow call.
+///
+/// What kills a proof: an instruction that writes any part of the register (iced-x86's
+/// used registers), unless its fast form zeroes those bytes (then it proves them again,
+/// relying on its own fast path); a load copy into it; anything without a fast form (a
+/// clean call to the interpreter, which may change any shadow by its catch-up); a client
+/// request; an instruction with no definedness record. The first stepped instruction of a
+/// block proves nothing (its slow call returns into the block: a side exit there would come
+/// back to the same step for ever), so each side exit's block gets past it. A signal
+/// handler that returns into the block's middle finds the registers' shadows as they were
+/// (`rt_sigreturn` restores them, as Memcheck does from its signal frame), and a side
+/// exit's mark is kept over a handler that interrupts it (`definedness::Interrupted`).
+pub(super) struct Proofs {
+    /// Per general register: the shadow bytes proven zero (bit i: byte i).
+    proven: [u8; 16],
+    /// Per register: the first instruction (index in the block) whose fast path its proof
+    /// relies on.
+    since: [u8; 16],
+    flags: bool,
+    flags_since: u8,
+    /// The instructions whose slow call must leave the block (bit i: instruction i).
+    pub exits: u64,
+}
+
+impl Proofs {
+    pub(super) fn new() -> Proofs {
+        Proofs {
+            proven: [0; 16],
+            since: [0; 16],
+            flags: false,
+            flags_since: 0,
+            exits: 0,
+        }
+    }
+
+    /// Nothing is proven any more (an instruction without a fast path).
+    pub(super) fn forget(&mut self) {
+        self.proven = [0; 16];
+        self.flags = false;
+    }
+
+    /// The checks of instruction `i` (fast form `form`) the block's proofs leave out; each
+    /// left out makes the slow calls of the instructions it relies on leave the block.
+    pub(super) fn skip(&mut self, i: usize, form: &FastForm) -> Skip {
+        let mut skip = Skip::default();
+        for n in (0..16).filter(|n| form.reads & (1 << n) != 0) {
+            let need = form.read_bytes[n];
+            if need != 0 && self.proven[n] & need == need {
+                skip.regs |= 1 << n;
+                self.rely(self.since[n], i);
+            }
+        }
+        if form.flags && !form.flags_overwritten && self.flags {
+            skip.flags = true;
+            self.rely(self.flags_since, i);
+        }
+        skip
+    }
+
+    /// Instructions `from..to` must leave the block when they go slow.
+    fn rely(&mut self, from: u8, to: usize) {
+        let below = |k: usize| if k >= 64 { u64::MAX } else { (1u64 << k) - 1 };
+        self.exits |= below(to) & !below(from as usize);
+    }
+
+    fn prove(&mut self, n: usize, bytes: u8, i: usize) {
+        if self.proven[n] == 0 {
+            self.since[n] = i as u8;
+        }
+        self.proven[n] |= bytes;
+    }
+
+    /// After instruction `i` with fast form `form` took its fast path: what it checked is
+    /// proven; what it writes (`written`: the general registers it writes any part of) is
+    /// not, but what its fast form zeroes is.
+    pub(super) fn after(&mut self, i: usize, form: &FastForm, written: u16, flags_zero_dead: bool) {
+        for n in (0..16).filter(|n| form.reads & (1 << n) != 0) {
+            // The bytes the inline compare covers (`definedness_fast`).
+            let bytes = match form.read_bytes[n] {
+                0 => 0,
+                b @ (0x01 | 0x02 | 0x03) => b,
+                0x04..=0x0f => 0x0f,
+                _ => 0xff,
+            };
+            self.prove(n, bytes, i);
+        }
+        if form.flags && !form.flags_overwritten && !self.flags {
+            self.flags = true;
+            self.flags_since = i as u8;
+        }
+        for n in (0..16).filter(|n| written & (1 << n) != 0) {
+            self.proven[n] = 0;
+        }
+        for w in form.writes.iter().flatten() {
+            let (n, bytes) = match *w {
+                Written::Qword(n) => (n, 0xff),
+                Written::Word(n) => (n, 0x03),
+                Written::Byte(n) => (n, 0x01),
+                Written::HighByte(n) => (n, 0x02),
+            };
+            if form.load.is_some_and(|l| l.n == n) {
+                continue; // the loaded bytes' shadow
+            }
+            // A whole register written zero relies on this fast path alone.
+            if bytes == 0xff {
+                self.proven[n as usize] = 0;
+            }
+            self.prove(n as usize, bytes, i);
+        }
+        if form.flags_overwritten {
+            // Left undefined-or-stale where the zeroing is dead (`flags_zero_dead`).
+            self.flags = !flags_zero_dead;
+            self.flags_since = i as u8;
+        }
+    }
+}
+
+/// The general registers `ins` writes any part of (bit n: register n in encoding order).
+pub(super) fn gprs_written(ins: &iced_x86::Instruction) -> u16 {
+    crate::probe::with_factory(|f| {
+        let info = f.info_options(ins, iced_x86::InstructionInfoOptions::NO_MEMORY_USAGE);
+        info.used_registers()
+            .iter()
+            .filter(|r| {
+                !matches!(
+                    r.access(),
+                    iced_x86::OpAccess::Read
+                        | iced_x86::OpAccess::CondRead
+                        | iced_x86::OpAccess::None
+                        | iced_x86::OpAccess::NoMemAccess
+                )
+            })
+            .fold(0u16, |w, r| {
+                let full = r.register().full_register();
+                if full.is_gpr64() {
+                    w | 1 << (full as u32 - Register::RAX as u32)
+                } else {
+                    w
+                }
+            })
+    })
+}
+
 fn checked_zero(form: &FastForm, w: Written) -> bool {
     let (n, bytes) = match w {
         Written::Qword(n) => (n, 0xff),

@@ -614,6 +614,12 @@ pub fn translate_at_most(
     // instruction got no definedness record (the store is full) leaves its followers on
     // their own lookups.
     let mut span_led = [false; 2];
+    // Register and flag proofs (`definedness::Proofs`), and each instruction's definedness
+    // slow call (an index into `e.slow`), which leaves the block where a later check
+    // relies on its fast path. (Not with instruction counting: its count is per block.)
+    let mut proofs = definedness::Proofs::new();
+    let proofs_on = !opts.count;
+    let mut definedness_slow = [usize::MAX; MAX_INSNS];
     for (i, d) in insns.iter().enumerate() {
         // (A borrow of `rax` carried over the instruction before: the guest's is in the stub.)
         let fix = if e.kept.is_some() { FIX_RAX_IN_STUB } else { 0 };
@@ -647,22 +653,52 @@ pub fn translate_at_most(
             if let Some(rec) = rec {
                 let form = crate::definedness::fast_form(&d.ins);
                 match &form {
-                    Some(form) => e.definedness_fast(
-                        d.ins.ip(),
-                        rec,
-                        form,
-                        live & (1 << i) != 0,
-                        block_entry,
-                        after_plain,
-                        true,
-                        flags_zero_dead & (1 << i) != 0,
-                        shares,
-                    )?,
-                    None => e.clean_call(d.ins.ip(), rec),
+                    Some(form) => {
+                        let skip = if proofs_on {
+                            proofs.skip(i, form)
+                        } else {
+                            definedness::Skip::default()
+                        };
+                        let slow_at = e.slow.len();
+                        e.definedness_fast(
+                            d.ins.ip(),
+                            rec,
+                            form,
+                            live & (1 << i) != 0,
+                            block_entry,
+                            after_plain,
+                            true,
+                            flags_zero_dead & (1 << i) != 0,
+                            shares,
+                            skip,
+                        )?;
+                        if e.slow.len() > slow_at {
+                            definedness_slow[i] = slow_at;
+                        }
+                        if block_entry {
+                            // The first step of a block proves nothing: its slow call
+                            // must return into the block, or a side exit to its own pc
+                            // would come back to the same step forever.
+                            proofs.forget();
+                        } else {
+                            proofs.after(
+                                i,
+                                form,
+                                definedness::gprs_written(&d.ins),
+                                flags_zero_dead & (1 << i) != 0,
+                            );
+                        }
+                    }
+                    None => {
+                        e.clean_call(d.ins.ip(), rec);
+                        proofs.forget();
+                    }
                 }
                 block_entry = false;
                 after_plain = form.is_some() && !crate::definedness::writes_rsp(&d.ins);
                 continue_after_plain = true;
+            } else {
+                proofs.forget();
             }
         }
         if !core::mem::take(&mut continue_after_plain) {
@@ -727,6 +763,7 @@ pub fn translate_at_most(
             if let Some(rec) = crate::probe::client_request_record(&d.ins) {
                 e.clean_call(d.ins.ip(), rec);
             }
+            proofs.forget();
         }
         let last = i + 1 == n;
         if last && matches!(end, End::Transfer) {
@@ -743,6 +780,11 @@ pub fn translate_at_most(
             e.stub_jump(next)
         }
         End::Transfer => {}
+    }
+    for (i, &at) in definedness_slow[..n].iter().enumerate() {
+        if proofs.exits & (1 << i) != 0 && at != usize::MAX {
+            e.slow[at].exit = true;
+        }
     }
     e.finish();
     Ok(Translation {
@@ -928,6 +970,10 @@ struct SlowCall {
     ip: u64,
     /// An access probe's call, which the embedder's own work skips (`ThreadCtx::own_work`).
     skipped_in_own_work: bool,
+    /// A definedness step whose block relies on its fast path later (`definedness::Proofs`):
+    /// the call returns not to `back` but to a side exit to the instruction's own pc
+    /// (`Emitter::exit_thunk`).
+    exit: bool,
 }
 
 impl SlowCall {
@@ -941,6 +987,7 @@ impl SlowCall {
             back: 0,
             ip,
             skipped_in_own_work,
+            exit: false,
         }
     }
 
