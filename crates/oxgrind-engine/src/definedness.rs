@@ -1336,8 +1336,10 @@ pub(crate) fn origins_primary() -> u64 {
     origins::primary()
 }
 
-/// Largest decrease of `rsp` the inline code marks (qword stores, one per 8 bytes).
-pub(crate) const MAX_INLINE_STACK: i32 = 512;
+/// Largest decrease of `rsp` the inline code marks (qword stores, one per 8 bytes): perl's
+/// `Perl_pp_multiconcat` opens a 1,144-byte frame per call (`sub rsp, 0x478`), which at 512
+/// was a step through the interpreter and one more for the instruction after it.
+pub(crate) const MAX_INLINE_STACK: i32 = 2048;
 
 /// `rsp`'s move by `ins` when the fast path may do its stack rule inline.
 fn inline_rsp_delta(ins: &Instruction) -> Option<i32> {
