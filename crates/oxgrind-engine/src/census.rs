@@ -22,8 +22,10 @@ use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use iced_x86::{Instruction, OpKind};
 
-/// Keys (and counts) the table holds; later keys are counted in [`LOST`] only.
-const SLOTS: usize = 1 << 16;
+/// Keys (and counts) the table holds (16 MiB, only when the census is on); later keys are
+/// counted in [`LOST`] only. 65,536 were too few for node: V8's generated code has that many
+/// sites.
+const SLOTS: usize = 1 << 20;
 
 struct Slot {
     key: AtomicU64,
@@ -67,7 +69,7 @@ fn count(key: u64) {
     }
     // SAFETY: a non-null table is the leaked `SLOTS`-long array of `enable`, never freed.
     let slots = unsafe { core::slice::from_raw_parts(table, SLOTS) };
-    let mut i = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 48) as usize;
+    let mut i = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SLOTS.trailing_zeros())) as usize;
     for _ in 0..SLOTS {
         let s = &slots[i % SLOTS];
         let k = s.key.load(Ordering::Relaxed);
