@@ -2403,6 +2403,24 @@ mod tests {
         seed: u64,
     }
 
+    /// A guest with random general registers and flags, and shadows of them with random
+    /// undefined bits (about a quarter); vector and mask registers zero and defined.
+    fn random_guest(rng: &mut Rng) -> (RandomGuest, ShadowRegisters) {
+        let mut guest = RandomGuest {
+            gpr: [0; 16],
+            rflags: rng.next() & 0xcd5,
+            vector: [[0; 64]; 32],
+            opmask: [0; 8],
+            seed: rng.next(),
+        };
+        let mut regs = ShadowRegisters::default();
+        for i in 0..16 {
+            guest.gpr[i] = rng.next();
+            regs.gpr[i] = rng.next() & rng.next();
+        }
+        (guest, regs)
+    }
+
     impl Guest for RandomGuest {
         fn gpr(&self, index: usize) -> u64 {
             self.gpr[index]
@@ -2562,18 +2580,7 @@ mod tests {
             }
             covered.insert(ins.mnemonic());
             for _ in 0..6 {
-                let mut guest = RandomGuest {
-                    gpr: [0; 16],
-                    rflags: rng.next() & 0xcd5,
-                    vector: [[0; 64]; 32],
-                    opmask: [0; 8],
-                    seed: rng.next(),
-                };
-                let mut regs = ShadowRegisters::default();
-                for i in 0..16 {
-                    guest.gpr[i] = rng.next();
-                    regs.gpr[i] = rng.next() & rng.next();
-                }
+                let (mut guest, mut regs) = random_guest(&mut rng);
                 for i in 0..32 {
                     for b in 0..64 {
                         guest.vector[i][b] = rng.next() as u8;
@@ -2772,18 +2779,7 @@ mod tests {
             );
             assert!(form.mem[0].is_some() && form.mem[1].is_none());
             for _ in 0..64 {
-                let mut guest = RandomGuest {
-                    gpr: [0; 16],
-                    rflags: rng.next() & 0xcd5,
-                    vector: [[0; 64]; 32],
-                    opmask: [0; 8],
-                    seed: rng.next(),
-                };
-                let mut regs = ShadowRegisters::default();
-                for i in 0..16 {
-                    guest.gpr[i] = rng.next();
-                    regs.gpr[i] = rng.next() & rng.next();
-                }
+                let (mut guest, mut regs) = random_guest(&mut rng);
                 guest.gpr[1] = rng.next() % 40 + 1;
                 guest.gpr[7] = 0x10_0000 + (rng.next() & 0xfff);
                 regs.flags = FlagShadows((rng.next() & 0x3f) as u8);
