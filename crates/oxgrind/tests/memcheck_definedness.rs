@@ -86,18 +86,18 @@ fn a_mixed_program_is_reported_as_valgrind_reports_it() {
     }
 }
 
-/// A compare's zeroing of the flags' shadow is left out when a later compare of the same
-/// block overwrites them (`translate`: `flags_zero_dead`): an undefined compare before a
-/// flag-free move still reaches the branch, a defined compare after it still clears it.
-#[test]
-fn flags_overwritten_twice_in_a_block_are_reported_as_valgrind_reports_them() {
+/// `source`, built at -O0 and -O2, reports `errors` errors (in as many contexts), and the
+/// same report as Valgrind's.
+fn reported_as_valgrind_at_o0_and_o2(source: &str, errors: usize) {
     for opt in ["-O0", "-O2"] {
-        let prog = build("mc_undef_flags.c", &["-g", opt, "-w"]);
+        let prog = build(source, &["-g", opt, "-w"]);
         let ours = run(Command::new(oxgrind()).arg(&prog));
         let report = stderr(&ours);
         assert!(
-            report.contains("ERROR SUMMARY: 2 errors from 2 contexts"),
-            "{opt}:\n{report}"
+            report.contains(&format!(
+                "ERROR SUMMARY: {errors} errors from {errors} contexts"
+            )),
+            "{source} {opt}:\n{report}"
         );
         if !have_valgrind() {
             continue;
@@ -108,6 +108,14 @@ fn flags_overwritten_twice_in_a_block_are_reported_as_valgrind_reports_them() {
             &normalize_report(&stderr(&theirs)),
         );
     }
+}
+
+/// A compare's zeroing of the flags' shadow is left out when a later compare of the same
+/// block overwrites them (`translate`: `flags_zero_dead`): an undefined compare before a
+/// flag-free move still reaches the branch, a defined compare after it still clears it.
+#[test]
+fn flags_overwritten_twice_in_a_block_are_reported_as_valgrind_reports_them() {
+    reported_as_valgrind_at_o0_and_o2("mc_undef_flags.c", 2);
 }
 
 /// Operands with one base register share a span lookup (`translate::definedness`,
@@ -117,23 +125,7 @@ fn flags_overwritten_twice_in_a_block_are_reported_as_valgrind_reports_them() {
 /// reported, as by Valgrind.
 #[test]
 fn operands_sharing_a_span_lookup_are_reported_as_valgrind_reports_them() {
-    for opt in ["-O0", "-O2"] {
-        let prog = build("mc_span_share.c", &["-g", opt, "-w"]);
-        let ours = run(Command::new(oxgrind()).arg(&prog));
-        let report = stderr(&ours);
-        assert!(
-            report.contains("ERROR SUMMARY: 3 errors from 3 contexts"),
-            "{opt}:\n{report}"
-        );
-        if !have_valgrind() {
-            continue;
-        }
-        let theirs = run(Command::new("valgrind").arg(&prog));
-        assert_same_report(
-            &normalize_report(&report),
-            &normalize_report(&stderr(&theirs)),
-        );
-    }
+    reported_as_valgrind_at_o0_and_o2("mc_span_share.c", 3);
 }
 
 /// A block leaves out the checks of registers an earlier instruction of it proved defined
@@ -143,23 +135,7 @@ fn operands_sharing_a_span_lookup_are_reported_as_valgrind_reports_them() {
 /// each reported, as by Valgrind. (Without the side exits none of the 5 is.)
 #[test]
 fn registers_proven_defined_in_a_block_are_reported_as_valgrind_reports_them() {
-    for opt in ["-O0", "-O2"] {
-        let prog = build("mc_reg_proofs.c", &["-g", opt, "-w"]);
-        let ours = run(Command::new(oxgrind()).arg(&prog));
-        let report = stderr(&ours);
-        assert!(
-            report.contains("ERROR SUMMARY: 5 errors from 5 contexts"),
-            "{opt}:\n{report}"
-        );
-        if !have_valgrind() {
-            continue;
-        }
-        let theirs = run(Command::new("valgrind").arg(&prog));
-        assert_same_report(
-            &normalize_report(&report),
-            &normalize_report(&stderr(&theirs)),
-        );
-    }
+    reported_as_valgrind_at_o0_and_o2("mc_reg_proofs.c", 5);
 }
 
 #[test]
