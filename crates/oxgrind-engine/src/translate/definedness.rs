@@ -337,6 +337,22 @@ impl Emitter {
         self.buf.push(0);
     }
 
+    /// A fast form's results, after its checks passed: every register it writes (but the
+    /// ones its checks already found zero) and, unless dead, the flags, defined.
+    fn zero_written_shadows(&mut self, form: &FastForm, flags_zero_dead: bool) {
+        for w in form
+            .writes
+            .iter()
+            .flatten()
+            .filter(|w| !checked_zero(form, **w))
+        {
+            self.zero_written_shadow(*w);
+        }
+        if form.flags_overwritten && !flags_zero_dead {
+            self.zero_flags_shadow();
+        }
+    }
+
     /// Marks a register the fast form writes defined: zeroes the bytes of its shadow the
     /// write covers (`mov qword/word/byte gs:[off], 0`).
     fn zero_written_shadow(&mut self, w: Written) {
@@ -409,17 +425,7 @@ impl Emitter {
         if n == 0 {
             // Nothing left to check (all proven: `Proofs`): only the writes, which need
             // no `rcx`, and no way to the slow call.
-            for w in form
-                .writes
-                .iter()
-                .flatten()
-                .filter(|w| !checked_zero(form, **w))
-            {
-                self.zero_written_shadow(*w);
-            }
-            if form.flags_overwritten && !flags_zero_dead {
-                self.zero_flags_shadow();
-            }
+            self.zero_written_shadows(form, flags_zero_dead);
             return Ok(());
         }
         self.store_gs(1, c::OFF_VBITS_SAVED_RCX);
@@ -440,17 +446,7 @@ impl Emitter {
             slow.add_jump(self.buf.len())?;
             self.d32(0);
         }
-        for w in form
-            .writes
-            .iter()
-            .flatten()
-            .filter(|w| !checked_zero(form, **w))
-        {
-            self.zero_written_shadow(*w);
-        }
-        if form.flags_overwritten && !flags_zero_dead {
-            self.zero_flags_shadow();
-        }
+        self.zero_written_shadows(form, flags_zero_dead);
         self.load_gs(1, c::OFF_VBITS_SAVED_RCX);
         slow.back = self.buf.len();
         self.rcx_lent.push(self.slow.len());
