@@ -48,13 +48,23 @@ pub struct Outcome {
 }
 
 /// Runs the real ms_print on `file` (relative to `dir`) with `opts` before it.
+///
+/// ms_print writes its snapshot table to `$TMPDIR/ms_print.tmp.<pid>` and removes it only
+/// when it finishes: on a corrupt file it dies and leaves it. Each run gets a directory of
+/// its own, removed afterwards, so the corrupt-input tests leave nothing in /tmp.
 pub fn run_real(dir: &Path, opts: &[&str], file: &str) -> Outcome {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = std::env::temp_dir().join(format!("oxgrind-ms_print-{}-{run}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap_or_else(|e| panic!("{}: {e}", tmp.display()));
     let out = Command::new(MS_PRINT)
         .args(opts)
         .arg(file)
         .current_dir(dir)
+        .env("TMPDIR", &tmp)
         .output()
         .unwrap_or_else(|e| panic!("running {MS_PRINT}: {e}"));
+    let _ = std::fs::remove_dir_all(&tmp);
     Outcome {
         stdout: out.stdout,
         ok: out.status.success(),
