@@ -138,6 +138,18 @@ fn registers_proven_defined_in_a_block_are_reported_as_valgrind_reports_them() {
     reported_as_valgrind_at_o0_and_o2("mc_reg_proofs.c", 5);
 }
 
+/// Reads of freed memory give defined values, as Memcheck's loads of no-access bytes do:
+/// never-written, written, undefined-written and after-the-free-written bytes of freed
+/// blocks, a block `realloc` moved away, loaded into general and vector registers and
+/// compared in memory, and a `write` of a freed buffer are each one invalid access and no
+/// uninitialised-value error, as by Valgrind. (Before the store rule of
+/// `Memcheck::written_unaddressable_stay_defined`, the undefined value stored into a freed
+/// block was reported again at the branch on its read.)
+#[test]
+fn reads_of_freed_memory_are_defined_as_valgrind_takes_them() {
+    reported_as_valgrind_at_o0_and_o2("mc_freed_reads.c", 8);
+}
+
 #[test]
 fn definedness_is_on_by_default_and_off_with_no() {
     let prog = program("-O0");

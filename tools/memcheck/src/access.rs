@@ -214,6 +214,9 @@ impl Memcheck {
         if v.bad == 0 {
             return;
         }
+        if a.kind != AccessKind::Read {
+            self.written_unaddressable_stay_defined(host, base, a);
+        }
         match self.pc_class(host, regs.rip) {
             PcClass::Program => {}
             PcClass::LibcAllocator => return,
@@ -248,6 +251,34 @@ impl Memcheck {
             &|addr, size| shadow::verdict(base, addr, size).bad,
             &|freed, thread, addr| self.describe_addr(host, freed, addr, thread),
         );
+    }
+
+    /// A write into unaddressable bytes leaves their V bits defined, whoever wrote and
+    /// whether or not it is reported. In Valgrind such a store leaves the bytes no-access
+    /// (`mc_STOREVn_slow`), and a later load of a no-access byte gives a defined value
+    /// (`get_vbits8`), so reading back what was stored into freed memory is one invalid
+    /// read and no uninitialised-value error. Here the instruction's V part (a store
+    /// copy's register shadow, or the interpreter's result) has already written the bytes'
+    /// V bits when this access probe runs, before the instruction itself: they are
+    /// overwritten with defined ones, which is what a load of them must give (a freed
+    /// block's bytes are defined from its free, `Memcheck::definedness_free`).
+    fn written_unaddressable_stay_defined(&self, host: &dyn Host, base: u64, a: &Access) {
+        if !self.opts.undef_value_errors {
+            return;
+        }
+        let end = a.addr.saturating_add(a.size as u64);
+        let mut at = a.addr;
+        while at < end {
+            if shadow::byte_addressable(base, at) {
+                at += 1;
+                continue;
+            }
+            let run = at;
+            while at < end && !shadow::byte_addressable(base, at) {
+                at += 1;
+            }
+            host.set_definedness(run, at - run, true);
+        }
     }
 
     /// What the code at `pc` is, by its symbol (cached: asked only on the slow path).
