@@ -489,7 +489,13 @@ pub fn indexed_counter_totals(totals: &mut [u64]) {
             // SAFETY: contexts are never unmapped and each has `indexed_counters()` words
             // at INDEXED_COUNTERS_OFF (the count is fixed before the first context); the
             // owner may be adding concurrently, and an aligned u64 load is never torn.
-            *t = t.wrapping_add(unsafe { ptr::read_volatile(base.add(i)) });
+            let count = unsafe { ptr::read_volatile(base.add(i)) };
+            // Only a count adds: the caller's zeroed totals keep their untouched pages
+            // (Cachegrind's span the 4 Mi counters, whose rep counters sit at the end:
+            // 32 MiB written at exit for a few hundred thousand used).
+            if count != 0 {
+                *t = t.wrapping_add(count);
+            }
         }
     });
 }
