@@ -645,38 +645,25 @@ fn sym_at(syms: &[Sym], svma: u64) -> Option<&Sym> {
 }
 
 /// Of two names for one address, whether Valgrind would rather print `a` than `b`
-/// (storage.c `preferName`): a versioned name (`__libc_start_main@@GLIBC_2.34`, as the
-/// assembler writes `.symver` names into `.symtab`) before an unversioned one, a default
-/// version (`@@`) before another, then fewer leading underscores, then the global one, then
-/// the shorter, then alphabetical.
-fn prefer(a: &Sym, a_global: bool, b: &Sym, b_global: bool) -> bool {
-    let version = |s: &str| match s.find('@') {
-        Some(i) if s[i..].starts_with("@@") => 2,
-        Some(_) => 1,
-        None => 0,
-    };
-    let (va, vb) = (version(&a.name), version(&b.name));
-    if (va > 0) != (vb > 0) {
-        return va > 0;
+/// (storage.c `preferName`): the shorter name, its length counted up to any `@version`
+/// (`cfree@GLIBC_2.2.5` is five long and loses to `free`); at equal lengths a versioned name
+/// (`memcpy@@GLIBC_2.14` over `memcpy`: the assembler writes `.symver` names into `.symtab`);
+/// then the alphabetically first (`__libc_start_main@@GLIBC_2.34` before
+/// `__libc_start_main@GLIBC_2.2.5`). Binding (global, weak, local) plays no part.
+fn prefer(a: &str, b: &str) -> bool {
+    let unversioned = |s: &str| s.find('@').unwrap_or(s.len());
+    let (la, lb) = (unversioned(a), unversioned(b));
+    if la != lb {
+        return la < lb;
     }
+    let (va, vb) = (la < a.len(), lb < b.len());
     if va != vb {
-        return va > vb;
+        return va;
     }
-    let us = |s: &str| s.bytes().take_while(|&c| c == b'_').count();
-    let (ua, ub) = (us(&a.name), us(&b.name));
-    if ua != ub {
-        return ua < ub;
-    }
-    if a_global != b_global {
-        return a_global;
-    }
-    if a.name.len() != b.name.len() {
-        return a.name.len() < b.name.len();
-    }
-    a.name < b.name
+    a < b
 }
 
-fn collect_data_syms(file: &object::File<'_>, out: &mut Vec<(Sym, bool)>) {
+fn collect_data_syms(file: &object::File<'_>, out: &mut Vec<Sym>) {
     for s in file.symbols().chain(file.dynamic_symbols()) {
         if !matches!(s.kind(), SymbolKind::Data | SymbolKind::Tls)
             || s.is_undefined()
@@ -686,20 +673,17 @@ fn collect_data_syms(file: &object::File<'_>, out: &mut Vec<(Sym, bool)>) {
         }
         if let Ok(name) = s.name() {
             if !name.is_empty() {
-                out.push((
-                    Sym {
-                        addr: s.address(),
-                        size: s.size(),
-                        name: name.to_string(),
-                    },
-                    s.is_global(),
-                ));
+                out.push(Sym {
+                    addr: s.address(),
+                    size: s.size(),
+                    name: name.to_string(),
+                });
             }
         }
     }
 }
 
-fn collect_syms(file: &object::File<'_>, out: &mut Vec<(Sym, bool)>) {
+fn collect_syms(file: &object::File<'_>, out: &mut Vec<Sym>) {
     let symtab = file.symbols().chain(file.dynamic_symbols());
     for s in symtab {
         if !matches!(s.kind(), SymbolKind::Text) || s.is_undefined() || s.address() == 0 {
@@ -710,40 +694,37 @@ fn collect_syms(file: &object::File<'_>, out: &mut Vec<(Sym, bool)>) {
             continue;
         }
         // Versioned dynamic names come without the version from `object`.
-        out.push((
-            Sym {
-                addr: s.address(),
-                size: s.size(),
-                name: name.to_string(),
-            },
-            s.is_global(),
-        ));
+        out.push(Sym {
+            addr: s.address(),
+            size: s.size(),
+            name: name.to_string(),
+        });
     }
 }
 
-fn finish_syms(mut all: Vec<(Sym, bool)>) -> Vec<Sym> {
+fn finish_syms(mut all: Vec<Sym>) -> Vec<Sym> {
     // Unstable: `prefer` picks the same name from a group in any order (it ties only on
     // equal names), and a stable sort's scratch copy of libc's 11,000 symbols cost more
     // than the sort.
-    all.sort_unstable_by_key(|a| a.0.addr);
+    all.sort_unstable_by_key(|a| a.addr);
     let mut out: Vec<Sym> = Vec::with_capacity(all.len());
     let mut i = 0;
     while i < all.len() {
         let mut j = i;
         let mut best = i;
-        while j < all.len() && all[j].0.addr == all[i].0.addr {
-            if prefer(&all[j].0, all[j].1, &all[best].0, all[best].1) {
+        while j < all.len() && all[j].addr == all[i].addr {
+            if prefer(&all[j].name, &all[best].name) {
                 best = j;
             }
             j += 1;
         }
         // Aliases may disagree on size; a zero size says nothing.
-        let size = all[i..j].iter().map(|s| s.0.size).max().unwrap_or(0);
+        let size = all[i..j].iter().map(|s| s.size).max().unwrap_or(0);
         // Moved out, not cloned: tens of thousands of names for libc and the runtime.
         out.push(Sym {
-            addr: all[best].0.addr,
+            addr: all[best].addr,
             size,
-            name: std::mem::take(&mut all[best].0.name),
+            name: std::mem::take(&mut all[best].name),
         });
         i = j;
     }
@@ -1088,19 +1069,59 @@ mod tests {
     }
 
     #[test]
-    fn symbol_preference_picks_the_plain_global_name() {
-        let s = |n: &str| Sym {
-            addr: 0x100,
-            size: 0x10,
-            name: n.into(),
+    fn symbol_preference_is_valgrinds() {
+        // Alias groups of glibc 2.36's libc.so.6 (its debug file's .symtab plus .dynsym,
+        // which `object` gives without versions) and the name Valgrind 3.19 prints for each
+        // (cachegrind.out files, stack traces).
+        let pick = |names: &[&str]| {
+            let syms = finish_syms(
+                names
+                    .iter()
+                    .map(|n| Sym {
+                        addr: 0x100,
+                        size: 0x10,
+                        name: n.to_string(),
+                    })
+                    .collect(),
+            );
+            assert_eq!(syms.len(), 1);
+            syms[0].name.clone()
         };
-        let syms = finish_syms(vec![
-            (s("__libc_malloc"), true),
-            (s("malloc"), true),
-            (s("__malloc"), false),
-        ]);
-        assert_eq!(syms.len(), 1);
-        assert_eq!(syms[0].name, "malloc");
+        let free = [
+            "__GI___libc_free",
+            "__free",
+            "__libc_free",
+            "cfree@GLIBC_2.2.5",
+            "free",
+        ];
+        assert_eq!(pick(&free), "free");
+        let lock = [
+            "__GI___pthread_mutex_lock",
+            "___pthread_mutex_lock",
+            "__pthread_mutex_lock@GLIBC_2.2.5",
+            "pthread_mutex_lock@@GLIBC_2.2.5",
+            "pthread_mutex_lock",
+        ];
+        assert_eq!(pick(&lock), "pthread_mutex_lock@@GLIBC_2.2.5");
+        let start = [
+            "__libc_start_main_impl",
+            "__libc_start_main@GLIBC_2.2.5",
+            "__libc_start_main@@GLIBC_2.34",
+            "__libc_start_main_alias_1",
+            "__libc_start_main",
+        ];
+        assert_eq!(pick(&start), "__libc_start_main@@GLIBC_2.34");
+        let memcpy = [
+            "__GI_memcpy",
+            "__new_memcpy",
+            "memcpy",
+            "memcpy@@GLIBC_2.14",
+        ];
+        assert_eq!(pick(&memcpy), "memcpy@@GLIBC_2.14");
+        // Any order gives the same name.
+        let mut reversed = free;
+        reversed.reverse();
+        assert_eq!(pick(&reversed), "free");
     }
 
     #[test]
