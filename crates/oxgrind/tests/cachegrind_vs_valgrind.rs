@@ -356,3 +356,61 @@ fn cache_warnings_are_valgrinds_with_and_without_given_caches() {
         );
     }
 }
+
+/// A real program, the interpreter's own functions: perl sorting hash keys. Valgrind's
+/// Cachegrind runs here with `--vex-guest-chase=no`: by default it also counts instructions
+/// that taken branches skip in some of perl's loops (`Perl_sv_cmp_flags` 6 more per call;
+/// docs/differences-from-valgrind.md), which Callgrind and the CPU do not count. The ops
+/// (`Perl_pp_*`) and the sort's comparison run only for the script, so they must be equal
+/// to the instruction; perl's start-up (the environment, its hashes) is not compared.
+#[test]
+fn perl_ops_count_as_valgrinds_cachegrind_counts_them() {
+    if !have_valgrind() {
+        return;
+    }
+    let perl = Path::new("/usr/bin/perl");
+    if !perl.exists() {
+        eprintln!("skipped: no /usr/bin/perl");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("sort.pl");
+    std::fs::write(
+        &script,
+        "my %h; for my $i (1..5000) { $h{\"k$i\"} = $i * 2 }\n\
+         my $s = 0; for my $k (sort keys %h) { $s += $h{$k} } print \"$s\\n\";\n",
+    )
+    .unwrap();
+    let script = script.to_str().unwrap();
+    let run_perl = |tool: &str, opts: &[&str]| {
+        let name = Path::new(tool).file_name().unwrap().to_string_lossy();
+        let path = dir.path().join(format!("{name}.out"));
+        let out = run(Command::new(tool)
+            .arg("--tool=cachegrind")
+            .arg("--cache-sim=no")
+            .args(opts)
+            .arg(format!("--cachegrind-out-file={}", path.display()))
+            .arg(perl)
+            .arg(script)
+            .env(AVX2_ONLY.0, AVX2_ONLY.1)
+            .env("PERL_HASH_SEED", "0")
+            .env("PERL_PERTURB_KEYS", "0"));
+        assert_eq!(stdout(&out), "25005000\n", "{tool}: {}", stderr(&out));
+        let text = std::fs::read(&path).unwrap();
+        cachegrind::parse(&text).unwrap_or_else(|e| panic!("{tool}'s file: {e}"))
+    };
+    let ours = run_perl(oxgrind().to_str().unwrap(), &[]);
+    let theirs = run_perl("valgrind", &["--vex-guest-chase=no"]);
+    let script_code = |f: &CachegrindFile| {
+        let mut m: BTreeMap<String, u64> = BTreeMap::new();
+        for r in &f.records {
+            if r.func.starts_with("Perl_pp_") || r.func == "Perl_sv_cmp_flags" {
+                *m.entry(r.func.clone()).or_default() += r.counts[0];
+            }
+        }
+        m
+    };
+    let (o, t) = (script_code(&ours), script_code(&theirs));
+    assert!(t.contains_key("Perl_pp_sort") && t.len() > 10, "{t:?}");
+    assert_eq!(o, t);
+}
