@@ -231,7 +231,8 @@ pub struct Config {
     /// translated block start, as `probe::Embedder::redirect` is with a client). The runtime
     /// sends its allocator entry points straight to glibc's when the tool wants no
     /// allocator events (`--tool=none`), as `Embedder::redirect` does for an instrumenting
-    /// tool that wants none (Cachegrind).
+    /// tool that wants none (Cachegrind), and a program's own allocation functions to its
+    /// hooks when the tool wants them (Massif).
     pub redirect: Option<fn(pc: u64) -> Option<u64>>,
 }
 

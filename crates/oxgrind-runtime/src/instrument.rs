@@ -47,8 +47,8 @@ impl Embedder for RuntimePolicy {
         }
     }
 
-    /// The string functions the runtime replaces (Memcheck's checked versions), then the
-    /// tool's own redirections.
+    /// The functions the runtime replaces (the objects' own allocators; Memcheck's checked
+    /// string functions), then the tool's own redirections.
     fn redirect(&self, pc: u64) -> Option<u64> {
         if let Some(to) = allocator_bypass(pc) {
             return Some(to);
@@ -57,10 +57,8 @@ impl Embedder for RuntimePolicy {
             return None;
         }
         let rt = state::runtime()?;
-        if rt.needs.check_overlaps {
-            if let Some(to) = crate::replace::redirect(pc) {
-                return Some(to);
-            }
+        if let Some(to) = crate::replace::redirect(pc) {
+            return Some(to);
         }
         rt.tool.redirect(&HOST, pc)
     }
@@ -124,8 +122,15 @@ pub fn prepare_allocator_bypass() {
     BYPASS.store(Box::into_raw(Box::new(table)), Ordering::Release);
 }
 
-/// Where the allocator bypass sends a call to `pc`, if it is one of our entry points. Also
-/// the engine's `Config::redirect` when there is no client (`--tool=none`): a passthrough
+/// The engine's `Config::redirect` when there is no client to ask (`--tool=none`, Massif
+/// without `--stacks`): the allocator bypass, then the objects' own allocation functions
+/// (`replace::redirect`; a tool without heap events has none).
+pub fn redirect_without_client(pc: u64) -> Option<u64> {
+    allocator_bypass(pc).or_else(|| crate::replace::redirect(pc))
+}
+
+/// Where the allocator bypass sends a call to `pc`, if it is one of our entry points (for
+/// a tool without heap events: `--tool=none`, Cachegrind, DHAT without them): a passthrough
 /// hook run translated cost `--tool=none` about as much again as glibc's allocator beneath
 /// it (the way into and out of the native hook, its return through the shared
 /// indirect-branch lookup): bench `alloc` 2.2x native CPU.

@@ -137,8 +137,8 @@ fn start_engine(needs: oxgrind_tool::Needs) {
         on_exit: Some(exit::at_exit_group),
         on_fatal_in_native: Some(exit::fatal_signal_natively),
         on_translated: perfmap::hook(),
-        // Without a client to ask, the allocator bypass is the only redirection.
-        redirect: Some(instrument::allocator_bypass),
+        // Used only without a client to ask (whose `redirect` covers the same).
+        redirect: Some(instrument::redirect_without_client),
         ..Default::default()
     };
     // Testing knob: every instruction through definedness's interpreter, none through the
@@ -152,8 +152,8 @@ fn start_engine(needs: oxgrind_tool::Needs) {
     if needs.page_events {
         pages::before_engine();
     }
-    if needs.instrument && needs.check_overlaps {
-        replace::prepare();
+    if !needs.ignores_heap {
+        replace::prepare(needs.instrument && needs.check_overlaps);
     }
     if needs.instrument || needs.ignores_heap {
         instrument::prepare_allocator_bypass();

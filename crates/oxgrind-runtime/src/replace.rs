@@ -15,12 +15,14 @@
 //! The replacements live in their own section, which, unlike the rest of our library, the
 //! tool instruments ([`contains`]): their accesses are the program's, so an overrun in
 //! `strlen` is reported inside `strlen`, with the access Valgrind's replacement makes.
-//! Active for tools that check the string functions (`Needs::check_overlaps`: Memcheck).
-//! The same table sends the program's own `operator new`/`delete` and `malloc` family
-//! definitions to ours, as Valgrind replaces them ([`own_allocator_replacements`]); what
-//! those allocators made before we started goes back to them ([`early_original`]).
+//! The string functions are replaced for tools that check them (`Needs::check_overlaps`:
+//! Memcheck). The same table sends the program's own `operator new`/`delete` and `malloc`
+//! family definitions to ours, as Valgrind replaces them ([`own_allocator_replacements`]),
+//! for every tool that sees the heap under the engine (Memcheck, DHAT, Massif: rustc's
+//! jemalloc `malloc` is its executable's own); what those allocators made before we
+//! started goes back to them ([`early_original`]).
 
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use oxgrind_tool::AllocFn;
 
@@ -256,6 +258,8 @@ pub fn early_original(addr: u64, name: &str) -> Option<u64> {
 
 /// The redirection table: (guest address, replacement), sorted by address.
 static TABLE: AtomicPtr<Vec<(u64, u64)>> = AtomicPtr::new(core::ptr::null_mut());
+/// Whether [`TABLE`] holds glibc's and the loader's string functions (see [`active`]).
+static STRINGS: AtomicBool = AtomicBool::new(false);
 
 /// Whether `path` is an object whose functions we replace.
 fn replaced_object(path: &std::path::Path) -> bool {
@@ -277,10 +281,11 @@ fn glibc_malloc_debug(path: &std::path::Path) -> bool {
     file.starts_with("libc_malloc_debug")
 }
 
-/// Builds the redirection table from the objects loaded now. Call once, before the engine
-/// starts (it reads files and allocates: never at translation time, when this thread may
-/// hold a lock the symbol reader takes).
-pub fn prepare() {
+/// Builds the redirection table from the objects loaded now: the objects' own allocation
+/// functions, and with `strings` glibc's and the loader's string functions. Call once,
+/// before the engine starts (it reads files and allocates: never at translation time, when
+/// this thread may hold a lock the symbol reader takes).
+pub fn prepare(strings: bool) {
     if !TABLE.load(Ordering::Acquire).is_null() {
         return;
     }
@@ -322,6 +327,9 @@ pub fn prepare() {
             }
             continue;
         }
+        if !strings {
+            continue;
+        }
         for s in oxgrind_symbols::symbolize::function_symbols(&m.path) {
             if s.ifunc {
                 continue;
@@ -333,6 +341,7 @@ pub fn prepare() {
     }
     table.sort_unstable();
     table.dedup_by_key(|e| e.0);
+    STRINGS.store(strings, Ordering::Release);
     TABLE.store(Box::into_raw(Box::new(table)), Ordering::Release);
     // Only with an own `free`: an own `operator delete` alone gives its blocks to the
     // `free` the program reaches, ours (whose `malloc` saw their allocation), so a pointer
@@ -417,11 +426,9 @@ pub fn redirect(pc: u64) -> Option<u64> {
     t.binary_search_by_key(&pc, |e| e.0).ok().map(|i| t[i].1)
 }
 
-/// Whether the engine replaces glibc's string functions (the table is built and not empty).
+/// Whether the engine replaces glibc's string functions.
 pub fn active() -> bool {
-    let t = TABLE.load(Ordering::Acquire);
-    // SAFETY: as in `redirect`.
-    !t.is_null() && !unsafe { &*t }.is_empty()
+    STRINGS.load(Ordering::Acquire)
 }
 
 /// Whether `pc` is in the replacements' section (instrumented like the program's code).
