@@ -722,14 +722,21 @@ pub fn translate_at_most(
             let access_check = here().any(|r| matches!(r, Probe::TraceNewLines { .. }));
             let mut block_checked = false;
             for r in here() {
+                // The indexed count emitted with the block's check emits nothing here.
+                let merged = !merged_skipped
+                    && matches!(*r, Probe::CountIndexed { index, n, .. }
+                        if merged_count == Some((index, n)));
                 // A borrow the definedness inline part kept goes to the access check only;
-                // the code-lines check's, to the recent-lines check after it.
+                // the code-lines check's, to the recent-lines check after it (past the
+                // merged count: giving the borrow back there cost a return and a borrow,
+                // eight instructions with live flags, at every entry of a block whose first
+                // instruction touches memory).
                 let takes_kept = match r {
                     Probe::AccessesFiltered { .. } | Probe::AccessesFilteredOrBelowSp { .. } => {
                         true
                     }
                     Probe::TraceNewLines { .. } => block_checked,
-                    _ => false,
+                    _ => merged,
                 };
                 if !takes_kept {
                     e.settle();
@@ -747,9 +754,7 @@ pub fn translate_at_most(
                         );
                         block_checked = true;
                     }
-                    Probe::CountIndexed { index, n, .. }
-                        if !merged_skipped && merged_count == Some((index, n)) =>
-                    {
+                    Probe::CountIndexed { .. } if merged => {
                         merged_skipped = true; // emitted with the block's check
                     }
                     _ => e.probe(r, &d.ins, live & (1 << i) != 0)?,
