@@ -85,6 +85,12 @@ impl ThreadState {
         v
     }
 
+    /// Whether the thread is inside the runtime (see [`Entered`]).
+    #[inline]
+    pub fn is_inside(&self) -> bool {
+        self.inside.get()
+    }
+
     /// See [`Entered::try_enter`].
     #[inline]
     pub fn try_enter(&'static self) -> Option<Entered> {

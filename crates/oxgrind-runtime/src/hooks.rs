@@ -25,6 +25,9 @@ use crate::libc_api::*;
 use crate::stacks;
 use crate::state::{self, Runtime, BLOCKS, STACKS};
 
+mod fast;
+pub use fast::enable as enable_heap_path;
+
 /// A stack id meaning "not captured" (the tool did not ask for free stacks).
 pub const NO_STACK: StackId = StackId(u32::MAX);
 
@@ -909,8 +912,33 @@ pass_caller! {
     fn realloc(p: *mut c_void, size: usize) -> *mut c_void => realloc_at("rdx", "rcx");
 }
 
-/// [`malloc`] with its caller's registers.
+/// [`malloc`] with its caller's registers: the heap path ([`fast`]) or the general one.
+///
+/// Each entry point only chooses and jumps (a load into a register that is not an
+/// argument's: the jumps pass them on), both paths out of line. With either inline, its
+/// frame was set up before the choice (LLVM did not shrink-wrap it): about 20 instructions
+/// a call on the heap path, or a larger frame on the general one, which Memcheck runs
+/// translated.
 unsafe extern "C" fn malloc_at(size: usize, sp: u64, bp: u64) -> *mut c_void {
+    if fast::on() {
+        return malloc_fast(size, sp, bp);
+    }
+    malloc_general(size, sp, bp)
+}
+
+#[inline(never)]
+unsafe fn malloc_fast(size: usize, sp: u64, bp: u64) -> *mut c_void {
+    let entry = entry!(malloc).called_from(sp, bp);
+    // SAFETY: plain call into glibc's allocator.
+    let get = || unsafe { __libc_malloc(size) };
+    match fast::allocate(size as u64, 0, AllocFn::Malloc, entry, get) {
+        Some(p) => p,
+        None => malloc_general(size, sp, bp),
+    }
+}
+
+#[inline(never)]
+unsafe fn malloc_general(size: usize, sp: u64, bp: u64) -> *mut c_void {
     check_arguments(|| entry!(malloc), AllocFn::Malloc, &[(0, "size")]);
     let entry = entry!(malloc).gated_from(sp, bp);
     entry_event(|| {
@@ -920,8 +948,23 @@ unsafe extern "C" fn malloc_at(size: usize, sp: u64, bp: u64) -> *mut c_void {
     })
 }
 
-/// [`free`] with its caller's registers.
+/// [`free`] with its caller's registers (chosen as in [`malloc_at`]).
 unsafe extern "C" fn free_at(p: *mut c_void, sp: u64, bp: u64) {
+    if fast::on() {
+        return free_fast(p, sp, bp);
+    }
+    free_general(p, sp, bp)
+}
+
+#[inline(never)]
+unsafe fn free_fast(p: *mut c_void, sp: u64, bp: u64) {
+    if !p.is_null() && !fast::deallocate(p, AllocFn::Free) {
+        free_general(p, sp, bp)
+    }
+}
+
+#[inline(never)]
+unsafe fn free_general(p: *mut c_void, sp: u64, bp: u64) {
     check_arguments(|| entry!(free), AllocFn::Free, &[(0, "ptr")]);
     if p.is_null() {
         return;
@@ -935,13 +978,34 @@ pub unsafe extern "C" fn cfree(p: *mut c_void) {
     deallocate(p, AllocFn::Free, entry!(cfree))
 }
 
-/// [`calloc`] with its caller's registers.
+/// [`calloc`] with its caller's registers (chosen as in [`malloc_at`]).
 unsafe extern "C" fn calloc_at(n: usize, size: usize, sp: u64, bp: u64) -> *mut c_void {
-    check_arguments(
-        || entry!(calloc),
-        AllocFn::Calloc,
-        &[(0, "nmemb"), (1, "size")],
-    );
+    if fast::on() {
+        return calloc_fast(n, size, sp, bp);
+    }
+    calloc_general(n, size, sp, bp)
+}
+
+#[inline(never)]
+unsafe fn calloc_fast(n: usize, size: usize, sp: u64, bp: u64) -> *mut c_void {
+    // A fishy argument or an overflowing product: the general path.
+    if !fishy(n as u64) && !fishy(size as u64) {
+        if let Some(total) = n.checked_mul(size) {
+            let entry = entry!(calloc).called_from(sp, bp);
+            // SAFETY: plain call into glibc's allocator (no redzone: `fast::suits`).
+            let get = || unsafe { __libc_calloc(n, size) };
+            if let Some(p) = fast::allocate(total as u64, 0, AllocFn::Calloc, entry, get) {
+                return p;
+            }
+        }
+    }
+    calloc_general(n, size, sp, bp)
+}
+
+#[inline(never)]
+unsafe fn calloc_general(n: usize, size: usize, sp: u64, bp: u64) -> *mut c_void {
+    let args = &[(0, "nmemb"), (1, "size")];
+    check_arguments(|| entry!(calloc), AllocFn::Calloc, args);
     let entry = entry!(calloc).gated_from(sp, bp);
     entry_event(|| calloc_here(n, size, entry))
 }
@@ -1197,13 +1261,27 @@ fn realloc_event(
         .with_event_blocks(q as u64, old_held, || rt.tool.on_realloc(&HOST, &f, &a));
 }
 
-/// [`realloc`] with its caller's registers.
+/// [`realloc`] with its caller's registers (chosen as in [`malloc_at`]).
 unsafe extern "C" fn realloc_at(p: *mut c_void, size: usize, sp: u64, bp: u64) -> *mut c_void {
-    check_arguments(
-        || entry!(realloc),
-        AllocFn::Realloc,
-        &[(0, "ptr"), (1, "size")],
-    );
+    if fast::on() {
+        return realloc_fast(p, size, sp, bp);
+    }
+    realloc_general(p, size, sp, bp)
+}
+
+#[inline(never)]
+unsafe fn realloc_fast(p: *mut c_void, size: usize, sp: u64, bp: u64) -> *mut c_void {
+    let entry = entry!(realloc).called_from(sp, bp);
+    match fast::reallocate(p, size, AllocFn::Realloc, entry) {
+        Some(q) => q,
+        None => realloc_general(p, size, sp, bp),
+    }
+}
+
+#[inline(never)]
+unsafe fn realloc_general(p: *mut c_void, size: usize, sp: u64, bp: u64) -> *mut c_void {
+    let args = &[(0, "ptr"), (1, "size")];
+    check_arguments(|| entry!(realloc), AllocFn::Realloc, args);
     let entry = entry!(realloc).gated_from(sp, bp);
     entry_event(|| reallocate_here(p, size, AllocFn::Realloc, entry))
 }
@@ -1432,11 +1510,34 @@ unsafe extern "C" fn oxgrind_new(
     sp: u64,
     bp: u64,
 ) -> *mut c_void {
-    let func = if which & 1 == 1 {
-        AllocFn::NewArray
-    } else {
-        AllocFn::New
+    // Chosen as in `malloc_at`.
+    if fast::on() {
+        return new_fast(size, align, which, sp, bp);
+    }
+    new_general(size, align, which, sp, bp)
+}
+
+#[inline(never)]
+unsafe fn new_fast(size: usize, align: usize, which: c_int, sp: u64, bp: u64) -> *mut c_void {
+    let func = new_func(which);
+    let entry = Entry::at(new_entry(which as usize)).called_from(sp, bp);
+    // SAFETY: plain calls into glibc's allocator (no redzone: `fast::suits`).
+    let get = || unsafe {
+        if align > 16 {
+            __libc_memalign(align, size)
+        } else {
+            __libc_malloc(size)
+        }
     };
+    match fast::allocate(size as u64, align as u64, func, entry, get) {
+        Some(p) => p,
+        None => new_general(size, align, which, sp, bp),
+    }
+}
+
+#[inline(never)]
+unsafe fn new_general(size: usize, align: usize, which: c_int, sp: u64, bp: u64) -> *mut c_void {
+    let func = new_func(which);
     // The shim's code is the runtime's: the shadow registers are still the program's call's.
     check_arguments(
         || Entry::at(new_entry(which as usize)),
@@ -1455,6 +1556,16 @@ unsafe extern "C" fn oxgrind_new(
             }
         })
     })
+}
+
+/// The allocating function of `operator new`'s entry point `which` (odd: `new[]`).
+#[inline]
+fn new_func(which: c_int) -> AllocFn {
+    if which & 1 == 1 {
+        AllocFn::NewArray
+    } else {
+        AllocFn::New
+    }
 }
 
 /// How `shim.c` calls [`oxgrind_new`]: through `oxgrind_engine::native_entry`, so that with
@@ -1479,6 +1590,13 @@ pub unsafe extern "C" fn oxgrind_new_entry(
     )
 }
 
+/// The heap path's `operator delete` of `p`, not null: `false` when the general path must
+/// serve the call ([`fast::deallocate`]).
+#[inline(never)]
+fn delete_fast(p: *mut c_void, func: AllocFn) -> bool {
+    fast::deallocate(p, func)
+}
+
 /// `operator delete` in all its forms: each entry point passes its caller's registers on
 /// (`pass_caller`) to its implementation `$imp`, which frees as `free` does.
 macro_rules! delete_fns {
@@ -1487,13 +1605,27 @@ macro_rules! delete_fns {
             fn $name(p: *mut c_void $(, $arg: $ty)*) => $imp($sp, $bp);
         }
 
+        /// Chosen as in `malloc_at`.
         unsafe extern "C" fn $imp(p: *mut c_void $(, $arg: $ty)*, sp: u64, bp: u64) {
-            $(let _ = $arg;)*
-            if p.is_null() {
-                return;
+            #[inline(never)]
+            fn heap_path(p: *mut c_void, sp: u64, bp: u64) {
+                if !p.is_null() && !delete_fast(p, $func) {
+                    general(p, sp, bp)
+                }
             }
-            let entry = entry!($name).gated_from(sp, bp);
-            entry_event(|| deallocate_here(p, $func, entry))
+            #[inline(never)]
+            fn general(p: *mut c_void, sp: u64, bp: u64) {
+                if p.is_null() {
+                    return;
+                }
+                let entry = entry!($name).gated_from(sp, bp);
+                entry_event(|| deallocate_here(p, $func, entry))
+            }
+            $(let _ = $arg;)*
+            if fast::on() {
+                return heap_path(p, sp, bp);
+            }
+            general(p, sp, bp)
         }
     )*};
 }

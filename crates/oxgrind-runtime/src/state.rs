@@ -120,6 +120,7 @@ pub fn ensure_init() {
                 }
             }
             rt.tool.on_start(&crate::host::HOST);
+            crate::hooks::enable_heap_path(rt);
         }
         None => {
             crate::limits::settle_after_setup();
