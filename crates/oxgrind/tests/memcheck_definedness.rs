@@ -150,6 +150,17 @@ fn reads_of_freed_memory_are_defined_as_valgrind_takes_them() {
     reported_as_valgrind_at_o0_and_o2("mc_freed_reads.c", 8);
 }
 
+/// Memory made unaddressable by a client request (`MAKE_MEM_NOACCESS`, a pool's freed
+/// chunk, a freed custom block) loads as defined, and a custom block (`MALLOCLIKE_BLOCK`,
+/// `MEMPOOL_ALLOC`) is undefined when allocated unless zeroed, whatever the memory's V bits
+/// were, as Memcheck's no-access state and `MC_(new_block)` make them. (Before,
+/// `MAKE_MEM_NOACCESS` of undefined bytes gave two uninitialised-value errors Valgrind does
+/// not report, and the custom blocks in defined memory none of Valgrind's two.)
+#[test]
+fn noaccess_and_custom_block_requests_set_v_bits_as_valgrind() {
+    reported_as_valgrind_at_o0_and_o2("mc_noaccess_vbits.c", 6);
+}
+
 #[test]
 fn definedness_is_on_by_default_and_off_with_no() {
     let prog = program("-O0");

@@ -21,7 +21,7 @@
 
 use oxgrind_formats::memcheck_xml::WhatQuirk;
 use oxgrind_tool::instrument::GuestRegs;
-use oxgrind_tool::{Addr, AllocFn, Host, LiveBlock, StackId};
+use oxgrind_tool::{Addr, AllocFn, Host, LiveBlock, Origin, StackId};
 
 use crate::errors::{KeyKind, Output};
 use crate::freed::FreedBlock;
@@ -69,7 +69,7 @@ impl Memcheck {
         let base = shadow::adopt(host);
         match args[0] {
             MAKE_MEM_NOACCESS => {
-                shadow::make_noaccess(base, addr, len);
+                self.make_noaccess(host, base, addr, len);
                 Some(DONE)
             }
             MAKE_MEM_UNDEFINED | MAKE_MEM_DEFINED => {
@@ -116,7 +116,7 @@ impl Memcheck {
                 Some(0)
             }
             MALLOCLIKE_BLOCK => {
-                self.malloclike(host, base, addr, len, args[3], regs);
+                self.malloclike(host, base, args, regs);
                 Some(0)
             }
             FREELIKE_BLOCK => {
@@ -124,7 +124,7 @@ impl Memcheck {
                 Some(0)
             }
             RESIZEINPLACE_BLOCK => {
-                self.resize_in_place(base, addr, args[2], args[3], args[4]);
+                self.resize_in_place(host, base, addr, args[2], args[3], args[4]);
                 Some(0)
             }
             _ => self.mempool_request(host, base, args, regs),
@@ -204,16 +204,9 @@ impl Memcheck {
         }
     }
 
-    /// `VALGRIND_MALLOCLIKE_BLOCK(addr, size, redzone, zeroed)`.
-    fn malloclike(
-        &self,
-        host: &dyn Host,
-        base: u64,
-        addr: Addr,
-        size: u64,
-        rz: u64,
-        regs: &GuestRegs,
-    ) {
+    /// `VALGRIND_MALLOCLIKE_BLOCK(addr, size, redzone, zeroed)`: the request's `args`.
+    fn malloclike(&self, host: &dyn Host, base: u64, args: &[u64; 6], regs: &GuestRegs) {
+        let (addr, size, rz, zeroed) = (args[1], args[2], args[3], args[4] != 0);
         let stack = self.client_stack(host, regs);
         self.totals.alloc(size);
         self.client_blocks.lock().push(LiveBlock {
@@ -223,9 +216,45 @@ impl Memcheck {
             stack,
         });
         shadow::make_accessible(base, addr, size);
+        self.custom_block_definedness(host, addr, size, zeroed, stack);
         if rz > 0 {
-            shadow::make_noaccess(base, addr.saturating_sub(rz), rz);
-            shadow::make_noaccess(base, addr + size, rz);
+            self.make_noaccess(host, base, addr.saturating_sub(rz), rz);
+            self.make_noaccess(host, base, addr + size, rz);
+        }
+    }
+
+    /// Makes `[addr, addr + len)` unaddressable, as Memcheck's `make_mem_noaccess`. Its
+    /// no-access state holds no V bits, and a load of a no-access byte gives a defined
+    /// value (`get_vbits8`): one invalid read, no uninitialised-value error after it. Here
+    /// V bits are kept apart from the A map, so they are set defined with it (the
+    /// interpreter's loads and the inline load copies read them as they are). Whatever
+    /// makes the bytes addressable again sets their V bits (`MAKE_MEM_UNDEFINED` /
+    /// `_DEFINED`, a custom block, a pool's chunk).
+    pub(crate) fn make_noaccess(&self, host: &dyn Host, base: u64, addr: Addr, len: u64) {
+        shadow::make_noaccess(base, addr, len);
+        if self.opts.undef_value_errors {
+            host.set_definedness(addr, len, true);
+        }
+    }
+
+    /// A custom block's V bits (`MALLOCLIKE_BLOCK`, a pool's `MEMPOOL_ALLOC`), as
+    /// Memcheck's `MC_(new_block)`: defined when the allocator says its memory is zeroed,
+    /// else undefined, created by the request's stack.
+    pub(crate) fn custom_block_definedness(
+        &self,
+        host: &dyn Host,
+        addr: Addr,
+        size: u64,
+        zeroed: bool,
+        stack: StackId,
+    ) {
+        if !self.opts.undef_value_errors {
+            return;
+        }
+        if zeroed {
+            host.set_definedness(addr, size, true);
+        } else {
+            self.make_undefined(host, addr, size, Origin::Heap(stack));
         }
     }
 
@@ -243,7 +272,7 @@ impl Memcheck {
             self.report_invalid_free(host, addr, stack);
             return;
         };
-        shadow::make_noaccess(base, addr.saturating_sub(rz), b.size + 2 * rz);
+        self.make_noaccess(host, base, addr.saturating_sub(rz), b.size + 2 * rz);
         self.lock().freed.push_unkept(&FreedBlock {
             addr,
             size: b.size,
@@ -263,17 +292,20 @@ impl Memcheck {
     }
 
     /// `VALGRIND_RESIZEINPLACE_BLOCK(addr, old size, new size, redzone)`.
-    fn resize_in_place(&self, base: u64, addr: Addr, old: u64, new: u64, rz: u64) {
+    fn resize_in_place(&self, host: &dyn Host, base: u64, addr: Addr, old: u64, new: u64, rz: u64) {
         let mut blocks = self.client_blocks.lock();
         let Some(b) = blocks.iter_mut().find(|b| b.addr == addr && b.size == old) else {
             return;
         };
         b.size = new;
+        let stack = b.stack;
+        drop(blocks);
         if new < old {
-            shadow::make_noaccess(base, addr + new, old - new + rz);
+            self.make_noaccess(host, base, addr + new, old - new + rz);
         } else {
             shadow::make_accessible(base, addr + old, new - old);
-            shadow::make_noaccess(base, addr + new, rz);
+            self.custom_block_definedness(host, addr + old, new - old, false, stack);
+            self.make_noaccess(host, base, addr + new, rz);
         }
     }
 

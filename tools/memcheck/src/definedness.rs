@@ -31,7 +31,7 @@ impl Memcheck {
     }
 
     /// Marks memory undefined, with its origin when origins are tracked.
-    fn make_undefined(&self, host: &dyn Host, addr: Addr, len: u64, origin: Origin) {
+    pub(crate) fn make_undefined(&self, host: &dyn Host, addr: Addr, len: u64, origin: Origin) {
         if self.opts.track_origins {
             host.set_undefined_from(addr, len, origin);
         } else {

@@ -35,6 +35,8 @@ const MEMPOOL_EXISTS: u64 = 0x130a;
 pub(crate) struct Pool {
     anchor: Addr,
     redzone: u64,
+    /// `CREATE_MEMPOOL`'s `is_zeroed`: its chunks are defined when allocated.
+    zeroed: bool,
     chunks: Vec<LiveBlock>,
 }
 
@@ -85,6 +87,7 @@ impl Memcheck {
                     pools.pools.push(Pool {
                         anchor,
                         redzone: args[2],
+                        zeroed: args[3] != 0,
                         chunks: Vec::new(),
                     });
                 }
@@ -99,7 +102,7 @@ impl Memcheck {
                     Some(p) => {
                         for c in &p.chunks {
                             let start = c.addr.saturating_sub(p.redzone);
-                            shadow::make_noaccess(base, start, c.size + 2 * p.redzone);
+                            self.make_noaccess(host, base, start, c.size + 2 * p.redzone);
                         }
                     }
                     None => self.illegal_mempool(host, anchor, regs),
@@ -118,17 +121,18 @@ impl Memcheck {
                                 func: AllocFn::Malloc,
                                 stack,
                             });
-                            true
+                            Some(p.zeroed)
                         }
-                        None => false,
+                        None => None,
                     }
                 };
-                if !known {
+                let Some(zeroed) = known else {
                     self.illegal_mempool(host, anchor, regs);
                     return Some(0);
-                }
+                };
                 self.totals.alloc(size);
                 shadow::make_accessible(base, addr, size);
+                self.custom_block_definedness(host, addr, size, zeroed, stack);
             }
             MEMPOOL_FREE => self.mempool_free(host, base, anchor, args[2], regs),
             MEMPOOL_TRIM => self.mempool_trim(host, base, anchor, args[2], args[3], regs),
@@ -187,14 +191,21 @@ impl Memcheck {
             Some((Some(c), rz)) => {
                 // Memcheck counts no free for a chunk (nor for a destroyed pool's).
                 let stack = self.client_stack(host, regs);
-                self.retire_chunk(base, &c, rz, stack);
+                self.retire_chunk(host, base, &c, rz, stack);
             }
         }
     }
 
     /// A chunk given back: unaddressable with its redzones, remembered as freed.
-    fn retire_chunk(&self, base: u64, c: &LiveBlock, rz: u64, free_stack: oxgrind_tool::StackId) {
-        shadow::make_noaccess(base, c.addr.saturating_sub(rz), c.size + 2 * rz);
+    fn retire_chunk(
+        &self,
+        host: &dyn Host,
+        base: u64,
+        c: &LiveBlock,
+        rz: u64,
+        free_stack: oxgrind_tool::StackId,
+    ) {
+        self.make_noaccess(host, base, c.addr.saturating_sub(rz), c.size + 2 * rz);
         self.lock().freed.push_unkept(&FreedBlock {
             addr: c.addr,
             size: c.size,
@@ -232,12 +243,12 @@ impl Memcheck {
                 }
                 let mut c = c;
                 if c.addr < lo {
-                    shadow::make_noaccess(base, c.addr, lo - c.addr);
+                    self.make_noaccess(host, base, c.addr, lo - c.addr);
                     c.size -= lo - c.addr;
                     c.addr = lo;
                 }
                 if end > hi {
-                    shadow::make_noaccess(base, hi, end - hi);
+                    self.make_noaccess(host, base, hi, end - hi);
                     c.size -= end - hi;
                 }
                 kept.push(c);
@@ -248,7 +259,7 @@ impl Memcheck {
         if !gone.is_empty() {
             let stack = self.client_stack(host, regs);
             for c in &gone {
-                self.retire_chunk(base, c, rz, stack);
+                self.retire_chunk(host, base, c, rz, stack);
             }
         }
     }
