@@ -1353,7 +1353,16 @@ fn inline_rsp_delta(ins: &Instruction) -> Option<i32> {
             )
     };
     let delta = match ins.mnemonic() {
-        Mnemonic::Push if ins.op_count() == 1 && reg_or_imm(0) => -8,
+        // `push m64` too (ld.so's symbol lookup, libcrypto, sqlite3, perl's pp_substcont
+        // `push 0x28(%rbp)`): its source is checked as any memory operand, the pushed slot
+        // is a second one.
+        Mnemonic::Push
+            if ins.op_count() == 1
+                && (reg_or_imm(0)
+                    || ins.op0_kind() == OpKind::Memory && ins.memory_size().size() == 8) =>
+        {
+            -8
+        }
         Mnemonic::Pop
             if ins.op_count() == 1
                 && ins.op0_kind() == OpKind::Register
@@ -2566,6 +2575,7 @@ mod tests {
         let mut failures = Vec::new();
         let mut loads_checked = 0;
         let mut vector_copies = 0;
+        let mut moves_rsp = BTreeSet::new();
         for bytes in encodings(&mut rng) {
             let mut decoder = Decoder::with_ip(64, &bytes, 0x40_0000, DecoderOptions::NONE);
             let ins = decoder.decode();
@@ -2575,10 +2585,13 @@ mod tests {
             let Some(form) = fast_form(&ins) else {
                 continue;
             };
-            if form.rsp_delta != 0 || form.undefined.is_some() {
-                continue; // the stack rule is the engine's, not the interpreter's
-            }
+            // Forms that move `rsp` (push, pop, call, ret, `sub rsp`) are compared too: the
+            // stack rule (`FastForm::undefined`, the new `rsp` remembered) is the engine's,
+            // not the interpreter's, but what they check and write is the same as any form's.
             covered.insert(ins.mnemonic());
+            if form.rsp_delta != 0 {
+                moves_rsp.insert((ins.mnemonic(), ins.op0_kind() == OpKind::Memory));
+            }
             for _ in 0..6 {
                 let (mut guest, mut regs) = random_guest(&mut rng);
                 for i in 0..32 {
@@ -2741,6 +2754,19 @@ mod tests {
         .filter(|m| !covered.contains(m))
         .collect();
         assert!(missing.is_empty(), "not covered: {missing:?}");
+        assert!(
+            [
+                (Mnemonic::Push, false),
+                (Mnemonic::Push, true),
+                (Mnemonic::Pop, false),
+                (Mnemonic::Call, false),
+                (Mnemonic::Call, true),
+                (Mnemonic::Ret, false),
+            ]
+            .iter()
+            .all(|m| moves_rsp.contains(m)),
+            "forms that move rsp covered: {moves_rsp:?}"
+        );
         assert!(
             loads_checked > 100,
             "{loads_checked} loads with undefined shadow"
