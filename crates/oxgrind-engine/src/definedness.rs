@@ -457,7 +457,7 @@ struct Interrupted {
     /// `ThreadCtx::vbits_stepped_pc`: a side exit's step, made at the interrupted point.
     stepped_pc: u64,
     regs: ShadowRegisters,
-    vectors_stale: bool,
+    vectors_stale: u32,
     reg_origins: [origins::Otag; origins::SLOTS],
     pending: Option<Pending>,
 }
@@ -524,10 +524,14 @@ struct ThreadShadow {
     /// its pc and the `rcx` of its next iteration. The interpreter did all iterations at
     /// its first entry.
     rep_next: (u64, u64),
-    /// The vector registers' shadows are all defined, not yet written so: the inline
-    /// catch-up after the runtime's own code sets it (zeroing 2 KiB there would cost more
-    /// than the step it saves); the next slow step does the zeroing.
-    vectors_stale: bool,
+    /// Bit `n`: the shadow of vector register `n` is all defined, its bytes not yet
+    /// written so. The inline catch-up after the runtime's own code sets every bit
+    /// ([`ALL_VECTORS_STALE`]: zeroing 2 KiB there would cost more than the step it saves);
+    /// a fast-form load into a register (`FastForm::vec_copy`) zeroes the rest of its
+    /// shadow and clears its bit, so that a load of partly undefined memory after a
+    /// `malloc` (sqlite3's `Mem` copies) stays inline; the next slow step zeroes the
+    /// registers still marked.
+    vectors_stale: u32,
     /// Origins (`--track-origins=yes`): each register's tag (see [`origins`]).
     reg_origins: [origins::Otag; origins::SLOTS],
     /// The pc of the instruction last stepped (the origin of the stack it made).
@@ -546,7 +550,7 @@ fn thread(ctx: &mut ThreadCtx) -> &'static mut ThreadShadow {
             pending: None,
             interrupted: Vec::new(),
             rep_next: (0, 0),
-            vectors_stale: false,
+            vectors_stale: 0,
             reg_origins: [0; origins::SLOTS],
             last_pc: 0,
         });
@@ -570,7 +574,7 @@ pub(crate) fn reuse(ctx: &mut ThreadCtx) {
         t.pending = None;
         t.interrupted.clear();
         t.rep_next = (0, 0);
-        t.vectors_stale = false;
+        t.vectors_stale = 0;
         t.reg_origins = [0; origins::SLOTS];
         t.last_pc = 0;
     }
@@ -730,8 +734,13 @@ fn need_step_after(rec: &StepRec) -> u64 {
 /// [`step`] with the thread's state, its registers' shadows copied in ([`regs_in`]);
 /// copies them out before any report.
 fn step_with(ctx: &mut ThreadCtx, t: &mut ThreadShadow, rec: &StepRec, pc: u64, cl: Client) {
-    if core::mem::take(&mut t.vectors_stale) {
-        t.regs.vector = [[0; 64]; 32];
+    let stale = core::mem::take(&mut t.vectors_stale);
+    if stale != 0 {
+        for (n, v) in t.regs.vector.iter_mut().enumerate() {
+            if stale & (1 << n) != 0 {
+                *v = [0; 64];
+            }
+        }
     }
     catch_up(ctx, t, pc);
     let ins = rec.ins;
@@ -1194,6 +1203,8 @@ pub(crate) const OFF_LAST_WRITES_RSP: usize = core::mem::offset_of!(ThreadShadow
 pub(crate) const OFF_LAST_CALL_OR_RET: usize =
     core::mem::offset_of!(ThreadShadow, last_call_or_ret);
 pub(crate) const OFF_VECTORS_STALE: usize = core::mem::offset_of!(ThreadShadow, vectors_stale);
+/// [`ThreadShadow::vectors_stale`] after the runtime's own code ran: every vector register.
+pub(crate) const ALL_VECTORS_STALE: u32 = u32::MAX;
 pub(crate) const OFF_REP_PC: usize = core::mem::offset_of!(ThreadShadow, rep_next.0);
 pub(crate) const OFF_REP_RCX: usize = core::mem::offset_of!(ThreadShadow, rep_next.1);
 
@@ -1203,6 +1214,10 @@ pub(crate) fn is_rep(ins: &Instruction) -> bool {
 }
 pub(crate) const OFF_SHADOW_VECTOR: usize =
     core::mem::offset_of!(ThreadShadow, regs) + core::mem::offset_of!(ShadowRegisters, vector);
+pub(crate) const OFF_SHADOW_X87: usize =
+    core::mem::offset_of!(ThreadShadow, regs) + core::mem::offset_of!(ShadowRegisters, x87);
+pub(crate) const OFF_SHADOW_X87_STATUS: usize =
+    core::mem::offset_of!(ThreadShadow, regs) + core::mem::offset_of!(ShadowRegisters, x87_status);
 const _: () = assert!(core::mem::size_of::<oxgrind_vbits::FlagShadows>() == 1);
 
 /// A general register the fast path zeroes the shadow of: encoding number and which bytes
@@ -1237,7 +1252,8 @@ pub(crate) struct FastForm {
     /// The flags' shadow must be zero (unless [`FastForm::flags_overwritten`]).
     pub flags: bool,
     /// The instruction reads no flag and the interpreter's rule sets all six flags' V bits
-    /// from its operands alone (`add`, `sub`, `cmp`, `neg`, `and`, `or`, `xor`, `test`):
+    /// from its operands alone (`add`, `sub`, `cmp`, `neg`, `and`, `or`, `xor`, `test`,
+    /// `fcomi`):
     /// their shadow is not checked but written zero, as every operand is checked defined.
     pub flags_overwritten: bool,
     pub mem: [Option<iced_x86::UsedMemory>; 2],
@@ -1277,6 +1293,11 @@ pub(crate) struct FastForm {
     /// shadow is then neither in [`FastForm::vec_reads`] nor in [`FastForm::vec_writes`]:
     /// `translate::definedness` writes it.
     pub vec_copy: Option<VecCopy>,
+    /// An x87 instruction ([`fast_x87_mnemonic`]): the shadows of the whole register stack
+    /// must be zero and the condition bits defined (the interpreter keeps the stack's
+    /// shadows in stack order; with all of them zero, the rotation a push or pop makes
+    /// changes nothing).
+    pub x87: bool,
 }
 
 /// How [`FastForm::vec_copy`] moves shadow between memory and a vector register.
@@ -1563,6 +1584,80 @@ fn fast_mnemonic(m: Mnemonic) -> bool {
             | M::Movsb
             | M::Movsw
             | M::Movsq
+    )
+}
+
+/// x87 instruction forms with an inline fast path (sqlite3's printf and atof of doubles:
+/// ~130 k steps a run): loads, stores, exchanges, arithmetic and compares, whose
+/// interpreter rules (`oxgrind_vbits`'s x87) copy, rotate or PCast the register stack's
+/// shadows and the memory operand's. With every register's shadow and the condition bits
+/// defined before ([`FastForm::x87`]) and every other input checked, everything they write
+/// is defined, and a push or pop rotates zeros: the stack needs no update. Not the
+/// environment and state saves (`fnsave`, `fxrstor`...) nor 80-bit and BCD operands.
+fn fast_x87_mnemonic(m: Mnemonic) -> bool {
+    use Mnemonic as M;
+    matches!(
+        m,
+        M::Fld
+            | M::Fild
+            | M::Fldz
+            | M::Fld1
+            | M::Fldpi
+            | M::Fldl2e
+            | M::Fldln2
+            | M::Fldlg2
+            | M::Fldl2t
+            | M::Fst
+            | M::Fstp
+            | M::Fist
+            | M::Fistp
+            | M::Fisttp
+            | M::Fxch
+            | M::Fadd
+            | M::Faddp
+            | M::Fsub
+            | M::Fsubp
+            | M::Fsubr
+            | M::Fsubrp
+            | M::Fmul
+            | M::Fmulp
+            | M::Fdiv
+            | M::Fdivp
+            | M::Fdivr
+            | M::Fdivrp
+            | M::Fiadd
+            | M::Fisub
+            | M::Fisubr
+            | M::Fimul
+            | M::Fidiv
+            | M::Fidivr
+            | M::Fchs
+            | M::Fabs
+            | M::Fsqrt
+            | M::Frndint
+            | M::Fcom
+            | M::Fcomp
+            | M::Fcompp
+            | M::Fucom
+            | M::Fucomp
+            | M::Fucompp
+            | M::Ficom
+            | M::Ficomp
+            | M::Ftst
+            | M::Fxam
+            | M::Fcomi
+            | M::Fcomip
+            | M::Fucomi
+            | M::Fucomip
+            | M::Fcmovb
+            | M::Fcmove
+            | M::Fcmovbe
+            | M::Fcmovu
+            | M::Fcmovnb
+            | M::Fcmovne
+            | M::Fcmovnbe
+            | M::Fcmovnu
+            | M::Fnstsw
     )
 }
 
@@ -1998,6 +2093,7 @@ pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
     if !FAST_PATH.load(Ordering::Relaxed)
         || !(fast_mnemonic(ins.mnemonic())
             || fast_vector_mnemonic(ins.mnemonic())
+            || fast_x87_mnemonic(ins.mnemonic())
             || rsp_delta.is_some())
         || (writes_rsp(ins) && rsp_delta.is_none())
         || ins.has_op_mask()
@@ -2022,6 +2118,7 @@ pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
         load: None,
         store: None,
         vec_copy: None,
+        x87: fast_x87_mnemonic(ins.mnemonic()),
     };
     if origins::enabled() && form.undefined.is_some() {
         // What the slow path would tag the new stack with: the red zone after a call or
@@ -2048,6 +2145,11 @@ pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
                 | Mnemonic::Or
                 | Mnemonic::Xor
                 | Mnemonic::Test
+                // ZF, PF and CF from the compare, OF, SF and AF cleared.
+                | Mnemonic::Fcomi
+                | Mnemonic::Fcomip
+                | Mnemonic::Fucomi
+                | Mnemonic::Fucomip
         );
     use Mnemonic as M;
     let is_shift = matches!(
@@ -2103,6 +2205,9 @@ pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
                     continue; // a segment prefix: its base is the address's, not a value
                 }
                 return false;
+            }
+            if r.is_st() && form.x87 {
+                continue; // the whole stack is checked (`FastForm::x87`)
             }
             if !r.is_gpr() {
                 return false; // rip-relative operands show no register; anything else is rare
@@ -2377,7 +2482,9 @@ fn slow_jumps(form: &FastForm) -> usize {
         .vec_copy
         .filter(|v| !v.load)
         .map_or(0, |v| v.size as usize / 8);
-    gprs + vectors + mem + copied + 1
+    // The x87 stack's eight shadows and its condition bits.
+    let x87 = if form.x87 { 9 } else { 0 };
+    gprs + vectors + mem + copied + x87 + 1
 }
 
 #[cfg(test)]
@@ -2522,6 +2629,12 @@ mod tests {
                 }
             }
         }
+        // Every x87 register form (the ModRM values above have few of them).
+        for op in 0xD8..=0xDFu8 {
+            for modrm in 0xC0..=0xFFu8 {
+                out.push(vec![op, modrm]);
+            }
+        }
         for mmmmm in 1..=3u8 {
             for w in 0..2u8 {
                 for l in 0..2u8 {
@@ -2605,6 +2718,14 @@ mod tests {
                     regs.opmask[i] = rng.next() & rng.next();
                 }
                 regs.flags = FlagShadows((rng.next() & 0x3f) as u8);
+                for s in regs.x87.iter_mut() {
+                    *s = rng.next() & rng.next();
+                }
+                regs.x87_status = rng.next() & 1 != 0;
+                if form.x87 {
+                    regs.x87 = [0; 8];
+                    regs.x87_status = false;
+                }
                 // What the fast form checks is defined.
                 for n in 0..16 {
                     if form.reads & (1 << n) != 0 {
@@ -2687,6 +2808,7 @@ mod tests {
                     && regs.vector == expect.vector
                     && regs.opmask == expect.opmask
                     && regs.x87 == expect.x87
+                    && regs.x87_status == expect.x87_status
                     && (regs.flags == expect.flags || form.flags && regs.flags.0 == 0);
                 if !outcome.checks.is_empty() || stored_undefined || !same {
                     failures.push(std::format!(
@@ -2735,6 +2857,21 @@ mod tests {
             Mnemonic::Idiv,
             Mnemonic::Fldcw,
             Mnemonic::Fnstcw,
+            Mnemonic::Fld,
+            Mnemonic::Fild,
+            Mnemonic::Fstp,
+            Mnemonic::Fistp,
+            Mnemonic::Fxch,
+            Mnemonic::Fmul,
+            Mnemonic::Fsubp,
+            Mnemonic::Fdivrp,
+            Mnemonic::Fcomi,
+            Mnemonic::Fcomip,
+            Mnemonic::Fucomip,
+            Mnemonic::Fldz,
+            Mnemonic::Fld1,
+            Mnemonic::Fcmove,
+            Mnemonic::Fnstsw,
             Mnemonic::Ldmxcsr,
             Mnemonic::Stmxcsr,
             Mnemonic::Adcx,

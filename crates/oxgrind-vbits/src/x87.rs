@@ -5,8 +5,9 @@
 //! bits, every other load or store converts (PCast), arithmetic is PCast of its operands,
 //! exchanges and register copies move shadows. The C0..C3 condition bits of compares get one
 //! V bit (`fnstsw` hands it on); `fcomi` writes the EFLAGS shadows. Keeping stack order
-//! means every instruction that moves `TOP` must come through here, which the engine's slow
-//! path guarantees as long as x87 instructions always take it (they are rare).
+//! means every instruction that moves `TOP` must come through here, or find every shadow
+//! zero, where a rotation changes nothing: the engine's inline fast path takes an x87
+//! instruction only then (its `FastForm::x87` check), else its slow path comes here.
 
 use iced_x86::Mnemonic;
 

@@ -8,7 +8,8 @@
 //! undefined sizes given to malloc, calloc and realloc, floating point on an undefined
 //! double (SSE arithmetic, a conversion and compares reported; `xorps` of a register with
 //! itself and a packed add's other lane not), an undefined value kept in a callee-saved
-//! register across allocator calls, and a clean run; then the same kinds as C++
+//! register across allocator calls, partly undefined memory copied through a vector
+//! register right after malloc, x87 arithmetic on an undefined double, and a clean run; then the same kinds as C++
 //! and Rust programs make them (`mc_undef_cxx.cpp`, `mc_undef_rust.rs`).
 //! Definedness is on by default, as in Valgrind; `--undef-value-errors=no` turns it off.
 
@@ -29,6 +30,8 @@ const CASES: &[(&str, &str)] = &[
     ("float", "2 errors from 2 contexts"),
     ("across-calls", "1 errors from 1 contexts"),
     ("large-blocks", "2 errors from 2 contexts"),
+    ("vector-copy", "4 errors from 2 contexts"),
+    ("x87", "1 errors from 1 contexts"),
     ("deref", "0 errors from 0 contexts"),
     ("clean", "0 errors from 0 contexts"),
 ];

@@ -35,8 +35,9 @@
 use super::{Emitter, SlowCall, TranslateError};
 use crate::context as c;
 use crate::definedness::{
-    FastForm, StackOrigin, Written, CALLER_SAVED, OFF_LAST_CALL_OR_RET, OFF_LAST_RSP,
-    OFF_LAST_WRITES_RSP, OFF_REP_PC, OFF_REP_RCX, OFF_SHADOW_VECTOR, OFF_VECTORS_STALE,
+    FastForm, StackOrigin, Written, ALL_VECTORS_STALE, CALLER_SAVED, OFF_LAST_CALL_OR_RET,
+    OFF_LAST_RSP, OFF_LAST_WRITES_RSP, OFF_REP_PC, OFF_REP_RCX, OFF_SHADOW_VECTOR, OFF_SHADOW_X87,
+    OFF_SHADOW_X87_STATUS, OFF_VECTORS_STALE,
 };
 use core::sync::atomic::{AtomicU64, Ordering};
 use iced_x86::Register;
@@ -107,7 +108,8 @@ impl Emitter {
         // Register-only forms where the flags are dead borrow nothing: every check and write
         // is one `gs:`-relative operand (the slow call saves `rax` first).
         let vectors = form.vec_reads.iter().any(Option::is_some)
-            || form.vec_writes.iter().any(Option::is_some);
+            || form.vec_writes.iter().any(Option::is_some)
+            || form.x87;
         let registers_only = !block_entry
             && !vectors
             && form.mem.iter().all(Option::is_none)
@@ -184,24 +186,35 @@ impl Emitter {
         if vectors {
             self.load_gs(0, c::OFF_VBITS);
         }
-        if form.vec_reads.iter().any(Option::is_some) {
-            // Stale vector shadows are all defined: cmp byte [rax+stale], 0; jne done.
+        for v in form.vec_reads.iter().flatten() {
+            // A stale vector shadow is all defined: test dword [rax+stale], 1 << n; jnz done.
             // Else cmp qword [rax+zmm_n+8i], 0; jne slow for each 8 bytes read.
-            self.buf.extend_from_slice(&[0x80, 0xB8]);
-            self.d32(OFF_VECTORS_STALE as u32);
-            self.buf.extend_from_slice(&[0x00, 0x0F, 0x85]);
+            self.test_vector_stale(0, v.n);
+            self.buf.extend_from_slice(&[0x0F, 0x85]);
             let done = self.buf.len();
             self.d32(0);
-            for v in form.vec_reads.iter().flatten() {
-                for i in 0..v.len as usize / 8 {
-                    self.buf.extend_from_slice(&[0x48, 0x83, 0xB8]);
-                    self.d32((OFF_SHADOW_VECTOR + 64 * v.n as usize + 8 * i) as u32);
-                    self.buf.push(0x00);
-                    self.jcc_slow(0x85, &mut slow)?;
-                }
+            for i in 0..v.len as usize / 8 {
+                self.buf.extend_from_slice(&[0x48, 0x83, 0xB8]);
+                self.d32((OFF_SHADOW_VECTOR + 64 * v.n as usize + 8 * i) as u32);
+                self.buf.push(0x00);
+                self.jcc_slow(0x85, &mut slow)?;
             }
             let rel = (self.buf.len() - (done + 4)) as u32;
             self.buf[done..done + 4].copy_from_slice(&rel.to_le_bytes());
+        }
+        if form.x87 {
+            // cmp qword [rax+st_i], 0; jne slow for each of the eight; cmp byte
+            // [rax+x87_status], 0; jne slow.
+            for i in 0..8 {
+                self.buf.extend_from_slice(&[0x48, 0x83, 0xB8]);
+                self.d32((OFF_SHADOW_X87 + 8 * i) as u32);
+                self.buf.push(0x00);
+                self.jcc_slow(0x85, &mut slow)?;
+            }
+            self.buf.extend_from_slice(&[0x80, 0xB8]);
+            self.d32(OFF_SHADOW_X87_STATUS as u32);
+            self.buf.push(0x00);
+            self.jcc_slow(0x85, &mut slow)?;
         }
         // Whether `rax` holds `gs:[vbits]`.
         let mut rax_vbits = vectors;
@@ -732,13 +745,12 @@ impl Emitter {
             self.d32((c::OFF_VBITS_GPR + 8 * i) as u32);
             self.d32(0);
         }
-        // mov byte [rax+off], v: the vectors stale, no rsp write or call/ret pending for
-        // the stack rule.
-        for (off, v) in [
-            (OFF_VECTORS_STALE, 1u8),
-            (OFF_LAST_WRITES_RSP, 0),
-            (OFF_LAST_CALL_OR_RET, 0),
-        ] {
+        // mov dword [rax+stale], all: every vector register's shadow stale (all defined).
+        self.buf.extend_from_slice(&[0xC7, 0x80]);
+        self.d32(OFF_VECTORS_STALE as u32);
+        self.d32(ALL_VECTORS_STALE);
+        // mov byte [rax+off], 0: no rsp write or call/ret pending for the stack rule.
+        for (off, v) in [(OFF_LAST_WRITES_RSP, 0u8), (OFF_LAST_CALL_OR_RET, 0)] {
             self.buf.extend_from_slice(&[0xC6, 0x80]);
             self.d32(off as u32);
             self.buf.push(v);
@@ -954,29 +966,31 @@ impl Emitter {
     /// span. A load copies the operand's shadow into the register's (zeros without a
     /// chunk), then zeroes the register's bytes above it that a VEX or EVEX write zeroes;
     /// a store copies the register's shadow into the operand's when the span has a chunk,
-    /// else the register's shadow must be zero (or the slow path makes a chunk). Stale
-    /// vector shadows (`OFF_VECTORS_STALE`: all defined, their bytes not yet cleared) are
-    /// read as zeros; a load of undefined bytes into one goes slow, which clears them.
+    /// else the register's shadow must be zero (or the slow path makes a chunk). A stale
+    /// vector shadow (its bit in `OFF_VECTORS_STALE`: all defined, its bytes not yet
+    /// cleared) is read as zeros; a load of a chunk's bytes into one first zeroes the
+    /// bytes the load leaves (a legacy SSE load keeps the register's upper bytes, defined)
+    /// and clears its bit.
     ///
     /// ```text
     /// load:   test rax, rax; jz zero
     ///         (rax = the operand's shadow)
     ///         mov gs:[saved_rcx], rcx; mov gs:[temp2], rdx; mov rcx, gs:[vbits]
-    ///         cmp byte [rcx+stale], 0; jne stale
-    ///         mov rdx, [rax+8i]; mov [rcx+zmm_n+8i], rdx              (each qword loaded)
+    ///         test dword [rcx+stale], 1 << n; jz fresh
+    ///         mov qword [rcx+zmm_n+8i], 0                            (each one not written)
+    ///         and dword [rcx+stale], !(1 << n)
+    /// fresh:  mov rdx, [rax+8i]; mov [rcx+zmm_n+8i], rdx              (each qword loaded)
     ///         mov qword [rcx+zmm_n+8i], 0                            (each one above)
     ///         mov rcx, gs:[saved_rcx]; mov rdx, gs:[temp2]; jmp done
-    /// stale:  mov rcx, gs:[saved_rcx]; mov rdx, gs:[temp2]
-    ///         cmp qword [rax+8i], 0; jne slow                        (each qword loaded)
     /// zero:   mov rax, gs:[vbits]; mov qword [rax+zmm_n+8i], 0      (each qword written)
     /// done:
     ///
     /// store:  test rax, rax; jnz chunk
-    ///         mov rax, gs:[vbits]; cmp byte [rax+stale], 0; jne done
+    ///         mov rax, gs:[vbits]; test dword [rax+stale], 1 << n; jnz done
     ///         cmp qword [rax+zmm_n+8i], 0; jne slow; ...; jmp done
     /// chunk:  (rax = the operand's shadow)
     ///         mov gs:[saved_rcx], rcx; mov gs:[temp2], rdx; mov rcx, gs:[vbits]
-    ///         cmp byte [rcx+stale], 0; jne stale
+    ///         test dword [rcx+stale], 1 << n; jnz stale
     ///         mov rdx, [rcx+zmm_n+8i]; mov [rax+8i], rdx; ...; jmp back
     /// stale:  mov qword [rax+8i], 0; ...
     /// back:   mov rcx, gs:[saved_rcx]; mov rdx, gs:[temp2]
@@ -1012,10 +1026,7 @@ impl Emitter {
             e.store_gs(1, c::OFF_VBITS_SAVED_RCX);
             e.store_gs(2, c::OFF_VBITS_TEMP2);
             e.load_gs(1, c::OFF_VBITS);
-            // cmp byte [rcx+stale], 0
-            e.buf.extend_from_slice(&[0x80, 0xB9]);
-            e.d32(OFF_VECTORS_STALE as u32);
-            e.buf.push(0x00);
+            e.test_vector_stale(1, vc.n);
         };
         let give_back = |e: &mut Self| {
             e.load_gs(1, c::OFF_VBITS_SAVED_RCX);
@@ -1027,7 +1038,18 @@ impl Emitter {
             let zero = jump(self, 0x84);
             self.operand_shadow(m, ip)?;
             borrow(self);
-            let stale = jump(self, 0x85);
+            let fresh = jump(self, 0x84);
+            for i in vc.written as usize / 8..8 {
+                // mov qword [rcx+zmm_n+8i], 0
+                self.buf.extend_from_slice(&[0x48, 0xC7, 0x81]);
+                self.d32(reg(i));
+                self.d32(0);
+            }
+            // and dword [rcx+stale], !(1 << n)
+            self.buf.extend_from_slice(&[0x81, 0xA1]);
+            self.d32(OFF_VECTORS_STALE as u32);
+            self.d32(!(1u32 << vc.n));
+            patch(self, fresh);
             for i in 0..qwords {
                 // mov rdx, [rax+8i]; mov [rcx+zmm_n+8i], rdx
                 self.buf
@@ -1043,14 +1065,6 @@ impl Emitter {
             }
             give_back(self);
             let done = jmp(self);
-            patch(self, stale);
-            give_back(self);
-            for i in 0..qwords {
-                // cmp qword [rax+8i], 0; jne slow
-                self.buf
-                    .extend_from_slice(&[0x48, 0x83, 0x78, (8 * i) as u8, 0x00]);
-                self.jcc_slow(0x85, slow)?;
-            }
             patch(self, zero);
             self.load_gs(0, c::OFF_VBITS);
             for i in 0..vc.written as usize / 8 {
@@ -1064,10 +1078,8 @@ impl Emitter {
         }
         let chunk = jump(self, 0x85);
         self.load_gs(0, c::OFF_VBITS);
-        // cmp byte [rax+stale], 0; jne done
-        self.buf.extend_from_slice(&[0x80, 0xB8]);
-        self.d32(OFF_VECTORS_STALE as u32);
-        self.buf.push(0x00);
+        // test dword [rax+stale], 1 << n; jnz done
+        self.test_vector_stale(0, vc.n);
         let done_stale = jump(self, 0x85);
         for i in 0..qwords {
             // cmp qword [rax+zmm_n+8i], 0; jne slow
@@ -1370,6 +1382,14 @@ impl Emitter {
     /// its shadow. `lea rax, [rsp + rax + off]`
     fn lea_rsp_plus_rax(&mut self, off: i32, ip: u64) -> Result<(), TranslateError> {
         self.lea_rax(Register::RSP, Register::RAX, 1, off as i64, ip)
+    }
+
+    /// `test dword [reg+stale], 1 << n` (`reg` 0 or 1: `rax` or `rcx` holding `gs:[vbits]`):
+    /// ZF clear when vector register `n`'s shadow is stale (`OFF_VECTORS_STALE`).
+    fn test_vector_stale(&mut self, reg: u8, n: u8) {
+        self.buf.extend_from_slice(&[0xF7, 0x80 | reg]);
+        self.d32(OFF_VECTORS_STALE as u32);
+        self.d32(1u32 << n);
     }
 
     /// `lea rax, [rsp + off]`.
