@@ -18,10 +18,21 @@
 //! free-list "swizzle" prefers lower addresses). Nothing is allocated for real; a block costs
 //! one table entry while it exists.
 //!
+//! A live block the program holds sits in the slot its number names (module `numbers`),
+//! with what Massif knows of it ([`Record`]), so a free goes from the number the runtime
+//! kept with the block straight to its place here. Free blocks, which have no number, sit
+//! in slots of the arena's own; an allocation moves the block it chose into its number's
+//! slot, a free moves it back out and empties the number's slot. Which slot holds a block
+//! changes nothing in the replay: only addresses and list order do.
+//!
 //! Deliberately not modelled: Valgrind serialises threads, so a multi-threaded program's
 //! allocation order (and hence its usable sizes) can differ from ours anyway.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::numbers::{Numbers, SEG_BITS};
+use crate::EcId;
 
 const N_LISTS: usize = 112;
 /// VG_MIN_MALLOC_SZB on amd64.
@@ -45,36 +56,117 @@ const PAGE: u64 = 4096;
 const BASE: u64 = 0x1000_0000;
 const NIL: u32 = u32::MAX;
 
-/// A block of the replayed arena, as handed to the caller (a slot in the arena's table).
+/// A block of the replayed arena, as handed to the caller (a slot in the arena's table:
+/// the block's number, or one of the arena's own slots for a block without one).
 pub(crate) type BlockId = u32;
 
-/// What the free-list operations read of a block: its place in its free list and its
-/// simulated address (the list search and `unlink`'s swizzle walk these, so they sit
-/// together, four to a cache line, apart from the rest of the block).
+/// What Massif knows of a live block besides its place (Valgrind's `HP_Chunk`), kept in
+/// the block's slot.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Record {
+    /// The EC of the stack that allocated it.
+    pub ec: EcId,
+    /// Allocated under an ignored stack, or reallocated from such a block (Valgrind keeps it
+    /// ignored wherever it moves).
+    pub ignored: bool,
+}
+
+impl Record {
+    const IGNORED_BIT: u32 = 1 << 31;
+    /// EC ids below it are kept as they are (2^31 contexts would not fit in memory);
+    /// [`crate::IGNORED`] becomes it.
+    const EC_MASK: u32 = !Self::IGNORED_BIT;
+
+    /// In one word: the EC's low 31 bits and `ignored` (an ignored EC is always ignored).
+    #[inline]
+    fn pack(self) -> u32 {
+        debug_assert!(self.ec < Self::EC_MASK || self.ec == crate::IGNORED);
+        (self.ec & Self::EC_MASK) | if self.ignored { Self::IGNORED_BIT } else { 0 }
+    }
+
+    #[inline]
+    fn unpack(w: u32) -> Record {
+        let ec = w & Self::EC_MASK;
+        Record {
+            ec: if ec == Self::EC_MASK {
+                crate::IGNORED
+            } else {
+                ec
+            },
+            ignored: w & Self::IGNORED_BIT != 0,
+        }
+    }
+}
+
+/// What a slot holds.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Holds {
+    /// No block: a number not applied yet or given back, an arena slot kept for reuse.
+    Nothing,
+    /// A free block, linked in its free list.
+    Free,
+    /// An allocated block: in its number's slot with its record, or without a number in one
+    /// of the arena's (then never freed: Massif cannot name it again).
+    Allocated,
+}
+
+/// A free block's place in its free list, read and written only by the list operations
+/// (eight bytes, eight to a cache line: an allocated block's, in the slot of its number,
+/// is never touched).
 ///
 /// Valgrind keeps a block's size in its header and trailer and finds neighbours by address;
 /// here each block knows its neighbours in the superblock ([`Shape`]) and, while free, in its
 /// free list (`prev`, `next`), so no operation needs a lookup by address.
 #[derive(Copy, Clone, Debug)]
 struct Link {
-    /// Simulated address of the block (its payload is 16 bytes further).
-    addr: u64,
     prev: u32,
     next: u32,
 }
 
-/// The rest of a block.
+/// A superblock's index: at most 65,536 live at once, each at least 4 MiB, so 256 GiB of
+/// Valgrind's heap or more (past that Massif stops with a message, `new_superblock`), to
+/// keep [`Shape`] in 32 bytes.
+type SbId = u16;
+
+/// The rest of a block: 32 bytes in a half line of their own, so that applying a free
+/// reads the block in one line and applying an allocation writes its number's slot in one.
 #[derive(Copy, Clone, Debug)]
+#[repr(C, align(32))]
 struct Shape {
     bsz: u64,
-    sb: u32,
+    /// Simulated address of the block (its payload is 16 bytes further).
+    addr: u64,
+    /// Its neighbours in its superblock ([`NIL`]: none; no block before: the superblock's
+    /// first).
     before: u32,
     after: u32,
-    free: bool,
+    /// While allocated under a number: its record ([`Record::pack`]).
+    rec: u32,
+    sb: SbId,
+    holds: Holds,
     /// While free: the list it is linked in (`list_no` of its payload size), kept so that
     /// unlinking it needs no size-class computation.
     lno: u8,
 }
+
+const _: () = assert!(std::mem::size_of::<Shape>() == 32);
+
+const EMPTY_LINK: Link = Link {
+    prev: NIL,
+    next: NIL,
+};
+
+const EMPTY_SHAPE: Shape = Shape {
+    bsz: 0,
+    addr: 0,
+    before: NIL,
+    after: NIL,
+    rec: 0,
+    sb: 0,
+    holds: Holds::Nothing,
+    lno: 0,
+};
 
 #[derive(Copy, Clone, Debug)]
 struct Superblock {
@@ -90,31 +182,43 @@ struct Superblock {
 /// The client arena of one Valgrind process, as far as block sizes go.
 ///
 /// Block ids index `links` and `shapes` (always the same length): every id stored in a
-/// link, a shape, a list head or a superblock, and every id handed out, was returned by
-/// [`Arena::new_block`], and the tables never shrink, so an id other than [`NIL`] is always
-/// in bounds. The hot paths rely on that to read without bounds checks ([`Arena::l`]).
+/// link, a shape, a list head or a superblock, and every id handed out, was made a block's
+/// slot after [`Arena::own_slot`] or [`Arena::claim`] grew the tables to hold it, and the
+/// tables never shrink, so an id other than [`NIL`] is always in bounds. The hot paths rely
+/// on that to read without bounds checks ([`Arena::l`]); a number from an event is checked
+/// ([`Arena::record`]) before it is used as a block.
 pub(crate) struct Arena {
     links: Vec<Link>,
     shapes: Vec<Shape>,
+    /// The arena's own slots that hold no block, for reuse.
     spare_blocks: Vec<u32>,
+    /// The arena's next own slot never used, and the end of its segment.
+    fresh: u32,
+    fresh_end: u32,
+    /// Where numbers, and the arena's own slots, come from.
+    numbers: Arc<Numbers>,
     sbs: Vec<Superblock>,
-    spare_sbs: Vec<u32>,
+    spare_sbs: Vec<SbId>,
     freelist: [u32; N_LISTS],
     /// Bit `l` set exactly when `freelist[l]` is not empty, so a search skips the empty
     /// lists in one step (Valgrind visits them one by one; the result is the same).
     nonempty: u128,
-    deferred: Option<u32>,
+    deferred: Option<SbId>,
     min_unsplittable: u64,
     /// Simulated mappings: start → length.
     mapped: BTreeMap<u64, u64>,
 }
 
-impl Default for Arena {
-    fn default() -> Self {
+impl Arena {
+    pub(crate) fn new(numbers: Arc<Numbers>) -> Self {
         Arena {
             links: Vec::new(),
             shapes: Vec::new(),
             spare_blocks: Vec::new(),
+            // Segment 0 is the arena's (no number is 0).
+            fresh: 0,
+            fresh_end: 1 << SEG_BITS,
+            numbers,
             sbs: Vec::new(),
             spare_sbs: Vec::new(),
             freelist: [NIL; N_LISTS],
@@ -153,14 +257,39 @@ impl Arena {
         self.s(id).bsz - OVERHEAD
     }
 
-    /// Starts loading what freeing block `id` reads first: its link and shape (a hint; an
-    /// id that is no longer a block only loads the wrong line, one out of range nothing).
+    /// Starts loading what freeing block `id` reads first, or allocating into number
+    /// `id`'s slot writes: its shape (a hint; an id that is no longer a block only loads
+    /// the wrong line, one out of range nothing useful).
     #[inline]
     pub(crate) fn prefetch_block(&self, id: BlockId) {
-        if let (Some(l), Some(s)) = (self.links.get(id as usize), self.shapes.get(id as usize)) {
-            oxgrind_tool::hint::prefetch_read(l);
-            oxgrind_tool::hint::prefetch_read(s);
+        // An address only, never read: past the table it names memory that may not be
+        // mapped, which a prefetch ignores.
+        let shape = self.shapes.as_ptr().wrapping_add(id as usize);
+        oxgrind_tool::hint::prefetch_read_at(shape as u64);
+    }
+
+    /// [`Arena::prefetch_block`] and the block's link, for a block in a free list.
+    #[inline]
+    fn prefetch_listed(&self, id: u32) {
+        self.prefetch_block(id);
+        let link = self.links.as_ptr().wrapping_add(id as usize);
+        oxgrind_tool::hint::prefetch_read_at(link as u64);
+    }
+
+    /// The record of the block numbered `n`, if its allocation is applied and its free is
+    /// not (0, or a number not applied yet or given back: `None`).
+    #[inline]
+    pub(crate) fn record(&self, n: u32) -> Option<Record> {
+        match self.shapes.get(n as usize) {
+            Some(s) if n != 0 && s.holds == Holds::Allocated => Some(Record::unpack(s.rec)),
+            _ => None,
         }
+    }
+
+    /// Whether number `n` names a block whose allocation is applied and free is not.
+    #[inline]
+    pub(crate) fn is_live(&self, n: u32) -> bool {
+        self.record(n).is_some()
     }
 
     /// Starts loading what a free of block `id` reads next: the shapes and links of its
@@ -171,7 +300,7 @@ impl Arena {
         if let Some(s) = self.shapes.get(id as usize) {
             for n in [s.before, s.after] {
                 if n != NIL {
-                    self.prefetch_block(n);
+                    self.prefetch_listed(n);
                 }
             }
         }
@@ -185,22 +314,180 @@ impl Arena {
         let lno = list_no(align_req(size));
         let rest = self.nonempty.checked_shr(lno as u32).unwrap_or(0);
         if rest != 0 {
-            self.prefetch_block(self.freelist[lno + rest.trailing_zeros() as usize]);
+            self.prefetch_listed(self.freelist[lno + rest.trailing_zeros() as usize]);
         }
     }
 
     /// Simulated payload address of a block.
     #[cfg(test)]
     fn payload(&self, id: BlockId) -> u64 {
-        self.l(id).addr + OVERHEAD_LO
+        self.s(id).addr + OVERHEAD_LO
     }
 
-    /// `VG_(cli_malloc)(align, size)`.
-    pub(crate) fn alloc(&mut self, align: u64, size: u64) -> BlockId {
-        if align <= MIN_MALLOC {
-            self.malloc(size)
+    /// `VG_(cli_malloc)(align, size)` for the block numbered `n`, whose record is `rec`:
+    /// returns its slot, `n` (0: a block without a number, which keeps one of the arena's
+    /// slots and is never freed).
+    pub(crate) fn alloc(&mut self, align: u64, size: u64, n: u32, rec: Record) -> BlockId {
+        let b = if align <= MIN_MALLOC {
+            self.malloc(size, n)
         } else {
-            self.memalign(align, size)
+            let b = self.memalign(align, size);
+            if n == 0 {
+                return b;
+            }
+            self.claim(n);
+            self.move_block(b, n);
+            self.spare_blocks.push(b);
+            n
+        };
+        if n != 0 {
+            self.sm(n).rec = rec.pack();
+        }
+        b
+    }
+
+    /// `VG_(cli_free)` of the block numbered `n` (allocated: see [`Arena::record`]); its
+    /// slot then holds nothing, and the number can name another block.
+    ///
+    /// Valgrind's `VG_(arena_free)`: the block is linked in its free list, then merged with
+    /// a free neighbour after it, then with one before it, each merge unlinking both and
+    /// linking the result. The result never stays in the number's slot: it takes the slot
+    /// of the free neighbour it merges with (the lists see the same blocks at the same
+    /// addresses in the same order), or, when it merges with neither, a slot of the arena's.
+    pub(crate) fn free(&mut self, n: BlockId) {
+        let sh = *self.s(n);
+        debug_assert_eq!(sh.holds, Holds::Allocated);
+        if self.sbs[sh.sb as usize].unsplittable {
+            self.sm(n).holds = Holds::Nothing;
+            self.reclaim(sh.sb);
+            return;
+        }
+        let merges_after = sh.after != NIL && self.s(sh.after).holds == Holds::Free;
+        let merges_before = sh.before != NIL && self.s(sh.before).holds == Holds::Free;
+        if !merges_after && !merges_before {
+            let b = self.own_slot();
+            self.move_block(n, b);
+            self.sm(n).holds = Holds::Nothing;
+            self.mk_free(b);
+            if sh.before == NIL && sh.after == NIL {
+                self.deferred_reclaim(Some(sh.sb));
+            }
+            return;
+        }
+        self.mk_free(n);
+        let mut b = n;
+        if merges_after {
+            b = self.absorb_into_next(n);
+            self.sm(n).holds = Holds::Nothing;
+        }
+        if merges_before {
+            let gone = self.absorb_next(sh.before);
+            if gone == n {
+                self.sm(n).holds = Holds::Nothing;
+            } else {
+                self.spare_blocks.push(gone);
+            }
+            b = sh.before;
+        }
+        let blk = *self.s(b);
+        if blk.before == NIL && blk.after == NIL {
+            self.deferred_reclaim(Some(blk.sb));
+        }
+    }
+
+    /// A realloc that keeps the block where it is: the block numbered `old` is numbered
+    /// `new` from now on (0: no number, see [`Arena::alloc`]) with record `rec`; returns
+    /// its slot.
+    pub(crate) fn renumber(&mut self, old: BlockId, new: u32, rec: Record) -> BlockId {
+        debug_assert_eq!(self.s(old).holds, Holds::Allocated);
+        let to = if new == old {
+            old
+        } else {
+            let to = if new == 0 {
+                self.own_slot()
+            } else {
+                self.claim(new);
+                new
+            };
+            self.move_block(old, to);
+            self.sm(old).holds = Holds::Nothing;
+            to
+        };
+        self.sm(to).rec = rec.pack();
+        to
+    }
+
+    /// A slot of the arena's own for a block (what it holds is overwritten by the caller).
+    #[inline]
+    fn own_slot(&mut self) -> u32 {
+        if let Some(id) = self.spare_blocks.pop() {
+            return id;
+        }
+        self.fresh_own_slot()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn fresh_own_slot(&mut self) -> u32 {
+        if self.fresh == self.fresh_end {
+            self.fresh = self.numbers.arena_segment();
+            self.fresh_end = self.fresh + (1 << SEG_BITS);
+        }
+        let id = self.fresh;
+        self.fresh += 1;
+        if id as usize >= self.links.len() {
+            self.grow(id);
+        }
+        id
+    }
+
+    /// Makes number `n`'s slot ready for a block: in the tables, and holding nothing.
+    #[inline]
+    fn claim(&mut self, n: u32) {
+        match self.shapes.get(n as usize) {
+            Some(s) if s.holds == Holds::Nothing => {}
+            _ => self.make_room(n),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn make_room(&mut self, n: u32) {
+        if n as usize >= self.links.len() {
+            self.grow(n);
+        }
+        if self.s(n).holds != Holds::Nothing {
+            // A number applied twice without a free between: a history the runtime never
+            // gives. The block already there keeps a slot of the arena's, without a number.
+            debug_assert_eq!(self.s(n).holds, Holds::Allocated);
+            let spare = self.own_slot();
+            self.move_block(n, spare);
+            self.sm(n).holds = Holds::Nothing;
+        }
+    }
+
+    /// Makes the tables hold slot `id`.
+    fn grow(&mut self, id: u32) {
+        let len = (id as usize + 1).next_power_of_two().max(1 << SEG_BITS);
+        self.links.resize(len, EMPTY_LINK);
+        self.shapes.resize(len, EMPTY_SHAPE);
+    }
+
+    /// Moves the allocated block in slot `from` (in no free list, so its list links are
+    /// not read) to slot `to` (in the tables), record and all; tells its neighbours and
+    /// its superblock. What `from` holds is the caller's to change.
+    #[inline]
+    fn move_block(&mut self, from: u32, to: u32) {
+        let shape = *self.s(from);
+        debug_assert_eq!(shape.holds, Holds::Allocated);
+        *self.sm(to) = shape;
+        if shape.before == NIL {
+            self.sbs[shape.sb as usize].first = to;
+        } else {
+            self.sm(shape.before).after = to;
+        }
+        if shape.after != NIL {
+            self.sm(shape.after).before = to;
         }
     }
 
@@ -232,28 +519,17 @@ impl Arena {
         unsafe { self.shapes.get_unchecked_mut(id as usize) }
     }
 
-    fn new_block(&mut self, addr: u64, shape: Shape) -> u32 {
-        let link = Link {
-            addr,
-            prev: NIL,
-            next: NIL,
-        };
-        match self.spare_blocks.pop() {
-            Some(id) => {
-                *self.lm(id) = link;
-                *self.sm(id) = shape;
-                id
-            }
-            None => {
-                self.links.push(link);
-                self.shapes.push(shape);
-                (self.links.len() - 1) as u32
-            }
-        }
+    /// A slot of the arena's own for a new block.
+    fn new_block(&mut self, shape: Shape) -> u32 {
+        let id = self.own_slot();
+        *self.lm(id) = EMPTY_LINK;
+        *self.sm(id) = shape;
+        id
     }
 
-    /// `VG_(arena_malloc)`.
-    fn malloc(&mut self, req: u64) -> BlockId {
+    /// `VG_(arena_malloc)`, for the block numbered `n` (0: none; the block then keeps a
+    /// slot of the arena's). The record in `n`'s slot is the caller's to write.
+    fn malloc(&mut self, req: u64, n: u32) -> BlockId {
         let req_p = align_req(req);
         let req_b = req_p + OVERHEAD;
         let mut found = None;
@@ -297,31 +573,54 @@ impl Arena {
         let bsz = self.s(b).bsz;
         let frag = bsz - req_b;
         self.unlink(b, lno);
-        self.sm(b).free = false;
-        if frag >= MIN_USEFUL && !new_sb_unsplittable {
-            self.sm(b).bsz = req_b;
-            let rest = self.split_after(b, frag);
-            self.mk_free(rest);
+        self.sm(b).holds = Holds::Allocated;
+        let split = frag >= MIN_USEFUL && !new_sb_unsplittable;
+        if n == 0 {
+            if split {
+                self.sm(b).bsz = req_b;
+                let rest = self.split_after(b, frag);
+                self.mk_free(rest);
+            }
+            return b;
         }
-        b
+        self.claim(n);
+        if split {
+            // The block handed out goes to `n`'s slot, the rest stays in `b`'s (as
+            // `split_after` would have carved it, without a slot of its own to find).
+            let sh = *self.s(b);
+            *self.sm(n) = Shape {
+                bsz: req_b,
+                after: b,
+                ..sh
+            };
+            if sh.before == NIL {
+                self.sbs[sh.sb as usize].first = n;
+            } else {
+                self.sm(sh.before).after = n;
+            }
+            let rest = self.sm(b);
+            rest.addr = sh.addr + req_b;
+            rest.bsz = frag;
+            rest.before = n;
+            self.mk_free(b);
+        } else {
+            self.move_block(b, n);
+            self.spare_blocks.push(b);
+        }
+        n
     }
 
     /// Carves a new block of `bsz` bytes off the end of `b` (whose size the caller has
     /// already reduced by as much); returns it, not on any free list.
     fn split_after(&mut self, b: u32, bsz: u64) -> u32 {
-        let addr = self.l(b).addr + self.s(b).bsz;
         let shape = *self.s(b);
-        let id = self.new_block(
-            addr,
-            Shape {
-                bsz,
-                sb: shape.sb,
-                before: b,
-                after: shape.after,
-                free: false,
-                lno: 0,
-            },
-        );
+        let id = self.new_block(Shape {
+            bsz,
+            addr: shape.addr + shape.bsz,
+            before: b,
+            holds: Holds::Allocated,
+            ..shape
+        });
         if shape.after != NIL {
             self.sm(shape.after).before = id;
         }
@@ -336,9 +635,9 @@ impl Arena {
         let base_req = req_p + MIN_USEFUL + align;
         let saved = self.min_unsplittable;
         self.min_unsplittable = u64::MAX;
-        let base = self.malloc(base_req);
+        let base = self.malloc(base_req, 0);
         self.min_unsplittable = saved;
-        let base_b = self.l(base).addr;
+        let base_b = self.s(base).addr;
         let align_p = (base_b + 2 * OVERHEAD_LO + OVERHEAD_HI).next_multiple_of(align);
         let frag = align_p - OVERHEAD_LO - base_b;
         let rest = self.s(base).bsz - frag;
@@ -348,26 +647,26 @@ impl Arena {
         aligned
     }
 
-    /// `VG_(arena_free)`.
-    pub(crate) fn free(&mut self, id: BlockId) {
-        let sb = self.s(id).sb;
-        if self.sbs[sb as usize].unsplittable {
-            self.spare_blocks.push(id);
-            self.reclaim(sb);
-            return;
-        }
+    /// `VG_(arena_free)` as Valgrind writes it, of a block in a slot of the arena's own, in
+    /// a superblock that can be split: what [`Arena::free`] must do, slots aside (the tests
+    /// replay histories both ways).
+    #[cfg(test)]
+    fn arena_free(&mut self, id: u32) {
         self.mk_free(id);
         self.merge_with_free_neighbours(id);
     }
 
+    #[cfg(test)]
     fn merge_with_free_neighbours(&mut self, mut b: u32) {
         let after = self.s(b).after;
-        if after != NIL && self.s(after).free {
-            self.absorb_next(b);
+        if after != NIL && self.s(after).holds == Holds::Free {
+            let gone = self.absorb_next(b);
+            self.spare_blocks.push(gone);
         }
         let before = self.s(b).before;
-        if before != NIL && self.s(before).free {
-            self.absorb_next(before);
+        if before != NIL && self.s(before).holds == Holds::Free {
+            let gone = self.absorb_next(before);
+            self.spare_blocks.push(gone);
             b = before;
         }
         let blk = *self.s(b);
@@ -377,8 +676,9 @@ impl Arena {
     }
 
     /// Merges the free block after free block `b` into it (both leave their lists; the
-    /// result is linked as a new free block).
-    fn absorb_next(&mut self, b: u32) {
+    /// result is linked as a new free block). Returns the slot the block after held, which
+    /// the caller gives back.
+    fn absorb_next(&mut self, b: u32) -> u32 {
         let other = self.s(b).after;
         self.unlink(b, self.s(b).lno as usize);
         self.unlink(other, self.s(other).lno as usize);
@@ -389,13 +689,34 @@ impl Arena {
         if o.after != NIL {
             self.sm(o.after).before = b;
         }
-        self.spare_blocks.push(other);
         self.mk_free(b);
+        other
+    }
+
+    /// [`Arena::absorb_next`] of free block `b` with the result in the slot of the block
+    /// after it (the same lists, the same block: only its slot differs), which it returns;
+    /// `b`'s slot is the caller's to give back.
+    fn absorb_into_next(&mut self, b: u32) -> u32 {
+        let other = self.s(b).after;
+        self.unlink(b, self.s(b).lno as usize);
+        self.unlink(other, self.s(other).lno as usize);
+        let blk = *self.s(b);
+        let o = self.sm(other);
+        o.addr = blk.addr;
+        o.bsz += blk.bsz;
+        o.before = blk.before;
+        if blk.before == NIL {
+            self.sbs[blk.sb as usize].first = other;
+        } else {
+            self.sm(blk.before).after = other;
+        }
+        self.mk_free(other);
+        other
     }
 
     /// A fully free superblock is unmapped only when another one becomes fully free or a
     /// new one is needed (Valgrind's deferred reclaim).
-    fn deferred_reclaim(&mut self, sb: Option<u32>) {
+    fn deferred_reclaim(&mut self, sb: Option<SbId>) {
         if sb.is_none() && self.deferred.is_none() {
             return;
         }
@@ -403,7 +724,7 @@ impl Arena {
             // Still fully free: its first block is free and is its only block.
             let first = self.first_block(def);
             let blk = *self.s(first);
-            if blk.free && blk.after == NIL {
+            if blk.holds == Holds::Free && blk.after == NIL {
                 self.unlink(first, blk.lno as usize);
                 self.spare_blocks.push(first);
                 self.reclaim(def);
@@ -413,7 +734,7 @@ impl Arena {
         self.deferred = sb;
     }
 
-    fn first_block(&self, sb: u32) -> u32 {
+    fn first_block(&self, sb: SbId) -> u32 {
         self.sbs[sb as usize].first
     }
 
@@ -435,27 +756,25 @@ impl Arena {
                 i
             }
             None => {
+                let sb = SbId::try_from(self.sbs.len())
+                    .expect("massif: more superblocks live at once than Valgrind could map");
                 self.sbs.push(s);
-                (self.sbs.len() - 1) as u32
+                sb
             }
         };
-        let b = self.new_block(
-            s.start,
-            Shape {
-                bsz: s.n_payload,
-                sb,
-                before: NIL,
-                after: NIL,
-                free: false,
-                lno: 0,
-            },
-        );
+        let b = self.new_block(Shape {
+            bsz: s.n_payload,
+            addr: s.start,
+            sb,
+            holds: Holds::Allocated,
+            ..EMPTY_SHAPE
+        });
         self.sbs[sb as usize].first = b;
         self.mk_free(b);
         (b, unsplittable)
     }
 
-    fn reclaim(&mut self, sb: u32) {
+    fn reclaim(&mut self, sb: SbId) {
         let s = self.sbs[sb as usize];
         self.mapped.remove(&(s.start - SB_HEADER));
         self.spare_sbs.push(sb);
@@ -478,7 +797,7 @@ impl Arena {
     fn mk_free(&mut self, b: u32) {
         let lno = list_no(self.s(b).bsz - OVERHEAD);
         let shape = self.sm(b);
-        shape.free = true;
+        shape.holds = Holds::Free;
         shape.lno = lno as u8;
         let head = self.freelist[lno];
         if head == NIL {
@@ -519,14 +838,14 @@ impl Arena {
     fn swizzle(&mut self, lno: usize) {
         let head = self.freelist[lno];
         let mut best = head;
-        let mut best_addr = self.l(head).addr;
+        let mut best_addr = self.s(head).addr;
         let (mut pn, mut pp) = (head, head);
         for _ in 0..5 {
             let n = *self.l(pn);
             let p = *self.l(pp);
             pn = n.next;
             pp = p.prev;
-            let (an, ap) = (self.l(pn).addr, self.l(pp).addr);
+            let (an, ap) = (self.s(pn).addr, self.s(pp).addr);
             if an < best_addr {
                 best = pn;
                 best_addr = an;
@@ -544,6 +863,36 @@ impl Arena {
 mod tests {
     use super::*;
 
+    /// An arena and numbers for its blocks, as the program's allocations would have them.
+    struct Numbered {
+        a: Arena,
+        next: u32,
+    }
+
+    const REC: Record = Record {
+        ec: 7,
+        ignored: false,
+    };
+
+    impl Numbered {
+        fn new() -> Self {
+            let numbers = Arc::new(Numbers::new());
+            // A segment of its own stands for a space's numbers.
+            let next = numbers.arena_segment();
+            Numbered {
+                a: Arena::new(numbers),
+                next,
+            }
+        }
+
+        fn alloc(&mut self, align: u64, size: u64) -> BlockId {
+            self.next += 1;
+            let b = self.a.alloc(align, size, self.next, REC);
+            assert_eq!(b, self.next, "the block is in its number's slot");
+            b
+        }
+    }
+
     #[test]
     fn size_classes_are_valgrinds() {
         assert_eq!(list_no(0), 0);
@@ -558,58 +907,127 @@ mod tests {
 
     #[test]
     fn fresh_blocks_are_rounded_to_16() {
-        let mut a = Arena::default();
+        let mut a = Numbered::new();
         for n in [0, 1, 15, 16, 17, 100, 1000] {
             let p = a.alloc(16, n);
-            assert_eq!(a.usable(p), align_req(n), "{n}");
+            assert_eq!(a.a.usable(p), align_req(n), "{n}");
         }
     }
 
     #[test]
     fn a_free_block_too_small_to_split_is_handed_out_whole() {
-        let mut a = Arena::default();
+        let mut a = Numbered::new();
         let p = a.alloc(16, 40); // 48 usable
         let _guard = a.alloc(16, 8); // keeps p from merging with the free rest
-        a.free(p);
+        let p_addr = a.a.payload(p);
+        a.a.free(p);
         // 24 bytes -> 32-byte payload; the remaining 16 bytes cannot form a block.
-        let p_addr = a.payload(p);
         let q = a.alloc(16, 24);
-        assert_eq!(a.payload(q), p_addr);
-        assert_eq!(a.usable(q), 48);
+        assert_eq!(a.a.payload(q), p_addr);
+        assert_eq!(a.a.usable(q), 48);
     }
 
     #[test]
     fn freed_neighbours_merge_and_are_split_again() {
-        let mut a = Arena::default();
+        let mut a = Numbered::new();
         let x = a.alloc(16, 100);
-        let x_addr = a.payload(x);
+        let x_addr = a.a.payload(x);
         let y = a.alloc(16, 100);
         let _z = a.alloc(16, 100);
-        a.free(x);
-        a.free(y);
+        a.a.free(x);
+        a.a.free(y);
         // x and y merged into one free block of 2 * (112 + 32) bytes.
         let big = a.alloc(16, 200);
-        assert_eq!(a.payload(big), x_addr);
-        assert_eq!(a.usable(big), 208);
+        assert_eq!(a.a.payload(big), x_addr);
+        assert_eq!(a.a.usable(big), 208);
     }
 
     #[test]
     fn memalign_returns_aligned_payloads_and_frees_cleanly() {
-        let mut a = Arena::default();
+        let mut a = Numbered::new();
         let p = a.alloc(4096, 100);
-        assert_eq!(a.payload(p) % 4096, 0);
-        assert!(a.usable(p) >= 112);
-        a.free(p);
+        assert_eq!(a.a.payload(p) % 4096, 0);
+        assert!(a.a.usable(p) >= 112);
+        a.a.free(p);
         let q = a.alloc(16, 100);
-        assert_eq!(a.usable(q), 112);
+        assert_eq!(a.a.usable(q), 112);
     }
 
     #[test]
     fn big_blocks_get_their_own_superblock() {
-        let mut a = Arena::default();
+        let mut a = Numbered::new();
         let p = a.alloc(16, 8 << 20);
-        assert!(a.usable(p) >= 8 << 20);
-        a.free(p);
-        assert!(a.mapped.is_empty());
+        assert!(a.a.usable(p) >= 8 << 20);
+        a.a.free(p);
+        assert!(a.a.mapped.is_empty());
+        assert_eq!(a.a.record(p), None);
+    }
+
+    #[test]
+    fn a_numbers_slot_holds_its_record_until_the_free() {
+        let mut a = Numbered::new();
+        let p = a.alloc(16, 10);
+        assert_eq!(a.a.record(p), Some(REC));
+        assert!(!a.a.is_live(p + 1), "not applied yet");
+        assert!(!a.a.is_live(u32::MAX - 1), "out of the tables");
+        assert!(!a.a.is_live(0));
+        let other = Record {
+            ec: 9,
+            ignored: true,
+        };
+        let q = a.a.renumber(p, p + 100, other);
+        assert_eq!(q, p + 100);
+        assert_eq!(a.a.record(p), None);
+        assert_eq!(a.a.record(q), Some(other));
+        a.a.free(q);
+        assert_eq!(a.a.record(q), None);
+    }
+
+    /// Which slot holds a block changes nothing: a random history of allocations, frees and
+    /// in-place reallocs gives the same usable sizes and addresses as the same history where
+    /// blocks keep the arena's slots (numbered 0, freed through `arena_free`).
+    #[test]
+    fn numbered_slots_replay_what_unnumbered_ones_do() {
+        let mut a = Numbered::new();
+        let mut plain = Arena::new(Arc::new(Numbers::new()));
+        let mut live: Vec<(BlockId, u32)> = Vec::new();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for i in 0..20_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let r = seed;
+            if live.len() < 300 && (r % 3 != 0 || live.is_empty()) {
+                let size = match r % 50 {
+                    0 => 5 << 20,
+                    1..=5 => (r >> 8) % 20_000,
+                    _ => (r >> 8) % 300,
+                };
+                let align = if r % 97 == 0 { 256 } else { 16 };
+                let n = a.alloc(align, size);
+                let m = plain.alloc(align, size, 0, REC);
+                assert_eq!(a.a.payload(n), plain.payload(m), "step {i}");
+                assert_eq!(a.a.usable(n), plain.usable(m), "step {i}");
+                live.push((n, m));
+            } else {
+                let (n, m) = live.swap_remove((r >> 8) as usize % live.len());
+                if r % 5 == 0 {
+                    a.next += 1;
+                    let n2 = a.a.renumber(n, a.next, REC);
+                    assert_eq!(a.a.usable(n2), plain.usable(m));
+                    live.push((n2, m));
+                    continue;
+                }
+                a.a.free(n);
+                let sb = plain.s(m).sb;
+                if plain.sbs[sb as usize].unsplittable {
+                    *plain.sm(m) = EMPTY_SHAPE;
+                    plain.spare_blocks.push(m);
+                    plain.reclaim(sb);
+                } else {
+                    plain.arena_free(m);
+                }
+            }
+        }
     }
 }

@@ -17,15 +17,16 @@
 //! [`log`]: no process-wide lock per event; the logs are applied in batches), then, when
 //! applied, one table read from the [`StackId`] to its EC (stack ids are dense), the replay
 //! of the allocation in Valgrind's allocator (module `arena`: a free-list search and a few
-//! table updates, about 300 instructions per malloc/free pair), the block's record written or
-//! read (module `records`, found by the number the runtime keeps with the block), a few
-//! additions, and a comparison with the time of the next snapshot. Classifying a stack never seen before (symbol lookups) happens outside
+//! table updates, about 300 instructions per malloc/free pair), where the block, with its
+//! record, sits in the slot named by the number the runtime keeps with it (module
+//! `numbers`), a few additions, and a comparison with the time of the next snapshot. Classifying a stack never seen before (symbol lookups) happens outside
 //! the lock.
 //!
 //! The runtime's block table gives each [`Free`] the stack of the call that last allocated or
 //! reallocated the block, and the number Massif gave it ([`Tool::block_word`]), which names
-//! its record (module `records`, Valgrind's `HP_Chunk`s): what only Valgrind's allocator
-//! knows, each block's place in it, hence its slop. Module `arena` replays that allocator
+//! its slot in the replayed arena, with its record (module `numbers`, Valgrind's
+//! `HP_Chunk`s): what only Valgrind's allocator knows, each block's place in it, hence its
+//! slop. Module `arena` replays that allocator
 //! on every event, so the usable sizes, hence the extra heap and `--time-unit=B` clock, are
 //! Valgrind's, and realloc follows Valgrind's rule (in place while the new size fits in the
 //! usable size). Ignored blocks (`--ignore-fn`) are marked in their records; pages with
@@ -59,9 +60,9 @@ mod arena;
 pub mod classify;
 mod clock;
 mod log;
+mod numbers;
 pub mod options;
 mod pages;
-mod records;
 mod schedule;
 mod stacks;
 mod sync;
@@ -75,6 +76,7 @@ use oxgrind_formats::massif::{
 use oxgrind_tool::{Addr, Alloc, Exit, Free, Host, Mapping, Needs, OptionError, StackId, Tool};
 use schedule::{Kind, Scheduler, Totals};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use sync::{FxHashMap, SpinLock};
 
 /// Page size for `--pages-as-heap=yes`.
@@ -88,9 +90,8 @@ const IGNORED: EcId = u32::MAX;
 /// a later event itself (written by its thread, maybe on the other core), a block's record,
 /// its place in the replayed arena, and its neighbours there.
 const AHEAD_EVENT: usize = 24;
-const AHEAD_RECORD: usize = 12;
-const AHEAD_BLOCK: usize = 6;
-const AHEAD_NEIGHBOURS: usize = 3;
+const AHEAD_BLOCK: usize = 12;
+const AHEAD_NEIGHBOURS: usize = 6;
 
 /// Milliseconds or instructions read for this event, or `None` when time is counted in
 /// bytes.
@@ -119,8 +120,8 @@ struct State {
     pages: pages::Pages,
     /// Valgrind's allocator, replayed to know the usable size it would give each block.
     arena: arena::Arena,
-    /// Blocks whose allocation is applied and whose free is not (each has a record, module
-    /// [`records`]).
+    /// Blocks whose allocation is applied and whose free is not (each has a number, module
+    /// [`numbers`], and its slot in `arena`).
     live_blocks: u64,
     /// Where applying stands in each thread's log (module [`log`]).
     cursors: Vec<log::Cursor>,
@@ -173,9 +174,9 @@ pub struct Massif {
     state: SpinLock<State>,
     /// Heap events not yet applied to `state`, per thread (module [`log`]).
     logs: log::Logs,
-    /// What Massif knows of each live block (Valgrind's `HP_Chunk`), by the number the
-    /// runtime keeps with the block. Read and written under the `state` lock.
-    records: records::Records,
+    /// The numbers the runtime keeps with live blocks, each a block's slot in the replayed
+    /// arena (`State::arena`), which holds what Massif knows of it.
+    numbers: Arc<numbers::Numbers>,
     /// Where a thread whose log is full sleeps until the logs are applied.
     released: sync::Released,
     clock: clock::MsClock,
@@ -191,11 +192,12 @@ impl Default for Massif {
 impl Massif {
     pub fn new() -> Self {
         let opts = Options::default();
+        let numbers = Arc::new(numbers::Numbers::new());
         Massif {
             classifier: Classifier::new(&[], &[], opts.depth, false),
-            state: SpinLock::new(State::new(&opts)),
+            state: SpinLock::new(State::new(&opts, numbers.clone())),
             logs: log::Logs::new(),
-            records: records::Records::new(),
+            numbers,
             released: sync::Released::new(),
             opts,
             clock: clock::MsClock::new(),
@@ -344,8 +346,7 @@ impl Massif {
                     // SAFETY: as above.
                     let ev = unsafe { self.logs.front(i, &mut cur) };
                     let live = ev.needs_live();
-                    // SAFETY: under the state lock; the number came in a published event.
-                    if live != 0 && !unsafe { self.records.is_live(live) } {
+                    if live != 0 && !st.arena.is_live(live) {
                         break;
                     }
                     // SAFETY: as above, right after `front`; `end[i] - 1` events follow.
@@ -405,47 +406,43 @@ impl Massif {
 
     /// Starts loading, while the event [`log::Logs::front`] just returned is applied, what
     /// later events of the same log will read first: the events themselves
-    /// ([`AHEAD_EVENT`]), the records of the blocks they free
-    /// or allocate ([`AHEAD_RECORD`] events ahead), then, from a freed block's record, its
-    /// place in the replayed arena, or the free-list head an allocation will search
-    /// ([`AHEAD_BLOCK`]), then the freed block's neighbours, which the free merges with
-    /// ([`AHEAD_NEIGHBOURS`]). Each of those is a line last touched thousands of events
-    /// before, in tables larger than the first-level cache: read one after the other, every
-    /// event waited on three to six misses in turn. Hints only: what a later event really
-    /// reads is decided when it is applied.
+    /// ([`AHEAD_EVENT`]), the slots in the replayed arena of the blocks they free or
+    /// allocate, which their numbers name ([`AHEAD_BLOCK`] events ahead), then the freed
+    /// block's neighbours, which the free merges with, or the free-list head an allocation
+    /// will search ([`AHEAD_NEIGHBOURS`]). Each of those is a line last touched thousands of
+    /// events before (numbers are reused first in, first out), in tables larger than the
+    /// first-level cache: read one after the other, every event waited on several misses in
+    /// turn. Hints only: what a later event really reads is decided when it is applied.
     ///
     /// # Safety
     /// Under the state lock (`st`), right after `front` with the same cursor `cur`, with
     /// `after` events of that log published after the one it returned.
     #[inline(always)]
     unsafe fn prefetch_ahead(&self, st: &State, cur: &log::Cursor, after: u64) {
-        // SAFETY (the peeks): forwarded, each only when that many events follow. (The record
-        // reads): under the state lock; the numbers came in published events.
+        // SAFETY (the peeks): forwarded, each only when that many events follow.
         unsafe {
             if after >= AHEAD_EVENT as u64 {
                 log::Logs::prefetch(cur, AHEAD_EVENT);
             }
-            if after >= AHEAD_RECORD as u64 {
-                if let Some(e) = log::Logs::peek(cur, AHEAD_RECORD) {
-                    self.records.prefetch(e.needs_live());
-                    self.records.prefetch(e.new_word());
-                }
-            }
             if after >= AHEAD_BLOCK as u64 {
                 if let Some(e) = log::Logs::peek(cur, AHEAD_BLOCK) {
-                    match self.records.get(e.needs_live()) {
-                        Some(r) => st.arena.prefetch_block(r.sim),
-                        None if e.kind() == log::Kind::Alloc => {
-                            st.arena.prefetch_fit(e.new_block().size)
-                        }
-                        None => {}
+                    let (old, new) = (e.needs_live(), e.new_word());
+                    if old != 0 {
+                        st.arena.prefetch_block(old);
+                    }
+                    if new != 0 {
+                        st.arena.prefetch_block(new);
                     }
                 }
             }
             if after >= AHEAD_NEIGHBOURS as u64 {
                 if let Some(e) = log::Logs::peek(cur, AHEAD_NEIGHBOURS) {
-                    if let Some(r) = self.records.get(e.needs_live()) {
-                        st.arena.prefetch_neighbours(r.sim);
+                    match e.needs_live() {
+                        0 if e.kind() == log::Kind::Alloc => {
+                            st.arena.prefetch_fit(e.new_block().size)
+                        }
+                        0 => {}
+                        old => st.arena.prefetch_neighbours(old),
                     }
                 }
             }
@@ -468,8 +465,11 @@ impl Massif {
     fn apply_alloc(&self, host: &dyn Host, st: &mut State, ev: &log::NewBlock, clock: Clock) {
         let ec = self.ec_of_locked(host, st, ev.stack);
         // Valgrind allocates the block before it looks at the stack: ignored blocks too.
-        let (sim, slop) = st.arena_alloc(ev.align, ev.size);
-        self.keep_record(st, ev.word, sim, ec, ec == IGNORED);
+        let rec = arena::Record {
+            ec,
+            ignored: ec == IGNORED,
+        };
+        let slop = st.arena_alloc(ev.align, ev.size, ev.word, rec);
         if ec == IGNORED {
             return;
         }
@@ -482,14 +482,18 @@ impl Massif {
     }
 
     fn apply_free(&self, host: &dyn Host, st: &mut State, ev: &log::OldBlock, clock: Clock) {
-        let (slop, ec, ignored) = match self.drop_record(st, ev.word) {
+        let (slop, ec, ignored) = match st.arena.record(ev.word) {
             Some(r) => {
-                let slop = st.arena.usable(r.sim).saturating_sub(ev.size);
-                st.arena.free(r.sim);
+                let slop = st.arena.usable(ev.word).saturating_sub(ev.size);
+                st.arena.free(ev.word);
+                st.live_blocks -= 1;
                 (slop, r.ec, r.ignored)
             }
             None => (ev.slop, self.ec_of_locked(host, st, ev.stack), false),
         };
+        // SAFETY: under the state lock (`st`); the number came in a published event, and
+        // its block's free is being applied.
+        unsafe { self.numbers.release(ev.word) };
         if ignored || ec == IGNORED {
             return;
         }
@@ -512,15 +516,20 @@ impl Massif {
         clock: Clock,
     ) {
         let new_ec = self.ec_of_locked(host, st, new.stack);
-        let old_rec = self.drop_record(st, old.word);
-        let (old_slop, new_sim, new_slop) =
-            st.arena_realloc(old, old_rec, new, self.opts.alignment);
+        let old_rec = st.arena.record(old.word);
         let (old_ec, old_ignored) = match old_rec {
             Some(r) => (r.ec, r.ignored),
             None => (self.ec_of_locked(host, st, old.stack), false),
         };
         let ignored = old_ignored || old_ec == IGNORED;
-        self.keep_record(st, new.word, new_sim, new_ec, ignored || new_ec == IGNORED);
+        let new_rec = arena::Record {
+            ec: new_ec,
+            ignored: ignored || new_ec == IGNORED,
+        };
+        let (old_slop, new_slop) =
+            st.arena_realloc(old, old_rec.is_some(), new, self.opts.alignment, new_rec);
+        // SAFETY: as in `apply_free`.
+        unsafe { self.numbers.release(old.word) };
         if ignored {
             // The original allocation was ignored: so is the block, wherever it moves, and
             // the heap totals do not change. Valgrind 3.19 still adds the new size to the
@@ -550,29 +559,6 @@ impl Massif {
         st.extra = (st.extra as i128 + d_extra).max(0) as u64;
         st.total_bytes_time += (d_heap + d_extra).unsigned_abs() as u64;
         self.normal_attempt(clock, st);
-    }
-
-    /// Writes the record of the block numbered `word` (none for 0: a block the runtime gave
-    /// no number). Under the state lock (`st`).
-    #[inline]
-    fn keep_record(&self, st: &mut State, word: u32, sim: arena::BlockId, ec: EcId, ignored: bool) {
-        if word != 0 {
-            st.live_blocks += 1;
-        }
-        // SAFETY: under the state lock (`st`); `word` came in a published event.
-        unsafe { self.records.set(word, records::Record { sim, ec, ignored }) };
-    }
-
-    /// The record of the block numbered `word`, freed or reallocated now; the number goes
-    /// back for another block. `None` for a block never numbered. Under the state lock.
-    #[inline]
-    fn drop_record(&self, st: &mut State, word: u32) -> Option<records::Record> {
-        // SAFETY: as in `keep_record`; the block's free is being applied.
-        let r = unsafe { self.records.release(word) };
-        if r.is_some() {
-            st.live_blocks -= 1;
-        }
-        r
     }
 
     /// The state lock, with every logged event applied: for events that are not logged
@@ -838,7 +824,7 @@ impl Massif {
 }
 
 impl State {
-    fn new(opts: &Options) -> Self {
+    fn new(opts: &Options, numbers: Arc<numbers::Numbers>) -> Self {
         State {
             by_stack: EcByStack::default(),
             ec_ids: FxHashMap::default(),
@@ -859,7 +845,7 @@ impl State {
                     TimeUnit::Bytes => 0,
                 }),
             pages: pages::Pages::default(),
-            arena: arena::Arena::default(),
+            arena: arena::Arena::new(numbers),
             live_blocks: 0,
             cursors: vec![log::Cursor::default(); log::SLOTS],
         }
@@ -877,39 +863,46 @@ impl State {
         id
     }
 
-    /// `VG_(cli_malloc)` for a new block: its block in the replayed arena and its slop.
-    fn arena_alloc(&mut self, align: u64, size: u64) -> (arena::BlockId, u64) {
-        let sim = self.arena.alloc(align, size);
-        (sim, self.arena.usable(sim).saturating_sub(size))
+    /// `VG_(cli_malloc)` for a new block numbered `word` (0: none) with record `rec`, in
+    /// the replayed arena: returns its slop.
+    fn arena_alloc(&mut self, align: u64, size: u64, word: u32, rec: arena::Record) -> u64 {
+        let sim = self.arena.alloc(align, size, word, rec);
+        if word != 0 {
+            self.live_blocks += 1;
+        }
+        self.arena.usable(sim).saturating_sub(size)
     }
 
-    /// Valgrind's `realloc_block` for `old` (whose record is `rec`, if it was seen): the
+    /// Valgrind's `realloc_block` for `old` (`seen`: its allocation was applied): the
     /// block stays where it is when the new size fits in the old usable size (the slop grows
     /// by what the request shrank), else a new block is allocated and the old one freed.
-    /// Returns the old slop, the new block in the arena and the new slop.
+    /// Either way the block is numbered `new.word` from now on, with record `rec`. Returns
+    /// the old slop and the new one.
     fn arena_realloc(
         &mut self,
         old: &log::OldBlock,
-        rec: Option<records::Record>,
+        seen: bool,
         new: &log::NewBlock,
         align: u64,
-    ) -> (u64, arena::BlockId, u64) {
-        match rec {
-            Some(c) if new.size <= self.arena.usable(c.sim) => {
-                let usable = self.arena.usable(c.sim);
-                (usable.saturating_sub(old.size), c.sim, usable - new.size)
-            }
-            Some(c) => {
-                let old_slop = self.arena.usable(c.sim).saturating_sub(old.size);
-                let (sim, slop) = self.arena_alloc(align, new.size);
-                self.arena.free(c.sim);
-                (old_slop, sim, slop)
-            }
-            None => {
-                let (sim, slop) = self.arena_alloc(align, new.size);
-                (old.slop, sim, slop)
-            }
+        rec: arena::Record,
+    ) -> (u64, u64) {
+        if !seen {
+            let slop = self.arena_alloc(align, new.size, new.word, rec);
+            return (old.slop, slop);
         }
+        let usable = self.arena.usable(old.word);
+        let old_slop = usable.saturating_sub(old.size);
+        self.live_blocks -= 1;
+        if new.size <= usable {
+            self.arena.renumber(old.word, new.word, rec);
+            if new.word != 0 {
+                self.live_blocks += 1;
+            }
+            return (old_slop, usable - new.size);
+        }
+        let slop = self.arena_alloc(align, new.size, new.word, rec);
+        self.arena.free(old.word);
+        (old_slop, slop)
     }
 }
 
@@ -969,7 +962,7 @@ impl Tool for Massif {
         self.opts.check()?;
         let o = &self.opts;
         self.classifier = Classifier::new(&o.alloc_fns, &o.ignore_fns, o.depth, o.show_below_main);
-        self.state = SpinLock::new(State::new(&self.opts));
+        self.state = SpinLock::new(State::new(&self.opts, self.numbers.clone()));
         Ok(())
     }
 
@@ -995,12 +988,12 @@ impl Tool for Massif {
         match self.logs.log_of(ev.tid) {
             // SAFETY: the calling thread owns log `i` (thread ids are unique among live
             // threads), and the runtime does not re-enter a tool's handler on a thread.
-            Some(i) => unsafe { self.records.take(i) },
+            Some(i) => unsafe { self.numbers.take(i) },
             None => {
                 // Without a log, under the state lock (as its events are applied).
                 let _st = self.state.lock();
                 // SAFETY: the state lock's holder owns the shared space.
-                unsafe { self.records.take(records::SHARED) }
+                unsafe { self.numbers.take(numbers::SHARED) }
             }
         }
     }

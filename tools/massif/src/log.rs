@@ -32,10 +32,11 @@
 //! * each thread's events keep their order (one log holds them in the order they were
 //!   appended);
 //! * events of different threads on one block keep theirs: a free or realloc is applied only
-//!   once the block's allocation is (its record says so, module `records`). The allocation's
-//!   event was published before the allocating call returned, so before any thread could
-//!   free the block: when no log's next event can be applied, the counts are read again;
-//! * an allocation never waits: blocks are told apart by their records, not by address, so
+//!   once the block's allocation is (the slot its number names in the replayed arena says
+//!   so, module `numbers`). The allocation's event was published before the allocating call
+//!   returned, so before any thread could free the block: when no log's next event can be
+//!   applied, the counts are read again;
+//! * an allocation never waits: blocks are told apart by their numbers, not by address, so
 //!   one that reuses the address of a block another thread freed may be applied before that
 //!   free (both are then live at that point of the serialisation, as if the free came a
 //!   little later);
@@ -84,7 +85,7 @@ const RETIRED: i32 = -1;
 /// The block an allocation or realloc gives the program, as Massif needs it.
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct NewBlock {
-    /// Its record's number (module `records`; 0: none).
+    /// Its number (module `numbers`; 0: none).
     pub word: u32,
     pub size: u64,
     /// The alignment Valgrind's allocator is asked for (`Massif::alignment_of`).
@@ -95,7 +96,7 @@ pub(crate) struct NewBlock {
 /// The block a free or realloc gives back, as Massif needs it.
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct OldBlock {
-    /// Its record's number (module `records`; 0: a block Massif never numbered).
+    /// Its number (module `numbers`; 0: a block Massif never numbered).
     pub word: u32,
     pub size: u64,
     /// The runtime's slop, for a block Massif never saw allocated.
@@ -233,7 +234,7 @@ impl Event {
         }
     }
 
-    /// The record number of the block allocated (0: none, or not an allocation).
+    /// The number of the block allocated (0: none, or not an allocation).
     #[inline]
     pub(crate) fn new_word(&self) -> u32 {
         match self.kind {
@@ -242,7 +243,7 @@ impl Event {
         }
     }
 
-    /// The record number of the block whose allocation must be applied first (0: none).
+    /// The number of the block whose allocation must be applied first (0: none).
     #[inline]
     pub(crate) fn needs_live(&self) -> u32 {
         match self.kind {
