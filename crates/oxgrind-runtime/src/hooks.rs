@@ -194,6 +194,8 @@ struct Event {
     rt: &'static Runtime,
     /// The calling thread's state, looked up once per event (see `guard`).
     thread: &'static ThreadState,
+    /// This thread's `errno` (`guard::errno_slot`), found once per event.
+    errno_at: *mut c_int,
     errno: c_int,
     _gate: EventGate,
     _inside: Entered,
@@ -330,11 +332,13 @@ impl Event {
         Uncounted::entered(rt, cost);
         let gate = EventGate::enter_for(thread);
         crate::pages::deliver_queued();
+        let errno_at = crate::guard::errno_slot();
         // SAFETY: this thread's errno slot.
-        let errno = unsafe { *crate::guard::errno_slot() };
+        let errno = unsafe { *errno_at };
         Some(Event {
             rt,
             thread,
+            errno_at,
             errno,
             _gate: gate,
             _inside: inside,
@@ -346,8 +350,8 @@ impl Event {
     /// event's end (which restores the value it found).
     #[cold]
     fn keep_errno(&mut self) {
-        // SAFETY: this thread's errno slot.
-        self.errno = unsafe { *crate::guard::errno_slot() };
+        // SAFETY: this thread's errno slot (an event never leaves its thread).
+        self.errno = unsafe { *self.errno_at };
     }
 
     /// See [`Uncounted`]: called just before the tool hears of the event.
@@ -383,8 +387,9 @@ impl Event {
 impl Drop for Event {
     #[inline]
     fn drop(&mut self) {
-        // SAFETY: as in enter.
-        unsafe { *crate::guard::errno_slot() = self.errno };
+        // SAFETY: this thread's errno slot, found in `enter` (an event never leaves its
+        // thread).
+        unsafe { *self.errno_at = self.errno };
     }
 }
 

@@ -231,11 +231,13 @@ pub(super) fn reallocate(
 fn enter(rt: &'static Runtime, thread: &'static crate::guard::ThreadState) -> Option<Event> {
     let inside = thread.try_enter()?;
     let gate = EventGate::enter_for(thread);
+    let errno_at = crate::guard::errno_slot();
     // SAFETY: this thread's errno slot.
-    let errno = unsafe { *crate::guard::errno_slot() };
+    let errno = unsafe { *errno_at };
     Some(Event {
         rt,
         thread,
+        errno_at,
         errno,
         _gate: gate,
         _inside: inside,
