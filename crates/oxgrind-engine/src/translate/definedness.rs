@@ -825,32 +825,40 @@ impl Emitter {
         self.buf.extend_from_slice(&[0x0F, 0x84]);
         let done = self.buf.len();
         self.d32(0);
-        if !self.shadow_of_operand(m, ip)? {
-            self.store_gs(0, c::OFF_VBITS_TEMP);
-            self.effective_address(m, 0, ip)?;
-            self.add_offset_in_span();
-        }
+        let at = match self.shadow_address(m, ip)? {
+            Some(at) => at,
+            None => {
+                self.store_gs(0, c::OFF_VBITS_TEMP);
+                self.effective_address(m, 0, ip)?;
+                self.add_offset_in_span();
+                ShadowAt::Rax
+            }
+        };
         let write_only = matches!(m.access(), iced_x86::OpAccess::Write);
         if let Some(l) = load.filter(|_| !write_only) {
-            let op: &[u8] = match (l.size, l.signed, l.width) {
-                (8, _, _) => &[0x48, 0x8B, 0x00],          // mov rax, [rax]
-                (4, false, _) => &[0x8B, 0x00],            // mov eax, [rax]
-                (4, true, _) => &[0x48, 0x63, 0x00],       // movsxd rax, dword [rax]
-                (1, false, _) => &[0x0F, 0xB6, 0x00],      // movzx eax, byte [rax]
-                (2, false, _) => &[0x0F, 0xB7, 0x00],      // movzx eax, word [rax]
-                (1, true, 4) => &[0x0F, 0xBE, 0x00],       // movsx eax, byte [rax]
-                (2, true, 4) => &[0x0F, 0xBF, 0x00],       // movsx eax, word [rax]
-                (1, true, _) => &[0x48, 0x0F, 0xBE, 0x00], // movsx rax, byte [rax]
-                _ => &[0x48, 0x0F, 0xBF, 0x00],            // movsx rax, word [rax]
+            // (rex_w, opcode): the load into rax (eax) of the shadow, extended as the value.
+            let (w, op): (bool, &[u8]) = match (l.size, l.signed, l.width) {
+                (8, _, _) => (true, &[0x8B]),            // mov rax, m64
+                (4, false, _) => (false, &[0x8B]),       // mov eax, m32
+                (4, true, _) => (true, &[0x63]),         // movsxd rax, m32
+                (1, false, _) => (false, &[0x0F, 0xB6]), // movzx eax, m8
+                (2, false, _) => (false, &[0x0F, 0xB7]), // movzx eax, m16
+                (1, true, 4) => (false, &[0x0F, 0xBE]),  // movsx eax, m8
+                (2, true, 4) => (false, &[0x0F, 0xBF]),  // movsx eax, m16
+                (1, true, _) => (true, &[0x0F, 0xBE]),   // movsx rax, m8
+                _ => (true, &[0x0F, 0xBF]),              // movsx rax, m16
             };
-            self.buf.extend_from_slice(op);
+            self.on_shadow(&at, false, w, op, 0, &[]);
             // done: (rax = 0 when there is no chunk)
             let rel = (self.buf.len() - (done + 4)) as u32;
             self.buf[done..done + 4].copy_from_slice(&rel.to_le_bytes());
             return Ok(true);
         }
         if size > 8 {
-            // Vector operands: a qword at a time.
+            // Vector operands: a qword at a time, from the shadow's address in rax.
+            if let ShadowAt::Operand(lea) = at {
+                self.buf.extend_from_slice(lea.bytes());
+            }
             for i in 0..size / 8 {
                 if write_only {
                     // mov qword [rax+8i], 0
@@ -868,32 +876,19 @@ impl Emitter {
             self.buf[done..done + 4].copy_from_slice(&rel.to_le_bytes());
             return Ok(false);
         }
-        let prefix: &[u8] = match size {
-            1 => &[],
-            2 => &[0x66],
-            4 => &[],
-            _ => &[0x48],
-        };
-        self.buf.extend_from_slice(prefix);
+        let (p66, w) = (size == 2, size == 8);
         if write_only {
-            // mov size [rax], 0
+            // mov size [shadow], 0
             if size == 1 {
-                self.buf.extend_from_slice(&[0xC6, 0x00, 0x00]);
+                self.on_shadow(&at, false, false, &[0xC6], 0, &[0]);
             } else {
-                self.buf.extend_from_slice(&[0xC7, 0x00]);
-                if size == 2 {
-                    self.buf.extend_from_slice(&[0, 0]);
-                } else {
-                    self.d32(0);
-                }
+                let imm: &[u8] = if size == 2 { &[0, 0] } else { &[0, 0, 0, 0] };
+                self.on_shadow(&at, p66, w, &[0xC7], 0, imm);
             }
         } else {
-            // cmp size [rax], 0; jne slow
-            if size == 1 {
-                self.buf.extend_from_slice(&[0x80, 0x38, 0x00]);
-            } else {
-                self.buf.extend_from_slice(&[0x83, 0x38, 0x00]);
-            }
+            // cmp size [shadow], 0; jne slow
+            let op = if size == 1 { 0x80 } else { 0x83 };
+            self.on_shadow(&at, p66, w, &[op], 7, &[0]);
             self.jcc_slow(0x85, slow)?;
         }
         let rel = (self.buf.len() - (done + 4)) as u32;
@@ -1344,38 +1339,127 @@ impl Emitter {
     }
 
     /// With `rax` the primary entry of operand `m`'s span: `rax` = the address of the
-    /// operand's shadow, `lea rax, [rax + reg + disp]`, when `m` is addressed by one or
-    /// two general registers (not `rax`, whose guest value is in `STUB_RAX`; two take a
-    /// second `lea`) and a 32-bit displacement, without a segment; else false and nothing
-    /// emitted.
+    /// operand's shadow (see [`Emitter::shadow_address`]); false and nothing emitted for
+    /// an operand it does not handle.
     fn shadow_of_operand(
         &mut self,
         m: &iced_x86::UsedMemory,
         ip: u64,
     ) -> Result<bool, TranslateError> {
+        match self.shadow_address(m, ip)? {
+            None => Ok(false),
+            Some(ShadowAt::Rax) => Ok(true),
+            Some(ShadowAt::Operand(lea)) => {
+                self.buf.extend_from_slice(lea.bytes());
+                Ok(true)
+            }
+        }
+    }
+
+    /// With `rax` the primary entry of operand `m`'s span: the address of the operand's
+    /// shadow is `[rax + reg + disp]` when `m` is addressed by one or two general registers
+    /// and a 32-bit displacement, without a segment. Returned as the encoded `lea rax,
+    /// [...]`, not emitted: the one access to the shadow that follows takes its memory
+    /// operand (`on_shadow`), one instruction fewer on each lookup. Two registers take a
+    /// `lea rax, [base + rax]` first; the guest `rax` (kept in `STUB_RAX`) as the base or
+    /// an unscaled index is added first (`add rax, gs:[STUB_RAX]`), an `fs` base likewise
+    /// (`add rax, fs:[0]`); an absolute 32-bit address is the displacement alone. `None`,
+    /// nothing emitted, for any other operand (RIP-relative: its 64-bit target does not fit
+    /// a displacement).
+    fn shadow_address(
+        &mut self,
+        m: &iced_x86::UsedMemory,
+        ip: u64,
+    ) -> Result<Option<ShadowAt>, TranslateError> {
         let gpr64 = |r: Register| r.is_gpr64() && r != Register::RAX;
         let d = m.displacement() as i64;
+        let fs = m.segment() == Register::FS;
         if d != d as i32 as i64
-            || !matches!(
-                m.segment(),
-                Register::None | Register::DS | Register::SS | Register::ES | Register::CS
-            )
+            || !(fs
+                || matches!(
+                    m.segment(),
+                    Register::None | Register::DS | Register::SS | Register::ES | Register::CS
+                ))
+            || matches!(m.base(), Register::RIP | Register::EIP)
         {
-            return Ok(false);
+            return Ok(None);
         }
-        let (base, index, scale) = match (m.base(), m.index()) {
-            (Register::RSP, Register::None) => (Register::RSP, Register::RAX, 1),
-            (b, Register::None) if gpr64(b) => (Register::RAX, b, 1),
-            (Register::None, i) if gpr64(i) => (Register::RAX, i, m.scale()),
+        // What comes before the access: `lea rax, [b + rax]` for a second register, or
+        // the guest `rax` added.
+        enum Before {
+            Nothing,
+            TwoRegisters(Register),
+            GuestRax,
+        }
+        let (before, base, index, scale) = match (m.base(), m.index()) {
+            (Register::RSP, Register::None) => (Before::Nothing, Register::RSP, Register::RAX, 1),
+            (b, Register::None) if gpr64(b) => (Before::Nothing, Register::RAX, b, 1),
+            (Register::None, i) if gpr64(i) => (Before::Nothing, Register::RAX, i, m.scale()),
             (b, i) if gpr64(b) && gpr64(i) => {
-                // Two registers: lea rax, [b + rax], then the index and displacement below.
-                self.lea_rax(b, Register::RAX, 1, 0, ip)?;
-                (Register::RAX, i, m.scale())
+                (Before::TwoRegisters(b), Register::RAX, i, m.scale())
             }
-            _ => return Ok(false),
+            (Register::RAX, Register::None) => (Before::GuestRax, Register::RAX, Register::None, 1),
+            (Register::None, Register::RAX) if m.scale() == 1 => {
+                (Before::GuestRax, Register::RAX, Register::None, 1)
+            }
+            (Register::RAX, i) if gpr64(i) => (Before::GuestRax, Register::RAX, i, m.scale()),
+            (Register::RSP, Register::RAX) if m.scale() == 1 => {
+                (Before::GuestRax, Register::RSP, Register::RAX, 1)
+            }
+            (b, Register::RAX) if gpr64(b) && m.scale() == 1 => {
+                (Before::GuestRax, Register::RAX, b, 1)
+            }
+            // An absolute address (a non-PIE global, or `fs:[d]`).
+            (Register::None, Register::None) => (Before::Nothing, Register::RAX, Register::None, 1),
+            _ => return Ok(None),
         };
-        self.lea_rax(base, index, scale, d, ip)?;
-        Ok(true)
+        if fs {
+            // The thread's `fs` base (a thread-local operand): add rax, fs:[0]
+            self.buf.extend_from_slice(&[0x64, 0x48, 0x03, 0x04, 0x25]);
+            self.d32(0);
+        }
+        match before {
+            Before::Nothing => {}
+            // lea rax, [b + rax]
+            Before::TwoRegisters(b) => self.lea_rax(b, Register::RAX, 1, 0, ip)?,
+            Before::GuestRax => {
+                // add rax, gs:[STUB_RAX]
+                self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]);
+                self.d32(c::scratch_off(c::S_STUB_RAX) as u32);
+            }
+        }
+        Ok(Some(
+            match super::rewrite::lea_rax_bytes(base, index, scale, d) {
+                Some(lea) => ShadowAt::Operand(lea),
+                None => {
+                    self.lea_rax(base, index, scale, d, ip)?;
+                    ShadowAt::Rax
+                }
+            },
+        ))
+    }
+
+    /// One instruction on the operand's shadow `at`: `[66] [REX] opcode ModRM (SIB disp)
+    /// imm`, the ModRM's reg field `reg`, REX.W when `w`. `ShadowAt::Rax` is `[rax]`;
+    /// `ShadowAt::Operand` takes the `lea`'s memory operand (its REX.X and REX.B, ModRM
+    /// mode and r/m, SIB, displacement: the `lea`'s own reg field is `rax`, 0).
+    fn on_shadow(&mut self, at: &ShadowAt, p66: bool, w: bool, opcode: &[u8], reg: u8, imm: &[u8]) {
+        const AT_RAX: [u8; 3] = [0x48, 0x8D, 0x00];
+        let lea = match at {
+            ShadowAt::Rax => &AT_RAX[..],
+            ShadowAt::Operand(lea) => lea.bytes(),
+        };
+        if p66 {
+            self.buf.push(0x66);
+        }
+        let rex = 0x40 | if w { 0x08 } else { 0 } | (lea[0] & 0x03);
+        if rex != 0x40 {
+            self.buf.push(rex);
+        }
+        self.buf.extend_from_slice(opcode);
+        self.buf.push(lea[2] | reg << 3);
+        self.buf.extend_from_slice(&lea[3..]);
+        self.buf.extend_from_slice(imm);
     }
 
     /// With `rax` the primary entry of the span of `[rsp + off]`: `rax` = the address of
@@ -1404,6 +1488,15 @@ impl Emitter {
         self.d32(0);
         Ok(())
     }
+}
+
+/// Where an operand's shadow is, for the access to it (`Emitter::shadow_address`).
+enum ShadowAt {
+    /// In `rax`.
+    Rax,
+    /// At `rax` (the span's primary entry) plus the operand's registers and displacement:
+    /// the memory operand of this `lea rax, [...]`, not emitted.
+    Operand(super::rewrite::LeaBytes),
 }
 
 /// How a memory operand's V-bit lookup (`Emitter::memory_shadow`) finds its span's

@@ -225,7 +225,10 @@ pub(super) struct LeaBytes {
 }
 
 impl LeaBytes {
-    fn bytes(&self) -> &[u8] {
+    /// REX, opcode `8D`, ModRM, then SIB and displacement as present: the definedness
+    /// checks reuse all but the opcode as the memory operand of another instruction
+    /// (`Emitter::on_shadow`).
+    pub(super) fn bytes(&self) -> &[u8] {
         &self.bytes[..self.len]
     }
 }
