@@ -249,7 +249,7 @@ impl CodeCache {
             return;
         }
         let base = self.arenas[ai].bump;
-        let Ok(code) = translate::catch_up_routine(base) else {
+        let Ok(code) = translate::definedness_routines(base) else {
             return;
         };
         // SAFETY: the arena is new, RWX, owned by the cache, and far larger than the

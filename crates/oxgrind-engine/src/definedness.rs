@@ -1268,6 +1268,14 @@ pub(crate) struct FastForm {
     /// makes the whole red zone below the new `rsp` undefined (VEX's "AbiHint": what the
     /// caller or callee left there is garbage to the other).
     pub undefined: Option<(i32, i32)>,
+    /// For `mov rsp, r64`, `lea rsp, [r64 + d]` and `leave` (`rbp + 8`): `rsp` becomes
+    /// general register `n` plus `d`, a move known at run time only `(n, d)`. Function
+    /// epilogues that set `rsp` from `rbp` (frame-pointer code, V8's generated code, -O0
+    /// builds): the stack rule marks nothing when `rsp` goes up, so the inline code goes
+    /// slow only when the new `rsp` is below the current one, and else makes it the
+    /// thread's last `rsp`, as [`FastForm::rsp_delta`] does (the instruction after it is
+    /// then no slow step either).
+    pub rsp_from: Option<(u8, i32)>,
     /// With origins on: the tag the bytes of [`FastForm::undefined`] take.
     pub origin: Option<StackOrigin>,
     /// Vector registers read: the first `len` bytes of the shadow of `zmm<n>` must be zero
@@ -1431,6 +1439,35 @@ fn inline_rsp_delta(ins: &Instruction) -> Option<i32> {
         _ => return None,
     };
     Some(delta)
+}
+
+/// The [`FastForm::rsp_from`] of `ins`: `rsp` set from a general register other than
+/// `rax` (borrowed by the inline code) and `rsp`.
+fn inline_rsp_from(ins: &Instruction) -> Option<(u8, i32)> {
+    let source = |r: Register| {
+        (r.is_gpr64() && r != Register::RAX && r != Register::RSP).then(|| r.number() as u8)
+    };
+    let to_rsp = ins.op_count() == 2
+        && ins.op0_kind() == OpKind::Register
+        && ins.op0_register() == Register::RSP;
+    match ins.mnemonic() {
+        Mnemonic::Leave if ins.code() == iced_x86::Code::Leaveq => Some((5, 8)),
+        Mnemonic::Mov if to_rsp && ins.op1_kind() == OpKind::Register => {
+            Some((source(ins.op1_register())?, 0))
+        }
+        Mnemonic::Lea
+            if to_rsp
+                && ins.memory_index() == Register::None
+                && ins.memory_segment() != Register::FS
+                && ins.memory_segment() != Register::GS
+                && !ins.is_ip_rel_memory_operand() =>
+        {
+            let d = ins.memory_displacement64() as i64;
+            (d == d as i32 as i64).then_some(())?;
+            Some((source(ins.memory_base())?, d as i32))
+        }
+        _ => None,
+    }
 }
 
 /// The stack bytes an instruction moving `rsp` by `delta` leaves undefined (see
@@ -2090,12 +2127,14 @@ fn fast_vector_mnemonic(m: Mnemonic) -> bool {
 pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
     use iced_x86::OpAccess as A;
     let rsp_delta = inline_rsp_delta(ins);
+    let rsp_from = inline_rsp_from(ins);
     if !FAST_PATH.load(Ordering::Relaxed)
         || !(fast_mnemonic(ins.mnemonic())
             || fast_vector_mnemonic(ins.mnemonic())
             || fast_x87_mnemonic(ins.mnemonic())
-            || rsp_delta.is_some())
-        || (writes_rsp(ins) && rsp_delta.is_none())
+            || rsp_delta.is_some()
+            || rsp_from.is_some())
+        || (writes_rsp(ins) && rsp_delta.is_none() && rsp_from.is_none())
         || ins.has_op_mask()
         || ins.is_string_instruction() && !is_stos(ins) && !is_movs(ins)
         || ins.has_rep_prefix()
@@ -2112,6 +2151,7 @@ pub(crate) fn fast_form(ins: &Instruction) -> Option<FastForm> {
         mem: [None; 2],
         rsp_delta: rsp_delta.unwrap_or(0),
         undefined: rsp_delta.and_then(|d| undefined_by(ins, d)),
+        rsp_from,
         origin: None,
         vec_reads: [None; 4],
         vec_writes: [None; 2],
@@ -2484,7 +2524,7 @@ fn slow_jumps(form: &FastForm) -> usize {
         .map_or(0, |v| v.size as usize / 8);
     // The x87 stack's eight shadows and its condition bits.
     let x87 = if form.x87 { 9 } else { 0 };
-    gprs + vectors + mem + copied + x87 + 1
+    gprs + vectors + mem + copied + x87 + form.rsp_from.is_some() as usize + 1
 }
 
 #[cfg(test)]
@@ -2886,6 +2926,7 @@ mod tests {
             Mnemonic::Stosq,
             Mnemonic::Movsb,
             Mnemonic::Movsq,
+            Mnemonic::Leave,
         ]
         .into_iter()
         .filter(|m| !covered.contains(m))
@@ -2913,6 +2954,45 @@ mod tests {
             "{vector_copies} vector loads and stores of undefined shadow"
         );
         std::eprintln!("{} mnemonics covered", covered.len());
+    }
+
+    /// Epilogues that set `rsp` from another register have a fast form with the run-time
+    /// move (`FastForm::rsp_from`): `leave` (from `rbp` + 8, its saved `rbp` a checked
+    /// memory operand), `mov rsp, r64` and `lea rsp, [r64 + d]`; not from `rax` (the inline
+    /// code's borrowed register) nor from `rsp` itself, and no other write of `rsp`.
+    #[test]
+    fn moves_of_rsp_from_a_register_have_fast_forms() {
+        let form = |bytes: &[u8]| {
+            let mut decoder = Decoder::with_ip(64, bytes, 0x40_0000, DecoderOptions::NONE);
+            fast_form(&decoder.decode())
+        };
+        let leave = form(&[0xC9]).unwrap();
+        assert_eq!(leave.rsp_from, Some((5, 8)));
+        assert!(leave.mem[0].is_some_and(|m| m.base() == Register::RBP));
+        assert!(leave.reads & (1 << 5) != 0);
+        assert_eq!(leave.rsp_delta, 0);
+        assert!(leave.undefined.is_none());
+        // mov rsp, rbp; mov rsp, r12; lea rsp, [rbp-0x28]; lea rsp, [r13+0x10]
+        assert_eq!(form(&[0x48, 0x89, 0xEC]).unwrap().rsp_from, Some((5, 0)));
+        assert_eq!(form(&[0x4C, 0x89, 0xE4]).unwrap().rsp_from, Some((12, 0)));
+        assert_eq!(
+            form(&[0x48, 0x8D, 0x65, 0xD8]).unwrap().rsp_from,
+            Some((5, -0x28))
+        );
+        assert_eq!(
+            form(&[0x49, 0x8D, 0x65, 0x10]).unwrap().rsp_from,
+            Some((13, 0x10))
+        );
+        // mov rsp, rax; lea rsp, [rsp+8]; lea rsp, [rbp+rbx*8]; mov esp, ebp; 16-bit leave
+        for bytes in [
+            &[0x48, 0x89, 0xC4][..],
+            &[0x48, 0x8D, 0x64, 0x24, 0x08],
+            &[0x48, 0x8D, 0x64, 0xDD, 0x00],
+            &[0x89, 0xEC],
+            &[0x66, 0xC9],
+        ] {
+            assert!(form(bytes).is_none(), "{bytes:x?}");
+        }
     }
 
     /// A `rep stos` whose iteration form's inputs are defined (every other register byte,

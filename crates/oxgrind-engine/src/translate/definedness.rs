@@ -53,9 +53,219 @@ const _: () = assert!(crate::definedness::MEMORY_BYTES_PER_SHADOW_BYTE == 1);
 /// Set by the code cache, under its lock, before each translation.
 static CATCH_UP_ROUTINE: AtomicU64 = AtomicU64::new(0);
 
-/// Says which catch-up routine (0: none) the next translations may jump to.
+/// Says which catch-up routine (0: none) the next translations may jump to; the arena's
+/// stack-split routine lies [`CATCH_UP_ROOM`] bytes after it ([`definedness_routines`]).
 pub(crate) fn set_catch_up_routine(at: u64) {
     CATCH_UP_ROUTINE.store(at, Ordering::Relaxed);
+}
+
+/// Bytes from the start of an arena's definedness routines to its stack-split routine:
+/// the catch-up routine's room (about 200 bytes used).
+const CATCH_UP_ROOM: usize = 512;
+
+/// Host address of the stack-split routine (`stack_split_routine`) of the arena the block
+/// being translated goes to; 0: none.
+fn stack_split_routine_at() -> u64 {
+    match CATCH_UP_ROUTINE.load(Ordering::Relaxed) {
+        0 => 0,
+        at => at + CATCH_UP_ROOM as u64,
+    }
+}
+
+/// The definedness routines of one code-cache arena, placed at host address `base`: the
+/// catch-up routine ([`catch_up_routine`]) at `base`, the stack-split routine
+/// ([`stack_split_routine`]) at `base + CATCH_UP_ROOM`.
+pub(crate) fn definedness_routines(base: u64) -> Result<alloc::vec::Vec<u8>, TranslateError> {
+    let mut code = catch_up_routine(base)?;
+    if code.len() > CATCH_UP_ROOM {
+        return Err(TranslateError::Encode { pc: 0 });
+    }
+    code.resize(CATCH_UP_ROOM, 0xCC);
+    code.extend_from_slice(&stack_split_routine());
+    Ok(code)
+}
+
+/// What [`stack_split_routine`] does besides marking the new stack: the fast form's own
+/// stack operand (bits 28-29 of its parameters).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum SplitOperand {
+    None = 0,
+    /// `push`, `call`: the qword at `[rsp - 8]` written (its shadow zeroed).
+    WrittenBelow = 1,
+    /// `ret`: the qword at `[rsp]` read (its shadow must be zero, else slow).
+    ReadAt = 2,
+}
+
+/// The parameters [`stack_split_routine`] takes in `gs:[vbits_temp2]` for a
+/// [`StackAtOnce`]: the new undefined bytes' offset from `rsp` (bits 0-15, signed), their
+/// length (bits 16-27) and the [`SplitOperand`] (bits 28-29); `None` for a plan it does
+/// not do (the straddling case then stays slow).
+fn split_params(plan: StackAtOnce) -> Option<u32> {
+    let (off, len) = plan.undefined;
+    let operand = match plan.operand {
+        None => SplitOperand::None,
+        Some((-8, 8, false)) => SplitOperand::WrittenBelow,
+        Some((0, 8, true)) => SplitOperand::ReadAt,
+        Some(_) => return None,
+    };
+    if off % 8 != 0 || len % 8 != 0 || !(8..=0xfff).contains(&len) || off != off as i16 as i32 {
+        return None;
+    }
+    Some(off as u16 as u32 | (len as u32) << 16 | (operand as u32) << 28)
+}
+
+/// The stack-split routine: a fast form's stack marking when its range straddles two
+/// 64 KiB spans of the memory shadow (`Emitter::stack_at_once`'s one span check failed).
+/// When a hot call depth sits just above a span boundary, every `call`, `ret` and `push`
+/// there would otherwise take the slow path, and the step after it too (h16's census:
+/// 8 M steps, 40x, on a loop of calls 100 bytes above a boundary; ASLR decides where the
+/// boundaries fall). Entered by a `jmp` from a block's out-of-line thunk
+/// (`Emitter::stack_split_thunk`) with the return address in `rax`, the guest `rax`
+/// borrowed and the flags free, the parameters in `gs:[vbits_temp2]` ([`split_params`]);
+/// borrows `rcx` (in `gs:[vbits_saved_rcx]`) and gives it back. Returns by a `jmp` with ZF
+/// set when it did the marking, clear when the instruction must take its slow call
+/// (`rsp` not 8-aligned, a span without chunk or above user space, an undefined return
+/// address), before any new stack byte is marked (a written operand may already be
+/// zeroed: the instruction writes it defined anyway).
+///
+/// ```text
+///     mov gs:[probe_ret], rax; test spl, 7; jnz fail_rcx_kept; mov gs:[saved_rcx], rcx
+///     (operand) rcx = rsp - 8 or rsp; rax = its span's entry (jz fail); add rax, rcx
+///               mov qword [rax], 0   or   cmp qword [rax], 0; jne fail
+///     rcx = rsp + off; the spans of the first and last qword have chunks, else fail
+///     gs:[temp] = rcx + len
+///   piece: rax = the shadow of [rcx] (its span's entry + rcx)
+///   qword: mov qword [rax], -1; add rcx, 8; cmp rcx, gs:[temp]; jae done
+///          add rax, 8; test cx, cx; jnz qword; jmp piece      (a new span)
+///   done:  mov rcx, gs:[saved_rcx]; cmp eax, eax; jmp gs:[probe_ret]
+///   fail:  mov rcx, gs:[saved_rcx]
+///   fail_rcx_kept: test rsp, rsp; jmp gs:[probe_ret]
+/// ```
+///
+/// Engine code with no guest pc, as the catch-up routine: an asynchronous signal steps on
+/// to the next guest instruction, after `rcx` is back.
+fn stack_split_routine() -> alloc::vec::Vec<u8> {
+    let mut e = Emitter::new(0, 0, false);
+    let temp2 = c::OFF_VBITS_TEMP2 as u32;
+    // Jumps (positions of rel32) to `fail` and `fail_rcx_kept`.
+    let mut to_fail: alloc::vec::Vec<usize> = alloc::vec::Vec::new();
+    let jcc = |e: &mut Emitter, cc: u8, to: &mut alloc::vec::Vec<usize>| {
+        e.buf.extend_from_slice(&[0x0F, cc]);
+        to.push(e.buf.len());
+        e.d32(0);
+    };
+    e.store_gs(0, c::scratch_off(c::S_PROBE_RET));
+    // test spl, 7; jnz fail_rcx_kept
+    e.buf
+        .extend_from_slice(&[0x40, 0xF6, 0xC4, 0x07, 0x0F, 0x85]);
+    let unaligned = e.buf.len();
+    e.d32(0);
+    e.store_gs(1, c::OFF_VBITS_SAVED_RCX);
+    // The operand: test byte gs:[temp2+3], 0x30; jz range
+    e.buf.extend_from_slice(&[0x65, 0xF6, 0x04, 0x25]);
+    e.d32(temp2 + 3);
+    e.buf.extend_from_slice(&[0x30, 0x0F, 0x84]);
+    let no_operand = e.buf.len();
+    e.d32(0);
+    // lea rcx, [rsp-8]; test byte gs:[temp2+3], 0x20; jz below; add rcx, 8; below:
+    e.buf.extend_from_slice(&[0x48, 0x8D, 0x4C, 0x24, 0xF8]);
+    e.buf.extend_from_slice(&[0x65, 0xF6, 0x04, 0x25]);
+    e.d32(temp2 + 3);
+    e.buf
+        .extend_from_slice(&[0x20, 0x74, 0x04, 0x48, 0x83, 0xC1, 0x08]);
+    e.span_entry_of_rcx(&mut to_fail, true);
+    // add rax, rcx (the operand's shadow); test byte gs:[temp2+3], 0x20; jnz read
+    e.buf
+        .extend_from_slice(&[0x48, 0x01, 0xC8, 0x65, 0xF6, 0x04, 0x25]);
+    e.d32(temp2 + 3);
+    // jnz read (rel8 over the 7-byte store and the 2-byte jmp); mov qword [rax], 0;
+    // jmp range (rel8 over the 10-byte compare and jump)
+    e.buf.extend_from_slice(&[0x20, 0x75, 0x09]);
+    e.buf
+        .extend_from_slice(&[0x48, 0xC7, 0x00, 0x00, 0x00, 0x00, 0x00, 0xEB, 0x0A]);
+    // read: cmp qword [rax], 0; jne fail
+    e.buf.extend_from_slice(&[0x48, 0x83, 0x38, 0x00]);
+    jcc(&mut e, 0x85, &mut to_fail);
+    // range: movsx rcx, word gs:[temp2]; add rcx, rsp
+    let range = e.buf.len();
+    let rel = (range - (no_operand + 4)) as u32;
+    e.buf[no_operand..no_operand + 4].copy_from_slice(&rel.to_le_bytes());
+    e.buf
+        .extend_from_slice(&[0x65, 0x48, 0x0F, 0xBF, 0x0C, 0x25]);
+    e.d32(temp2);
+    e.buf.extend_from_slice(&[0x48, 0x01, 0xE1]);
+    // mov eax, gs:[temp2]; shr eax, 16; and eax, 0xfff: the length
+    let length = |e: &mut Emitter| {
+        e.buf.extend_from_slice(&[0x65, 0x8B, 0x04, 0x25]);
+        e.d32(temp2);
+        e.buf
+            .extend_from_slice(&[0xC1, 0xE8, 0x10, 0x25, 0xFF, 0x0F, 0x00, 0x00]);
+    };
+    // The last qword's span (it is the higher, so its index is the one to bound):
+    // lea rax, [rcx+rax-8]; shr rax, 16; cmp rax, max; ja fail; shl rax, 3;
+    // add rax, gs:[primary]; cmp qword [rax], 0; je fail
+    length(&mut e);
+    e.buf.extend_from_slice(&[0x48, 0x8D, 0x44, 0x01, 0xF8]);
+    e.buf
+        .extend_from_slice(&[0x48, 0xC1, 0xE8, 0x10, 0x48, 0x3D]);
+    e.d32(0x7fff_ffff);
+    jcc(&mut e, 0x87, &mut to_fail);
+    e.primary_entry_of_span();
+    e.buf.extend_from_slice(&[0x48, 0x83, 0x38, 0x00]);
+    jcc(&mut e, 0x84, &mut to_fail);
+    // The first qword's span: mov rax, rcx; shr rax, 16; shl rax, 3;
+    // add rax, gs:[primary]; cmp qword [rax], 0; je fail
+    e.buf
+        .extend_from_slice(&[0x48, 0x89, 0xC8, 0x48, 0xC1, 0xE8, 0x10]);
+    e.primary_entry_of_span();
+    e.buf.extend_from_slice(&[0x48, 0x83, 0x38, 0x00]);
+    jcc(&mut e, 0x84, &mut to_fail);
+    // gs:[temp] = the end: (length) add rax, rcx; mov gs:[temp], rax
+    length(&mut e);
+    e.buf.extend_from_slice(&[0x48, 0x01, 0xC8]);
+    e.store_gs(0, c::OFF_VBITS_TEMP);
+    // piece: rax = the shadow of [rcx] (its chunk checked above)
+    let piece = e.buf.len();
+    e.span_entry_of_rcx(&mut to_fail, false);
+    e.buf.extend_from_slice(&[0x48, 0x01, 0xC8]);
+    // qword: mov qword [rax], -1; add rcx, 8; cmp rcx, gs:[temp]; jae done
+    let qword = e.buf.len();
+    e.buf
+        .extend_from_slice(&[0x48, 0xC7, 0x00, 0xFF, 0xFF, 0xFF, 0xFF]);
+    e.buf.extend_from_slice(&[0x48, 0x83, 0xC1, 0x08]);
+    e.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x0C, 0x25]);
+    e.d32(c::OFF_VBITS_TEMP as u32);
+    // jae done (rel8 over add, test, jnz, jmp: 4 + 3 + 2 + 2)
+    e.buf.extend_from_slice(&[0x73, 11]);
+    // add rax, 8; test cx, cx; jnz qword; jmp piece
+    e.buf
+        .extend_from_slice(&[0x48, 0x83, 0xC0, 0x08, 0x66, 0x85, 0xC9, 0x75]);
+    e.buf
+        .push((qword as i64 - (e.buf.len() as i64 + 1)) as i8 as u8);
+    e.buf.push(0xEB);
+    e.buf
+        .push((piece as i64 - (e.buf.len() as i64 + 1)) as i8 as u8);
+    // done: mov rcx, gs:[saved_rcx]; cmp eax, eax; jmp gs:[probe_ret]
+    e.load_gs(1, c::OFF_VBITS_SAVED_RCX);
+    e.buf.extend_from_slice(&[0x39, 0xC0]);
+    e.jmp_gs(c::scratch_off(c::S_PROBE_RET));
+    // fail: mov rcx, gs:[saved_rcx]
+    let fail = e.buf.len();
+    e.load_gs(1, c::OFF_VBITS_SAVED_RCX);
+    // fail_rcx_kept: test rsp, rsp (ZF clear: rsp is never 0); jmp gs:[probe_ret]
+    let fail_rcx_kept = e.buf.len();
+    e.buf.extend_from_slice(&[0x48, 0x85, 0xE4]);
+    e.jmp_gs(c::scratch_off(c::S_PROBE_RET));
+    for (jumps, to) in [(&to_fail[..], fail), (&[unaligned][..], fail_rcx_kept)] {
+        for &j in jumps {
+            let rel = (to - (j + 4)) as u32;
+            e.buf[j..j + 4].copy_from_slice(&rel.to_le_bytes());
+        }
+    }
+    while e.buf.len() % 16 != 0 {
+        e.buf.push(0xCC);
+    }
+    e.buf
 }
 
 /// The code of the catch-up routine placed at host address `base`: one per code-cache
@@ -115,6 +325,7 @@ impl Emitter {
             && form.mem.iter().all(Option::is_none)
             && form.undefined.is_none()
             && form.rsp_delta == 0
+            && form.rsp_from.is_none()
             && form.load.is_none();
         if registers_only && flags_live {
             return self.definedness_live_flags(ip, rec, form, after_plain, flags_zero_dead, skip);
@@ -183,6 +394,14 @@ impl Emitter {
             self.buf.push(0x00);
             self.jcc_slow(0x85, &mut slow)?;
         }
+        if let Some((n, d)) = form.rsp_from {
+            // The new rsp is not below this one (else the slow path's stack rule marks the
+            // new stack): lea rax, [src+d]; cmp rax, rsp; jb slow
+            let src = gpr64(n);
+            self.lea_rax(src, Register::None, 1, d as i64, ip)?;
+            self.buf.extend_from_slice(&[0x48, 0x39, 0xE0]);
+            self.jcc_slow(0x82, &mut slow)?;
+        }
         if vectors {
             self.load_gs(0, c::OFF_VBITS);
         }
@@ -235,7 +454,12 @@ impl Emitter {
             }
         }
         let vec_writes = form.vec_writes.iter().any(Option::is_some);
-        if rax_loaded && (form.undefined.is_some() || form.rsp_delta != 0 || vec_writes) {
+        if rax_loaded
+            && (form.undefined.is_some()
+                || form.rsp_delta != 0
+                || form.rsp_from.is_some()
+                || vec_writes)
+        {
             // Kept for the register while `rax` does other work.
             self.store_gs(0, c::OFF_VBITS_TEMP2);
         }
@@ -285,6 +509,23 @@ impl Emitter {
             self.d32(OFF_LAST_RSP as u32);
             self.d32(form.rsp_delta as u32);
         }
+        if let Some((n, d)) = form.rsp_from {
+            // The thread's last rsp, the new one: mov rax, gs:[vbits]; mov [rax+last], src;
+            // (add qword [rax+last], d)
+            if !rax_vbits {
+                self.load_gs(0, c::OFF_VBITS);
+                rax_vbits = true;
+            }
+            let rex = if n >= 8 { 0x4C } else { 0x48 };
+            self.buf
+                .extend_from_slice(&[rex, 0x89, 0x80 | (n & 7) << 3]);
+            self.d32(OFF_LAST_RSP as u32);
+            if d != 0 {
+                self.buf.extend_from_slice(&[0x48, 0x81, 0x80]);
+                self.d32(OFF_LAST_RSP as u32);
+                self.d32(d as u32);
+            }
+        }
         if vec_writes {
             if !rax_vbits {
                 self.load_gs(0, c::OFF_VBITS);
@@ -307,6 +548,7 @@ impl Emitter {
                     if !(rax_loaded
                         && form.undefined.is_none()
                         && form.rsp_delta == 0
+                        && form.rsp_from.is_none()
                         && !vec_writes)
                     {
                         self.load_gs(0, c::OFF_VBITS_TEMP2);
@@ -1146,7 +1388,29 @@ impl Emitter {
             None => (off, off + len),
         };
         self.lea_rsp(lo, ip)?;
-        self.within_one_span((hi - lo) as u32, slow)?;
+        // A range straddling two spans goes to the stack-split routine, through a thunk
+        // placed after the block's slow calls (`stack_split_thunk`), when there is one.
+        let split = split_params(plan).filter(|_| stack_split_routine_at() != 0);
+        let split_at = match split {
+            Some(params) => {
+                // add ax, hi-lo-1; jc split
+                let last = (hi - lo - 1) as u32;
+                if last < 0x80 {
+                    self.buf.extend_from_slice(&[0x66, 0x83, 0xC0, last as u8]);
+                } else {
+                    self.buf.extend_from_slice(&[0x66, 0x05]);
+                    self.buf.extend_from_slice(&(last as u16).to_le_bytes());
+                }
+                self.buf.extend_from_slice(&[0x0F, 0x82]);
+                let jump = self.buf.len();
+                self.d32(0);
+                Some((jump, params))
+            }
+            None => {
+                self.within_one_span((hi - lo) as u32, slow)?;
+                None
+            }
+        };
         self.span_index(Some(&mut *slow))?;
         self.chunk_of_span();
         // test rax, rax; jz slow
@@ -1190,6 +1454,16 @@ impl Emitter {
             self.buf.extend_from_slice(&[0x48, 0xC7, 0x80]);
             self.d32((off + 8 * i) as u32);
             self.d32(u32::MAX);
+        }
+        if let Some((jump, params)) = split_at {
+            // The slow call is pushed when the instruction's inline part ends: next.
+            self.stack_split.push(StackSplit {
+                jump,
+                resume: self.buf.len(),
+                params,
+                slow: self.slow.len(),
+                ip,
+            });
         }
         Ok(())
     }
@@ -1313,6 +1587,66 @@ impl Emitter {
             self.jcc_slow(0x87, slow)?;
         }
         Ok(())
+    }
+
+    /// `rax` = the primary entry of the span of the address in `rcx` (the stack-split
+    /// routine's): `mov rax, rcx; shr rax, 16; shl rax, 3; add rax, gs:[primary];
+    /// mov rax, [rax]`; when `checked`, an index above user space or an entry of 0 (no
+    /// chunk) jumps to a rel32 recorded in `fail`.
+    fn span_entry_of_rcx(&mut self, fail: &mut alloc::vec::Vec<usize>, checked: bool) {
+        self.buf
+            .extend_from_slice(&[0x48, 0x89, 0xC8, 0x48, 0xC1, 0xE8, 0x10]);
+        if checked {
+            // cmp rax, 0x7fffffff; ja fail
+            self.buf.extend_from_slice(&[0x48, 0x3D]);
+            self.d32(0x7fff_ffff);
+            self.buf.extend_from_slice(&[0x0F, 0x87]);
+            fail.push(self.buf.len());
+            self.d32(0);
+        }
+        self.chunk_of_span();
+        if checked {
+            // test rax, rax; jz fail
+            self.buf.extend_from_slice(&[0x48, 0x85, 0xC0, 0x0F, 0x84]);
+            fail.push(self.buf.len());
+            self.d32(0);
+        }
+    }
+
+    /// The out-of-line thunk of a `stack_at_once` whose range straddled two spans: calls
+    /// the arena's stack-split routine with the plan's parameters, then goes on after the
+    /// inline marking, or to the instruction's slow call (at `slow_at`) when the routine
+    /// could not do it (the slow call itself, when the routine is out of reach).
+    ///
+    /// ```text
+    ///     mov qword gs:[temp2], params; lea rax, [rip+back]; jmp routine
+    ///     back: jne slow; jmp resume
+    /// ```
+    pub(super) fn stack_split_thunk(&mut self, x: &StackSplit, slow_at: usize) {
+        let at = self.buf.len();
+        let rel = at as i64 - (x.jump as i64 + 4);
+        self.buf[x.jump..x.jump + 4].copy_from_slice(&(rel as i32).to_le_bytes());
+        self.push_map_at(at, x.ip, super::FIX_RAX_IN_STUB);
+        let routine = stack_split_routine_at();
+        // From the end of the `jmp` (13 + 7 + 5 bytes on) to the routine.
+        let rel = (routine as i64).wrapping_sub(self.here() as i64 + 13 + 7 + 5);
+        if routine == 0 || rel != rel as i32 as i64 {
+            self.jmp_to(slow_at);
+            return;
+        }
+        self.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
+        self.d32(c::OFF_VBITS_TEMP2 as u32);
+        self.d32(x.params);
+        // lea rax, [rip+5]: back, after the jmp
+        self.buf.extend_from_slice(&[0x48, 0x8D, 0x05]);
+        self.d32(5);
+        self.buf.push(0xE9);
+        self.d32(rel as i32 as u32);
+        // back: jne slow; jmp resume
+        self.buf.extend_from_slice(&[0x0F, 0x85]);
+        let rel = slow_at as i64 - (self.buf.len() as i64 + 4);
+        self.d32(rel as i32 as u32);
+        self.jmp_to(x.resume);
     }
 
     /// With `rax` a span index: `rax` = its shadow chunk (0: none, all defined).
@@ -1523,6 +1857,29 @@ const SPAN_SLOTS: usize = 2;
 /// alone does not; then all of them go slow.)
 const SPAN_SHARE_RANGE: i64 = 64;
 
+/// The 64-bit general register of encoding number `n`.
+fn gpr64(n: u8) -> Register {
+    const GPRS: [Register; 16] = [
+        Register::RAX,
+        Register::RCX,
+        Register::RDX,
+        Register::RBX,
+        Register::RSP,
+        Register::RBP,
+        Register::RSI,
+        Register::RDI,
+        Register::R8,
+        Register::R9,
+        Register::R10,
+        Register::R11,
+        Register::R12,
+        Register::R13,
+        Register::R14,
+        Register::R15,
+    ];
+    GPRS[n as usize & 15]
+}
+
 fn span_slot_off(slot: u8) -> u32 {
     (c::OFF_VBITS_SPAN + 8 * slot as usize) as u32
 }
@@ -1695,6 +2052,20 @@ fn shareable(m: &iced_x86::UsedMemory) -> Option<(Register, i64, i64)> {
         && (-(1 << 30)..(1 << 30)).contains(&d)
         && (1..=SPAN_SHARE_RANGE).contains(&size))
     .then_some((base, d, d + size))
+}
+
+/// A `stack_at_once` whose range may straddle two spans: its out-of-line thunk
+/// ([`Emitter::stack_split_thunk`]), placed by `finish_slow_calls`.
+pub(super) struct StackSplit {
+    /// Position of the rel32 of the inline `jc`.
+    jump: usize,
+    /// Where the inline path continues, after the marking.
+    resume: usize,
+    /// The routine's parameters ([`split_params`]).
+    params: u32,
+    /// The instruction's slow call (index into `Emitter::slow`).
+    pub slow: usize,
+    ip: u64,
 }
 
 /// What [`Emitter::stack_at_once`] does: the stack bytes a form leaves undefined and its
@@ -2002,6 +2373,91 @@ mod tests {
         assert!(insns[exits[1] + 1..]
             .iter()
             .all(|i| i.mnemonic() == Mnemonic::Int3));
+    }
+
+    /// The stack-split routine lies at `CATCH_UP_ROOM` of the arena's routines, keeps every
+    /// branch inside itself and leaves by exactly two `jmp gs:[probe_ret]`: done (ZF set by
+    /// `cmp eax, eax`) and slow (ZF clear by `test rsp, rsp`), each with the program's
+    /// `rcx` back (it is saved after the alignment check, whose jump skips its restore).
+    #[test]
+    fn stack_split_routine_leaves_by_its_two_exits_with_rcx_back() {
+        let base = 0x7000_0000_0000u64;
+        let all = definedness_routines(base).unwrap();
+        let code = stack_split_routine();
+        assert_eq!(&all[CATCH_UP_ROOM..], &code[..]);
+        let at = base + CATCH_UP_ROOM as u64;
+        let mut dec = Decoder::with_ip(64, &code, at, DecoderOptions::NONE);
+        let insns: alloc::vec::Vec<_> = dec.iter().collect();
+        let exits: alloc::vec::Vec<usize> = (0..insns.len())
+            .filter(|&i| insns[i].flow_control() == FlowControl::IndirectBranch)
+            .collect();
+        assert_eq!(exits.len(), 2);
+        assert_eq!(insns[exits[0] - 1].mnemonic(), Mnemonic::Cmp);
+        assert_eq!(insns[exits[1] - 1].mnemonic(), Mnemonic::Test);
+        let restores_rcx = |i: &iced_x86::Instruction| {
+            i.mnemonic() == Mnemonic::Mov
+                && i.op0_register() == Register::RCX
+                && i.memory_displacement64() == c::OFF_VBITS_SAVED_RCX as u64
+        };
+        assert!(restores_rcx(&insns[exits[0] - 2]));
+        assert!(restores_rcx(&insns[exits[1] - 2]));
+        let saves_rcx = insns
+            .iter()
+            .position(|i| i.mnemonic() == Mnemonic::Mov && i.op1_register() == Register::RCX)
+            .unwrap();
+        let fail = insns[exits[1] - 2].ip();
+        let fail_rcx_kept = insns[exits[1] - 1].ip();
+        for (n, ins) in insns[..exits[1]].iter().enumerate() {
+            if matches!(
+                ins.flow_control(),
+                FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch
+            ) {
+                let t = ins.near_branch_target();
+                assert!(
+                    (at..at + code.len() as u64).contains(&t),
+                    "{:?}",
+                    ins.code()
+                );
+                // Before rcx is saved only the alignment check leaves, past the restore.
+                if n < saves_rcx {
+                    assert_eq!(t, fail_rcx_kept);
+                } else {
+                    assert_ne!(t, fail_rcx_kept);
+                }
+            }
+        }
+        // The operand's and both ends' span bounds and chunks, the return address.
+        let to_fail = insns
+            .iter()
+            .filter(|i| {
+                i.flow_control() == FlowControl::ConditionalBranch && i.near_branch_target() == fail
+            })
+            .count();
+        assert_eq!(to_fail, 6);
+    }
+
+    /// A fast form's stack marking takes the parameters the routine reads: the offset,
+    /// the length and which operand (none for another operand: the slow path stays).
+    #[test]
+    fn split_parameters_encode_the_stack_plans() {
+        let plan = |undefined, operand| StackAtOnce { undefined, operand };
+        // call: [rsp-136, rsp-8) undefined, the return address written at rsp-8
+        assert_eq!(
+            split_params(plan((-136, 128), Some((-8, 8, false)))),
+            Some(0xff78 | 128 << 16 | 1 << 28)
+        );
+        // ret: [rsp-120, rsp+8), the return address read at rsp
+        assert_eq!(
+            split_params(plan((-120, 128), Some((0, 8, true)))),
+            Some(0xff88 | 128 << 16 | 2 << 28)
+        );
+        // sub rsp, 2048
+        assert_eq!(
+            split_params(plan((-2176, 2048), None)),
+            Some((-2176i16) as u16 as u32 | 2048 << 16)
+        );
+        assert_eq!(split_params(plan((-136, 8), Some((-8, 4, false)))), None);
+        assert_eq!(split_params(plan((-132, 8), None)), None);
     }
 
     /// A block entry jumps to the arena's routine when it is within reach, and carries

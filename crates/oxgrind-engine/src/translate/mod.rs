@@ -48,7 +48,7 @@ mod smc;
 mod special;
 
 pub use branches::{link_stub, native_jump, unlink_stub};
-pub(crate) use definedness::{catch_up_routine, set_catch_up_routine};
+pub(crate) use definedness::{definedness_routines, set_catch_up_routine};
 pub(crate) use probes::{set_slow_tails, slow_call_tails};
 use rewrite::{ea_encodable, gs_rewritable};
 use smc::Check;
@@ -926,6 +926,9 @@ struct Emitter {
     slow: Vec<SlowCall>,
     /// Out-of-line upper halves of below-the-stack-pointer compares, placed by `finish`.
     above_sp: Vec<AboveSp>,
+    /// Out-of-line thunks of new-stack markings that straddle two shadow spans
+    /// (definedness's stack-split routine), placed by `finish`.
+    stack_split: Vec<definedness::StackSplit>,
     /// Out-of-line exact addressability checks behind the one wide inline compare,
     /// placed by `finish`.
     exact_a: Vec<ExactA>,
@@ -1070,6 +1073,7 @@ impl Emitter {
             pcmap: Vec::with_capacity(32),
             slow: Vec::new(),
             above_sp: Vec::new(),
+            stack_split: Vec::new(),
             exact_a: Vec::new(),
             recent_cold: Vec::new(),
             block_cold: Vec::new(),

@@ -1712,7 +1712,7 @@ impl Emitter {
     }
 
     /// `jmp` to offset `to` of the code (rel32).
-    fn jmp_to(&mut self, to: usize) {
+    pub(super) fn jmp_to(&mut self, to: usize) {
         self.buf.push(0xE9);
         let rel = to as i64 - (self.buf.len() as i64 + 4);
         self.d32(rel as i32 as u32);
@@ -2203,6 +2203,10 @@ impl Emitter {
             self.buf.push(0xE9); // jmp <resume>
             let rel = a.resume as i64 - (self.buf.len() as i64 + 4);
             self.d32(rel as i32 as u32);
+        }
+        // The thunks to definedness's stack-split routine.
+        for x in core::mem::take(&mut self.stack_split) {
+            self.stack_split_thunk(&x, placed[x.slow]);
         }
         // The exact halves of the wide addressability compares.
         for x in core::mem::take(&mut self.exact_a) {
