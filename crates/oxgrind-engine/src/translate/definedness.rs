@@ -1205,19 +1205,15 @@ impl Emitter {
     /// a store copies the register's shadow into the operand's when the span has a chunk,
     /// else the register's shadow must be zero (or the slow path makes a chunk). A stale
     /// vector shadow (its bit in `OFF_VECTORS_STALE`: all defined, its bytes not yet
-    /// cleared) is read as zeros; a load of defined bytes into one zeroes what it writes
-    /// and leaves it stale; a load of undefined bytes into one first zeroes the bytes the
-    /// load leaves (a legacy SSE load keeps the register's upper bytes, defined) and clears
-    /// its bit.
+    /// cleared) is read as zeros; a load of a chunk's bytes into one first zeroes the
+    /// bytes the load leaves (a legacy SSE load keeps the register's upper bytes, defined)
+    /// and clears its bit.
     ///
     /// ```text
     /// load:   test rax, rax; jz zero
     ///         (rax = the operand's shadow)
     ///         mov gs:[saved_rcx], rcx; mov gs:[temp2], rdx; mov rcx, gs:[vbits]
     ///         test dword [rcx+stale], 1 << n; jz fresh
-    ///         cmp qword [rax+8i], 0; jne undefined                   (each qword loaded)
-    ///         mov rcx, gs:[saved_rcx]; mov rdx, gs:[temp2]; jmp zero
-    /// undefined:
     ///         mov qword [rcx+zmm_n+8i], 0                            (each one not written)
     ///         and dword [rcx+stale], !(1 << n)
     /// fresh:  mov rdx, [rax+8i]; mov [rcx+zmm_n+8i], rdx              (each qword loaded)
@@ -1280,20 +1276,6 @@ impl Emitter {
             self.operand_shadow(m, ip)?;
             borrow(self);
             let fresh = jump(self, 0x84);
-            // Stale and all loaded bytes defined (the common case): the register stays
-            // stale, its written bytes zeroed below.
-            let mut undefined = [0usize; 8];
-            for (i, at) in undefined.iter_mut().enumerate().take(qwords) {
-                // cmp qword [rax+8i], 0; jne undefined
-                self.buf
-                    .extend_from_slice(&[0x48, 0x83, 0x78, (8 * i) as u8, 0x00]);
-                *at = jump(self, 0x85);
-            }
-            give_back(self);
-            let stale_defined = jmp(self);
-            for &at in &undefined[..qwords] {
-                patch(self, at);
-            }
             for i in vc.written as usize / 8..8 {
                 // mov qword [rcx+zmm_n+8i], 0
                 self.buf.extend_from_slice(&[0x48, 0xC7, 0x81]);
@@ -1321,7 +1303,6 @@ impl Emitter {
             give_back(self);
             let done = jmp(self);
             patch(self, zero);
-            patch(self, stale_defined);
             self.load_gs(0, c::OFF_VBITS);
             for i in 0..vc.written as usize / 8 {
                 // mov qword [rax+zmm_n+8i], 0
