@@ -332,10 +332,23 @@ impl Event {
         Uncounted::entered(rt, cost);
         let gate = EventGate::enter_for(thread);
         crate::pages::deliver_queued();
+        Some(Event::entered(rt, thread, gate, inside, uncounted))
+    }
+
+    /// The event of a thread that has entered the runtime and passed the fork gate: the
+    /// program's `errno` is saved here and put back at the event's end.
+    #[inline(always)]
+    fn entered(
+        rt: &'static Runtime,
+        thread: &'static ThreadState,
+        gate: EventGate,
+        inside: Entered,
+        uncounted: Uncounted,
+    ) -> Event {
         let errno_at = crate::guard::errno_slot();
         // SAFETY: this thread's errno slot.
         let errno = unsafe { *errno_at };
-        Some(Event {
+        Event {
             rt,
             thread,
             errno_at,
@@ -343,7 +356,7 @@ impl Event {
             _gate: gate,
             _inside: inside,
             uncounted,
-        })
+        }
     }
 
     /// The call failed in glibc: the `errno` it set is the program's result, kept past the

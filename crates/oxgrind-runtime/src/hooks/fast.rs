@@ -231,16 +231,11 @@ pub(super) fn reallocate(
 fn enter(rt: &'static Runtime, thread: &'static crate::guard::ThreadState) -> Option<Event> {
     let inside = thread.try_enter()?;
     let gate = EventGate::enter_for(thread);
-    let errno_at = crate::guard::errno_slot();
-    // SAFETY: this thread's errno slot.
-    let errno = unsafe { *errno_at };
-    Some(Event {
+    Some(Event::entered(
         rt,
         thread,
-        errno_at,
-        errno,
-        _gate: gate,
-        _inside: inside,
-        uncounted: Uncounted(NOT_COUNTING),
-    })
+        gate,
+        inside,
+        Uncounted(NOT_COUNTING),
+    ))
 }
