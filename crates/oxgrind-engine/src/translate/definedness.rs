@@ -1969,25 +1969,7 @@ pub(super) fn span_shares(
             continue;
         }
         // The general registers the instruction writes, any part of them.
-        let written = crate::probe::with_factory(|f| {
-            let info = f.info_options(ins, iced_x86::InstructionInfoOptions::NO_MEMORY_USAGE);
-            info.used_registers()
-                .iter()
-                .filter(|r| {
-                    !matches!(
-                        r.access(),
-                        iced_x86::OpAccess::Read | iced_x86::OpAccess::CondRead
-                    )
-                })
-                .fold(0u32, |w, r| {
-                    let full = r.register().full_register();
-                    if full.is_gpr64() {
-                        w | 1 << (full as u32 - Register::RAX as u32)
-                    } else {
-                        w
-                    }
-                })
-        });
+        let written = u32::from(gprs_written(ins));
         for g in groups[..ngroups].iter_mut().filter(|g| g.open) {
             if written & (1 << (g.base as u32 - Register::RAX as u32)) != 0 {
                 g.open = false;
