@@ -469,38 +469,7 @@ fn record_alloc(
     match ev {
         Some(ev) => natively(
             #[inline(always)]
-            || {
-                // The table's entry is written after the stack capture: its miss (the
-                // table outgrows the cache) overlaps the capture. (At free the only work
-                // before the removal is the event's set-up, too short: prefetching there
-                // moved the stall onto the prefetch, perf on bench `containers`.)
-                BLOCKS.prefetch(addr);
-                let stack = ev.stack(entry);
-                let mut a = Alloc {
-                    addr,
-                    size,
-                    slop: slop(size),
-                    align,
-                    func,
-                    stack,
-                    tid: ev.tid(),
-                    tool_word: 0,
-                };
-                a.tool_word = ev.rt.tool.block_word(&HOST, &a);
-                BLOCKS.insert(
-                    addr,
-                    BlockInfo {
-                        size,
-                        stack,
-                        func,
-                        internal: false,
-                        tool_word: a.tool_word,
-                    },
-                );
-                ev.uncount();
-                ev.thread
-                    .with_event_blocks(addr, 0, || ev.rt.tool.on_alloc(&HOST, &a));
-            },
+            || tell_alloc(&ev, addr, size, align, func, entry),
         ),
         None => {
             if state::runtime().is_some() || !state::settled() {
@@ -517,6 +486,42 @@ fn record_alloc(
             }
         }
     }
+}
+
+/// A new block, for an event that has entered the runtime: its stack captured, its table
+/// entry written and the tool told, on the general path and the heap path alike.
+#[inline(always)]
+fn tell_alloc(ev: &Event, addr: u64, size: u64, align: u64, func: AllocFn, entry: Entry) {
+    // The table's entry is written after the stack capture: its miss (the table outgrows
+    // the cache) overlaps the capture. (At free the only work before the removal is the
+    // event's set-up, too short: prefetching there moved the stall onto the prefetch, perf
+    // on bench `containers`.)
+    BLOCKS.prefetch(addr);
+    let stack = ev.stack(entry);
+    let mut a = Alloc {
+        addr,
+        size,
+        slop: slop(size),
+        align,
+        func,
+        stack,
+        tid: ev.tid(),
+        tool_word: 0,
+    };
+    a.tool_word = ev.rt.tool.block_word(&HOST, &a);
+    BLOCKS.insert(
+        addr,
+        BlockInfo {
+            size,
+            stack,
+            func,
+            internal: false,
+            tool_word: a.tool_word,
+        },
+    );
+    ev.uncount();
+    ev.thread
+        .with_event_blocks(addr, 0, || ev.rt.tool.on_alloc(&HOST, &a));
 }
 
 /// What a free gives back to glibc once the tool has heard of it: the freed block itself,

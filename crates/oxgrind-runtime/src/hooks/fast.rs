@@ -20,10 +20,9 @@
 use core::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-use oxgrind_tool::{Alloc, AllocFn, Free};
+use oxgrind_tool::{AllocFn, Free};
 
 use super::{fishy, program_may_allocate, slop, Entry, Event, Uncounted, NOT_COUNTING, NO_STACK};
-use crate::blocks::BlockInfo;
 use crate::exit::EventGate;
 use crate::guard::this_thread;
 use crate::host::HOST;
@@ -104,32 +103,7 @@ pub(super) fn allocate(
         super::record_alloc(None, p, size, align, func, entry);
         return Some(p);
     };
-    let addr = p as u64;
-    // The table's entry is written after the stack capture: its miss overlaps the capture.
-    BLOCKS.prefetch(addr);
-    let stack = ev.stack(entry);
-    let mut a = Alloc {
-        addr,
-        size,
-        slop: slop(size),
-        align,
-        func,
-        stack,
-        tid: thread.tid(),
-        tool_word: 0,
-    };
-    a.tool_word = rt.tool.block_word(&HOST, &a);
-    BLOCKS.insert(
-        addr,
-        BlockInfo {
-            size,
-            stack,
-            func,
-            internal: false,
-            tool_word: a.tool_word,
-        },
-    );
-    thread.with_event_blocks(addr, 0, || rt.tool.on_alloc(&HOST, &a));
+    super::tell_alloc(&ev, p as u64, size, align, func, entry);
     Some(p)
 }
 
