@@ -10,14 +10,19 @@
 //!   own), each behind its own spin lock, with the per-program-point counters of the blocks
 //!   it saw (added up at the end). Threads allocating from different regions (glibc gives
 //!   each thread its own arena) and charging accesses to them rarely meet;
-//! * the current heap size in bytes is one atomic (the number of blocks is counted by the
-//!   shards, and added up when needed); only an event that reaches the global maximum
-//!   (`curr >= max` on allocation, `curr == max` before a free: Valgrind's tests) takes the
-//!   peak lock and every shard's, to record the maximum consistently, as Valgrind does at
-//!   the same moments with the whole program stopped.
+//! * the current heap size in bytes is counted per thread ([`size`]): each thread changes a
+//!   count of its own, within a window of credit granted far enough below the global
+//!   maximum that no event inside it can be a peak. Only an event that leaves its window
+//!   takes the peak lock; if it may be a peak (the heap may reach `>=` the maximum on
+//!   allocation, or be at it, `==`, before a free: Valgrind's tests) every thread's credit
+//!   is revoked, so that the size is known exactly, and the maximum is recorded under the
+//!   peak lock and every shard's, consistently, as Valgrind does at the same moments with
+//!   the whole program stopped. (One atomic for the size, written by every thread at every
+//!   event, was most of the time of `alloc` and `free` with four threads.)
 //!
 //! With one thread the sequence of updates is Valgrind's, so every number is; with several,
-//! totals are still exact and the peak is the one of the interleaving that ran.
+//! totals are still exact and the peak is the one of the order in which the events were
+//! counted.
 //!
 //! Where Valgrind keeps the live blocks in an interval tree with a three-entry cache, each
 //! shard keeps them in a slab indexed by a hash map from start address, and the block an
@@ -30,6 +35,8 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+pub mod size;
 
 use oxgrind_tool::instrument::{Access, AccessKind, ShadowMap};
 use oxgrind_tool::sync::{SpinGuard, SpinLock};
@@ -304,6 +311,15 @@ impl Shard {
         }
     }
 
+    /// A freed block, taken out of the shard already, leaves its PP's live counts and
+    /// retires ([`Shard::retire`]).
+    fn retire_live(&mut self, b: Block, now: u64) {
+        let p = self.pp_changing(b.pp);
+        p.curr_blocks -= 1;
+        p.curr_bytes -= b.size;
+        self.retire(b, now);
+    }
+
     /// Folds a retiring block's lifetime, accesses and histogram into its PP
     /// (`retire_Block`, after the live counts were taken care of).
     fn retire(&mut self, b: Block, now: u64) {
@@ -483,6 +499,8 @@ struct Peak {
     tgmax: u64,
     /// Per PP: (max_blocks, max_bytes).
     pp_max: Vec<(u64, u64)>,
+    /// The settled part of the heap's size and the credit the threads hold ([`size`]).
+    ledger: size::Ledger,
 }
 
 /// The end result: every PP's counters and the totals.
@@ -508,20 +526,17 @@ impl<T> core::ops::Deref for Padded<T> {
 
 /// Everything DHAT knows in heap mode. See the module docs for how threads share it.
 ///
-/// Laid out by how it is shared: each shard's lock and header, the heap's current size
-/// (written at every event), the lines read at every event or access batch (the maximum,
-/// the span), and the peak's lock each on lines of their own. Side by side, every event's
-/// write of the size made the other threads' next reading of the span or the maximum miss.
+/// Laid out by how it is shared: each shard's lock and header, each slot of the heap's
+/// size, the line read at every access batch (the span), and the peak's lock each on lines
+/// of their own.
 pub struct Heap {
     /// [`SHARDS`] region shards, then the shard of blocks larger than a region.
     shards: Vec<Padded<SpinLock<Shard>>>,
     peak: Padded<SpinLock<Peak>>,
-    /// The heap's current size in bytes, the one number every event writes. (The current
-    /// number of blocks is only needed at a peak and at exit, with every shard locked: it
-    /// is the sum of the shards' live blocks then.)
-    curr_bytes: Padded<AtomicU64>,
-    /// Mirror of `peak.max_bytes`, for the lock-free test of each event.
-    max_bytes: Padded<AtomicU64>,
+    /// The heap's current size in bytes, per thread (see [`size`]). (The current number of
+    /// blocks is only needed at a peak and at exit, with every shard locked: it is the sum
+    /// of the shards' live blocks then.)
+    size: size::Slots,
     /// `[lo, hi)` holds every block ever recorded (it only grows): most accesses (the
     /// stack, globals) fall outside, and are set aside without a lock or a lookup.
     span: Padded<(AtomicU64, AtomicU64)>,
@@ -540,8 +555,7 @@ impl Heap {
                 .map(|_| Padded(SpinLock::new(Shard::default())))
                 .collect(),
             peak: Padded(SpinLock::new(Peak::default())),
-            curr_bytes: Padded(AtomicU64::new(0)),
-            max_bytes: Padded(AtomicU64::new(0)),
+            size: size::Slots::new(),
             span: Padded((AtomicU64::new(u64::MAX), AtomicU64::new(0))),
         }
     }
@@ -566,70 +580,98 @@ impl Heap {
         self.shards.iter().map(|s| s.lock().by_addr.len()).sum()
     }
 
-    /// The peak lock and every shard's, in that order (the only place that holds more than
-    /// one lock).
-    fn lock_all(&self) -> (SpinGuard<'_, Peak>, Vec<SpinGuard<'_, Shard>>) {
-        let peak = self.peak.lock();
-        let shards = self.shards.iter().map(|s| s.lock()).collect();
-        (peak, shards)
+    /// Every shard's lock, in order (with the peak lock held: the only place that holds
+    /// more than one lock, with [`size::Slots::revoke_all`]'s slot locks).
+    fn lock_shards(&self) -> Vec<SpinGuard<'_, Shard>> {
+        self.shards.iter().map(|s| s.lock()).collect()
     }
 
-    /// `check_for_peak`, called before a free: at the global maximum, every PP's current
-    /// bytes become its at-t-gmax bytes (several equal peaks: the last one wins).
-    fn check_for_peak(&self) {
-        if self.curr_bytes.load(Ordering::Acquire) != self.max_bytes.load(Ordering::Acquire) {
-            return;
-        }
-        let (peak, mut shards) = self.lock_all();
-        if self.curr_bytes.load(Ordering::Acquire) == peak.max_bytes {
-            for s in &mut shards {
-                s.snapshot();
+    /// The slow path of a change of the heap's size by `d` bytes by `thread`, whose slot
+    /// has no credit for it (see [`size`]), with Valgrind's peak tests on the exact size
+    /// when the change may be a peak. `apply` makes the change to the shards, under the
+    /// peak lock: before the size changes when it shrinks (a free's PP still holds the
+    /// block at `check_for_peak`'s snapshot), nothing when it grows (the caller has added
+    /// the block already, so that a new maximum counts it in its PP).
+    ///
+    /// Shrinking (`d < 0`): `check_for_peak`, at the global maximum every PP's current
+    /// bytes become its at-t-gmax bytes (several equal peaks: the last one wins). Growing
+    /// (`d >= 0`): the `>=` test of `intro_Block`/`resize_Block`, a new (or equal) global
+    /// maximum. DHAT 3.19 updates the max of only the PP being allocated from (`pp`), so a
+    /// PP whose blocks all come after the global peak keeps `mb == 0`; reproduced as is.
+    #[cold]
+    #[inline(never)]
+    fn count_slow<T>(
+        &self,
+        thread: u32,
+        d: i64,
+        pp: u32,
+        now: u64,
+        apply: impl FnOnce() -> T,
+    ) -> T {
+        let mut peak = self.peak.lock();
+        let peak = &mut *peak;
+        self.size.settle(&mut peak.ledger, thread);
+        let max = peak.max_bytes as i64;
+        let bound = peak.ledger.bound();
+        let may_peak = if d < 0 {
+            bound >= max
+        } else {
+            bound + d >= max
+        };
+        if may_peak {
+            self.size.revoke_all(&mut peak.ledger);
+            if d < 0 && peak.ledger.base() == max {
+                for s in &mut self.lock_shards() {
+                    s.snapshot();
+                }
             }
         }
-    }
-
-    /// The `>=` test of `intro_Block`/`resize_Block` after the heap grew to `curr`: a new
-    /// (or equal) global maximum. DHAT 3.19 updates the max of only the PP being allocated
-    /// from, so a PP whose blocks all come after the global peak keeps `mb == 0`; reproduced
-    /// as is.
-    fn maybe_new_max(&self, curr: u64, pp: u32, now: u64) {
-        if curr < self.max_bytes.load(Ordering::Acquire) {
-            return;
-        }
-        let (mut peak, shards) = self.lock_all();
-        let curr = self.curr_bytes.load(Ordering::Acquire);
-        if curr < peak.max_bytes {
-            return;
-        }
-        peak.max_bytes = curr;
-        peak.max_blocks = shards.iter().map(|s| s.by_addr.len() as u64).sum();
-        peak.tgmax = now;
-        self.max_bytes.store(curr, Ordering::Release);
-        let (mut blocks, mut bytes) = (0, 0);
-        for s in &shards {
-            if let Some(p) = s.pps.get(pp as usize) {
-                blocks += p.curr_blocks;
-                bytes += p.curr_bytes;
+        let out = apply();
+        peak.ledger.add(d);
+        let curr = peak.ledger.base();
+        if may_peak && d >= 0 && curr >= max {
+            let shards = self.lock_shards();
+            peak.max_bytes = curr as u64;
+            peak.max_blocks = shards.iter().map(|s| s.by_addr.len() as u64).sum();
+            peak.tgmax = now;
+            let (mut blocks, mut bytes) = (0, 0);
+            for s in &shards {
+                if let Some(p) = s.pps.get(pp as usize) {
+                    blocks += p.curr_blocks;
+                    bytes += p.curr_bytes;
+                }
             }
+            let i = pp as usize;
+            if i >= peak.pp_max.len() {
+                peak.pp_max.resize(i + 1, (0, 0));
+            }
+            peak.pp_max[i] = (blocks, bytes);
         }
-        let i = pp as usize;
-        if i >= peak.pp_max.len() {
-            peak.pp_max.resize(i + 1, (0, 0));
-        }
-        peak.pp_max[i] = (blocks, bytes);
+        self.size
+            .grant(&mut peak.ledger, thread, peak.max_bytes as i64);
+        out
     }
 
-    /// A block of `size` bytes at `addr` was allocated from `pp` at instruction `now`
-    /// (`new_block` + `intro_Block`), and is marked in `shadow` ([`mark_block`]). A block
-    /// already recorded at `addr` (a missed free) is retired first.
-    pub fn alloc(&self, shadow: Option<&ShadowMap>, addr: u64, size: u64, pp: u32, now: u64) {
+    /// A block of `size` bytes at `addr` was allocated from `pp` by `thread` (any number
+    /// naming the thread: its id) at instruction `now` (`new_block` + `intro_Block`), and is
+    /// marked in `shadow` ([`mark_block`]). A block already recorded at `addr` (a missed
+    /// free) is retired first.
+    pub fn alloc(
+        &self,
+        shadow: Option<&ShadowMap>,
+        thread: u32,
+        addr: u64,
+        size: u64,
+        pp: u32,
+        now: u64,
+    ) {
         let size = size.max(1);
         self.cover(addr, size);
         let shard = &self.shards[block_shard(addr, size)];
         let mut s = shard.lock();
         if s.by_addr.contains_key(&addr) {
             drop(s);
-            self.free(shadow, addr, now);
+            self.free(shadow, thread, addr, now);
             s = shard.lock();
         }
         let histo =
@@ -654,62 +696,39 @@ impl Heap {
         if let Some(map) = shadow {
             mark_block(map, addr, size);
         }
-        let curr = self.curr_bytes.fetch_add(size, Ordering::AcqRel) + size;
-        self.maybe_new_max(curr, pp, now);
+        if !self.size.local(thread, size as i64) {
+            self.count_slow(thread, size as i64, pp, now, || ());
+        }
     }
 
-    /// The block starting at `addr` was freed (`die_block`) and leaves `shadow`; anything
-    /// else is a bogus free and changes nothing. Returns whether a block was retired.
-    pub fn free(&self, shadow: Option<&ShadowMap>, addr: u64, now: u64) -> bool {
-        // Away from the peak (nearly always) the block is looked up and taken out under
-        // one lock; at the peak, `check_for_peak` must run first, and only for a real block.
-        let at_peak =
-            self.curr_bytes.load(Ordering::Acquire) == self.max_bytes.load(Ordering::Acquire);
-        let (mut s, b) = if at_peak {
-            let Some(i) = self.shard_holding(addr) else {
-                return false;
-            };
-            self.check_for_peak();
+    /// The block starting at `addr` was freed by `thread` (`die_block`) and leaves
+    /// `shadow`; anything else is a bogus free and changes nothing. Returns whether a block
+    /// was retired.
+    pub fn free(&self, shadow: Option<&ShadowMap>, thread: u32, addr: u64, now: u64) -> bool {
+        for i in [region_shard(addr), SHARDS] {
             let mut s = self.shards[i].lock();
             let Some(b) = s.remove(addr) else {
-                return false; // freed by another thread meanwhile
+                continue;
             };
-            (s, b)
-        } else {
-            let mut found = None;
-            for i in [region_shard(addr), SHARDS] {
-                let mut s = self.shards[i].lock();
-                if let Some(b) = s.remove(addr) {
-                    found = Some((s, b));
-                    break;
-                }
+            let size = b.size;
+            if let Some(map) = shadow {
+                unmark_block(map, addr, size);
             }
-            let Some(found) = found else {
-                return false;
-            };
-            found
-        };
-        let size = b.size;
-        if let Some(map) = shadow {
-            unmark_block(map, addr, size);
+            if self.size.local(thread, -(size as i64)) {
+                s.retire_live(b, now);
+                return true;
+            }
+            // Maybe at the peak: its PP keeps the block for the snapshot, taken first.
+            drop(s);
+            self.count_slow(thread, -(size as i64), b.pp, now, || {
+                self.shards[i].lock().retire_live(b, now)
+            });
+            return true;
         }
-        let p = s.pp_changing(b.pp);
-        p.curr_blocks -= 1;
-        p.curr_bytes -= size;
-        s.retire(b, now);
-        drop(s);
-        self.curr_bytes.fetch_sub(size, Ordering::AcqRel);
-        true
+        false
     }
 
-    /// The shard in which a block starts at `addr`, if one does.
-    fn shard_holding(&self, addr: u64) -> Option<usize> {
-        [region_shard(addr), SHARDS]
-            .into_iter()
-            .find(|&i| self.shards[i].lock().by_addr.contains_key(&addr))
-    }
-
-    /// `realloc` of the block at `old` to `new_size` bytes, now at `new_addr`
+    /// `realloc` by `thread` of the block at `old` to `new_size` bytes, now at `new_addr`
     /// (`renew_block`): one more allocation for the totals, the same PP, the copy counted
     /// as a read and a write of the bytes kept, the histogram dropped. `false` when `old`
     /// is not a live block (the caller then ignores the new one, as DHAT does). The
@@ -717,43 +736,43 @@ impl Heap {
     pub fn realloc(
         &self,
         shadow: Option<&ShadowMap>,
+        thread: u32,
         old: u64,
         new_addr: u64,
         new_size: u64,
         now: u64,
     ) -> bool {
-        let Some(i) = self.shard_holding(old) else {
-            return false;
-        };
         let new_size = new_size.max(1);
-        // Shrinking can only end a peak: Valgrind checks for one before the sizes change.
-        let shrinks = {
-            let s = self.shards[i].lock();
-            match s.by_addr.get(&old) {
-                Some(&slot) => new_size < s.blocks[slot as usize].size,
-                None => return false,
-            }
-        };
-        if shrinks {
-            self.check_for_peak();
-        }
-        let mut s = self.shards[i].lock();
-        let Some(mut b) = s.remove(old) else {
+        let Some((i, mut s, mut b)) = [region_shard(old), SHARDS].into_iter().find_map(|i| {
+            let mut s = self.shards[i].lock();
+            s.remove(old).map(|b| (i, s, b))
+        }) else {
             return false;
         };
-        b.histo = None;
-        // Shrinking "copies" the new size (DHAT acts as if it copied), growing the old.
-        let copied = new_size.min(b.size);
-        b.reads += copied;
-        b.writes += copied;
         let (pp, old_size) = (b.pp, b.size);
         if let Some(map) = shadow {
             unmark_block(map, old, old_size);
         }
-        let p = s.pp_changing(pp);
-        p.curr_blocks -= 1;
-        p.curr_bytes -= old_size;
-        drop(s);
+        let d = new_size as i64 - old_size as i64;
+        // Shrinking can only end a peak: Valgrind checks for one before the sizes change.
+        // Growing is counted once the block is in its new place.
+        let leave = |s: &mut Shard| {
+            let p = s.pp_changing(pp);
+            p.curr_blocks -= 1;
+            p.curr_bytes -= old_size;
+        };
+        if d >= 0 || self.size.local(thread, d) {
+            leave(&mut s);
+            drop(s);
+        } else {
+            drop(s);
+            self.count_slow(thread, d, pp, now, || leave(&mut self.shards[i].lock()));
+        }
+        b.histo = None;
+        // Shrinking "copies" the new size (DHAT acts as if it copied), growing the old.
+        let copied = new_size.min(old_size);
+        b.reads += copied;
+        b.writes += copied;
         b.addr = new_addr;
         b.size = new_size;
         self.cover(new_addr, new_size);
@@ -762,7 +781,7 @@ impl Heap {
         if t.by_addr.contains_key(&new_addr) {
             // The runtime reported a block there already: it cannot be live any more.
             drop(t);
-            self.free(shadow, new_addr, now);
+            self.free(shadow, thread, new_addr, now);
             t = target.lock();
         }
         t.insert(b);
@@ -777,14 +796,9 @@ impl Heap {
         if let Some(map) = shadow {
             mark_block(map, new_addr, new_size);
         }
-        let curr = if new_size >= old_size {
-            let d = new_size - old_size;
-            self.curr_bytes.fetch_add(d, Ordering::AcqRel) + d
-        } else {
-            let d = old_size - new_size;
-            self.curr_bytes.fetch_sub(d, Ordering::AcqRel) - d
-        };
-        self.maybe_new_max(curr, pp, now);
+        if d >= 0 && !self.size.local(thread, d) {
+            self.count_slow(thread, d, pp, now, || ());
+        }
         true
     }
 
@@ -971,11 +985,18 @@ impl Heap {
     /// (`eb`, `ebk`). Every shard's counters added up. `None` when a lock stayed held
     /// (a fatal signal interrupted a thread inside DHAT).
     pub fn finish(&self, now: u64) -> Option<Summary> {
-        self.check_for_peak();
-        let peak = self.peak.lock_bounded(1 << 24)?;
+        let mut peak = self.peak.lock_bounded(1 << 24)?;
+        // The size, exactly: every thread's count settled.
+        self.size.revoke_all_bounded(&mut peak.ledger, 1 << 24)?;
         let mut shards = Vec::with_capacity(self.shards.len());
         for s in &self.shards {
             shards.push(s.lock_bounded(1 << 24)?);
+        }
+        let curr = peak.ledger.base();
+        if curr == peak.max_bytes as i64 {
+            for s in &mut shards {
+                s.snapshot();
+            }
         }
         let mut out = Summary::default();
         for s in &mut shards {
@@ -1005,7 +1026,7 @@ impl Heap {
             o.max_bytes = bytes;
         }
         let t = &mut out.totals;
-        t.curr_bytes = self.curr_bytes.load(Ordering::Acquire);
+        t.curr_bytes = curr as u64;
         t.max_blocks = peak.max_blocks;
         t.max_bytes = peak.max_bytes;
         t.tgmax = peak.tgmax;
@@ -1023,6 +1044,7 @@ impl Heap {
             for s in &self.shards {
                 s.force_unlock();
             }
+            self.size.force_unlock();
         }
     }
 }
@@ -1064,7 +1086,7 @@ mod tests {
         let s = Heap::new();
         let m = &shadow();
         // PP 0: a 16-byte block, written once, each half read 4 and 1 times more.
-        s.alloc(Some(m), 0x1000, 16, 0, 144_000);
+        s.alloc(Some(m), 0, 0x1000, 16, 0, 144_000);
         for i in 0..16 {
             s.access(Some(m), &acc(0x1000 + i, 1, Write));
         }
@@ -1072,17 +1094,17 @@ mod tests {
             s.access(Some(m), &acc(0x1000, 8, Read));
         }
         s.access(Some(m), &acc(0x1008, 8, Read));
-        s.free(Some(m), 0x1000, 146_535);
+        s.free(Some(m), 0, 0x1000, 146_535);
         // PP 1: 2000 bytes written; PP 2: 100 bytes, 16 written, realloc'd to 200.
-        s.alloc(Some(m), 0x2000, 2000, 1, 144_646);
+        s.alloc(Some(m), 0, 0x2000, 2000, 1, 144_646);
         s.access(Some(m), &acc(0x2000, 2000, Write));
-        s.alloc(Some(m), 0x3000, 100, 2, 145_000);
+        s.alloc(Some(m), 0, 0x3000, 100, 2, 145_000);
         s.access(Some(m), &acc(0x3000, 16, Write));
-        assert!(s.realloc(Some(m), 0x3000, 0x4000, 200, 147_679));
-        s.free(Some(m), 0x2000, 147_679);
-        s.free(Some(m), 0x4000, 147_700);
+        assert!(s.realloc(Some(m), 0, 0x3000, 0x4000, 200, 147_679));
+        s.free(Some(m), 0, 0x2000, 147_679);
+        s.free(Some(m), 0, 0x4000, 147_700);
         // PP 3: 7 bytes, one byte written, never freed.
-        s.alloc(Some(m), 0x5000, 7, 3, 147_800);
+        s.alloc(Some(m), 0, 0x5000, 7, 3, 147_800);
         s.access(Some(m), &acc(0x5000, 1, Write));
         let r = s.finish(152_386).expect("no lock held");
 
@@ -1159,9 +1181,9 @@ mod tests {
     fn the_last_of_equal_peaks_is_the_one_recorded() {
         let s = Heap::new();
         let m = &shadow();
-        s.alloc(Some(m), 0x10, 8, 0, 10);
-        s.free(Some(m), 0x10, 20);
-        s.alloc(Some(m), 0x10, 8, 1, 30);
+        s.alloc(Some(m), 0, 0x10, 8, 0, 10);
+        s.free(Some(m), 0, 0x10, 20);
+        s.alloc(Some(m), 0, 0x10, 8, 1, 30);
         let r = s.finish(40).expect("no lock held");
         assert_eq!(r.totals.tgmax, 30);
         assert_eq!((r.pps[0].at_tgmax_bytes, r.pps[1].at_tgmax_bytes), (0, 8));
@@ -1172,7 +1194,7 @@ mod tests {
     fn zero_byte_blocks_count_as_one_byte() {
         let s = Heap::new();
         let m = &shadow();
-        s.alloc(Some(m), 0x10, 0, 0, 1);
+        s.alloc(Some(m), 0, 0x10, 0, 0, 1);
         s.access(Some(m), &acc(0x10, 4, AccessKind::Read));
         let r = s.finish(2).expect("no lock held");
         assert_eq!(r.totals.total_bytes, 1);
@@ -1184,11 +1206,11 @@ mod tests {
     fn accesses_outside_blocks_and_bogus_frees_change_nothing() {
         let s = Heap::new();
         let m = &shadow();
-        s.alloc(Some(m), 0x100, 16, 0, 1);
+        s.alloc(Some(m), 0, 0x100, 16, 0, 1);
         s.access(Some(m), &acc(0xF8, 8, AccessKind::Read)); // starts before the block
         s.access(Some(m), &acc(0x110, 1, AccessKind::Write)); // one past the end
-        assert!(!s.free(Some(m), 0x108, 2), "interior pointer");
-        assert!(!s.realloc(Some(m), 0x500, 0x600, 4, 2));
+        assert!(!s.free(Some(m), 0, 0x108, 2), "interior pointer");
+        assert!(!s.realloc(Some(m), 0, 0x500, 0x600, 4, 2));
         s.access(Some(m), &acc(0x10F, 8, AccessKind::Modify)); // last byte, clipped for the histogram
         let r = s.finish(3).expect("no lock held");
         assert_eq!((r.pps[0].reads, r.pps[0].writes), (8, 8));
@@ -1202,13 +1224,13 @@ mod tests {
     fn mixed_sizes_drop_the_histogram_and_large_blocks_never_have_one() {
         let s = Heap::new();
         let m = &shadow();
-        s.alloc(Some(m), 0x100, 8, 0, 1);
-        s.free(Some(m), 0x100, 2);
-        s.alloc(Some(m), 0x100, 9, 0, 3);
-        s.free(Some(m), 0x100, 4);
-        s.alloc(Some(m), 0x1000, HISTOGRAM_SIZE_LIMIT + 1, 1, 5);
-        s.free(Some(m), 0x1000, 6);
-        s.alloc(Some(m), 0x1000, HISTOGRAM_SIZE_LIMIT, 2, 7);
+        s.alloc(Some(m), 0, 0x100, 8, 0, 1);
+        s.free(Some(m), 0, 0x100, 2);
+        s.alloc(Some(m), 0, 0x100, 9, 0, 3);
+        s.free(Some(m), 0, 0x100, 4);
+        s.alloc(Some(m), 0, 0x1000, HISTOGRAM_SIZE_LIMIT + 1, 1, 5);
+        s.free(Some(m), 0, 0x1000, 6);
+        s.alloc(Some(m), 0, 0x1000, HISTOGRAM_SIZE_LIMIT, 2, 7);
         let r = s.finish(8).expect("no lock held");
         assert_eq!(r.pps[0].access_histogram(), None);
         assert_eq!(r.pps[1].access_histogram(), None);
@@ -1219,14 +1241,14 @@ mod tests {
     fn counts_latch_at_65535_per_block_and_stay_capped_when_written() {
         let s = Heap::new();
         let m = &shadow();
-        s.alloc(Some(m), 0x100, 1, 0, 1);
+        s.alloc(Some(m), 0, 0x100, 1, 0, 1);
         for _ in 0..70_000 {
             s.access(Some(m), &acc(0x100, 1, AccessKind::Read));
         }
-        s.free(Some(m), 0x100, 2);
-        s.alloc(Some(m), 0x100, 1, 0, 3);
+        s.free(Some(m), 0, 0x100, 2);
+        s.alloc(Some(m), 0, 0x100, 1, 0, 3);
         s.access(Some(m), &acc(0x100, 1, AccessKind::Read));
-        s.free(Some(m), 0x100, 4);
+        s.free(Some(m), 0, 0x100, 4);
         let r = s.finish(5).expect("no lock held");
         assert_eq!(r.pps[0].reads, 70_001);
         assert_eq!(r.pps[0].access_histogram(), Some(vec![0xFFFF]));
@@ -1239,16 +1261,16 @@ mod tests {
         let big = 3 << REGION_SHIFT;
         // Straddles two regions: kept in the shard of large blocks.
         let edge = (7 << REGION_SHIFT) - 8;
-        s.alloc(Some(m), 0x1000_0000, 16, 0, 1);
-        s.alloc(Some(m), edge, 16, 1, 2);
-        s.alloc(Some(m), 0x2000_0000, big, 2, 3);
+        s.alloc(Some(m), 0, 0x1000_0000, 16, 0, 1);
+        s.alloc(Some(m), 0, edge, 16, 1, 2);
+        s.alloc(Some(m), 0, 0x2000_0000, big, 2, 3);
         s.access(Some(m), &acc(edge + 12, 4, AccessKind::Write));
         s.access(Some(m), &acc(0x2000_0000 + big - 1, 1, AccessKind::Read));
         // Moves from a region's shard to the large one and back.
-        assert!(s.realloc(Some(m), 0x1000_0000, 0x3000_0000, big, 4));
-        assert!(s.realloc(Some(m), 0x3000_0000, 0x1000_0008, 8, 5));
+        assert!(s.realloc(Some(m), 0, 0x1000_0000, 0x3000_0000, big, 4));
+        assert!(s.realloc(Some(m), 0, 0x3000_0000, 0x1000_0008, 8, 5));
         s.access(Some(m), &acc(0x1000_0008, 8, AccessKind::Read));
-        assert!(s.free(Some(m), edge, 6));
+        assert!(s.free(Some(m), 0, edge, 6));
         assert_eq!(s.live(), 2);
         let r = s.finish(7).expect("no lock held");
         assert_eq!((r.pps[1].writes, r.pps[2].reads), (4, 1));
@@ -1269,9 +1291,9 @@ mod tests {
                     let base = (t + 1) << 26;
                     for i in 0..2000u64 {
                         let a = base + (i % 64) * 64;
-                        s.alloc(Some(m), a, 32, t as u32, i);
+                        s.alloc(Some(m), t as u32, a, 32, t as u32, i);
                         s.access(Some(m), &acc(a, 8, AccessKind::Write));
-                        s.free(Some(m), a, i + 1);
+                        s.free(Some(m), t as u32, a, i + 1);
                     }
                 });
             }
@@ -1285,6 +1307,182 @@ mod tests {
         assert!((32..=4 * 32).contains(&r.totals.max_bytes));
         for p in &r.pps {
             assert_eq!((p.total_blocks, p.writes), (2000, 2000 * 8));
+        }
+    }
+
+    /// Valgrind's rules on one global size, event by event (`intro_Block`, `die_block`,
+    /// `resize_Block`, `check_for_peak`): what the per-thread counts must come to.
+    #[derive(Default)]
+    struct Reference {
+        live: HashMap<u64, (u64, u32)>,
+        curr: u64,
+        max: u64,
+        max_blocks: u64,
+        tgmax: u64,
+        pp_curr: Vec<(u64, u64)>,
+        pp_max: Vec<(u64, u64)>,
+        pp_at: Vec<(u64, u64)>,
+    }
+
+    impl Reference {
+        fn check_for_peak(&mut self) {
+            if self.curr == self.max {
+                self.pp_at = self.pp_curr.clone();
+            }
+        }
+        fn grew(&mut self, pp: u32, now: u64) {
+            if self.curr >= self.max {
+                self.max = self.curr;
+                self.max_blocks = self.live.len() as u64;
+                self.tgmax = now;
+                self.pp_max[pp as usize] = self.pp_curr[pp as usize];
+            }
+        }
+        fn alloc(&mut self, addr: u64, size: u64, pp: u32, now: u64) {
+            self.live.insert(addr, (size, pp));
+            self.pp_curr[pp as usize].0 += 1;
+            self.pp_curr[pp as usize].1 += size;
+            self.curr += size;
+            self.grew(pp, now);
+        }
+        fn free(&mut self, addr: u64) {
+            self.check_for_peak();
+            let (size, pp) = self.live.remove(&addr).unwrap();
+            self.pp_curr[pp as usize].0 -= 1;
+            self.pp_curr[pp as usize].1 -= size;
+            self.curr -= size;
+        }
+        fn realloc(&mut self, old: u64, new: u64, size: u64, now: u64) {
+            let (old_size, pp) = self.live.remove(&old).unwrap();
+            if size < old_size {
+                self.check_for_peak();
+            }
+            self.live.insert(new, (size, pp));
+            self.pp_curr[pp as usize].1 = self.pp_curr[pp as usize].1 - old_size + size;
+            self.curr = self.curr - old_size + size;
+            self.grew(pp, now);
+        }
+    }
+
+    /// Eight threads' events, one after another (so the order is known), the heap
+    /// hovering near its maximum and each thread freeing and resizing the others' blocks:
+    /// every credit, settlement and revocation path, checked against [`Reference`].
+    #[test]
+    fn per_thread_counts_find_valgrinds_peaks_exactly() {
+        const PPS: u32 = 5;
+        let s = Heap::new();
+        let m = &shadow();
+        let mut r = Reference {
+            pp_curr: vec![(0, 0); PPS as usize],
+            pp_max: vec![(0, 0); PPS as usize],
+            ..Reference::default()
+        };
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut addrs: Vec<u64> = Vec::new();
+        // Places 1 MiB apart below 2 GiB (the tests' shadow), reused once freed.
+        let mut unused: Vec<u64> = (1..2000u64).map(|k| k << 20).collect();
+        for now in 1..40_000u64 {
+            let x = next();
+            let thread = (x % 8) as u32;
+            // Bursts of growth from time to time, then back to about 100 live blocks.
+            let target = if (now / 3000) % 3 == 2 { 400 } else { 100 };
+            let size = match (x >> 8) % 16 {
+                0 => 200_000 + (x >> 20) % 100_000,
+                1..=4 => 1 + (x >> 20) % 16,
+                _ => 1 + (x >> 20) % 3000,
+            };
+            let pp = ((x >> 40) % PPS as u64) as u32;
+            match (x >> 50) % 8 {
+                0 | 1 if !addrs.is_empty() => {
+                    let k = (x >> 12) as usize % addrs.len();
+                    let (old, new) = (addrs[k], unused.pop().unwrap());
+                    unused.push(old);
+                    // Same size at times: may be a peak too (`>=`).
+                    let size = if x % 5 == 0 { r.live[&old].0 } else { size };
+                    assert!(s.realloc(Some(m), thread, old, new, size, now));
+                    r.realloc(old, new, size, now);
+                    addrs[k] = new;
+                }
+                _ if addrs.len() > target || (addrs.len() == target && x % 2 == 0) => {
+                    let k = (x >> 12) as usize % addrs.len();
+                    let a = addrs.swap_remove(k);
+                    assert!(s.free(Some(m), thread, a, now));
+                    r.free(a);
+                    unused.push(a);
+                }
+                _ => {
+                    let a = unused.pop().unwrap();
+                    s.alloc(Some(m), thread, a, size, pp, now);
+                    r.alloc(a, size, pp, now);
+                    addrs.push(a);
+                }
+            }
+        }
+        r.check_for_peak();
+        let got = s.finish(50_000).expect("no lock held");
+        let t = got.totals;
+        assert_eq!(
+            (t.max_bytes, t.max_blocks, t.tgmax),
+            (r.max, r.max_blocks, r.tgmax)
+        );
+        assert_eq!((t.curr_bytes, t.curr_blocks), (r.curr, r.live.len() as u64));
+        for pp in 0..PPS as usize {
+            let p = &got.pps[pp];
+            assert_eq!((p.max_blocks, p.max_bytes), r.pp_max[pp], "PP {pp}");
+            assert_eq!(
+                (p.at_tgmax_blocks, p.at_tgmax_bytes),
+                r.pp_at[pp],
+                "PP {pp}"
+            );
+            assert_eq!((p.curr_blocks, p.curr_bytes), r.pp_curr[pp], "PP {pp}");
+        }
+    }
+
+    /// Four threads allocate at once, meet, then free at once: whatever the interleaving,
+    /// the maximum is everything allocated, each PP at t-gmax holding all of its blocks.
+    #[test]
+    fn threads_growing_at_once_reach_the_exact_peak() {
+        const N: u64 = 3000;
+        let s = Heap::new();
+        let m = &shadow();
+        let met = std::sync::Barrier::new(4);
+        let size = |t: u64, i: u64| 1 + (t * 7919 + i * 104_729) % 1500;
+        std::thread::scope(|scope| {
+            for t in 0..4u64 {
+                let (s, met) = (&s, &met);
+                scope.spawn(move || {
+                    let base = (t + 1) << 27;
+                    for i in 0..N {
+                        s.alloc(Some(m), t as u32, base + i * 2048, size(t, i), t as u32, 1);
+                    }
+                    met.wait();
+                    // All but the last block of each thread's own region go, half of them
+                    // freed by the next thread.
+                    let other = (((t + 1) % 4) + 1) << 27;
+                    for i in 0..N - 1 {
+                        let a = if i % 2 == 0 { base } else { other } + i * 2048;
+                        s.free(Some(m), t as u32, a, 2);
+                    }
+                });
+            }
+        });
+        let r = s.finish(3).expect("no lock held");
+        let sum = |t: u64| (0..N).map(|i| size(t, i)).sum::<u64>();
+        let all: u64 = (0..4).map(sum).sum();
+        assert_eq!((r.totals.max_bytes, r.totals.max_blocks), (all, 4 * N));
+        assert_eq!(r.totals.tgmax, 1);
+        let last: u64 = (0..4).map(|t| size(t, N - 1)).sum();
+        assert_eq!((r.totals.curr_bytes, r.totals.curr_blocks), (last, 4));
+        for t in 0..4u64 {
+            let p = &r.pps[t as usize];
+            assert_eq!((p.at_tgmax_blocks, p.at_tgmax_bytes), (N, sum(t)), "PP {t}");
+            assert_eq!((p.max_blocks, p.max_bytes), (N, sum(t)), "PP {t}");
         }
     }
 }

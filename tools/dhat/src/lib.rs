@@ -6,7 +6,8 @@
 //! itself with a counter bump per translated block, as Valgrind's DHAT does (a per-thread
 //! counter of the engine's, summed when read: no lock, no shared cache line).
 //! Three event streams feed one state ([`heap::Heap`]: blocks sharded by address, each
-//! shard behind its own lock, the heap size in atomics; no process-wide lock per event):
+//! shard behind its own lock, the heap size counted per thread; no process-wide lock per
+//! event):
 //!
 //! * allocation events (`on_alloc`, `on_free`, `on_realloc`) on the program's threads, each
 //!   stamped with the instruction count; each live block is marked in a shadow map. The
@@ -539,8 +540,15 @@ impl Tool for Dhat {
         };
         // Marked in the shadow map (see `heap::mark_block`): the engine records exactly the
         // accesses that may touch a live block.
-        self.heap
-            .alloc(host.shadow().as_ref(), ev.addr, ev.size, pp, now(host));
+        let thread = ev.tid as u32;
+        self.heap.alloc(
+            host.shadow().as_ref(),
+            thread,
+            ev.addr,
+            ev.size,
+            pp,
+            now(host),
+        );
     }
 
     fn on_free(&self, host: &dyn Host, ev: &Free) {
@@ -551,7 +559,8 @@ impl Tool for Dhat {
         host.flush_trace();
         self.forget_hot(host, ev.addr, ev.size);
         let now = now(host);
-        self.heap.free(host.shadow().as_ref(), ev.addr, now);
+        self.heap
+            .free(host.shadow().as_ref(), ev.tid as u32, ev.addr, now);
     }
 
     fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
@@ -562,8 +571,14 @@ impl Tool for Dhat {
         self.forget_hot(host, old.addr, old.size);
         let now = now(host);
         let shadow = host.shadow();
-        self.heap
-            .realloc(shadow.as_ref(), old.addr, new.addr, new.size, now);
+        self.heap.realloc(
+            shadow.as_ref(),
+            new.tid as u32,
+            old.addr,
+            new.addr,
+            new.size,
+            now,
+        );
     }
 
     fn on_fork_child(&self) {
