@@ -181,16 +181,18 @@ impl Slots {
     }
 
     /// Gives `thread`'s slot, just settled, credit again: half the room between the
-    /// bound and the maximum `max`, at most [`CREDIT`]; none when that is less than a
-    /// typical block (the slot would be back at once).
+    /// bound and the maximum `max`, at most [`CREDIT`]. Even no room to grow (the bound
+    /// one byte below the maximum) leaves a window for frees, which cannot be at the
+    /// maximum then; only at the maximum (or when others' credit reaches it) is the slot
+    /// left without a window.
     pub fn grant(&self, ledger: &mut Ledger, thread: u32, max: i64) {
         let i = thread as usize % SLOTS;
         debug_assert_eq!(ledger.credited & (1 << i), 0);
         let room = max - 1 - ledger.bound();
-        let credit = (room / 2).min(CREDIT);
-        if credit < MIN_CREDIT {
+        if room < 0 {
             return;
         }
+        let credit = (room / 2).min(CREDIT);
         let mut w = self.slots[i].0.lock();
         *w = Window {
             delta: 0,
@@ -212,9 +214,6 @@ impl Slots {
         }
     }
 }
-
-/// Less credit than this is not granted (see [`Slots::grant`]).
-const MIN_CREDIT: i64 = 256;
 
 #[cfg(test)]
 mod tests {
@@ -249,14 +248,17 @@ mod tests {
     }
 
     #[test]
-    fn no_credit_near_the_maximum() {
+    fn no_credit_at_the_maximum_and_only_frees_just_below_it() {
         let s = Slots::new();
         let mut l = Ledger::default();
         l.add(1000);
-        s.grant(&mut l, 0, 1000 + 2 * MIN_CREDIT - 1);
-        assert!(l.exact(), "room for less than the least credit");
-        s.grant(&mut l, 0, 1000 + 2 * MIN_CREDIT + 1);
+        s.grant(&mut l, 0, 1000);
+        assert!(l.exact(), "at the maximum: no window");
+        assert!(!s.local(0, -1));
+        s.grant(&mut l, 0, 1001);
         assert!(!l.exact());
-        assert!(l.bound() < 1000 + 2 * MIN_CREDIT + 1);
+        assert!(!s.local(0, 1), "one byte more would reach the maximum");
+        assert!(s.local(0, 0) && s.local(0, -10));
+        assert_eq!(l.bound(), 1000);
     }
 }
