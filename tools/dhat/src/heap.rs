@@ -15,10 +15,14 @@
 //!   maximum that no event inside it can be a peak. Only an event that leaves its window
 //!   takes the peak lock; if it may be a peak (the heap may reach `>=` the maximum on
 //!   allocation, or be at it, `==`, before a free: Valgrind's tests) every thread's credit
-//!   is revoked, so that the size is known exactly, and the maximum is recorded under the
-//!   peak lock and every shard's, consistently, as Valgrind does at the same moments with
-//!   the whole program stopped. (One atomic for the size, written by every thread at every
-//!   event, was most of the time of `alloc` and `free` with four threads.)
+//!   is revoked, so that the size (and the number of blocks) is known exactly, and the
+//!   maximum is recorded under the peak lock, as Valgrind does at the same moments with the
+//!   whole program stopped: the PP allocating has its counts added up from the shards that
+//!   ever held its blocks, and the at-t-gmax snapshot visits only the shards whose PPs
+//!   changed since the last one (one atomic bit mask, written once per shard between
+//!   snapshots). (One atomic for the size, written by every thread at every event, was most
+//!   of the time of `alloc` and `free` with four threads; locking all 33 shards at every
+//!   peak, most of a growing heap's.)
 //!
 //! With one thread the sequence of updates is Valgrind's, so every number is; with several,
 //! totals are still exact and the peak is the one of the order in which the events were
@@ -236,6 +240,8 @@ struct Shard {
     /// The PPs whose current counts changed since the last peak snapshot: only theirs can
     /// differ from their at-t-gmax counts ([`Shard::snapshot`]).
     unsnapped: Vec<u32>,
+    /// This shard's bit in [`Heap::dirty`] and [`Peak::pp_shards`].
+    bit: u64,
     total_blocks: u64,
     total_bytes: u64,
     /// Accesses of the blocks retired here.
@@ -262,11 +268,15 @@ impl Shard {
         &mut self.pps[i]
     }
 
-    /// [`Shard::pp`], for a change of its current counts (see `unsnapped`).
-    fn pp_changing(&mut self, pp: u32) -> &mut PpStats {
+    /// [`Shard::pp`], for a change of its current counts (see `unsnapped`; the first
+    /// since the last snapshot marks the shard in `dirty`, [`Heap::dirty`]).
+    fn pp_changing(&mut self, pp: u32, dirty: &AtomicU64) -> &mut PpStats {
         let p = self.pp(pp);
         if !p.unsnapped {
             p.unsnapped = true;
+            if self.unsnapped.is_empty() {
+                dirty.fetch_or(self.bit, Ordering::AcqRel);
+            }
             self.unsnapped.push(pp);
         }
         &mut self.pps[pp as usize]
@@ -313,8 +323,8 @@ impl Shard {
 
     /// A freed block, taken out of the shard already, leaves its PP's live counts and
     /// retires ([`Shard::retire`]).
-    fn retire_live(&mut self, b: Block, now: u64) {
-        let p = self.pp_changing(b.pp);
+    fn retire_live(&mut self, b: Block, now: u64, dirty: &AtomicU64) {
+        let p = self.pp_changing(b.pp, dirty);
         p.curr_blocks -= 1;
         p.curr_bytes -= b.size;
         self.retire(b, now);
@@ -499,6 +509,9 @@ struct Peak {
     tgmax: u64,
     /// Per PP: (max_blocks, max_bytes).
     pp_max: Vec<(u64, u64)>,
+    /// Per PP: the shards that ever held one of its blocks (bit `i`: shard `i`), the ones
+    /// a new maximum adds its current counts up from.
+    pp_shards: Vec<u64>,
     /// The settled part of the heap's size and the credit the threads hold ([`size`]).
     ledger: size::Ledger,
 }
@@ -533,10 +546,11 @@ pub struct Heap {
     /// [`SHARDS`] region shards, then the shard of blocks larger than a region.
     shards: Vec<Padded<SpinLock<Shard>>>,
     peak: Padded<SpinLock<Peak>>,
-    /// The heap's current size in bytes, per thread (see [`size`]). (The current number of
-    /// blocks is only needed at a peak and at exit, with every shard locked: it is the sum
-    /// of the shards' live blocks then.)
+    /// The heap's current size in bytes and blocks, per thread (see [`size`]).
     size: size::Slots,
+    /// Shards with PPs changed since the last peak snapshot (bit `i`: shard `i`), the only
+    /// ones a snapshot visits.
+    dirty: Padded<AtomicU64>,
     /// `[lo, hi)` holds every block ever recorded (it only grows): most accesses (the
     /// stack, globals) fall outside, and are set aside without a lock or a lookup.
     span: Padded<(AtomicU64, AtomicU64)>,
@@ -552,10 +566,16 @@ impl Heap {
     pub fn new() -> Self {
         Heap {
             shards: (0..=SHARDS)
-                .map(|_| Padded(SpinLock::new(Shard::default())))
+                .map(|i| {
+                    Padded(SpinLock::new(Shard {
+                        bit: 1 << i,
+                        ..Shard::default()
+                    }))
+                })
                 .collect(),
             peak: Padded(SpinLock::new(Peak::default())),
             size: size::Slots::new(),
+            dirty: Padded(AtomicU64::new(0)),
             span: Padded((AtomicU64::new(u64::MAX), AtomicU64::new(0))),
         }
     }
@@ -580,10 +600,27 @@ impl Heap {
         self.shards.iter().map(|s| s.lock().by_addr.len()).sum()
     }
 
-    /// Every shard's lock, in order (with the peak lock held: the only place that holds
-    /// more than one lock, with [`size::Slots::revoke_all`]'s slot locks).
-    fn lock_shards(&self) -> Vec<SpinGuard<'_, Shard>> {
-        self.shards.iter().map(|s| s.lock()).collect()
+    /// `check_for_peak`'s snapshot: every PP's current counts become its at-t-gmax counts,
+    /// in the shards where they changed since the last one. With the peak lock held.
+    fn snapshot(&self) {
+        let mut dirty = self.dirty.swap(0, Ordering::AcqRel);
+        while dirty != 0 {
+            let i = dirty.trailing_zeros() as usize;
+            dirty &= dirty - 1;
+            self.shards[i].lock().snapshot();
+        }
+    }
+
+    /// Notes that shard `i` holds blocks of `pp` (its first, as it counted it), before the
+    /// allocation is counted: a new maximum then finds them.
+    #[cold]
+    fn note_pp_shard(&self, pp: u32, i: usize) {
+        let mut peak = self.peak.lock();
+        let m = &mut peak.pp_shards;
+        if m.len() <= pp as usize {
+            m.resize(pp as usize + 1, 0);
+        }
+        m[pp as usize] |= 1 << i;
     }
 
     /// The slow path of a change of the heap's size by `d` bytes by `thread`, whose slot
@@ -600,10 +637,12 @@ impl Heap {
     /// PP whose blocks all come after the global peak keeps `mb == 0`; reproduced as is.
     #[cold]
     #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
     fn count_slow<T>(
         &self,
         thread: u32,
         d: i64,
+        blocks: i64,
         pp: u32,
         now: u64,
         apply: impl FnOnce() -> T,
@@ -621,21 +660,21 @@ impl Heap {
         if may_peak {
             self.size.revoke_all(&mut peak.ledger);
             if d < 0 && peak.ledger.base() == max {
-                for s in &mut self.lock_shards() {
-                    s.snapshot();
-                }
+                self.snapshot();
             }
         }
         let out = apply();
-        peak.ledger.add(d);
+        peak.ledger.add(d, blocks);
         let curr = peak.ledger.base();
         if may_peak && d >= 0 && curr >= max {
-            let shards = self.lock_shards();
             peak.max_bytes = curr as u64;
-            peak.max_blocks = shards.iter().map(|s| s.by_addr.len() as u64).sum();
+            peak.max_blocks = peak.ledger.blocks() as u64;
             peak.tgmax = now;
             let (mut blocks, mut bytes) = (0, 0);
-            for s in &shards {
+            let mut held = peak.pp_shards.get(pp as usize).copied().unwrap_or(0);
+            while held != 0 {
+                let s = self.shards[held.trailing_zeros() as usize].lock();
+                held &= held - 1;
                 if let Some(p) = s.pps.get(pp as usize) {
                     blocks += p.curr_blocks;
                     bytes += p.curr_bytes;
@@ -667,7 +706,8 @@ impl Heap {
     ) {
         let size = size.max(1);
         self.cover(addr, size);
-        let shard = &self.shards[block_shard(addr, size)];
+        let i = block_shard(addr, size);
+        let shard = &self.shards[i];
         let mut s = shard.lock();
         if s.by_addr.contains_key(&addr) {
             drop(s);
@@ -687,17 +727,21 @@ impl Heap {
         });
         s.total_blocks += 1;
         s.total_bytes += size;
-        let p = s.pp_changing(pp);
+        let p = s.pp_changing(pp, &self.dirty);
+        let first = p.total_blocks == 0;
         p.total_blocks += 1;
         p.total_bytes += size;
         p.curr_blocks += 1;
         p.curr_bytes += size;
         drop(s);
+        if first {
+            self.note_pp_shard(pp, i);
+        }
         if let Some(map) = shadow {
             mark_block(map, addr, size);
         }
-        if !self.size.local(thread, size as i64) {
-            self.count_slow(thread, size as i64, pp, now, || ());
+        if !self.size.local(thread, size as i64, 1) {
+            self.count_slow(thread, size as i64, 1, pp, now, || ());
         }
     }
 
@@ -714,14 +758,14 @@ impl Heap {
             if let Some(map) = shadow {
                 unmark_block(map, addr, size);
             }
-            if self.size.local(thread, -(size as i64)) {
-                s.retire_live(b, now);
+            if self.size.local(thread, -(size as i64), -1) {
+                s.retire_live(b, now, &self.dirty);
                 return true;
             }
             // Maybe at the peak: its PP keeps the block for the snapshot, taken first.
             drop(s);
-            self.count_slow(thread, -(size as i64), b.pp, now, || {
-                self.shards[i].lock().retire_live(b, now)
+            self.count_slow(thread, -(size as i64), -1, b.pp, now, || {
+                self.shards[i].lock().retire_live(b, now, &self.dirty)
             });
             return true;
         }
@@ -757,16 +801,16 @@ impl Heap {
         // Shrinking can only end a peak: Valgrind checks for one before the sizes change.
         // Growing is counted once the block is in its new place.
         let leave = |s: &mut Shard| {
-            let p = s.pp_changing(pp);
+            let p = s.pp_changing(pp, &self.dirty);
             p.curr_blocks -= 1;
             p.curr_bytes -= old_size;
         };
-        if d >= 0 || self.size.local(thread, d) {
+        if d >= 0 || self.size.local(thread, d, 0) {
             leave(&mut s);
             drop(s);
         } else {
             drop(s);
-            self.count_slow(thread, d, pp, now, || leave(&mut self.shards[i].lock()));
+            self.count_slow(thread, d, 0, pp, now, || leave(&mut self.shards[i].lock()));
         }
         b.histo = None;
         // Shrinking "copies" the new size (DHAT acts as if it copied), growing the old.
@@ -776,7 +820,8 @@ impl Heap {
         b.addr = new_addr;
         b.size = new_size;
         self.cover(new_addr, new_size);
-        let target = &self.shards[block_shard(new_addr, new_size)];
+        let j = block_shard(new_addr, new_size);
+        let target = &self.shards[j];
         let mut t = target.lock();
         if t.by_addr.contains_key(&new_addr) {
             // The runtime reported a block there already: it cannot be live any more.
@@ -787,17 +832,21 @@ impl Heap {
         t.insert(b);
         t.total_blocks += 1;
         t.total_bytes += new_size;
-        let p = t.pp_changing(pp);
+        let p = t.pp_changing(pp, &self.dirty);
+        let first = p.total_blocks == 0;
         p.total_blocks += 1;
         p.total_bytes += new_size;
         p.curr_blocks += 1;
         p.curr_bytes += new_size;
         drop(t);
+        if first {
+            self.note_pp_shard(pp, j);
+        }
         if let Some(map) = shadow {
             mark_block(map, new_addr, new_size);
         }
-        if d >= 0 && !self.size.local(thread, d) {
-            self.count_slow(thread, d, pp, now, || ());
+        if d >= 0 && !self.size.local(thread, d, 0) {
+            self.count_slow(thread, d, 0, pp, now, || ());
         }
         true
     }

@@ -48,10 +48,12 @@ pub const SLOTS: usize = 64;
 /// while far from the peak.
 pub const CREDIT: i64 = 64 << 10;
 
-/// A slot's bytes not yet in the [`Ledger`], and the window they may move in alone.
+/// A slot's bytes (and blocks) not yet in the [`Ledger`], and the window its bytes may
+/// move in alone.
 #[derive(Debug)]
 struct Window {
     delta: i64,
+    blocks: i64,
     lo: i64,
     hi: i64,
 }
@@ -60,6 +62,7 @@ struct Window {
 /// bytes, a same-size `realloc`, which may be a peak).
 const EMPTY: Window = Window {
     delta: 0,
+    blocks: 0,
     lo: 1,
     hi: 0,
 };
@@ -74,6 +77,8 @@ struct Slot(SpinLock<Window>);
 pub struct Ledger {
     /// The size, less the deltas of the credited slots.
     base: i64,
+    /// The number of live blocks, likewise (exact when the size is: a new maximum's).
+    blocks: i64,
     /// The sum of the credited slots' `hi`: the size is at most `base + granted`.
     granted: i64,
     /// Slots holding credit (bit `i`: slot `i`); none: `base` is the size, exactly.
@@ -96,9 +101,15 @@ impl Ledger {
         self.base
     }
 
-    /// Counts a change of the size made on the slow path.
-    pub fn add(&mut self, d: i64) {
+    /// The settled part of the number of live blocks (all of it when [`Ledger::exact`]).
+    pub fn blocks(&self) -> i64 {
+        self.blocks
+    }
+
+    /// Counts a change of the size by `d` bytes and `blocks` blocks made on the slow path.
+    pub fn add(&mut self, d: i64, blocks: i64) {
         self.base += d;
+        self.blocks += blocks;
     }
 }
 
@@ -125,17 +136,18 @@ impl Slots {
         &self.slots[thread as usize % SLOTS].0
     }
 
-    /// The fast path: counts a change of `d` bytes by `thread` in its slot if the slot's
-    /// window allows it (then the event is no peak, see the module docs), else changes
-    /// nothing and returns `false` (the caller takes the slow path).
+    /// The fast path: counts a change of `d` bytes and `blocks` blocks by `thread` in its
+    /// slot if the slot's window allows it (then the event is no peak, see the module
+    /// docs), else changes nothing and returns `false` (the caller takes the slow path).
     #[inline]
-    pub fn local(&self, thread: u32, d: i64) -> bool {
+    pub fn local(&self, thread: u32, d: i64, blocks: i64) -> bool {
         let mut w = self.slot(thread).lock();
         let n = w.delta + d;
         if n < w.lo || n > w.hi {
             return false;
         }
         w.delta = n;
+        w.blocks += blocks;
         true
     }
 
@@ -153,6 +165,7 @@ impl Slots {
 
     fn fold(ledger: &mut Ledger, i: usize, w: &mut Window) {
         ledger.base += w.delta;
+        ledger.blocks += w.blocks;
         ledger.granted -= w.hi;
         ledger.credited &= !(1 << i);
         *w = EMPTY;
@@ -196,6 +209,7 @@ impl Slots {
         let mut w = self.slots[i].0.lock();
         *w = Window {
             delta: 0,
+            blocks: 0,
             lo: -CREDIT,
             hi: credit,
         };
@@ -224,25 +238,25 @@ mod tests {
         let s = Slots::new();
         let mut l = Ledger::default();
         let max = 1_000_000;
-        assert!(!s.local(3, 10), "no credit before the first grant");
-        l.add(10);
+        assert!(!s.local(3, 10, 1), "no credit before the first grant");
+        l.add(10, 1);
         s.grant(&mut l, 3, max);
         s.grant(&mut l, 4, max);
         assert!(l.bound() < max);
         assert!(!l.exact());
-        assert!(s.local(3, 1000));
-        assert!(s.local(4, -500));
-        assert!(!s.local(3, CREDIT), "beyond the window");
+        assert!(s.local(3, 1000, 1));
+        assert!(s.local(4, -500, -1));
+        assert!(!s.local(3, CREDIT, 1), "beyond the window");
         // Threads 3 and 67 share a slot.
-        assert!(s.local(67, 5));
+        assert!(s.local(67, 5, 1));
         s.settle(&mut l, 3);
-        assert_eq!(l.base(), 10 + 1000 + 5);
-        assert!(!s.local(3, 1), "settled: an empty window");
+        assert_eq!((l.base(), l.blocks()), (10 + 1000 + 5, 3));
+        assert!(!s.local(3, 1, 1), "settled: an empty window");
         s.revoke_all(&mut l);
         assert!(l.exact());
-        assert_eq!(l.base(), 10 + 1000 + 5 - 500);
+        assert_eq!((l.base(), l.blocks()), (10 + 1000 + 5 - 500, 2));
         assert!(
-            !s.local(4, 0),
+            !s.local(4, 0, 0),
             "revoked: even a change of 0 goes to the slow path"
         );
     }
@@ -251,14 +265,14 @@ mod tests {
     fn no_credit_at_the_maximum_and_only_frees_just_below_it() {
         let s = Slots::new();
         let mut l = Ledger::default();
-        l.add(1000);
+        l.add(1000, 1);
         s.grant(&mut l, 0, 1000);
         assert!(l.exact(), "at the maximum: no window");
-        assert!(!s.local(0, -1));
+        assert!(!s.local(0, -1, 0));
         s.grant(&mut l, 0, 1001);
         assert!(!l.exact());
-        assert!(!s.local(0, 1), "one byte more would reach the maximum");
-        assert!(s.local(0, 0) && s.local(0, -10));
+        assert!(!s.local(0, 1, 0), "one byte more would reach the maximum");
+        assert!(s.local(0, 0, 0) && s.local(0, -10, -1));
         assert_eq!(l.bound(), 1000);
     }
 }
