@@ -624,8 +624,17 @@ pub fn translate_at_most(
         // (A borrow of `rax` carried over the instruction before: the guest's is in the stub.)
         let fix = if e.kept.is_some() { FIX_RAX_IN_STUB } else { 0 };
         e.mark(d.ins.ip(), fix);
+        // Carried over: the borrow the definedness inline part keeps, and the one a
+        // two-way recent-lines check keeps (`Emitter::check_recent_two_ways`).
+        let keeps_borrow = crate::definedness::enabled()
+            || (crate::recent_lines::two_ways()
+                && plan.as_ref().is_some_and(|p| {
+                    by_insn[starts[i] as usize..starts[i + 1] as usize]
+                        .iter()
+                        .any(|&k| matches!(p.probes()[k as usize], Probe::TraceNewLines { .. }))
+                }));
         e.carry = (tool.is_some()
-            && crate::definedness::enabled()
+            && keeps_borrow
             && i + 1 < n
             && count_at != Some(i + 1)
             && !is_client_request_at(&insns, i))
@@ -720,14 +729,14 @@ pub fn translate_at_most(
             let mut merged_skipped = false;
             // The code-lines check keeps its borrow for a recent-lines access check after it.
             let access_check = here().any(|r| matches!(r, Probe::TraceNewLines { .. }));
-            let mut block_checked = false;
             for r in here() {
                 // The indexed count emitted with the block's check emits nothing here.
                 let merged = !merged_skipped
                     && matches!(*r, Probe::CountIndexed { index, n, .. }
                         if merged_count == Some((index, n)));
                 // A borrow the definedness inline part kept goes to the access check only;
-                // the code-lines check's, to the recent-lines check after it (past the
+                // the code-lines check's, and the previous instruction's recent-lines
+                // check's carried over this one, to the recent-lines check (past the
                 // merged count: giving the borrow back there cost a return and a borrow,
                 // eight instructions with live flags, at every entry of a block whose first
                 // instruction touches memory).
@@ -735,7 +744,7 @@ pub fn translate_at_most(
                     Probe::AccessesFiltered { .. } | Probe::AccessesFilteredOrBelowSp { .. } => {
                         true
                     }
-                    Probe::TraceNewLines { .. } => block_checked,
+                    Probe::TraceNewLines { .. } => true,
                     _ => merged,
                 };
                 if !takes_kept {
@@ -752,7 +761,6 @@ pub fn translate_at_most(
                             merged_count,
                             access_check,
                         );
-                        block_checked = true;
                     }
                     Probe::CountIndexed { .. } if merged => {
                         merged_skipped = true; // emitted with the block's check

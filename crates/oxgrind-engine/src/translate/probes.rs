@@ -53,8 +53,12 @@ pub(super) struct RecentCold {
     straddles: Option<usize>,
     /// What the inline check leaves in `rax` and `rcx` for the out-of-line part.
     entry: ColdEntry,
-    /// Where the inline check ends: the instruction, guest state exact.
+    /// Where the inline check ends: the instruction, guest state exact but for `rax`
+    /// when `keep`.
     back: usize,
+    /// The borrow of `rax` is kept over the instruction (`Emitter::carry`): every path
+    /// back gives back the flags only, and the drain call's return borrows again.
+    keep: bool,
 }
 
 /// How an instruction's inline recent-lines check enters its out-of-line part.
@@ -346,9 +350,32 @@ impl Emitter {
                 self.kept = None;
                 return;
             }
+            if !kept_flags && kept_ip == ip {
+                // `rax` alone is kept (the guest's in its slot): only the flags to save.
+                self.kept = None;
+                self.save_probe_flags();
+                return;
+            }
             self.settle();
         }
         self.borrow_again(ip, flags_live);
+    }
+
+    /// `lahf; seto al; mov gs:[PROBE_FLAGS], rax` (the guest `rax` in its slot).
+    fn save_probe_flags(&mut self) {
+        self.buf.extend_from_slice(&[0x9F, 0x0F, 0x90, 0xC0]); // lahf; seto al
+        self.store_gs(0, c::scratch_off(c::S_PROBE_FLAGS));
+    }
+
+    /// Gives back what [`Emitter::borrow_rax`] took, or with `keep` only the flags: the
+    /// borrow of `rax` then stays for the next instruction's probe (see
+    /// [`Emitter::check_recent_two_ways`]).
+    fn give_back(&mut self, flags_live: bool, keep: bool) {
+        if !keep {
+            self.return_rax(flags_live);
+        } else if flags_live {
+            self.restore_probe_flags();
+        }
     }
 
     /// The stores of a borrow, whatever was kept: `rax` (and the flags, when live) to their
@@ -357,8 +384,7 @@ impl Emitter {
         self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
         self.mark(ip, FIX_RAX_IN_STUB);
         if flags_live {
-            self.buf.extend_from_slice(&[0x9F, 0x0F, 0x90, 0xC0]); // lahf; seto al
-            self.store_gs(0, c::scratch_off(c::S_PROBE_FLAGS));
+            self.save_probe_flags();
         }
     }
 
@@ -1401,9 +1427,17 @@ impl Emitter {
                 (to_second, straddles, ColdEntry::LineAndSlot)
             }
         };
-        self.return_rax(flags_live);
+        // Where the instruction can carry the borrow of `rax` over to the next one's probe
+        // (`Emitter::carry`), it is kept: the flags alone go back.
+        let keep = self.carry.is_some();
+        self.give_back(flags_live, keep);
         let back = self.buf.len();
-        self.mark(ip, 0);
+        if keep {
+            self.kept = Some((false, ip));
+            self.mark(ip, FIX_RAX_IN_STUB);
+        } else {
+            self.mark(ip, 0);
+        }
         self.recent_cold.push(RecentCold {
             m: *m,
             geometry,
@@ -1415,6 +1449,7 @@ impl Emitter {
             straddles,
             entry,
             back,
+            keep,
         });
         Ok(())
     }
@@ -1563,7 +1598,7 @@ impl Emitter {
                 _ => LineAgain::No,
             };
             let to_new = self.second_line_hit(line_again);
-            self.return_rax(d.flags_live);
+            self.give_back(d.flags_live, d.keep);
             self.jmp_to(d.back);
             self.patch_rel32(to_new);
             // Both addresses were encoded once by `check_recent_two_ways`: no error here.
@@ -1581,7 +1616,7 @@ impl Emitter {
                 }
                 if let Some(j) = straddles {
                     self.patch_rel32(j);
-                    self.straddle_both_first(d.geometry, d.flags_live, d.back);
+                    self.straddle_both_first(d.geometry, d.flags_live, d.keep, d.back);
                     self.load_gs(1, c::OFF_PROBE_RCX);
                     self.note_recent_lines(&d.m, d.geometry, d.ip)?;
                 } else if !uses_rcx(&d.m) {
@@ -1593,7 +1628,7 @@ impl Emitter {
                 self.load_gs(1, c::OFF_PROBE_RCX);
                 self.effective_address(&d.m, 0, d.ip)?;
                 self.append_access(d.tag, d.word);
-                self.drain_when_full(d.ip, d.flags_live);
+                self.drain_when_full_keeping(d.ip, d.flags_live, d.keep);
                 self.jmp_to(d.back);
                 Ok(())
             };
@@ -1662,10 +1697,15 @@ impl Emitter {
         self.buf.extend_from_slice(&[0x0F, 0x83]); // jae <drain>
         let jump = self.buf.len();
         self.d32(0);
-        self.return_rax(d.flags_live);
-        self.mark(d.ip, 0);
+        self.give_back(d.flags_live, d.keep);
+        if !d.keep {
+            self.mark(d.ip, 0);
+        }
         let rec = crate::probe::trace_full_record_at(d.ip).unwrap_or(0);
         if rec != 0 {
+            if d.keep {
+                self.reborrow.push(self.slow.len());
+            }
             self.slow
                 .push(SlowCall::one_jump(d.ip, rec, d.flags_live, d.back, jump));
         } else {
@@ -1689,7 +1729,13 @@ impl Emitter {
     ///     restore rcx, (flags,) rax; jmp back
     /// record:
     /// ```
-    fn straddle_both_first(&mut self, (shift, slots): (u32, u32), flags_live: bool, back: usize) {
+    fn straddle_both_first(
+        &mut self,
+        (shift, slots): (u32, u32),
+        flags_live: bool,
+        keep: bool,
+        back: usize,
+    ) {
         self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, shift as u8]); // shr rax, shift
         let mut to_record = [0usize; 2];
         for (k, j) in to_record.iter_mut().enumerate() {
@@ -1704,7 +1750,7 @@ impl Emitter {
             self.d32(0);
         }
         self.load_gs(1, c::OFF_PROBE_RCX);
-        self.return_rax(flags_live);
+        self.give_back(flags_live, keep);
         self.jmp_to(back);
         for j in to_record {
             self.patch_rel32(j);
@@ -1877,6 +1923,13 @@ impl Emitter {
     /// Returns where `rax` and the flags are given back, past the check: where a path
     /// that appended nothing may jump to.
     fn drain_when_full(&mut self, ip: u64, flags_live: bool) -> usize {
+        self.drain_when_full_keeping(ip, flags_live, false)
+    }
+
+    /// [`Emitter::drain_when_full`], giving back only the flags when `keep` (the borrow of
+    /// `rax` kept for the next instruction: the drain call returns through a thunk that
+    /// borrows again).
+    fn drain_when_full_keeping(&mut self, ip: u64, flags_live: bool, keep: bool) -> usize {
         self.load_gs(0, c::OFF_TRACE_PTR);
         // cmp rax, gs:[TRACE_END]; jae slow
         self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0x25]);
@@ -1885,11 +1938,14 @@ impl Emitter {
         let jump = self.buf.len();
         self.d32(0);
         let give_back = self.buf.len();
-        self.return_rax(flags_live);
+        self.give_back(flags_live, keep);
         let back = self.buf.len();
-        self.mark(ip, 0);
+        self.mark(ip, if keep { FIX_RAX_IN_STUB } else { 0 });
         let rec = crate::probe::trace_full_record_at(ip).unwrap_or(0);
         if rec != 0 {
+            if keep {
+                self.reborrow.push(self.slow.len());
+            }
             self.slow
                 .push(SlowCall::one_jump(ip, rec, flags_live, back, jump));
         } else {
