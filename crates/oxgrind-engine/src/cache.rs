@@ -497,12 +497,23 @@ impl PackedMapEntry {
     /// The entry is in `CodeCache::far_entries`.
     const FAR: u32 = (1 << Self::DELTA_BITS) - 2;
 
-    /// `fix` in [`Self::FIX_BITS`]: flags in bits 0-1, the far register's number plus one
-    /// (`translate::FIX_FAR_SHIFT`) above them; `None` if it has other bits.
+    /// The fix-up bits the two low bits of a packed entry stand for, by value: the
+    /// combinations the engine makes.
+    const FIX_CODES: [u16; 4] = [
+        0,
+        translate::FIX_RAX_IN_STUB,
+        translate::FIX_RCX_PLUS_ONE,
+        translate::FIX_RAX_IN_STUB | translate::FIX_FLAGS_IN_SLOT,
+    ];
+
+    /// `fix` in [`Self::FIX_BITS`]: its fix-up bits coded in bits 0-1 ([`Self::FIX_CODES`]),
+    /// the far register's number plus one (`translate::FIX_FAR_SHIFT`) above them; `None`
+    /// for another combination.
     fn pack_fix(fix: u16) -> Option<u32> {
         let flags = fix & ((1 << translate::FIX_FAR_SHIFT) - 1);
         let far = fix >> translate::FIX_FAR_SHIFT;
-        (flags < 4 && far < 1 << (Self::FIX_BITS - 2)).then_some(flags as u32 | (far as u32) << 2)
+        let code = Self::FIX_CODES.iter().position(|&f| f == flags)?;
+        (far < 1 << (Self::FIX_BITS - 2)).then_some(code as u32 | (far as u32) << 2)
     }
 
     fn new(host_off: u16, fix: u32, delta: u32) -> Self {
@@ -517,7 +528,7 @@ impl PackedMapEntry {
 
     fn fix(self) -> u16 {
         let bits = (self.0 >> Self::HOST_BITS) & ((1 << Self::FIX_BITS) - 1);
-        (bits & 3) as u16 | ((bits >> 2) as u16) << translate::FIX_FAR_SHIFT
+        Self::FIX_CODES[(bits & 3) as usize] | ((bits >> 2) as u16) << translate::FIX_FAR_SHIFT
     }
 
     fn delta(self) -> u32 {
@@ -635,6 +646,7 @@ mod tests {
             translate::FIX_RCX_PLUS_ONE,
             translate::FIX_RAX_IN_STUB | (17 << translate::FIX_FAR_SHIFT),
             16 << translate::FIX_FAR_SHIFT,
+            translate::FIX_RAX_IN_STUB | translate::FIX_FLAGS_IN_SLOT,
         ];
         for host_off in [0u16, 1, 4095, MAX_BLOCK as u16] {
             for fix in fixes {
@@ -649,7 +661,11 @@ mod tests {
             }
         }
         // Other bits do not fit: such an entry is kept whole beside the array.
-        assert_eq!(PackedMapEntry::pack_fix(4), None);
+        assert_eq!(PackedMapEntry::pack_fix(8), None);
+        assert_eq!(
+            PackedMapEntry::pack_fix(translate::FIX_RAX_IN_STUB | translate::FIX_RCX_PLUS_ONE),
+            None
+        );
         assert_eq!(
             PackedMapEntry::pack_fix(32 << translate::FIX_FAR_SHIFT),
             None

@@ -331,6 +331,8 @@ unsafe fn sent_by_own_process(info: *const u8, code: i32) -> bool {
 /// `gregs` index of the flags, and the trap flag in them.
 const REG_EFL: usize = 17;
 const EFLAGS_TF: u64 = 0x100;
+/// CF PF AF ZF SF OF: what `lahf; seto al` saves.
+const STATUS_FLAGS: u64 = 0x8D5;
 /// Steps after which stepping gives up and leaves the signal to the next dispatcher entry.
 const MAX_STEPS: u64 = 100_000;
 
@@ -513,7 +515,7 @@ unsafe fn show_guest_context(
     info: *const u8,
     uc: *mut u8,
 ) {
-    use crate::translate::{FIX_FAR_SHIFT, FIX_RAX_IN_STUB, FIX_RCX_PLUS_ONE};
+    use crate::translate::{FIX_FAR_SHIFT, FIX_FLAGS_IN_SLOT, FIX_RAX_IN_STUB, FIX_RCX_PLUS_ONE};
     let gregs = uc.wrapping_add(UC_GREGS) as *mut u64;
     // SAFETY: gregs has 23 entries; REG_RIP is one of them.
     let host = unsafe { core::ptr::read(gregs.add(REG_RIP)) };
@@ -537,6 +539,15 @@ unsafe fn show_guest_context(
                     unsafe {
                         if g.fix & FIX_RAX_IN_STUB != 0 {
                             *gregs.add(GREG_OF[0]) = ctx.scratch[c::S_STUB_RAX];
+                        }
+                        if g.fix & FIX_FLAGS_IN_SLOT != 0 {
+                            // `lahf; seto al`: SF ZF AF PF CF in ah (their places in
+                            // EFLAGS' low byte), OF in al's bit 0.
+                            let saved = ctx.scratch[c::S_PROBE_FLAGS];
+                            let efl = gregs.add(REG_EFL);
+                            *efl = (*efl & !STATUS_FLAGS)
+                                | ((saved >> 8) & 0xD5)
+                                | ((saved & 1) << 11);
                         }
                         if g.fix & FIX_RCX_PLUS_ONE != 0 {
                             let r = gregs.add(GREG_OF[1]);

@@ -283,6 +283,27 @@ fn threads_share_one_simulated_machine_and_count_their_own_work() {
     }
 }
 
+/// A fault in an instruction copied with `rax` and the live flags still borrowed by the
+/// instrumentation (`cg_fault_flags.c`) shows the program's registers and flags to its
+/// handler, and the program goes on with them, as natively.
+#[test]
+fn a_fault_where_the_flags_are_borrowed_shows_the_programs_flags_to_its_handler() {
+    let prog = build("cg_fault_flags.c", &["-g", "-O0"]);
+    let native = run(&mut Command::new(&prog));
+    assert!(
+        stdout(&native).contains("flags in handler 91 "),
+        "{}",
+        stdout(&native)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let ours = run(Command::new(oxgrind())
+        .args(["--tool=cachegrind", "--cachegrind-out-file=cg.out"])
+        .arg(&prog)
+        .current_dir(dir.path()));
+    assert_eq!(stdout(&ours), stdout(&native), "{}", stderr(&ours));
+    assert!(dir.path().join("cg.out").exists(), "{}", stderr(&ours));
+}
+
 #[test]
 fn default_output_file_is_named_after_the_pid() {
     let prog = build("cg_kernels.c", &["-g", "-O0", "-no-pie"]);

@@ -729,11 +729,16 @@ impl Emitter {
     /// instruction's inline part takes it over instead of a return and a borrow back to back
     /// (`mov rax, gs:[stub]` before the copy, `mov gs:[stub], rax` after it: two of the
     /// twenty-odd host instructions around a guest one with a memory operand). The copy is
-    /// mapped with the guest `rax` in the stub, so a fault in it shows the guest's. Anything
-    /// else gives the borrow back here.
+    /// mapped with the guest `rax` in the stub, so a fault in it shows the guest's. A borrow
+    /// of the flags too (a recent-lines check's) stays likewise where the instruction
+    /// touches no flag (`Emitter::carry_flags`), the copy mapped with the flags in their
+    /// slot. Anything else gives the borrow back here.
     pub(super) fn carry_borrow(&mut self, ip: u64) {
         match (self.carry, self.kept) {
             (Some(_), Some((false, k))) if k == ip => self.mark(ip, super::FIX_RAX_IN_STUB),
+            (Some(_), Some((true, k))) if k == ip && self.carry_flags => {
+                self.mark(ip, super::FIX_RAX_IN_STUB | super::FIX_FLAGS_IN_SLOT)
+            }
             _ => self.settle(),
         }
     }
@@ -741,9 +746,9 @@ impl Emitter {
     /// After the copy of the guest instruction at `ip`: a borrow [`Emitter::carry_borrow`]
     /// carried over it is now kept for the next instruction.
     pub(super) fn carried_over(&mut self, ip: u64) {
-        if let (Some(next), Some((false, k))) = (self.carry.take(), self.kept) {
+        if let (Some(next), Some((flags, k))) = (self.carry.take(), self.kept) {
             if k == ip {
-                self.kept = Some((false, next));
+                self.kept = Some((flags, next));
             }
         }
     }

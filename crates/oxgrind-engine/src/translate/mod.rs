@@ -106,6 +106,10 @@ pub const UNMAPPED: u64 = u64::MAX;
 pub const FIX_RAX_IN_STUB: u16 = 1;
 /// The guest `rcx` is one more than the register (an expanded `rep` iteration).
 pub const FIX_RCX_PLUS_ONE: u16 = 2;
+/// With [`FIX_RAX_IN_STUB`]: the guest flags are in scratch slot `PROBE_FLAGS`, as
+/// `lahf; seto al` saved them (a borrow carried over an instruction that does not touch
+/// the flags: `Emitter::carry_flags`).
+pub const FIX_FLAGS_IN_SLOT: u16 = 4;
 /// `(r + 1) << FIX_FAR_SHIFT`: guest register `r` is in scratch slot `FAR_SAVE`.
 pub const FIX_FAR_SHIFT: u16 = 8;
 
@@ -622,17 +626,21 @@ pub fn translate_at_most(
     let mut definedness_slow = [usize::MAX; MAX_INSNS];
     for (i, d) in insns.iter().enumerate() {
         // (A borrow of `rax` carried over the instruction before: the guest's is in the stub.)
-        let fix = if e.kept.is_some() { FIX_RAX_IN_STUB } else { 0 };
+        let fix = match e.kept {
+            Some((true, _)) => FIX_RAX_IN_STUB | FIX_FLAGS_IN_SLOT,
+            Some(_) => FIX_RAX_IN_STUB,
+            None => 0,
+        };
         e.mark(d.ins.ip(), fix);
         // Carried over: the borrow the definedness inline part keeps, and the one a
         // two-way recent-lines check keeps (`Emitter::check_recent_two_ways`).
-        let keeps_borrow = crate::definedness::enabled()
-            || (crate::recent_lines::two_ways()
-                && plan.as_ref().is_some_and(|p| {
-                    by_insn[starts[i] as usize..starts[i + 1] as usize]
-                        .iter()
-                        .any(|&k| matches!(p.probes()[k as usize], Probe::TraceNewLines { .. }))
-                }));
+        let recent_check = crate::recent_lines::two_ways()
+            && plan.as_ref().is_some_and(|p| {
+                by_insn[starts[i] as usize..starts[i + 1] as usize]
+                    .iter()
+                    .any(|&k| matches!(p.probes()[k as usize], Probe::TraceNewLines { .. }))
+            });
+        let keeps_borrow = crate::definedness::enabled() || recent_check;
         e.carry = (tool.is_some()
             && keeps_borrow
             && i + 1 < n
@@ -640,6 +648,10 @@ pub fn translate_at_most(
             && !is_client_request_at(&insns, i))
         .then(|| insns[i + 1].ins.ip())
         .filter(|_| definedness::borrow_may_carry_over(&d.ins));
+        e.carry_flags = e.carry.is_some()
+            && recent_check
+            && d.ins.rflags_read() == 0
+            && d.ins.rflags_modified() == 0;
         if count_at == Some(i) {
             e.settle();
             e.count_prologue(n as u32, true);
@@ -958,6 +970,9 @@ struct Emitter {
     /// pc when a borrow of `rax` alone may be carried over this one's copy to the next
     /// one's inline part (`Emitter::carry_borrow`), else `None`.
     carry: Option<u64>,
+    /// With `carry`: the instruction neither reads nor writes any flag, so a borrow of
+    /// `rax` and the flags together may be carried over it (a recent-lines check's only).
+    carry_flags: bool,
     /// The slow calls (indices into `slow`) whose inline part kept its borrow: they return
     /// through a thunk that borrows again (`finish_slow_calls`).
     reborrow: Vec<usize>,
@@ -1088,6 +1103,7 @@ impl Emitter {
             trace_cold: Vec::new(),
             kept: None,
             carry: None,
+            carry_flags: false,
             reborrow: Vec::new(),
             unborrowed: Vec::new(),
             rcx_lent: Vec::new(),

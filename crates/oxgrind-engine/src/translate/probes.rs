@@ -53,12 +53,35 @@ pub(super) struct RecentCold {
     straddles: Option<usize>,
     /// What the inline check leaves in `rax` and `rcx` for the out-of-line part.
     entry: ColdEntry,
-    /// Where the inline check ends: the instruction, guest state exact but for `rax`
-    /// when `keep`.
+    /// Where the inline check ends: the instruction, guest state exact but for what
+    /// `keep` keeps.
     back: usize,
-    /// The borrow of `rax` is kept over the instruction (`Emitter::carry`): every path
-    /// back gives back the flags only, and the drain call's return borrows again.
-    keep: bool,
+    /// What of the borrow is kept over the instruction (`Emitter::carry`): every path
+    /// back gives back the rest, and the drain call's return borrows again.
+    keep: Keep,
+}
+
+/// What an inline probe leaves borrowed for the next instruction's (see
+/// [`Emitter::check_recent_two_ways`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Keep {
+    /// Nothing: `rax` and the flags given back.
+    No,
+    /// `rax` (the guest's in its slot); the flags given back.
+    Rax,
+    /// `rax` and the flags, in their slots.
+    RaxAndFlags,
+}
+
+impl Keep {
+    /// The guest-state fix-up of code where this is kept.
+    fn fix(self) -> u16 {
+        match self {
+            Keep::No => 0,
+            Keep::Rax => FIX_RAX_IN_STUB,
+            Keep::RaxAndFlags => FIX_RAX_IN_STUB | super::FIX_FLAGS_IN_SLOT,
+        }
+    }
 }
 
 /// How an instruction's inline recent-lines check enters its out-of-line part.
@@ -367,14 +390,13 @@ impl Emitter {
         self.store_gs(0, c::scratch_off(c::S_PROBE_FLAGS));
     }
 
-    /// Gives back what [`Emitter::borrow_rax`] took, or with `keep` only the flags: the
-    /// borrow of `rax` then stays for the next instruction's probe (see
-    /// [`Emitter::check_recent_two_ways`]).
-    fn give_back(&mut self, flags_live: bool, keep: bool) {
-        if !keep {
-            self.return_rax(flags_live);
-        } else if flags_live {
-            self.restore_probe_flags();
+    /// Gives back what [`Emitter::borrow_rax`] took but what `keep` keeps for the next
+    /// instruction's probe (see [`Emitter::check_recent_two_ways`]).
+    fn give_back(&mut self, flags_live: bool, keep: Keep) {
+        match keep {
+            Keep::No => self.return_rax(flags_live),
+            Keep::Rax if flags_live => self.restore_probe_flags(),
+            Keep::Rax | Keep::RaxAndFlags => {}
         }
     }
 
@@ -1428,16 +1450,19 @@ impl Emitter {
             }
         };
         // Where the instruction can carry the borrow of `rax` over to the next one's probe
-        // (`Emitter::carry`), it is kept: the flags alone go back.
-        let keep = self.carry.is_some();
+        // (`Emitter::carry`), it is kept, and so are live flags where it touches none
+        // (`Emitter::carry_flags`): the next probe saves and restores them once for both.
+        let keep = match (self.carry.is_some(), flags_live && self.carry_flags) {
+            (false, _) => Keep::No,
+            (true, false) => Keep::Rax,
+            (true, true) => Keep::RaxAndFlags,
+        };
         self.give_back(flags_live, keep);
         let back = self.buf.len();
-        if keep {
-            self.kept = Some((false, ip));
-            self.mark(ip, FIX_RAX_IN_STUB);
-        } else {
-            self.mark(ip, 0);
+        if keep != Keep::No {
+            self.kept = Some((keep == Keep::RaxAndFlags, ip));
         }
+        self.mark(ip, keep.fix());
         self.recent_cold.push(RecentCold {
             m: *m,
             geometry,
@@ -1698,12 +1723,12 @@ impl Emitter {
         let jump = self.buf.len();
         self.d32(0);
         self.give_back(d.flags_live, d.keep);
-        if !d.keep {
+        if d.keep == Keep::No {
             self.mark(d.ip, 0);
         }
         let rec = crate::probe::trace_full_record_at(d.ip).unwrap_or(0);
         if rec != 0 {
-            if d.keep {
+            if d.keep != Keep::No {
                 self.reborrow.push(self.slow.len());
             }
             self.slow
@@ -1733,7 +1758,7 @@ impl Emitter {
         &mut self,
         (shift, slots): (u32, u32),
         flags_live: bool,
-        keep: bool,
+        keep: Keep,
         back: usize,
     ) {
         self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, shift as u8]); // shr rax, shift
@@ -1923,13 +1948,12 @@ impl Emitter {
     /// Returns where `rax` and the flags are given back, past the check: where a path
     /// that appended nothing may jump to.
     fn drain_when_full(&mut self, ip: u64, flags_live: bool) -> usize {
-        self.drain_when_full_keeping(ip, flags_live, false)
+        self.drain_when_full_keeping(ip, flags_live, Keep::No)
     }
 
-    /// [`Emitter::drain_when_full`], giving back only the flags when `keep` (the borrow of
-    /// `rax` kept for the next instruction: the drain call returns through a thunk that
-    /// borrows again).
-    fn drain_when_full_keeping(&mut self, ip: u64, flags_live: bool, keep: bool) -> usize {
+    /// [`Emitter::drain_when_full`], giving back only what `keep` does not keep for the
+    /// next instruction (the drain call then returns through a thunk that borrows again).
+    fn drain_when_full_keeping(&mut self, ip: u64, flags_live: bool, keep: Keep) -> usize {
         self.load_gs(0, c::OFF_TRACE_PTR);
         // cmp rax, gs:[TRACE_END]; jae slow
         self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0x25]);
@@ -1940,10 +1964,10 @@ impl Emitter {
         let give_back = self.buf.len();
         self.give_back(flags_live, keep);
         let back = self.buf.len();
-        self.mark(ip, if keep { FIX_RAX_IN_STUB } else { 0 });
+        self.mark(ip, keep.fix());
         let rec = crate::probe::trace_full_record_at(ip).unwrap_or(0);
         if rec != 0 {
-            if keep {
+            if keep != Keep::No {
                 self.reborrow.push(self.slow.len());
             }
             self.slow
