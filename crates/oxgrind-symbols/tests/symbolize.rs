@@ -397,3 +397,34 @@ fn demangling_matches_libiberty_on_libstdcxx_symbols() {
         &bad[..bad.len().min(3)]
     );
 }
+
+#[inline(never)]
+fn described_after_many_others(x: u64) -> u64 {
+    x.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17)
+}
+
+/// The symbolizer keeps a bounded number of descriptions (it empties its memo when full):
+/// an address described again after more than that many others is described as the first
+/// time.
+#[test]
+fn an_address_described_after_many_others_is_described_the_same() {
+    let mut sym = Symbolizer::from_self();
+    let ip = described_after_many_others as usize as u64;
+    assert_eq!(
+        described_after_many_others(1),
+        0x9E37_79B9_7F4A_7C15u64.rotate_left(17)
+    );
+    let first = sym.describe(ip);
+    assert!(
+        first.iter().any(|f| f
+            .function
+            .as_deref()
+            .is_some_and(|n| n.contains("described_after_many_others"))),
+        "{first:?}"
+    );
+    // More distinct addresses than the memo holds (1 << 16), in this test's own code.
+    for k in 1..=70_000u64 {
+        sym.describe(ip.wrapping_sub(k * 16));
+    }
+    assert_eq!(sym.describe(ip), first);
+}
