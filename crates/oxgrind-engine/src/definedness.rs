@@ -313,8 +313,8 @@ unsafe fn fill(p: *mut u8, byte: u8, len: usize) {
     if len <= SHORT {
         let (mut at, end) = (p as usize, p as usize + len);
         // SAFETY: every store below is inside `[p, p + len)` (the caller's contract); the
-        // word stores are at 8-aligned addresses, the 16-byte ones at 16-aligned ones (SSE2
-        // is part of x86-64).
+        // volatile word stores are at 8-aligned addresses, the volatile 16-byte ones at
+        // 16-aligned ones (SSE2 is part of x86-64), the tail's are unaligned stores.
         unsafe {
             while at < end && at & 7 != 0 {
                 core::ptr::write_volatile(at as *mut u8, byte);
@@ -334,13 +334,34 @@ unsafe fn fill(p: *mut u8, byte: u8, len: usize) {
                 core::ptr::write_volatile((at + 16) as *mut core::arch::x86_64::__m128i, wide);
                 at += 32;
             }
-            while end - at >= 8 {
+            // The rest, under 32 bytes, in at most three stores: whole 16 and 8 bytes from
+            // `at`, then the last 8 bytes of the range ending at `end` (of a range under 8
+            // bytes: its first and last 4), unaligned and overlapping what is written already
+            // (the same byte), never outside `[p, p + len)`. A heap block's size is any
+            // number of bytes: a word loop then a byte loop for its last 1-31 bytes were a
+            // good part of every fill's instructions.
+            let len = end - at;
+            let start = p as usize;
+            if len >= 16 {
+                core::ptr::write_unaligned(at as *mut core::arch::x86_64::__m128i, wide);
+                at += 16;
+            }
+            if end - at >= 8 {
                 core::ptr::write_volatile(at as *mut u64, word);
                 at += 8;
             }
-            while at < end {
-                core::ptr::write_volatile(at as *mut u8, byte);
-                at += 1;
+            if at < end {
+                if end - start >= 8 {
+                    core::ptr::write_unaligned((end - 8) as *mut u64, word);
+                } else if end - start >= 4 {
+                    core::ptr::write_unaligned(start as *mut u32, word as u32);
+                    core::ptr::write_unaligned((end - 4) as *mut u32, word as u32);
+                } else {
+                    while at < end {
+                        core::ptr::write_volatile(at as *mut u8, byte);
+                        at += 1;
+                    }
+                }
             }
         }
         return;
@@ -2540,6 +2561,24 @@ mod tests {
     use oxgrind_vbits::FlagShadows;
     use std::collections::BTreeSet;
     use std::vec::Vec;
+
+    #[test]
+    fn fill_writes_exactly_its_range() {
+        // Every start offset within a line and every length up to past the short form's
+        // limit: the bytes of the range hold the fill byte, every byte around it is left.
+        let mut buf = [0u8; 1024];
+        for start in 0..64 {
+            for len in 0..600 {
+                buf.fill(0x5a);
+                // SAFETY: start + len <= 664 < 1024: the range lies in `buf`.
+                unsafe { fill(buf.as_mut_ptr().add(start), 0xff, len) };
+                for (i, &b) in buf.iter().enumerate() {
+                    let inside = i >= start && i < start + len;
+                    assert_eq!(b, if inside { 0xff } else { 0x5a }, "{start} {len} {i}");
+                }
+            }
+        }
+    }
 
     struct Rng(u64);
     impl Rng {
