@@ -433,7 +433,9 @@ mod tests {
         let region = 0x7200_0000u64;
         for size in 0..=300u64 {
             for slack in [0u64, 8, 24, 200] {
-                let p = region + 64 + size * 1024 + (slack & 16);
+                // The block's shadow starts at each place a 16-aligned block's can in a
+                // shadow word (p - 16 at 0, 16, 32 or 48 bytes past a multiple of 64).
+                let p = region + 64 + size * 1024 + (slack & 16) + 32 * (size & 1);
                 let end = redzone_end(p, size) + slack;
                 set(b, p - 64, end + 64, 0x11);
                 mark_alloc(b, p, size, end);
