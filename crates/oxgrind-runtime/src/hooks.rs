@@ -580,6 +580,10 @@ pub(crate) fn release_kept(addr: u64, before: &mut dyn FnMut(Option<oxgrind_tool
     // SAFETY: the tool kept this block of the program's, freed, from glibc (it never went
     // back): still glibc's chunk, given back once only (the contract of release_freed).
     before(Some(unsafe { glibc_extent(addr) }));
+    // glibc's per-thread cache hands the chunk out again first, often a few allocations
+    // later, whose table entry (last touched at the block's free, a whole queue ago) then
+    // missed: it starts loading now.
+    BLOCKS.prefetch(addr);
     // SAFETY: as above; the tool is done with it.
     in_glibc(crate::guard::this_thread(), || unsafe {
         __libc_free(addr as *mut c_void)
