@@ -75,6 +75,7 @@ use oxgrind_formats::massif::{
 };
 use oxgrind_tool::{Addr, Alloc, Exit, Free, Host, Mapping, Needs, OptionError, StackId, Tool};
 use schedule::{Kind, Scheduler, Totals};
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use sync::{FxHashMap, SpinLock};
@@ -256,18 +257,28 @@ impl Massif {
         ec
     }
 
-    /// Logs a heap event of the calling thread (`tid`), and applies the logs when its log
-    /// is due (module [`log`]).
+    /// Logs a heap event of the calling thread (`tid`), written by `make` into `n` slots
+    /// (module [`log`]), and applies the logs when its log is due.
     #[inline(always)]
-    fn log_event(&self, host: &dyn Host, tid: i32, make: impl Fn() -> log::Event) {
-        let Some(n) = self.logs.push(tid, &make) else {
+    fn log_event(
+        &self,
+        host: &dyn Host,
+        tid: i32,
+        n: usize,
+        make: impl Fn(&mut [MaybeUninit<log::Slot>]),
+    ) {
+        let Some(k) = self.logs.push(tid, n, &make) else {
             // No log left for this thread: its events are applied one by one, after all
             // those logged before.
-            self.apply_now(host, &make());
+            let mut slots = [MaybeUninit::uninit(); 2];
+            make(&mut slots[..n]);
+            // SAFETY: `make` wrote the event's `n` slots.
+            let slots = unsafe { &*(&slots[..n] as *const _ as *const [log::Slot]) };
+            self.apply_now(host, &log::Event::unlogged(slots));
             return;
         };
-        if n >= log::FLUSH {
-            self.flush_due(host, n);
+        if k >= log::FLUSH {
+            self.flush_due(host, k);
         }
     }
 
@@ -322,12 +333,14 @@ impl Massif {
             // One thread's events: its own order is the only one.
             let i = busy.trailing_zeros() as usize;
             let mut cur = st.cursors[i];
-            for k in 0..end[i] {
-                // SAFETY: under the state lock, with log `i`'s cursor, `end[i]` events
+            let mut left = end[i];
+            while left != 0 {
+                // SAFETY: under the state lock, with log `i`'s cursor, `left` slots
                 // available.
-                let ev = unsafe { self.logs.front(i, &mut cur) };
-                // SAFETY: as above, right after `front`; `end[i] - k - 1` events follow.
-                unsafe { self.prefetch_ahead(st, &cur, end[i] - k - 1) };
+                let (ev, n) = unsafe { self.logs.front(i, &mut cur) };
+                left -= n;
+                // SAFETY: as above, right after `front`; `left` slots follow.
+                unsafe { self.prefetch_ahead(st, &cur, left) };
                 log::Logs::advance(&mut cur);
                 self.apply(host, st, &ev);
             }
@@ -343,16 +356,18 @@ impl Massif {
                 bits &= bits - 1;
                 let mut cur = st.cursors[i];
                 while end[i] != 0 {
-                    // SAFETY: as above.
-                    let ev = unsafe { self.logs.front(i, &mut cur) };
+                    // SAFETY: as above. (Reading the same event again after a `break`
+                    // below steps over nothing: the pads before it were stepped over.)
+                    let (ev, n) = unsafe { self.logs.front(i, &mut cur) };
                     let live = ev.needs_live();
                     if live != 0 && !st.arena.is_live(live) {
+                        end[i] -= n - cur.span() as u64;
                         break;
                     }
-                    // SAFETY: as above, right after `front`; `end[i] - 1` events follow.
-                    unsafe { self.prefetch_ahead(st, &cur, end[i] - 1) };
+                    end[i] -= n;
+                    // SAFETY: as above, right after `front`; `end[i]` slots follow.
+                    unsafe { self.prefetch_ahead(st, &cur, end[i]) };
                     log::Logs::advance(&mut cur);
-                    end[i] -= 1;
                     self.apply(host, st, &ev);
                     progressed = true;
                 }
@@ -387,10 +402,10 @@ impl Massif {
                 // as a lock per event would have.
                 let i = busy.trailing_zeros() as usize;
                 let mut cur = st.cursors[i];
-                // SAFETY: as above (`busy` bit `i`: `end[i]` events available).
-                let ev = unsafe { self.logs.front(i, &mut cur) };
+                // SAFETY: as above (`busy` bit `i`: `end[i]` slots available).
+                let (ev, n) = unsafe { self.logs.front(i, &mut cur) };
                 log::Logs::advance(&mut cur);
-                end[i] -= 1;
+                end[i] -= n;
                 st.cursors[i] = cur;
                 self.apply(host, st, &ev);
                 if end[i] == 0 {
@@ -426,23 +441,18 @@ impl Massif {
             }
             if after >= AHEAD_BLOCK as u64 {
                 if let Some(e) = log::Logs::peek(cur, AHEAD_BLOCK) {
-                    let (old, new) = (e.needs_live(), e.new_word());
-                    if old != 0 {
-                        st.arena.prefetch_block(old);
-                    }
-                    if new != 0 {
-                        st.arena.prefetch_block(new);
+                    let n = e.hint_word();
+                    if n != 0 {
+                        st.arena.prefetch_block(n);
                     }
                 }
             }
             if after >= AHEAD_NEIGHBOURS as u64 {
                 if let Some(e) = log::Logs::peek(cur, AHEAD_NEIGHBOURS) {
-                    match e.needs_live() {
-                        0 if e.kind() == log::Kind::Alloc => {
-                            st.arena.prefetch_fit(e.new_block().size)
-                        }
+                    match e.hint_word() {
                         0 => {}
-                        old => st.arena.prefetch_neighbours(old),
+                        old if e.hint_gives_back() => st.arena.prefetch_neighbours(old),
+                        _ => st.arena.prefetch_fit(e.hint_size()),
                     }
                 }
             }
@@ -1004,8 +1014,9 @@ impl Tool for Massif {
         }
         let clock = self.read_clock(host);
         self.classifier.warm(host, ev.stack);
-        self.log_event(host, ev.tid, || {
-            log::Event::alloc(ev, self.alignment_of(ev), clock)
+        let align = self.alignment_of(ev);
+        self.log_event(host, ev.tid, log::Slot::ALLOC_SLOTS, |to| {
+            log::Slot::alloc(to, ev, align, clock)
         });
     }
 
@@ -1014,7 +1025,9 @@ impl Tool for Massif {
             return;
         }
         let clock = self.read_clock(host);
-        self.log_event(host, ev.tid, || log::Event::free(ev, clock));
+        self.log_event(host, ev.tid, log::Slot::free_slots(ev), |to| {
+            log::Slot::free(to, ev, clock)
+        });
     }
 
     fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
@@ -1023,8 +1036,8 @@ impl Tool for Massif {
         }
         let clock = self.read_clock(host);
         self.classifier.warm(host, new.stack);
-        self.log_event(host, new.tid, || {
-            log::Event::realloc(old, new, self.opts.alignment, clock)
+        self.log_event(host, new.tid, log::Slot::REALLOC_SLOTS, |to| {
+            log::Slot::realloc(to, old, new, self.opts.alignment, clock)
         });
     }
 

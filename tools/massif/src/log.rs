@@ -62,16 +62,17 @@ use crate::Clock;
 
 /// Logs: threads are spread over them by thread id.
 pub(crate) const SLOTS: usize = 64;
-/// Events a log holds before its thread applies the logs, if the state lock is free. Large
-/// batches keep the state (the replayed arena, the block table) in one core's cache for
-/// longer: each hand-over of the lock moves them to the other core. 4096 rather than 128
-/// cut Massif's CPU time on `churn` and `threads` by about 8% (paired runs).
+/// Slots (module [`Slot`]: an event each, a realloc two) a log holds before its thread
+/// applies the logs, if the state lock is free. Large batches keep the state (the replayed
+/// arena, the block table) in one core's cache for longer: each hand-over of the lock moves
+/// them to the other core. 4096 rather than 128 cut Massif's CPU time on `churn` and
+/// `threads` by about 8% (paired runs).
 pub(crate) const FLUSH: u64 = 4096;
-/// Events a log holds unapplied at most: its thread then waits for the state lock. An event
-/// is 64 bytes, so 1 MiB per thread at worst.
+/// Slots a log holds unapplied at most: its thread then waits for the state lock. A slot is
+/// 32 bytes, so 512 KiB per thread at worst.
 pub(crate) const LIMIT: u64 = 16384;
-/// Events per chunk of a log.
-const CHUNK: usize = 256;
+/// Slots per chunk of a log (16 KiB).
+const CHUNK: usize = 512;
 /// Chunks a log keeps for reuse: as many as it can hold ([`LIMIT`] events) and some slack,
 /// so that its thread allocates chunks only while its log grows past its largest size so far.
 const SPARES: usize = LIMIT as usize / CHUNK + 8;
@@ -114,148 +115,275 @@ pub(crate) enum Kind {
     Realloc,
 }
 
-/// A heap event as a thread recorded it, with its clock reading: only what applying it
-/// reads, in one cache line (the runtime's `Alloc` and `Free` together are twice that, and
-/// every event is written by one thread and read by another).
+/// A heap event as applying it sees it: its slots, in place in the log ([`Logs::front`]),
+/// read where used (copied out, the event was moved through the stack twice).
 #[derive(Copy, Clone, Debug)]
-#[repr(C, align(64))]
-pub(crate) struct Event {
-    new_size: u64,
-    old_size: u64,
-    /// The clock reading, or [`Event::NO_CLOCK`].
-    clock: i64,
-    /// Not beside `old_size`: `Free`'s `size` and `slop` are, and the two were copied in one
-    /// 16-byte load of what the runtime had just stored in two 8-byte halves (a failed
-    /// store-to-load forward: half of `on_free`'s time on the heap path, bench `alloc`).
-    old_slop: u64,
-    new_word: u32,
-    old_word: u32,
-    new_stack: u32,
-    old_stack: u32,
-    /// `log2` of [`NewBlock::align`].
-    new_align_log2: u8,
-    kind: Kind,
+pub(crate) struct Event<'a> {
+    head: &'a Slot,
+    /// A [`SlotKind::Old`] after a [`SlotKind::FreeWide`] or [`SlotKind::Realloc`] head;
+    /// otherwise [`Slot::PAD`], not read.
+    tail: &'a Slot,
 }
 
-impl Event {
-    const NO_CLOCK: i64 = i64::MIN;
-
-    fn clock_word(clock: Clock) -> i64 {
-        clock.unwrap_or(Self::NO_CLOCK)
-    }
-
-    #[inline(always)]
-    fn set_new(&mut self, new: &Alloc, align: u64) {
-        debug_assert!(align.is_power_of_two());
-        self.new_word = new.tool_word;
-        self.new_size = new.size;
-        self.new_stack = new.stack.0;
-        self.new_align_log2 = align.trailing_zeros() as u8;
-    }
-
-    #[inline(always)]
-    fn set_old(&mut self, old: &Free) {
-        self.old_word = old.tool_word;
-        self.old_size = old.size;
-        self.old_slop = old.slop;
-        self.old_stack = old.alloc_stack.0;
-    }
-
-    #[inline(always)]
-    fn empty(kind: Kind, clock: Clock) -> Self {
-        Event {
-            new_word: 0,
-            new_size: 0,
-            old_word: 0,
-            old_size: 0,
-            old_slop: 0,
-            clock: Self::clock_word(clock),
-            new_stack: 0,
-            old_stack: 0,
-            new_align_log2: 0,
-            kind,
-        }
-    }
-
-    /// An allocation; `align`: the alignment (a power of two) Valgrind's allocator is
-    /// asked for.
-    #[inline(always)]
-    pub(crate) fn alloc(new: &Alloc, align: u64, clock: Clock) -> Self {
-        let mut e = Self::empty(Kind::Alloc, clock);
-        e.set_new(new, align);
-        e
-    }
-
-    #[inline(always)]
-    pub(crate) fn free(old: &Free, clock: Clock) -> Self {
-        let mut e = Self::empty(Kind::Free, clock);
-        e.set_old(old);
-        e
-    }
-
-    /// A realloc (`align`: as for [`Event::alloc`]).
-    #[inline(always)]
-    pub(crate) fn realloc(old: &Free, new: &Alloc, align: u64, clock: Clock) -> Self {
-        let mut e = Self::empty(Kind::Realloc, clock);
-        e.set_old(old);
-        e.set_new(new, align);
-        e
-    }
-
+impl<'a> Event<'a> {
     #[inline]
     pub(crate) fn kind(&self) -> Kind {
-        self.kind
+        match self.head.kind {
+            SlotKind::Alloc => Kind::Alloc,
+            SlotKind::Realloc => Kind::Realloc,
+            _ => Kind::Free,
+        }
     }
 
     #[inline]
     pub(crate) fn clock(&self) -> Clock {
-        (self.clock != Self::NO_CLOCK).then_some(self.clock)
+        (self.head.clock != Slot::NO_CLOCK).then_some(self.head.clock)
     }
 
     /// The block allocated (an allocation or realloc).
     #[inline]
     pub(crate) fn new_block(&self) -> NewBlock {
+        let h = self.head;
         NewBlock {
-            word: self.new_word,
-            size: self.new_size,
-            align: 1 << self.new_align_log2,
-            stack: StackId(self.new_stack),
+            word: h.word,
+            size: h.size,
+            align: 1 << h.align_log2,
+            stack: StackId(h.stack),
         }
     }
 
     /// The block given back (a free or realloc).
     #[inline]
     pub(crate) fn old_block(&self) -> OldBlock {
-        OldBlock {
-            word: self.old_word,
-            size: self.old_size,
-            slop: self.old_slop,
-            stack: StackId(self.old_stack),
+        let h = self.head;
+        if h.kind == SlotKind::Free {
+            return OldBlock {
+                word: h.word,
+                size: h.size,
+                slop: h.slop as u64,
+                stack: StackId(h.stack),
+            };
         }
-    }
-
-    /// The number of the block allocated (0: none, or not an allocation).
-    #[inline]
-    pub(crate) fn new_word(&self) -> u32 {
-        match self.kind {
-            Kind::Free => 0,
-            Kind::Alloc | Kind::Realloc => self.new_word,
+        let o = self.tail;
+        debug_assert_eq!(o.kind, SlotKind::Old);
+        OldBlock {
+            word: o.word,
+            size: o.size,
+            slop: o.clock as u64,
+            stack: StackId(o.stack),
         }
     }
 
     /// The number of the block whose allocation must be applied first (0: none).
     #[inline]
     pub(crate) fn needs_live(&self) -> u32 {
-        match self.kind {
-            Kind::Alloc => 0,
-            Kind::Free | Kind::Realloc => self.old_word,
+        match self.head.kind {
+            SlotKind::Alloc => 0,
+            SlotKind::Free => self.head.word,
+            _ => self.tail.word,
         }
+    }
+
+    /// An event applied at once, without a log (a thread that has none).
+    pub(crate) fn unlogged(slots: &'a [Slot]) -> Event<'a> {
+        Slot::decode(&slots[0], || &slots[1]).0
+    }
+}
+
+/// What a [`Slot`] holds.
+/// In this order: the look ahead and decoding compare with [`SlotKind::Alloc`] and
+/// [`SlotKind::FreeWide`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+enum SlotKind {
+    /// A free: the old block, its slop in `slop`.
+    Free,
+    /// The block a [`SlotKind::FreeWide`] or [`SlotKind::Realloc`] gives back, its slop in
+    /// `clock`.
+    Old,
+    /// An allocation: the new block.
+    Alloc,
+    /// A free whose slop does not fit in `slop`: the clock only (no number); an
+    /// [`SlotKind::Old`] slot follows.
+    FreeWide,
+    /// A realloc: the new block; an [`SlotKind::Old`] slot follows.
+    Realloc,
+    /// Nothing (no number): the last slot of a chunk a two-slot event did not fit in.
+    Pad,
+}
+
+/// One 32-byte slot of a log. An allocation or a free is one slot, a realloc two (the new
+/// block, then the old one): half a cache line where an event was one line, so the
+/// allocating thread writes, and the thread applying the logs reads (often on the other
+/// core), half as many lines, and a batch of [`FLUSH`] events is 128 KiB where it was
+/// 256 KiB. Only what applying reads is kept: the alignment asked of Valgrind's allocator
+/// as a power of two, a free's slop in 32 bits (a wider one takes a second slot).
+#[derive(Copy, Clone, Debug)]
+#[repr(C, align(32))]
+pub(crate) struct Slot {
+    /// The clock reading ([`Slot::NO_CLOCK`]: none); an [`SlotKind::Old`] slot's slop.
+    clock: i64,
+    size: u64,
+    word: u32,
+    stack: u32,
+    /// A [`SlotKind::Free`]'s slop.
+    slop: u32,
+    kind: SlotKind,
+    /// `log2` of [`NewBlock::align`].
+    align_log2: u8,
+}
+
+const _: () = assert!(std::mem::size_of::<Slot>() == 32);
+
+impl Slot {
+    const NO_CLOCK: i64 = i64::MIN;
+    const PAD: Slot = Slot {
+        clock: 0,
+        size: 0,
+        word: 0,
+        stack: 0,
+        slop: 0,
+        kind: SlotKind::Pad,
+        align_log2: 0,
+    };
+
+    #[inline(always)]
+    fn new_block(kind: SlotKind, new: &Alloc, align: u64, clock: Clock) -> Slot {
+        debug_assert!(align.is_power_of_two());
+        Slot {
+            clock: clock.unwrap_or(Self::NO_CLOCK),
+            size: new.size,
+            word: new.tool_word,
+            stack: new.stack.0,
+            slop: 0,
+            kind,
+            align_log2: align.trailing_zeros() as u8,
+        }
+    }
+
+    #[inline(always)]
+    fn old_block(old: &Free) -> Slot {
+        Slot {
+            clock: old.slop as i64,
+            size: old.size,
+            word: old.tool_word,
+            stack: old.alloc_stack.0,
+            slop: 0,
+            kind: SlotKind::Old,
+            align_log2: 0,
+        }
+    }
+
+    /// How many slots an allocation takes.
+    pub(crate) const ALLOC_SLOTS: usize = 1;
+    /// How many slots a realloc takes.
+    pub(crate) const REALLOC_SLOTS: usize = 2;
+
+    /// How many slots a free of `old` takes.
+    #[inline(always)]
+    pub(crate) fn free_slots(old: &Free) -> usize {
+        if old.slop <= u32::MAX as u64 {
+            1
+        } else {
+            2
+        }
+    }
+
+    /// An allocation; `align`: the alignment (a power of two) Valgrind's allocator is
+    /// asked for. Writes [`Slot::ALLOC_SLOTS`] slots.
+    #[inline(always)]
+    pub(crate) fn alloc(to: &mut [MaybeUninit<Slot>], new: &Alloc, align: u64, clock: Clock) {
+        to[0].write(Slot::new_block(SlotKind::Alloc, new, align, clock));
+    }
+
+    /// A free: writes [`Slot::free_slots`] slots.
+    #[inline(always)]
+    pub(crate) fn free(to: &mut [MaybeUninit<Slot>], old: &Free, clock: Clock) {
+        let clock = clock.unwrap_or(Self::NO_CLOCK);
+        match u32::try_from(old.slop) {
+            Ok(slop) => {
+                to[0].write(Slot {
+                    clock,
+                    size: old.size,
+                    word: old.tool_word,
+                    stack: old.alloc_stack.0,
+                    slop,
+                    kind: SlotKind::Free,
+                    align_log2: 0,
+                });
+            }
+            Err(_) => {
+                to[0].write(Slot {
+                    clock,
+                    kind: SlotKind::FreeWide,
+                    ..Slot::PAD
+                });
+                to[1].write(Slot::old_block(old));
+            }
+        }
+    }
+
+    /// A realloc (`align`: as for [`Slot::alloc`]): writes [`Slot::REALLOC_SLOTS`] slots.
+    #[inline(always)]
+    pub(crate) fn realloc(
+        to: &mut [MaybeUninit<Slot>],
+        old: &Free,
+        new: &Alloc,
+        align: u64,
+        clock: Clock,
+    ) {
+        to[0].write(Slot::new_block(SlotKind::Realloc, new, align, clock));
+        to[1].write(Slot::old_block(old));
+    }
+
+    /// The event whose first slot is `h` (`second`: its second slot, read only when it has
+    /// one), and how many slots it took (a [`SlotKind::Pad`] is not expected:
+    /// [`Logs::front`] steps over those).
+    #[inline(always)]
+    fn decode<'a>(h: &'a Slot, second: impl FnOnce() -> &'a Slot) -> (Event<'a>, usize) {
+        debug_assert!(h.kind != SlotKind::Old && h.kind != SlotKind::Pad);
+        if h.kind >= SlotKind::FreeWide {
+            return (
+                Event {
+                    head: h,
+                    tail: second(),
+                },
+                2,
+            );
+        }
+        (
+            Event {
+                head: h,
+                tail: &Slot::PAD,
+            },
+            1,
+        )
+    }
+
+    /// For a look ahead (`Massif::prefetch_ahead`), at any slot: the number of the block
+    /// it names (allocated or given back; 0: none). A realloc's two slots each name their
+    /// own block.
+    #[inline(always)]
+    pub(crate) fn hint_word(&self) -> u32 {
+        self.word
+    }
+
+    /// For a look ahead: whether the slot gives back the block [`Slot::hint_word`] names
+    /// (else, when it names one, it allocates it, of [`Slot::hint_size`] bytes).
+    #[inline(always)]
+    pub(crate) fn hint_gives_back(&self) -> bool {
+        self.kind < SlotKind::Alloc
+    }
+
+    #[inline(always)]
+    pub(crate) fn hint_size(&self) -> u64 {
+        self.size
     }
 }
 
 /// A piece of a log: events in the order they were appended, then the next piece.
 struct Chunk {
-    events: [MaybeUninit<Event>; CHUNK],
+    slots: [MaybeUninit<Slot>; CHUNK],
     /// Set by the owner (release) before it publishes the first event stored there.
     next: AtomicPtr<Chunk>,
 }
@@ -270,7 +398,7 @@ impl Chunk {
         if c.is_null() {
             handle_alloc_error(Self::LAYOUT);
         }
-        // SAFETY: `c` is a fresh allocation for a `Chunk`; the events may stay uninitialised
+        // SAFETY: `c` is a fresh allocation for a `Chunk`; the slots may stay uninitialised
         // (`MaybeUninit`), `next` is initialised here before any read.
         unsafe { std::ptr::addr_of_mut!((*c).next).write(AtomicPtr::new(null_mut())) };
         c
@@ -279,7 +407,7 @@ impl Chunk {
     /// # Safety
     /// `c` came from [`Chunk::new`] and nothing refers to it any more.
     unsafe fn delete(c: *mut Chunk) {
-        // SAFETY: forwarded to the caller; events need no drop (`Event` is `Copy`).
+        // SAFETY: forwarded to the caller; slots need no drop (`Slot` is `Copy`).
         unsafe { dealloc(c as *mut u8, Self::LAYOUT) }
     }
 }
@@ -288,9 +416,9 @@ impl Chunk {
 struct Writer {
     /// The chunk being filled (null until the log is first taken).
     chunk: *mut Chunk,
-    /// Events in `chunk`.
+    /// Slots of `chunk` written.
     used: usize,
-    /// Events appended so far (the published count, as the owner knows it).
+    /// Slots written so far (the published count, as the owner knows it).
     count: u64,
     /// The applied count as last read: the owner rereads it only when the difference
     /// says its log may be due.
@@ -302,7 +430,7 @@ struct Writer {
 struct OwnerLine {
     /// The thread that writes this log ([`NO_OWNER`], [`RETIRED`], or a thread id).
     owner: AtomicI32,
-    /// Events published (release store by the owner).
+    /// Slots published (release store by the owner).
     published: AtomicU64,
     /// The log's first chunk, where the reader starts (set before the first publication).
     first: AtomicPtr<Chunk>,
@@ -312,7 +440,7 @@ struct OwnerLine {
 /// Written by the reader, once per batch or chunk.
 #[repr(align(64))]
 struct ReaderLine {
-    /// Events applied (release store by the state lock's holder).
+    /// Slots applied (release store by the state lock's holder).
     applied: AtomicU64,
     /// Chunks the reader is done with, handed back for the owner's next ones (null: none).
     /// A chunk goes back to the thread that allocated it rather than to the allocator from
@@ -323,7 +451,7 @@ struct ReaderLine {
 }
 
 impl ReaderLine {
-    /// A chunk handed back, for the log's owner (one atomic swap per chunk of 256 events).
+    /// A chunk handed back, for the log's owner (one atomic swap per chunk of 512 slots).
     fn take_spare(&self) -> Option<*mut Chunk> {
         self.spares
             .iter()
@@ -344,13 +472,13 @@ impl ReaderLine {
 }
 
 /// One log: the owner's and the reader's fields in cache lines of their own.
-struct Slot {
+struct Log {
     own: OwnerLine,
     read: ReaderLine,
 }
 
 pub(crate) struct Logs {
-    slots: [Slot; SLOTS],
+    logs: [Log; SLOTS],
     /// Bit `i` set: log `i` was ever taken, so applying the logs visits only those.
     taken: AtomicU64,
 }
@@ -366,10 +494,12 @@ unsafe impl Send for Logs {}
 pub(crate) struct Cursor {
     /// The chunk holding the next event to apply (null before the first).
     chunk: *mut Chunk,
-    /// Events of `chunk` already applied.
+    /// Slots of `chunk` already applied.
     used: usize,
-    /// Events of the log applied.
+    /// Slots of the log applied.
     applied: u64,
+    /// Slots of the event [`Logs::front`] last returned.
+    span: usize,
 }
 
 impl Default for Cursor {
@@ -378,6 +508,7 @@ impl Default for Cursor {
             chunk: null_mut(),
             used: 0,
             applied: 0,
+            span: 0,
         }
     }
 }
@@ -385,11 +516,19 @@ impl Default for Cursor {
 // SAFETY: a cursor is only used by the holder of the state lock it lives under.
 unsafe impl Send for Cursor {}
 
+impl Cursor {
+    /// Slots of the event [`Logs::front`] last returned for this cursor.
+    #[inline]
+    pub(crate) fn span(&self) -> usize {
+        self.span
+    }
+}
+
 impl Logs {
     pub(crate) const fn new() -> Self {
         Logs {
-            slots: [const {
-                Slot {
+            logs: [const {
+                Log {
                     own: OwnerLine {
                         owner: AtomicI32::new(NO_OWNER),
                         published: AtomicU64::new(0),
@@ -416,7 +555,7 @@ impl Logs {
     #[inline]
     pub(crate) fn log_of(&self, tid: i32) -> Option<usize> {
         let home = tid as u32 as usize % SLOTS;
-        if tid > 0 && self.slots[home].own.owner.load(Ordering::Relaxed) == tid {
+        if tid > 0 && self.logs[home].own.owner.load(Ordering::Relaxed) == tid {
             return Some(home);
         }
         self.take_log(tid, home)
@@ -429,7 +568,7 @@ impl Logs {
         }
         for k in 0..SLOTS {
             let i = (home + k) % SLOTS;
-            let own = &self.slots[i].own;
+            let own = &self.logs[i].own;
             if own.owner.load(Ordering::Relaxed) == tid {
                 return Some(i);
             }
@@ -453,48 +592,77 @@ impl Logs {
         None
     }
 
-    /// Appends `ev` to the log of thread `tid` (the calling thread, never inside another
-    /// call of this on the same thread: the runtime does not re-enter a tool's handler on a
-    /// thread). Returns how many events that log may hold unapplied (at least the true
-    /// number when that is [`FLUSH`] or more), or `None` when the thread has no log.
+    /// Appends an event of `n` slots ([`Slot::ALLOC_SLOTS`], [`Slot::free_slots`],
+    /// [`Slot::REALLOC_SLOTS`]) to the log of thread `tid` (the calling thread, never inside
+    /// another call of this on the same thread: the runtime does not re-enter a tool's
+    /// handler on a thread). Returns how many slots that log may hold unapplied (at least
+    /// the true number when that is [`FLUSH`] or more), or `None` when the thread has no log.
     ///
-    /// The event is made by `make` and written straight into the log: built on the stack
-    /// with stores of its fields and then copied in 16-byte loads, each load waited for
-    /// the stores it spans (a store-forwarding stall: about 3% of Massif's time on `alloc`).
+    /// The event is written by `make` straight into the log's `n` slots: built on the stack
+    /// with stores of its fields and then copied in 16-byte loads, each load waited for the
+    /// stores it spans (a store-forwarding stall: about 3% of Massif's time on `alloc`). An
+    /// event's slots lie in one chunk: a two-slot event that does not fit in what is left
+    /// of one leaves a [`SlotKind::Pad`] there, published with it.
     #[inline(always)]
-    pub(crate) fn push(&self, tid: i32, make: impl Fn() -> Event) -> Option<u64> {
-        let slot = &self.slots[self.log_of(tid)?];
+    pub(crate) fn push(
+        &self,
+        tid: i32,
+        n: usize,
+        make: impl Fn(&mut [MaybeUninit<Slot>]),
+    ) -> Option<u64> {
+        debug_assert!((1..=2).contains(&n));
+        let slot = &self.logs[self.log_of(tid)?];
         // SAFETY: the log is owned by `tid`, the calling thread: thread ids are unique among
         // live threads, and the thread is not inside another `push` (above). So this is the
         // only reference to the writer.
         let w = unsafe { &mut *slot.own.writer.get() };
-        if w.used == CHUNK {
-            let next = match slot.read.take_spare() {
-                None => Chunk::new(),
-                Some(c) => {
-                    // SAFETY: the reader handed it back and never looks at it again.
-                    unsafe { (*c).next.store(null_mut(), Ordering::Relaxed) };
-                    c
-                }
-            };
-            // SAFETY: `w.chunk` is the log's last chunk, alive while the reader has not gone
-            // past it (it cannot: its `next` is set only now).
-            unsafe { (*w.chunk).next.store(next, Ordering::Release) };
-            w.chunk = next;
-            w.used = 0;
+        if w.used + n > CHUNK {
+            Self::next_chunk(slot, w);
         }
-        // SAFETY: `w.chunk` is this log's current chunk, `used < CHUNK`, and the slot is not
-        // yet published, so the reader does not read it.
-        unsafe { (*w.chunk).events[w.used].write(make()) };
-        w.used += 1;
-        w.count += 1;
+        // SAFETY: `w.chunk` is this log's current chunk and `used + n <= CHUNK`; those `n`
+        // slots are not yet published, so the reader does not read them, and the reference
+        // made covers them only (the reader may be reading the slots before).
+        let to = unsafe {
+            let first = std::ptr::addr_of_mut!((*w.chunk).slots) as *mut MaybeUninit<Slot>;
+            std::slice::from_raw_parts_mut(first.add(w.used), n)
+        };
+        make(to);
+        w.used += n;
+        w.count += n as u64;
         slot.own.published.store(w.count, Ordering::Release);
-        let mut n = w.count - w.applied_seen;
-        if n >= FLUSH {
+        let mut k = w.count - w.applied_seen;
+        if k >= FLUSH {
             w.applied_seen = slot.read.applied.load(Ordering::Acquire);
-            n = w.count - w.applied_seen;
+            k = w.count - w.applied_seen;
         }
-        Some(n)
+        Some(k)
+    }
+
+    /// The current chunk of `slot`'s writer `w` has no room for the next event: what is
+    /// left of it padded, a fresh chunk (a spare when the reader handed one back) linked.
+    #[cold]
+    #[inline(never)]
+    fn next_chunk(slot: &Log, w: &mut Writer) {
+        while w.used < CHUNK {
+            // SAFETY: as in `push`: the current chunk's unpublished slot, the writer's alone;
+            // published with the event that follows (the reader never sees a pad last).
+            unsafe { (*w.chunk).slots[w.used].write(Slot::PAD) };
+            w.used += 1;
+            w.count += 1;
+        }
+        let next = match slot.read.take_spare() {
+            None => Chunk::new(),
+            Some(c) => {
+                // SAFETY: the reader handed it back and never looks at it again.
+                unsafe { (*c).next.store(null_mut(), Ordering::Relaxed) };
+                c
+            }
+        };
+        // SAFETY: `w.chunk` is the log's last chunk, alive while the reader has not gone
+        // past it (it cannot: its `next` is set only now).
+        unsafe { (*w.chunk).next.store(next, Ordering::Release) };
+        w.chunk = next;
+        w.used = 0;
     }
 
     /// Logs ever taken (bit `i`: log `i`).
@@ -503,62 +671,99 @@ impl Logs {
         self.taken.load(Ordering::Acquire)
     }
 
-    /// Events published in log `i` and not yet applied past `cur`.
+    /// Slots published in log `i` and not yet applied past `cur`.
     #[inline]
     pub(crate) fn available(&self, i: usize, cur: &Cursor) -> u64 {
-        self.slots[i].own.published.load(Ordering::Acquire) - cur.applied
+        self.logs[i].own.published.load(Ordering::Acquire) - cur.applied
     }
 
-    /// The next event of log `i` after `cur`.
+    /// The next event of log `i` after `cur`, and the slots it takes of those available
+    /// (with a pad stepped over). [`Logs::advance`] then moves past it.
     ///
     /// # Safety
     /// Called by the holder of the state lock, under which every cursor of these logs
     /// lives, with `cur` the cursor of log `i`, and only when [`Logs::available`] said at
-    /// least one event is there.
-    #[inline]
-    pub(crate) unsafe fn front(&self, i: usize, cur: &mut Cursor) -> Event {
-        let slot = &self.slots[i];
-        if cur.chunk.is_null() {
-            cur.chunk = slot.own.first.load(Ordering::Acquire);
-            cur.used = 0;
-        } else if cur.used == CHUNK {
-            // SAFETY: the event after this chunk's last is published, so the owner linked
-            // the next chunk before (release, paired here).
-            let next = unsafe { (*cur.chunk).next.load(Ordering::Acquire) };
-            let done = std::mem::replace(&mut cur.chunk, next);
-            cur.used = 0;
-            // The owner writes only to its current chunk, `next` or later: `done` is free.
-            if !slot.read.give_spare(done) {
-                // SAFETY: `done` is referred to by nobody else (above), and was not kept.
-                unsafe { Chunk::delete(done) };
-            }
+    /// least one slot is there. The event is in place in the log: read it before the next
+    /// call of this for log `i` (which may hand its chunk back to the owner).
+    #[inline(always)]
+    pub(crate) unsafe fn front(&self, i: usize, cur: &mut Cursor) -> (Event<'_>, u64) {
+        let mut skipped = 0;
+        // SAFETY (the reads): a slot at `cur.used` of the cursor's chunk is published (the
+        // caller checked that one is available), so written before the release store of
+        // the count this thread's acquire load read.
+        if cur.chunk.is_null()
+            || cur.used == CHUNK
+            || unsafe { (*cur.chunk).slots[cur.used].assume_init_ref() }.kind == SlotKind::Pad
+        {
+            // SAFETY: forwarded. (The cursor by value, so that it can stay in registers.)
+            (*cur, skipped) = unsafe { self.next_chunk_read(i, *cur) };
         }
-        // SAFETY: the event is published (the caller checked), so written before the release
-        // store of the count this thread's acquire load read.
-        unsafe { (*cur.chunk).events[cur.used].assume_init_read() }
+        // SAFETY: the event's slots are published (the caller checked its first; the owner
+        // publishes an event's slots together) and lie in this chunk (`push`), written
+        // before the release store of the count this thread's acquire load read; only
+        // they are referred to (the owner may be writing the slots after them).
+        let (ev, span) = unsafe {
+            let first = std::ptr::addr_of!((*cur.chunk).slots) as *const Slot;
+            let at = first.add(cur.used);
+            Slot::decode(&*at, || &*at.add(1))
+        };
+        cur.span = span;
+        (ev, skipped + span as u64)
     }
 
-    /// The event `ahead` places after the one [`Logs::front`] last returned for `cur`, if
-    /// it lies in the same chunk: a look ahead that changes nothing, so that applying can
-    /// start loading what later events will read (`Massif::prefetch_ahead`).
+    /// [`Logs::front`] at the start of log `i`, at the end of a chunk or at its pads: the
+    /// cursor moved to the next chunk (the one done with handed back to the owner).
+    /// Returns the pads stepped over.
     ///
     /// # Safety
-    /// As for [`Logs::front`], called after it with the same cursor, with at least `ahead + 1`
-    /// events available from the one it returned.
+    /// As for [`Logs::front`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn next_chunk_read(&self, i: usize, mut cur: Cursor) -> (Cursor, u64) {
+        let log = &self.logs[i];
+        if cur.chunk.is_null() {
+            cur.chunk = log.own.first.load(Ordering::Acquire);
+            cur.used = 0;
+            return (cur, 0);
+        }
+        // The pads fill the chunk to its end; the event they precede is published with
+        // them.
+        let skipped = (CHUNK - cur.used) as u64;
+        cur.applied += skipped;
+        // SAFETY: the slot after this chunk's last is published, so the owner linked the
+        // next chunk before (release, paired here).
+        let next = unsafe { (*cur.chunk).next.load(Ordering::Acquire) };
+        let done = std::mem::replace(&mut cur.chunk, next);
+        cur.used = 0;
+        // The owner writes only to its current chunk, `next` or later: `done` is free.
+        if !log.read.give_spare(done) {
+            // SAFETY: `done` is referred to by nobody else (above), and was not kept.
+            unsafe { Chunk::delete(done) };
+        }
+        (cur, skipped)
+    }
+
+    /// The slot `ahead` places after the first of the event [`Logs::front`] last returned
+    /// for `cur`, if it lies in the same chunk: a look ahead that changes nothing, so that
+    /// applying can start loading what later events will read (`Massif::prefetch_ahead`).
+    ///
+    /// # Safety
+    /// As for [`Logs::front`], called after it with the same cursor, with at least
+    /// `ahead + 1` slots available from the first of the event it returned.
     #[inline]
-    pub(crate) unsafe fn peek(cur: &Cursor, ahead: usize) -> Option<&Event> {
+    pub(crate) unsafe fn peek(cur: &Cursor, ahead: usize) -> Option<&Slot> {
         let at = cur.used + ahead;
         if cur.chunk.is_null() || at >= CHUNK {
             return None;
         }
-        // SAFETY: the event is published (the caller's count), so written before the release
+        // SAFETY: the slot is published (the caller's count), so written before the release
         // store this thread acquired; the chunk stays alive while the cursor is in it.
-        Some(unsafe { (*cur.chunk).events[at].assume_init_ref() })
+        Some(unsafe { (*cur.chunk).slots[at].assume_init_ref() })
     }
 
-    /// Starts loading the event `ahead` places after the one [`Logs::front`] last returned
-    /// for `cur`, if it lies in the same chunk, without reading it: another thread wrote it,
-    /// so its line is in that thread's core's cache until asked for.
+    /// Starts loading the slot `ahead` places after the first of the event [`Logs::front`]
+    /// last returned for `cur`, if it lies in the same chunk, without reading it: another
+    /// thread wrote it, so its line is in that thread's core's cache until asked for.
     ///
     /// # Safety
     /// As for [`Logs::peek`].
@@ -568,21 +773,21 @@ impl Logs {
         if !cur.chunk.is_null() && at < CHUNK {
             // SAFETY: the chunk stays alive while the cursor is in it (as in `peek`); only
             // the address is taken.
-            oxgrind_tool::hint::prefetch_read(unsafe { &(*cur.chunk).events[at] });
+            oxgrind_tool::hint::prefetch_read(unsafe { &(*cur.chunk).slots[at] });
         }
     }
 
     /// Moves `cur` past the event [`Logs::front`] returned.
     #[inline]
     pub(crate) fn advance(cur: &mut Cursor) {
-        cur.used += 1;
-        cur.applied += 1;
+        cur.used += cur.span;
+        cur.applied += cur.span as u64;
     }
 
     /// Tells log `i`'s owner how far its events are applied.
     #[inline]
     pub(crate) fn mark_applied(&self, i: usize, cur: &Cursor) {
-        self.slots[i]
+        self.logs[i]
             .read
             .applied
             .store(cur.applied, Ordering::Release);
@@ -593,7 +798,7 @@ impl Logs {
     /// once they end in the parent, and would continue a log left in the middle of an
     /// append).
     pub(crate) fn retire_after_fork(&self) {
-        for s in &self.slots {
+        for s in &self.logs {
             let o = s.own.owner.load(Ordering::Relaxed);
             if o != NO_OWNER {
                 s.own.owner.store(RETIRED, Ordering::Relaxed);

@@ -497,7 +497,58 @@ fn threads_beyond_the_logs_apply_their_events_directly() {
 }
 
 #[test]
-fn a_logged_event_fits_the_size_the_log_limit_assumes() {
-    // log::LIMIT's memory bound (1 MiB per thread) counts 64 bytes per event.
-    assert_eq!(std::mem::size_of::<crate::log::Event>(), 64);
+fn a_log_slot_is_the_size_the_log_limit_assumes() {
+    // log::LIMIT's memory bound (512 KiB per thread) counts 32 bytes per slot.
+    assert_eq!(std::mem::size_of::<crate::log::Slot>(), 32);
+}
+
+/// Reallocs take two log slots, so some do not fit in what is left of a chunk and leave a
+/// pad there: every event still applies once, in order, on one thread and on two.
+#[test]
+fn two_slot_events_across_chunk_ends_apply_once() {
+    for threads in [1u64, 2] {
+        let h = std::sync::Arc::new(host());
+        let m = std::sync::Arc::new(massif(&["--time-unit=B"]));
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (h, m) = (h.clone(), m.clone());
+                std::thread::spawn(move || {
+                    let mut kept = Vec::new();
+                    for i in 0..3000u64 {
+                        let mut a = alloc((t << 40) | (i << 8), 16, 0, 1);
+                        a.tid = 1 + t as i32;
+                        let a = m.alloc_ev(&*h, a);
+                        let mut b = alloc((t << 40) | (i << 8) | 0x80, 48, 0, 3);
+                        b.tid = a.tid;
+                        let b = m.realloc_ev(&*h, &free(&a), b);
+                        if i % 3 == 0 {
+                            m.on_free(&*h, &free(&b));
+                        } else {
+                            kept.push(b);
+                        }
+                    }
+                    kept.len() as u64
+                })
+            })
+            .collect();
+        let kept: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+        let st = m.state_now(&*h);
+        assert_eq!(st.heap, kept * 48, "{threads} thread(s)");
+        assert_eq!(st.live_blocks, kept, "{threads} thread(s)");
+        assert!((0..log::SLOTS).all(|i| m.logs.available(i, &st.cursors[i]) == 0));
+    }
+}
+
+/// A free of a block Massif never numbered carries its slop in the event, however wide.
+#[test]
+fn a_free_of_an_unnumbered_block_keeps_a_wide_slop() {
+    let h = host();
+    let m = massif(&["--time-unit=B", "--heap-admin=0"]);
+    for slop in [7u64, 5 << 32] {
+        let a = alloc(0xa0, 10, slop, 1);
+        let before = m.state_now(&h).total_bytes_time;
+        m.on_free(&h, &free(&a));
+        let st = m.state_now(&h);
+        assert_eq!(st.total_bytes_time - before, 10 + slop);
+    }
 }
