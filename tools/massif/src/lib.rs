@@ -290,7 +290,7 @@ impl Massif {
         self.apply(host, &mut st, ev);
     }
 
-    /// A log holds `n` events unapplied, [`log::FLUSH`] or more: apply the logs if the state
+    /// A log holds `n` slots unapplied, [`log::FLUSH`] or more: apply the logs if the state
     /// lock is free, or wait for it past [`log::LIMIT`].
     #[inline(never)]
     fn flush_due(&self, host: &dyn Host, n: u64) {

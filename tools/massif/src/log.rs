@@ -6,18 +6,19 @@
 //! snapshots taken along it. Valgrind builds it from one thread at a time, since it runs one
 //! thread at a time. Here threads run in parallel, so each event is first appended to a log
 //! of the thread's own, and the logs are applied to the state in batches, under the state
-//! lock, by whichever thread's log holds [`FLUSH`] events while the lock is free (or by
+//! lock, by whichever thread's log holds [`FLUSH`] slots while the lock is free (or by
 //! `fini`, or by an event that must see the state up to date).
 //!
 //! A log has one writer, the thread that owns it, and one reader, whoever holds the state
-//! lock: a single-producer queue. The owner writes an event into its current chunk and
-//! publishes it by one release store of its count (a plain store on x86); the reader reads
-//! the count with an acquire load and the events below it in place. When a chunk is full the
-//! owner links a fresh one (the reader's last used chunk, handed back, or a new one), so a
-//! log never makes its owner wait: a log whose thread cannot get the state lock grows, and
-//! the next thread to find the lock free applies everything. Only a log holding [`LIMIT`]
-//! events unapplied (its thread ran on while the lock holder was preempted for long) makes
-//! its owner wait for the lock, asleep in the kernel until the holder is done (`sync::Released`).
+//! lock: a single-producer queue. The owner writes an event into its current chunk (one
+//! 32-byte [`Slot`], a realloc two) and publishes it by one release store of its count of
+//! slots (a plain store on x86); the reader reads the count with an acquire load and the
+//! events below it in place. When a chunk is full the owner links a fresh one (the reader's
+//! last used chunk, handed back, or a new one), so a log never makes its owner wait: a log
+//! whose thread cannot get the state lock grows, and the next thread to find the lock free
+//! applies everything. Only a log holding [`LIMIT`] slots unapplied (its thread ran on while
+//! the lock holder was preempted for long) makes its owner wait for the lock, asleep in the
+//! kernel until the holder is done (`sync::Released`).
 //!
 //! A log is owned by a thread id: thread `t` takes the free log at `t % SLOTS`, or the next
 //! free one, with one compare-and-swap when it first logs an event, and then finds it at
@@ -73,7 +74,7 @@ pub(crate) const FLUSH: u64 = 4096;
 pub(crate) const LIMIT: u64 = 16384;
 /// Slots per chunk of a log (16 KiB).
 const CHUNK: usize = 512;
-/// Chunks a log keeps for reuse: as many as it can hold ([`LIMIT`] events) and some slack,
+/// Chunks a log keeps for reuse: as many as it can hold ([`LIMIT`] slots) and some slack,
 /// so that its thread allocates chunks only while its log grows past its largest size so far.
 const SPARES: usize = LIMIT as usize / CHUNK + 8;
 
@@ -215,7 +216,7 @@ enum SlotKind {
 /// One 32-byte slot of a log. An allocation or a free is one slot, a realloc two (the new
 /// block, then the old one): half a cache line where an event was one line, so the
 /// allocating thread writes, and the thread applying the logs reads (often on the other
-/// core), half as many lines, and a batch of [`FLUSH`] events is 128 KiB where it was
+/// core), half as many lines, and a batch of [`FLUSH`] slots is 128 KiB where it was
 /// 256 KiB. Only what applying reads is kept: the alignment asked of Valgrind's allocator
 /// as a power of two, a free's slop in 32 bits (a wider one takes a second slot).
 #[derive(Copy, Clone, Debug)]
