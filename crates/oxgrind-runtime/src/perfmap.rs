@@ -18,6 +18,11 @@ use oxgrind_sys::raw;
 /// Guest pc, host address, host length of each block translated so far.
 static BLOCKS: SpinLock<Vec<(u64, u64, u64)>> = SpinLock::new(Vec::new());
 
+/// `OXGRIND_PERF_MAP=code`: the blocks' host code is written too (`/tmp/perf-<pid>.code`:
+/// per block its host address and length, little-endian `u64`s, then its bytes), so that
+/// samples can be placed on the inline instructions of a block (engine development).
+static WITH_CODE: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
 /// Blocks recorded at most: the table never grows, because growing copies with libc's
 /// `memcpy`, which runs from the code cache and may need a translation, whose hook would
 /// wait for this table's lock.
@@ -25,8 +30,10 @@ const MAX_BLOCKS: usize = 1 << 20;
 
 /// The engine's `Config::on_translated` when the variable asks for a map.
 pub fn hook() -> Option<fn(u64, u64, u64)> {
-    if !crate::state::env_var("OXGRIND_PERF_MAP").is_some_and(|v| v == b"1") {
-        return None;
+    match crate::state::env_var("OXGRIND_PERF_MAP").map(|v| &*v) {
+        Some(b"1") => {}
+        Some(b"code") => WITH_CODE.store(true, core::sync::atomic::Ordering::Relaxed),
+        _ => return None,
     }
     BLOCKS.lock().reserve_exact(MAX_BLOCKS);
     Some(on_translated)
@@ -54,6 +61,20 @@ fn write_natively() {
         return;
     }
     let mut text = String::new();
+    if WITH_CODE.load(core::sync::atomic::Ordering::Relaxed) {
+        let mut code = Vec::new();
+        for &(_, host, len) in &blocks {
+            code.extend_from_slice(&host.to_le_bytes());
+            code.extend_from_slice(&len.to_le_bytes());
+            // SAFETY: translations are never freed (the code cache only grows while the
+            // process runs), so `len` bytes at `host` are mapped and readable.
+            code.extend_from_slice(unsafe {
+                core::slice::from_raw_parts(host as *const u8, len as usize)
+            });
+        }
+        let path = format!("/tmp/perf-{}.code", raw::getpid());
+        let _ = oxgrind_tool::Host::write_file(&crate::host::HOST, &path, &code);
+    }
     for (guest, host, len) in blocks {
         let name = crate::host::HOST
             .describe(guest)
