@@ -9,7 +9,12 @@
  * 2. a defined index proven, then an undefined one read by an instruction in between that
  *    goes slow, then both used (the defined one's check left out);
  * 3. a register proven, overwritten by a load of undefined bytes, then used: the load
- *    kills the proof. */
+ *    kills the proof;
+ * 4. a register written by an instruction that goes slow (its other operand undefined,
+ *    the result undefined), then written again with a constant: that write's
+ *    zeroing of the shadow is left out (proven zero by the first one's fast path), so the
+ *    first must leave the block; the register, branched on in the next block, is defined
+ *    (no error). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -53,6 +58,22 @@ int main(int argc, char **argv) {
                      : "+r"(r)
                      : "r"(buf), "r"(p), "r"(defined)
                      : "rcx", "rdx", "cc", "memory");
+    /* 4: rax = 1 + p[4] (undefined, never used), then rax = 0, tested in the block after
+     *    the jne (its first instruction checks rax); nothing else in the block relies on
+     *    the add's fast path */
+    __asm__ volatile("mov 32(%1), %%rdx\n\t"
+                     "mov $1, %%eax\n\t"
+                     "add %%rdx, %%rax\n\t"
+                     "mov $0, %%eax\n\t"
+                     "test %2, %2\n\t"
+                     "jne 1f\n\t"
+                     "test %%rax, %%rax\n\t"
+                     "jne 1f\n\t"
+                     "add $1, %0\n"
+                     "1:\n\t"
+                     : "+r"(r)
+                     : "r"(p), "r"(defined)
+                     : "rax", "rdx", "cc", "memory");
     printf("%ld\n", r);
     free(p);
     return 0;

@@ -542,6 +542,7 @@ impl Emitter {
         for w in form.writes.iter().flatten() {
             match w {
                 _ if checked_zero(form, *w) => {}
+                _ if skip.writes & (1 << written_bytes(*w).0) != 0 => {}
                 Written::Qword(n) if form.load.is_some_and(|l| l.n == *n) => {
                     let off = written_shadow_off(*w);
                     // The loaded shadow: (mov rax, gs:[temp2];) mov gs:[off], rax
@@ -558,7 +559,7 @@ impl Emitter {
                 _ => self.zero_written_shadow(*w),
             }
         }
-        if form.flags_overwritten && !flags_zero_dead {
+        if form.flags_overwritten && !flags_zero_dead && !skip.flags_write {
             self.zero_flags_shadow();
         }
         if !borrow {
@@ -594,16 +595,15 @@ impl Emitter {
 
     /// A fast form's results, after its checks passed: every register it writes (but the
     /// ones its checks already found zero) and, unless dead, the flags, defined.
-    fn zero_written_shadows(&mut self, form: &FastForm, flags_zero_dead: bool) {
-        for w in form
-            .writes
-            .iter()
-            .flatten()
-            .filter(|w| !checked_zero(form, **w))
+    fn zero_written_shadows(&mut self, form: &FastForm, flags_zero_dead: bool, skip: Skip) {
+        for w in
+            form.writes.iter().flatten().filter(|w| {
+                !checked_zero(form, **w) && skip.writes & (1 << written_bytes(**w).0) == 0
+            })
         {
             self.zero_written_shadow(*w);
         }
-        if form.flags_overwritten && !flags_zero_dead {
+        if form.flags_overwritten && !flags_zero_dead && !skip.flags_write {
             self.zero_flags_shadow();
         }
     }
@@ -680,7 +680,7 @@ impl Emitter {
         if n == 0 {
             // Nothing left to check (all proven: `Proofs`): only the writes, which need
             // no `rcx`, and no way to the slow call.
-            self.zero_written_shadows(form, flags_zero_dead);
+            self.zero_written_shadows(form, flags_zero_dead, skip);
             return Ok(());
         }
         self.store_gs(1, c::OFF_VBITS_SAVED_RCX);
@@ -701,7 +701,7 @@ impl Emitter {
             slow.add_jump(self.buf.len())?;
             self.d32(0);
         }
-        self.zero_written_shadows(form, flags_zero_dead);
+        self.zero_written_shadows(form, flags_zero_dead, skip);
         self.load_gs(1, c::OFF_VBITS_SAVED_RCX);
         slow.back = self.buf.len();
         self.rcx_lent.push(self.slow.len());
@@ -2128,10 +2128,17 @@ fn stack_at_once(form: &FastForm) -> Option<StackAtOnce> {
 /// `push`), and no load copy writes it. Its zeroing is then left out.
 /// Which of an instruction's inline checks its block already proved ([`Proofs`]): the
 /// general registers (bit n: register n in encoding order) and the flags.
+///
+/// Also the zeroing of written shadows that are proven zero already (`writes`, the
+/// general registers; `flags_write`, the flags' shadow): an instruction writing a register
+/// a proof covers (`add eax, eax` after `cmovb eax, edi`) finds its shadow zero on its
+/// fast path, so the store would change nothing.
 #[derive(Clone, Copy, Default)]
 pub(super) struct Skip {
     pub regs: u16,
     pub flags: bool,
+    pub writes: u16,
+    pub flags_write: bool,
 }
 
 /// Block-level proofs of definedness: the shadow bytes of the general registers and the
@@ -2204,6 +2211,24 @@ impl Proofs {
             skip.flags = true;
             self.rely(self.flags_since, i);
         }
+        // A zeroing store of bytes proven zero: the proof must hold when this instruction
+        // runs, so the instructions it relies on leave the block when they go slow. (This
+        // one's own slow step writes the shadow itself.) Not `rsp`, whose shadow the stack
+        // forms keep, nor a load copy's destination, which takes the loaded shadow.
+        for w in form.writes.iter().flatten() {
+            let (n, bytes) = written_bytes(*w);
+            if n == 4 || checked_zero(form, *w) || form.load.is_some_and(|l| l.n == n) {
+                continue;
+            }
+            if self.proven[n as usize] & bytes == bytes {
+                skip.writes |= 1 << n;
+                self.rely(self.since[n as usize], i);
+            }
+        }
+        if form.flags_overwritten && self.flags {
+            skip.flags_write = true;
+            self.rely(self.flags_since, i);
+        }
         skip
     }
 
@@ -2223,7 +2248,14 @@ impl Proofs {
     /// After instruction `i` with fast form `form` took its fast path: what it checked is
     /// proven; what it writes (`written`: the general registers it writes any part of) is
     /// not, but what its fast form zeroes is.
-    pub(super) fn after(&mut self, i: usize, form: &FastForm, written: u16, flags_zero_dead: bool) {
+    pub(super) fn after(
+        &mut self,
+        i: usize,
+        form: &FastForm,
+        written: u16,
+        flags_zero_dead: bool,
+        skip: Skip,
+    ) {
         for n in (0..16).filter(|n| form.reads & (1 << n) != 0) {
             // The bytes the inline compare covers (`definedness_fast`).
             let bytes = match form.read_bytes[n] {
@@ -2238,17 +2270,16 @@ impl Proofs {
             self.flags = true;
             self.flags_since = i as u8;
         }
-        for n in (0..16).filter(|n| written & (1 << n) != 0) {
+        // A register whose zeroing was left out (`Skip::writes`) keeps its proof and what
+        // it relies on: its written bytes were proven zero and stay so on this fast path,
+        // the others are untouched. (Only registers the fast form writes are in it, and
+        // only through `writes`, as `Proofs::skip` chose them.)
+        for n in (0..16).filter(|n| written & !skip.writes & (1 << n) != 0) {
             self.proven[n] = 0;
         }
         for w in form.writes.iter().flatten() {
-            let (n, bytes) = match *w {
-                Written::Qword(n) => (n, 0xff),
-                Written::Word(n) => (n, 0x03),
-                Written::Byte(n) => (n, 0x01),
-                Written::HighByte(n) => (n, 0x02),
-            };
-            if form.load.is_some_and(|l| l.n == n) {
+            let (n, bytes) = written_bytes(*w);
+            if form.load.is_some_and(|l| l.n == n) || skip.writes & (1 << n) != 0 {
                 continue; // the loaded bytes' shadow
             }
             // A whole register written zero relies on this fast path alone.
@@ -2257,7 +2288,7 @@ impl Proofs {
             }
             self.prove(n as usize, bytes, i);
         }
-        if form.flags_overwritten {
+        if form.flags_overwritten && !skip.flags_write {
             // Left undefined-or-stale where the zeroing is dead (`flags_zero_dead`).
             self.flags = !flags_zero_dead;
             self.flags_since = i as u8;
@@ -2291,13 +2322,18 @@ pub(super) fn gprs_written(ins: &iced_x86::Instruction) -> u16 {
     })
 }
 
-fn checked_zero(form: &FastForm, w: Written) -> bool {
-    let (n, bytes) = match w {
+/// The register a write covers and its shadow bytes (bit i: byte i).
+fn written_bytes(w: Written) -> (u8, u8) {
+    match w {
         Written::Qword(n) => (n, 0xff),
         Written::Word(n) => (n, 0x03),
         Written::Byte(n) => (n, 0x01),
         Written::HighByte(n) => (n, 0x02),
-    };
+    }
+}
+
+fn checked_zero(form: &FastForm, w: Written) -> bool {
+    let (n, bytes) = written_bytes(w);
     form.reads & (1 << n) != 0
         && form.read_bytes[n as usize] & bytes == bytes
         && !form.load.is_some_and(|l| l.n == n)

@@ -707,6 +707,7 @@ pub fn translate_at_most(
                                 form,
                                 definedness::gprs_written(&d.ins),
                                 flags_zero_dead & (1 << i) != 0,
+                                skip,
                             );
                         }
                     }
