@@ -2353,15 +2353,11 @@ mod tests {
     use super::*;
     use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic};
 
-    /// The catch-up routine's every branch stays inside it, and it leaves by exactly two
-    /// `jmp gs:[probe_ret]`: after `cmp eax, eax` (done, ZF set) and after `test rsp, rsp`
-    /// (slow, ZF clear), the latter the target of every conditional branch that leaves
-    /// the work undone.
-    #[test]
-    fn catch_up_routine_leaves_by_its_two_exits() {
-        let base = 0x7000_0000_0000u64;
-        let code = catch_up_routine(base).unwrap();
-        let mut dec = Decoder::with_ip(64, &code, base, DecoderOptions::NONE);
+    /// An out-of-line routine at `at`, decoded, and the indices of its two exits: it
+    /// leaves by exactly two `jmp gs:[probe_ret]`, the first after `cmp` (done, ZF set),
+    /// the second after `test` (slow, ZF clear).
+    fn two_exits(code: &[u8], at: u64) -> (alloc::vec::Vec<iced_x86::Instruction>, [usize; 2]) {
+        let mut dec = Decoder::with_ip(64, code, at, DecoderOptions::NONE);
         let insns: alloc::vec::Vec<_> = dec.iter().collect();
         let exits: alloc::vec::Vec<usize> = (0..insns.len())
             .filter(|&i| insns[i].flow_control() == FlowControl::IndirectBranch)
@@ -2376,6 +2372,18 @@ mod tests {
         }
         assert_eq!(insns[exits[0] - 1].mnemonic(), Mnemonic::Cmp);
         assert_eq!(insns[exits[1] - 1].mnemonic(), Mnemonic::Test);
+        (insns, [exits[0], exits[1]])
+    }
+
+    /// The catch-up routine's every branch stays inside it, and it leaves by exactly two
+    /// `jmp gs:[probe_ret]`: after `cmp eax, eax` (done, ZF set) and after `test rsp, rsp`
+    /// (slow, ZF clear), the latter the target of every conditional branch that leaves
+    /// the work undone.
+    #[test]
+    fn catch_up_routine_leaves_by_its_two_exits() {
+        let base = 0x7000_0000_0000u64;
+        let code = catch_up_routine(base).unwrap();
+        let (insns, exits) = two_exits(&code, base);
         let fail = insns[exits[1] - 1].ip();
         let mut to_fail = 0;
         for ins in &insns[..exits[1]] {
@@ -2409,14 +2417,7 @@ mod tests {
         let code = stack_split_routine();
         assert_eq!(&all[CATCH_UP_ROOM..], &code[..]);
         let at = base + CATCH_UP_ROOM as u64;
-        let mut dec = Decoder::with_ip(64, &code, at, DecoderOptions::NONE);
-        let insns: alloc::vec::Vec<_> = dec.iter().collect();
-        let exits: alloc::vec::Vec<usize> = (0..insns.len())
-            .filter(|&i| insns[i].flow_control() == FlowControl::IndirectBranch)
-            .collect();
-        assert_eq!(exits.len(), 2);
-        assert_eq!(insns[exits[0] - 1].mnemonic(), Mnemonic::Cmp);
-        assert_eq!(insns[exits[1] - 1].mnemonic(), Mnemonic::Test);
+        let (insns, exits) = two_exits(&code, at);
         let restores_rcx = |i: &iced_x86::Instruction| {
             i.mnemonic() == Mnemonic::Mov
                 && i.op0_register() == Register::RCX
