@@ -49,6 +49,11 @@ struct Entry {
     extra_cost: i64,
 }
 
+/// What the way in and out of an entry point of `pass_caller` counts of ours when it runs
+/// natively ([`NATIVE_ENTRY`]): the entry point's two moves, lea and jmp, and the `ret`
+/// after the native call.
+const PASS_CALLER_COUNTED: i64 = 5;
+
 impl Entry {
     /// An entry point whose caller's registers are not known: the walk starts in the hook
     /// and drops our own frames.
@@ -65,8 +70,7 @@ impl Entry {
     /// The entry point of `pass_caller` the program called: its registers at the call.
     #[inline]
     fn gated_from(self, sp: u64, bp: u64) -> Entry {
-        // The entry point's two moves, lea and jmp, and the `ret` after the native call.
-        self.gated_from_counting(sp, bp, 5)
+        self.gated_from_counting(sp, bp, PASS_CALLER_COUNTED)
     }
 
     /// [`Entry::gated_from`] for a way in that counts `counted` instructions of ours.
@@ -238,13 +242,33 @@ const NOT_COUNTING: u64 = u64::MAX;
 /// [`Entry::extra_cost`]).
 /// `crates/oxgrind/tests/massif_time_i.rs` checks the per-call totals against Valgrind's.
 fn wrapper_cost(func: AllocFn, entry: &Entry) -> i64 {
-    // (Valgrind's wrapper, what stays counted of ours with a cost of 0), dev profile; the
-    // entry points of `pass_caller` when their calls are translated (two more than the
-    // measured numbers: the lea and the jump through `native_entry`).
+    if entry.gated != 0 && NATIVE_ENTRY.load(Ordering::Relaxed) {
+        // Run natively from the program's call on (`oxgrind_engine::native_entry`): what
+        // the way in and out translates is all that is counted of ours, in any profile.
+        return gated_cost(func, entry.gated) + entry.extra_cost;
+    }
+    let (valgrind, ours) = wrapper_costs(func);
+    valgrind + entry.extra_cost - ours
+}
+
+/// [`wrapper_cost`] of a call of `func` that runs natively from the program's call on
+/// ([`NATIVE_ENTRY`]), whose way in and out counts `gated` instructions of ours
+/// ([`Entry::gated`]).
+#[inline]
+fn gated_cost(func: AllocFn, gated: i64) -> i64 {
+    wrapper_costs(func).0 - gated
+}
+
+/// (Valgrind's wrapper, what stays counted of ours with a cost of 0) for `func`
+/// ([`wrapper_cost`]).
+#[inline]
+fn wrapper_costs(func: AllocFn) -> (i64, i64) {
+    // Ours: dev profile; the entry points of `pass_caller` when their calls are translated
+    // (two more than the measured numbers: the lea and the jump through `native_entry`).
     // (Each "ours" is 2 less than measured then: the engine's `oxg_count_get`, which read
     // the count, counted its 2 instructions until the count was spread over several words;
     // the engine counts nothing of it now.)
-    let (valgrind, ours) = match func {
+    match func {
         AllocFn::Malloc => (32, 82),
         AllocFn::Free => (25, 87),
         AllocFn::Calloc => (50, 65),
@@ -258,13 +282,7 @@ fn wrapper_cost(func: AllocFn, entry: &Entry) -> i64 {
         AllocFn::New | AllocFn::NewArray => (30, 109),
         // Through `pass_caller` as free is (74 before, when no delete passed its caller).
         AllocFn::Delete | AllocFn::DeleteArray => (25, 87),
-    };
-    if entry.gated != 0 && NATIVE_ENTRY.load(Ordering::Relaxed) {
-        // Run natively from the program's call on (`oxgrind_engine::native_entry`): what
-        // the way in and out translates is all that is counted of ours, in any profile.
-        return valgrind + entry.extra_cost - entry.gated;
     }
-    valgrind + entry.extra_cost - ours
 }
 
 impl Uncounted {
@@ -955,7 +973,7 @@ unsafe extern "C" fn malloc_at(size: usize, sp: u64, bp: u64) -> *mut c_void {
 
 #[inline(never)]
 unsafe fn malloc_fast(size: usize, sp: u64, bp: u64) -> *mut c_void {
-    let entry = entry!(malloc).called_from(sp, bp);
+    let entry = entry!(malloc).gated_from(sp, bp);
     // SAFETY: plain call into glibc's allocator.
     let get = || unsafe { __libc_malloc(size) };
     match fast::allocate(size as u64, 0, AllocFn::Malloc, entry, get) {
@@ -1018,7 +1036,7 @@ unsafe fn calloc_fast(n: usize, size: usize, sp: u64, bp: u64) -> *mut c_void {
     // A fishy argument or an overflowing product: the general path.
     if !fishy(n as u64) && !fishy(size as u64) {
         if let Some(total) = n.checked_mul(size) {
-            let entry = entry!(calloc).called_from(sp, bp);
+            let entry = entry!(calloc).gated_from(sp, bp);
             // SAFETY: plain call into glibc's allocator (no redzone: `fast::suits`).
             let get = || unsafe { __libc_calloc(n, size) };
             if let Some(p) = fast::allocate(total as u64, 0, AllocFn::Calloc, entry, get) {
@@ -1298,7 +1316,7 @@ unsafe extern "C" fn realloc_at(p: *mut c_void, size: usize, sp: u64, bp: u64) -
 
 #[inline(never)]
 unsafe fn realloc_fast(p: *mut c_void, size: usize, sp: u64, bp: u64) -> *mut c_void {
-    let entry = entry!(realloc).called_from(sp, bp);
+    let entry = entry!(realloc).gated_from(sp, bp);
     match fast::reallocate(p, size, AllocFn::Realloc, entry) {
         Some(q) => q,
         None => realloc_general(p, size, sp, bp),
@@ -1547,7 +1565,8 @@ unsafe extern "C" fn oxgrind_new(
 #[inline(never)]
 unsafe fn new_fast(size: usize, align: usize, which: c_int, sp: u64, bp: u64) -> *mut c_void {
     let func = new_func(which);
-    let entry = Entry::at(new_entry(which as usize)).called_from(sp, bp);
+    let counted = NEW_COUNTED[(which as usize).min(7)];
+    let entry = Entry::at(new_entry(which as usize)).gated_from_counting(sp, bp, counted);
     // SAFETY: plain calls into glibc's allocator (no redzone: `fast::suits`).
     let get = || unsafe {
         if align > 16 {

@@ -1,6 +1,11 @@
 //! The heap path's hooks: `malloc`, `calloc`, `realloc`, `free`, `operator new` and
-//! `operator delete` for a tool that runs without the translation engine and wants of each event only the
-//! block, its stack and its tool word (Massif's `--time-unit=B` and `ms`).
+//! `operator delete` for a tool that wants of each event only the block, its stack and its
+//! tool word, and runs without the translation engine (Massif's `--time-unit=B` and `ms`) or
+//! with it only to count the program's instructions (Massif's default `--time-unit=i`):
+//! there every event runs natively from the program's call on (`super::NATIVE_ENTRY`), so
+//! the only difference from a run without the engine is the call's cost, added to the count
+//! once before the tool hears of the event, as the general path adds it
+//! (`super::Uncounted::entered`).
 //!
 //! The general path ([`super::allocate_aligned_here`], [`super::deallocate_here`]) serves
 //! every tool and mode: the instruction count kept out of the hook ([`super::Uncounted`],
@@ -22,7 +27,10 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use oxgrind_tool::{AllocFn, Free};
 
-use super::{fishy, program_may_allocate, slop, Entry, Event, Uncounted, NOT_COUNTING, NO_STACK};
+use super::{
+    fishy, gated_cost, program_may_allocate, slop, Entry, Event, Uncounted, NOT_COUNTING, NO_STACK,
+    PASS_CALLER_COUNTED,
+};
 use crate::exit::EventGate;
 use crate::guard::this_thread;
 use crate::host::HOST;
@@ -34,8 +42,9 @@ static FAST: AtomicPtr<Runtime> = AtomicPtr::new(core::ptr::null_mut());
 
 /// Whether the runtime's events need nothing of the general path beyond what this one
 /// does: the engine does not run (`on_load` starts it for the tool's needs or for
-/// `--track-fds`), and there is no redzone, no freed-block queue, no page events, no free
-/// stacks, no alignment beyond glibc's 16.
+/// `--track-fds`) or runs only to count instructions with every event run natively from
+/// the program's call on ([`counts_only`]), and there is no redzone, no freed-block queue,
+/// no page events, no free stacks, no alignment beyond glibc's 16.
 fn suits(rt: &Runtime) -> bool {
     let n = &rt.needs;
     !n.ignores_heap
@@ -44,8 +53,21 @@ fn suits(rt: &Runtime) -> bool {
         && n.freelist_vol == 0
         && !n.free_stacks
         && rt.core.alignment <= 16
-        && !crate::wants_engine(n)
+        && (!crate::wants_engine(n) || counts_only(n))
         && rt.core.track_fds == oxgrind_options::TrackFds::No
+}
+
+/// Whether the engine runs only to count the program's instructions (nothing translated
+/// for a tool's probes, no definedness, no client requests, no system calls watched), and
+/// every allocator call from translated code runs natively as a whole from the program's
+/// call on (`super::NATIVE_ENTRY`, decided from the same needs when the engine starts):
+/// then none of the hook's own work is translated or counted, as without the engine, and
+/// the general path's only extra work is the call's cost added to the count.
+fn counts_only(n: &oxgrind_tool::Needs) -> bool {
+    n.count_instructions
+        && !(n.translation || n.instrument || n.client_requests || n.definedness)
+        && !n.before_syscalls
+        && super::events_run_natively(n)
 }
 
 /// Turns the heap path on for `rt` if it suits ([`suits`]): once, at the end of set-up
@@ -86,7 +108,9 @@ pub(super) fn allocate(
     if thread.is_inside() || fishy(size) {
         return None;
     }
+    let cost = || super::wrapper_cost(func, &entry);
     if !program_may_allocate(thread) {
+        count_call(rt, cost);
         // SAFETY: errno slot of this thread.
         unsafe { *crate::guard::errno_slot() = 12 }; // ENOMEM
         return Some(core::ptr::null_mut());
@@ -94,6 +118,7 @@ pub(super) fn allocate(
     // On failure glibc's `errno` is the program's result, and no event follows.
     let p = get();
     if p.is_null() {
+        count_call(rt, cost);
         return Some(p);
     }
     let Some(ev) = enter(rt, thread) else {
@@ -103,6 +128,7 @@ pub(super) fn allocate(
         super::record_alloc(None, p, size, align, func, entry);
         return Some(p);
     };
+    count_call(rt, cost);
     super::tell_alloc(&ev, p as u64, size, align, func, entry);
     Some(p)
 }
@@ -120,6 +146,10 @@ pub(super) fn deallocate(p: *mut c_void, func: AllocFn) -> bool {
     };
     let addr = p as u64;
     let removed = BLOCKS.remove(addr);
+    if removed.is_some() {
+        // Every deallocation function passes its caller on (`pass_caller`).
+        count_call(rt, || gated_cost(func, PASS_CALLER_COUNTED));
+    }
     // Matched by reference, each field loaded where used (see `deallocate_here`).
     match &removed {
         Some(b) if !b.internal => {
@@ -169,7 +199,9 @@ pub(super) fn reallocate(
     if thread.is_inside() {
         return None;
     }
+    let cost = || super::wrapper_cost(func, &entry);
     if !program_may_allocate(thread) {
+        count_call(rt, cost);
         // The block stays the program's, as realloc leaves it.
         // SAFETY: errno slot of this thread.
         unsafe { *crate::guard::errno_slot() = 12 }; // ENOMEM
@@ -186,6 +218,7 @@ pub(super) fn reallocate(
             return None;
         }
     };
+    count_call(rt, cost);
     // No freed-block queue, redzone or extra alignment (`suits`): resized where glibc
     // chooses, the old block glibc's again once it returns.
     // SAFETY: `p` is a live block glibc's allocator gave the program.
@@ -200,7 +233,7 @@ pub(super) fn reallocate(
 }
 
 /// Enters an event on `thread`: `None` when the thread is already inside the runtime.
-/// No instruction count to keep ([`suits`]: no engine) and no page events to deliver.
+/// No page events to deliver ([`suits`]); the call's cost is counted apart ([`count_call`]).
 #[inline(always)]
 fn enter(rt: &'static Runtime, thread: &'static crate::guard::ThreadState) -> Option<Event> {
     let inside = thread.try_enter()?;
@@ -212,4 +245,16 @@ fn enter(rt: &'static Runtime, thread: &'static crate::guard::ThreadState) -> Op
         inside,
         Uncounted(NOT_COUNTING),
     ))
+}
+
+/// With the engine counting instructions ([`counts_only`]): adds the call's `cost`
+/// (`super::wrapper_cost`) to the thread's count, once per call and before the tool hears
+/// of the event, wherever the general path would have counted it (its `Event::enter`, for
+/// an event run natively): at every outcome of a call this path serves, never before a
+/// return to the general path, which counts it itself.
+#[inline(always)]
+fn count_call(rt: &Runtime, cost: impl FnOnce() -> i64) {
+    if rt.needs.count_instructions {
+        Uncounted::entered(rt, cost());
+    }
 }
