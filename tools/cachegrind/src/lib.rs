@@ -288,7 +288,12 @@ impl Cachegrind {
     }
 
     /// The file's model from the costs charged so far.
-    fn build(&self, host: &dyn Host, costs: &[sim::Costs]) -> (CachegrindFile, Totals) {
+    fn build(
+        &self,
+        host: &dyn Host,
+        costs: &[sim::Costs],
+        branch_costs: &[sim::BranchCosts],
+    ) -> (CachegrindFile, Totals) {
         let pcs = self.pcs.lock().clone();
         // The cost indices that charged anything, in pc order: an instruction translated
         // more than once has several, summed below. Four bytes per index instead of a
@@ -296,32 +301,38 @@ impl Cachegrind {
         // per instruction between them: python3's report took 60 MB more at exit than
         // its run).
         let mut ids: Vec<u32> = (0..costs.len().min(pcs.len()))
-            .filter(|&id| costs[id].iter().any(|&n| n != 0))
+            .filter(|&id| {
+                costs[id].iter().any(|&n| n != 0)
+                    || branch_costs
+                        .get(id)
+                        .is_some_and(|b| b.iter().any(|&n| n != 0))
+            })
             .map(|id| id as u32)
             .collect();
         ids.sort_unstable_by_key(|&id| pcs[id as usize]);
         let columns: Vec<usize> = {
             let mut v: Vec<usize> = if self.opts.cache_sim {
-                (0..9).collect()
+                (sim::IR..=sim::DLMW).collect()
             } else {
                 vec![sim::IR]
             };
             if self.opts.branch_sim {
-                v.extend(9..13);
+                v.extend(sim::BC..=sim::BIM);
             }
             v
         };
         let mut lines: BTreeMap<(String, String, u32), Vec<u64>> = BTreeMap::new();
-        let mut all = [0u64; 13];
+        let mut all = [0u64; sim::COLUMNS];
         for same_pc in ids.chunk_by(|&a, &b| pcs[a as usize] == pcs[b as usize]) {
             let pc = pcs[same_pc[0] as usize];
-            let mut c: sim::Costs = [0; 13];
+            let mut c = [0u64; sim::COLUMNS];
             for &id in same_pc {
-                for (sum, &n) in c.iter_mut().zip(&costs[id as usize]) {
+                let row = sim::row(costs, branch_costs, id as usize);
+                for (sum, &n) in c.iter_mut().zip(&row) {
                     *sum += n;
                 }
             }
-            for k in 0..13 {
+            for k in 0..sim::COLUMNS {
                 all[k] += c[k];
             }
             let key = Self::locate(host, pc);
@@ -583,9 +594,11 @@ impl Tool for Cachegrind {
             // on find no simulator and are dropped, as they were left out of the report
             // before.
             let machine = guard.take();
-            machine.map(|m| m.sim.costs).unwrap_or_default()
+            machine
+                .map(|m| (m.sim.costs, m.sim.branch_costs))
+                .unwrap_or_default()
         };
-        let (file, totals) = self.build(host, &costs);
+        let (file, totals) = self.build(host, &costs.0, &costs.1);
         let path = match host.expand_output_path(&self.opts.out_file) {
             Ok(p) => p,
             Err(e) => {

@@ -375,8 +375,37 @@ impl Default for IndPredictor {
     }
 }
 
-/// Event counts of one instruction, in cachegrind.out's column order.
-pub type Costs = [u64; 13];
+/// The cache simulation's event counts of one instruction (Ir, then the I1, D1 and LL
+/// columns), in cachegrind.out's column order. The branch columns, which follow them in
+/// the file, are kept in rows of their own ([`BranchCosts`]), made only with
+/// `--branch-sim=yes`: without it a row is 72 bytes, not 104 (python3's run charges
+/// several hundred thousand of them, and each miss the simulator charges touches one).
+pub type Costs = [u64; 9];
+/// The branch simulation's counts of one instruction: Bc, Bcm, Bi, Bim (the file's columns
+/// [`BC`] to [`BIM`], at `column - BC` here).
+pub type BranchCosts = [u64; 4];
+/// Columns of the file, both row kinds together.
+pub const COLUMNS: usize = 13;
+
+/// Where the file's branch column `column` ([`BC`] to [`BIM`]) is in a [`BranchCosts`] row.
+#[inline(always)]
+const fn in_branch_row(column: usize) -> usize {
+    column - BC
+}
+
+/// Every column of instruction `id`'s costs, in the file's order, from the simulator's two
+/// tables ([`Simulator::costs`], [`Simulator::branch_costs`]; the branch columns 0 without
+/// the branch simulation).
+pub fn row(costs: &[Costs], branch_costs: &[BranchCosts], id: usize) -> [u64; COLUMNS] {
+    let mut all = [0; COLUMNS];
+    if let Some(c) = costs.get(id) {
+        all[..c.len()].copy_from_slice(c);
+    }
+    if let Some(b) = branch_costs.get(id) {
+        all[BC..].copy_from_slice(b);
+    }
+    all
+}
 pub const IR: usize = 0;
 pub const I1MR: usize = 1;
 pub const ILMR: usize = 2;
@@ -405,6 +434,9 @@ pub struct Simulator {
     /// Costs by instruction id (see `crate::adapter::Instr`); the L1 and LL misses are complete
     /// only after [`Simulator::flush`].
     pub costs: Vec<Costs>,
+    /// Branch costs by instruction id, as long as `costs` with the branch simulation, empty
+    /// without it.
+    pub branch_costs: Vec<BranchCosts>,
     /// How many times each block (the adapter's numbering) ran: its instructions' Ir.
     block_runs: Vec<u64>,
     /// L1 misses not yet looked up in LL.
@@ -429,6 +461,7 @@ impl Simulator {
             branch_sim,
             max_access: i1.line.min(d1.line).min(ll.line),
             costs: Vec::new(),
+            branch_costs: Vec::new(),
             block_runs: Vec::new(),
             ll_queue: LlQueue {
                 refs: vec![
@@ -531,7 +564,21 @@ impl Simulator {
     /// is charged its runs, 85 MB of RSS came in at once.)
     #[inline(never)]
     fn grow(&mut self, id: usize) {
-        self.costs.resize(id + 1, [0; 13]);
+        self.costs.resize(id + 1, [0; 9]);
+        if self.branch_sim {
+            self.branch_costs.resize(id + 1, [0; 4]);
+        }
+    }
+
+    /// The branch costs of instruction `id` (with the branch simulation: they exist
+    /// exactly where its costs do).
+    #[inline(always)]
+    fn branch_slot(&mut self, id: u32) -> &mut BranchCosts {
+        let id = id as usize;
+        if id >= self.branch_costs.len() {
+            self.grow(id);
+        }
+        &mut self.branch_costs[id]
     }
 
     /// Block `b` is entered: each of its instructions executes once (charged as Ir by
@@ -716,9 +763,9 @@ impl Simulator {
             return;
         }
         let miss = self.cond.predict(pc, taken);
-        let c = self.slot(id);
-        c[BC] += 1;
-        c[BCM] += u64::from(miss);
+        let c = self.branch_slot(id);
+        c[in_branch_row(BC)] += 1;
+        c[in_branch_row(BCM)] += u64::from(miss);
     }
 
     /// An indirect jump or call of instruction `id` at `pc` went to `target`.
@@ -728,9 +775,9 @@ impl Simulator {
             return;
         }
         let miss = self.ind.predict(pc, target);
-        let c = self.slot(id);
-        c[BI] += 1;
-        c[BIM] += u64::from(miss);
+        let c = self.branch_slot(id);
+        c[in_branch_row(BI)] += 1;
+        c[in_branch_row(BIM)] += u64::from(miss);
     }
 }
 
@@ -897,7 +944,7 @@ mod tests {
         let mut sim = Simulator::new(&i1c, &d1c, &llc, true, false);
         // The reference: LL looked up at the moment of each L1 miss.
         let (mut i1, mut d1, mut ll) = (Cache::new(&i1c), Cache::new(&d1c), Cache::new(&llc));
-        let mut want = vec![[0u64; 13]; 4];
+        let mut want = vec![[0u64; 9]; 4];
         let mut x: u64 = 0x9E3779B97F4A7C15;
         for n in 0..100_000u64 {
             x ^= x << 13;
