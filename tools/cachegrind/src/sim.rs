@@ -97,6 +97,13 @@ impl Cache {
     /// (unless the lookups before it change the set meanwhile): a hint, it changes no state.
     #[inline(always)]
     fn prefetch_rest(&self, addr: u64) {
+        if self.stride == 0 {
+            // Direct-mapped (the LL CPUID gives on AMD hosts: 256 MiB, 4 Mi sets): no other
+            // tags, and the test below would be a load of the most recently used tag, most
+            // likely a host cache miss (its prefetch, issued further ahead, is under way),
+            // for nothing: the flush stalled on it (18% of its samples on python3).
+            return;
+        }
         let block = addr >> self.line_bits;
         let set = (block & self.sets_min_1) as usize;
         if self.mru[set] == block {
