@@ -54,6 +54,9 @@ struct Arena {
     /// The shared halves of its blocks' slow calls (0: none, see
     /// `translate::slow_call_tails`).
     slow_tails: u64,
+    /// The shared out-of-line parts of its blocks' recent-lines checks (0: none, see
+    /// `translate::recent_line_routines`).
+    recent_routines: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -234,10 +237,12 @@ impl CodeCache {
             bump: start,
             catch_up: 0,
             slow_tails: 0,
+            recent_routines: 0,
         });
         self.stats.arenas += 1;
         let ai = self.arenas.len() - 1;
         self.place_catch_up_routine(ai);
+        self.place_recent_routines(ai);
         Ok(ai)
     }
 
@@ -273,6 +278,32 @@ impl CodeCache {
         let len = code.len() as u64;
         self.arenas[ai].bump = base + len;
         self.arenas[ai].slow_tails = base;
+        self.insert_host_block(base, len, translate::UNMAPPED, &[unmapped]);
+    }
+
+    /// Puts the recent-lines checks' shared routines in new arena `ai` (Cachegrind's data
+    /// table of two ways), for its blocks to call: 500 to 600 bytes per check otherwise.
+    fn place_recent_routines(&mut self, ai: usize) {
+        if !(self.opts.instrument && translate::recent_routines_wanted()) {
+            return;
+        }
+        let base = self.arenas[ai].bump;
+        let code = translate::recent_line_routines(base);
+        if code.is_empty() {
+            return;
+        }
+        // SAFETY: the arena is new, RWX, owned by the cache, and far larger than the
+        // routines (a few KiB).
+        unsafe { core::ptr::copy_nonoverlapping(code.as_ptr(), base as *mut u8, code.len()) };
+        let len = code.len() as u64;
+        self.arenas[ai].bump = base + len;
+        self.arenas[ai].recent_routines = base;
+        // Engine code: no guest pc, inside the cache.
+        let unmapped = translate::PcMapEntry {
+            host_off: 0,
+            fix: 0,
+            guest: translate::UNMAPPED,
+        };
         self.insert_host_block(base, len, translate::UNMAPPED, &[unmapped]);
     }
 
@@ -326,6 +357,7 @@ impl CodeCache {
         let base = self.arenas[ai].bump;
         translate::set_catch_up_routine(self.arenas[ai].catch_up);
         translate::set_slow_tails(self.arenas[ai].slow_tails);
+        translate::set_recent_routines(self.arenas[ai].recent_routines);
         // Code from a page the program can write is checked at each entry; a block that only
         // runs into such a page (its last instructions) is translated again with the check.
         let mut opts = self.opts;
@@ -343,7 +375,8 @@ impl CodeCache {
             t = translate::translate(pc, base, opts).map_err(CacheError::Translate)?;
         }
         // Probes can make a long block's translation too large (a recent-lines check of
-        // two ways is several hundred bytes per memory operand): fewer instructions then.
+        // two ways without its shared routines is several hundred bytes per memory
+        // operand): fewer instructions then.
         while t.bytes.len() as u64 > MAX_BLOCK && t.insns > 1 {
             t = translate::translate_at_most(pc, base, opts, t.insns / 2)
                 .map_err(CacheError::Translate)?;

@@ -26,7 +26,8 @@
 //! at `rsp - 136`, which the ABI lets a signal frame overwrite at any instruction, so no
 //! program may keep anything there (the kernel writes a whole frame below the red zone
 //! when a signal arrives). The engine's other code keeps its temporaries in the context
-//! page, never on the guest stack; this is the one exception, for speed: the call on the
+//! page, never on the guest stack; this is one of two exceptions (the other: the shared
+//! recent-lines routines, `translate::recent_line_routines`), for speed: the call on the
 //! engine stack (`mov gs:[slot], rsp; mov rsp, gs:[estack]; call; mov rsp, gs:[slot]`,
 //! safe even for a program whose stack ends right below `rsp`) made every probed access
 //! wait for `rsp` to come back through memory: xz under DHAT ran 6-9% slower than with the

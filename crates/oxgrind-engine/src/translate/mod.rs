@@ -49,7 +49,10 @@ mod special;
 
 pub use branches::{link_stub, native_jump, unlink_stub};
 pub(crate) use definedness::{definedness_routines, set_catch_up_routine};
-pub(crate) use probes::{set_slow_tails, slow_call_tails};
+pub(crate) use probes::{
+    recent_line_routines, recent_routines_wanted, set_recent_routines, set_slow_tails,
+    slow_call_tails,
+};
 use rewrite::{ea_encodable, gs_rewritable};
 use smc::Check;
 use special::{rep_block, syscall_block};

@@ -51,8 +51,8 @@ pub(super) struct RecentCold {
     to_second: usize,
     /// Position of the rel32 of the inline `jnz` taken by an access straddling two lines.
     straddles: Option<usize>,
-    /// What the inline check leaves in `rax` and `rcx` for the out-of-line part.
-    entry: ColdEntry,
+    /// The inline check borrowed `rcx` (`PROBE_RCX`): the out-of-line part gives it back.
+    rcx_borrowed: bool,
     /// Where the inline check ends: the instruction, guest state exact but for what
     /// `keep` keeps.
     back: usize,
@@ -84,19 +84,6 @@ impl Keep {
     }
 }
 
-/// How an instruction's inline recent-lines check enters its out-of-line part.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum ColdEntry {
-    /// `rax` = the line, `rcx` = its slot (borrowed); a straddling access at `straddles`.
-    LineAndSlot,
-    /// An operand at a constant address (`Emitter::check_recent_constant`): `rax` = the
-    /// line, `rcx` not borrowed; the slot is known.
-    Constant(u32),
-    /// `Emitter::check_recent_without_rcx`: `rax` clobbered, `rcx` not borrowed; the
-    /// out-of-line part starts over from the address.
-    Address,
-}
-
 /// The out-of-line part of a block's two-way code-lines check (see
 /// `Emitter::trace_block_new_lines_two_ways`), placed by `Emitter::finish_recent_cold`.
 pub(super) struct BlockCold {
@@ -116,23 +103,6 @@ pub(super) struct BlockCold {
     /// The inline check kept its borrow: the out-of-line record borrows again after its
     /// drain check, before going back.
     kept: bool,
-}
-
-/// How [`Emitter::second_line_hit`] forms the accessed line again, `rax` having been
-/// used for the swap.
-enum LineAgain {
-    /// It is known at translation (an operand at a constant address).
-    Line(u64),
-    /// From operand `m`'s address (not addressed by `rcx`, which holds the slot), shifted
-    /// right by the line shift.
-    Address(UsedMemory, u32),
-    /// Not at all: the swap is made with `xor`s of the line in `rax`.
-    No,
-}
-
-/// Whether operand `m` is addressed by `rcx` (which the out-of-line record borrows).
-fn uses_rcx(m: &UsedMemory) -> bool {
-    m.base() == Register::RCX || m.index() == Register::RCX
 }
 
 /// The bytes of operand `m` the recent-lines table considers: at most one line's.
@@ -866,8 +836,10 @@ impl Emitter {
                     }
                 }
             } else if let (Some(g), TraceFilter::RecentLines) = (recent, filter) {
-                if n == 1 && crate::recent_lines::two_ways() {
-                    // The whole probe but its check is out of line: no drain check here.
+                let routines = RECENT_ROUTINES.load(core::sync::atomic::Ordering::Relaxed);
+                if n == 1 && crate::recent_lines::two_ways() && routines != 0 {
+                    // The whole probe but its check is out of line (the arena's shared
+                    // routine): no drain check here.
                     return self.check_recent_two_ways(m, g, tag, word, ip, flags_live);
                 }
                 let leave = (n == 1).then_some(flags_live);
@@ -1260,13 +1232,10 @@ impl Emitter {
     }
 
     /// The two-way check's second half (line in `rax`, slot in `rcx`): a hit in the slot's
-    /// second line swaps the two (and the slot's swap bit flips so the simulator can
-    /// replay the order), then gives `rcx` back; a miss jumps to the returned rel32, to be
-    /// patched to the record of a new line. `line_again`: how to form the line once more
-    /// (see [`LineAgain`]), so that the swap is plain loads and stores: the next access to
-    /// the slot, often the other line's (two arrays walked together), then waits for no
-    /// read-modify-write of the line it compares; without, three `xor`s swap in place.
-    fn second_line_hit(&mut self, line_again: LineAgain) -> usize {
+    /// second line swaps the two with three `xor`s (and the slot's swap bit flips so the
+    /// simulator can replay the order), then gives `rcx` back; a miss jumps to the
+    /// returned rel32, to be patched to the record of a new line.
+    fn second_line_hit(&mut self) -> usize {
         let first = c::RECENT_LINES_OFF as u32;
         let second = c::RECENT_SECOND_LINES_OFF as u32;
         self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, SECOND
@@ -1274,38 +1243,12 @@ impl Emitter {
         self.buf.extend_from_slice(&[0x0F, 0x85]); // jne new
         let to_new = self.buf.len();
         self.d32(0);
-        let formed = match line_again {
-            LineAgain::Line(line) => {
-                self.buf.extend_from_slice(&[0x65, 0x48, 0x8B, 0x04, 0xCD]); // mov rax, FIRST
-                self.d32(first);
-                self.buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0xCD]); // mov SECOND, rax
-                self.d32(second);
-                self.mov_imm64(0, line);
-                true
-            }
-            LineAgain::Address(m, shift) => {
-                self.buf.extend_from_slice(&[0x65, 0x48, 0x8B, 0x04, 0xCD]); // mov rax, FIRST
-                self.d32(first);
-                self.buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0xCD]); // mov SECOND, rax
-                self.d32(second);
-                // Encoded before by the inline check: cannot fail here.
-                let _ = self.effective_address(&m, 0, 0);
-                self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, shift as u8]); // shr rax, shift
-                true
-            }
-            LineAgain::No => false,
-        };
-        if formed {
-            self.buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0xCD]); // mov FIRST, rax
-            self.d32(first);
-        } else {
-            self.buf.extend_from_slice(&[0x65, 0x48, 0x33, 0x04, 0xCD]); // xor rax, FIRST
-            self.d32(first);
-            self.buf.extend_from_slice(&[0x65, 0x48, 0x31, 0x04, 0xCD]); // xor FIRST, rax
-            self.d32(first);
-            self.buf.extend_from_slice(&[0x65, 0x48, 0x31, 0x04, 0xCD]); // xor SECOND, rax
-            self.d32(second);
-        }
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x33, 0x04, 0xCD]); // xor rax, FIRST
+        self.d32(first);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x31, 0x04, 0xCD]); // xor FIRST, rax
+        self.d32(first);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x31, 0x04, 0xCD]); // xor SECOND, rax
+        self.d32(second);
         self.buf.extend_from_slice(&[0x65, 0x80, 0x34, 0x0D]); // xor byte gs:[SWAPS+rcx], 1
         self.d32(c::RECENT_SWAPS_OFF as u32);
         self.buf.push(1);
@@ -1359,7 +1302,7 @@ impl Emitter {
         let done_first = self.buf.len();
         self.d32(0);
         self.patch_rel32(to_second);
-        let to_new = self.second_line_hit(LineAgain::No);
+        let to_new = self.second_line_hit();
         if let Some(flags_live) = leave {
             self.return_rax(flags_live);
         }
@@ -1399,8 +1342,9 @@ impl Emitter {
     /// per slot: inline only what an access to its slot's first line runs (most accesses),
     /// which then falls through to the instruction; the rest, from the compare with the
     /// second line to the record and the drain check (what
-    /// [`Emitter::append_unless_recent_two_ways`] emits), out of line after the block's
-    /// stubs ([`Emitter::finish_recent_cold`]), coming back to the instruction. The inline
+    /// [`Emitter::append_unless_recent_two_ways`] emits), in the arena's shared routine
+    /// ([`recent_line_routines`]), called from a few bytes after the block's stubs
+    /// ([`Emitter::finish_recent_cold`]), coming back to the instruction. The inline
     /// part stays a few dozen bytes, straight, with no taken jump. Most operands take one
     /// of two shorter forms, which leave `rcx` alone: a constant address's
     /// ([`Emitter::check_recent_constant`]) and one in `rax` only
@@ -1431,13 +1375,13 @@ impl Emitter {
         // Every form ends alike: rax back, and the out-of-line part queued with where its
         // jump is and how it finds the line.
         let short = match self.check_recent_constant(m, geometry) {
-            Some(slot) => Some((self.buf.len() - 4, ColdEntry::Constant(slot))),
+            Some(_) => Some((self.buf.len() - 4, false)),
             None => self
                 .check_recent_without_rcx(m, geometry, ip)?
-                .map(|to_second| (to_second, ColdEntry::Address)),
+                .map(|to_second| (to_second, false)),
         };
-        let (to_second, straddles, entry) = match short {
-            Some((to_second, entry)) => (to_second, None, entry),
+        let (to_second, straddles, rcx_borrowed) = match short {
+            Some((to_second, borrowed)) => (to_second, None, borrowed),
             None => {
                 let straddles = self.recent_line_and_slot(m, geometry, ip)?;
                 self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, FIRST
@@ -1446,7 +1390,7 @@ impl Emitter {
                 let to_second = self.buf.len();
                 self.d32(0);
                 self.load_gs(1, c::OFF_PROBE_RCX);
-                (to_second, straddles, ColdEntry::LineAndSlot)
+                (to_second, straddles, true)
             }
         };
         // Where the instruction can carry the borrow of `rax` over to the next one's probe
@@ -1472,7 +1416,7 @@ impl Emitter {
             flags_live,
             to_second,
             straddles,
-            entry,
+            rcx_borrowed,
             back,
             keep,
         });
@@ -1572,24 +1516,19 @@ impl Emitter {
         Some(slot)
     }
 
-    /// Places the out-of-line parts of [`Emitter::check_recent_two_ways`] (before the slow
-    /// calls: their drain checks add some). Each enters with `rax` = the line and `rcx` =
-    /// its slot (the program's `rax`, flags and `rcx` saved), or at its straddle entry, and
-    /// leaves with the guest state exact, jumping back to its instruction. (An operand at
-    /// a constant address enters with `rcx` not yet borrowed: it is saved and set first.)
+    /// Places the out-of-line parts of [`Emitter::check_recent_two_ways`] and of the
+    /// block's code-lines check. A data check's is a call of the arena's shared routine
+    /// (see [`recent_line_routines`]), entered from the inline `jne`/`jnz`/`ja` with the
+    /// program's `rax` (and flags, when live) saved and `rcx` borrowed or not
+    /// (`RecentCold::rcx_borrowed`); it gives back `rcx`, forms the address and calls;
+    /// the routine comes back with what the check keeps borrowed, as the inline check
+    /// ends, or, after a drain, with the guest state exact (a kept borrow is taken again
+    /// by the thunk after the data):
     ///
     /// ```text
-    /// second:
-    ///     cmp rax, gs:[SECOND + rcx*8]; jne new
-    ///     swap first and second (three xors); xor byte gs:[SWAPS + rcx], 1
-    ///     restore rcx, (flags,) rax; jmp back            (skipped)
-    /// new:
-    ///     record the line (bit 0); jmp append
-    /// straddles:
-    ///     both lines their slots' first: restore rcx, (flags,) rax; jmp back   (skipped)
-    ///     restore rcx; record both lines (bits 0 and 1)
-    /// append:
-    ///     restore rcx; rax = address; append; drain check (restores rax, flags); jmp back
+    ///     (mov rcx, gs:[PROBE_RCX]); rax = address; lea rsp, [rsp - 128]; call routine
+    ///     jmp back; dd tag, size | kind << 16, last; dq drain record
+    ///     (kept: mov gs:[STUB_RAX], rax; (save the flags); jmp back)
     /// ```
     pub(super) fn finish_recent_cold(&mut self) {
         for d in core::mem::take(&mut self.block_cold) {
@@ -1597,189 +1536,44 @@ impl Emitter {
             self.push_map_at(at, d.pc, FIX_RAX_IN_STUB);
             self.block_cold_two_ways(&d);
         }
+        let routines = RECENT_ROUTINES.load(core::sync::atomic::Ordering::Relaxed);
         for d in core::mem::take(&mut self.recent_cold) {
             let at = self.buf.len();
             self.push_map_at(at, d.ip, FIX_RAX_IN_STUB);
             self.patch_rel32(d.to_second);
-            let mut straddles = d.straddles;
-            match d.entry {
-                ColdEntry::LineAndSlot => {}
-                ColdEntry::Constant(slot) => {
-                    self.store_gs(1, c::OFF_PROBE_RCX);
-                    self.buf.push(0xB9); // mov ecx, slot
-                    self.d32(slot);
-                }
-                ColdEntry::Address => {
-                    // Not (one line, the slot's first): a straddling access, or a line to
-                    // look for in the second way. Encoded once inline: no error here.
-                    straddles = self
-                        .recent_line_and_slot(&d.m, d.geometry, d.ip)
-                        .unwrap_or(None);
-                }
+            if let Some(j) = d.straddles {
+                self.patch_rel32(j);
             }
-            let line_again = match d.entry {
-                ColdEntry::Constant(_) => LineAgain::Line(d.m.displacement() >> d.geometry.0),
-                _ if !uses_rcx(&d.m) => LineAgain::Address(d.m, d.geometry.0),
-                _ => LineAgain::No,
-            };
-            let to_new = self.second_line_hit(line_again);
-            self.give_back(d.flags_live, d.keep);
-            self.jmp_to(d.back);
-            self.patch_rel32(to_new);
-            // Both addresses were encoded once by `check_recent_two_ways`: no error here.
-            let mut append = || -> Result<(), TranslateError> {
-                let mut to_append = None;
-                if !uses_rcx(&d.m) {
-                    self.record_new_line(&d)?;
-                } else {
-                    self.record_line_two_ways(0);
-                    if straddles.is_some() {
-                        self.buf.push(0xE9); // jmp append
-                        to_append = Some(self.buf.len());
-                        self.d32(0);
-                    }
-                }
-                if let Some(j) = straddles {
-                    self.patch_rel32(j);
-                    self.straddle_both_first(d.geometry, d.flags_live, d.keep, d.back);
-                    self.load_gs(1, c::OFF_PROBE_RCX);
-                    self.note_recent_lines(&d.m, d.geometry, d.ip)?;
-                } else if !uses_rcx(&d.m) {
-                    return Ok(());
-                }
-                if let Some(j) = to_append {
-                    self.patch_rel32(j);
-                }
+            if d.rcx_borrowed {
                 self.load_gs(1, c::OFF_PROBE_RCX);
-                self.effective_address(&d.m, 0, d.ip)?;
-                self.append_access(d.tag, d.word);
-                self.drain_when_full_keeping(d.ip, d.flags_live, d.keep);
+            }
+            // Encoded once by `check_recent_two_ways`: no error here.
+            let _ = self.effective_address(&d.m, 0, d.ip);
+            self.buf.extend_from_slice(&[0x48, 0x8D, 0x64, 0x24, 0x80]); // lea rsp, [rsp-128]
+            let variant = recent_routine_variant(d.keep, d.flags_live);
+            let entry = routines + (variant * RECENT_ROUTINE_ROOM) as u64;
+            let rel = (entry as i64).wrapping_sub(self.here() as i64 + 5);
+            self.buf.push(0xE8); // call routine (same arena: within rel32)
+            self.d32(rel as i32 as u32);
+            // R: the routine's return, then the data it reads from here.
+            let r = self.buf.len();
+            self.jmp_to(d.back);
+            let last = recent_clamp(&d.m, d.geometry) - 1;
+            let rec = crate::probe::trace_full_record_at(d.ip).unwrap_or(0);
+            debug_assert_eq!(self.buf.len(), r + SITE_TAG as usize);
+            self.d32(d.tag);
+            self.d32(d.word);
+            self.d32(last as u32);
+            self.buf.extend_from_slice(&rec.to_le_bytes());
+            if d.keep != Keep::No {
+                // The drain's return (guest state exact): borrow again; jmp back.
+                debug_assert_eq!(self.buf.len(), r + SITE_THUNK as usize);
+                self.push_map_at(self.buf.len(), d.ip, 0);
+                self.borrow_again(d.ip, d.flags_live);
                 self.jmp_to(d.back);
-                Ok(())
-            };
-            let _ = append();
+            }
         }
         self.unmark();
-    }
-
-    /// The out-of-line record of an access within one line that neither way of its slot
-    /// names (`rax` = the line, `rcx` = its slot, borrowed; an operand not addressed by
-    /// `rcx`): the line becomes the slot's first (formed again from the address, so that
-    /// the update is plain loads and stores, as in `second_line_hit`), the first its
-    /// second, and the record,
-    /// its swap bit from the slot's (then cleared), is written whole from `rcx` = the
-    /// trace pointer; the drain check, the guest state given back and the jump to the
-    /// instruction follow. (What `record_line_two_ways`, `append_access` and
-    /// `drain_when_full` do for any access, without the compare with the first line the
-    /// inline check made, nor the second save and restore of `rcx`.)
-    ///
-    /// ```text
-    ///     mov rax, gs:[FIRST + rcx*8]; mov gs:[SECOND + rcx*8], rax
-    ///     rax = the line again (address >> shift); mov gs:[FIRST + rcx*8], rax
-    ///     movzx eax, byte gs:[SWAPS + rcx]; mov byte gs:[SWAPS + rcx], 0
-    ///     shl eax, 24; or eax, size | kind << 16
-    ///     mov rcx, gs:[TRACE_PTR]; mov [rcx+12], eax; mov dword [rcx+8], tag
-    ///     rax = address; mov [rcx], rax; lea rcx, [rcx+16]; mov gs:[TRACE_PTR], rcx
-    ///     cmp rcx, gs:[TRACE_END]; restore rcx; jae <drain>
-    ///     (restore flags,) rax; jmp back
-    /// ```
-    fn record_new_line(&mut self, d: &RecentCold) -> Result<(), TranslateError> {
-        let first = c::RECENT_LINES_OFF as u32;
-        self.buf.extend_from_slice(&[0x65, 0x48, 0x8B, 0x04, 0xCD]); // mov rax, FIRST
-        self.d32(first);
-        self.buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0xCD]); // mov SECOND, rax
-        self.d32(c::RECENT_SECOND_LINES_OFF as u32);
-        match d.entry {
-            ColdEntry::Constant(_) => self.mov_imm64(0, d.m.displacement() >> d.geometry.0),
-            _ => {
-                self.effective_address(&d.m, 0, d.ip)?;
-                self.buf
-                    .extend_from_slice(&[0x48, 0xC1, 0xE8, d.geometry.0 as u8]);
-                // shr rax, shift
-            }
-        }
-        self.buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0xCD]); // mov FIRST, rax
-        self.d32(first);
-        self.buf.extend_from_slice(&[0x65, 0x0F, 0xB6, 0x04, 0x0D]); // movzx eax, byte SWAPS
-        self.d32(c::RECENT_SWAPS_OFF as u32);
-        self.buf.extend_from_slice(&[0x65, 0xC6, 0x04, 0x0D]); // mov byte SWAPS, 0
-        self.d32(c::RECENT_SWAPS_OFF as u32);
-        self.buf.push(0);
-        self.buf.extend_from_slice(&[0xC1, 0xE0, 24]); // shl eax, 24
-        self.buf.push(0x0D); // or eax, size | kind << 16
-        self.d32(d.word);
-        self.load_gs(1, c::OFF_TRACE_PTR);
-        self.buf.extend_from_slice(&[0x89, 0x41, 0x0C]); // mov [rcx+12], eax
-        self.buf.extend_from_slice(&[0xC7, 0x41, 0x08]); // mov dword [rcx+8], tag
-        self.d32(d.tag);
-        self.effective_address(&d.m, 0, d.ip)?;
-        self.buf.extend_from_slice(&[0x48, 0x89, 0x01]); // mov [rcx], rax
-        self.buf.extend_from_slice(&[0x48, 0x8D, 0x49, 0x10]); // lea rcx, [rcx+16]
-        self.store_gs(1, c::OFF_TRACE_PTR);
-        self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x0C, 0x25]); // cmp rcx, gs:[TRACE_END]
-        self.d32(c::OFF_TRACE_END as u32);
-        self.load_gs(1, c::OFF_PROBE_RCX);
-        self.buf.extend_from_slice(&[0x0F, 0x83]); // jae <drain>
-        let jump = self.buf.len();
-        self.d32(0);
-        self.give_back(d.flags_live, d.keep);
-        if d.keep == Keep::No {
-            self.mark(d.ip, 0);
-        }
-        let rec = crate::probe::trace_full_record_at(d.ip).unwrap_or(0);
-        if rec != 0 {
-            if d.keep != Keep::No {
-                self.reborrow.push(self.slow.len());
-            }
-            self.slow
-                .push(SlowCall::one_jump(d.ip, rec, d.flags_live, d.back, jump));
-        } else {
-            // No memory for the record: never leave (as `drain_when_full`).
-            self.buf[jump..jump + 4].copy_from_slice(&0u32.to_le_bytes());
-        }
-        self.jmp_to(d.back);
-        Ok(())
-    }
-
-    /// The straddle entry of [`Emitter::finish_recent_cold`] (`rax` = the address, `rcx`
-    /// borrowed): when both lines the access touches are their slots' first, the access
-    /// is skipped as a one-line access to a first line is (each is its set's most recently
-    /// used line: the lookups change nothing), leaving for `back` with the guest state
-    /// exact; otherwise it falls through with `rcx` still borrowed, `rax` clobbered. (Both
-    /// lines in one slot, with a table of one slot, can never both be first: recorded.)
-    ///
-    /// ```text
-    ///     shr rax, shift; mov ecx, eax; and ecx, slots-1; cmp rax, gs:[FIRST + rcx*8]; jne record
-    ///     inc rax; mov ecx, eax; and ecx, slots-1; cmp rax, gs:[FIRST + rcx*8]; jne record
-    ///     restore rcx, (flags,) rax; jmp back
-    /// record:
-    /// ```
-    fn straddle_both_first(
-        &mut self,
-        (shift, slots): (u32, u32),
-        flags_live: bool,
-        keep: Keep,
-        back: usize,
-    ) {
-        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, shift as u8]); // shr rax, shift
-        let mut to_record = [0usize; 2];
-        for (k, j) in to_record.iter_mut().enumerate() {
-            if k == 1 {
-                self.buf.extend_from_slice(&[0x48, 0xFF, 0xC0]); // inc rax: the next line
-            }
-            self.recent_slot_of_rax(slots);
-            self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, FIRST
-            self.d32(c::RECENT_LINES_OFF as u32);
-            self.buf.extend_from_slice(&[0x0F, 0x85]); // jne record
-            *j = self.buf.len();
-            self.d32(0);
-        }
-        self.load_gs(1, c::OFF_PROBE_RCX);
-        self.give_back(flags_live, keep);
-        self.jmp_to(back);
-        for j in to_record {
-            self.patch_rel32(j);
-        }
     }
 
     /// `jmp` to offset `to` of the code (rel32).
@@ -2385,6 +2179,278 @@ pub(crate) fn slow_call_tails(base: u64) -> alloc::vec::Vec<u8> {
     e.buf
 }
 
+/// Host address of the code-cache arena's shared recent-lines routines
+/// (`recent_line_routines`) for the block being translated; 0: none, each check's
+/// out-of-line part is whole in its block. Set by the code cache, under its lock, before
+/// each translation.
+static RECENT_ROUTINES: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// Bytes from one variant of the recent-lines routine to the next.
+const RECENT_ROUTINE_ROOM: usize = 640;
+
+/// Variants of the recent-lines routine: per what the check keeps borrowed over its
+/// instruction and whether the flags were saved ([`recent_routine_variant`]).
+const RECENT_ROUTINE_VARIANTS: usize = 5;
+
+/// Where a call site's data lies from the routine's return address, which is the site's
+/// `jmp back` (5 bytes): the record's tag (u32), its `size | kind << 16` (u32), the last
+/// byte the table considers (`recent_clamp - 1`, u32), the drain's record (u64, 0: none).
+const SITE_TAG: i8 = 5;
+const SITE_WORD: i8 = 9;
+const SITE_LAST: i8 = 13;
+const SITE_REC: i8 = 17;
+/// Where a kept borrow's thunk starts (after the data): the drain returns there.
+const SITE_THUNK: i8 = 25;
+
+/// Says which shared recent-lines routines (0: none) the next translations may call.
+pub(crate) fn set_recent_routines(at: u64) {
+    RECENT_ROUTINES.store(at, core::sync::atomic::Ordering::Relaxed);
+}
+
+/// Which variant of the recent-lines routine a check takes.
+fn recent_routine_variant(keep: Keep, flags_live: bool) -> usize {
+    match (keep, flags_live) {
+        (Keep::No, false) => 0,
+        (Keep::No, true) => 1,
+        (Keep::Rax, false) => 2,
+        (Keep::Rax, true) => 3,
+        (Keep::RaxAndFlags, _) => 4,
+    }
+}
+
+/// Whether translations get shared recent-lines routines: the data table has two ways.
+pub(crate) fn recent_routines_wanted() -> bool {
+    crate::recent_lines::two_ways()
+}
+
+/// The shared out-of-line part of the two-way recent-lines check
+/// ([`Emitter::check_recent_two_ways`]), one per [`recent_routine_variant`],
+/// [`RECENT_ROUTINE_ROOM`] bytes apart, for code placed at host address `base` (one copy
+/// per code-cache arena, reached by a `call rel32`). Each check used to carry its own
+/// copy (second way, new line, straddle, record, drain: 500 to 600 bytes); its block now
+/// keeps only the call and the data that differs (`Emitter::finish_recent_cold`):
+///
+/// ```text
+///     (restore rcx); rax = address; lea rsp, [rsp - 128]; call routine[variant]
+/// R:  jmp back; dd tag, size | kind << 16, last; dq drain record
+///     (kept: borrow again; jmp back)                      (the drain returns here)
+/// ```
+///
+/// The return address lies beyond the guest's red zone, as `trace_checks`' calls' (see
+/// there why a signal frame may land there at any instruction anyway). The routine saves
+/// `rcx` and `rdx` below it, and reads the data through the return address:
+///
+/// ```text
+///     push rcx; push rdx; push rax
+///     rcx = address + last; xor rcx, address; shr rcx, shift; jnz straddle
+///     shr rax, shift; slot = rcx; rdx = FIRST[slot]; cmp rax, SECOND[slot]
+///     SECOND[slot] = rdx; FIRST[slot] = rax           (either way: a swap or a new first)
+///     jne new; xor byte SWAPS[slot], 1; jmp done       (the second way: skipped)
+/// new:
+///     eax = SWAPS[slot] << 24; SWAPS[slot] = 0; jmp append
+/// straddle:
+///     both lines their slots' first: jmp done         (skipped)
+///     each line (bit 0, bit 1): first unless it is, the first to second; its swap bit
+///     gathered and cleared; eax = bits << 24
+/// append:
+///     record (address, tag, word | eax) at gs:[TRACE_PTR], advanced; beyond TRACE_END:
+///     jmp full
+/// done:
+///     pop rax; pop rdx; pop rcx; give back per variant; ret 128
+/// full:
+///     (no drain record: jmp done); pop rax; pop rdx; pop rcx
+///     PROBE_RET = R (or R + thunk, kept); the flags back; rax = record
+///     lea rsp, [rsp + 136]; jmp gs:[probe_entry]
+/// ```
+///
+/// What it does is what the per-check code did, step by step (the same table updates and
+/// records); engine code with no guest pc, as a block's out-of-line part is.
+pub(crate) fn recent_line_routines(base: u64) -> alloc::vec::Vec<u8> {
+    match crate::recent_lines::geometry(crate::recent_lines::Table::Data) {
+        Some(geometry) => recent_line_routines_for(base, geometry),
+        None => alloc::vec::Vec::new(),
+    }
+}
+
+/// [`recent_line_routines`] for a table of lines of `1 << shift` bytes in `slots` slots.
+fn recent_line_routines_for(base: u64, (shift, slots): (u32, u32)) -> alloc::vec::Vec<u8> {
+    let mut e = Emitter::new(0, base, false);
+    e.unmark();
+    let first = c::RECENT_LINES_OFF as u32;
+    let second = c::RECENT_SECOND_LINES_OFF as u32;
+    let swaps = c::RECENT_SWAPS_OFF as u32;
+    for variant in 0..RECENT_ROUTINE_VARIANTS {
+        let start = variant * RECENT_ROUTINE_ROOM;
+        while e.buf.len() < start {
+            e.buf.push(0xCC);
+        }
+        let (keep, flags_live) = [
+            (Keep::No, false),
+            (Keep::No, true),
+            (Keep::Rax, false),
+            (Keep::Rax, true),
+            (Keep::RaxAndFlags, true),
+        ][variant];
+        debug_assert_eq!(recent_routine_variant(keep, flags_live), variant);
+        let b = &mut e.buf;
+        b.extend_from_slice(&[0x51, 0x52, 0x50]); // push rcx; push rdx; push rax
+        b.extend_from_slice(&[0x48, 0x8B, 0x54, 0x24, 0x18]); // mov rdx, [rsp+24] (R)
+        b.extend_from_slice(&[0x8B, 0x4A, SITE_LAST as u8]); // mov ecx, [rdx+LAST]
+        b.extend_from_slice(&[0x48, 0x01, 0xC1]); // add rcx, rax
+        b.extend_from_slice(&[0x48, 0x31, 0xC1]); // xor rcx, rax
+        b.extend_from_slice(&[0x48, 0xC1, 0xE9, shift as u8]); // shr rcx, shift
+        b.extend_from_slice(&[0x0F, 0x85]); // jnz straddle
+        let to_straddle = b.len();
+        e.d32(0);
+        e.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, shift as u8]); // shr rax, shift
+        e.recent_slot_of_rax(slots);
+        let b = &mut e.buf;
+        b.extend_from_slice(&[0x65, 0x48, 0x8B, 0x14, 0xCD]); // mov rdx, FIRST[rcx*8]
+        b.extend_from_slice(&first.to_le_bytes());
+        b.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, SECOND[rcx*8]
+        b.extend_from_slice(&second.to_le_bytes());
+        b.extend_from_slice(&[0x65, 0x48, 0x89, 0x14, 0xCD]); // mov SECOND[rcx*8], rdx
+        b.extend_from_slice(&second.to_le_bytes());
+        b.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0xCD]); // mov FIRST[rcx*8], rax
+        b.extend_from_slice(&first.to_le_bytes());
+        b.extend_from_slice(&[0x0F, 0x85]); // jne new
+        let to_new = b.len();
+        e.d32(0);
+        e.buf.extend_from_slice(&[0x65, 0x80, 0x34, 0x0D]); // xor byte SWAPS[rcx], 1
+        e.d32(swaps);
+        e.buf.push(1);
+        e.buf.push(0xE9); // jmp done
+        let second_done = e.buf.len();
+        e.d32(0);
+        // new: the record's swap bit is the slot's, which is cleared.
+        e.patch_rel32(to_new);
+        e.buf.extend_from_slice(&[0x65, 0x0F, 0xB6, 0x04, 0x0D]); // movzx eax, SWAPS[rcx]
+        e.d32(swaps);
+        e.buf.extend_from_slice(&[0x65, 0xC6, 0x04, 0x0D]); // mov byte SWAPS[rcx], 0
+        e.d32(swaps);
+        e.buf.push(0);
+        e.buf.extend_from_slice(&[0xC1, 0xE0, 24]); // shl eax, 24
+        e.buf.push(0xE9); // jmp append
+        let new_append = e.buf.len();
+        e.d32(0);
+        // straddle: both lines their slots' first is skipped.
+        e.patch_rel32(to_straddle);
+        let mut to_record = [0usize; 2];
+        e.buf.extend_from_slice(&[0x48, 0x8B, 0x04, 0x24]); // mov rax, [rsp] (address)
+        e.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, shift as u8]); // shr rax, shift
+        for (k, j) in to_record.iter_mut().enumerate() {
+            if k == 1 {
+                e.buf.extend_from_slice(&[0x48, 0xFF, 0xC0]); // inc rax: the next line
+            }
+            e.recent_slot_of_rax(slots);
+            e.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, FIRST
+            e.d32(first);
+            e.buf.extend_from_slice(&[0x0F, 0x85]); // jne record
+            *j = e.buf.len();
+            e.d32(0);
+        }
+        e.buf.push(0xE9); // jmp done
+        let straddle_done = e.buf.len();
+        e.d32(0);
+        for j in to_record {
+            e.patch_rel32(j);
+        }
+        // Each line in turn: first unless it is (the first moving to second), its slot's
+        // swap bit gathered (line 0 in edx, line 1 then added) and cleared.
+        for k in 0..2 {
+            e.buf.extend_from_slice(&[0x48, 0x8B, 0x04, 0x24]); // mov rax, [rsp]
+            if k == 1 {
+                e.buf.extend_from_slice(&[0x48, 0x8B, 0x4C, 0x24, 0x18]); // mov rcx, [rsp+24]
+                e.buf.extend_from_slice(&[0x8B, 0x49, SITE_LAST as u8]); // mov ecx, [rcx+LAST]
+                e.buf.extend_from_slice(&[0x48, 0x01, 0xC8]); // add rax, rcx
+            }
+            e.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, shift as u8]); // shr rax, shift
+            e.recent_slot_of_rax(slots);
+            e.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, FIRST
+            e.d32(first);
+            e.buf.extend_from_slice(&[0x0F, 0x84]); // je same
+            let same = e.buf.len();
+            e.d32(0);
+            e.buf.extend_from_slice(&[0x65, 0x48, 0x33, 0x04, 0xCD]); // xor rax, FIRST
+            e.d32(first);
+            e.buf.extend_from_slice(&[0x65, 0x48, 0x31, 0x04, 0xCD]); // xor FIRST, rax
+            e.d32(first);
+            e.buf.extend_from_slice(&[0x65, 0x48, 0x33, 0x04, 0xCD]); // xor rax, FIRST
+            e.d32(first);
+            e.buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0xCD]); // mov SECOND, rax
+            e.d32(second);
+            e.patch_rel32(same);
+            if k == 0 {
+                e.buf.extend_from_slice(&[0x65, 0x0F, 0xB6, 0x14, 0x0D]); // movzx edx, SWAPS[rcx]
+            } else {
+                e.buf.extend_from_slice(&[0x65, 0x0F, 0xB6, 0x04, 0x0D]); // movzx eax, SWAPS[rcx]
+            }
+            e.d32(swaps);
+            e.buf.extend_from_slice(&[0x65, 0xC6, 0x04, 0x0D]); // mov byte SWAPS[rcx], 0
+            e.d32(swaps);
+            e.buf.push(0);
+        }
+        e.buf.extend_from_slice(&[0x01, 0xC0]); // add eax, eax
+        e.buf.extend_from_slice(&[0x09, 0xD0]); // or eax, edx
+        e.buf.extend_from_slice(&[0xC1, 0xE0, 24]); // shl eax, 24
+                                                    // append: eax = the swap bits << 24.
+        e.patch_rel32(new_append);
+        let b = &mut e.buf;
+        b.extend_from_slice(&[0x48, 0x8B, 0x54, 0x24, 0x18]); // mov rdx, [rsp+24] (R)
+        b.extend_from_slice(&[0x0B, 0x42, SITE_WORD as u8]); // or eax, [rdx+WORD]
+        e.load_gs(1, c::OFF_TRACE_PTR);
+        let b = &mut e.buf;
+        b.extend_from_slice(&[0x89, 0x41, 0x0C]); // mov [rcx+12], eax
+        b.extend_from_slice(&[0x8B, 0x42, SITE_TAG as u8]); // mov eax, [rdx+TAG]
+        b.extend_from_slice(&[0x89, 0x41, 0x08]); // mov [rcx+8], eax
+        b.extend_from_slice(&[0x48, 0x8B, 0x04, 0x24]); // mov rax, [rsp]
+        b.extend_from_slice(&[0x48, 0x89, 0x01]); // mov [rcx], rax
+        b.extend_from_slice(&[0x48, 0x8D, 0x49, 0x10]); // lea rcx, [rcx+16]
+        e.store_gs(1, c::OFF_TRACE_PTR);
+        e.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x0C, 0x25]); // cmp rcx, gs:[TRACE_END]
+        e.d32(c::OFF_TRACE_END as u32);
+        e.buf.extend_from_slice(&[0x0F, 0x83]); // jae full
+        let to_full = e.buf.len();
+        e.d32(0);
+        // done: what the variant gives back, and the return.
+        e.patch_rel32(second_done);
+        e.patch_rel32(straddle_done);
+        let done = e.buf.len();
+        e.buf.extend_from_slice(&[0x58, 0x5A, 0x59]); // pop rax; pop rdx; pop rcx
+        e.give_back(flags_live, keep);
+        e.buf.extend_from_slice(&[0xC2, 128, 0]); // ret 128
+                                                  // full: the drain's clean call, returning to R (guest state exact) or, where the
+                                                  // borrow is kept, to the site's thunk that borrows again.
+        e.patch_rel32(to_full);
+        let b = &mut e.buf;
+        b.extend_from_slice(&[0x48, 0x8B, 0x44, 0x24, 0x18]); // mov rax, [rsp+24]
+        b.extend_from_slice(&[0x48, 0x83, 0x78, SITE_REC as u8, 0]); // cmp qword [rax+REC], 0
+        b.extend_from_slice(&[0x0F, 0x84]); // je done (no record: never leave)
+        let rel = done as i64 - (b.len() as i64 + 4);
+        e.d32(rel as i32 as u32);
+        e.buf.extend_from_slice(&[0x58, 0x5A, 0x59]); // pop rax; pop rdx; pop rcx
+        e.buf.extend_from_slice(&[0x48, 0x8B, 0x04, 0x24]); // mov rax, [rsp] (R)
+        if keep != Keep::No {
+            e.buf
+                .extend_from_slice(&[0x48, 0x8D, 0x40, SITE_THUNK as u8]); // lea rax, [rax+THUNK]
+        }
+        e.store_gs(0, c::scratch_off(c::S_PROBE_RET));
+        if flags_live {
+            e.restore_probe_flags();
+        }
+        e.buf.extend_from_slice(&[0x48, 0x8B, 0x04, 0x24]); // mov rax, [rsp] (R)
+        e.buf.extend_from_slice(&[0x48, 0x8B, 0x40, SITE_REC as u8]); // mov rax, [rax+REC]
+        e.buf.extend_from_slice(&[0x48, 0x8D, 0xA4, 0x24]); // lea rsp, [rsp+136]
+        e.d32(128 + 8);
+        e.jmp_gs(c::OFF_PROBE_ENTRY);
+        assert!(e.buf.len() <= start + RECENT_ROUTINE_ROOM);
+    }
+    while e.buf.len() & 15 != 0 {
+        e.buf.push(0xCC);
+    }
+    e.buf
+}
+
 impl Emitter {
     /// The in-block half of slow call `s` whose shared tail is `rel` from the end of its
     /// `jmp` (see [`slow_call_tails`]); `store`: it saves the guest `rax` first.
@@ -2545,7 +2611,107 @@ fn frame_local(m: &UsedMemory) -> bool {
 #[cfg(test)]
 mod shared_tail_tests {
     use super::*;
-    use iced_x86::{Decoder, DecoderOptions, FlowControl, Register};
+    use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic, Register};
+
+    /// Each variant of the recent-lines routine decodes whole within its room; every branch
+    /// lands on one of its own instructions and no instruction is unreachable; its pushes
+    /// and pops balance on every path; it leaves only by `ret 128` (every path that needs no
+    /// drain) or by `jmp gs:[probe_entry]` (the drain); and it gives back what its variant
+    /// says on each way out: the guest `rax` (`mov rax, gs:[STUB_RAX]`) unless the borrow
+    /// is kept, the flags (`sahf`) where they were saved and are not kept, and on the
+    /// drain's way the flags wherever they were saved.
+    #[test]
+    fn recent_line_routines_are_well_formed_and_give_back_what_they_keep_not() {
+        let base = 0x7000_0000_0000u64;
+        let code = recent_line_routines_for(base, (6, 64));
+        assert!(code.len() <= RECENT_ROUTINE_VARIANTS * RECENT_ROUTINE_ROOM + 16);
+        let variants = [
+            (Keep::No, false),
+            (Keep::No, true),
+            (Keep::Rax, false),
+            (Keep::Rax, true),
+            (Keep::RaxAndFlags, true),
+        ];
+        for (variant, &(keep, flags)) in variants.iter().enumerate() {
+            assert_eq!(recent_routine_variant(keep, flags), variant);
+            let start = variant * RECENT_ROUTINE_ROOM;
+            let end = (start + RECENT_ROUTINE_ROOM).min(code.len());
+            let at = base + start as u64;
+            let ins: alloc::vec::Vec<_> =
+                Decoder::with_ip(64, &code[start..end], at, DecoderOptions::NONE)
+                    .into_iter()
+                    .take_while(|i| i.mnemonic() != Mnemonic::Int3)
+                    .collect();
+            assert!(ins.iter().all(|i| !i.is_invalid()), "variant {variant}");
+            let pos = |ip: u64| ins.iter().position(|i| i.ip() == ip);
+            let mut seen = alloc::vec![None; ins.len()];
+            // (instruction, depth, rax given back, flags given back on this path)
+            let mut todo = alloc::vec![(0usize, 0i32, false, 0u32)];
+            let (mut rets, mut drains) = (0, 0);
+            while let Some((mut k, mut depth, mut rax_back, mut sahf)) = todo.pop() {
+                loop {
+                    let i = &ins[k];
+                    if seen[k] == Some(depth) && i.flow_control() != FlowControl::Next {
+                        break;
+                    }
+                    assert!(
+                        seen[k].is_none() || seen[k] == Some(depth),
+                        "variant {variant}"
+                    );
+                    seen[k] = Some(depth);
+                    match i.mnemonic() {
+                        Mnemonic::Push => depth += 1,
+                        Mnemonic::Pop => depth -= 1,
+                        Mnemonic::Sahf => sahf += 1,
+                        _ => {}
+                    }
+                    if i.mnemonic() == Mnemonic::Mov
+                        && i.op0_register() == Register::RAX
+                        && i.segment_prefix() == Register::GS
+                        && i.memory_displacement64() as usize == c::scratch_off(c::S_STUB_RAX)
+                    {
+                        rax_back = true;
+                    }
+                    match i.flow_control() {
+                        FlowControl::Return => {
+                            assert_eq!(i.immediate16(), 128, "variant {variant}");
+                            assert_eq!(depth, 0, "variant {variant}: ret with pushes left");
+                            assert_eq!(rax_back, keep == Keep::No, "variant {variant}");
+                            let want = flags && keep != Keep::RaxAndFlags;
+                            assert_eq!(sahf, want as u32, "variant {variant}");
+                            rets += 1;
+                            break;
+                        }
+                        FlowControl::IndirectBranch => {
+                            assert_eq!(i.segment_prefix(), Register::GS);
+                            assert_eq!(i.memory_displacement64() as usize, c::OFF_PROBE_ENTRY);
+                            assert_eq!(depth, 0, "variant {variant}: drain with pushes left");
+                            assert_eq!(sahf, flags as u32, "variant {variant}");
+                            assert_eq!(ins[k - 1].mnemonic(), Mnemonic::Lea);
+                            assert_eq!(ins[k - 1].memory_displacement64(), 136);
+                            drains += 1;
+                            break;
+                        }
+                        FlowControl::UnconditionalBranch => {
+                            k = pos(i.near_branch_target()).expect("a jump into the routine");
+                        }
+                        FlowControl::ConditionalBranch => {
+                            let t = pos(i.near_branch_target()).expect("a branch into it");
+                            todo.push((t, depth, rax_back, sahf));
+                            k += 1;
+                        }
+                        _ => k += 1,
+                    }
+                    assert!(k < ins.len(), "variant {variant}: runs off the end");
+                }
+            }
+            assert!(rets >= 1 && drains >= 1, "variant {variant}");
+            assert!(
+                seen.iter().all(|s| s.is_some()),
+                "variant {variant}: dead code"
+            );
+        }
+    }
 
     /// Each variant of the shared slow-call tails fits its room, gives back what it says
     /// it gives back, and leaves only by `jmp gs:[probe_entry]` (the call) or, when the
