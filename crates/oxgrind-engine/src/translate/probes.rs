@@ -2202,6 +2202,16 @@ const SITE_REC: i8 = 17;
 /// Where a kept borrow's thunk starts (after the data): the drain returns there.
 const SITE_THUNK: i8 = 25;
 
+/// Each variant's (what is kept, whether the flags were saved): see
+/// [`recent_routine_variant`].
+const ROUTINE_VARIANTS: [(Keep, bool); RECENT_ROUTINE_VARIANTS] = [
+    (Keep::No, false),
+    (Keep::No, true),
+    (Keep::Rax, false),
+    (Keep::Rax, true),
+    (Keep::RaxAndFlags, true),
+];
+
 /// Says which shared recent-lines routines (0: none) the next translations may call.
 pub(crate) fn set_recent_routines(at: u64) {
     RECENT_ROUTINES.store(at, core::sync::atomic::Ordering::Relaxed);
@@ -2279,18 +2289,11 @@ fn recent_line_routines_for(base: u64, (shift, slots): (u32, u32)) -> alloc::vec
     let first = c::RECENT_LINES_OFF as u32;
     let second = c::RECENT_SECOND_LINES_OFF as u32;
     let swaps = c::RECENT_SWAPS_OFF as u32;
-    for variant in 0..RECENT_ROUTINE_VARIANTS {
+    for (variant, &(keep, flags_live)) in ROUTINE_VARIANTS.iter().enumerate() {
         let start = variant * RECENT_ROUTINE_ROOM;
         while e.buf.len() < start {
             e.buf.push(0xCC);
         }
-        let (keep, flags_live) = [
-            (Keep::No, false),
-            (Keep::No, true),
-            (Keep::Rax, false),
-            (Keep::Rax, true),
-            (Keep::RaxAndFlags, true),
-        ][variant];
         debug_assert_eq!(recent_routine_variant(keep, flags_live), variant);
         let b = &mut e.buf;
         b.extend_from_slice(&[0x51, 0x52, 0x50]); // push rcx; push rdx; push rax
@@ -2625,14 +2628,7 @@ mod shared_tail_tests {
         let base = 0x7000_0000_0000u64;
         let code = recent_line_routines_for(base, (6, 64));
         assert!(code.len() <= RECENT_ROUTINE_VARIANTS * RECENT_ROUTINE_ROOM + 16);
-        let variants = [
-            (Keep::No, false),
-            (Keep::No, true),
-            (Keep::Rax, false),
-            (Keep::Rax, true),
-            (Keep::RaxAndFlags, true),
-        ];
-        for (variant, &(keep, flags)) in variants.iter().enumerate() {
+        for (variant, &(keep, flags)) in ROUTINE_VARIANTS.iter().enumerate() {
             assert_eq!(recent_routine_variant(keep, flags), variant);
             let start = variant * RECENT_ROUTINE_ROOM;
             let end = (start + RECENT_ROUTINE_ROOM).min(code.len());
