@@ -955,48 +955,49 @@ fn returned_into_program(last_rsp: u64, rsp: u64) -> bool {
     last_rsp <= rsp
 }
 
-/// Whether integer argument `index` (System V: rdi, rsi, rdx, rcx, r8, r9) of the call the
-/// program just made into the runtime (an allocator hook, entered natively: no step ran
-/// since the program's `call`) holds undefined bits. Memcheck's allocator replacements
-/// branch on their arguments (`TRIGGER_MEMCHECK_ERROR_IF_UNDEFINED`), and so report an
-/// undefined size as a conditional jump inside `malloc` ([`argument_origin`]: where its
-/// undefined bits came from). The shadow file is the one of the
-/// program's last step (the `call`, or the PLT's `jmp`): the runtime's code on the way
-/// (its entry block, the C++ shim's `operator new`) is not stepped and passes the
-/// arguments on unchanged; the hooks' own nested calls are not checked (the runtime
-/// refuses events inside events). False when tracking is off or a signal handler was
-/// entered since the last step.
-pub fn argument_undefined(index: usize) -> bool {
-    // Register numbers in encoding order (the shadow file's): rdi, rsi, rdx, rcx, r8, r9.
-    const ARGS: [usize; 6] = [7, 6, 2, 1, 8, 9];
+/// Register numbers (encoding order, the shadow file's) of the integer arguments in the
+/// System V order: rdi, rsi, rdx, rcx, r8, r9.
+const ARGS: [usize; 6] = [7, 6, 2, 1, 8, 9];
+
+/// The first of the first `count` integer arguments (System V: rdi, rsi, rdx, rcx, r8, r9)
+/// of the call the program just made into the runtime (an allocator hook, entered
+/// natively: no step ran since the program's `call`) that holds undefined bits, by its
+/// index. Memcheck's allocator replacements branch on their arguments
+/// (`TRIGGER_MEMCHECK_ERROR_IF_UNDEFINED`), and so report an undefined size as a
+/// conditional jump inside `malloc` ([`argument_origin`]: where its undefined bits came
+/// from). The shadow file is the one of the program's last step (the `call`, or the PLT's
+/// `jmp`): the runtime's code on the way (its entry block, the C++ shim's `operator new`)
+/// is not stepped and passes the arguments on unchanged; the hooks' own nested calls are
+/// not checked (the runtime refuses events inside events). None when tracking is off or a
+/// signal handler was entered since the last step. One look at the context for all the
+/// arguments: every allocator call asks (one register test per argument after it; one
+/// call per argument was about 100 instructions per malloc/free pair of Memcheck's).
+#[inline]
+pub fn first_undefined_argument(count: usize) -> Option<usize> {
     if !enabled() {
-        return false;
+        return None;
     }
-    let Some(&reg) = ARGS.get(index) else {
-        return false;
-    };
-    let Some(ctx) = crate::current_context() else {
-        return false;
-    };
+    let ctx = crate::current_context()?;
     // SAFETY: the calling thread's own live context, which only this thread touches; the
     // hook runs between two guest instructions.
-    let ctx = unsafe { &mut *ctx };
+    let ctx = unsafe { &*ctx };
     if ctx.vbits == 0 || ctx.vbits_signal != 0 {
-        return false;
+        return None;
     }
-    ctx.vbits_gpr[reg] != 0
+    ARGS[..count.min(ARGS.len())]
+        .iter()
+        .position(|&reg| ctx.vbits_gpr[reg] != 0)
 }
 
 /// With origins: where the undefined bits of integer argument `index` of the call the
-/// program just made into the runtime came from (see [`argument_undefined`]).
+/// program just made into the runtime came from (see [`first_undefined_argument`]).
 pub fn argument_origin(index: usize) -> Option<oxgrind_tool::Origin> {
-    const ARGS: [usize; 6] = [7, 6, 2, 1, 8, 9];
     if !origins::enabled() {
         return None;
     }
     let reg = *ARGS.get(index)?;
     let ctx = crate::current_context()?;
-    // SAFETY: as in `argument_undefined`.
+    // SAFETY: as in `first_undefined_argument`.
     let ctx = unsafe { &mut *ctx };
     if ctx.vbits == 0 {
         return None;

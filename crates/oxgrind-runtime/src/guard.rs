@@ -38,6 +38,9 @@ pub struct ThreadState {
     /// The program's allocations on this thread, for the periodic look at the room left
     /// for oxgrind's own memory (`hooks::program_may_allocate`).
     pub(crate) allocations: Cell<u32>,
+    /// Set while the tool hears, from inside an allocator hook, of the program's misuse of
+    /// the call ([`ThreadState::reporting_misuse`]).
+    misuse: Cell<bool>,
 }
 
 extern "C" {
@@ -118,6 +121,23 @@ impl ThreadState {
         self.event_blocks[0].set(0);
         self.event_blocks[1].set(0);
         r
+    }
+
+    /// Runs `f`, the tool hearing of the program's misuse of the allocator call this thread
+    /// is in (an invalid free, ...): its description of a stack address numbers the frames
+    /// of the guest registers lent, the hook's caller's as the call returns when the hook
+    /// runs natively from its entry point, from Valgrind's frame #1 (its replacement
+    /// function is #0; `Host::describe_data`).
+    pub fn reporting_misuse<T>(&self, f: impl FnOnce() -> T) -> T {
+        let was = self.misuse.replace(true);
+        let r = f();
+        self.misuse.set(was);
+        r
+    }
+
+    /// See [`ThreadState::reporting_misuse`].
+    pub fn is_reporting_misuse(&self) -> bool {
+        self.misuse.get()
     }
 
     /// Whether `addr` is a block of the event the tool is handling on this thread.

@@ -41,8 +41,8 @@ struct Entry {
     addr: u64,
     caller: stacks::Caller,
     /// The call came through `oxgrind_engine::native_entry` (`pass_caller`, `operator new`)
-    /// when non-zero: with [`NATIVE_ENTRY`] set, the instructions of ours that are counted
-    /// (translated) on the call's way in and out; none of the rest is.
+    /// when non-zero: when events run natively ([`set_events_native`]), the instructions of
+    /// ours that are counted (translated) on the call's way in and out; none of the rest is.
     gated: i64,
     /// What Valgrind's wrapper counts on this call's way beyond the function's own cost
     /// ([`wrapper_cost`]): non-zero only for `reallocarray` of a null pointer.
@@ -50,7 +50,7 @@ struct Entry {
 }
 
 /// What the way in and out of an entry point of `pass_caller` counts of ours when it runs
-/// natively ([`NATIVE_ENTRY`]): the entry point's two moves, lea and jmp, and the `ret`
+/// natively ([`set_events_native`]): the entry point's two moves, lea and jmp, and the `ret`
 /// after the native call.
 const PASS_CALLER_COUNTED: i64 = 5;
 
@@ -127,44 +127,31 @@ pub fn events_run_natively(n: &oxgrind_tool::Needs) -> bool {
         && (n.allocator_unseen || !(n.instrument || n.definedness || n.before_syscalls))
 }
 
-/// Set when the entry points of `pass_caller` run natively from the program's translated
-/// call on (`oxgrind_engine::native_entry`): events run natively
-/// ([`events_run_natively`]) and no V bits are tracked (with them, the result's V bits
-/// would be left as the program's `rax` had them before the call).
-static NATIVE_ENTRY: AtomicBool = AtomicBool::new(false);
-
-/// Decides [`events_run_natively`] and [`NATIVE_ENTRY`] once, before the engine starts.
+/// Decides [`events_run_natively`] once, before the engine starts, and with it that the
+/// entry points of `pass_caller` run natively from the program's translated call on
+/// (`oxgrind_engine::native_entry`): their work then runs here as a whole, with no second
+/// hand-off.
+///
+/// With V bits tracked (Memcheck) too: the entry points that jump to `native_entry` are
+/// the runtime's own code, and the translation of every block of it tells the program's
+/// next definedness step so (`vbits_own_code`), whose catch-up takes the caller-saved
+/// registers, the result's `rax` among them, as defined: what it did when the hook's code
+/// ran translated up to its own hand-off to native code. The argument checks
+/// ([`check_arguments`]) read the shadows of the program's call, which nothing on the way
+/// changes (the entry point's code is not stepped), natively as translated. Running the
+/// hook's prologue (entry, argument check, closures, `run_native`) translated cost
+/// Memcheck 490 instructions per malloc/free pair (bench/hookcost.py memcheck 3,758 ->
+/// 3,266).
 pub fn set_events_native(n: &oxgrind_tool::Needs) {
     let native = events_run_natively(n);
     EVENTS_NATIVE.store(native, Ordering::Relaxed);
-    let entry = native && !n.definedness;
-    NATIVE_ENTRY.store(entry, Ordering::Relaxed);
-    oxgrind_engine::set_native_entries(entry);
+    oxgrind_engine::set_native_entries(native);
 }
 
 /// Runs a hook's work `f`: natively as a whole when [`EVENTS_NATIVE`] says so, else here.
 #[inline(always)]
 fn event<R>(f: impl FnOnce() -> R) -> R {
     if EVENTS_NATIVE.load(Ordering::Relaxed) {
-        // Set only when the engine runs.
-        crate::host::native_from_cache(f)
-    } else {
-        f()
-    }
-}
-
-/// Runs the work `f` of an entry point of `pass_caller`: [`event`], unless the call already
-/// runs natively as a whole from the program's call on ([`NATIVE_ENTRY`]): then a second
-/// hand-off would only cost its closures.
-///
-/// One call of `f` in the code, not two (one per way to run it here): with two, the compiler
-/// joined them after copying the closure's captures (the hook's [`Entry`]) in 16-byte loads
-/// of what had just been stored in 8-byte halves, and each such load waited for its stores
-/// to reach the cache (a failed store-to-load forward): 2% of the time of Massif's heap path
-/// (`--time-unit=B`, no engine) on bench `alloc` was on that copy in `free_at` alone.
-#[inline(always)]
-fn entry_event<R>(f: impl FnOnce() -> R) -> R {
-    if !NATIVE_ENTRY.load(Ordering::Relaxed) && EVENTS_NATIVE.load(Ordering::Relaxed) {
         // Set only when the engine runs.
         crate::host::native_from_cache(f)
     } else {
@@ -231,7 +218,7 @@ const NOT_COUNTING: u64 = u64::MAX;
 /// cache and back from it (native code is never counted). Negative: the count is set below
 /// its value at the start. For the entry points that pass their caller's registers on
 /// (`pass_caller`), ours includes the entry's two moves and jump. Every allocation function
-/// but `cfree` passes its caller on, so with [`NATIVE_ENTRY`] (always, under Massif's
+/// but `cfree` passes its caller on, so when events run natively (always, under Massif's
 /// default `--time-unit=i`) the count does not depend on how long the hook's translated
 /// code is, which differs between build profiles (posix_memalign: 11 instructions).
 ///
@@ -242,7 +229,7 @@ const NOT_COUNTING: u64 = u64::MAX;
 /// [`Entry::extra_cost`]).
 /// `crates/oxgrind/tests/massif_time_i.rs` checks the per-call totals against Valgrind's.
 fn wrapper_cost(func: AllocFn, entry: &Entry) -> i64 {
-    if entry.gated != 0 && NATIVE_ENTRY.load(Ordering::Relaxed) {
+    if entry.gated != 0 && EVENTS_NATIVE.load(Ordering::Relaxed) {
         // Run natively from the program's call on (`oxgrind_engine::native_entry`): what
         // the way in and out translates is all that is counted of ours, in any profile.
         return gated_cost(func, entry.gated) + entry.extra_cost;
@@ -252,7 +239,7 @@ fn wrapper_cost(func: AllocFn, entry: &Entry) -> i64 {
 }
 
 /// [`wrapper_cost`] of a call of `func` that runs natively from the program's call on
-/// ([`NATIVE_ENTRY`]), whose way in and out counts `gated` instructions of ours
+/// ([`set_events_native`]), whose way in and out counts `gated` instructions of ours
 /// ([`Entry::gated`]).
 #[inline]
 fn gated_cost(func: AllocFn, gated: i64) -> i64 {
@@ -298,11 +285,11 @@ impl Uncounted {
 
     /// Once the event is entered (not a call from inside the runtime): when events run
     /// natively ([`EVENTS_NATIVE`], every caller of `Event::enter` then runs inside
-    /// [`event`] or [`entry_event`]), nothing from the start to the end is counted, so the
-    /// call's cost is added to the count once, here, before the tool hears of the event:
-    /// the same count as the reading at the start and the two settings to it plus the cost,
-    /// without their three sums of the count's words (about 70 instructions per malloc/free
-    /// pair).
+    /// [`event`] or natively from its entry point, [`set_events_native`]), nothing from the
+    /// start to the end is counted, so the call's cost is added to the count once, here,
+    /// before the tool hears of the event: the same count as the reading at the start and
+    /// the two settings to it plus the cost, without their three sums of the count's words
+    /// (about 70 instructions per malloc/free pair).
     #[inline]
     fn entered(rt: &Runtime, cost: i64) {
         if cost != 0 && rt.needs.count_instructions && EVENTS_NATIVE.load(Ordering::Relaxed) {
@@ -411,7 +398,8 @@ impl Event {
             stack: self.stack(entry),
             tid: self.tid(),
         };
-        self.rt.tool.on_misuse(&HOST, &ev);
+        self.thread
+            .reporting_misuse(|| self.rt.tool.on_misuse(&HOST, &ev));
     }
 }
 
@@ -439,18 +427,18 @@ fn fishy(v: u64) -> bool {
 }
 
 /// Memcheck's `TRIGGER_MEMCHECK_ERROR_IF_UNDEFINED`: with definedness tracked, an argument
-/// (`args`: its index among the integer arguments, and its name) holding undefined bits
+/// (`names`: those of the call's first integer arguments, in order) holding undefined bits
 /// at the program's call is reported, once per call, as Memcheck's replacement reports
 /// the branch it makes on it. Never a reason to refuse the call. Called first thing in
 /// the hook, and `entry` only after the shadows are read: finding the entry the first
 /// time may run the program's code (a symbol lookup), whose first step takes every
-/// register as defined. Without definedness it is one compare in the hook's prologue
-/// (inline): what it adds there is counted as the program's (Massif's `--time-unit=i`,
-/// [`wrapper_cost`]), and Valgrind's wrapper does no such work.
+/// register as defined. Without definedness it is one compare in the hook's prologue.
 #[inline(always)]
-fn check_arguments(entry: impl FnOnce() -> Entry, func: AllocFn, args: &[(usize, &'static str)]) {
+fn check_arguments(entry: impl FnOnce() -> Entry, func: AllocFn, names: &[&'static str]) {
     if oxgrind_engine::definedness::enabled() {
-        report_undefined_argument(entry, func, args);
+        if let Some(i) = oxgrind_engine::definedness::first_undefined_argument(names.len()) {
+            report_undefined_argument(entry, func, i, names[i]);
+        }
     }
 }
 
@@ -459,15 +447,10 @@ fn check_arguments(entry: impl FnOnce() -> Entry, func: AllocFn, args: &[(usize,
 fn report_undefined_argument(
     entry: impl FnOnce() -> Entry,
     func: AllocFn,
-    args: &[(usize, &'static str)],
+    index: usize,
+    arg: &'static str,
 ) {
-    let Some(&(i, arg)) = args
-        .iter()
-        .find(|(i, _)| oxgrind_engine::definedness::argument_undefined(*i))
-    else {
-        return;
-    };
-    let origin = oxgrind_engine::definedness::argument_origin(i);
+    let origin = oxgrind_engine::definedness::argument_origin(index);
     if let Some(ev) = Event::enter(0) {
         ev.misuse(entry(), Misuse::UndefinedArgument { func, arg, origin });
     }
@@ -928,7 +911,7 @@ fn new_entry(which: usize) -> u64 {
 /// hook's own frames and dropping them (about a third of the capture's cost). `$sp` and
 /// `$bp` name the argument registers after the function's own (at most six in all).
 /// The call goes through `oxgrind_engine::native_entry`: from translated code, when
-/// [`NATIVE_ENTRY`] is set, `$imp` then runs natively as a whole (see
+/// events run natively ([`set_events_native`]), `$imp` then runs natively as a whole (see
 /// [`events_run_natively`]), with none of its own code translated on the way.
 macro_rules! pass_caller {
     ($(fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)? => $imp:ident($sp:literal, $bp:literal);)*) => {$(
@@ -984,12 +967,10 @@ unsafe fn malloc_fast(size: usize, sp: u64, bp: u64) -> *mut c_void {
 
 #[inline(never)]
 unsafe fn malloc_general(size: usize, sp: u64, bp: u64) -> *mut c_void {
-    check_arguments(|| entry!(malloc), AllocFn::Malloc, &[(0, "size")]);
+    check_arguments(|| entry!(malloc), AllocFn::Malloc, &["size"]);
     let entry = entry!(malloc).gated_from(sp, bp);
-    entry_event(|| {
-        allocate_aligned_here(size as u64, 0, AllocFn::Malloc, entry, |rt| {
-            base_alloc(rt, size)
-        })
+    allocate_aligned_here(size as u64, 0, AllocFn::Malloc, entry, |rt| {
+        base_alloc(rt, size)
     })
 }
 
@@ -1010,12 +991,12 @@ unsafe fn free_fast(p: *mut c_void, sp: u64, bp: u64) {
 
 #[inline(never)]
 unsafe fn free_general(p: *mut c_void, sp: u64, bp: u64) {
-    check_arguments(|| entry!(free), AllocFn::Free, &[(0, "ptr")]);
+    check_arguments(|| entry!(free), AllocFn::Free, &["ptr"]);
     if p.is_null() {
         return;
     }
     let entry = entry!(free).gated_from(sp, bp);
-    entry_event(|| deallocate_here(p, AllocFn::Free, entry))
+    deallocate_here(p, AllocFn::Free, entry)
 }
 
 #[no_mangle]
@@ -1049,10 +1030,10 @@ unsafe fn calloc_fast(n: usize, size: usize, sp: u64, bp: u64) -> *mut c_void {
 
 #[inline(never)]
 unsafe fn calloc_general(n: usize, size: usize, sp: u64, bp: u64) -> *mut c_void {
-    let args = &[(0, "nmemb"), (1, "size")];
+    let args = &["nmemb", "size"];
     check_arguments(|| entry!(calloc), AllocFn::Calloc, args);
     let entry = entry!(calloc).gated_from(sp, bp);
-    entry_event(|| calloc_here(n, size, entry))
+    calloc_here(n, size, entry)
 }
 
 fn calloc_here(n: usize, size: usize, entry: Entry) -> *mut c_void {
@@ -1325,10 +1306,10 @@ unsafe fn realloc_fast(p: *mut c_void, size: usize, sp: u64, bp: u64) -> *mut c_
 
 #[inline(never)]
 unsafe fn realloc_general(p: *mut c_void, size: usize, sp: u64, bp: u64) -> *mut c_void {
-    let args = &[(0, "ptr"), (1, "size")];
+    let args = &["ptr", "size"];
     check_arguments(|| entry!(realloc), AllocFn::Realloc, args);
     let entry = entry!(realloc).gated_from(sp, bp);
-    entry_event(|| reallocate_here(p, size, AllocFn::Realloc, entry))
+    reallocate_here(p, size, AllocFn::Realloc, entry)
 }
 
 pass_caller! {
@@ -1347,7 +1328,7 @@ unsafe extern "C" fn reallocarray_at(
     match n.checked_mul(size) {
         Some(total) => {
             let entry = entry!(reallocarray).gated_from(sp, bp);
-            entry_event(|| reallocate_here(p, total, AllocFn::ReallocArray, entry))
+            reallocate_here(p, total, AllocFn::ReallocArray, entry)
         }
         None => {
             // SAFETY: errno slot of this thread.
@@ -1357,8 +1338,7 @@ unsafe extern "C" fn reallocarray_at(
     }
 }
 
-/// The common path of the functions given an alignment, inside the call's event
-/// ([`entry_event`]).
+/// The common path of the functions given an alignment, inside the call's event.
 fn aligned_here(align: usize, size: usize, func: AllocFn, entry: Entry) -> *mut c_void {
     allocate_aligned_here(size as u64, align as u64, func, entry, |rt| {
         let align = align.max(rt.map_or(16, |rt| rt.core.alignment as usize));
@@ -1395,21 +1375,19 @@ pass_caller! {
 /// [`memalign`] with its caller's registers.
 unsafe extern "C" fn memalign_at(align: usize, size: usize, sp: u64, bp: u64) -> *mut c_void {
     let entry = entry!(memalign).gated_from(sp, bp);
-    entry_event(|| aligned_here(align, size, AllocFn::Memalign, entry))
+    aligned_here(align, size, AllocFn::Memalign, entry)
 }
 
 /// [`aligned_alloc`] with its caller's registers.
 unsafe extern "C" fn aligned_alloc_at(align: usize, size: usize, sp: u64, bp: u64) -> *mut c_void {
     let entry = entry!(aligned_alloc).gated_from(sp, bp);
-    entry_event(|| {
-        if !align.is_power_of_two() {
-            bad_alignment_here(align, AllocFn::AlignedAlloc, entry);
-            // SAFETY: errno slot of this thread.
-            unsafe { *crate::guard::errno_slot() = 22 }; // EINVAL
-            return core::ptr::null_mut();
-        }
-        aligned_here(align, size, AllocFn::AlignedAlloc, entry)
-    })
+    if !align.is_power_of_two() {
+        bad_alignment_here(align, AllocFn::AlignedAlloc, entry);
+        // SAFETY: errno slot of this thread.
+        unsafe { *crate::guard::errno_slot() = 22 }; // EINVAL
+        return core::ptr::null_mut();
+    }
+    aligned_here(align, size, AllocFn::AlignedAlloc, entry)
 }
 
 /// [`posix_memalign`] with its caller's registers.
@@ -1421,31 +1399,27 @@ unsafe extern "C" fn posix_memalign_at(
     bp: u64,
 ) -> c_int {
     let entry = entry!(posix_memalign).gated_from(sp, bp);
-    entry_event(|| {
-        if !align.is_power_of_two() || align % core::mem::size_of::<usize>() != 0 {
-            bad_alignment_here(align, AllocFn::PosixMemalign, entry);
-            return 22; // EINVAL
-        }
-        let p = aligned_here(align, size, AllocFn::PosixMemalign, entry);
-        if p.is_null() {
-            return 12; // ENOMEM
-        }
-        // SAFETY: the caller passes a valid out-pointer, as posix_memalign requires.
-        unsafe { *out = p };
-        // Written by our code, which runs without definedness steps.
-        oxgrind_engine::definedness::set(out as u64, 8, true);
-        0
-    })
+    if !align.is_power_of_two() || align % core::mem::size_of::<usize>() != 0 {
+        bad_alignment_here(align, AllocFn::PosixMemalign, entry);
+        return 22; // EINVAL
+    }
+    let p = aligned_here(align, size, AllocFn::PosixMemalign, entry);
+    if p.is_null() {
+        return 12; // ENOMEM
+    }
+    // SAFETY: the caller passes a valid out-pointer, as posix_memalign requires.
+    unsafe { *out = p };
+    // Written by our code, which runs without definedness steps.
+    oxgrind_engine::definedness::set(out as u64, 8, true);
+    0
 }
 
 /// [`valloc`] with its caller's registers.
 unsafe extern "C" fn valloc_at(size: usize, sp: u64, bp: u64) -> *mut c_void {
     let entry = entry!(valloc).gated_from(sp, bp);
-    entry_event(|| {
-        // SAFETY: plain call into glibc's allocator.
-        allocate_aligned_here(size as u64, 0, AllocFn::Valloc, entry, |_| unsafe {
-            __libc_valloc(size)
-        })
+    // SAFETY: plain call into glibc's allocator.
+    allocate_aligned_here(size as u64, 0, AllocFn::Valloc, entry, |_| unsafe {
+        __libc_valloc(size)
     })
 }
 
@@ -1454,11 +1428,9 @@ unsafe extern "C" fn pvalloc_at(size: usize, sp: u64, bp: u64) -> *mut c_void {
     // pvalloc rounds the request up to whole pages; the block is that big.
     let rounded = size.max(1).next_multiple_of(4096);
     let entry = entry!(pvalloc).gated_from(sp, bp);
-    entry_event(|| {
-        // SAFETY: plain call into glibc's allocator.
-        allocate_aligned_here(rounded as u64, 0, AllocFn::Pvalloc, entry, |_| unsafe {
-            __libc_pvalloc(size)
-        })
+    // SAFETY: plain call into glibc's allocator.
+    allocate_aligned_here(rounded as u64, 0, AllocFn::Pvalloc, entry, |_| unsafe {
+        __libc_pvalloc(size)
     })
 }
 
@@ -1535,12 +1507,13 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
     }
 }
 
-/// What an `operator new` call counts of ours when it runs natively ([`NATIVE_ENTRY`]), by
-/// entry point ([`NEW_NAMES`]): the exported entry point (two moves, jmp), its function in
-/// `shim.c` as gcc -O2 compiles it (a call and the null test for the throwing forms, a tail
-/// call for the others), [`oxgrind_new_entry`] (lea, jmp) and the `ret` after the native
-/// call. `objdump -d` of the runtime shows them; a different compiler may need new numbers
-/// (`crates/oxgrind/tests/massif_time_i.rs` compares new and new[] with Valgrind).
+/// What an `operator new` call counts of ours when it runs natively
+/// ([`set_events_native`]), by entry point ([`NEW_NAMES`]): the exported entry point (two
+/// moves, jmp), its function in `shim.c` as gcc -O2 compiles it (a call and the null test
+/// for the throwing forms, a tail call for the others), [`oxgrind_new_entry`] (lea, jmp)
+/// and the `ret` after the native call. `objdump -d` of the runtime shows them; a different
+/// compiler may need new numbers (`crates/oxgrind/tests/massif_time_i.rs` compares new and
+/// new[] with Valgrind).
 const NEW_COUNTED: [i64; 8] = [17, 17, 11, 11, 16, 16, 8, 8];
 
 /// `operator new` and friends, called from `shim.c` through [`oxgrind_new_entry`]:
@@ -1585,22 +1558,16 @@ unsafe fn new_fast(size: usize, align: usize, which: c_int, sp: u64, bp: u64) ->
 unsafe fn new_general(size: usize, align: usize, which: c_int, sp: u64, bp: u64) -> *mut c_void {
     let func = new_func(which);
     // The shim's code is the runtime's: the shadow registers are still the program's call's.
-    check_arguments(
-        || Entry::at(new_entry(which as usize)),
-        func,
-        &[(0, "size")],
-    );
+    check_arguments(|| Entry::at(new_entry(which as usize)), func, &["size"]);
     let counted = NEW_COUNTED[(which as usize).min(7)];
     let entry = Entry::at(new_entry(which as usize)).gated_from_counting(sp, bp, counted);
-    entry_event(|| {
-        allocate_aligned_here(size as u64, align as u64, func, entry, |rt| {
-            if align > 16 {
-                // SAFETY: plain call into glibc's allocator.
-                unsafe { __libc_memalign(align, size.saturating_add(redzone(rt))) }
-            } else {
-                base_alloc(rt, size)
-            }
-        })
+    allocate_aligned_here(size as u64, align as u64, func, entry, |rt| {
+        if align > 16 {
+            // SAFETY: plain call into glibc's allocator.
+            unsafe { __libc_memalign(align, size.saturating_add(redzone(rt))) }
+        } else {
+            base_alloc(rt, size)
+        }
     })
 }
 
@@ -1614,9 +1581,9 @@ fn new_func(which: c_int) -> AllocFn {
     }
 }
 
-/// How `shim.c` calls [`oxgrind_new`]: through `oxgrind_engine::native_entry`, so that with
-/// [`NATIVE_ENTRY`] set none of it runs translated (the shim's frame, which may throw, stays
-/// the program's).
+/// How `shim.c` calls [`oxgrind_new`]: through `oxgrind_engine::native_entry`, so that when
+/// events run natively ([`set_events_native`]) none of it runs translated (the shim's
+/// frame, which may throw, stays the program's).
 #[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn oxgrind_new_entry(
@@ -1665,7 +1632,7 @@ macro_rules! delete_fns {
                     return;
                 }
                 let entry = entry!($name).gated_from(sp, bp);
-                entry_event(|| deallocate_here(p, $func, entry))
+                deallocate_here(p, $func, entry)
             }
             $(let _ = $arg;)*
             if fast::on() {

@@ -423,7 +423,14 @@ impl RuntimeHost {
             Some(r) => oxgrind_symbols::capture_with_cfas_from(r, &mut ras, &mut cfas, (0, 0)),
             None => oxgrind_symbols::capture_with_cfas(&mut ras, &mut cfas, own),
         };
-        // The function the registers stop in (frame #0) owns [sp, cfas[0]).
+        // Registers elsewhere, lent while an allocator hook reports the program's misuse of
+        // its call: the hook ran natively from its entry point (`hooks::set_events_native`),
+        // and they are its caller's as the call returns, whose frame is #1 in the error's
+        // stack (frame #0 being our replacement function, as Valgrind's is).
+        let first = usize::from(
+            guest.is_some() && !in_own && crate::guard::this_thread().is_reporting_misuse(),
+        );
+        // The function the registers stop in (frame #0, or #1 as above) owns [sp, cfas[0]).
         if let Some(r) = guest.filter(|_| !in_own) {
             let end = if n > 0 { cfas[0] } else { stack_top };
             if r.sp <= addr && addr < end {
@@ -431,7 +438,7 @@ impl RuntimeHost {
                     let start = sym.function_start(r.pc)?;
                     sym.describe(start).pop()
                 })?;
-                return Some((0, frame));
+                return Some((first, frame));
             }
         }
         // The function ras[k] returns into owns [cfas[k], cfas[k + 1]).
@@ -443,7 +450,7 @@ impl RuntimeHost {
             let start = sym.function_start(ras[k].wrapping_sub(1))?;
             sym.describe(start).pop()
         })?;
-        Some((k + 1, frame))
+        Some((k + 1 + first, frame))
     }
 }
 

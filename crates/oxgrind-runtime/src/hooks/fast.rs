@@ -2,7 +2,7 @@
 //! `operator delete` for a tool that wants of each event only the block, its stack and its
 //! tool word, and runs without the translation engine (Massif's `--time-unit=B` and `ms`) or
 //! with it only to count the program's instructions (Massif's default `--time-unit=i`):
-//! there every event runs natively from the program's call on (`super::NATIVE_ENTRY`), so
+//! there every event runs natively from the program's call on (`super::set_events_native`), so
 //! the only difference from a run without the engine is the call's cost, added to the count
 //! once before the tool hears of the event, as the general path adds it
 //! (`super::Uncounted::entered`).
@@ -60,7 +60,7 @@ fn suits(rt: &Runtime) -> bool {
 /// Whether the engine runs only to count the program's instructions (nothing translated
 /// for a tool's probes, no definedness, no client requests, no system calls watched), and
 /// every allocator call from translated code runs natively as a whole from the program's
-/// call on (`super::NATIVE_ENTRY`, decided from the same needs when the engine starts):
+/// call on (`super::set_events_native`, decided from the same needs when the engine starts):
 /// then none of the hook's own work is translated or counted, as without the engine, and
 /// the general path's only extra work is the call's cost added to the count.
 fn counts_only(n: &oxgrind_tool::Needs) -> bool {
