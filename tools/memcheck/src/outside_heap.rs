@@ -218,8 +218,10 @@ fn on_signal_stack(sp: u64) -> bool {
 /// that word (a reused stack holds its earlier thread's words, where Valgrind too holds the
 /// memory unaddressable). Bytes from there up to the pointer are then unaddressable. A
 /// frame the thread made but never wrote at its bottom is not seen (a missed error). Nor
-/// are the words oxgrind's own allocator hooks left below the program's calls to `malloc`
-/// (a thread's first leaves about 4 KiB, where Valgrind's pointer went 1.5 KiB down): the
+/// are the words left by code whose depth is not the program's under Valgrind: oxgrind's
+/// own code on the program's stack, and the dynamic linker's lazy binding, whose
+/// trampoline saves the vector registers there with `xsave`, an area as large as the real
+/// CPU's state (with AVX-512 about 2.7 KiB, where Valgrind's emulated CPU has less): the
 /// floor is put above them (`above_own_frames`), which also misses what lies below.
 /// `u64::MAX` when none is found. (Kept per thread, `KnownStack::Thread`: the stack is read
 /// again only when an access lies below the floor last found.)
@@ -230,52 +232,71 @@ fn thread_stack_floor(host: &dyn Host, lo: u64, sp: u64) -> u64 {
     }
 }
 
-/// Where the thread's stack in `[floor, sp)` stops holding what oxgrind's own code left
-/// there: just above the highest word that is an address in oxgrind's code (the return
-/// addresses of the runtime's allocator hooks, which run on the program's stack where
-/// Valgrind's replacements run on its own, and of glibc's allocator under them, which
-/// Valgrind does not run at all). Below that, the words do not tell how deep the program
-/// went; above it they are the program's (or the hook's outermost frame). `floor` when
-/// there is none.
+/// Where the thread's stack in `[floor, sp)` stops holding what code whose depth is not
+/// the program's under Valgrind left there: just above the highest word that is an
+/// address in oxgrind's code (return addresses of the runtime's own code on the program's
+/// stack: its string replacements' calls, an allocator hook when it runs translated), or
+/// [`RESOLVER_FRAME`] above the highest that is an address in the dynamic linker's (the
+/// lazy-binding trampoline's call of its fixup, made below the vector state it saved).
+/// Below that, the words do not tell how deep the program went under Valgrind; above it
+/// they are the program's. `floor` when there is none. (The allocator hooks run natively,
+/// on the engine's stack, since their entry points hand the call off at once: with them
+/// out of the way, a thread's first calls' lazy binding was what went deepest, 2 KiB
+/// below where Valgrind's did on the AVX2 code path.)
 fn above_own_frames(host: &dyn Host, floor: u64, sp: u64) -> u64 {
-    let (text_lo, text_hi) = own_text(host);
-    let mut word = (sp & !7).wrapping_sub(8);
+    let [ours, linker] = not_the_programs_text(host);
+    let top = sp & !7;
+    let mut above = floor;
+    let mut word = top.wrapping_sub(8);
     while word >= floor && word != 0 {
         // SAFETY: `word` is 8-aligned in `[floor, sp)`, inside the calling thread's own
         // stack mapping (`floor` is a word `scan_floor` read there), which stays mapped
         // while the thread uses it; pages in between are mapped read-write (a page never
         // touched reads as zero).
         let v = unsafe { core::ptr::read_volatile(word as *const u64) };
-        if text_lo <= v && v < text_hi {
-            return word + 8;
+        if ours.0 <= v && v < ours.1 {
+            above = above.max(word + 8);
+        } else if linker.0 <= v && v < linker.1 {
+            above = above.max((word + 8 + RESOLVER_FRAME).min(top));
+        }
+        if above >= top {
+            break;
         }
         word -= 8;
     }
-    floor
+    above
 }
 
-/// The executable mapping holding this code (oxgrind's runtime, which the tool is part
-/// of), from `/proc/self/maps` once.
-fn own_text(host: &dyn Host) -> (u64, u64) {
-    static TEXT: oxgrind_tool::sync::SpinLock<(u64, u64)> =
-        oxgrind_tool::sync::SpinLock::new((0, 0));
-    let known = *TEXT.lock();
-    if known.1 != 0 {
+/// How far above its call of `_dl_fixup` (whose return address it leaves) the dynamic
+/// linker's lazy-binding trampoline's frame may reach: the vector state `xsave` stores
+/// (2,696 bytes with AVX-512's), 64-byte aligned, and the registers it pushes.
+const RESOLVER_FRAME: u64 = 3 << 10;
+
+/// The executable mappings of oxgrind's runtime (which the tool is part of) and of the
+/// dynamic linker, from `/proc/self/maps` once ((0, 0) for one not found).
+fn not_the_programs_text(host: &dyn Host) -> [(u64, u64); 2] {
+    static TEXT: oxgrind_tool::sync::SpinLock<Option<[(u64, u64); 2]>> =
+        oxgrind_tool::sync::SpinLock::new(None);
+    if let Some(known) = *TEXT.lock() {
         return known;
     }
-    let here = own_text as *const () as u64;
+    let here = not_the_programs_text as *const () as u64;
     let maps = host.read_self_file(SelfFile::Maps).unwrap_or_default();
-    let range = maps.lines().find_map(|l| {
-        let (lo, hi) = l.split_whitespace().next()?.split_once('-')?;
-        let (lo, hi) = (
-            u64::from_str_radix(lo, 16).ok()?,
-            u64::from_str_radix(hi, 16).ok()?,
-        );
-        (lo <= here && here < hi).then_some((lo, hi))
-    });
-    let range = range.unwrap_or((0, 0));
-    *TEXT.lock() = range;
-    range
+    let mut texts = [(0, 0); 2];
+    for m in maps.lines().filter_map(map_line) {
+        if m.lo <= here && here < m.hi {
+            texts[0] = (m.lo, m.hi);
+        } else if m.perms == "r-x"
+            && m.path
+                .rsplit('/')
+                .next()
+                .is_some_and(|f| f.starts_with("ld-linux"))
+        {
+            texts[1] = (m.lo, m.hi);
+        }
+    }
+    *TEXT.lock() = Some(texts);
+    texts
 }
 
 /// One line of `/proc/self/maps`.
