@@ -193,16 +193,13 @@ pub struct ThreadCtx {
     /// (see `signals`); counts the steps.
     pub stepping: u64,
     /// Definedness (`definedness`): this thread's shadow registers and slow-path state
-    /// (0 until its first step); set to 1 by every block of the runtime's own code
-    /// (inline); set to 1 when a signal handler is entered.
+    /// (0 until its first step).
     pub vbits: u64,
-    pub vbits_own_code: u64,
     /// Set by a clean call made where the guest's vector registers are dead (the call to
     /// `run_native`, a function call: the ABI leaves every vector and mask register to the
     /// caller): the dispatcher then neither saves nor restores the XSAVE state, most of a
     /// short clean call's cost, and clears it.
     pub vectors_dead: u64,
-    pub vbits_signal: u64,
     /// The primary table of the memory shadow (`definedness`), for the inline fast path
     /// (0 until the thread's first definedness step).
     pub vbits_primary: u64,
@@ -220,10 +217,24 @@ pub struct ThreadCtx {
     /// reaches each with one `gs:`-relative operand, without borrowing a register.
     pub vbits_gpr: [u64; 16],
     pub vbits_flags: u64,
-    /// Nonzero when the next instruction must take the definedness slow path (see
-    /// `definedness::step`); also until the thread's first step (`vbits` is 0 until
-    /// then).
-    pub vbits_need_step: u64,
+    /// Definedness: what the program's next stepped instruction must see to first, one
+    /// byte each in one word ([`OFF_VBITS_ENTRY`]), so that a block's first stepped
+    /// instruction tests all three with one compare (`translate::definedness`):
+    ///
+    /// * `vbits_need_step`: nonzero when the next instruction must take the slow path
+    ///   (see `definedness::step`); also until the thread's first step (`vbits` is 0
+    ///   until then). The only one of the three tested inside a block.
+    /// * `vbits_own_code`: set to 1 by every block of the runtime's own code (inline).
+    /// * `vbits_signal`: set to 1 when a signal handler is entered (`signals`).
+    ///
+    /// Every writer, Rust or the code cache, stores its own byte alone (no read-modify-
+    /// write of the word), so a signal's delivery, which sets `vbits_signal` between any
+    /// two instructions of the thread, never loses or is lost to another's write. Only
+    /// this thread writes them. The padding stays zero (the mapping's).
+    pub vbits_need_step: u8,
+    pub vbits_own_code: u8,
+    pub vbits_signal: u8,
+    vbits_entry_pad: [u8; 5],
     /// Definedness: the addresses of primary entries that a block's memory operands with
     /// the same base register share (`translate::definedness::SpanShare`), 0 when the
     /// operand that leads the sharing went slow. Written and read inside one block only;
@@ -303,13 +314,11 @@ off!(OFF_HOT, hot);
 off!(OFF_HOT_TESTS, hot_tests);
 off!(OFF_INDEXED_AT, indexed_at);
 off!(OFF_TRACE_CHECKS, trace_checks);
-off!(OFF_VBITS_OWN_CODE, vbits_own_code);
 off!(OFF_VECTORS_DEAD, vectors_dead);
 off!(OFF_OWN_WORK, own_work);
 off!(OFF_PENDING_CHILD, pending_child);
 off!(OFF_PENDING_SIGNALS, pending_signals);
 off!(OFF_VBITS, vbits);
-off!(OFF_VBITS_SIGNAL, vbits_signal);
 off!(OFF_VBITS_PRIMARY, vbits_primary);
 off!(OFF_VBITS_TEMP, vbits_temp);
 off!(OFF_VBITS_TEMP2, vbits_temp2);
@@ -317,6 +326,15 @@ off!(OFF_VBITS_SAVED_RCX, vbits_saved_rcx);
 off!(OFF_VBITS_GPR, vbits_gpr);
 off!(OFF_VBITS_FLAGS, vbits_flags);
 off!(OFF_VBITS_NEED_STEP, vbits_need_step);
+off!(OFF_VBITS_OWN_CODE, vbits_own_code);
+off!(OFF_VBITS_SIGNAL, vbits_signal);
+/// The word of the three entry bytes (`ThreadCtx::vbits_need_step`): nonzero when a block's
+/// first stepped instruction cannot go straight to its checks.
+pub const OFF_VBITS_ENTRY: usize = OFF_VBITS_NEED_STEP;
+const _: () = assert!(OFF_VBITS_ENTRY % 8 == 0);
+const _: () = assert!(OFF_VBITS_OWN_CODE == OFF_VBITS_ENTRY + 1);
+const _: () = assert!(OFF_VBITS_SIGNAL == OFF_VBITS_ENTRY + 2);
+const _: () = assert!(offset_of!(ThreadCtx, vbits_entry_pad) == OFF_VBITS_ENTRY + 3);
 off!(OFF_VBITS_SPAN, vbits_span);
 off!(OFF_VBITS_STEPPED_PC, vbits_stepped_pc);
 // The inline catch-up zeroes the registers' and the flags' shadows as one run of qwords.

@@ -747,9 +747,9 @@ pub(crate) fn step(ctx: &mut ThreadCtx, rec: &StepRec, pc: u64, cl: Client) {
 }
 
 /// Whether the instruction after `rec`'s must take the slow path (`vbits_need_step`).
-fn need_step_after(rec: &StepRec) -> u64 {
+fn need_step_after(rec: &StepRec) -> u8 {
     let ins = rec.ins;
-    (rec.writes_rsp || rec.call_or_ret || is_rep_string(ins) && may_stop_early(ins)) as u64
+    (rec.writes_rsp || rec.call_or_ret || is_rep_string(ins) && may_stop_early(ins)) as u8
 }
 
 /// [`step`] with the thread's state, its registers' shadows copied in ([`regs_in`]);

@@ -337,25 +337,25 @@ impl Emitter {
             self.settle();
         }
         let mut slow = SlowCall::new(ip, rec, flags_live, false);
-        // A sharing this instruction leads starts from "none" (mov qword gs:[span], 0)
-        // before anything can go slow: the operands that follow it then go slow too.
+        // A sharing this instruction leads is filled by its fast path, which either gets
+        // past the slot's store or jumps to this slow call before it: the slow call starts
+        // with "none" (mov qword gs:[span], 0; `Emitter::clear_span_slots`), so that the
+        // operands that follow go slow too. (Out of line: the fast path pays nothing.)
         for share in shares {
             if let SpanShare::Lead { slot, .. } = share {
-                self.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
-                self.d32(span_slot_off(slot));
-                self.d32(0);
+                slow.clears_span |= 1 << slot;
             }
         }
         if block_entry {
             self.catch_up_inline(&mut slow)?;
         }
-        // cmp qword gs:[need_step], 0; jne slow: the pending step (none can be pending
-        // after a plain instruction of the block: `after_plain`), then each register read,
-        // in the bytes it reads (cmp dword/word/byte gs:[off], 0). A step is pending until
-        // the thread's first, which makes its state (`ctx.vbits`) that the inline parts
-        // after it use.
-        if !after_plain {
-            self.buf.extend_from_slice(&[0x65, 0x48, 0x83, 0x3C, 0x25]);
+        // cmp byte gs:[need_step], 0; jne slow: the pending step (none can be pending
+        // after a plain instruction of the block: `after_plain`; the block entry's word
+        // compare has tested it), then each register read, in the bytes it reads (cmp
+        // dword/word/byte gs:[off], 0). A step is pending until the thread's first, which
+        // makes its state (`ctx.vbits`) that the inline parts after it use.
+        if !after_plain && !block_entry {
+            self.buf.extend_from_slice(&[0x65, 0x80, 0x3C, 0x25]);
             self.d32(c::OFF_VBITS_NEED_STEP as u32);
             self.buf.push(0x00);
             self.jcc_slow(0x85, &mut slow)?;
@@ -659,7 +659,7 @@ impl Emitter {
         let mut checks: [(u8, usize); 18] = [(0, 0); 18];
         let mut n = 0;
         if !after_plain {
-            checks[n] = (8, c::OFF_VBITS_NEED_STEP);
+            checks[n] = (1, c::OFF_VBITS_NEED_STEP);
             n += 1;
         }
         for r in (0..16usize).filter(|r| form.reads & !skip.regs & (1 << r) != 0) {
@@ -770,7 +770,7 @@ impl Emitter {
     ///
     /// ```text
     ///     (save rax, flags)
-    ///     cmp qword gs:[signal], 0; jne slow; cmp qword gs:[own_code], 0; jne slow
+    ///     cmp word gs:[own_code], 0; jne slow        (own_code and signal: one word)
     ///     mov rax, pc; mov gs:[temp], rax; mov rax, gs:[vbits]; test rax, rax; jz slow
     ///     cmp [rax+last_rsp], rsp; jne slow; cmp byte [rax+last_call_or_ret], 0; jne slow
     ///     cmp [rax+rep_rcx], rcx; jne slow
@@ -808,12 +808,13 @@ impl Emitter {
                 e.jcc_slow(cc, slow)
             }
         };
-        for off in [c::OFF_VBITS_SIGNAL, c::OFF_VBITS_OWN_CODE] {
-            self.buf.extend_from_slice(&[0x65, 0x48, 0x83, 0x3C, 0x25]);
-            self.d32(off as u32);
-            self.buf.push(0x00);
-            self.jcc_slow(0x85, &mut slow)?;
-        }
+        // cmp word gs:[own_code], 0; jne slow: `vbits_own_code` and `vbits_signal` side by
+        // side (`ThreadCtx::vbits_need_step`).
+        const _: () = assert!(c::OFF_VBITS_SIGNAL == c::OFF_VBITS_OWN_CODE + 1);
+        self.buf.extend_from_slice(&[0x65, 0x66, 0x83, 0x3C, 0x25]);
+        self.d32(c::OFF_VBITS_OWN_CODE as u32);
+        self.buf.push(0x00);
+        self.jcc_slow(0x85, &mut slow)?;
         self.mov_imm64(0, ip);
         self.store_gs(0, c::OFF_VBITS_TEMP);
         self.load_gs(0, c::OFF_VBITS);
@@ -881,7 +882,9 @@ impl Emitter {
 
     /// At a block's first stepped instruction: what happened since the program's last
     /// one. Only there, since the runtime's own code and signal handlers are entered and
-    /// left by control transfers, which end blocks. A signal handler starting goes slow.
+    /// left by control transfers, which end blocks. One compare of the word of the three
+    /// entry bytes (`ThreadCtx::vbits_need_step`) passes when nothing did and no step is
+    /// pending; a pending step or a signal handler starting goes slow.
     /// After the runtime's own code, the inline part does `definedness::catch_up`'s work
     /// when the runtime left nothing below the program's last `rsp` (it returned into the
     /// program) or only the return address of its call into this code (made defined here;
@@ -894,38 +897,55 @@ impl Emitter {
     /// the block only calls it, returning with ZF clear for the slow path:
     ///
     /// ```text
-    /// cmp qword gs:[own_code], 0; je done
+    /// cmp qword gs:[entry], 0; je done
+    /// cmp qword gs:[entry], own_code; jne slow          (the runtime's code alone)
     /// lea rax, [rip+back]; jmp routine; back: jne slow; done:
     /// ```
     ///
     /// (`rax` and the flags are borrowed here.) At one block entry in four instructions
     /// on average, this was a third of the code cache (python3 bench: 48,000 blocks).
     fn catch_up_inline(&mut self, slow: &mut SlowCall) -> Result<(), TranslateError> {
-        // cmp qword gs:[signal], 0; jne slow
+        // The value of the entry word when only the runtime's own code ran.
+        const OWN_CODE_ALONE: u32 = 1 << (8 * (c::OFF_VBITS_OWN_CODE - c::OFF_VBITS_ENTRY));
+        // cmp qword gs:[entry], 0
         self.buf.extend_from_slice(&[0x65, 0x48, 0x83, 0x3C, 0x25]);
-        self.d32(c::OFF_VBITS_SIGNAL as u32);
+        self.d32(c::OFF_VBITS_ENTRY as u32);
         self.buf.push(0x00);
-        self.jcc_slow(0x85, slow)?;
-        // cmp qword gs:[own_code], 0
-        self.buf.extend_from_slice(&[0x65, 0x48, 0x83, 0x3C, 0x25]);
-        self.d32(c::OFF_VBITS_OWN_CODE as u32);
-        self.buf.push(0x00);
+        // What follows the `je`, up to `done`: cmp qword gs:[entry], imm32 (13 bytes);
+        // jne slow (6); then the routine's call or the body.
+        const OWN_ALONE_TEST: usize = 13 + 6;
         let routine = CATCH_UP_ROUTINE.load(Ordering::Relaxed);
-        // From the `jmp`'s end (9 bytes past the `je`'s end) to the routine.
-        let rel = (routine as i64).wrapping_sub(self.here() as i64 + 2 + 7 + 5);
-        if routine != 0 && rel == rel as i32 as i64 {
-            // je done (rel8); lea rax, [rip+back]; jmp routine; back: jne slow; done:
-            self.buf.extend_from_slice(&[0x74, 7 + 5 + 6]);
+        // From the `jmp`'s end (the `je`, the test, the `lea` and the `jmp`) to the routine.
+        let rel =
+            (routine as i64).wrapping_sub(self.here() as i64 + 2 + OWN_ALONE_TEST as i64 + 7 + 5);
+        let call_routine = routine != 0 && rel == rel as i32 as i64;
+        let done = if call_routine {
+            // je done (rel8)
+            self.buf
+                .extend_from_slice(&[0x74, (OWN_ALONE_TEST + 7 + 5 + 6) as u8]);
+            None
+        } else {
+            // je done
+            self.buf.extend_from_slice(&[0x0F, 0x84]);
+            let done = self.buf.len();
+            self.d32(0);
+            Some(done)
+        };
+        // cmp qword gs:[entry], OWN_CODE_ALONE; jne slow
+        let test_at = self.buf.len();
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x81, 0x3C, 0x25]);
+        self.d32(c::OFF_VBITS_ENTRY as u32);
+        self.d32(OWN_CODE_ALONE);
+        self.jcc_slow(0x85, slow)?;
+        debug_assert_eq!(self.buf.len() - test_at, OWN_ALONE_TEST);
+        let Some(done) = done else {
+            // lea rax, [rip+back]; jmp routine; back: jne slow; done:
             self.buf.extend_from_slice(&[0x48, 0x8D, 0x05]);
             self.d32(5);
             self.buf.push(0xE9);
             self.d32(rel as i32 as u32);
             return self.jcc_slow(0x85, slow);
-        }
-        // je done
-        self.buf.extend_from_slice(&[0x0F, 0x84]);
-        let done = self.buf.len();
-        self.d32(0);
+        };
         self.catch_up_body(slow)?;
         let rel = (self.buf.len() - (done + 4)) as u32;
         self.buf[done..done + 4].copy_from_slice(&rel.to_le_bytes());
@@ -1002,12 +1022,12 @@ impl Emitter {
             self.d32(off as u32);
             self.buf.push(v);
         }
-        // mov [rax+last_rsp], rsp; mov qword gs:[own_code], 0
+        // mov [rax+last_rsp], rsp; mov byte gs:[own_code], 0
         self.buf.extend_from_slice(&[0x48, 0x89, 0xA0]);
         self.d32(OFF_LAST_RSP as u32);
-        self.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
+        self.buf.extend_from_slice(&[0x65, 0xC6, 0x04, 0x25]);
         self.d32(c::OFF_VBITS_OWN_CODE as u32);
-        self.d32(0);
+        self.buf.push(0);
         Ok(())
     }
 
@@ -1821,6 +1841,16 @@ impl Emitter {
     }
 
     /// `j<cc> slow` (rel32, opcode `0F cc`), recorded in `slow` for patching.
+    /// At the start of a slow call: `mov qword gs:[span], 0` for each slot of
+    /// `gs:[vbits_span]` in `slots` (a bit each; `SlowCall::clears_span`).
+    pub(super) fn clear_span_slots(&mut self, slots: u8) {
+        for slot in (0..SPAN_SLOTS as u8).filter(|s| slots & (1 << s) != 0) {
+            self.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
+            self.d32(span_slot_off(slot));
+            self.d32(0);
+        }
+    }
+
     fn jcc_slow(&mut self, cc: u8, slow: &mut SlowCall) -> Result<(), TranslateError> {
         self.buf.extend_from_slice(&[0x0F, cc]);
         slow.add_jump(self.buf.len())?;
@@ -1982,7 +2012,8 @@ pub(super) fn span_shares(
         }
     }
     // Each slot's last instruction in use: a group takes a slot free before its first
-    // instruction (whose inline part clears it first thing). Groups were made in the
+    // instruction (whose inline part fills it, or whose slow call clears it first thing).
+    // Groups were made in the
     // order of their first instructions.
     let mut busy_until: [Option<usize>; SPAN_SLOTS] = [None; SPAN_SLOTS];
     let mut slot_of = [u8::MAX; MAX_GROUPS];
@@ -2351,7 +2382,7 @@ fn written_shadow_off(w: Written) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic};
+    use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic};
 
     /// An out-of-line routine at `at`, decoded, and the indices of its two exits: it
     /// leaves by exactly two `jmp gs:[probe_ret]`, the first after `cmp` (done, ZF set),
@@ -2511,5 +2542,54 @@ mod tests {
             .map(|i| i.near_branch_target())
             .collect();
         assert_eq!(jumps, [base]);
+        // (Here, not in a test of its own: both set the arenas' routine, a global.)
+        block_entry_passes_on_one_compare_of_the_entry_word();
+    }
+
+    /// A block's entry tests the word of the three entry bytes (`vbits_need_step`,
+    /// `vbits_own_code`, `vbits_signal`) with one compare and, when it is zero, jumps past
+    /// everything else of the entry, with or without the catch-up routine in reach; when it
+    /// is not, only the runtime's own code alone goes on to the catch-up, anything else to
+    /// the slow call.
+    fn block_entry_passes_on_one_compare_of_the_entry_word() {
+        let base = 0x7000_0000_0000u64;
+        for routine in [0, base] {
+            let mut slow = SlowCall::new(0x1000, 0, false, false);
+            let mut e = Emitter::new(0x1000, base + 0x1000, false);
+            set_catch_up_routine(routine);
+            e.catch_up_inline(&mut slow).unwrap();
+            set_catch_up_routine(0);
+            let insns: alloc::vec::Vec<Instruction> =
+                Decoder::with_ip(64, &e.buf, base + 0x1000, DecoderOptions::NONE)
+                    .into_iter()
+                    .collect();
+            let gs_qword_cmp = |i: &Instruction, imm: u64| {
+                i.mnemonic() == Mnemonic::Cmp
+                    && i.segment_prefix() == Register::GS
+                    && i.memory_base() == Register::None
+                    && i.memory_displacement64() == c::OFF_VBITS_ENTRY as u64
+                    && i.memory_size() == iced_x86::MemorySize::UInt64
+                    && i.immediate(1) == imm
+            };
+            assert!(
+                gs_qword_cmp(&insns[0], 0),
+                "{routine:x}: {:?}",
+                insns[0].code()
+            );
+            assert_eq!(insns[1].mnemonic(), Mnemonic::Je, "{routine:x}");
+            let end = base + 0x1000 + e.buf.len() as u64;
+            assert_eq!(insns[1].near_branch_target(), end, "{routine:x}");
+            let own_code_alone = 1u64 << (8 * (c::OFF_VBITS_OWN_CODE - c::OFF_VBITS_ENTRY));
+            assert!(
+                gs_qword_cmp(&insns[2], own_code_alone),
+                "{:?}",
+                insns[2].code()
+            );
+            assert_eq!(insns[3].mnemonic(), Mnemonic::Jne);
+            if routine != 0 {
+                // That jne and the one after the routine's return: nothing else goes slow.
+                assert_eq!(slow.njumps, 2);
+            }
+        }
     }
 }

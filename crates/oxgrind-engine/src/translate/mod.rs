@@ -537,10 +537,11 @@ pub fn translate_at_most(
     e.mark(pc, 0);
     if opts.instrument && tool.is_none() && crate::definedness::enabled() {
         // The runtime's own code runs without definedness steps: say so, for the program's
-        // next step (`definedness::catch_up`). mov qword gs:[own_code], 1 (no flags).
-        e.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
+        // next step (`definedness::catch_up`). mov byte gs:[own_code], 1 (no flags; its
+        // byte alone: `ThreadCtx::vbits_need_step`).
+        e.buf.extend_from_slice(&[0x65, 0xC6, 0x04, 0x25]);
         e.d32(c::OFF_VBITS_OWN_CODE as u32);
-        e.d32(1);
+        e.buf.push(1);
     }
     if opts.check {
         e.smc_check(pc, guest_len as usize, flags_dead_at_entry(&insns));
@@ -1009,6 +1010,10 @@ struct SlowCall {
     /// the call returns not to `back` but to a side exit to the instruction's own pc
     /// (`Emitter::exit_thunk`).
     exit: bool,
+    /// Slots of `gs:[vbits_span]` (a bit each) that the call clears first: those of the
+    /// sharings this instruction leads (`definedness::SpanShare::Lead`), which its fast
+    /// path fills; cleared, they send the operands that follow to their slow calls.
+    clears_span: u8,
 }
 
 impl SlowCall {
@@ -1023,6 +1028,7 @@ impl SlowCall {
             ip,
             skipped_in_own_work,
             exit: false,
+            clears_span: 0,
         }
     }
 

@@ -1982,6 +1982,7 @@ impl Emitter {
                 let rel = at as i64 - (j as i64 + 4);
                 self.buf[j..j + 4].copy_from_slice(&(rel as i32).to_le_bytes());
             }
+            self.clear_span_slots(s.clears_span);
             let lent = rcx_lent.contains(&index);
             if tails != 0 && !(kept && s.skipped_in_own_work) {
                 let variant = tail_variant(lent, s.flags_live, s.skipped_in_own_work);
@@ -2491,15 +2492,15 @@ impl Emitter {
     /// seldom made) cost python3 8 MB of peak RSS.
     ///
     /// ```text
-    ///     mov qword gs:[need_step], 1
+    ///     mov byte gs:[need_step], 1      (its byte alone: `ThreadCtx::vbits_need_step`)
     ///     mov gs:[STUB_RAX], rax; mov rax, ip; mov gs:[stepped_pc], rax
     ///     jmp gs:[dispatch]
     /// ```
     fn exit_thunk(&mut self, ip: u64) {
         self.push_map_at(self.buf.len(), ip, 0);
-        self.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
+        self.buf.extend_from_slice(&[0x65, 0xC6, 0x04, 0x25]);
         self.d32(c::OFF_VBITS_NEED_STEP as u32);
-        self.d32(1);
+        self.buf.push(1);
         self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
         self.push_map_at(self.buf.len(), ip, FIX_RAX_IN_STUB);
         self.mov_imm64(0, ip);
