@@ -331,7 +331,7 @@ off!(OFF_VBITS_SIGNAL, vbits_signal);
 /// The word of the three entry bytes (`ThreadCtx::vbits_need_step`): nonzero when a block's
 /// first stepped instruction cannot go straight to its checks.
 pub const OFF_VBITS_ENTRY: usize = OFF_VBITS_NEED_STEP;
-const _: () = assert!(OFF_VBITS_ENTRY % 8 == 0);
+const _: () = assert!(OFF_VBITS_ENTRY & 7 == 0);
 const _: () = assert!(OFF_VBITS_OWN_CODE == OFF_VBITS_ENTRY + 1);
 const _: () = assert!(OFF_VBITS_SIGNAL == OFF_VBITS_ENTRY + 2);
 const _: () = assert!(offset_of!(ThreadCtx, vbits_entry_pad) == OFF_VBITS_ENTRY + 3);
