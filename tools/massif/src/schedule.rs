@@ -445,8 +445,9 @@ mod serialised_tests {
 
     /// Snapshots 1,000,000 apart, then a normal snapshot and a peak at one time (a thread's
     /// free raised to another's allocation time), then 100,000 events 100 apart: how many
-    /// culls they take.
-    fn culls(serialised: bool) -> u32 {
+    /// culls they take. With `demoted`, ten more snapshots and a later, higher peak come
+    /// between that peak and the events, so it stands no longer.
+    fn culls_with(serialised: bool, demoted: bool) -> u32 {
         let mut s = Scheduler::new(100, 10, 1.0).with_interval_floor(1);
         if serialised {
             s.times_serialised();
@@ -464,6 +465,18 @@ mod serialised_tests {
         }
         s.normal(t, tot(1));
         assert!(s.peak(t, tot(1000)));
+        if demoted {
+            for _ in 0..10 {
+                t += 1_000_000;
+                s.normal(t, tot(1));
+            }
+            assert!(s.peak(t + 500_000, tot(2000)));
+            assert_eq!(
+                s.snaps.iter().filter(|x| x.kind == Kind::Peak).count(),
+                1,
+                "the first peak is demoted"
+            );
+        }
         for _ in 0..100_000 {
             t += 100;
             s.normal(t, tot(1));
@@ -471,41 +484,12 @@ mod serialised_tests {
         s.cullings
     }
 
-    /// As [`culls`], but the peak met at a normal snapshot's time is demoted by a later,
-    /// higher peak before the events come.
+    fn culls(serialised: bool) -> u32 {
+        culls_with(serialised, false)
+    }
+
     fn culls_after_demotion(serialised: bool) -> u32 {
-        let mut s = Scheduler::new(100, 10, 1.0).with_interval_floor(1);
-        if serialised {
-            s.times_serialised();
-        }
-        let tot = |heap| Totals {
-            heap,
-            extra: 0,
-            stacks: 0,
-            per_context: &[],
-        };
-        let mut t = 0;
-        for _ in 0..10 {
-            s.normal(t, tot(1));
-            t += 1_000_000;
-        }
-        s.normal(t, tot(1));
-        assert!(s.peak(t, tot(1000)));
-        for _ in 0..10 {
-            t += 1_000_000;
-            s.normal(t, tot(1));
-        }
-        assert!(s.peak(t + 500_000, tot(2000)));
-        assert_eq!(
-            s.snaps.iter().filter(|x| x.kind == Kind::Peak).count(),
-            1,
-            "the first peak is demoted"
-        );
-        for _ in 0..100_000 {
-            t += 100;
-            s.normal(t, tot(1));
-        }
-        s.cullings
+        culls_with(serialised, true)
     }
 
     #[test]
