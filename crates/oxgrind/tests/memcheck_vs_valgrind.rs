@@ -136,7 +136,8 @@ fn a_pointer_left_in_a_freed_block_of_a_threads_arena_is_no_root() {
         ours.contains("48 bytes in 1 blocks are definitely lost"),
         "{ours}"
     );
-    assert_eq!(summary_lines(&ours), summary_lines(&theirs), "{ours}");
+    // The joined thread's DTV, freed, was 16 bytes bigger (see the test above).
+    assert_same_report(&less_dtv_bytes(&ours, 0, 16), &theirs);
 }
 
 #[test]
