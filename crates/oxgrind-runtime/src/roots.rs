@@ -396,13 +396,19 @@ fn with_roots_gated(f: &mut dyn FnMut(&[RootRange]), request_sp: Option<u64>) {
         {
             continue; // glibc's main arena (its blocks are scanned when reached), or ours
         }
+        let ours_here: Vec<(u64, u64)> = ours
+            .iter()
+            .filter(|&&(s, e)| s < m.end && m.start < e)
+            .copied()
+            .collect();
         let mut holes = heap_holes(m.start, m.end, &blocks);
-        holes.extend(arena_heaps(m.start, m.end).map(|a| (a, m.end.min(a + ARENA_HEAP))));
-        holes.extend(
-            ours.iter()
-                .filter(|&&(s, e)| s < m.end && m.start < e)
-                .copied(),
-        );
+        // Arena heaps are looked for only outside our own regions: those are no roots
+        // anyway, and the shadow maps' reservations span terabytes of 64 MiB steps whose
+        // every header read would fault a page in.
+        for (s, e) in complement(m.start, m.end, ours_here.clone()) {
+            holes.extend(arena_heaps(s, e).map(|a| (a, e.min(a + ARENA_HEAP))));
+        }
+        holes.extend(ours_here);
         for (s, e) in complement(m.start, m.end, holes) {
             roots.push(RootRange {
                 start: s,
