@@ -495,12 +495,12 @@ pub(crate) fn current_context() -> Option<*mut context::ThreadCtx> {
 /// frame an address is in) from these, not from its own stack pointer.
 pub fn guest_regs_in_tool_call() -> Option<oxgrind_tool::instrument::GuestRegs> {
     let ctx = current_context()?;
-    // SAFETY: the context is this thread's and never unmapped; a non-zero slot points at
-    // a GuestRegs on this thread's engine stack, lent for the length of the call that is
-    // running this code (`probe::ToolRegsLent` clears it before the call returns).
+    // SAFETY: the context is this thread's and never unmapped; a non-zero slot is a loan
+    // for the length of the call that is running this code (`probe::ToolRegsLent` clears
+    // it before the call returns), read on this thread.
     unsafe {
         let p = (*ctx).tool_regs.load(Ordering::Relaxed);
-        (p != 0).then(|| *(p as *const oxgrind_tool::instrument::GuestRegs))
+        (p != 0).then(|| probe::lent_regs(&*ctx, p))
     }
 }
 
