@@ -14,7 +14,8 @@
 //! The tables live in the thread's context mapping at [`RECENT_LINES_OFF`] and
 //! [`RECENT_CODE_LINES_OFF`], where
 //! translated code reads and writes them as `gs:[RECENT_LINES_OFF + slot * 8]` (see
-//! `translate::probes`); the Rust side keeps it in step for the records it appends itself
+//! `translate::probes`; a data slot holds its line's [`data_key`], a code slot the line
+//! number, which the block checks compare with immediates); the Rust side keeps it in step for the records it appends itself
 //! (the clean-call fallback of the trace probes) and empties it whenever records it
 //! described are dropped instead of delivered (a hold's, a forked child's), since a slot
 //! must only name lines the tool has seen.
@@ -28,9 +29,31 @@ use crate::context::{
     RECENT_LINES_OFF, RECENT_SECOND_LINES_OFF, RECENT_SWAPS_OFF,
 };
 
-/// What a slot holds when it names no line (no access has its first byte at the last
-/// address, so no line number is all ones).
+/// What a code-lines slot holds when it names no line (no access has its first byte at
+/// the last address, so no line number is all ones).
 pub(crate) const NO_LINE: u64 = u64::MAX;
+
+/// What a data-table slot holds for `line` of `1 << shift` bytes: the negated address of
+/// the line's first byte. Translated code adds it to an access's address: the sum is the
+/// access's offset in the line, and one unsigned compare with `line bytes - access bytes`
+/// tells both that the slot names the access's line and that the access does not run into
+/// the next (see `translate::probes`), where a line number took a shift, a compare and a
+/// second test for the straddle.
+#[inline]
+pub(crate) fn data_key(line: u64, shift: u32) -> u64 {
+    (line << shift).wrapping_neg()
+}
+
+/// What table `which`'s slots hold when they name no line: for the data table the key
+/// ([`data_key`]) of the address space's last line, where no access of a program lies
+/// (its sum with any user address is at least one line, above every compare's bound);
+/// for the code table [`NO_LINE`].
+fn empty_slot(which: Table, shift: u32) -> u64 {
+    match which {
+        Table::Data => data_key(u64::MAX >> shift, shift),
+        Table::Code => NO_LINE,
+    }
+}
 
 /// Which of a thread's two tables: the data accesses' (`Needs::recent_lines`, read by
 /// `trace_new_lines` probes) or the code's (`Needs::recent_code_lines`, read by
@@ -79,7 +102,10 @@ const TWO_WAYS: u32 = 1 << 24;
 /// `two_ways`: two lines per slot (only with two slots or more).
 pub(crate) fn configure(which: Table, r: RecentLines, two_ways: bool) {
     let slots = r.slots.min(MAX_RECENT_LINE_SLOTS);
-    if slots == 0 || r.line_shift >= 64 {
+    // (The data table's inline checks compare an offset in a line with a 32-bit
+    // immediate, sign-extended: lines of 2 GiB or more make no table there.)
+    let widest = if which == Table::Data { 31 } else { 64 };
+    if slots == 0 || r.line_shift >= widest {
         return;
     }
     let slots = 1u32 << (15 - slots.leading_zeros().min(15));
@@ -154,11 +180,12 @@ fn table_second_ways(
 /// lost: the simulator may keep two lines of that set in the other order.)
 pub(crate) fn clear(ctx: &mut ThreadCtx) {
     for which in [Table::Data, Table::Code] {
-        if let Some((_, slots)) = geometry(which) {
-            table(ctx, which)[..slots as usize].fill(NO_LINE);
+        if let Some((shift, slots)) = geometry(which) {
+            let empty = empty_slot(which, shift);
+            table(ctx, which)[..slots as usize].fill(empty);
             if table_two_ways(which) {
                 let (second, swaps) = table_second_ways(ctx, which);
-                second[..slots as usize].fill(NO_LINE);
+                second[..slots as usize].fill(empty);
                 swaps[..slots as usize].fill(0);
             }
         }
@@ -166,7 +193,8 @@ pub(crate) fn clear(ctx: &mut ThreadCtx) {
 }
 
 /// A record of an access of `size` bytes at `addr` is being appended from Rust: its
-/// lines' slots in the data table name them, as the inline appends do. Returns the
+/// lines' slots in the data table name them (hold their [`data_key`]s), as the inline
+/// appends do. Returns the
 /// record's swap bits (`TraceRecord::swaps`).
 #[inline]
 pub(crate) fn note(ctx: &mut ThreadCtx, addr: u64, size: u64) -> u8 {
@@ -179,21 +207,22 @@ pub(crate) fn note(ctx: &mut ThreadCtx, addr: u64, size: u64) -> u8 {
     if !two_ways() {
         let t = table(ctx, Table::Data);
         for line in [first, last] {
-            t[(line & u64::from(slots - 1)) as usize] = line;
+            t[(line & u64::from(slots - 1)) as usize] = data_key(line, shift);
         }
         return 0;
     }
     let mut bits = 0;
     for (bit, line) in [first, last].into_iter().enumerate() {
         let slot = (line & u64::from(slots - 1)) as usize;
+        let key = data_key(line, shift);
         let was_first = table(ctx, Table::Data)[slot];
         let (second, swaps) = second_ways(ctx);
         bits |= swaps[slot] << bit;
         swaps[slot] = 0;
-        if was_first != line {
+        if was_first != key {
             // Second line: the two change places; a new one: the first moves down.
             second[slot] = was_first;
-            table(ctx, Table::Data)[slot] = line;
+            table(ctx, Table::Data)[slot] = key;
         }
     }
     bits
@@ -220,6 +249,46 @@ fn model_access(first: &mut u64, second: &mut u64, swap: &mut u8, line: u64) -> 
 
 #[cfg(test)]
 mod tests {
+    /// The inline first-line test (`translate::probes`): the access's address plus its
+    /// slot's key is at most `line bytes - access bytes` exactly when the key is the
+    /// access's line's and the access does not run into the next line; an empty slot
+    /// admits no access of a program.
+    #[test]
+    fn a_slots_key_admits_exactly_the_accesses_within_its_line() {
+        for shift in [4u32, 6, 7, 12, 30] {
+            let line_bytes = 1u64 << shift;
+            let empty = super::empty_slot(super::Table::Data, shift);
+            for size in [1u64, 2, 3, 4, 8, 16, 32, 64, 128] {
+                let clamped = size.clamp(1, line_bytes);
+                let room = line_bytes - clamped;
+                for line in [0u64, 1, 2, 977, (1 << (47 - shift)) - 1] {
+                    let key = super::data_key(line, shift);
+                    let start = line << shift;
+                    let near = [0u64, 1, 2, 3, 5, 8, 17, 63, 64, 65, 127, 128, 200];
+                    let addrs = near.iter().flat_map(|&d| {
+                        [
+                            start.wrapping_sub(d),
+                            start + d,
+                            (start + line_bytes).wrapping_sub(d),
+                        ]
+                    });
+                    for addr in addrs.chain([start + room, start + room + 1]) {
+                        let admitted = addr.wrapping_add(key) <= room;
+                        let last = addr.wrapping_add(clamped - 1);
+                        let within = addr >> shift == line && last >> shift == line;
+                        assert_eq!(admitted, within, "shift {shift} size {size} addr {addr:#x}");
+                    }
+                }
+                for addr in [0u64, 1, 0x7fff_ffff_f000, (1u64 << 63) - line_bytes - 1] {
+                    assert!(
+                        addr.wrapping_add(empty) > room,
+                        "empty slot, addr {addr:#x}"
+                    );
+                }
+            }
+        }
+    }
+
     /// The two-way table's contract against an LRU set: replaying only the records (with
     /// their swap bits) gives the same hits, misses and order as every access.
     #[test]

@@ -47,10 +47,9 @@ pub(super) struct RecentCold {
     word: u32,
     ip: u64,
     flags_live: bool,
-    /// Position of the rel32 of the inline `jne` taken when the first line differs.
+    /// Position of the rel32 of the inline `jne`/`ja` taken when the first line differs
+    /// or the access straddles two lines.
     to_second: usize,
-    /// Position of the rel32 of the inline `jnz` taken by an access straddling two lines.
-    straddles: Option<usize>,
     /// The inline check borrowed `rcx` (`PROBE_RCX`): the out-of-line part gives it back.
     rcx_borrowed: bool,
     /// Where the inline check ends: the instruction, guest state exact but for what
@@ -1153,10 +1152,57 @@ impl Emitter {
     /// Two-way table: `rax` holds an address a record being appended touches, `rcx` is
     /// borrowed: its line's slot is updated as a record's (see
     /// [`Emitter::record_line_two_ways`]). Clobbers `rax`.
-    fn record_address_two_ways(&mut self, (shift, slots): (u32, u32), bit: u8) {
+    fn record_address_two_ways(&mut self, g: (u32, u32), bit: u8) {
+        self.recent_key_and_slot(g);
+        self.record_line_two_ways(bit);
+    }
+
+    /// `rax` holds an address, `rcx` is borrowed: `rax` = its line's key in the data table
+    /// (`recent_lines::data_key`), `rcx` = its slot.
+    ///
+    /// ```text
+    ///     shr rax, shift; mov ecx, eax; and ecx, slots-1; shl rax, shift; neg rax
+    /// ```
+    fn recent_key_and_slot(&mut self, (shift, slots): (u32, u32)) {
         self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, shift as u8]); // shr rax, shift
         self.recent_slot_of_rax(slots);
-        self.record_line_two_ways(bit);
+        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE0, shift as u8]); // shl rax, shift
+        self.buf.extend_from_slice(&[0x48, 0xF7, 0xD8]); // neg rax
+    }
+
+    /// The first-line test of the recent-lines checks that borrow `rcx`: the access's
+    /// address into `rax` (the program's `rcx` saved), `rcx` = its slot, and the slot's key
+    /// added to the address: the access's offset in the slot's first line, which is at
+    /// most `line bytes - access bytes` exactly when that line is the access's and the
+    /// access does not straddle into the next. Returns the rel32 of the `ja` taken
+    /// otherwise (`rax` = the address plus the key, `rcx` the slot); on the path that
+    /// falls through, `rcx` is still borrowed.
+    ///
+    /// ```text
+    ///     rax = address; save rcx
+    ///     mov rcx, rax; shr rcx, shift; and ecx, slots-1
+    ///     add rax, gs:[FIRST + rcx*8]; cmp rax, line - bytes; ja <miss>
+    /// ```
+    fn recent_first_line_offset(
+        &mut self,
+        m: &UsedMemory,
+        (shift, slots): (u32, u32),
+        ip: u64,
+    ) -> Result<usize, TranslateError> {
+        let room = (1u64 << shift) - recent_clamp(m, (shift, slots));
+        self.effective_address(m, 0, ip)?;
+        self.store_gs(1, c::OFF_PROBE_RCX);
+        self.buf.extend_from_slice(&[0x48, 0x89, 0xC1]); // mov rcx, rax
+        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE9, shift as u8]); // shr rcx, shift
+        self.recent_slot_mask(slots);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0xCD]); // add rax, FIRST[rcx*8]
+        self.d32(c::RECENT_LINES_OFF as u32);
+        self.buf.extend_from_slice(&[0x48, 0x3D]); // cmp rax, room
+        self.d32(room as u32);
+        self.buf.extend_from_slice(&[0x0F, 0x87]); // ja <miss>
+        let to_miss = self.buf.len();
+        self.d32(0);
+        Ok(to_miss)
     }
 
     /// Two-way table: `rax` holds a line a record being appended touches, `rcx` its slot.
@@ -1203,19 +1249,18 @@ impl Emitter {
         self.d32(c::RECENT_RECORD_SWAPS_OFF as u32);
     }
 
-    /// The common start of the recent-lines checks: the access's address into rax (the
-    /// program's rcx saved), a jump to be patched for an access that straddles two lines
-    /// (its offset returned; none for a 1-byte access), then rax = the line and rcx = its
-    /// slot.
+    /// The miss path of [`Emitter::recent_first_line_offset`] in the inline checks: the
+    /// address back into `rax` (`rcx` still borrowed), a jump to be patched for an access
+    /// that straddles two lines (its offset returned; none for a 1-byte access), then
+    /// `rax` = the line's key and `rcx` = its slot.
     fn recent_line_and_slot(
         &mut self,
         m: &UsedMemory,
         (shift, slots): (u32, u32),
-        ip: u64,
-    ) -> Result<Option<usize>, TranslateError> {
+    ) -> Option<usize> {
         let last = recent_clamp(m, (shift, slots)) - 1;
-        self.effective_address(m, 0, ip)?;
-        self.store_gs(1, c::OFF_PROBE_RCX);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x2B, 0x04, 0xCD]); // sub rax, FIRST[rcx*8]
+        self.d32(c::RECENT_LINES_OFF as u32);
         let mut straddles = None;
         if last > 0 {
             self.buf.extend_from_slice(&[0x48, 0x8D, 0x88]); // lea rcx, [rax+last]
@@ -1226,9 +1271,8 @@ impl Emitter {
             straddles = Some(self.buf.len());
             self.d32(0);
         }
-        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, shift as u8]); // shr rax, shift
-        self.recent_slot_of_rax(slots);
-        Ok(straddles)
+        self.recent_key_and_slot((shift, slots));
+        straddles
     }
 
     /// The two-way check's second half (line in `rax`, slot in `rcx`): a hit in the slot's
@@ -1261,12 +1305,12 @@ impl Emitter {
     /// a record updates its lines' slots as [`Emitter::record_line_two_ways`] says.
     ///
     /// ```text
-    ///     rax = address; save rcx
-    ///     lea rcx, [rax+last]; xor rcx, rax; shr rcx, shift; jnz straddles   (last > 0)
-    ///     shr rax, shift; mov ecx, eax; and ecx, slots-1
-    ///     cmp rax, gs:[FIRST + rcx*8]; jne second
+    ///     the first-line test ([`Emitter::recent_first_line_offset`]); ja miss
     ///     restore rcx; jmp done                          (the common case: skipped)
-    /// second:
+    /// miss:
+    ///     sub rax, gs:[FIRST + rcx*8]                    (the address)
+    ///     lea rcx, [rax+last]; xor rcx, rax; shr rcx, shift; jnz straddles   (last > 0)
+    ///     rax = the line's key, rcx = its slot
     ///     cmp rax, gs:[SECOND + rcx*8]; jne new
     ///     swap first and second (three xors); xor byte gs:[SWAPS + rcx], 1
     ///     restore rcx; jmp done                          (skipped)
@@ -1287,13 +1331,7 @@ impl Emitter {
         ip: u64,
         leave: Option<bool>,
     ) -> Result<Option<usize>, TranslateError> {
-        let straddles = self.recent_line_and_slot(m, (shift, slots), ip)?;
-        let first = c::RECENT_LINES_OFF as u32;
-        self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, FIRST
-        self.d32(first);
-        self.buf.extend_from_slice(&[0x0F, 0x85]); // jne second
-        let to_second = self.buf.len();
-        self.d32(0);
+        let to_miss = self.recent_first_line_offset(m, (shift, slots), ip)?;
         self.load_gs(1, c::OFF_PROBE_RCX);
         if let Some(flags_live) = leave {
             self.return_rax(flags_live);
@@ -1301,7 +1339,9 @@ impl Emitter {
         self.buf.push(0xE9); // jmp done (or out of the probe)
         let done_first = self.buf.len();
         self.d32(0);
-        self.patch_rel32(to_second);
+        self.patch_rel32(to_miss);
+        // Not the first line's, or straddling: the second line's, or a record.
+        let straddles = self.recent_line_and_slot(m, (shift, slots));
         let to_new = self.second_line_hit();
         if let Some(flags_live) = leave {
             self.return_rax(flags_live);
@@ -1352,12 +1392,14 @@ impl Emitter {
     ///
     /// ```text
     ///     rax = address; save rcx
-    ///     lea rcx, [rax+last]; xor rcx, rax; shr rcx, shift; jnz <cold straddles>
-    ///     shr rax, shift; mov ecx, eax; and ecx, slots-1
-    ///     cmp rax, gs:[FIRST + rcx*8]; jne <cold second>
+    ///     mov rcx, rax; shr rcx, shift; and ecx, slots-1
+    ///     add rax, gs:[FIRST + rcx*8]; cmp rax, line - bytes; ja <cold>
     ///     restore rcx; (restore flags, rax)
     /// back:
     /// ```
+    /// (The slot holds its line's key, `recent_lines::data_key`: the sum is the access's
+    /// offset in that line, which one compare bounds for the line and the straddle both;
+    /// see [`Emitter::recent_first_line_offset`].)
     fn check_recent_two_ways(
         &mut self,
         m: &UsedMemory,
@@ -1380,17 +1422,12 @@ impl Emitter {
                 .check_recent_without_rcx(m, geometry, ip)?
                 .map(|to_second| (to_second, false)),
         };
-        let (to_second, straddles, rcx_borrowed) = match short {
-            Some((to_second, borrowed)) => (to_second, None, borrowed),
+        let (to_second, rcx_borrowed) = match short {
+            Some(short) => short,
             None => {
-                let straddles = self.recent_line_and_slot(m, geometry, ip)?;
-                self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, FIRST
-                self.d32(c::RECENT_LINES_OFF as u32);
-                self.buf.extend_from_slice(&[0x0F, 0x85]); // jne <cold second>
-                let to_second = self.buf.len();
-                self.d32(0);
+                let to_cold = self.recent_first_line_offset(m, geometry, ip)?;
                 self.load_gs(1, c::OFF_PROBE_RCX);
-                (to_second, straddles, true)
+                (to_cold, true)
             }
         };
         // Where the instruction can carry the borrow of `rax` over to the next one's probe
@@ -1415,7 +1452,6 @@ impl Emitter {
             ip,
             flags_live,
             to_second,
-            straddles,
             rcx_borrowed,
             back,
             keep,
@@ -1434,12 +1470,10 @@ impl Emitter {
     ///
     /// ```text
     ///     lea rax, [m]; and eax, (slots-1) << shift; shr eax, shift-3   (slot * 8)
-    ///     mov rax, gs:[FIRST + rax]; shl rax, shift; neg rax           (-first line's start)
+    ///     mov rax, gs:[FIRST + rax]              (the key: -first line's start)
     ///     lea rax, [base + rax + disp]; (lea rax, [rax + index*scale])   (address - start)
     ///     cmp rax, line - bytes; ja <cold>
     /// ```
-    /// (A slot that names no line, all ones, starts at the last line of the address
-    /// space, where no access of the program can be.)
     fn check_recent_without_rcx(
         &mut self,
         m: &UsedMemory,
@@ -1467,8 +1501,6 @@ impl Emitter {
         self.buf.extend_from_slice(&[0xC1, 0xE8, (shift - 3) as u8]); // shr eax, shift-3
         self.buf.extend_from_slice(&[0x65, 0x48, 0x8B, 0x80]); // mov rax, gs:[rax+FIRST]
         self.d32(c::RECENT_LINES_OFF as u32);
-        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE0, shift as u8]); // shl rax, shift
-        self.buf.extend_from_slice(&[0x48, 0xF7, 0xD8]); // neg rax
         match (m.base(), m.index()) {
             (Register::None, index) => {
                 self.lea_rax(Register::RAX, index, m.scale(), disp, ip)?;
@@ -1491,11 +1523,11 @@ impl Emitter {
     /// address (RIP-relative or absolute, no segment base) within one line: its line and
     /// slot are known now, so the check is one compare of an immediate, without `rcx`.
     /// Returns the slot, the code ending with the rel32 of the `jne` to the out-of-line
-    /// part (which enters it with `rax` = the line, `rcx` not yet borrowed); `None`, with
-    /// nothing emitted, for any other operand.
+    /// part (which enters it with `rax` = the line's key, `rcx` not yet borrowed); `None`,
+    /// with nothing emitted, for any other operand.
     ///
     /// ```text
-    ///     mov rax, line; cmp rax, gs:[FIRST + slot*8]; jne <cold second>
+    ///     mov rax, key; cmp rax, gs:[FIRST + slot*8]; jne <cold second>
     /// ```
     fn check_recent_constant(&mut self, m: &UsedMemory, (shift, slots): (u32, u32)) -> Option<u32> {
         let constant = m.base() == Register::None
@@ -1508,7 +1540,7 @@ impl Emitter {
             return None;
         }
         let slot = (line & u64::from(slots - 1)) as u32;
-        self.mov_imm64(0, line);
+        self.mov_imm64(0, crate::recent_lines::data_key(line, shift));
         self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0x25]); // cmp rax, gs:[disp32]
         self.d32(c::RECENT_LINES_OFF as u32 + 8 * slot);
         self.buf.extend_from_slice(&[0x0F, 0x85]); // jne <cold second>
@@ -1541,9 +1573,6 @@ impl Emitter {
             let at = self.buf.len();
             self.push_map_at(at, d.ip, FIX_RAX_IN_STUB);
             self.patch_rel32(d.to_second);
-            if let Some(j) = d.straddles {
-                self.patch_rel32(j);
-            }
             if d.rcx_borrowed {
                 self.load_gs(1, c::OFF_PROBE_RCX);
             }
@@ -1583,18 +1612,23 @@ impl Emitter {
         self.d32(rel as i32 as u32);
     }
 
-    /// `rax` holds an address, `rcx` is borrowed: `shr rax, shift; mov ecx, eax;
-    /// and ecx, slots-1; mov gs:[RECENT_LINES + rcx*8], rax` (its line, into its slot).
-    fn store_recent_line(&mut self, (shift, slots): (u32, u32)) {
-        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, shift as u8]);
-        self.recent_slot_of_rax(slots);
+    /// `rax` holds an address, `rcx` is borrowed: its line's key into its slot
+    /// ([`Emitter::recent_key_and_slot`]; `mov gs:[RECENT_LINES + rcx*8], rax`).
+    fn store_recent_line(&mut self, g: (u32, u32)) {
+        self.recent_key_and_slot(g);
         self.buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0xCD]);
         self.d32(c::RECENT_LINES_OFF as u32);
     }
 
     /// `rax` holds a line: `mov ecx, eax; and ecx, slots-1`.
     fn recent_slot_of_rax(&mut self, slots: u32) {
-        self.buf.extend_from_slice(&[0x89, 0xC1, 0x81, 0xE1]);
+        self.buf.extend_from_slice(&[0x89, 0xC1]);
+        self.recent_slot_mask(slots);
+    }
+
+    /// `and ecx, slots-1`.
+    fn recent_slot_mask(&mut self, slots: u32) {
+        self.buf.extend_from_slice(&[0x81, 0xE1]);
         self.d32(slots - 1);
     }
 
@@ -1605,13 +1639,15 @@ impl Emitter {
     /// check: the returned rel32 is to be pointed at the probe's end.
     ///
     /// ```text
-    ///     rax = address; save rcx
-    ///     lea rcx, [rax+last]; xor rcx, rax; shr rcx, shift; jnz straddles   (last > 0)
-    ///     shr rax, shift; mov ecx, eax; and ecx, slots-1
-    ///     cmp rax, gs:[RECENT + rcx*8]; jne new
+    ///     the first-line test ([`Emitter::recent_first_line_offset`]); ja miss
     ///     restore rcx; jmp done                          (the common case: skipped)
+    /// miss:
+    ///     sub rax, gs:[RECENT + rcx*8]                   (the address)
+    ///     lea rcx, [rax+last]; xor rcx, rax; shr rcx, shift; jnz straddles   (last > 0)
+    ///     rax = the line's key, rcx = its slot; jmp new
     /// straddles:
-    ///     shr rax, shift; slot; mov gs:[RECENT + rcx*8], rax; inc rax; slot
+    ///     rax = the line's key, rcx = its slot; mov gs:[RECENT + rcx*8], rax
+    ///     sub rax, line bytes; inc ecx; and ecx, slots-1      (the next line's)
     /// new:
     ///     mov gs:[RECENT + rcx*8], rax
     ///     restore rcx; rax = address; append
@@ -1626,12 +1662,7 @@ impl Emitter {
         ip: u64,
         leave: Option<bool>,
     ) -> Result<Option<usize>, TranslateError> {
-        let straddles = self.recent_line_and_slot(m, (shift, slots), ip)?;
-        self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, gs:[..+rcx*8]
-        self.d32(c::RECENT_LINES_OFF as u32);
-        self.buf.extend_from_slice(&[0x0F, 0x85]); // jne new
-        let new = self.buf.len();
-        self.d32(0);
+        let to_miss = self.recent_first_line_offset(m, (shift, slots), ip)?;
         self.load_gs(1, c::OFF_PROBE_RCX);
         if let Some(flags_live) = leave {
             self.return_rax(flags_live);
@@ -1639,16 +1670,23 @@ impl Emitter {
         self.buf.push(0xE9); // jmp done (or out of the probe)
         let done = self.buf.len();
         self.d32(0);
+        self.patch_rel32(to_miss);
+        let straddles = self.recent_line_and_slot(m, (shift, slots));
         if let Some(j) = straddles {
+            self.buf.push(0xE9); // jmp new
+            let new = self.buf.len();
+            self.d32(0);
             self.patch_rel32(j);
-            self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, shift as u8]); // shr rax, shift
-            self.recent_slot_of_rax(slots);
+            // The access's address is in rax still (the straddle test kept it).
+            self.recent_key_and_slot((shift, slots));
             self.buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0xCD]);
             self.d32(c::RECENT_LINES_OFF as u32);
-            self.buf.extend_from_slice(&[0x48, 0xFF, 0xC0]); // inc rax: the next line
-            self.recent_slot_of_rax(slots);
+            self.buf.extend_from_slice(&[0x48, 0x2D]); // sub rax, line bytes: the next line
+            self.d32(1u32 << shift);
+            self.buf.extend_from_slice(&[0xFF, 0xC1]); // inc ecx
+            self.recent_slot_mask(slots);
+            self.patch_rel32(new);
         }
-        self.patch_rel32(new);
         self.buf.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0xCD]); // mov gs:[..+rcx*8], rax
         self.d32(c::RECENT_LINES_OFF as u32);
         self.load_gs(1, c::OFF_PROBE_RCX);
@@ -2254,7 +2292,8 @@ pub(crate) fn recent_routines_wanted() -> bool {
 /// ```text
 ///     push rcx; push rdx; push rax
 ///     rcx = address + last; xor rcx, address; shr rcx, shift; jnz straddle
-///     shr rax, shift; slot = rcx; rdx = FIRST[slot]; cmp rax, SECOND[slot]
+///     rax = the line's key (`recent_lines::data_key`), rcx = its slot
+///     rdx = FIRST[slot]; cmp rax, SECOND[slot]
 ///     SECOND[slot] = rdx; FIRST[slot] = rax           (either way: a swap or a new first)
 ///     jne new; xor byte SWAPS[slot], 1; jmp done       (the second way: skipped)
 /// new:
@@ -2306,8 +2345,7 @@ fn recent_line_routines_for(base: u64, (shift, slots): (u32, u32)) -> alloc::vec
         b.extend_from_slice(&[0x0F, 0x85]); // jnz straddle
         let to_straddle = b.len();
         e.d32(0);
-        e.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, shift as u8]); // shr rax, shift
-        e.recent_slot_of_rax(slots);
+        e.recent_key_and_slot((shift, slots));
         let b = &mut e.buf;
         b.extend_from_slice(&[0x65, 0x48, 0x8B, 0x14, 0xCD]); // mov rdx, FIRST[rcx*8]
         b.extend_from_slice(&first.to_le_bytes());
@@ -2347,7 +2385,11 @@ fn recent_line_routines_for(base: u64, (shift, slots): (u32, u32)) -> alloc::vec
                 e.buf.extend_from_slice(&[0x48, 0xFF, 0xC0]); // inc rax: the next line
             }
             e.recent_slot_of_rax(slots);
-            e.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, FIRST
+            // rdx = the line's key
+            e.buf.extend_from_slice(&[0x48, 0x89, 0xC2]); // mov rdx, rax
+            e.buf.extend_from_slice(&[0x48, 0xC1, 0xE2, shift as u8]); // shl rdx, shift
+            e.buf.extend_from_slice(&[0x48, 0xF7, 0xDA]); // neg rdx
+            e.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x14, 0xCD]); // cmp rdx, FIRST
             e.d32(first);
             e.buf.extend_from_slice(&[0x0F, 0x85]); // jne record
             *j = e.buf.len();
@@ -2368,8 +2410,7 @@ fn recent_line_routines_for(base: u64, (shift, slots): (u32, u32)) -> alloc::vec
                 e.buf.extend_from_slice(&[0x8B, 0x49, SITE_LAST as u8]); // mov ecx, [rcx+LAST]
                 e.buf.extend_from_slice(&[0x48, 0x01, 0xC8]); // add rax, rcx
             }
-            e.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, shift as u8]); // shr rax, shift
-            e.recent_slot_of_rax(slots);
+            e.recent_key_and_slot((shift, slots));
             e.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, FIRST
             e.d32(first);
             e.buf.extend_from_slice(&[0x0F, 0x84]); // je same
