@@ -417,8 +417,9 @@ const _: () = assert!(
         && OFF_INDEXED_AT < 0x400
 );
 
-/// Where the thread's recent-lines table starts (see `recent_lines`): one line number per
-/// slot, addressed by translated code as `gs:[RECENT_LINES_OFF + slot * 8]`.
+/// Where the thread's recent-lines table starts (see `recent_lines`): one line key per
+/// slot (`recent_lines::data_key`), addressed by translated code as
+/// `gs:[RECENT_LINES_OFF + slot * 8]`.
 pub const RECENT_LINES_OFF: usize = recent_array_at(SIGINFO_OFF + 65 * SIGINFO_SIZE, 0x400);
 /// The data table's second line per slot (`Needs::recent_lines_two_ways`):
 /// `gs:[RECENT_SECOND_LINES_OFF + slot * 8]`.
