@@ -2,6 +2,9 @@
    Memcheck's inline checks of the two may keep rax borrowed across the first one's copy
    (the engine's `Emitter::carry_borrow`), so the engine must show the program's rax to the
    handler, and the program must have it back when the handler resumes it.
+   Then a fault in a load into rax itself, which reads no rax: its inline checks' borrow of
+   rax ends at its copy without giving rax back (`Emitter::carry_borrow`, `overwrites_rax`),
+   so the handler must again see the program's rax, and the program have it after.
    Prints what the handler saw and what rax held after; Valgrind prints the same. */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -44,8 +47,17 @@ int main(void) {
                      : [after] "=m"(after), [first] "=m"(first), [second] "=m"(second)
                      : [h] "r"(heap), [bad] "d"(8L)
                      : "rax", "rcx", "rsi", "cc", "memory");
-    printf("first %ld second %ld rax in handler %lx after %lx\n", first, second, seen_rax,
-           after);
+    long seen_first = seen_rax, loaded;
+    __asm__ volatile("movabs $0x1122334455667788, %%rax\n\t"
+                     "mov (%[bad]), %%rax\n\t" /* 48 8b 02: skipped by the handler */
+                     "mov %%rax, %[loaded]\n\t"
+                     "test %%rax, %%rax\n\t"
+                     : [loaded] "=m"(loaded)
+                     : [bad] "d"(8L)
+                     : "rax", "cc", "memory");
+    printf("first %ld second %ld rax in handler %lx after %lx; load into rax: handler %lx "
+           "after %lx\n",
+           first, second, seen_first, after, seen_rax, loaded);
     free(heap);
     return 0;
 }

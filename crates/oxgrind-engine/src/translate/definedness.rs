@@ -732,12 +732,24 @@ impl Emitter {
     /// mapped with the guest `rax` in the stub, so a fault in it shows the guest's. A borrow
     /// of the flags too (a recent-lines check's) stays likewise where the instruction
     /// touches no flag (`Emitter::carry_flags`), the copy mapped with the flags in their
-    /// slot. Anything else gives the borrow back here.
+    /// slot. Where the instruction writes all of `rax` and reads none of it
+    /// (`Emitter::drop_rax`: [`overwrites_rax`]), the borrow ends at the copy without a
+    /// return (only live flags are given back): the copy is mapped with the guest `rax` in
+    /// the stub, as a carried one, and its own write makes the register the guest's again
+    /// (`mov rax, gs:[stub]` before a `mov eax, [m]` would load what the copy overwrites).
+    /// Anything else gives the borrow back here.
     pub(super) fn carry_borrow(&mut self, ip: u64) {
         match (self.carry, self.kept) {
             (Some(_), Some((false, k))) if k == ip => self.mark(ip, super::FIX_RAX_IN_STUB),
             (Some(_), Some((true, k))) if k == ip && self.carry_flags => {
                 self.mark(ip, super::FIX_RAX_IN_STUB | super::FIX_FLAGS_IN_SLOT)
+            }
+            (_, Some((flags_live, k))) if k == ip && self.drop_rax => {
+                self.kept = None;
+                if flags_live {
+                    self.restore_probe_flags();
+                }
+                self.mark(ip, super::FIX_RAX_IN_STUB);
             }
             _ => self.settle(),
         }
@@ -2120,6 +2132,48 @@ pub(super) fn borrow_may_carry_over(ins: &iced_x86::Instruction) -> bool {
             .used_registers()
             .iter()
             .any(|r| r.register().full_register() == Register::RAX)
+    })
+}
+
+/// Whether a borrow of `rax` kept up to the copy of `ins` may end there without giving
+/// `rax` back (`Emitter::carry_borrow`): the instruction writes all of `rax` (its first
+/// operand, 64-bit or 32-bit, which zero-extends) and reads no part of it, explicitly,
+/// implicitly or in an address, and is copied byte for byte and falls through (as
+/// [`borrow_may_carry_over`]: no `gs:` or `rip`-relative operand, no control transfer).
+/// A fault in the copy happens before its write, so the guest `rax` is the one in the
+/// stub, where the copy's mapping says it is.
+pub(super) fn overwrites_rax(ins: &iced_x86::Instruction) -> bool {
+    use iced_x86::{Code, FlowControl, OpAccess, OpKind};
+    // First what the decoded instruction says at no cost (its first operand `rax` or
+    // `eax`), so that iced's register usage is asked for those alone: asked for every
+    // instruction, it cost a short sqlite3 run more translation work (+1.5% of its
+    // instructions) than the borrows it ends saved.
+    if ins.op0_kind() != OpKind::Register
+        || !matches!(ins.op0_register(), Register::RAX | Register::EAX)
+        || ins.flow_control() != FlowControl::Next
+        || matches!(
+            ins.code(),
+            Code::Rdgsbase_r64 | Code::Rdgsbase_r32 | Code::Wrgsbase_r64 | Code::Wrgsbase_r32
+        )
+        || ins.is_ip_rel_memory_operand()
+        || ((0..ins.op_count()).any(|i| ins.op_kind(i) == OpKind::Memory)
+            && ins.memory_segment() == Register::GS)
+    {
+        return false;
+    }
+    crate::probe::with_factory(|f| {
+        let info = f.info_options(ins, iced_x86::InstructionInfoOptions::NO_MEMORY_USAGE);
+        let mut written = false;
+        for u in info.used_registers() {
+            if u.register().full_register() != Register::RAX {
+                continue;
+            }
+            match (u.register(), u.access()) {
+                (Register::RAX | Register::EAX, OpAccess::Write) => written = true,
+                _ => return false,
+            }
+        }
+        written
     })
 }
 

@@ -656,6 +656,10 @@ pub fn translate_at_most(
             && recent_check
             && d.ins.rflags_read() == 0
             && d.ins.rflags_modified() == 0;
+        e.drop_rax = tool.is_some()
+            && crate::definedness::enabled()
+            && !is_client_request_at(&insns, i)
+            && definedness::overwrites_rax(&d.ins);
         if count_at == Some(i) {
             e.settle();
             e.count_prologue(n as u32, true);
@@ -978,6 +982,10 @@ struct Emitter {
     /// With `carry`: the instruction neither reads nor writes any flag, so a borrow of
     /// `rax` and the flags together may be carried over it (a recent-lines check's only).
     carry_flags: bool,
+    /// While the inline parts of a guest instruction are emitted: the instruction writes
+    /// all of `rax` and reads none of it, so a borrow kept up to its copy ends there
+    /// without giving `rax` back (`Emitter::carry_borrow`; `definedness::overwrites_rax`).
+    drop_rax: bool,
     /// The slow calls (indices into `slow`) whose inline part kept its borrow: they return
     /// through a thunk that borrows again (`finish_slow_calls`).
     reborrow: Vec<usize>,
@@ -1114,6 +1122,7 @@ impl Emitter {
             kept: None,
             carry: None,
             carry_flags: false,
+            drop_rax: false,
             reborrow: Vec::new(),
             unborrowed: Vec::new(),
             rcx_lent: Vec::new(),

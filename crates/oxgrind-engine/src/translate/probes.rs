@@ -1960,9 +1960,10 @@ impl Emitter {
                 slow.add_jump(p)?;
             }
         }
-        if !flags_live && self.carry.is_some() {
-            // (Carried over the instruction's copy: `Emitter::carry_borrow`.)
-            self.keep_borrow(slow, false);
+        if (!flags_live && self.carry.is_some()) || self.drop_rax {
+            // (Carried over the instruction's copy, or ended at it without giving `rax`
+            // back: `Emitter::carry_borrow`.)
+            self.keep_borrow(slow, flags_live);
             return Ok(());
         }
         self.return_rax(flags_live);
@@ -1987,7 +1988,16 @@ impl Emitter {
             if m.base() == Register::RAX || m.index() == Register::RAX {
                 self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
             }
-            self.lea_rax(m.base(), m.index(), m.scale(), disp as i64, ip)?;
+            // `[rax]` alone is the guest `rax` just loaded: no `lea rax, [rax]`.
+            let rax_alone = disp == 0
+                && match (m.base(), m.index()) {
+                    (Register::RAX, Register::None) => true,
+                    (Register::None, Register::RAX) => m.scale() == 1,
+                    _ => false,
+                };
+            if !rax_alone {
+                self.lea_rax(m.base(), m.index(), m.scale(), disp as i64, ip)?;
+            }
         }
         if m.segment() == Register::GS {
             self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]); // add rax, gs:[guest_gs]
