@@ -12,13 +12,13 @@
 //! the slot's next record carries the bit and clears it (`TraceRecord::swaps`).
 //!
 //! The tables live in the thread's context mapping at [`RECENT_LINES_OFF`] and
-//! [`RECENT_CODE_LINES_OFF`], where
-//! translated code reads and writes them as `gs:[RECENT_LINES_OFF + slot * 8]` (see
-//! `translate::probes`; a data slot holds its line's [`data_key`], a code slot the line
-//! number, which the block checks compare with immediates); the Rust side keeps it in step for the records it appends itself
-//! (the clean-call fallback of the trace probes) and empties it whenever records it
-//! described are dropped instead of delivered (a hold's, a forked child's), since a slot
-//! must only name lines the tool has seen.
+//! [`RECENT_CODE_LINES_OFF`], where translated code reads and writes them as
+//! `gs:[RECENT_LINES_OFF + slot * 8]` (see `translate::probes`; a data slot holds its
+//! line's [`data_key`], a code slot the line number, which the block checks compare with
+//! immediates); the Rust side keeps it in step for the records it appends itself (the
+//! clean-call fallback of the trace probes) and empties it whenever records it described
+//! are dropped instead of delivered (a hold's, a forked child's), since a slot must only
+//! name lines the tool has seen.
 
 use core::sync::atomic::{AtomicU32, Ordering};
 
@@ -194,8 +194,7 @@ pub(crate) fn clear(ctx: &mut ThreadCtx) {
 
 /// A record of an access of `size` bytes at `addr` is being appended from Rust: its
 /// lines' slots in the data table name them (hold their [`data_key`]s), as the inline
-/// appends do. Returns the
-/// record's swap bits (`TraceRecord::swaps`).
+/// appends do. Returns the record's swap bits (`TraceRecord::swaps`).
 #[inline]
 pub(crate) fn note(ctx: &mut ThreadCtx, addr: u64, size: u64) -> u8 {
     let Some((shift, slots)) = geometry(Table::Data) else {
