@@ -463,22 +463,17 @@ const MAX_REGIONS_HINT: usize = 16384;
 /// glibc's non-main arenas live in heaps of this size, aligned to it.
 const ARENA_HEAP: u64 = 64 << 20;
 
-/// The parts of `[start, end)` that are not roots because they are heap: each live block
-/// (scanned only when reached), and glibc's thread-arena heaps, whose free chunks hold stale
-/// pointers. The kernel merges neighbouring anonymous mappings, so a mapping holding a block
-/// may also hold the program's own memory (Python's object arenas): only the heap is cut.
+/// The live blocks in `[start, end)`: not roots (each is scanned only when reached). The
+/// kernel merges neighbouring anonymous mappings, so a mapping holding a block may also hold
+/// the program's own memory (Python's object arenas): only the blocks are cut, and glibc's
+/// thread-arena heaps around them by their headers ([`arena_heaps`]).
 fn heap_holes(start: u64, end: u64, blocks: &[(u64, u64)]) -> Vec<(u64, u64)> {
     let first = blocks.partition_point(|&(a, _)| a < start);
-    let inside = blocks[first..].iter().take_while(|&&(a, _)| a < end);
-    let mut holes: Vec<(u64, u64)> = Vec::new();
-    for &(a, e) in inside {
-        let arena = a & !(ARENA_HEAP - 1);
-        if arena >= start && holes.last() != Some(&(arena, end.min(arena + ARENA_HEAP))) {
-            holes.push((arena, end.min(arena + ARENA_HEAP)));
-        }
-        holes.push((a, e.min(end)));
-    }
-    holes
+    blocks[first..]
+        .iter()
+        .take_while(|&&(a, _)| a < end)
+        .map(|&(a, e)| (a, e.min(end)))
+        .collect()
 }
 
 /// The glibc thread-arena heaps that start in `[start, end)`, told by their header
@@ -487,15 +482,23 @@ fn heap_holes(start: u64, end: u64, blocks: &[(u64, u64)]) -> Vec<(u64, u64)> {
 /// only a freed one pointed to would read as reachable, where Valgrind, whose allocator has
 /// no such arenas, says definitely lost).
 fn arena_heaps(start: u64, end: u64) -> impl Iterator<Item = u64> {
-    let first = start.next_multiple_of(ARENA_HEAP);
-    (first..end).step_by(ARENA_HEAP as usize).filter(move |&a| {
-        if a + 32 > end {
-            return false;
-        }
+    arena_heaps_read(start, end, |a| {
         let mut w = [0u64; 4];
         read_words(a, 32, &mut |at, v| w[((at - a) / 8) as usize] = v);
-        is_heap_header(&w)
+        w
     })
+}
+
+/// [`arena_heaps`] with the first four words at an address read by `read`.
+fn arena_heaps_read(
+    start: u64,
+    end: u64,
+    read: impl Fn(u64) -> [u64; 4],
+) -> impl Iterator<Item = u64> {
+    let first = start.next_multiple_of(ARENA_HEAP);
+    (first..end)
+        .step_by(ARENA_HEAP as usize)
+        .filter(move |&a| a + 32 <= end && is_heap_header(&read(a)))
 }
 
 /// Whether the first words of a 64 MiB-aligned address are glibc's `heap_info` (malloc's
@@ -565,15 +568,32 @@ mod tests {
     #[test]
     fn a_glibc_thread_arena_is_not_a_root() {
         let arena = 7 * ARENA_HEAP;
-        let holes = heap_holes(
-            arena - 0x2000,
-            arena + 0x21000,
-            &[(arena + 0x900, arena + 0x980)],
-        );
+        let (start, end) = (arena - 0x2000, arena + 0x21000);
+        let header = |a| {
+            if a == arena {
+                [arena + 48, 0, 0x21000, 0x21000]
+            } else {
+                [0; 4]
+            }
+        };
+        let mut holes = heap_holes(start, end, &[(arena + 0x900, arena + 0x980)]);
+        holes.extend(arena_heaps_read(start, end, header).map(|a| (a, end.min(a + ARENA_HEAP))));
         // Only what precedes the arena (merged from elsewhere) remains.
+        assert_eq!(complement(start, end, holes), vec![(start, arena)]);
+    }
+
+    #[test]
+    fn a_block_past_a_64_mib_boundary_cuts_only_itself_without_an_arena_header() {
+        // A large block glibc mapped alone, merged with the program's memory across a
+        // 64 MiB boundary: no heap header there, so the program's memory stays a root.
+        let boundary = 5 * ARENA_HEAP;
+        let (start, end) = (boundary - 0x4000, boundary + 0x80000);
+        let block = (boundary + 0x40010, boundary + 0x60000);
+        let mut holes = heap_holes(start, end, &[block]);
+        holes.extend(arena_heaps_read(start, end, |_| [0; 4]).map(|a| (a, a + ARENA_HEAP)));
         assert_eq!(
-            complement(arena - 0x2000, arena + 0x21000, holes),
-            vec![(arena - 0x2000, arena)]
+            complement(start, end, holes),
+            vec![(start, block.0), (block.1, end)]
         );
     }
 }
