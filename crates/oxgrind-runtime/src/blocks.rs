@@ -43,7 +43,8 @@ pub struct BlockInfo {
     pub func: AllocFn,
     /// Allocated by oxgrind itself through libc: not the program's, never reported.
     pub internal: bool,
-    /// The tool's number for the block (`Tool::block_word`), handed back when it is freed.
+    /// The tool's number for the block (`Tool::on_alloc`'s result), handed back when it is
+    /// freed.
     /// 32 bits, so that a packed entry is 16 bytes (`Packed`).
     pub tool_word: u32,
 }

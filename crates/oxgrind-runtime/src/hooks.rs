@@ -499,7 +499,7 @@ fn tell_alloc(ev: &Event, addr: u64, size: u64, align: u64, func: AllocFn, entry
     // on bench `containers`.)
     BLOCKS.prefetch(addr);
     let stack = ev.stack(entry);
-    let mut a = Alloc {
+    let a = Alloc {
         addr,
         size,
         slop: slop(size),
@@ -507,9 +507,14 @@ fn tell_alloc(ev: &Event, addr: u64, size: u64, align: u64, func: AllocFn, entry
         func,
         stack,
         tid: ev.tid(),
-        tool_word: 0,
     };
-    a.tool_word = ev.rt.tool.block_word(&HOST, &a);
+    ev.uncount();
+    // The entry is written once the tool has given its number: the program does not have
+    // the block yet, so nothing can look for it before (`Host::block_extent` answers for
+    // the event's block without the table).
+    let tool_word = ev
+        .thread
+        .with_event_blocks(addr, 0, || ev.rt.tool.on_alloc(&HOST, &a));
     BLOCKS.insert(
         addr,
         BlockInfo {
@@ -517,12 +522,9 @@ fn tell_alloc(ev: &Event, addr: u64, size: u64, align: u64, func: AllocFn, entry
             stack,
             func,
             internal: false,
-            tool_word: a.tool_word,
+            tool_word,
         },
     );
-    ev.uncount();
-    ev.thread
-        .with_event_blocks(addr, 0, || ev.rt.tool.on_alloc(&HOST, &a));
 }
 
 /// What a free gives back to glibc once the tool has heard of it: the freed block itself,
@@ -1258,7 +1260,7 @@ fn realloc_event(
         tid,
         tool_word: old.tool_word,
     };
-    let mut a = Alloc {
+    let a = Alloc {
         addr: q as u64,
         size: size as u64,
         slop: slop(size as u64),
@@ -1266,9 +1268,15 @@ fn realloc_event(
         func,
         stack,
         tid,
-        tool_word: 0,
     };
-    a.tool_word = rt.tool.block_word(&HOST, &a);
+    ev.uncount();
+    // A block moved from is still glibc's live chunk: `reallocate_here` gives it back (or
+    // queues it) only after this; one resized in place is gone. The new block's entry is
+    // written once the tool has given its number (see `tell_alloc`).
+    let old_held = if moved { addr } else { 0 };
+    let tool_word = ev
+        .thread
+        .with_event_blocks(q as u64, old_held, || rt.tool.on_realloc(&HOST, &f, &a));
     BLOCKS.insert(
         q as u64,
         BlockInfo {
@@ -1276,15 +1284,9 @@ fn realloc_event(
             stack,
             func,
             internal: false,
-            tool_word: a.tool_word,
+            tool_word,
         },
     );
-    ev.uncount();
-    // A block moved from is still glibc's live chunk: `reallocate_here` gives it back (or
-    // queues it) only after this; one resized in place is gone.
-    let old_held = if moved { addr } else { 0 };
-    ev.thread
-        .with_event_blocks(q as u64, old_held, || rt.tool.on_realloc(&HOST, &f, &a));
 }
 
 /// [`realloc`] with its caller's registers (chosen as in [`malloc_at`]).

@@ -142,9 +142,6 @@ pub struct Alloc {
     pub func: AllocFn,
     pub stack: StackId,
     pub tid: i32,
-    /// The tool's own number for this block, as [`Tool::block_word`] gave it (0 from a tool
-    /// without one).
-    pub tool_word: u32,
 }
 
 /// How the allocator holds a live block beyond its size ([`Host::block_extent`]).
@@ -172,8 +169,8 @@ pub struct Free {
     /// Stack of the call that freed it.
     pub stack: StackId,
     pub tid: i32,
-    /// The number [`Tool::block_word`] gave the block when it was allocated (0 for a block
-    /// the tool gave none).
+    /// The number the tool gave the block when it was allocated ([`Tool::on_alloc`]'s or
+    /// [`Tool::on_realloc`]'s result; 0 for a block the tool gave none).
     pub tool_word: u32,
 }
 
@@ -673,23 +670,26 @@ pub trait Tool: Send + Sync {
     /// The program is about to run (before its constructors and `main`): Memcheck prints its
     /// preamble here.
     fn on_start(&self, _host: &dyn Host) {}
-    /// A number of the tool's own for the block `ev` (its `tool_word` still 0), which the
+    /// A block allocated. Returns a number of the tool's own for it (0: none), which the
     /// runtime keeps with the block in its live-block table and hands back as
-    /// [`Alloc::tool_word`] in the event that follows (`on_alloc`, or `on_realloc`'s new
-    /// block) and as [`Free::tool_word`] when the block is freed or reallocated: so a tool
-    /// that keeps something per block (Massif: where its replayed allocator put it) finds
-    /// it without a table of its own keyed by address, whose lookup per event would repeat
-    /// the runtime's. Called on the allocating thread, just before the block is recorded,
-    /// once per block; not for blocks the tool never hears of (the runtime's own).
-    fn block_word(&self, _host: &dyn Host, _ev: &Alloc) -> u32 {
+    /// [`Free::tool_word`] when the block is freed or reallocated: so a tool that keeps
+    /// something per block (Massif: where its replayed allocator put it) finds it without a
+    /// table of its own keyed by address, whose lookup per event would repeat the runtime's.
+    /// The number is the handler's result rather than a second call before it: one call
+    /// into the tool per allocation (the two were two dynamic calls, each finding the
+    /// thread's log again, on Massif's every allocation). Called on the allocating thread
+    /// before the block is recorded in the table (the program does not have it yet, so no
+    /// free of it can come first); not for blocks the tool never hears of (the runtime's
+    /// own).
+    fn on_alloc(&self, _host: &dyn Host, _ev: &Alloc) -> u32 {
         0
     }
-    fn on_alloc(&self, _host: &dyn Host, _ev: &Alloc) {}
     fn on_free(&self, _host: &dyn Host, _ev: &Free) {}
-    /// A block moved or resized by `realloc`. By default a free then an alloc.
-    fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
+    /// A block moved or resized by `realloc`. By default a free then an alloc. Returns the
+    /// new block's number, as [`Tool::on_alloc`] does.
+    fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) -> u32 {
         self.on_free(host, old);
-        self.on_alloc(host, new);
+        self.on_alloc(host, new)
     }
     fn on_misuse(&self, _host: &dyn Host, _ev: &MisuseEvent) {}
     fn on_map(&self, _host: &dyn Host, _ev: &Mapping) {}

@@ -531,12 +531,12 @@ impl Tool for Dhat {
         host.log(&out);
     }
 
-    fn on_alloc(&self, host: &dyn Host, ev: &Alloc) {
+    fn on_alloc(&self, host: &dyn Host, ev: &Alloc) -> u32 {
         if !self.heap_mode() {
-            return;
+            return 0;
         }
         let Some(pp) = self.pp_of(host, ev.stack, true) else {
-            return;
+            return 0;
         };
         // Marked in the shadow map (see `heap::mark_block`): the engine records exactly the
         // accesses that may touch a live block.
@@ -549,6 +549,7 @@ impl Tool for Dhat {
             pp,
             now(host),
         );
+        0
     }
 
     fn on_free(&self, host: &dyn Host, ev: &Free) {
@@ -563,9 +564,9 @@ impl Tool for Dhat {
             .free(host.shadow().as_ref(), ev.tid as u32, ev.addr, now);
     }
 
-    fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
+    fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) -> u32 {
         if !self.heap_mode() {
-            return;
+            return 0;
         }
         host.flush_trace();
         self.forget_hot(host, old.addr, old.size);
@@ -579,6 +580,7 @@ impl Tool for Dhat {
             new.size,
             now,
         );
+        0
     }
 
     fn on_fork_child(&self) {

@@ -23,8 +23,8 @@
 //! the lock.
 //!
 //! The runtime's block table gives each [`Free`] the stack of the call that last allocated or
-//! reallocated the block, and the number Massif gave it ([`Tool::block_word`]), which names
-//! its slot in the replayed arena, with its record (module `numbers`, Valgrind's
+//! reallocated the block, and the number Massif gave it ([`Tool::on_alloc`]'s result), which
+//! names its slot in the replayed arena, with its record (module `numbers`, Valgrind's
 //! `HP_Chunk`s): what only Valgrind's allocator knows, each block's place in it, hence its
 //! slop. Module `arena` replays that allocator
 //! on every event, so the usable sizes, hence the extra heap and `--time-unit=B` clock, are
@@ -258,36 +258,64 @@ impl Massif {
     }
 
     /// Logs a heap event of the calling thread (`tid`), written by `make` into `n` slots
-    /// (module [`log`]), and applies the logs when its log is due.
+    /// (module [`log`]), and applies the logs when its log is due. With `numbered` (an
+    /// allocation or realloc) the new block gets a number from the thread's space, found
+    /// with its log (module [`numbers`]), which `make` writes and this returns; otherwise
+    /// `make` is given 0.
     #[inline(always)]
     fn log_event(
         &self,
         host: &dyn Host,
         tid: i32,
         n: usize,
-        make: impl Fn(&mut [MaybeUninit<log::Slot>]),
-    ) {
-        let Some(k) = self.logs.push(tid, n, &make) else {
-            // No log left for this thread: its events are applied one by one, after all
-            // those logged before.
-            let mut slots = [MaybeUninit::uninit(); 2];
-            make(&mut slots[..n]);
-            // SAFETY: `make` wrote the event's `n` slots.
-            let slots = unsafe { &*(&slots[..n] as *const _ as *const [log::Slot]) };
-            self.apply_now(host, &log::Event::unlogged(slots));
-            return;
+        numbered: bool,
+        make: impl Fn(&mut [MaybeUninit<log::Slot>], u32),
+    ) -> u32 {
+        let pushed = self.logs.push(tid, n, |to, i| {
+            // SAFETY: the calling thread owns log `i` (thread ids are unique among live
+            // threads), and the runtime does not re-enter a tool's handler on a thread.
+            let word = if numbered {
+                unsafe { self.numbers.take(i) }
+            } else {
+                0
+            };
+            make(to, word);
+            word
+        });
+        let Some((k, word)) = pushed else {
+            return self.apply_unlogged(host, n, numbered, &make);
         };
         if k >= log::FLUSH {
             self.flush_due(host, k);
         }
+        word
     }
 
-    /// Applies `ev` at once, after every event logged before (a thread without a log).
+    /// An event of a thread with no log left ([`Massif::log_event`]'s arguments): numbered
+    /// from the shared space and applied at once, under the state lock, after every event
+    /// logged before.
     #[cold]
     #[inline(never)]
-    fn apply_now(&self, host: &dyn Host, ev: &log::Event) {
+    fn apply_unlogged(
+        &self,
+        host: &dyn Host,
+        n: usize,
+        numbered: bool,
+        make: &dyn Fn(&mut [MaybeUninit<log::Slot>], u32),
+    ) -> u32 {
         let mut st = self.state_now(host);
-        self.apply(host, &mut st, ev);
+        // SAFETY: the state lock's holder owns the shared space.
+        let word = if numbered {
+            unsafe { self.numbers.take(numbers::SHARED) }
+        } else {
+            0
+        };
+        let mut slots = [MaybeUninit::uninit(); 2];
+        make(&mut slots[..n], word);
+        // SAFETY: `make` wrote the event's `n` slots.
+        let slots = unsafe { &*(&slots[..n] as *const _ as *const [log::Slot]) };
+        self.apply(host, &mut st, &log::Event::unlogged(slots));
+        word
     }
 
     /// A log holds `n` slots unapplied, [`log::FLUSH`] or more: apply the logs if the state
@@ -991,33 +1019,16 @@ impl Tool for Massif {
         }
     }
 
-    fn block_word(&self, _host: &dyn Host, ev: &Alloc) -> u32 {
+    fn on_alloc(&self, host: &dyn Host, ev: &Alloc) -> u32 {
         if !self.heap_events() {
             return 0;
-        }
-        match self.logs.log_of(ev.tid) {
-            // SAFETY: the calling thread owns log `i` (thread ids are unique among live
-            // threads), and the runtime does not re-enter a tool's handler on a thread.
-            Some(i) => unsafe { self.numbers.take(i) },
-            None => {
-                // Without a log, under the state lock (as its events are applied).
-                let _st = self.state.lock();
-                // SAFETY: the state lock's holder owns the shared space.
-                unsafe { self.numbers.take(numbers::SHARED) }
-            }
-        }
-    }
-
-    fn on_alloc(&self, host: &dyn Host, ev: &Alloc) {
-        if !self.heap_events() {
-            return;
         }
         let clock = self.read_clock(host);
         self.classifier.warm(host, ev.stack);
         let align = self.alignment_of(ev);
-        self.log_event(host, ev.tid, log::Slot::ALLOC_SLOTS, |to| {
-            log::Slot::alloc(to, ev, align, clock)
-        });
+        self.log_event(host, ev.tid, log::Slot::ALLOC_SLOTS, true, |to, word| {
+            log::Slot::alloc(to, ev, word, align, clock)
+        })
     }
 
     fn on_free(&self, host: &dyn Host, ev: &Free) {
@@ -1025,20 +1036,20 @@ impl Tool for Massif {
             return;
         }
         let clock = self.read_clock(host);
-        self.log_event(host, ev.tid, log::Slot::free_slots(ev), |to| {
+        self.log_event(host, ev.tid, log::Slot::free_slots(ev), false, |to, _| {
             log::Slot::free(to, ev, clock)
         });
     }
 
-    fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
+    fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) -> u32 {
         if !self.heap_events() {
-            return;
+            return 0;
         }
         let clock = self.read_clock(host);
         self.classifier.warm(host, new.stack);
-        self.log_event(host, new.tid, log::Slot::REALLOC_SLOTS, |to| {
-            log::Slot::realloc(to, old, new, self.opts.alignment, clock)
-        });
+        self.log_event(host, new.tid, log::Slot::REALLOC_SLOTS, true, |to, word| {
+            log::Slot::realloc(to, old, new, word, self.opts.alignment, clock)
+        })
     }
 
     fn on_map(&self, host: &dyn Host, ev: &Mapping) {

@@ -249,12 +249,12 @@ impl Slot {
     };
 
     #[inline(always)]
-    fn new_block(kind: SlotKind, new: &Alloc, align: u64, clock: Clock) -> Slot {
+    fn new_block(kind: SlotKind, new: &Alloc, word: u32, align: u64, clock: Clock) -> Slot {
         debug_assert!(align.is_power_of_two());
         Slot {
             clock: clock.unwrap_or(Self::NO_CLOCK),
             size: new.size,
-            word: new.tool_word,
+            word,
             stack: new.stack.0,
             slop: 0,
             kind,
@@ -290,11 +290,17 @@ impl Slot {
         }
     }
 
-    /// An allocation; `align`: the alignment (a power of two) Valgrind's allocator is
-    /// asked for. Writes [`Slot::ALLOC_SLOTS`] slots.
+    /// An allocation of the block numbered `word`; `align`: the alignment (a power of two)
+    /// Valgrind's allocator is asked for. Writes [`Slot::ALLOC_SLOTS`] slots.
     #[inline(always)]
-    pub(crate) fn alloc(to: &mut [MaybeUninit<Slot>], new: &Alloc, align: u64, clock: Clock) {
-        to[0].write(Slot::new_block(SlotKind::Alloc, new, align, clock));
+    pub(crate) fn alloc(
+        to: &mut [MaybeUninit<Slot>],
+        new: &Alloc,
+        word: u32,
+        align: u64,
+        clock: Clock,
+    ) {
+        to[0].write(Slot::new_block(SlotKind::Alloc, new, word, align, clock));
     }
 
     /// A free: writes [`Slot::free_slots`] slots.
@@ -324,16 +330,18 @@ impl Slot {
         }
     }
 
-    /// A realloc (`align`: as for [`Slot::alloc`]): writes [`Slot::REALLOC_SLOTS`] slots.
+    /// A realloc, the new block numbered `word` (`align`: as for [`Slot::alloc`]): writes
+    /// [`Slot::REALLOC_SLOTS`] slots.
     #[inline(always)]
     pub(crate) fn realloc(
         to: &mut [MaybeUninit<Slot>],
         old: &Free,
         new: &Alloc,
+        word: u32,
         align: u64,
         clock: Clock,
     ) {
-        to[0].write(Slot::new_block(SlotKind::Realloc, new, align, clock));
+        to[0].write(Slot::new_block(SlotKind::Realloc, new, word, align, clock));
         to[1].write(Slot::old_block(old));
     }
 
@@ -597,7 +605,10 @@ impl Logs {
     /// [`Slot::REALLOC_SLOTS`]) to the log of thread `tid` (the calling thread, never inside
     /// another call of this on the same thread: the runtime does not re-enter a tool's
     /// handler on a thread). Returns how many slots that log may hold unapplied (at least
-    /// the true number when that is [`FLUSH`] or more), or `None` when the thread has no log.
+    /// the true number when that is [`FLUSH`] or more) and what `make` returned, or `None`
+    /// when the thread has no log. `make` is also given the log's index, which names the
+    /// thread's space of numbers (module `numbers`), so that an allocation finds its log
+    /// once for both.
     ///
     /// The event is written by `make` straight into the log's `n` slots: built on the stack
     /// with stores of its fields and then copied in 16-byte loads, each load waited for the
@@ -605,14 +616,15 @@ impl Logs {
     /// event's slots lie in one chunk: a two-slot event that does not fit in what is left
     /// of one leaves a [`SlotKind::Pad`] there, published with it.
     #[inline(always)]
-    pub(crate) fn push(
+    pub(crate) fn push<T>(
         &self,
         tid: i32,
         n: usize,
-        make: impl Fn(&mut [MaybeUninit<Slot>]),
-    ) -> Option<u64> {
+        make: impl Fn(&mut [MaybeUninit<Slot>], usize) -> T,
+    ) -> Option<(u64, T)> {
         debug_assert!((1..=2).contains(&n));
-        let slot = &self.logs[self.log_of(tid)?];
+        let i = self.log_of(tid)?;
+        let slot = &self.logs[i];
         // SAFETY: the log is owned by `tid`, the calling thread: thread ids are unique among
         // live threads, and the thread is not inside another `push` (above). So this is the
         // only reference to the writer.
@@ -627,7 +639,7 @@ impl Logs {
             let first = std::ptr::addr_of_mut!((*w.chunk).slots) as *mut MaybeUninit<Slot>;
             std::slice::from_raw_parts_mut(first.add(w.used), n)
         };
-        make(to);
+        let made = make(to, i);
         w.used += n;
         w.count += n as u64;
         slot.own.published.store(w.count, Ordering::Release);
@@ -636,7 +648,7 @@ impl Logs {
             w.applied_seen = slot.read.applied.load(Ordering::Acquire);
             k = w.count - w.applied_seen;
         }
-        Some(k)
+        Some((k, made))
     }
 
     /// The current chunk of `slot`'s writer `w` has no room for the next event: what is

@@ -1,4 +1,4 @@
-//! The numbers Massif gives live blocks ([`oxgrind_tool::Tool::block_word`]), each the slot
+//! The numbers Massif gives live blocks ([`oxgrind_tool::Tool::on_alloc`]'s result), each the slot
 //! of the replayed arena (module `arena`) that holds the block while it is live, with what
 //! Massif knows of it (Valgrind's `HP_Chunk`: its execution context, whether it is ignored).
 //! So a free costs no lookup by address: the runtime's live-block table has already found
@@ -6,7 +6,7 @@
 //! beside the runtime's was a cache miss of its own per event; a table of records between
 //! the number and the arena, one more).
 //!
-//! A number is handed out by the allocating thread, in `block_word`, without a lock; the
+//! A number is handed out by the allocating thread, in `on_alloc`, without a lock; the
 //! arena's slot is written when the allocation is applied and read and emptied when the
 //! free is (module `log`: under the state lock, maybe by another thread, batches later). So
 //! numbers come from spaces, one per log (its owner takes numbers from it) and one shared by

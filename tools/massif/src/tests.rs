@@ -42,11 +42,25 @@ fn alloc(addr: Addr, size: u64, slop: u64, stack: u32) -> Alloc {
         func: AllocFn::Malloc,
         stack: StackId(stack),
         tid: 1,
-        tool_word: 0,
     }
 }
 
-fn free(a: &Alloc) -> Free {
+/// A block as the runtime keeps it: the event and the number the tool gave it.
+#[derive(Copy, Clone)]
+struct Held {
+    a: Alloc,
+    word: u32,
+}
+
+impl std::ops::Deref for Held {
+    type Target = Alloc;
+    fn deref(&self) -> &Alloc {
+        &self.a
+    }
+}
+
+fn free(h: &Held) -> Free {
+    let a = &h.a;
     Free {
         addr: a.addr,
         size: a.size,
@@ -58,29 +72,27 @@ fn free(a: &Alloc) -> Free {
         // Freed on the allocating thread unless a test says otherwise (a thread id names
         // one live thread: its log is that thread's alone).
         tid: a.tid,
-        tool_word: a.tool_word,
+        tool_word: h.word,
     }
 }
 
-/// What the runtime does around the tool's handlers: numbers each new block
-/// ([`Tool::block_word`]) and keeps the number with the block, for its free.
+/// What the runtime does around the tool's handlers: keeps the number the tool gives each
+/// new block ([`Tool::on_alloc`], [`Tool::on_realloc`]) with the block, for its free.
 trait AsRuntime {
-    /// `a` allocated: numbered, then told; returns it as the runtime keeps it.
-    fn alloc_ev(&self, h: &dyn Host, a: Alloc) -> Alloc;
-    /// `old` reallocated to `new`: `new` numbered, then told.
-    fn realloc_ev(&self, h: &dyn Host, old: &Free, new: Alloc) -> Alloc;
+    /// `a` allocated: told; returns it as the runtime keeps it.
+    fn alloc_ev(&self, h: &dyn Host, a: Alloc) -> Held;
+    /// `old` reallocated to `new`: told; returns `new` as the runtime keeps it.
+    fn realloc_ev(&self, h: &dyn Host, old: &Free, new: Alloc) -> Held;
 }
 
 impl AsRuntime for Massif {
-    fn alloc_ev(&self, h: &dyn Host, mut a: Alloc) -> Alloc {
-        a.tool_word = self.block_word(h, &a);
-        self.on_alloc(h, &a);
-        a
+    fn alloc_ev(&self, h: &dyn Host, a: Alloc) -> Held {
+        let word = self.on_alloc(h, &a);
+        Held { a, word }
     }
-    fn realloc_ev(&self, h: &dyn Host, old: &Free, mut new: Alloc) -> Alloc {
-        new.tool_word = self.block_word(h, &new);
-        self.on_realloc(h, old, &new);
-        new
+    fn realloc_ev(&self, h: &dyn Host, old: &Free, new: Alloc) -> Held {
+        let word = self.on_realloc(h, old, &new);
+        Held { a: new, word }
     }
 }
 
@@ -120,7 +132,7 @@ fn time_unit_b_adds_the_absolute_change_of_each_event() {
     let grown = Alloc {
         size: 150,
         stack: StackId(3),
-        ..a
+        ..*a
     };
     // Valgrind moves the block: 160 usable, slop 10: |+50 - 2| = 48 -> 168.
     let grown = m.realloc_ev(&h, &free(&a), grown);
@@ -138,10 +150,10 @@ fn realloc_within_the_usable_size_moves_bytes_from_heap_to_slop() {
     let m = massif(&["--time-unit=B", "--heap-admin=0"]);
     let a = alloc(0xa0, 100, 12, 1);
     let a = m.alloc_ev(&h, a); // usable 112
-    let shrunk = Alloc { size: 20, ..a };
+    let shrunk = Alloc { size: 20, ..*a };
     let shrunk = m.realloc_ev(&h, &free(&a), shrunk);
     assert_eq!(totals(&m, &h), (20, 92), "slop 12 + 80 given back");
-    let regrown = Alloc { size: 112, ..a };
+    let regrown = Alloc { size: 112, ..*a };
     let _ = m.realloc_ev(&h, &free(&shrunk), regrown);
     assert_eq!(totals(&m, &h), (112, 0), "grown in place");
     let times: Vec<i64> = snaps(&m, &h).iter().map(|s| s.0).collect();
@@ -185,7 +197,7 @@ fn realloc_moves_the_bytes_to_the_realloc_site() {
         size: 300,
         slop: 4,
         stack: StackId(3),
-        ..a
+        ..*a
     };
     let _ = m.realloc_ev(&h, &free(&a), grown);
     let file = m.massif_file(&h).unwrap();
@@ -212,7 +224,7 @@ fn ignore_fn_allocations_and_their_frees_and_reallocs_are_not_counted() {
         size: 500,
         slop: 12,
         stack: StackId(3),
-        ..a
+        ..*a
     };
     let moved = m.realloc_ev(&h, &free(&a), moved);
     assert_eq!(totals(&m, &h), (0, 0));
@@ -431,7 +443,7 @@ fn cross_thread_frees_and_reused_addresses_are_applied_in_causal_order() {
     use std::sync::mpsc;
     let h = std::sync::Arc::new(host());
     let m = std::sync::Arc::new(massif(&["--time-unit=B"]));
-    let (to_freer, freer_gets) = mpsc::sync_channel::<Alloc>(0);
+    let (to_freer, freer_gets) = mpsc::sync_channel::<Held>(0);
     let (freed, allocator_hears) = mpsc::sync_channel::<()>(0);
     let freer = {
         let (h, m) = (h.clone(), m.clone());
@@ -545,7 +557,11 @@ fn a_free_of_an_unnumbered_block_keeps_a_wide_slop() {
     let h = host();
     let m = massif(&["--time-unit=B", "--heap-admin=0"]);
     for slop in [7u64, 5 << 32] {
-        let a = alloc(0xa0, 10, slop, 1);
+        // Never told to Massif: held with no number.
+        let a = Held {
+            a: alloc(0xa0, 10, slop, 1),
+            word: 0,
+        };
         let before = m.state_now(&h).total_bytes_time;
         m.on_free(&h, &free(&a));
         let st = m.state_now(&h);

@@ -149,7 +149,7 @@ impl Heap {
     fn malloc(&mut self, m: &Massif, h: &ScriptHost, size: u64, stack: StackId) -> Addr {
         let addr = self.next;
         self.next += size.next_multiple_of(16) + 16;
-        let mut ev = Alloc {
+        let ev = Alloc {
             addr,
             size,
             slop: slop(size),
@@ -157,11 +157,9 @@ impl Heap {
             func: AllocFn::Malloc,
             stack,
             tid: 1,
-            tool_word: 0,
         };
-        ev.tool_word = m.block_word(h, &ev);
-        self.live.insert(addr, (size, stack, ev.tool_word));
-        m.on_alloc(h, &ev);
+        let word = m.on_alloc(h, &ev);
+        self.live.insert(addr, (size, stack, word));
         addr
     }
     fn free_ev(&self, addr: Addr, func: AllocFn, free_stack: StackId) -> Free {
@@ -198,7 +196,7 @@ impl Heap {
         let new_addr = self.next;
         self.next += size.next_multiple_of(16) + 16;
         self.live.remove(&addr);
-        let mut new = Alloc {
+        let new = Alloc {
             addr: new_addr,
             size,
             slop: slop(size),
@@ -206,11 +204,9 @@ impl Heap {
             func: AllocFn::Realloc,
             stack,
             tid: 1,
-            tool_word: 0,
         };
-        new.tool_word = m.block_word(h, &new);
-        self.live.insert(new_addr, (size, stack, new.tool_word));
-        m.on_realloc(h, &old, &new);
+        let word = m.on_realloc(h, &old, &new);
+        self.live.insert(new_addr, (size, stack, word));
         new_addr
     }
 }

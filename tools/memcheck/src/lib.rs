@@ -338,8 +338,9 @@ impl Tool for Memcheck {
         }
     }
 
-    fn on_alloc(&self, host: &dyn Host, ev: &Alloc) {
-        self.alloc_event(host, ev)
+    fn on_alloc(&self, host: &dyn Host, ev: &Alloc) -> u32 {
+        self.alloc_event(host, ev);
+        0
     }
 
     fn client_request(&self, host: &dyn Host, args: &[u64; 6], regs: &GuestRegs) -> Option<u64> {
@@ -351,11 +352,12 @@ impl Tool for Memcheck {
         self.give_back(host, giving);
     }
 
-    fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) {
+    fn on_realloc(&self, host: &dyn Host, old: &Free, new: &Alloc) -> u32 {
         let giving = self.free_event_keeping_vbits(host, old);
         self.alloc_event(host, new);
         self.definedness_realloc(host, old, new);
         self.give_back(host, giving);
+        0
     }
 
     fn on_undefined(&self, host: &dyn Host, regs: &GuestRegs, what: &oxgrind_tool::Undefined) {

@@ -145,7 +145,6 @@ impl Program<'_> {
             func,
             stack,
             tid: 1,
-            tool_word: 0,
         };
         self.tool.on_alloc(self.host, &ev);
     }
