@@ -99,6 +99,15 @@ const AHEAD_NEIGHBOURS: usize = 6;
 pub(crate) type Clock = Option<i64>;
 
 /// Everything that changes while the program runs, behind one lock.
+///
+/// On cache lines of its own (128 bytes: the spatial prefetcher fetches lines in pairs),
+/// apart from its lock's word and from the rest of [`Massif`]: whichever thread applies the
+/// logs writes it at every event it applies, while the program's other threads read
+/// [`Massif`]'s other fields at every event of theirs (the numbers, at every allocation) and
+/// the lock's word at every event once their log is due (`Massif::flush_due`). Beside the
+/// lock's word and the numbers, `live_blocks` made those reads miss, and the applying
+/// thread's writes wait for the line, whenever the threads ran on two cores (`threads`).
+#[repr(align(128))]
 struct State {
     /// Stack (as interned by the runtime) → EC, filled once per new stack.
     by_stack: EcByStack,
