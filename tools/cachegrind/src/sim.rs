@@ -51,31 +51,53 @@ pub struct Cache {
     /// Lookups past the most recently used tag take [`Cache::reorder_avx2`]: the host has
     /// AVX2, and the sets have other tags, at most 64 (one bit each in a word).
     avx2: bool,
+    /// Lookups past the most recently used tag take [`Cache::reorder_avx512`] instead: the
+    /// host has AVX-512F (the OS saving its state) and BMI1, and each set's other tags are
+    /// one 64-byte group (`stride` 8: 6- to 9-way caches, the host's own 8-way L1s among
+    /// them). Implies `avx2`.
+    avx512: bool,
+    /// With `avx512`: the lanes of a set's group that hold tags (not padding), and the
+    /// last of them (the least recently used tag's, which a miss evicts), as bit masks.
+    real_lanes: u32,
+    last_lane: u32,
+}
+
+/// Whether the host can run [`Cache::reorder_avx512`]: AVX-512F with the OS saving the
+/// opmask and ZMM state (`is_x86_feature_detected` checks XCR0 for it), and BMI1.
+#[cfg(target_arch = "x86_64")]
+fn host_has_avx512() -> bool {
+    std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("bmi1")
 }
 
 impl Cache {
     /// `config` must have been validated (`crate::config::check`).
     pub fn new(config: &CacheConfig) -> Cache {
         #[cfg(target_arch = "x86_64")]
-        let avx2 = std::is_x86_feature_detected!("avx2");
+        let (avx2, avx512) = (std::is_x86_feature_detected!("avx2"), host_has_avx512());
         #[cfg(not(target_arch = "x86_64"))]
-        let avx2 = false;
-        Cache::with_avx2(config, avx2)
+        let (avx2, avx512) = (false, false);
+        Cache::with_features(config, avx2, avx512)
     }
 
-    /// As [`Cache::new`], with AVX2 used or not (`avx2` only if the host has it).
-    fn with_avx2(config: &CacheConfig, avx2: bool) -> Cache {
+    /// As [`Cache::new`], with AVX2 and AVX-512 used or not (each only if the host has it).
+    fn with_features(config: &CacheConfig, avx2: bool, avx512: bool) -> Cache {
         let sets = (config.size / config.line / config.assoc) as usize;
         let others = config.assoc as usize - 1;
         let stride = others.div_ceil(4) * 4;
+        let avx2 = avx2 && others > 0 && stride <= 64;
+        // The masks matter only with `avx512`, where `others` is 5 to 8 (6- to 9-way).
+        let lanes = others.min(8);
         Cache {
+            avx512: avx2 && avx512 && stride == 8,
+            real_lanes: (1u32 << lanes) - 1,
+            last_lane: (1u32 << lanes) >> 1,
             assoc: config.assoc as usize,
             sets_min_1: sets as u64 - 1,
             line_bits: config.line.trailing_zeros(),
             mru: vec![0; sets],
             rest: vec![0; sets * stride],
             stride,
-            avx2: avx2 && others > 0 && stride <= 64,
+            avx2,
         }
     }
 
@@ -127,6 +149,12 @@ impl Cache {
         // `set` is at most `sets_min_1`, below the length of `mru`.
         if self.mru[set] == block {
             return false;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if self.avx512 {
+            // SAFETY: `avx512` is only set when the host has AVX-512F and BMI1 and `stride`
+            // is 8 (`Cache::with_features`).
+            return unsafe { self.reorder_avx512(set, block) };
         }
         #[cfg(target_arch = "x86_64")]
         if self.avx2 {
@@ -214,6 +242,77 @@ impl Cache {
             before = tags;
             index = _mm256_add_epi64(index, _mm256_set1_epi64x(4));
         }
+        found == 0
+    }
+
+    /// [`Cache::reorder_avx2`] for sets whose other tags are one 64-byte group, in one
+    /// AVX-512 register: the same result and the same state (padding lanes included, which
+    /// neither writes), by a shorter dependency chain (the lookup is latency-bound: the
+    /// records that reach it are mostly of lines past the most recently used one). The
+    /// tags are compared into an opmask; the lanes that change, those up to the first
+    /// match among the real tags (or up to the last real tag: a miss), are `blsmsk` of
+    /// that mask with the last real lane's bit added; they receive their predecessor
+    /// (lane 0 the old most recently used tag) by one `valignq` and a masked store.
+    ///
+    /// Inline assembly, not intrinsics: the workspace's Rust (1.80) has neither the
+    /// AVX-512 intrinsics nor `#[target_feature(enable = "avx512f")]` stable, nor the
+    /// `zmm_reg`/`kreg` operand classes without that feature. The registers are named in
+    /// the text instead: `zmm16`-`zmm19` and `k1`, `k2`, which code compiled without
+    /// AVX-512F never allocates (its register classes end at `xmm15`/`ymm15` and have no
+    /// opmasks), so nothing the compiler keeps is in them; built with AVX-512F enabled
+    /// they are declared clobbered. The program's values in them are not ours to keep:
+    /// every way into the tool from the program's code saves and restores the XSAVE
+    /// state with the opmask and all ZMM components (the engine's `ENGINE_XSTATE`, 0xFF:
+    /// libc's string functions use these registers too), and native callers are Rust
+    /// code, for which the ABI makes every vector and opmask register caller-saved.
+    ///
+    /// # Safety
+    /// The host must have AVX-512F with the OS saving its state, and BMI1
+    /// ([`host_has_avx512`]); `stride` must be 8.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn reorder_avx512(&mut self, set: usize, block: u64) -> bool {
+        let carry = core::mem::replace(&mut self.mru[set], block);
+        let ways = &mut self.rest[set * 8..set * 8 + 8];
+        let at = ways.as_mut_ptr();
+        let found: u32;
+        macro_rules! lookup {
+            ($($clobbers:tt)*) => {
+                // SAFETY: `at` addresses the set's 8 words (`ways`), read and written whole
+                // (unaligned, masked for the store); the caller vouches for the
+                // instructions; the registers are discussed above.
+                unsafe {
+                    core::arch::asm!(
+                        "vpbroadcastq zmm16, {block}",
+                        "vmovdqu64 zmm17, [{at}]",
+                        "vpcmpeqq k1, zmm17, zmm16",
+                        "kmovw {found:e}, k1",
+                        "and {found:e}, {real:e}",
+                        "mov {place:e}, {found:e}",
+                        "or {place:e}, {last:e}",
+                        "blsmsk {place:e}, {place:e}",
+                        "kmovw k2, {place:e}",
+                        "vpbroadcastq zmm18, {carry}",
+                        "valignq zmm19, zmm17, zmm18, 7",
+                        "vmovdqu64 [{at}]{{k2}}, zmm19",
+                        at = in(reg) at,
+                        block = in(reg) block,
+                        carry = in(reg) carry,
+                        real = in(reg) self.real_lanes,
+                        last = in(reg) self.last_lane,
+                        found = out(reg) found,
+                        place = out(reg) _,
+                        $($clobbers)*
+                        options(nostack),
+                    )
+                }
+            };
+        }
+        #[cfg(not(target_feature = "avx512f"))]
+        lookup!();
+        #[cfg(target_feature = "avx512f")]
+        lookup!(out("zmm16") _, out("zmm17") _, out("zmm18") _, out("zmm19") _,
+            out("k1") _, out("k2") _,);
         found == 0
     }
 
@@ -831,13 +930,18 @@ mod tests {
         }
     }
 
+    /// The lookups a test runs: scalar, AVX2, AVX-512 (each as far as the host has it).
+    fn lookup_kinds() -> [(bool, bool); 3] {
+        #[cfg(target_arch = "x86_64")]
+        let (avx2, avx512) = (std::is_x86_feature_detected!("avx2"), host_has_avx512());
+        #[cfg(not(target_arch = "x86_64"))]
+        let (avx2, avx512) = (false, false);
+        [(false, false), (avx2, false), (avx2, avx512)]
+    }
+
     #[test]
     fn cache_matches_a_naive_lru_on_a_pseudo_random_stream() {
-        #[cfg(target_arch = "x86_64")]
-        let avx2 = [false, std::is_x86_feature_detected!("avx2")];
-        #[cfg(not(target_arch = "x86_64"))]
-        let avx2 = [false, false];
-        for (cfg, avx2) in [
+        for (cfg, (avx2, avx512)) in [
             CacheConfig {
                 size: 1024,
                 assoc: 4,
@@ -873,11 +977,26 @@ mod tests {
                 assoc: 64,
                 line: 64,
             },
+            CacheConfig {
+                size: 8 * 16 * 64,
+                assoc: 8,
+                line: 64,
+            },
+            CacheConfig {
+                size: 6 * 8 * 64,
+                assoc: 6,
+                line: 64,
+            },
+            CacheConfig {
+                size: 9 * 4 * 64,
+                assoc: 9,
+                line: 64,
+            },
         ]
         .into_iter()
-        .flat_map(|cfg| avx2.map(|a| (cfg, a)))
+        .flat_map(|cfg| lookup_kinds().map(|k| (cfg, k)))
         {
-            let mut fast = Cache::with_avx2(&cfg, avx2);
+            let mut fast = Cache::with_features(&cfg, avx2, avx512);
             let mut slow = NaiveLru::new(&cfg);
             let mut x: u64 = 0x2545F4914F6CDD1D;
             let mut misses = 0;
@@ -891,7 +1010,7 @@ mod tests {
                 assert_eq!(
                     m,
                     slow.access(addr, size),
-                    "{cfg:?} avx2 {avx2} addr {addr:#x} size {size}"
+                    "{cfg:?} avx2 {avx2} avx512 {avx512} addr {addr:#x} size {size}"
                 );
                 misses += u64::from(m);
             }
@@ -903,18 +1022,14 @@ mod tests {
     /// with and without AVX2 (whose lookups and swaps move groups of four tags).
     #[test]
     fn swaps_of_the_first_two_lines_match_a_naive_lru() {
-        #[cfg(target_arch = "x86_64")]
-        let avx2 = [false, std::is_x86_feature_detected!("avx2")];
-        #[cfg(not(target_arch = "x86_64"))]
-        let avx2 = [false, false];
-        for assoc in [2, 5, 12] {
+        for assoc in [2, 5, 8, 12] {
             let cfg = CacheConfig {
                 size: assoc * 4 * 64,
                 assoc,
                 line: 64,
             };
-            for avx2 in avx2 {
-                let mut fast = Cache::with_avx2(&cfg, avx2);
+            for (avx2, avx512) in lookup_kinds() {
+                let mut fast = Cache::with_features(&cfg, avx2, avx512);
                 let mut slow = NaiveLru::new(&cfg);
                 let mut x: u64 = 0x9E3779B97F4A7C15;
                 let mut swaps = 0;
@@ -931,11 +1046,65 @@ mod tests {
                         assert_eq!(
                             fast.ref_is_miss(block * 64, 8),
                             slow.access(block * 64, 8),
-                            "assoc {assoc} avx2 {avx2} block {block}"
+                            "assoc {assoc} avx2 {avx2} avx512 {avx512} block {block}"
                         );
                     }
                 }
                 assert!(swaps > 10_000);
+            }
+        }
+    }
+
+    /// The AVX-512 lookup against the AVX2 one: the same stream of lookups (straddling
+    /// accesses included) and swaps, every outcome and the final state of every set equal,
+    /// for each geometry it takes (6- to 9-way) and a few set counts.
+    #[test]
+    fn avx512_lookups_equal_the_avx2_ones() {
+        #[cfg(target_arch = "x86_64")]
+        let usable = std::is_x86_feature_detected!("avx2") && host_has_avx512();
+        #[cfg(not(target_arch = "x86_64"))]
+        let usable = false;
+        if !usable {
+            println!("skipped: this host lacks AVX-512F (OS-enabled), BMI1 or AVX2");
+            return;
+        }
+        for assoc in 6..=9u64 {
+            for sets in [1u64, 4, 64] {
+                let cfg = CacheConfig {
+                    size: assoc * sets * 64,
+                    assoc,
+                    line: 64,
+                };
+                let mut wide = Cache::with_features(&cfg, true, true);
+                let mut narrow = Cache::with_features(&cfg, true, false);
+                assert!(wide.avx512 && !narrow.avx512);
+                let mut x: u64 = 0x2545F4914F6CDD1D ^ assoc ^ (sets << 8);
+                let (mut misses, mut hits) = (0, 0);
+                for _ in 0..200_000 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    // Lines from a range a few times the cache, so that lookups hit at
+                    // every depth of a set and miss.
+                    let addr = (x >> 20) % (64 * assoc * sets * 3);
+                    if x & 7 == 0 {
+                        wide.swap_first_two(addr >> 6);
+                        narrow.swap_first_two(addr >> 6);
+                        continue;
+                    }
+                    let size = [1, 2, 4, 8, 16, 32, 64][(x % 7) as usize];
+                    let m = wide.ref_is_miss(addr, size);
+                    assert_eq!(
+                        m,
+                        narrow.ref_is_miss(addr, size),
+                        "assoc {assoc} sets {sets} addr {addr:#x} size {size}"
+                    );
+                    misses += u64::from(m);
+                    hits += u64::from(!m);
+                }
+                assert!(misses > 1000 && hits > 1000, "{misses} misses, {hits} hits");
+                assert_eq!(wide.mru, narrow.mru, "assoc {assoc} sets {sets}");
+                assert_eq!(wide.rest, narrow.rest, "assoc {assoc} sets {sets}");
             }
         }
     }
