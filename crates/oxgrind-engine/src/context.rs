@@ -200,9 +200,11 @@ pub struct ThreadCtx {
     /// caller): the dispatcher then neither saves nor restores the XSAVE state, most of a
     /// short clean call's cost, and clears it.
     pub vectors_dead: u64,
-    /// The primary table of the memory shadow (`definedness`), for the inline fast path
-    /// (0 until the thread's first definedness step).
-    pub vbits_primary: u64,
+    /// How many entries of the memory shadow's primary table this thread's view holds
+    /// (`definedness::views`: the table seen at `gs:[VIEW_OFF]`): all of them, or 0 when
+    /// the view could not be made, and then every inline lookup takes the slow path. The
+    /// inline fast path bounds each span index by it.
+    pub vbits_limit: u64,
     /// A temporary of the inline fast path (a shadow chunk's address).
     pub vbits_temp: u64,
     /// Origins: the origin tag of the undefined value being reported (`definedness`).
@@ -235,8 +237,9 @@ pub struct ThreadCtx {
     pub vbits_own_code: u8,
     pub vbits_signal: u8,
     vbits_entry_pad: [u8; 5],
-    /// Definedness: the addresses of primary entries that a block's memory operands with
-    /// the same base register share (`translate::definedness::SpanShare`), 0 when the
+    /// Definedness: the primary entries that a block's memory operands with the same base
+    /// register share, as offsets from this context in its view of the table
+    /// (`translate::definedness::SpanShare`, `definedness::views`), 0 when the
     /// operand that leads the sharing went slow. Written and read inside one block only;
     /// a guest `rt_sigreturn`, which may resume in the middle of a block after a handler
     /// ran translated code (or changed a register), clears them (`signals`).
@@ -270,6 +273,9 @@ pub struct ThreadCtx {
     /// Calls running natively for the embedder on this thread (`crate::run_native`): a fatal
     /// signal there is the embedder's to report (`Config::on_fatal_in_native`).
     pub native_calls: core::sync::atomic::AtomicU64,
+    /// Nonzero when `[self + VIEW_OFF, + the primary's length)` is this context's own
+    /// reservation, where its view of the shadow's primary table lies (`definedness::views`).
+    pub vbits_view_room: u64,
     /// Next context in the global list of all contexts (for totals at exit).
     pub next: *mut ThreadCtx,
 }
@@ -319,7 +325,7 @@ off!(OFF_OWN_WORK, own_work);
 off!(OFF_PENDING_CHILD, pending_child);
 off!(OFF_PENDING_SIGNALS, pending_signals);
 off!(OFF_VBITS, vbits);
-off!(OFF_VBITS_PRIMARY, vbits_primary);
+off!(OFF_VBITS_LIMIT, vbits_limit);
 off!(OFF_VBITS_TEMP, vbits_temp);
 off!(OFF_VBITS_TEMP2, vbits_temp2);
 off!(OFF_VBITS_SAVED_RCX, vbits_saved_rcx);
@@ -552,11 +558,18 @@ pub fn new_ctx(dispatch: u64) -> Option<*mut ThreadCtx> {
         oxgrind_sys::heap::note_private_mapping(scratch as usize, 8 * indexed_counters());
         INDEXED_SCRATCH.store(scratch as u64, Ordering::Release);
     }
-    let page = raw::mmap_anon(size)?;
+    // With definedness, room for the context's view of the shadow's primary table after
+    // it (`definedness::views`); without that room (address space exhausted), the context
+    // alone, and its thread's lookups all take the slow path.
+    let with_view = crate::definedness::views::context_bytes(size);
+    let (page, reserved) = match raw::mmap_anon(with_view) {
+        Some(p) => (p, with_view),
+        None => (raw::mmap_anon(size)?, size),
+    };
     let stack = raw::mmap_anon(ENGINE_STACK)?;
     // The context and the engine stack hold copies of the guest's registers (also after the
-    // thread is gone): not roots of the program's heap.
-    oxgrind_sys::heap::note_private_mapping(page as usize, size);
+    // thread is gone): not roots of the program's heap; nor is the view.
+    oxgrind_sys::heap::note_private_mapping(page as usize, reserved);
     oxgrind_sys::heap::note_private_mapping(stack as usize, ENGINE_STACK);
     let ctx = page as *mut ThreadCtx;
     CREATED.fetch_add(1, Ordering::Relaxed);
@@ -569,6 +582,9 @@ pub fn new_ctx(dispatch: u64) -> Option<*mut ThreadCtx> {
         (*ctx).smc_dispatch = crate::asm::oxg_smc_dispatch as *const () as u64;
         (*ctx).probe_entry = crate::asm::oxg_probe as *const () as u64;
         (*ctx).shadow = crate::shadow::base();
+        if crate::definedness::enabled() {
+            crate::definedness::views::attach(&mut *ctx, reserved > size);
+        }
         // Definedness: the thread's first instruction takes the slow step, which makes
         // its state (`definedness::thread`).
         (*ctx).vbits_need_step = 1;

@@ -47,11 +47,13 @@ use crate::probe::Client;
 mod layout;
 mod origins;
 mod residency;
+pub(crate) mod views;
 
 pub(crate) use layout::MEMORY_BYTES_PER_SHADOW_BYTE;
 pub(crate) use origins::RegUse;
 pub(crate) use residency::note_thread_created;
 pub use residency::{stats as residency_stats, undefined_file_fd};
+pub use views::table_fd as primary_table_fd;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
@@ -67,7 +69,7 @@ pub fn enable() -> bool {
     if enabled() {
         return true;
     }
-    let Some(primary) = reserve(PRIMARY_BYTES, PRIMARY_HINT) else {
+    let Some(primary) = views::reserve_primary(PRIMARY_HINT) else {
         return false;
     };
     // Smaller pools when the address space is short (a `ulimit -v`, or under Valgrind's
@@ -190,8 +192,14 @@ fn chunk_for_write(addr: u64) -> u64 {
         return 0;
     };
     let v = entry_value(fresh, addr);
+    // Under the lock a fork copies the table under (`views`): an entry is either in the
+    // child's copy or made after the fork.
+    let _making = views::MAKE.lock();
     match e.compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => chunk_from_entry(v, addr),
+        Ok(_) => {
+            views::note_made(addr >> SPAN_BITS);
+            chunk_from_entry(v, addr)
+        }
         // Another thread made it first; this chunk of the pool stays unused (never
         // touched, so it costs address space only).
         Err(other) => chunk_from_entry(other, addr),
@@ -576,7 +584,6 @@ fn thread(ctx: &mut ThreadCtx) -> &'static mut ThreadShadow {
             last_pc: 0,
         });
         ctx.vbits = Box::into_raw(t) as u64;
-        ctx.vbits_primary = PRIMARY.load(Ordering::Acquire);
         ctx.vbits_need_step = 1;
     }
     // SAFETY: `vbits` is this thread's own state, made above and never freed (a reused
@@ -605,6 +612,8 @@ pub(crate) fn reuse(ctx: &mut ThreadCtx) {
     ctx.vbits_flags = 0;
     ctx.vbits_need_step = 1;
     ctx.vbits_stepped_pc = 0;
+    // Offsets into the view written by the thread before (`translate::definedness`).
+    ctx.vbits_span = [0; 2];
 }
 
 /// The general registers' and the flags' shadows live in the thread context (for the

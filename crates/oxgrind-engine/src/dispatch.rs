@@ -209,6 +209,8 @@ pub(crate) unsafe extern "C" fn dispatch(ctx: *mut ThreadCtx) -> u64 {
     if ctx.forked != 0 {
         let child = ctx.forked == FORKED_CHILD;
         ctx.forked = 0;
+        // First: the child's shadow table must be its own before anything reads it.
+        crate::definedness::views::after_fork(child);
         release_after_fork();
         if child {
             after_fork_child();
@@ -516,6 +518,14 @@ fn fork(ctx: &mut ThreadCtx, next_pc: u64) -> Action {
         ctx.count += 1;
     }
     hold_for_fork();
+    if !crate::definedness::views::copy_for_child() {
+        // No copy of the shadow's table for the child (address space exhausted): the fork
+        // fails as the kernel's would for want of memory.
+        crate::definedness::views::after_fork(false);
+        release_after_fork();
+        ctx.gregs[c::RAX] = (-12i64) as u64; // ENOMEM
+        return Action::Emulated;
+    }
     ctx.forked = FORKING;
     Action::Run(asm::oxg_fork_tramp as *const () as u64)
 }
@@ -529,10 +539,14 @@ fn hold_for_fork() {
     loop {
         if let Some(exited) = crate::context::try_hold_exited() {
             if let Some(ended) = crate::thread_state::try_hold_ended() {
-                // Last: the holders of the two above allocate.
-                oxgrind_sys::heap::hold_for_fork();
-                core::mem::forget((exited, ended));
-                return;
+                // The lock new entries of the shadow's table are made under (its holders
+                // take no other lock): the child's copy of the table is made under it.
+                if crate::definedness::views::try_hold_for_fork().is_some() {
+                    // Last: the holders of the two above allocate.
+                    oxgrind_sys::heap::hold_for_fork();
+                    core::mem::forget((exited, ended));
+                    return;
+                }
             }
         }
         oxgrind_sys::raw::sched_yield();

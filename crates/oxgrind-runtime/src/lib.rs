@@ -174,8 +174,15 @@ fn start_engine(needs: oxgrind_tool::Needs) {
             pages::engine_failed();
         }
     }
-    // The definedness shadow's file of undefined bytes is ours, like the log's descriptor.
-    if let Some(fd) = oxgrind_engine::definedness::undefined_file_fd() {
+    // The definedness shadow's files (of undefined bytes, and its primary table) are ours,
+    // like the log's descriptor.
+    for fd in [
+        oxgrind_engine::definedness::undefined_file_fd(),
+        oxgrind_engine::definedness::primary_table_fd(),
+    ]
+    .into_iter()
+    .flatten()
+    {
         fds::register(fd);
     }
 }

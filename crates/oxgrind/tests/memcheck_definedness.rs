@@ -531,3 +531,40 @@ fn calls_straddling_two_shadow_spans_are_marked_inline_and_reported_as_valgrind_
         assert!(steps < 5_000, "{opt}: {steps} slow steps\n{text}");
     }
 }
+
+/// A forked child's V bits are its own and its parent's stay the parent's, though every
+/// thread sees the shadow's primary table through a shared mapping (`definedness::views`:
+/// the fork gives the child a copy). `mc_fork_shadow.c`: the child makes spans of a
+/// mapping undefined and reads one (1 error), the parent, after the child, makes other
+/// spans undefined, writes the child's bytes and reads its own (8 errors); with the table
+/// shared, the parent's writes land in the chunks of its own spans and it reports none.
+/// As Valgrind, at -O0 and -O2.
+#[test]
+fn a_forked_childs_shadow_is_its_own() {
+    for opt in ["-O0", "-O2"] {
+        let prog = build("mc_fork_shadow.c", &["-g", opt, "-w"]);
+        let ours = run(Command::new(oxgrind()).arg(&prog));
+        let report = stderr(&ours);
+        assert_eq!(stdout(&ours), "child 0\n", "{opt}: {report}");
+        let summaries: Vec<&str> = report
+            .lines()
+            .filter(|l| l.contains("ERROR SUMMARY:"))
+            .collect();
+        assert_eq!(summaries.len(), 2, "{opt}: {report}");
+        assert!(
+            summaries[0].contains("ERROR SUMMARY: 1 errors from 1 contexts"),
+            "{opt} (child): {report}"
+        );
+        assert!(
+            summaries[1].contains("ERROR SUMMARY: 8 errors from 8 contexts"),
+            "{opt} (parent): {report}"
+        );
+        if have_valgrind() {
+            let theirs = run(Command::new("valgrind").arg(&prog));
+            assert_same_report(
+                &normalize_report(&report),
+                &normalize_report(&stderr(&theirs)),
+            );
+        }
+    }
+}

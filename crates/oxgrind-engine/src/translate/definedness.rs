@@ -24,9 +24,14 @@
 //!
 //! Operands of a block addressed by the same base register at nearby displacements, with
 //! the register unwritten in between, share one span check and primary lookup
-//! ([`span_shares`]): the first checks that the span of all of them is one and keeps the
-//! address of its primary entry in `gs:[vbits_span]`; the later ones read the entry from
-//! there.
+//! ([`span_shares`]): the first checks that the span of all of them is one and keeps
+//! where its primary entry is (an offset from `gs`) in `gs:[vbits_span]`; the later ones
+//! read the entry from there.
+//!
+//! Every thread sees the primary table at `gs:[VIEW_OFF]` (`definedness::views`), so a
+//! span's entry is one load, `mov rax, gs:[index*8 + VIEW_OFF]`, after the index is
+//! bounded by the thread's `gs:[vbits_limit]` (all of user space, or nothing for a thread
+//! whose view could not be made).
 //!
 //! Then it zeroes the shadow bytes of the registers written, gives back what it borrowed,
 //! and the instruction runs. The slow call runs the interpreter exactly as without
@@ -47,6 +52,8 @@ use iced_x86::Register;
 // layout's rule (`definedness::layout`): an address's shadow byte is the address plus its
 // span's primary entry, one byte per byte.
 const _: () = assert!(crate::definedness::MEMORY_BYTES_PER_SHADOW_BYTE == 1);
+/// Where each thread sees the memory shadow's primary table, from its context (`gs`).
+const VIEW_OFF: u32 = crate::definedness::views::VIEW_OFF as u32;
 
 /// Host address of the catch-up routine (`catch_up_routine`) of the arena the block being
 /// translated goes to; 0 when it has none (the catch-up is then emitted in the block).
@@ -202,23 +209,20 @@ fn stack_split_routine() -> alloc::vec::Vec<u8> {
             .extend_from_slice(&[0xC1, 0xE8, 0x10, 0x25, 0xFF, 0x0F, 0x00, 0x00]);
     };
     // The last qword's span (it is the higher, so its index is the one to bound):
-    // lea rax, [rcx+rax-8]; shr rax, 16; cmp rax, max; ja fail; shl rax, 3;
-    // add rax, gs:[primary]; cmp qword [rax], 0; je fail
+    // lea rax, [rcx+rax-8]; shr rax, 16; cmp rax, gs:[limit]; jae fail;
+    // cmp qword gs:[rax*8+view], 0; je fail
     length(&mut e);
     e.buf.extend_from_slice(&[0x48, 0x8D, 0x44, 0x01, 0xF8]);
-    e.buf
-        .extend_from_slice(&[0x48, 0xC1, 0xE8, 0x10, 0x48, 0x3D]);
-    e.d32(0x7fff_ffff);
-    jcc(&mut e, 0x87, &mut to_fail);
-    e.primary_entry_of_span();
-    e.buf.extend_from_slice(&[0x48, 0x83, 0x38, 0x00]);
+    e.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, 0x10]);
+    e.cmp_rax_limit();
+    jcc(&mut e, 0x83, &mut to_fail);
+    e.cmp_entry_zero();
     jcc(&mut e, 0x84, &mut to_fail);
-    // The first qword's span: mov rax, rcx; shr rax, 16; shl rax, 3;
-    // add rax, gs:[primary]; cmp qword [rax], 0; je fail
+    // The first qword's span: mov rax, rcx; shr rax, 16; cmp qword gs:[rax*8+view], 0;
+    // je fail
     e.buf
         .extend_from_slice(&[0x48, 0x89, 0xC8, 0x48, 0xC1, 0xE8, 0x10]);
-    e.primary_entry_of_span();
-    e.buf.extend_from_slice(&[0x48, 0x83, 0x38, 0x00]);
+    e.cmp_entry_zero();
     jcc(&mut e, 0x84, &mut to_fail);
     // gs:[temp] = the end: (length) add rax, rcx; mov gs:[temp], rax
     length(&mut e);
@@ -1074,8 +1078,8 @@ impl Emitter {
             }
             SpanShare::Lead { slot, lo, hi } => {
                 // The span of [base + lo, base + hi), which holds every operand of the
-                // sharing: lea rax, [base + lo]; (the span checks); shl rax, 3;
-                // add rax, gs:[primary]; mov gs:[span], rax; mov rax, [rax]
+                // sharing: lea rax, [base + lo]; (the span checks);
+                // lea rax, [rax*8+view]; mov gs:[span], rax; mov rax, gs:[rax]
                 self.lea_rax(m.base(), Register::None, 1, lo as i64, ip)?;
                 if hi - lo > 1 {
                     self.within_one_span((hi - lo) as u32, slow)?;
@@ -1083,14 +1087,14 @@ impl Emitter {
                 self.span_index(Some(&mut *slow))?;
                 self.primary_entry_of_span();
                 self.store_gs(0, span_slot_off(slot) as usize);
-                self.buf.extend_from_slice(&[0x48, 0x8B, 0x00]);
+                self.buf.extend_from_slice(&[0x65, 0x48, 0x8B, 0x00]);
             }
             SpanShare::Follow { slot } => {
-                // mov rax, gs:[span]; test rax, rax; jz slow; mov rax, [rax]
+                // mov rax, gs:[span]; test rax, rax; jz slow; mov rax, gs:[rax]
                 self.load_gs(0, span_slot_off(slot) as usize);
                 self.buf.extend_from_slice(&[0x48, 0x85, 0xC0]);
                 self.jcc_slow(0x84, slow)?;
-                self.buf.extend_from_slice(&[0x48, 0x8B, 0x00]);
+                self.buf.extend_from_slice(&[0x65, 0x48, 0x8B, 0x00]);
             }
         }
         if let Some(st) = store.filter(|_| matches!(m.access(), iced_x86::OpAccess::Write)) {
@@ -1406,8 +1410,8 @@ impl Emitter {
     /// chunk, else slow.
     ///
     /// ```text
-    ///     lea rax, [rsp+lo]; add ax, hi-lo-1; jc slow; shr rax, 16; cmp rax, max; ja slow
-    ///     shl rax, 3; add rax, gs:[primary]; mov rax, [rax]; test rax, rax; jz slow
+    ///     lea rax, [rsp+lo]; add ax, hi-lo-1; jc slow; shr rax, 16
+    ///     cmp rax, gs:[limit]; jae slow; mov rax, gs:[rax*8+view]; test rax, rax; jz slow
     ///     lea rax, [rsp+rax]                      (the shadow of [rsp])
     ///     cmp size [rax+d], 0; jne slow           (a read operand), or
     ///     mov size [rax+d], 0                     (a written one)
@@ -1615,29 +1619,44 @@ impl Emitter {
     }
 
     /// With `rax` an address: `rax` = its span's index. `shr rax, 16`, then (when `slow`
-    /// is given) `cmp rax, 0x7fffffff; ja slow`: an address above user space goes slow.
+    /// is given) `cmp rax, gs:[limit]; jae slow`: an address above user space goes slow,
+    /// and every address does in a thread without a view of the primary table
+    /// (`definedness::views`).
     fn span_index(&mut self, slow: Option<&mut SlowCall>) -> Result<(), TranslateError> {
         self.buf.extend_from_slice(&[0x48, 0xC1, 0xE8, 0x10]);
         if let Some(slow) = slow {
-            self.buf.extend_from_slice(&[0x48, 0x3D]);
-            self.d32(0x7fff_ffff);
-            self.jcc_slow(0x87, slow)?;
+            self.cmp_rax_limit();
+            self.jcc_slow(0x83, slow)?;
         }
         Ok(())
     }
 
+    /// `cmp rax, gs:[limit]`: a span index against the entries of the thread's view of
+    /// the primary table (`ThreadCtx::vbits_limit`; `jae` leaves for the slow path).
+    fn cmp_rax_limit(&mut self) {
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0x25]);
+        self.d32(c::OFF_VBITS_LIMIT as u32);
+    }
+
+    /// With `rax` a span index (bounded): `cmp qword gs:[rax*8 + view], 0`, ZF set when
+    /// its span has no chunk.
+    fn cmp_entry_zero(&mut self) {
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x83, 0x3C, 0xC5]);
+        self.d32(VIEW_OFF);
+        self.buf.push(0x00);
+    }
+
     /// `rax` = the primary entry of the span of the address in `rcx` (the stack-split
-    /// routine's): `mov rax, rcx; shr rax, 16; shl rax, 3; add rax, gs:[primary];
-    /// mov rax, [rax]`; when `checked`, an index above user space or an entry of 0 (no
-    /// chunk) jumps to a rel32 recorded in `fail`.
+    /// routine's): `mov rax, rcx; shr rax, 16; mov rax, gs:[rax*8+view]`; when `checked`,
+    /// an index beyond the thread's view or an entry of 0 (no chunk) jumps to a rel32
+    /// recorded in `fail`.
     fn span_entry_of_rcx(&mut self, fail: &mut alloc::vec::Vec<usize>, checked: bool) {
         self.buf
             .extend_from_slice(&[0x48, 0x89, 0xC8, 0x48, 0xC1, 0xE8, 0x10]);
         if checked {
-            // cmp rax, 0x7fffffff; ja fail
-            self.buf.extend_from_slice(&[0x48, 0x3D]);
-            self.d32(0x7fff_ffff);
-            self.buf.extend_from_slice(&[0x0F, 0x87]);
+            // cmp rax, gs:[limit]; jae fail
+            self.cmp_rax_limit();
+            self.buf.extend_from_slice(&[0x0F, 0x83]);
             fail.push(self.buf.len());
             self.d32(0);
         }
@@ -1686,19 +1705,19 @@ impl Emitter {
         self.jmp_to(x.resume);
     }
 
-    /// With `rax` a span index: `rax` = its shadow chunk (0: none, all defined).
-    /// `shl rax, 3; add rax, gs:[primary]; mov rax, [rax]`
+    /// With `rax` a span index (bounded by the thread's limit: `span_index`): `rax` = its
+    /// primary entry, read through the thread's view of the table (0: no chunk, all
+    /// defined). `mov rax, gs:[rax*8 + view]`
     fn chunk_of_span(&mut self) {
-        self.primary_entry_of_span();
-        self.buf.extend_from_slice(&[0x48, 0x8B, 0x00]);
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x8B, 0x04, 0xC5]);
+        self.d32(VIEW_OFF);
     }
 
-    /// With `rax` a span index: `rax` = the address of its primary entry.
-    /// `shl rax, 3; add rax, gs:[primary]`
+    /// With `rax` a span index (bounded): `rax` = where its primary entry is, as an offset
+    /// from the thread's context (`gs:[rax]` reads it). `lea rax, [rax*8 + view]`
     fn primary_entry_of_span(&mut self) {
-        self.buf.extend_from_slice(&[0x48, 0xC1, 0xE0, 0x03]);
-        self.buf.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0x25]);
-        self.d32(c::OFF_VBITS_PRIMARY as u32);
+        self.buf.extend_from_slice(&[0x48, 0x8D, 0x04, 0xC5]);
+        self.d32(VIEW_OFF);
     }
 
     /// With `rax` an address and its span's primary entry in `gs:[temp]`: `rax` = the
