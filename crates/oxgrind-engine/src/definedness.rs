@@ -8,8 +8,9 @@
 //! does not know is done here, as Memcheck's core does it:
 //!
 //! * **Memory** starts defined. Its V bits live in a two-level table: a primary of one
-//!   word per 64 KiB of the 47-bit address space (a `MAP_NORESERVE` reservation of 16 GiB,
-//!   untouched pages cost nothing), pointing at 64 KiB chunks of shadow (one shadow byte
+//!   word per 64 KiB of the 47-bit address space (a shared mapping of a sparse 16 GiB
+//!   file, untouched pages cost nothing, which every thread also sees from its `gs` base:
+//!   [`views`]), pointing at 64 KiB chunks of shadow (one shadow byte
 //!   per byte, bit-exact) handed out from a reserved pool when a byte of the chunk first
 //!   becomes undefined. An absent chunk means "all defined", so programs that never make
 //!   anything undefined cost no shadow memory.

@@ -106,11 +106,12 @@ pub fn table_fd() -> Option<i32> {
 /// A new file as long as the table, all zeros, at descriptor 900 or above.
 fn table_file() -> Option<i32> {
     const MFD_CLOEXEC: usize = 1;
-    // SAFETY: the name is a NUL-terminated static string; the call creates a descriptor.
+    // SAFETY: the name is a NUL-terminated static string (a C literal); the call creates
+    // a descriptor.
     let r = unsafe {
         syscall6(
             SYS_MEMFD_CREATE,
-            b"oxgrind-vbits-primary\0".as_ptr() as usize,
+            c"oxgrind-vbits-primary".as_ptr() as usize,
             MFD_CLOEXEC,
             0,
             0,
