@@ -57,6 +57,7 @@ extern "C" {
     pub fn oxg_native_gate();
     pub fn oxg_native_entry();
     pub fn oxg_native_entry_gate();
+    pub fn oxg_native_try_fault();
 }
 
 /// Where translated code that reached [`oxg_run_native`] continues after the native call
@@ -507,6 +508,28 @@ core::arch::global_asm!(
     save_guest_registers_but_rsp!(),
     "mov rdi, gs:[0]",
     "jmp {native_entry_gate}",
+    // ------------------------------------------------------------------ native try fault
+    // A synchronous fault inside a replaced function's native try (`crate::native_try`,
+    // `ThreadCtx::native_try` set): the signal entry resumes here instead. The try's
+    // frames are abandoned (it holds no lock and has changed nothing it must undo: see
+    // `native_try`), the callee-saved registers its gate saved come back, and the gate's
+    // call returns "declined" (rax = rdx = 0) from the engine stack's top, where the
+    // gate's `call` left its return address.
+    ".p2align 4",
+    ".globl oxg_native_try_fault",
+    ".hidden oxg_native_try_fault",
+    "oxg_native_try_fault:",
+    "mov rbx, gs:[{g_rbx}]",
+    "mov rbp, gs:[{g_rbp}]",
+    "mov r12, gs:[{g_r12}]",
+    "mov r13, gs:[{g_r13}]",
+    "mov r14, gs:[{g_r14}]",
+    "mov r15, gs:[{g_r15}]",
+    "mov rsp, gs:[{estack}]",
+    "sub rsp, 8",
+    "xor eax, eax",
+    "xor edx, edx",
+    "ret",
     // ------------------------------------------------------------------ restorer
     // The `sa_restorer` of actions the engine installs on its own (SIGTRAP at the guest's
     // default): runs natively after the entry returned.

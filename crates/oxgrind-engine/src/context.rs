@@ -276,6 +276,10 @@ pub struct ThreadCtx {
     /// Nonzero when `[self + VIEW_OFF, + the primary's length)` is this context's own
     /// reservation, where its view of the shadow's primary table lies (`definedness::views`).
     pub vbits_view_room: u64,
+    /// Non-zero while a replaced function's native try runs on this thread
+    /// (`crate::native_try`): a synchronous fault there (the program's memory, unmapped)
+    /// declines the try instead of ending the process (`signals`).
+    pub native_try: u64,
     /// Next context in the global list of all contexts (for totals at exit).
     pub next: *mut ThreadCtx,
 }
@@ -324,6 +328,7 @@ off!(OFF_VECTORS_DEAD, vectors_dead);
 off!(OFF_OWN_WORK, own_work);
 off!(OFF_PENDING_CHILD, pending_child);
 off!(OFF_PENDING_SIGNALS, pending_signals);
+off!(OFF_NATIVE_TRY, native_try);
 off!(OFF_VBITS, vbits);
 off!(OFF_VBITS_LIMIT, vbits_limit);
 off!(OFF_VBITS_TEMP, vbits_temp);

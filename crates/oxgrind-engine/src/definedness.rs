@@ -434,6 +434,103 @@ pub fn copy(src: u64, dst: u64, len: u64) {
     origins::copy_memory(src, dst, len);
 }
 
+/// Most bytes the short forms below ([`range_defined`], [`make_defined`], [`copy_short`])
+/// handle in a few loads or stores; longer ranges, and ranges across a span's end, take the
+/// general functions.
+const SHORT_RANGE: u64 = 32;
+
+/// The first shadow byte of `[addr, addr + len)` when the range is short (1 to
+/// [`SHORT_RANGE`] bytes) and lies in one span: `Some(0)` when that span has no chunk (all
+/// defined); `None` when the general path must decide (or tracking is off: `Some(0)`).
+/// The primary read directly, inline: the native tries call this twice or three times per
+/// replaced call, where `chunk_of`'s calls were most of their cost.
+#[inline(always)]
+fn short_shadow(addr: u64, len: u64) -> Option<u64> {
+    let primary = PRIMARY.load(Ordering::Relaxed);
+    if primary == 0 {
+        return Some(0);
+    }
+    let end = addr.wrapping_add(len);
+    if len.wrapping_sub(1) >= SHORT_RANGE
+        || end > ADDR_LIMIT
+        || (addr ^ (end - 1)) >> SPAN_BITS != 0
+    {
+        return None;
+    }
+    // SAFETY: the primary covers every address below ADDR_LIMIT and is never unmapped; its
+    // words are written atomically (a racing reader sees the old or the new entry).
+    let v = unsafe {
+        (*((primary + (addr >> SPAN_BITS) * 8) as *const AtomicU64)).load(Ordering::Acquire)
+    };
+    let chunk = chunk_from_entry(v, addr);
+    if chunk == 0 {
+        return Some(0);
+    }
+    let (first, _) = layout::covered((addr & (SPAN - 1)) as usize, len as usize);
+    Some(chunk + first as u64)
+}
+
+/// Whether every byte of `[addr, addr + len)` is defined (exact: [`first_undefined`] is
+/// `None`), a short range within one span in a few loads.
+#[inline(always)]
+pub fn range_defined(addr: u64, len: u64) -> bool {
+    if len == 0 {
+        return true;
+    }
+    match short_shadow(addr, len) {
+        Some(0) => true,
+        // SAFETY: `short_shadow` found `len` shadow bytes at `p` within one pool chunk.
+        Some(p) => unsafe { layout::short_all_defined(p, len as usize) },
+        None => first_undefined(addr, len).is_none(),
+    }
+}
+
+/// Marks `[addr, addr + len)` defined ([`set`]), a short range within one span in a few
+/// stores.
+#[inline(always)]
+pub fn make_defined(addr: u64, len: u64) {
+    if len == 0 {
+        return;
+    }
+    match short_shadow(addr, len) {
+        Some(0) => {}
+        // SAFETY: as in `range_defined`; the chunk is ours to write.
+        Some(p) => unsafe { layout::short_fill_defined(p, len as usize) },
+        None => set(addr, len, true),
+    }
+}
+
+/// [`copy`], a short range within one span each side, without origins, in a few loads and
+/// stores.
+pub fn copy_short(src: u64, dst: u64, len: u64) {
+    if !enabled() || len == 0 || src == dst {
+        return;
+    }
+    if !origins::enabled() {
+        if let (Some(from), Some(_)) = (short_shadow(src, len), short_shadow(dst, len)) {
+            if from == 0 {
+                make_defined(dst, len);
+                return;
+            }
+            let to = chunk_for_write(dst);
+            if to != 0 {
+                let (first, _) = layout::covered((dst & (SPAN - 1)) as usize, len as usize);
+                // SAFETY: both are `len` shadow bytes within pool chunks (one span each);
+                // `copy` is memmove's, as the bytes' own copy is when the ranges overlap.
+                unsafe {
+                    core::ptr::copy(
+                        from as *const u8,
+                        (to + first as u64) as *mut u8,
+                        len as usize,
+                    )
+                };
+            }
+            return;
+        }
+    }
+    copy(src, dst, len);
+}
+
 /// The memory shadow as the interpreter sees it.
 struct ShadowMem;
 
@@ -997,6 +1094,11 @@ pub fn first_undefined_argument(count: usize) -> Option<usize> {
     ARGS[..count.min(ARGS.len())]
         .iter()
         .position(|&reg| ctx.vbits_gpr[reg] != 0)
+}
+
+/// Whether origins are tracked (`--track-origins=yes`).
+pub fn origins_tracked() -> bool {
+    origins::enabled()
 }
 
 /// With origins: where the undefined bits of integer argument `index` of the call the

@@ -93,6 +93,7 @@ mod context;
 pub mod definedness;
 mod describe;
 mod dispatch;
+pub mod native_try;
 mod pages;
 pub mod probe;
 mod recent_lines;

@@ -45,6 +45,14 @@ pub trait Embedder: Sync {
     fn redirect(&self, _pc: u64) -> Option<u64> {
         None
     }
+    /// For `to`, a replacement [`Embedder::redirect`] returned: a native function
+    /// (`crate::native_try::TryFn`) to try first on every call, which either does the
+    /// replacement's whole work, exactly as its translated code would have with nothing to
+    /// report, or declines, and the replacement then runs translated (see
+    /// `crate::native_try`). Asked once per redirected block.
+    fn native_try(&self, _to: u64) -> Option<u64> {
+        None
+    }
 }
 
 /// What instruments the program: the tool, the host it is given, the embedder's policy.

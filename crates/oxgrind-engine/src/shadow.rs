@@ -15,6 +15,7 @@ pub const SHADOW_SPAN: u64 = 1 << 44;
 static BASE: AtomicU64 = AtomicU64::new(0);
 
 /// The map's base, 0 before [`reserve`] (or if it failed).
+#[inline]
 pub fn base() -> u64 {
     BASE.load(Ordering::Acquire)
 }

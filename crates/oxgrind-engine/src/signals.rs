@@ -198,6 +198,18 @@ pub(crate) unsafe extern "C" fn on_signal(sig: u64, info: *const u8, uc: *const 
     }
     if ctx.in_engine != 0 {
         let fault = matches!(sig, 4 | 5 | 7 | 8 | 11) && code > 0;
+        if ctx.native_try != 0 && matches!(sig, 7 | 11) && code > 0 {
+            // A replaced function's native try touched the program's memory where it
+            // cannot (unmapped, or not writable): the try declines, from its gate's call,
+            // and the instrumented replacement makes the access and reports it
+            // (`asm::oxg_native_try_fault`).
+            // SAFETY: uc is the kernel's writable ucontext for this fault.
+            unsafe {
+                *(uc.add(UC_GREGS) as *mut u64).add(REG_RIP) =
+                    asm::oxg_native_try_fault as *const () as u64
+            };
+            return 0;
+        }
         if ctx.native_calls.load(Ordering::Relaxed) != 0
             && (fault || (sig == SIGABRT && unsafe { sent_by_own_process(info, code) }))
         {

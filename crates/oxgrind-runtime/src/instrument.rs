@@ -62,6 +62,10 @@ impl Embedder for RuntimePolicy {
         }
         rt.tool.redirect(&HOST, pc)
     }
+
+    fn native_try(&self, to: u64) -> Option<u64> {
+        crate::replace::native_try(to)
+    }
 }
 
 /// The engine's client: the tool, our host, our policy.

@@ -128,8 +128,10 @@ REPLACE int oxgrind_replace_strncmp(const char *a, const char *b, size_t n) {
  * decided exactly when the byte loop's is: the same errors, the same result and V bits. The
  * one difference: a word that runs off the end of a block (a partial load, no error) reports
  * its missing bytes as undefined rather than as invalid reads of size 1
- * (docs/differences-from-valgrind.md). */
-REPLACE int oxgrind_replace_memcmp(const void *av, const void *bv, size_t n) {
+ * (docs/differences-from-valgrind.md). Named bcmp, as Valgrind 3.19's reports name it for a
+ * call of memcmp (glibc's memcmp and bcmp are one address, which its replacement of bcmp
+ * claims). */
+REPLACE int oxgrind_replace_bcmp(const void *av, const void *bv, size_t n) {
     uintptr_t a = (uintptr_t)av, b = (uintptr_t)bv;
     if (((a | b) & 7) == 0) {
         word x = 0, y = 0;

@@ -24,6 +24,8 @@
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
+mod native;
+
 use oxgrind_tool::AllocFn;
 
 extern "C" {
@@ -37,7 +39,7 @@ extern "C" {
     fn oxgrind_replace_memrchr();
     fn oxgrind_replace_strcmp();
     fn oxgrind_replace_strncmp();
-    fn oxgrind_replace_memcmp();
+    fn oxgrind_replace_bcmp();
     fn oxgrind_replace_strstr();
     fn oxgrind_replace_strspn();
     fn oxgrind_replace_strcspn();
@@ -81,9 +83,9 @@ const REPLACEMENTS: &[(&str, unsafe extern "C" fn())] = &[
     ("memrchr", oxgrind_replace_memrchr),
     ("strcmp", oxgrind_replace_strcmp),
     ("strncmp", oxgrind_replace_strncmp),
-    ("memcmp", oxgrind_replace_memcmp),
-    ("bcmp", oxgrind_replace_memcmp),
-    ("memcmpeq", oxgrind_replace_memcmp),
+    ("memcmp", oxgrind_replace_bcmp),
+    ("bcmp", oxgrind_replace_bcmp),
+    ("memcmpeq", oxgrind_replace_bcmp),
     ("strstr", oxgrind_replace_strstr),
     ("strspn", oxgrind_replace_strspn),
     ("strcspn", oxgrind_replace_strcspn),
@@ -424,6 +426,20 @@ pub fn redirect(pc: u64) -> Option<u64> {
     // SAFETY: the table is leaked once built and never freed or changed.
     let t = unsafe { &*t };
     t.binary_search_by_key(&pc, |e| e.0).ok().map(|i| t[i].1)
+}
+
+/// The native try of replacement `to` (`oxgrind_engine::native_try`), if it has one: the
+/// replaced `memmove`/`memcpy` and `memcmp`/`bcmp`, the short calls that are most of the
+/// replacements' time.
+pub fn native_try(to: u64) -> Option<u64> {
+    let tries: [(unsafe extern "C" fn(), oxgrind_engine::native_try::TryFn); 2] = [
+        (oxgrind_replace_memmove, native::try_memmove),
+        (oxgrind_replace_bcmp, native::try_memcmp),
+    ];
+    tries
+        .iter()
+        .find(|(f, _)| *f as *const () as usize as u64 == to)
+        .map(|(_, t)| *t as *const () as usize as u64)
 }
 
 /// Whether the engine replaces glibc's string functions.

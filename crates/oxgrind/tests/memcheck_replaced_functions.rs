@@ -30,3 +30,29 @@ fn errors_inside_replaced_string_functions_match_valgrind() {
         assert_same_report(&ours, &theirs);
     }
 }
+
+/// The replaced `memcpy`/`memmove` and `memcmp` first try natively (`native_try`): V bits
+/// copied with the bytes (undefined ones too, overlapping either way), defined bytes copied
+/// into undefined memory, comparisons decided before or after an undefined byte, overruns,
+/// a freed block, and a copy from unmapped memory (the try faults and declines; the loop
+/// reports the read, then the SIGSEGV): Valgrind's reports, on both of glibc's paths.
+#[test]
+fn native_tries_of_copies_and_compares_report_as_valgrind() {
+    if !have_valgrind() {
+        return;
+    }
+    let prog = build("mc_string_tries.c", &["-g", "-O0", "-fno-builtin"]);
+    let theirs = run(Command::new("valgrind").arg(&prog));
+    let theirs = normalize_report(&stderr(&theirs));
+    assert!(theirs.contains("Conditional jump"), "{theirs}");
+    for tunables in [None, Some(AVX2_PATHS)] {
+        let mut cmd = Command::new(oxgrind());
+        cmd.arg(&prog);
+        if let Some(t) = tunables {
+            cmd.env("GLIBC_TUNABLES", t);
+        }
+        let ours = normalize_report(&stderr(&run(&mut cmd)));
+        eprintln!("GLIBC_TUNABLES={tunables:?}");
+        assert_same_report(&ours, &theirs);
+    }
+}

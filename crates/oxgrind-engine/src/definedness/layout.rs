@@ -105,6 +105,64 @@ pub(super) unsafe fn first_undefined(chunk: u64, off: usize, n: usize) -> Option
     bytes.iter().position(|&b| b != 0)
 }
 
+/// Whether the `n` shadow bytes at `p` (1 to 32) are all defined: at most four loads,
+/// overlapping, where a byte loop would take `n` turns.
+///
+/// # Safety
+/// `[p, p + n)` lies in one chunk of the pool; `1 <= n <= 32`.
+#[inline(always)]
+pub(super) unsafe fn short_all_defined(p: u64, n: usize) -> bool {
+    let end = p + n as u64;
+    // SAFETY (every load): within `[p, p + n)`, the caller's contract; unaligned loads.
+    unsafe {
+        let word = |at: u64| core::ptr::read_unaligned(at as *const u64);
+        if n >= 8 {
+            let mut acc = word(p) | word(end - 8);
+            if n > 16 {
+                acc |= word(p + 8) | word(end - 16);
+            }
+            return acc == 0;
+        }
+        if n >= 4 {
+            let half = |at: u64| core::ptr::read_unaligned(at as *const u32);
+            return half(p) | half(end - 4) == 0;
+        }
+        (*(p as *const u8) | *((p + (n as u64 >> 1)) as *const u8) | *((end - 1) as *const u8)) == 0
+    }
+}
+
+/// Marks the `n` shadow bytes at `p` defined (1 to 32, as [`short_all_defined`]).
+///
+/// # Safety
+/// As [`short_all_defined`], and the chunk is writable.
+#[inline(always)]
+pub(super) unsafe fn short_fill_defined(p: u64, n: usize) {
+    let end = p + n as u64;
+    // SAFETY (every store): within `[p, p + n)`, the caller's contract; unaligned stores,
+    // volatile so that they never become a call to `memset` (the program's, translated,
+    // when this runs in the runtime's translated code).
+    unsafe {
+        let word = |at: u64| core::ptr::write_volatile(at as *mut [u8; 8], [0; 8]);
+        if n >= 8 {
+            word(p);
+            word(end - 8);
+            if n > 16 {
+                word(p + 8);
+                word(end - 16);
+            }
+            return;
+        }
+        if n >= 4 {
+            core::ptr::write_volatile(p as *mut [u8; 4], [0; 4]);
+            core::ptr::write_volatile((end - 4) as *mut [u8; 4], [0; 4]);
+            return;
+        }
+        core::ptr::write_volatile(p as *mut u8, 0);
+        core::ptr::write_volatile((p + (n as u64 >> 1)) as *mut u8, 0);
+        core::ptr::write_volatile((end - 1) as *mut u8, 0);
+    }
+}
+
 /// Whether the V bits `shadow` (one byte per byte) are all defined: a store of them needs
 /// no chunk where there is none.
 pub(super) fn all_defined(shadow: &[u8]) -> bool {

@@ -152,6 +152,125 @@ impl Emitter {
         self.inline_ibl();
     }
 
+    /// A replaced function's native try (`crate::native_try`), at the start of the block
+    /// that redirects a call to replacement `to`: `f` runs natively on the engine stack
+    /// with the call's arguments; when it did the work (rdx nonzero), its result goes to
+    /// the guest's `rax`, defined, and the block returns to the caller as the
+    /// replacement's `ret` would; when it declined, the argument registers come back and
+    /// the block goes on to `to` (the jump the caller emits next). As
+    /// `native_gate_call`: `in_engine` defers signals meanwhile, a signal that arrived is
+    /// delivered by a dispatcher entry at where the guest continues, and right after a
+    /// `fork` or during a `clone` the dispatcher goes first (the try is skipped). The
+    /// callee-saved registers are saved too, for a fault inside the try
+    /// (`asm::oxg_native_try_fault`); the caller-saved ones are the callee's to change at
+    /// a call, and a declined try's are the replacement's from its entry, as the ABI has
+    /// them (the argument registers restored).
+    pub(super) fn native_try_here(&mut self, to: u64, f: u64) {
+        /// rdi, rsi, rdx, rcx, r8, r9: the arguments, restored when the try declines.
+        const ARGS: [u8; 6] = [7, 6, 2, 1, 8, 9];
+        /// rbx, rbp, r12-r15: restored by the fault's landing.
+        const CALLEE_SAVED: [u8; 6] = [3, 5, 12, 13, 14, 15];
+        let (_, done) = crate::asm::run_native_pcs();
+        // mov qword ptr gs:[in_engine], 1
+        self.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
+        self.d32(c::OFF_IN_ENGINE as u32);
+        self.d32(1);
+        let mut to_skip = [0usize; 2];
+        for (i, off) in [c::OFF_FORKED, c::OFF_PENDING_CHILD]
+            .into_iter()
+            .enumerate()
+        {
+            self.cmp_gs_zero_qword(off);
+            self.buf.extend_from_slice(&[0x0F, 0x85]); // jne skip
+            to_skip[i] = self.buf.len();
+            self.d32(0);
+        }
+        self.store_gs(4, c::greg_off(c::RSP));
+        for r in ARGS.into_iter().chain(CALLEE_SAVED) {
+            self.store_gs(r, c::greg_off(r as usize));
+        }
+        // mov qword ptr gs:[native_try], 1
+        self.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
+        self.d32(c::OFF_NATIVE_TRY as u32);
+        self.d32(1);
+        self.load_gs(4, c::OFF_ESTACK);
+        self.mov_imm64(0, f);
+        self.buf.extend_from_slice(&[0xFF, 0xD0]); // call rax
+        self.load_gs(4, c::greg_off(c::RSP));
+        for off in [c::OFF_NATIVE_TRY, c::OFF_IN_ENGINE] {
+            // mov qword ptr gs:[off], 0
+            self.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
+            self.d32(off as u32);
+            self.d32(0);
+        }
+        self.cmp_gs_zero_qword(c::OFF_PENDING_SIGNALS);
+        self.buf.extend_from_slice(&[0x0F, 0x85]); // jne pending
+        let to_pending = self.buf.len();
+        self.d32(0);
+        self.buf.extend_from_slice(&[0x48, 0x85, 0xD2]); // test rdx, rdx
+        self.buf.extend_from_slice(&[0x0F, 0x84]); // jz declined
+        let to_declined = self.buf.len();
+        self.d32(0);
+        // Done: the result is the guest's rax, defined (the try does the work only when
+        // the arguments it was given are), and the `ret` at `done` returns to the caller.
+        self.vbits_rax_defined();
+        self.mark(done, 0);
+        self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+        self.mark(done, FIX_RAX_IN_STUB);
+        self.buf.push(0x58); // pop rax
+        self.unmark();
+        self.inline_ibl();
+        // A signal arrived during the try: the dispatcher delivers it where the guest
+        // continues, at `done` (the `ret`) or, declined, at `to`.
+        self.aim_rel32_here(to_pending);
+        self.buf.extend_from_slice(&[0x48, 0x85, 0xD2]); // test rdx, rdx
+        self.buf.extend_from_slice(&[0x0F, 0x84]); // jz pending_declined
+        let to_pending_declined = self.buf.len();
+        self.d32(0);
+        self.vbits_rax_defined();
+        self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+        self.mov_imm64(0, done);
+        self.jmp_gs(c::OFF_DISPATCH);
+        self.aim_rel32_here(to_pending_declined);
+        for r in ARGS {
+            self.load_gs(r, c::greg_off(r as usize));
+        }
+        // Skipped (a fork or clone pending): the dispatcher continues at `to`.
+        for at in to_skip {
+            self.aim_rel32_here(at);
+        }
+        self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+        self.mov_imm64(0, to);
+        self.jmp_gs(c::OFF_DISPATCH);
+        // Declined: the arguments back, then the caller's jump to `to`.
+        self.aim_rel32_here(to_declined);
+        for r in ARGS {
+            self.load_gs(r, c::greg_off(r as usize));
+        }
+        self.mark(to, 0);
+    }
+
+    /// mov qword ptr gs:[vbits_gpr + rax], 0: the guest's rax defined (a no-op without
+    /// definedness: nothing reads the slot then).
+    fn vbits_rax_defined(&mut self) {
+        self.buf.extend_from_slice(&[0x65, 0x48, 0xC7, 0x04, 0x25]);
+        self.d32(c::OFF_VBITS_GPR as u32);
+        self.d32(0);
+    }
+
+    /// Aims the rel32 at `at` (the last 4 bytes of a forward jump) here.
+    fn aim_rel32_here(&mut self, at: usize) {
+        let rel = (self.buf.len() - (at + 4)) as u32;
+        self.buf[at..at + 4].copy_from_slice(&rel.to_le_bytes());
+    }
+
+    /// cmp qword ptr gs:[off], 0
+    fn cmp_gs_zero_qword(&mut self, off: usize) {
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x83, 0x3C, 0x25]);
+        self.d32(off as u32);
+        self.buf.push(0);
+    }
+
     /// `mov rax, <operand 0 of ins>` for an indirect jump or call.
     pub(super) fn load_target(&mut self, ins: &Instruction) -> Result<(), TranslateError> {
         match ins.op0_kind() {

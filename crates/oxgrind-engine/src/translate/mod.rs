@@ -439,6 +439,14 @@ pub fn translate_at_most(
     };
     if let Some(to) = redirect {
         e.mark(pc, 0);
+        // A native try first (`crate::native_try`), where nothing counts the replacement's
+        // instructions (they would go uncounted when the try does the work).
+        let try_fn = client
+            .filter(|_| !opts.count)
+            .and_then(|c| c.embedder.native_try(to));
+        if let Some(f) = try_fn {
+            e.native_try_here(to, f);
+        }
         return Ok(e.jump_only(to, 1));
     }
     let tool = client.filter(|c| !c.embedder.is_own_code(pc));

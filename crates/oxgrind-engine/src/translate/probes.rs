@@ -154,6 +154,7 @@ impl Emitter {
                 return self.filtered_probe(ins, data, 0, flags_live);
             }
             Probe::AccessesFilteredOrBelowSp { data, depth, .. } => {
+                crate::native_try::note_below_sp(depth);
                 return self.filtered_probe(ins, data, depth, flags_live);
             }
             Probe::Pc { data, .. } => crate::probe::pc_record(ins, data),
