@@ -130,26 +130,40 @@ pub unsafe fn unprobed(p: u64, n: u64) -> bool {
         // every granule below 2^47 (`SHADOW_SPAN` of them), so the word is inside it.
         // SAFETY: as below, for the eight bytes at `base + g`.
         let w = unsafe { core::ptr::read_unaligned((base + g) as *const u64) };
-        return w & (u64::MAX >> (56 - 8 * (last - g))) == 0;
+        let w = w & (u64::MAX >> (56 - 8 * (last - g)));
+        if w == 0 {
+            return true;
+        }
+        // The last granule may be a block's partial one, holding the range's end
+        // (`ShadowSpec::prefix_values`: its first `v` bytes are unmarked).
+        let top = 8 * (last - g);
+        let v = w >> top;
+        return w & !(0xff << top) == 0
+            && v < 8
+            && crate::shadow::prefix_values()
+            && end - (last << 3) <= v;
     }
     // Eight granules at a time where they lie in one aligned word of the map.
     while g <= last {
-        let v = if g & 7 == 0 && last - g >= 7 {
+        if g & 7 == 0 && last - g >= 7 {
             // SAFETY: the map is one reservation holding a shadow byte for every granule
             // below 2^47, never unmapped (pages never written read as zero); a byte racing
             // with a marking reads as the old or the new state, as the probes' loads do.
             let w = unsafe { core::ptr::read_volatile((base + g) as *const u64) };
+            if w != 0 {
+                // (A partial last granule among them: declined, for a long range.)
+                return false;
+            }
             g += 8;
-            w
-        } else {
-            // SAFETY: as above.
-            let b = unsafe { core::ptr::read_volatile((base + g) as *const u8) };
-            g += 1;
-            b as u64
-        };
-        if v != 0 {
-            return false;
+            continue;
         }
+        // SAFETY: as above.
+        let v = unsafe { core::ptr::read_volatile((base + g) as *const u8) } as u64;
+        if v != 0 {
+            // Only the last granule may be partial, holding the range's end.
+            return g == last && v < 8 && crate::shadow::prefix_values() && end - (g << 3) <= v;
+        }
+        g += 1;
     }
     true
 }

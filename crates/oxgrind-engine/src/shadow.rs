@@ -13,6 +13,15 @@ use oxgrind_tool::instrument::{ShadowMap, ShadowSpec};
 pub const SHADOW_SPAN: u64 = 1 << 44;
 
 static BASE: AtomicU64 = AtomicU64::new(0);
+/// `ShadowSpec::prefix_values` of the map reserved.
+static PREFIX_VALUES: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Whether a value below 8 means the granule's first that many bytes are unmarked
+/// (`ShadowSpec::prefix_values`).
+#[inline]
+pub fn prefix_values() -> bool {
+    PREFIX_VALUES.load(Ordering::Relaxed)
+}
 
 /// The map's base, 0 before [`reserve`] (or if it failed).
 #[inline]
@@ -25,9 +34,10 @@ pub fn base() -> u64 {
 /// rather than fail the program). Call once, before the engine starts and before the
 /// first allocator event; later calls return the same map.
 pub fn reserve(spec: ShadowSpec) -> Option<ShadowMap> {
-    if spec != ShadowSpec::BYTE_PER_GRANULE {
+    if spec.granule_shift != 3 || spec.bits != 8 {
         return None;
     }
+    PREFIX_VALUES.store(spec.prefix_values, Ordering::Relaxed);
     let mut b = base();
     if b == 0 {
         // Placed low in the address space (a hint, not MAP_FIXED) rather than where the

@@ -352,13 +352,26 @@ pub const MAX_COUNTERS: u16 = 16;
 pub struct ShadowSpec {
     pub granule_shift: u8,
     pub bits: u8,
+    /// A value `k` below the granule's size means its first `k` bytes need no check
+    /// (ASan's encoding of a block's last, partial granule): the probes still call the
+    /// tool for an access to such a granule, but code that stands in for probed code
+    /// natively (the engine's native tries of replaced functions) may take those bytes as
+    /// unmarked.
+    pub prefix_values: bool,
 }
 
 impl ShadowSpec {
-    /// One byte per 8-byte granule (Memcheck's A bits in ASan's encoding, DHAT's marks).
+    /// One byte per 8-byte granule (DHAT's marks).
     pub const BYTE_PER_GRANULE: ShadowSpec = ShadowSpec {
         granule_shift: 3,
         bits: 8,
+        prefix_values: false,
+    };
+    /// One byte per 8-byte granule, values 1 to 7 in ASan's encoding ([`Self::prefix_values`]:
+    /// Memcheck's A bits).
+    pub const BYTE_PER_GRANULE_PREFIXED: ShadowSpec = ShadowSpec {
+        prefix_values: true,
+        ..Self::BYTE_PER_GRANULE
     };
 }
 

@@ -321,7 +321,7 @@ impl Tool for Memcheck {
             // Probes on the program's memory accesses: Invalid read / Invalid write.
             instrument: true,
             // A-bits of the heap, one byte per granule: the probes' inline filter.
-            shadow: Some(ShadowSpec::BYTE_PER_GRANULE),
+            shadow: Some(ShadowSpec::BYTE_PER_GRANULE_PREFIXED),
             // VALGRIND_MAKE_MEM_NOACCESS, CHECK_MEM_IS_ADDRESSABLE, MALLOCLIKE_BLOCK, ...
             client_requests: true,
             // V bits (`--undef-value-errors`, yes by default).
