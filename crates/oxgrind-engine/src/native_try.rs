@@ -112,13 +112,17 @@ pub unsafe fn unprobed(p: u64, n: u64) -> bool {
     let Some(end) = p.checked_add(n).filter(|&e| e <= ADDRESS_LIMIT) else {
         return false;
     };
-    let depth = DEEPEST_BELOW_SP.load(Ordering::Relaxed) as u64;
-    if depth != 0 {
-        // SAFETY: the caller's contract.
-        let sp = unsafe { guest_sp() };
-        if p < sp && end > sp.saturating_sub(depth + 64) {
-            return false;
-        }
+    // SAFETY: the caller's contract.
+    let sp = unsafe { guest_sp() };
+    // Before the first such probe is translated the window is not known yet (the
+    // replacement's own probes may be the first): anything below the stack pointer then
+    // declines. A decline is always sound: the replacement runs translated.
+    let low = match DEEPEST_BELOW_SP.load(Ordering::Relaxed) as u64 {
+        0 => 0,
+        depth => sp.saturating_sub(depth + 64),
+    };
+    if p < sp && end > low {
+        return false;
     }
     let base = crate::shadow::base();
     if base == 0 {
