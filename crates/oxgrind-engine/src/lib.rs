@@ -189,8 +189,8 @@ pub struct Config {
     pub hot_ranges: bool,
     /// A code-lines table per thread (the tool's `Needs::recent_code_lines`), with `trace`.
     pub recent_code_lines: Option<oxgrind_tool::instrument::RecentLines>,
-    /// Two lines per slot in `recent_code_lines` (`Needs::recent_code_lines_two_ways`).
-    pub recent_code_lines_two_ways: bool,
+    /// Lines per slot in `recent_code_lines` (`Needs::recent_code_lines_ways`).
+    pub recent_code_lines_ways: u8,
     /// Indexed counters per thread (the tool's `Needs::indexed_counters`).
     pub indexed_counters: u32,
     /// Bytes of tool state per thread (the tool's `Needs::thread_state`).
@@ -264,10 +264,7 @@ impl core::fmt::Debug for Config {
             .field("recent_lines", &self.recent_lines)
             .field("recent_code_lines", &self.recent_code_lines)
             .field("recent_lines_two_ways", &self.recent_lines_two_ways)
-            .field(
-                "recent_code_lines_two_ways",
-                &self.recent_code_lines_two_ways,
-            )
+            .field("recent_code_lines_ways", &self.recent_code_lines_ways)
             .field("indexed_counters", &self.indexed_counters)
             .field("thread_state", &self.thread_state)
             .field("on_memory_syscall", &self.on_memory_syscall.is_some())
@@ -293,7 +290,7 @@ impl Default for Config {
             hot_ranges: false,
             recent_code_lines: None,
             recent_lines_two_ways: false,
-            recent_code_lines_two_ways: false,
+            recent_code_lines_ways: 0,
             indexed_counters: 0,
             thread_state: 0,
             definedness: false,
@@ -428,11 +425,7 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
             recent_lines::configure(recent_lines::Table::Data, r, config.recent_lines_two_ways);
         }
         if let Some(r) = config.recent_code_lines {
-            recent_lines::configure(
-                recent_lines::Table::Code,
-                r,
-                config.recent_code_lines_two_ways,
-            );
+            recent_lines::configure_code(r, config.recent_code_lines_ways);
         }
         if config.hot_ranges {
             trace::enable_hot();

@@ -4,7 +4,14 @@
 //! hits that change nothing (Cachegrind's D1: most accesses of most programs).
 //!
 //! The same for code: `trace_block_new_lines` probes leave a block record out when the
-//! code-lines table names every line of the block (an instruction cache's hits).
+//! code-lines table names every line of the block (an instruction cache's hits). With
+//! `Needs::recent_code_lines_ways` a code slot names up to [`MAX_CODE_WAYS`] lines in
+//! most-recently-used order (way `w` of slot `s` at word `w * slots + s` of the code
+//! array): a hit moves its line to way 0, and a line not named is put there, the last way
+//! leaving, with a code-miss record that names the leaving line
+//! (`TraceRecord::code_miss`). An I1 simulator that keeps a set's first `ways` lines as a
+//! set (in any order) and the others in order then replays every fetch exactly from those
+//! records alone (`Simulator::i1_replace` in tools/cachegrind).
 //!
 //! With `Needs::recent_lines_two_ways` the data table names two lines per slot (the second
 //! at [`RECENT_SECOND_LINES_OFF`]) and keeps a swap bit per slot ([`RECENT_SWAPS_OFF`]):
@@ -90,11 +97,16 @@ impl Table {
     }
 }
 
-/// Each table's geometry: `line_shift | slots << 8 | TWO_WAYS`, 0 when there is no table.
+/// Each table's geometry: `line_shift | slots << 8 | ways << 24` (ways 0: one, without the
+/// second-way machinery), 0 when there is no table.
 static GEOMETRY: [AtomicU32; 2] = [AtomicU32::new(0), AtomicU32::new(0)];
 
-/// The geometry's bit for a table of two lines per slot.
-const TWO_WAYS: u32 = 1 << 24;
+/// The geometry's data-table ways for a table of two lines per slot.
+const TWO_WAYS: u32 = 2 << 24;
+
+/// Most lines a code slot names (`Needs::recent_code_lines_ways`): each one more costs a
+/// compare on every miss of the first and a move on every hit past it.
+pub(crate) const MAX_CODE_WAYS: u32 = oxgrind_tool::instrument::MAX_RECENT_CODE_WAYS as u32;
 
 /// Declares a table's geometry (before the first context is made). Slots are rounded down
 /// to a power of two within `MAX_RECENT_LINE_SLOTS`; a table of no slot, or lines wider
@@ -116,11 +128,27 @@ pub(crate) fn configure(which: Table, r: RecentLines, two_ways: bool) {
     );
 }
 
+/// Declares the code-lines table: as [`configure`], with `ways` lines per slot when
+/// there are 2 to [`MAX_CODE_WAYS`] of them and the code array's `MAX_RECENT_LINE_SLOTS`
+/// words hold them all; otherwise one line per slot (the contract the tool relies on:
+/// `Needs::recent_code_lines_ways`).
+pub(crate) fn configure_code(r: RecentLines, ways: u8) {
+    configure(Table::Code, r, false);
+    let g = GEOMETRY[Table::Code as usize].load(Ordering::Relaxed);
+    let ways = u32::from(ways);
+    if g != 0
+        && (2..=MAX_CODE_WAYS).contains(&ways)
+        && ways * (g >> 8) <= u32::from(MAX_RECENT_LINE_SLOTS)
+    {
+        GEOMETRY[Table::Code as usize].store(g | ways << 24, Ordering::Release);
+    }
+}
+
 /// `(line_shift, slots)` when the tool declared the table.
 #[inline]
 pub(crate) fn geometry(which: Table) -> Option<(u32, u32)> {
     let g = GEOMETRY[which as usize].load(Ordering::Relaxed);
-    (g != 0).then_some((g & 0xff, (g & !TWO_WAYS) >> 8))
+    (g != 0).then_some((g & 0xff, (g & 0xff_ffff) >> 8))
 }
 
 /// Whether the data table names two lines per slot.
@@ -129,10 +157,17 @@ pub(crate) fn two_ways() -> bool {
     table_two_ways(Table::Data)
 }
 
-/// Whether table `which` names two lines per slot.
+/// Whether table `which` names two lines per slot with swap bits (the data table; the
+/// code table's ways are [`code_ways`]).
 #[inline]
 pub(crate) fn table_two_ways(which: Table) -> bool {
-    GEOMETRY[which as usize].load(Ordering::Relaxed) & TWO_WAYS != 0
+    which == Table::Data && GEOMETRY[which as usize].load(Ordering::Relaxed) >> 24 == 2
+}
+
+/// Lines per slot of the code table in most-recently-used order (0: one line, no ways).
+#[inline]
+pub(crate) fn code_ways() -> u32 {
+    GEOMETRY[Table::Code as usize].load(Ordering::Relaxed) >> 24
 }
 
 /// Table `which` of `ctx` (its context mapping extends past the struct).
@@ -182,7 +217,12 @@ pub(crate) fn clear(ctx: &mut ThreadCtx) {
     for which in [Table::Data, Table::Code] {
         if let Some((shift, slots)) = geometry(which) {
             let empty = empty_slot(which, shift);
-            table(ctx, which)[..slots as usize].fill(empty);
+            let words = if which == Table::Code {
+                slots * code_ways().max(1)
+            } else {
+                slots
+            };
+            table(ctx, which)[..words as usize].fill(empty);
             if table_two_ways(which) {
                 let (second, swaps) = table_second_ways(ctx, which);
                 second[..slots as usize].fill(empty);

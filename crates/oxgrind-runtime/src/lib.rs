@@ -127,7 +127,7 @@ fn start_engine(needs: oxgrind_tool::Needs) {
         recent_lines_two_ways: needs.recent_lines_two_ways,
         hot_ranges: needs.hot_ranges && needs.shadow.is_some(),
         recent_code_lines: needs.recent_code_lines,
-        recent_code_lines_two_ways: needs.recent_code_lines_two_ways,
+        recent_code_lines_ways: needs.recent_code_lines_ways,
         indexed_counters: needs.indexed_counters,
         thread_state: needs.thread_state,
         definedness: needs.definedness,

@@ -566,6 +566,11 @@ pub struct RecentLines {
     pub slots: u16,
 }
 
+/// Most lines a code-lines slot may name (`Needs::recent_code_lines_ways`); the ways
+/// times the slots must also be at most [`MAX_RECENT_LINE_SLOTS`]. A table asked for
+/// beyond either has one line per slot (block records, no code-miss records).
+pub const MAX_RECENT_CODE_WAYS: u8 = 8;
+
 /// Most slots a [`RecentLines`] table may have.
 pub const MAX_RECENT_LINE_SLOTS: u16 = 512;
 
@@ -591,11 +596,12 @@ pub struct TraceRecord {
     pub addr: u64,
     /// The tool's tag, given in the plan.
     pub tag: u32,
-    /// Bytes accessed (0 for a block, but for the swap bits of
-    /// [`TraceRecord::code_swaps`]).
+    /// Bytes accessed (0 for a block; a code-miss record's line index,
+    /// [`TraceRecord::code_miss`]).
     pub size: u16,
     kind: u8,
-    /// Swap bits of the recent-lines table's second way (`Needs::recent_lines_two_ways`).
+    /// Swap bits of the recent-lines table's second way (`Needs::recent_lines_two_ways`);
+    /// for a block record, [`CODE_MISS`] marks a code-miss record.
     swaps: u8,
 }
 
@@ -624,16 +630,15 @@ impl TraceRecord {
         self.swaps
     }
 
-    /// With `Needs::recent_code_lines_two_ways`, for a block record: bit `k` says that
-    /// the code-lines slot of the block's `k`-th line (from the line of its first byte)
-    /// saw an odd number of swaps since that slot's previous record, as
-    /// [`TraceRecord::swaps`] says for data. Kept in `size` (0 otherwise for a block).
-    pub fn code_swaps(&self) -> u16 {
-        if self.kind == TraceKind::Block as u8 {
-            self.size
-        } else {
-            0
-        }
+    /// With `Needs::recent_code_lines_ways`, a block whose `k`-th line (from the line of
+    /// its first byte) was not among its code-lines slot's ways appends, instead of a
+    /// block record, a record of kind `Block` with the block's tag that says so:
+    /// `Some((k, evicted))`, where `evicted` is the line number that left the slot's ways
+    /// for it (the slot's least recently used line; `u64::MAX` while the slot had an empty
+    /// way). A block's code-miss records of one entry come together, in line order.
+    pub fn code_miss(&self) -> Option<(u16, u64)> {
+        (self.kind == TraceKind::Block as u8 && self.swaps == CODE_MISS)
+            .then_some((self.size, self.addr))
     }
 
     pub fn kind(&self) -> TraceKind {
@@ -647,6 +652,10 @@ impl TraceRecord {
 }
 
 const _: () = assert!(core::mem::size_of::<TraceRecord>() == 16);
+
+/// The `swaps` byte of a code-miss record ([`TraceRecord::code_miss`]): its last dword,
+/// as the engine writes it, is `line index | CODE_MISS << 24` (kind `Block`, 0).
+pub const CODE_MISS: u8 = 1;
 
 /// Hot ranges per thread (`Needs::hot_ranges`).
 pub const HOT_RANGES: usize = 2;

@@ -237,10 +237,11 @@ pub struct Needs {
     /// A code-lines table per thread for [`instrument::Plan::trace_block_new_lines`] (with
     /// `trace`).
     pub recent_code_lines: Option<instrument::RecentLines>,
-    /// Two lines per slot in the `recent_code_lines` table, as `recent_lines_two_ways` for
-    /// data; a block record carries the swap bits of its lines
-    /// ([`instrument::TraceRecord::code_swaps`]).
-    pub recent_code_lines_two_ways: bool,
+    /// Lines per slot in the `recent_code_lines` table (0 or 1: one), kept in
+    /// most-recently-used order: a block whose lines are all among them appends nothing,
+    /// and each line that is not appends a code-miss record naming the line that left
+    /// the slot's ways ([`instrument::TraceRecord::code_miss`]) instead of a block record.
+    pub recent_code_lines_ways: u8,
     /// Counters per thread for [`instrument::Plan::count_indexed`] (at most
     /// [`instrument::MAX_INDEXED_COUNTERS`]; reserved, and backed by memory only where
     /// used); [`Host::indexed_counter_totals`] sums them over all threads.

@@ -495,6 +495,9 @@ pub struct ThreadState {
     last_read: Option<(u32, u64, u16)>,
     /// The block entered last (a loop enters the same one again: no table lookup).
     last: Option<(u32, &'static BlockInfo)>,
+    /// The last code-miss or block record was a code-miss record that missed I1: its block,
+    /// line index and the lookup it charged ([`code_miss`]).
+    code_charged: Option<(u32, u16, Option<usize>)>,
 }
 
 /// Blocks below this index are counted inline ([`Tracing::counted_blocks`]): their records
@@ -537,7 +540,6 @@ fn start_block(
     st: &mut ThreadState,
     b: u32,
     counted: Counted,
-    code_swaps: u16,
 ) {
     let blk = match st.last {
         Some((last, blk)) if last == b => Some(blk),
@@ -552,11 +554,6 @@ fn start_block(
         st.next_lookup = u8::MAX;
         if b < counted.0 {
             // Its data records carry no block context (see `ID_TAG`): every fetch now.
-            if code_swaps != 0 {
-                if let Some(first) = blk.instrs.first() {
-                    sim.i1_swaps(first.pc, code_swaps);
-                }
-            }
             for l in blk.lookups.iter() {
                 sim.fetch(l.id, l.pc, l.len as u64);
             }
@@ -590,10 +587,6 @@ fn fetch_lines(
     more: u32,
 ) {
     st.block = None;
-    let swaps = r.code_swaps();
-    if swaps != 0 {
-        sim.i1_swaps(r.addr, swaps);
-    }
     let bits = sim.i1_line_bits();
     let first = r.addr >> bits;
     // The lookup charged last in this run (index into the block's lookups).
@@ -603,6 +596,41 @@ fn fetch_lines(
             charge_line_miss(sim, blocks, b, line, bits, &mut charged);
         }
     }
+}
+
+/// A counted block's `k`-th I1 line was not among its code-lines slot's ways
+/// (`TraceRecord::code_miss`; the block's run is counted inline and appends no block
+/// record with such a table): its replay, and the miss charged to the first of the block's
+/// lookups that reaches the line, once per run even where one lookup straddles two lines
+/// that both missed (the records of one run come together, in line order: another run's
+/// would follow the code-miss records of the lines that evicted the line in between, or a
+/// block record, which forget the charge; data records between them need not).
+#[inline(never)]
+fn code_miss(
+    sim: &mut Simulator,
+    blocks: &BlockTable,
+    st: &mut ThreadState,
+    b: u32,
+    k: u16,
+    evicted: u64,
+) {
+    end_block(sim, st, None);
+    let Some(blk) = blocks.get(b) else { return };
+    let Some(first) = blk.instrs.first() else {
+        return;
+    };
+    let bits = sim.i1_line_bits();
+    let line = (first.pc >> bits) + u64::from(k);
+    if !sim.i1_replace(line, evicted) {
+        st.code_charged = None;
+        return;
+    }
+    let mut charged = match st.code_charged {
+        Some((cb, ck, i)) if cb == b && ck < k => i,
+        _ => None,
+    };
+    charge_line_miss(sim, blocks, b, line, bits, &mut charged);
+    st.code_charged = Some((b, k, charged));
 }
 
 /// I1 missed on `line` in a run of block `b`: the first of its lookups that reaches the
@@ -738,12 +766,17 @@ fn consume_records(
             continue;
         }
         if kind == TraceKind::Block {
+            if let Some((k, evicted)) = r.code_miss() {
+                code_miss(sim, blocks, st, r.tag & (MAX_BLOCKS as u32 - 1), k, evicted);
+                continue;
+            }
+            st.code_charged = None;
             end_block(sim, st, Some(r.addr));
             let (b, more) = (r.tag & (MAX_BLOCKS as u32 - 1), r.tag >> LINES_SHIFT);
             if b < counted.0 && more < LINES_UNKNOWN && sim.cache_sim() {
                 fetch_lines(sim, blocks, st, r, b, more);
             } else {
-                start_block(sim, blocks, st, b, counted, r.code_swaps());
+                start_block(sim, blocks, st, b, counted);
             }
             continue;
         }
@@ -768,7 +801,7 @@ fn consume_records(
             _ => {
                 // Accesses without their block record (not made by the engine): start it.
                 end_block(sim, st, None);
-                start_block(sim, blocks, st, b, counted, 0);
+                start_block(sim, blocks, st, b, counted);
                 match st.block {
                     Some((_, blk)) => blk,
                     None => continue,
@@ -901,7 +934,7 @@ mod tests {
         for _ in 0..20_000 {
             let b = (next() % 24) as u32;
             let (pc, more) = spans[b as usize];
-            start_block(&mut by_lookup, &blocks, &mut st1, b, counted, 0);
+            start_block(&mut by_lookup, &blocks, &mut st1, b, counted);
             let r = TraceRecord::new(pc, b | (more as u32) << LINES_SHIFT, 0, TraceKind::Block);
             consume(&mut by_line, &blocks, counted, &mut st2, &[r]);
         }

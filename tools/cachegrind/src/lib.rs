@@ -28,7 +28,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use oxgrind_formats::cachegrind::{self, CacheConfig, CachegrindFile, Record, Totals};
 use oxgrind_tool::instrument::{
-    Insn, Plan, RecentLines, TraceRecord, MAX_INDEXED_COUNTERS, MAX_RECENT_LINE_SLOTS,
+    Insn, Plan, RecentLines, TraceRecord, MAX_INDEXED_COUNTERS, MAX_RECENT_CODE_WAYS,
+    MAX_RECENT_LINE_SLOTS,
 };
 use oxgrind_tool::sync::SpinLock;
 use oxgrind_tool::{Addr, Exit, Host, Needs, OptionError, Tool};
@@ -182,14 +183,21 @@ impl Cachegrind {
         )
     }
 
-    /// Whether the code-lines table names I1's two most recently used lines per set
-    /// (`Needs::recent_code_lines_two_ways`), under the data table's conditions.
-    fn recent_code_lines_two_ways(&self) -> bool {
+    /// How many of I1's most recently used lines per set the code-lines table names
+    /// (`Needs::recent_code_lines_ways`): every way, up to the engine's limits, where a
+    /// slot is a set (0: one line per slot, with block records). The simulator replays
+    /// the code-miss records with as many (`Simulator::i1_replace`).
+    fn recent_code_lines_ways(&self) -> u8 {
         let (Some(c), Some(_)) = (self.chosen.as_ref(), self.recent_code_lines()) else {
-            return false;
+            return 0;
         };
         let sets = c.i1.size / c.i1.line / c.i1.assoc;
-        c.i1.assoc >= 2 && (2..=u64::from(MAX_RECENT_LINE_SLOTS)).contains(&sets)
+        let ways = c.i1.assoc.min(u64::from(MAX_RECENT_CODE_WAYS));
+        if ways >= 2 && sets >= 1 && ways * sets <= u64::from(MAX_RECENT_LINE_SLOTS) {
+            ways as u8
+        } else {
+            0
+        }
     }
 
     /// Whether blocks append records: not when only instructions are counted
@@ -438,6 +446,10 @@ impl Tool for Cachegrind {
             threads: HashMap::new(),
         });
         self.chosen = Some(chosen);
+        let ways = self.recent_code_lines_ways();
+        if let Some(m) = self.sim.lock().as_mut() {
+            m.sim.set_code_table_ways(ways);
+        }
         Ok(())
     }
 
@@ -450,7 +462,7 @@ impl Tool for Cachegrind {
             recent_lines: self.recent_lines(),
             recent_lines_two_ways: self.recent_lines_two_ways(),
             recent_code_lines: self.recent_code_lines(),
-            recent_code_lines_two_ways: self.recent_code_lines_two_ways(),
+            recent_code_lines_ways: self.recent_code_lines_ways(),
             indexed_counters: if self.counted_blocks().0 > 0 {
                 MAX_INDEXED_COUNTERS
             } else {

@@ -316,6 +316,58 @@ impl Cache {
         found == 0
     }
 
+    /// The replay of a lookup of `block` that a thread's code-lines table, which names its
+    /// set's first `ways` lines in recency order, did not find, putting it first and
+    /// letting `evicted`, its last, go (`TraceRecord::code_miss`). The set keeps those
+    /// first `ways` places as a set, in no particular order (the table's hits, which only
+    /// reorder them, never reach the simulator), and the others in LRU order: `block`
+    /// takes `evicted`'s place, and `evicted`, now the most recently used line beyond the
+    /// table's, goes first among the others, where `block` leaves them (a hit) or the
+    /// least recently used line leaves the set (a miss). This is the LRU lookup exactly
+    /// while the set's first places hold the table's lines: from the start, where the
+    /// table's first records (no line leaving: `evicted` is `u64::MAX`) take the plain LRU
+    /// lookup as the set's first places fill. When `evicted` is not among them (a table
+    /// emptied by a hold or a fork, another thread's table: the tables are per thread) the
+    /// lookup is the plain one too, which holds the set's lines but not, for the places
+    /// that were the table's, their order: a later miss may then let another line go than
+    /// Valgrind's (as a swap bit lost with an emptied table did). True on a miss.
+    fn replace(&mut self, block: u64, evicted: u64, ways: usize) -> bool {
+        let set = (block & self.sets_min_1) as usize;
+        let rest = &mut self.rest[set * self.stride..][..self.assoc - 1];
+        // Place p: 0 the most recently used tag, p > 0 `rest[p - 1]`.
+        let at = if evicted == u64::MAX || ways == 0 {
+            None
+        } else if self.mru[set] == evicted {
+            Some(0)
+        } else {
+            rest[..ways - 1]
+                .iter()
+                .position(|&t| t == evicted)
+                .map(|i| i + 1)
+        };
+        let Some(at) = at else {
+            return self.set_ref_is_miss(block);
+        };
+        // `block` among the places from `ways` on (none of the first: the table did not
+        // name it), or the last place on a miss.
+        let found = rest[ways - 1..].iter().position(|&t| t == block);
+        let end = found.map_or(self.assoc - 1, |i| i + ways);
+        // Places ways..end - 1 move down one (the one at `end` is `block` or leaves), and
+        // `evicted` goes to place `ways`.
+        if ways < self.assoc {
+            for p in (ways + 1..=end).rev() {
+                rest[p - 1] = rest[p - 2];
+            }
+            rest[ways - 1] = evicted;
+        }
+        if at == 0 {
+            self.mru[set] = block;
+        } else {
+            rest[at - 1] = block;
+        }
+        found.is_none()
+    }
+
     /// Swaps the two most recently used lines of the set of line `block` (a thread's
     /// recent-lines table skipped accesses that did so: `TraceRecord::swaps`).
     /// Inline: with AVX2 it is one call, to [`Cache::swap_first_two_avx2`].
@@ -547,6 +599,8 @@ pub struct Simulator {
     block_runs: Vec<u64>,
     /// L1 misses not yet looked up in LL.
     ll_queue: LlQueue,
+    /// See [`Simulator::set_code_table_ways`].
+    code_ways: usize,
 }
 
 impl Simulator {
@@ -582,6 +636,7 @@ impl Simulator {
                 .into_boxed_slice(),
                 len: 0,
             },
+            code_ways: 0,
         }
     }
 
@@ -830,21 +885,20 @@ impl Simulator {
         }
     }
 
-    /// Before the fetches of a block whose code starts at `pc`: `swaps`
-    /// (`TraceRecord::code_swaps`) says which of its lines' I1 sets had their two most
-    /// recently used lines change places since the thread's last block record there (bit
-    /// `k`: the block's `k`-th line).
+    /// How many ways of each I1 set the threads' code-lines tables name
+    /// (`Needs::recent_code_lines_ways`, 0: none): [`Simulator::i1_replace`] keeps that
+    /// many first ways of a set as a set, in no particular order.
+    pub fn set_code_table_ways(&mut self, ways: u8) {
+        self.code_ways = usize::from(ways).min(self.i1.assoc);
+    }
+
+    /// A code-miss record (`TraceRecord::code_miss`): I1 line `line` was not among the
+    /// thread's code-lines table's ways for its set, and `evicted` left them for it. True
+    /// on a miss, which the caller charges with [`Simulator::i1_miss`]. See
+    /// [`Cache::replace`].
     #[inline]
-    pub fn i1_swaps(&mut self, pc: u64, mut swaps: u16) {
-        if !self.cache_sim {
-            return;
-        }
-        let first = pc >> self.i1.line_bits;
-        while swaps != 0 {
-            let k = swaps.trailing_zeros();
-            self.i1.swap_first_two(first + u64::from(k));
-            swaps &= swaps - 1;
-        }
+    pub fn i1_replace(&mut self, line: u64, evicted: u64) -> bool {
+        self.i1.replace(line, evicted, self.code_ways)
     }
 
     /// The D1 lookup of a data access whose Dr or Dw is charged elsewhere
@@ -937,6 +991,68 @@ mod tests {
         #[cfg(not(target_arch = "x86_64"))]
         let (avx2, avx512) = (false, false);
         [(false, false), (avx2, false), (avx2, avx512)]
+    }
+
+    /// The code-lines contract (`TraceRecord::code_miss`): a thread's table keeps each
+    /// set's `ways` most recently used lines in order and reports only the lines it does
+    /// not name, with the one that leaves; [`Cache::replace`] on those alone must give
+    /// every miss and the set's lines beyond the table's places in order, as a naive LRU
+    /// that sees every lookup (the table's first records, with no line leaving, take the
+    /// plain lookup).
+    #[test]
+    fn code_miss_records_alone_replay_an_lru_cache_exactly() {
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for assoc in [2u64, 3, 4, 8, 16] {
+            for ways in 2..=assoc.min(8) as usize {
+                for (avx2, avx512) in lookup_kinds() {
+                    let cfg = CacheConfig {
+                        size: 4 * assoc * 64,
+                        assoc,
+                        line: 64,
+                    };
+                    let mut naive = NaiveLru::new(&cfg);
+                    let mut cache = Cache::with_features(&cfg, avx2, avx512);
+                    let mut tables = vec![vec![u64::MAX; ways]; 4];
+                    let (mut misses, mut replayed) = (0u32, 0u32);
+                    for _ in 0..60_000u32 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        // Lines of 4 sets, a few more per set than the ways, mostly recent.
+                        let line = 1 + x % (4 * (assoc + 3));
+                        misses += u32::from(naive.touch(line));
+                        let t = &mut tables[(line % 4) as usize];
+                        if let Some(w) = t.iter().position(|&l| l == line) {
+                            t.remove(w);
+                            t.insert(0, line);
+                        } else {
+                            let evicted = t.pop().unwrap();
+                            t.insert(0, line);
+                            replayed += u32::from(cache.replace(line, evicted, ways));
+                        }
+                    }
+                    assert_eq!(
+                        misses, replayed,
+                        "assoc {assoc} ways {ways} {avx2} {avx512}"
+                    );
+                    for (set, lines) in naive.sets.iter().enumerate() {
+                        let mut ours = vec![cache.mru[set]];
+                        ours.extend_from_slice(
+                            &cache.rest[set * cache.stride..][..assoc as usize - 1],
+                        );
+                        let (mut a, mut b) = (lines[..ways].to_vec(), ours[..ways].to_vec());
+                        a.sort_unstable();
+                        b.sort_unstable();
+                        assert_eq!(a, b, "set {set}: the table's places");
+                        assert_eq!(
+                            lines[ways..],
+                            ours[ways..],
+                            "set {set}: the others in order"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

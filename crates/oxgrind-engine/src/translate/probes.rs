@@ -83,8 +83,8 @@ impl Keep {
     }
 }
 
-/// The out-of-line part of a block's two-way code-lines check (see
-/// `Emitter::trace_block_new_lines_two_ways`), placed by `Emitter::finish_recent_cold`.
+/// The out-of-line part of a block's code-lines check of several ways (see
+/// `Emitter::trace_block_new_lines_ways`), placed by `Emitter::finish_recent_cold`.
 pub(super) struct BlockCold {
     pc: u64,
     tag: u32,
@@ -94,14 +94,7 @@ pub(super) struct BlockCold {
     flags_live: bool,
     /// Per line: the position of the rel32 of its inline `jne`, and where the inline
     /// compares go on after it.
-    jumps: [(usize, usize); Emitter::MAX_CHECKED_CODE_LINES as usize],
-    /// Where the inline check ends: the block's first instruction, guest state exact,
-    /// or, when `kept`, with `rax` (and the flags) still borrowed for the instruction's
-    /// access check (`Emitter::keep_borrow`'s state).
-    back: usize,
-    /// The inline check kept its borrow: the out-of-line record borrows again after its
-    /// drain check, before going back.
-    kept: bool,
+    jumps: alloc::vec::Vec<(usize, usize)>,
 }
 
 /// The bytes of operand `m` the recent-lines table considers: at most one line's.
@@ -439,8 +432,8 @@ impl Emitter {
         };
         let first = pc >> shift;
         let last = pc.wrapping_add(u64::from(len.max(1)) - 1) >> shift;
-        if crate::recent_lines::table_two_ways(Table::Code) {
-            return self.trace_block_new_lines_two_ways(
+        if crate::recent_lines::code_ways() >= 2 {
+            return self.trace_block_new_lines_ways(
                 pc,
                 tag,
                 (first, last),
@@ -497,40 +490,31 @@ impl Emitter {
         }
     }
 
-    /// [`Emitter::trace_block_new_lines`] for a code-lines table of two lines per slot:
-    /// a line that is its slot's second is skipped too, the two changing places and the
-    /// slot's swap bit flipping; a record updates every line's slot as a data record does
-    /// (`record_line_two_ways`) and carries the swap bits in its `size` (bit `k` for the
-    /// block's `k`-th line; the engine's blocks span at most 16 lines). Inline only the
-    /// compares with the first lines (a block entered again, most entries), which fall
+    /// [`Emitter::trace_block_new_lines`] for a code-lines table of `ways` lines per slot in
+    /// most-recently-used order (`recent_lines::code_ways`; way `w` of slot `s` at word
+    /// `w * slots + s`, way 0 where a one-way table keeps its line). Inline only the compare
+    /// of each line with its slot's way 0 (a block entered again: most entries), falling
     /// through to the block; the rest out of line after the stubs
-    /// ([`Emitter::finish_recent_cold`]).
+    /// ([`Emitter::finish_recent_cold`], [`Emitter::block_cold_ways`]): a line found at way
+    /// `w` moves there from way 0 (the `w` lines before it one way down); a line not found
+    /// appends a code-miss record naming the slot's last line (`TraceRecord::code_miss`),
+    /// which leaves as the line is put at way 0. No block record: the tool counts the
+    /// block's runs inline.
     ///
     /// ```text
     ///     (save rax, flags)
-    ///     mov rax, line; cmp gs:[FIRST+slot*8], rax; jne <second k>; next k:       (each line)
+    ///     mov rax, line; cmp gs:[WAY0+slot*8], rax; jne <cold k>; next k:       (each line)
     ///     (restore rax, flags)
     /// back:
-    ///
-    /// (out of line)
-    /// second k:                                                                   (each line)
-    ///     cmp gs:[SECOND+slot*8], rax; jne new
-    ///     mov rax, gs:[FIRST+slot*8]; mov gs:[SECOND+slot*8], rax
-    ///     mov rax, line; mov gs:[FIRST+slot*8], rax; xor byte gs:[SWAPS+slot], 1
-    ///     jmp <next k>
-    /// new:
-    ///     the record ([`Emitter::block_record_two_ways`]); jmp back
     /// ```
-    /// A block of more lines than are checked always appends its record, inline.
     ///
     /// With `keep` (the instruction's recent-lines access check follows), the inline
     /// compares end with `rax` and the flags still borrowed (`self.kept`), so that the
-    /// access check's [`Emitter::borrow_rax`] takes them over: no return and borrow back
-    /// to back (two instructions, eight with live flags) on every entry of the block. The
-    /// out-of-line record gives them back in its drain check (a drain's call needs the
-    /// guest state exact) and borrows them again before going back.
+    /// access check's [`Emitter::borrow_rax`] takes them over. The out-of-line record gives
+    /// them back in its drain check (a drain's call needs the guest state exact) and
+    /// borrows them again.
     #[allow(clippy::too_many_arguments)]
-    fn trace_block_new_lines_two_ways(
+    fn trace_block_new_lines_ways(
         &mut self,
         pc: u64,
         tag: u32,
@@ -551,27 +535,20 @@ impl Emitter {
             self.d32(index * 8);
             self.d32(n);
         }
-        if last.wrapping_sub(first) >= Self::MAX_CHECKED_CODE_LINES {
-            self.block_record_two_ways(pc, tag, (first, last), slots, flags_live);
-            return;
-        }
-        let mut jumps = [(0usize, 0usize); Self::MAX_CHECKED_CODE_LINES as usize];
-        for (k, line) in (first..=last).enumerate() {
+        let mut jumps = alloc::vec::Vec::with_capacity((last - first + 1) as usize);
+        for line in first..=last {
             self.mov_imm64(0, line);
-            self.buf.extend_from_slice(&[0x65, 0x48, 0x39, 0x04, 0x25]); // cmp gs:[FIRST], rax
+            self.buf.extend_from_slice(&[0x65, 0x48, 0x39, 0x04, 0x25]); // cmp gs:[WAY0], rax
             self.d32(first_off(line));
-            self.buf.extend_from_slice(&[0x0F, 0x85]); // jne <second k>
+            self.buf.extend_from_slice(&[0x0F, 0x85]); // jne <cold k>
             let j = self.buf.len();
             self.d32(0);
-            jumps[k] = (j, self.buf.len());
+            jumps.push((j, self.buf.len()));
         }
-        let back;
         if keep {
-            back = self.buf.len();
             self.kept = Some((flags_live, pc));
         } else {
             self.return_rax(flags_live);
-            back = self.buf.len();
             self.mark(pc, 0);
         }
         self.block_cold.push(BlockCold {
@@ -581,123 +558,63 @@ impl Emitter {
             slots,
             flags_live,
             jumps,
-            back,
-            kept: keep,
         });
     }
 
-    /// The out-of-line part of one [`Emitter::trace_block_new_lines_two_ways`].
-    fn block_cold_two_ways(&mut self, d: &BlockCold) {
-        use crate::recent_lines::Table;
-        let mask = u64::from(d.slots - 1);
-        let at = |base: usize, line: u64, width: u64| (base as u64 + width * (line & mask)) as u32;
-        let (first, last) = d.lines;
-        let mut new = [0usize; Self::MAX_CHECKED_CODE_LINES as usize];
-        for (k, line) in (first..=last).enumerate() {
-            let first_off = at(Table::Code.offset(), line, 8);
-            let second_off = at(Table::Code.second_offset(), line, 8);
-            self.patch_rel32(d.jumps[k].0);
-            self.buf.extend_from_slice(&[0x65, 0x48, 0x39, 0x04, 0x25]); // cmp gs:[SECOND], rax
-            self.d32(second_off);
-            self.buf.extend_from_slice(&[0x0F, 0x85]); // jne new
-            new[k] = self.buf.len();
-            self.d32(0);
-            self.load_gs(0, first_off as usize);
-            self.store_gs(0, second_off as usize);
-            self.mov_imm64(0, line);
-            self.store_gs(0, first_off as usize);
-            self.buf.extend_from_slice(&[0x65, 0x80, 0x34, 0x25]); // xor byte gs:[SWAPS], 1
-            self.d32(at(Table::Code.swaps_offset(), line, 1));
-            self.buf.push(1);
-            self.jmp_to(d.jumps[k].1);
-        }
-        for &j in &new[..(last - first + 1) as usize] {
-            self.patch_rel32(j);
-        }
-        self.block_record_two_ways(d.pc, d.tag, d.lines, d.slots, d.flags_live);
-        if d.kept {
-            // Borrowed again (the guest state is exact after the drain check), as the
-            // inline compares left them for the access check.
-            self.borrow_again(d.pc, d.flags_live);
-        }
-        self.jmp_to(d.back);
-    }
-
-    /// The record of a block whose code-lines check failed (two ways; `rax` and the flags
-    /// borrowed, given back by the drain check): every line's slot updated, the swap bits
-    /// gathered into the record's size.
+    /// The out-of-line part of one [`Emitter::trace_block_new_lines_ways`], per line `k`
+    /// (`rax` = the line, borrowed with the flags):
     ///
     /// ```text
-    ///     save rcx; xor ecx, ecx
-    ///     mov rax, line; cmp gs:[FIRST+slot*8], rax; je same                      (each line)
-    ///     move the first to second, the line to first
-    /// same:
-    ///     movzx eax, byte gs:[SWAPS+slot]; mov byte gs:[SWAPS+slot], 0
-    ///     shl eax, k; or ecx, eax
-    ///     write the record, its size ecx; restore rcx
-    ///     move the trace pointer on; drain check (restores rax, flags)
+    /// cold k:
+    ///     cmp gs:[WAY w], rax; je h_w                                  (w = 1 .. ways-1)
+    ///     save rcx; rcx = gs:[WAY ways-1]
+    ///     record (rcx, tag, k | CODE_MISS << 24) at gs:[TRACE_PTR]; rcx back
+    ///     move the trace pointer on; drain check (gives back rax, flags); borrow again
+    /// h_{ways-1} .. h_1:
+    ///     mov rax, gs:[WAY w-1]; mov gs:[WAY w], rax                   (falls through)
+    ///     mov rax, line; mov gs:[WAY0], rax; jmp <next k>
     /// ```
-    fn block_record_two_ways(
-        &mut self,
-        pc: u64,
-        tag: u32,
-        (first, last): (u64, u64),
-        slots: u32,
-        flags_live: bool,
-    ) {
+    fn block_cold_ways(&mut self, d: &BlockCold) {
         use crate::recent_lines::Table;
-        let mask = u64::from(slots - 1);
-        let at = |base: usize, line: u64, width: u64| (base as u64 + width * (line & mask)) as u32;
-        let first_off = |line| at(Table::Code.offset(), line, 8);
-        let second_off = |line| at(Table::Code.second_offset(), line, 8);
-        let swaps_off = |line| at(Table::Code.swaps_offset(), line, 1);
-        // The swap bits gather in ecx: mov gs:[PROBE_RCX], rcx; xor ecx, ecx
-        self.store_gs(1, c::OFF_PROBE_RCX);
-        self.buf.extend_from_slice(&[0x31, 0xC9]);
-        let mut line = first;
-        let mut k = 0u8;
-        loop {
-            self.mov_imm64(0, line);
-            self.buf.extend_from_slice(&[0x65, 0x48, 0x39, 0x04, 0x25]); // cmp gs:[FIRST], rax
-            self.d32(first_off(line));
-            self.buf.extend_from_slice(&[0x0F, 0x84]); // je same
-            let same = self.buf.len();
-            self.d32(0);
-            self.load_gs(0, first_off(line) as usize);
-            self.store_gs(0, second_off(line) as usize);
-            self.mov_imm64(0, line);
-            self.store_gs(0, first_off(line) as usize);
-            self.patch_rel32(same);
-            if k < 16 {
-                self.buf.extend_from_slice(&[0x65, 0x0F, 0xB6, 0x04, 0x25]); // movzx eax, byte gs:[SWAPS]
-                self.d32(swaps_off(line));
-                self.buf.extend_from_slice(&[0x65, 0xC6, 0x04, 0x25]); // mov byte gs:[SWAPS], 0
-                self.d32(swaps_off(line));
-                self.buf.push(0);
-                if k > 0 {
-                    self.buf.extend_from_slice(&[0xC1, 0xE0, k]); // shl eax, k
-                }
-                self.buf.extend_from_slice(&[0x09, 0xC1]); // or ecx, eax
+        let ways = u64::from(crate::recent_lines::code_ways());
+        let mask = u64::from(d.slots - 1);
+        let slots = u64::from(d.slots);
+        let way = |w: u64, line: u64| {
+            (Table::Code.offset() as u64 + 8 * (w * slots + (line & mask))) as u32
+        };
+        let (first, last) = d.lines;
+        for (k, line) in (first..=last).enumerate() {
+            self.patch_rel32(d.jumps[k].0);
+            let mut hits = [0usize; crate::recent_lines::MAX_CODE_WAYS as usize];
+            for w in 1..ways {
+                self.buf.extend_from_slice(&[0x65, 0x48, 0x39, 0x04, 0x25]); // cmp gs:[WAY w], rax
+                self.d32(way(w, line));
+                self.buf.extend_from_slice(&[0x0F, 0x84]); // je h_w
+                hits[w as usize] = self.buf.len();
+                self.d32(0);
             }
-            if line == last {
-                break;
+            // Not named: the record of the line that leaves (the last way's).
+            self.store_gs(1, c::OFF_PROBE_RCX);
+            self.load_gs(1, way(ways - 1, line) as usize);
+            self.load_gs(0, c::OFF_TRACE_PTR);
+            self.buf.extend_from_slice(&[0x48, 0x89, 0x08]); // mov [rax], rcx
+            self.buf.extend_from_slice(&[0xC7, 0x40, 0x08]); // mov dword [rax+8], tag
+            self.d32(d.tag);
+            self.buf.extend_from_slice(&[0xC7, 0x40, 0x0C]); // mov dword [rax+12], k | MISS
+            self.d32(k as u32 | u32::from(oxgrind_tool::instrument::CODE_MISS) << 24);
+            self.load_gs(1, c::OFF_PROBE_RCX);
+            self.finish_block_record(d.pc, d.flags_live);
+            self.borrow_again(d.pc, d.flags_live);
+            // Every way moves down one (the last one's line left), the line to way 0.
+            for w in (1..ways).rev() {
+                self.patch_rel32(hits[w as usize]);
+                self.load_gs(0, way(w - 1, line) as usize);
+                self.store_gs(0, way(w, line) as usize);
             }
-            line = line.wrapping_add(1);
-            k = k.saturating_add(1);
+            self.mov_imm64(0, line);
+            self.store_gs(0, way(0, line) as usize);
+            self.jmp_to(d.jumps[k].1);
         }
-        // The record, its last dword the swap bits (size) and the kind; rcx given back.
-        self.load_gs(0, c::OFF_TRACE_PTR);
-        self.buf.extend_from_slice(&[0xC7, 0x00]); // mov dword [rax], pc lo
-        self.d32(pc as u32);
-        self.buf.extend_from_slice(&[0xC7, 0x40, 0x04]); // mov dword [rax+4], pc hi
-        self.d32((pc >> 32) as u32);
-        self.buf.extend_from_slice(&[0xC7, 0x40, 0x08]); // mov dword [rax+8], tag
-        self.d32(tag);
-        self.buf.extend_from_slice(&[0x81, 0xC9]); // or ecx, kind << 16
-        self.d32((TraceKind::Block as u32) << 16);
-        self.buf.extend_from_slice(&[0x89, 0x48, 0x0C]); // mov [rax+12], ecx
-        self.load_gs(1, c::OFF_PROBE_RCX);
-        self.finish_block_record(pc, flags_live);
     }
 
     /// The body of [`Emitter::trace_block`], `rax` (and the flags) already borrowed.
@@ -1567,7 +1484,7 @@ impl Emitter {
         for d in core::mem::take(&mut self.block_cold) {
             let at = self.buf.len();
             self.push_map_at(at, d.pc, FIX_RAX_IN_STUB);
-            self.block_cold_two_ways(&d);
+            self.block_cold_ways(&d);
         }
         let routines = RECENT_ROUTINES.load(core::sync::atomic::Ordering::Relaxed);
         for d in core::mem::take(&mut self.recent_cold) {
