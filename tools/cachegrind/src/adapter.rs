@@ -616,7 +616,9 @@ fn code_miss(
 ) {
     end_block(sim, st, None);
     let Some(blk) = blocks.get(b) else { return };
-    let Some(first) = blk.instrs.first() else {
+    // The first lookup is the block's first instruction's: its lookups, which a miss
+    // searches anyway, give the line (one description read, not two).
+    let Some(first) = blk.lookups.first() else {
         return;
     };
     let bits = sim.i1_line_bits();
@@ -629,7 +631,7 @@ fn code_miss(
         Some((cb, ck, i)) if cb == b && ck < k => i,
         _ => None,
     };
-    charge_line_miss(sim, blocks, b, line, bits, &mut charged);
+    charge_lookup_miss(sim, blk, line, bits, &mut charged);
     st.code_charged = Some((b, k, charged));
 }
 
@@ -646,6 +648,18 @@ fn charge_line_miss(
     charged: &mut Option<usize>,
 ) {
     let Some(blk) = blocks.get(b) else { return };
+    charge_lookup_miss(sim, blk, line, bits, charged);
+}
+
+/// [`charge_line_miss`] with the block's description at hand.
+#[inline(always)]
+fn charge_lookup_miss(
+    sim: &mut Simulator,
+    blk: &BlockInfo,
+    line: u64,
+    bits: u32,
+    charged: &mut Option<usize>,
+) {
     let Some(i) = blk
         .lookups
         .iter()
