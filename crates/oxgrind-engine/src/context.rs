@@ -439,25 +439,18 @@ pub const RECENT_SECOND_LINES_OFF: usize =
 /// The same for the code-lines table.
 pub const RECENT_CODE_LINES_OFF: usize =
     recent_array_at(RECENT_SECOND_LINES_OFF + 8 * RECENT_MAX, 0x800);
-/// The code table's second lines and swap bits (`Needs::recent_code_lines_two_ways`), as
-/// the data table's.
-pub const RECENT_CODE_SECOND_LINES_OFF: usize =
-    recent_array_at(RECENT_CODE_LINES_OFF + 8 * RECENT_MAX, 0xa00);
 /// The data table's swap bit per slot, one byte each (`gs:[RECENT_SWAPS_OFF + slot]`).
-pub const RECENT_SWAPS_OFF: usize =
-    recent_array_at(RECENT_CODE_SECOND_LINES_OFF + 8 * RECENT_MAX, 0xc00);
+pub const RECENT_SWAPS_OFF: usize = recent_array_at(RECENT_CODE_LINES_OFF + 8 * RECENT_MAX, 0xc00);
 /// The swap bits of the data record being appended, gathered from its lines' slots (a
 /// byte).
 pub const RECENT_RECORD_SWAPS_OFF: usize = recent_array_at(RECENT_SWAPS_OFF + RECENT_MAX, 0xe00);
-/// The code table's swap bits, as the data table's.
-pub const RECENT_CODE_SWAPS_OFF: usize = recent_array_at(RECENT_RECORD_SWAPS_OFF + 64, 0xf00);
 /// The thread's IBL table, in two arrays of `IBL_ENTRIES + 1` words (the last slot's second
 /// probe is one more) at fixed offsets of the context, so that translated code reads slot
 /// `i` as `gs:[IBL_KEYS_OFF + i * 8]` and `gs:[IBL_HOSTS_OFF + i * 8]` with the slot number
 /// as the only register: a key is the guest pc *negated* (0 in an empty slot), the host
 /// pc beside it. The lookup then needs no flags: `lea rcx, [rcx + rax]` of the negated key
 /// and the target is 0 exactly on a hit, which `jrcxz` tests (see `translate::branches`).
-pub const IBL_KEYS_OFF: usize = (RECENT_CODE_SWAPS_OFF + RECENT_MAX + 0xfff) & !0xfff;
+pub const IBL_KEYS_OFF: usize = (RECENT_RECORD_SWAPS_OFF + 64 + 0xfff) & !0xfff;
 pub const IBL_HOSTS_OFF: usize = IBL_KEYS_OFF + IBL_ARRAY_BYTES;
 
 /// The keys array of the IBL table of the thread whose context is `ctx` (its host pcs

@@ -32,8 +32,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use oxgrind_tool::instrument::{RecentLines, MAX_RECENT_LINE_SLOTS};
 
 use crate::context::{
-    ThreadCtx, RECENT_CODE_LINES_OFF, RECENT_CODE_SECOND_LINES_OFF, RECENT_CODE_SWAPS_OFF,
-    RECENT_LINES_OFF, RECENT_SECOND_LINES_OFF, RECENT_SWAPS_OFF,
+    ThreadCtx, RECENT_CODE_LINES_OFF, RECENT_LINES_OFF, RECENT_SECOND_LINES_OFF, RECENT_SWAPS_OFF,
 };
 
 /// What a code-lines slot holds when it names no line (no access has its first byte at
@@ -77,22 +76,6 @@ impl Table {
         match self {
             Table::Data => RECENT_LINES_OFF,
             Table::Code => RECENT_CODE_LINES_OFF,
-        }
-    }
-
-    /// Where its second lines start (a table of two ways).
-    pub(crate) fn second_offset(self) -> usize {
-        match self {
-            Table::Data => RECENT_SECOND_LINES_OFF,
-            Table::Code => RECENT_CODE_SECOND_LINES_OFF,
-        }
-    }
-
-    /// Where its swap bytes start (a table of two ways).
-    pub(crate) fn swaps_offset(self) -> usize {
-        match self {
-            Table::Data => RECENT_SWAPS_OFF,
-            Table::Code => RECENT_CODE_SWAPS_OFF,
         }
     }
 }
@@ -151,17 +134,11 @@ pub(crate) fn geometry(which: Table) -> Option<(u32, u32)> {
     (g != 0).then_some((g & 0xff, (g & 0xff_ffff) >> 8))
 }
 
-/// Whether the data table names two lines per slot.
+/// Whether the data table names two lines per slot with swap bits (the code table's ways
+/// are [`code_ways`]).
 #[inline]
 pub(crate) fn two_ways() -> bool {
-    table_two_ways(Table::Data)
-}
-
-/// Whether table `which` names two lines per slot with swap bits (the data table; the
-/// code table's ways are [`code_ways`]).
-#[inline]
-pub(crate) fn table_two_ways(which: Table) -> bool {
-    which == Table::Data && GEOMETRY[which as usize].load(Ordering::Relaxed) >> 24 == 2
+    GEOMETRY[Table::Data as usize].load(Ordering::Relaxed) >> 24 == 2
 }
 
 /// Lines per slot of the code table in most-recently-used order (0: one line, no ways).
@@ -182,20 +159,10 @@ fn table(ctx: &mut ThreadCtx, which: Table) -> &mut [u64; MAX_RECENT_LINE_SLOTS 
     }
 }
 
-/// The data table's second lines and swap bits (with [`two_ways`]).
+/// The data table's second lines and swap bits (with [`two_ways`]; the code table's
+/// further ways share its one array).
 fn second_ways(
     ctx: &mut ThreadCtx,
-) -> (
-    &mut [u64; MAX_RECENT_LINE_SLOTS as usize],
-    &mut [u8; MAX_RECENT_LINE_SLOTS as usize],
-) {
-    table_second_ways(ctx, Table::Data)
-}
-
-/// Table `which`'s second lines and swap bits (a table of two ways).
-fn table_second_ways(
-    ctx: &mut ThreadCtx,
-    which: Table,
 ) -> (
     &mut [u64; MAX_RECENT_LINE_SLOTS as usize],
     &mut [u8; MAX_RECENT_LINE_SLOTS as usize],
@@ -205,8 +172,8 @@ fn table_second_ways(
     unsafe {
         let base = ctx as *mut ThreadCtx as *mut u8;
         (
-            &mut *(base.add(which.second_offset()) as *mut [u64; MAX_RECENT_LINE_SLOTS as usize]),
-            &mut *(base.add(which.swaps_offset()) as *mut [u8; MAX_RECENT_LINE_SLOTS as usize]),
+            &mut *(base.add(RECENT_SECOND_LINES_OFF) as *mut [u64; MAX_RECENT_LINE_SLOTS as usize]),
+            &mut *(base.add(RECENT_SWAPS_OFF) as *mut [u8; MAX_RECENT_LINE_SLOTS as usize]),
         )
     }
 }
@@ -223,8 +190,8 @@ pub(crate) fn clear(ctx: &mut ThreadCtx) {
                 slots
             };
             table(ctx, which)[..words as usize].fill(empty);
-            if table_two_ways(which) {
-                let (second, swaps) = table_second_ways(ctx, which);
+            if which == Table::Data && two_ways() {
+                let (second, swaps) = second_ways(ctx);
                 second[..slots as usize].fill(empty);
                 swaps[..slots as usize].fill(0);
             }
