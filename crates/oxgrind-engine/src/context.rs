@@ -249,6 +249,18 @@ pub struct ThreadCtx {
     /// at that pc makes the step again (`vbits_need_step` is 1 then), and
     /// `definedness::step` skips it once. 0: none. The next step consumes it.
     pub vbits_stepped_pc: u64,
+    /// Definedness's stack rule (`definedness::new_stack`, `catch_up`): the program's
+    /// `rsp` at its last stepped instruction, or where the inline fast path moved it since
+    /// (0: no step yet), and whether that stepped instruction wrote `rsp` (its decrease is
+    /// then new stack) or was a `call` or `ret` (VEX's "AbiHint": the red zone below the
+    /// new `rsp` is undefined); a slow step after either is due (`vbits_need_step`), so
+    /// both are 0 wherever the fast path runs. Here, not with the rest of the thread's
+    /// definedness state (`vbits`), so that the fast path's `rsp` moves update it with one
+    /// `gs:`-relative store and its compares read it without a pointer load.
+    pub vbits_last_rsp: u64,
+    pub vbits_last_writes_rsp: u8,
+    pub vbits_last_call_or_ret: u8,
+    vbits_last_pad: [u8; 6],
     pub sig_ring: [[u64; SCRATCH_SLOTS]; SIG_RING],
     /// Per ring level: the pc the kernel put in the context, and the pc the guest handler
     /// was shown (the guest pc when the host pc could be mapped, else the same).
@@ -348,6 +360,9 @@ const _: () = assert!(OFF_VBITS_SIGNAL == OFF_VBITS_ENTRY + 2);
 const _: () = assert!(offset_of!(ThreadCtx, vbits_entry_pad) == OFF_VBITS_ENTRY + 3);
 off!(OFF_VBITS_SPAN, vbits_span);
 off!(OFF_VBITS_STEPPED_PC, vbits_stepped_pc);
+off!(OFF_VBITS_LAST_RSP, vbits_last_rsp);
+off!(OFF_VBITS_LAST_WRITES_RSP, vbits_last_writes_rsp);
+off!(OFF_VBITS_LAST_CALL_OR_RET, vbits_last_call_or_ret);
 // The inline catch-up zeroes the registers' and the flags' shadows as one run of qwords.
 const _: () = assert!(OFF_VBITS_FLAGS == OFF_VBITS_GPR + 16 * 8);
 

@@ -637,13 +637,6 @@ struct ThreadShadow {
     pages: PageCache,
     regs: ShadowRegisters,
     interp: Interpreter,
-    /// `rsp` at the previous instruction stepped (0: none yet).
-    last_rsp: u64,
-    /// Whether that instruction writes `rsp` (its decrease is then new stack).
-    last_writes_rsp: bool,
-    /// Whether that instruction is a `call` or `ret` (VEX's "AbiHint": the red zone below
-    /// the new `rsp` is undefined).
-    last_call_or_ret: bool,
     pending: Option<Pending>,
     /// The points the running signal handlers interrupted, innermost last.
     interrupted: Vec<Interrupted>,
@@ -671,9 +664,6 @@ fn thread(ctx: &mut ThreadCtx) -> &'static mut ThreadShadow {
             pages: PageCache::default(),
             regs: ShadowRegisters::default(),
             interp: Interpreter::new(),
-            last_rsp: 0,
-            last_writes_rsp: false,
-            last_call_or_ret: false,
             pending: None,
             interrupted: Vec::new(),
             rep_next: (0, 0),
@@ -694,9 +684,6 @@ pub(crate) fn reuse(ctx: &mut ThreadCtx) {
     if ctx.vbits != 0 {
         let t = thread(ctx);
         t.regs = ShadowRegisters::default();
-        t.last_rsp = 0;
-        t.last_writes_rsp = false;
-        t.last_call_or_ret = false;
         t.pending = None;
         t.interrupted.clear();
         t.rep_next = (0, 0);
@@ -712,6 +699,15 @@ pub(crate) fn reuse(ctx: &mut ThreadCtx) {
     ctx.vbits_stepped_pc = 0;
     // Offsets into the view written by the thread before (`translate::definedness`).
     ctx.vbits_span = [0; 2];
+    set_last_rsp(ctx, 0);
+}
+
+/// The stack rule starts afresh at `rsp` (see `ThreadCtx::vbits_last_rsp`): nothing
+/// pending from an instruction that moved it.
+fn set_last_rsp(ctx: &mut ThreadCtx, rsp: u64) {
+    ctx.vbits_last_rsp = rsp;
+    ctx.vbits_last_writes_rsp = 0;
+    ctx.vbits_last_call_or_ret = 0;
 }
 
 /// The general registers' and the flags' shadows live in the thread context (for the
@@ -756,7 +752,7 @@ pub(crate) fn reg_use(ins: &Instruction) -> origins::RegUse {
     origins::reg_use(ins)
 }
 
-/// Whether `ins` is a `call` or a `ret` (see `ThreadShadow::last_call_or_ret`).
+/// Whether `ins` is a `call` or a `ret` (see `ThreadCtx::vbits_last_call_or_ret`).
 pub(crate) fn is_call_or_ret(ins: &Instruction) -> bool {
     use iced_x86::FlowControl as F;
     matches!(ins.flow_control(), F::Call | F::IndirectCall | F::Return)
@@ -873,17 +869,17 @@ fn step_with(ctx: &mut ThreadCtx, t: &mut ThreadShadow, rec: &StepRec, pc: u64, 
     catch_up(ctx, t, pc);
     let ins = rec.ins;
     let rsp = ctx.gregs[c::RSP];
-    new_stack(t, rsp);
-    if t.last_call_or_ret {
+    new_stack(ctx, t, rsp);
+    if ctx.vbits_last_call_or_ret != 0 {
         // VEX's AbiHint after a call or a return: the red zone is garbage now, made so by
         // entering the code here (Memcheck's `nia`).
         set(rsp.wrapping_sub(RED_ZONE), RED_ZONE, false);
         origins::set_memory(rsp.wrapping_sub(RED_ZONE), RED_ZONE, origins::stack(pc));
     }
-    t.last_rsp = rsp;
+    ctx.vbits_last_rsp = rsp;
     t.last_pc = pc;
-    t.last_writes_rsp = rec.writes_rsp;
-    t.last_call_or_ret = rec.call_or_ret;
+    ctx.vbits_last_writes_rsp = rec.writes_rsp as u8;
+    ctx.vbits_last_call_or_ret = rec.call_or_ret as u8;
     // After a `rep` that may stop early (`repe`/`repne` `cmps`/`scas`), `rep_next` may keep
     // a count a later run of it could meet: the next step resets it. Another `rep` always
     // runs down to `rcx` 0, where the engine makes no step (`translate::special`), so the
@@ -983,7 +979,8 @@ fn catch_up(ctx: &mut ThreadCtx, t: &mut ThreadShadow, pc: u64) {
             // replacements keep them too). Should the runtime have called the program's
             // code meanwhile, that code's steps started from all defined and left them so.
             let rsp = ctx.gregs[c::RSP];
-            if returned_into_program(t.last_rsp, rsp) {
+            let last_rsp = ctx.vbits_last_rsp;
+            if returned_into_program(last_rsp, rsp) {
                 for r in CALLER_SAVED {
                     t.regs.gpr[r] = 0;
                 }
@@ -994,12 +991,10 @@ fn catch_up(ctx: &mut ThreadCtx, t: &mut ThreadShadow, pc: u64) {
             for v in t.regs.vector.iter_mut() {
                 *v = [0; 64];
             }
-            if t.last_rsp > rsp && t.last_rsp - rsp < (2 << 20) {
-                set(rsp, t.last_rsp - rsp, true);
+            if last_rsp > rsp && last_rsp - rsp < (2 << 20) {
+                set(rsp, last_rsp - rsp, true);
             }
-            t.last_rsp = rsp;
-            t.last_writes_rsp = false;
-            t.last_call_or_ret = false;
+            set_last_rsp(ctx, rsp);
         }
         if core::mem::take(&mut ctx.vbits_signal) != 0 {
             // A handler starts: its arguments and the frame the kernel wrote are defined
@@ -1027,7 +1022,7 @@ fn catch_up(ctx: &mut ThreadCtx, t: &mut ThreadShadow, pc: u64) {
             let interrupted_rsp = if oxgrind_sys::raw::read_own_memory(at, &mut interrupted) == 8 {
                 u64::from_le_bytes(interrupted)
             } else {
-                t.last_rsp
+                ctx.vbits_last_rsp
             };
             for r in [0usize, 2, 6, 7] {
                 t.regs.gpr[r] = 0;
@@ -1037,9 +1032,7 @@ fn catch_up(ctx: &mut ThreadCtx, t: &mut ThreadShadow, pc: u64) {
                 end = end.min(interrupted_rsp - 128);
             }
             set(rsp, end.saturating_sub(rsp), true);
-            t.last_rsp = rsp;
-            t.last_writes_rsp = false;
-            t.last_call_or_ret = false;
+            set_last_rsp(ctx, rsp);
         }
     }
     if let Some(p) = t.pending {
@@ -1138,7 +1131,6 @@ pub fn entering_program_code() {
     if ctx.vbits == 0 {
         return;
     }
-    let t = thread(ctx);
     let rsp: u64;
     // SAFETY: reads the stack pointer only.
     unsafe {
@@ -1149,8 +1141,9 @@ pub fn entering_program_code() {
     // return address the program's code returns with, read by its `ret`. Code entered
     // deeper than that takes the slow catch-up, which marks the rest.
     let low = rsp.saturating_sub(RUNTIME_CALL_DEPTH);
-    let top = if t.last_rsp > rsp && t.last_rsp - rsp < (2 << 20) {
-        t.last_rsp
+    let last_rsp = ctx.vbits_last_rsp;
+    let top = if last_rsp > rsp && last_rsp - rsp < (2 << 20) {
+        last_rsp
     } else {
         rsp
     };
@@ -1159,9 +1152,7 @@ pub fn entering_program_code() {
     // (the catch-up would keep those, taking the program's code entered above `low` for
     // a return into it).
     ctx.vbits_gpr = [0; 16];
-    t.last_rsp = low;
-    t.last_writes_rsp = false;
-    t.last_call_or_ret = false;
+    set_last_rsp(ctx, low);
 }
 
 /// How far below `entering_program_code`'s own frame the runtime's frames may reach when
@@ -1174,11 +1165,11 @@ const RUNTIME_CALL_DEPTH: u64 = 1024;
 /// The System V red zone below `rsp`.
 const RED_ZONE: u64 = 128;
 
-fn new_stack(t: &mut ThreadShadow, rsp: u64) {
+fn new_stack(ctx: &ThreadCtx, t: &ThreadShadow, rsp: u64) {
     /// A larger move is a switch to another stack (Valgrind's heuristic is 2 MB).
     const SWITCH: u64 = 2 << 20;
-    let old = t.last_rsp;
-    if old == 0 || rsp >= old || !t.last_writes_rsp || old - rsp > SWITCH {
+    let old = ctx.vbits_last_rsp;
+    if old == 0 || rsp >= old || ctx.vbits_last_writes_rsp == 0 || old - rsp > SWITCH {
         return;
     }
     set(rsp.wrapping_sub(RED_ZONE), old - rsp, false);
@@ -1282,9 +1273,7 @@ pub(crate) fn before_syscall(ctx: &mut ThreadCtx, pc: u64) {
         }),
     };
     ctx.vbits_need_step = 1;
-    t.last_rsp = g[c::RSP];
-    t.last_writes_rsp = false;
-    t.last_call_or_ret = false;
+    set_last_rsp(ctx, g[c::RSP]);
 }
 
 /// A system call's results, at the instruction after it: what the kernel wrote is
@@ -1330,12 +1319,9 @@ pub fn set_fast_path(on: bool) {
 }
 
 /// Offsets in [`ThreadShadow`] (through `ctx.vbits`) the inline code reads and writes.
-/// (The general registers' and the flags' shadows, and whether a slow step is due, are in
-/// the thread context: `context::OFF_VBITS_GPR`, `OFF_VBITS_FLAGS`, `OFF_VBITS_NEED_STEP`.)
-pub(crate) const OFF_LAST_RSP: usize = core::mem::offset_of!(ThreadShadow, last_rsp);
-pub(crate) const OFF_LAST_WRITES_RSP: usize = core::mem::offset_of!(ThreadShadow, last_writes_rsp);
-pub(crate) const OFF_LAST_CALL_OR_RET: usize =
-    core::mem::offset_of!(ThreadShadow, last_call_or_ret);
+/// (The general registers' and the flags' shadows, whether a slow step is due and the
+/// stack rule's last `rsp` are in the thread context: `context::OFF_VBITS_GPR`,
+/// `OFF_VBITS_FLAGS`, `OFF_VBITS_NEED_STEP`, `OFF_VBITS_LAST_RSP`.)
 pub(crate) const OFF_VECTORS_STALE: usize = core::mem::offset_of!(ThreadShadow, vectors_stale);
 /// [`ThreadShadow::vectors_stale`] after the runtime's own code ran: every vector register.
 pub(crate) const ALL_VECTORS_STALE: u32 = u32::MAX;

@@ -40,9 +40,8 @@
 use super::{Emitter, SlowCall, TranslateError};
 use crate::context as c;
 use crate::definedness::{
-    FastForm, StackOrigin, Written, ALL_VECTORS_STALE, CALLER_SAVED, OFF_LAST_CALL_OR_RET,
-    OFF_LAST_RSP, OFF_LAST_WRITES_RSP, OFF_REP_PC, OFF_REP_RCX, OFF_SHADOW_VECTOR, OFF_SHADOW_X87,
-    OFF_SHADOW_X87_STATUS, OFF_VECTORS_STALE,
+    FastForm, StackOrigin, Written, ALL_VECTORS_STALE, CALLER_SAVED, OFF_REP_PC, OFF_REP_RCX,
+    OFF_SHADOW_VECTOR, OFF_SHADOW_X87, OFF_SHADOW_X87_STATUS, OFF_VECTORS_STALE,
 };
 use core::sync::atomic::{AtomicU64, Ordering};
 use iced_x86::Register;
@@ -501,33 +500,20 @@ impl Emitter {
             }
         }
         if form.rsp_delta != 0 {
-            // The thread's last rsp: mov rax, gs:[vbits]; mov [rax+last], rsp;
-            // add qword [rax+last], delta
-            if !rax_vbits {
-                self.load_gs(0, c::OFF_VBITS);
-                rax_vbits = true;
-            }
-            self.buf.extend_from_slice(&[0x48, 0x89, 0xA0]);
-            self.d32(OFF_LAST_RSP as u32);
-            self.buf.extend_from_slice(&[0x48, 0x81, 0x80]);
-            self.d32(OFF_LAST_RSP as u32);
-            self.d32(form.rsp_delta as u32);
+            // The thread's last rsp, the new one: lea rax, [rsp+delta]; mov gs:[last], rax
+            self.lea_rsp(form.rsp_delta, ip)?;
+            self.store_gs(0, c::OFF_VBITS_LAST_RSP);
+            rax_vbits = false;
         }
         if let Some((n, d)) = form.rsp_from {
-            // The thread's last rsp, the new one: mov rax, gs:[vbits]; mov [rax+last], src;
-            // (add qword [rax+last], d)
-            if !rax_vbits {
-                self.load_gs(0, c::OFF_VBITS);
-                rax_vbits = true;
-            }
-            let rex = if n >= 8 { 0x4C } else { 0x48 };
-            self.buf
-                .extend_from_slice(&[rex, 0x89, 0x80 | (n & 7) << 3]);
-            self.d32(OFF_LAST_RSP as u32);
-            if d != 0 {
-                self.buf.extend_from_slice(&[0x48, 0x81, 0x80]);
-                self.d32(OFF_LAST_RSP as u32);
-                self.d32(d as u32);
+            // The thread's last rsp, the new one: mov gs:[last], src, or
+            // lea rax, [src+d]; mov gs:[last], rax
+            if d == 0 {
+                self.store_gs(n, c::OFF_VBITS_LAST_RSP);
+            } else {
+                self.lea_rax(gpr64(n), Register::None, 1, d as i64, ip)?;
+                self.store_gs(0, c::OFF_VBITS_LAST_RSP);
+                rax_vbits = false;
             }
         }
         if vec_writes {
@@ -836,13 +822,13 @@ impl Emitter {
         self.load_gs(0, c::OFF_VBITS);
         self.buf.extend_from_slice(&[0x48, 0x85, 0xC0]);
         not_again(self, 0x84, &mut slow)?;
-        // cmp [rax+last_rsp], rsp; jne slow
-        self.buf.extend_from_slice(&[0x48, 0x39, 0xA0]);
-        self.d32(OFF_LAST_RSP as u32);
+        // cmp gs:[last_rsp], rsp; jne slow
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x39, 0x24, 0x25]);
+        self.d32(c::OFF_VBITS_LAST_RSP as u32);
         not_again(self, 0x85, &mut slow)?;
-        // cmp byte [rax+last_call_or_ret], 0; jne slow (the red zone to mark)
-        self.buf.extend_from_slice(&[0x80, 0xB8]);
-        self.d32(OFF_LAST_CALL_OR_RET as u32);
+        // cmp byte gs:[last_call_or_ret], 0; jne slow (the red zone to mark)
+        self.buf.extend_from_slice(&[0x65, 0x80, 0x3C, 0x25]);
+        self.d32(c::OFF_VBITS_LAST_CALL_OR_RET as u32);
         self.buf.push(0x00);
         not_again(self, 0x85, &mut slow)?;
         // cmp [rax+rep_rcx], rcx; jne slow
@@ -975,9 +961,9 @@ impl Emitter {
         self.load_gs(0, c::OFF_VBITS);
         self.buf.extend_from_slice(&[0x48, 0x85, 0xC0]);
         self.jcc_slow(0x84, slow)?;
-        // cmp [rax+last_rsp], rsp; jbe returned
-        self.buf.extend_from_slice(&[0x48, 0x39, 0xA0]);
-        self.d32(OFF_LAST_RSP as u32);
+        // cmp gs:[last_rsp], rsp; jbe returned
+        self.buf.extend_from_slice(&[0x65, 0x48, 0x39, 0x24, 0x25]);
+        self.d32(c::OFF_VBITS_LAST_RSP as u32);
         self.buf.extend_from_slice(&[0x0F, 0x86]);
         let returned = self.buf.len();
         self.d32(0);
@@ -988,9 +974,8 @@ impl Emitter {
         // from just below `entering_program_code`'s mark): its slot may still hold the V
         // bits of an earlier frame, since the runtime's code runs without probes, and
         // every `ret` to the runtime would take the slow path. Else slow.
-        // mov rax, [rax+last_rsp]; sub rax, rsp; cmp rax, 8; jne slow
-        self.buf.extend_from_slice(&[0x48, 0x8B, 0x80]);
-        self.d32(OFF_LAST_RSP as u32);
+        // mov rax, gs:[last_rsp]; sub rax, rsp; cmp rax, 8; jne slow
+        self.load_gs(0, c::OFF_VBITS_LAST_RSP);
         self.buf
             .extend_from_slice(&[0x48, 0x29, 0xE0, 0x48, 0x83, 0xF8, 0x08]);
         self.jcc_slow(0x85, slow)?;
@@ -1032,15 +1017,14 @@ impl Emitter {
         self.buf.extend_from_slice(&[0xC7, 0x80]);
         self.d32(OFF_VECTORS_STALE as u32);
         self.d32(ALL_VECTORS_STALE);
-        // mov byte [rax+off], 0: no rsp write or call/ret pending for the stack rule.
-        for (off, v) in [(OFF_LAST_WRITES_RSP, 0u8), (OFF_LAST_CALL_OR_RET, 0)] {
-            self.buf.extend_from_slice(&[0xC6, 0x80]);
-            self.d32(off as u32);
-            self.buf.push(v);
-        }
-        // mov [rax+last_rsp], rsp; mov byte gs:[own_code], 0
-        self.buf.extend_from_slice(&[0x48, 0x89, 0xA0]);
-        self.d32(OFF_LAST_RSP as u32);
+        // mov word gs:[last_writes_rsp], 0: no rsp write or call/ret pending for the stack
+        // rule (`last_call_or_ret` the byte after).
+        const _: () = assert!(c::OFF_VBITS_LAST_CALL_OR_RET == c::OFF_VBITS_LAST_WRITES_RSP + 1);
+        self.buf.extend_from_slice(&[0x65, 0x66, 0xC7, 0x04, 0x25]);
+        self.d32(c::OFF_VBITS_LAST_WRITES_RSP as u32);
+        self.buf.extend_from_slice(&[0, 0]);
+        // mov gs:[last_rsp], rsp; mov byte gs:[own_code], 0
+        self.store_gs(4, c::OFF_VBITS_LAST_RSP);
         self.buf.extend_from_slice(&[0x65, 0xC6, 0x04, 0x25]);
         self.d32(c::OFF_VBITS_OWN_CODE as u32);
         self.buf.push(0);
