@@ -213,6 +213,10 @@ pub struct ThreadCtx {
     /// borrowed (`translate::definedness`).
     pub vbits_temp2: u64,
     pub vbits_saved_rcx: u64,
+    /// The program's `xmm7` (low 128 bits; legacy SSE code leaves the bits above alone)
+    /// while the inline stack rule borrows it to mark 16 new stack bytes undefined per
+    /// store (`translate::definedness`, `Emitter::mark_undefined`).
+    pub vbits_saved_xmm: [u64; 2],
     /// Definedness: the shadow (V bits) of the general registers in encoding order, and
     /// of the flags (an `oxgrind_vbits::FlagShadows` in the low byte). Here, not with the
     /// rest of the thread's definedness state (`vbits`), so that the inline fast path
@@ -346,6 +350,7 @@ off!(OFF_VBITS_LIMIT, vbits_limit);
 off!(OFF_VBITS_TEMP, vbits_temp);
 off!(OFF_VBITS_TEMP2, vbits_temp2);
 off!(OFF_VBITS_SAVED_RCX, vbits_saved_rcx);
+off!(OFF_VBITS_SAVED_XMM, vbits_saved_xmm);
 off!(OFF_VBITS_GPR, vbits_gpr);
 off!(OFF_VBITS_FLAGS, vbits_flags);
 off!(OFF_VBITS_NEED_STEP, vbits_need_step);

@@ -484,17 +484,7 @@ impl Emitter {
         if let Some((off, len)) = new_stack {
             // rax = the shadow of [rsp + off]; mov qword [rax + 8i], -1
             self.stack_chunk(off, len, ip, None)?;
-            for i in 0..len / 8 {
-                if 8 * i < 0x80 {
-                    self.buf
-                        .extend_from_slice(&[0x48, 0xC7, 0x40, (8 * i) as u8]);
-                } else {
-                    // disp32
-                    self.buf.extend_from_slice(&[0x48, 0xC7, 0x80]);
-                    self.d32((8 * i) as u32);
-                }
-                self.d32(u32::MAX);
-            }
+            self.mark_undefined(0, len);
             if let Some(origin) = form.origin {
                 self.tag_stack(off, len, origin, ip)?;
             }
@@ -1474,12 +1464,7 @@ impl Emitter {
                 }
             }
         }
-        for i in 0..len / 8 {
-            // mov qword [rax+off+8i], -1
-            self.buf.extend_from_slice(&[0x48, 0xC7, 0x80]);
-            self.d32((off + 8 * i) as u32);
-            self.d32(u32::MAX);
-        }
+        self.mark_undefined(off, len);
         if let Some((jump, params)) = split_at {
             // The slow call is pushed when the instruction's inline part ends: next.
             self.stack_split.push(StackSplit {
@@ -1491,6 +1476,65 @@ impl Emitter {
             });
         }
         Ok(())
+    }
+
+    /// Marks the `len` shadow bytes (a multiple of 8) at `[rax + disp]` undefined: the stack
+    /// rule's new stack, 128 bytes at every `call` and `ret` (VEX's "AbiHint"), a quarter
+    /// of the inline stack code's instructions as one `mov qword [rax+disp+8i], -1` each.
+    /// From 8 qwords on, 16 bytes a store through the program's `xmm7`, borrowed:
+    ///
+    /// ```text
+    ///     movups gs:[saved_xmm], xmm7; pcmpeqd xmm7, xmm7
+    ///     movups [rax+disp+16i], xmm7             (each 16 bytes)
+    ///     mov qword [rax+disp+len-8], -1          (an odd qword)
+    ///     movups xmm7, gs:[saved_xmm]
+    /// ```
+    ///
+    /// Legacy SSE encodings, which leave the bits of `ymm7`/`zmm7` above the low 128 as
+    /// they are (a VEX or EVEX write would zero them), need no more than SSE2, raise no
+    /// floating-point exception and touch neither the flags nor MXCSR: the program's
+    /// vector state is whole again after the last `movups`. No guest instruction boundary
+    /// lies between the borrow and its end, so an asynchronous signal steps on past the
+    /// restore (`signals`), and the stores are to a chunk the inline code found present,
+    /// as the qword stores were.
+    fn mark_undefined(&mut self, disp: i32, len: i32) {
+        // `mov qword [rax+d], -1` (disp8 or disp32).
+        let qword = |e: &mut Emitter, d: i32| {
+            if d == d as i8 as i32 {
+                e.buf.extend_from_slice(&[0x48, 0xC7, 0x40, d as u8]);
+            } else {
+                e.buf.extend_from_slice(&[0x48, 0xC7, 0x80]);
+                e.d32(d as u32);
+            }
+            e.d32(u32::MAX);
+        };
+        let qwords = len / 8;
+        if qwords < 8 {
+            for i in 0..qwords {
+                qword(self, disp + 8 * i);
+            }
+            return;
+        }
+        // movups gs:[saved_xmm], xmm7; pcmpeqd xmm7, xmm7
+        self.buf.extend_from_slice(&[0x65, 0x0F, 0x11, 0x3C, 0x25]);
+        self.d32(c::OFF_VBITS_SAVED_XMM as u32);
+        self.buf.extend_from_slice(&[0x66, 0x0F, 0x76, 0xFF]);
+        for i in 0..qwords / 2 {
+            // movups [rax+d], xmm7 (disp8 or disp32)
+            let d = disp + 16 * i;
+            if d == d as i8 as i32 {
+                self.buf.extend_from_slice(&[0x0F, 0x11, 0x78, d as u8]);
+            } else {
+                self.buf.extend_from_slice(&[0x0F, 0x11, 0xB8]);
+                self.d32(d as u32);
+            }
+        }
+        if qwords % 2 != 0 {
+            qword(self, disp + len - 8);
+        }
+        // movups xmm7, gs:[saved_xmm]
+        self.buf.extend_from_slice(&[0x65, 0x0F, 0x10, 0x3C, 0x25]);
+        self.d32(c::OFF_VBITS_SAVED_XMM as u32);
     }
 
     /// `rax` = the origins' tag chunk of the span of `[rsp + off]` (0: none).
