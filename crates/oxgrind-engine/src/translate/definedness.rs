@@ -489,13 +489,13 @@ impl Emitter {
                 self.tag_stack(off, len, origin, ip)?;
             }
         }
-        if form.rsp_delta != 0 {
+        if form.rsp_delta != 0 && !self.last_rsp_dead {
             // The thread's last rsp, the new one: lea rax, [rsp+delta]; mov gs:[last], rax
             self.lea_rsp(form.rsp_delta, ip)?;
             self.store_gs(0, c::OFF_VBITS_LAST_RSP);
             rax_vbits = false;
         }
-        if let Some((n, d)) = form.rsp_from {
+        if let Some((n, d)) = form.rsp_from.filter(|_| !self.last_rsp_dead) {
             // The thread's last rsp, the new one: mov gs:[last], src, or
             // lea rax, [src+d]; mov gs:[last], rax
             if d == 0 {
@@ -2157,6 +2157,61 @@ struct StackAtOnce {
 /// `ret`, `sub rsp`), without origins (whose tags need the span's tag chunk too), with no
 /// memory operand but one of 1 to 8 bytes at `[rsp + d]`, read or written (not a load copy,
 /// whose shadow goes to a register).
+/// The instructions of a block (bit `i`: instruction `i`) whose fast form's store of the
+/// thread's last `rsp` (`ThreadCtx::vbits_last_rsp`, after a `push`, `pop`, `call`, `ret`,
+/// `sub`/`add rsp` or `rsp_from` move) is dead: a later instruction of the block stores it
+/// again on its fast path, and nothing in between reads it or leaves the block. Prologues
+/// and epilogues (`push rbp; push rbx; sub rsp, n`, `add rsp, n; pop rbx; pop rbp; ret`)
+/// then store it once.
+///
+/// Only a slow step, the catch-up after the runtime's own code or a signal, and a `rep`
+/// re-entry read it. In between, every instruction falls through and none is a client
+/// request or a `rep`; a slow step there (a fast form's slow call, side exit or not, or
+/// a clean call) reads it only when `vbits_last_writes_rsp` is set, which it is not
+/// wherever a fast path runs, and then stores the right `rsp` itself; the runtime's code
+/// is entered by a transfer, which ends the block; a signal handler's catch-up takes the
+/// interrupted `rsp` from its frame, and its `rt_sigreturn` sets the last `rsp` to the
+/// handler's (as before this, until the block's next `rsp` move). `has_rec(i)`: instruction
+/// `i` has a definedness record (no record, no inline part and no step).
+pub(super) fn last_rsp_dead<'a>(
+    insns: impl Iterator<Item = &'a iced_x86::Instruction>,
+    has_rec: impl Fn(usize) -> bool,
+    client_request: impl Fn(usize) -> bool,
+) -> u64 {
+    let mut moves = 0u64;
+    let mut barriers = 0u64;
+    let mut n = 0;
+    for (i, ins) in insns.enumerate().take(64) {
+        n = i + 1;
+        if has_rec(i)
+            && crate::definedness::writes_rsp(ins)
+            && crate::definedness::fast_form(ins)
+                .is_some_and(|f| f.rsp_delta != 0 || f.rsp_from.is_some())
+        {
+            moves |= 1 << i;
+        } else if ins.flow_control() != iced_x86::FlowControl::Next
+            || crate::definedness::is_rep(ins)
+            || client_request(i)
+        {
+            barriers |= 1 << i;
+        }
+    }
+    let mut dead = 0u64;
+    // Whether a later move stores the last rsp with no barrier before it.
+    let mut stored_later = false;
+    for i in (0..n).rev() {
+        if moves & (1 << i) != 0 {
+            if stored_later {
+                dead |= 1 << i;
+            }
+            stored_later = true;
+        } else if barriers & (1 << i) != 0 {
+            stored_later = false;
+        }
+    }
+    dead
+}
+
 /// Whether a borrow of `rax` may stay over the copy of `ins` (`Emitter::carry_borrow`):
 /// the instruction neither reads nor writes any part of `rax`, explicitly or implicitly
 /// (`mul`, `cmpxchg`, `cpuid`, string instructions...), and is copied byte for byte (no

@@ -612,6 +612,21 @@ pub fn translate_at_most(
             }
         }
     }
+    // Each instruction's definedness step record (made before the loop, for the look-ahead
+    // below), and the instructions whose store of the thread's last `rsp` is dead
+    // (`Emitter::last_rsp_dead`).
+    let mut recs = [None; MAX_INSNS];
+    let mut last_rsp_dead = 0u64;
+    if tool.is_some() && crate::definedness::enabled() {
+        for (rec, d) in recs.iter_mut().zip(&insns) {
+            *rec = crate::probe::definedness_record(&d.ins);
+        }
+        last_rsp_dead = definedness::last_rsp_dead(
+            insns.iter().map(|d| &d.ins).take(MAX_INSNS),
+            |i| recs[i].is_some(),
+            |i| is_client_request_at(&insns, i),
+        );
+    }
     // Memory operands that share one span lookup (`definedness::span_shares`).
     let mut span_shares = [[definedness::SpanShare::Own; 2]; MAX_INSNS];
     if tool.is_some() && crate::definedness::enabled() && n > 0 {
@@ -674,7 +689,8 @@ pub fn translate_at_most(
             e.mark(d.ins.ip(), 0);
         }
         if tool.is_some() && crate::definedness::enabled() {
-            let rec = crate::probe::definedness_record(&d.ins);
+            let rec = recs.get(i).copied().flatten();
+            e.last_rsp_dead = last_rsp_dead & (1 << i) != 0;
             let mut shares = span_shares.get(i).copied().unwrap_or_default();
             for share in &mut shares {
                 match *share {
@@ -709,6 +725,7 @@ pub fn translate_at_most(
                             shares,
                             skip,
                         )?;
+                        e.last_rsp_dead = false;
                         if e.slow.len() > slow_at {
                             definedness_slow[i] = slow_at;
                         }
@@ -994,6 +1011,10 @@ struct Emitter {
     /// all of `rax` and reads none of it, so a borrow kept up to its copy ends there
     /// without giving `rax` back (`Emitter::carry_borrow`; `definedness::overwrites_rax`).
     drop_rax: bool,
+    /// While the fast form of a guest instruction that moves `rsp` is emitted: its store
+    /// of the thread's last `rsp` is left out, a later one of the same block overwriting
+    /// it before anything can read it (`definedness::last_rsp_dead`).
+    last_rsp_dead: bool,
     /// The slow calls (indices into `slow`) whose inline part kept its borrow: they return
     /// through a thunk that borrows again (`finish_slow_calls`).
     reborrow: Vec<usize>,
@@ -1131,6 +1152,7 @@ impl Emitter {
             carry: None,
             carry_flags: false,
             drop_rax: false,
+            last_rsp_dead: false,
             reborrow: Vec::new(),
             unborrowed: Vec::new(),
             rcx_lent: Vec::new(),
