@@ -2183,11 +2183,19 @@ pub(super) fn last_rsp_dead<'a>(
     let mut n = 0;
     for (i, ins) in insns.enumerate().take(64) {
         n = i + 1;
-        if has_rec(i)
-            && crate::definedness::writes_rsp(ins)
-            && crate::definedness::fast_form(ins)
-                .is_some_and(|f| f.rsp_delta != 0 || f.rsp_from.is_some())
-        {
+        // A move of `rsp` with a record stores the last `rsp` on its fast path (a form with
+        // `rsp_delta` or `rsp_from`) or steps (no fast form: `definedness::fast_form` has
+        // none for any other write of `rsp`), which stores it too; but for `add`/`sub rsp, 0`
+        // (`rsp_delta` 0), which does neither. (No `fast_form` here: its cost in
+        // translation was twice what the stores left out saved on a short sqlite3 run.)
+        let moves_by_zero = matches!(
+            ins.mnemonic(),
+            iced_x86::Mnemonic::Add | iced_x86::Mnemonic::Sub
+        ) && ins.op_count() == 2
+            && ins.op1_kind() != iced_x86::OpKind::Register
+            && ins.op1_kind() != iced_x86::OpKind::Memory
+            && ins.immediate(1) == 0;
+        if has_rec(i) && crate::definedness::writes_rsp(ins) && !moves_by_zero {
             moves |= 1 << i;
         } else if ins.flow_control() != iced_x86::FlowControl::Next
             || crate::definedness::is_rep(ins)
