@@ -97,10 +97,14 @@ fn kernel_get(resource: c_int) -> Rlimit {
     r
 }
 
-/// Address space oxgrind holds now: the private heap's mappings (with its reserve and the
-/// engine's thread contexts), anonymous executable-and-writable mappings (the code cache),
-/// and shadow-sized reservations.
-fn ours_now() -> u64 {
+/// Address space oxgrind holds now, as the kernel counts it against `resource`: the private
+/// heap's mappings (with its reserve and the engine's thread contexts), anonymous
+/// executable-and-writable mappings (the code cache), and shadow-sized reservations. The
+/// kernel counts every mapping against `RLIMIT_AS` but only private writable ones against
+/// `RLIMIT_DATA`: there the shared and read-only parts of ours do not count (definedness's
+/// primary table and each context's view of it are shared mappings of one file, 16 GiB
+/// each), or the program would get that much more data than its limit allows.
+fn ours_now(resource: c_int) -> u64 {
     let mut total = 0u64;
     let mut regions: Vec<(u64, u64)> = Vec::new();
     oxgrind_sys::heap::for_each_region(|s, l| {
@@ -110,9 +114,16 @@ fn ours_now() -> u64 {
     for m in crate::roots::read_maps() {
         let anonymous = m.path.is_empty();
         let len = m.end - m.start;
-        let counted = regions.iter().any(|&(s, e)| s < m.end && m.start < e);
-        if anonymous && !counted && ((m.writable && m.executable) || len >= SHADOW_SIZE) {
-            total += len;
+        let in_regions: u64 = regions
+            .iter()
+            .map(|&(s, e)| m.end.min(e).saturating_sub(m.start.max(s)))
+            .sum();
+        if in_regions == 0 {
+            if anonymous && ((m.writable && m.executable) || len >= SHADOW_SIZE) {
+                total += len;
+            }
+        } else if resource == RLIMIT_DATA && (m.shared || !m.writable) {
+            total = total.saturating_sub(in_regions);
         }
     }
     total
@@ -144,7 +155,7 @@ fn set(resource: c_int, new: &Rlimit) -> Result<(), c_int> {
     let cur = if resource == RLIMIT_NOFILE {
         new.cur.min(kernel_max)
     } else {
-        raised(new.cur, ours_now(), kernel_max)
+        raised(new.cur, ours_now(resource), kernel_max)
     };
     let wanted = Rlimit {
         cur,
@@ -321,7 +332,7 @@ pub fn settle_after_setup() {
         return;
     };
     let k = kernel_get(RLIMIT_AS);
-    let cur = raised(program.cur, ours_now(), k.max);
+    let cur = raised(program.cur, ours_now(RLIMIT_AS), k.max);
     let _ = kernel_prlimit(RLIMIT_AS, Some(&Rlimit { cur, max: k.max }), None);
 }
 

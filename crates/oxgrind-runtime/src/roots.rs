@@ -30,6 +30,8 @@ pub struct Mapping {
     pub readable: bool,
     pub writable: bool,
     pub executable: bool,
+    /// A shared mapping (`s` in the permissions), not a private one (`p`).
+    pub shared: bool,
     pub path: String,
 }
 
@@ -58,6 +60,7 @@ pub fn read_maps() -> Vec<Mapping> {
             readable: p[0] == b'r',
             writable: p.get(1) == Some(&b'w'),
             executable: p.get(2) == Some(&b'x'),
+            shared: p.get(3) == Some(&b's'),
             path,
         });
     }
