@@ -568,3 +568,31 @@ fn a_forked_childs_shadow_is_its_own() {
         }
     }
 }
+
+/// The stack rule marks new frames undefined through a borrowed `xmm7`: the program's
+/// `ymm7` comes out of a large `sub rsp`, a call and a ret whole (the corpus program
+/// prints "CLOBBERED" when the context's copy is not put back, or a VEX write cleared the
+/// upper half).
+#[test]
+fn the_stack_rules_borrowed_vector_register_comes_back_whole() {
+    for opt in ["-O0", "-O2"] {
+        let prog = build("mc_keeps_vector_regs.c", &["-g", opt]);
+        for origins in [false, true] {
+            let mut cmd = Command::new(oxgrind());
+            if origins {
+                cmd.arg("--track-origins=yes");
+            }
+            let ours = run(cmd.arg(&prog));
+            let report = stderr(&ours);
+            assert!(
+                stdout(&ours).starts_with("kept"),
+                "{opt} origins={origins}: {}{report}",
+                stdout(&ours)
+            );
+            assert!(
+                report.contains("ERROR SUMMARY: 0 errors from 0 contexts"),
+                "{opt} origins={origins}: {report}"
+            );
+        }
+    }
+}
