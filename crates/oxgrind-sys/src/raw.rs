@@ -87,6 +87,26 @@ pub fn dup_high(fd: i32, min: i32) -> Result<i32, i32> {
         .map(|fd| fd as i32)
 }
 
+/// A new file of `len` zero bytes in memory (`memfd_create`, close-on-exec), at descriptor
+/// `min` or above (as [`dup_high`]): for shadow memory oxgrind maps shared.
+pub fn memfd_high(name: &core::ffi::CStr, len: usize, min: i32) -> Result<i32, i32> {
+    const SYS_MEMFD_CREATE: usize = 319;
+    const SYS_FTRUNCATE: usize = 77;
+    const MFD_CLOEXEC: usize = 1;
+    // SAFETY: `name` is NUL-terminated; the call creates a descriptor.
+    let fd =
+        check(unsafe { syscall2(SYS_MEMFD_CREATE, name.as_ptr() as usize, MFD_CLOEXEC) })? as i32;
+    let high = dup_high(fd, min);
+    let _ = close(fd);
+    let fd = high?;
+    // SAFETY: sizing our own fresh descriptor's file (sparse: no page until written).
+    if let Err(e) = check(unsafe { syscall2(SYS_FTRUNCATE, fd as usize, len) }) {
+        let _ = close(fd);
+        return Err(e);
+    }
+    Ok(fd)
+}
+
 pub fn getpid() -> i32 {
     // SAFETY: getpid has no arguments and cannot fail.
     unsafe { syscall0(SYS_GETPID) as i32 }

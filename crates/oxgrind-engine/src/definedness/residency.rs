@@ -38,8 +38,6 @@ const PAGE: u64 = 4096;
 
 const SYS_FSTAT: usize = 5;
 const SYS_MINCORE: usize = 27;
-const SYS_FTRUNCATE: usize = 77;
-const SYS_MEMFD_CREATE: usize = 319;
 const PROT_RW: usize = PROT_READ | PROT_WRITE;
 
 /// The pool the chunks come from (`super::enable`), for chunk indices.
@@ -100,24 +98,11 @@ pub(super) fn init(pool: u64, len: u64) {
 }
 
 fn make_undefined_file() {
-    const MFD_CLOEXEC: usize = 1;
-    // SAFETY: the name is a NUL-terminated static string; the call creates a descriptor.
-    let r = unsafe {
-        syscall2(
-            SYS_MEMFD_CREATE,
-            b"oxgrind-undefined\0".as_ptr() as usize,
-            MFD_CLOEXEC,
-        )
-    };
-    let Ok(fd) = check(r).map(|fd| fd as i32) else {
+    let Ok(fd) = oxgrind_sys::raw::memfd_high(c"oxgrind-undefined", UNDEFINED_FILE as usize, 900)
+    else {
         return;
     };
-    let high = oxgrind_sys::raw::dup_high(fd, 900);
-    let _ = oxgrind_sys::raw::close(fd);
-    let Ok(fd) = high else { return };
     let filled = (|| {
-        // SAFETY: sizing our own fresh descriptor's file.
-        check(unsafe { syscall2(SYS_FTRUNCATE, fd as usize, UNDEFINED_FILE as usize) }).ok()?;
         // SAFETY: a fresh shared mapping of our file, placed by the kernel.
         let p = check(unsafe {
             syscall6(

@@ -54,9 +54,7 @@ const VIEW_LEN: usize = PRIMARY_BYTES as usize;
 const FULL: u64 = PRIMARY_BYTES / 8;
 
 const SYS_MMAP: usize = 9;
-const SYS_FTRUNCATE: usize = 77;
 const SYS_DUP3: usize = 292;
-const SYS_MEMFD_CREATE: usize = 319;
 const PROT_RW: usize = 0x1 | 0x2;
 const MAP_SHARED: usize = 0x01;
 const MAP_PRIVATE: usize = 0x02;
@@ -105,30 +103,7 @@ pub fn table_fd() -> Option<i32> {
 
 /// A new file as long as the table, all zeros, at descriptor 900 or above.
 fn table_file() -> Option<i32> {
-    const MFD_CLOEXEC: usize = 1;
-    // SAFETY: the name is a NUL-terminated static string (a C literal); the call creates
-    // a descriptor.
-    let r = unsafe {
-        syscall6(
-            SYS_MEMFD_CREATE,
-            c"oxgrind-vbits-primary".as_ptr() as usize,
-            MFD_CLOEXEC,
-            0,
-            0,
-            0,
-            0,
-        )
-    };
-    let fd = check(r).ok()? as i32;
-    let high = raw::dup_high(fd, 900);
-    let _ = raw::close(fd);
-    let fd = high.ok()?;
-    // SAFETY: sizing our own fresh descriptor's file (sparse: no page until written).
-    if check(unsafe { syscall6(SYS_FTRUNCATE, fd as usize, VIEW_LEN, 0, 0, 0, 0) }).is_err() {
-        let _ = raw::close(fd);
-        return None;
-    }
-    Some(fd)
+    raw::memfd_high(c"oxgrind-vbits-primary", VIEW_LEN, 900).ok()
 }
 
 /// Maps the table file `fd` shared at `at` (`flags`: `MAP_FIXED` there, else a hint).
