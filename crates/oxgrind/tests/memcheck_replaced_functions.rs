@@ -17,18 +17,7 @@ fn errors_inside_replaced_string_functions_match_valgrind() {
         return;
     }
     let prog = build("mc_string_errors.c", &["-g", "-O0", "-fno-builtin"]);
-    let theirs = run(Command::new("valgrind").arg(&prog));
-    let theirs = normalize_report(&stderr(&theirs));
-    for tunables in [None, Some(AVX2_PATHS)] {
-        let mut cmd = Command::new(oxgrind());
-        cmd.arg(&prog);
-        if let Some(t) = tunables {
-            cmd.env("GLIBC_TUNABLES", t);
-        }
-        let ours = normalize_report(&stderr(&run(&mut cmd)));
-        eprintln!("GLIBC_TUNABLES={tunables:?}");
-        assert_same_report(&ours, &theirs);
-    }
+    same_report_as_valgrind_on_both_glibc_paths(&prog);
 }
 
 /// The replaced `memcpy`/`memmove` and `memcmp` first try natively (`native_try`): V bits
@@ -42,12 +31,17 @@ fn native_tries_of_copies_and_compares_report_as_valgrind() {
         return;
     }
     let prog = build("mc_string_tries.c", &["-g", "-O0", "-fno-builtin"]);
-    let theirs = run(Command::new("valgrind").arg(&prog));
-    let theirs = normalize_report(&stderr(&theirs));
+    let theirs = same_report_as_valgrind_on_both_glibc_paths(&prog);
     assert!(theirs.contains("Conditional jump"), "{theirs}");
+}
+
+/// Runs `prog` under Valgrind and under oxgrind on both of glibc's paths (AVX-512 and AVX2),
+/// asserts each of ours is Valgrind's report; returns Valgrind's (normalized).
+fn same_report_as_valgrind_on_both_glibc_paths(prog: &std::path::Path) -> String {
+    let theirs = normalize_report(&stderr(&run(Command::new("valgrind").arg(prog))));
     for tunables in [None, Some(AVX2_PATHS)] {
         let mut cmd = Command::new(oxgrind());
-        cmd.arg(&prog);
+        cmd.arg(prog);
         if let Some(t) = tunables {
             cmd.env("GLIBC_TUNABLES", t);
         }
@@ -55,4 +49,5 @@ fn native_tries_of_copies_and_compares_report_as_valgrind() {
         eprintln!("GLIBC_TUNABLES={tunables:?}");
         assert_same_report(&ours, &theirs);
     }
+    theirs
 }
