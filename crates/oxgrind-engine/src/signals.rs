@@ -632,6 +632,15 @@ pub(crate) fn sigreturn_tramp(ctx: &mut ThreadCtx) -> u64 {
         } else {
             None
         };
+        if target.is_some() && kind == SHOWN_GUEST_EXACT {
+            // Between two guest instructions the stub slot either is dead or holds the
+            // guest `rax` for the borrows that follow, which leave out their store
+            // (`Emitter::stub_has_rax`): the slot restored here must hold the `rax` the
+            // handler returns with, which it may have changed in the frame.
+            let rax_p = (ctx.gregs[c::RSP] as usize + UC_GREGS + 8 * GREG_OF[0]) as *const u64;
+            // SAFETY: the same frame as `rip_p` above, read by `rt_sigreturn` next.
+            ctx.sig_ring[level][c::S_STUB_RAX] = unsafe { core::ptr::read_volatile(rax_p) };
+        }
         match target {
             Some(h) if h != rip => {
                 // SAFETY: as above.

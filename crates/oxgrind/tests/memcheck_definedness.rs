@@ -387,6 +387,22 @@ fn a_fault_after_an_inline_checked_load_shows_the_programs_rax_to_its_handler() 
     );
 }
 
+/// A handler that changes `rax` in its frame and returns to the faulting instruction, which
+/// reads `rax` between two inline-checked loads (`mc_handler_rax.c`): the engine resumes the
+/// block in place, where the second load's borrow leaves out its store because the stub
+/// slot held the guest `rax` already (`Emitter::stub_has_rax`); the slot restored at the
+/// handler's return must hold the handler's `rax` (without that, the program goes on with
+/// 1, the `rax` from before the signal). The program prints 2 natively.
+#[test]
+fn a_handler_that_changes_rax_and_resumes_in_place_leaves_the_program_its_rax() {
+    let prog = build("mc_handler_rax.c", &["-g", "-O0"]);
+    let native = run(&mut Command::new(&prog));
+    let expected = "second 6 rax after the handler 2\n";
+    assert_eq!(stdout(&native), expected);
+    let ours = run(Command::new(oxgrind()).arg(&prog));
+    assert_eq!(stdout(&ours), expected, "{}", stderr(&ours));
+}
+
 /// A signal handler's return restores the interrupted point's register shadows, and a
 /// system call the handler interrupted (or that returned just before it) still has what
 /// the kernel wrote marked defined (`mc_signal_shadows.c`: kill() to self with a handler

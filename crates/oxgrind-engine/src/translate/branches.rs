@@ -44,6 +44,8 @@ impl Emitter {
     /// Lays out the stubs after the code and resolves the jumps to them.
     pub(super) fn finish(&mut self) {
         self.unmark();
+        // Out-of-line code follows: no inline borrow takes the slot's state from here.
+        self.stub_has_rax = false;
         for i in 0..self.stubs.len() {
             while self.buf.len() % 8 != 0 {
                 self.buf.push(0xCC);

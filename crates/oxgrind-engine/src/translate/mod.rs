@@ -830,6 +830,9 @@ pub fn translate_at_most(
         } else {
             e.copy(d)?;
         }
+        if !definedness::leaves_rax(&d.ins) {
+            e.stub_has_rax = false;
+        }
         e.carried_over(d.ins.ip());
     }
     e.settle();
@@ -1011,6 +1014,15 @@ struct Emitter {
     /// all of `rax` and reads none of it, so a borrow kept up to its copy ends there
     /// without giving `rax` back (`Emitter::carry_borrow`; `definedness::overwrites_rax`).
     drop_rax: bool,
+    /// The stub slot holds the guest `rax` on every path to here (a borrow stored it, or a
+    /// return loaded `rax` from it, and no copy since wrote any part of `rax`:
+    /// [`definedness::leaves_rax`]): the next inline borrow needs no store
+    /// (`Emitter::borrow_rax`; `mov gs:[stub], rax` after a return and the copy of an
+    /// instruction that only reads `rax`, a third of xz's borrows). Cleared by copies that
+    /// may write `rax`, clean calls and native gates. A signal handler run at a boundary
+    /// in between finds the slot restored on its return, holding the `rax` it returns with
+    /// (`signals::sigreturn_tramp`).
+    stub_has_rax: bool,
     /// While the fast form of a guest instruction that moves `rsp` is emitted: its store
     /// of the thread's last `rsp` is left out, a later one of the same block overwriting
     /// it before anything can read it (`definedness::last_rsp_dead`).
@@ -1152,6 +1164,7 @@ impl Emitter {
             carry: None,
             carry_flags: false,
             drop_rax: false,
+            stub_has_rax: false,
             last_rsp_dead: false,
             reborrow: Vec::new(),
             unborrowed: Vec::new(),

@@ -207,6 +207,8 @@ impl Emitter {
         let rel = (back - (lea_disp + 4)) as u32;
         self.buf[lea_disp..lea_disp + 4].copy_from_slice(&rel.to_le_bytes());
         self.mark(ip, 0);
+        // The call may have changed the guest `rax` (a client request's answer).
+        self.stub_has_rax = false;
     }
 
     /// The block at `asm::oxg_run_native` (`crate::run_native`, reached by a `call` from the
@@ -271,6 +273,8 @@ impl Emitter {
         let end = self.buf.len();
         let rel = (end - (to_end + 4)) as u32;
         self.buf[to_end..to_end + 4].copy_from_slice(&rel.to_le_bytes());
+        // The routine's result is the guest `rax` from here on.
+        self.stub_has_rax = false;
     }
 
     /// cmp qword ptr gs:[off], 0
@@ -344,6 +348,14 @@ impl Emitter {
             }
             self.settle();
         }
+        if self.stub_has_rax {
+            // The slot holds the guest `rax` already (`Emitter::stub_has_rax`).
+            self.mark(ip, FIX_RAX_IN_STUB);
+            if flags_live {
+                self.save_probe_flags();
+            }
+            return;
+        }
         self.borrow_again(ip, flags_live);
     }
 
@@ -367,6 +379,7 @@ impl Emitter {
     /// scratch slots, the guest state at `ip` from here on with `rax` in its slot.
     pub(super) fn borrow_again(&mut self, ip: u64, flags_live: bool) {
         self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+        self.stub_has_rax = true;
         self.mark(ip, FIX_RAX_IN_STUB);
         if flags_live {
             self.save_probe_flags();
@@ -379,6 +392,7 @@ impl Emitter {
             self.restore_probe_flags();
         }
         self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
+        self.stub_has_rax = true;
     }
 
     /// `mov rax, gs:[PROBE_FLAGS]; add al, 0x7f; sahf`: the flags `lahf; seto al` saved.
