@@ -658,7 +658,7 @@ const _: () = assert!(core::mem::size_of::<TraceRecord>() == 16);
 pub const CODE_MISS: u8 = 1;
 
 /// Hot ranges per thread (`Needs::hot_ranges`).
-pub const HOT_RANGES: usize = 2;
+pub const HOT_RANGES: usize = 3;
 
 /// One of a thread's hot ranges (`Needs::hot_ranges`, `Tool::on_trace_hot`): accesses whose
 /// first byte is in `[lo, hi)` are counted here instead of recorded.

@@ -19,9 +19,9 @@
 //!   to a live block's granules. [`Tool::on_trace`] charges each batch of records to the
 //!   live block containing each first byte (a shard lock per run of records in one shard);
 //!   a thread's buffer is flushed before it frees or reallocates a block, so its accesses
-//!   count first. Accesses to the two blocks too large for a histogram a thread used most in
+//!   count first. Accesses to the `HOT_RANGES` (3) blocks too large for a histogram a thread used most in
 //!   its last batch (`Needs::hot_ranges`) make no record: the engine counts their bytes
-//!   inline, and [`Tool::on_trace_hot`] charges them with the batch and picks the next two;
+//!   inline, and [`Tool::on_trace_hot`] charges them with the batch and picks the next ones;
 //!   within a batch, a large block's records add up and are charged once;
 //! * at exit, [`Tool::fini`] folds the live blocks in, resolves frames and writes the file
 //!   and the summary.
