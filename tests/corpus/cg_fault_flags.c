@@ -1,6 +1,7 @@
 /* A fault in an instruction that touches neither rax nor the flags, between two with memory
-   operands, while the flags are live: Cachegrind's recent-lines checks of the two keep rax
-   and the flags borrowed across the first one's copy (the engine's `Emitter::carry_flags`),
+   operands, while the flags are live: Cachegrind's recent-lines checks of the two, and
+   Memcheck's inline checks, keep rax and the flags borrowed across the first one's copy
+   (the engine's `Emitter::carry_flags`),
    so the engine must show the program's rax and flags to the handler, and the program must
    have them back when the handler resumes it. Prints what the handler saw and the flags
    after; natively the same. */

@@ -403,6 +403,41 @@ fn a_handler_that_changes_rax_and_resumes_in_place_leaves_the_program_its_rax() 
     assert_eq!(stdout(&ours), expected, "{}", stderr(&ours));
 }
 
+/// A fault in an instruction copied while Memcheck's inline checks keep `rax` and the live
+/// flags borrowed over a run of checked loads (`cg_fault_flags.c`: a `cmp`, four loads, the
+/// second of address 8, then `setb`/`sets`/`setz`; the engine saves the flags once before
+/// the first load's checks and gives them back after the last: `Emitter::carry_flags`)
+/// shows the program's `rax` and flags to its handler, and the program goes on with them,
+/// as natively; the report is Valgrind's (with its exact registers at memory accesses).
+#[test]
+fn a_fault_where_the_checks_keep_the_flags_shows_the_programs_flags_to_its_handler() {
+    let prog = build("cg_fault_flags.c", &["-g", "-O0"]);
+    let native = run(&mut Command::new(&prog));
+    assert!(
+        stdout(&native).contains("flags in handler 91 "),
+        "{}",
+        stdout(&native)
+    );
+    let ours = run(Command::new(oxgrind()).arg(&prog));
+    assert_eq!(stdout(&ours), stdout(&native), "{}", stderr(&ours));
+    assert!(
+        stderr(&ours).contains("ERROR SUMMARY: 1 errors from 1 contexts"),
+        "{}",
+        stderr(&ours)
+    );
+    if !have_valgrind() {
+        return;
+    }
+    let theirs = run(Command::new("valgrind")
+        .arg("--vex-iropt-register-updates=allregs-at-mem-access")
+        .arg(&prog));
+    assert_eq!(stdout(&theirs), stdout(&native));
+    assert_same_report(
+        &normalize_report(&stderr(&ours)),
+        &normalize_report(&stderr(&theirs)),
+    );
+}
+
 /// A signal handler's return restores the interrupted point's register shadows, and a
 /// system call the handler interrupted (or that returned just before it) still has what
 /// the kernel wrote marked defined (`mc_signal_shadows.c`: kill() to self with a handler

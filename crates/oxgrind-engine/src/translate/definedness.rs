@@ -330,10 +330,18 @@ impl Emitter {
             && form.rsp_delta == 0
             && form.rsp_from.is_none()
             && form.load.is_none();
-        if registers_only && flags_live {
+        // A borrow carried over the instruction before (`Emitter::carry_borrow`) is taken
+        // over rather than given back, where it saved the flags or they are dead here: its
+        // checks then need no `rcx` nor a flags save of their own, and the borrow can be
+        // carried on over this one's copy (a run of checked instructions with live flags,
+        // such as the `push`es and `mov`s before a `call`, saves and restores them once).
+        let kept_here = self
+            .kept
+            .is_some_and(|(kept_flags, k)| k == ip && (kept_flags || !flags_live));
+        if registers_only && flags_live && !kept_here {
             return self.definedness_live_flags(ip, rec, form, after_plain, flags_zero_dead, skip);
         }
-        let borrow = !registers_only || flags_live;
+        let borrow = !registers_only || flags_live || kept_here;
         if borrow {
             self.borrow_rax(ip, flags_live);
         } else {

@@ -676,7 +676,7 @@ pub fn translate_at_most(
         .then(|| insns[i + 1].ins.ip())
         .filter(|_| definedness::borrow_may_carry_over(&d.ins));
         e.carry_flags = e.carry.is_some()
-            && recent_check
+            && (recent_check || crate::definedness::enabled())
             && d.ins.rflags_read() == 0
             && d.ins.rflags_modified() == 0;
         e.drop_rax = tool.is_some()
@@ -1008,7 +1008,9 @@ struct Emitter {
     /// one's inline part (`Emitter::carry_borrow`), else `None`.
     carry: Option<u64>,
     /// With `carry`: the instruction neither reads nor writes any flag, so a borrow of
-    /// `rax` and the flags together may be carried over it (a recent-lines check's only).
+    /// `rax` and the flags together may be carried over it (a recent-lines check's, and
+    /// Memcheck's inline parts': consecutive checked instructions with live flags, such
+    /// as the `pop`s before a `ret`, then save and restore the flags once for all).
     carry_flags: bool,
     /// While the inline parts of a guest instruction are emitted: the instruction writes
     /// all of `rax` and reads none of it, so a borrow kept up to its copy ends there

@@ -333,10 +333,12 @@ impl Emitter {
 
     /// Saves the guest `rax` (and the flags, where live) before inline probe work.
     /// Takes over a borrow the inline part before kept (`Emitter::keep_borrow`) when it
-    /// saved the same flags.
+    /// saved the same flags, or saved flags that are dead here.
     pub(super) fn borrow_rax(&mut self, ip: u64, flags_live: bool) {
         if let Some((kept_flags, kept_ip)) = self.kept {
-            if kept_flags == flags_live && kept_ip == ip {
+            if kept_ip == ip && (kept_flags == flags_live || kept_flags) {
+                // The same borrow, or one that saved flags which are dead here (nothing
+                // reads them before they are overwritten: their slot is left as it is).
                 self.kept = None;
                 return;
             }
@@ -1892,9 +1894,10 @@ impl Emitter {
                 slow.add_jump(p)?;
             }
         }
-        if (!flags_live && self.carry.is_some()) || self.drop_rax {
-            // (Carried over the instruction's copy, or ended at it without giving `rax`
-            // back: `Emitter::carry_borrow`.)
+        if (self.carry.is_some() && (!flags_live || self.carry_flags)) || self.drop_rax {
+            // (Carried over the instruction's copy, live flags too where the copy touches
+            // none (`Emitter::carry_flags`), or ended at it without giving `rax` back:
+            // `Emitter::carry_borrow`.)
             self.keep_borrow(slow, flags_live);
             return Ok(());
         }
