@@ -438,6 +438,39 @@ fn a_fault_where_the_checks_keep_the_flags_shows_the_programs_flags_to_its_handl
     );
 }
 
+/// The same with moves that use `rax` between the checked accesses (`mc_fault_flags_rax.c`:
+/// a store of `rax`, a `lea` and a register move reading it, a load into it, and a fault
+/// in `mov rdi, [rax]`), over which the borrow of `rax` and the flags is carried with only
+/// `rax` given back around each copy (`definedness::flags_carry_past`).
+#[test]
+fn a_fault_in_a_move_of_rax_where_the_checks_keep_the_flags_shows_the_programs_registers() {
+    let prog = build("mc_fault_flags_rax.c", &["-g", "-O0"]);
+    let native = run(&mut Command::new(&prog));
+    assert_eq!(
+        stdout(&native),
+        "first 5 stored 8 loaded 7 moved 9 rax in handler 8 flags in handler 91 \
+         cf 1 sf 1 zf 0 of 0\n"
+    );
+    let ours = run(Command::new(oxgrind()).arg(&prog));
+    assert_eq!(stdout(&ours), stdout(&native), "{}", stderr(&ours));
+    assert!(
+        stderr(&ours).contains("ERROR SUMMARY: 1 errors from 1 contexts"),
+        "{}",
+        stderr(&ours)
+    );
+    if !have_valgrind() {
+        return;
+    }
+    let theirs = run(Command::new("valgrind")
+        .arg("--vex-iropt-register-updates=allregs-at-mem-access")
+        .arg(&prog));
+    assert_eq!(stdout(&theirs), stdout(&native));
+    assert_same_report(
+        &normalize_report(&stderr(&ours)),
+        &normalize_report(&stderr(&theirs)),
+    );
+}
+
 /// A signal handler's return restores the interrupted point's register shadows, and a
 /// system call the handler interrupted (or that returned just before it) still has what
 /// the kernel wrote marked defined (`mc_signal_shadows.c`: kill() to self with a handler

@@ -679,6 +679,14 @@ pub fn translate_at_most(
             && (recent_check || crate::definedness::enabled())
             && d.ins.rflags_read() == 0
             && d.ins.rflags_modified() == 0;
+        e.carry_past_rax = (tool.is_some()
+            && crate::definedness::enabled()
+            && e.carry.is_none()
+            && i + 1 < n
+            && count_at != Some(i + 1)
+            && !is_client_request_at(&insns, i)
+            && definedness::flags_carry_past(&d.ins))
+        .then(|| insns[i + 1].ins.ip());
         e.drop_rax = tool.is_some()
             && crate::definedness::enabled()
             && !is_client_request_at(&insns, i)
@@ -1012,6 +1020,11 @@ struct Emitter {
     /// Memcheck's inline parts': consecutive checked instructions with live flags, such
     /// as the `pop`s before a `ret`, then save and restore the flags once for all).
     carry_flags: bool,
+    /// Memcheck, where `carry` is `None`: the next instruction's pc when the instruction is
+    /// a plain move that uses `rax` but touches no flag (`definedness::flags_carry_past`),
+    /// so that a borrow of `rax` and the live flags kept up to its copy gives only `rax`
+    /// back around the copy and is kept again after it (`Emitter::carry_borrow`).
+    carry_past_rax: Option<u64>,
     /// While the inline parts of a guest instruction are emitted: the instruction writes
     /// all of `rax` and reads none of it, so a borrow kept up to its copy ends there
     /// without giving `rax` back (`Emitter::carry_borrow`; `definedness::overwrites_rax`).
@@ -1165,6 +1178,7 @@ impl Emitter {
             kept: None,
             carry: None,
             carry_flags: false,
+            carry_past_rax: None,
             drop_rax: false,
             stub_has_rax: false,
             last_rsp_dead: false,

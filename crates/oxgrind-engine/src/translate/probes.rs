@@ -1894,9 +1894,13 @@ impl Emitter {
                 slow.add_jump(p)?;
             }
         }
-        if (self.carry.is_some() && (!flags_live || self.carry_flags)) || self.drop_rax {
+        if (self.carry.is_some() && (!flags_live || self.carry_flags))
+            || (flags_live && self.carry_past_rax.is_some())
+            || self.drop_rax
+        {
             // (Carried over the instruction's copy, live flags too where the copy touches
-            // none (`Emitter::carry_flags`), or ended at it without giving `rax` back:
+            // none (`Emitter::carry_flags`), or past it with only `rax` given back around
+            // it (`Emitter::carry_past_rax`), or ended at it without giving `rax` back:
             // `Emitter::carry_borrow`.)
             self.keep_borrow(slow, flags_live);
             return Ok(());
