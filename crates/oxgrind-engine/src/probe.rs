@@ -1290,6 +1290,35 @@ pub(crate) fn fs_base(ctx: &mut ThreadCtx) -> u64 {
     ctx.fs_base
 }
 
+/// The flags instruction `ins` writes whatever its operands: iced's `rflags_modified`, less
+/// all of them for a shift or rotate whose count may be 0 (a count in `cl`, or an immediate
+/// that masks to 0), which leaves every flag as it was. The one rule every "the flags
+/// before this are dead" decision of the translator uses (inline checks' saves, where the
+/// counter update goes): compilers never read flags across such a shift, hand-written code
+/// may.
+pub(crate) fn flags_surely_written(ins: &Instruction) -> u32 {
+    use iced_x86::{Mnemonic as M, OpKind};
+    if !matches!(
+        ins.mnemonic(),
+        M::Shl | M::Sal | M::Shr | M::Sar | M::Rol | M::Ror | M::Rcl | M::Rcr | M::Shld | M::Shrd
+    ) {
+        return ins.rflags_modified();
+    }
+    let count = ins.op_count() - 1;
+    let mask = if ins.op0_register().size() == 8 || ins.memory_size().size() == 8 {
+        0x3f
+    } else {
+        0x1f
+    };
+    match ins.op_kind(count) {
+        // (`shl r/m, 1` too: iced gives its implicit count as an immediate 1.)
+        OpKind::Immediate8 if u64::from(ins.immediate8()) & mask != 0 => ins.rflags_modified(),
+        // A count in `cl`, or an immediate that masks to 0.
+        OpKind::Immediate8 | OpKind::Register => 0,
+        _ => ins.rflags_modified(),
+    }
+}
+
 /// Per-instruction liveness of the arithmetic flags: bit `i` of the result is set when
 /// some flag may be read after instruction `i` starts, before being overwritten (flags are
 /// taken as live wherever the block is left).
@@ -1303,7 +1332,7 @@ pub(crate) fn flags_live_before<'a>(
         if !matches!(ins.flow_control(), iced_x86::FlowControl::Next) {
             live = STATUS;
         }
-        live = (live & !ins.rflags_modified()) | (ins.rflags_read() & STATUS);
+        live = (live & !flags_surely_written(ins)) | (ins.rflags_read() & STATUS);
         if live != 0 {
             out |= 1 << i;
         }

@@ -403,6 +403,37 @@ fn a_handler_that_changes_rax_and_resumes_in_place_leaves_the_program_its_rax() 
     assert_eq!(stdout(&ours), expected, "{}", stderr(&ours));
 }
 
+/// A shift or rotate by a count that masks to 0 leaves every flag as it was
+/// (`engine_shift_by_zero_flags.c`: a `cmp`, a checked load, `shl r, cl` with `cl` = 0 or
+/// 64, then `setb`/`setz`; and a `rol r, cl` first in a block): the translator must not
+/// take it as overwriting the flags, or an inline check or counter update before it
+/// clobbers the flags the program reads after it (`probe::flags_surely_written`). Same
+/// output as natively under every tool that instruments.
+#[test]
+fn a_shift_by_zero_keeps_the_flags_before_it_under_every_tool() {
+    let prog = build("engine_shift_by_zero_flags.c", &["-g", "-O2"]);
+    let native = run(&mut Command::new(&prog));
+    assert!(
+        stdout(&native).contains("load: 1-2 below 1 zero 0 v 5 loaded 1\n"),
+        "{}",
+        stdout(&native)
+    );
+    for tool in [
+        &["--tool=memcheck"][..],
+        &["--tool=cachegrind", "--cachegrind-out-file=/dev/null"],
+        &["--tool=dhat", "--dhat-out-file=/dev/null"],
+        &["--tool=massif", "--massif-out-file=/dev/null"],
+    ] {
+        let ours = run(Command::new(oxgrind()).args(tool).arg(&prog));
+        assert_eq!(
+            stdout(&ours),
+            stdout(&native),
+            "{tool:?}: {}",
+            stderr(&ours)
+        );
+    }
+}
+
 /// A fault in an instruction copied while Memcheck's inline checks keep `rax` and the live
 /// flags borrowed over a run of checked loads (`cg_fault_flags.c`: a `cmp`, four loads, the
 /// second of address 8, then `setb`/`sets`/`setz`; the engine saves the flags once before

@@ -561,7 +561,7 @@ pub fn translate_at_most(
         } else if let Some(i) = insns.iter().position(|d| {
             matches!(d.ins.flow_control(), FlowControl::Next)
                 && d.ins.rflags_read() & STATUS_FLAGS == 0
-                && d.ins.rflags_modified() & STATUS_FLAGS == STATUS_FLAGS
+                && crate::probe::flags_surely_written(&d.ins) & STATUS_FLAGS == STATUS_FLAGS
         }) {
             count_at = Some(i);
         } else {
@@ -964,7 +964,7 @@ fn flags_dead_at_entry(insns: &[Decoded]) -> bool {
         if !matches!(d.ins.flow_control(), FlowControl::Next) {
             return false;
         }
-        written |= d.ins.rflags_modified() & STATUS_FLAGS;
+        written |= crate::probe::flags_surely_written(&d.ins) & STATUS_FLAGS;
         if written == STATUS_FLAGS {
             return true;
         }
