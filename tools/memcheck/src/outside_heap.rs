@@ -24,7 +24,9 @@
 //!   Valgrind reports it before its "Process terminating with default action of signal 11"
 //!   block ("Address 0x12345678 is not stack'd, malloc'd or (recently) free'd"). So is an
 //!   access to a `PROT_NONE` mapping (`SEGV_ACCERR` there), which Valgrind's A bits hold
-//!   unaddressable; a mapping that allows some access (a write to read-only memory) is
+//!   unaddressable when `mmap` made it so (not when `mprotect` did: Valgrind takes no access
+//!   away there, and we do not yet tell the two apart; docs/differences-from-valgrind.md);
+//!   a mapping that allows some access (a write to read-only memory) is
 //!   addressable in Valgrind's eyes: no Memcheck error, and the fatal-signal block says
 //!   "Bad permissions".
 
