@@ -499,15 +499,31 @@ core::arch::global_asm!(
     ".hidden oxg_native_entry",
     "oxg_native_entry:",
     "jmp r11",
-    // As `oxg_native_gate`, for `oxg_native_entry`: the guest registers saved, then
-    // `probe::native_entry_gate` makes the call and returns its result in rax.
+    // As `oxg_native_gate`, for `oxg_native_entry`: the guest registers saved, then the
+    // call made here, its result left in rax. Reached by the translation's `call` on the
+    // engine stack (rsp = its top - 8), the arguments still in rdi, rsi, rdx, rcx, r8, r9
+    // and the function in r11, as the program's call and the embedder's entry left them.
+    // What `probe::native_entry_call` does for the dispatcher's fall-back, without a Rust
+    // frame between: the registers lent to the embedder as the caller's
+    // (`ToolRegsLent::gate_caller`: the previous loan kept on the engine stack, restored
+    // after), and the call counted in `native_calls` (`NativeCall`: plain `inc`/`dec`, only
+    // this thread writes it, and a signal in between restores what it found). Every
+    // allocator call of a heap tool comes here: the Rust wrapper's seven reloads of the
+    // arguments, its frame and its call were a third of the gate's instructions. The
+    // flags are the caller's to lose (a function call).
     ".p2align 4",
     ".globl oxg_native_entry_gate",
     ".hidden oxg_native_entry_gate",
     "oxg_native_entry_gate:",
     save_guest_registers_but_rsp!(),
-    "mov rdi, gs:[0]",
-    "jmp {native_entry_gate}",
+    "push qword ptr gs:[{tool_regs}]",
+    "mov qword ptr gs:[{tool_regs}], {lent_gate_caller}",
+    "inc qword ptr gs:[{native_calls}]",
+    // rsp is 16-byte aligned here (the top - 16): the callee's frame is as the ABI wants.
+    "call r11",
+    "dec qword ptr gs:[{native_calls}]",
+    "pop qword ptr gs:[{tool_regs}]",
+    "ret",
     // ------------------------------------------------------------------ native try fault
     // A synchronous fault inside a replaced function's native try (`crate::native_try`,
     // `ThreadCtx::native_try` set): the signal entry resumes here instead. The try's
@@ -615,5 +631,7 @@ core::arch::global_asm!(
     rust = sym crate::dispatch::dispatch,
     sigrust = sym crate::signals::on_signal,
     native_gate = sym crate::probe::native_gate,
-    native_entry_gate = sym crate::probe::native_entry_gate,
+    tool_regs = const c::OFF_TOOL_REGS,
+    native_calls = const c::OFF_NATIVE_CALLS,
+    lent_gate_caller = const crate::probe::LENT_GATE_CALLER,
 );

@@ -345,6 +345,8 @@ off!(OFF_OWN_WORK, own_work);
 off!(OFF_PENDING_CHILD, pending_child);
 off!(OFF_PENDING_SIGNALS, pending_signals);
 off!(OFF_NATIVE_TRY, native_try);
+off!(OFF_TOOL_REGS, tool_regs);
+off!(OFF_NATIVE_CALLS, native_calls);
 off!(OFF_VBITS, vbits);
 off!(OFF_VBITS_LIMIT, vbits_limit);
 off!(OFF_VBITS_TEMP, vbits_temp);

@@ -716,7 +716,9 @@ pub(crate) unsafe extern "C" fn native_gate(ctx: *mut ThreadCtx) {
 /// (`crate::native_entry`), with the registers of the program's call, saved in the
 /// context (rsp at the program's return address), lent to the embedder as the entry's
 /// return will leave them ([`ToolRegsLent::gate_caller`]). Returns the function's result,
-/// the guest's `rax` after it.
+/// the guest's `rax` after it. The dispatcher's fall-back (`KIND_NATIVE_ENTRY`); the
+/// translation's own gate, `asm::oxg_native_entry_gate`, makes the same call in assembly
+/// (keep the two alike).
 fn native_entry_call(ctx: &ThreadCtx) -> u64 {
     let _lent = ToolRegsLent::gate_caller(ctx);
     let _native = NativeCall::new(ctx);
@@ -736,17 +738,6 @@ fn native_entry_call(ctx: &ThreadCtx) -> u64 {
             saved(ctx, c::R9),
         )
     }
-}
-
-/// As [`native_gate`], for the translation of `asm::oxg_native_entry` (through
-/// `asm::oxg_native_entry_gate`): the result is left in rax, which the translation keeps
-/// as the guest's.
-///
-/// # Safety
-/// Only from `oxg_native_entry_gate`, with `ctx` the calling thread's context.
-pub(crate) unsafe extern "C" fn native_entry_gate(ctx: *mut ThreadCtx) -> u64 {
-    // SAFETY: the caller's contract.
-    native_entry_call(unsafe { &*ctx })
 }
 
 /// What a stored probe record is, for the census (`crate::census`).
