@@ -447,7 +447,22 @@ fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
             Action::Run(host)
         }
         SYS_MPROTECT | SYS_PKEY_MPROTECT => {
-            ctx.gregs[c::RAX] = mprotect(ctx, nr) as u64;
+            let regs = oxgrind_tool::instrument::GuestRegs {
+                gpr: ctx.gregs,
+                rip: pc,
+                rflags: ctx.gflags,
+            };
+            let result = mprotect(ctx, nr);
+            ctx.gregs[c::RAX] = result as u64;
+            // SAFETY: GLOBAL is written once before takeover and only read afterwards.
+            if let Some(hook) = unsafe { GLOBAL.get_unchecked() }.on_memory_syscall {
+                hook(&crate::MemorySyscall {
+                    nr,
+                    args: c::syscall_args(&regs.gpr),
+                    result,
+                    regs,
+                });
+            }
             Action::Emulated
         }
         SYS_ARCH_PRCTL if ctx.gregs[c::RDI] == ARCH_SET_FS => {

@@ -201,9 +201,11 @@ pub struct Config {
     /// [`definedness::enable_origins`]).
     pub origins: bool,
     /// Called on the engine stack, with the thread stopped, after each guest `mmap`,
-    /// `munmap`, `mremap` and `brk` (which the engine then performs itself): the page-level
-    /// view of memory (Massif's `--pages-as-heap`), without a seccomp trap, which cannot work
-    /// under the engine (the guest's system calls run from the code cache). Like a probe
+    /// `munmap`, `mremap` and `brk` (which the engine then performs itself), and after each
+    /// `mprotect` and `pkey_mprotect` (which it always performs): the page-level view of
+    /// memory (Massif's `--pages-as-heap`; how each mapping got its permissions, which
+    /// Memcheck's addressability follows), without a seccomp trap, which cannot work under
+    /// the engine (the guest's system calls run from the code cache). Like a probe
     /// callback, it must not call into the program or block on a lock guest code may hold.
     pub on_memory_syscall: Option<fn(&MemorySyscall)>,
     /// Called like `on_memory_syscall`, after each guest system call that creates or closes

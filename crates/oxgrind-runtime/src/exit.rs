@@ -239,6 +239,7 @@ extern "C" fn after_fork_child() {
         rt.tool.on_fork_child();
     }
     crate::host::after_fork_child();
+    crate::mapstate::after_fork_child();
 }
 
 // ---------------------------------------------------------------------------------------

@@ -598,6 +598,10 @@ impl Host for RuntimeHost {
         raw::exit_group(status)
     }
 
+    fn noaccess_mapping(&self, addr: u64) -> Option<bool> {
+        crate::mapstate::state(addr)
+    }
+
     fn live_blocks(&self) -> Vec<LiveBlock> {
         BLOCKS.live_blocks()
     }

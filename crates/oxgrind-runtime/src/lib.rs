@@ -32,6 +32,7 @@ pub mod init_order;
 pub mod instrument;
 pub mod libc_api;
 pub mod limits;
+pub mod mapstate;
 pub mod pages;
 pub mod perfmap;
 pub mod replace;
@@ -94,6 +95,17 @@ extern "C" fn on_load() {
     limits::settle_after_setup();
 }
 
+/// The engine performed one of the program's `mmap`, `munmap`, `mremap`, `brk`, `mprotect`
+/// (`oxgrind_engine::Config::on_memory_syscall`): how mappings got their permissions
+/// (`mapstate`), and the pages of `--pages-as-heap` (`pages`, which has no use for
+/// `mprotect`).
+fn memory_syscall(call: &oxgrind_engine::MemorySyscall) {
+    mapstate::on_engine_syscall(call);
+    if !matches!(call.nr, 10 | 329) && state::runtime().is_some_and(|rt| rt.needs.page_events) {
+        pages::on_engine_syscall(call);
+    }
+}
+
 /// Whether the tool's needs make the program run under the translation engine.
 pub fn wants_engine(n: &oxgrind_tool::Needs) -> bool {
     n.translation || n.count_instructions || n.instrument || n.client_requests || n.definedness
@@ -112,8 +124,8 @@ fn start_engine(needs: oxgrind_tool::Needs) {
         } else {
             None
         },
-        on_memory_syscall: if needs.page_events {
-            Some(pages::on_engine_syscall)
+        on_memory_syscall: if needs.page_events || needs.mapping_access {
+            Some(memory_syscall)
         } else {
             None
         },
@@ -151,6 +163,9 @@ fn start_engine(needs: oxgrind_tool::Needs) {
     perfmap::start_census();
     if needs.page_events {
         pages::before_engine();
+    }
+    if needs.mapping_access {
+        mapstate::enable();
     }
     if !needs.ignores_heap {
         replace::prepare(needs.instrument && needs.check_overlaps);

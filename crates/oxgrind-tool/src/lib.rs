@@ -200,6 +200,10 @@ pub struct Needs {
     pub freelist_vol: u64,
     /// Deliver [`Tool::on_map`] / [`Tool::on_unmap`] (Massif's `--pages-as-heap=yes`).
     pub page_events: bool,
+    /// Under the engine: follow the program's `mmap`, `mprotect`, `munmap` and `mremap` to
+    /// know which of its mappings Valgrind's Memcheck holds unaddressable
+    /// ([`Host::noaccess_mapping`]).
+    pub mapping_access: bool,
     /// Bytes of slack the runtime leaves after every block (Memcheck's redzone), so a small
     /// overrun lands in memory the program does not own rather than in glibc's chunk headers.
     pub redzone: u64,
@@ -494,6 +498,17 @@ pub trait Host {
     /// Ends the process at once with `status`, writing nothing more (Memcheck's
     /// `--exit-on-first-error=yes`). The runtime's implementation does not return.
     fn exit_now(&self, _status: i32) {}
+    /// With [`Needs::mapping_access`]: whether Valgrind's Memcheck holds `addr`
+    /// unaddressable by how its mapping got its permissions. `Some(true)`: the program
+    /// mapped it `PROT_NONE` (`mmap`, or the part `mremap` grew of such a mapping) and has
+    /// given it no permission since (`mprotect`); `Some(false)`: it mapped it with some
+    /// permission or gave it one since, so that it is addressable even if `mprotect` made
+    /// it `PROT_NONE` later. `None`: no call of the program's for it was seen (mapped before
+    /// the engine took over, or by glibc's allocator natively), or without the need. Takes
+    /// a lock: for the error path (a fault).
+    fn noaccess_mapping(&self, _addr: Addr) -> Option<bool> {
+        None
+    }
     /// One of the process's `/proc/self` files, read afresh, without taking a descriptor the
     /// program could need (a plain `open` in a handler takes the lowest free one, and a
     /// program at its descriptor limit would lose an `open` to it). `None` when it cannot

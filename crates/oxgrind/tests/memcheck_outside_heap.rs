@@ -295,3 +295,75 @@ fn correct_programs_that_switch_stacks_have_no_errors_in_either() {
     let report = stderr(&avx2);
     assert!(report.contains("ERROR SUMMARY: 0 errors"), "{report}");
 }
+
+/// Faults in `PROT_NONE` memory by how it lost its permissions (`access_prot_none.c`):
+/// Valgrind holds memory `mmap` made `PROT_NONE` unaddressable, and memory `mprotect` made
+/// `PROT_NONE` after it was mapped with some permission addressable (the runtime follows
+/// the program's `mmap`, `mprotect`, `munmap`, `mremap`: `mapstate.rs`). Same errors,
+/// output, fatal-signal blocks and exit status as Valgrind, which is given
+/// `--vex-iropt-register-updates=allregs-at-mem-access` so that a handler's return resumes
+/// the faulting read (without it Valgrind faults again for ever).
+#[test]
+fn prot_none_memory_is_unaddressable_only_where_mmap_made_it_so_as_in_valgrind() {
+    if !have_valgrind() {
+        return;
+    }
+    let prog = build("access_prot_none.c", &["-g", "-O0", "-pthread"]);
+    for (mode, errors, fatal) in [
+        // mprotect PROT_NONE, a handler re-enables it: no error.
+        ("mprotect", 0, None),
+        // mmap PROT_NONE: one invalid read, then the read again after the handler.
+        ("mmap", 1, None),
+        ("mmap-rw", 0, None),
+        // mmap PROT_NONE, mprotect PROT_READ, mprotect PROT_NONE: addressable.
+        ("mmap-rw-none", 0, None),
+        ("mprotect-rw", 0, None),
+        // Moved and grown by mremap: the carried page addressable, the grown one not.
+        ("mremap", 1, None),
+        // A page of a big heap block (glibc's allocator mapped it, unseen) made PROT_NONE.
+        ("heap-page", 0, None),
+        (
+            "munmap",
+            1,
+            Some("Access not within mapped region at address"),
+        ),
+        (
+            "mprotect-dies",
+            0,
+            Some("Bad permissions for mapped region at address"),
+        ),
+        (
+            "mmap-dies",
+            1,
+            Some("Bad permissions for mapped region at address"),
+        ),
+        // The guard page below a thread's stack.
+        ("thread-guard", 1, None),
+    ] {
+        for opts in [&[][..], &["--error-exitcode=3"]] {
+            let ours = run(Command::new(oxgrind()).args(opts).arg(&prog).arg(mode));
+            let theirs = run(Command::new("valgrind")
+                .arg("--vex-iropt-register-updates=allregs-at-mem-access")
+                .args(opts)
+                .arg(&prog)
+                .arg(mode));
+            assert_eq!(stdout(&ours), stdout(&theirs), "{mode} {opts:?}");
+            assert_eq!(
+                ours.status.code(),
+                theirs.status.code(),
+                "{mode} {opts:?}: exit status"
+            );
+            let (ours, theirs) = (
+                normalize_report(&stderr(&ours)),
+                normalize_report(&stderr(&theirs)),
+            );
+            let summary = format!("ERROR SUMMARY: {errors} errors from {errors} contexts");
+            assert!(ours.contains(&summary), "{mode}: no {summary:?} in\n{ours}");
+            if let Some(line) = fatal {
+                assert!(ours.contains(line), "{mode}: no {line:?} in\n{ours}");
+            }
+            // (A thread's DTV: one slot more for our runtime's TLS.)
+            assert_same_report(&without_dtv_slot(&ours, &theirs), &theirs);
+        }
+    }
+}

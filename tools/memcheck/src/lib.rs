@@ -315,6 +315,9 @@ impl Tool for Memcheck {
             free_stacks: true,
             freelist_vol: self.opts.freelist_vol,
             page_events: false,
+            // A fault in a `PROT_NONE` mapping is an error only where `mmap` made it so
+            // (`outside_heap.rs`).
+            mapping_access: true,
             // Valgrind's default --redzone-size for Memcheck.
             redzone: shadow::REDZONE,
             check_overlaps: true,

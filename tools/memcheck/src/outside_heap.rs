@@ -23,12 +23,13 @@
 //!   signal is delivered (`Tool::on_memory_fault`): with `SEGV_MAPERR` it is reported as
 //!   Valgrind reports it before its "Process terminating with default action of signal 11"
 //!   block ("Address 0x12345678 is not stack'd, malloc'd or (recently) free'd"). So is an
-//!   access to a `PROT_NONE` mapping (`SEGV_ACCERR` there), which Valgrind's A bits hold
-//!   unaddressable when `mmap` made it so (not when `mprotect` did: Valgrind takes no access
-//!   away there, and we do not yet tell the two apart; docs/differences-from-valgrind.md);
-//!   a mapping that allows some access (a write to read-only memory) is
-//!   addressable in Valgrind's eyes: no Memcheck error, and the fatal-signal block says
-//!   "Bad permissions".
+//!   access to a `PROT_NONE` mapping (`SEGV_ACCERR` there) when `mmap` made it so, which
+//!   Valgrind's A bits hold unaddressable; not one `mprotect` made `PROT_NONE` after it was
+//!   mapped with some permission, which Valgrind takes no access away from (the runtime
+//!   follows the program's `mmap`, `mprotect`, `munmap` and `mremap` with Valgrind's rules:
+//!   `Host::noaccess_mapping`). A mapping that allows some access (a write to read-only
+//!   memory) is addressable in Valgrind's eyes: no Memcheck error, and the fatal-signal
+//!   block says "Bad permissions".
 
 use oxgrind_formats::memcheck_text::{self as text, Aux};
 use oxgrind_formats::memcheck_xml::WhatQuirk;
@@ -468,12 +469,19 @@ impl Memcheck {
         accesses: &[Access],
         regs: &GuestRegs,
     ) {
-        // Nothing mapped, or a mapping with no permission at all (`PROT_NONE`, a thread
-        // stack's guard page), which Valgrind holds unaddressable; a mapping that allows
-        // some access but not this one is addressable to it.
+        // Nothing mapped, or a mapping with no permission at all that `mmap` made so (a
+        // thread stack's guard page), which Valgrind holds unaddressable. One `mprotect`
+        // made `PROT_NONE` after it was mapped with some permission is addressable to it,
+        // as is a mapping that allows some access but not this one. Where no call of the
+        // program's was seen for it: anonymous memory, whose `PROT_NONE` mappings then are
+        // glibc's (an arena's reserve), of which Valgrind has none, so nothing is mapped
+        // there to it; not a file's, where the dynamic linker's `mprotect` made the holes
+        // between a library's segments before the engine took over.
         let unaddressable = fault.code == SEGV_MAPERR
             || (fault.code == SEGV_ACCERR
-                && mapping_at(host, fault.addr).is_some_and(|(perms, _)| perms == "---"));
+                && mapping_at(host, fault.addr).is_some_and(|(perms, path)| {
+                    perms == "---" && host.noaccess_mapping(fault.addr).unwrap_or(path.is_empty())
+                }));
         if fault.sig != SIGSEGV || !unaddressable {
             return;
         }
