@@ -132,6 +132,16 @@ fn operands_sharing_a_span_lookup_are_reported_as_valgrind_reports_them() {
     reported_as_valgrind_at_o0_and_o2("mc_span_share.c", 3);
 }
 
+/// An operand addressed through `rax` right after the inline part stored the guest `rax`
+/// computes its address without reloading it (`translate`: `Emitter::rax_guest_at`): an
+/// undefined field read through a pointer just loaded into `rax`, a read one past a block
+/// through it, and one while the flags of a compare are live (their save takes `rax`, so
+/// the address needs the reload) are each reported, as by Valgrind.
+#[test]
+fn operands_through_a_rax_just_stored_are_reported_as_valgrind_reports_them() {
+    reported_as_valgrind_at_o0_and_o2("mc_rax_base.c", 3);
+}
+
 /// A block leaves out the checks of registers an earlier instruction of it proved defined
 /// (`translate::definedness::Proofs`), and leaves through a side exit when an instruction
 /// such a proof relies on goes slow: an undefined index used twice, a proven register next

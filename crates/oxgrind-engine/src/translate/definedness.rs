@@ -365,6 +365,8 @@ impl Emitter {
         // compare has tested it), then each register read, in the bytes it reads (cmp
         // dword/word/byte gs:[off], 0). A step is pending until the thread's first, which
         // makes its state (`ctx.vbits`) that the inline parts after it use.
+        // These compares write no `rax`: a guest `rax` in it stays (`Emitter::rax_guest_at`).
+        let rax_guest = self.rax_guest_at == self.buf.len();
         if !after_plain && !block_entry {
             self.buf.extend_from_slice(&[0x65, 0x80, 0x3C, 0x25]);
             self.d32(c::OFF_VBITS_NEED_STEP as u32);
@@ -404,6 +406,9 @@ impl Emitter {
             self.d32(c::OFF_VBITS_FLAGS as u32);
             self.buf.push(0x00);
             self.jcc_slow(0x85, &mut slow)?;
+        }
+        if rax_guest {
+            self.rax_guest_at = self.buf.len();
         }
         if let Some((n, d)) = form.rsp_from {
             // The new rsp is not below this one (else the slow path's stack rule marks the
@@ -705,6 +710,8 @@ impl Emitter {
     /// live flags, eight instructions). Whatever else comes next [`Emitter::settle`]s.
     pub(super) fn keep_borrow(&mut self, mut slow: SlowCall, flags_live: bool) {
         slow.back = self.buf.len();
+        // The thunk's borrow may save the flags through `rax` before coming back here.
+        self.rax_guest_at = usize::MAX;
         self.reborrow.push(self.slow.len());
         self.kept = Some((flags_live, slow.ip));
         self.slow.push(slow);
@@ -762,6 +769,7 @@ impl Emitter {
                 // signal waits for a point without fix-ups.)
                 self.mark(next, super::FIX_RAX_IN_STUB | super::FIX_FLAGS_IN_SLOT);
                 self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
+                self.rax_guest_at = self.buf.len();
                 self.kept = Some((true, next));
                 return;
             }

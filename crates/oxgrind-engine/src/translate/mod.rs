@@ -1038,6 +1038,16 @@ struct Emitter {
     /// in between finds the slot restored on its return, holding the `rax` it returns with
     /// (`signals::sigreturn_tramp`).
     stub_has_rax: bool,
+    /// The length of `buf` at which the host `rax` holds the guest `rax` on every path
+    /// (`usize::MAX`: none): right after a borrow's store (`mov gs:[stub], rax`), a return's
+    /// load, or a borrow that needed no store at a guest boundary, and kept across the
+    /// register and flags compares of a fast form, which write no `rax` and whose jumps
+    /// leave for the slow call. An operand address computed right there needs no reload of
+    /// the guest `rax` (`Emitter::effective_address`: `mov rax, gs:[stub]` after
+    /// `mov gs:[stub], rax; cmp gs:[shadow of r], 0; jne slow`). Any other emission leaves
+    /// `buf` longer, which ends it by itself; a slow call's return point that a thunk
+    /// borrowing anew reaches (`Emitter::keep_borrow`) ends it explicitly.
+    rax_guest_at: usize,
     /// While the fast form of a guest instruction that moves `rsp` is emitted: its store
     /// of the thread's last `rsp` is left out, a later one of the same block overwriting
     /// it before anything can read it (`definedness::last_rsp_dead`).
@@ -1181,6 +1191,7 @@ impl Emitter {
             carry_past_rax: None,
             drop_rax: false,
             stub_has_rax: false,
+            rax_guest_at: usize::MAX,
             last_rsp_dead: false,
             reborrow: Vec::new(),
             unborrowed: Vec::new(),

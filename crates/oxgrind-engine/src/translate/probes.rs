@@ -351,8 +351,10 @@ impl Emitter {
             self.settle();
         }
         if self.stub_has_rax {
-            // The slot holds the guest `rax` already (`Emitter::stub_has_rax`).
+            // The slot holds the guest `rax` already (`Emitter::stub_has_rax`), and `rax`
+            // itself still does: no borrow was in force.
             self.mark(ip, FIX_RAX_IN_STUB);
+            self.rax_guest_at = self.buf.len();
             if flags_live {
                 self.save_probe_flags();
             }
@@ -382,6 +384,7 @@ impl Emitter {
     pub(super) fn borrow_again(&mut self, ip: u64, flags_live: bool) {
         self.store_gs(0, c::scratch_off(c::S_STUB_RAX));
         self.stub_has_rax = true;
+        self.rax_guest_at = self.buf.len();
         self.mark(ip, FIX_RAX_IN_STUB);
         if flags_live {
             self.save_probe_flags();
@@ -395,6 +398,7 @@ impl Emitter {
         }
         self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
         self.stub_has_rax = true;
+        self.rax_guest_at = self.buf.len();
     }
 
     /// `mov rax, gs:[PROBE_FLAGS]; add al, 0x7f; sahf`: the flags `lahf; seto al` saved.
@@ -1924,7 +1928,9 @@ impl Emitter {
         if m.base() == Register::None && m.index() == Register::None {
             self.mov_imm64(0, disp);
         } else {
-            if m.base() == Register::RAX || m.index() == Register::RAX {
+            if (m.base() == Register::RAX || m.index() == Register::RAX)
+                && self.rax_guest_at != self.buf.len()
+            {
                 self.load_gs(0, c::scratch_off(c::S_STUB_RAX));
             }
             // `[rax]` alone is the guest `rax` just loaded: no `lea rax, [rax]`.
