@@ -41,7 +41,7 @@ use oxgrind_tool::instrument::{
     AccessKind, Addressing, Cond, Flow, Insn, Plan, RepString, TraceKind, TraceRecord,
 };
 
-use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use crate::sim::Simulator;
 
@@ -246,6 +246,8 @@ impl BlockInfo {
 pub struct BlockTable {
     chunks: Box<[AtomicPtr<[AtomicPtr<BlockInfo>; CHUNK]>]>,
     next: AtomicU32,
+    /// The counted blocks' code lines, for their code-miss records.
+    pub lines: LineTable,
 }
 
 const CHUNK_BITS: u32 = 12;
@@ -278,6 +280,7 @@ impl BlockTable {
                 .map(|_| AtomicPtr::new(core::ptr::null_mut()))
                 .collect(),
             next: AtomicU32::new(0),
+            lines: LineTable::new(),
         }
     }
 
@@ -343,6 +346,184 @@ impl Default for BlockTable {
     }
 }
 
+/// What the replay of a code-miss record needs of its line ([`code_miss`]): the line, and
+/// the lookup of the block's that a miss on it charges. Per line of every counted block's
+/// code, kept apart from the blocks' descriptions in [`LineTable`], so that a code-miss
+/// record reads one 16-byte entry (one host line) where finding the block's description
+/// took two or three cold loads (the table's slot, the description, its lookups): ~3% of
+/// sqlite3's run under Cachegrind (h22-cgcode's profile).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LineEntry {
+    /// The pc of the block's first lookup that reaches the line (the line's start when
+    /// none does, which a block's contiguous code never leaves).
+    pub pc: u64,
+    /// That lookup's cost index and length, and its index in the block's lookups.
+    pub id: u32,
+    pub len: u8,
+    pub lookup: Option<u8>,
+    /// The lookup starts on the line before (it straddles into this one).
+    pub from_before: bool,
+}
+
+impl LineEntry {
+    /// The entries of `blk`'s code lines `first..=last`, in order, each naming the first
+    /// lookup that reaches its line (what [`charge_lookup_miss`] searches for).
+    fn of_block(blk: &BlockInfo, first: u64, last: u64, bits: u32) -> Vec<LineEntry> {
+        (first..=last)
+            .map(|line| match lookup_reaching(&blk.lookups, line, bits) {
+                Some(i) => {
+                    let l = &blk.lookups[i];
+                    LineEntry {
+                        pc: l.pc,
+                        id: l.id,
+                        len: l.len,
+                        lookup: Some(i as u8),
+                        from_before: l.pc >> bits != line,
+                    }
+                }
+                None => LineEntry {
+                    pc: line << bits,
+                    id: 0,
+                    len: 0,
+                    lookup: None,
+                    from_before: false,
+                },
+            })
+            .collect()
+    }
+
+    /// The I1 line it describes.
+    #[inline(always)]
+    fn line(&self, bits: u32) -> u64 {
+        (self.pc >> bits) + u64::from(self.from_before)
+    }
+}
+
+/// The [`LineEntry`]s of counted blocks, appended by `instrument` on any thread (a block's
+/// lines together, in order) and read by the trace consumer without a lock, as
+/// [`BlockTable`]: a block's entries are written before its code can run. A code-miss
+/// record's tag is the index of its block's first entry ([`Tracing::code_miss_records`]).
+pub struct LineTable {
+    chunks: Box<[AtomicPtr<[LineSlot; CHUNK]>]>,
+    next: AtomicU32,
+}
+
+/// One [`LineEntry`], packed in two words: the pc, then `id | from_before << 32 |
+/// len << 40 | lookup << 48 | WRITTEN` (lookup `u8::MAX`: none). 16 bytes, so that an
+/// entry never straddles two host lines.
+#[repr(C, align(16))]
+struct LineSlot {
+    pc: AtomicU64,
+    charge: AtomicU64,
+}
+
+const WRITTEN: u64 = 1 << 63;
+
+/// Entries one run may hold: every block that can be counted ([`MAX_INDEXED_COUNTERS`]
+/// bounds them) with the most lines a block's code spans (64 instructions of 15 bytes, on
+/// lines of at least 16 bytes), so that the table is never full.
+const MAX_LINES: usize = 1 << 26;
+const _: () = assert!(
+    MAX_LINES >= oxgrind_tool::instrument::MAX_INDEXED_COUNTERS as usize * ((64 * 15) / 16 + 2)
+);
+
+impl LineTable {
+    pub fn new() -> Self {
+        LineTable {
+            chunks: (0..MAX_LINES / CHUNK)
+                .map(|_| AtomicPtr::new(core::ptr::null_mut()))
+                .collect(),
+            next: AtomicU32::new(0),
+        }
+    }
+
+    /// Keeps `entries` for the rest of the run; the index of the first, or `None` when
+    /// they do not fit (never: see [`MAX_LINES`]).
+    pub fn push(&self, entries: &[LineEntry]) -> Option<u32> {
+        let n = u32::try_from(entries.len()).ok()?;
+        let first = self.next.fetch_add(n, Ordering::Relaxed);
+        if first as usize + entries.len() > MAX_LINES {
+            return None;
+        }
+        for (e, x) in (first..).zip(entries) {
+            let slot = self.slot(e)?;
+            slot.pc.store(x.pc, Ordering::Relaxed);
+            let charge = u64::from(x.id)
+                | u64::from(x.from_before) << 32
+                | u64::from(x.len) << 40
+                | u64::from(x.lookup.unwrap_or(u8::MAX)) << 48
+                | WRITTEN;
+            slot.charge.store(charge, Ordering::Release);
+        }
+        Some(first)
+    }
+
+    /// Entry `e`'s slot, its chunk made on demand.
+    fn slot(&self, e: u32) -> Option<&LineSlot> {
+        let dir = self.chunks.get(e as usize >> CHUNK_BITS)?;
+        let mut chunk = dir.load(Ordering::Acquire);
+        if chunk.is_null() {
+            // Made on the heap: 64 KiB on the translating thread's stack, which may be a
+            // small one of the program's, would be too much.
+            let fresh: Box<[LineSlot]> = (0..CHUNK)
+                .map(|_| LineSlot {
+                    pc: AtomicU64::new(0),
+                    charge: AtomicU64::new(0),
+                })
+                .collect();
+            let fresh = Box::into_raw(fresh) as *mut [LineSlot; CHUNK];
+            chunk = match dir.compare_exchange(
+                core::ptr::null_mut(),
+                fresh,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => fresh,
+                Err(theirs) => {
+                    // SAFETY: `fresh` was never published, and is the slice of `CHUNK`
+                    // slots made above.
+                    drop(unsafe { Box::from_raw(fresh as *mut [LineSlot]) });
+                    theirs
+                }
+            };
+        }
+        // SAFETY: published chunks are never freed.
+        Some(unsafe { &(*chunk)[e as usize & (CHUNK - 1)] })
+    }
+
+    /// Entry `e`, if it was written.
+    #[inline(always)]
+    pub fn get(&self, e: u32) -> Option<LineEntry> {
+        let chunk = self
+            .chunks
+            .get(e as usize >> CHUNK_BITS)?
+            .load(Ordering::Acquire);
+        if chunk.is_null() {
+            return None;
+        }
+        // SAFETY: published chunks are never freed.
+        let slot = unsafe { &(*chunk)[e as usize & (CHUNK - 1)] };
+        let charge = slot.charge.load(Ordering::Acquire);
+        if charge & WRITTEN == 0 {
+            return None;
+        }
+        let lookup = (charge >> 48) as u8;
+        Some(LineEntry {
+            pc: slot.pc.load(Ordering::Relaxed),
+            id: charge as u32,
+            len: (charge >> 40) as u8,
+            lookup: (lookup != u8::MAX).then_some(lookup),
+            from_before: charge & 1 << 32 != 0,
+        })
+    }
+}
+
+impl Default for LineTable {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// Instructions per block the access tags can name (the engine's blocks have at most 64).
 const INSN_BITS: u32 = 6;
 
@@ -363,6 +544,11 @@ pub struct Tracing {
     /// Block records at all (with the cache or the branch simulation). Without them a
     /// counted block appends none, and nothing else is recorded: only Ir is counted.
     pub block_records: bool,
+    /// The code-lines table names several lines per slot (`Needs::recent_code_lines_ways`
+    /// of 2 or more, which the engine then keeps): a counted block appends code-miss
+    /// records, never a block record, and its tag names its first [`LineEntry`] instead
+    /// of the block (see [`code_miss`]).
+    pub code_miss_records: bool,
 }
 
 /// Builds the block's [`BlockInfo`] and asks for its trace records. `register_instr` assigns
@@ -375,6 +561,7 @@ pub fn instrument(
     how: Tracing,
     register_instr: &mut dyn FnMut(u64) -> u32,
     register_block: &mut dyn FnMut(BlockInfo) -> u32,
+    register_lines: &mut dyn FnMut(&[LineEntry]) -> Option<u32>,
     register_rep: &mut dyn FnMut(u32, (u8, u8)) -> Option<u32>,
 ) -> bool {
     let Tracing {
@@ -382,6 +569,7 @@ pub fn instrument(
         data_records,
         counted_blocks,
         block_records,
+        code_miss_records,
     } = how;
     if block.is_empty() || block.len() > 1 << INSN_BITS {
         return false;
@@ -416,17 +604,25 @@ pub fn instrument(
     let code_len = block
         .last()
         .map_or(0, |l| (l.pc + l.len as u64).saturating_sub(block[0].pc)) as u32;
-    let b = register_block(BlockInfo::new(instrs, i1_line_bits, locked));
+    let info = BlockInfo::new(instrs, i1_line_bits, locked);
+    let first = block[0].pc >> i1_line_bits;
+    let last = (block[0].pc + u64::from(code_len.max(1)) - 1) >> i1_line_bits;
+    let lines = (code_miss_records && block_records)
+        .then(|| LineEntry::of_block(&info, first, last, i1_line_bits));
+    let b = register_block(info);
     if b as usize >= MAX_BLOCKS {
         return false;
     }
     if b < counted_blocks {
         plan.count_indexed(0, b, 1);
-        if block_records {
+        if let Some(lines) = lines {
+            let Some(e) = register_lines(&lines) else {
+                return false;
+            };
+            plan.trace_block_new_lines(e, code_len);
+        } else if block_records {
             // The record says how many I1 lines the code spans (`LINES_SHIFT`): a run
             // whose fetches all hit is simulated without the block's description.
-            let first = block[0].pc >> i1_line_bits;
-            let last = (block[0].pc + u64::from(code_len.max(1)) - 1) >> i1_line_bits;
             let more = (last - first).min(u64::from(LINES_UNKNOWN)) as u32;
             plan.trace_block_new_lines(b | more << LINES_SHIFT, code_len);
         }
@@ -495,9 +691,10 @@ pub struct ThreadState {
     last_read: Option<(u32, u64, u16)>,
     /// The block entered last (a loop enters the same one again: no table lookup).
     last: Option<(u32, &'static BlockInfo)>,
-    /// The last code-miss or block record was a code-miss record that missed I1: its block,
-    /// line index and the lookup it charged ([`code_miss`]).
-    code_charged: Option<(u32, u16, Option<usize>)>,
+    /// The last code-miss or block record was a code-miss record that missed I1: its block
+    /// (the index of its first [`LineEntry`]), line index and the lookup it charged
+    /// ([`code_miss`]).
+    code_charged: Option<(u32, u16, Option<u8>)>,
 }
 
 /// Blocks below this index are counted inline ([`Tracing::counted_blocks`]): their records
@@ -604,35 +801,35 @@ fn fetch_lines(
 /// lookups that reaches the line, once per run even where one lookup straddles two lines
 /// that both missed (the records of one run come together, in line order: another run's
 /// would follow the code-miss records of the lines that evicted the line in between, or a
-/// block record, which forget the charge; data records between them need not).
+/// block record, which forget the charge; data records between them need not). `first`:
+/// the record's tag, the index of the block's first [`LineEntry`] (its line `k` is
+/// `first + k`), which is all the replay reads: not the block's description.
 #[inline(never)]
 fn code_miss(
     sim: &mut Simulator,
     blocks: &BlockTable,
     st: &mut ThreadState,
-    b: u32,
+    first: u32,
     k: u16,
     evicted: u64,
 ) {
     end_block(sim, st, None);
-    let Some(blk) = blocks.get(b) else { return };
-    // The first lookup is the block's first instruction's: its lookups, which a miss
-    // searches anyway, give the line (one description read, not two).
-    let Some(first) = blk.lookups.first() else {
+    let Some(e) = blocks.lines.get(first.wrapping_add(u32::from(k))) else {
         return;
     };
-    let bits = sim.i1_line_bits();
-    let line = (first.pc >> bits) + u64::from(k);
-    if !sim.i1_replace(line, evicted) {
+    if !sim.i1_replace(e.line(sim.i1_line_bits()), evicted) {
         st.code_charged = None;
         return;
     }
     let mut charged = match st.code_charged {
-        Some((cb, ck, i)) if cb == b && ck < k => i,
+        Some((cb, ck, i)) if cb == first && ck < k => i,
         _ => None,
     };
-    charge_lookup_miss(sim, blk, line, bits, &mut charged);
-    st.code_charged = Some((b, k, charged));
+    if let Some(i) = e.lookup.filter(|&i| charged != Some(i)) {
+        charged = Some(i);
+        sim.i1_miss(e.id, e.pc, u64::from(e.len));
+    }
+    st.code_charged = Some((first, k, charged));
 }
 
 /// I1 missed on `line` in a run of block `b`: the first of its lookups that reaches the
@@ -660,11 +857,7 @@ fn charge_lookup_miss(
     bits: u32,
     charged: &mut Option<usize>,
 ) {
-    let Some(i) = blk
-        .lookups
-        .iter()
-        .position(|l| l.pc >> bits <= line && line <= (l.pc + u64::from(l.len.max(1)) - 1) >> bits)
-    else {
+    let Some(i) = lookup_reaching(&blk.lookups, line, bits) else {
         return;
     };
     if *charged != Some(i) {
@@ -672,6 +865,14 @@ fn charge_lookup_miss(
         let l = &blk.lookups[i];
         sim.i1_miss(l.id, l.pc, u64::from(l.len));
     }
+}
+
+/// The first of `lookups` whose bytes reach I1 line `line`.
+#[inline(always)]
+fn lookup_reaching(lookups: &[Lookup], line: u64, bits: u32) -> Option<usize> {
+    lookups
+        .iter()
+        .position(|l| l.pc >> bits <= line && line <= (l.pc + u64::from(l.len.max(1)) - 1) >> bits)
 }
 
 /// The current block ends: its remaining instructions are fetched; `next`, the block
@@ -781,7 +982,7 @@ fn consume_records(
         }
         if kind == TraceKind::Block {
             if let Some((k, evicted)) = r.code_miss() {
-                code_miss(sim, blocks, st, r.tag & (MAX_BLOCKS as u32 - 1), k, evicted);
+                code_miss(sim, blocks, st, r.tag, k, evicted);
                 continue;
             }
             st.code_charged = None;
@@ -957,6 +1158,108 @@ mod tests {
         let misses: u64 = by_lookup.costs.iter().map(|c| c[crate::sim::I1MR]).sum();
         assert!(misses > 1000, "the runs must miss I1: {misses}");
         assert_eq!(by_lookup.costs, by_line.costs);
+    }
+
+    /// A counted block's code-miss records replayed from its [`LineEntry`]s alone
+    /// ([`code_miss`]) charge what its lookups one by one ([`start_block`]) charge under
+    /// LRU: same I1 and LL misses, to the same instructions. The records are made as the
+    /// engine makes them: a per-set table of the set's `ways` most recently used lines.
+    #[test]
+    fn code_miss_records_replayed_from_line_entries_count_as_lookup_by_lookup() {
+        use oxgrind_formats::cachegrind::CacheConfig;
+        use oxgrind_tool::instrument::CODE_MISS;
+        let cfg = |size, assoc| CacheConfig {
+            size,
+            assoc,
+            line: 64,
+        };
+        let (i1, d1, ll) = (cfg(2048, 4), cfg(1024, 2), cfg(4096, 2));
+        let (sets, ways) = (8u64, 4usize);
+        let blocks = BlockTable::new();
+        let mut x: u64 = 0x2545F4914F6CDD1D;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut id = 0;
+        let mut spans = Vec::new();
+        for k in 0..40u64 {
+            // Blocks of 1 to 40 instructions of 1 to 15 bytes (straddlers included), at
+            // addresses that share I1's sets.
+            let start = 0x40_0000 + k * 0x1a7 + (next() % 64);
+            let mut pc = start;
+            let instrs: Vec<Instr> = (0..1 + next() % 40)
+                .map(|_| {
+                    let len = 1 + (next() % 15) as u8;
+                    let i = Instr {
+                        id,
+                        pc,
+                        len,
+                        kind: Kind::Plain,
+                        locked_rmw: false,
+                        fixed: Some((0, 0)),
+                    };
+                    id += 1;
+                    pc += u64::from(len);
+                    i
+                })
+                .collect();
+            let (first, last) = (start >> 6, (pc - 1) >> 6);
+            let info = BlockInfo::new(instrs, 6, vec![]);
+            let e = blocks
+                .lines
+                .push(&LineEntry::of_block(&info, first, last, 6))
+                .unwrap();
+            blocks.push(info);
+            spans.push((first, last, e));
+        }
+        let counted = Counted(1 << 20);
+        let mut by_lookup = Simulator::new(&i1, &d1, &ll, true, false);
+        let mut by_record = Simulator::new(&i1, &d1, &ll, true, false);
+        by_record.set_code_table_ways(ways as u8);
+        let (mut st1, mut st2) = (ThreadState::default(), ThreadState::default());
+        // The engine's code-lines table: each set's lines, most recently used first.
+        let mut table = vec![Vec::<u64>::new(); sets as usize];
+        let mut records = 0;
+        for _ in 0..20_000 {
+            let b = (next() % spans.len() as u64) as u32;
+            let (first, last, e) = spans[b as usize];
+            start_block(&mut by_lookup, &blocks, &mut st1, b, counted);
+            for (k, line) in (first..=last).enumerate() {
+                let slot = &mut table[(line % sets) as usize];
+                if let Some(w) = slot.iter().position(|&l| l == line) {
+                    slot.remove(w);
+                    slot.insert(0, line);
+                    continue;
+                }
+                let evicted = if slot.len() == ways {
+                    slot.pop().unwrap()
+                } else {
+                    u64::MAX
+                };
+                slot.insert(0, line);
+                let r =
+                    TraceRecord::new(evicted, e, k as u16, TraceKind::Block).with_swaps(CODE_MISS);
+                consume(&mut by_record, &blocks, counted, &mut st2, &[r]);
+                records += 1;
+            }
+        }
+        by_lookup.flush();
+        by_record.flush();
+        let misses: u64 = by_lookup.costs.iter().map(|c| c[crate::sim::I1MR]).sum();
+        assert!(misses > 1000, "the runs must miss I1: {misses}");
+        assert!(records >= misses, "{records} records, {misses} misses");
+        let charged = |costs: &[crate::sim::Costs]| -> Vec<(usize, u64, u64)> {
+            costs
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (i, c[crate::sim::I1MR], c[crate::sim::ILMR]))
+                .filter(|&(_, m, l)| m + l > 0)
+                .collect()
+        };
+        assert_eq!(charged(&by_lookup.costs), charged(&by_record.costs));
     }
 
     #[test]

@@ -502,6 +502,7 @@ impl Tool for Cachegrind {
                 data_records: self.opts.cache_sim,
                 counted_blocks: self.counted_blocks().0,
                 block_records: self.block_records(),
+                code_miss_records: self.recent_code_lines_ways() >= 2,
             },
             &mut |pc| {
                 let mut pcs = self.pcs.lock();
@@ -509,6 +510,7 @@ impl Tool for Cachegrind {
                 (pcs.len() - 1) as u32
             },
             &mut |info| self.blocks.push(info),
+            &mut |lines| self.blocks.lines.push(lines),
             &mut |id, per_iteration| {
                 let mut reps = self.reps.lock();
                 let k = reps.len() as u32;
