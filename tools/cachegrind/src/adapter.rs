@@ -803,8 +803,11 @@ fn fetch_lines(
 /// would follow the code-miss records of the lines that evicted the line in between, or a
 /// block record, which forget the charge; data records between them need not). `first`:
 /// the record's tag, the index of the block's first [`LineEntry`] (its line `k` is
-/// `first + k`), which is all the replay reads: not the block's description.
-#[inline(never)]
+/// `first + k`), which is all the replay reads: not the block's description. Inlined
+/// into the consume loop, which is compiled for AVX2, so that the set's search
+/// ([`Simulator::i1_replace`]) is inlined with its vector compare, not two calls (the
+/// runtime's share of sqlite3's samples 24.3% -> 22.3%).
+#[inline(always)]
 fn code_miss(
     sim: &mut Simulator,
     blocks: &BlockTable,

@@ -69,6 +69,36 @@ fn host_has_avx512() -> bool {
     std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("bmi1")
 }
 
+/// The words of `others` (a set's other tags) equal to `tag`, as bits (bit `i`:
+/// `others[i]`; the first 64 only).
+fn matches_scalar(others: &[u64], tag: u64) -> u64 {
+    others
+        .iter()
+        .take(64)
+        .enumerate()
+        .fold(0, |m, (i, &t)| m | u64::from(t == tag) << i)
+}
+
+/// [`matches_scalar`], four words at a time (a set's `stride` words: at most 64, a
+/// multiple of 4 where AVX2 is used).
+///
+/// # Safety
+/// The host must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn matches_avx2(others: &[u64], tag: u64) -> u64 {
+    use core::arch::x86_64::*;
+    let t = _mm256_set1_epi64x(tag as i64);
+    let mut m = 0u64;
+    for (g, four) in others.chunks_exact(4).enumerate() {
+        // SAFETY: `four` is 4 words (an unaligned load).
+        let v = unsafe { _mm256_loadu_si256(four.as_ptr() as *const __m256i) };
+        let eq = _mm256_castsi256_pd(_mm256_cmpeq_epi64(v, t));
+        m |= (_mm256_movemask_pd(eq) as u64) << (4 * g);
+    }
+    m
+}
+
 impl Cache {
     /// `config` must have been validated (`crate::config::check`).
     pub fn new(config: &CacheConfig) -> Cache {
@@ -331,23 +361,41 @@ impl Cache {
     /// lookup is the plain one too, which holds the set's lines but not, for the places
     /// that were the table's, their order: a later miss may then let another line go than
     /// Valgrind's (as a swap bit lost with an emptied table did). True on a miss.
+    /// Inline: its caller, a code-miss record's replay, is in the AVX2-compiled consume
+    /// loop, where [`matches_avx2`] inlines too.
+    #[inline(always)]
     fn replace(&mut self, block: u64, evicted: u64, ways: usize) -> bool {
         let set = (block & self.sets_min_1) as usize;
-        let rest = &mut self.rest[set * self.stride..][..self.assoc - 1];
-        // Place p: 0 the most recently used tag, p > 0 `rest[p - 1]`.
-        let at = if evicted == u64::MAX || ways == 0 {
-            None
-        } else if self.mru[set] == evicted {
-            Some(0)
-        } else {
-            rest[..ways - 1]
-                .iter()
-                .position(|&t| t == evicted)
-                .map(|i| i + 1)
+        if evicted == u64::MAX || ways == 0 {
+            return self.set_ref_is_miss(block);
+        }
+        // Where `evicted` is among the first places varies from record to record: a
+        // search that stopped at it mispredicted its exit at most of them (a quarter of
+        // this function's samples on sqlite3). Every place is compared, and the first
+        // match wins, as the search's did.
+        let firsts = match ways - 1 {
+            n @ 0..64 => (1u64 << n) - 1,
+            _ => u64::MAX,
         };
-        let Some(at) = at else {
+        let others = &self.rest[set * self.stride..][..self.stride];
+        #[cfg(target_arch = "x86_64")]
+        let matches = if self.avx2 {
+            // SAFETY: `avx2` is only set when the host has AVX2 (`Cache::new`).
+            unsafe { matches_avx2(others, evicted) }
+        } else {
+            matches_scalar(&others[..ways - 1], evicted)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let matches = matches_scalar(&others[..ways - 1], evicted);
+        let matches = matches & firsts;
+        let at = if self.mru[set] == evicted {
+            0
+        } else if matches != 0 {
+            matches.trailing_zeros() as usize + 1
+        } else {
             return self.set_ref_is_miss(block);
         };
+        let rest = &mut self.rest[set * self.stride..][..self.assoc - 1];
         // `block` among the places from `ways` on (none of the first: the table did not
         // name it), or the last place on a miss.
         let found = rest[ways - 1..].iter().position(|&t| t == block);
