@@ -1,8 +1,10 @@
-/* Calls to memcpy/memmove and memcmp that their native tries (oxgrind_engine::native_try)
- * do or decline, each with what Memcheck then reports or does not: V bits copied with the
- * bytes (undefined ones too, overlapping or not), defined bytes copied into undefined
- * memory, comparisons decided before or after an undefined byte, overruns of a block, and
- * last a copy from unmapped memory (the try faults and declines: the loop reports it). */
+/* Calls to memcpy/memmove, memcmp, memset, strlen, strchr, strchrnul and strncpy that their
+ * native tries (oxgrind_engine::native_try) do or decline, each with what Memcheck then
+ * reports or does not: V bits copied with the bytes (undefined ones too, overlapping or not),
+ * defined bytes copied into undefined memory, comparisons and searches decided before or
+ * after an undefined byte, an undefined fill value, overruns of a block, and last a copy
+ * from unmapped memory (the try faults and declines: the loop reports it). */
+#define _GNU_SOURCE /* strchrnul */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +54,36 @@ int main(void) {
     free(small);
     d[0] = 2;
     use(memcmp(small, d, 4) == 0, "m");  /* a read of a freed block (its first byte differs) */
+
+    /* memset, strlen, strchr, strchrnul: done natively or declined */
+    char *s1 = malloc(13);
+    memset(s1, 'a', 13);          /* up to the block's end: no error */
+    s1[12] = 0;
+    use(strlen(s1) == 3, "p");    /* 12, all defined: no error */
+    use(strchr(s1, 'b') != NULL, "q");     /* not found: no error */
+    use(*strchrnul(s1, 'b') == 'x', "r");  /* the terminator: no error */
+    use(strchr(s1 + 1, 0) == s1, "s");     /* the terminator itself */
+    char *un = malloc(8);
+    s1[5] = un[0];                /* one undefined byte */
+    use(strlen(s1) == 3, "t");    /* error inside strlen, then its result */
+    use(strchr(s1, 'a') == s1 + 1, "u");   /* stops before it: no error */
+    use(strchr(s1 + 3, 'z') != NULL, "v"); /* error: reaches it */
+    use(*strchrnul(s1 + 4, 'z') == 0, "w"); /* error: reaches it */
+    char *n1 = malloc(16);
+    strncpy(n1, s1, 4);           /* no terminator within n: no error */
+    use(n1[3] == 'b', "z1");      /* defined */
+    strncpy(n1, "ab", 16);        /* zeros after it: no error */
+    use(n1[15] == 'b', "z2");     /* defined */
+    strncpy(n1, s1, 8);           /* error: reaches the undefined byte */
+    use(n1[5] == 'b', "z3");      /* error: copied, undefined */
+    free(n1);
+    memset(s1, un[1], 4);         /* undefined fill value: stored undefined */
+    use(s1[2] == 'a', "x");       /* error */
+    memset(s1, 'c', 14);          /* invalid write past the block */
+    s1[12] = 'c';
+    use(strlen(s1) == 1, "y");    /* unterminated: invalid read past the block */
+    free(s1);
+    free(un);
 
     free(u);
     free(u2);
