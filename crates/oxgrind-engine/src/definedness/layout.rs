@@ -97,12 +97,35 @@ pub(super) unsafe fn store(chunk: u64, off: usize, shadow: &[u8]) {
 /// The first span offset in `[off, off + n)` of `chunk` with an undefined bit, as an index
 /// from `off`.
 ///
+/// Read a word at a time, four words a turn while they are all zero: the ranges asked
+/// about (a native try's copied or compared bytes, `range_defined` past 32 bytes) are
+/// nearly always all defined, and a byte loop was a turn per byte (0.4% of sqlite3's
+/// samples under Memcheck, in the compare of one byte).
+///
 /// # Safety
 /// As [`fill`].
 pub(super) unsafe fn first_undefined(chunk: u64, off: usize, n: usize) -> Option<usize> {
-    // SAFETY: the caller's contract.
-    let bytes = unsafe { core::slice::from_raw_parts((chunk as *const u8).add(off), n) };
-    bytes.iter().position(|&b| b != 0)
+    let p = chunk + off as u64;
+    // SAFETY (every load): within `[p, p + n)`, inside the chunk by the caller's contract;
+    // unaligned loads.
+    let word = |i: usize| unsafe { core::ptr::read_unaligned((p + i as u64) as *const u64) };
+    let mut i = 0;
+    while n - i >= 32 {
+        if word(i) | word(i + 8) | word(i + 16) | word(i + 24) != 0 {
+            break;
+        }
+        i += 32;
+    }
+    while n - i >= 8 {
+        let w = word(i);
+        if w != 0 {
+            // Little-endian: the lowest nonzero byte of the word is the first in memory.
+            return Some(i + (w.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    // SAFETY: as above, the tail's bytes.
+    (i..n).find(|&k| unsafe { *((p + k as u64) as *const u8) } != 0)
 }
 
 /// Whether the `n` shadow bytes at `p` (1 to 32) are all defined: at most four loads,
@@ -174,4 +197,38 @@ pub(super) fn all_defined(shadow: &[u8]) -> bool {
 pub(super) fn new_chunk(next: &core::sync::atomic::AtomicU64, end: u64) -> Option<u64> {
     let fresh = next.fetch_add(CHUNK_BYTES, Ordering::AcqRel);
     (fresh + CHUNK_BYTES <= end).then_some(fresh)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_undefined;
+
+    /// The word-at-a-time search finds the same byte as a byte loop, for every length and
+    /// start up to a few words, with the first undefined byte anywhere (or nowhere) and
+    /// undefined bytes after it.
+    #[test]
+    fn first_undefined_finds_the_first_nonzero_byte() {
+        let mut buf = [0u8; 160];
+        for off in 0..9 {
+            for n in 0..100 {
+                for first in (0..n).map(Some).chain([None]) {
+                    buf.fill(0);
+                    if let Some(f) = first {
+                        buf[off + f] = 0x10;
+                        // Bytes after the first one, in the same word and further on.
+                        buf[off + n - 1] |= 0x01;
+                        buf[(off + f + 3).min(off + n - 1)] = 0x80;
+                    }
+                    // Outside the range: never reported.
+                    buf[off + n] = 0xff;
+                    if off > 0 {
+                        buf[off - 1] = 0xff;
+                    }
+                    // SAFETY: `[off, off + n)` lies in `buf`.
+                    let got = unsafe { first_undefined(buf.as_ptr() as u64, off, n) };
+                    assert_eq!(got, first, "off {off} n {n}");
+                }
+            }
+        }
+    }
 }
