@@ -429,14 +429,13 @@ pub fn redirect(pc: u64) -> Option<u64> {
 }
 
 /// The native try of replacement `to` (`oxgrind_engine::native_try`), if it has one: the
-/// replaced `memmove`/`memcpy`, `memcmp`/`bcmp`, `memset`, `strlen`, `strchrnul`, `index`
-/// (`strchr`) and `strncpy`, the short calls that are most of the replacements' time (bench
+/// replaced `memmove`/`memcpy`, `memcmp`/`bcmp`, `strlen`, `strchrnul`, `index` (`strchr`)
+/// and `strncpy`, the short calls that are most of the replacements' time (bench
 /// `containers`, `churn`, `sqlite3`, `python3`).
 pub fn native_try(to: u64) -> Option<u64> {
-    let tries: [(unsafe extern "C" fn(), oxgrind_engine::native_try::TryFn); 7] = [
+    let tries: [(unsafe extern "C" fn(), oxgrind_engine::native_try::TryFn); 6] = [
         (oxgrind_replace_memmove, native::try_memmove),
         (oxgrind_replace_bcmp, native::try_memcmp),
-        (oxgrind_replace_memset, native::try_memset),
         (oxgrind_replace_strlen, native::try_strlen),
         (oxgrind_replace_strchrnul, native::try_strchrnul),
         (oxgrind_replace_index, native::try_index),

@@ -20,10 +20,11 @@ fn errors_inside_replaced_string_functions_match_valgrind() {
     same_report_as_valgrind_on_both_glibc_paths(&prog);
 }
 
-/// The replaced `memcpy`/`memmove`, `memcmp`, `memset`, `strlen`, `strchr`, `strchrnul` and
-/// `strncpy` first try natively (`native_try`): V bits copied with the bytes (undefined ones
+/// The replaced `memcpy`/`memmove`, `memcmp`, `strlen`, `strchr`, `strchrnul` and `strncpy`
+/// first try natively (`native_try`): V bits copied with the bytes (undefined ones
 /// too, overlapping either way), defined bytes copied into undefined memory, comparisons and
-/// searches decided before or after an undefined byte, an undefined fill value, overruns,
+/// searches decided before or after an undefined byte, `memset` (no try) with an undefined
+/// fill value, overruns,
 /// a freed block, and a copy from unmapped memory (the try faults and declines; the loop
 /// reports the read, then the SIGSEGV): Valgrind's reports, on both of glibc's paths.
 #[test]

@@ -1,13 +1,13 @@
 //! The native tries of the replaced string functions (`oxgrind_engine::native_try`): a
-//! call the program makes to `memmove`/`memcpy`, `memcmp`/`bcmp`, `memset`, `strlen`,
-//! `strchr` (`index`), `strchrnul` or `strncpy` first runs here, natively, and does the
+//! call the program makes to `memmove`/`memcpy`, `memcmp`/`bcmp`, `strlen`, `strchr`
+//! (`index`), `strchrnul` or `strncpy` first runs here, natively, and does the
 //! work itself when `replace.c`'s loop, run translated from this call, would report
 //! nothing; otherwise it declines and the loop runs, reporting exactly what Valgrind's
 //! replacement reports.
 //!
 //! Why: nearly all such calls are short (bench `containers`: 8-12 byte `std::string`
 //! compares and copies, a fifth of its time; `churn`: Rust's short keys; `sqlite3` and
-//! `python3`: their buffers' `memset`s, `strlen`s and searches) and clean, and the
+//! `python3`: their `strlen`s, searches and `strncpy`s) and clean, and the
 //! translated loop's cost per call is its instrumented prologue and epilogue, a few hundred
 //! host instructions, and for a long range an instrumented access per word.
 //!
@@ -18,8 +18,8 @@
 //! difference or the stop byte; in memcmp's word loop, the whole word holding it). A copy's
 //! effect includes its V bits, which follow the bytes (`definedness::copy`); with origins,
 //! only a copy of defined bytes is done here (a store of defined bytes changes no origin
-//! tag), one of undefined bytes declines. A fill or a string copy writes defined bytes
-//! only (from defined arguments and defined source bytes).
+//! tag), one of undefined bytes declines. A string copy writes defined bytes only (its
+//! source's bytes are defined, the rest zeros).
 //!
 //! Faults: a pointer into unmapped memory faults here as it would in the loop; the engine
 //! then declines the try from its gate, and the loop makes the access and reports it. So
@@ -164,34 +164,6 @@ pub(super) unsafe extern "C" fn try_memcmp(
         None => 0,
     };
     Tried::done(result as u32 as u64)
-}
-
-/// `replace.c`'s `memset`, done natively when it would report nothing: its stores need only
-/// addressable granules (a store reports nothing about definedness), and the bytes it writes
-/// are defined when the fill value is (the arguments are).
-///
-/// # Safety
-/// As [`try_memmove`]. A fault (a page mapped without write permission) can stop it half
-/// way; the loop then writes the same bytes again and stops at the same byte.
-pub(super) unsafe extern "C" fn try_memset(
-    s: u64,
-    c: u64,
-    n: u64,
-    _: u64,
-    _: u64,
-    _: u64,
-) -> Tried {
-    // SAFETY (both): the caller's contract: this is a try function.
-    if !unsafe { arguments_defined(3) } {
-        return Tried::DECLINED;
-    }
-    if !unsafe { unprobed(s, n) } {
-        return Tried::DECLINED;
-    }
-    // SAFETY: the program's range, which the loop would fill with the same byte.
-    unsafe { core::ptr::write_bytes(s as *mut u8, c as u8, n as usize) };
-    definedness::make_defined(s, n);
-    Tried::done(s)
 }
 
 /// `0x80` in each byte of `x` that is zero, and possibly in bytes above the first zero one
