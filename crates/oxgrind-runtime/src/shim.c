@@ -54,7 +54,7 @@ __attribute__((visibility("hidden"))) void *oxg_unwind_block_addr(void) {
  * looked at on every capture: initial-exec for the same reason. Zeroed when the thread
  * starts (glibc clears it again for a thread that reuses a cached stack): every entry
  * empty. */
-static __thread unsigned char oxg_walk_cache[7680]
+static __thread unsigned char oxg_walk_cache[40960]
     __attribute__((tls_model("initial-exec"), aligned(64)));
 
 __attribute__((visibility("hidden"))) void *oxg_walk_cache_addr(void) {
