@@ -436,12 +436,9 @@ unsafe fn walk_set(regs: &oxgrind_symbols::Regs) -> &'static mut [CachedWalk; WA
 fn walk_cache_lookup(key: &WalkKey) -> Option<StackId> {
     // SAFETY: see `walk_set`; dropped before this returns.
     let set = unsafe { walk_set(&key.regs) };
-    for way in 0..WALK_WAYS {
-        if set[way].pc == key.regs.pc && walk_holds(&set[way], key) {
-            return Some(StackId(set[way].id));
-        }
-    }
-    None
+    set.iter()
+        .find(|e| e.pc == key.regs.pc && walk_holds(e, key))
+        .map(|e| StackId(e.id))
 }
 
 /// Whether cached walk `e`, made from the return address of `key`, would be made again.
