@@ -240,6 +240,8 @@ extern "C" fn after_fork_child() {
     }
     crate::host::after_fork_child();
     crate::mapstate::after_fork_child();
+    // SAFETY: single-threaded child right after fork, as the function requires.
+    unsafe { crate::stacks::walk_caches_after_fork_child() };
 }
 
 // ---------------------------------------------------------------------------------------

@@ -50,15 +50,16 @@ __attribute__((visibility("hidden"))) void *oxg_unwind_block_addr(void) {
     return oxg_unwind_block;
 }
 
-/* The runtime's per-thread cache of recent allocation stacks (stacks.rs, WalkCache),
- * looked at on every capture: initial-exec for the same reason. Zeroed when the thread
- * starts (glibc clears it again for a thread that reuses a cached stack): every entry
- * empty. */
-static __thread unsigned char oxg_walk_cache[40960]
-    __attribute__((tls_model("initial-exec"), aligned(64)));
+/* The runtime's per-thread cache of recent allocation stacks (stacks.rs, WalkCache) is
+ * looked at on every capture: its address is kept here, initial-exec for the same reason
+ * (null when the thread starts; glibc clears it again for a thread that reuses a cached
+ * stack). The cache itself lives in the runtime's heap, not here: static TLS is carved
+ * from every thread's stack, and a program that asks for a small one (PTHREAD_STACK_MIN,
+ * 16 KiB) had too little left for its own frames (or none: pthread_create's EINVAL). */
+static __thread void *oxg_walk_cache_ptr __attribute__((tls_model("initial-exec")));
 
-__attribute__((visibility("hidden"))) void *oxg_walk_cache_addr(void) {
-    return oxg_walk_cache;
+__attribute__((visibility("hidden"))) void **oxg_walk_cache_slot(void) {
+    return &oxg_walk_cache_ptr;
 }
 
 /* The exported entry points are tiny Rust functions that jump here (exports.rs): a Rust

@@ -383,23 +383,106 @@ struct CachedWalk {
     value: [u64; WALK_READS],
 }
 
-type WalkCache = [[CachedWalk; WALK_WAYS]; WALK_SETS];
-
-const _: () = assert!(core::mem::size_of::<WalkCache>() <= 37888);
-const _: () = assert!(core::mem::align_of::<WalkCache>() <= 64);
+/// A thread's cache: a cache line per way's start, as the sets are read one at a time.
+#[repr(C, align(64))]
+struct WalkCache([[CachedWalk; WALK_WAYS]; WALK_SETS]);
 
 extern "C" {
-    /// This thread's block for [`WalkCache`]: 37,888 bytes, zeroed when the thread starts,
-    /// aligned to 64, initial-exec (`shim.c`).
-    fn oxg_walk_cache_addr() -> *mut u8;
+    /// This thread's slot for the address of its [`WalkCache`] (null until its first
+    /// capture), initial-exec (`shim.c`).
+    fn oxg_walk_cache_slot() -> *mut *mut WalkCache;
 }
 
-/// The calling thread's walk cache, as `[start, end)`: not a root of the program's heap
-/// (it holds copies of the frame pointers and stack words its walks read).
+/// Every walk cache made, with the thread it is lent to: the cache of a thread that is
+/// gone is lent to the next thread that needs one, so a program that runs thread after
+/// thread holds about as many caches as it has threads at once. Locked only at a thread's
+/// first capture (and after a fork).
+static WALK_CACHES: SpinLock<WalkCaches> = SpinLock::new(WalkCaches {
+    lent: Vec::new(),
+    next: 0,
+});
+
+struct WalkCaches {
+    /// (thread id, cache address).
+    lent: Vec<(i32, usize)>,
+    /// Where the next search for a gone thread's cache starts.
+    next: usize,
+}
+
+/// How many lent caches a thread's first capture looks at for one whose thread is gone:
+/// bounded, so that a first capture stays cheap; the search goes on from there next time.
+const WALK_CACHE_SEARCH: usize = 8;
+
+/// The calling thread's walk cache, made (or taken over from a thread that is gone) at
+/// its first capture.
+#[inline]
+fn this_thread_cache() -> *mut WalkCache {
+    // SAFETY: the slot is this thread's, holding null or the cache lent to it.
+    let slot = unsafe { oxg_walk_cache_slot() };
+    // SAFETY: as above.
+    let cache = unsafe { *slot };
+    if !cache.is_null() {
+        return cache;
+    }
+    let cache = lend_walk_cache();
+    // SAFETY: as above; only this thread writes its slot.
+    unsafe { *slot = cache };
+    cache
+}
+
+#[cold]
+fn lend_walk_cache() -> *mut WalkCache {
+    let (pid, tid) = (oxgrind_sys::raw::getpid(), oxgrind_sys::raw::gettid());
+    let mut caches = WALK_CACHES.lock();
+    let n = caches.lent.len();
+    for k in 0..n.min(WALK_CACHE_SEARCH) {
+        let i = (caches.next + k) % n;
+        let (owner, addr) = caches.lent[i];
+        // `tgkill(.., 0)` fails with ESRCH only once the thread has left for good (a
+        // recycled id reads as alive: that cache is only lent again later).
+        if owner != tid && matches!(oxgrind_sys::raw::tgkill(pid, owner, 0), Err(3)) {
+            caches.lent[i].0 = tid;
+            caches.next = (i + 1) % n;
+            let cache = addr as *mut WalkCache;
+            // SAFETY: the cache's thread is gone, nobody else was lent it, and all-zero
+            // bytes are a valid WalkCache (every entry empty).
+            unsafe { core::ptr::write_bytes(cache, 0, 1) };
+            return cache;
+        }
+    }
+    if n > 0 {
+        caches.next = (caches.next + WALK_CACHE_SEARCH) % n;
+    }
+    // SAFETY: all-zero bytes are a valid WalkCache (every entry empty).
+    let cache = Box::into_raw(unsafe { Box::<WalkCache>::new_zeroed().assume_init() });
+    caches.lent.push((tid, cache as usize));
+    cache
+}
+
+/// In the child of a fork: the forking thread, the only one left, has a new thread id;
+/// the other threads' caches are free to lend (their ids are no thread of this process).
+///
+/// # Safety
+/// Single-threaded child right after fork.
+pub unsafe fn walk_caches_after_fork_child() {
+    // SAFETY: forwarded; a thread of the parent may have held the lock.
+    unsafe { WALK_CACHES.force_unlock() };
+    // SAFETY: this thread's slot, holding null or its cache.
+    let mine = unsafe { *oxg_walk_cache_slot() } as usize;
+    let tid = oxgrind_sys::raw::gettid();
+    for entry in WALK_CACHES.lock().lent.iter_mut() {
+        if entry.1 == mine {
+            entry.0 = tid;
+        }
+    }
+}
+
+/// Where the calling thread keeps its walk cache's address, as `[start, end)`: not a root
+/// of the program's heap (the cache itself is in the runtime's heap, which is none).
 pub fn walk_cache_range() -> (u64, u64) {
-    // SAFETY: only the address of this thread's block is taken.
-    let start = unsafe { oxg_walk_cache_addr() } as u64;
-    (start, start + core::mem::size_of::<WalkCache>() as u64)
+    // SAFETY: only the address of this thread's slot is taken.
+    let start = unsafe { oxg_walk_cache_slot() } as u64;
+    (start, start + 8)
 }
 
 /// What a cached walk must match besides its reads.
@@ -423,10 +506,9 @@ unsafe fn walk_set(regs: &oxgrind_symbols::Regs) -> &'static mut [CachedWalk; WA
     let h = (regs.pc ^ regs.sp.rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     // The high half scaled to [0, WALK_SETS): no division.
     let i = (((h >> 32) * WALK_SETS as u64) >> 32) as usize;
-    // SAFETY: the block is this thread's, large and aligned enough (asserted above), and
-    // all-zero bytes are a valid WalkCache (empty entries); the caller's contract keeps the
+    // SAFETY: the cache is lent to this thread alone; the caller's contract keeps the
     // reference unique.
-    unsafe { &mut (*(oxg_walk_cache_addr() as *mut WalkCache))[i] }
+    unsafe { &mut (*this_thread_cache()).0[i] }
 }
 
 /// The id of the stack a cached walk from `key` gave, if that walk would give it again.
