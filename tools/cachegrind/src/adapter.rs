@@ -1102,6 +1102,29 @@ mod tests {
 
     /// A counted block's record simulated line by line ([`fetch_lines`]) charges what its
     /// lookups one by one ([`start_block`]) charge: same I1 and LL misses, same costs.
+    /// A block of 1 to 40 plain instructions of 1 to 15 bytes (straddlers included) from
+    /// `start`, numbered from `*id` on; and the address where it ends.
+    fn random_block(next: &mut impl FnMut() -> u64, start: u64, id: &mut u32) -> (Vec<Instr>, u64) {
+        let mut pc = start;
+        let instrs = (0..1 + next() % 40)
+            .map(|_| {
+                let len = 1 + (next() % 15) as u8;
+                let i = Instr {
+                    id: *id,
+                    pc,
+                    len,
+                    kind: Kind::Plain,
+                    locked_rmw: false,
+                    fixed: Some((0, 0)),
+                };
+                *id += 1;
+                pc += u64::from(len);
+                i
+            })
+            .collect();
+        (instrs, pc)
+    }
+
     #[test]
     fn counted_block_runs_fetched_line_by_line_count_as_lookup_by_lookup() {
         use oxgrind_formats::cachegrind::CacheConfig;
@@ -1122,26 +1145,9 @@ mod tests {
         let mut id = 0;
         let mut spans = Vec::new();
         for k in 0..24u64 {
-            // Blocks of 1 to 40 instructions of 1 to 15 bytes (straddlers included), at
-            // addresses that share I1's sets.
+            // Blocks at addresses that share I1's sets.
             let start = 0x40_0000 + k * 0x1a7 + (next() % 64);
-            let mut pc = start;
-            let instrs: Vec<Instr> = (0..1 + next() % 40)
-                .map(|_| {
-                    let len = 1 + (next() % 15) as u8;
-                    let i = Instr {
-                        id,
-                        pc,
-                        len,
-                        kind: Kind::Plain,
-                        locked_rmw: false,
-                        fixed: Some((0, 0)),
-                    };
-                    id += 1;
-                    pc += u64::from(len);
-                    i
-                })
-                .collect();
+            let (instrs, pc) = random_block(&mut next, start, &mut id);
             spans.push((start, ((pc - 1) >> 6) - (start >> 6)));
             blocks.push(BlockInfo::new(instrs, 6, vec![]));
         }
@@ -1189,26 +1195,9 @@ mod tests {
         let mut id = 0;
         let mut spans = Vec::new();
         for k in 0..40u64 {
-            // Blocks of 1 to 40 instructions of 1 to 15 bytes (straddlers included), at
-            // addresses that share I1's sets.
+            // Blocks at addresses that share I1's sets.
             let start = 0x40_0000 + k * 0x1a7 + (next() % 64);
-            let mut pc = start;
-            let instrs: Vec<Instr> = (0..1 + next() % 40)
-                .map(|_| {
-                    let len = 1 + (next() % 15) as u8;
-                    let i = Instr {
-                        id,
-                        pc,
-                        len,
-                        kind: Kind::Plain,
-                        locked_rmw: false,
-                        fixed: Some((0, 0)),
-                    };
-                    id += 1;
-                    pc += u64::from(len);
-                    i
-                })
-                .collect();
+            let (instrs, pc) = random_block(&mut next, start, &mut id);
             let (first, last) = (start >> 6, (pc - 1) >> 6);
             let info = BlockInfo::new(instrs, 6, vec![]);
             let e = blocks
