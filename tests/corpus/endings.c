@@ -1,8 +1,10 @@
 /* Ways a process can end, chosen by argv[1]; each allocates first so there is something
  * to report:  exit | _exit | exit_group (the system call itself, no exit handlers) | abort
- * | segv | wait-signal | fork | exec PROG ARGS...
+ * | segv | stack-overflow (main's stack runs out) | thread-stack-overflow (a thread's does)
+ * | wait-signal | fork | exec PROG ARGS...
  * | heap-abort | heap-segv (a heap smashed so that glibc's allocator itself aborts or
  * faults: under Massif's default time unit that happens in glibc code oxgrind runs natively) */
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,6 +21,18 @@ __attribute__((noinline)) static void allocate_some(void) {
     for (int i = 0; i < 64; i++) keep[i] = malloc(1024);
 }
 
+/* Recursion without end: each frame keeps a buffer the compiler cannot drop. */
+__attribute__((noinline)) static int recurse(int n) {
+    volatile char frame[256];
+    frame[0] = (char)n;
+    return recurse(n + 1) + frame[0];
+}
+
+static void *recurse_in_thread(void *arg) {
+    (void)arg;
+    return (void *)(intptr_t)recurse(0);
+}
+
 int main(int argc, char **argv) {
     const char *how = argc > 1 ? argv[1] : "exit";
     allocate_some();
@@ -28,6 +42,14 @@ int main(int argc, char **argv) {
     if (!strcmp(how, "exit_group")) { puts("exit_group"); fflush(stdout); syscall(SYS_exit_group, 5); }
     if (!strcmp(how, "abort")) { fflush(stdout); abort(); }
     if (!strcmp(how, "segv")) { volatile int *p = (int *)16; return *p; }
+    if (!strcmp(how, "stack-overflow")) { fflush(stdout); return recurse(0); }
+    if (!strcmp(how, "thread-stack-overflow")) {
+        pthread_t t;
+        fflush(stdout);
+        pthread_create(&t, NULL, recurse_in_thread, NULL);
+        pthread_join(t, NULL);
+        return 1;
+    }
     if (!strcmp(how, "heap-abort")) {
         /* Both chunk headers overwritten: free finds an impossible size and aborts
          * ("munmap_chunk(): invalid pointer" or "free(): invalid size"). */

@@ -290,6 +290,12 @@ core::arch::global_asm!(
     "mov edi, 0x1001",
     "mov eax, 158",
     "syscall",
+    // The engine's alternate signal stack (a new thread has none): sigaltstack(&alt, 0).
+    // rsi still holds the context (`syscall` keeps it).
+    "lea rdi, [rsi + {alt_stack}]",
+    "xor esi, esi",
+    "mov eax, 131",
+    "syscall",
     "mov rdi, gs:[{g_rdi}]",
     "mov rsi, gs:[{g_rsi}]",
     "mov qword ptr gs:[{started}], 1",
@@ -617,6 +623,7 @@ core::arch::global_asm!(
     clone_child = const c::OFF_CLONE_CHILD,
     clone_next_pc = const c::OFF_CLONE_NEXT_PC,
     started = const c::OFF_STARTED,
+    alt_stack = const c::OFF_ALT_STACK,
     raise_pid = const c::OFF_RAISE_PID,
     raise_tid = const c::OFF_RAISE_TID,
     raise_sig = const c::OFF_RAISE_SIG,

@@ -296,6 +296,15 @@ pub struct ThreadCtx {
     /// (`crate::native_try`): a synchronous fault there (the program's memory, unmapped)
     /// declines the try instead of ending the process (`signals`).
     pub native_try: u64,
+    /// The engine's alternate signal stack for this thread, as the kernel's `stack_t`
+    /// (`ss_sp`, `ss_flags`, `ss_size`): the lower half of the engine stack, registered
+    /// when the thread starts (`register_alt_stack`) unless the program has one of its own.
+    /// A stack overflow's `SIGSEGV` can only be delivered on an alternate stack: without
+    /// one the kernel kills the process, and the report is lost.
+    pub alt_stack: [u64; 3],
+    /// Nonzero while the program has an alternate stack of its own set on this thread
+    /// (`signals::emulate_sigaltstack`): the kernel has the program's, not ours.
+    pub guest_alt_stack: u64,
     /// Next context in the global list of all contexts (for totals at exit).
     pub next: *mut ThreadCtx,
 }
@@ -317,6 +326,7 @@ const _: () = assert!(offset_of!(ThreadCtx, count_lanes) == OFF_COUNT + 8);
 off!(OFF_CLONE_CHILD, clone_child);
 off!(OFF_CLONE_NEXT_PC, clone_next_pc);
 off!(OFF_STARTED, started);
+off!(OFF_ALT_STACK, alt_stack);
 off!(OFF_RAISE_PID, raise_pid);
 off!(OFF_RAISE_TID, raise_tid);
 off!(OFF_RAISE_SIG, raise_sig);
@@ -614,6 +624,10 @@ pub fn new_ctx(dispatch: u64) -> Option<*mut ThreadCtx> {
         crate::recent_lines::clear(&mut *ctx);
         count_indexed_into_own(&mut *ctx, true);
         (*ctx).estack = stack as u64 + ENGINE_STACK as u64 - 64;
+        // The lower half: the engine's own code runs from the top (and a signal arriving
+        // there is taken below the upper half's frames); a handler delivered on the
+        // alternate stack starts at the half's top, clear of both.
+        (*ctx).alt_stack = [stack as u64, 0, ENGINE_STACK as u64 / 2];
         let mut head = ALL.load(Ordering::Acquire);
         loop {
             (*ctx).next = head;
@@ -680,6 +694,7 @@ pub fn reuse_exited() -> Option<*mut ThreadCtx> {
         c.next_pc = 0;
         c.clone_child = 0;
         c.clone_next_pc = 0;
+        c.guest_alt_stack = 0;
         c.started = 0;
         c.gregs = [0; 16];
         c.gflags = 0;
@@ -849,6 +864,25 @@ pub fn set_gs(ctx: *mut ThreadCtx) -> Result<(), i32> {
         oxgrind_sys::syscall::syscall2(SYS_ARCH_PRCTL, ARCH_SET_GS, ctx as usize)
     })
     .map(|_| ())
+}
+
+/// Gives the calling thread, which owns `ctx`, the engine's alternate signal stack
+/// (`ThreadCtx::alt_stack`) unless it has one already (the program's). The clone
+/// trampoline does the same for a new thread in assembly (`asm::oxg_clone_tramp`).
+pub fn register_alt_stack(ctx: &ThreadCtx) {
+    const SYS_SIGALTSTACK: usize = 131;
+    const SS_DISABLE: u64 = 2;
+    let mut old = [0u64; 3];
+    // SAFETY: sigaltstack(NULL, &old) writes one stack_t (24 bytes) into `old`.
+    let r =
+        unsafe { oxgrind_sys::syscall::syscall2(SYS_SIGALTSTACK, 0, old.as_mut_ptr() as usize) };
+    if r == 0 && old[1] & SS_DISABLE != 0 {
+        // SAFETY: `alt_stack` is a valid stack_t naming memory of this context's engine
+        // stack, which lives as long as the process (contexts are never unmapped).
+        unsafe {
+            oxgrind_sys::syscall::syscall2(SYS_SIGALTSTACK, ctx.alt_stack.as_ptr() as usize, 0)
+        };
+    }
 }
 
 /// The thread's `%gs` base, 0 if none (a thread that is not under the engine).

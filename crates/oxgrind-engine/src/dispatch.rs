@@ -58,6 +58,7 @@ static EXIT_REPORTED: AtomicU64 = AtomicU64::new(0);
 
 const SYS_RT_SIGACTION: u64 = 13;
 const SYS_RT_SIGRETURN: u64 = 15;
+const SYS_SIGALTSTACK: u64 = 131;
 const SYS_MMAP: u64 = 9;
 const MAP_FIXED: u64 = 0x10;
 const SYS_MPROTECT: u64 = 10;
@@ -422,6 +423,10 @@ fn pre_syscall(ctx: &mut ThreadCtx, pc: u64, host: u64) -> Action {
             }
             None => Action::Run(host),
         },
+        SYS_SIGALTSTACK => {
+            ctx.gregs[c::RAX] = signals::emulate_sigaltstack(ctx) as u64;
+            Action::Emulated
+        }
         SYS_RT_SIGRETURN => {
             if GLOBAL.lock().count {
                 ctx.count += 1;

@@ -442,6 +442,8 @@ pub unsafe fn start_from_constructor(config: Config) -> Result<(), StartError> {
     let ctx =
         context::new_ctx(asm::oxg_dispatch as *const () as u64).ok_or(StartError::NoMemory)?;
     context::set_gs(ctx).map_err(StartError::SetGs)?;
+    // SAFETY: ctx is the fresh context just made this thread's.
+    context::register_alt_stack(unsafe { &*ctx });
     signals::adopt_installed_handlers();
     signals::install_trap_entry();
     // SAFETY: gs points at ctx; oxg_attach saves this thread's registers and continues at

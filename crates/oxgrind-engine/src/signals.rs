@@ -169,6 +169,38 @@ pub(crate) fn adopt_installed_handlers() {
     }
 }
 
+/// Performs the guest's `sigaltstack` with the engine's own alternate stack
+/// (`ThreadCtx::alt_stack`) hidden: the program sees only the stack it set itself (none,
+/// `SS_DISABLE`, until it does), and when it disables its own the engine's is registered
+/// again. The kernel performs the call as asked, so its checks and errors (`EFAULT`,
+/// `EINVAL`, `ENOMEM` for a small stack, `EPERM` while running on the stack) are the
+/// program's.
+pub(crate) fn emulate_sigaltstack(ctx: &mut ThreadCtx) -> i64 {
+    const SYS_SIGALTSTACK: usize = 131;
+    const SS_DISABLE: u32 = 2;
+    let (ss, oss) = (ctx.gregs[c::RDI], ctx.gregs[c::RSI]);
+    // SAFETY: the guest's own system call with its own arguments; the kernel validates them.
+    let r = unsafe { oxgrind_sys::syscall::syscall2(SYS_SIGALTSTACK, ss as usize, oss as usize) }
+        as i64;
+    if r != 0 {
+        return r;
+    }
+    if oss != 0 && ctx.guest_alt_stack == 0 {
+        // What the kernel reported was the engine's stack: the program had none.
+        // SAFETY: the kernel has just written a stack_t (24 bytes) at `oss`.
+        unsafe { core::ptr::write_unaligned(oss as *mut [u64; 3], [0, SS_DISABLE as u64, 0]) };
+    }
+    if ss != 0 {
+        // SAFETY: the kernel has just read a stack_t at `ss`; ss_flags is its int at 8.
+        let flags = unsafe { core::ptr::read_unaligned((ss + 8) as *const u32) };
+        ctx.guest_alt_stack = u64::from(flags & SS_DISABLE == 0);
+        if ctx.guest_alt_stack == 0 {
+            crate::context::register_alt_stack(ctx);
+        }
+    }
+    0
+}
+
 /// Rust half of `oxg_sig_entry`. Returns the guest handler to enter, or 0 when the signal
 /// was deferred (the entry then returns to the kernel's restorer).
 ///

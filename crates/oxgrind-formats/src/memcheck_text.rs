@@ -188,6 +188,9 @@ pub fn fault_event(sig: i32, code: i32) -> Option<(&'static str, bool)> {
 
 /// The block Memcheck prints when the program dies by a signal (formats.md §4.8).
 /// `main_stack_size`: shown with the stack-overflow hint for a SIGSEGV on unmapped memory.
+/// `stack_overflow`: the page the main thread's stack could not grow to, when it ran out:
+/// Valgrind says so before the block and again under the fault's line.
+#[allow(clippy::too_many_arguments)]
 pub fn fatal_signal(
     out: &mut String,
     pid: i32,
@@ -197,7 +200,13 @@ pub fn fatal_signal(
     frames: &[Frame],
     dumping_core: bool,
     main_stack_size: u64,
+    stack_overflow: Option<u64>,
 ) {
+    let overflow = stack_overflow
+        .map(|base| format!("Stack overflow in thread #1: can't grow stack to {base:#x}"));
+    if let Some(l) = &overflow {
+        line(out, pid, l);
+    }
     line(out, pid, "");
     let core = if dumping_core { ": dumping core" } else { "" };
     line(
@@ -218,6 +227,9 @@ pub fn fatal_signal(
         } else {
             line(out, pid, &format!(" {event}"));
         }
+    }
+    if let Some(l) = &overflow {
+        line(out, pid, l);
     }
     stack(out, pid, frames);
     if sig == 11 && code == 1 {

@@ -19,7 +19,9 @@ use core::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 
 use oxgrind_sys::raw;
-use oxgrind_sys::raw::{KernelSigaction, SA_NODEFER, SA_RESTART, SA_RESTORER, SA_SIGINFO, SIG_DFL};
+use oxgrind_sys::raw::{
+    KernelSigaction, SA_NODEFER, SA_ONSTACK, SA_RESTART, SA_RESTORER, SA_SIGINFO, SIG_DFL,
+};
 use oxgrind_sys::syscall::syscall4;
 use oxgrind_tool::Exit;
 
@@ -353,6 +355,7 @@ fn fatal_signal_block() {
         &frames,
         dumping_core,
         main_stack,
+        f.stack_overflow,
     );
     HOST.log(&text);
 }
@@ -666,8 +669,9 @@ fn note_fatal(sig: c_int, info: *const c_void, ctx: *const c_void) {
         return;
     };
     let depth = rt.needs.stack_depth.max(12);
-    let (code, addr, stack) = if info.is_null() || ctx.is_null() {
+    let (code, addr, sp, stack) = if info.is_null() || ctx.is_null() {
         (
+            0,
             0,
             0,
             crate::stacks::capture(
@@ -687,16 +691,27 @@ fn note_fatal(sig: c_int, info: *const c_void, ctx: *const c_void) {
             (
                 code,
                 addr,
+                gregs[15], // REG_RSP
                 crate::stacks::capture_at(&crate::state::STACKS, gregs, depth),
             )
         }
     };
+    let tid = guard::tid();
+    // Valgrind grows the main thread's stack itself and says when it cannot; other
+    // threads' stacks are fixed mappings (their overflow is a guard-page fault, ACCERR).
+    let stack_overflow = (sig == 11
+        && code == 1
+        && tid == raw::getpid()
+        && sp != 0
+        && oxgrind_tool::fault_is_stack_overflow(addr, sp))
+    .then(|| sp.wrapping_sub(128) & !4095);
     *FATAL_SIGNAL.lock() = Some(oxgrind_tool::FatalSignal {
         sig,
         code,
         addr,
         stack,
-        tid: guard::tid(),
+        tid,
+        stack_overflow,
     });
 }
 
@@ -951,22 +966,56 @@ fn install_signal_handlers() {
 
 /// Installs our reporting handler for the fatal signal `sig`.
 ///
-/// The handler runs on the thread's own stack, never on an alternate one: the report is
-/// written from the handler, and a program's alternate stack is small (Rust's is a few
-/// pages per thread): writing Massif's report there overflowed it, and a Rust program with
-/// threads died of SIGSEGV instead of SIGTERM without its file. The price: a stack
-/// overflow (which only an alternate stack could handle) ends without a report, as it
-/// did with the program's small alternate stack anyway.
+/// The handler runs on the thread's own stack, except for `SIGSEGV` and `SIGBUS`: a
+/// stack overflow's fault cannot be delivered there (no room: the kernel would kill the
+/// process, report lost), so those two take the thread's alternate stack: the engine gives
+/// every thread one of its own, 512 KiB (`oxgrind_engine`'s `ThreadCtx::alt_stack`),
+/// hidden from the program. The other signals stay off it: a program's own alternate stack
+/// is small (Rust's is a few pages per thread), and writing Massif's report on it for a
+/// `SIGTERM` overflowed it (a Rust program with threads died of SIGSEGV without its file).
+/// Where the program set a small stack of its own and handles neither signal, a fault's
+/// report is written there; without the engine (the heap path) a thread has no alternate
+/// stack unless the program made one, and a stack overflow still ends without a report.
 fn take_for_report(sig: c_int) {
     let act = KernelSigaction {
         handler: on_fatal_signal as *const () as u64,
-        flags: SA_SIGINFO | SA_RESTORER | SA_RESTART,
+        flags: SA_SIGINFO
+            | SA_RESTORER
+            | SA_RESTART
+            | if matches!(sig, 7 | 11) { SA_ONSTACK } else { 0 },
         restorer: oxgrind_sigreturn as *const () as u64,
         mask: 0,
     };
     if kernel_sigaction(sig, Some(&act), None) == 0 {
         OURS[sig as usize].store(true, Ordering::Release);
     }
+}
+
+/// Without the engine (which gives every thread an alternate signal stack of its own,
+/// hidden from the program), the main thread gets one of ours, 512 KiB, unless it has
+/// one: a stack overflow's `SIGSEGV` is delivered there and the report written
+/// ([`take_for_report`]). The program sees it (`sigaltstack` is not emulated without the
+/// engine): Rust's standard library, finding it, uses it rather than making its own.
+/// Other threads get none here.
+pub fn give_main_thread_an_alt_stack() {
+    const SYS_SIGALTSTACK: usize = 131;
+    const SS_DISABLE: u64 = 2;
+    const SIZE: usize = 512 << 10;
+    let mut old = [0u64; 3];
+    // SAFETY: sigaltstack(NULL, &old) writes one stack_t (24 bytes) into `old`.
+    let r =
+        unsafe { oxgrind_sys::syscall::syscall2(SYS_SIGALTSTACK, 0, old.as_mut_ptr() as usize) };
+    if r != 0 || old[1] & SS_DISABLE == 0 {
+        return;
+    }
+    let Some(p) = raw::mmap_anon(SIZE) else {
+        return;
+    };
+    // Ours, not the program's: no roots of its heap there.
+    oxgrind_sys::heap::note_private_mapping(p as usize, SIZE);
+    let ss = [p as u64, 0, SIZE as u64];
+    // SAFETY: `ss` is a valid stack_t naming a fresh mapping that is never unmapped.
+    unsafe { oxgrind_sys::syscall::syscall2(SYS_SIGALTSTACK, ss.as_ptr() as usize, 0) };
 }
 
 /// glibc's `struct sigaction` (what the program passes to `sigaction`).

@@ -89,6 +89,8 @@ extern "C" fn on_load() {
             hooks::set_events_native(&rt.needs);
             guard::set_holds_trace(&rt.needs);
             start_engine(rt.needs);
+        } else {
+            exit::give_main_thread_an_alt_stack();
         }
     }
     // The shadows, the heap's reserve and the code cache are reserved now.

@@ -435,6 +435,23 @@ pub struct FatalSignal {
     /// Where the thread was: frame 0 is the faulting or interrupted instruction.
     pub stack: StackId,
     pub tid: i32,
+    /// The main thread's stack ran out (a `SIGSEGV` at an unmapped address next to its
+    /// stack pointer, [`fault_is_stack_overflow`]): the page it could not grow to, as
+    /// Valgrind's core names it ("Stack overflow in thread #1: can't grow stack to ...":
+    /// the stack pointer less the 128-byte red zone, rounded down to its page).
+    pub stack_overflow: Option<Addr>,
+}
+
+/// Whether a fault at `addr` (nothing mapped there, or a guard page) with the thread's
+/// stack pointer at `sp` is the stack running out rather than a wild access: within 64 KiB
+/// below `sp` (a `push`, a `call`, the red zone, a stack probe a page down) or 1 MiB above
+/// it (a local of a frame just made, as big as a frame may be). Memcheck reports no
+/// invalid access there, and the fatal-signal block names the overflow (Valgrind's
+/// stack-extension test).
+pub fn fault_is_stack_overflow(addr: Addr, sp: Addr) -> bool {
+    const BELOW: u64 = 64 << 10;
+    const ABOVE: u64 = 1 << 20;
+    addr >= sp.saturating_sub(BELOW) && addr < sp.saturating_add(ABOVE)
 }
 
 /// Where a root range came from (for `-v` diagnostics and heuristics).

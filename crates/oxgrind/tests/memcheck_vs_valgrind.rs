@@ -648,6 +648,38 @@ fn death_by_signal_is_reported_as_valgrind_reports_it() {
     assert_eq!(fatal_block(&ours), fatal_block(&theirs));
 }
 
+/// A stack that runs out: the kernel cannot deliver the SIGSEGV on it, so the report is
+/// written from the alternate stack the engine gives every thread (before, the process
+/// died without one). The main thread's overflow is named as Valgrind names it ("Stack
+/// overflow in thread #1: can't grow stack to ..."); a thread's is a fault on its guard page.
+#[test]
+fn a_stack_overflow_is_reported_as_valgrind_reports_it() {
+    let prog = build("endings.c", &["-g", "-O2"]);
+    let Some((ours, theirs)) = both_args(&prog, &["--leak-check=full"], &["stack-overflow"]) else {
+        return;
+    };
+    assert!(
+        ours.matches("Stack overflow in thread #1: can't grow stack to 0xADDR")
+            .count()
+            == 2,
+        "{ours}"
+    );
+    assert_same_report(&ours, &theirs);
+    let Some((ours, theirs)) = both_args(&prog, &["--leak-check=full"], &["thread-stack-overflow"])
+    else {
+        return;
+    };
+    assert!(
+        ours.contains("Bad permissions for mapped region at address 0xADDR"),
+        "{ours}"
+    );
+    // The leak report differs by the thread's DTV slot (`without_dtv_slot`), in three
+    // lines: compare the fatal-signal block and the error count.
+    assert_eq!(fatal_block(&ours), fatal_block(&theirs));
+    let summary = |r: &str| r.lines().last().map(str::to_string);
+    assert_eq!(summary(&ours), summary(&theirs));
+}
+
 #[test]
 fn death_by_signal_in_xml_has_valgrinds_structure() {
     if !have_valgrind() {

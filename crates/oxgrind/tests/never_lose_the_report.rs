@@ -137,6 +137,23 @@ fn segfault_writes_the_file_and_dies_by_sigsegv() {
     assert_measured(&files);
 }
 
+/// A stack that runs out ends with the report, in both time units: the kernel can only
+/// deliver that SIGSEGV on an alternate stack (the engine gives each thread one; without
+/// the engine, the runtime gives the main thread one). Under the engine a thread's
+/// overflow too.
+#[test]
+fn a_stack_overflow_writes_the_file_and_dies_by_sigsegv() {
+    for (unit, mode) in [
+        ("i", "stack-overflow"),
+        ("B", "stack-overflow"),
+        ("i", "thread-stack-overflow"),
+    ] {
+        let (o, files, _d) = run_mode_in(unit, &[mode]);
+        assert_eq!(o.status.signal(), Some(11), "{unit} {mode}: {o:?}");
+        assert_measured(&files);
+    }
+}
+
 /// A heap so smashed that glibc's allocator aborts or faults in it, in every time unit: at
 /// `i` glibc's allocator runs natively out of the engine's code cache, where the signal
 /// reaches the engine, not the program (issue 11's "never loses the report"). The process

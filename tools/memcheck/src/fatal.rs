@@ -45,6 +45,7 @@ impl Memcheck {
                     &frames,
                     core,
                     limits.main_stack,
+                    f.stack_overflow,
                 );
             }
         }

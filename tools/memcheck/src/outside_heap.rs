@@ -383,11 +383,6 @@ const SEGV_MAPERR: i32 = 1;
 /// `si_code` of a `SIGSEGV` where the mapping forbids the access.
 const SEGV_ACCERR: i32 = 2;
 const SIGSEGV: i32 = 11;
-/// How far below the stack pointer a fault counts as the stack overflowing (a `push`, a
-/// `call`, the red zone, a stack probe a page down).
-const STACK_OVERFLOW_BELOW: u64 = 64 << 10;
-/// How far above it (a local of a frame just made, as big as a frame may be).
-const STACK_OVERFLOW_ABOVE: u64 = 1 << 20;
 
 impl Memcheck {
     /// Probes for the operands of `ins` (instruction `i` of its block) that lie past the
@@ -488,10 +483,7 @@ impl Memcheck {
         // A fault next to the stack pointer is the stack running out (its guard gap): the
         // fatal-signal block's business, no Memcheck error (Valgrind says "Stack overflow
         // in thread #1" there, and reports no invalid access).
-        let rsp = regs.rsp();
-        if fault.addr >= rsp.saturating_sub(STACK_OVERFLOW_BELOW)
-            && fault.addr < rsp.saturating_add(STACK_OVERFLOW_ABOVE)
-        {
+        if oxgrind_tool::fault_is_stack_overflow(fault.addr, regs.rsp()) {
             return;
         }
         // The access the CPU stopped at: the one holding the faulting byte (reads come
