@@ -697,6 +697,9 @@ fn note_fatal(sig: c_int, info: *const c_void, ctx: *const c_void) {
         }
     };
     let tid = guard::tid();
+    if sp != 0 {
+        crate::roots::note_exit_sp_of_program(sp);
+    }
     // Valgrind grows the main thread's stack itself and says when it cannot; other
     // threads' stacks are fixed mappings (their overflow is a guard-page fault, ACCERR).
     let stack_overflow = (sig == 11
@@ -960,29 +963,29 @@ fn install_signal_handlers() {
         if kernel_sigaction(sig, None, Some(&mut old)) != 0 || old.handler != SIG_DFL {
             continue; // ignored or handled by someone already: not ours to take
         }
-        take_for_report(sig);
+        take_for_report(sig, matches!(sig, 7 | 11));
     }
 }
 
 /// Installs our reporting handler for the fatal signal `sig`.
 ///
-/// The handler runs on the thread's own stack, except for `SIGSEGV` and `SIGBUS`: a
-/// stack overflow's fault cannot be delivered there (no room: the kernel would kill the
-/// process, report lost), so those two take the thread's alternate stack: the engine gives
+/// The handler runs on the thread's own stack, except (`on_alt_stack`, at start) for
+/// `SIGSEGV` and `SIGBUS`: a stack overflow's fault cannot be delivered there (no room: the
+/// kernel would kill the process, report lost), so those two take the thread's alternate
+/// stack: the engine gives
 /// every thread one of its own, 512 KiB (`oxgrind_engine`'s `ThreadCtx::alt_stack`),
 /// hidden from the program. The other signals stay off it: a program's own alternate stack
 /// is small (Rust's is a few pages per thread), and writing Massif's report on it for a
 /// `SIGTERM` overflowed it (a Rust program with threads died of SIGSEGV without its file).
 /// Where the program set a small stack of its own and handles neither signal, a fault's
-/// report is written there; without the engine (the heap path) a thread has no alternate
+/// report is written there (a program that handled them and gives the default back, as
+/// Rust's standard library does for a fault that is not its stack's, gets ours without
+/// the alternate stack); without the engine (the heap path) a thread has no alternate
 /// stack unless the program made one, and a stack overflow still ends without a report.
-fn take_for_report(sig: c_int) {
+fn take_for_report(sig: c_int, on_alt_stack: bool) {
     let act = KernelSigaction {
         handler: on_fatal_signal as *const () as u64,
-        flags: SA_SIGINFO
-            | SA_RESTORER
-            | SA_RESTART
-            | if matches!(sig, 7 | 11) { SA_ONSTACK } else { 0 },
+        flags: SA_SIGINFO | SA_RESTORER | SA_RESTART | if on_alt_stack { SA_ONSTACK } else { 0 },
         restorer: oxgrind_sigreturn as *const () as u64,
         mask: 0,
     };
@@ -1065,7 +1068,10 @@ pub unsafe extern "C" fn sigaction(
             && unsafe { (*act).handler } as u64 == SIG_DFL
             && FATAL.contains(&sig)
         {
-            take_for_report(sig);
+            // On the thread's own stack: the program that gives the default back ran its
+            // own handler on its own (small) alternate stack, and the fault repeating now
+            // is not the stack running out (Rust's handler takes those).
+            take_for_report(sig, false);
         }
         return r;
     }

@@ -253,6 +253,18 @@ pub fn note_exit_sp_at(sp: u64) {
     EXIT_SP.store(sp as usize, Ordering::Release);
 }
 
+/// Set when [`EXIT_SP`] is the program's own stack pointer at a fatal signal (from the
+/// signal's context), which the report may be written far from: on an alternate stack,
+/// whose mapping says nothing of the program's stack.
+static EXIT_SP_IS_PROGRAMS: AtomicBool = AtomicBool::new(false);
+
+/// [`note_exit_sp_at`] with the program's stack pointer where a fatal signal interrupted
+/// it: the exiting thread's stack is scanned from there wherever the handler runs.
+pub fn note_exit_sp_of_program(sp: u64) {
+    note_exit_sp_at(sp);
+    EXIT_SP_IS_PROGRAMS.store(true, Ordering::Release);
+}
+
 #[inline(never)]
 fn current_sp() -> u64 {
     let sp: u64;
@@ -342,7 +354,7 @@ fn with_roots_gated(f: &mut dyn FnMut(&[RootRange]), request_sp: Option<u64>) {
         }
         // At exit, likewise from the stack pointer where the process began to end: below
         // it, the red zone holds what our hooks' translated frames left there.
-        None if exit_sp != 0 && same_stack => {
+        None if exit_sp != 0 && (same_stack || EXIT_SP_IS_PROGRAMS.load(Ordering::Acquire)) => {
             stack_of(raw::gettid(), exit_sp, &mut roots);
             if let Some(r) = roots.last_mut() {
                 r.start = r.start.max(exit_sp);
