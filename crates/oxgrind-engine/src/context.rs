@@ -302,9 +302,6 @@ pub struct ThreadCtx {
     /// A stack overflow's `SIGSEGV` can only be delivered on an alternate stack: without
     /// one the kernel kills the process, and the report is lost.
     pub alt_stack: [u64; 3],
-    /// Nonzero while the program has an alternate stack of its own set on this thread
-    /// (`signals::emulate_sigaltstack`): the kernel has the program's, not ours.
-    pub guest_alt_stack: u64,
     /// Next context in the global list of all contexts (for totals at exit).
     pub next: *mut ThreadCtx,
 }
@@ -694,7 +691,6 @@ pub fn reuse_exited() -> Option<*mut ThreadCtx> {
         c.next_pc = 0;
         c.clone_child = 0;
         c.clone_next_pc = 0;
-        c.guest_alt_stack = 0;
         c.started = 0;
         c.gregs = [0; 16];
         c.gflags = 0;

@@ -175,7 +175,7 @@ pub(crate) fn adopt_installed_handlers() {
 /// again. The kernel performs the call as asked, so its checks and errors (`EFAULT`,
 /// `EINVAL`, `ENOMEM` for a small stack, `EPERM` while running on the stack) are the
 /// program's.
-pub(crate) fn emulate_sigaltstack(ctx: &mut ThreadCtx) -> i64 {
+pub(crate) fn emulate_sigaltstack(ctx: &ThreadCtx) -> i64 {
     const SYS_SIGALTSTACK: usize = 131;
     const SS_DISABLE: u32 = 2;
     let (ss, oss) = (ctx.gregs[c::RDI], ctx.gregs[c::RSI]);
@@ -185,16 +185,19 @@ pub(crate) fn emulate_sigaltstack(ctx: &mut ThreadCtx) -> i64 {
     if r != 0 {
         return r;
     }
-    if oss != 0 && ctx.guest_alt_stack == 0 {
-        // What the kernel reported was the engine's stack: the program had none.
+    if oss != 0 {
         // SAFETY: the kernel has just written a stack_t (24 bytes) at `oss`.
-        unsafe { core::ptr::write_unaligned(oss as *mut [u64; 3], [0, SS_DISABLE as u64, 0]) };
+        let old = unsafe { core::ptr::read_unaligned(oss as *const [u64; 3]) };
+        if old[0] == ctx.alt_stack[0] && old[2] == ctx.alt_stack[2] {
+            // What the kernel had was the engine's stack: the program had none.
+            // SAFETY: as above, the kernel wrote there.
+            unsafe { core::ptr::write_unaligned(oss as *mut [u64; 3], [0, SS_DISABLE as u64, 0]) };
+        }
     }
     if ss != 0 {
         // SAFETY: the kernel has just read a stack_t at `ss`; ss_flags is its int at 8.
         let flags = unsafe { core::ptr::read_unaligned((ss + 8) as *const u32) };
-        ctx.guest_alt_stack = u64::from(flags & SS_DISABLE == 0);
-        if ctx.guest_alt_stack == 0 {
+        if flags & SS_DISABLE != 0 {
             crate::context::register_alt_stack(ctx);
         }
     }
