@@ -79,7 +79,7 @@ impl Emitter {
         if !self.recent_cold.is_empty() || !self.block_cold.is_empty() {
             self.finish_recent_cold();
         }
-        if !self.slow.is_empty() {
+        if !self.slow.is_empty() || !self.store_copies.is_empty() {
             self.finish_slow_calls();
         }
         if let Some(chk) = self.check.take() {

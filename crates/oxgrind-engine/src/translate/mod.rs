@@ -997,6 +997,9 @@ struct Emitter {
     /// Out-of-line exact addressability checks behind the one wide inline compare,
     /// placed by `finish`.
     exact_a: Vec<ExactA>,
+    /// Out-of-line register-to-shadow copies of store copies whose register is not all
+    /// defined (`Emitter::store_copy`), placed by `finish`.
+    store_copies: Vec<definedness::StoreCopyCold>,
     /// Out-of-line rest of the recent-lines checks of one-operand instructions, placed by
     /// `finish` (see `Emitter::append_unless_recent_two_ways`).
     recent_cold: Vec<probes::RecentCold>,
@@ -1182,6 +1185,7 @@ impl Emitter {
             above_sp: Vec::new(),
             stack_split: Vec::new(),
             exact_a: Vec::new(),
+            store_copies: Vec::new(),
             recent_cold: Vec::new(),
             block_cold: Vec::new(),
             trace_cold: Vec::new(),

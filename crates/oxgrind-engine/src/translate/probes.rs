@@ -2092,6 +2092,10 @@ impl Emitter {
             }
             self.jmp_to(x.resume);
         }
+        // The copies of store copies' registers that are not all defined.
+        for x in core::mem::take(&mut self.store_copies) {
+            self.store_copy_cold(&x);
+        }
         self.unmark();
     }
 }

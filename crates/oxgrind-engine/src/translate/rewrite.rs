@@ -219,6 +219,7 @@ fn lea_rax_by_iced(base: Register, index: Register, scale: u32, disp: i64) -> Op
 }
 
 /// An encoded `lea rax, [...]`: at most REX, opcode, ModRM, SIB and a disp32.
+#[derive(Clone, Copy)]
 pub(super) struct LeaBytes {
     bytes: [u8; 8],
     len: usize,
