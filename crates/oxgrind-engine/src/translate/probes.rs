@@ -1497,7 +1497,7 @@ impl Emitter {
     ///
     /// ```text
     ///     (mov rcx, gs:[PROBE_RCX]); rax = address; lea rsp, [rsp - 128]; call routine
-    ///     jmp back; dd tag, size | kind << 16, last; dq drain record
+    ///     jmp back; dd tag, size | kind << 16, room; dq drain record
     ///     (kept: mov gs:[STUB_RAX], rax; (save the flags); jmp back)
     /// ```
     pub(super) fn finish_recent_cold(&mut self) {
@@ -1525,12 +1525,12 @@ impl Emitter {
             // R: the routine's return, then the data it reads from here.
             let r = self.buf.len();
             self.jmp_to(d.back);
-            let last = recent_clamp(&d.m, d.geometry) - 1;
+            let room = (1u64 << d.geometry.0) - recent_clamp(&d.m, d.geometry);
             let rec = crate::probe::trace_full_record_at(d.ip).unwrap_or(0);
             debug_assert_eq!(self.buf.len(), r + SITE_TAG as usize);
             self.d32(d.tag);
             self.d32(d.word);
-            self.d32(last as u32);
+            self.d32(room as u32);
             self.buf.extend_from_slice(&rec.to_le_bytes());
             if d.keep != Keep::No {
                 // The drain's return (guest state exact): borrow again; jmp back.
@@ -2184,18 +2184,19 @@ pub(crate) fn slow_call_tails(base: u64) -> alloc::vec::Vec<u8> {
 static RECENT_ROUTINES: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
 
 /// Bytes from one variant of the recent-lines routine to the next.
-const RECENT_ROUTINE_ROOM: usize = 640;
+const RECENT_ROUTINE_ROOM: usize = 704;
 
 /// Variants of the recent-lines routine: per what the check keeps borrowed over its
 /// instruction and whether the flags were saved ([`recent_routine_variant`]).
 const RECENT_ROUTINE_VARIANTS: usize = 5;
 
 /// Where a call site's data lies from the routine's return address, which is the site's
-/// `jmp back` (5 bytes): the record's tag (u32), its `size | kind << 16` (u32), the last
-/// byte the table considers (`recent_clamp - 1`, u32), the drain's record (u64, 0: none).
+/// `jmp back` (5 bytes): the record's tag (u32), its `size | kind << 16` (u32), the room
+/// (`line bytes - recent_clamp`, u32: the largest offset in a line of an access within
+/// it), the drain's record (u64, 0: none).
 const SITE_TAG: i8 = 5;
 const SITE_WORD: i8 = 9;
-const SITE_LAST: i8 = 13;
+const SITE_ROOM: i8 = 13;
 const SITE_REC: i8 = 17;
 /// Where a kept borrow's thunk starts (after the data): the drain returns there.
 const SITE_THUNK: i8 = 25;
@@ -2240,21 +2241,26 @@ pub(crate) fn recent_routines_wanted() -> bool {
 ///
 /// ```text
 ///     (restore rcx); rax = address; lea rsp, [rsp - 128]; call routine[variant]
-/// R:  jmp back; dd tag, size | kind << 16, last; dq drain record
+/// R:  jmp back; dd tag, size | kind << 16, room; dq drain record
 ///     (kept: borrow again; jmp back)                      (the drain returns here)
 /// ```
 ///
 /// The return address lies beyond the guest's red zone, as `trace_checks`' calls' (see
 /// there why a signal frame may land there at any instruction anyway). The routine saves
-/// `rcx` and `rdx` below it, and reads the data through the return address:
+/// `rcx` and `rdx` below it, and reads the data through the return address. It tests the
+/// second way first, as the inline check tests the first (most calls are second-way
+/// hits: 60% on xz), with the site's room (`line bytes - access bytes`) from its data:
 ///
 /// ```text
-///     push rcx; push rdx; push rax
-///     rcx = address + last; xor rcx, address; shr rcx, shift; jnz straddle
-///     rax = the line's key (`recent_lines::data_key`), rcx = its slot
-///     rdx = FIRST[slot]; cmp rax, SECOND[slot]
-///     SECOND[slot] = rdx; FIRST[slot] = rax           (either way: a swap or a new first)
-///     jne new; xor byte SWAPS[slot], 1; jmp done       (the second way: skipped)
+///     push rcx; push rdx
+///     rcx = the address's slot; add rax, SECOND[slot]; edx = room; cmp rax, rdx; ja other
+///     swap FIRST[slot] and SECOND[slot]; xor byte SWAPS[slot], 1     (skipped)
+///     pop rdx; pop rcx; give back per variant; ret 128
+/// other:
+///     sub rax, SECOND[slot] (the address); push rax
+///     and eax, line bytes - 1; cmp rax, rdx; ja straddle
+///     rax = the line's key (`recent_lines::data_key`)
+///     SECOND[slot] = FIRST[slot]; FIRST[slot] = rax    (a new first)
 /// new:
 ///     eax = SWAPS[slot] << 24; SWAPS[slot] = 0; jmp append
 /// straddle:
@@ -2295,36 +2301,64 @@ fn recent_line_routines_for(base: u64, (shift, slots): (u32, u32)) -> alloc::vec
         }
         debug_assert_eq!(recent_routine_variant(keep, flags_live), variant);
         let b = &mut e.buf;
-        b.extend_from_slice(&[0x51, 0x52, 0x50]); // push rcx; push rdx; push rax
-        b.extend_from_slice(&[0x48, 0x8B, 0x54, 0x24, 0x18]); // mov rdx, [rsp+24] (R)
-        b.extend_from_slice(&[0x8B, 0x4A, SITE_LAST as u8]); // mov ecx, [rdx+LAST]
-        b.extend_from_slice(&[0x48, 0x01, 0xC1]); // add rcx, rax
-        b.extend_from_slice(&[0x48, 0x31, 0xC1]); // xor rcx, rax
+        // The second way first (most calls): the slot, and the address's offset in the
+        // slot's second line, bounded by the site's room as the inline check bounds the
+        // first's; `rax` is not saved on this path, which leaves it clobbered anyway.
+        b.extend_from_slice(&[0x51, 0x52]); // push rcx; push rdx
+        b.extend_from_slice(&[0x48, 0x89, 0xC1]); // mov rcx, rax
         b.extend_from_slice(&[0x48, 0xC1, 0xE9, shift as u8]); // shr rcx, shift
-        b.extend_from_slice(&[0x0F, 0x85]); // jnz straddle
-        let to_straddle = b.len();
-        e.d32(0);
-        e.recent_key_and_slot((shift, slots));
+        e.recent_slot_mask(slots);
         let b = &mut e.buf;
+        b.extend_from_slice(&[0x65, 0x48, 0x03, 0x04, 0xCD]); // add rax, SECOND[rcx*8]
+        b.extend_from_slice(&second.to_le_bytes());
+        b.extend_from_slice(&[0x48, 0x8B, 0x54, 0x24, 0x10]); // mov rdx, [rsp+16] (R)
+        b.extend_from_slice(&[0x8B, 0x52, SITE_ROOM as u8]); // mov edx, [rdx+ROOM]
+        b.extend_from_slice(&[0x48, 0x39, 0xD0]); // cmp rax, rdx
+        b.extend_from_slice(&[0x0F, 0x87]); // ja other
+        let to_other = b.len();
+        e.d32(0);
+        // The second way: the two lines change places, the swap bit flips (skipped).
+        let b = &mut e.buf;
+        b.extend_from_slice(&[0x65, 0x48, 0x8B, 0x04, 0xCD]); // mov rax, SECOND[rcx*8]
+        b.extend_from_slice(&second.to_le_bytes());
         b.extend_from_slice(&[0x65, 0x48, 0x8B, 0x14, 0xCD]); // mov rdx, FIRST[rcx*8]
         b.extend_from_slice(&first.to_le_bytes());
-        b.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, SECOND[rcx*8]
+        b.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0xCD]); // mov FIRST[rcx*8], rax
+        b.extend_from_slice(&first.to_le_bytes());
+        b.extend_from_slice(&[0x65, 0x48, 0x89, 0x14, 0xCD]); // mov SECOND[rcx*8], rdx
         b.extend_from_slice(&second.to_le_bytes());
+        b.extend_from_slice(&[0x65, 0x80, 0x34, 0x0D]); // xor byte SWAPS[rcx], 1
+        b.extend_from_slice(&swaps.to_le_bytes());
+        b.push(1);
+        b.extend_from_slice(&[0x5A, 0x59]); // pop rdx; pop rcx
+        e.give_back(flags_live, keep);
+        e.buf.extend_from_slice(&[0xC2, 128, 0]); // ret 128
+                                                  // other: the address back and saved, as the rest of the routine has it; an access
+                                                  // whose offset in its line exceeds the room straddles.
+        e.patch_rel32(to_other);
+        let b = &mut e.buf;
+        b.extend_from_slice(&[0x65, 0x48, 0x2B, 0x04, 0xCD]); // sub rax, SECOND[rcx*8]
+        b.extend_from_slice(&second.to_le_bytes());
+        b.push(0x50); // push rax
+        b.push(0x25); // and eax, line - 1
+        b.extend_from_slice(&((1u32 << shift) - 1).to_le_bytes());
+        b.extend_from_slice(&[0x48, 0x39, 0xD0]); // cmp rax, rdx
+        b.extend_from_slice(&[0x0F, 0x87]); // ja straddle
+        let to_straddle = b.len();
+        e.d32(0);
+        // A new line (neither of the slot's, within one line): first, the first to second.
+        let b = &mut e.buf;
+        b.extend_from_slice(&[0x48, 0x8B, 0x04, 0x24]); // mov rax, [rsp] (address)
+        b.extend_from_slice(&[0x48, 0x25]); // and rax, -(line bytes)
+        b.extend_from_slice(&(1u32 << shift).wrapping_neg().to_le_bytes());
+        b.extend_from_slice(&[0x48, 0xF7, 0xD8]); // neg rax (the line's key)
+        b.extend_from_slice(&[0x65, 0x48, 0x8B, 0x14, 0xCD]); // mov rdx, FIRST[rcx*8]
+        b.extend_from_slice(&first.to_le_bytes());
         b.extend_from_slice(&[0x65, 0x48, 0x89, 0x14, 0xCD]); // mov SECOND[rcx*8], rdx
         b.extend_from_slice(&second.to_le_bytes());
         b.extend_from_slice(&[0x65, 0x48, 0x89, 0x04, 0xCD]); // mov FIRST[rcx*8], rax
         b.extend_from_slice(&first.to_le_bytes());
-        b.extend_from_slice(&[0x0F, 0x85]); // jne new
-        let to_new = b.len();
-        e.d32(0);
-        e.buf.extend_from_slice(&[0x65, 0x80, 0x34, 0x0D]); // xor byte SWAPS[rcx], 1
-        e.d32(swaps);
-        e.buf.push(1);
-        e.buf.push(0xE9); // jmp done
-        let second_done = e.buf.len();
-        e.d32(0);
         // new: the record's swap bit is the slot's, which is cleared.
-        e.patch_rel32(to_new);
         e.buf.extend_from_slice(&[0x65, 0x0F, 0xB6, 0x04, 0x0D]); // movzx eax, SWAPS[rcx]
         e.d32(swaps);
         e.buf.extend_from_slice(&[0x65, 0xC6, 0x04, 0x0D]); // mov byte SWAPS[rcx], 0
@@ -2365,9 +2399,12 @@ fn recent_line_routines_for(base: u64, (shift, slots): (u32, u32)) -> alloc::vec
         for k in 0..2 {
             e.buf.extend_from_slice(&[0x48, 0x8B, 0x04, 0x24]); // mov rax, [rsp]
             if k == 1 {
+                // (its last byte: line bytes - 1 - room on)
                 e.buf.extend_from_slice(&[0x48, 0x8B, 0x4C, 0x24, 0x18]); // mov rcx, [rsp+24]
-                e.buf.extend_from_slice(&[0x8B, 0x49, SITE_LAST as u8]); // mov ecx, [rcx+LAST]
-                e.buf.extend_from_slice(&[0x48, 0x01, 0xC8]); // add rax, rcx
+                e.buf.extend_from_slice(&[0x8B, 0x49, SITE_ROOM as u8]); // mov ecx, [rcx+ROOM]
+                e.buf.extend_from_slice(&[0x48, 0x29, 0xC8]); // sub rax, rcx
+                e.buf.extend_from_slice(&[0x48, 0x05]); // add rax, line bytes - 1
+                e.d32((1u32 << shift) - 1);
             }
             e.recent_key_and_slot((shift, slots));
             e.buf.extend_from_slice(&[0x65, 0x48, 0x3B, 0x04, 0xCD]); // cmp rax, FIRST
@@ -2417,7 +2454,6 @@ fn recent_line_routines_for(base: u64, (shift, slots): (u32, u32)) -> alloc::vec
         let to_full = e.buf.len();
         e.d32(0);
         // done: what the variant gives back, and the return.
-        e.patch_rel32(second_done);
         e.patch_rel32(straddle_done);
         let done = e.buf.len();
         e.buf.extend_from_slice(&[0x58, 0x5A, 0x59]); // pop rax; pop rdx; pop rcx
