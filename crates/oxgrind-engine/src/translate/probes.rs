@@ -2259,7 +2259,7 @@ pub(crate) fn recent_routines_wanted() -> bool {
 /// other:
 ///     sub rax, SECOND[slot] (the address); push rax
 ///     and eax, line bytes - 1; cmp rax, rdx; ja straddle
-///     rax = the line's key (`recent_lines::data_key`)
+///     sub rax, [rsp]                                   (the key: `recent_lines::data_key`)
 ///     SECOND[slot] = FIRST[slot]; FIRST[slot] = rax    (a new first)
 /// new:
 ///     eax = SWAPS[slot] << 24; SWAPS[slot] = 0; jmp append
@@ -2347,11 +2347,9 @@ fn recent_line_routines_for(base: u64, (shift, slots): (u32, u32)) -> alloc::vec
         let to_straddle = b.len();
         e.d32(0);
         // A new line (neither of the slot's, within one line): first, the first to second.
+        // Its key is its offset in the line less the address.
         let b = &mut e.buf;
-        b.extend_from_slice(&[0x48, 0x8B, 0x04, 0x24]); // mov rax, [rsp] (address)
-        b.extend_from_slice(&[0x48, 0x25]); // and rax, -(line bytes)
-        b.extend_from_slice(&(1u32 << shift).wrapping_neg().to_le_bytes());
-        b.extend_from_slice(&[0x48, 0xF7, 0xD8]); // neg rax (the line's key)
+        b.extend_from_slice(&[0x48, 0x2B, 0x04, 0x24]); // sub rax, [rsp] (the line's key)
         b.extend_from_slice(&[0x65, 0x48, 0x8B, 0x14, 0xCD]); // mov rdx, FIRST[rcx*8]
         b.extend_from_slice(&first.to_le_bytes());
         b.extend_from_slice(&[0x65, 0x48, 0x89, 0x14, 0xCD]); // mov SECOND[rcx*8], rdx
