@@ -229,8 +229,28 @@ const PREFETCH_LINES: u64 = 16;
 /// visible. For a freed block going back to glibc (Memcheck): the next `malloc` of its
 /// chunk marks them undefined, and they were last written at its free, a whole freed-block
 /// queue before (a miss to memory per line, on the `malloc`'s path).
+///
+/// A heap block's range (the caller's, a freed block going back to glibc) lies in one
+/// span almost always: that case looks up its chunk once and loops over its lines, without
+/// the general walk over spans (about half of the 97 instructions a call took on bench
+/// `alloc`, `hookcost.py` at the steady state).
 pub fn prefetch_for_write(addr: u64, len: u64) {
     if !enabled() {
+        return;
+    }
+    let off = addr & (SPAN - 1);
+    if len <= SPAN - off && addr < ADDR_LIMIT {
+        let chunk = chunk_of(addr);
+        if chunk != 0 {
+            let (start, end) = layout::covered(off as usize, len as usize);
+            let end = chunk + end as u64;
+            let mut line = (chunk + start as u64) & !63;
+            let stop = end.min(line + PREFETCH_LINES * 64);
+            while line < stop {
+                oxgrind_tool::hint::prefetch_write_at(line);
+                line += 64;
+            }
+        }
         return;
     }
     let len = len.min(ADDR_LIMIT.saturating_sub(addr));
