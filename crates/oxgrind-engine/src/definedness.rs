@@ -271,8 +271,33 @@ pub fn prefetch_for_write(addr: u64, len: u64) {
 }
 
 /// Marks `[addr, addr + len)` defined or undefined.
+///
+/// A heap block's range (every `malloc` and `free` under Memcheck marks one) is short and
+/// lies in one span almost always: no whole pages to give back, no whole span to map, so it
+/// is the general walk's one piece filled, done here without the walk over spans.
 pub fn set(addr: u64, len: u64, defined: bool) {
     if !enabled() {
+        return;
+    }
+    let off = addr & (SPAN - 1);
+    // Shorter than RELEASE_MIN: the general path's page release (at least RELEASE_MIN
+    // bytes of whole pages) and whole-span mapping cannot apply.
+    if len < RELEASE_MIN && len <= SPAN - off && addr < ADDR_LIMIT {
+        let chunk = if defined {
+            chunk_of(addr)
+        } else {
+            chunk_for_write(addr)
+        };
+        let mut filled_undefined = 0;
+        if chunk != 0 {
+            if !defined {
+                let (start, end) = layout::covered(off as usize, len as usize);
+                filled_undefined = (end - start) as u64;
+            }
+            // SAFETY: the chunk is one of the pool's; off + len <= SPAN.
+            unsafe { layout::fill(chunk, off as usize, len as usize, defined) };
+        }
+        residency::note_mark(filled_undefined);
         return;
     }
     let len = len.min(ADDR_LIMIT.saturating_sub(addr));
