@@ -951,7 +951,7 @@ pass_caller! {
 /// translated.
 unsafe extern "C" fn malloc_at(size: usize, sp: u64, bp: u64) -> *mut c_void {
     if fast::on() {
-        return malloc_fast(size, sp, bp);
+        return crate::hookstack::run(|| malloc_fast(size, sp, bp));
     }
     malloc_general(size, sp, bp)
 }
@@ -979,7 +979,7 @@ unsafe fn malloc_general(size: usize, sp: u64, bp: u64) -> *mut c_void {
 /// [`free`] with its caller's registers (chosen as in [`malloc_at`]).
 unsafe extern "C" fn free_at(p: *mut c_void, sp: u64, bp: u64) {
     if fast::on() {
-        return free_fast(p, sp, bp);
+        return crate::hookstack::run(|| free_fast(p, sp, bp));
     }
     free_general(p, sp, bp)
 }
@@ -1009,7 +1009,7 @@ pub unsafe extern "C" fn cfree(p: *mut c_void) {
 /// [`calloc`] with its caller's registers (chosen as in [`malloc_at`]).
 unsafe extern "C" fn calloc_at(n: usize, size: usize, sp: u64, bp: u64) -> *mut c_void {
     if fast::on() {
-        return calloc_fast(n, size, sp, bp);
+        return crate::hookstack::run(|| calloc_fast(n, size, sp, bp));
     }
     calloc_general(n, size, sp, bp)
 }
@@ -1292,7 +1292,7 @@ fn realloc_event(
 /// [`realloc`] with its caller's registers (chosen as in [`malloc_at`]).
 unsafe extern "C" fn realloc_at(p: *mut c_void, size: usize, sp: u64, bp: u64) -> *mut c_void {
     if fast::on() {
-        return realloc_fast(p, size, sp, bp);
+        return crate::hookstack::run(|| realloc_fast(p, size, sp, bp));
     }
     realloc_general(p, size, sp, bp)
 }
@@ -1532,7 +1532,7 @@ unsafe extern "C" fn oxgrind_new(
 ) -> *mut c_void {
     // Chosen as in `malloc_at`.
     if fast::on() {
-        return new_fast(size, align, which, sp, bp);
+        return crate::hookstack::run(|| new_fast(size, align, which, sp, bp));
     }
     new_general(size, align, which, sp, bp)
 }
@@ -1638,7 +1638,7 @@ macro_rules! delete_fns {
             }
             $(let _ = $arg;)*
             if fast::on() {
-                return heap_path(p, sp, bp);
+                return crate::hookstack::run(|| heap_path(p, sp, bp));
             }
             general(p, sp, bp)
         }

@@ -27,6 +27,7 @@ pub mod exports;
 pub mod fds;
 pub mod guard;
 pub mod hooks;
+pub mod hookstack;
 pub mod host;
 pub mod init_order;
 pub mod instrument;
@@ -91,6 +92,7 @@ extern "C" fn on_load() {
             start_engine(rt.needs);
         } else {
             exit::give_main_thread_an_alt_stack();
+            hookstack::enable();
         }
     }
     // The shadows, the heap's reserve and the code cache are reserved now.

@@ -139,14 +139,15 @@ fn segfault_writes_the_file_and_dies_by_sigsegv() {
 
 /// A stack that runs out ends with the report, in both time units: the kernel can only
 /// deliver that SIGSEGV on an alternate stack (the engine gives each thread one; without
-/// the engine, the runtime gives the main thread one). Under the engine a thread's
-/// overflow too.
+/// the engine, the runtime gives the main thread one, and each thread it starts one as it
+/// starts: `hookstack`). A thread's overflow too, in both.
 #[test]
 fn a_stack_overflow_writes_the_file_and_dies_by_sigsegv() {
     for (unit, mode) in [
         ("i", "stack-overflow"),
         ("B", "stack-overflow"),
         ("i", "thread-stack-overflow"),
+        ("B", "thread-stack-overflow"),
     ] {
         let (o, files, _d) = run_mode_in(unit, &[mode]);
         assert_eq!(o.status.signal(), Some(11), "{unit} {mode}: {o:?}");
