@@ -1,10 +1,13 @@
 /* Ways a process can end, chosen by argv[1]; each allocates first so there is something
  * to report:  exit | _exit | exit_group (the system call itself, no exit handlers) | abort
  * | segv | stack-overflow (main's stack runs out) | thread-stack-overflow (a thread's does)
+ * | caught-stack-overflow (main's runs out, the program's SIGSEGV handler on its own
+ * alternate stack jumps back and it exits 6)
  * | wait-signal | fork | exec PROG ARGS...
  * | heap-abort | heap-segv (a heap smashed so that glibc's allocator itself aborts or
  * faults: under Massif's default time unit that happens in glibc code oxgrind runs natively) */
 #include <pthread.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,6 +36,14 @@ static void *recurse_in_thread(void *arg) {
     return (void *)(intptr_t)recurse(0);
 }
 
+static sigjmp_buf back;
+static char own_alt_stack[64 << 10];
+
+static void jump_back(int sig) {
+    (void)sig;
+    siglongjmp(back, 1);
+}
+
 int main(int argc, char **argv) {
     const char *how = argc > 1 ? argv[1] : "exit";
     allocate_some();
@@ -43,6 +54,15 @@ int main(int argc, char **argv) {
     if (!strcmp(how, "abort")) { fflush(stdout); abort(); }
     if (!strcmp(how, "segv")) { volatile int *p = (int *)16; return *p; }
     if (!strcmp(how, "stack-overflow")) { fflush(stdout); return recurse(0); }
+    if (!strcmp(how, "caught-stack-overflow")) {
+        stack_t ss = {.ss_sp = own_alt_stack, .ss_size = sizeof own_alt_stack};
+        struct sigaction sa = {.sa_handler = jump_back, .sa_flags = SA_ONSTACK};
+        sigemptyset(&sa.sa_mask);
+        if (sigaltstack(&ss, NULL) || sigaction(SIGSEGV, &sa, NULL)) return 1;
+        if (!sigsetjmp(back, 1)) recurse(0);
+        puts("caught");
+        return 6;
+    }
     if (!strcmp(how, "thread-stack-overflow")) {
         pthread_t t;
         fflush(stdout);

@@ -186,10 +186,21 @@ pub fn fault_event(sig: i32, code: i32) -> Option<(&'static str, bool)> {
     Some(e)
 }
 
+/// The line Valgrind's core prints when the main thread's stack runs out, at the fault,
+/// whether the program catches the SIGSEGV or dies of it (then [`fatal_signal`] says it
+/// again under the fault's line): `base` is the page it could not grow to.
+pub fn stack_overflow(out: &mut String, pid: i32, base: u64) {
+    line(
+        out,
+        pid,
+        &format!("Stack overflow in thread #1: can't grow stack to {base:#x}"),
+    );
+}
+
 /// The block Memcheck prints when the program dies by a signal (formats.md §4.8).
 /// `main_stack_size`: shown with the stack-overflow hint for a SIGSEGV on unmapped memory.
 /// `stack_overflow`: the page the main thread's stack could not grow to, when it ran out:
-/// Valgrind says so before the block and again under the fault's line.
+/// Valgrind says so under the fault's line (and at the fault, [`stack_overflow`]).
 #[allow(clippy::too_many_arguments)]
 pub fn fatal_signal(
     out: &mut String,
@@ -204,9 +215,6 @@ pub fn fatal_signal(
 ) {
     let overflow = stack_overflow
         .map(|base| format!("Stack overflow in thread #1: can't grow stack to {base:#x}"));
-    if let Some(l) = &overflow {
-        line(out, pid, l);
-    }
     line(out, pid, "");
     let core = if dumping_core { ": dumping core" } else { "" };
     line(

@@ -346,6 +346,11 @@ fn fatal_signal_block() {
         .clamp(1 << 20, 16 << 20);
     let dumping_core = matches!(f.sig, 3 | 4 | 5 | 6 | 7 | 8 | 11 | 24 | 25 | 31) && core_size > 0;
     let mut text = String::new();
+    if let Some(base) = f.stack_overflow {
+        // Valgrind's core says it at the fault; the tools that print this block hear of no
+        // fault before the report (Memcheck, which prints its own block, says it there).
+        oxgrind_formats::memcheck_text::stack_overflow(&mut text, HOST.pid(), base);
+    }
     oxgrind_formats::memcheck_text::fatal_signal(
         &mut text,
         HOST.pid(),
@@ -707,7 +712,7 @@ fn note_fatal(sig: c_int, info: *const c_void, ctx: *const c_void) {
         && tid == raw::getpid()
         && sp != 0
         && oxgrind_tool::fault_is_stack_overflow(addr, sp))
-    .then(|| sp.wrapping_sub(128) & !4095);
+    .then(|| oxgrind_tool::stack_overflow_page(sp));
     *FATAL_SIGNAL.lock() = Some(oxgrind_tool::FatalSignal {
         sig,
         code,

@@ -454,6 +454,13 @@ pub fn fault_is_stack_overflow(addr: Addr, sp: Addr) -> bool {
     addr >= sp.saturating_sub(BELOW) && addr < sp.saturating_add(ABOVE)
 }
 
+/// The page a main thread's stack could not grow to when it ran out with its stack pointer
+/// at `sp`, as Valgrind's core names it ("can't grow stack to ..."): the stack pointer less
+/// the 128-byte red zone, rounded down to its page.
+pub fn stack_overflow_page(sp: Addr) -> Addr {
+    sp.wrapping_sub(128) & !4095
+}
+
 /// Where a root range came from (for `-v` diagnostics and heuristics).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum RootKind {

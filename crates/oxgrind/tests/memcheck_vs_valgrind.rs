@@ -680,6 +680,25 @@ fn a_stack_overflow_is_reported_as_valgrind_reports_it() {
     assert_eq!(summary(&ours), summary(&theirs));
 }
 
+/// A main-thread stack overflow the program catches (its SIGSEGV handler, on its own
+/// alternate stack, jumps back): Valgrind's core still says the stack could not grow, at
+/// the fault, with -q too, and the program goes on. (-q: without it Valgrind also warns of
+/// the jump back as "client switching stacks?", which is not Memcheck's report.)
+#[test]
+fn a_caught_stack_overflow_is_named_as_valgrind_names_it() {
+    let prog = build("endings.c", &["-g", "-O2"]);
+    let Some((ours, theirs)) = both_args(&prog, &["-q"], &["caught-stack-overflow"]) else {
+        return;
+    };
+    assert_eq!(
+        ours.matches("Stack overflow in thread #1: can't grow stack to 0xADDR")
+            .count(),
+        1,
+        "{ours}"
+    );
+    assert_same_report(&ours, &theirs);
+}
+
 #[test]
 fn death_by_signal_in_xml_has_valgrinds_structure() {
     if !have_valgrind() {

@@ -484,6 +484,15 @@ impl Memcheck {
         // fatal-signal block's business, no Memcheck error (Valgrind says "Stack overflow
         // in thread #1" there, and reports no invalid access).
         if oxgrind_tool::fault_is_stack_overflow(fault.addr, regs.rsp()) {
+            // Valgrind's core could not grow the main thread's stack and says so now,
+            // whether the program's handler catches the fault or it dies of it (its
+            // fatal-signal block says it again), with -q too; in XML mode only the block.
+            if fault.code == SEGV_MAPERR && host.tid() == host.pid() && !self.opts.core.xml {
+                let mut line = String::new();
+                let base = oxgrind_tool::stack_overflow_page(regs.rsp());
+                oxgrind_formats::memcheck_text::stack_overflow(&mut line, host.pid(), base);
+                host.log(&line);
+            }
             return;
         }
         // The access the CPU stopped at: the one holding the faulting byte (reads come
