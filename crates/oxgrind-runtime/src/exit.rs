@@ -985,8 +985,9 @@ fn install_signal_handlers() {
 /// Where the program set a small stack of its own and handles neither signal, a fault's
 /// report is written there (a program that handled them and gives the default back, as
 /// Rust's standard library does for a fault that is not its stack's, gets ours without
-/// the alternate stack); without the engine (the heap path) a thread has no alternate
-/// stack unless the program made one, and a stack overflow still ends without a report.
+/// the alternate stack); without the engine (the heap path) the main thread gets one of
+/// ours ([`give_main_thread_an_alt_stack`]) and every thread `pthread_create` starts one
+/// as it starts (`hookstack`).
 fn take_for_report(sig: c_int, on_alt_stack: bool) {
     let act = KernelSigaction {
         handler: on_fatal_signal as *const () as u64,
@@ -1004,7 +1005,7 @@ fn take_for_report(sig: c_int, on_alt_stack: bool) {
 /// one: a stack overflow's `SIGSEGV` is delivered there and the report written
 /// ([`take_for_report`]). The program sees it (`sigaltstack` is not emulated without the
 /// engine): Rust's standard library, finding it, uses it rather than making its own.
-/// Other threads get none here.
+/// Other threads get theirs as they start (`hookstack`).
 pub fn give_main_thread_an_alt_stack() {
     const SYS_SIGALTSTACK: usize = 131;
     const SS_DISABLE: u64 = 2;
