@@ -41,9 +41,6 @@ pub struct ThreadState {
     /// Set while the tool hears, from inside an allocator hook, of the program's misuse of
     /// the call ([`ThreadState::reporting_misuse`]).
     misuse: Cell<bool>,
-    /// The top of this thread's hook stack while it is free to be switched to
-    /// (`hookstack::run`); 0 when the thread has none or is on it already.
-    pub(crate) hook_stack: Cell<u64>,
 }
 
 extern "C" {

@@ -942,6 +942,17 @@ pass_caller! {
     fn realloc(p: *mut c_void, size: usize) -> *mut c_void => realloc_at("rdx", "rcx");
 }
 
+// The heap path's events, on the thread's hook stack when it has one (`hookstack`).
+crate::hookstack::on_hook_stack! {
+    fn malloc_fast_here(size: usize, sp: u64, bp: u64) -> *mut c_void => malloc_fast;
+    fn free_fast_here(p: *mut c_void, sp: u64, bp: u64) => free_fast;
+    fn calloc_fast_here(n: usize, size: usize, sp: u64, bp: u64) -> *mut c_void => calloc_fast;
+    fn realloc_fast_here(p: *mut c_void, size: usize, sp: u64, bp: u64) -> *mut c_void
+        => realloc_fast;
+    fn new_fast_here(size: usize, align: usize, which: c_int, sp: u64, bp: u64) -> *mut c_void
+        => new_fast;
+}
+
 /// [`malloc`] with its caller's registers: the heap path ([`fast`]) or the general one.
 ///
 /// Each entry point only chooses and jumps (a load into a register that is not an
@@ -951,13 +962,13 @@ pass_caller! {
 /// translated.
 unsafe extern "C" fn malloc_at(size: usize, sp: u64, bp: u64) -> *mut c_void {
     if fast::on() {
-        return crate::hookstack::run(|| malloc_fast(size, sp, bp));
+        return malloc_fast_here(size, sp, bp);
     }
     malloc_general(size, sp, bp)
 }
 
 #[inline(never)]
-unsafe fn malloc_fast(size: usize, sp: u64, bp: u64) -> *mut c_void {
+unsafe extern "C" fn malloc_fast(size: usize, sp: u64, bp: u64) -> *mut c_void {
     let entry = entry!(malloc).gated_from(sp, bp);
     // SAFETY: plain call into glibc's allocator.
     let get = || unsafe { __libc_malloc(size) };
@@ -979,13 +990,13 @@ unsafe fn malloc_general(size: usize, sp: u64, bp: u64) -> *mut c_void {
 /// [`free`] with its caller's registers (chosen as in [`malloc_at`]).
 unsafe extern "C" fn free_at(p: *mut c_void, sp: u64, bp: u64) {
     if fast::on() {
-        return crate::hookstack::run(|| free_fast(p, sp, bp));
+        return free_fast_here(p, sp, bp);
     }
     free_general(p, sp, bp)
 }
 
 #[inline(never)]
-unsafe fn free_fast(p: *mut c_void, sp: u64, bp: u64) {
+unsafe extern "C" fn free_fast(p: *mut c_void, sp: u64, bp: u64) {
     if !p.is_null() && !fast::deallocate(p, AllocFn::Free) {
         free_general(p, sp, bp)
     }
@@ -1009,13 +1020,13 @@ pub unsafe extern "C" fn cfree(p: *mut c_void) {
 /// [`calloc`] with its caller's registers (chosen as in [`malloc_at`]).
 unsafe extern "C" fn calloc_at(n: usize, size: usize, sp: u64, bp: u64) -> *mut c_void {
     if fast::on() {
-        return crate::hookstack::run(|| calloc_fast(n, size, sp, bp));
+        return calloc_fast_here(n, size, sp, bp);
     }
     calloc_general(n, size, sp, bp)
 }
 
 #[inline(never)]
-unsafe fn calloc_fast(n: usize, size: usize, sp: u64, bp: u64) -> *mut c_void {
+unsafe extern "C" fn calloc_fast(n: usize, size: usize, sp: u64, bp: u64) -> *mut c_void {
     // A fishy argument or an overflowing product: the general path.
     if !fishy(n as u64) && !fishy(size as u64) {
         if let Some(total) = n.checked_mul(size) {
@@ -1292,13 +1303,13 @@ fn realloc_event(
 /// [`realloc`] with its caller's registers (chosen as in [`malloc_at`]).
 unsafe extern "C" fn realloc_at(p: *mut c_void, size: usize, sp: u64, bp: u64) -> *mut c_void {
     if fast::on() {
-        return crate::hookstack::run(|| realloc_fast(p, size, sp, bp));
+        return realloc_fast_here(p, size, sp, bp);
     }
     realloc_general(p, size, sp, bp)
 }
 
 #[inline(never)]
-unsafe fn realloc_fast(p: *mut c_void, size: usize, sp: u64, bp: u64) -> *mut c_void {
+unsafe extern "C" fn realloc_fast(p: *mut c_void, size: usize, sp: u64, bp: u64) -> *mut c_void {
     let entry = entry!(realloc).gated_from(sp, bp);
     match fast::reallocate(p, size, AllocFn::Realloc, entry) {
         Some(q) => q,
@@ -1532,13 +1543,19 @@ unsafe extern "C" fn oxgrind_new(
 ) -> *mut c_void {
     // Chosen as in `malloc_at`.
     if fast::on() {
-        return crate::hookstack::run(|| new_fast(size, align, which, sp, bp));
+        return new_fast_here(size, align, which, sp, bp);
     }
     new_general(size, align, which, sp, bp)
 }
 
 #[inline(never)]
-unsafe fn new_fast(size: usize, align: usize, which: c_int, sp: u64, bp: u64) -> *mut c_void {
+unsafe extern "C" fn new_fast(
+    size: usize,
+    align: usize,
+    which: c_int,
+    sp: u64,
+    bp: u64,
+) -> *mut c_void {
     let func = new_func(which);
     let counted = NEW_COUNTED[(which as usize).min(7)];
     let entry = Entry::at(new_entry(which as usize)).gated_from_counting(sp, bp, counted);
@@ -1623,7 +1640,7 @@ macro_rules! delete_fns {
         /// Chosen as in `malloc_at`.
         unsafe extern "C" fn $imp(p: *mut c_void $(, $arg: $ty)*, sp: u64, bp: u64) {
             #[inline(never)]
-            fn heap_path(p: *mut c_void, sp: u64, bp: u64) {
+            extern "C" fn heap_path(p: *mut c_void, sp: u64, bp: u64) {
                 if !p.is_null() && !delete_fast(p, $func) {
                     general(p, sp, bp)
                 }
@@ -1638,7 +1655,10 @@ macro_rules! delete_fns {
             }
             $(let _ = $arg;)*
             if fast::on() {
-                return crate::hookstack::run(|| heap_path(p, sp, bp));
+                crate::hookstack::on_hook_stack! {
+                    fn heap_path_here(p: *mut c_void, sp: u64, bp: u64) => heap_path;
+                }
+                return heap_path_here(p, sp, bp);
             }
             general(p, sp, bp)
         }

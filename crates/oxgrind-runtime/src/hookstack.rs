@@ -12,7 +12,7 @@
 //! So every thread the program starts with `pthread_create` gets one mapping of ours as it
 //! starts (our `pthread_create` puts [`thread_start`] before the program's start routine,
 //! which it then jumps to: no frame of ours stays on the thread's stack). Its upper part is
-//! the hook stack, which the heap path's entry points switch to for the event ([`run`]); its
+//! the hook stack, which the heap path's entry points switch to for the event ([`on_hook_stack`]); its
 //! lower part is the thread's alternate signal stack, registered unless the program has set
 //! one. The two are disjoint, so a signal arriving during an event is delivered below the
 //! hook's frames, never over them. A guard page under both turns an overrun into a fault.
@@ -26,8 +26,6 @@ use core::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 use oxgrind_sys::raw;
-
-use crate::guard::{this_thread, ThreadState};
 
 /// The lowest page: inaccessible, so that running past the alternate stack faults.
 const GUARD: usize = 4096;
@@ -61,67 +59,52 @@ pub fn enable() {
     ACTIVE.store(true, Ordering::Release);
 }
 
-/// Runs `f`, an event of the heap path, on the thread's hook stack when it has one free,
-/// else where it is (the main thread; a thread not started by `pthread_create`; a signal
-/// handler's event that interrupted an event on the hook stack; any thread under the
-/// engine). The stack walk is not affected: it starts from the program's registers at its
-/// call, which the entry point read before any code of ours ran.
-#[inline(always)]
-pub fn run<R>(f: impl FnOnce() -> R) -> R {
-    let t = this_thread();
-    let top = t.hook_stack.get();
-    if top == 0 {
-        return f();
-    }
-    switched(t, top, f)
+extern "C" {
+    /// This thread's `oxg_hook_stack_top` (`shim.c`): the top of its hook stack while the
+    /// switch may use it, 0 when it has none or is on it.
+    fn oxg_hook_stack_slot() -> *mut u64;
 }
 
-/// [`run`] on the hook stack whose top is `top`.
-#[inline(never)]
-fn switched<R, F: FnOnce() -> R>(t: &ThreadState, top: u64, f: F) -> R {
-    struct Call<F, R> {
-        f: Option<F>,
-        out: Option<R>,
-    }
-    extern "C" fn call<F: FnOnce() -> R, R>(c: *mut Call<F, R>) {
-        // SAFETY: `c` is the `Call` on the switching frame below, alive and not otherwise
-        // reached while the asm runs this.
-        let c = unsafe { &mut *c };
-        if let Some(f) = c.f.take() {
-            c.out = Some(f());
+/// Defines `$name`, with `$target`'s signature (at most six integer arguments, all in
+/// registers), which runs `$target`, a heap-path event, on the thread's hook stack when it
+/// has one free, else where it is (the main thread; a thread not started by
+/// `pthread_create`; an event a signal handler makes while another is on the hook stack;
+/// any thread under the engine): four instructions then, a load of the slot and a jump.
+/// The stack walk is not affected: it starts from the program's registers at its call,
+/// which the entry point read before any code of ours ran.
+macro_rules! on_hook_stack {
+    ($(fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)? => $target:path;)*) => {$(
+        #[unsafe(naked)]
+        unsafe extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
+            // SAFETY: the argument registers are left as they are (rax, r10, r11, rcx are
+            // not arguments' and the ABI lets a call clobber them). With a hook stack: the
+            // slot is 0 while it is in use, so an event interrupting this one stays where
+            // it is; the program's rsp and the slot's TLS offset are kept at the hook
+            // stack's top, which is 16-aligned, so the call's frame is as the ABI wants;
+            // back on the program's stack (`pop rsp`) before the slot says free again, so
+            // a signal's event can never overwrite the saved rsp. `$target` returns in rax.
+            core::arch::naked_asm!(
+                "mov rax, qword ptr [rip + oxg_hook_stack_top@GOTTPOFF]",
+                "mov r10, qword ptr fs:[rax]",
+                "test r10, r10",
+                "jz {target}",
+                "mov qword ptr fs:[rax], 0",
+                "mov r11, rsp",
+                "mov rsp, r10",
+                "push r11",
+                "push rax",
+                "call {target}",
+                "pop rcx",
+                "lea r11, [rsp + 8]",
+                "pop rsp",
+                "mov qword ptr fs:[rcx], r11",
+                "ret",
+                target = sym $target,
+            )
         }
-    }
-    let mut c = Call {
-        f: Some(f),
-        out: None,
-    };
-    // In use: an event that interrupts this one (a signal handler's `malloc`) runs where it
-    // is instead of over this one's frames. Cleared and set around the asm, which the
-    // compiler does not move memory accesses across.
-    t.hook_stack.set(0);
-    // SAFETY: `top` is the 16-aligned top of this thread's hook stack, mapped and unused
-    // (the slot said so, and is 0 until we are back): the call's frame starts there as
-    // the ABI wants. The program's stack pointer is kept in r12, which the callee saves,
-    // and restored after; every register the C ABI lets the call clobber is declared so.
-    unsafe {
-        core::arch::asm!(
-            "mov r12, rsp",
-            "mov rsp, {top}",
-            "call {call}",
-            "mov rsp, r12",
-            top = in(reg) top,
-            call = in(reg) call::<F, R> as *const () as usize,
-            in("rdi") &mut c as *mut Call<F, R>,
-            out("r12") _,
-            clobber_abi("C"),
-        );
-    }
-    t.hook_stack.set(top);
-    match c.out {
-        Some(r) => r,
-        None => unreachable!("the hook stack's call returned without running its closure"),
-    }
+    )*};
 }
+pub(crate) use on_hook_stack;
 
 /// The start routine and argument the program gave `pthread_create`.
 #[repr(C)]
@@ -221,9 +204,12 @@ fn give_this_thread() {
         // stays mapped until `release` has unregistered it.
         unsafe { oxgrind_sys::syscall::syscall2(SYS_SIGALTSTACK, ss.as_ptr() as usize, 0) };
     }
-    // SAFETY: the key was created in `enable`; its value is the mapping's base.
-    unsafe { pthread_setspecific(KEY.load(Ordering::Relaxed), base.cast()) };
-    this_thread().hook_stack.set(base as u64 + SIZE as u64);
+    // SAFETY: the key was created in `enable`; its value is the mapping's base. The slot
+    // is this thread's, read only by this thread.
+    unsafe {
+        pthread_setspecific(KEY.load(Ordering::Relaxed), base.cast());
+        *oxg_hook_stack_slot() = base as u64 + SIZE as u64;
+    }
 }
 
 const SYS_SIGALTSTACK: usize = 131;
@@ -232,9 +218,19 @@ const SS_DISABLE: u64 = 2;
 /// The key's destructor, as the thread exits: the thread no longer switches to the hook
 /// stack, the alternate stack is unregistered if it is still ours, and the mapping goes.
 /// It runs between events (glibc calls destructors after the start routine returned, or
-/// from `pthread_exit`), so neither stack is in use.
+/// from `pthread_exit`), so the hook stack is not in use, and the alternate stack only if
+/// a signal handler running there ended the thread.
 extern "C" fn release(base: *mut c_void) {
-    this_thread().hook_stack.set(0);
+    // SAFETY: this thread's slot, read only by this thread.
+    unsafe { *oxg_hook_stack_slot() = 0 };
+    let sp: u64;
+    // SAFETY: reads the stack pointer.
+    unsafe { core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack)) };
+    if (base as u64..base as u64 + SIZE as u64).contains(&sp) {
+        // A signal handler on the alternate stack ended the thread (`pthread_exit`): the
+        // mapping is in use to the end; it stays.
+        return;
+    }
     let alt = base as u64 + GUARD as u64;
     let mut old = [0u64; 3];
     // SAFETY: as in `give_this_thread`.

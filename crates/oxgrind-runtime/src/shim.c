@@ -62,6 +62,17 @@ __attribute__((visibility("hidden"))) void **oxg_walk_cache_slot(void) {
     return &oxg_walk_cache_ptr;
 }
 
+/* The top of this thread's hook stack (hookstack.rs) while the heap path may switch to it,
+ * 0 when the thread has none or is on it already. Read on every heap-path event by the
+ * switch (hookstack::on_hook_stack!, one %fs-relative load), so initial-exec as above; not
+ * static: the switch names it in assembly. */
+__attribute__((visibility("hidden"), tls_model("initial-exec"))) __thread unsigned long
+    oxg_hook_stack_top;
+
+__attribute__((visibility("hidden"))) unsigned long *oxg_hook_stack_slot(void) {
+    return &oxg_hook_stack_top;
+}
+
 /* The exported entry points are tiny Rust functions that jump here (exports.rs): a Rust
  * cdylib exports only what Rust defines. `which` names the entry point for frame 0 of the
  * stack, as an index into hooks::NEW_NAMES. */
