@@ -16,7 +16,8 @@
 //! lower part is the thread's alternate signal stack, registered unless the program has set
 //! one. The two are disjoint, so a signal arriving during an event is delivered below the
 //! hook's frames, never over them. A guard page under both turns an overrun into a fault.
-//! A thread-specific key's destructor unmaps it when the thread exits.
+//! A thread-specific key's destructor retires it when the thread exits, for a later thread
+//! to reuse once the kernel says the exiting one is gone.
 //!
 //! Under the engine none of this is done: the engine gives each thread an alternate stack of
 //! its own and runs heap events on its engine stack. The main thread keeps its own stack
@@ -113,6 +114,30 @@ struct Start {
     arg: u64,
 }
 
+/// What the new thread needs: the program's [`Start`], and the signal mask it is to run
+/// with (the creating thread's at the call).
+struct Starting {
+    start: Start,
+    mask: u64,
+}
+
+/// `rt_sigprocmask(SIG_SETMASK, set, old)`: this thread's signal mask.
+fn set_signal_mask(set: u64, old: Option<&mut u64>) {
+    const SYS_RT_SIGPROCMASK: usize = 14;
+    const SIG_SETMASK: usize = 2;
+    let old = old.map_or(0, |o| o as *mut u64 as usize);
+    // SAFETY: `set` is one 8-byte sigset_t read by the kernel, `old` null or one written.
+    unsafe {
+        oxgrind_sys::syscall::syscall4(
+            SYS_RT_SIGPROCMASK,
+            SIG_SETMASK,
+            &set as *const u64 as usize,
+            old,
+            8,
+        )
+    };
+}
+
 type PthreadCreate = unsafe extern "C" fn(*mut u64, *const c_void, u64, *mut c_void) -> c_int;
 
 fn real_pthread_create() -> Option<PthreadCreate> {
@@ -142,20 +167,61 @@ pub unsafe extern "C" fn pthread_create(
         // SAFETY: forwarded as given.
         return unsafe { real(thread, attr, routine, arg) };
     }
-    let start = Box::into_raw(Box::new(Start {
-        routine,
-        arg: arg as u64,
+    // The thread starts with every signal blocked (glibc's start_thread gives it the mask
+    // the creator had at the call) until it has its stacks: a signal pending for the
+    // process was delivered there at once, and its handler's `malloc` ran the hook on
+    // the thread's small stack. `setup_thread` gives it the program's mask back.
+    // A mask the attributes set (`pthread_attr_setsigmask_np`) is the one the routine
+    // gets, and glibc gives it the thread at its start: then that is the mask kept.
+    let mut mask = 0u64;
+    set_signal_mask(!0, Some(&mut mask));
+    let starting = Box::into_raw(Box::new(Starting {
+        start: Start {
+            routine,
+            arg: arg as u64,
+        },
+        mask: attr_sigmask(attr).unwrap_or(mask),
     }));
-    // SAFETY: the thread starts in `thread_start` with `start`, which it takes back.
-    let r = unsafe { real(thread, attr, thread_start as *const () as u64, start.cast()) };
+    // SAFETY: the thread starts in `thread_start` with `starting`, which it takes back.
+    let r = unsafe {
+        real(
+            thread,
+            attr,
+            thread_start as *const () as u64,
+            starting.cast(),
+        )
+    };
+    set_signal_mask(mask, None);
     if r != 0 {
-        // SAFETY: no thread was started: `start` is still ours alone.
-        drop(unsafe { Box::from_raw(start) });
+        // SAFETY: no thread was started: `starting` is still ours alone.
+        drop(unsafe { Box::from_raw(starting) });
     }
     r
 }
 
-/// A new thread's first code (rdi = its [`Start`]): gives the thread its stacks, then jumps
+/// The signal mask `attr` gives the thread (`pthread_attr_getsigmask_np`), if it sets one.
+fn attr_sigmask(attr: *const c_void) -> Option<u64> {
+    type GetSigmask = unsafe extern "C" fn(*const c_void, *mut [u64; 16]) -> c_int;
+    static GET: AtomicUsize = AtomicUsize::new(0);
+    if attr.is_null() {
+        return None;
+    }
+    let mut f = GET.load(Ordering::Relaxed);
+    if f == 0 {
+        f = crate::libc_api::next_symbol(b"pthread_attr_getsigmask_np\0") as usize;
+        GET.store(f.max(1), Ordering::Relaxed);
+    }
+    if f <= 1 {
+        return None; // a glibc older than 2.32: no attribute sets a mask
+    }
+    let mut set = [0u64; 16];
+    // SAFETY: glibc's pthread_attr_getsigmask_np, reading the program's attributes and
+    // writing one sigset_t (128 bytes) into `set`; 0: a mask is set.
+    let r = unsafe { core::mem::transmute::<usize, GetSigmask>(f)(attr, &mut set) };
+    (r == 0).then_some(set[0])
+}
+
+/// A new thread's first code (rdi = its [`Starting`]), with every signal blocked: gives the thread its stacks, then jumps
 /// to the program's start routine with its argument, so that the routine returns to glibc's
 /// `start_thread` as without us and no frame of ours is on the thread's stack.
 #[unsafe(naked)]
@@ -174,25 +240,33 @@ unsafe extern "C" fn thread_start(start: *mut c_void) -> *mut c_void {
     )
 }
 
-/// Gives the thread its stacks ([`give_this_thread`]) and returns the program's start
-/// routine and argument, freeing the [`Start`].
-extern "C" fn setup_thread(start: *mut Start) -> Start {
-    // SAFETY: `start` came from Box::into_raw in `pthread_create`, for this thread only.
-    let start = *unsafe { Box::from_raw(start) };
+/// Gives the thread its stacks ([`give_this_thread`]) and the program's signal mask, and
+/// returns the program's start routine and argument, freeing the [`Starting`].
+extern "C" fn setup_thread(starting: *mut Starting) -> Start {
+    // SAFETY: `starting` came from Box::into_raw in `pthread_create`, for this thread only.
+    let starting = *unsafe { Box::from_raw(starting) };
     give_this_thread();
-    start
+    set_signal_mask(starting.mask, None);
+    starting.start
 }
 
 /// Maps this thread's stacks and registers them: the hook stack in the thread's state,
 /// the alternate stack with the kernel unless the thread has one, the mapping with the key
 /// whose destructor frees it.
 fn give_this_thread() {
-    let Some(base) = raw::mmap_anon(SIZE) else {
-        return; // the thread runs on its own stack, as without this
+    let base = match reuse_retired() {
+        Some(base) => base,
+        None => {
+            let Some(base) = raw::mmap_anon(SIZE) else {
+                return; // the thread runs on its own stack, as without this
+            };
+            const SYS_MPROTECT: usize = 10;
+            // SAFETY: PROT_NONE on the first page of the fresh mapping above: nothing is
+            // there.
+            unsafe { oxgrind_sys::syscall::syscall3(SYS_MPROTECT, base as usize, GUARD, 0) };
+            base
+        }
     };
-    const SYS_MPROTECT: usize = 10;
-    // SAFETY: PROT_NONE on the first page of the fresh mapping above: nothing is there.
-    unsafe { oxgrind_sys::syscall::syscall3(SYS_MPROTECT, base as usize, GUARD, 0) };
     let alt = base as u64 + GUARD as u64;
     let mut old = [0u64; 3];
     // SAFETY: sigaltstack(NULL, &old) writes one stack_t (24 bytes) into `old`.
@@ -215,33 +289,53 @@ fn give_this_thread() {
 const SYS_SIGALTSTACK: usize = 131;
 const SS_DISABLE: u64 = 2;
 
-/// The key's destructor, as the thread exits: the thread no longer switches to the hook
-/// stack, the alternate stack is unregistered if it is still ours, and the mapping goes.
-/// It runs between events (glibc calls destructors after the start routine returned, or
-/// from `pthread_exit`), so the hook stack is not in use, and the alternate stack only if
-/// a signal handler running there ended the thread.
+/// Mappings of threads that were exiting when their key's destructor ran (`base`, the
+/// thread's id): a thread still runs code of glibc's and the program's after that (later
+/// destructors, glibc's per-thread clean-up), and a signal's handler there may allocate,
+/// so its stacks stay its own until the kernel says the thread is gone. Touched only as
+/// threads start and end, never per event.
+static RETIRED: oxgrind_sys::lock::SpinLock<Vec<(usize, i32)>> =
+    oxgrind_sys::lock::SpinLock::new(Vec::new());
+
+/// More retired mappings than this, and those of threads gone are unmapped as a thread
+/// ends, rather than kept for threads to come.
+const KEEP_RETIRED: usize = 16;
+
+/// Whether thread `tid` of this process has exited (a thread id is not reused while the
+/// thread lives; a reused one only keeps a mapping longer).
+fn gone(tid: i32) -> bool {
+    const ESRCH: i32 = 3;
+    matches!(raw::tgkill(raw::getpid(), tid, 0), Err(e) if e == ESRCH)
+}
+
+/// A retired mapping whose thread is gone, for a starting thread.
+fn reuse_retired() -> Option<*mut u8> {
+    let mut r = RETIRED.lock();
+    let i = r.iter().position(|&(_, tid)| gone(tid))?;
+    Some(r.swap_remove(i).0 as *mut u8)
+}
+
+/// The key's destructor, as the thread exits: its mapping is retired ([`RETIRED`]), still
+/// the thread's hook and alternate stack until it is gone; a later thread reuses it, or
+/// it is unmapped here once too many are kept.
 extern "C" fn release(base: *mut c_void) {
-    // SAFETY: this thread's slot, read only by this thread.
-    unsafe { *oxg_hook_stack_slot() = 0 };
-    let sp: u64;
-    // SAFETY: reads the stack pointer.
-    unsafe { core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack)) };
-    if (base as u64..base as u64 + SIZE as u64).contains(&sp) {
-        // A signal handler on the alternate stack ended the thread (`pthread_exit`): the
-        // mapping is in use to the end; it stays.
-        return;
+    let mut unmap = Vec::new();
+    {
+        let mut r = RETIRED.lock();
+        if r.len() >= KEEP_RETIRED {
+            r.retain(|&(b, tid)| {
+                let keep = !gone(tid);
+                if !keep {
+                    unmap.push(b);
+                }
+                keep
+            });
+        }
+        r.push((base as usize, raw::gettid()));
     }
-    let alt = base as u64 + GUARD as u64;
-    let mut old = [0u64; 3];
-    // SAFETY: as in `give_this_thread`.
-    let r =
-        unsafe { oxgrind_sys::syscall::syscall2(SYS_SIGALTSTACK, 0, old.as_mut_ptr() as usize) };
-    if r == 0 && old[0] == alt && old[1] & SS_DISABLE == 0 {
-        let ss = [0u64, SS_DISABLE, 0];
-        // SAFETY: a valid stack_t disabling the alternate stack.
-        unsafe { oxgrind_sys::syscall::syscall2(SYS_SIGALTSTACK, ss.as_ptr() as usize, 0) };
+    for b in unmap {
+        // SAFETY: the mapping of `SIZE` bytes `give_this_thread` made for a thread the
+        // kernel says is gone: nothing uses it, and it was taken out of the list above.
+        unsafe { raw::munmap(b as *mut u8, SIZE) };
     }
-    // SAFETY: `base` is the mapping of `SIZE` bytes `give_this_thread` made for this
-    // thread; nothing of it is in use or registered any more (above).
-    unsafe { raw::munmap(base.cast(), SIZE) };
 }
