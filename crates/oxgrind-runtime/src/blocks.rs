@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use oxgrind_sys::lock::SpinLock;
+use oxgrind_sys::lock::{SpinGuard, SpinLock};
 use oxgrind_tool::addr_table::AddrTable;
 use oxgrind_tool::{AllocFn, LiveBlock, StackId};
 
@@ -391,6 +391,64 @@ impl ShardTable {
 
 const SHARDS: usize = 64;
 
+/// A shard's lock stayed held through a call without an event's tries.
+#[derive(Debug)]
+pub struct ShardBusy;
+
+/// How long a call without an event tries a shard's lock (`SpinLock::lock_bounded`: a
+/// yield every 64 rounds) before it takes its interrupted frame for the holder: far longer
+/// than any other thread holds it unless it is preempted.
+const UNEVENTED_SPINS: u64 = 1 << 14;
+
+/// Internal blocks made by calls without an event while their shard's lock stayed held
+/// ([`BlockTable::insert_without_event`]): a few addresses, each slot claimed and released
+/// with one atomic operation, so that a signal handler may use them at any instant. Full
+/// (as many such blocks alive at once: not seen), a block is not recorded and its memory
+/// is not given back at its `free`.
+struct Orphans {
+    slots: [AtomicU64; 32],
+    /// Slots in use: a `free` that finds none looks no further (every call without an
+    /// event asks).
+    used: AtomicU64,
+}
+
+static ORPHANS: Orphans = Orphans {
+    slots: [const { AtomicU64::new(0) }; 32],
+    used: AtomicU64::new(0),
+};
+
+impl Orphans {
+    fn park(&self, addr: u64) {
+        // Counted before it is there, so that a `take` never sees it with the count at 0.
+        self.used.fetch_add(1, Ordering::AcqRel);
+        for slot in &self.slots {
+            if slot
+                .compare_exchange(0, addr, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+        self.used.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn take(&self, addr: u64) -> bool {
+        if self.used.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        for slot in &self.slots {
+            if slot
+                .compare_exchange(addr, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                self.used.fetch_sub(1, Ordering::AcqRel);
+                return true;
+            }
+        }
+        false
+    }
+}
+
 /// One shard on cache lines of its own: a shard's lock word and table header are written
 /// by every insert and remove, and with shards packed side by side two threads working in
 /// different shards still fought over a shared line (128 bytes: the spatial prefetcher
@@ -450,15 +508,17 @@ impl BlockTable {
     #[inline]
     pub fn insert(&self, addr: u64, info: BlockInfo) {
         let shard = &self.shards[shard_of(addr)];
-        let replaced = {
-            let mut t = shard.table.lock();
-            let replaced = t.insert(addr, info);
-            let layout = t.layout();
-            if shard.layout.0.load(Ordering::Relaxed) != layout {
-                shard.layout.0.store(layout, Ordering::Relaxed);
-            }
-            replaced
-        };
+        Self::insert_locked(shard, shard.table.lock(), addr, info);
+    }
+
+    #[inline(always)]
+    fn insert_locked(shard: &Shard, mut t: SpinGuard<'_, ShardTable>, addr: u64, info: BlockInfo) {
+        let replaced = t.insert(addr, info);
+        let layout = t.layout();
+        if shard.layout.0.load(Ordering::Relaxed) != layout {
+            shard.layout.0.store(layout, Ordering::Relaxed);
+        }
+        drop(t);
         // The --max-* budgets see every program block come and go (outside the lock).
         if let Some(old) = replaced {
             crate::budget::on_remove(&old);
@@ -473,6 +533,48 @@ impl BlockTable {
             crate::budget::on_remove(b);
         }
         removed
+    }
+
+    /// [`insert`](Self::insert) for a call that has no event: one a signal handler makes
+    /// while its thread is inside the runtime, whose interrupted frame may hold the very
+    /// shard's lock (a thread's blocks share a shard, `shard_of`), so waiting for it would
+    /// wait forever. The lock is tried for a while; if it stays held, an internal block is
+    /// parked in [`ORPHANS`] instead, where its `free` finds it
+    /// ([`remove_without_event`](Self::remove_without_event)).
+    pub fn insert_without_event(&self, addr: u64, info: BlockInfo) {
+        let shard = &self.shards[shard_of(addr)];
+        match shard.table.lock_bounded(UNEVENTED_SPINS) {
+            Some(t) => Self::insert_locked(shard, t, addr, info),
+            None if info.internal => ORPHANS.park(addr),
+            // Only internal blocks are made without an event.
+            None => {}
+        }
+    }
+
+    /// [`remove`](Self::remove) for a call that has no event (as
+    /// [`insert_without_event`](Self::insert_without_event)): a parked block is found
+    /// first (as internal, size unknown: 0). [`ShardBusy`] when the shard's lock stays held:
+    /// the block is left as it is (still live in the table, its memory not given back: the
+    /// rare price of a `free` in a signal handler that interrupted the runtime on that
+    /// shard).
+    pub fn remove_without_event(&self, addr: u64) -> Result<Option<BlockInfo>, ShardBusy> {
+        if ORPHANS.take(addr) {
+            return Ok(Some(BlockInfo {
+                size: 0,
+                stack: crate::hooks::NO_STACK,
+                func: AllocFn::Malloc,
+                internal: true,
+                tool_word: 0,
+            }));
+        }
+        let t = self.shards[shard_of(addr)]
+            .table
+            .lock_bounded(UNEVENTED_SPINS);
+        let removed = t.ok_or(ShardBusy)?.remove(addr);
+        if let Some(b) = &removed {
+            crate::budget::on_remove(b);
+        }
+        Ok(removed)
     }
 
     #[inline]

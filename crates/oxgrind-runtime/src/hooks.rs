@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 use oxgrind_tool::{Alloc, AllocFn, Free, Misuse, MisuseEvent, StackId};
 
-use crate::blocks::BlockInfo;
+use crate::blocks::{BlockInfo, ShardBusy};
 use crate::exit::EventGate;
 use crate::guard::{Entered, ThreadState};
 use crate::host::HOST;
@@ -474,7 +474,7 @@ fn record_alloc(
         ),
         None => {
             if state::runtime().is_some() || !state::settled() {
-                BLOCKS.insert(
+                BLOCKS.insert_without_event(
                     addr,
                     BlockInfo {
                         size,
@@ -752,7 +752,15 @@ fn deallocate_here(p: *mut c_void, func: AllocFn, entry: Entry) {
     // by field, would load it in wider pieces than were stored and wait for the stores (a
     // failed store-to-load forward, 2% of the heap path's time on bench `alloc`); each field
     // read where it is used loads what one store wrote.
-    let removed = BLOCKS.remove(addr);
+    let removed = match &ev {
+        Some(_) => BLOCKS.remove(addr),
+        None => match BLOCKS.remove_without_event(addr) {
+            Ok(removed) => removed,
+            // A signal handler's free while its thread held the block's shard: the block
+            // stays (`remove_without_event`).
+            Err(ShardBusy) => return,
+        },
+    };
     match (&removed, &ev) {
         (Some(b), Some(ev)) if !b.internal => {
             let give_back = GiveBack::after_tool(ev, addr);
@@ -1145,12 +1153,18 @@ fn reallocate_here(p: *mut c_void, size: usize, func: AllocFn, entry: Entry) -> 
         return refuse(ev); // the block stays the program's, as realloc leaves it
     }
     let addr = p as u64;
-    let old = BLOCKS.remove(addr);
     let Some(mut ev) = ev else {
+        let Ok(old) = BLOCKS.remove_without_event(addr) else {
+            // A signal handler's realloc while its thread held the block's shard
+            // (`remove_without_event`): it fails as glibc's fails, the block unchanged.
+            // SAFETY: errno slot of this thread.
+            unsafe { *crate::guard::errno_slot() = 12 }; // ENOMEM
+            return core::ptr::null_mut();
+        };
         // SAFETY: p is glibc's (we only pass through when not measuring).
         let q = unsafe { __libc_realloc(p, size) };
         if !q.is_null() && (old.is_some() || !state::settled()) {
-            BLOCKS.insert(
+            BLOCKS.insert_without_event(
                 q as u64,
                 BlockInfo {
                     size: size as u64,
@@ -1162,12 +1176,12 @@ fn reallocate_here(p: *mut c_void, size: usize, func: AllocFn, entry: Entry) -> 
             );
         } else if q.is_null() {
             if let Some(b) = old {
-                BLOCKS.insert(addr, b);
+                BLOCKS.insert_without_event(addr, b);
             }
         }
         return q;
     };
-    let Some(old) = old else {
+    let Some(old) = BLOCKS.remove(addr) else {
         if let Some(f) = crate::replace::early_original(addr, "realloc") {
             type F = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
             // SAFETY: `f` is the object's own `realloc` and `p` a block its allocator made

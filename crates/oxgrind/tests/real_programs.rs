@@ -202,6 +202,37 @@ fn a_thread_on_the_smallest_stack_runs_as_natively() {
     under(&["--tool=massif", "--time-unit=ms"]);
 }
 
+/// A signal handler that allocates, arriving at any instant of allocating threads
+/// (`signal_handler_allocates.c`: a SIGALRM every 100 us over four threads' malloc/free
+/// loops) finishes as natively. Without the engine (`--time-unit=B`, `ms`) the handler's
+/// malloc can interrupt the runtime while it holds the shard lock of the same thread's
+/// blocks: waiting for it hung the program (every run of this one), natively done in 0.1 s.
+/// (Under the engine this program still hangs, with --tool=none too: glibc's arena lock,
+/// not ours; not yet understood, so not checked here.)
+#[test]
+fn a_signal_handler_that_allocates_runs_as_natively() {
+    let prog = build("signal_handler_allocates.c", &["-g", "-O2", "-pthread"]);
+    let deadline = std::time::Duration::from_secs(120);
+    let n = native(&prog, &[], None, Path::new("."));
+    assert_eq!(n.status.code(), Some(0), "natively: {n:?}");
+    for args in [
+        &["--tool=massif", "--time-unit=B"][..],
+        &["--tool=massif", "--time-unit=ms"],
+    ] {
+        let d = tempfile::tempdir().unwrap();
+        let o = run_with_deadline(
+            Command::new(oxgrind())
+                .arg("-q")
+                .args(args)
+                .arg(&prog)
+                .current_dir(d.path()),
+            deadline,
+        );
+        assert_eq!(stdout(&o), stdout(&n), "{args:?}: {o:?}");
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {o:?}");
+    }
+}
+
 /// `--tool=none`: the program runs from the translation engine's code cache, uninstrumented,
 /// and must behave exactly as natively.
 fn same_as_native_under_the_engine(prog: &Path, args: &[&str], stdin: Option<&str>) {
