@@ -1118,15 +1118,7 @@ impl Emitter {
         self.buf.extend_from_slice(&[0x0F, 0x84]);
         let done = self.buf.len();
         self.d32(0);
-        let at = match self.shadow_address(m, ip)? {
-            Some(at) => at,
-            None => {
-                self.store_gs(0, c::OFF_VBITS_TEMP);
-                self.effective_address(m, 0, ip)?;
-                self.add_offset_in_span();
-                ShadowAt::Rax
-            }
-        };
+        let at = self.shadow_operand(m, ip)?;
         let write_only = matches!(m.access(), iced_x86::OpAccess::Write);
         if let Some(l) = load.filter(|_| !write_only) {
             // (rex_w, opcode): the load into rax (eax) of the shadow, extended as the value.
@@ -1243,15 +1235,7 @@ impl Emitter {
         self.d32(0);
         let rel = (self.buf.len() - (chunk + 4)) as u32;
         self.buf[chunk..chunk + 4].copy_from_slice(&rel.to_le_bytes());
-        let at = match self.shadow_address(m, ip)? {
-            Some(at) => at,
-            None => {
-                self.store_gs(0, c::OFF_VBITS_TEMP);
-                self.effective_address(m, 0, ip)?;
-                self.add_offset_in_span();
-                ShadowAt::Rax
-            }
-        };
+        let at = self.shadow_operand(m, ip)?;
         cmp_register(self);
         // jne copy
         self.buf.extend_from_slice(&[0x0F, 0x85]);
@@ -1870,6 +1854,24 @@ impl Emitter {
                 Ok(true)
             }
         }
+    }
+
+    /// Where the operand's shadow is: [`shadow_address`](Self::shadow_address)'s folded
+    /// form, else computed into rax (the operand's address plus its span's offset).
+    fn shadow_operand(
+        &mut self,
+        m: &iced_x86::UsedMemory,
+        ip: u64,
+    ) -> Result<ShadowAt, TranslateError> {
+        Ok(match self.shadow_address(m, ip)? {
+            Some(at) => at,
+            None => {
+                self.store_gs(0, c::OFF_VBITS_TEMP);
+                self.effective_address(m, 0, ip)?;
+                self.add_offset_in_span();
+                ShadowAt::Rax
+            }
+        })
     }
 
     /// With `rax` the primary entry of operand `m`'s span: the address of the operand's
