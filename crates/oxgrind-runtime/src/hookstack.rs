@@ -121,6 +121,17 @@ struct Starting {
     mask: u64,
 }
 
+/// Every signal but those a fault or a system call raises in the thread itself (SIGILL,
+/// SIGTRAP, SIGBUS, SIGFPE, SIGSEGV, SIGSYS): what a thread's set-up keeps blocked. A
+/// blocked SIGSYS of seccomp's (`--pages-as-heap`: the set-up's own mmap traps) or a
+/// blocked fault kills the process.
+const ASYNCHRONOUS_SIGNALS: u64 = !((1 << (4 - 1))
+    | (1 << (5 - 1))
+    | (1 << (7 - 1))
+    | (1 << (8 - 1))
+    | (1 << (11 - 1))
+    | (1 << (31 - 1)));
+
 /// `rt_sigprocmask(SIG_SETMASK, set, old)`: this thread's signal mask.
 fn set_signal_mask(set: u64, old: Option<&mut u64>) {
     const SYS_RT_SIGPROCMASK: usize = 14;
@@ -167,14 +178,14 @@ pub unsafe extern "C" fn pthread_create(
         // SAFETY: forwarded as given.
         return unsafe { real(thread, attr, routine, arg) };
     }
-    // The thread starts with every signal blocked (glibc's start_thread gives it the mask
+    // The thread starts with every asynchronous signal blocked (glibc's start_thread gives it the mask
     // the creator had at the call) until it has its stacks: a signal pending for the
     // process was delivered there at once, and its handler's `malloc` ran the hook on
     // the thread's small stack. `setup_thread` gives it the program's mask back.
     // A mask the attributes set (`pthread_attr_setsigmask_np`) is the one the routine
     // gets, and glibc gives it the thread at its start: then that is the mask kept.
     let mut mask = 0u64;
-    set_signal_mask(!0, Some(&mut mask));
+    set_signal_mask(ASYNCHRONOUS_SIGNALS, Some(&mut mask));
     let starting = Box::into_raw(Box::new(Starting {
         start: Start {
             routine,
@@ -221,7 +232,7 @@ fn attr_sigmask(attr: *const c_void) -> Option<u64> {
     (r == 0).then_some(set[0])
 }
 
-/// A new thread's first code (rdi = its [`Starting`]), with every signal blocked: gives the thread its stacks, then jumps
+/// A new thread's first code (rdi = its [`Starting`]), with every asynchronous signal blocked: gives the thread its stacks, then jumps
 /// to the program's start routine with its argument, so that the routine returns to glibc's
 /// `start_thread` as without us and no frame of ours is on the thread's stack.
 #[unsafe(naked)]
