@@ -190,11 +190,11 @@ pub fn fault_event(sig: i32, code: i32) -> Option<(&'static str, bool)> {
 /// whether the program catches the SIGSEGV or dies of it (then [`fatal_signal`] says it
 /// again under the fault's line): `base` is the page it could not grow to.
 pub fn stack_overflow(out: &mut String, pid: i32, base: u64) {
-    line(
-        out,
-        pid,
-        &format!("Stack overflow in thread #1: can't grow stack to {base:#x}"),
-    );
+    line(out, pid, &stack_overflow_text(base));
+}
+
+fn stack_overflow_text(base: u64) -> String {
+    format!("Stack overflow in thread #1: can't grow stack to {base:#x}")
 }
 
 /// The block Memcheck prints when the program dies by a signal (formats.md §4.8).
@@ -213,8 +213,7 @@ pub fn fatal_signal(
     main_stack_size: u64,
     stack_overflow: Option<u64>,
 ) {
-    let overflow = stack_overflow
-        .map(|base| format!("Stack overflow in thread #1: can't grow stack to {base:#x}"));
+    let overflow = stack_overflow.map(stack_overflow_text);
     line(out, pid, "");
     let core = if dumping_core { ": dumping core" } else { "" };
     line(
