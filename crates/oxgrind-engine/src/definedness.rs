@@ -238,36 +238,32 @@ pub fn prefetch_for_write(addr: u64, len: u64) {
     if !enabled() {
         return;
     }
+    let mut lines = PREFETCH_LINES;
     let off = addr & (SPAN - 1);
     if len <= SPAN - off && addr < ADDR_LIMIT {
-        let chunk = chunk_of(addr);
-        if chunk != 0 {
-            let (start, end) = layout::covered(off as usize, len as usize);
-            let end = chunk + end as u64;
-            let mut line = (chunk + start as u64) & !63;
-            let stop = end.min(line + PREFETCH_LINES * 64);
-            while line < stop {
-                oxgrind_tool::hint::prefetch_write_at(line);
-                line += 64;
-            }
-        }
+        prefetch_piece(chunk_of(addr), off as usize, len as usize, &mut lines);
         return;
     }
     let len = len.min(ADDR_LIMIT.saturating_sub(addr));
-    let mut lines = PREFETCH_LINES;
     pieces(addr, len, |a, off, _, n| {
-        let chunk = chunk_of(a);
-        if chunk == 0 {
-            return;
-        }
-        let (start, end) = layout::covered(off, n);
-        let (mut line, end) = ((chunk + start as u64) & !63, chunk + end as u64);
-        while line < end && lines > 0 {
-            oxgrind_tool::hint::prefetch_write_at(line);
-            line += 64;
-            lines -= 1;
-        }
+        prefetch_piece(chunk_of(a), off, n, &mut lines)
     });
+}
+
+/// Prefetches for writing the shadow lines of `n` bytes at `off` in `chunk` (none if 0), at
+/// most `lines` of them, counted down.
+#[inline(always)]
+fn prefetch_piece(chunk: u64, off: usize, n: usize, lines: &mut u64) {
+    if chunk == 0 {
+        return;
+    }
+    let (start, end) = layout::covered(off, n);
+    let (mut line, end) = ((chunk + start as u64) & !63, chunk + end as u64);
+    while line < end && *lines > 0 {
+        oxgrind_tool::hint::prefetch_write_at(line);
+        line += 64;
+        *lines -= 1;
+    }
 }
 
 /// Marks `[addr, addr + len)` defined or undefined.
