@@ -279,31 +279,19 @@ pub fn set(addr: u64, len: u64, defined: bool) {
     // Shorter than RELEASE_MIN: the general path's page release (at least RELEASE_MIN
     // bytes of whole pages) and whole-span mapping cannot apply.
     if len < RELEASE_MIN && len <= SPAN - off && addr < ADDR_LIMIT {
-        let chunk = if defined {
-            chunk_of(addr)
+        let chunk = chunk_to_mark(addr, defined);
+        let filled_undefined = if chunk == 0 {
+            0
         } else {
-            chunk_for_write(addr)
+            fill_piece(chunk, off as usize, len as usize, defined)
         };
-        let mut filled_undefined = 0;
-        if chunk != 0 {
-            if !defined {
-                let (start, end) = layout::covered(off as usize, len as usize);
-                filled_undefined = (end - start) as u64;
-            }
-            // SAFETY: the chunk is one of the pool's; off + len <= SPAN.
-            unsafe { layout::fill(chunk, off as usize, len as usize, defined) };
-        }
         residency::note_mark(filled_undefined);
         return;
     }
     let len = len.min(ADDR_LIMIT.saturating_sub(addr));
     let mut filled_undefined = 0;
     pieces(addr, len, |a, off, _, n| {
-        let chunk = if defined {
-            chunk_of(a)
-        } else {
-            chunk_for_write(a)
-        };
+        let chunk = chunk_to_mark(a, defined);
         if chunk == 0 {
             return;
         }
@@ -330,14 +318,36 @@ pub fn set(addr: u64, len: u64, defined: bool) {
             // undefined file, with no page of its own until the program touches it.
             return;
         }
-        if !defined {
-            let (start, end) = layout::covered(off, n);
-            filled_undefined += (end - start) as u64;
-        }
-        // SAFETY: the chunk is one of the pool's; off + n <= SPAN.
-        unsafe { layout::fill(chunk, off, n, defined) };
+        filled_undefined += fill_piece(chunk, off, n, defined);
     });
     residency::note_mark(filled_undefined);
+}
+
+/// The chunk of `a`'s span that marking it touches: for undefined bytes one is made if the
+/// span has none ([`chunk_for_write`]); 0 when there is none to mark (defined bytes of a
+/// span without one, which reads as defined, or no shadow for `a`).
+#[inline(always)]
+fn chunk_to_mark(a: u64, defined: bool) -> u64 {
+    if defined {
+        chunk_of(a)
+    } else {
+        chunk_for_write(a)
+    }
+}
+
+/// Fills `n` bytes at `off` of `chunk` (not 0; `off + n <= SPAN`) defined or undefined;
+/// returns the shadow bytes filled undefined, for `residency::note_mark`.
+#[inline(always)]
+fn fill_piece(chunk: u64, off: usize, n: usize, defined: bool) -> u64 {
+    let filled_undefined = if defined {
+        0
+    } else {
+        let (start, end) = layout::covered(off, n);
+        (end - start) as u64
+    };
+    // SAFETY: the chunk is one of the pool's (the callers' `chunk_to_mark`); off + n <= SPAN.
+    unsafe { layout::fill(chunk, off, n, defined) };
+    filled_undefined
 }
 
 const PAGE: u64 = 4096;
